@@ -1,0 +1,443 @@
+//! Serialisable scalar expressions over Arrow batches, evaluated with Arrow's compute kernels.
+//!
+//! This is the expression language of the Rust builder API (`filter`, `project`): columns,
+//! literals, comparisons, arithmetic, boolean logic, null tests and casts. Expressions are
+//! plain data, so a job graph that uses them can be written out and read back. The SQL front
+//! end plans its expressions with DataFusion instead.
+//!
+//! ```
+//! use weir_core::expr::{col, lit};
+//! let late_big_clicks = col("amount").gt(lit(100)).and(col("country").eq(lit("NL")));
+//! assert_eq!(late_big_clicks.to_string(), "((amount > 100) AND (country = 'NL'))");
+//! ```
+
+use crate::error::{Error, Result};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, Scalar, StringArray,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+/// A scalar expression.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expr {
+    Column(String),
+    Literal(Literal),
+    Binary {
+        op: BinaryOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+    Not(Box<Expr>),
+    IsNull(Box<Expr>),
+    Cast {
+        expr: Box<Expr>,
+        to: DataType,
+    },
+}
+
+/// A literal value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Literal {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryOp {
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+    Plus,
+    Minus,
+    Multiply,
+    Divide,
+    Modulo,
+    And,
+    Or,
+}
+
+/// A column reference.
+pub fn col(name: impl Into<String>) -> Expr {
+    Expr::Column(name.into())
+}
+
+/// A literal.
+pub fn lit(v: impl Into<Literal>) -> Expr {
+    Expr::Literal(v.into())
+}
+
+impl From<i64> for Literal {
+    fn from(v: i64) -> Self {
+        Literal::Int(v)
+    }
+}
+impl From<i32> for Literal {
+    fn from(v: i32) -> Self {
+        Literal::Int(v as i64)
+    }
+}
+impl From<f64> for Literal {
+    fn from(v: f64) -> Self {
+        Literal::Float(v)
+    }
+}
+impl From<bool> for Literal {
+    fn from(v: bool) -> Self {
+        Literal::Bool(v)
+    }
+}
+impl From<&str> for Literal {
+    fn from(v: &str) -> Self {
+        Literal::Str(v.to_string())
+    }
+}
+impl From<String> for Literal {
+    fn from(v: String) -> Self {
+        Literal::Str(v)
+    }
+}
+
+macro_rules! binary_methods {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        impl Expr {
+            $(
+                #[allow(clippy::should_implement_trait)]
+                pub fn $name(self, other: Expr) -> Expr {
+                    Expr::Binary { op: BinaryOp::$op, left: Box::new(self), right: Box::new(other) }
+                }
+            )*
+        }
+    };
+}
+
+binary_methods!(
+    eq => Eq, not_eq => NotEq, lt => Lt, lt_eq => LtEq, gt => Gt, gt_eq => GtEq,
+    add => Plus, sub => Minus, mul => Multiply, div => Divide, rem => Modulo,
+    and => And, or => Or,
+);
+
+impl Expr {
+    #[allow(clippy::should_implement_trait)]
+    pub fn not(self) -> Expr {
+        Expr::Not(Box::new(self))
+    }
+    pub fn is_null(self) -> Expr {
+        Expr::IsNull(Box::new(self))
+    }
+    pub fn cast(self, to: DataType) -> Expr {
+        Expr::Cast {
+            expr: Box::new(self),
+            to,
+        }
+    }
+
+    /// Evaluates the expression to one value per row of `batch`.
+    ///
+    /// # Errors
+    /// `Schema` for an unknown column (naming the columns that exist) or types an operator
+    /// cannot combine (naming both).
+    pub fn evaluate(&self, batch: &RecordBatch) -> Result<ArrayRef> {
+        match self.eval(batch)? {
+            Value::Array(a) => Ok(a),
+            Value::Scalar(s) => {
+                let idx = arrow_array::UInt32Array::from(vec![0u32; batch.num_rows()]);
+                Ok(arrow_select::take::take(&s, &idx, None)?)
+            }
+        }
+    }
+
+    /// Evaluates a predicate; nulls count as false.
+    pub fn evaluate_predicate(&self, batch: &RecordBatch) -> Result<BooleanArray> {
+        let a = self.evaluate(batch)?;
+        let b = a
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| {
+                Error::schema(format!(
+                    "filter predicate `{self}` is of type {}, not BOOLEAN",
+                    a.data_type()
+                ))
+            })?
+            .clone();
+        Ok(if b.null_count() > 0 {
+            arrow_select::filter::prep_null_mask_filter(&b)
+        } else {
+            b
+        })
+    }
+
+    /// The type of the expression's result over `schema`.
+    pub fn data_type(&self, schema: &SchemaRef) -> Result<DataType> {
+        let empty = RecordBatch::new_empty(schema.clone());
+        Ok(self.evaluate(&empty)?.data_type().clone())
+    }
+
+    fn eval(&self, batch: &RecordBatch) -> Result<Value> {
+        Ok(match self {
+            Expr::Column(name) => {
+                let idx = batch.schema().index_of(name).map_err(|_| {
+                    Error::schema(format!(
+                        "unknown column `{name}`; the stream has columns: {}",
+                        crate::keys::column_names(&batch.schema())
+                    ))
+                })?;
+                Value::Array(batch.column(idx).clone())
+            }
+            Expr::Literal(l) => Value::Scalar(l.to_array()),
+            Expr::Not(e) => {
+                let v = e.eval(batch)?;
+                v.map(|a| Ok(Arc::new(arrow_arith::boolean::not(as_bool(&a, self)?)?)))?
+            }
+            Expr::IsNull(e) => {
+                let v = e.eval(batch)?;
+                v.map(|a| Ok(Arc::new(arrow_arith::boolean::is_null(&a)?)))?
+            }
+            Expr::Cast { expr, to } => {
+                let v = expr.eval(batch)?;
+                v.map(|a| Ok(arrow_cast::cast(&a, to)?))?
+            }
+            Expr::Binary { op, left, right } => {
+                let l = left.eval(batch)?;
+                let r = right.eval(batch)?;
+                binary(*op, l, r, self)?
+            }
+        })
+    }
+}
+
+impl Literal {
+    fn to_array(&self) -> ArrayRef {
+        match self {
+            Literal::Null => Arc::new(arrow_array::NullArray::new(1)),
+            Literal::Bool(b) => Arc::new(BooleanArray::from(vec![*b])),
+            Literal::Int(i) => Arc::new(Int64Array::from(vec![*i])),
+            Literal::Float(f) => Arc::new(Float64Array::from(vec![*f])),
+            Literal::Str(s) => Arc::new(StringArray::from(vec![s.as_str()])),
+        }
+    }
+}
+
+enum Value {
+    Array(ArrayRef),
+    Scalar(ArrayRef),
+}
+
+impl Value {
+    fn array(&self) -> &ArrayRef {
+        match self {
+            Value::Array(a) | Value::Scalar(a) => a,
+        }
+    }
+    fn map(self, f: impl FnOnce(ArrayRef) -> Result<ArrayRef>) -> Result<Value> {
+        Ok(match self {
+            Value::Array(a) => Value::Array(f(a)?),
+            Value::Scalar(a) => Value::Scalar(f(a)?),
+        })
+    }
+    fn datum(&self) -> Box<dyn arrow_array::Datum + '_> {
+        match self {
+            Value::Array(a) => Box::new(a),
+            Value::Scalar(a) => Box::new(Scalar::new(a.clone())),
+        }
+    }
+}
+
+fn as_bool<'a>(a: &'a ArrayRef, e: &Expr) -> Result<&'a BooleanArray> {
+    a.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
+        Error::schema(format!(
+            "`{e}` needs BOOLEAN operands, got {}",
+            a.data_type()
+        ))
+    })
+}
+
+/// The common type two operands are cast to, if they differ.
+fn common_type(l: &DataType, r: &DataType) -> Option<DataType> {
+    use DataType::*;
+    if l == r {
+        return None;
+    }
+    match (l, r) {
+        (Null, t) | (t, Null) => Some(t.clone()),
+        (a, b) if a.is_numeric() && b.is_numeric() => {
+            if a.is_floating() || b.is_floating() {
+                Some(Float64)
+            } else {
+                Some(Int64)
+            }
+        }
+        (Utf8, LargeUtf8) | (LargeUtf8, Utf8) => Some(LargeUtf8),
+        (Utf8View, Utf8) | (Utf8, Utf8View) => Some(Utf8),
+        _ => None,
+    }
+}
+
+fn binary(op: BinaryOp, l: Value, r: Value, e: &Expr) -> Result<Value> {
+    let (l, r) = match common_type(l.array().data_type(), r.array().data_type()) {
+        Some(t) => (
+            l.map(|a| Ok(arrow_cast::cast(&a, &t)?))?,
+            r.map(|a| Ok(arrow_cast::cast(&a, &t)?))?,
+        ),
+        None => (l, r),
+    };
+    let scalar = matches!((&l, &r), (Value::Scalar(_), Value::Scalar(_)));
+    let (ld, rd) = (l.datum(), r.datum());
+    let (ld, rd) = (ld.as_ref(), rd.as_ref());
+    let type_err = |err: arrow_schema::ArrowError| {
+        Error::schema(format!(
+            "cannot apply `{e}` to {} and {}: {err}",
+            l.array().data_type(),
+            r.array().data_type()
+        ))
+    };
+    use arrow_arith::numeric;
+    use arrow_ord::cmp;
+    let out: ArrayRef = match op {
+        BinaryOp::Eq => Arc::new(cmp::eq(ld, rd).map_err(type_err)?),
+        BinaryOp::NotEq => Arc::new(cmp::neq(ld, rd).map_err(type_err)?),
+        BinaryOp::Lt => Arc::new(cmp::lt(ld, rd).map_err(type_err)?),
+        BinaryOp::LtEq => Arc::new(cmp::lt_eq(ld, rd).map_err(type_err)?),
+        BinaryOp::Gt => Arc::new(cmp::gt(ld, rd).map_err(type_err)?),
+        BinaryOp::GtEq => Arc::new(cmp::gt_eq(ld, rd).map_err(type_err)?),
+        BinaryOp::Plus => numeric::add(ld, rd).map_err(type_err)?,
+        BinaryOp::Minus => numeric::sub(ld, rd).map_err(type_err)?,
+        BinaryOp::Multiply => numeric::mul(ld, rd).map_err(type_err)?,
+        BinaryOp::Divide => numeric::div(ld, rd).map_err(type_err)?,
+        BinaryOp::Modulo => numeric::rem(ld, rd).map_err(type_err)?,
+        BinaryOp::And | BinaryOp::Or => {
+            let (la, ra) = (l.array(), r.array());
+            let (lb, rb) = (as_bool(la, e)?, as_bool(ra, e)?);
+            // Broadcast a scalar side to the other's length.
+            let n = la.len().max(ra.len());
+            let widen = |b: &BooleanArray| -> BooleanArray {
+                if b.len() == n {
+                    b.clone()
+                } else {
+                    BooleanArray::from(vec![b.value(0); n])
+                }
+            };
+            let (lb, rb) = (widen(lb), widen(rb));
+            Arc::new(if op == BinaryOp::And {
+                arrow_arith::boolean::and_kleene(&lb, &rb)?
+            } else {
+                arrow_arith::boolean::or_kleene(&lb, &rb)?
+            })
+        }
+    };
+    Ok(if scalar {
+        Value::Scalar(out)
+    } else {
+        Value::Array(out)
+    })
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Column(c) => write!(f, "{c}"),
+            Expr::Literal(l) => write!(f, "{l}"),
+            Expr::Binary { op, left, right } => write!(f, "({left} {op} {right})"),
+            Expr::Not(e) => write!(f, "NOT {e}"),
+            Expr::IsNull(e) => write!(f, "{e} IS NULL"),
+            Expr::Cast { expr, to } => write!(f, "CAST({expr} AS {to})"),
+        }
+    }
+}
+
+impl fmt::Display for Literal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Literal::Null => f.write_str("NULL"),
+            Literal::Bool(b) => write!(f, "{b}"),
+            Literal::Int(i) => write!(f, "{i}"),
+            Literal::Float(x) => write!(f, "{x}"),
+            Literal::Str(s) => write!(f, "'{}'", s.replace('\'', "''")),
+        }
+    }
+}
+
+impl fmt::Display for BinaryOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BinaryOp::Eq => "=",
+            BinaryOp::NotEq => "<>",
+            BinaryOp::Lt => "<",
+            BinaryOp::LtEq => "<=",
+            BinaryOp::Gt => ">",
+            BinaryOp::GtEq => ">=",
+            BinaryOp::Plus => "+",
+            BinaryOp::Minus => "-",
+            BinaryOp::Multiply => "*",
+            BinaryOp::Divide => "/",
+            BinaryOp::Modulo => "%",
+            BinaryOp::And => "AND",
+            BinaryOp::Or => "OR",
+        })
+    }
+}
+
+/// The output schema of a projection `(name, expr)*` over `input`.
+pub fn projection_schema(input: &SchemaRef, exprs: &[(String, Expr)]) -> Result<SchemaRef> {
+    let fields = exprs
+        .iter()
+        .map(|(name, e)| Ok(Field::new(name, e.data_type(input)?, true)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> RecordBatch {
+        RecordBatch::try_from_iter([
+            (
+                "a",
+                Arc::new(Int64Array::from(vec![Some(1), Some(5), None])) as ArrayRef,
+            ),
+            ("s", Arc::new(StringArray::from(vec!["x", "y", "x"])) as _),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn comparison_with_literal_and_null_is_false_in_a_predicate() {
+        let p = col("a").gt(lit(2)).or(col("s").eq(lit("zz")));
+        let m = p.evaluate_predicate(&batch()).unwrap();
+        assert_eq!(m, BooleanArray::from(vec![false, true, false]));
+    }
+
+    #[test]
+    fn arithmetic_widens_int_and_float() {
+        let v = col("a").mul(lit(1.5)).evaluate(&batch()).unwrap();
+        let v = v.as_any().downcast_ref::<Float64Array>().unwrap();
+        assert_eq!(v.value(1), 7.5);
+        assert!(v.is_null(2));
+    }
+
+    #[test]
+    fn unknown_column_names_the_columns_that_exist() {
+        let err = col("b").evaluate(&batch()).unwrap_err().to_string();
+        assert!(err.contains("unknown column `b`"), "{err}");
+        assert!(err.contains("a, s"), "{err}");
+    }
+
+    #[test]
+    fn expressions_round_trip_through_json() {
+        let e = col("a").add(lit(1)).gt_eq(lit(3)).and(col("s").is_null().not());
+        let j = serde_json::to_string(&e).unwrap();
+        assert_eq!(serde_json::from_str::<Expr>(&j).unwrap(), e);
+    }
+}

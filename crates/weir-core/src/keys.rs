@@ -1,0 +1,174 @@
+//! Keys, key hashing and key groups.
+//!
+//! Key columns are encoded with Arrow's row format, so keys of any column types compare and
+//! hash as bytes. A key hashes (with a fixed seed, the same in every process and run) into one
+//! of a fixed number of key groups; each parallel subtask owns a contiguous range of key groups,
+//! so rescaling moves whole ranges and never splits a key group.
+
+use crate::error::{Error, Result};
+use arrow_array::RecordBatch;
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::SchemaRef;
+use serde::{Deserialize, Serialize};
+use std::hash::BuildHasher;
+
+/// The default number of key groups (the most parallel subtasks a keyed operator can have).
+pub const DEFAULT_KEY_GROUPS: u16 = 128;
+
+const KEY_HASH_SEED: u64 = 0x7765_6972_5f6b_6579; // "weir_key"
+
+/// Hashes an encoded key. Stable across processes and runs (fixed seed).
+pub fn hash_key(key: &[u8]) -> u64 {
+    foldhash::fast::FixedState::with_seed(KEY_HASH_SEED).hash_one(key)
+}
+
+/// The key group of an encoded key hash.
+pub fn key_group(hash: u64, key_groups: u16) -> u16 {
+    // Mix the high bits in: foldhash's low bits alone are well spread, but cheap insurance.
+    ((hash ^ (hash >> 32)) % key_groups as u64) as u16
+}
+
+/// The subtask (of `parallelism`) that owns `key_group`: ranges are contiguous.
+pub fn subtask_for_key_group(key_group: u16, key_groups: u16, parallelism: usize) -> usize {
+    key_group as usize * parallelism / key_groups as usize
+}
+
+/// The contiguous range of key groups a subtask owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyGroupRange {
+    /// First key group, inclusive.
+    pub start: u16,
+    /// Last key group, exclusive.
+    pub end: u16,
+}
+
+impl KeyGroupRange {
+    /// The range owned by `subtask` of `parallelism` over `key_groups` groups; the inverse of
+    /// [`subtask_for_key_group`].
+    pub fn for_subtask(subtask: usize, parallelism: usize, key_groups: u16) -> Self {
+        let n = key_groups as usize;
+        // Smallest g with g * p / n >= subtask, i.e. g = ceil(subtask * n / p).
+        let start = (subtask * n).div_ceil(parallelism);
+        let end = ((subtask + 1) * n).div_ceil(parallelism);
+        KeyGroupRange {
+            start: start as u16,
+            end: end as u16,
+        }
+    }
+
+    pub fn contains(&self, key_group: u16) -> bool {
+        (self.start..self.end).contains(&key_group)
+    }
+
+    pub fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// Encodes the key columns of batches into Arrow rows.
+#[derive(Debug)]
+pub struct KeyEncoder {
+    columns: Vec<usize>,
+    converter: RowConverter,
+}
+
+impl KeyEncoder {
+    /// An encoder for the named key columns of `schema`.
+    ///
+    /// # Errors
+    /// `Schema` if a key column is missing (with the columns that exist) or cannot be encoded.
+    pub fn new(schema: &SchemaRef, keys: &[String]) -> Result<Self> {
+        if keys.is_empty() {
+            return Err(Error::plan("a keyed exchange needs at least one key column"));
+        }
+        let mut columns = Vec::with_capacity(keys.len());
+        let mut fields = Vec::with_capacity(keys.len());
+        for k in keys {
+            let idx = schema.index_of(k).map_err(|_| {
+                Error::schema(format!(
+                    "key column `{k}` not found; the stream has columns: {}",
+                    column_names(schema)
+                ))
+            })?;
+            columns.push(idx);
+            fields.push(SortField::new(schema.field(idx).data_type().clone()));
+        }
+        let converter = RowConverter::new(fields)?;
+        Ok(KeyEncoder { columns, converter })
+    }
+
+    /// The key rows of `batch`, one per row.
+    pub fn encode(&self, batch: &RecordBatch) -> Result<Rows> {
+        let cols: Vec<_> = self
+            .columns
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        Ok(self.converter.convert_columns(&cols)?)
+    }
+
+    /// Indices of the key columns in the schema.
+    pub fn columns(&self) -> &[usize] {
+        &self.columns
+    }
+
+    /// Decodes key rows back into key columns (for emitting keyed results).
+    pub fn decode<'a>(
+        &self,
+        rows: impl IntoIterator<Item = arrow_row::Row<'a>>,
+    ) -> Result<Vec<arrow_array::ArrayRef>> {
+        Ok(self.converter.convert_rows(rows)?)
+    }
+
+    /// A parser that turns owned key bytes back into rows of this encoder.
+    pub fn parser(&self) -> arrow_row::RowParser {
+        self.converter.parser()
+    }
+}
+
+/// `a, b, c` for error messages.
+pub fn column_names(schema: &SchemaRef) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every key group belongs to exactly one subtask, ranges are contiguous and agree with
+        /// `subtask_for_key_group`.
+        #[test]
+        fn key_group_ranges_partition_all_groups(p in 1usize..=128, n in 1u16..=512) {
+            prop_assume!(p <= n as usize);
+            let mut next = 0u16;
+            for s in 0..p {
+                let r = KeyGroupRange::for_subtask(s, p, n);
+                prop_assert_eq!(r.start, next);
+                prop_assert!(!r.is_empty());
+                for g in r.start..r.end {
+                    prop_assert_eq!(subtask_for_key_group(g, n, p), s);
+                }
+                next = r.end;
+            }
+            prop_assert_eq!(next, n);
+        }
+    }
+
+    #[test]
+    fn key_hash_is_stable() {
+        // A changed hash would move keys between subtasks and break restored state.
+        assert_eq!(hash_key(b"celebrity"), hash_key(b"celebrity"));
+        assert_ne!(hash_key(b"a"), hash_key(b"b"));
+    }
+}

@@ -1,0 +1,198 @@
+//! The three clocks of a stream processor, kept apart by type.
+//!
+//! - [`EventTime`]: when something happened, epoch milliseconds (UTC), read from a column.
+//! - [`Watermark`]: a promise that no more rows at or below it are expected on an input.
+//! - [`ProcTime`]: the machine's wall clock, read only through a [`Clock`], so tests can drive it
+//!   by hand with a [`ManualClock`].
+//! - [`Epoch`]: a checkpoint number.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+/// Event time in epoch milliseconds (UTC).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct EventTime(pub i64);
+
+impl EventTime {
+    pub const MIN: EventTime = EventTime(i64::MIN);
+    pub const MAX: EventTime = EventTime(i64::MAX);
+
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// `self + ms`, saturating at the ends of the range.
+    pub fn plus_millis(self, ms: i64) -> EventTime {
+        EventTime(self.0.saturating_add(ms))
+    }
+}
+
+impl fmt::Display for EventTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt_millis(self.0, f)
+    }
+}
+
+/// An event-time watermark: rows with an event time at or below it are late.
+///
+/// [`Watermark::MIN`] means "nothing known yet"; [`Watermark::MAX`] is sent at the end of a
+/// bounded input and fires every remaining event-time timer.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Watermark(pub i64);
+
+impl Watermark {
+    pub const MIN: Watermark = Watermark(i64::MIN);
+    pub const MAX: Watermark = Watermark(i64::MAX);
+
+    /// Whether a row at `t` is at or behind this watermark (and so late).
+    pub fn covers(self, t: EventTime) -> bool {
+        t.0 <= self.0
+    }
+
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// `Some(ms)` unless this is `MIN` ("no watermark yet") or `MAX` ("end of input").
+    pub fn known(self) -> Option<i64> {
+        (self != Watermark::MIN && self != Watermark::MAX).then_some(self.0)
+    }
+}
+
+impl fmt::Display for Watermark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Watermark::MIN => f.write_str("-inf"),
+            Watermark::MAX => f.write_str("+inf"),
+            Watermark(ms) => fmt_millis(ms, f),
+        }
+    }
+}
+
+fn fmt_millis(ms: i64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "{ms}ms")
+}
+
+/// Processing (wall-clock) time in epoch milliseconds, read from a [`Clock`].
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct ProcTime(pub i64);
+
+impl ProcTime {
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+}
+
+/// A checkpoint number; epochs grow by one per checkpoint.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Epoch(pub u64);
+
+/// The only way weir code reads the wall clock.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Wall-clock time now.
+    fn now(&self) -> ProcTime;
+}
+
+/// The machine's clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // the one place the wall clock is read
+    fn now(&self) -> ProcTime {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        ProcTime(d.as_millis() as i64)
+    }
+}
+
+/// A clock that moves only when told to; clones share the same time.
+#[derive(Debug, Default, Clone)]
+pub struct ManualClock {
+    now: Arc<AtomicI64>,
+}
+
+impl ManualClock {
+    pub fn new(start: ProcTime) -> Self {
+        ManualClock {
+            now: Arc::new(AtomicI64::new(start.0)),
+        }
+    }
+
+    pub fn advance(&self, ms: i64) {
+        self.now.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    pub fn set(&self, t: ProcTime) {
+        self.now.store(t.0, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> ProcTime {
+        ProcTime(self.now.load(Ordering::SeqCst))
+    }
+}
+
+/// A monotonic stopwatch for measuring durations (busy / backpressured / idle time).
+///
+/// It is not a clock: it cannot tell what time it is, only how long something took.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    #[allow(clippy::disallowed_methods)] // durations only; never used as a time of day
+    pub fn start() -> Self {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    pub fn elapsed_nanos(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+
+    /// Nanoseconds since the start, and restart.
+    pub fn lap_nanos(&mut self) -> u64 {
+        let now = Self::start();
+        let d = now.0.duration_since(self.0).as_nanos() as u64;
+        *self = now;
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::new(ProcTime(1_000));
+        let c2 = c.clone();
+        assert_eq!(c.now(), ProcTime(1_000));
+        c2.advance(500);
+        assert_eq!(c.now(), ProcTime(1_500));
+    }
+
+    #[test]
+    fn watermark_covers_rows_at_or_below_it() {
+        let wm = Watermark(10);
+        assert!(wm.covers(EventTime(10)));
+        assert!(wm.covers(EventTime(9)));
+        assert!(!wm.covers(EventTime(11)));
+        assert!(!Watermark::MIN.covers(EventTime(i64::MIN + 1)));
+    }
+}

@@ -1,0 +1,72 @@
+//! The error type of the runtime.
+
+/// Errors raised while building or running a job.
+///
+/// Grouped by who must act: the user (`Config`, `Plan`, `Core` schema errors), an external
+/// system (`External`), a failed operator (`Operator`, which names it), or us (`Internal`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A setting has a value weir cannot use.
+    #[error("invalid setting `{name}` = {value:?}: {hint}")]
+    Config {
+        name: String,
+        value: String,
+        hint: String,
+    },
+    /// The job's shape cannot be run as written.
+    #[error("{0}")]
+    Plan(String),
+    /// An error from weir-core (schemas, keys, expressions).
+    #[error(transparent)]
+    Core(#[from] weir_core::Error),
+    /// An Arrow kernel failed.
+    #[error(transparent)]
+    Arrow(#[from] arrow_schema::ArrowError),
+    /// Reading or writing a file or another system failed.
+    #[error("{system}: {message}")]
+    External {
+        system: String,
+        message: String,
+        retryable: bool,
+    },
+    /// A bad input record with the `fail` policy.
+    #[error("bad record at {position}: {reason}")]
+    BadRecord { position: String, reason: String },
+    /// An operator, source or sink failed; the job was stopped.
+    #[error("operator `{operator}` (subtask {subtask} of {parallelism}, created at {created_at}) failed: {source}")]
+    Operator {
+        operator: String,
+        subtask: usize,
+        parallelism: usize,
+        created_at: String,
+        #[source]
+        source: Box<Error>,
+    },
+    /// A broken invariant inside weir: this is a bug, please report it.
+    #[error("internal error (this is a bug in weir): {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn plan(message: impl Into<String>) -> Self {
+        Error::Plan(message.into())
+    }
+    pub fn config(name: impl Into<String>, value: impl ToString, hint: impl Into<String>) -> Self {
+        Error::Config {
+            name: name.into(),
+            value: value.to_string(),
+            hint: hint.into(),
+        }
+    }
+    pub fn io(system: impl Into<String>, err: impl std::fmt::Display) -> Self {
+        Error::External {
+            system: system.into(),
+            message: err.to_string(),
+            retryable: false,
+        }
+    }
+}
+
+/// `Result` with the runtime's [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,339 @@
+//! Metrics as typed data.
+//!
+//! Every subtask, source split and channel owns a small block of atomic counters, updated by the
+//! task that owns it and read by anyone holding the job's [`JobMetrics`]. A
+//! [`MetricsReporter`] turns cumulative counters into a [`MetricsSnapshot`] with per-second
+//! rates (busy / backpressured / idle milliseconds per second, as Flink's
+//! `busyTimeMsPerSecond`), time lag and watermark delay; snapshots serialise to JSON.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use weir_core::time::{Clock, ProcTime};
+
+use crate::channel::ChannelStats;
+
+/// Counters of one parallel subtask (a source reader, an operator or a sink).
+#[derive(Debug)]
+pub struct SubtaskMetrics {
+    pub rows_in: AtomicU64,
+    pub rows_out: AtomicU64,
+    pub busy_ns: AtomicU64,
+    pub backpressured_ns: AtomicU64,
+    pub idle_ns: AtomicU64,
+    /// The subtask's current watermark (epoch ms; `i64::MIN` when none yet).
+    pub watermark: AtomicI64,
+    pub late_rows: AtomicU64,
+    pub state_rows: AtomicU64,
+    pub state_bytes: AtomicU64,
+    pub peak_state_rows: AtomicU64,
+    pub peak_state_bytes: AtomicU64,
+    pub finished: AtomicBool,
+}
+
+impl Default for SubtaskMetrics {
+    fn default() -> Self {
+        SubtaskMetrics {
+            rows_in: AtomicU64::new(0),
+            rows_out: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            backpressured_ns: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            watermark: AtomicI64::new(i64::MIN),
+            late_rows: AtomicU64::new(0),
+            state_rows: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
+            peak_state_rows: AtomicU64::new(0),
+            peak_state_bytes: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
+        }
+    }
+}
+
+impl SubtaskMetrics {
+    pub fn set_state(&self, rows: u64, bytes: u64) {
+        self.state_rows.store(rows, Relaxed);
+        self.state_bytes.store(bytes, Relaxed);
+        self.peak_state_rows.fetch_max(rows, Relaxed);
+        self.peak_state_bytes.fetch_max(bytes, Relaxed);
+    }
+}
+
+/// Counters of one source split.
+#[derive(Debug)]
+pub struct SplitMetrics {
+    pub split: String,
+    pub rows_read: AtomicU64,
+    pub max_event_time: AtomicI64,
+    /// Event time of the last row read.
+    pub last_event_time: AtomicI64,
+    pub watermark: AtomicI64,
+    pub idle: AtomicBool,
+    pub finished: AtomicBool,
+    pub late_rows: AtomicU64,
+    pub dead_letters: AtomicU64,
+    /// Bytes (or rows) read so far and in total, when the split knows (for progress).
+    pub progress_done: AtomicU64,
+    pub progress_total: AtomicU64,
+}
+
+impl SplitMetrics {
+    pub fn new(split: String) -> Self {
+        SplitMetrics {
+            split,
+            rows_read: AtomicU64::new(0),
+            max_event_time: AtomicI64::new(i64::MIN),
+            last_event_time: AtomicI64::new(i64::MIN),
+            watermark: AtomicI64::new(i64::MIN),
+            idle: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            late_rows: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
+            progress_done: AtomicU64::new(0),
+            progress_total: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The metrics of one node of the job graph.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    pub name: String,
+    /// Indices (in [`JobMetrics::nodes`]) of the nodes feeding this one.
+    pub upstream: Vec<usize>,
+    pub kind: String,
+    pub subtasks: Vec<Arc<SubtaskMetrics>>,
+    pub splits: Mutex<Vec<Arc<SplitMetrics>>>,
+}
+
+/// One channel's counters and where it runs.
+#[derive(Debug)]
+pub struct ChannelMetrics {
+    pub from: String,
+    pub to: String,
+    pub stats: Arc<ChannelStats>,
+}
+
+/// Every metric of a running job.
+#[derive(Debug, Default)]
+pub struct JobMetrics {
+    pub nodes: Vec<Arc<NodeMetrics>>,
+    pub channels: Vec<ChannelMetrics>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsSnapshot {
+    /// Wall-clock time of the snapshot, epoch ms.
+    pub at: i64,
+    /// Seconds covered by the per-second rates.
+    pub interval_secs: f64,
+    pub nodes: Vec<NodeSnapshot>,
+    pub in_flight_rows: i64,
+    pub peak_in_flight_rows: i64,
+    /// The bound in-flight rows are held to: buffers × batch rows × channels.
+    pub in_flight_bound_rows: i64,
+    /// The first busy node downstream of a backpressured one, if any.
+    pub bottleneck: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeSnapshot {
+    pub name: String,
+    pub kind: String,
+    pub rows_in: u64,
+    pub rows_out: u64,
+    pub late_rows: u64,
+    pub state_rows: u64,
+    pub state_bytes: u64,
+    pub peak_state_rows: u64,
+    pub peak_state_bytes: u64,
+    pub subtasks: Vec<SubtaskSnapshot>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<SplitSnapshot>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SubtaskSnapshot {
+    pub subtask: usize,
+    pub rows_in: u64,
+    pub rows_out: u64,
+    pub busy_ms_per_sec: f64,
+    pub backpressured_ms_per_sec: f64,
+    pub idle_ms_per_sec: f64,
+    pub busy_ms_total: u64,
+    pub backpressured_ms_total: u64,
+    pub idle_ms_total: u64,
+    pub watermark: Option<i64>,
+    pub late_rows: u64,
+    pub state_rows: u64,
+    pub state_bytes: u64,
+    pub finished: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitSnapshot {
+    pub split: String,
+    pub rows_read: u64,
+    pub max_event_time: Option<i64>,
+    pub watermark: Option<i64>,
+    pub idle: bool,
+    pub finished: bool,
+    /// Wall clock now minus the event time of the last row read, ms.
+    pub time_lag_ms: Option<i64>,
+    /// Wall clock now minus the split's watermark, ms.
+    pub watermark_delay_ms: Option<i64>,
+    pub late_rows: u64,
+    pub dead_letters: u64,
+    pub progress_done: u64,
+    pub progress_total: u64,
+}
+
+fn known(v: i64) -> Option<i64> {
+    (v != i64::MIN && v != i64::MAX).then_some(v)
+}
+
+/// Samples a job's metrics and computes rates between samples.
+#[derive(Debug)]
+pub struct MetricsReporter {
+    job: Arc<JobMetrics>,
+    clock: Arc<dyn Clock>,
+    last_at: Option<ProcTime>,
+    last: Vec<Vec<(u64, u64, u64)>>,
+    in_flight_bound_rows: i64,
+}
+
+impl MetricsReporter {
+    pub fn new(job: Arc<JobMetrics>, clock: Arc<dyn Clock>, in_flight_bound_rows: i64) -> Self {
+        MetricsReporter {
+            job,
+            clock,
+            last_at: None,
+            last: Vec::new(),
+            in_flight_bound_rows,
+        }
+    }
+
+    /// A snapshot now; rates cover the time since the previous call (or since the start).
+    pub fn sample(&mut self, started: ProcTime) -> MetricsSnapshot {
+        let now = self.clock.now();
+        let since = self.last_at.unwrap_or(started);
+        let interval_ms = (now.0 - since.0).max(1) as f64;
+        let first = self.last.is_empty();
+        let mut nodes = Vec::new();
+        let mut last = Vec::new();
+        for (ni, n) in self.job.nodes.iter().enumerate() {
+            let mut subs = Vec::new();
+            let mut lasts = Vec::new();
+            for (si, s) in n.subtasks.iter().enumerate() {
+                let (b, p, i) = (
+                    s.busy_ns.load(Relaxed),
+                    s.backpressured_ns.load(Relaxed),
+                    s.idle_ns.load(Relaxed),
+                );
+                let (b0, p0, i0) = if first {
+                    (0, 0, 0)
+                } else {
+                    self.last[ni][si]
+                };
+                lasts.push((b, p, i));
+                let rate = |x: u64, x0: u64| ((x - x0) as f64 / 1e6) / interval_ms * 1000.0;
+                subs.push(SubtaskSnapshot {
+                    subtask: si,
+                    rows_in: s.rows_in.load(Relaxed),
+                    rows_out: s.rows_out.load(Relaxed),
+                    busy_ms_per_sec: rate(b, b0).min(1000.0),
+                    backpressured_ms_per_sec: rate(p, p0).min(1000.0),
+                    idle_ms_per_sec: rate(i, i0).min(1000.0),
+                    busy_ms_total: b / 1_000_000,
+                    backpressured_ms_total: p / 1_000_000,
+                    idle_ms_total: i / 1_000_000,
+                    watermark: known(s.watermark.load(Relaxed)),
+                    late_rows: s.late_rows.load(Relaxed),
+                    state_rows: s.state_rows.load(Relaxed),
+                    state_bytes: s.state_bytes.load(Relaxed),
+                    finished: s.finished.load(Relaxed),
+                });
+            }
+            last.push(lasts);
+            let splits = n
+                .splits
+                .lock()
+                .expect("metrics lock")
+                .iter()
+                .map(|sp| {
+                    let last_t = known(sp.last_event_time.load(Relaxed));
+                    let wm = known(sp.watermark.load(Relaxed));
+                    SplitSnapshot {
+                        split: sp.split.clone(),
+                        rows_read: sp.rows_read.load(Relaxed),
+                        max_event_time: known(sp.max_event_time.load(Relaxed)),
+                        watermark: wm,
+                        idle: sp.idle.load(Relaxed),
+                        finished: sp.finished.load(Relaxed),
+                        time_lag_ms: last_t.map(|t| now.0 - t),
+                        watermark_delay_ms: wm.map(|w| now.0 - w),
+                        late_rows: sp.late_rows.load(Relaxed),
+                        dead_letters: sp.dead_letters.load(Relaxed),
+                        progress_done: sp.progress_done.load(Relaxed),
+                        progress_total: sp.progress_total.load(Relaxed),
+                    }
+                })
+                .collect();
+            let sum = |f: fn(&SubtaskSnapshot) -> u64| subs.iter().map(f).sum::<u64>();
+            let peak = |f: fn(&SubtaskMetrics) -> u64| n.subtasks.iter().map(|s| f(s)).sum::<u64>();
+            nodes.push(NodeSnapshot {
+                name: n.name.clone(),
+                kind: n.kind.clone(),
+                rows_in: sum(|s| s.rows_in),
+                rows_out: sum(|s| s.rows_out),
+                late_rows: sum(|s| s.late_rows),
+                state_rows: sum(|s| s.state_rows),
+                state_bytes: sum(|s| s.state_bytes),
+                peak_state_rows: peak(|s| s.peak_state_rows.load(Relaxed)),
+                peak_state_bytes: peak(|s| s.peak_state_bytes.load(Relaxed)),
+                subtasks: subs,
+                splits,
+            });
+        }
+        self.last = last;
+        self.last_at = Some(now);
+        let in_flight_rows = self
+            .job
+            .channels
+            .iter()
+            .map(|c| c.stats.in_flight_rows.load(Relaxed))
+            .sum();
+        let peak_in_flight_rows = self
+            .job
+            .channels
+            .iter()
+            .map(|c| c.stats.peak_in_flight_rows.load(Relaxed))
+            .sum();
+        let bottleneck = bottleneck(&nodes, &self.job);
+        MetricsSnapshot {
+            at: now.0,
+            interval_secs: interval_ms / 1000.0,
+            nodes,
+            in_flight_rows,
+            peak_in_flight_rows,
+            in_flight_bound_rows: self.in_flight_bound_rows,
+            bottleneck,
+        }
+    }
+}
+
+/// The first node, in graph order, that is busy most of the time while a node feeding it is
+/// backpressured: the one that limits the job.
+fn bottleneck(nodes: &[NodeSnapshot], job: &JobMetrics) -> Option<String> {
+    let max = |n: &NodeSnapshot, f: fn(&SubtaskSnapshot) -> f64| {
+        n.subtasks.iter().map(f).fold(0.0, f64::max)
+    };
+    nodes.iter().enumerate().find_map(|(i, n)| {
+        let busy = max(n, |s| s.busy_ms_per_sec) > 500.0;
+        let fed_by_backpressured = job.nodes[i]
+            .upstream
+            .iter()
+            .any(|&u| max(&nodes[u], |s| s.backpressured_ms_per_sec) > 500.0);
+        (busy && fed_by_backpressured).then(|| n.name.clone())
+    })
+}

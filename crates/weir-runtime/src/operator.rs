@@ -1,0 +1,231 @@
+//! The operator trait and the context operators work through.
+//!
+//! Operators are synchronous: the runtime calls one method at a time, from one task per
+//! subtask, and sends what the method emitted once it returns. Operators never block, never
+//! read the wall clock except through [`Context::now`], and never spawn, so they are
+//! deterministic and can be tested without a runtime (see weir-testkit's harness).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering::Relaxed;
+
+use weir_core::time::{Clock, Epoch, ProcTime, Watermark};
+use weir_state::StateSize;
+
+use crate::error::Result;
+use crate::message::StreamBatch;
+use crate::metrics::SubtaskMetrics;
+
+/// Where a subtask sits in its job.
+#[derive(Debug, Clone)]
+pub struct SubtaskInfo {
+    pub operator: String,
+    pub subtask: usize,
+    pub parallelism: usize,
+    /// Number of key groups of keyed exchanges into this operator.
+    pub key_groups: u16,
+}
+
+/// Which output of an operator a batch goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Port {
+    /// The operator's results.
+    Main,
+    /// Rows the operator found late (a side output the user can route to a sink).
+    Late,
+}
+
+/// Which clock a timer follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimeDomain {
+    /// Fired when the operator's watermark reaches the timer's time.
+    EventTime,
+    /// Fired when the [`Clock`] reaches the timer's time.
+    ProcTime,
+}
+
+/// A timer that fired: the key (encoded) and time it was registered for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timer {
+    pub domain: TimeDomain,
+    /// Epoch ms: event time or processing time per `domain`.
+    pub time: i64,
+    pub key: Box<[u8]>,
+}
+
+/// Timers of one subtask, per key, at most one per (domain, time, key).
+#[derive(Debug, Default)]
+pub struct TimerService {
+    event: BTreeSet<(i64, Box<[u8]>)>,
+    proc: BTreeSet<(i64, Box<[u8]>)>,
+}
+
+impl TimerService {
+    pub fn register(&mut self, domain: TimeDomain, time: i64, key: &[u8]) {
+        let set = match domain {
+            TimeDomain::EventTime => &mut self.event,
+            TimeDomain::ProcTime => &mut self.proc,
+        };
+        set.insert((time, key.into()));
+    }
+
+    pub fn delete(&mut self, domain: TimeDomain, time: i64, key: &[u8]) {
+        let set = match domain {
+            TimeDomain::EventTime => &mut self.event,
+            TimeDomain::ProcTime => &mut self.proc,
+        };
+        set.remove(&(time, Box::<[u8]>::from(key)));
+    }
+
+    /// Removes and returns the earliest timer of `domain` at or before `until`.
+    pub fn pop_due(&mut self, domain: TimeDomain, until: i64) -> Option<Timer> {
+        let set = match domain {
+            TimeDomain::EventTime => &mut self.event,
+            TimeDomain::ProcTime => &mut self.proc,
+        };
+        if set.first().is_some_and(|(t, _)| *t <= until) {
+            let (time, key) = set.pop_first().expect("checked");
+            Some(Timer { domain, time, key })
+        } else {
+            None
+        }
+    }
+
+    /// When the next processing-time timer is due.
+    pub fn next_proc_time(&self) -> Option<ProcTime> {
+        self.proc.first().map(|(t, _)| ProcTime(*t))
+    }
+
+    pub fn len(&self) -> usize {
+        self.event.len() + self.proc.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What an operator method may use: its output, timers, the clock and its metrics.
+pub struct Context<'a> {
+    pub(crate) output: &'a mut Vec<(Port, StreamBatch)>,
+    pub(crate) timers: &'a mut TimerService,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) metrics: &'a SubtaskMetrics,
+    pub(crate) info: &'a SubtaskInfo,
+    pub(crate) watermark: Watermark,
+}
+
+impl<'a> Context<'a> {
+    /// A context over the given parts (for harnesses that drive operators by hand).
+    pub fn new(
+        output: &'a mut Vec<(Port, StreamBatch)>,
+        timers: &'a mut TimerService,
+        clock: &'a dyn Clock,
+        metrics: &'a SubtaskMetrics,
+        info: &'a SubtaskInfo,
+        watermark: Watermark,
+    ) -> Self {
+        Context {
+            output,
+            timers,
+            clock,
+            metrics,
+            info,
+            watermark,
+        }
+    }
+
+    /// Emits result rows on the main output.
+    pub fn emit(&mut self, batch: StreamBatch) {
+        if batch.num_rows() > 0 {
+            self.output.push((Port::Main, batch));
+        }
+    }
+
+    /// Counts `batch` as late and emits it on the late-row side output.
+    pub fn emit_late(&mut self, batch: StreamBatch) {
+        let n = batch.num_rows();
+        if n > 0 {
+            self.metrics.late_rows.fetch_add(n as u64, Relaxed);
+            self.output.push((Port::Late, batch));
+        }
+    }
+
+    /// Registers an event-time timer for `key`, fired once the watermark reaches `time`.
+    pub fn register_event_timer(&mut self, time: i64, key: &[u8]) {
+        self.timers.register(TimeDomain::EventTime, time, key);
+    }
+
+    /// Registers a processing-time timer for `key`, fired once the clock reaches `time`.
+    pub fn register_proc_timer(&mut self, time: ProcTime, key: &[u8]) {
+        self.timers.register(TimeDomain::ProcTime, time.0, key);
+    }
+
+    pub fn delete_timer(&mut self, domain: TimeDomain, time: i64, key: &[u8]) {
+        self.timers.delete(domain, time, key);
+    }
+
+    /// Processing time now, from the job's clock.
+    pub fn now(&self) -> ProcTime {
+        self.clock.now()
+    }
+
+    /// The operator's current watermark (minimum over its active inputs).
+    pub fn watermark(&self) -> Watermark {
+        self.watermark
+    }
+
+    pub fn info(&self) -> &SubtaskInfo {
+        self.info
+    }
+}
+
+/// A synchronous stream operator; one instance per parallel subtask.
+///
+/// The runtime calls the methods from one task, one at a time. Everything a method emits
+/// through the [`Context`] is sent downstream after it returns, before the next call.
+pub trait Operator: Send {
+    /// Called once before any input.
+    fn open(&mut self, _ctx: &mut Context) -> Result<()> {
+        Ok(())
+    }
+
+    /// Rows arrived on logical input `input` (0 for single-input operators; 0 = left and
+    /// 1 = right for joins). The rows of one batch come from one upstream subtask, in order.
+    ///
+    /// # Errors
+    /// An error stops the job, naming this operator and subtask. Bad rows are not errors: an
+    /// operator counts them and sends them on.
+    fn on_batch(&mut self, input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()>;
+
+    /// The operator's watermark advanced to `watermark`.
+    ///
+    /// # Watermarks
+    /// Event-time timers at or below `watermark` have already fired. The runtime forwards the
+    /// watermark downstream after this returns, so results emitted here precede it. State
+    /// needed only for times at or below the watermark may be dropped.
+    fn on_watermark(&mut self, _watermark: Watermark, _ctx: &mut Context) -> Result<()> {
+        Ok(())
+    }
+
+    /// A timer registered through the context fired.
+    fn on_timer(&mut self, _timer: Timer, _ctx: &mut Context) -> Result<()> {
+        Ok(())
+    }
+
+    /// A checkpoint barrier for `epoch` arrived on every input: everything before it has been
+    /// processed. The barrier is forwarded after this returns.
+    fn on_barrier(&mut self, _epoch: Epoch, _ctx: &mut Context) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every input ended (after a final `Watermark::MAX`): emit what is left.
+    fn on_end(&mut self, _ctx: &mut Context) -> Result<()> {
+        Ok(())
+    }
+
+    /// Rows and bytes of state held, reported as metrics after each call that may change it.
+    fn state_size(&self) -> StateSize {
+        StateSize::default()
+    }
+}

@@ -1,0 +1,189 @@
+//! Sinks: where results leave the job.
+//!
+//! Sink writers are async (they talk to files, databases, brokers); the time a sink subtask
+//! spends in `write` is its busy time, so a slow sink shows up as busy while the operator
+//! feeding it shows backpressured time.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use weir_core::time::Watermark;
+
+use crate::error::Result;
+use crate::operator::SubtaskInfo;
+
+/// A boxed future, for the async methods of [`SinkWriter`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a sink promises about rows after a failure and restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    AtMostOnce,
+    AtLeastOnce,
+    ExactlyOnce,
+}
+
+/// Writes the rows of one sink subtask.
+pub trait SinkWriter: Send {
+    /// Writes a batch; returns once the rows count as written.
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>>;
+    /// The sink's input watermark advanced.
+    fn on_watermark(&mut self, _watermark: Watermark) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// End of input: flush and close.
+    fn finish(&mut self) -> BoxFuture<'_, Result<()>>;
+}
+
+/// Describes a sink and creates its writers. Lives in the job graph.
+pub trait SinkFactory: Send + Sync + std::fmt::Debug {
+    fn kind(&self) -> &'static str;
+    fn spec(&self) -> serde_json::Value;
+    fn delivery(&self) -> Delivery;
+    fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>>;
+}
+
+/// A sink that keeps every row in memory, for embedding weir in a program and for tests.
+#[derive(Debug, Clone, Default)]
+pub struct CollectSink {
+    batches: Arc<Mutex<Vec<RecordBatch>>>,
+}
+
+impl CollectSink {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The batches written so far, in the order they were written.
+    pub fn batches(&self) -> Vec<RecordBatch> {
+        self.batches.lock().expect("collect sink lock").clone()
+    }
+
+    pub fn rows(&self) -> usize {
+        self.batches
+            .lock()
+            .expect("collect sink lock")
+            .iter()
+            .map(|b| b.num_rows())
+            .sum()
+    }
+}
+
+impl SinkFactory for CollectSink {
+    fn kind(&self) -> &'static str {
+        "collect"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::AtMostOnce
+    }
+    fn create_writer(&self, _schema: SchemaRef, _info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl SinkWriter for CollectSink {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
+        self.batches.lock().expect("collect sink lock").push(batch);
+        Box::pin(async { Ok(()) })
+    }
+    fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A rate that can be changed while the job runs; 0 means unlimited.
+#[derive(Debug, Clone, Default)]
+pub struct RateLimitHandle(Arc<AtomicU64>);
+
+impl RateLimitHandle {
+    pub fn new(rows_per_sec: u64) -> Self {
+        RateLimitHandle(Arc::new(AtomicU64::new(rows_per_sec)))
+    }
+    pub fn set(&self, rows_per_sec: u64) {
+        self.0.store(rows_per_sec, Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Wraps any sink so that it writes at most `rows_per_sec` rows per second (per subtask).
+#[derive(Debug)]
+pub struct RateLimitedSink {
+    inner: Arc<dyn SinkFactory>,
+    rate: RateLimitHandle,
+}
+
+impl RateLimitedSink {
+    pub fn new(inner: Arc<dyn SinkFactory>, rate: RateLimitHandle) -> Self {
+        RateLimitedSink { inner, rate }
+    }
+}
+
+impl SinkFactory for RateLimitedSink {
+    fn kind(&self) -> &'static str {
+        "rate_limited"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({
+            "rows_per_sec": self.rate.get(),
+            "inner": { "kind": self.inner.kind(), "spec": self.inner.spec() },
+        })
+    }
+    fn delivery(&self) -> Delivery {
+        self.inner.delivery()
+    }
+    fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(RateLimitedWriter {
+            inner: self.inner.create_writer(schema, info)?,
+            rate: self.rate.clone(),
+            next_free: None,
+        }))
+    }
+}
+
+struct RateLimitedWriter {
+    inner: Box<dyn SinkWriter>,
+    rate: RateLimitHandle,
+    next_free: Option<tokio::time::Instant>,
+}
+
+impl SinkWriter for RateLimitedWriter {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            // Write in slices so a slow rate still makes steady progress within a batch.
+            let mut offset = 0;
+            while offset < batch.num_rows() {
+                let rate = self.rate.get();
+                if rate == 0 {
+                    self.next_free = None;
+                    self.inner.write(batch.slice(offset, batch.num_rows() - offset)).await?;
+                    break;
+                }
+                let n = ((rate / 20).max(1) as usize).min(batch.num_rows() - offset);
+                let now = tokio::time::Instant::now();
+                let start = self.next_free.filter(|t| *t > now).unwrap_or(now);
+                tokio::time::sleep_until(start).await;
+                self.inner.write(batch.slice(offset, n)).await?;
+                self.next_free =
+                    Some(start + std::time::Duration::from_secs_f64(n as f64 / rate as f64));
+                offset += n;
+            }
+            Ok(())
+        })
+    }
+    fn on_watermark(&mut self, watermark: Watermark) -> BoxFuture<'_, Result<()>> {
+        self.inner.on_watermark(watermark)
+    }
+    fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.inner.finish()
+    }
+}

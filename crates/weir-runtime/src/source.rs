@@ -1,0 +1,180 @@
+//! Sources: splits, readers and dead letters.
+//!
+//! A source is split into independent parts (a file, a Kafka partition, a generator shard).
+//! Each parallel subtask of a source gets some of the splits and reads them with one
+//! [`SourceReader`]. The runtime does the rest around the reader: it follows every split's
+//! watermark, marks idle splits, decides per row whether it is late for its split, measures
+//! time, and stops polling the reader while the subtask's output has no credit
+//! (backpressure: the backlog stays in the source).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use serde::Serialize;
+use weir_core::time::Clock;
+
+use crate::error::{Error, Result};
+use crate::metrics::SplitMetrics;
+
+/// What a reader returns from [`SourceReader::poll`].
+#[derive(Debug)]
+pub enum SourcePoll {
+    /// Rows of split `split` (an index into the reader's splits), in arrival order.
+    Batch { split: usize, batch: RecordBatch },
+    /// Split `split` has no more rows (a bounded split reached its end).
+    SplitFinished(usize),
+    /// Nothing now; poll again after about `wait_ms` (a rate limit, or no new data yet).
+    Pending { wait_ms: u64 },
+    /// Every split of the reader has finished.
+    Finished,
+}
+
+/// Reads the splits assigned to one subtask.
+pub trait SourceReader: Send {
+    /// The next batch (at most the configured batch rows), quickly; never blocks for long.
+    ///
+    /// # Errors
+    /// An error stops the job. Malformed records are not errors: they go to the dead-letter
+    /// output (unless the source's policy is `fail`).
+    fn poll(&mut self) -> Result<SourcePoll>;
+}
+
+/// Everything a reader is given at creation.
+pub struct ReaderContext {
+    pub source: String,
+    pub subtask: usize,
+    pub parallelism: usize,
+    pub batch_rows: usize,
+    pub clock: Arc<dyn Clock>,
+    pub dead_letters: DeadLetters,
+    /// Metrics of the reader's splits, in the order of its splits (for progress).
+    pub split_metrics: Vec<Arc<SplitMetrics>>,
+}
+
+/// Describes a source and creates its readers. Lives in the job graph.
+pub trait SourceFactory: Send + Sync + std::fmt::Debug {
+    /// The registered kind, e.g. `file`.
+    fn kind(&self) -> &'static str;
+    /// Settings as JSON; `Registry` turns them back into a factory.
+    fn spec(&self) -> serde_json::Value;
+    /// Schema of the rows.
+    fn schema(&self) -> SchemaRef;
+    /// Names of the splits, discovered when the job starts.
+    fn splits(&self) -> Result<Vec<String>>;
+    /// A reader for the given splits (indices into [`SourceFactory::splits`]).
+    fn create_reader(&self, splits: Vec<usize>, ctx: ReaderContext) -> Result<Box<dyn SourceReader>>;
+}
+
+/// What to do with a malformed record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BadRecordPolicy {
+    /// Count it, write it to the dead-letter output with its reason, and go on.
+    #[default]
+    DeadLetter,
+    /// Stop the job with an error naming the record.
+    Fail,
+}
+
+/// A record that could not be read, with why and where.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    pub source: String,
+    pub split: String,
+    /// Where in the split, e.g. `line 17`.
+    pub position: String,
+    pub reason: String,
+    /// The raw record as read.
+    pub record: String,
+}
+
+/// The job's dead-letter output: a JSON-lines file, opened at the first bad record.
+#[derive(Debug, Clone)]
+pub struct DeadLetters {
+    inner: Arc<Mutex<DeadLetterFile>>,
+}
+
+#[derive(Debug)]
+struct DeadLetterFile {
+    path: Option<PathBuf>,
+    out: Option<BufWriter<File>>,
+    count: u64,
+    kept: Vec<DeadLetter>,
+}
+
+/// Dead letters kept in memory when no file is configured (and shown in the summary).
+const KEEP_IN_MEMORY: usize = 10_000;
+
+impl DeadLetters {
+    /// Writes to `path` (created at the first dead letter), or keeps the first 10,000 in
+    /// memory when `None`.
+    pub fn new(path: Option<PathBuf>) -> Self {
+        DeadLetters {
+            inner: Arc::new(Mutex::new(DeadLetterFile {
+                path,
+                out: None,
+                count: 0,
+                kept: Vec::new(),
+            })),
+        }
+    }
+
+    /// Records a dead letter and counts it on `split`.
+    pub fn send(&self, letter: DeadLetter, split: Option<&SplitMetrics>) -> Result<()> {
+        if let Some(s) = split {
+            s.dead_letters.fetch_add(1, Relaxed);
+        }
+        let mut f = self.inner.lock().expect("dead letters lock");
+        f.count += 1;
+        match f.path.clone() {
+            Some(path) => {
+                if f.out.is_none() {
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                        std::fs::create_dir_all(dir).map_err(|e| Error::io(path.display().to_string(), e))?;
+                    }
+                    let file = File::create(&path)
+                        .map_err(|e| Error::io(format!("dead-letter file {}", path.display()), e))?;
+                    f.out = Some(BufWriter::new(file));
+                }
+                let out = f.out.as_mut().expect("opened above");
+                serde_json::to_writer(&mut *out, &letter)
+                    .map_err(|e| Error::io("dead-letter file", e))?;
+                out.write_all(b"\n")
+                    .map_err(|e| Error::io("dead-letter file", e))?;
+            }
+            None => {
+                if f.kept.len() < KEEP_IN_MEMORY {
+                    f.kept.push(letter);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes the file.
+    pub fn flush(&self) -> Result<()> {
+        let mut f = self.inner.lock().expect("dead letters lock");
+        if let Some(out) = f.out.as_mut() {
+            out.flush().map_err(|e| Error::io("dead-letter file", e))?;
+        }
+        Ok(())
+    }
+
+    pub fn count(&self) -> u64 {
+        self.inner.lock().expect("dead letters lock").count
+    }
+
+    pub fn path(&self) -> Option<PathBuf> {
+        self.inner.lock().expect("dead letters lock").path.clone()
+    }
+
+    /// Dead letters kept in memory (only when no file is configured).
+    pub fn kept(&self) -> Vec<DeadLetter> {
+        self.inner.lock().expect("dead letters lock").kept.clone()
+    }
+}

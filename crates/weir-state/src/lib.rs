@@ -1,0 +1,188 @@
+//! # weir-state
+//!
+//! Keyed state for weir's operators. Operators never keep per-key data in their own maps: they
+//! hold it in state tables, which know their size (rows and bytes, reported as metrics) and will
+//! be snapshotted by checkpoints.
+//!
+//! The in-memory [`KeyedTable`] is the only backend so far: a hash table from an encoded key
+//! (Arrow row bytes, see `weir_core::keys`) to a typed value, looked up with the key's
+//! precomputed hash so a batch hashes each key once.
+//!
+//! ```
+//! use weir_core::keys::hash_key;
+//! use weir_state::KeyedTable;
+//!
+//! let mut counts: KeyedTable<u64> = KeyedTable::new("counts");
+//! for key in [b"a".as_slice(), b"b", b"a"] {
+//!     *counts.upsert(hash_key(key), key, || 0) += 1;
+//! }
+//! assert_eq!(counts.get(hash_key(b"a"), b"a"), Some(&2));
+//! assert_eq!(counts.size().rows, 2);
+//! ```
+
+use hashbrown::HashTable;
+
+/// How much a state table holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateSize {
+    pub rows: u64,
+    /// Estimated bytes: keys, values and the table's per-entry overhead.
+    pub bytes: u64,
+}
+
+impl std::ops::Add for StateSize {
+    type Output = StateSize;
+    fn add(self, o: StateSize) -> StateSize {
+        StateSize {
+            rows: self.rows + o.rows,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+}
+
+/// A value kept in state; `heap_bytes` counts memory it owns beyond its own size.
+pub trait StateValue: Send + 'static {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl StateValue for u64 {}
+impl StateValue for i64 {}
+impl StateValue for f64 {}
+impl<T: StateValue> StateValue for Vec<T> {
+    fn heap_bytes(&self) -> usize {
+        self.capacity() * std::mem::size_of::<T>() + self.iter().map(|v| v.heap_bytes()).sum::<usize>()
+    }
+}
+
+// Hash table bookkeeping per entry beyond key and value (control byte, boxed slice header).
+const ENTRY_OVERHEAD: usize = 1 + std::mem::size_of::<Box<[u8]>>() + std::mem::size_of::<u64>();
+
+struct Entry<V> {
+    hash: u64,
+    key: Box<[u8]>,
+    value: V,
+}
+
+/// An in-memory table from encoded key to value.
+pub struct KeyedTable<V> {
+    name: String,
+    table: HashTable<Entry<V>>,
+    key_bytes: usize,
+}
+
+impl<V: StateValue> KeyedTable<V> {
+    pub fn new(name: impl Into<String>) -> Self {
+        KeyedTable {
+            name: name.into(),
+            table: HashTable::new(),
+            key_bytes: 0,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value for `key`, whose hash is `hash` (from `weir_core::keys::hash_key`).
+    pub fn get(&self, hash: u64, key: &[u8]) -> Option<&V> {
+        self.table
+            .find(hash, |e| &*e.key == key)
+            .map(|e| &e.value)
+    }
+
+    /// The value for `key`, inserted with `init` if missing.
+    pub fn upsert(&mut self, hash: u64, key: &[u8], init: impl FnOnce() -> V) -> &mut V {
+        let entry = self.table.entry(hash, |e| &*e.key == key, |e| e.hash);
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(o) => &mut o.into_mut().value,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                self.key_bytes += key.len();
+                &mut v
+                    .insert(Entry {
+                        hash,
+                        key: key.into(),
+                        value: init(),
+                    })
+                    .into_mut()
+                    .value
+            }
+        }
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<V> {
+        match self.table.find_entry(hash, |e| &*e.key == key) {
+            Ok(o) => {
+                let (e, _) = o.remove();
+                self.key_bytes -= e.key.len();
+                Some(e.value)
+            }
+            Err(_) => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Entries in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &V)> {
+        self.table.iter().map(|e| (&*e.key, &e.value))
+    }
+
+    /// Removes and returns every entry.
+    pub fn drain(&mut self) -> impl Iterator<Item = (Box<[u8]>, V)> + '_ {
+        self.key_bytes = 0;
+        self.table.drain().map(|e| (e.key, e.value))
+    }
+
+    /// Rows held and estimated bytes. Walks the values only when they own heap memory.
+    pub fn size(&self) -> StateSize {
+        let rows = self.table.len();
+        let fixed = rows * (std::mem::size_of::<V>() + ENTRY_OVERHEAD) + self.key_bytes;
+        let heap: usize = if std::mem::needs_drop::<V>() {
+            self.table.iter().map(|e| e.value.heap_bytes()).sum()
+        } else {
+            0
+        };
+        StateSize {
+            rows: rows as u64,
+            bytes: (fixed + heap) as u64,
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for KeyedTable<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedTable")
+            .field("name", &self.name)
+            .field("rows", &self.table.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::keys::hash_key;
+
+    #[test]
+    fn size_follows_inserts_and_removes() {
+        let mut t: KeyedTable<u64> = KeyedTable::new("t");
+        *t.upsert(hash_key(b"abc"), b"abc", || 0) += 5;
+        *t.upsert(hash_key(b"de"), b"de", || 0) += 1;
+        let s = t.size();
+        assert_eq!(s.rows, 2);
+        assert_eq!(s.bytes as usize, 5 + 2 * (8 + ENTRY_OVERHEAD));
+        assert_eq!(t.remove(hash_key(b"abc"), b"abc"), Some(5));
+        assert_eq!(t.size().rows, 1);
+        assert_eq!(t.size().bytes as usize, 2 + 8 + ENTRY_OVERHEAD);
+        assert_eq!(t.get(hash_key(b"abc"), b"abc"), None);
+    }
+}
