@@ -436,7 +436,10 @@ mod tests {
 
     #[test]
     fn expressions_round_trip_through_json() {
-        let e = col("a").add(lit(1)).gt_eq(lit(3)).and(col("s").is_null().not());
+        let e = col("a")
+            .add(lit(1))
+            .gt_eq(lit(3))
+            .and(col("s").is_null().not());
         let j = serde_json::to_string(&e).unwrap();
         assert_eq!(serde_json::from_str::<Expr>(&j).unwrap(), e);
     }

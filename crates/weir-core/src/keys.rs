@@ -83,7 +83,9 @@ impl KeyEncoder {
     /// `Schema` if a key column is missing (with the columns that exist) or cannot be encoded.
     pub fn new(schema: &SchemaRef, keys: &[String]) -> Result<Self> {
         if keys.is_empty() {
-            return Err(Error::plan("a keyed exchange needs at least one key column"));
+            return Err(Error::plan(
+                "a keyed exchange needs at least one key column",
+            ));
         }
         let mut columns = Vec::with_capacity(keys.len());
         let mut fields = Vec::with_capacity(keys.len());

@@ -51,7 +51,9 @@ struct Credit {
 
 impl Drop for Credit {
     fn drop(&mut self) {
-        self.stats.in_flight_rows.fetch_sub(self.rows, Ordering::Relaxed);
+        self.stats
+            .in_flight_rows
+            .fetch_sub(self.rows, Ordering::Relaxed);
     }
 }
 
@@ -151,7 +153,10 @@ impl Mailbox {
         ChannelSender {
             channel,
             credits: Arc::new(Semaphore::new(buffers)),
-            tx: self.tx.clone().expect("channels are opened before the mailbox is sealed"),
+            tx: self
+                .tx
+                .clone()
+                .expect("channels are opened before the mailbox is sealed"),
             stats: Arc::new(ChannelStats {
                 buffers,
                 ..Default::default()
@@ -193,11 +198,9 @@ mod tests {
     use arrow_array::{Int64Array, RecordBatch};
 
     fn rows(n: i64) -> Message {
-        let b = RecordBatch::try_from_iter([(
-            "x",
-            Arc::new(Int64Array::from_iter_values(0..n)) as _,
-        )])
-        .unwrap();
+        let b =
+            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from_iter_values(0..n)) as _)])
+                .unwrap();
         Message::Data(StreamBatch::new(b))
     }
 
@@ -213,7 +216,10 @@ mod tests {
         assert_eq!(back.0.rows(), 1, "a failed send hands the message back");
         assert_eq!(tx.stats().in_flight_rows.load(Ordering::Relaxed), 20);
         let env = mb.recv().await.unwrap();
-        assert!(!tx.has_credit(), "credit returns only when the message is consumed");
+        assert!(
+            !tx.has_credit(),
+            "credit returns only when the message is consumed"
+        );
         drop(env);
         assert!(tx.has_credit());
         assert_eq!(tx.stats().in_flight_rows.load(Ordering::Relaxed), 10);

@@ -43,6 +43,9 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// This subtask stopped because another one failed (the job reports that one).
+    #[error("stopped because another subtask of the job failed")]
+    Cancelled,
     /// A broken invariant inside weir: this is a bug, please report it.
     #[error("internal error (this is a bug in weir): {0}")]
     Internal(String),

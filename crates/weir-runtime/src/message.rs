@@ -1,6 +1,6 @@
 //! What travels on a channel: data batches and in-band control messages.
 
-use arrow_array::{Array, BooleanArray, RecordBatch, UInt32Array};
+use arrow_array::{BooleanArray, RecordBatch, UInt32Array};
 use arrow_buffer::ScalarBuffer;
 use weir_core::time::{Epoch, Watermark};
 

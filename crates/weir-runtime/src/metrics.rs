@@ -230,11 +230,7 @@ impl MetricsReporter {
                     s.backpressured_ns.load(Relaxed),
                     s.idle_ns.load(Relaxed),
                 );
-                let (b0, p0, i0) = if first {
-                    (0, 0, 0)
-                } else {
-                    self.last[ni][si]
-                };
+                let (b0, p0, i0) = if first { (0, 0, 0) } else { self.last[ni][si] };
                 lasts.push((b, p, i));
                 let rate = |x: u64, x0: u64| ((x - x0) as f64 / 1e6) / interval_ms * 1000.0;
                 subs.push(SubtaskSnapshot {

@@ -84,7 +84,11 @@ impl SinkFactory for CollectSink {
     fn delivery(&self) -> Delivery {
         Delivery::AtMostOnce
     }
-    fn create_writer(&self, _schema: SchemaRef, _info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
+    fn create_writer(
+        &self,
+        _schema: SchemaRef,
+        _info: &SubtaskInfo,
+    ) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(self.clone()))
     }
 }
@@ -165,7 +169,9 @@ impl SinkWriter for RateLimitedWriter {
                 let rate = self.rate.get();
                 if rate == 0 {
                     self.next_free = None;
-                    self.inner.write(batch.slice(offset, batch.num_rows() - offset)).await?;
+                    self.inner
+                        .write(batch.slice(offset, batch.num_rows() - offset))
+                        .await?;
                     break;
                 }
                 let n = ((rate / 20).max(1) as usize).min(batch.num_rows() - offset);

@@ -67,7 +67,11 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     /// Names of the splits, discovered when the job starts.
     fn splits(&self) -> Result<Vec<String>>;
     /// A reader for the given splits (indices into [`SourceFactory::splits`]).
-    fn create_reader(&self, splits: Vec<usize>, ctx: ReaderContext) -> Result<Box<dyn SourceReader>>;
+    fn create_reader(
+        &self,
+        splits: Vec<usize>,
+        ctx: ReaderContext,
+    ) -> Result<Box<dyn SourceReader>>;
 }
 
 /// What to do with a malformed record.
@@ -135,10 +139,12 @@ impl DeadLetters {
             Some(path) => {
                 if f.out.is_none() {
                     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                        std::fs::create_dir_all(dir).map_err(|e| Error::io(path.display().to_string(), e))?;
+                        std::fs::create_dir_all(dir)
+                            .map_err(|e| Error::io(path.display().to_string(), e))?;
                     }
-                    let file = File::create(&path)
-                        .map_err(|e| Error::io(format!("dead-letter file {}", path.display()), e))?;
+                    let file = File::create(&path).map_err(|e| {
+                        Error::io(format!("dead-letter file {}", path.display()), e)
+                    })?;
                     f.out = Some(BufWriter::new(file));
                 }
                 let out = f.out.as_mut().expect("opened above");

@@ -52,7 +52,8 @@ impl StateValue for i64 {}
 impl StateValue for f64 {}
 impl<T: StateValue> StateValue for Vec<T> {
     fn heap_bytes(&self) -> usize {
-        self.capacity() * std::mem::size_of::<T>() + self.iter().map(|v| v.heap_bytes()).sum::<usize>()
+        self.capacity() * std::mem::size_of::<T>()
+            + self.iter().map(|v| v.heap_bytes()).sum::<usize>()
     }
 }
 
@@ -87,9 +88,7 @@ impl<V: StateValue> KeyedTable<V> {
 
     /// The value for `key`, whose hash is `hash` (from `weir_core::keys::hash_key`).
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&V> {
-        self.table
-            .find(hash, |e| &*e.key == key)
-            .map(|e| &e.value)
+        self.table.find(hash, |e| &*e.key == key).map(|e| &e.value)
     }
 
     /// The value for `key`, inserted with `init` if missing.

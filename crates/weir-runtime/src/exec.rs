@@ -1,0 +1,831 @@
+//! Runs a job graph on tokio: one task per subtask, wired with credit-based channels.
+//!
+//! Sources poll their reader, follow watermarks per split and push batches downstream;
+//! operator and sink subtasks run a mailbox loop: take the next message from any input
+//! channel, call the operator (or sink), send what it emitted. Control messages travel in
+//! band. End of input flows through the graph as a final `Watermark::MAX` and `End`, which
+//! fire every timer and flush every operator. The first failing subtask stops the job, and the
+//! error names the operator, the subtask and where the operator was created.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::{Array, BooleanArray};
+use tokio::task::JoinSet;
+use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder};
+use weir_core::time::{Clock, Epoch, ProcTime, Stopwatch, Watermark};
+use weir_core::watermark::{SplitWatermarks, WatermarkTracker};
+
+use crate::channel::{ChannelSender, Envelope, Mailbox, SendError};
+use crate::error::{Error, Result};
+use crate::graph::{JobGraph, NodeKind, Partitioning, SourceWatermarks};
+use crate::message::{Message, StreamBatch};
+use crate::metrics::{
+    ChannelMetrics, JobMetrics, MetricsReporter, MetricsSnapshot, NodeMetrics, SplitMetrics,
+    SubtaskMetrics,
+};
+use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
+use crate::sink::SinkWriter;
+use crate::source::{DeadLetter, DeadLetters, ReaderContext, SourceFactory, SourcePoll};
+
+/// A job that is running.
+pub struct RunningJob {
+    pub metrics: Arc<JobMetrics>,
+    pub dead_letters: DeadLetters,
+    pub started: ProcTime,
+    clock: Arc<dyn Clock>,
+    in_flight_bound_rows: i64,
+    tasks: JoinSet<Result<()>>,
+    task_names: HashMap<tokio::task::Id, String>,
+}
+
+/// How a finished job went.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    pub metrics: MetricsSnapshot,
+    pub elapsed_ms: i64,
+    pub dead_letters: u64,
+}
+
+/// Starts `graph` on the current tokio runtime.
+///
+/// # Errors
+/// `Plan` if the graph is invalid; errors of sources that cannot list their splits.
+pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
+    graph.validate()?;
+    let cfg = graph.config.clone();
+    let dead_letters = DeadLetters::new(cfg.dead_letter_path.clone());
+
+    // One mailbox per operator/sink subtask; channels from every upstream subtask into it.
+    let mut mailboxes: Vec<Vec<Mailbox>> = Vec::new();
+    let mut channel_inputs: Vec<Vec<Vec<usize>>> = Vec::new();
+    let mut outputs: Vec<Vec<Vec<OutputEdge>>> = Vec::new();
+    for n in &graph.nodes {
+        let is_source = matches!(n.kind, NodeKind::Source { .. });
+        let p = n.parallelism;
+        mailboxes.push(if is_source {
+            Vec::new()
+        } else {
+            (0..p).map(|_| Mailbox::new()).collect()
+        });
+        channel_inputs.push(vec![Vec::new(); p]);
+        outputs.push((0..p).map(|_| Vec::new()).collect());
+    }
+    let mut channels = Vec::new();
+    for e in &graph.edges {
+        let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
+        for i in 0..up.parallelism {
+            let targets: Vec<usize> = match e.partitioning {
+                Partitioning::Forward => vec![i],
+                _ => (0..down.parallelism).collect(),
+            };
+            let mut senders = Vec::new();
+            for j in targets {
+                let s = mailboxes[e.to][j].channel(cfg.channel_buffers);
+                channel_inputs[e.to][j].push(e.input);
+                channels.push(ChannelMetrics {
+                    from: format!("{}[{i}]", up.name),
+                    to: format!("{}[{j}]", down.name),
+                    stats: s.stats().clone(),
+                });
+                senders.push(s);
+            }
+            let route = match &e.partitioning {
+                Partitioning::Forward => Route::Forward,
+                Partitioning::Rebalance => Route::Rebalance { next: i },
+                Partitioning::Broadcast => Route::Broadcast,
+                Partitioning::Hash { keys, key_groups } => Route::Hash {
+                    encoder: KeyEncoder::new(&up.output.schema, keys)?,
+                    key_groups: *key_groups,
+                },
+            };
+            outputs[e.from][i].push(OutputEdge {
+                port: e.port,
+                route,
+                senders,
+            });
+        }
+    }
+    let in_flight_bound_rows = (channels.len() * cfg.channel_buffers * cfg.batch_rows) as i64;
+
+    let mut node_metrics = Vec::new();
+    for n in &graph.nodes {
+        node_metrics.push(Arc::new(NodeMetrics {
+            name: n.name.clone(),
+            upstream: graph.inputs_of(n.id).iter().map(|e| e.from).collect(),
+            kind: format!("{} {}", n.kind.role(), n.kind.kind()),
+            subtasks: (0..n.parallelism)
+                .map(|_| Arc::new(SubtaskMetrics::default()))
+                .collect(),
+            splits: Default::default(),
+        }));
+    }
+    let metrics = Arc::new(JobMetrics {
+        nodes: node_metrics,
+        channels,
+    });
+
+    let mut tasks = JoinSet::new();
+    let mut task_names = HashMap::new();
+    let started = clock.now();
+    for n in graph.nodes.iter().rev() {
+        let node_mailboxes = std::mem::take(&mut mailboxes[n.id]);
+        let node_outputs = std::mem::take(&mut outputs[n.id]);
+        let input_streams: Vec<_> = graph
+            .inputs_of(n.id)
+            .iter()
+            .map(|e| graph.nodes[e.from].output.clone())
+            .collect();
+        let describe = |s: usize| {
+            format!(
+                "operator `{}` (subtask {s} of {}, created at {})",
+                n.name, n.parallelism, n.created_at
+            )
+        };
+        let wrap = {
+            let (name, p, at) = (n.name.clone(), n.parallelism, n.created_at.clone());
+            move |s: usize, e: Error| match e {
+                Error::Cancelled | Error::Operator { .. } => e,
+                e => Error::Operator {
+                    operator: name.clone(),
+                    subtask: s,
+                    parallelism: p,
+                    created_at: at.clone(),
+                    source: Box::new(e),
+                },
+            }
+        };
+        match &n.kind {
+            NodeKind::Source {
+                factory,
+                watermarks,
+            } => {
+                let split_names = factory.splits().map_err(|e| wrap(0, e))?;
+                for (s, outs) in node_outputs.into_iter().enumerate() {
+                    let assigned: Vec<usize> = (0..split_names.len())
+                        .filter(|i| i % n.parallelism == s)
+                        .collect();
+                    let split_metrics: Vec<Arc<SplitMetrics>> = assigned
+                        .iter()
+                        .map(|&i| Arc::new(SplitMetrics::new(split_names[i].clone())))
+                        .collect();
+                    metrics.nodes[n.id]
+                        .splits
+                        .lock()
+                        .expect("metrics lock")
+                        .extend(split_metrics.iter().cloned());
+                    let task = SourceTask {
+                        factory: factory.clone(),
+                        watermarks: watermarks.clone(),
+                        assigned,
+                        split_metrics,
+                        outputs: Outputs::new(
+                            outs,
+                            cfg.batch_rows,
+                            metrics.nodes[n.id].subtasks[s].clone(),
+                        ),
+                        clock: clock.clone(),
+                        dead_letters: dead_letters.clone(),
+                        name: n.name.clone(),
+                        subtask: s,
+                        parallelism: n.parallelism,
+                        batch_rows: cfg.batch_rows,
+                    };
+                    let wrap = wrap.clone();
+                    let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
+                    task_names.insert(h.id(), describe(s));
+                }
+            }
+            NodeKind::Operator { .. } | NodeKind::Sink { .. } => {
+                for (s, (mut mailbox, outs)) in
+                    node_mailboxes.into_iter().zip(node_outputs).enumerate()
+                {
+                    mailbox.seal();
+                    let info = SubtaskInfo {
+                        operator: n.name.clone(),
+                        subtask: s,
+                        parallelism: n.parallelism,
+                        key_groups: cfg.key_groups,
+                    };
+                    let processor = match &n.kind {
+                        NodeKind::Operator { factory } => Processor::Operator(
+                            factory
+                                .create(&input_streams, &info)
+                                .map_err(|e| wrap(s, e))?,
+                        ),
+                        NodeKind::Sink { factory } => Processor::Sink(
+                            factory
+                                .create_writer(n.output.schema.clone(), &info)
+                                .map_err(|e| wrap(s, e))?,
+                        ),
+                        NodeKind::Source { .. } => unreachable!("handled above"),
+                    };
+                    let task = OperatorTask {
+                        processor,
+                        channel_inputs: std::mem::take(&mut channel_inputs[n.id][s]),
+                        mailbox,
+                        outputs: Outputs::new(
+                            outs,
+                            cfg.batch_rows,
+                            metrics.nodes[n.id].subtasks[s].clone(),
+                        ),
+                        clock: clock.clone(),
+                        info,
+                        timers: TimerService::default(),
+                        out_buf: Vec::new(),
+                        watermark: Watermark::MIN,
+                    };
+                    let wrap = wrap.clone();
+                    let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
+                    task_names.insert(h.id(), describe(s));
+                }
+            }
+        }
+    }
+    tracing::info!(job = %graph.name, subtasks = tasks.len(), "job started");
+    Ok(RunningJob {
+        metrics,
+        dead_letters,
+        started,
+        clock,
+        in_flight_bound_rows,
+        tasks,
+        task_names,
+    })
+}
+
+/// Runs `graph` to the end of its input.
+pub async fn run(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<JobReport> {
+    start(graph, clock)?.wait().await
+}
+
+impl RunningJob {
+    /// A reporter over this job's metrics.
+    pub fn reporter(&self) -> MetricsReporter {
+        MetricsReporter::new(
+            self.metrics.clone(),
+            self.clock.clone(),
+            self.in_flight_bound_rows,
+        )
+    }
+
+    /// The bound on rows in flight on all channels (buffers × batch rows × channels).
+    pub fn in_flight_bound_rows(&self) -> i64 {
+        self.in_flight_bound_rows
+    }
+
+    /// Waits for the job to finish; on the first failure stops every subtask and returns it.
+    pub async fn wait(mut self) -> Result<JobReport> {
+        let mut first_err: Option<Error> = None;
+        while let Some(res) = self.tasks.join_next_with_id().await {
+            let err = match res {
+                Ok((_, Ok(()))) => continue,
+                Ok((_, Err(e))) => e,
+                Err(je) if je.is_cancelled() => continue,
+                Err(je) => {
+                    let who = self.task_names.get(&je.id()).cloned().unwrap_or_default();
+                    Error::Internal(format!("{who} panicked: {je}"))
+                }
+            };
+            // A subtask that only saw its neighbour go away reports Cancelled; keep looking
+            // for the cause.
+            let replace = match (&first_err, &err) {
+                (None, _) => true,
+                (Some(Error::Cancelled), e) => !matches!(e, Error::Cancelled),
+                _ => false,
+            };
+            if replace {
+                first_err = Some(err);
+            }
+            self.tasks.abort_all();
+        }
+        self.dead_letters.flush()?;
+        if let Some(e) = first_err {
+            tracing::error!(error = %e, "job failed");
+            return Err(e);
+        }
+        let mut reporter = self.reporter();
+        let metrics = reporter.sample(self.started);
+        let elapsed_ms = self.clock.now().0 - self.started.0;
+        tracing::info!(elapsed_ms, "job finished");
+        Ok(JobReport {
+            metrics,
+            elapsed_ms,
+            dead_letters: self.dead_letters.count(),
+        })
+    }
+}
+
+enum Route {
+    Forward,
+    Rebalance {
+        next: usize,
+    },
+    Broadcast,
+    Hash {
+        encoder: KeyEncoder,
+        key_groups: u16,
+    },
+}
+
+struct OutputEdge {
+    port: Port,
+    route: Route,
+    senders: Vec<ChannelSender>,
+}
+
+/// The output side of a subtask: routes batches over its edges, waiting for credit.
+struct Outputs {
+    edges: Vec<OutputEdge>,
+    batch_rows: usize,
+    metrics: Arc<SubtaskMetrics>,
+}
+
+impl Outputs {
+    fn new(edges: Vec<OutputEdge>, batch_rows: usize, metrics: Arc<SubtaskMetrics>) -> Self {
+        Outputs {
+            edges,
+            batch_rows,
+            metrics,
+        }
+    }
+
+    async fn emit(&mut self, port: Port, batch: StreamBatch) -> Result<()> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        if port == Port::Main {
+            self.metrics.rows_out.fetch_add(n as u64, Relaxed);
+        }
+        let metrics = self.metrics.clone();
+        let batch_rows = self.batch_rows;
+        for edge in self.edges.iter_mut().filter(|e| e.port == port) {
+            match &mut edge.route {
+                Route::Forward => {
+                    send_rows(&edge.senders[0], batch.clone(), batch_rows, &metrics).await?
+                }
+                Route::Rebalance { next } => {
+                    let s = &edge.senders[*next % edge.senders.len()];
+                    *next += 1;
+                    send_rows(s, batch.clone(), batch_rows, &metrics).await?
+                }
+                Route::Broadcast => {
+                    for s in &edge.senders {
+                        send_rows(s, batch.clone(), batch_rows, &metrics).await?
+                    }
+                }
+                Route::Hash {
+                    encoder,
+                    key_groups,
+                } => {
+                    let p = edge.senders.len();
+                    if p == 1 {
+                        send_rows(&edge.senders[0], batch.clone(), batch_rows, &metrics).await?;
+                        continue;
+                    }
+                    let rows = encoder.encode(&batch.data)?;
+                    let mut idx: Vec<Vec<u32>> = vec![Vec::with_capacity(n / p + 16); p];
+                    for (i, row) in rows.iter().enumerate() {
+                        let kg = key_group(hash_key(row.as_ref()), *key_groups);
+                        idx[subtask_for_key_group(kg, *key_groups, p)].push(i as u32);
+                    }
+                    for (j, ix) in idx.into_iter().enumerate() {
+                        if ix.is_empty() {
+                            continue;
+                        }
+                        let part = if ix.len() == n {
+                            batch.clone()
+                        } else {
+                            batch.take(&arrow_array::UInt32Array::from(ix))?
+                        };
+                        send_rows(&edge.senders[j], part, batch_rows, &metrics).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a control message on every channel of every edge.
+    async fn broadcast(&mut self, msg: Message) -> Result<()> {
+        for edge in &self.edges {
+            for s in &edge.senders {
+                send(s, msg.clone(), &self.metrics).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn send_rows(
+    s: &ChannelSender,
+    batch: StreamBatch,
+    batch_rows: usize,
+    m: &SubtaskMetrics,
+) -> Result<()> {
+    let n = batch.num_rows();
+    if n <= batch_rows {
+        return send(s, Message::Data(batch), m).await;
+    }
+    let mut off = 0;
+    while off < n {
+        let len = batch_rows.min(n - off);
+        send(s, Message::Data(batch.slice(off, len)), m).await?;
+        off += len;
+    }
+    Ok(())
+}
+
+/// Sends, counting the wait for credit as backpressured time.
+async fn send(s: &ChannelSender, msg: Message, m: &SubtaskMetrics) -> Result<()> {
+    match s.try_send(msg) {
+        Ok(()) => Ok(()),
+        Err(SendError(msg)) => {
+            let sw = Stopwatch::start();
+            let r = s.send(msg).await;
+            m.backpressured_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+            r.map_err(|_| Error::Cancelled)
+        }
+    }
+}
+
+struct SourceTask {
+    factory: Arc<dyn SourceFactory>,
+    watermarks: SourceWatermarks,
+    assigned: Vec<usize>,
+    split_metrics: Vec<Arc<SplitMetrics>>,
+    outputs: Outputs,
+    clock: Arc<dyn Clock>,
+    dead_letters: DeadLetters,
+    name: String,
+    subtask: usize,
+    parallelism: usize,
+    batch_rows: usize,
+}
+
+impl SourceTask {
+    async fn run(mut self) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let n = self.assigned.len();
+        if n == 0 {
+            self.outputs
+                .broadcast(Message::Watermark(Watermark::MAX))
+                .await?;
+            self.outputs.broadcast(Message::End).await?;
+            m.finished.store(true, Relaxed);
+            return Ok(());
+        }
+        let schema = self.factory.schema();
+        let et_idx = match &self.watermarks.event_time {
+            Some(c) => Some(weir_core::batch::event_time_index(&schema, c)?),
+            None => None,
+        };
+        let mut reader = self.factory.create_reader(
+            self.assigned.clone(),
+            ReaderContext {
+                source: self.name.clone(),
+                subtask: self.subtask,
+                parallelism: self.parallelism,
+                batch_rows: self.batch_rows,
+                clock: self.clock.clone(),
+                dead_letters: self.dead_letters.clone(),
+                split_metrics: self.split_metrics.clone(),
+            },
+        )?;
+        let mut gens =
+            vec![
+                SplitWatermarks::new(self.watermarks.strategy, self.watermarks.idle_timeout_ms);
+                n
+            ];
+        let mut tracker = WatermarkTracker::new(n);
+        let mut idle_out = false;
+        let mut sent_wm = Watermark::MIN;
+        let mut row_wms = Vec::new();
+        loop {
+            let mut sw = Stopwatch::start();
+            let poll = reader.poll()?;
+            let mut advanced = None;
+            match poll {
+                SourcePoll::Batch { split, batch } => {
+                    let rows = batch.num_rows();
+                    m.rows_in.fetch_add(rows as u64, Relaxed);
+                    let sm = &self.split_metrics[split];
+                    sm.rows_read.fetch_add(rows as u64, Relaxed);
+                    let sb = match et_idx {
+                        None => StreamBatch::new(batch),
+                        Some(et) => {
+                            let batch = self.without_null_event_times(batch, et, split)?;
+                            let times = weir_core::batch::event_times(&batch, et)?;
+                            row_wms.clear();
+                            let obs = gens[split].observe(&times, self.clock.now(), &mut row_wms);
+                            if let Some(&last) = times.last() {
+                                sm.last_event_time.store(last, Relaxed);
+                            }
+                            sm.max_event_time
+                                .store(gens[split].max_event_time().0, Relaxed);
+                            sm.watermark.store(gens[split].watermark().0, Relaxed);
+                            sm.late_rows.fetch_add(obs.late_rows as u64, Relaxed);
+                            sm.idle.store(false, Relaxed);
+                            advanced = tracker.update(split, gens[split].watermark());
+                            StreamBatch::with_row_watermarks(
+                                batch,
+                                std::mem::take(&mut row_wms).into(),
+                            )
+                        }
+                    };
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    self.outputs.emit(Port::Main, sb).await?;
+                    if idle_out && !tracker.all_idle() {
+                        idle_out = false;
+                        self.outputs.broadcast(Message::Active).await?;
+                    }
+                }
+                SourcePoll::SplitFinished(split) => {
+                    self.split_metrics[split].finished.store(true, Relaxed);
+                    advanced = tracker.update(split, Watermark::MAX);
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                }
+                SourcePoll::Pending { wait_ms } => {
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    let now = self.clock.now();
+                    for (i, g) in gens.iter_mut().enumerate() {
+                        if g.check_idle(now) {
+                            self.split_metrics[i].idle.store(true, Relaxed);
+                            if let Some(w) = tracker.set_idle(i, true) {
+                                advanced = Some(w);
+                            }
+                        }
+                    }
+                    if tracker.all_idle() && !idle_out {
+                        idle_out = true;
+                        self.outputs.broadcast(Message::Idle).await?;
+                    }
+                    tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
+                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                }
+                SourcePoll::Finished => break,
+            }
+            if let Some(w) = advanced.filter(|w| *w > sent_wm) {
+                sent_wm = w;
+                m.watermark.store(w.0, Relaxed);
+                self.outputs.broadcast(Message::Watermark(w)).await?;
+            }
+        }
+        if sent_wm != Watermark::MAX {
+            m.watermark.store(i64::MAX, Relaxed);
+            self.outputs
+                .broadcast(Message::Watermark(Watermark::MAX))
+                .await?;
+        }
+        self.outputs.broadcast(Message::End).await?;
+        for sm in &self.split_metrics {
+            sm.finished.store(true, Relaxed);
+        }
+        m.finished.store(true, Relaxed);
+        Ok(())
+    }
+
+    /// Rows without an event time cannot be placed in time: they go to the dead letters.
+    fn without_null_event_times(
+        &self,
+        batch: arrow_array::RecordBatch,
+        et: usize,
+        split: usize,
+    ) -> Result<arrow_array::RecordBatch> {
+        let col = batch.column(et);
+        if col.null_count() == 0 {
+            return Ok(batch);
+        }
+        let sm = &self.split_metrics[split];
+        for i in 0..batch.num_rows() {
+            if col.is_null(i) {
+                self.dead_letters.send(
+                    DeadLetter {
+                        source: self.name.clone(),
+                        split: sm.split.clone(),
+                        position: format!("row {} of a batch", i),
+                        reason: format!(
+                            "event-time column `{}` is NULL",
+                            batch.schema().field(et).name()
+                        ),
+                        record: crate::display::row_to_string(&batch, i),
+                    },
+                    Some(sm),
+                )?;
+            }
+        }
+        let keep = BooleanArray::new(col.nulls().expect("has nulls").inner().clone(), None);
+        Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
+    }
+}
+
+enum Processor {
+    Operator(Box<dyn Operator>),
+    Sink(Box<dyn SinkWriter>),
+}
+
+struct OperatorTask {
+    processor: Processor,
+    /// Logical input of each mailbox channel.
+    channel_inputs: Vec<usize>,
+    mailbox: Mailbox,
+    outputs: Outputs,
+    clock: Arc<dyn Clock>,
+    info: SubtaskInfo,
+    timers: TimerService,
+    out_buf: Vec<(Port, StreamBatch)>,
+    watermark: Watermark,
+}
+
+impl OperatorTask {
+    /// Calls the operator with a context, counting busy time, then sends what it emitted.
+    async fn call(
+        &mut self,
+        f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
+    ) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let sw = Stopwatch::start();
+        if let Processor::Operator(op) = &mut self.processor {
+            let mut ctx = Context {
+                output: &mut self.out_buf,
+                timers: &mut self.timers,
+                clock: self.clock.as_ref(),
+                metrics: &m,
+                info: &self.info,
+                watermark: self.watermark,
+            };
+            f(op.as_mut(), &mut ctx)?;
+            let size = op.state_size();
+            m.set_state(size.rows, size.bytes);
+        }
+        m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+        for (port, batch) in std::mem::take(&mut self.out_buf) {
+            self.outputs.emit(port, batch).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_data(&mut self, input: usize, batch: StreamBatch) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        m.rows_in.fetch_add(batch.num_rows() as u64, Relaxed);
+        match &mut self.processor {
+            Processor::Operator(_) => self.call(|op, ctx| op.on_batch(input, batch, ctx)).await,
+            Processor::Sink(w) => {
+                let sw = Stopwatch::start();
+                let n = batch.num_rows() as u64;
+                w.write(batch.data).await?;
+                m.rows_out.fetch_add(n, Relaxed);
+                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_watermark(&mut self, wm: Watermark) -> Result<()> {
+        self.watermark = wm;
+        self.outputs.metrics.watermark.store(wm.0, Relaxed);
+        match &mut self.processor {
+            Processor::Operator(_) => {
+                while let Some(t) = self.timers.pop_due(TimeDomain::EventTime, wm.0) {
+                    self.call(|op, ctx| op.on_timer(t, ctx)).await?;
+                }
+                self.call(|op, ctx| op.on_watermark(wm, ctx)).await?;
+            }
+            Processor::Sink(w) => w.on_watermark(wm).await?,
+        }
+        self.outputs.broadcast(Message::Watermark(wm)).await
+    }
+
+    async fn fire_proc_timers(&mut self) -> Result<()> {
+        let now = self.clock.now().0;
+        while let Some(t) = self.timers.pop_due(TimeDomain::ProcTime, now) {
+            self.call(|op, ctx| op.on_timer(t, ctx)).await?;
+        }
+        Ok(())
+    }
+
+    async fn next_envelope(&mut self) -> Option<Option<Envelope>> {
+        if let Some(e) = self.mailbox.try_recv() {
+            return Some(Some(e));
+        }
+        let m = self.outputs.metrics.clone();
+        let sw = Stopwatch::start();
+        let got = match self.timers.next_proc_time() {
+            Some(t) => {
+                let wait = (t.0 - self.clock.now().0).max(0) as u64;
+                tokio::time::timeout(Duration::from_millis(wait), self.mailbox.recv())
+                    .await
+                    .ok()
+            }
+            None => Some(self.mailbox.recv().await),
+        };
+        m.idle_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+        got
+    }
+
+    async fn run(mut self) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let n = self.mailbox.channels();
+        let mut tracker = WatermarkTracker::new(n);
+        let mut ended = vec![false; n];
+        let mut n_ended = 0;
+        let mut idle_out = false;
+        // Barrier alignment: channels that delivered the pending barrier wait (holding their
+        // credit, so their senders stop) until it has arrived on every open channel.
+        let mut blocked = vec![false; n];
+        let mut aligning: Option<Epoch> = None;
+        let mut stash: VecDeque<Envelope> = VecDeque::new();
+        let mut replay: VecDeque<Envelope> = VecDeque::new();
+
+        self.call(|op, ctx| op.open(ctx)).await?;
+        while n_ended < n {
+            let env = match replay.pop_front() {
+                Some(e) => e,
+                None => match self.next_envelope().await {
+                    Some(Some(e)) => e,
+                    Some(None) => return Err(Error::Cancelled),
+                    None => {
+                        self.fire_proc_timers().await?;
+                        continue;
+                    }
+                },
+            };
+            let ch = env.channel;
+            if blocked[ch] {
+                stash.push_back(env);
+                continue;
+            }
+            let input = self.channel_inputs[ch];
+            match &env.message {
+                Message::Data(b) => {
+                    let b = b.clone();
+                    drop(env); // the credit returns once the batch is handed over
+                    self.on_data(input, b).await?;
+                }
+                Message::Watermark(w) => {
+                    if let Some(w) = tracker.update(ch, *w) {
+                        self.on_watermark(w).await?;
+                    }
+                }
+                Message::Idle => {
+                    if let Some(w) = tracker.set_idle(ch, true) {
+                        self.on_watermark(w).await?;
+                    }
+                    if tracker.all_idle() && !idle_out {
+                        idle_out = true;
+                        self.outputs.broadcast(Message::Idle).await?;
+                    }
+                }
+                Message::Active => {
+                    tracker.set_idle(ch, false);
+                    if idle_out {
+                        idle_out = false;
+                        self.outputs.broadcast(Message::Active).await?;
+                    }
+                }
+                Message::Barrier(e) => {
+                    blocked[ch] = true;
+                    aligning = Some(*e);
+                }
+                Message::End => {
+                    ended[ch] = true;
+                    n_ended += 1;
+                    if let Some(w) = tracker.update(ch, Watermark::MAX) {
+                        self.on_watermark(w).await?;
+                    }
+                }
+            }
+            if let Some(epoch) = aligning {
+                if (0..n).all(|c| blocked[c] || ended[c]) {
+                    aligning = None;
+                    match &mut self.processor {
+                        Processor::Operator(_) => {
+                            self.call(|op, ctx| op.on_barrier(epoch, ctx)).await?
+                        }
+                        Processor::Sink(_) => {}
+                    }
+                    self.outputs.broadcast(Message::Barrier(epoch)).await?;
+                    blocked.iter_mut().for_each(|b| *b = false);
+                    replay.extend(stash.drain(..));
+                }
+            }
+            if !self.timers.is_empty() {
+                self.fire_proc_timers().await?;
+            }
+        }
+        match &mut self.processor {
+            Processor::Operator(_) => self.call(|op, ctx| op.on_end(ctx)).await?,
+            Processor::Sink(w) => {
+                let sw = Stopwatch::start();
+                w.finish().await?;
+                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+            }
+        }
+        self.outputs.broadcast(Message::End).await?;
+        m.finished.store(true, Relaxed);
+        Ok(())
+    }
+}

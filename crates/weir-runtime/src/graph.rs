@@ -1,0 +1,558 @@
+//! The job graph: nodes (sources, operators, sinks) and the edges between them.
+//!
+//! A graph is plain data: every node holds a factory whose settings serialise to JSON
+//! ([`JobGraph::to_json`]), and a [`Registry`] of factory kinds reads it back
+//! ([`JobGraph::from_json`]). Partitioning is declared on edges, never done inside operators.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+use serde::{Deserialize, Serialize};
+use weir_core::keys::DEFAULT_KEY_GROUPS;
+use weir_core::watermark::WatermarkStrategy;
+
+use crate::error::{Error, Result};
+use crate::operator::{Operator, Port, SubtaskInfo};
+use crate::sink::SinkFactory;
+use crate::source::SourceFactory;
+
+/// The schema of a stream and which column holds its event time.
+#[derive(Debug, Clone)]
+pub struct StreamInfo {
+    pub schema: SchemaRef,
+    pub event_time: Option<String>,
+}
+
+/// Describes an operator and creates one instance per subtask. Lives in the job graph.
+pub trait OperatorFactory: Send + Sync + fmt::Debug {
+    /// The registered kind, e.g. `filter`.
+    fn kind(&self) -> &'static str;
+    /// Settings as JSON; a [`Registry`] turns them back into a factory.
+    fn spec(&self) -> serde_json::Value;
+    /// The output stream for the given input streams.
+    ///
+    /// # Errors
+    /// `Plan`/`Core` errors naming what does not fit (a missing column, a wrong type).
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo>;
+    /// One operator instance for one subtask.
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>>;
+    /// A short description for printed plans.
+    fn describe(&self) -> String {
+        format!("{} {}", self.kind(), self.spec())
+    }
+}
+
+/// How rows move from the subtasks of one node to those of the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Partitioning {
+    /// Subtask i to subtask i (both sides have the same parallelism).
+    Forward,
+    /// Batches round-robin over the downstream subtasks.
+    Rebalance,
+    /// Every row to every downstream subtask.
+    Broadcast,
+    /// Each row to the subtask owning its key's key group.
+    Hash { keys: Vec<String>, key_groups: u16 },
+}
+
+impl fmt::Display for Partitioning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Partitioning::Forward => f.write_str("forward"),
+            Partitioning::Rebalance => f.write_str("rebalance"),
+            Partitioning::Broadcast => f.write_str("broadcast"),
+            Partitioning::Hash { keys, key_groups } => {
+                write!(f, "hash({}) over {key_groups} key groups", keys.join(", "))
+            }
+        }
+    }
+}
+
+/// Watermark settings of a source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceWatermarks {
+    /// Column holding event time (BIGINT epoch ms or TIMESTAMP); `None`: no event time.
+    pub event_time: Option<String>,
+    #[serde(default)]
+    pub strategy: WatermarkStrategy,
+    /// A split with no rows for this long stops holding the watermark back.
+    pub idle_timeout_ms: Option<i64>,
+}
+
+/// What a node does.
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    Source {
+        factory: Arc<dyn SourceFactory>,
+        watermarks: SourceWatermarks,
+    },
+    Operator {
+        factory: Arc<dyn OperatorFactory>,
+    },
+    Sink {
+        factory: Arc<dyn SinkFactory>,
+    },
+}
+
+impl NodeKind {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NodeKind::Source { factory, .. } => factory.kind(),
+            NodeKind::Operator { factory } => factory.kind(),
+            NodeKind::Sink { factory } => factory.kind(),
+        }
+    }
+    pub fn role(&self) -> &'static str {
+        match self {
+            NodeKind::Source { .. } => "source",
+            NodeKind::Operator { .. } => "operator",
+            NodeKind::Sink { .. } => "sink",
+        }
+    }
+    pub fn spec(&self) -> serde_json::Value {
+        match self {
+            NodeKind::Source { factory, .. } => factory.spec(),
+            NodeKind::Operator { factory } => factory.spec(),
+            NodeKind::Sink { factory } => factory.spec(),
+        }
+    }
+}
+
+/// A node of the job graph.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub id: usize,
+    pub name: String,
+    pub parallelism: usize,
+    /// Where the node was created (`file:line`), for errors and the UI.
+    pub created_at: String,
+    pub kind: NodeKind,
+    /// The node's output stream (for sinks: their input).
+    pub output: StreamInfo,
+}
+
+/// An edge from an output port of one node to an input of another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edge {
+    pub from: usize,
+    pub port: Port,
+    pub to: usize,
+    /// Logical input of the receiving operator (0 for single-input operators).
+    pub input: usize,
+    pub partitioning: Partitioning,
+}
+
+/// Settings of a job run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobConfig {
+    /// Parallelism of nodes that do not set their own.
+    pub parallelism: usize,
+    /// Buffers (credits) per channel.
+    pub channel_buffers: usize,
+    /// Most rows per batch on a channel.
+    pub batch_rows: usize,
+    /// Key groups of keyed exchanges (the most subtasks a keyed operator can have).
+    pub key_groups: u16,
+    /// Where malformed records go (JSON lines); `None` keeps them in memory.
+    pub dead_letter_path: Option<PathBuf>,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        JobConfig {
+            parallelism: 1,
+            channel_buffers: 4,
+            batch_rows: 8192,
+            key_groups: DEFAULT_KEY_GROUPS,
+            dead_letter_path: None,
+        }
+    }
+}
+
+impl JobConfig {
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// `Config` naming the setting, its value and the allowed range.
+    pub fn validate(&self) -> Result<()> {
+        if self.parallelism == 0 {
+            return Err(Error::config("parallelism", 0, "must be at least 1"));
+        }
+        if self.channel_buffers == 0 {
+            return Err(Error::config("channel_buffers", 0, "must be at least 1"));
+        }
+        if self.batch_rows == 0 {
+            return Err(Error::config("batch_rows", 0, "must be at least 1"));
+        }
+        if self.key_groups == 0 {
+            return Err(Error::config("key_groups", 0, "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// A whole job: nodes in topological order (every edge goes from a lower id to a higher one).
+#[derive(Debug, Clone)]
+pub struct JobGraph {
+    pub name: String,
+    pub config: JobConfig,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+}
+
+impl JobGraph {
+    /// Edges into `node`, ordered by logical input.
+    pub fn inputs_of(&self, node: usize) -> Vec<&Edge> {
+        let mut v: Vec<_> = self.edges.iter().filter(|e| e.to == node).collect();
+        v.sort_by_key(|e| e.input);
+        v
+    }
+
+    /// Edges out of `node`.
+    pub fn outputs_of(&self, node: usize) -> Vec<&Edge> {
+        self.edges.iter().filter(|e| e.from == node).collect()
+    }
+
+    /// Checks what the runtime relies on: topological order, parallelism within key groups,
+    /// forward edges between equal parallelism, connected inputs.
+    ///
+    /// # Errors
+    /// `Plan` naming the node and what to change.
+    pub fn validate(&self) -> Result<()> {
+        self.config.validate()?;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.id != i {
+                return Err(Error::Internal(format!("node {} has id {}", i, n.id)));
+            }
+            if n.parallelism == 0 {
+                return Err(Error::plan(format!(
+                    "node `{}` (created at {}) has parallelism 0; it must be at least 1",
+                    n.name, n.created_at
+                )));
+            }
+            let is_source = matches!(n.kind, NodeKind::Source { .. });
+            if !is_source && self.inputs_of(i).is_empty() {
+                return Err(Error::plan(format!(
+                    "node `{}` (created at {}) has no input",
+                    n.name, n.created_at
+                )));
+            }
+        }
+        for e in &self.edges {
+            if e.from >= e.to || e.to >= self.nodes.len() {
+                return Err(Error::Internal(format!(
+                    "edge {e:?} breaks topological order"
+                )));
+            }
+            let (up, down) = (&self.nodes[e.from], &self.nodes[e.to]);
+            match &e.partitioning {
+                Partitioning::Forward if up.parallelism != down.parallelism => {
+                    return Err(Error::plan(format!(
+                        "forward edge from `{}` (parallelism {}) to `{}` (parallelism {}) needs \
+                         equal parallelism; use rebalance or set the same parallelism",
+                        up.name, up.parallelism, down.name, down.parallelism
+                    )))
+                }
+                Partitioning::Hash { key_groups, .. }
+                    if down.parallelism > *key_groups as usize =>
+                {
+                    return Err(Error::plan(format!(
+                        "keyed operator `{}` has parallelism {} but only {} key groups; \
+                         raise key_groups or lower the parallelism",
+                        down.name, down.parallelism, key_groups
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The graph as JSON (see [`JobGraph::from_json`]).
+    pub fn to_json(&self) -> serde_json::Value {
+        let doc = GraphDoc {
+            name: self.name.clone(),
+            config: self.config.clone(),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeDoc {
+                    id: n.id,
+                    name: n.name.clone(),
+                    role: n.kind.role().to_string(),
+                    kind: n.kind.kind().to_string(),
+                    spec: n.kind.spec(),
+                    parallelism: n.parallelism,
+                    created_at: n.created_at.clone(),
+                    watermarks: match &n.kind {
+                        NodeKind::Source { watermarks, .. } => Some(watermarks.clone()),
+                        _ => None,
+                    },
+                })
+                .collect(),
+            edges: self.edges.clone(),
+        };
+        serde_json::to_value(doc).expect("graph documents serialise")
+    }
+
+    /// Reads a graph written by [`JobGraph::to_json`], creating factories through `registry`
+    /// and planning every node's schema again.
+    ///
+    /// # Errors
+    /// `Plan` for an unknown kind (naming the kinds the registry knows) or invalid settings.
+    pub fn from_json(value: &serde_json::Value, registry: &Registry) -> Result<JobGraph> {
+        let doc: GraphDoc = serde_json::from_value(value.clone())
+            .map_err(|e| Error::plan(format!("not a weir job graph: {e}")))?;
+        let mut nodes: Vec<Node> = Vec::with_capacity(doc.nodes.len());
+        for nd in doc.nodes {
+            let id = nodes.len();
+            if nd.id != id {
+                return Err(Error::plan(format!(
+                    "job graph nodes must be listed in id order; found id {} at position {id}",
+                    nd.id
+                )));
+            }
+            let inputs: Vec<StreamInfo> = {
+                let mut es: Vec<_> = doc.edges.iter().filter(|e| e.to == id).collect();
+                es.sort_by_key(|e| e.input);
+                es.iter()
+                    .map(|e| {
+                        nodes.get(e.from).map(|n| n.output.clone()).ok_or_else(|| {
+                            Error::plan(format!(
+                                "edge into `{}` from unknown node {}",
+                                nd.name, e.from
+                            ))
+                        })
+                    })
+                    .collect::<Result<_>>()?
+            };
+            let (kind, output) = match nd.role.as_str() {
+                "source" => {
+                    let factory = registry.source(&nd.kind, &nd.spec)?;
+                    let watermarks = nd.watermarks.unwrap_or_default();
+                    let output = StreamInfo {
+                        schema: factory.schema(),
+                        event_time: watermarks.event_time.clone(),
+                    };
+                    (
+                        NodeKind::Source {
+                            factory,
+                            watermarks,
+                        },
+                        output,
+                    )
+                }
+                "operator" => {
+                    let factory = registry.operator(&nd.kind, &nd.spec)?;
+                    let output = factory.plan(&inputs)?;
+                    (NodeKind::Operator { factory }, output)
+                }
+                "sink" => {
+                    let factory = registry.sink(&nd.kind, &nd.spec)?;
+                    let output = inputs
+                        .first()
+                        .cloned()
+                        .ok_or_else(|| Error::plan(format!("sink `{}` has no input", nd.name)))?;
+                    (NodeKind::Sink { factory }, output)
+                }
+                other => {
+                    return Err(Error::plan(format!(
+                        "node `{}` has role `{other}`; expected source, operator or sink",
+                        nd.name
+                    )))
+                }
+            };
+            nodes.push(Node {
+                id,
+                name: nd.name,
+                parallelism: nd.parallelism,
+                created_at: nd.created_at,
+                kind,
+                output,
+            });
+        }
+        let g = JobGraph {
+            name: doc.name,
+            config: doc.config,
+            nodes,
+            edges: doc.edges,
+        };
+        g.validate()?;
+        Ok(g)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct GraphDoc {
+    name: String,
+    #[serde(default)]
+    config: JobConfig,
+    nodes: Vec<NodeDoc>,
+    edges: Vec<Edge>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct NodeDoc {
+    id: usize,
+    name: String,
+    role: String,
+    kind: String,
+    #[serde(default)]
+    spec: serde_json::Value,
+    parallelism: usize,
+    #[serde(default)]
+    created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    watermarks: Option<SourceWatermarks>,
+}
+
+impl fmt::Display for JobGraph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "job `{}`", self.name)?;
+        for n in &self.nodes {
+            write!(
+                f,
+                "  [{}] {} {} `{}` x{}",
+                n.id,
+                n.kind.role(),
+                n.kind.kind(),
+                n.name,
+                n.parallelism
+            )?;
+            let ins = self.inputs_of(n.id);
+            if !ins.is_empty() {
+                let from: Vec<String> = ins
+                    .iter()
+                    .map(|e| {
+                        let port = if e.port == Port::Late { ".late" } else { "" };
+                        format!("[{}]{} {}", e.from, port, e.partitioning)
+                    })
+                    .collect();
+                write!(f, " <- {}", from.join(", "))?;
+            }
+            writeln!(f)?;
+            match &n.kind {
+                NodeKind::Operator { factory } => writeln!(f, "      {}", factory.describe())?,
+                NodeKind::Source { watermarks, .. } => {
+                    if let Some(et) = &watermarks.event_time {
+                        writeln!(
+                            f,
+                            "      event time `{et}`, watermarks {:?}, idle timeout {:?} ms",
+                            watermarks.strategy, watermarks.idle_timeout_ms
+                        )?;
+                    }
+                }
+                NodeKind::Sink { .. } => {}
+            }
+            let cols: Vec<String> = n
+                .output
+                .schema
+                .fields()
+                .iter()
+                .map(|fl| format!("{}: {}", fl.name(), fl.data_type()))
+                .collect();
+            writeln!(f, "      ({}) created at {}", cols.join(", "), n.created_at)?;
+        }
+        Ok(())
+    }
+}
+
+type Ctor<T> = Box<dyn Fn(&serde_json::Value) -> Result<Arc<T>> + Send + Sync>;
+
+/// Factory kinds by name, to read job graphs back from JSON.
+#[derive(Default)]
+pub struct Registry {
+    sources: HashMap<&'static str, Ctor<dyn SourceFactory>>,
+    operators: HashMap<&'static str, Ctor<dyn OperatorFactory>>,
+    sinks: HashMap<&'static str, Ctor<dyn SinkFactory>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("sources", &self.sources.keys().collect::<Vec<_>>())
+            .field("operators", &self.operators.keys().collect::<Vec<_>>())
+            .field("sinks", &self.sinks.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn unknown(role: &str, kind: &str, known: Vec<&&'static str>) -> Error {
+    let mut known: Vec<_> = known.into_iter().copied().collect();
+    known.sort();
+    Error::plan(format!(
+        "unknown {role} kind `{kind}`; known kinds: {}",
+        known.join(", ")
+    ))
+}
+
+impl Registry {
+    /// A registry with the runtime's own operators (filter, project, union, drop_late).
+    pub fn with_builtins() -> Self {
+        let mut r = Registry::default();
+        crate::ops::register(&mut r);
+        r
+    }
+
+    pub fn add_source(
+        &mut self,
+        kind: &'static str,
+        ctor: impl Fn(&serde_json::Value) -> Result<Arc<dyn SourceFactory>> + Send + Sync + 'static,
+    ) {
+        self.sources.insert(kind, Box::new(ctor));
+    }
+    pub fn add_operator(
+        &mut self,
+        kind: &'static str,
+        ctor: impl Fn(&serde_json::Value) -> Result<Arc<dyn OperatorFactory>> + Send + Sync + 'static,
+    ) {
+        self.operators.insert(kind, Box::new(ctor));
+    }
+    pub fn add_sink(
+        &mut self,
+        kind: &'static str,
+        ctor: impl Fn(&serde_json::Value) -> Result<Arc<dyn SinkFactory>> + Send + Sync + 'static,
+    ) {
+        self.sinks.insert(kind, Box::new(ctor));
+    }
+
+    pub fn source(&self, kind: &str, spec: &serde_json::Value) -> Result<Arc<dyn SourceFactory>> {
+        let c = self
+            .sources
+            .get(kind)
+            .ok_or_else(|| unknown("source", kind, self.sources.keys().collect()))?;
+        c(spec)
+    }
+    pub fn operator(
+        &self,
+        kind: &str,
+        spec: &serde_json::Value,
+    ) -> Result<Arc<dyn OperatorFactory>> {
+        let c = self
+            .operators
+            .get(kind)
+            .ok_or_else(|| unknown("operator", kind, self.operators.keys().collect()))?;
+        c(spec)
+    }
+    pub fn sink(&self, kind: &str, spec: &serde_json::Value) -> Result<Arc<dyn SinkFactory>> {
+        let c = self
+            .sinks
+            .get(kind)
+            .ok_or_else(|| unknown("sink", kind, self.sinks.keys().collect()))?;
+        c(spec)
+    }
+}
+
+/// Reads a factory's settings from JSON, naming the kind on failure.
+pub fn spec_from_json<T: serde::de::DeserializeOwned>(
+    kind: &str,
+    spec: &serde_json::Value,
+) -> Result<T> {
+    serde_json::from_value(spec.clone())
+        .map_err(|e| Error::plan(format!("invalid settings for `{kind}`: {e}")))
+}

@@ -1,0 +1,122 @@
+//! A source over batches held in memory: for embedding weir in a program, for examples and
+//! for tests. Each inner vector is one split.
+
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+use crate::error::{Error, Result};
+use crate::source::{ReaderContext, SourceFactory, SourcePoll, SourceReader};
+
+/// A source whose splits are lists of batches.
+#[derive(Debug, Clone)]
+pub struct VecSource {
+    schema: SchemaRef,
+    splits: Arc<Vec<Vec<RecordBatch>>>,
+}
+
+impl VecSource {
+    /// # Errors
+    /// `Plan` if a batch's schema differs from `schema`.
+    pub fn new(schema: SchemaRef, splits: Vec<Vec<RecordBatch>>) -> Result<Self> {
+        for b in splits.iter().flatten() {
+            if b.schema().fields() != schema.fields() {
+                return Err(Error::plan(
+                    "every batch of a VecSource must have the source's schema",
+                ));
+            }
+        }
+        Ok(VecSource {
+            schema,
+            splits: Arc::new(splits),
+        })
+    }
+
+    /// One split of `n` rows `(n, ts)` with `ts = 1000 * n`.
+    pub fn numbers(n: i64) -> Self {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("ts", DataType::Int64, false),
+        ]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..n)),
+                Arc::new(Int64Array::from_iter_values((0..n).map(|i| i * 1000))),
+            ],
+        )
+        .expect("columns match the schema");
+        VecSource::new(schema, vec![vec![b]]).expect("schema matches")
+    }
+}
+
+impl SourceFactory for VecSource {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({ "splits": self.splits.len() })
+    }
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn splits(&self) -> Result<Vec<String>> {
+        Ok((0..self.splits.len())
+            .map(|i| format!("memory-{i}"))
+            .collect())
+    }
+    fn create_reader(
+        &self,
+        splits: Vec<usize>,
+        ctx: ReaderContext,
+    ) -> Result<Box<dyn SourceReader>> {
+        Ok(Box::new(VecReader {
+            all: self.splits.clone(),
+            splits,
+            pos: Vec::new(),
+            turn: 0,
+            batch_rows: ctx.batch_rows,
+        }))
+    }
+}
+
+struct VecReader {
+    all: Arc<Vec<Vec<RecordBatch>>>,
+    splits: Vec<usize>,
+    /// (batch index, row offset) per assigned split.
+    pos: Vec<(usize, usize)>,
+    turn: usize,
+    batch_rows: usize,
+}
+
+impl SourceReader for VecReader {
+    fn poll(&mut self) -> Result<SourcePoll> {
+        if self.pos.is_empty() {
+            self.pos = vec![(0, 0); self.splits.len()];
+        }
+        // Round-robin over the splits that still have rows.
+        for _ in 0..self.splits.len() {
+            let k = self.turn % self.splits.len();
+            self.turn += 1;
+            let batches = &self.all[self.splits[k]];
+            let (bi, off) = self.pos[k];
+            if bi >= batches.len() {
+                continue;
+            }
+            let b = &batches[bi];
+            let len = self.batch_rows.min(b.num_rows() - off);
+            let out = b.slice(off, len);
+            self.pos[k] = if off + len >= b.num_rows() {
+                (bi + 1, 0)
+            } else {
+                (bi, off + len)
+            };
+            return Ok(SourcePoll::Batch {
+                split: k,
+                batch: out,
+            });
+        }
+        Ok(SourcePoll::Finished)
+    }
+}
