@@ -1,1 +1,51 @@
-//! placeholder
+//! # weir-operators
+//!
+//! Stateful stream operators, one per file, each with three names: the builder method
+//! (`count`), the spec stored in the job graph (`Count`) and the per-subtask runtime struct
+//! (`CountOp`). Builder methods come as extension traits on the runtime's streams.
+//!
+//! ```
+//! use weir_operators::KeyedStreamExt;
+//! # use weir_runtime::{JobBuilder, CollectSink, SourceOptions, testing::VecSource};
+//! # let job = JobBuilder::new("doc");
+//! # let events = job.source("numbers", VecSource::numbers(10), SourceOptions::none());
+//! let counts = events.key_by(&["n"]).count();
+//! # counts.sink("out", CollectSink::new());
+//! # job.build().unwrap();
+//! ```
+
+pub mod count;
+
+pub use count::{Count, CountOp};
+
+use std::sync::Arc;
+use weir_runtime::graph::{spec_from_json, Registry};
+use weir_runtime::{KeyedStream, Stream};
+
+/// Builder methods for keyed streams.
+pub trait KeyedStreamExt {
+    /// Counts rows per key; emits `(key columns..., count)` at the end of input.
+    #[track_caller]
+    fn count(&self) -> Stream;
+}
+
+impl KeyedStreamExt for KeyedStream {
+    #[track_caller]
+    fn count(&self) -> Stream {
+        let at = weir_runtime::builder::caller_location();
+        self.apply_at(
+            "count".into(),
+            Arc::new(Count {
+                keys: self.keys().to_vec(),
+            }),
+            at,
+        )
+    }
+}
+
+/// Registers this crate's operators, so job graphs using them can be read from JSON.
+pub fn register(r: &mut Registry) {
+    r.add_operator("count", |s| {
+        Ok(Arc::new(spec_from_json::<Count>("count", s)?))
+    });
+}

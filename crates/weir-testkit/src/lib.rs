@@ -1,1 +1,218 @@
-//! placeholder
+//! # weir-testkit
+//!
+//! Test helpers for weir: text tables ([`rows!`]), an operator [`Harness`] that drives one
+//! operator subtask by hand (batches, watermarks, timers, end of input) without a runtime, and
+//! multiset comparison of results ([`sorted_lines`]).
+//!
+//! ```
+//! use weir_testkit::{rows, sorted_lines};
+//! let b = rows!("ad  user  ts
+//!                a1  u1    1000
+//!                a2  u1    2000");
+//! assert_eq!(b.num_rows(), 2);
+//! assert_eq!(sorted_lines(&[b]), vec!["a1,u1,1000", "a2,u1,2000"]);
+//! ```
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_cast::display::{ArrayFormatter, FormatOptions};
+use arrow_schema::{DataType, Field, Schema};
+use weir_core::time::{ManualClock, ProcTime, Watermark};
+use weir_runtime::metrics::SubtaskMetrics;
+use weir_runtime::operator::TimerService;
+use weir_runtime::{Context, Operator, Port, StreamBatch, SubtaskInfo, TimeDomain};
+
+/// A batch from a text table: a header line of column names, then whitespace-separated rows.
+/// Columns of integers are BIGINT, of numbers DOUBLE, others STRING; `null` is NULL.
+#[macro_export]
+macro_rules! rows {
+    ($table:expr) => {
+        $crate::parse_table($table)
+    };
+}
+
+/// See [`rows!`].
+pub fn parse_table(table: &str) -> RecordBatch {
+    let mut lines = table.lines().map(str::trim).filter(|l| !l.is_empty());
+    let header: Vec<&str> = lines
+        .next()
+        .expect("a header line")
+        .split_whitespace()
+        .collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    for r in &rows {
+        assert_eq!(
+            r.len(),
+            header.len(),
+            "row {r:?} does not match header {header:?}"
+        );
+    }
+    let mut fields = Vec::new();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (i, name) in header.iter().enumerate() {
+        let vals: Vec<Option<&str>> = rows
+            .iter()
+            .map(|r| Some(r[i]).filter(|v| *v != "null"))
+            .collect();
+        let all = |f: fn(&str) -> bool| vals.iter().flatten().all(|v| f(v));
+        let (t, col): (DataType, ArrayRef) = if all(|v| v.parse::<i64>().is_ok()) {
+            (
+                DataType::Int64,
+                Arc::new(
+                    vals.iter()
+                        .map(|v| v.map(|v| v.parse::<i64>().unwrap()))
+                        .collect::<Int64Array>(),
+                ),
+            )
+        } else if all(|v| v.parse::<f64>().is_ok()) {
+            (
+                DataType::Float64,
+                Arc::new(
+                    vals.iter()
+                        .map(|v| v.map(|v| v.parse::<f64>().unwrap()))
+                        .collect::<Float64Array>(),
+                ),
+            )
+        } else {
+            (
+                DataType::Utf8,
+                Arc::new(vals.iter().copied().collect::<StringArray>()),
+            )
+        };
+        fields.push(Field::new(*name, t, true));
+        cols.push(col);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("a valid table")
+}
+
+/// Every row of `batches` as a comma-separated line, sorted: compare results as multisets.
+pub fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
+    let opts = FormatOptions::default().with_null("");
+    let mut out = Vec::new();
+    for b in batches {
+        let fmts: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).expect("displayable"))
+            .collect();
+        for r in 0..b.num_rows() {
+            out.push(
+                fmts.iter()
+                    .map(|f| f.value(r).to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Drives one operator subtask by hand.
+pub struct Harness {
+    op: Box<dyn Operator>,
+    timers: TimerService,
+    clock: ManualClock,
+    metrics: SubtaskMetrics,
+    info: SubtaskInfo,
+    watermark: Watermark,
+    out: Vec<(Port, StreamBatch)>,
+}
+
+impl Harness {
+    pub fn new(op: Box<dyn Operator>) -> Self {
+        let mut h = Harness {
+            op,
+            timers: TimerService::default(),
+            clock: ManualClock::new(ProcTime(0)),
+            metrics: SubtaskMetrics::default(),
+            info: SubtaskInfo {
+                operator: "under-test".into(),
+                subtask: 0,
+                parallelism: 1,
+                key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
+            },
+            watermark: Watermark::MIN,
+            out: Vec::new(),
+        };
+        h.with_ctx(|op, ctx| op.open(ctx));
+        h
+    }
+
+    fn with_ctx(
+        &mut self,
+        f: impl FnOnce(&mut dyn Operator, &mut Context) -> weir_runtime::Result<()>,
+    ) {
+        let mut ctx = Context::new(
+            &mut self.out,
+            &mut self.timers,
+            &self.clock,
+            &self.metrics,
+            &self.info,
+            self.watermark,
+        );
+        f(self.op.as_mut(), &mut ctx).expect("operator call failed");
+    }
+
+    /// Feeds rows (never late) on `input`.
+    pub fn push(&mut self, input: usize, batch: RecordBatch) {
+        self.push_batch(input, StreamBatch::new(batch));
+    }
+
+    pub fn push_batch(&mut self, input: usize, batch: StreamBatch) {
+        self.with_ctx(|op, ctx| op.on_batch(input, batch, ctx));
+    }
+
+    /// Advances the watermark: fires due event-time timers, then `on_watermark`.
+    pub fn watermark(&mut self, wm: i64) {
+        self.watermark = Watermark(wm);
+        while let Some(t) = self.timers.pop_due(TimeDomain::EventTime, wm) {
+            self.with_ctx(|op, ctx| op.on_timer(t, ctx));
+        }
+        self.with_ctx(|op, ctx| op.on_watermark(Watermark(wm), ctx));
+    }
+
+    /// Moves processing time on and fires due processing-time timers.
+    pub fn advance_proc_time(&mut self, ms: i64) {
+        self.clock.advance(ms);
+        let now = self.clock.now_ms();
+        while let Some(t) = self.timers.pop_due(TimeDomain::ProcTime, now) {
+            self.with_ctx(|op, ctx| op.on_timer(t, ctx));
+        }
+    }
+
+    /// Ends the input: a final `Watermark::MAX`, then `on_end`.
+    pub fn end(&mut self) {
+        self.watermark(i64::MAX);
+        self.with_ctx(|op, ctx| op.on_end(ctx));
+    }
+
+    /// Takes what the operator emitted on `port` so far.
+    pub fn take(&mut self, port: Port) -> Vec<RecordBatch> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.out)
+            .into_iter()
+            .partition(|(p, _)| *p == port);
+        self.out = rest;
+        mine.into_iter().map(|(_, b)| b.data).collect()
+    }
+
+    pub fn state_size(&self) -> weir_state::StateSize {
+        self.op.state_size()
+    }
+
+    pub fn late_rows(&self) -> u64 {
+        self.metrics
+            .late_rows
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+trait NowMs {
+    fn now_ms(&self) -> i64;
+}
+impl NowMs for ManualClock {
+    fn now_ms(&self) -> i64 {
+        weir_core::Clock::now(self).0
+    }
+}

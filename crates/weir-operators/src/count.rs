@@ -1,0 +1,188 @@
+//! `.key_by(keys).count()`: the number of rows per key.
+//!
+//! Emits one row per key, `(key columns..., count)`, when the input ends. Windowed counts, which
+//! emit as each window closes, are the window operators' job.
+
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::keys::{hash_key, KeyEncoder};
+use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_state::{KeyedTable, StateSize};
+
+/// The spec of a keyed count.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Count {
+    pub keys: Vec<String>,
+}
+
+impl Count {
+    fn input<'a>(&self, inputs: &'a [StreamInfo]) -> Result<&'a StreamInfo> {
+        match inputs {
+            [one] => Ok(one),
+            _ => Err(Error::plan(format!(
+                "count takes one input, got {}",
+                inputs.len()
+            ))),
+        }
+    }
+}
+
+impl OperatorFactory for Count {
+    fn kind(&self) -> &'static str {
+        "count"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("count spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let input = self.input(inputs)?;
+        KeyEncoder::new(&input.schema, &self.keys)?;
+        let mut fields: Vec<Field> = self
+            .keys
+            .iter()
+            .map(|k| {
+                let f = input
+                    .schema
+                    .field_with_name(k)
+                    .expect("checked by the encoder");
+                f.clone()
+            })
+            .collect();
+        if fields.iter().any(|f| f.name() == "count") {
+            return Err(Error::plan(
+                "count's output column `count` clashes with a key column of that name; rename it first",
+            ));
+        }
+        fields.push(Field::new("count", DataType::Int64, false));
+        Ok(StreamInfo {
+            schema: Arc::new(Schema::new(fields)),
+            event_time: None,
+        })
+    }
+    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let input = self.input(inputs)?;
+        Ok(Box::new(CountOp {
+            encoder: KeyEncoder::new(&input.schema, &self.keys)?,
+            schema: self.plan(inputs)?.schema,
+            counts: KeyedTable::new("counts"),
+            batch_rows: 8192,
+        }))
+    }
+    fn describe(&self) -> String {
+        format!("count per ({})", self.keys.join(", "))
+    }
+}
+
+/// One subtask of a keyed count.
+pub struct CountOp {
+    encoder: KeyEncoder,
+    schema: SchemaRef,
+    counts: KeyedTable<u64>,
+    batch_rows: usize,
+}
+
+impl Operator for CountOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, _ctx: &mut Context) -> Result<()> {
+        let rows = self.encoder.encode(&batch.data)?;
+        for row in rows.iter() {
+            let k = row.as_ref();
+            *self.counts.upsert(hash_key(k), k, || 0) += 1;
+        }
+        Ok(())
+    }
+
+    fn on_end(&mut self, ctx: &mut Context) -> Result<()> {
+        let parser = self.encoder.parser();
+        let entries: Vec<(Box<[u8]>, u64)> = self.counts.drain().collect();
+        for chunk in entries.chunks(self.batch_rows) {
+            let keys = self
+                .encoder
+                .decode(chunk.iter().map(|(k, _)| parser.parse(k)))?;
+            let mut cols = keys;
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                chunk.iter().map(|(_, c)| *c as i64),
+            )));
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        self.counts.size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::Port;
+    use weir_testkit::{rows, sorted_lines, Harness};
+
+    fn harness() -> Harness {
+        let input = StreamInfo {
+            schema: rows!("ad user\n a1 u1").schema(),
+            event_time: None,
+        };
+        let spec = Count {
+            keys: vec!["ad".into()],
+        };
+        let info = SubtaskInfo {
+            operator: "count".into(),
+            subtask: 0,
+            parallelism: 1,
+            key_groups: 128,
+        };
+        Harness::new(spec.create(&[input], &info).unwrap())
+    }
+
+    #[test]
+    fn counts_rows_per_key_at_end_of_input() {
+        let mut h = harness();
+        h.push(
+            0,
+            rows!(
+                "ad user
+                          a1 u1
+                          a2 u1
+                          a1 u2"
+            ),
+        );
+        h.push(
+            0,
+            rows!(
+                "ad user
+                          a1 u3"
+            ),
+        );
+        assert_eq!(h.state_size().rows, 2);
+        assert!(h.take(Port::Main).is_empty(), "nothing before the end");
+        h.end();
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,3", "a2,1"]);
+        assert_eq!(h.state_size().rows, 0);
+    }
+
+    #[test]
+    fn unknown_key_column_is_refused_with_the_columns_that_exist() {
+        let input = StreamInfo {
+            schema: rows!("ad user\n a1 u1").schema(),
+            event_time: None,
+        };
+        let err = Count {
+            keys: vec!["campaign".into()],
+        }
+        .plan(&[input])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`campaign` not found") && err.contains("ad, user"),
+            "{err}"
+        );
+    }
+}
