@@ -1,0 +1,124 @@
+//! Runs a job with a progress bar and periodic metrics, and summarises it.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use weir_core::SystemClock;
+use weir_runtime::exec::{self, JobReport};
+use weir_runtime::JobGraph;
+
+/// Runs `graph` to the end; shows progress on bounded inputs when `progress` and stderr is a
+/// terminal; writes metrics to `metrics_out` every second and at the end.
+pub async fn run(graph: JobGraph, metrics_out: Option<&Path>, progress: bool) -> Result<JobReport> {
+    let job = exec::start(graph, Arc::new(SystemClock))?;
+    let metrics = job.metrics.clone();
+    let mut reporter = job.reporter();
+    let started = job.started;
+    let bar = progress.then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {percent}% {msg}",
+            )
+            .expect("a valid template"),
+        );
+        b
+    });
+    let out = metrics_out.map(Path::to_path_buf);
+    let watcher = {
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            let mut tick = 0u64;
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                tick += 1;
+                if let Some(bar) = &bar {
+                    let (mut done, mut total, mut rows) = (0, 0, 0);
+                    for n in &metrics.nodes {
+                        for s in n.splits.lock().expect("metrics lock").iter() {
+                            done += s.progress_done.load(Relaxed);
+                            total += s.progress_total.load(Relaxed);
+                            rows += s.rows_read.load(Relaxed);
+                        }
+                    }
+                    if total > 0 {
+                        bar.set_length(total);
+                        bar.set_position(done.min(total));
+                    }
+                    bar.set_message(format!("{rows} rows read"));
+                }
+                if tick % 10 == 0 {
+                    if let Some(path) = &out {
+                        let snap = reporter.sample(started);
+                        if let Ok(json) = serde_json::to_vec_pretty(&snap) {
+                            let _ = std::fs::write(path, json);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let result = job.wait().await;
+    watcher.abort();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = result?;
+    if let Some(path) = metrics_out {
+        std::fs::write(path, serde_json::to_vec_pretty(&report.metrics)?)
+            .with_context(|| format!("writing metrics to {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// A few lines on how the job went.
+pub fn summary(r: &JobReport) -> String {
+    let m = &r.metrics;
+    let secs = (r.elapsed_ms.max(1)) as f64 / 1000.0;
+    let rows_in: u64 = m
+        .nodes
+        .iter()
+        .filter(|n| n.kind.starts_with("source"))
+        .map(|n| n.rows_out)
+        .sum();
+    let rows_out: u64 = m
+        .nodes
+        .iter()
+        .filter(|n| n.kind.starts_with("sink"))
+        .map(|n| n.rows_in)
+        .sum();
+    let late_split: u64 = m
+        .nodes
+        .iter()
+        .flat_map(|n| &n.splits)
+        .map(|s| s.late_rows)
+        .sum();
+    let late_dropped: u64 = m.nodes.iter().map(|n| n.late_rows).sum();
+    let peak_state_rows: u64 = m.nodes.iter().map(|n| n.peak_state_rows).sum();
+    let peak_state_bytes: u64 = m.nodes.iter().map(|n| n.peak_state_bytes).sum();
+    let mut s = String::new();
+    let _ = writeln!(s, "rows in:        {rows_in}");
+    let _ = writeln!(s, "rows out:       {rows_out}");
+    let _ = writeln!(s, "late rows:      {late_split} behind their split's watermark, {late_dropped} set aside by operators");
+    let _ = writeln!(s, "dead letters:   {}", r.dead_letters);
+    let _ = writeln!(
+        s,
+        "peak state:     {peak_state_rows} rows, {:.1} MiB",
+        peak_state_bytes as f64 / (1 << 20) as f64
+    );
+    let _ = writeln!(
+        s,
+        "in flight:      at most {} rows (sum of channel peaks; bound {})",
+        m.peak_in_flight_rows, m.in_flight_bound_rows
+    );
+    let _ = writeln!(
+        s,
+        "elapsed:        {secs:.3} s, {:.0} rows/s in",
+        rows_in as f64 / secs
+    );
+    s
+}

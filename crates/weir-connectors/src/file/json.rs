@@ -1,0 +1,119 @@
+//! JSON lines: one object per line, fields by column name (missing fields are NULL).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use weir_runtime::Result;
+
+use super::values::{recycle, RowBuilder, Value};
+use super::{io_err, BadRecords, FormatReader};
+
+pub(super) struct JsonReader {
+    path: std::path::PathBuf,
+    reader: BufReader<File>,
+    line: String,
+    line_no: u64,
+    names: Vec<String>,
+    builder: RowBuilder,
+    batch_rows: usize,
+    bytes: u64,
+    done: bool,
+}
+
+impl JsonReader {
+    pub(super) fn open(path: &Path, schema: SchemaRef, batch_rows: usize) -> Result<Self> {
+        let file = File::open(path).map_err(|e| io_err(path, e))?;
+        Ok(JsonReader {
+            path: path.to_path_buf(),
+            reader: BufReader::with_capacity(1 << 20, file),
+            line: String::new(),
+            line_no: 0,
+            names: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            builder: RowBuilder::new(schema, batch_rows),
+            batch_rows,
+            bytes: 0,
+            done: false,
+        })
+    }
+}
+
+impl FormatReader for JsonReader {
+    fn next_batch(&mut self, bad: &mut BadRecords) -> Result<Option<RecordBatch>> {
+        let mut buf: Vec<Value<'static>> = Vec::with_capacity(self.names.len());
+        while !self.done && self.builder.rows() < self.batch_rows {
+            self.line.clear();
+            let n = self
+                .reader
+                .read_line(&mut self.line)
+                .map_err(|e| io_err(&self.path, e))?;
+            if n == 0 {
+                self.done = true;
+                break;
+            }
+            self.bytes += n as u64;
+            self.line_no += 1;
+            let text = self.line.trim_end_matches(['\n', '\r']);
+            if text.trim().is_empty() {
+                continue;
+            }
+            let obj = match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(serde_json::Value::Object(o)) => o,
+                Ok(other) => {
+                    bad.report(
+                        self.line_no,
+                        format!("expected a JSON object, found {}", kind(&other)),
+                        text.to_string(),
+                    )?;
+                    continue;
+                }
+                Err(e) => {
+                    bad.report(
+                        self.line_no,
+                        format!("malformed JSON: {e}"),
+                        text.to_string(),
+                    )?;
+                    continue;
+                }
+            };
+            let mut values = recycle(std::mem::take(&mut buf));
+            let mut failed = None;
+            for (col, name) in self.names.iter().enumerate() {
+                let v = obj.get(name).unwrap_or(&serde_json::Value::Null);
+                match self.builder.from_json(col, v) {
+                    Ok(v) => values.push(v),
+                    Err(reason) => {
+                        failed = Some(reason);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => self.builder.append(&values),
+                Some(reason) => bad.report(self.line_no, reason, text.to_string())?,
+            }
+            buf = recycle(values);
+        }
+        if self.builder.rows() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.builder.finish()?))
+    }
+
+    fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+}
+
+fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,261 @@
+//! Typed column builders for text formats: parse a field into its column's type, or say why
+//! not.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder, Int64Builder,
+    StringBuilder, TimestampMillisecondBuilder,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
+
+/// Whether text files can hold this type.
+pub(super) fn readable(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int64
+            | DataType::Int32
+            | DataType::Float64
+            | DataType::Float32
+            | DataType::Boolean
+            | DataType::Utf8
+            | DataType::Decimal128(_, _)
+            | DataType::Timestamp(TimeUnit::Millisecond, _)
+    )
+}
+
+/// A parsed field, before it is appended (a row is appended only when all its fields parse).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Value<'a> {
+    Null,
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(&'a str),
+    Decimal(i128),
+}
+
+enum Builder {
+    Int64(Int64Builder),
+    Int32(Int32Builder),
+    Float64(Float64Builder),
+    Float32(Float32Builder),
+    Bool(BooleanBuilder),
+    Utf8(StringBuilder),
+    Decimal(Decimal128Builder, u8, i8),
+    TimestampMs(TimestampMillisecondBuilder, Option<Arc<str>>),
+}
+
+/// Empties `buf` and hands its allocation over for values of another lifetime (a row's fields
+/// borrow the record they were parsed from; the buffer outlives every record).
+pub(super) fn recycle<'b>(mut buf: Vec<Value<'_>>) -> Vec<Value<'b>> {
+    buf.clear();
+    buf.into_iter().map(|_| Value::Null).collect()
+}
+
+/// Builds a batch row by row from parsed fields.
+pub(super) struct RowBuilder {
+    schema: SchemaRef,
+    builders: Vec<Builder>,
+    rows: usize,
+}
+
+impl RowBuilder {
+    pub(super) fn new(schema: SchemaRef, capacity: usize) -> Self {
+        let builders = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Int64 => Builder::Int64(Int64Builder::with_capacity(capacity)),
+                DataType::Int32 => Builder::Int32(Int32Builder::with_capacity(capacity)),
+                DataType::Float64 => Builder::Float64(Float64Builder::with_capacity(capacity)),
+                DataType::Float32 => Builder::Float32(Float32Builder::with_capacity(capacity)),
+                DataType::Boolean => Builder::Bool(BooleanBuilder::with_capacity(capacity)),
+                DataType::Decimal128(p, s) => {
+                    Builder::Decimal(Decimal128Builder::with_capacity(capacity), *p, *s)
+                }
+                DataType::Timestamp(TimeUnit::Millisecond, tz) => Builder::TimestampMs(
+                    TimestampMillisecondBuilder::with_capacity(capacity),
+                    tz.clone(),
+                ),
+                _ => Builder::Utf8(StringBuilder::with_capacity(capacity, capacity * 8)),
+            })
+            .collect();
+        RowBuilder {
+            schema,
+            builders,
+            rows: 0,
+        }
+    }
+
+    pub(super) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Parses text field `text` for column `col`.
+    pub(super) fn parse<'a>(&self, col: usize, text: &'a str) -> Result<Value<'a>, String> {
+        if text.is_empty() {
+            return Ok(Value::Null);
+        }
+        let name = || self.schema.field(col).name();
+        let t = text.trim();
+        match &self.builders[col] {
+            Builder::Int64(_) | Builder::Int32(_) | Builder::TimestampMs(..) => t
+                .parse::<i64>()
+                .map(Value::Int)
+                .map_err(|_| format!("column `{}`: {text:?} is not an integer", name())),
+            Builder::Float64(_) | Builder::Float32(_) => t
+                .parse::<f64>()
+                .map(Value::Float)
+                .map_err(|_| format!("column `{}`: {text:?} is not a number", name())),
+            Builder::Bool(_) => match t.to_ascii_lowercase().as_str() {
+                "true" | "t" | "1" => Ok(Value::Bool(true)),
+                "false" | "f" | "0" => Ok(Value::Bool(false)),
+                _ => Err(format!("column `{}`: {text:?} is not a boolean", name())),
+            },
+            Builder::Decimal(_, p, s) => parse_decimal(t, *p, *s)
+                .map(Value::Decimal)
+                .ok_or_else(|| format!("column `{}`: {text:?} is not a DECIMAL({p}, {s})", name())),
+            Builder::Utf8(_) => Ok(Value::Str(text)),
+        }
+    }
+
+    /// Converts a JSON value for column `col`.
+    pub(super) fn from_json<'a>(
+        &self,
+        col: usize,
+        v: &'a serde_json::Value,
+    ) -> Result<Value<'a>, String> {
+        use serde_json::Value as J;
+        let name = || self.schema.field(col).name();
+        match (v, &self.builders[col]) {
+            (J::Null, _) => Ok(Value::Null),
+            (J::String(s), Builder::Utf8(_)) => Ok(Value::Str(s)),
+            (J::String(s), _) => self.parse(col, s),
+            (J::Number(n), Builder::Int64(_) | Builder::Int32(_) | Builder::TimestampMs(..)) => n
+                .as_i64()
+                .map(Value::Int)
+                .ok_or_else(|| format!("column `{}`: {n} is not an integer", name())),
+            (J::Number(n), Builder::Float64(_) | Builder::Float32(_)) => n
+                .as_f64()
+                .map(Value::Float)
+                .ok_or_else(|| format!("column `{}`: {n} is not a number", name())),
+            (J::Number(n), Builder::Decimal(_, p, s)) => parse_decimal(&n.to_string(), *p, *s)
+                .map(Value::Decimal)
+                .ok_or_else(|| format!("column `{}`: {n} is not a DECIMAL({p}, {s})", name())),
+            (J::Bool(b), Builder::Bool(_)) => Ok(Value::Bool(*b)),
+            (other, _) => Err(format!(
+                "column `{}`: {other} is not of type {}",
+                name(),
+                self.schema.field(col).data_type()
+            )),
+        }
+    }
+
+    /// Appends one row whose fields all parsed.
+    pub(super) fn append(&mut self, values: &[Value]) {
+        for (b, v) in self.builders.iter_mut().zip(values) {
+            match (b, *v) {
+                (Builder::Int64(b), Value::Int(x)) => b.append_value(x),
+                (Builder::Int32(b), Value::Int(x)) => b.append_value(x as i32),
+                (Builder::TimestampMs(b, _), Value::Int(x)) => b.append_value(x),
+                (Builder::Float64(b), Value::Float(x)) => b.append_value(x),
+                (Builder::Float32(b), Value::Float(x)) => b.append_value(x as f32),
+                (Builder::Bool(b), Value::Bool(x)) => b.append_value(x),
+                (Builder::Utf8(b), Value::Str(x)) => b.append_value(x),
+                (Builder::Decimal(b, ..), Value::Decimal(x)) => b.append_value(x),
+                (Builder::Int64(b), _) => b.append_null(),
+                (Builder::Int32(b), _) => b.append_null(),
+                (Builder::TimestampMs(b, _), _) => b.append_null(),
+                (Builder::Float64(b), _) => b.append_null(),
+                (Builder::Float32(b), _) => b.append_null(),
+                (Builder::Bool(b), _) => b.append_null(),
+                (Builder::Utf8(b), _) => b.append_null(),
+                (Builder::Decimal(b, ..), _) => b.append_null(),
+            }
+        }
+        self.rows += 1;
+    }
+
+    /// The rows appended so far, as a batch; the builder starts empty again.
+    pub(super) fn finish(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let cols: Vec<ArrayRef> = self
+            .builders
+            .iter_mut()
+            .map(|b| -> Result<ArrayRef, arrow_schema::ArrowError> {
+                Ok(match b {
+                    Builder::Int64(b) => Arc::new(b.finish()),
+                    Builder::Int32(b) => Arc::new(b.finish()),
+                    Builder::Float64(b) => Arc::new(b.finish()),
+                    Builder::Float32(b) => Arc::new(b.finish()),
+                    Builder::Bool(b) => Arc::new(b.finish()),
+                    Builder::Utf8(b) => Arc::new(b.finish()),
+                    Builder::Decimal(b, p, s) => {
+                        Arc::new(b.finish().with_precision_and_scale(*p, *s)?)
+                    }
+                    Builder::TimestampMs(b, tz) => {
+                        Arc::new(b.finish().with_timezone_opt(tz.clone()))
+                    }
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        self.rows = 0;
+        RecordBatch::try_new(self.schema.clone(), cols)
+    }
+}
+
+/// `123.45` as DECIMAL(p, s) → 12345 (for s = 2); `None` if it does not fit.
+fn parse_decimal(t: &str, precision: u8, scale: i8) -> Option<i128> {
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    if (int.is_empty() && frac.is_empty())
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || scale < 0
+        || frac.len() > scale as usize
+    {
+        return None;
+    }
+    let mut v: i128 = 0;
+    let digits = int
+        .bytes()
+        .chain(frac.bytes())
+        .chain(std::iter::repeat_n(b'0', scale as usize - frac.len()));
+    let mut n_digits = 0;
+    for d in digits {
+        v = v.checked_mul(10)?.checked_add((d - b'0') as i128)?;
+        n_digits += 1;
+    }
+    let _ = n_digits;
+    if v >= 10i128.pow(precision as u32) {
+        return None;
+    }
+    Some(if neg { -v } else { v })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_decimal;
+
+    #[test]
+    fn decimals_parse_to_their_scale() {
+        assert_eq!(parse_decimal("1735.77", 12, 2), Some(173577));
+        assert_eq!(parse_decimal("-0.5", 12, 2), Some(-50));
+        assert_eq!(parse_decimal("3", 12, 2), Some(300));
+        assert_eq!(
+            parse_decimal("1.234", 12, 2),
+            None,
+            "more fraction digits than the scale"
+        );
+        assert_eq!(parse_decimal("12x", 12, 2), None);
+        assert_eq!(
+            parse_decimal("1000", 4, 2),
+            None,
+            "too many digits for the precision"
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! Prints rows to standard output as CSV (a header, then rows), for trying jobs out.
+
+use std::io::Write;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use weir_runtime::sink::{BoxFuture, Delivery};
+use weir_runtime::{Error, Result, SinkFactory, SinkWriter, SubtaskInfo};
+
+/// A sink printing CSV to standard output.
+#[derive(Debug, Clone, Default)]
+pub struct StdoutSink;
+
+impl SinkFactory for StdoutSink {
+    fn kind(&self) -> &'static str {
+        "stdout"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::AtMostOnce
+    }
+    fn create_writer(
+        &self,
+        _schema: SchemaRef,
+        _info: &SubtaskInfo,
+    ) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(StdoutWriter { header: true }))
+    }
+}
+
+struct StdoutWriter {
+    header: bool,
+}
+
+impl SinkWriter for StdoutWriter {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
+        let mut buf = Vec::new();
+        let r = {
+            let mut w = arrow_csv::WriterBuilder::new()
+                .with_header(self.header)
+                .build(&mut buf);
+            w.write(&batch)
+        };
+        self.header = false;
+        let r = r.map_err(Error::from).and_then(|_| {
+            std::io::stdout()
+                .lock()
+                .write_all(&buf)
+                .map_err(|e| Error::io("stdout", e))
+        });
+        Box::pin(async move { r })
+    }
+    fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
+        let r = std::io::stdout()
+            .flush()
+            .map_err(|e| Error::io("stdout", e));
+        Box::pin(async move { r })
+    }
+}
