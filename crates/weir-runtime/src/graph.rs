@@ -440,11 +440,15 @@ impl fmt::Display for JobGraph {
                 NodeKind::Operator { factory } => writeln!(f, "      {}", factory.describe())?,
                 NodeKind::Source { watermarks, .. } => {
                     if let Some(et) = &watermarks.event_time {
-                        writeln!(
+                        write!(
                             f,
-                            "      event time `{et}`, watermarks {:?}, idle timeout {:?} ms",
-                            watermarks.strategy, watermarks.idle_timeout_ms
+                            "      event time `{et}`, watermark = max({et}) - {} ms",
+                            watermarks.strategy.delay_millis()
                         )?;
+                        match watermarks.idle_timeout_ms {
+                            Some(ms) => writeln!(f, ", idle after {ms} ms without rows")?,
+                            None => writeln!(f)?,
+                        }
                     }
                 }
                 NodeKind::Sink { .. } => {}
