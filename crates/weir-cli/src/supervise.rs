@@ -51,7 +51,7 @@ pub async fn run(graph: JobGraph, metrics_out: Option<&Path>, progress: bool) ->
                     }
                     bar.set_message(format!("{rows} rows read"));
                 }
-                if tick % 10 == 0 {
+                if tick.is_multiple_of(10) {
                     if let Some(path) = &out {
                         let snap = reporter.sample(started);
                         if let Ok(json) = serde_json::to_vec_pretty(&snap) {

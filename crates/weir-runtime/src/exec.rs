@@ -76,7 +76,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let mut channels = Vec::new();
     for e in &graph.edges {
         let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
-        for i in 0..up.parallelism {
+        for (i, node_outputs) in outputs[e.from].iter_mut().enumerate() {
             let targets: Vec<usize> = match e.partitioning {
                 Partitioning::Forward => vec![i],
                 _ => (0..down.parallelism).collect(),
@@ -101,7 +101,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     key_groups: *key_groups,
                 },
             };
-            outputs[e.from][i].push(OutputEdge {
+            node_outputs.push(OutputEdge {
                 port: e.port,
                 route,
                 senders,

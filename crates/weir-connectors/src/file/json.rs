@@ -82,7 +82,7 @@ impl FormatReader for JsonReader {
             let mut failed = None;
             for (col, name) in self.names.iter().enumerate() {
                 let v = obj.get(name).unwrap_or(&serde_json::Value::Null);
-                match self.builder.from_json(col, v) {
+                match self.builder.parse_json(col, v) {
                     Ok(v) => values.push(v),
                     Err(reason) => {
                         failed = Some(reason);

@@ -90,8 +90,8 @@ impl FormatReader for ParquetReader {
             Some(Err(e)) => Err(io_err(&self.path, e)),
             Some(Ok(b)) => {
                 self.rows_read += b.num_rows() as u64;
-                if self.total_rows > 0 {
-                    self.bytes = self.file_len * self.rows_read / self.total_rows;
+                if let Some(b) = (self.file_len * self.rows_read).checked_div(self.total_rows) {
+                    self.bytes = b;
                 }
                 // Columns come in file order; put them in the declared order.
                 let cols = self

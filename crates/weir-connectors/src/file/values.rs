@@ -122,7 +122,7 @@ impl RowBuilder {
     }
 
     /// Converts a JSON value for column `col`.
-    pub(super) fn from_json<'a>(
+    pub(super) fn parse_json<'a>(
         &self,
         col: usize,
         v: &'a serde_json::Value,
