@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use weir_connectors::file::{FileFormat, FileSink};
+use weir_connectors::file::FileSink;
 use weir_connectors::generator::{GeneratorSource, GeneratorSpec};
 use weir_runtime::{JobBuilder, JobConfig, SourceOptions};
 
@@ -88,7 +88,7 @@ pub async fn run(a: GenArgs) -> Result<()> {
     let mut written = Vec::new();
     for spec in tables(&a) {
         let name = spec.scenario.name();
-        let path = a.out.join(format!("{name}.{}", ext(format)));
+        let path = a.out.join(format!("{name}.{}", format.extension()));
         let sink = FileSink::new(&path, format);
         written.extend((0..a.files).map(|i| sink.subtask_path(i, a.files)));
         job.source(name, GeneratorSource::new(spec)?, SourceOptions::none())
@@ -107,12 +107,4 @@ pub async fn run(a: GenArgs) -> Result<()> {
         eprintln!("  {}", p.display());
     }
     Ok(())
-}
-
-fn ext(f: FileFormat) -> &'static str {
-    match f {
-        FileFormat::Csv => "csv",
-        FileFormat::Json => "jsonl",
-        FileFormat::Parquet => "parquet",
-    }
 }

@@ -10,6 +10,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::ops::single_input;
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::{KeyedTable, StateSize};
 
@@ -17,18 +18,6 @@ use weir_state::{KeyedTable, StateSize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Count {
     pub keys: Vec<String>,
-}
-
-impl Count {
-    fn input<'a>(&self, inputs: &'a [StreamInfo]) -> Result<&'a StreamInfo> {
-        match inputs {
-            [one] => Ok(one),
-            _ => Err(Error::plan(format!(
-                "count takes one input, got {}",
-                inputs.len()
-            ))),
-        }
-    }
 }
 
 impl OperatorFactory for Count {
@@ -39,7 +28,7 @@ impl OperatorFactory for Count {
         serde_json::to_value(self).expect("count spec serialises")
     }
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
-        let input = self.input(inputs)?;
+        let input = single_input("count", inputs)?;
         KeyEncoder::new(&input.schema, &self.keys)?;
         let mut fields: Vec<Field> = self
             .keys
@@ -64,7 +53,7 @@ impl OperatorFactory for Count {
         })
     }
     fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
-        let input = self.input(inputs)?;
+        let input = single_input("count", inputs)?;
         Ok(Box::new(CountOp {
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             schema: self.plan(inputs)?.schema,

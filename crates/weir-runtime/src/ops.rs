@@ -31,8 +31,8 @@ pub(crate) fn register(r: &mut Registry) {
     });
 }
 
-/// The single input of a single-input operator.
-pub(crate) fn single_input<'a>(
+/// The single input of a single-input operator, or a `Plan` error naming the operator.
+pub fn single_input<'a>(
     kind: &str,
     inputs: &'a [crate::graph::StreamInfo],
 ) -> crate::Result<&'a crate::graph::StreamInfo> {

@@ -1,0 +1,240 @@
+//! Event time through the runtime: timers fired by watermarks, idle splits left out.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use weir_core::time::Watermark;
+use weir_core::SystemClock;
+use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::source::ReaderContext;
+use weir_runtime::testing::VecSource;
+use weir_runtime::{
+    exec, CollectSink, Context, JobBuilder, JobConfig, Operator, Result, SourceFactory,
+    SourceOptions, SourcePoll, SourceReader, StreamBatch, SubtaskInfo, Timer,
+};
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Int64, false),
+        Field::new("b", DataType::Int64, false),
+    ]))
+}
+
+fn out(a: i64, b: i64) -> StreamBatch {
+    StreamBatch::new(
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![a])),
+                Arc::new(Int64Array::from(vec![b])),
+            ],
+        )
+        .unwrap(),
+    )
+}
+
+/// Test operator: for every row `(n, ts)` registers an event-time timer at `ts + 1000` keyed by
+/// `n` and emits `(n, watermark)` when it fires; emits `(-1, watermark)` on every watermark.
+#[derive(Debug)]
+struct Probe;
+
+impl OperatorFactory for Probe {
+    fn kind(&self) -> &'static str {
+        "probe"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn plan(&self, _inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        Ok(StreamInfo {
+            schema: schema(),
+            event_time: None,
+        })
+    }
+    fn create(&self, _inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(ProbeOp))
+    }
+}
+
+struct ProbeOp;
+
+impl Operator for ProbeOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let n = batch.data.column(0).as_primitive::<Int64Type>();
+        let ts = batch.data.column(1).as_primitive::<Int64Type>();
+        for i in 0..batch.num_rows() {
+            ctx.register_event_timer(ts.value(i) + 1000, &n.value(i).to_be_bytes());
+        }
+        Ok(())
+    }
+    fn on_timer(&mut self, timer: Timer, ctx: &mut Context) -> Result<()> {
+        let n = i64::from_be_bytes(timer.key[..8].try_into().unwrap());
+        assert!(
+            ctx.watermark().covers(weir_core::EventTime(timer.time)),
+            "fired early"
+        );
+        ctx.emit(out(n, timer.time));
+        Ok(())
+    }
+    fn on_watermark(&mut self, wm: Watermark, ctx: &mut Context) -> Result<()> {
+        ctx.emit(out(-1, wm.0));
+        Ok(())
+    }
+}
+
+fn rows(sink: &CollectSink) -> Vec<(i64, i64)> {
+    sink.batches()
+        .iter()
+        .flat_map(|b| {
+            let a = b.column(0).as_primitive::<Int64Type>().values().to_vec();
+            let c = b.column(1).as_primitive::<Int64Type>().values().to_vec();
+            a.into_iter().zip(c)
+        })
+        .collect()
+}
+
+#[test]
+fn event_time_timers_fire_in_order_once_the_watermark_passes_them() {
+    let job = JobBuilder::with_config(
+        "timers",
+        JobConfig {
+            batch_rows: 3,
+            ..Default::default()
+        },
+    );
+    let sink = CollectSink::new();
+    // Rows n at ts = 1000 n; watermarks trail by 0 ms.
+    job.source(
+        "numbers",
+        VecSource::numbers(10),
+        SourceOptions::event_time("ts", 0),
+    )
+    .apply("probe", Arc::new(Probe))
+    .sink("out", sink.clone());
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap();
+    let got = rows(&sink);
+    let fired: Vec<(i64, i64)> = got.iter().copied().filter(|(n, _)| *n >= 0).collect();
+    assert_eq!(
+        fired,
+        (0..10).map(|n| (n, n * 1000 + 1000)).collect::<Vec<_>>(),
+        "each timer once, in time order"
+    );
+    // Every timer comes after a watermark at or past its time was announced to the operator
+    // (the last ones with the final MAX watermark at the end of input).
+    for (i, (n, t)) in got.iter().enumerate() {
+        if *n >= 0 {
+            let later_wm = got[i + 1..]
+                .iter()
+                .find(|(m, _)| *m == -1)
+                .map(|(_, w)| *w)
+                .unwrap();
+            assert!(
+                later_wm >= *t,
+                "timer {n} at {t} fired before watermark {later_wm}"
+            );
+        }
+    }
+    assert_eq!(got.last().unwrap(), &(-1, i64::MAX));
+}
+
+/// Two splits: split 0 yields a row every few ms with rising event time; split 1 yields one
+/// row at ts 0 and then nothing until split 0 is done.
+#[derive(Debug)]
+struct OneQuietSplit {
+    rows: i64,
+}
+
+impl SourceFactory for OneQuietSplit {
+    fn kind(&self) -> &'static str {
+        "quiet"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn schema(&self) -> SchemaRef {
+        schema()
+    }
+    fn splits(&self) -> Result<Vec<String>> {
+        Ok(vec!["busy".into(), "quiet".into()])
+    }
+    fn create_reader(
+        &self,
+        _splits: Vec<usize>,
+        _ctx: ReaderContext,
+    ) -> Result<Box<dyn SourceReader>> {
+        Ok(Box::new(QuietReader {
+            next: 0,
+            rows: self.rows,
+            quiet_done: false,
+            pending: false,
+        }))
+    }
+}
+
+struct QuietReader {
+    next: i64,
+    rows: i64,
+    quiet_done: bool,
+    pending: bool,
+}
+
+impl SourceReader for QuietReader {
+    fn poll(&mut self) -> Result<SourcePoll> {
+        if !self.quiet_done {
+            self.quiet_done = true;
+            return Ok(SourcePoll::Batch {
+                split: 1,
+                batch: out(-2, 0).data,
+            });
+        }
+        if self.next >= self.rows {
+            return Ok(SourcePoll::Finished);
+        }
+        // Alternate: a row, then a short pause (which is when idleness is checked).
+        self.pending = !self.pending;
+        if self.pending {
+            return Ok(SourcePoll::Pending { wait_ms: 5 });
+        }
+        self.next += 1;
+        Ok(SourcePoll::Batch {
+            split: 0,
+            batch: out(self.next, self.next * 1000).data,
+        })
+    }
+}
+
+fn highest_finite_watermark(idle_timeout_ms: Option<i64>) -> i64 {
+    let job = JobBuilder::new("idle");
+    let sink = CollectSink::new();
+    let mut opts = SourceOptions::event_time("b", 0);
+    opts.watermarks.idle_timeout_ms = idle_timeout_ms;
+    job.source("two splits", OneQuietSplit { rows: 60 }, opts)
+        .apply("probe", Arc::new(Probe))
+        .sink("out", sink.clone());
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap();
+    rows(&sink)
+        .into_iter()
+        .filter(|(n, w)| *n == -1 && *w != i64::MAX)
+        .map(|(_, w)| w)
+        .max()
+        .unwrap_or(i64::MIN)
+}
+
+#[test]
+fn an_idle_split_stops_holding_the_watermark_back() {
+    // Without an idle timeout the quiet split (watermark 0) holds the subtask at 0.
+    assert_eq!(highest_finite_watermark(None), 0);
+    // With one, the watermark follows the busy split once the quiet one is idle (60 rows take
+    // at least 300 ms; the quiet split goes idle after 50 ms).
+    let wm = highest_finite_watermark(Some(50));
+    assert!(wm >= 30_000, "watermark {wm} should follow the busy split");
+}
