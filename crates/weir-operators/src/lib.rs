@@ -15,8 +15,12 @@
 //! ```
 
 pub mod count;
+pub mod interval_join;
+pub mod join;
 
 pub use count::{Count, CountOp};
+pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
+pub use join::JoinType;
 
 use std::sync::Arc;
 use weir_runtime::graph::{spec_from_json, Registry};

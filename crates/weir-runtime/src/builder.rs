@@ -206,18 +206,10 @@ impl JobBuilder {
             },
             _ => infos[0].clone(),
         };
-        if let Partitioning::Hash { keys, .. } = inputs
-            .iter()
-            .find(|(_, p)| matches!(p, Partitioning::Hash { .. }))
-            .map(|(_, p)| p)
-            .unwrap_or(&Partitioning::Forward)
-        {
-            for (s, _) in &inputs {
-                let schema = s.schema();
-                if let Err(e) = weir_core::keys::KeyEncoder::new(&schema, keys) {
-                    self.fail(Error::plan(format!(
-                        "key_by for `{name}` (created at {at}): {e}"
-                    )));
+        for (s, p) in &inputs {
+            if let Partitioning::Hash { keys, .. } = p {
+                if let Err(e) = weir_core::keys::KeyEncoder::new(&s.schema(), keys) {
+                    self.fail(Error::plan(format!("key_by for `{name}` (created at {at}): {e}")));
                 }
             }
         }
@@ -398,12 +390,18 @@ impl Stream {
         )
     }
 
-    /// The late rows the operator producing this stream set aside.
+    /// The late rows the operator producing this stream set aside (of its first input).
     pub fn late_rows(&self) -> Stream {
+        self.late_rows_of(0)
+    }
+
+    /// The late rows of logical input `input` (0 = left, 1 = right for joins) that the
+    /// operator producing this stream set aside.
+    pub fn late_rows_of(&self, input: usize) -> Stream {
         Stream {
             job: self.job.clone(),
             node: self.node,
-            port: Port::Late,
+            port: Port::Late(input),
         }
     }
 
@@ -501,6 +499,61 @@ impl KeyedStream {
             },
             at,
         )
+    }
+}
+
+impl KeyedStream {
+    /// Applies a two-input keyed operator (a join): this stream is input 0 (left), `right` is
+    /// input 1; both are partitioned by their keys, so equal keys meet in one subtask.
+    ///
+    /// The key columns of both sides must be as many and of the same types.
+    pub fn connect_at(
+        &self,
+        right: &KeyedStream,
+        name: String,
+        factory: Arc<dyn OperatorFactory>,
+        at: String,
+    ) -> Stream {
+        let job = &self.stream.job;
+        if !Rc::ptr_eq(&job.state, &right.stream.job.state) {
+            job.fail(Error::plan(format!(
+                "`{name}` (created at {at}) joins streams of two different jobs"
+            )));
+        }
+        let (ls, rs) = (self.stream.schema(), right.stream.schema());
+        let types = |schema: &SchemaRef, keys: &[String]| -> Vec<Option<arrow_schema::DataType>> {
+            keys.iter()
+                .map(|k| schema.field_with_name(k).ok().map(|f| f.data_type().clone()))
+                .collect()
+        };
+        let (lt, rt) = (types(&ls, &self.keys), types(&rs, &right.keys));
+        if lt.len() != rt.len() || lt.iter().zip(&rt).any(|(a, b)| a.is_some() && b.is_some() && a != b) {
+            job.fail(Error::plan(format!(
+                "`{name}` (created at {at}): the join keys ({}) of the left side and ({}) of the \
+                 right side must be as many and of the same types; found {:?} and {:?}",
+                self.keys.join(", "),
+                right.keys.join(", "),
+                lt.iter().flatten().collect::<Vec<_>>(),
+                rt.iter().flatten().collect::<Vec<_>>(),
+            )));
+        }
+        let key_groups = job.state.borrow().graph.config.key_groups;
+        let hash = |keys: &[String]| Partitioning::Hash {
+            keys: keys.to_vec(),
+            key_groups,
+        };
+        let id = job.add(
+            name,
+            NodeKind::Operator { factory },
+            vec![(&self.stream, hash(&self.keys)), (&right.stream, hash(&right.keys))],
+            at,
+            None,
+        );
+        Stream {
+            job: job.clone(),
+            node: id,
+            port: Port::Main,
+        }
     }
 }
 

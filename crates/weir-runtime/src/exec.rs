@@ -236,6 +236,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         timers: TimerService::default(),
                         out_buf: Vec::new(),
                         watermark: Watermark::MIN,
+                        calls: 0,
                     };
                     let wrap = wrap.clone();
                     let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
@@ -638,6 +639,8 @@ struct OperatorTask {
     timers: TimerService,
     out_buf: Vec<(Port, StreamBatch)>,
     watermark: Watermark,
+    /// Operator calls so far (gauges are refreshed every few).
+    calls: u64,
 }
 
 impl OperatorTask {
@@ -645,6 +648,15 @@ impl OperatorTask {
     async fn call(
         &mut self,
         f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
+    ) -> Result<()> {
+        self.call_and_report(f, false).await
+    }
+
+    /// As `call`; refreshes the operator's gauges when `report` (and every 32 calls).
+    async fn call_and_report(
+        &mut self,
+        f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
+        report: bool,
     ) -> Result<()> {
         let m = self.outputs.metrics.clone();
         let sw = Stopwatch::start();
@@ -660,6 +672,12 @@ impl OperatorTask {
             f(op.as_mut(), &mut ctx)?;
             let size = op.state_size();
             m.set_state(size.rows, size.bytes);
+            self.calls += 1;
+            if report || self.calls.is_multiple_of(32) {
+                let mut g = m.gauges.lock().expect("metrics lock");
+                g.clear();
+                op.gauges(&mut g);
+            }
         }
         m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
         for (port, batch) in std::mem::take(&mut self.out_buf) {
@@ -692,7 +710,8 @@ impl OperatorTask {
                 while let Some(t) = self.timers.pop_due(TimeDomain::EventTime, wm.0) {
                     self.call(|op, ctx| op.on_timer(t, ctx)).await?;
                 }
-                self.call(|op, ctx| op.on_watermark(wm, ctx)).await?;
+                self.call_and_report(|op, ctx| op.on_watermark(wm, ctx), true)
+                    .await?;
             }
             Processor::Sink(w) => w.on_watermark(wm).await?,
         }
@@ -817,7 +836,9 @@ impl OperatorTask {
             }
         }
         match &mut self.processor {
-            Processor::Operator(_) => self.call(|op, ctx| op.on_end(ctx)).await?,
+            Processor::Operator(_) => {
+                self.call_and_report(|op, ctx| op.on_end(ctx), true).await?
+            }
             Processor::Sink(w) => {
                 let sw = Stopwatch::start();
                 w.finish().await?;

@@ -429,7 +429,10 @@ impl fmt::Display for JobGraph {
                 let from: Vec<String> = ins
                     .iter()
                     .map(|e| {
-                        let port = if e.port == Port::Late { ".late" } else { "" };
+                        let port = match e.port {
+                            Port::Late(i) => format!(".late{i}"),
+                            Port::Main => String::new(),
+                        };
                         format!("[{}]{} {}", e.from, port, e.partitioning)
                     })
                     .collect();

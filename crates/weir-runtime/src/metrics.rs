@@ -29,6 +29,8 @@ pub struct SubtaskMetrics {
     pub peak_state_rows: AtomicU64,
     pub peak_state_bytes: AtomicU64,
     pub finished: AtomicBool,
+    /// The operator's own gauges (see `Operator::gauges`).
+    pub gauges: Mutex<Vec<(&'static str, i64)>>,
 }
 
 impl Default for SubtaskMetrics {
@@ -46,6 +48,7 @@ impl Default for SubtaskMetrics {
             peak_state_rows: AtomicU64::new(0),
             peak_state_bytes: AtomicU64::new(0),
             finished: AtomicBool::new(false),
+            gauges: Mutex::new(Vec::new()),
         }
     }
 }
@@ -147,6 +150,9 @@ pub struct NodeSnapshot {
     pub state_bytes: u64,
     pub peak_state_rows: u64,
     pub peak_state_bytes: u64,
+    /// The operator's gauges summed over its subtasks.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gauges: std::collections::BTreeMap<String, i64>,
     pub subtasks: Vec<SubtaskSnapshot>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<SplitSnapshot>,
@@ -277,7 +283,14 @@ impl MetricsReporter {
                 .collect();
             let sum = |f: fn(&SubtaskSnapshot) -> u64| subs.iter().map(f).sum::<u64>();
             let peak = |f: fn(&SubtaskMetrics) -> u64| n.subtasks.iter().map(|s| f(s)).sum::<u64>();
+            let mut gauges = std::collections::BTreeMap::new();
+            for s in &n.subtasks {
+                for (k, v) in s.gauges.lock().expect("metrics lock").iter() {
+                    *gauges.entry(k.to_string()).or_insert(0) += v;
+                }
+            }
             nodes.push(NodeSnapshot {
+                gauges,
                 name: n.name.clone(),
                 kind: n.kind.clone(),
                 rows_in: sum(|s| s.rows_in),

@@ -31,8 +31,9 @@ pub struct SubtaskInfo {
 pub enum Port {
     /// The operator's results.
     Main,
-    /// Rows the operator found late (a side output the user can route to a sink).
-    Late,
+    /// Rows of logical input `n` that the operator found late (a side output the user can
+    /// route to a sink).
+    Late(usize),
 }
 
 /// Which clock a timer follows.
@@ -142,12 +143,18 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// Counts `batch` as late and emits it on the late-row side output.
+    /// Counts `batch` as late and emits it on the late-row side output of input 0.
     pub fn emit_late(&mut self, batch: StreamBatch) {
+        self.emit_late_from(0, batch);
+    }
+
+    /// Counts `batch` (rows of logical input `input`) as late and emits it on that input's
+    /// late-row side output.
+    pub fn emit_late_from(&mut self, input: usize, batch: StreamBatch) {
         let n = batch.num_rows();
         if n > 0 {
             self.metrics.late_rows.fetch_add(n as u64, Relaxed);
-            self.output.push((Port::Late, batch));
+            self.output.push((Port::Late(input), batch));
         }
     }
 
@@ -228,4 +235,8 @@ pub trait Operator: Send {
     fn state_size(&self) -> StateSize {
         StateSize::default()
     }
+
+    /// Operator-specific gauges (rows buffered per join side, versions held, ...), reported as
+    /// metrics after watermarks, at the end and every few batches. Names are `snake_case`.
+    fn gauges(&self, _out: &mut Vec<(&'static str, i64)>) {}
 }

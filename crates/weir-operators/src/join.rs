@@ -1,0 +1,219 @@
+//! What the joins share: join types, the output schema of two sides, and buffered rows kept as
+//! references into the batches they arrived in.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch};
+use arrow_schema::{Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_runtime::{Error, Result};
+
+/// Which unmatched rows a join emits (with NULLs for the other side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinType {
+    /// Only matched pairs.
+    #[default]
+    Inner,
+    /// Also left rows that found no match.
+    Left,
+    /// Also right rows that found no match.
+    Right,
+    /// Also unmatched rows of both sides.
+    Full,
+}
+
+impl JoinType {
+    /// Whether unmatched rows of side `side` (0 = left, 1 = right) are emitted.
+    pub fn keeps_unmatched(self, side: usize) -> bool {
+        matches!(
+            (self, side),
+            (JoinType::Left, 0) | (JoinType::Right, 1) | (JoinType::Full, _)
+        )
+    }
+}
+
+/// The output columns of a join: the left side's, then the right side's. A name on both sides
+/// becomes `{alias}_{name}` on each.
+pub fn join_schema(
+    left: &SchemaRef,
+    right: &SchemaRef,
+    aliases: (&str, &str),
+) -> Result<(SchemaRef, Vec<String>, Vec<String>)> {
+    let in_both = |name: &str| left.field_with_name(name).is_ok() && right.field_with_name(name).is_ok();
+    let rename = |schema: &SchemaRef, alias: &str| -> Vec<String> {
+        schema
+            .fields()
+            .iter()
+            .map(|f| {
+                if in_both(f.name()) {
+                    format!("{alias}_{}", f.name())
+                } else {
+                    f.name().clone()
+                }
+            })
+            .collect()
+    };
+    let (ln, rn) = (rename(left, aliases.0), rename(right, aliases.1));
+    let mut seen = std::collections::HashSet::new();
+    let mut fields = Vec::new();
+    for (names, schema) in [(&ln, left), (&rn, right)] {
+        for (name, f) in names.iter().zip(schema.fields()) {
+            if !seen.insert(name.clone()) {
+                return Err(Error::plan(format!(
+                    "the join's output would have two columns named `{name}`; choose other aliases \
+                     than `{}` and `{}`",
+                    aliases.0, aliases.1
+                )));
+            }
+            fields.push(Field::new(name, f.data_type().clone(), true));
+        }
+    }
+    Ok((Arc::new(Schema::new(fields)), ln, rn))
+}
+
+/// A buffered row: a row of a stored batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRef {
+    pub batch: u32,
+    pub row: u32,
+}
+
+/// Batches that buffered rows point into; a batch is freed when its last live row goes.
+#[derive(Debug)]
+pub struct BatchStore {
+    batches: Vec<Option<(RecordBatch, u32)>>,
+    free: Vec<u32>,
+    bytes: usize,
+    schema: SchemaRef,
+}
+
+impl BatchStore {
+    pub fn new(schema: SchemaRef) -> Self {
+        BatchStore {
+            batches: Vec::new(),
+            free: Vec::new(),
+            bytes: 0,
+            schema,
+        }
+    }
+
+    /// Stores a batch with no live rows yet; rows become live with [`BatchStore::retain`].
+    pub fn insert(&mut self, batch: RecordBatch) -> u32 {
+        self.bytes += batch.get_array_memory_size();
+        match self.free.pop() {
+            Some(id) => {
+                self.batches[id as usize] = Some((batch, 0));
+                id
+            }
+            None => {
+                self.batches.push(Some((batch, 0)));
+                (self.batches.len() - 1) as u32
+            }
+        }
+    }
+
+    /// One more buffered row points into `batch`.
+    pub fn retain(&mut self, batch: u32) {
+        if let Some((_, live)) = &mut self.batches[batch as usize] {
+            *live += 1;
+        }
+    }
+
+    /// A buffered row of `batch` went; frees the batch with its last row.
+    pub fn release(&mut self, batch: u32) {
+        let slot = &mut self.batches[batch as usize];
+        if let Some((b, live)) = slot {
+            *live -= 1;
+            if *live == 0 {
+                self.bytes -= b.get_array_memory_size();
+                *slot = None;
+                self.free.push(batch);
+            }
+        }
+    }
+
+    /// Frees `batch` if no buffered row points into it (call after inserting rows of it).
+    pub fn release_if_unused(&mut self, batch: u32) {
+        let slot = &mut self.batches[batch as usize];
+        if let Some((b, 0)) = slot {
+            self.bytes -= b.get_array_memory_size();
+            *slot = None;
+            self.free.push(batch);
+        }
+    }
+
+    /// Memory held by stored batches.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn batch(&self, id: u32) -> &RecordBatch {
+        &self.batches[id as usize].as_ref().expect("a live batch").0
+    }
+
+    /// The columns of `rows` (`None`: a row of NULLs), in order.
+    pub fn gather(&self, rows: &[Option<RowRef>]) -> Result<Vec<ArrayRef>> {
+        // Number the distinct batches used; the NULL row is one more one-row source.
+        let mut ids: HashMap<u32, usize> = HashMap::new();
+        let mut order: Vec<u32> = Vec::new();
+        let mut idx: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+        let mut needs_null = false;
+        for r in rows {
+            match r {
+                Some(r) => {
+                    let n = *ids.entry(r.batch).or_insert_with(|| {
+                        order.push(r.batch);
+                        order.len() - 1
+                    });
+                    idx.push((n, r.row as usize));
+                }
+                None => {
+                    needs_null = true;
+                    idx.push((usize::MAX, 0));
+                }
+            }
+        }
+        let null_source = order.len();
+        if needs_null {
+            for i in &mut idx {
+                if i.0 == usize::MAX {
+                    i.0 = null_source;
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.schema.fields().len());
+        for (c, field) in self.schema.fields().iter().enumerate() {
+            let mut sources: Vec<ArrayRef> = order.iter().map(|&b| self.batch(b).column(c).clone()).collect();
+            if needs_null {
+                sources.push(new_null_array(field.data_type(), 1));
+            }
+            let refs: Vec<&dyn Array> = sources.iter().map(|a| a.as_ref()).collect();
+            out.push(if refs.is_empty() {
+                new_null_array(field.data_type(), 0)
+            } else {
+                arrow_select::interleave::interleave(&refs, &idx)?
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Builds output batches of joined pairs.
+pub fn assemble(
+    schema: &SchemaRef,
+    left: &BatchStore,
+    right: &BatchStore,
+    pairs: &[(Option<RowRef>, Option<RowRef>)],
+) -> Result<RecordBatch> {
+    let l: Vec<Option<RowRef>> = pairs.iter().map(|p| p.0).collect();
+    let r: Vec<Option<RowRef>> = pairs.iter().map(|p| p.1).collect();
+    let mut cols = left.gather(&l)?;
+    cols.extend(right.gather(&r)?);
+    Ok(RecordBatch::try_new(schema.clone(), cols)?)
+}
