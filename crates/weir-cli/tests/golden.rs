@@ -16,7 +16,11 @@ use weir_testkit::sorted_lines;
 
 fn fixtures() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
-    assert!(p.join("README.md").is_file(), "the fixtures are missing at {}", p.display());
+    assert!(
+        p.join("README.md").is_file(),
+        "the fixtures are missing at {}",
+        p.display()
+    );
     p
 }
 
@@ -36,21 +40,45 @@ fn normalise(line: &str) -> String {
 }
 
 fn expected(set: &str, query: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(fixtures().join(set).join("expected").join(format!("{query}.csv"))).unwrap();
-    let mut v: Vec<String> = text.lines().skip(1).filter(|l| !l.is_empty()).map(normalise).collect();
+    let text = std::fs::read_to_string(
+        fixtures()
+            .join(set)
+            .join("expected")
+            .join(format!("{query}.csv")),
+    )
+    .unwrap();
+    let mut v: Vec<String> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(normalise)
+        .collect();
     v.sort();
     v
 }
 
 fn csv(job: &JobBuilder, set: &str, table: &str, columns: Vec<(&str, DataType)>) -> Stream {
-    let path = fixtures().join(set).join("input").join(format!("{table}.csv"));
+    let path = fixtures()
+        .join(set)
+        .join("input")
+        .join(format!("{table}.csv"));
     let spec = FileSourceSpec::new(path.to_string_lossy(), FileFormat::Csv, columns);
-    job.source(table, FileSource::new(spec).unwrap(), SourceOptions::event_time("ts", 5_000))
+    job.source(
+        table,
+        FileSource::new(spec).unwrap(),
+        SourceOptions::event_time("ts", 5_000),
+    )
 }
 
 fn run(graph: JobGraph, sink: &CollectSink) -> (Vec<String>, JobReport) {
-    let report = tokio::runtime::Runtime::new().unwrap().block_on(exec::run(graph, Arc::new(SystemClock))).unwrap();
-    let mut lines: Vec<String> = sorted_lines(&sink.batches()).iter().map(|l| normalise(l)).collect();
+    let report = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(exec::run(graph, Arc::new(SystemClock)))
+        .unwrap();
+    let mut lines: Vec<String> = sorted_lines(&sink.batches())
+        .iter()
+        .map(|l| normalise(l))
+        .collect();
     lines.sort();
     (lines, report)
 }
@@ -58,14 +86,30 @@ fn run(graph: JobGraph, sink: &CollectSink) -> (Vec<String>, JobReport) {
 /// interval_join.sql: clicks attributed to impressions of the same ad and user at most 10 s
 /// earlier.
 fn interval_join(set: &str, parallelism: usize) -> (Vec<String>, JobReport) {
-    let job = JobBuilder::with_config("interval_join.sql", JobConfig { parallelism, ..Default::default() });
-    let ids = |first: &'static str| vec![(first, DataType::Int64), ("ad_id", DataType::Int64), ("user_id", DataType::Int64), ("ts", DataType::Int64)];
+    let job = JobBuilder::with_config(
+        "interval_join.sql",
+        JobConfig {
+            parallelism,
+            ..Default::default()
+        },
+    );
+    let ids = |first: &'static str| {
+        vec![
+            (first, DataType::Int64),
+            ("ad_id", DataType::Int64),
+            ("user_id", DataType::Int64),
+            ("ts", DataType::Int64),
+        ]
+    };
     let clicks = csv(&job, set, "clicks", ids("click_id"));
     let impressions = csv(&job, set, "impressions", ids("impression_id"));
     let out = CollectSink::new();
     clicks
         .key_by(&["ad_id", "user_id"])
-        .interval_join(&impressions.key_by(&["ad_id", "user_id"]), IntervalJoin::between(-10_000, 0).aliases("c", "i"))
+        .interval_join(
+            &impressions.key_by(&["ad_id", "user_id"]),
+            IntervalJoin::between(-10_000, 0).aliases("c", "i"),
+        )
         .project([
             ("click_id", col("click_id")),
             ("impression_id", col("impression_id")),
@@ -93,8 +137,17 @@ fn interval_join_on_late_input_joins_every_on_time_pair_and_sets_late_rows_aside
     for p in [1, 3] {
         let (got, report) = interval_join("late", p);
         assert_eq!(got, want, "parallelism {p}");
-        let join = report.metrics.nodes.iter().find(|n| n.name == "interval_join").unwrap();
-        assert!(join.gauges["late_left"] > 0 && join.gauges["late_right"] > 0, "{:?}", join.gauges);
+        let join = report
+            .metrics
+            .nodes
+            .iter()
+            .find(|n| n.name == "interval_join")
+            .unwrap();
+        assert!(
+            join.gauges["late_left"] > 0 && join.gauges["late_right"] > 0,
+            "{:?}",
+            join.gauges
+        );
         assert_eq!(join.state_rows, 0, "state is empty after the end of input");
     }
 }

@@ -100,7 +100,10 @@ impl IntervalJoin {
 
     fn check(&self, inputs: &[StreamInfo]) -> Result<(SchemaRef, [usize; 2], Option<String>)> {
         let [l, r] = inputs else {
-            return Err(Error::plan(format!("interval join takes two inputs, got {}", inputs.len())));
+            return Err(Error::plan(format!(
+                "interval join takes two inputs, got {}",
+                inputs.len()
+            )));
         };
         if self.lower_ms > self.upper_ms {
             return Err(Error::config(
@@ -110,7 +113,10 @@ impl IntervalJoin {
             ));
         }
         let mut et = [0; 2];
-        for (i, (side, alias)) in [(l, &self.left_alias), (r, &self.right_alias)].into_iter().enumerate() {
+        for (i, (side, alias)) in [(l, &self.left_alias), (r, &self.right_alias)]
+            .into_iter()
+            .enumerate()
+        {
             let col = side.event_time.as_ref().ok_or_else(|| {
                 Error::plan(format!(
                     "interval join: the {alias} side has no event time; declare its source's \
@@ -119,7 +125,8 @@ impl IntervalJoin {
             })?;
             et[i] = event_time_index(&side.schema, col)?;
         }
-        let (schema, ln, rn) = join_schema(&l.schema, &r.schema, (&self.left_alias, &self.right_alias))?;
+        let (schema, ln, rn) =
+            join_schema(&l.schema, &r.schema, (&self.left_alias, &self.right_alias))?;
         let event_time = if self.lower_ms >= 0 {
             Some(rn[et[1]].clone())
         } else if self.upper_ms <= 0 {
@@ -238,9 +245,15 @@ impl IntervalJoinOp {
     /// The event-time range of the other side that a row of `side` at `ts` matches.
     fn match_range(&self, side: usize, ts: i64) -> (i64, i64) {
         if side == 0 {
-            (ts.saturating_add(self.spec.lower_ms), ts.saturating_add(self.spec.upper_ms))
+            (
+                ts.saturating_add(self.spec.lower_ms),
+                ts.saturating_add(self.spec.upper_ms),
+            )
         } else {
-            (ts.saturating_sub(self.spec.upper_ms), ts.saturating_sub(self.spec.lower_ms))
+            (
+                ts.saturating_sub(self.spec.upper_ms),
+                ts.saturating_sub(self.spec.lower_ms),
+            )
         }
     }
 
@@ -299,7 +312,10 @@ impl Operator for IntervalJoinOp {
             let k = key.as_ref();
             let hash = hash_key(k);
             let slot = self.slot_for(hash, k);
-            let me = RowRef { batch: batch_id, row: i as u32 };
+            let me = RowRef {
+                batch: batch_id,
+                row: i as u32,
+            };
             let (lo, hi) = self.match_range(side, ts);
             let mut matched = false;
             {
@@ -308,7 +324,11 @@ impl Operator for IntervalJoinOp {
                 for e in buf[start..].iter_mut().take_while(|e| e.ts <= hi) {
                     e.matched = true;
                     matched = true;
-                    pairs.push(if side == 0 { (Some(me), Some(e.row)) } else { (Some(e.row), Some(me)) });
+                    pairs.push(if side == 0 {
+                        (Some(me), Some(e.row))
+                    } else {
+                        (Some(e.row), Some(me))
+                    });
                 }
             }
             let expires = self.expires_at(side, ts);
@@ -316,7 +336,11 @@ impl Operator for IntervalJoinOp {
                 // No later row can match it: do not keep it.
                 if keeps_unmatched && !matched {
                     self.unmatched_emitted += 1;
-                    pairs.push(if side == 0 { (Some(me), None) } else { (None, Some(me)) });
+                    pairs.push(if side == 0 {
+                        (Some(me), None)
+                    } else {
+                        (None, Some(me))
+                    });
                 }
                 let rows = &self.slots[slot];
                 if rows.sides[0].is_empty() && rows.sides[1].is_empty() {
@@ -327,9 +351,17 @@ impl Operator for IntervalJoinOp {
             }
             let buf = &mut self.slots[slot].sides[side];
             let pos = buf.partition_point(|e| e.ts <= ts);
-            buf.insert(pos, Entry { ts, row: me, matched });
+            buf.insert(
+                pos,
+                Entry {
+                    ts,
+                    row: me,
+                    matched,
+                },
+            );
             self.stores[side].retain(batch_id);
-            self.expiry.push(Reverse((expires, slot as u32, side as u8)));
+            self.expiry
+                .push(Reverse((expires, slot as u32, side as u8)));
             self.buffered[side] += 1;
         }
         self.peak_buffered[side] = self.peak_buffered[side].max(self.buffered[side]);
@@ -363,7 +395,11 @@ impl Operator for IntervalJoinOp {
             }
             for e in buf.drain(..n) {
                 if keeps_unmatched && !e.matched {
-                    unmatched.push(if side == 0 { (Some(e.row), None) } else { (None, Some(e.row)) });
+                    unmatched.push(if side == 0 {
+                        (Some(e.row), None)
+                    } else {
+                        (None, Some(e.row))
+                    });
                 }
                 freed.push((side, e.row.batch));
             }
@@ -389,7 +425,8 @@ impl Operator for IntervalJoinOp {
     fn state_size(&self) -> StateSize {
         StateSize {
             rows: self.buffered[0] + self.buffered[1],
-            bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64 + self.index.size().bytes,
+            bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
+                + self.index.size().bytes,
         }
     }
 
@@ -411,12 +448,20 @@ impl Operator for IntervalJoinOp {
 pub trait IntervalJoinExt {
     /// Joins this stream (left) with `right` on their keys, within the time bounds of `join`.
     #[track_caller]
-    fn interval_join(&self, right: &weir_runtime::KeyedStream, join: IntervalJoin) -> weir_runtime::Stream;
+    fn interval_join(
+        &self,
+        right: &weir_runtime::KeyedStream,
+        join: IntervalJoin,
+    ) -> weir_runtime::Stream;
 }
 
 impl IntervalJoinExt for weir_runtime::KeyedStream {
     #[track_caller]
-    fn interval_join(&self, right: &weir_runtime::KeyedStream, mut join: IntervalJoin) -> weir_runtime::Stream {
+    fn interval_join(
+        &self,
+        right: &weir_runtime::KeyedStream,
+        mut join: IntervalJoin,
+    ) -> weir_runtime::Stream {
         let at = weir_runtime::builder::caller_location();
         join.left_keys = self.keys().to_vec();
         join.right_keys = right.keys().to_vec();

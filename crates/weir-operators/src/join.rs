@@ -41,7 +41,8 @@ pub fn join_schema(
     right: &SchemaRef,
     aliases: (&str, &str),
 ) -> Result<(SchemaRef, Vec<String>, Vec<String>)> {
-    let in_both = |name: &str| left.field_with_name(name).is_ok() && right.field_with_name(name).is_ok();
+    let in_both =
+        |name: &str| left.field_with_name(name).is_ok() && right.field_with_name(name).is_ok();
     let rename = |schema: &SchemaRef, alias: &str| -> Vec<String> {
         schema
             .fields()
@@ -189,7 +190,10 @@ impl BatchStore {
         }
         let mut out = Vec::with_capacity(self.schema.fields().len());
         for (c, field) in self.schema.fields().iter().enumerate() {
-            let mut sources: Vec<ArrayRef> = order.iter().map(|&b| self.batch(b).column(c).clone()).collect();
+            let mut sources: Vec<ArrayRef> = order
+                .iter()
+                .map(|&b| self.batch(b).column(c).clone())
+                .collect();
             if needs_null {
                 sources.push(new_null_array(field.data_type(), 1));
             }

@@ -209,7 +209,9 @@ impl JobBuilder {
         for (s, p) in &inputs {
             if let Partitioning::Hash { keys, .. } = p {
                 if let Err(e) = weir_core::keys::KeyEncoder::new(&s.schema(), keys) {
-                    self.fail(Error::plan(format!("key_by for `{name}` (created at {at}): {e}")));
+                    self.fail(Error::plan(format!(
+                        "key_by for `{name}` (created at {at}): {e}"
+                    )));
                 }
             }
         }
@@ -523,11 +525,21 @@ impl KeyedStream {
         let (ls, rs) = (self.stream.schema(), right.stream.schema());
         let types = |schema: &SchemaRef, keys: &[String]| -> Vec<Option<arrow_schema::DataType>> {
             keys.iter()
-                .map(|k| schema.field_with_name(k).ok().map(|f| f.data_type().clone()))
+                .map(|k| {
+                    schema
+                        .field_with_name(k)
+                        .ok()
+                        .map(|f| f.data_type().clone())
+                })
                 .collect()
         };
         let (lt, rt) = (types(&ls, &self.keys), types(&rs, &right.keys));
-        if lt.len() != rt.len() || lt.iter().zip(&rt).any(|(a, b)| a.is_some() && b.is_some() && a != b) {
+        if lt.len() != rt.len()
+            || lt
+                .iter()
+                .zip(&rt)
+                .any(|(a, b)| a.is_some() && b.is_some() && a != b)
+        {
             job.fail(Error::plan(format!(
                 "`{name}` (created at {at}): the join keys ({}) of the left side and ({}) of the \
                  right side must be as many and of the same types; found {:?} and {:?}",
@@ -545,7 +557,10 @@ impl KeyedStream {
         let id = job.add(
             name,
             NodeKind::Operator { factory },
-            vec![(&self.stream, hash(&self.keys)), (&right.stream, hash(&right.keys))],
+            vec![
+                (&self.stream, hash(&self.keys)),
+                (&right.stream, hash(&right.keys)),
+            ],
             at,
             None,
         );

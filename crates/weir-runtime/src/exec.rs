@@ -836,9 +836,7 @@ impl OperatorTask {
             }
         }
         match &mut self.processor {
-            Processor::Operator(_) => {
-                self.call_and_report(|op, ctx| op.on_end(ctx), true).await?
-            }
+            Processor::Operator(_) => self.call_and_report(|op, ctx| op.on_end(ctx), true).await?,
             Processor::Sink(w) => {
                 let sw = Stopwatch::start();
                 w.finish().await?;

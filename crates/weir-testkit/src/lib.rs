@@ -201,6 +201,13 @@ impl Harness {
         self.op.state_size()
     }
 
+    /// The operator's gauges now.
+    pub fn gauges(&self) -> std::collections::BTreeMap<&'static str, i64> {
+        let mut v = Vec::new();
+        self.op.gauges(&mut v);
+        v.into_iter().collect()
+    }
+
     pub fn late_rows(&self) -> u64 {
         self.metrics
             .late_rows
