@@ -263,32 +263,60 @@ fn as_bool<'a>(a: &'a ArrayRef, e: &Expr) -> Result<&'a BooleanArray> {
     })
 }
 
-/// The common type two operands are cast to, if they differ.
-fn common_type(l: &DataType, r: &DataType) -> Option<DataType> {
+/// The types two operands are cast to before `op`, if they must be.
+///
+/// Decimals stay exact: arithmetic between decimals keeps their types (Arrow's kernels scale
+/// them), an integer next to a decimal becomes a DECIMAL of scale 0, and comparisons bring both
+/// sides to one decimal type. A float next to anything numeric makes both DOUBLE.
+fn operand_types(op: BinaryOp, l: &DataType, r: &DataType) -> Option<(DataType, DataType)> {
     use DataType::*;
     if l == r {
         return None;
     }
+    let arithmetic = matches!(
+        op,
+        BinaryOp::Plus | BinaryOp::Minus | BinaryOp::Multiply | BinaryOp::Divide | BinaryOp::Modulo
+    );
+    let as_decimal = |t: &DataType| match t {
+        Decimal128(p, s) => Some((*p, *s)),
+        t if t.is_integer() => Some((20, 0)),
+        _ => None,
+    };
     match (l, r) {
-        (Null, t) | (t, Null) => Some(t.clone()),
-        (a, b) if a.is_numeric() && b.is_numeric() => {
-            if a.is_floating() || b.is_floating() {
-                Some(Float64)
+        (Null, t) | (t, Null) => Some((t.clone(), t.clone())),
+        (Decimal128(..), _) | (_, Decimal128(..)) if !l.is_floating() && !r.is_floating() => {
+            let ((lp, ls), (rp, rs)) = (as_decimal(l)?, as_decimal(r)?);
+            if arithmetic {
+                Some((Decimal128(lp.min(38), ls), Decimal128(rp.min(38), rs)))
             } else {
-                Some(Int64)
+                let s = ls.max(rs);
+                let p =
+                    ((lp as i16 - ls as i16).max(rp as i16 - rs as i16) + s as i16).min(38) as u8;
+                Some((Decimal128(p, s), Decimal128(p, s)))
             }
         }
-        (Utf8, LargeUtf8) | (LargeUtf8, Utf8) => Some(LargeUtf8),
-        (Utf8View, Utf8) | (Utf8, Utf8View) => Some(Utf8),
+        (a, b) if a.is_numeric() && b.is_numeric() => {
+            if a.is_floating()
+                || b.is_floating()
+                || matches!(a, Decimal128(..) | Decimal256(..))
+                || matches!(b, Decimal128(..) | Decimal256(..))
+            {
+                Some((Float64, Float64))
+            } else {
+                Some((Int64, Int64))
+            }
+        }
+        (Utf8, LargeUtf8) | (LargeUtf8, Utf8) => Some((LargeUtf8, LargeUtf8)),
+        (Utf8View, Utf8) | (Utf8, Utf8View) => Some((Utf8, Utf8)),
         _ => None,
     }
 }
 
 fn binary(op: BinaryOp, l: Value, r: Value, e: &Expr) -> Result<Value> {
-    let (l, r) = match common_type(l.array().data_type(), r.array().data_type()) {
-        Some(t) => (
-            l.map(|a| Ok(arrow_cast::cast(&a, &t)?))?,
-            r.map(|a| Ok(arrow_cast::cast(&a, &t)?))?,
+    let (l, r) = match operand_types(op, l.array().data_type(), r.array().data_type()) {
+        Some((lt, rt)) => (
+            l.map(|a| Ok(arrow_cast::cast(&a, &lt)?))?,
+            r.map(|a| Ok(arrow_cast::cast(&a, &rt)?))?,
         ),
         None => (l, r),
     };
@@ -425,6 +453,41 @@ mod tests {
         let v = v.as_any().downcast_ref::<Float64Array>().unwrap();
         assert_eq!(v.value(1), 7.5);
         assert!(v.is_null(2));
+    }
+
+    #[test]
+    fn decimal_arithmetic_stays_exact() {
+        use arrow_array::Decimal128Array;
+        let b = RecordBatch::try_from_iter([
+            (
+                "amount",
+                Arc::new(
+                    Decimal128Array::from(vec![173577])
+                        .with_precision_and_scale(12, 2)
+                        .unwrap(),
+                ) as ArrayRef,
+            ),
+            (
+                "rate",
+                Arc::new(
+                    Decimal128Array::from(vec![1801227])
+                        .with_precision_and_scale(12, 6)
+                        .unwrap(),
+                ) as _,
+            ),
+        ])
+        .unwrap();
+        let v = col("amount").mul(col("rate")).evaluate(&b).unwrap();
+        let v = v.as_any().downcast_ref::<Decimal128Array>().unwrap();
+        assert_eq!(v.value_as_string(0), "3126.51578979");
+        let gt = col("amount")
+            .gt(col("rate"))
+            .evaluate_predicate(&b)
+            .unwrap();
+        assert!(gt.value(0));
+        let plus = col("amount").add(lit(1)).evaluate(&b).unwrap();
+        let plus = plus.as_any().downcast_ref::<Decimal128Array>().unwrap();
+        assert_eq!(plus.value_as_string(0), "1736.77");
     }
 
     #[test]

@@ -42,9 +42,9 @@ use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
-use weir_state::{KeyedTable, StateSize};
+use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, JoinType, RowRef};
+use crate::join::{assemble, join_schema, BatchStore, JoinType, KeySlots, RowRef};
 
 /// The spec of an interval join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,9 +170,7 @@ impl OperatorFactory for IntervalJoin {
                 BatchStore::new(inputs[0].schema.clone()),
                 BatchStore::new(inputs[1].schema.clone()),
             ],
-            index: KeyedTable::new("interval join keys"),
-            slots: Vec::new(),
-            free_slots: Vec::new(),
+            keys: KeySlots::new("interval join keys"),
             expiry: BinaryHeap::new(),
             watermark: Watermark::MIN,
             buffered: [0; 2],
@@ -207,8 +205,6 @@ struct Entry {
 /// The rows of one key: each side in event-time order.
 #[derive(Debug, Default)]
 struct KeyRows {
-    key: Box<[u8]>,
-    hash: u64,
     sides: [Vec<Entry>; 2],
 }
 
@@ -219,10 +215,7 @@ pub struct IntervalJoinOp {
     event_time: [usize; 2],
     encoders: [KeyEncoder; 2],
     stores: [BatchStore; 2],
-    /// Key → slot in `slots`.
-    index: KeyedTable<u64>,
-    slots: Vec<KeyRows>,
-    free_slots: Vec<u32>,
+    keys: KeySlots<KeyRows>,
     /// (time the watermark must reach to drop, slot, side), earliest first.
     expiry: BinaryHeap<Reverse<(i64, u32, u8)>>,
     watermark: Watermark,
@@ -255,27 +248,6 @@ impl IntervalJoinOp {
                 ts.saturating_sub(self.spec.lower_ms),
             )
         }
-    }
-
-    fn slot_for(&mut self, hash: u64, key: &[u8]) -> usize {
-        let free = &mut self.free_slots;
-        let slots = &mut self.slots;
-        let slot = *self.index.upsert(hash, key, || match free.pop() {
-            Some(s) => {
-                slots[s as usize].key = key.into();
-                slots[s as usize].hash = hash;
-                s as u64
-            }
-            None => {
-                slots.push(KeyRows {
-                    key: key.into(),
-                    hash,
-                    sides: Default::default(),
-                });
-                (slots.len() - 1) as u64
-            }
-        });
-        slot as usize
     }
 
     fn emit(&self, pairs: &[(Option<RowRef>, Option<RowRef>)], ctx: &mut Context) -> Result<()> {
@@ -311,7 +283,7 @@ impl Operator for IntervalJoinOp {
             let ts = times[i];
             let k = key.as_ref();
             let hash = hash_key(k);
-            let slot = self.slot_for(hash, k);
+            let slot = self.keys.slot_for(hash, k);
             let me = RowRef {
                 batch: batch_id,
                 row: i as u32,
@@ -319,7 +291,7 @@ impl Operator for IntervalJoinOp {
             let (lo, hi) = self.match_range(side, ts);
             let mut matched = false;
             {
-                let buf = &mut self.slots[slot].sides[other];
+                let buf = &mut self.keys.get_mut(slot).sides[other];
                 let start = buf.partition_point(|e| e.ts < lo);
                 for e in buf[start..].iter_mut().take_while(|e| e.ts <= hi) {
                     e.matched = true;
@@ -342,14 +314,13 @@ impl Operator for IntervalJoinOp {
                         (None, Some(me))
                     });
                 }
-                let rows = &self.slots[slot];
+                let rows = self.keys.get(slot);
                 if rows.sides[0].is_empty() && rows.sides[1].is_empty() {
-                    self.index.remove(hash, k);
-                    self.free_slots.push(slot as u32);
+                    self.keys.release(slot);
                 }
                 continue;
             }
-            let buf = &mut self.slots[slot].sides[side];
+            let buf = &mut self.keys.get_mut(slot).sides[side];
             let pos = buf.partition_point(|e| e.ts <= ts);
             buf.insert(
                 pos,
@@ -388,7 +359,7 @@ impl Operator for IntervalJoinOp {
                 wm.saturating_add(self.spec.lower_ms)
             };
             let keeps_unmatched = self.spec.join_type.keeps_unmatched(side);
-            let buf = &mut self.slots[slot].sides[side];
+            let buf = &mut self.keys.get_mut(slot).sides[side];
             let n = buf.partition_point(|e| e.ts <= limit);
             if n == 0 {
                 continue;
@@ -404,11 +375,9 @@ impl Operator for IntervalJoinOp {
                 freed.push((side, e.row.batch));
             }
             self.buffered[side] -= n as u64;
-            let rows = &self.slots[slot];
+            let rows = self.keys.get(slot);
             if rows.sides[0].is_empty() && rows.sides[1].is_empty() {
-                let (hash, key) = (rows.hash, rows.key.clone());
-                self.index.remove(hash, &key);
-                self.free_slots.push(slot as u32);
+                self.keys.release(slot);
             }
         }
         self.unmatched_emitted += unmatched.len() as u64;
@@ -426,7 +395,7 @@ impl Operator for IntervalJoinOp {
         StateSize {
             rows: self.buffered[0] + self.buffered[1],
             bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
-                + self.index.size().bytes,
+                + self.keys.index_bytes(),
         }
     }
 
@@ -439,7 +408,7 @@ impl Operator for IntervalJoinOp {
             ("late_left", self.late[0] as i64),
             ("late_right", self.late[1] as i64),
             ("unmatched_emitted", self.unmatched_emitted as i64),
-            ("keys", self.index.len() as i64),
+            ("keys", self.keys.len() as i64),
         ]);
     }
 }

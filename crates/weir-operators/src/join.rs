@@ -221,3 +221,68 @@ pub fn assemble(
     cols.extend(right.gather(&r)?);
     Ok(RecordBatch::try_new(schema.clone(), cols)?)
 }
+
+/// Per-key state held in slots: a key maps to a slot index that stays put while the key has
+/// state, so other structures (expiry queues) can refer to it by number.
+#[derive(Debug)]
+pub struct KeySlots<T> {
+    index: weir_state::KeyedTable<u64>,
+    slots: Vec<(Box<[u8]>, u64, T)>,
+    free: Vec<usize>,
+}
+
+impl<T: Default> KeySlots<T> {
+    pub fn new(name: &str) -> Self {
+        KeySlots {
+            index: weir_state::KeyedTable::new(name),
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// The slot of `key` (hash `hash`), made with `T::default()` if the key has none.
+    pub fn slot_for(&mut self, hash: u64, key: &[u8]) -> usize {
+        let (free, slots) = (&mut self.free, &mut self.slots);
+        *self.index.upsert(hash, key, || match free.pop() {
+            Some(s) => {
+                slots[s] = (key.into(), hash, T::default());
+                s as u64
+            }
+            None => {
+                slots.push((key.into(), hash, T::default()));
+                (slots.len() - 1) as u64
+            }
+        }) as usize
+    }
+
+    pub fn get(&self, slot: usize) -> &T {
+        &self.slots[slot].2
+    }
+
+    pub fn get_mut(&mut self, slot: usize) -> &mut T {
+        &mut self.slots[slot].2
+    }
+
+    /// Forgets the key of `slot`; the slot may be handed to another key.
+    pub fn release(&mut self, slot: usize) {
+        let (key, hash, value) = &mut self.slots[slot];
+        self.index.remove(*hash, key);
+        *key = Box::default();
+        *value = T::default();
+        self.free.push(slot);
+    }
+
+    /// Keys that have a slot.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Bytes of the key index.
+    pub fn index_bytes(&self) -> u64 {
+        self.index.size().bytes
+    }
+}

@@ -17,10 +17,12 @@
 pub mod count;
 pub mod interval_join;
 pub mod join;
+pub mod temporal_join;
 
 pub use count::{Count, CountOp};
 pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
 pub use join::JoinType;
+pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
 
 use std::sync::Arc;
 use weir_runtime::graph::{spec_from_json, Registry};

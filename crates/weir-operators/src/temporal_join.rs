@@ -1,0 +1,475 @@
+//! `.temporal_join(table, TemporalJoin::new())`: prices each row of a probe stream with the
+//! version of a table row that was valid at the probe row's event time (SQL's
+//! `JOIN rates FOR SYSTEM_TIME AS OF o.rt`).
+//!
+//! The table side is a changelog keyed by the join key: every row is a new version of its key,
+//! valid from its own event time on (inclusive) until the next version. With an `op_column`
+//! (Flink's row kinds `+I`, `-U`, `+U`, `-D`, or `insert` / `update` / `delete`), a delete ends
+//! the key's validity and an update-before (`-U`) is ignored (its update-after follows).
+//!
+//! # Results
+//!
+//! A probe row waits until the join's watermark (the minimum of both inputs') reaches its event
+//! time; by then every on-time version at or before that time has arrived. It is then joined
+//! with the version with the greatest valid-from ≤ its time; with none (or a deleted key) an
+//! INNER join drops it and a LEFT join emits it with NULLs. Results are therefore the same on
+//! every replay, at any parallelism and interleaving. The output's event time is the probe
+//! row's.
+//!
+//! # State
+//!
+//! Probe rows wait at most the watermark delay. A key keeps its versions newer than the
+//! watermark and the newest one at or below it; older versions can serve no future probe and
+//! are dropped. Versions are kept sorted by time, and each probe finds its version by binary
+//! search, so many versions per key stay cheap.
+//!
+//! # Late rows
+//!
+//! Probe or version rows at or below their own split's watermark are late: counted per input
+//! and sent to that input's late-row output, never joined.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::batch::{event_time_index, event_times};
+use weir_core::keys::{hash_key, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_state::StateSize;
+
+use crate::join::{assemble, join_schema, BatchStore, JoinType, KeySlots, RowRef};
+
+/// The spec of an event-time temporal join.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemporalJoin {
+    #[serde(default)]
+    pub probe_keys: Vec<String>,
+    #[serde(default)]
+    pub table_keys: Vec<String>,
+    /// `Inner` or `Left`.
+    #[serde(default)]
+    pub join_type: JoinType,
+    /// A STRING column of the table side holding each row's change kind; `None`: every row is
+    /// an upsert.
+    #[serde(default)]
+    pub op_column: Option<String>,
+    #[serde(default = "probe_alias")]
+    pub probe_alias: String,
+    #[serde(default = "table_alias")]
+    pub table_alias: String,
+}
+
+fn probe_alias() -> String {
+    "probe".into()
+}
+fn table_alias() -> String {
+    "table".into()
+}
+
+impl Default for TemporalJoin {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TemporalJoin {
+    pub fn new() -> Self {
+        TemporalJoin {
+            probe_keys: Vec::new(),
+            table_keys: Vec::new(),
+            join_type: JoinType::Inner,
+            op_column: None,
+            probe_alias: probe_alias(),
+            table_alias: table_alias(),
+        }
+    }
+
+    pub fn join_type(mut self, t: JoinType) -> Self {
+        self.join_type = t;
+        self
+    }
+
+    pub fn aliases(mut self, probe: &str, table: &str) -> Self {
+        self.probe_alias = probe.into();
+        self.table_alias = table.into();
+        self
+    }
+
+    /// Reads change kinds from `column` of the table side.
+    pub fn op_column(mut self, column: &str) -> Self {
+        self.op_column = Some(column.into());
+        self
+    }
+
+    fn check(
+        &self,
+        inputs: &[StreamInfo],
+    ) -> Result<(SchemaRef, [usize; 2], Option<usize>, String)> {
+        let [p, t] = inputs else {
+            return Err(Error::plan(format!(
+                "temporal join takes two inputs, got {}",
+                inputs.len()
+            )));
+        };
+        if matches!(self.join_type, JoinType::Right | JoinType::Full) {
+            return Err(Error::plan(format!(
+                "a temporal join is INNER or LEFT, not {:?}: a table version is not an event that \
+                 can go unmatched",
+                self.join_type
+            )));
+        }
+        let mut et = [0; 2];
+        for (i, (side, what)) in [(p, "probe"), (t, "table")].into_iter().enumerate() {
+            let col = side.event_time.as_ref().ok_or_else(|| {
+                Error::plan(format!(
+                    "temporal join: the {what} side has no event time; declare its source's \
+                     event-time column (versions are valid from their event time)"
+                ))
+            })?;
+            et[i] = event_time_index(&side.schema, col)?;
+        }
+        let op = match &self.op_column {
+            None => None,
+            Some(c) => {
+                let i = t.schema.index_of(c).map_err(|_| {
+                    Error::plan(format!(
+                        "temporal join: op column `{c}` not found; the table side has: {}",
+                        weir_core::keys::column_names(&t.schema)
+                    ))
+                })?;
+                if t.schema.field(i).data_type() != &DataType::Utf8 {
+                    return Err(Error::plan(format!(
+                        "temporal join: op column `{c}` is {}, it must be STRING",
+                        t.schema.field(i).data_type()
+                    )));
+                }
+                Some(i)
+            }
+        };
+        let (schema, pn, _) =
+            join_schema(&p.schema, &t.schema, (&self.probe_alias, &self.table_alias))?;
+        Ok((schema, et, op, pn[et[0]].clone()))
+    }
+}
+
+impl OperatorFactory for TemporalJoin {
+    fn kind(&self) -> &'static str {
+        "temporal_join"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("temporal join spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let (schema, _, _, et) = self.check(inputs)?;
+        Ok(StreamInfo {
+            schema,
+            event_time: Some(et),
+        })
+    }
+    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let (schema, et, op, _) = self.check(inputs)?;
+        Ok(Box::new(TemporalJoinOp {
+            keep_unmatched: self.join_type == JoinType::Left,
+            schema,
+            event_time: et,
+            op_column: op,
+            encoders: [
+                KeyEncoder::new(&inputs[0].schema, &self.probe_keys)?,
+                KeyEncoder::new(&inputs[1].schema, &self.table_keys)?,
+            ],
+            stores: [
+                BatchStore::new(inputs[0].schema.clone()),
+                BatchStore::new(inputs[1].schema.clone()),
+            ],
+            keys: KeySlots::new("temporal join keys"),
+            due: BinaryHeap::new(),
+            watermark: Watermark::MIN,
+            pending: 0,
+            versions: 0,
+            peak_pending: 0,
+            peak_versions: 0,
+            late: [0; 2],
+            unmatched_emitted: 0,
+        }))
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{:?} temporal join on ({}) = ({}) at the {} row's event time; keeps per key the \
+             versions newer than the watermark and one before it, and probe rows for the \
+             watermark delay",
+            self.join_type,
+            self.probe_keys.join(", "),
+            self.table_keys.join(", "),
+            self.probe_alias
+        )
+    }
+}
+
+/// A version of a key: valid from `ts`; `row` is `None` for a delete.
+#[derive(Debug, Clone, Copy)]
+struct Version {
+    ts: i64,
+    row: Option<RowRef>,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    /// Sorted by valid-from.
+    versions: Vec<Version>,
+    /// Probe rows waiting for the watermark, sorted by event time.
+    probes: Vec<(i64, RowRef)>,
+}
+
+/// One subtask of a temporal join.
+pub struct TemporalJoinOp {
+    keep_unmatched: bool,
+    schema: SchemaRef,
+    event_time: [usize; 2],
+    op_column: Option<usize>,
+    encoders: [KeyEncoder; 2],
+    stores: [BatchStore; 2],
+    keys: KeySlots<KeyState>,
+    /// (probe event time, slot) of waiting probes, earliest first.
+    due: BinaryHeap<Reverse<(i64, usize)>>,
+    watermark: Watermark,
+    pending: u64,
+    versions: u64,
+    peak_pending: u64,
+    peak_versions: u64,
+    late: [u64; 2],
+    unmatched_emitted: u64,
+}
+
+enum Change {
+    Upsert,
+    Delete,
+    Ignore,
+}
+
+fn change_kind(op: &str) -> Result<Change> {
+    match op.trim().to_ascii_lowercase().as_str() {
+        "+i" | "+u" | "i" | "u" | "insert" | "update" | "upsert" | "c" | "r" => Ok(Change::Upsert),
+        "-d" | "d" | "delete" => Ok(Change::Delete),
+        "-u" | "update_before" => Ok(Change::Ignore),
+        other => Err(Error::plan(format!(
+            "temporal join: unknown change kind {other:?}; use +I, -U, +U, -D (or insert, update, delete)"
+        ))),
+    }
+}
+
+impl TemporalJoinOp {
+    /// Drops versions that no future probe can pick: all before the newest one at or below the
+    /// watermark.
+    fn prune(&mut self, slot: usize) {
+        let wm = self.watermark.0;
+        let st = self.keys.get_mut(slot);
+        let at_or_below = st.versions.partition_point(|v| v.ts <= wm);
+        if at_or_below > 1 {
+            let dropped: Vec<Version> = st.versions.drain(..at_or_below - 1).collect();
+            self.versions -= dropped.len() as u64;
+            for v in dropped {
+                if let Some(r) = v.row {
+                    self.stores[1].release(r.batch);
+                }
+            }
+        }
+    }
+
+    fn add_versions(&mut self, data: RecordBatch, ctx: &mut Context) -> Result<()> {
+        let _ = ctx;
+        let times = event_times(&data, self.event_time[1])?;
+        let keys = self.encoders[1].encode(&data)?;
+        let ops = match self.op_column {
+            Some(i) => Some(data.column(i).as_string::<i32>().clone()),
+            None => None,
+        };
+        let batch_id = self.stores[1].insert(data);
+        for (i, key) in keys.iter().enumerate() {
+            let row = match &ops {
+                None => Some(RowRef {
+                    batch: batch_id,
+                    row: i as u32,
+                }),
+                Some(ops) => match change_kind(if ops.is_null(i) { "+I" } else { ops.value(i) })? {
+                    Change::Upsert => Some(RowRef {
+                        batch: batch_id,
+                        row: i as u32,
+                    }),
+                    Change::Delete => None,
+                    Change::Ignore => continue,
+                },
+            };
+            let k = key.as_ref();
+            let slot = self.keys.slot_for(hash_key(k), k);
+            let ts = times[i];
+            let st = self.keys.get_mut(slot);
+            // Versions arrive nearly in order: insert after equal times (the later arrival
+            // wins a tie).
+            let pos = st.versions.partition_point(|v| v.ts <= ts);
+            st.versions.insert(pos, Version { ts, row });
+            if row.is_some() {
+                self.stores[1].retain(batch_id);
+            }
+            self.versions += 1;
+            self.prune(slot);
+        }
+        self.peak_versions = self.peak_versions.max(self.versions);
+        self.stores[1].release_if_unused(batch_id);
+        Ok(())
+    }
+
+    fn add_probes(&mut self, data: RecordBatch) -> Result<()> {
+        let times = event_times(&data, self.event_time[0])?;
+        let keys = self.encoders[0].encode(&data)?;
+        let batch_id = self.stores[0].insert(data);
+        for (i, key) in keys.iter().enumerate() {
+            let k = key.as_ref();
+            let slot = self.keys.slot_for(hash_key(k), k);
+            let ts = times[i];
+            let st = self.keys.get_mut(slot);
+            let pos = st.probes.partition_point(|p| p.0 <= ts);
+            st.probes.insert(
+                pos,
+                (
+                    ts,
+                    RowRef {
+                        batch: batch_id,
+                        row: i as u32,
+                    },
+                ),
+            );
+            self.stores[0].retain(batch_id);
+            self.due.push(Reverse((ts, slot)));
+            self.pending += 1;
+        }
+        self.peak_pending = self.peak_pending.max(self.pending);
+        self.stores[0].release_if_unused(batch_id);
+        Ok(())
+    }
+}
+
+impl Operator for TemporalJoinOp {
+    fn on_batch(&mut self, input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let times = event_times(&batch.data, self.event_time[input])?;
+        let (on_time, late) = batch.split_late(&times, |t, wm| t <= wm)?;
+        if let Some(late) = late {
+            self.late[input] += late.num_rows() as u64;
+            ctx.emit_late_from(input, late);
+        }
+        if on_time.num_rows() == 0 {
+            return Ok(());
+        }
+        if input == 0 {
+            self.add_probes(on_time.data)
+        } else {
+            self.add_versions(on_time.data, ctx)
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        self.watermark = watermark;
+        let wm = watermark.0;
+        let mut out: Vec<(Option<RowRef>, Option<RowRef>)> = Vec::new();
+        let mut probes_done: Vec<u32> = Vec::new();
+        let mut touched: Vec<usize> = Vec::new();
+        while let Some(&Reverse((ts, slot))) = self.due.peek() {
+            if ts > wm {
+                break;
+            }
+            self.due.pop();
+            let st = self.keys.get_mut(slot);
+            let n = st.probes.partition_point(|p| p.0 <= wm);
+            if n == 0 {
+                continue; // this slot's due probes were handled with an earlier entry
+            }
+            for (pts, prow) in st.probes.drain(..n) {
+                let idx = st.versions.partition_point(|v| v.ts <= pts);
+                match idx.checked_sub(1).and_then(|i| st.versions[i].row) {
+                    Some(vrow) => out.push((Some(prow), Some(vrow))),
+                    None if self.keep_unmatched => out.push((Some(prow), None)),
+                    None => {}
+                }
+                probes_done.push(prow.batch);
+            }
+            self.pending -= n as u64;
+            touched.push(slot);
+        }
+        let matched = out.iter().filter(|p| p.1.is_some()).count();
+        self.unmatched_emitted += (out.len() - matched) as u64;
+        for chunk in out.chunks(8192) {
+            let b = assemble(&self.schema, &self.stores[0], &self.stores[1], chunk)?;
+            ctx.emit(StreamBatch::new(b));
+        }
+        for b in probes_done {
+            self.stores[0].release(b);
+        }
+        for slot in touched {
+            self.prune(slot);
+            let st = self.keys.get(slot);
+            // A key with neither waiting probes nor versions has no state left.
+            if st.probes.is_empty() && st.versions.is_empty() {
+                self.keys.release(slot);
+            }
+        }
+        if wm == i64::MAX {
+            // End of input: nothing can probe the versions any more.
+            self.keys = KeySlots::new("temporal join keys");
+            self.stores[1] = BatchStore::new(self.stores[1].schema().clone());
+            self.versions = 0;
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize {
+            rows: self.pending + self.versions,
+            bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
+                + self.keys.index_bytes(),
+        }
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("probes_waiting", self.pending as i64),
+            ("versions_held", self.versions as i64),
+            ("peak_probes_waiting", self.peak_pending as i64),
+            ("peak_versions_held", self.peak_versions as i64),
+            ("late_probe", self.late[0] as i64),
+            ("late_table", self.late[1] as i64),
+            ("unmatched_emitted", self.unmatched_emitted as i64),
+            ("keys", self.keys.len() as i64),
+        ]);
+    }
+}
+
+/// Builder method for keyed streams.
+pub trait TemporalJoinExt {
+    /// Joins each row of this stream (the probe) with the version of `table` valid at its
+    /// event time, on their keys.
+    #[track_caller]
+    fn temporal_join(
+        &self,
+        table: &weir_runtime::KeyedStream,
+        join: TemporalJoin,
+    ) -> weir_runtime::Stream;
+}
+
+impl TemporalJoinExt for weir_runtime::KeyedStream {
+    #[track_caller]
+    fn temporal_join(
+        &self,
+        table: &weir_runtime::KeyedStream,
+        mut join: TemporalJoin,
+    ) -> weir_runtime::Stream {
+        let at = weir_runtime::builder::caller_location();
+        join.probe_keys = self.keys().to_vec();
+        join.table_keys = table.keys().to_vec();
+        self.connect_at(table, "temporal_join".into(), Arc::new(join), at)
+    }
+}
