@@ -281,14 +281,12 @@ impl TemporalJoinOp {
         }
     }
 
-    fn add_versions(&mut self, data: RecordBatch, ctx: &mut Context) -> Result<()> {
-        let _ = ctx;
+    fn add_versions(&mut self, data: RecordBatch) -> Result<()> {
         let times = event_times(&data, self.event_time[1])?;
         let keys = self.encoders[1].encode(&data)?;
-        let ops = match self.op_column {
-            Some(i) => Some(data.column(i).as_string::<i32>().clone()),
-            None => None,
-        };
+        let ops = self
+            .op_column
+            .map(|i| data.column(i).as_string::<i32>().clone());
         let batch_id = self.stores[1].insert(data);
         for (i, key) in keys.iter().enumerate() {
             let row = match &ops {
@@ -368,7 +366,7 @@ impl Operator for TemporalJoinOp {
         if input == 0 {
             self.add_probes(on_time.data)
         } else {
-            self.add_versions(on_time.data, ctx)
+            self.add_versions(on_time.data)
         }
     }
 
