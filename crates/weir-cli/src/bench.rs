@@ -1,18 +1,37 @@
-//! `weir bench`: throughput, CPU time and peak memory of a keyed count, from the generator and
-//! from CSV files. Numbers vary with the machine and its load: compare runs made together.
+//! `weir bench`: throughput, CPU time, peak memory and peak state of weir's jobs, from the
+//! generator and from CSV files. Each measurement runs in a fresh process so that its peak RSS
+//! is its own. Numbers vary with the machine and its load: compare runs made together.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
+use arrow_schema::DataType;
+use serde::{Deserialize, Serialize};
 use weir_connectors::file::{FileFormat, FileSink, FileSource, FileSourceSpec};
-use weir_connectors::generator::{GeneratorSource, GeneratorSpec};
-use weir_operators::KeyedStreamExt;
-use weir_runtime::{CollectSink, JobBuilder, JobConfig, JobGraph, SourceOptions};
+use weir_connectors::generator::{schema_for, GeneratorSource, GeneratorSpec};
+use weir_operators::{
+    IntervalJoin, IntervalJoinExt, KeyedStreamExt, TemporalJoin, TemporalJoinExt,
+};
+use weir_runtime::{
+    BlackholeSink, JobBuilder, JobConfig, JobGraph, SourceFactory, SourceOptions, Stream,
+};
 
 use crate::procstat;
 
-#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
-pub enum BenchSource {
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum BenchJob {
+    /// Events (80 % one hot key) counted per key.
+    Count,
+    /// Clicks joined to impressions of the same ad and user up to 10 s earlier.
+    IntervalJoin,
+    /// Orders priced with the FX rate valid at their event time.
+    TemporalJoin,
+    All,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum BenchInput {
     Generator,
     Csv,
     Both,
@@ -20,119 +39,273 @@ pub enum BenchSource {
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Events to count (80 % one hot key, the rest over 10,000 keys).
-    #[arg(long, default_value_t = 10_000_000)]
-    pub rows: u64,
+    #[arg(long, value_enum, default_value = "all")]
+    pub job: BenchJob,
+    #[arg(long, value_enum, default_value = "both")]
+    pub input: BenchInput,
+    /// Rows of the main input: events (default 10 M), impressions (1 M; clicks follow, about
+    /// 0.32 per impression) or orders (1 M, with 20 k rate versions).
+    #[arg(long)]
+    pub rows: Option<u64>,
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,
-    #[arg(long, value_enum, default_value = "both")]
-    pub source: BenchSource,
-    /// Folder for the CSV input (default: a temporary folder, removed afterwards).
-    #[arg(long)]
-    pub csv_dir: Option<PathBuf>,
     /// Rows per batch.
     #[arg(long, default_value_t = 8192)]
     pub batch_rows: usize,
+    /// Folder for CSV input (default: a temporary folder, removed afterwards).
+    #[arg(long)]
+    pub csv_dir: Option<PathBuf>,
+    /// Print one measurement as JSON (used for the child processes).
+    #[arg(long, hide = true)]
+    pub json: bool,
 }
 
+#[derive(Debug, Serialize, Deserialize)]
 struct Measured {
-    label: String,
-    rows: u64,
-    secs: f64,
-    cpu: f64,
+    job: BenchJob,
+    input: BenchInput,
+    rows_in: u64,
+    rows_out: u64,
+    wall_s: f64,
+    cpu_s: f64,
+    peak_rss_mib: f64,
+    peak_state_rows: u64,
+    peak_state_mib: f64,
 }
 
-async fn measure(label: &str, graph: JobGraph) -> Result<Measured> {
-    let cpu0 = procstat::cpu_seconds();
-    let report =
-        weir_runtime::exec::run(graph, std::sync::Arc::new(weir_core::SystemClock)).await?;
-    let cpu = procstat::cpu_seconds() - cpu0;
-    let rows = report
-        .metrics
-        .nodes
-        .iter()
-        .filter(|n| n.kind.starts_with("source"))
-        .map(|n| n.rows_out)
-        .sum();
-    Ok(Measured {
-        label: label.into(),
-        rows,
-        secs: report.elapsed_ms.max(1) as f64 / 1000.0,
-        cpu,
-    })
+fn default_rows(job: BenchJob) -> u64 {
+    match job {
+        BenchJob::Count => 10_000_000,
+        _ => 1_000_000,
+    }
 }
 
-fn count_job(
+/// The generator tables a job reads, by name.
+fn tables(job: BenchJob, rows: u64, splits: usize) -> Vec<(&'static str, GeneratorSpec)> {
+    match job {
+        BenchJob::Count => vec![("events", GeneratorSpec::events(rows).with_splits(splits))],
+        BenchJob::IntervalJoin => vec![
+            ("clicks", GeneratorSpec::clicks(rows).with_splits(splits)),
+            (
+                "impressions",
+                GeneratorSpec::impressions(rows).with_splits(splits),
+            ),
+        ],
+        BenchJob::TemporalJoin => {
+            let versions = 20_000;
+            let orders = GeneratorSpec::orders(rows).with_splits(splits);
+            let eps = (orders.events_per_sec * versions / rows.max(1)).max(1);
+            vec![
+                ("orders", orders),
+                (
+                    "rates",
+                    GeneratorSpec {
+                        events_per_sec: eps,
+                        ..GeneratorSpec::rates(versions).with_splits(splits)
+                    },
+                ),
+            ]
+        }
+        BenchJob::All => vec![],
+    }
+}
+
+fn build(
     a: &BenchArgs,
-    name: &str,
-    source: impl weir_runtime::SourceFactory + 'static,
+    job: BenchJob,
+    sources: Vec<(&'static str, Box<dyn SourceFactory>)>,
 ) -> Result<JobGraph> {
     let cfg = JobConfig {
         parallelism: a.parallelism,
         batch_rows: a.batch_rows,
         ..Default::default()
     };
-    let job = JobBuilder::with_config(name, cfg);
-    job.source("events", source, SourceOptions::event_time("ts", 5_000))
-        .key_by(&["key"])
-        .count()
-        .sink("counts", CollectSink::new());
-    Ok(job.build()?)
+    let b = JobBuilder::with_config(format!("bench {job:?}"), cfg);
+    let streams: Vec<Stream> = sources
+        .into_iter()
+        .map(|(name, s)| b.source_arc(name, s.into(), SourceOptions::event_time("ts", 5_000)))
+        .collect();
+    let out = match job {
+        BenchJob::Count => streams[0].key_by(&["key"]).count(),
+        BenchJob::IntervalJoin => streams[0].key_by(&["ad_id", "user_id"]).interval_join(
+            &streams[1].key_by(&["ad_id", "user_id"]),
+            IntervalJoin::between(-10_000, 0).aliases("c", "i"),
+        ),
+        BenchJob::TemporalJoin => streams[0].key_by(&["currency"]).temporal_join(
+            &streams[1].key_by(&["currency"]),
+            TemporalJoin::new().aliases("o", "r"),
+        ),
+        BenchJob::All => bail!("one job at a time"),
+    };
+    out.sink("out", BlackholeSink);
+    Ok(b.build()?)
 }
 
-pub async fn run(a: BenchArgs) -> Result<()> {
-    let mut results = Vec::new();
-    let events = GeneratorSpec::events(a.rows).with_splits(a.parallelism);
-    if a.source != BenchSource::Csv {
-        let g = count_job(&a, "bench generator", GeneratorSource::new(events.clone())?)?;
-        results.push(measure("generator -> keyed count", g).await?);
-    }
-    if a.source != BenchSource::Generator {
-        let tmp;
-        let dir = match &a.csv_dir {
-            Some(d) => d.clone(),
-            None => {
-                tmp = TempDir::new()?;
-                tmp.0.clone()
-            }
-        };
-        // Write the input first (not measured): one file per subtask.
-        let w = JobBuilder::with_config(
-            "bench input",
-            JobConfig {
-                parallelism: a.parallelism,
-                ..Default::default()
-            },
-        );
+/// Writes the job's tables as CSV, one file per subtask: `<table>-<i>.csv`.
+async fn write_csv(
+    dir: &Path,
+    specs: &[(&'static str, GeneratorSpec)],
+    parallelism: usize,
+) -> Result<()> {
+    let w = JobBuilder::with_config(
+        "bench input",
+        JobConfig {
+            parallelism,
+            ..Default::default()
+        },
+    );
+    for (name, spec) in specs {
         w.source(
-            "events",
-            GeneratorSource::new(events.clone())?,
+            *name,
+            GeneratorSource::new(spec.clone())?,
             SourceOptions::none(),
         )
         .sink(
-            "csv",
-            FileSink::new(dir.join("events.csv"), FileFormat::Csv),
+            format!("{name} csv"),
+            FileSink::new(dir.join(format!("{name}.csv")), FileFormat::Csv),
         );
-        weir_runtime::exec::run(w.build()?, std::sync::Arc::new(weir_core::SystemClock)).await?;
-        let pattern = if a.parallelism > 1 {
-            dir.join("events-*.csv")
-        } else {
-            dir.join("events.csv")
-        };
-        let spec = FileSourceSpec::new(
-            pattern.to_string_lossy(),
-            FileFormat::Csv,
-            vec![
-                ("key", arrow_schema::DataType::Utf8),
-                ("ts", arrow_schema::DataType::Int64),
-            ],
-        );
-        let g = count_job(&a, "bench csv", FileSource::new(spec)?)?;
-        results.push(measure("csv files -> keyed count", g).await?);
+    }
+    weir_runtime::exec::run(w.build()?, std::sync::Arc::new(weir_core::SystemClock)).await?;
+    Ok(())
+}
+
+async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<Measured> {
+    let rows = a.rows.unwrap_or(default_rows(job));
+    let specs = tables(job, rows, a.parallelism);
+    let mut tmp = None;
+    let sources: Vec<(&'static str, Box<dyn SourceFactory>)> = match input {
+        BenchInput::Generator => specs
+            .iter()
+            .map(|(n, s)| {
+                Ok((
+                    *n,
+                    Box::new(GeneratorSource::new(s.clone())?) as Box<dyn SourceFactory>,
+                ))
+            })
+            .collect::<Result<_>>()?,
+        _ => {
+            let dir = match &a.csv_dir {
+                Some(d) => d.clone(),
+                None => {
+                    let t = TempDir::new()?;
+                    let d = t.0.clone();
+                    tmp = Some(t);
+                    d
+                }
+            };
+            write_csv(&dir, &specs, a.parallelism).await?;
+            specs
+                .iter()
+                .map(|(n, s)| {
+                    let pattern = if a.parallelism > 1 {
+                        dir.join(format!("{n}-*.csv"))
+                    } else {
+                        dir.join(format!("{n}.csv"))
+                    };
+                    let columns: Vec<(&str, DataType)> = Vec::new();
+                    let mut spec =
+                        FileSourceSpec::new(pattern.to_string_lossy(), FileFormat::Csv, columns);
+                    spec.columns = schema_for(s.scenario)
+                        .fields()
+                        .iter()
+                        .map(|f| weir_connectors::file::ColumnSpec {
+                            name: f.name().clone(),
+                            data_type: f.data_type().clone(),
+                        })
+                        .collect();
+                    Ok((
+                        *n,
+                        Box::new(FileSource::new(spec)?) as Box<dyn SourceFactory>,
+                    ))
+                })
+                .collect::<Result<_>>()?
+        }
+    };
+    let graph = build(a, job, sources)?;
+    let cpu0 = procstat::cpu_seconds();
+    let report =
+        weir_runtime::exec::run(graph, std::sync::Arc::new(weir_core::SystemClock)).await?;
+    let cpu_s = procstat::cpu_seconds() - cpu0;
+    drop(tmp);
+    let m = &report.metrics;
+    Ok(Measured {
+        job,
+        input,
+        rows_in: m
+            .nodes
+            .iter()
+            .filter(|n| n.kind.starts_with("source"))
+            .map(|n| n.rows_out)
+            .sum(),
+        rows_out: m
+            .nodes
+            .iter()
+            .filter(|n| n.kind.starts_with("sink"))
+            .map(|n| n.rows_in)
+            .sum(),
+        wall_s: report.elapsed_ms.max(1) as f64 / 1000.0,
+        cpu_s,
+        peak_rss_mib: procstat::peak_rss_bytes() as f64 / (1 << 20) as f64,
+        peak_state_rows: m.nodes.iter().map(|n| n.peak_state_rows).sum(),
+        peak_state_mib: m.nodes.iter().map(|n| n.peak_state_bytes).sum::<u64>() as f64
+            / (1 << 20) as f64,
+    })
+}
+
+pub async fn run(a: BenchArgs) -> Result<()> {
+    let jobs = match a.job {
+        BenchJob::All => vec![
+            BenchJob::Count,
+            BenchJob::IntervalJoin,
+            BenchJob::TemporalJoin,
+        ],
+        j => vec![j],
+    };
+    let inputs = match a.input {
+        BenchInput::Both => vec![BenchInput::Generator, BenchInput::Csv],
+        i => vec![i],
+    };
+    if a.json {
+        let m = measure_one(&a, jobs[0], inputs[0]).await?;
+        println!("{}", serde_json::to_string(&m)?);
+        return Ok(());
+    }
+    let exe = std::env::current_exe()?;
+    let mut results = Vec::new();
+    for &job in &jobs {
+        for &input in &inputs {
+            let mut cmd = Command::new(&exe);
+            cmd.args([
+                "bench",
+                "--json",
+                "--parallelism",
+                &a.parallelism.to_string(),
+                "--batch-rows",
+                &a.batch_rows.to_string(),
+            ]);
+            cmd.args(["--job", &value(&job), "--input", &value(&input)]);
+            if let Some(r) = a.rows {
+                cmd.args(["--rows", &r.to_string()]);
+            }
+            if let Some(d) = &a.csv_dir {
+                cmd.arg("--csv-dir").arg(d);
+            }
+            let out = cmd.output().context("running a benchmark process")?;
+            if !out.status.success() {
+                bail!(
+                    "benchmark {job:?} on {input:?} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let line = String::from_utf8_lossy(&out.stdout);
+            results.push(
+                serde_json::from_str::<Measured>(line.trim())
+                    .context("reading a benchmark result")?,
+            );
+        }
     }
     println!(
-        "weir bench: {} events, parallelism {}, batch {} rows, {} cores",
-        a.rows,
+        "weir bench: parallelism {}, batch {} rows, {} cores; each line a fresh process",
         a.parallelism,
         a.batch_rows,
         std::thread::available_parallelism()
@@ -140,25 +313,41 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             .unwrap_or(0)
     );
     println!(
-        "{:<28} {:>12} {:>9} {:>14} {:>8} {:>16}",
-        "job", "rows", "wall s", "rows/s", "cpu s", "rows/cpu-s"
+        "{:<14} {:<10} {:>10} {:>9} {:>8} {:>12} {:>14} {:>10} {:>12} {:>11}",
+        "job",
+        "input",
+        "rows in",
+        "wall s",
+        "cpu s",
+        "rows/s",
+        "rows/cpu-s",
+        "rows out",
+        "peak state",
+        "peak RSS"
     );
     for r in &results {
         println!(
-            "{:<28} {:>12} {:>9.3} {:>14.0} {:>8.2} {:>16.0}",
-            r.label,
-            r.rows,
-            r.secs,
-            r.rows as f64 / r.secs,
-            r.cpu,
-            r.rows as f64 / r.cpu.max(0.01)
+            "{:<14} {:<10} {:>10} {:>9.3} {:>8.2} {:>12.0} {:>14.0} {:>10} {:>7} rows {:>7.1} MiB",
+            value(&r.job),
+            value(&r.input),
+            r.rows_in,
+            r.wall_s,
+            r.cpu_s,
+            r.rows_in as f64 / r.wall_s,
+            r.rows_in as f64 / r.cpu_s.max(0.01),
+            r.rows_out,
+            r.peak_state_rows,
+            r.peak_rss_mib
         );
     }
-    println!(
-        "peak RSS of the process: {:.1} MiB",
-        procstat::peak_rss_bytes() as f64 / (1 << 20) as f64
-    );
     Ok(())
+}
+
+fn value<T: clap::ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .expect("no skipped values")
+        .get_name()
+        .to_string()
 }
 
 /// A temporary folder removed on drop.

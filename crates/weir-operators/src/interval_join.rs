@@ -30,8 +30,6 @@
 //! output. Every pair of on-time rows is joined, so the output is the same at any parallelism,
 //! batch size and arrival interleaving.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -44,7 +42,7 @@ use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, JoinType, KeySlots, RowRef};
+use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef};
 
 /// The spec of an interval join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,8 +168,8 @@ impl OperatorFactory for IntervalJoin {
                 BatchStore::new(inputs[0].schema.clone()),
                 BatchStore::new(inputs[1].schema.clone()),
             ],
-            keys: KeySlots::new("interval join keys"),
-            expiry: BinaryHeap::new(),
+            keys: KeySlots::new(),
+            expiry: ExpiryQueue::new(),
             watermark: Watermark::MIN,
             buffered: [0; 2],
             peak_buffered: [0; 2],
@@ -202,10 +200,11 @@ struct Entry {
     matched: bool,
 }
 
-/// The rows of one key: each side in event-time order.
+/// The rows of one key: each side in event-time order. Most keys hold a row or two, kept
+/// inline without an allocation.
 #[derive(Debug, Default)]
 struct KeyRows {
-    sides: [Vec<Entry>; 2],
+    sides: [smallvec::SmallVec<[Entry; 1]>; 2],
 }
 
 /// One subtask of an interval join.
@@ -216,8 +215,8 @@ pub struct IntervalJoinOp {
     encoders: [KeyEncoder; 2],
     stores: [BatchStore; 2],
     keys: KeySlots<KeyRows>,
-    /// (time the watermark must reach to drop, slot, side), earliest first.
-    expiry: BinaryHeap<Reverse<(i64, u32, u8)>>,
+    /// (time the watermark must reach to drop a row, slot, side).
+    expiry: ExpiryQueue,
     watermark: Watermark,
     buffered: [u64; 2],
     peak_buffered: [u64; 2],
@@ -331,8 +330,7 @@ impl Operator for IntervalJoinOp {
                 },
             );
             self.stores[side].retain(batch_id);
-            self.expiry
-                .push(Reverse((expires, slot as u32, side as u8)));
+            self.expiry.push(expires, slot, side as u8);
             self.buffered[side] += 1;
         }
         self.peak_buffered[side] = self.peak_buffered[side].max(self.buffered[side]);
@@ -346,12 +344,10 @@ impl Operator for IntervalJoinOp {
         let wm = watermark.0;
         let mut unmatched: Vec<(Option<RowRef>, Option<RowRef>)> = Vec::new();
         let mut freed: Vec<(usize, u32)> = Vec::new();
-        while let Some(&Reverse((exp, slot, side))) = self.expiry.peek() {
-            if exp > wm {
-                break;
-            }
-            self.expiry.pop();
-            let (slot, side) = (slot as usize, side as usize);
+        let mut due = Vec::new();
+        self.expiry.pop_due(wm, &mut due);
+        for (slot, side) in due {
+            let side = side as usize;
             // Rows of this side whose expiry is at or below the watermark form a prefix.
             let limit = if side == 0 {
                 wm.saturating_sub(self.spec.upper_ms)

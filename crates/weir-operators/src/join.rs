@@ -223,36 +223,61 @@ pub fn assemble(
 }
 
 /// Per-key state held in slots: a key maps to a slot index that stays put while the key has
-/// state, so other structures (expiry queues) can refer to it by number.
-#[derive(Debug)]
+/// state, so other structures (expiry queues) can refer to it by number. Each key's bytes are
+/// stored once, in its slot (inline up to 24 bytes); the index holds slot numbers.
 pub struct KeySlots<T> {
-    index: weir_state::KeyedTable<u64>,
-    slots: Vec<(Box<[u8]>, u64, T)>,
-    free: Vec<usize>,
+    index: hashbrown::HashTable<u32>,
+    slots: Vec<(InlineKey, u64, T)>,
+    free: Vec<u32>,
+    key_bytes: usize,
+}
+
+type InlineKey = smallvec::SmallVec<[u8; 24]>;
+
+impl<T> std::fmt::Debug for KeySlots<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeySlots")
+            .field("keys", &self.index.len())
+            .finish()
+    }
 }
 
 impl<T: Default> KeySlots<T> {
-    pub fn new(name: &str) -> Self {
+    pub fn new() -> Self {
         KeySlots {
-            index: weir_state::KeyedTable::new(name),
+            index: hashbrown::HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            key_bytes: 0,
         }
     }
 
     /// The slot of `key` (hash `hash`), made with `T::default()` if the key has none.
     pub fn slot_for(&mut self, hash: u64, key: &[u8]) -> usize {
-        let (free, slots) = (&mut self.free, &mut self.slots);
-        *self.index.upsert(hash, key, || match free.pop() {
-            Some(s) => {
-                slots[s] = (key.into(), hash, T::default());
-                s as u64
+        let slots = &mut self.slots;
+        let entry = self.index.entry(
+            hash,
+            |&s| &*slots[s as usize].0 == key,
+            |&s| slots[s as usize].1,
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(o) => *o.get() as usize,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                let s = match self.free.pop() {
+                    Some(s) => {
+                        slots[s as usize] = (InlineKey::from_slice(key), hash, T::default());
+                        s
+                    }
+                    None => {
+                        slots.push((InlineKey::from_slice(key), hash, T::default()));
+                        (slots.len() - 1) as u32
+                    }
+                };
+                self.key_bytes += key.len();
+                v.insert(s);
+                s as usize
             }
-            None => {
-                slots.push((key.into(), hash, T::default()));
-                (slots.len() - 1) as u64
-            }
-        }) as usize
+        }
     }
 
     pub fn get(&self, slot: usize) -> &T {
@@ -265,11 +290,15 @@ impl<T: Default> KeySlots<T> {
 
     /// Forgets the key of `slot`; the slot may be handed to another key.
     pub fn release(&mut self, slot: usize) {
-        let (key, hash, value) = &mut self.slots[slot];
-        self.index.remove(*hash, key);
-        *key = Box::default();
+        let hash = self.slots[slot].1;
+        if let Ok(e) = self.index.find_entry(hash, |&s| s as usize == slot) {
+            e.remove();
+        }
+        let (key, _, value) = &mut self.slots[slot];
+        self.key_bytes -= key.len();
+        *key = InlineKey::new();
         *value = T::default();
-        self.free.push(slot);
+        self.free.push(slot as u32);
     }
 
     /// Keys that have a slot.
@@ -281,8 +310,84 @@ impl<T: Default> KeySlots<T> {
         self.index.is_empty()
     }
 
-    /// Bytes of the key index.
+    /// Bytes of keys and the index (not of the per-key values).
     pub fn index_bytes(&self) -> u64 {
-        self.index.size().bytes
+        (self.key_bytes + self.slots.len() * (std::mem::size_of::<(InlineKey, u64, T)>() + 5))
+            as u64
+    }
+}
+
+impl<T: Default> Default for KeySlots<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// When buffered rows expire: (expiry time, slot, tag) kept in 256 ms buckets, so a batch's
+/// rows cost about one map lookup per bucket and the watermark takes whole buckets.
+#[derive(Debug, Default)]
+pub struct ExpiryQueue {
+    buckets: std::collections::BTreeMap<i64, Vec<(i64, u32, u8)>>,
+    staged: Vec<(i64, u32, u8)>,
+}
+
+const BUCKET_SHIFT: u32 = 8;
+
+impl ExpiryQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an entry (grouped into buckets at the next `flush` or `pop_due`).
+    pub fn push(&mut self, expiry: i64, slot: usize, tag: u8) {
+        self.staged.push((expiry, slot as u32, tag));
+    }
+
+    /// Files staged entries into their buckets.
+    pub fn flush(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        self.staged.sort_unstable_by_key(|e| e.0);
+        let mut rest = &self.staged[..];
+        while let Some(first) = rest.first() {
+            let b = first.0 >> BUCKET_SHIFT;
+            let n = rest.partition_point(|e| e.0 >> BUCKET_SHIFT == b);
+            self.buckets
+                .entry(b)
+                .or_default()
+                .extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+        }
+        self.staged.clear();
+    }
+
+    /// Removes the entries at or below `watermark` into `out` as (slot, tag).
+    pub fn pop_due(&mut self, watermark: i64, out: &mut Vec<(usize, u8)>) {
+        self.flush();
+        let wb = watermark >> BUCKET_SHIFT;
+        while let Some(entry) = self.buckets.first_entry() {
+            let b = *entry.key();
+            if b > wb {
+                break;
+            }
+            if b < wb {
+                out.extend(entry.remove().into_iter().map(|(_, s, t)| (s as usize, t)));
+            } else {
+                let v = entry.into_mut();
+                v.retain(|&(e, s, t)| {
+                    if e <= watermark {
+                        out.push((s as usize, t));
+                        false
+                    } else {
+                        true
+                    }
+                });
+                if v.is_empty() {
+                    self.buckets.remove(&b);
+                }
+                break;
+            }
+        }
     }
 }

@@ -28,8 +28,6 @@
 //! Probe or version rows at or below their own split's watermark are late: counted per input
 //! and sent to that input's late-row output, never joined.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -43,7 +41,7 @@ use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, JoinType, KeySlots, RowRef};
+use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef};
 
 /// The spec of an event-time temporal join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -187,8 +185,8 @@ impl OperatorFactory for TemporalJoin {
                 BatchStore::new(inputs[0].schema.clone()),
                 BatchStore::new(inputs[1].schema.clone()),
             ],
-            keys: KeySlots::new("temporal join keys"),
-            due: BinaryHeap::new(),
+            keys: KeySlots::new(),
+            due: ExpiryQueue::new(),
             watermark: Watermark::MIN,
             pending: 0,
             versions: 0,
@@ -235,8 +233,8 @@ pub struct TemporalJoinOp {
     encoders: [KeyEncoder; 2],
     stores: [BatchStore; 2],
     keys: KeySlots<KeyState>,
-    /// (probe event time, slot) of waiting probes, earliest first.
-    due: BinaryHeap<Reverse<(i64, usize)>>,
+    /// (probe event time, slot) of waiting probes.
+    due: ExpiryQueue,
     watermark: Watermark,
     pending: u64,
     versions: u64,
@@ -343,7 +341,7 @@ impl TemporalJoinOp {
                 ),
             );
             self.stores[0].retain(batch_id);
-            self.due.push(Reverse((ts, slot)));
+            self.due.push(ts, slot, 0);
             self.pending += 1;
         }
         self.peak_pending = self.peak_pending.max(self.pending);
@@ -376,11 +374,9 @@ impl Operator for TemporalJoinOp {
         let mut out: Vec<(Option<RowRef>, Option<RowRef>)> = Vec::new();
         let mut probes_done: Vec<u32> = Vec::new();
         let mut touched: Vec<usize> = Vec::new();
-        while let Some(&Reverse((ts, slot))) = self.due.peek() {
-            if ts > wm {
-                break;
-            }
-            self.due.pop();
+        let mut due = Vec::new();
+        self.due.pop_due(wm, &mut due);
+        for (slot, _) in due {
             let st = self.keys.get_mut(slot);
             let n = st.probes.partition_point(|p| p.0 <= wm);
             if n == 0 {
@@ -417,7 +413,7 @@ impl Operator for TemporalJoinOp {
         }
         if wm == i64::MAX {
             // End of input: nothing can probe the versions any more.
-            self.keys = KeySlots::new("temporal join keys");
+            self.keys = KeySlots::new();
             self.stores[1] = BatchStore::new(self.stores[1].schema().clone());
             self.versions = 0;
         }

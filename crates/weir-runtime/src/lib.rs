@@ -44,5 +44,7 @@ pub use error::{Error, Result};
 pub use graph::{JobConfig, JobGraph, OperatorFactory, Partitioning, Registry, StreamInfo};
 pub use message::{Message, StreamBatch};
 pub use operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, Timer};
-pub use sink::{CollectSink, RateLimitHandle, RateLimitedSink, SinkFactory, SinkWriter};
+pub use sink::{
+    BlackholeSink, CollectSink, RateLimitHandle, RateLimitedSink, SinkFactory, SinkWriter,
+};
 pub use source::{SourceFactory, SourcePoll, SourceReader};

@@ -26,6 +26,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.add_operator("union", |s| {
         Ok(Arc::new(spec_from_json::<Union>("union", s)?))
     });
+    r.add_sink("blackhole", |_| Ok(Arc::new(crate::sink::BlackholeSink)));
     r.add_operator("drop_late", |s| {
         Ok(Arc::new(spec_from_json::<DropLate>("drop_late", s)?))
     });

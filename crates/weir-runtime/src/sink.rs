@@ -103,6 +103,38 @@ impl SinkWriter for CollectSink {
     }
 }
 
+/// A sink that drops every row (they are still counted in the metrics): for benchmarks.
+#[derive(Debug, Clone, Default)]
+pub struct BlackholeSink;
+
+impl SinkFactory for BlackholeSink {
+    fn kind(&self) -> &'static str {
+        "blackhole"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::AtMostOnce
+    }
+    fn create_writer(
+        &self,
+        _schema: SchemaRef,
+        _info: &SubtaskInfo,
+    ) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(BlackholeSink))
+    }
+}
+
+impl SinkWriter for BlackholeSink {
+    fn write(&mut self, _batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
 /// A rate that can be changed while the job runs; 0 means unlimited.
 #[derive(Debug, Clone, Default)]
 pub struct RateLimitHandle(Arc<AtomicU64>);
