@@ -280,6 +280,13 @@ impl<T: Default> KeySlots<T> {
         }
     }
 
+    /// The slot of `key`, if it has one.
+    pub fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
+        self.index
+            .find(hash, |&s| &*self.slots[s as usize].0 == key)
+            .map(|&s| s as usize)
+    }
+
     pub fn get(&self, slot: usize) -> &T {
         &self.slots[slot].2
     }

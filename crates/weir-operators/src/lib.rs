@@ -17,12 +17,18 @@
 pub mod count;
 pub mod interval_join;
 pub mod join;
+pub mod regular_join;
+pub mod stream_table_join;
 pub mod temporal_join;
+pub mod window_join;
 
 pub use count::{Count, CountOp};
 pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
 pub use join::JoinType;
+pub use regular_join::{RegularJoin, RegularJoinExt};
+pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoinOp};
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
+pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
 
 use std::sync::Arc;
 use weir_runtime::graph::{spec_from_json, Registry};

@@ -209,6 +209,13 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         parallelism: n.parallelism,
                         key_groups: cfg.key_groups,
                     };
+                    let inputs = std::mem::take(&mut channel_inputs[n.id][s]);
+                    let holds: Vec<bool> = match &n.kind {
+                        NodeKind::Operator { factory } => {
+                            inputs.iter().map(|&i| factory.holds_watermark(i)).collect()
+                        }
+                        _ => vec![true; inputs.len()],
+                    };
                     let processor = match &n.kind {
                         NodeKind::Operator { factory } => Processor::Operator(
                             factory
@@ -224,7 +231,8 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     };
                     let task = OperatorTask {
                         processor,
-                        channel_inputs: std::mem::take(&mut channel_inputs[n.id][s]),
+                        channel_inputs: inputs,
+                        holds_watermark: holds,
                         mailbox,
                         outputs: Outputs::new(
                             outs,
@@ -632,6 +640,8 @@ struct OperatorTask {
     processor: Processor,
     /// Logical input of each mailbox channel.
     channel_inputs: Vec<usize>,
+    /// Whether each channel takes part in the watermark.
+    holds_watermark: Vec<bool>,
     mailbox: Mailbox,
     outputs: Outputs,
     clock: Arc<dyn Clock>,
@@ -749,6 +759,12 @@ impl OperatorTask {
         let m = self.outputs.metrics.clone();
         let n = self.mailbox.channels();
         let mut tracker = WatermarkTracker::new(n);
+        // Channels that do not take part in the watermark count as idle for good.
+        for (ch, holds) in self.holds_watermark.iter().enumerate() {
+            if !holds {
+                tracker.set_idle(ch, true);
+            }
+        }
         let mut ended = vec![false; n];
         let mut n_ended = 0;
         let mut idle_out = false;
@@ -784,6 +800,8 @@ impl OperatorTask {
                     drop(env); // the credit returns once the batch is handed over
                     self.on_data(input, b).await?;
                 }
+                Message::Watermark(_) | Message::Idle | Message::Active
+                    if !self.holds_watermark[ch] => {}
                 Message::Watermark(w) => {
                     if let Some(w) = tracker.update(ch, *w) {
                         self.on_watermark(w).await?;
@@ -812,7 +830,12 @@ impl OperatorTask {
                 Message::End => {
                     ended[ch] = true;
                     n_ended += 1;
-                    if let Some(w) = tracker.update(ch, Watermark::MAX) {
+                    let advanced = if self.holds_watermark[ch] {
+                        tracker.update(ch, Watermark::MAX)
+                    } else {
+                        None
+                    };
+                    if let Some(w) = advanced {
                         self.on_watermark(w).await?;
                     }
                 }

@@ -39,6 +39,12 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo>;
     /// One operator instance for one subtask.
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>>;
+    /// Whether logical input `input` takes part in the operator's watermark (the minimum over
+    /// its inputs). A stream-table join's table side does not: it must never hold the probe
+    /// side's results back.
+    fn holds_watermark(&self, _input: usize) -> bool {
+        true
+    }
     /// A short description for printed plans.
     fn describe(&self) -> String {
         format!("{} {}", self.kind(), self.spec())

@@ -238,3 +238,83 @@ fn an_idle_split_stops_holding_the_watermark_back() {
     let wm = highest_finite_watermark(Some(50));
     assert!(wm >= 30_000, "watermark {wm} should follow the busy split");
 }
+
+/// The probe with a second input that does not take part in the watermark (as a stream-table
+/// join's table side).
+#[derive(Debug)]
+struct TwoInputProbe {
+    second_holds: bool,
+}
+
+impl OperatorFactory for TwoInputProbe {
+    fn kind(&self) -> &'static str {
+        "probe2"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn plan(&self, _inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        Ok(StreamInfo {
+            schema: schema(),
+            event_time: None,
+        })
+    }
+    fn holds_watermark(&self, input: usize) -> bool {
+        input == 0 || self.second_holds
+    }
+    fn create(&self, _inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(ProbeOp))
+    }
+}
+
+#[test]
+fn an_input_that_does_not_hold_the_watermark_is_left_out_of_it() {
+    let highest = |second_holds: bool| {
+        let job = JobBuilder::new("holds");
+        let sink = CollectSink::new();
+        let numbers = job
+            .source(
+                "numbers",
+                VecSource::numbers(10),
+                SourceOptions::event_time("ts", 0),
+            )
+            .project([
+                ("a", weir_core::expr::col("n")),
+                ("b", weir_core::expr::col("ts")),
+            ]);
+        // A table side whose watermark stays at 0 while the numbers run.
+        let table = job.source(
+            "table",
+            OneQuietSplit { rows: 40 },
+            SourceOptions::event_time("b", 0),
+        );
+        numbers
+            .key_by(&["a"])
+            .connect_at(
+                &table.key_by(&["a"]),
+                "join".into(),
+                Arc::new(TwoInputProbe { second_holds }),
+                "test".into(),
+            )
+            .sink("out", sink.clone());
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+            .unwrap();
+        rows(&sink)
+            .into_iter()
+            .filter(|(n, w)| *n == -1 && *w != i64::MAX)
+            .map(|(_, w)| w)
+            .max()
+            .unwrap_or(i64::MIN)
+    };
+    assert!(
+        highest(true) <= 0,
+        "a holding table side keeps the watermark at its own"
+    );
+    assert_eq!(
+        highest(false),
+        9_000,
+        "the watermark follows the other input alone"
+    );
+}

@@ -1,0 +1,348 @@
+//! `.window_join(right, WindowJoin::tumbling(size))` or `WindowJoin::hopping(size, slide)`:
+//! pairs rows of two keyed streams that have the same key and fall into the same event-time
+//! window (`[start, start + size)`, starts at multiples of the slide).
+//!
+//! # Results and state
+//!
+//! A window's pairs are emitted when the join's watermark reaches `window_end - 1`, and its
+//! rows are dropped then; state is the rows of the open windows. The output has the columns of
+//! both sides, then `window_start`, `window_end` and `window_time` (`window_end - 1`, the
+//! output's event time), all epoch milliseconds. INNER only.
+//!
+//! # Late rows
+//!
+//! As for window aggregations: a row is late for a window iff its own split's watermark just
+//! before it is at or past `window_end - 1`. A row late for every window it belongs to goes to
+//! its input's late-row output (`late_left` / `late_right`); a row of a hopping window late for
+//! only some of its windows joins in the others, and the skipped assignments are counted
+//! (`late_window_assignments`).
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::batch::{event_time_index, event_times};
+use weir_core::keys::{hash_key, KeyEncoder};
+use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_state::StateSize;
+
+use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, KeySlots, RowRef};
+
+/// The spec of a window join.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowJoin {
+    #[serde(default)]
+    pub left_keys: Vec<String>,
+    #[serde(default)]
+    pub right_keys: Vec<String>,
+    pub size_ms: i64,
+    /// Equal to `size_ms` for tumbling windows.
+    pub slide_ms: i64,
+    #[serde(default = "left_alias")]
+    pub left_alias: String,
+    #[serde(default = "right_alias")]
+    pub right_alias: String,
+}
+
+fn left_alias() -> String {
+    "left".into()
+}
+fn right_alias() -> String {
+    "right".into()
+}
+
+impl WindowJoin {
+    pub fn tumbling(size_ms: i64) -> Self {
+        Self::hopping(size_ms, size_ms)
+    }
+
+    pub fn hopping(size_ms: i64, slide_ms: i64) -> Self {
+        WindowJoin {
+            left_keys: Vec::new(),
+            right_keys: Vec::new(),
+            size_ms,
+            slide_ms,
+            left_alias: left_alias(),
+            right_alias: right_alias(),
+        }
+    }
+
+    pub fn aliases(mut self, left: &str, right: &str) -> Self {
+        self.left_alias = left.into();
+        self.right_alias = right.into();
+        self
+    }
+
+    fn check(&self, inputs: &[StreamInfo]) -> Result<(SchemaRef, [usize; 2])> {
+        let [l, r] = inputs else {
+            return Err(Error::plan(format!(
+                "window join takes two inputs, got {}",
+                inputs.len()
+            )));
+        };
+        if self.size_ms <= 0 || self.slide_ms <= 0 || self.slide_ms > self.size_ms {
+            return Err(Error::config(
+                "window",
+                format!("size {} ms, slide {} ms", self.size_ms, self.slide_ms),
+                "size and slide must be positive and the slide at most the size",
+            ));
+        }
+        let mut et = [0; 2];
+        for (i, (side, alias)) in [(l, &self.left_alias), (r, &self.right_alias)]
+            .into_iter()
+            .enumerate()
+        {
+            let col = side.event_time.as_ref().ok_or_else(|| {
+                Error::plan(format!("window join: the {alias} side has no event time; declare its source's event-time column"))
+            })?;
+            et[i] = event_time_index(&side.schema, col)?;
+        }
+        let (joined, _, _) =
+            join_schema(&l.schema, &r.schema, (&self.left_alias, &self.right_alias))?;
+        let mut fields: Vec<Field> = joined.fields().iter().map(|f| f.as_ref().clone()).collect();
+        for name in ["window_start", "window_end", "window_time"] {
+            if fields.iter().any(|f| f.name() == name) {
+                return Err(Error::plan(format!(
+                    "window join: an input already has a column `{name}`; rename it first"
+                )));
+            }
+            fields.push(Field::new(name, DataType::Int64, false));
+        }
+        Ok((Arc::new(Schema::new(fields)), et))
+    }
+
+    /// Starts of the windows holding `ts`, latest first.
+    fn windows(&self, ts: i64) -> impl Iterator<Item = i64> + '_ {
+        let last = ts - ts.rem_euclid(self.slide_ms);
+        (0..)
+            .map(move |i| last - i * self.slide_ms)
+            .take_while(move |s| *s > ts - self.size_ms)
+    }
+}
+
+impl OperatorFactory for WindowJoin {
+    fn kind(&self) -> &'static str {
+        "window_join"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("window join spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let (schema, _) = self.check(inputs)?;
+        Ok(StreamInfo {
+            schema,
+            event_time: Some("window_time".into()),
+        })
+    }
+    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let (schema, et) = self.check(inputs)?;
+        let (joined, _, _) = join_schema(
+            &inputs[0].schema,
+            &inputs[1].schema,
+            (&self.left_alias, &self.right_alias),
+        )?;
+        Ok(Box::new(WindowJoinOp {
+            spec: self.clone(),
+            schema,
+            joined,
+            event_time: et,
+            encoders: [
+                KeyEncoder::new(&inputs[0].schema, &self.left_keys)?,
+                KeyEncoder::new(&inputs[1].schema, &self.right_keys)?,
+            ],
+            stores: [
+                BatchStore::new(inputs[0].schema.clone()),
+                BatchStore::new(inputs[1].schema.clone()),
+            ],
+            windows: KeySlots::new(),
+            closing: ExpiryQueue::new(),
+            buffered: [0; 2],
+            late: [0; 2],
+            late_assignments: 0,
+        }))
+    }
+    fn describe(&self) -> String {
+        format!(
+            "window join on ({}) = ({}) in {} windows of {} ms{}; keeps the rows of open windows \
+             (size + watermark delay) per key",
+            self.left_keys.join(", "),
+            self.right_keys.join(", "),
+            if self.slide_ms == self.size_ms {
+                "tumbling"
+            } else {
+                "hopping"
+            },
+            self.size_ms,
+            if self.slide_ms == self.size_ms {
+                String::new()
+            } else {
+                format!(" every {} ms", self.slide_ms)
+            }
+        )
+    }
+}
+
+/// The rows of one key in one window.
+#[derive(Debug, Default)]
+struct WindowRows {
+    start: i64,
+    sides: [Vec<RowRef>; 2],
+}
+
+/// One subtask of a window join.
+pub struct WindowJoinOp {
+    spec: WindowJoin,
+    schema: SchemaRef,
+    joined: SchemaRef,
+    event_time: [usize; 2],
+    encoders: [KeyEncoder; 2],
+    stores: [BatchStore; 2],
+    /// (key, window start) → rows.
+    windows: KeySlots<WindowRows>,
+    /// When each (key, window) closes.
+    closing: ExpiryQueue,
+    buffered: [u64; 2],
+    late: [u64; 2],
+    late_assignments: u64,
+}
+
+impl Operator for WindowJoinOp {
+    fn on_batch(&mut self, side: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let times = event_times(&batch.data, self.event_time[side])?;
+        let size = self.spec.size_ms;
+        // Late for every window: the split's watermark reached the end of the row's last window.
+        let last_end = |t: i64| t - t.rem_euclid(self.spec.slide_ms) + size;
+        let (on_time, late) = batch.split_late(&times, |t, wm| wm >= last_end(t) - 1)?;
+        if let Some(late) = late {
+            self.late[side] += late.num_rows() as u64;
+            ctx.emit_late_from(side, late);
+        }
+        if on_time.num_rows() == 0 {
+            return Ok(());
+        }
+        let times = event_times(&on_time.data, self.event_time[side])?;
+        let keys = self.encoders[side].encode(&on_time.data)?;
+        let wms = on_time.row_watermarks.clone();
+        let id = self.stores[side].insert(on_time.data);
+        let mut key = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let ts = times[i];
+            let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
+            for start in self.spec.windows(ts) {
+                if wm >= start + size - 1 {
+                    self.late_assignments += 1;
+                    continue;
+                }
+                key.clear();
+                key.extend_from_slice(k.as_ref());
+                key.extend_from_slice(&start.to_be_bytes());
+                let slot = self.windows.slot_for(hash_key(&key), &key);
+                let w = self.windows.get_mut(slot);
+                if w.sides[0].is_empty() && w.sides[1].is_empty() {
+                    w.start = start;
+                    self.closing.push(start + size - 1, slot, 0);
+                }
+                w.sides[side].push(RowRef {
+                    batch: id,
+                    row: i as u32,
+                });
+                self.stores[side].retain(id);
+                self.buffered[side] += 1;
+            }
+        }
+        self.stores[side].release_if_unused(id);
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        watermark: weir_core::time::Watermark,
+        ctx: &mut Context,
+    ) -> Result<()> {
+        let mut due = Vec::new();
+        self.closing.pop_due(watermark.0, &mut due);
+        let mut pairs = Vec::new();
+        let mut starts = Vec::new();
+        let mut freed: Vec<(usize, u32)> = Vec::new();
+        for (slot, _) in due {
+            let w = self.windows.get(slot);
+            for l in &w.sides[0] {
+                for r in &w.sides[1] {
+                    pairs.push((Some(*l), Some(*r)));
+                    starts.push(w.start);
+                }
+            }
+            for side in 0..2 {
+                self.buffered[side] -= w.sides[side].len() as u64;
+                freed.extend(w.sides[side].iter().map(|r| (side, r.batch)));
+            }
+            self.windows.release(slot);
+        }
+        for (chunk, st) in pairs.chunks(8192).zip(starts.chunks(8192)) {
+            let joined = assemble(&self.joined, &self.stores[0], &self.stores[1], chunk)?;
+            let mut cols: Vec<ArrayRef> = joined.columns().to_vec();
+            let size = self.spec.size_ms;
+            cols.push(Arc::new(Int64Array::from_iter_values(st.iter().copied())));
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                st.iter().map(|s| s + size),
+            )));
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                st.iter().map(|s| s + size - 1),
+            )));
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        for (side, b) in freed {
+            self.stores[side].release(b);
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize {
+            rows: self.buffered[0] + self.buffered[1],
+            bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
+                + self.windows.index_bytes(),
+        }
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("buffered_left", self.buffered[0] as i64),
+            ("buffered_right", self.buffered[1] as i64),
+            ("late_left", self.late[0] as i64),
+            ("late_right", self.late[1] as i64),
+            ("late_window_assignments", self.late_assignments as i64),
+            ("open_windows", self.windows.len() as i64),
+        ]);
+    }
+}
+
+/// Builder method for keyed streams.
+pub trait WindowJoinExt {
+    /// Joins this stream (left) with `right` on their keys within common event-time windows.
+    #[track_caller]
+    fn window_join(
+        &self,
+        right: &weir_runtime::KeyedStream,
+        join: WindowJoin,
+    ) -> weir_runtime::Stream;
+}
+
+impl WindowJoinExt for weir_runtime::KeyedStream {
+    #[track_caller]
+    fn window_join(
+        &self,
+        right: &weir_runtime::KeyedStream,
+        mut join: WindowJoin,
+    ) -> weir_runtime::Stream {
+        let at = weir_runtime::builder::caller_location();
+        join.left_keys = self.keys().to_vec();
+        join.right_keys = right.keys().to_vec();
+        self.connect_at(right, "window_join".into(), Arc::new(join), at)
+    }
+}
