@@ -154,7 +154,8 @@ impl BatchStore {
         &self.schema
     }
 
-    fn batch(&self, id: u32) -> &RecordBatch {
+    /// A stored batch (it must be live).
+    pub fn batch(&self, id: u32) -> &RecordBatch {
         &self.batches[id as usize].as_ref().expect("a live batch").0
     }
 

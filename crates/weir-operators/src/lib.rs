@@ -60,4 +60,51 @@ pub fn register(r: &mut Registry) {
     r.add_operator("count", |s| {
         Ok(Arc::new(spec_from_json::<Count>("count", s)?))
     });
+    r.add_operator("interval_join", |s| {
+        Ok(Arc::new(spec_from_json::<IntervalJoin>(
+            "interval_join",
+            s,
+        )?))
+    });
+    r.add_operator("regular_join", |s| {
+        Ok(Arc::new(spec_from_json::<RegularJoin>("regular_join", s)?))
+    });
+    r.add_operator("stream_table_join", |s| {
+        Ok(Arc::new(spec_from_json::<StreamTableJoin>(
+            "stream_table_join",
+            s,
+        )?))
+    });
+    r.add_operator("temporal_join", |s| {
+        Ok(Arc::new(spec_from_json::<TemporalJoin>(
+            "temporal_join",
+            s,
+        )?))
+    });
+    r.add_operator("window_join", |s| {
+        Ok(Arc::new(spec_from_json::<WindowJoin>("window_join", s)?))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_operator_kind_is_registered() {
+        let mut r = weir_runtime::Registry::with_builtins();
+        super::register(&mut r);
+        let known = format!("{r:?}");
+        for kind in [
+            "count",
+            "interval_join",
+            "regular_join",
+            "stream_table_join",
+            "temporal_join",
+            "window_join",
+        ] {
+            assert!(
+                known.contains(&format!("\"{kind}\"")),
+                "{kind} missing from {known}"
+            );
+        }
+    }
 }

@@ -18,6 +18,10 @@
 //!
 //! # State
 //!
+//! Two versions of one key at the same instant are a tie; which one arrived last can depend on
+//! parallelism and timing, so a delete wins, and otherwise the greater row (in Arrow's row
+//! encoding) does; ties are counted (`version_ties`).
+//!
 //! Probe rows wait at most the watermark delay. A key keeps its versions newer than the
 //! watermark and the newest one at or below it; older versions can serve no future probe and
 //! are dropped. Versions are kept sorted by time, and each probe finds its version by binary
@@ -194,6 +198,15 @@ impl OperatorFactory for TemporalJoin {
             peak_versions: 0,
             late: [0; 2],
             unmatched_emitted: 0,
+            tie_rows: arrow_row::RowConverter::new(
+                inputs[1]
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| arrow_row::SortField::new(f.data_type().clone()))
+                    .collect(),
+            )?,
+            ties: 0,
         }))
     }
     fn describe(&self) -> String {
@@ -242,6 +255,29 @@ pub struct TemporalJoinOp {
     peak_versions: u64,
     late: [u64; 2],
     unmatched_emitted: u64,
+    /// Encodes table rows to break ties between versions at the same instant.
+    tie_rows: arrow_row::RowConverter,
+    ties: u64,
+}
+
+/// Of two versions at the same instant, which one holds: 0 (the first) or 1. A delete beats
+/// a value; of two values, the greater row (in Arrow's row encoding) wins.
+fn tie_winner(
+    store: &BatchStore,
+    rows: &arrow_row::RowConverter,
+    a: Option<RowRef>,
+    b: Option<RowRef>,
+) -> Result<usize> {
+    let encode = |r: RowRef| -> Result<Vec<u8>> {
+        let batch = store.batch(r.batch).slice(r.row as usize, 1);
+        let enc = rows.convert_columns(batch.columns())?;
+        Ok(enc.row(0).as_ref().to_vec())
+    };
+    Ok(match (a, b) {
+        (None, _) => 0,
+        (Some(_), None) => 1,
+        (Some(a), Some(b)) => usize::from(encode(b)? > encode(a)?),
+    })
 }
 
 enum Change {
@@ -305,9 +341,24 @@ impl TemporalJoinOp {
             let slot = self.keys.slot_for(hash_key(k), k);
             let ts = times[i];
             let st = self.keys.get_mut(slot);
-            // Versions arrive nearly in order: insert after equal times (the later arrival
-            // wins a tie).
+            // Versions arrive nearly in order.
             let pos = st.versions.partition_point(|v| v.ts <= ts);
+            if pos > 0 && st.versions[pos - 1].ts == ts {
+                // Two versions of a key at one instant: which arrived last can depend on
+                // parallelism and timing, so the winner is chosen by content instead.
+                self.ties += 1;
+                let old = st.versions[pos - 1].row;
+                if tie_winner(&self.stores[1], &self.tie_rows, old, row)? == 1 {
+                    self.keys.get_mut(slot).versions[pos - 1].row = row;
+                    if let Some(r) = row {
+                        self.stores[1].retain(r.batch);
+                    }
+                    if let Some(o) = old {
+                        self.stores[1].release(o.batch);
+                    }
+                }
+                continue;
+            }
             st.versions.insert(pos, Version { ts, row });
             if row.is_some() {
                 self.stores[1].retain(batch_id);
@@ -438,6 +489,7 @@ impl Operator for TemporalJoinOp {
             ("late_table", self.late[1] as i64),
             ("unmatched_emitted", self.unmatched_emitted as i64),
             ("keys", self.keys.len() as i64),
+            ("version_ties", self.ties as i64),
         ]);
     }
 }

@@ -24,12 +24,13 @@ impl OperatorFactory for Project {
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
         let input = super::single_input("project", inputs)?;
         let schema = projection_schema(&input.schema, &self.columns)?;
-        // Event time survives a projection that keeps its column under the same name.
+        // Event time survives a projection that keeps its column, under its name or another.
         let event_time = input.event_time.as_ref().and_then(|et| {
-            self.columns
-                .iter()
-                .any(|(name, e)| name == et && *e == Expr::Column(et.clone()))
-                .then(|| et.clone())
+            let same = |(name, e): &&(String, Expr)| name == et && *e == Expr::Column(et.clone());
+            let renamed = |(_, e): &&(String, Expr)| *e == Expr::Column(et.clone());
+            (self.columns.iter().find(same))
+                .or_else(|| self.columns.iter().find(renamed))
+                .map(|(name, _)| name.clone())
         });
         Ok(StreamInfo { schema, event_time })
     }

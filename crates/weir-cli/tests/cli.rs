@@ -1,0 +1,196 @@
+//! The `weir` command end to end: the demo pipeline is deterministic across parallelism, a job
+//! written as JSON runs the same with `weir run`, `weir gen` writes what it says.
+
+use std::path::Path;
+use std::process::Command;
+
+fn weir(args: &[&str], dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weir {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+fn sorted(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn demo_gives_the_same_results_at_parallelism_1_and_3_and_through_a_job_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let summary = weir(
+        &[
+            "demo",
+            "--rows",
+            "20000",
+            "--parallelism",
+            "1",
+            "--out",
+            "p1",
+        ],
+        d,
+    );
+    assert!(
+        summary.contains("rows in:")
+            && summary.contains("late rows:")
+            && summary.contains("peak state:"),
+        "{summary}"
+    );
+    weir(
+        &[
+            "demo",
+            "--rows",
+            "20000",
+            "--parallelism",
+            "3",
+            "--out",
+            "p3",
+        ],
+        d,
+    );
+    weir(
+        &[
+            "demo",
+            "--rows",
+            "20000",
+            "--parallelism",
+            "2",
+            "--out",
+            "job",
+            "--write-job",
+            "job.json",
+        ],
+        d,
+    );
+    let explained = weir(&["explain", "job.json"], d);
+    assert!(
+        explained.contains("interval_join") && explained.contains("temporal_join"),
+        "{explained}"
+    );
+    weir(&["run", "job.json", "--metrics-out", "metrics.json"], d);
+
+    for file in [
+        "revenue_per_click.csv",
+        "clicks_per_ad.csv",
+        "late_clicks.csv",
+        "late_impressions.csv",
+        "late_rates.csv",
+    ] {
+        let one = sorted(&d.join("p1").join(file));
+        assert!(one.len() > 1, "{file} is empty");
+        assert_eq!(
+            sorted(&d.join("p3").join(file)),
+            one,
+            "{file} at parallelism 3"
+        );
+        assert_eq!(
+            sorted(&d.join("job").join(file)),
+            one,
+            "{file} through weir run"
+        );
+    }
+    let revenue = sorted(&d.join("p1").join("revenue_per_click.csv"));
+    assert!(
+        revenue.len() > 4_000,
+        "about 27 % of 20,000 impressions get an attributed click: {}",
+        revenue.len()
+    );
+
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("metrics.json")).unwrap()).unwrap();
+    let join = metrics["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "interval_join")
+        .unwrap();
+    assert!(join["gauges"]["late_left"].as_i64().unwrap() > 0, "{join}");
+    assert!(join["subtasks"][0]["busy_ms_total"].is_u64());
+}
+
+#[test]
+fn gen_writes_the_scenarios_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    weir(
+        &[
+            "gen",
+            "ad-clicks",
+            "--out",
+            "data",
+            "--rows",
+            "5000",
+            "--files",
+            "2",
+        ],
+        d,
+    );
+    for f in [
+        "impressions-0.csv",
+        "impressions-1.csv",
+        "clicks-0.csv",
+        "clicks-1.csv",
+    ] {
+        let lines = sorted(&d.join("data").join(f));
+        assert!(lines.len() > 100, "{f}");
+    }
+    let rows: usize = ["impressions-0.csv", "impressions-1.csv"]
+        .iter()
+        .map(|f| sorted(&d.join("data").join(f)).len() - 1)
+        .sum();
+    assert_eq!(rows, 5000);
+    weir(
+        &[
+            "gen", "fx", "--out", "fx", "--rows", "2000", "--format", "parquet",
+        ],
+        d,
+    );
+    assert!(d.join("fx/orders.parquet").is_file() && d.join("fx/rates.parquet").is_file());
+    weir(
+        &[
+            "gen", "hot-keys", "--out", "hot", "--rows", "1000", "--format", "json",
+        ],
+        d,
+    );
+    let first = std::fs::read_to_string(d.join("hot/events.jsonl")).unwrap();
+    assert!(
+        first.lines().next().unwrap().starts_with("{\"key\":"),
+        "{first}"
+    );
+}
+
+#[test]
+fn run_refuses_a_sql_file_with_a_pointer_and_a_bad_job_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("job.sql"), "SELECT 1").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SQL front end is not built yet"));
+    std::fs::write(d.join("bad.json"), r#"{"name":"x","nodes":[{"id":0,"name":"s","role":"source","kind":"kafka","parallelism":1}],"edges":[]}"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "bad.json"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown source kind `kafka`") && err.contains("generator"),
+        "{err}"
+    );
+}
