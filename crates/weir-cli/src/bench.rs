@@ -13,6 +13,7 @@ use weir_connectors::generator::{schema_for, GeneratorSource, GeneratorSpec};
 use weir_operators::{
     IntervalJoin, IntervalJoinExt, KeyedStreamExt, TemporalJoin, TemporalJoinExt,
 };
+use weir_runtime::graph::WatermarkAlignment;
 use weir_runtime::{
     BlackholeSink, JobBuilder, JobConfig, JobGraph, SourceFactory, SourceOptions, Stream,
 };
@@ -55,6 +56,12 @@ pub struct BenchArgs {
     /// Folder for CSV input (default: a temporary folder, removed afterwards).
     #[arg(long)]
     pub csv_dir: Option<PathBuf>,
+    /// Align the sources' watermarks: at most this many ms of event time apart.
+    #[arg(long)]
+    pub align_drift_ms: Option<i64>,
+    /// How often aligned sources report their watermarks.
+    #[arg(long, default_value_t = 50)]
+    pub align_interval_ms: i64,
     /// Print one measurement as JSON (used for the child processes).
     #[arg(long, hide = true)]
     pub json: bool,
@@ -123,7 +130,15 @@ fn build(
     let b = JobBuilder::with_config(format!("bench {job:?}"), cfg);
     let streams: Vec<Stream> = sources
         .into_iter()
-        .map(|(name, s)| b.source_arc(name, s.into(), SourceOptions::event_time("ts", 5_000)))
+        .map(|(name, s)| {
+            let mut opts = SourceOptions::event_time("ts", 5_000);
+            if let Some(drift) = a.align_drift_ms {
+                let mut al = WatermarkAlignment::new("bench", drift);
+                al.update_interval_ms = a.align_interval_ms;
+                opts = opts.aligned(al);
+            }
+            b.source_arc(name, s.into(), opts)
+        })
         .collect();
     let out = match job {
         BenchJob::Count => streams[0].key_by(&["key"]).count(),
@@ -289,6 +304,10 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             }
             if let Some(d) = &a.csv_dir {
                 cmd.arg("--csv-dir").arg(d);
+            }
+            if let Some(drift) = a.align_drift_ms {
+                cmd.args(["--align-drift-ms", &drift.to_string()]);
+                cmd.args(["--align-interval-ms", &a.align_interval_ms.to_string()]);
             }
             let out = cmd.output().context("running a benchmark process")?;
             if !out.status.success() {

@@ -488,6 +488,7 @@ impl SourceFactory for GeneratorSource {
             batch_rows: ctx.batch_rows.clamp(1, MAX_BATCH_ROWS),
             started_ms: None,
             turn: 0,
+            paused: Vec::new(),
         }))
     }
 }
@@ -1095,6 +1096,8 @@ struct GeneratorReader {
     /// Clock time of the first poll (rate limit only).
     started_ms: Option<i64>,
     turn: usize,
+    /// Splits paused by watermark alignment.
+    paused: Vec<bool>,
 }
 
 impl GeneratorReader {
@@ -1121,7 +1124,14 @@ impl GeneratorReader {
 }
 
 impl SourceReader for GeneratorReader {
+    fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        self.paused.resize(self.splits.len(), false);
+        self.paused[split] = paused;
+        true
+    }
+
     fn poll(&mut self) -> Result<SourcePoll> {
+        self.paused.resize(self.splits.len(), false);
         let elapsed_ms = self.plan.spec.rate.map(|_| {
             let now = self.clock.now().millis();
             let start = *self.started_ms.get_or_insert(now);
@@ -1139,6 +1149,10 @@ impl SourceReader for GeneratorReader {
             if g.is_done() {
                 self.splits[k].reported = true;
                 return Ok(SourcePoll::SplitFinished(k));
+            }
+            if self.paused[k] {
+                wait = Some(wait.map_or(5, |v| v.min(5)));
+                continue;
             }
             let max = match (self.plan.spec.rate, elapsed_ms) {
                 (Some(rate), Some(e)) => match self.allowance(g, rate, e) {

@@ -147,6 +147,13 @@ impl SplitWatermarks {
         out
     }
 
+    /// Restarts the idle clock without a row (a paused split is not idle).
+    pub fn touch(&mut self, now: ProcTime) {
+        if !self.idle {
+            self.last_row_at = Some(now);
+        }
+    }
+
     /// Marks the split idle when no row came for the idle timeout. Returns true when it just
     /// became idle.
     pub fn check_idle(&mut self, now: ProcTime) -> bool {

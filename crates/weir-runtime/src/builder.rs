@@ -69,6 +69,7 @@ impl SourceOptions {
                 event_time: Some(column.to_string()),
                 strategy: WatermarkStrategy::bounded(max_delay_ms),
                 idle_timeout_ms: None,
+                alignment: None,
             },
             parallelism: None,
         }
@@ -86,6 +87,12 @@ impl SourceOptions {
 
     pub fn parallelism(mut self, p: usize) -> Self {
         self.parallelism = Some(p);
+        self
+    }
+
+    /// Aligns this source's splits with the other sources of `alignment.group`.
+    pub fn aligned(mut self, alignment: crate::graph::WatermarkAlignment) -> Self {
+        self.watermarks.alignment = Some(alignment);
         self
     }
 }

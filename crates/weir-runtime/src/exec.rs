@@ -28,7 +28,9 @@ use crate::metrics::{
 };
 use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
 use crate::sink::SinkWriter;
-use crate::source::{DeadLetter, DeadLetters, ReaderContext, SourceFactory, SourcePoll};
+use crate::source::{
+    AlignmentGroup, DeadLetter, DeadLetters, ReaderContext, SourceFactory, SourcePoll,
+};
 
 /// A job that is running.
 pub struct RunningJob {
@@ -129,6 +131,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
 
     let mut tasks = JoinSet::new();
     let mut task_names = HashMap::new();
+    let mut groups: HashMap<String, Arc<AlignmentGroup>> = HashMap::new();
     let started = clock.now();
     for n in graph.nodes.iter().rev() {
         let node_mailboxes = std::mem::take(&mut mailboxes[n.id]);
@@ -163,6 +166,14 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 watermarks,
             } => {
                 let split_names = factory.splits().map_err(|e| wrap(0, e))?;
+                if let Some(a) = &watermarks.alignment {
+                    // Every split of an aligned source holds the group back from the start,
+                    // so a source that starts late is not left behind.
+                    let g = groups.entry(a.group.clone()).or_default();
+                    for i in 0..split_names.len() {
+                        g.report(n.id, i, Some(i64::MIN));
+                    }
+                }
                 for (s, outs) in node_outputs.into_iter().enumerate() {
                     let assigned: Vec<usize> = (0..split_names.len())
                         .filter(|i| i % n.parallelism == s)
@@ -192,6 +203,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         subtask: s,
                         parallelism: n.parallelism,
                         batch_rows: cfg.batch_rows,
+                        node: n.id,
+                        group: watermarks
+                            .alignment
+                            .as_ref()
+                            .map(|a| groups.entry(a.group.clone()).or_default().clone()),
                     };
                     let wrap = wrap.clone();
                     let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
@@ -473,6 +489,64 @@ struct SourceTask {
     subtask: usize,
     parallelism: usize,
     batch_rows: usize,
+    node: usize,
+    /// The alignment group of this source, if it is aligned.
+    group: Option<Arc<AlignmentGroup>>,
+}
+
+/// Watermark alignment of one source subtask's splits.
+struct Aligner {
+    settings: crate::graph::WatermarkAlignment,
+    group: Arc<AlignmentGroup>,
+    next_sample: i64,
+    samples: Vec<VecDeque<i64>>,
+    paused: Vec<bool>,
+    /// The reader cannot pause single splits and pauses as a whole.
+    whole_reader_paused: bool,
+}
+
+impl Aligner {
+    /// Samples the splits' watermarks, reports them, and decides which splits pause. Returns
+    /// the splits whose pause state changed.
+    fn sample(
+        &mut self,
+        node: usize,
+        assigned: &[usize],
+        gens: &[SplitWatermarks],
+        finished: &[bool],
+        metrics: &[Arc<SplitMetrics>],
+    ) -> Vec<(usize, bool)> {
+        for (k, g) in gens.iter().enumerate() {
+            let active = !finished[k] && !g.is_idle();
+            let wm = g.watermark().0;
+            self.group.report(node, assigned[k], active.then_some(wm));
+            let s = &mut self.samples[k];
+            s.push_back(wm);
+            while s.len() > self.settings.buffer_size.max(1) {
+                s.pop_front();
+            }
+        }
+        let min = self.group.minimum();
+        let mut changed = Vec::new();
+        for (k, g) in gens.iter().enumerate() {
+            metrics[k]
+                .group_min_watermark
+                .store(min.unwrap_or(i64::MIN), Relaxed);
+            let decide_on = if self.settings.buffer_size == 0 {
+                g.watermark().0
+            } else {
+                *self.samples[k].front().expect("sampled above")
+            };
+            let pause = !finished[k]
+                && min.is_some_and(|m| decide_on > m.saturating_add(self.settings.max_drift_ms));
+            if pause != self.paused[k] {
+                self.paused[k] = pause;
+                metrics[k].paused.store(pause, Relaxed);
+                changed.push((k, pause));
+            }
+        }
+        changed
+    }
 }
 
 impl SourceTask {
@@ -509,12 +583,65 @@ impl SourceTask {
                 SplitWatermarks::new(self.watermarks.strategy, self.watermarks.idle_timeout_ms);
                 n
             ];
+        let mut finished = vec![false; n];
+        let mut aligner = match (&self.watermarks.alignment, &self.group) {
+            (Some(settings), Some(group)) => Some(Aligner {
+                settings: settings.clone(),
+                group: group.clone(),
+                next_sample: i64::MIN,
+                samples: vec![VecDeque::new(); n],
+                paused: vec![false; n],
+                whole_reader_paused: false,
+            }),
+            _ => None,
+        };
         let mut tracker = WatermarkTracker::new(n);
         let mut idle_out = false;
         let mut sent_wm = Watermark::MIN;
         let mut row_wms = Vec::new();
         loop {
             let mut sw = Stopwatch::start();
+            if let Some(al) = &mut aligner {
+                let now = self.clock.now().0;
+                if now >= al.next_sample {
+                    al.next_sample = now + al.settings.update_interval_ms.max(1);
+                    let changed = al.sample(
+                        self.node,
+                        &self.assigned,
+                        &gens,
+                        &finished,
+                        &self.split_metrics,
+                    );
+                    for (k, pause) in changed {
+                        if !reader.set_paused(k, pause) {
+                            if !al.settings.allow_unaligned_source_splits {
+                                return Err(Error::plan(format!(
+                                    "source `{}` cannot pause single splits, which watermark \
+                                     alignment (group `{}`) needs; set \
+                                     allow_unaligned_source_splits (Flink's \
+                                     pipeline.watermark-alignment.allow-unaligned-source-splits) \
+                                     to pause the whole reader instead",
+                                    self.name, al.settings.group
+                                )));
+                            }
+                            al.whole_reader_paused = al.paused.iter().any(|p| *p);
+                        }
+                    }
+                }
+                // Paused splits are waiting, not idle.
+                for (k, g) in gens.iter_mut().enumerate() {
+                    if al.paused[k] {
+                        g.touch(self.clock.now());
+                    }
+                }
+                if al.whole_reader_paused {
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    let wait = (al.next_sample - self.clock.now().0).clamp(1, 100);
+                    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    continue;
+                }
+            }
             let poll = reader.poll()?;
             let mut advanced = None;
             match poll {
@@ -553,6 +680,7 @@ impl SourceTask {
                     }
                 }
                 SourcePoll::SplitFinished(split) => {
+                    finished[split] = true;
                     self.split_metrics[split].finished.store(true, Relaxed);
                     advanced = tracker.update(split, Watermark::MAX);
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
@@ -590,8 +718,11 @@ impl SourceTask {
                 .await?;
         }
         self.outputs.broadcast(Message::End).await?;
-        for sm in &self.split_metrics {
+        for (k, sm) in self.split_metrics.iter().enumerate() {
             sm.finished.store(true, Relaxed);
+            if let Some(g) = &self.group {
+                g.report(self.node, self.assigned[k], None);
+            }
         }
         m.finished.store(true, Relaxed);
         Ok(())

@@ -87,6 +87,48 @@ pub struct SourceWatermarks {
     pub strategy: WatermarkStrategy,
     /// A split with no rows for this long stops holding the watermark back.
     pub idle_timeout_ms: Option<i64>,
+    /// Watermark alignment with other sources of a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alignment: Option<WatermarkAlignment>,
+}
+
+/// Watermark alignment (Flink's `scan.watermark.alignment.*`): the splits of every source in
+/// `group` may not run more than `max_drift_ms` of event time ahead of the group's slowest
+/// active split; one that does is paused until the group catches up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatermarkAlignment {
+    pub group: String,
+    pub max_drift_ms: i64,
+    /// How often splits report their watermarks and pause decisions are made.
+    #[serde(default = "default_update_interval")]
+    pub update_interval_ms: i64,
+    /// A split is paused when the oldest of its last `buffer_size` sampled watermarks is
+    /// beyond the group minimum plus the drift (0: the latest), so a split catching up on a
+    /// backlog is not capped at about one drift per update interval.
+    #[serde(default = "default_buffer_size")]
+    pub buffer_size: usize,
+    /// A source that cannot pause single splits pauses its whole reader instead of failing.
+    #[serde(default)]
+    pub allow_unaligned_source_splits: bool,
+}
+
+fn default_update_interval() -> i64 {
+    1_000
+}
+fn default_buffer_size() -> usize {
+    3
+}
+
+impl WatermarkAlignment {
+    pub fn new(group: &str, max_drift_ms: i64) -> Self {
+        WatermarkAlignment {
+            group: group.into(),
+            max_drift_ms,
+            update_interval_ms: default_update_interval(),
+            buffer_size: default_buffer_size(),
+            allow_unaligned_source_splits: false,
+        }
+    }
 }
 
 /// What a node does.

@@ -78,6 +78,10 @@ pub struct SplitMetrics {
     /// Bytes (or rows) read so far and in total, when the split knows (for progress).
     pub progress_done: AtomicU64,
     pub progress_total: AtomicU64,
+    /// Paused by watermark alignment.
+    pub paused: AtomicBool,
+    /// The alignment group's minimum watermark when last sampled (`i64::MIN`: none).
+    pub group_min_watermark: AtomicI64,
 }
 
 impl SplitMetrics {
@@ -94,6 +98,8 @@ impl SplitMetrics {
             dead_letters: AtomicU64::new(0),
             progress_done: AtomicU64::new(0),
             progress_total: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
+            group_min_watermark: AtomicI64::new(i64::MIN),
         }
     }
 }
@@ -192,6 +198,12 @@ pub struct SplitSnapshot {
     pub dead_letters: u64,
     pub progress_done: u64,
     pub progress_total: u64,
+    pub paused: bool,
+    /// The alignment group's minimum watermark, and how far this split is ahead of it (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_min_watermark: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift_ms: Option<i64>,
 }
 
 fn known(v: i64) -> Option<i64> {
@@ -278,6 +290,11 @@ impl MetricsReporter {
                         dead_letters: sp.dead_letters.load(Relaxed),
                         progress_done: sp.progress_done.load(Relaxed),
                         progress_total: sp.progress_total.load(Relaxed),
+                        paused: sp.paused.load(Relaxed),
+                        group_min_watermark: known(sp.group_min_watermark.load(Relaxed)),
+                        drift_ms: known(sp.group_min_watermark.load(Relaxed))
+                            .zip(wm)
+                            .map(|(g, w)| w - g),
                     }
                 })
                 .collect();

@@ -42,6 +42,40 @@ pub trait SourceReader: Send {
     /// An error stops the job. Malformed records are not errors: they go to the dead-letter
     /// output (unless the source's policy is `fail`).
     fn poll(&mut self) -> Result<SourcePoll>;
+
+    /// Stops (`paused`) or resumes reading split `split` (watermark alignment). Returns
+    /// `false` if this reader cannot pause single splits.
+    fn set_paused(&mut self, _split: usize, _paused: bool) -> bool {
+        false
+    }
+}
+
+/// The shared state of one watermark alignment group: every split's last reported watermark.
+#[derive(Debug, Default)]
+pub struct AlignmentGroup {
+    splits: Mutex<std::collections::HashMap<(usize, usize), Option<i64>>>,
+}
+
+impl AlignmentGroup {
+    /// Records split `split` of node `node`: `Some(watermark)` while active, `None` while idle
+    /// or finished (then it never holds the group back).
+    pub fn report(&self, node: usize, split: usize, watermark: Option<i64>) {
+        self.splits
+            .lock()
+            .expect("alignment lock")
+            .insert((node, split), watermark);
+    }
+
+    /// The minimum watermark over the active splits, if any.
+    pub fn minimum(&self) -> Option<i64> {
+        self.splits
+            .lock()
+            .expect("alignment lock")
+            .values()
+            .flatten()
+            .min()
+            .copied()
+    }
 }
 
 /// Everything a reader is given at creation.

@@ -77,6 +77,7 @@ impl SourceFactory for VecSource {
             pos: Vec::new(),
             turn: 0,
             batch_rows: ctx.batch_rows,
+            paused: Vec::new(),
         }))
     }
 }
@@ -88,13 +89,22 @@ struct VecReader {
     pos: Vec<(usize, usize)>,
     turn: usize,
     batch_rows: usize,
+    paused: Vec<bool>,
 }
 
 impl SourceReader for VecReader {
+    fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        self.paused.resize(self.splits.len(), false);
+        self.paused[split] = paused;
+        true
+    }
+
     fn poll(&mut self) -> Result<SourcePoll> {
         if self.pos.is_empty() {
             self.pos = vec![(0, 0); self.splits.len()];
         }
+        self.paused.resize(self.splits.len(), false);
+        let mut any_paused = false;
         // Round-robin over the splits that still have rows.
         for _ in 0..self.splits.len() {
             let k = self.turn % self.splits.len();
@@ -102,6 +112,10 @@ impl SourceReader for VecReader {
             let batches = &self.all[self.splits[k]];
             let (bi, off) = self.pos[k];
             if bi >= batches.len() {
+                continue;
+            }
+            if self.paused[k] {
+                any_paused = true;
                 continue;
             }
             let b = &batches[bi];
@@ -116,6 +130,9 @@ impl SourceReader for VecReader {
                 split: k,
                 batch: out,
             });
+        }
+        if any_paused {
+            return Ok(SourcePoll::Pending { wait_ms: 5 });
         }
         Ok(SourcePoll::Finished)
     }

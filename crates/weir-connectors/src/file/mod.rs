@@ -239,6 +239,7 @@ impl SourceFactory for FileSource {
             files,
             readers,
             done: Vec::new(),
+            paused: Vec::new(),
             turn: 0,
             ctx,
         }))
@@ -289,6 +290,7 @@ struct FileReader {
     files: Vec<PathBuf>,
     readers: Vec<Option<Box<dyn FormatReader>>>,
     done: Vec<bool>,
+    paused: Vec<bool>,
     turn: usize,
     ctx: ReaderContext,
 }
@@ -315,16 +317,28 @@ impl FileReader {
 }
 
 impl SourceReader for FileReader {
+    fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        self.paused.resize(self.files.len(), false);
+        self.paused[split] = paused;
+        true
+    }
+
     fn poll(&mut self) -> Result<SourcePoll> {
         let n = self.files.len();
         if self.done.is_empty() {
             self.done = vec![false; n];
         }
+        self.paused.resize(n, false);
+        let mut any_paused = false;
         // Round-robin over open files, so all splits move forward in event time together.
         for _ in 0..n {
             let k = self.turn % n;
             self.turn += 1;
             if self.done[k] {
+                continue;
+            }
+            if self.paused[k] {
+                any_paused = true;
                 continue;
             }
             if self.readers[k].is_none() {
@@ -349,6 +363,9 @@ impl SourceReader for FileReader {
                     return Ok(SourcePoll::SplitFinished(k));
                 }
             }
+        }
+        if any_paused {
+            return Ok(SourcePoll::Pending { wait_ms: 5 });
         }
         Ok(SourcePoll::Finished)
     }
