@@ -131,9 +131,12 @@ impl FormatReader for CsvReader {
                     let mut failed = None;
                     for (col, &fi) in self.field_of.iter().enumerate() {
                         let bytes = self.record.get(fi).unwrap_or(b"");
-                        let parsed = std::str::from_utf8(bytes)
-                            .map_err(|_| format!("field {} is not valid UTF-8", fi + 1))
-                            .and_then(|text| self.builder.parse(col, text));
+                        let parsed = match self.builder.parse_integer_bytes(col, bytes) {
+                            Some(v) => Ok(v),
+                            None => std::str::from_utf8(bytes)
+                                .map_err(|_| format!("field {} is not valid UTF-8", fi + 1))
+                                .and_then(|text| self.builder.parse(col, text)),
+                        };
                         match parsed {
                             Ok(v) => values.push(v),
                             Err(reason) => {

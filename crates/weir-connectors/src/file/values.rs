@@ -93,6 +93,34 @@ impl RowBuilder {
         self.rows
     }
 
+    /// The fast path for integer columns: plain decimal digits (with an optional `-`) parsed
+    /// straight from bytes. `None` sends the field to [`RowBuilder::parse`], which handles
+    /// everything else and says what is wrong.
+    pub(super) fn parse_integer_bytes(&self, col: usize, bytes: &[u8]) -> Option<Value<'static>> {
+        if !matches!(
+            self.builders[col],
+            Builder::Int64(_) | Builder::TimestampMs(..)
+        ) {
+            return None;
+        }
+        let (neg, digits) = match bytes.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            _ => (false, bytes),
+        };
+        if digits.is_empty() || digits.len() > 18 {
+            return None;
+        }
+        let mut v: i64 = 0;
+        for &b in digits {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            v = v * 10 + d as i64;
+        }
+        Some(Value::Int(if neg { -v } else { v }))
+    }
+
     /// Parses text field `text` for column `col`.
     pub(super) fn parse<'a>(&self, col: usize, text: &'a str) -> Result<Value<'a>, String> {
         if text.is_empty() {
