@@ -9,7 +9,11 @@ use arrow_schema::DataType;
 use weir_connectors::file::{FileFormat, FileSource, FileSourceSpec};
 use weir_core::expr::col;
 use weir_core::SystemClock;
-use weir_operators::{IntervalJoin, IntervalJoinExt, TemporalJoin, TemporalJoinExt};
+use weir_operators::aggregates::count;
+use weir_operators::{
+    AggStrategy, AggregateExt, IntervalJoin, IntervalJoinExt, TemporalJoin, TemporalJoinExt,
+    WindowAggregate,
+};
 use weir_runtime::exec::JobReport;
 use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, JobGraph, SourceOptions, Stream};
 use weir_testkit::sorted_lines;
@@ -272,5 +276,76 @@ fn temporal_join_on_late_input_prices_on_time_orders_with_on_time_versions() {
             join.gauges
         );
         assert_eq!(join.state_rows, 0, "state is empty after the end of input");
+    }
+}
+
+/// window_count.sql: per-key count in 1-minute tumbling windows, 80 % of rows on one key.
+fn window_count(set: &str, parallelism: usize, strategy: AggStrategy) -> (Vec<String>, JobReport) {
+    let job = JobBuilder::with_config(
+        "window_count.sql",
+        JobConfig {
+            parallelism,
+            ..Default::default()
+        },
+    );
+    let events = csv(
+        &job,
+        set,
+        "events",
+        vec![("key", DataType::Utf8), ("ts", DataType::Int64)],
+    );
+    let out = CollectSink::new();
+    events
+        .key_by(&["key"])
+        .window_aggregate_with(
+            WindowAggregate::tumbling(60_000).aggregate(count("cnt")),
+            strategy,
+        )
+        .project([
+            ("key", col("key")),
+            ("window_start", col("window_start")),
+            ("cnt", col("cnt")),
+        ])
+        .sink("counts", out.clone());
+    run(job.build().unwrap(), &out)
+}
+
+#[test]
+fn window_count_matches_flink_on_small_and_late_in_every_strategy() {
+    for set in ["small", "late"] {
+        let want = expected(set, "window_count");
+        assert!(want.len() > 8_000, "{set}");
+        for (p, strategy) in [
+            (1, AggStrategy::OnePhase),
+            (2, AggStrategy::OnePhase),
+            (4, AggStrategy::TwoPhase),
+            (
+                3,
+                AggStrategy::Salted {
+                    salts: 3,
+                    hot_share: None,
+                },
+            ),
+            (
+                4,
+                AggStrategy::Salted {
+                    salts: 4,
+                    hot_share: Some(0.1),
+                },
+            ),
+        ] {
+            let (got, report) = window_count(set, p, strategy);
+            assert_same_rows(
+                &got,
+                &want,
+                &format!("{set}, parallelism {p}, {strategy:?}"),
+            );
+            let late: u64 = report.metrics.nodes.iter().map(|n| n.late_rows).sum();
+            assert_eq!(
+                late > 0,
+                set == "late",
+                "{set} {strategy:?}: {late} late rows"
+            );
+        }
     }
 }

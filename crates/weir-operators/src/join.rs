@@ -292,6 +292,16 @@ impl<T: Default> KeySlots<T> {
         &self.slots[slot].2
     }
 
+    /// The key bytes of `slot`.
+    pub fn key(&self, slot: usize) -> &[u8] {
+        &self.slots[slot].0
+    }
+
+    /// Slots that hold a key.
+    pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.index.iter().map(|&s| s as usize)
+    }
+
     pub fn get_mut(&mut self, slot: usize) -> &mut T {
         &mut self.slots[slot].2
     }

@@ -14,12 +14,14 @@
 //! # job.build().unwrap();
 //! ```
 
+pub mod aggregates;
 pub mod count;
 pub mod interval_join;
 pub mod join;
 pub mod regular_join;
 pub mod stream_table_join;
 pub mod temporal_join;
+pub mod window_aggregate;
 pub mod window_join;
 
 pub use count::{Count, CountOp};
@@ -28,6 +30,7 @@ pub use join::JoinType;
 pub use regular_join::{RegularJoin, RegularJoinExt};
 pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoinOp};
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
+pub use window_aggregate::{Phase, Window, WindowAggregate, WindowAggregateOp};
 pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
 
 use std::sync::Arc;
@@ -55,6 +58,82 @@ impl KeyedStreamExt for KeyedStream {
     }
 }
 
+/// How an aggregation is spread over subtasks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AggStrategy {
+    /// All rows of a key meet in one subtask.
+    OnePhase,
+    /// Each upstream subtask pre-aggregates its rows (flushed at every watermark and on a size
+    /// bound), then partial states are merged by key.
+    TwoPhase,
+    /// Rows are spread over `salts` subtasks per key (hot keys only with `hot_share`), partially
+    /// aggregated there, then merged by key.
+    Salted { salts: u16, hot_share: Option<f64> },
+}
+
+/// Builder methods for aggregations on keyed streams.
+pub trait AggregateExt {
+    /// A windowed aggregation in one phase.
+    #[track_caller]
+    fn window_aggregate(&self, agg: WindowAggregate) -> Stream;
+    /// A windowed aggregation with the given strategy. Two-phase and salted plans are refused
+    /// (when the job is built) for aggregates that do not combine, such as a median.
+    #[track_caller]
+    fn window_aggregate_with(&self, agg: WindowAggregate, strategy: AggStrategy) -> Stream;
+}
+
+impl AggregateExt for KeyedStream {
+    #[track_caller]
+    fn window_aggregate(&self, agg: WindowAggregate) -> Stream {
+        let at = weir_runtime::builder::caller_location();
+        aggregate_at(self, agg, AggStrategy::OnePhase, at)
+    }
+
+    #[track_caller]
+    fn window_aggregate_with(&self, agg: WindowAggregate, strategy: AggStrategy) -> Stream {
+        let at = weir_runtime::builder::caller_location();
+        aggregate_at(self, agg, strategy, at)
+    }
+}
+
+fn aggregate_at(
+    keyed: &KeyedStream,
+    mut agg: WindowAggregate,
+    strategy: AggStrategy,
+    at: String,
+) -> Stream {
+    agg.keys = keyed.keys().to_vec();
+    let phase = |p: Phase| WindowAggregate {
+        phase: p,
+        ..agg.clone()
+    };
+    match strategy {
+        AggStrategy::OnePhase => {
+            keyed.apply_at("window_aggregate".into(), Arc::new(phase(Phase::Full)), at)
+        }
+        AggStrategy::TwoPhase => keyed
+            .stream()
+            .apply_with(
+                "window_aggregate (partial)".into(),
+                Arc::new(phase(Phase::Partial)),
+                weir_runtime::Partitioning::Forward,
+                at.clone(),
+            )
+            .key_by(keyed.keys())
+            .apply_at("window_aggregate".into(), Arc::new(phase(Phase::Final)), at),
+        AggStrategy::Salted { salts, hot_share } => keyed
+            .apply_salted_at(
+                "window_aggregate (partial)".into(),
+                Arc::new(phase(Phase::Partial)),
+                salts,
+                hot_share,
+                at.clone(),
+            )
+            .key_by(keyed.keys())
+            .apply_at("window_aggregate".into(), Arc::new(phase(Phase::Final)), at),
+    }
+}
+
 /// Registers this crate's operators, so job graphs using them can be read from JSON.
 pub fn register(r: &mut Registry) {
     r.add_operator("count", |s| {
@@ -78,6 +157,12 @@ pub fn register(r: &mut Registry) {
     r.add_operator("temporal_join", |s| {
         Ok(Arc::new(spec_from_json::<TemporalJoin>(
             "temporal_join",
+            s,
+        )?))
+    });
+    r.add_operator("window_aggregate", |s| {
+        Ok(Arc::new(spec_from_json::<WindowAggregate>(
+            "window_aggregate",
             s,
         )?))
     });

@@ -214,7 +214,7 @@ impl JobBuilder {
             _ => infos[0].clone(),
         };
         for (s, p) in &inputs {
-            if let Partitioning::Hash { keys, .. } = p {
+            if let Partitioning::Hash { keys, .. } | Partitioning::Salted { keys, .. } = p {
                 if let Err(e) = weir_core::keys::KeyEncoder::new(&s.schema(), keys) {
                     self.fail(Error::plan(format!(
                         "key_by for `{name}` (created at {at}): {e}"
@@ -337,6 +337,18 @@ impl Stream {
             node: id,
             port: Port::Main,
         }
+    }
+
+    /// Applies an operator over an edge with the given partitioning (for plans built by
+    /// extension traits, such as two-phase aggregation).
+    pub fn apply_with(
+        &self,
+        name: String,
+        factory: Arc<dyn OperatorFactory>,
+        partitioning: Partitioning,
+        at: String,
+    ) -> Stream {
+        self.apply_at(name, factory, partitioning, at)
     }
 
     /// Keeps the rows where `predicate` is true.
@@ -494,6 +506,45 @@ impl KeyedStream {
     pub fn apply(&self, name: impl Into<String>, factory: Arc<dyn OperatorFactory>) -> Stream {
         let at = here(Location::caller());
         self.apply_at(name.into(), factory, at)
+    }
+
+    /// Applies an operator to this stream with each key's rows spread over `salts` subtasks
+    /// (all keys, or with `hot_share` only those above that share of the rows). Refused when
+    /// the job is built unless the operator's per-key state merges (see
+    /// `OperatorFactory::key_ordered`).
+    #[track_caller]
+    pub fn apply_salted(
+        &self,
+        name: impl Into<String>,
+        factory: Arc<dyn OperatorFactory>,
+        salts: u16,
+        hot_share: Option<f64>,
+    ) -> Stream {
+        let at = here(Location::caller());
+        self.apply_salted_at(name.into(), factory, salts, hot_share, at)
+    }
+
+    /// As [`KeyedStream::apply_salted`], with the caller's location given.
+    pub fn apply_salted_at(
+        &self,
+        name: String,
+        factory: Arc<dyn OperatorFactory>,
+        salts: u16,
+        hot_share: Option<f64>,
+        at: String,
+    ) -> Stream {
+        let key_groups = self.stream.job.state.borrow().graph.config.key_groups;
+        self.stream.apply_at(
+            name,
+            factory,
+            Partitioning::Salted {
+                keys: self.keys.clone(),
+                key_groups,
+                salts,
+                hot_share,
+            },
+            at,
+        )
     }
 
     /// As [`KeyedStream::apply`], with the caller's location given (for extension traits).

@@ -21,6 +21,7 @@ use weir_core::watermark::{SplitWatermarks, WatermarkTracker};
 use crate::channel::{ChannelSender, Envelope, Mailbox, SendError};
 use crate::error::{Error, Result};
 use crate::graph::{JobGraph, NodeKind, Partitioning, SourceWatermarks};
+use crate::hotkeys::{ExchangeMetrics, SpaceSaving};
 use crate::message::{Message, StreamBatch};
 use crate::metrics::{
     ChannelMetrics, JobMetrics, MetricsReporter, MetricsSnapshot, NodeMetrics, SplitMetrics,
@@ -76,6 +77,27 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         outputs.push((0..p).map(|_| Vec::new()).collect());
     }
     let mut channels = Vec::new();
+    let mut exchanges: std::collections::BTreeMap<(usize, usize), Arc<ExchangeMetrics>> =
+        Default::default();
+    let exchange_for =
+        |ex: &mut std::collections::BTreeMap<(usize, usize), Arc<ExchangeMetrics>>,
+         e: &crate::graph::Edge,
+         keys: &[String]|
+         -> Result<Arc<ExchangeMetrics>> {
+            if let Some(x) = ex.get(&(e.from, e.to)) {
+                return Ok(x.clone());
+            }
+            let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
+            let x = Arc::new(ExchangeMetrics::new(
+                up.name.clone(),
+                down.name.clone(),
+                &up.output.schema,
+                keys,
+                up.parallelism,
+            )?);
+            ex.insert((e.from, e.to), x.clone());
+            Ok(x)
+        };
     for e in &graph.edges {
         let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
         for (i, node_outputs) in outputs[e.from].iter_mut().enumerate() {
@@ -98,9 +120,30 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 Partitioning::Forward => Route::Forward,
                 Partitioning::Rebalance => Route::Rebalance { next: i },
                 Partitioning::Broadcast => Route::Broadcast,
-                Partitioning::Hash { keys, key_groups } => Route::Hash {
+                Partitioning::Hash { keys, key_groups } => Route::Keyed {
                     encoder: KeyEncoder::new(&up.output.schema, keys)?,
                     key_groups: *key_groups,
+                    salting: None,
+                    sketch: SpaceSaving::default(),
+                    exchange: exchange_for(&mut exchanges, e, keys)?,
+                    subtask: i,
+                },
+                Partitioning::Salted {
+                    keys,
+                    key_groups,
+                    salts,
+                    hot_share,
+                } => Route::Keyed {
+                    encoder: KeyEncoder::new(&up.output.schema, keys)?,
+                    key_groups: *key_groups,
+                    salting: Some(Salting {
+                        salts: *salts,
+                        hot_share: *hot_share,
+                        next: i as u64,
+                    }),
+                    sketch: SpaceSaving::default(),
+                    exchange: exchange_for(&mut exchanges, e, keys)?,
+                    subtask: i,
                 },
             };
             node_outputs.push(OutputEdge {
@@ -111,6 +154,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         }
     }
     let in_flight_bound_rows = (channels.len() * cfg.channel_buffers * cfg.batch_rows) as i64;
+    let exchanges: Vec<Arc<ExchangeMetrics>> = exchanges.into_values().collect();
 
     let mut node_metrics = Vec::new();
     for n in &graph.nodes {
@@ -127,6 +171,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let metrics = Arc::new(JobMetrics {
         nodes: node_metrics,
         channels,
+        exchanges,
     });
 
     let mut tasks = JoinSet::new();
@@ -349,10 +394,22 @@ enum Route {
         next: usize,
     },
     Broadcast,
-    Hash {
+    /// Hash (and salted) partitioning, with a hot-key sketch.
+    Keyed {
         encoder: KeyEncoder,
         key_groups: u16,
+        salting: Option<Salting>,
+        sketch: SpaceSaving,
+        exchange: Arc<ExchangeMetrics>,
+        subtask: usize,
     },
+}
+
+struct Salting {
+    salts: u16,
+    hot_share: Option<f64>,
+    /// Round-robin position of the next salted row.
+    next: u64,
 }
 
 struct OutputEdge {
@@ -402,20 +459,42 @@ impl Outputs {
                         send_rows(s, batch.clone(), batch_rows, &metrics).await?
                     }
                 }
-                Route::Hash {
+                Route::Keyed {
                     encoder,
                     key_groups,
+                    salting,
+                    sketch,
+                    exchange,
+                    subtask,
                 } => {
                     let p = edge.senders.len();
+                    let rows = encoder.encode(&batch.data)?;
+                    for row in rows.iter() {
+                        sketch.offer(row.as_ref());
+                    }
+                    exchange.publish(*subtask, sketch);
                     if p == 1 {
                         send_rows(&edge.senders[0], batch.clone(), batch_rows, &metrics).await?;
                         continue;
                     }
-                    let rows = encoder.encode(&batch.data)?;
                     let mut idx: Vec<Vec<u32>> = vec![Vec::with_capacity(n / p + 16); p];
                     for (i, row) in rows.iter().enumerate() {
                         let kg = key_group(hash_key(row.as_ref()), *key_groups);
-                        idx[subtask_for_key_group(kg, *key_groups, p)].push(i as u32);
+                        let home = subtask_for_key_group(kg, *key_groups, p);
+                        let target = match salting {
+                            None => home,
+                            Some(s) => {
+                                let salt_it =
+                                    s.hot_share.is_none_or(|t| sketch.share(row.as_ref()) >= t);
+                                if salt_it {
+                                    s.next += 1;
+                                    (home + (s.next % s.salts.max(1) as u64) as usize) % p
+                                } else {
+                                    home
+                                }
+                            }
+                        };
+                        idx[target].push(i as u32);
                     }
                     for (j, ix) in idx.into_iter().enumerate() {
                         if ix.is_empty() {

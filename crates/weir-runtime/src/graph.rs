@@ -45,6 +45,12 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn holds_watermark(&self, _input: usize) -> bool {
         true
     }
+    /// Whether the operator needs all rows of a key in one subtask, in order. Salting (spreading
+    /// one key over subtasks) is refused for such operators; only operators whose per-key state
+    /// merges (partial aggregation) may say `false`.
+    fn key_ordered(&self) -> bool {
+        true
+    }
     /// A short description for printed plans.
     fn describe(&self) -> String {
         format!("{} {}", self.kind(), self.spec())
@@ -52,7 +58,7 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
 }
 
 /// How rows move from the subtasks of one node to those of the next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Partitioning {
     /// Subtask i to subtask i (both sides have the same parallelism).
@@ -63,6 +69,17 @@ pub enum Partitioning {
     Broadcast,
     /// Each row to the subtask owning its key's key group.
     Hash { keys: Vec<String>, key_groups: u16 },
+    /// Salted: a key's rows spread over `salts` subtasks, starting at the one owning its key
+    /// group, round robin. With `hot_share`, only keys that the exchange's hot-key sketch sees
+    /// above that share of the rows are spread; the others go to their home subtask. Only for
+    /// operators whose state merges (partial aggregation).
+    Salted {
+        keys: Vec<String>,
+        key_groups: u16,
+        salts: u16,
+        #[serde(default)]
+        hot_share: Option<f64>,
+    },
 }
 
 impl fmt::Display for Partitioning {
@@ -74,6 +91,20 @@ impl fmt::Display for Partitioning {
             Partitioning::Hash { keys, key_groups } => {
                 write!(f, "hash({}) over {key_groups} key groups", keys.join(", "))
             }
+            Partitioning::Salted {
+                keys,
+                salts,
+                hot_share,
+                ..
+            } => match hot_share {
+                Some(s) => write!(
+                    f,
+                    "salted({}) over {salts} subtasks for keys above {:.0} % of rows",
+                    keys.join(", "),
+                    s * 100.0
+                ),
+                None => write!(f, "salted({}) over {salts} subtasks", keys.join(", ")),
+            },
         }
     }
 }
@@ -184,7 +215,7 @@ pub struct Node {
 }
 
 /// An edge from an output port of one node to an input of another.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Edge {
     pub from: usize,
     pub port: Port,
@@ -304,6 +335,15 @@ impl JobGraph {
                         "forward edge from `{}` (parallelism {}) to `{}` (parallelism {}) needs \
                          equal parallelism; use rebalance or set the same parallelism",
                         up.name, up.parallelism, down.name, down.parallelism
+                    )))
+                }
+                Partitioning::Salted { .. } if !matches!(&down.kind, NodeKind::Operator { factory } if !factory.key_ordered()) => {
+                    return Err(Error::plan(format!(
+                        "`{}` (created at {}) processes each key's rows together, in order; \
+                         salting would split a key across subtasks and break it. Salting is only \
+                         for combinable aggregations (count, sum, min, max, avg, approximate \
+                         count distinct) in two phases",
+                        down.name, down.created_at
                     )))
                 }
                 Partitioning::Hash { key_groups, .. }

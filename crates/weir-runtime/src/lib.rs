@@ -31,6 +31,7 @@ pub mod display;
 pub mod error;
 pub mod exec;
 pub mod graph;
+pub mod hotkeys;
 pub mod message;
 pub mod metrics;
 pub mod operator;

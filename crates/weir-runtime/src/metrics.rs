@@ -128,6 +128,8 @@ pub struct ChannelMetrics {
 pub struct JobMetrics {
     pub nodes: Vec<Arc<NodeMetrics>>,
     pub channels: Vec<ChannelMetrics>,
+    /// Hot keys per keyed exchange.
+    pub exchanges: Vec<Arc<crate::hotkeys::ExchangeMetrics>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -143,6 +145,16 @@ pub struct MetricsSnapshot {
     pub in_flight_bound_rows: i64,
     /// The first busy node downstream of a backpressured one, if any.
     pub bottleneck: Option<String>,
+    /// The heaviest keys of every keyed exchange.
+    pub hot_keys: Vec<ExchangeSnapshot>,
+}
+
+/// The top keys routed from one node to another.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExchangeSnapshot {
+    pub from: String,
+    pub to: String,
+    pub top: Vec<crate::hotkeys::HotKey>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -159,6 +171,8 @@ pub struct NodeSnapshot {
     /// The operator's gauges summed over its subtasks.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub gauges: std::collections::BTreeMap<String, i64>,
+    /// Rows in of the busiest subtask over the average: 1.0 is even load.
+    pub load_max_over_avg: f64,
     pub subtasks: Vec<SubtaskSnapshot>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<SplitSnapshot>,
@@ -306,7 +320,11 @@ impl MetricsReporter {
                     *gauges.entry(k.to_string()).or_insert(0) += v;
                 }
             }
+            let max_in = subs.iter().map(|s| s.rows_in).max().unwrap_or(0) as f64;
+            let avg_in =
+                subs.iter().map(|s| s.rows_in).sum::<u64>() as f64 / subs.len().max(1) as f64;
             nodes.push(NodeSnapshot {
+                load_max_over_avg: if avg_in > 0.0 { max_in / avg_in } else { 1.0 },
                 gauges,
                 name: n.name.clone(),
                 kind: n.kind.clone(),
@@ -344,6 +362,16 @@ impl MetricsReporter {
             peak_in_flight_rows,
             in_flight_bound_rows: self.in_flight_bound_rows,
             bottleneck,
+            hot_keys: self
+                .job
+                .exchanges
+                .iter()
+                .map(|x| ExchangeSnapshot {
+                    from: x.from.clone(),
+                    to: x.to.clone(),
+                    top: x.top(5),
+                })
+                .collect(),
         }
     }
 }

@@ -1,0 +1,669 @@
+//! `.window_aggregate(WindowAggregate::tumbling(size).aggregate(count("cnt")))`: aggregates per
+//! key and event-time window (Flink's window table functions TUMBLE, HOP and SESSION with
+//! `GROUP BY key, window_start, window_end`).
+//!
+//! # Results
+//!
+//! Each (key, window) gives one row, `key columns..., window_start, window_end, window_time,
+//! aggregates...` (times in epoch ms; `window_time = window_end - 1` is the output's event
+//! time), emitted once, when the watermark reaches `window_end - 1 + allowed lateness`, and its
+//! state is dropped then. weir does not fire a window early or again for late rows: one window,
+//! one row.
+//!
+//! # Late rows
+//!
+//! Decided from the row's own source split, so results do not depend on timing or parallelism:
+//! a row is late for a tumbling or hopping window iff its split's watermark just before it is at
+//! or past `window_end - 1 + allowed lateness` (Flink's rule when there is one split). A row
+//! late for all its windows goes to the late-row output; a hopping row late for only some skips
+//! those (counted as `late_window_assignments`). For session windows, whose end moves as rows
+//! merge, a row is late iff its time is at or below its split's watermark minus the allowed
+//! lateness: a session is emitted only once no on-time row can reach it.
+//!
+//! # Phases
+//!
+//! `Full` aggregates raw rows. For combinable aggregates the work can be split:
+//! `Partial` pre-aggregates raw rows per (key, window) inside each subtask and emits partial
+//! states at every watermark and whenever it holds `flush_groups` groups; `Final` merges
+//! partial states by key and emits the windows. [`crate::AggregateExt`] builds these plans.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::batch::{event_time_index, event_times};
+use weir_core::keys::{hash_key, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_state::StateSize;
+
+use crate::aggregates::{self, Aggregate, Bound, State};
+use crate::join::{ExpiryQueue, KeySlots};
+
+/// Event-time windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Window {
+    Tumbling {
+        size_ms: i64,
+    },
+    Hopping {
+        size_ms: i64,
+        slide_ms: i64,
+    },
+    /// Rows of a key less than `gap_ms` apart fall into one session.
+    Session {
+        gap_ms: i64,
+    },
+}
+
+/// Which part of a (possibly two-phase) aggregation an operator does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Raw rows in, results out.
+    #[default]
+    Full,
+    /// Raw rows in, partial states out (local pre-aggregation).
+    Partial,
+    /// Partial states in, results out.
+    Final,
+}
+
+/// The spec of a windowed aggregation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowAggregate {
+    #[serde(default)]
+    pub keys: Vec<String>,
+    pub window: Window,
+    pub aggregates: Vec<Aggregate>,
+    #[serde(default)]
+    pub allowed_lateness_ms: i64,
+    #[serde(default)]
+    pub phase: Phase,
+    /// `Partial`: emit partial states whenever this many groups are held.
+    #[serde(default = "default_flush_groups")]
+    pub flush_groups: usize,
+}
+
+fn default_flush_groups() -> usize {
+    65_536
+}
+
+impl WindowAggregate {
+    pub fn tumbling(size_ms: i64) -> Self {
+        Self::new(Window::Tumbling { size_ms })
+    }
+    pub fn hopping(size_ms: i64, slide_ms: i64) -> Self {
+        Self::new(Window::Hopping { size_ms, slide_ms })
+    }
+    pub fn session(gap_ms: i64) -> Self {
+        Self::new(Window::Session { gap_ms })
+    }
+    fn new(window: Window) -> Self {
+        WindowAggregate {
+            keys: Vec::new(),
+            window,
+            aggregates: Vec::new(),
+            allowed_lateness_ms: 0,
+            phase: Phase::Full,
+            flush_groups: default_flush_groups(),
+        }
+    }
+
+    /// Adds an aggregate.
+    pub fn aggregate(mut self, a: Aggregate) -> Self {
+        self.aggregates.push(a);
+        self
+    }
+
+    pub fn allowed_lateness_ms(mut self, ms: i64) -> Self {
+        self.allowed_lateness_ms = ms;
+        self
+    }
+
+    /// Why this aggregation cannot be split into partial and final phases, if it cannot.
+    pub fn not_splittable(&self) -> Option<String> {
+        if let Window::Session { .. } = self.window {
+            return Some(
+                "session windows merge per key in event-time order, so they are aggregated in one phase".into(),
+            );
+        }
+        self.aggregates.iter().find_map(|a| a.combinable().err())
+    }
+
+    fn check_window(&self) -> Result<()> {
+        let bad = match self.window {
+            Window::Tumbling { size_ms } => size_ms <= 0,
+            Window::Hopping { size_ms, slide_ms } => {
+                size_ms <= 0 || slide_ms <= 0 || slide_ms > size_ms
+            }
+            Window::Session { gap_ms } => gap_ms <= 0,
+        };
+        if bad || self.allowed_lateness_ms < 0 {
+            return Err(Error::config(
+                "window",
+                format!("{:?}, allowed lateness {} ms", self.window, self.allowed_lateness_ms),
+                "sizes, slides and gaps must be positive (a slide at most the size) and the allowed lateness not negative",
+            ));
+        }
+        if self.aggregates.is_empty() {
+            return Err(Error::plan(
+                "a window aggregation needs at least one aggregate",
+            ));
+        }
+        Ok(())
+    }
+
+    /// (size, slide) of fixed windows.
+    fn fixed(&self) -> Option<(i64, i64)> {
+        match self.window {
+            Window::Tumbling { size_ms } => Some((size_ms, size_ms)),
+            Window::Hopping { size_ms, slide_ms } => Some((size_ms, slide_ms)),
+            Window::Session { .. } => None,
+        }
+    }
+
+    /// The input schema the aggregates read: the raw rows, or for `Final` the raw types
+    /// recovered from the partial columns.
+    fn raw_schema(&self, input: &StreamInfo) -> Result<SchemaRef> {
+        if self.phase != Phase::Final {
+            return Ok(input.schema.clone());
+        }
+        let mut fields: Vec<Field> = Vec::new();
+        for a in &self.aggregates {
+            if let Some(c) = a.column() {
+                let partial = format!("{}__partial", a.output);
+                let t = input
+                    .schema
+                    .field_with_name(&partial)
+                    .map(|f| f.data_type().clone())
+                    .unwrap_or(DataType::Float64);
+                let t = if matches!(a.function, aggregates::AggregateFn::ApproxCountDistinct(_)) {
+                    DataType::Int64
+                } else {
+                    t
+                };
+                if fields.iter().all(|f| f.name() != c) {
+                    fields.push(Field::new(c, t, true));
+                }
+            }
+        }
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    fn bind(&self, input: &StreamInfo) -> Result<Vec<Bound>> {
+        let raw = self.raw_schema(input)?;
+        self.aggregates
+            .iter()
+            .map(|a| Bound::new(a, &raw))
+            .collect()
+    }
+
+    fn output(&self, input: &StreamInfo) -> Result<(SchemaRef, Option<String>)> {
+        self.check_window()?;
+        if self.phase != Phase::Full {
+            if let Some(why) = self.not_splittable() {
+                return Err(Error::plan(format!(
+                    "two-phase or salted aggregation refused: {why}"
+                )));
+            }
+        }
+        let bound = self.bind(input)?;
+        let mut fields: Vec<Field> = Vec::new();
+        for k in &self.keys {
+            let f = input.schema.field_with_name(k).map_err(|_| {
+                Error::plan(format!(
+                    "key column `{k}` not found; the stream has columns: {}",
+                    weir_core::keys::column_names(&input.schema)
+                ))
+            })?;
+            fields.push(f.clone());
+        }
+        fields.push(Field::new("window_start", DataType::Int64, false));
+        if self.phase == Phase::Partial {
+            for b in &bound {
+                fields.extend(b.partial_fields());
+            }
+            return Ok((Arc::new(Schema::new(fields)), None));
+        }
+        fields.push(Field::new("window_end", DataType::Int64, false));
+        fields.push(Field::new("window_time", DataType::Int64, false));
+        for b in &bound {
+            let f = b.output_field();
+            if fields.iter().any(|x| x.name() == f.name()) {
+                return Err(Error::plan(format!(
+                    "aggregate output `{}` clashes with another column",
+                    f.name()
+                )));
+            }
+            fields.push(f);
+        }
+        Ok((Arc::new(Schema::new(fields)), Some("window_time".into())))
+    }
+}
+
+impl OperatorFactory for WindowAggregate {
+    fn kind(&self) -> &'static str {
+        "window_aggregate"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("window aggregate spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let input = weir_runtime::ops::single_input("window_aggregate", inputs)?;
+        if self.phase != Phase::Final && input.event_time.is_none() {
+            return Err(Error::plan("a window aggregation needs a stream with event time; declare the source's event-time column"));
+        }
+        let (schema, event_time) = self.output(input)?;
+        Ok(StreamInfo { schema, event_time })
+    }
+    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let input = weir_runtime::ops::single_input("window_aggregate", inputs)?;
+        let (schema, _) = self.output(input)?;
+        let bound = self.bind(input)?;
+        let et = match (&input.event_time, self.phase) {
+            (Some(c), p) if p != Phase::Final => Some(event_time_index(&input.schema, c)?),
+            _ => None,
+        };
+        let window_start_col = if self.phase == Phase::Final {
+            Some(input.schema.index_of("window_start")?)
+        } else {
+            None
+        };
+        let partial_cols: Vec<Vec<usize>> = if self.phase == Phase::Final {
+            bound
+                .iter()
+                .map(|b| {
+                    b.partial_fields()
+                        .iter()
+                        .map(|f| input.schema.index_of(f.name()))
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                })
+                .collect::<std::result::Result<_, _>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(Box::new(WindowAggregateOp {
+            spec: self.clone(),
+            schema,
+            encoder: KeyEncoder::new(&input.schema, &self.keys)?,
+            event_time: et,
+            window_start_col,
+            partial_cols,
+            bound,
+            groups: KeySlots::new(),
+            sessions: KeySlots::new(),
+            closing: ExpiryQueue::new(),
+            group_count: 0,
+            state_bytes: 0,
+            late: 0,
+            late_assignments: 0,
+            peak_groups: 0,
+        }))
+    }
+    fn describe(&self) -> String {
+        let w = match self.window {
+            Window::Tumbling { size_ms } => format!("tumbling {size_ms} ms windows"),
+            Window::Hopping { size_ms, slide_ms } => {
+                format!("hopping {size_ms} ms windows every {slide_ms} ms")
+            }
+            Window::Session { gap_ms } => format!("session windows with a {gap_ms} ms gap"),
+        };
+        let phase = match self.phase {
+            Phase::Full => "",
+            Phase::Partial => " (partial: local pre-aggregation)",
+            Phase::Final => " (final: merges partial states)",
+        };
+        format!(
+            "{} per ({}) in {w}{phase}; keeps one group per key and open window until the watermark passes its end{}",
+            aggregates::describe(&self.aggregates),
+            self.keys.join(", "),
+            if self.allowed_lateness_ms > 0 { format!(" + {} ms allowed lateness", self.allowed_lateness_ms) } else { String::new() }
+        )
+    }
+    fn key_ordered(&self) -> bool {
+        self.not_splittable().is_some()
+    }
+}
+
+/// One (key, window) group.
+#[derive(Debug, Default)]
+struct Group {
+    start: i64,
+    states: Vec<State>,
+}
+
+/// One session of a key.
+#[derive(Debug)]
+struct Session {
+    start: i64,
+    /// Exclusive: the last row's time plus the gap.
+    end: i64,
+    states: Vec<State>,
+}
+
+/// One subtask of a windowed aggregation.
+pub struct WindowAggregateOp {
+    spec: WindowAggregate,
+    schema: SchemaRef,
+    encoder: KeyEncoder,
+    event_time: Option<usize>,
+    window_start_col: Option<usize>,
+    partial_cols: Vec<Vec<usize>>,
+    bound: Vec<Bound>,
+    /// (key, window start) → group, for fixed windows.
+    groups: KeySlots<Group>,
+    /// key → open sessions.
+    sessions: KeySlots<Vec<Session>>,
+    /// When each group (or a key's sessions) may close.
+    closing: ExpiryQueue,
+    group_count: u64,
+    state_bytes: u64,
+    late: u64,
+    late_assignments: u64,
+    peak_groups: u64,
+}
+
+const GROUP_OVERHEAD: u64 = 64;
+
+impl WindowAggregateOp {
+    fn new_states(&self) -> Vec<State> {
+        self.bound.iter().map(|b| b.init()).collect()
+    }
+
+    fn group_for(&mut self, key: &[u8], start: i64, buf: &mut Vec<u8>) -> usize {
+        buf.clear();
+        buf.extend_from_slice(key);
+        buf.extend_from_slice(&start.to_be_bytes());
+        let slot = self.groups.slot_for(hash_key(buf), buf);
+        if self.groups.get(slot).states.is_empty() {
+            let states = self.new_states();
+            let g = self.groups.get_mut(slot);
+            g.start = start;
+            g.states = states;
+            self.group_count += 1;
+            let heap: usize = self
+                .groups
+                .get(slot)
+                .states
+                .iter()
+                .map(State::heap_bytes)
+                .sum();
+            self.state_bytes += GROUP_OVERHEAD + buf.len() as u64 + heap as u64;
+            self.peak_groups = self.peak_groups.max(self.group_count);
+            if self.spec.phase != Phase::Partial {
+                let (size, _) = self.spec.fixed().expect("fixed windows");
+                self.closing
+                    .push(start + size - 1 + self.spec.allowed_lateness_ms, slot, 0);
+            }
+        }
+        slot
+    }
+
+    fn add_raw(&mut self, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let et = self.event_time.expect("raw input has event time");
+        let times = event_times(&batch.data, et)?;
+        let l = self.spec.allowed_lateness_ms;
+        let (on_time, late) = match self.spec.window {
+            Window::Session { .. } => {
+                batch.split_late(&times, |t, wm| t <= wm.saturating_sub(l))?
+            }
+            _ => {
+                let (size, slide) = self.spec.fixed().expect("fixed");
+                let last_end = |t: i64| t - t.rem_euclid(slide) + size;
+                batch.split_late(&times, |t, wm| wm >= last_end(t) - 1 + l)?
+            }
+        };
+        if let Some(late) = late {
+            self.late += late.num_rows() as u64;
+            ctx.emit_late(late);
+        }
+        if on_time.num_rows() == 0 {
+            return Ok(());
+        }
+        let data = on_time.data;
+        let times = event_times(&data, et)?;
+        let wms = on_time.row_watermarks;
+        let keys = self.encoder.encode(&data)?;
+        let values: Vec<aggregates::Values> = self
+            .bound
+            .iter()
+            .map(|b| b.values(&data))
+            .collect::<Result<_>>()?;
+        let mut buf = Vec::new();
+        match self.spec.window {
+            Window::Session { gap_ms } => {
+                for (i, key) in keys.iter().enumerate() {
+                    let ts = times[i];
+                    self.add_to_session(key.as_ref(), ts, gap_ms, &values, i);
+                }
+            }
+            _ => {
+                let (size, slide) = self.spec.fixed().expect("fixed");
+                for (i, key) in keys.iter().enumerate() {
+                    let ts = times[i];
+                    let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
+                    let last = ts - ts.rem_euclid(slide);
+                    let mut start = last;
+                    while start > ts - size {
+                        if wm >= start + size - 1 + l {
+                            self.late_assignments += 1;
+                        } else {
+                            let slot = self.group_for(key.as_ref(), start, &mut buf);
+                            for (s, v) in self.groups.get_mut(slot).states.iter_mut().zip(&values) {
+                                s.update(v, i);
+                            }
+                        }
+                        start -= slide;
+                    }
+                }
+            }
+        }
+        if self.spec.phase == Phase::Partial && self.group_count as usize >= self.spec.flush_groups
+        {
+            self.flush_partials(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn add_to_session(
+        &mut self,
+        key: &[u8],
+        ts: i64,
+        gap: i64,
+        values: &[aggregates::Values],
+        i: usize,
+    ) {
+        let slot = self.sessions.slot_for(hash_key(key), key);
+        let mut states = self.new_states();
+        for (s, v) in states.iter_mut().zip(values) {
+            s.update(v, i);
+        }
+        let (mut start, mut end) = (ts, ts + gap);
+        let sessions = self.sessions.get_mut(slot);
+        // Merge every session this row's window [ts, ts + gap) overlaps.
+        let mut k = 0;
+        let mut merged = 0;
+        while k < sessions.len() {
+            let s = &sessions[k];
+            if s.start < end && ts < s.end {
+                let s = sessions.swap_remove(k);
+                start = start.min(s.start);
+                end = end.max(s.end);
+                for (a, b) in states.iter_mut().zip(s.states) {
+                    a.merge(b);
+                }
+                merged += 1;
+            } else {
+                k += 1;
+            }
+        }
+        sessions.push(Session { start, end, states });
+        self.group_count = self.group_count + 1 - merged;
+        self.peak_groups = self.peak_groups.max(self.group_count);
+        self.closing
+            .push(end - 1 + self.spec.allowed_lateness_ms, slot, 1);
+    }
+
+    fn add_partials(&mut self, batch: StreamBatch) -> Result<()> {
+        let data = batch.data;
+        let keys = self.encoder.encode(&data)?;
+        let starts = data
+            .column(self.window_start_col.expect("final has window_start"))
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| Error::Internal("window_start is not BIGINT".into()))?
+            .clone();
+        let cols: Vec<Vec<ArrayRef>> = self
+            .partial_cols
+            .iter()
+            .map(|idx| idx.iter().map(|&i| data.column(i).clone()).collect())
+            .collect();
+        let mut buf = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = self.group_for(key.as_ref(), starts.value(i), &mut buf);
+            let partials: Vec<State> = self
+                .bound
+                .iter()
+                .zip(&cols)
+                .map(|(b, c)| aggregates::read_partial(b, c, i))
+                .collect();
+            for (s, p) in self.groups.get_mut(slot).states.iter_mut().zip(partials) {
+                s.merge(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits result rows (or partial rows) for the given (key bytes, start, end, states).
+    fn emit_rows(&self, rows: &[(Vec<u8>, i64, i64, Vec<State>)], ctx: &mut Context) -> Result<()> {
+        for chunk in rows.chunks(8192) {
+            let parser = self.encoder.parser();
+            let mut cols = self
+                .encoder
+                .decode(chunk.iter().map(|(k, ..)| parser.parse(k)))?;
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                chunk.iter().map(|r| r.1),
+            )));
+            if self.spec.phase == Phase::Partial {
+                for (j, b) in self.bound.iter().enumerate() {
+                    let states: Vec<&State> = chunk.iter().map(|r| &r.3[j]).collect();
+                    cols.extend(aggregates::partials(b, &states));
+                }
+            } else {
+                cols.push(Arc::new(Int64Array::from_iter_values(
+                    chunk.iter().map(|r| r.2),
+                )));
+                cols.push(Arc::new(Int64Array::from_iter_values(
+                    chunk.iter().map(|r| r.2 - 1),
+                )));
+                for j in 0..self.bound.len() {
+                    let states: Vec<&State> = chunk.iter().map(|r| &r.3[j]).collect();
+                    cols.push(aggregates::finish(&states));
+                }
+            }
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        Ok(())
+    }
+
+    fn key_len(&self, slot: usize) -> usize {
+        self.groups.key(slot).len() - 8
+    }
+
+    fn flush_partials(&mut self, ctx: &mut Context) -> Result<()> {
+        let slots: Vec<usize> = self.groups.slots().collect();
+        let mut rows = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let key = self.groups.key(slot)[..self.key_len(slot)].to_vec();
+            let g = std::mem::take(self.groups.get_mut(slot));
+            rows.push((key, g.start, 0, g.states));
+            self.groups.release(slot);
+        }
+        self.group_count = 0;
+        self.state_bytes = 0;
+        self.emit_rows(&rows, ctx)
+    }
+}
+
+impl Operator for WindowAggregateOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        if self.spec.phase == Phase::Final {
+            self.add_partials(batch)
+        } else {
+            self.add_raw(batch, ctx)
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        if self.spec.phase == Phase::Partial {
+            // Partial states leave before the watermark that could close their windows.
+            return self.flush_partials(ctx);
+        }
+        let wm = watermark.0;
+        let mut due = Vec::new();
+        self.closing.pop_due(wm, &mut due);
+        let mut rows = Vec::new();
+        let l = self.spec.allowed_lateness_ms;
+        for (slot, tag) in due {
+            if tag == 1 {
+                let key = self.sessions.key(slot).to_vec();
+                let sessions = self.sessions.get_mut(slot);
+                let mut k = 0;
+                while k < sessions.len() {
+                    if sessions[k].end - 1 + l <= wm {
+                        let s = sessions.swap_remove(k);
+                        rows.push((key.clone(), s.start, s.end, s.states));
+                    } else {
+                        k += 1;
+                    }
+                }
+                if sessions.is_empty() {
+                    self.sessions.release(slot);
+                }
+                continue;
+            }
+            let (size, _) = self.spec.fixed().expect("fixed");
+            let g = self.groups.get(slot);
+            if g.states.is_empty() || g.start + size - 1 + l > wm {
+                continue;
+            }
+            let key = self.groups.key(slot)[..self.key_len(slot)].to_vec();
+            let g = std::mem::take(self.groups.get_mut(slot));
+            let heap: usize = g.states.iter().map(State::heap_bytes).sum();
+            self.state_bytes = self
+                .state_bytes
+                .saturating_sub(GROUP_OVERHEAD + key.len() as u64 + 8 + heap as u64);
+            rows.push((key, g.start, g.start + size, g.states));
+            self.groups.release(slot);
+        }
+        self.group_count -= rows.len() as u64;
+        // Emit in a stable order (by window, then key) so the output does not depend on
+        // hash-table order.
+        rows.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        self.emit_rows(&rows, ctx)
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize {
+            rows: self.group_count,
+            bytes: self.state_bytes
+                + self.group_count * (self.bound.len() * std::mem::size_of::<State>()) as u64,
+        }
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("open_groups", self.group_count as i64),
+            ("peak_open_groups", self.peak_groups as i64),
+            ("late_rows", self.late as i64),
+            ("late_window_assignments", self.late_assignments as i64),
+        ]);
+    }
+}

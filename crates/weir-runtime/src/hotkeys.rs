@@ -1,0 +1,202 @@
+//! Hot-key detection on keyed exchanges: a Space-Saving sketch of the heaviest keys.
+//!
+//! Every sender of a keyed exchange keeps a sketch of the keys it routes (sampling every
+//! `SAMPLE`-th row keeps it cheap), publishes its top keys to the exchange's metrics after each
+//! batch, and may use it to salt only the hot keys. Space-Saving (Metwally et al.) keeps `K`
+//! counters; a key's count is overestimated by at most the count it replaced, so every key
+//! with more than `1/K` of the rows is found.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::SchemaRef;
+use serde::Serialize;
+
+/// Counters kept per sketch.
+pub const TOP_K: usize = 16;
+/// One row in this many is counted.
+pub const SAMPLE: u64 = 8;
+
+/// A Space-Saving sketch over encoded keys.
+#[derive(Debug, Default, Clone)]
+pub struct SpaceSaving {
+    counters: HashMap<Box<[u8]>, u64>,
+    /// Rows offered (sampled and not).
+    pub rows: u64,
+}
+
+impl SpaceSaving {
+    /// Offers one row's key; counts it if it falls on the sample stride.
+    pub fn offer(&mut self, key: &[u8]) {
+        self.rows += 1;
+        if self.rows % SAMPLE != 0 {
+            return;
+        }
+        if let Some(c) = self.counters.get_mut(key) {
+            *c += 1;
+            return;
+        }
+        if self.counters.len() < TOP_K {
+            self.counters.insert(key.into(), 1);
+            return;
+        }
+        let (min_key, min) = self
+            .counters
+            .iter()
+            .min_by_key(|(_, c)| **c)
+            .map(|(k, c)| (k.clone(), *c))
+            .expect("full");
+        self.counters.remove(&min_key);
+        self.counters.insert(key.into(), min + 1);
+    }
+
+    /// The estimated share of rows with `key` (0 when it is not among the top keys).
+    pub fn share(&self, key: &[u8]) -> f64 {
+        let sampled = self.rows / SAMPLE;
+        if sampled == 0 {
+            return 0.0;
+        }
+        self.counters
+            .get(key)
+            .map_or(0.0, |c| *c as f64 / sampled as f64)
+    }
+
+    /// Top keys with their estimated row counts, heaviest first.
+    pub fn top(&self) -> Vec<(Box<[u8]>, u64)> {
+        let mut v: Vec<_> = self
+            .counters
+            .iter()
+            .map(|(k, c)| (k.clone(), c * SAMPLE))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// The hot keys seen on one keyed exchange (all senders).
+#[derive(Debug)]
+pub struct ExchangeMetrics {
+    pub from: String,
+    pub to: String,
+    converter: RowConverter,
+    /// Per sender subtask: its latest top keys and rows routed.
+    senders: Mutex<Vec<(Vec<(Box<[u8]>, u64)>, u64)>>,
+}
+
+/// A hot key and its share of the exchange's rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct HotKey {
+    pub key: String,
+    pub rows: u64,
+    pub share: f64,
+}
+
+impl ExchangeMetrics {
+    pub fn new(
+        from: String,
+        to: String,
+        schema: &SchemaRef,
+        keys: &[String],
+        senders: usize,
+    ) -> crate::Result<Self> {
+        let fields = keys
+            .iter()
+            .map(|k| {
+                Ok(SortField::new(
+                    schema.field_with_name(k)?.data_type().clone(),
+                ))
+            })
+            .collect::<Result<Vec<_>, arrow_schema::ArrowError>>()?;
+        Ok(ExchangeMetrics {
+            from,
+            to,
+            converter: RowConverter::new(fields)?,
+            senders: Mutex::new(vec![(Vec::new(), 0); senders]),
+        })
+    }
+
+    /// Publishes sender `subtask`'s sketch.
+    pub fn publish(&self, subtask: usize, sketch: &SpaceSaving) {
+        let mut s = self.senders.lock().expect("hot keys lock");
+        s[subtask] = (sketch.top(), sketch.rows);
+    }
+
+    /// The heaviest keys over all senders, with their share of all rows.
+    pub fn top(&self, n: usize) -> Vec<HotKey> {
+        let s = self.senders.lock().expect("hot keys lock");
+        let total: u64 = s.iter().map(|x| x.1).sum();
+        let mut sum: HashMap<&[u8], u64> = HashMap::new();
+        for (top, _) in s.iter() {
+            for (k, c) in top {
+                *sum.entry(k).or_default() += c;
+            }
+        }
+        let mut v: Vec<(&[u8], u64)> = sum.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        v.truncate(n);
+        let parser = self.converter.parser();
+        v.into_iter()
+            .map(|(k, c)| {
+                let key = self
+                    .converter
+                    .convert_rows([parser.parse(k)])
+                    .ok()
+                    .map(|cols| {
+                        let b = arrow_array::RecordBatch::try_from_iter(
+                            cols.into_iter()
+                                .enumerate()
+                                .map(|(i, c)| (format!("k{i}"), c)),
+                        );
+                        b.map(|b| {
+                            (0..b.num_columns())
+                                .map(|i| {
+                                    crate::display::row_to_string(
+                                        &b.project(&[i]).expect("column"),
+                                        0,
+                                    )
+                                })
+                                .map(|s| s.split_once('=').map(|x| x.1.to_string()).unwrap_or(s))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        })
+                        .unwrap_or_default()
+                    })
+                    .unwrap_or_default();
+                HotKey {
+                    key,
+                    rows: c,
+                    share: if total > 0 {
+                        c as f64 / total as f64
+                    } else {
+                        0.0
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn space_saving_finds_the_hot_key_and_its_share() {
+        let mut s = SpaceSaving::default();
+        for i in 0..100_000u64 {
+            if i % 5 != 0 {
+                s.offer(b"celebrity");
+            } else {
+                s.offer(&(i % 9_973).to_le_bytes());
+            }
+        }
+        let top = s.top();
+        assert_eq!(&*top[0].0, b"celebrity");
+        assert!(
+            (s.share(b"celebrity") - 0.8).abs() < 0.02,
+            "{}",
+            s.share(b"celebrity")
+        );
+    }
+}
