@@ -10,8 +10,10 @@ use arrow_schema::DataType;
 use serde::{Deserialize, Serialize};
 use weir_connectors::file::{FileFormat, FileSink, FileSource, FileSourceSpec};
 use weir_connectors::generator::{schema_for, GeneratorSource, GeneratorSpec};
+use weir_operators::aggregates::count;
 use weir_operators::{
-    IntervalJoin, IntervalJoinExt, KeyedStreamExt, TemporalJoin, TemporalJoinExt,
+    AggStrategy, AggregateExt, IntervalJoin, IntervalJoinExt, KeyedStreamExt, TemporalJoin,
+    TemporalJoinExt, WindowAggregate,
 };
 use weir_runtime::graph::WatermarkAlignment;
 use weir_runtime::{
@@ -28,6 +30,12 @@ pub enum BenchJob {
     IntervalJoin,
     /// Orders priced with the FX rate valid at their event time.
     TemporalJoin,
+    /// Events counted per key in 1-minute tumbling windows, one phase.
+    WindowCount,
+    /// The same with local pre-aggregation (two phases).
+    WindowCountTwoPhase,
+    /// The same salted over the subtasks.
+    WindowCountSalted,
     All,
 }
 
@@ -83,6 +91,9 @@ struct Measured {
 fn default_rows(job: BenchJob) -> u64 {
     match job {
         BenchJob::Count => 10_000_000,
+        BenchJob::WindowCount | BenchJob::WindowCountTwoPhase | BenchJob::WindowCountSalted => {
+            2_000_000
+        }
         _ => 1_000_000,
     }
 }
@@ -90,7 +101,12 @@ fn default_rows(job: BenchJob) -> u64 {
 /// The generator tables a job reads, by name.
 fn tables(job: BenchJob, rows: u64, splits: usize) -> Vec<(&'static str, GeneratorSpec)> {
     match job {
-        BenchJob::Count => vec![("events", GeneratorSpec::events(rows).with_splits(splits))],
+        BenchJob::Count
+        | BenchJob::WindowCount
+        | BenchJob::WindowCountTwoPhase
+        | BenchJob::WindowCountSalted => {
+            vec![("events", GeneratorSpec::events(rows).with_splits(splits))]
+        }
         BenchJob::IntervalJoin => vec![
             ("clicks", GeneratorSpec::clicks(rows).with_splits(splits)),
             (
@@ -142,6 +158,20 @@ fn build(
         .collect();
     let out = match job {
         BenchJob::Count => streams[0].key_by(&["key"]).count(),
+        BenchJob::WindowCount | BenchJob::WindowCountTwoPhase | BenchJob::WindowCountSalted => {
+            let strategy = match job {
+                BenchJob::WindowCountTwoPhase => AggStrategy::TwoPhase,
+                BenchJob::WindowCountSalted => AggStrategy::Salted {
+                    salts: a.parallelism as u16,
+                    hot_share: Some(0.1),
+                },
+                _ => AggStrategy::OnePhase,
+            };
+            streams[0].key_by(&["key"]).window_aggregate_with(
+                WindowAggregate::tumbling(60_000).aggregate(count("cnt")),
+                strategy,
+            )
+        }
         BenchJob::IntervalJoin => streams[0].key_by(&["ad_id", "user_id"]).interval_join(
             &streams[1].key_by(&["ad_id", "user_id"]),
             IntervalJoin::between(-10_000, 0).aliases("c", "i"),
@@ -273,6 +303,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             BenchJob::Count,
             BenchJob::IntervalJoin,
             BenchJob::TemporalJoin,
+            BenchJob::WindowCount,
+            BenchJob::WindowCountTwoPhase,
+            BenchJob::WindowCountSalted,
         ],
         j => vec![j],
     };
@@ -332,7 +365,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             .unwrap_or(0)
     );
     println!(
-        "{:<14} {:<10} {:>10} {:>9} {:>8} {:>12} {:>14} {:>10} {:>12} {:>11}",
+        "{:<24} {:<10} {:>10} {:>9} {:>8} {:>12} {:>14} {:>10} {:>12} {:>11}",
         "job",
         "input",
         "rows in",
@@ -346,7 +379,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     );
     for r in &results {
         println!(
-            "{:<14} {:<10} {:>10} {:>9.3} {:>8.2} {:>12.0} {:>14.0} {:>10} {:>7} rows {:>7.1} MiB",
+            "{:<24} {:<10} {:>10} {:>9.3} {:>8.2} {:>12.0} {:>14.0} {:>10} {:>7} rows {:>7.1} MiB",
             value(&r.job),
             value(&r.input),
             r.rows_in,

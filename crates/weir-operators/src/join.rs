@@ -306,11 +306,15 @@ impl<T: Default> KeySlots<T> {
         &mut self.slots[slot].2
     }
 
-    /// Forgets the key of `slot`; the slot may be handed to another key.
+    /// Forgets the key of `slot`; the slot may be handed to another key. Releasing a slot that
+    /// holds no key does nothing.
     pub fn release(&mut self, slot: usize) {
         let hash = self.slots[slot].1;
-        if let Ok(e) = self.index.find_entry(hash, |&s| s as usize == slot) {
-            e.remove();
+        match self.index.find_entry(hash, |&s| s as usize == slot) {
+            Ok(e) => {
+                e.remove();
+            }
+            Err(_) => return,
         }
         let (key, _, value) = &mut self.slots[slot];
         self.key_bytes -= key.len();
@@ -407,5 +411,22 @@ impl ExpiryQueue {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releasing_a_slot_twice_does_not_hand_it_to_two_keys() {
+        let mut slots: KeySlots<u32> = KeySlots::new();
+        let a = slots.slot_for(hash_key(b"a"), b"a");
+        slots.release(a);
+        slots.release(a);
+        let b = slots.slot_for(hash_key(b"b"), b"b");
+        let c = slots.slot_for(hash_key(b"c"), b"c");
+        assert_ne!(b, c);
+        assert_eq!(slots.len(), 2);
     }
 }

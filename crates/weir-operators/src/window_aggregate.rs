@@ -329,6 +329,9 @@ impl OperatorFactory for WindowAggregate {
     }
 }
 
+/// A closed group or session: (slot, window start, window end, states, is a session).
+type Closed = (usize, i64, i64, Vec<State>, bool);
+
 /// One (key, window) group.
 #[derive(Debug, Default)]
 struct Group {
@@ -394,11 +397,9 @@ impl WindowAggregateOp {
                 .sum();
             self.state_bytes += GROUP_OVERHEAD + buf.len() as u64 + heap as u64;
             self.peak_groups = self.peak_groups.max(self.group_count);
-            if self.spec.phase != Phase::Partial {
-                let (size, _) = self.spec.fixed().expect("fixed windows");
-                self.closing
-                    .push(start + size - 1 + self.spec.allowed_lateness_ms, slot, 0);
-            }
+            let (size, _) = self.spec.fixed().expect("fixed windows");
+            self.closing
+                .push(start + size - 1 + self.spec.allowed_lateness_ms, slot, 0);
         }
         slot
     }
@@ -539,12 +540,12 @@ impl WindowAggregateOp {
     }
 
     /// Emits result rows (or partial rows) for the given (key bytes, start, end, states).
-    fn emit_rows(&self, rows: &[(Vec<u8>, i64, i64, Vec<State>)], ctx: &mut Context) -> Result<()> {
+    fn emit_rows(&self, rows: &[Closed], ctx: &mut Context) -> Result<()> {
         for chunk in rows.chunks(8192) {
             let parser = self.encoder.parser();
             let mut cols = self
                 .encoder
-                .decode(chunk.iter().map(|(k, ..)| parser.parse(k)))?;
+                .decode(chunk.iter().map(|r| parser.parse(self.closed_key(r))))?;
             cols.push(Arc::new(Int64Array::from_iter_values(
                 chunk.iter().map(|r| r.1),
             )));
@@ -581,14 +582,25 @@ impl WindowAggregateOp {
         let slots: Vec<usize> = self.groups.slots().collect();
         let mut rows = Vec::with_capacity(slots.len());
         for slot in slots {
-            let key = self.groups.key(slot)[..self.key_len(slot)].to_vec();
             let g = std::mem::take(self.groups.get_mut(slot));
-            rows.push((key, g.start, 0, g.states));
-            self.groups.release(slot);
+            rows.push((slot, g.start, 0, g.states, false));
+        }
+        self.emit_rows(&rows, ctx)?;
+        for r in &rows {
+            self.groups.release(r.0);
         }
         self.group_count = 0;
         self.state_bytes = 0;
-        self.emit_rows(&rows, ctx)
+        Ok(())
+    }
+
+    /// The key bytes of a closed group or session (its slot is released after emission).
+    fn closed_key(&self, r: &Closed) -> &[u8] {
+        if r.4 {
+            self.sessions.key(r.0)
+        } else {
+            &self.groups.key(r.0)[..self.key_len(r.0)]
+        }
     }
 }
 
@@ -602,30 +614,29 @@ impl Operator for WindowAggregateOp {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
-        if self.spec.phase == Phase::Partial {
-            // Partial states leave before the watermark that could close their windows.
-            return self.flush_partials(ctx);
-        }
+        // In the partial phase too, the groups of the windows this watermark closes leave
+        // before it does (the runtime forwards it after this returns); the rest stay to
+        // gather more rows.
         let wm = watermark.0;
         let mut due = Vec::new();
         self.closing.pop_due(wm, &mut due);
         let mut rows = Vec::new();
         let l = self.spec.allowed_lateness_ms;
+        let mut emptied_sessions = Vec::new();
         for (slot, tag) in due {
             if tag == 1 {
-                let key = self.sessions.key(slot).to_vec();
                 let sessions = self.sessions.get_mut(slot);
                 let mut k = 0;
                 while k < sessions.len() {
                     if sessions[k].end - 1 + l <= wm {
                         let s = sessions.swap_remove(k);
-                        rows.push((key.clone(), s.start, s.end, s.states));
+                        rows.push((slot, s.start, s.end, s.states, true));
                     } else {
                         k += 1;
                     }
                 }
                 if sessions.is_empty() {
-                    self.sessions.release(slot);
+                    emptied_sessions.push(slot);
                 }
                 continue;
             }
@@ -634,20 +645,23 @@ impl Operator for WindowAggregateOp {
             if g.states.is_empty() || g.start + size - 1 + l > wm {
                 continue;
             }
-            let key = self.groups.key(slot)[..self.key_len(slot)].to_vec();
+            let key_len = self.groups.key(slot).len() as u64;
             let g = std::mem::take(self.groups.get_mut(slot));
             let heap: usize = g.states.iter().map(State::heap_bytes).sum();
             self.state_bytes = self
                 .state_bytes
-                .saturating_sub(GROUP_OVERHEAD + key.len() as u64 + 8 + heap as u64);
-            rows.push((key, g.start, g.start + size, g.states));
-            self.groups.release(slot);
+                .saturating_sub(GROUP_OVERHEAD + key_len + heap as u64);
+            rows.push((slot, g.start, g.start + size, g.states, false));
         }
         self.group_count -= rows.len() as u64;
-        // Emit in a stable order (by window, then key) so the output does not depend on
-        // hash-table order.
-        rows.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
-        self.emit_rows(&rows, ctx)
+        self.emit_rows(&rows, ctx)?;
+        for r in rows.iter().filter(|r| !r.4) {
+            self.groups.release(r.0);
+        }
+        for slot in emptied_sessions {
+            self.sessions.release(slot);
+        }
+        Ok(())
     }
 
     fn state_size(&self) -> StateSize {
