@@ -30,7 +30,7 @@ impl SpaceSaving {
     /// Offers one row's key; counts it if it falls on the sample stride.
     pub fn offer(&mut self, key: &[u8]) {
         self.rows += 1;
-        if self.rows % SAMPLE != 0 {
+        if !self.rows.is_multiple_of(SAMPLE) {
             return;
         }
         if let Some(c) = self.counters.get_mut(key) {
@@ -81,8 +81,11 @@ pub struct ExchangeMetrics {
     pub to: String,
     converter: RowConverter,
     /// Per sender subtask: its latest top keys and rows routed.
-    senders: Mutex<Vec<(Vec<(Box<[u8]>, u64)>, u64)>>,
+    senders: Mutex<Vec<SenderTop>>,
 }
+
+/// One sender's top keys (encoded key, estimated rows) and the rows it routed.
+type SenderTop = (Vec<(Box<[u8]>, u64)>, u64);
 
 /// A hot key and its share of the exchange's rows.
 #[derive(Debug, Clone, Serialize)]
