@@ -417,6 +417,7 @@ impl ExpiryQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_core::keys::hash_key;
 
     #[test]
     fn releasing_a_slot_twice_does_not_hand_it_to_two_keys() {
