@@ -37,6 +37,9 @@ enum Command {
         /// Where malformed records go (JSON lines).
         #[arg(long)]
         dead_letters: Option<PathBuf>,
+        /// Start even when the inputs of a time-bounded join begin far apart in event time.
+        #[arg(long)]
+        allow_misaligned_start: bool,
     },
     /// Print a job graph: nodes, partitioning of every edge, schemas, where each was created.
     Explain { job: PathBuf },
@@ -86,8 +89,10 @@ fn main() -> Result<()> {
             parallelism,
             metrics_out,
             dead_letters,
+            allow_misaligned_start,
         } => {
             let mut graph = read_job(&job)?;
+            graph.config.allow_misaligned_start |= allow_misaligned_start;
             if let Some(p) = parallelism {
                 graph.config.parallelism = p;
                 for n in &mut graph.nodes {

@@ -120,5 +120,27 @@ pub fn summary(r: &JobReport) -> String {
         "elapsed:        {secs:.3} s, {:.0} rows/s in",
         rows_in as f64 / secs
     );
+    for n in m.nodes.iter().filter(|n| n.spread_alerts > 0) {
+        let _ = writeln!(
+            s,
+            "ALERT:          the inputs of `{}` drifted up to {:.0} s apart in event time ({} times \
+             above the threshold): one input is replaying or stalled",
+            n.name,
+            n.peak_event_time_spread_ms.unwrap_or(0) as f64 / 1000.0,
+            n.spread_alerts
+        );
+    }
+    for x in &m.hot_keys {
+        if let Some(k) = x.top.first().filter(|k| k.share >= 0.2) {
+            let _ = writeln!(
+                s,
+                "hot key:        `{}` is {:.0} % of the rows from `{}` to `{}`",
+                k.key,
+                k.share * 100.0,
+                x.from,
+                x.to
+            );
+        }
+    }
     s
 }

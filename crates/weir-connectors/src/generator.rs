@@ -455,6 +455,20 @@ impl SourceFactory for GeneratorSource {
     fn schema(&self) -> SchemaRef {
         self.plan.schema.clone()
     }
+    fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {
+        let g = &self.plan.spec;
+        // The first rows are at most `disorder_ms` (or a late delay) before `start_ms`; rates
+        // begin with each currency's first version, before every order.
+        let lead = match g.scenario {
+            Scenario::Rates => {
+                g.disorder_ms
+                    + FIRST_RATE_LEAD_MS
+                    + FIRST_RATE_SPACING_MS * g.currencies.saturating_sub(1) as i64
+            }
+            _ => g.disorder_ms,
+        };
+        Ok(Some(g.start_ms - lead))
+    }
     fn splits(&self) -> Result<Vec<String>> {
         Ok((0..self.plan.spec.splits)
             .map(|s| format!("{KIND}-{}-{s}", self.plan.spec.scenario))

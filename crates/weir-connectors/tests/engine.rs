@@ -361,3 +361,82 @@ fn watermark_alignment_pauses_the_source_that_runs_ahead_and_bounds_join_state()
         "aligned, state stays near the bound: {aligned_peak} vs {free_peak}"
     );
 }
+
+/// The replay incident's two safeguards: a join whose inputs would start days apart in event
+/// time is refused (unless overridden), and the event-time spread between a join's inputs is
+/// measured and raises an alert.
+#[test]
+fn misaligned_start_is_refused_and_the_spread_alert_fires() {
+    use weir_operators::{IntervalJoin, IntervalJoinExt};
+    let job = |clicks_behind_ms: i64, allow: bool| {
+        let cfg = JobConfig {
+            allow_misaligned_start: allow,
+            spread_alert_ms: 30_000,
+            batch_rows: 500,
+            ..Default::default()
+        };
+        let job = JobBuilder::with_config("replay", cfg);
+        let imps = GeneratorSpec::impressions(20_000);
+        let clicks = GeneratorSpec {
+            start_ms: imps.start_ms - clicks_behind_ms,
+            ..GeneratorSpec::clicks(20_000)
+        };
+        let i = job.source(
+            "impressions",
+            GeneratorSource::new(imps).unwrap(),
+            SourceOptions::event_time("ts", 5_000),
+        );
+        let c = job.source(
+            "clicks",
+            GeneratorSource::new(clicks).unwrap(),
+            SourceOptions::event_time("ts", 5_000),
+        );
+        c.key_by(&["ad_id", "user_id"])
+            .interval_join(
+                &i.key_by(&["ad_id", "user_id"]),
+                IntervalJoin::between(-10_000, 0),
+            )
+            .sink("out", CollectSink::new());
+        job.build().unwrap()
+    };
+    let three_days = 3 * 24 * 3_600_000;
+    let err = rt()
+        .block_on(async { exec::start(job(three_days, false), Arc::new(SystemClock)).map(|_| ()) })
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("refusing to start") && msg.contains("72.0 h apart"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("input 0 `clicks` starts at 2023-12-28T23:59:58")
+            && msg.contains("input 1 `impressions` starts at 2023-12-31T23:59:58"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("same event-time point") && msg.contains("--allow-misaligned-start"),
+        "{msg}"
+    );
+
+    // Overridden, it runs; the spread between the inputs is measured and the alert fires.
+    let report = rt()
+        .block_on(exec::run(job(60_000, true), Arc::new(SystemClock)))
+        .unwrap();
+    let join = report
+        .metrics
+        .nodes
+        .iter()
+        .find(|n| n.name == "interval_join")
+        .unwrap();
+    assert!(
+        join.peak_event_time_spread_ms.unwrap() >= 30_000,
+        "{:?}",
+        join.peak_event_time_spread_ms
+    );
+    assert!(join.spread_alerts >= 1);
+    assert_eq!(join.inputs.len(), 2);
+
+    // Aligned starts are not refused.
+    rt().block_on(exec::run(job(0, false), Arc::new(SystemClock)))
+        .unwrap();
+}

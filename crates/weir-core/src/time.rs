@@ -81,6 +81,28 @@ fn fmt_millis(ms: i64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     write!(f, "{ms}ms")
 }
 
+/// Epoch milliseconds as an ISO 8601 UTC time, e.g. `2024-01-01T00:00:00.000Z`.
+pub fn format_utc(ms: i64) -> String {
+    let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, mi, s, milli) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1_000 % 60,
+        rem % 1_000,
+    );
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
+}
+
 /// Processing (wall-clock) time in epoch milliseconds, read from a [`Clock`].
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
@@ -177,6 +199,14 @@ impl Stopwatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_formatting_matches_known_instants() {
+        assert_eq!(format_utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_utc(1_704_067_200_000), "2024-01-01T00:00:00.000Z");
+        assert_eq!(format_utc(1_709_210_096_789), "2024-02-29T12:34:56.789Z");
+        assert_eq!(format_utc(-1), "1969-12-31T23:59:59.999Z");
+    }
 
     #[test]
     fn manual_clock_moves_only_when_told() {

@@ -152,6 +152,9 @@ impl OperatorFactory for IntervalJoin {
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("interval join spec serialises")
     }
+    fn time_bound_ms(&self) -> Option<i64> {
+        Some(self.lower_ms.abs().max(self.upper_ms.abs()))
+    }
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
         let (schema, _, event_time) = self.check(inputs)?;
         Ok(StreamInfo { schema, event_time })

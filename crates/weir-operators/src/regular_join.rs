@@ -113,6 +113,9 @@ impl OperatorFactory for RegularJoin {
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
         self.as_interval_join()?.plan(inputs)
     }
+    fn time_bound_ms(&self) -> Option<i64> {
+        self.ttl_ms
+    }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         self.as_interval_join()?.create(inputs, info)
     }

@@ -129,6 +129,9 @@ impl OperatorFactory for WindowJoin {
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("window join spec serialises")
     }
+    fn time_bound_ms(&self) -> Option<i64> {
+        Some(self.size_ms)
+    }
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
         let (schema, _) = self.check(inputs)?;
         Ok(StreamInfo {

@@ -24,8 +24,8 @@ use crate::graph::{JobGraph, NodeKind, Partitioning, SourceWatermarks};
 use crate::hotkeys::{ExchangeMetrics, SpaceSaving};
 use crate::message::{Message, StreamBatch};
 use crate::metrics::{
-    ChannelMetrics, JobMetrics, MetricsReporter, MetricsSnapshot, NodeMetrics, SplitMetrics,
-    SubtaskMetrics,
+    ChannelMetrics, InputMetrics, JobMetrics, MetricsReporter, MetricsSnapshot, NodeMetrics,
+    SplitMetrics, SubtaskMetrics,
 };
 use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
 use crate::sink::SinkWriter;
@@ -58,6 +58,9 @@ pub struct JobReport {
 /// `Plan` if the graph is invalid; errors of sources that cannot list their splits.
 pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     graph.validate()?;
+    if !graph.config.allow_misaligned_start {
+        check_aligned_start(&graph)?;
+    }
     let cfg = graph.config.clone();
     let dead_letters = DeadLetters::new(cfg.dead_letter_path.clone());
 
@@ -166,6 +169,25 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 .map(|_| Arc::new(SubtaskMetrics::default()))
                 .collect(),
             splits: Default::default(),
+            inputs: {
+                let n_inputs = graph
+                    .inputs_of(n.id)
+                    .iter()
+                    .map(|e| e.input + 1)
+                    .max()
+                    .unwrap_or(0);
+                if n_inputs >= 2 {
+                    (0..n_inputs)
+                        .map(|_| InputMetrics::new(n.parallelism))
+                        .collect()
+                } else {
+                    Vec::new()
+                }
+            },
+            spread_alert_ms: cfg.spread_alert_ms,
+            spread_alert: Default::default(),
+            spread_alerts: Default::default(),
+            peak_spread_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
         }));
     }
     let metrics = Arc::new(JobMetrics {
@@ -294,6 +316,15 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         processor,
                         channel_inputs: inputs,
                         holds_watermark: holds,
+                        node: metrics.nodes[n.id].clone(),
+                        input_event_time: input_streams
+                            .iter()
+                            .map(|i| {
+                                i.event_time.as_ref().and_then(|c| {
+                                    weir_core::batch::event_time_index(&i.schema, c).ok()
+                                })
+                            })
+                            .collect(),
                         mailbox,
                         outputs: Outputs::new(
                             outs,
@@ -324,6 +355,94 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         tasks,
         task_names,
     })
+}
+
+/// The misaligned-start guard: refuses to start a time-bounded join whose inputs would begin
+/// further apart in event time than its bound plus the alignment drift (at least an hour).
+/// The earlier side's rows would wait in state for the later side to catch up: the replay
+/// incident (one consumer reset days back, state grows until the job dies).
+fn check_aligned_start(graph: &JobGraph) -> Result<()> {
+    // Sources feeding `node`, following edges back.
+    fn sources(graph: &JobGraph, node: usize, out: &mut Vec<usize>) {
+        if matches!(graph.nodes[node].kind, NodeKind::Source { .. }) {
+            out.push(node);
+            return;
+        }
+        for e in graph.inputs_of(node) {
+            sources(graph, e.from, out);
+        }
+    }
+    for n in &graph.nodes {
+        let NodeKind::Operator { factory } = &n.kind else {
+            continue;
+        };
+        let Some(bound) = factory.time_bound_ms() else {
+            continue;
+        };
+        let mut starts: Vec<(usize, String, i64)> = Vec::new();
+        let mut drift = 0i64;
+        let mut known = true;
+        for e in graph.inputs_of(n.id) {
+            let mut srcs = Vec::new();
+            sources(graph, e.from, &mut srcs);
+            let mut input_start: Option<(String, i64)> = None;
+            for s in srcs {
+                let NodeKind::Source {
+                    factory,
+                    watermarks,
+                } = &graph.nodes[s].kind
+                else {
+                    continue;
+                };
+                drift = drift.max(watermarks.alignment.as_ref().map_or(0, |a| a.max_drift_ms));
+                let t = match &watermarks.event_time {
+                    Some(col) => factory.start_event_time(col)?,
+                    None => None,
+                };
+                match t {
+                    Some(t) if input_start.as_ref().is_none_or(|x| t < x.1) => {
+                        input_start = Some((graph.nodes[s].name.clone(), t))
+                    }
+                    Some(_) => {}
+                    None => known = false,
+                }
+            }
+            match input_start {
+                Some((name, t)) => starts.push((e.input, name, t)),
+                None => known = false,
+            }
+        }
+        if !known || starts.len() < 2 {
+            continue;
+        }
+        let lo = starts.iter().map(|s| s.2).min().expect("two inputs");
+        let hi = starts.iter().map(|s| s.2).max().expect("two inputs");
+        let threshold = (bound.saturating_add(drift)).max(3_600_000);
+        if hi - lo > threshold {
+            let sides: Vec<String> = starts
+                .iter()
+                .map(|(i, name, t)| {
+                    format!(
+                        "input {i} `{name}` starts at {}",
+                        weir_core::time::format_utc(*t)
+                    )
+                })
+                .collect();
+            return Err(Error::plan(format!(
+                "refusing to start: the inputs of `{}` (created at {}) begin {:.1} h apart in event \
+                 time ({}), more than the join's bound plus the alignment drift ({:.1} h). The \
+                 earlier side's rows would wait in state until the later side catches up. Replay \
+                 both sides from the same event-time point, or start anyway with \
+                 --allow-misaligned-start",
+                n.name,
+                n.created_at,
+                (hi - lo) as f64 / 3_600_000.0,
+                sides.join(", "),
+                threshold as f64 / 3_600_000.0
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `graph` to the end of its input.
@@ -852,6 +971,9 @@ struct OperatorTask {
     channel_inputs: Vec<usize>,
     /// Whether each channel takes part in the watermark.
     holds_watermark: Vec<bool>,
+    node: Arc<NodeMetrics>,
+    /// Event-time column of each logical input, if it has one.
+    input_event_time: Vec<Option<usize>>,
     mailbox: Mailbox,
     outputs: Outputs,
     clock: Arc<dyn Clock>,
@@ -906,9 +1028,65 @@ impl OperatorTask {
         Ok(())
     }
 
+    /// Follows the event-time progress of each input of a multi-input operator and raises the
+    /// spread alert when they drift further apart than the threshold.
+    fn track_input_time(&self, input: usize, batch: &StreamBatch) {
+        let Some(im) = self.node.inputs.get(input) else {
+            return;
+        };
+        let Some(Some(col)) = self.input_event_time.get(input) else {
+            return;
+        };
+        if let Ok(times) = weir_core::batch::event_times(&batch.data, *col) {
+            if let Some(max) = times.iter().max() {
+                im.max_event_time.fetch_max(*max, Relaxed);
+            }
+        }
+        let spread = self.node.event_time_spread();
+        if let Some(s) = spread {
+            self.node.peak_spread_ms.fetch_max(s, Relaxed);
+        }
+        let alert = spread.is_some_and(|s| s > self.node.spread_alert_ms);
+        if self.node.spread_alert.swap(alert, Relaxed) != alert && alert {
+            self.node.spread_alerts.fetch_add(1, Relaxed);
+            let maxes: Vec<String> = self
+                .node
+                .inputs
+                .iter()
+                .map(|i| weir_core::time::format_utc(i.max_event_time.load(Relaxed)))
+                .collect();
+            tracing::warn!(
+                operator = %self.info.operator,
+                spread_ms = spread.unwrap_or(0),
+                inputs = ?maxes,
+                "the inputs of `{}` are {} s apart in event time (alert above {} s): one input is \
+                 replaying or stalled, and the operator's state grows with the gap",
+                self.info.operator,
+                spread.unwrap_or(0) / 1000,
+                self.node.spread_alert_ms / 1000
+            );
+        }
+    }
+
+    /// Records each logical input's watermark (the minimum over its channels).
+    fn track_input_watermarks(&self, tracker: &WatermarkTracker) {
+        for (input, im) in self.node.inputs.iter().enumerate() {
+            let wm = (0..tracker.inputs())
+                .filter(|&ch| self.channel_inputs[ch] == input && !tracker.is_idle(ch))
+                .map(|ch| tracker.input_watermark(ch).0)
+                .min();
+            if let (Some(wm), Some(slot)) = (wm, im.watermarks.get(self.info.subtask)) {
+                slot.store(wm, Relaxed);
+            }
+        }
+    }
+
     async fn on_data(&mut self, input: usize, batch: StreamBatch) -> Result<()> {
         let m = self.outputs.metrics.clone();
         m.rows_in.fetch_add(batch.num_rows() as u64, Relaxed);
+        if !self.node.inputs.is_empty() {
+            self.track_input_time(input, &batch);
+        }
         match &mut self.processor {
             Processor::Operator(_) => self.call(|op, ctx| op.on_batch(input, batch, ctx)).await,
             Processor::Sink(w) => {
@@ -1013,7 +1191,11 @@ impl OperatorTask {
                 Message::Watermark(_) | Message::Idle | Message::Active
                     if !self.holds_watermark[ch] => {}
                 Message::Watermark(w) => {
-                    if let Some(w) = tracker.update(ch, *w) {
+                    let advanced = tracker.update(ch, *w);
+                    if !self.node.inputs.is_empty() {
+                        self.track_input_watermarks(&tracker);
+                    }
+                    if let Some(w) = advanced {
                         self.on_watermark(w).await?;
                     }
                 }

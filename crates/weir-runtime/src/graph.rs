@@ -45,6 +45,12 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn holds_watermark(&self, _input: usize) -> bool {
         true
     }
+    /// For operators joining streams within a time bound (interval, window, regular joins):
+    /// the bound in ms. The misaligned-start guard uses it; `None` means the inputs may
+    /// legitimately start far apart (a temporal join's table history).
+    fn time_bound_ms(&self) -> Option<i64> {
+        None
+    }
     /// Whether the operator needs all rows of a key in one subtask, in order. Salting (spreading
     /// one key over subtasks) is refused for such operators; only operators whose per-key state
     /// merges (partial aggregation) may say `false`.
@@ -239,6 +245,10 @@ pub struct JobConfig {
     pub key_groups: u16,
     /// Where malformed records go (JSON lines); `None` keeps them in memory.
     pub dead_letter_path: Option<PathBuf>,
+    /// Alert when the inputs of a multi-input operator are further apart in event time.
+    pub spread_alert_ms: i64,
+    /// Start even when the inputs of a time-bounded join begin far apart in event time.
+    pub allow_misaligned_start: bool,
 }
 
 impl Default for JobConfig {
@@ -249,6 +259,8 @@ impl Default for JobConfig {
             batch_rows: 8192,
             key_groups: DEFAULT_KEY_GROUPS,
             dead_letter_path: None,
+            spread_alert_ms: 3_600_000,
+            allow_misaligned_start: false,
         }
     }
 }

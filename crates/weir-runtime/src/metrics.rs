@@ -113,6 +113,49 @@ pub struct NodeMetrics {
     pub kind: String,
     pub subtasks: Vec<Arc<SubtaskMetrics>>,
     pub splits: Mutex<Vec<Arc<SplitMetrics>>>,
+    /// Per logical input of a multi-input operator (empty otherwise).
+    pub inputs: Vec<InputMetrics>,
+    /// Alert when the inputs' greatest event times are further apart than this.
+    pub spread_alert_ms: i64,
+    /// Whether the spread alert is raised now.
+    pub spread_alert: AtomicBool,
+    /// How often the spread alert was raised.
+    pub spread_alerts: AtomicU64,
+    /// The greatest spread seen.
+    pub peak_spread_ms: AtomicI64,
+}
+
+/// Event-time progress of one input of a multi-input operator.
+#[derive(Debug)]
+pub struct InputMetrics {
+    /// The greatest event time seen on the input.
+    pub max_event_time: AtomicI64,
+    /// The input's watermark in each subtask.
+    pub watermarks: Vec<AtomicI64>,
+}
+
+impl InputMetrics {
+    pub fn new(subtasks: usize) -> Self {
+        InputMetrics {
+            max_event_time: AtomicI64::new(i64::MIN),
+            watermarks: (0..subtasks).map(|_| AtomicI64::new(i64::MIN)).collect(),
+        }
+    }
+}
+
+impl NodeMetrics {
+    /// The gap between the inputs' greatest event times, once every input has rows.
+    pub fn event_time_spread(&self) -> Option<i64> {
+        let maxes: Vec<i64> = self
+            .inputs
+            .iter()
+            .map(|i| i.max_event_time.load(Relaxed))
+            .collect();
+        if maxes.len() < 2 || maxes.contains(&i64::MIN) {
+            return None;
+        }
+        Some(maxes.iter().max()? - maxes.iter().min()?)
+    }
 }
 
 /// One channel's counters and where it runs.
@@ -149,6 +192,17 @@ pub struct MetricsSnapshot {
     pub hot_keys: Vec<ExchangeSnapshot>,
 }
 
+/// Event-time progress of one input of a multi-input operator.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputSnapshot {
+    pub input: usize,
+    pub max_event_time: Option<i64>,
+    /// The input's watermark (the minimum over the operator's subtasks).
+    pub watermark: Option<i64>,
+    /// Wall clock now minus that watermark, ms.
+    pub watermark_delay_ms: Option<i64>,
+}
+
 /// The top keys routed from one node to another.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExchangeSnapshot {
@@ -173,6 +227,18 @@ pub struct NodeSnapshot {
     pub gauges: std::collections::BTreeMap<String, i64>,
     /// Rows in of the busiest subtask over the average: 1.0 is even load.
     pub load_max_over_avg: f64,
+    /// Inputs of a multi-input operator: event-time progress of each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<InputSnapshot>,
+    /// The gap between the inputs' greatest event times, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_time_spread_ms: Option<i64>,
+    /// The spread is above the alert threshold.
+    pub spread_alert: bool,
+    /// How often the spread alert was raised, and the greatest spread seen.
+    pub spread_alerts: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_event_time_spread_ms: Option<i64>,
     pub subtasks: Vec<SubtaskSnapshot>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<SplitSnapshot>,
@@ -323,7 +389,31 @@ impl MetricsReporter {
             let max_in = subs.iter().map(|s| s.rows_in).max().unwrap_or(0) as f64;
             let avg_in =
                 subs.iter().map(|s| s.rows_in).sum::<u64>() as f64 / subs.len().max(1) as f64;
+            let inputs = n
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, im)| {
+                    let wm = im
+                        .watermarks
+                        .iter()
+                        .map(|w| w.load(Relaxed))
+                        .min()
+                        .and_then(known);
+                    InputSnapshot {
+                        input: i,
+                        max_event_time: known(im.max_event_time.load(Relaxed)),
+                        watermark: wm,
+                        watermark_delay_ms: wm.map(|w| now.0 - w),
+                    }
+                })
+                .collect();
             nodes.push(NodeSnapshot {
+                inputs,
+                event_time_spread_ms: n.event_time_spread(),
+                spread_alert: n.spread_alert.load(Relaxed),
+                spread_alerts: n.spread_alerts.load(Relaxed),
+                peak_event_time_spread_ms: known(n.peak_spread_ms.load(Relaxed)),
                 load_max_over_avg: if avg_in > 0.0 { max_in / avg_in } else { 1.0 },
                 gauges,
                 name: n.name.clone(),

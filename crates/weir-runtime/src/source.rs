@@ -106,6 +106,11 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
         splits: Vec<usize>,
         ctx: ReaderContext,
     ) -> Result<Box<dyn SourceReader>>;
+    /// The event time the source starts reading from (the earliest over its splits), when it
+    /// can tell without reading: for the misaligned-start guard.
+    fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {
+        Ok(None)
+    }
 }
 
 /// What to do with a malformed record.
