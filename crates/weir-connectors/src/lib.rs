@@ -19,7 +19,10 @@
 
 pub mod file;
 pub mod generator;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod stdout;
+pub(crate) mod values;
 
 use std::sync::Arc;
 use weir_runtime::graph::{spec_from_json, Registry};
@@ -36,4 +39,17 @@ pub fn register(r: &mut Registry) {
     });
     r.add_sink("stdout", |_| Ok(Arc::new(stdout::StdoutSink)));
     generator::register(r);
+    #[cfg(feature = "kafka")]
+    {
+        r.add_source("kafka", |s| {
+            Ok(Arc::new(kafka::KafkaSource::new(spec_from_json(
+                "kafka", s,
+            )?)?))
+        });
+        r.add_sink("kafka", |s| {
+            Ok(Arc::new(kafka::KafkaSink {
+                spec: spec_from_json("kafka", s)?,
+            }))
+        });
+    }
 }

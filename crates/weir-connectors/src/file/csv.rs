@@ -10,8 +10,8 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_runtime::{Error, Result};
 
-use super::values::{recycle, RowBuilder, Value};
 use super::{io_err, BadRecords, FileSourceSpec, FormatReader};
+use crate::values::{recycle, RowBuilder, Value};
 
 pub(super) struct CsvReader {
     reader: csv::Reader<BufReader<File>>,

@@ -8,8 +8,8 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_runtime::Result;
 
-use super::values::{recycle, RowBuilder, Value};
 use super::{io_err, BadRecords, FormatReader};
+use crate::values::{recycle, RowBuilder, Value};
 
 pub(super) struct JsonReader {
     path: std::path::PathBuf,

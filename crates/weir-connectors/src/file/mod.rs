@@ -13,7 +13,6 @@ mod csv;
 mod json;
 mod parquet;
 mod sink;
-mod values;
 
 pub use sink::{FileSink, FileSinkSpec};
 
@@ -135,7 +134,7 @@ impl FileSource {
             parquet::file_schema(&files[0])?
         } else {
             for c in &spec.columns {
-                if spec.format != FileFormat::Parquet && !values::readable(&c.data_type) {
+                if spec.format != FileFormat::Parquet && !crate::values::readable(&c.data_type) {
                     return Err(Error::config(
                         format!("columns.{}", c.name),
                         c.data_type.to_string(),

@@ -11,7 +11,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 
 /// Whether text files can hold this type.
-pub(super) fn readable(t: &DataType) -> bool {
+pub(crate) fn readable(t: &DataType) -> bool {
     matches!(
         t,
         DataType::Int64
@@ -27,7 +27,7 @@ pub(super) fn readable(t: &DataType) -> bool {
 
 /// A parsed field, before it is appended (a row is appended only when all its fields parse).
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Value<'a> {
+pub(crate) enum Value<'a> {
     Null,
     Int(i64),
     Float(f64),
@@ -49,20 +49,20 @@ enum Builder {
 
 /// Empties `buf` and hands its allocation over for values of another lifetime (a row's fields
 /// borrow the record they were parsed from; the buffer outlives every record).
-pub(super) fn recycle<'b>(mut buf: Vec<Value<'_>>) -> Vec<Value<'b>> {
+pub(crate) fn recycle<'b>(mut buf: Vec<Value<'_>>) -> Vec<Value<'b>> {
     buf.clear();
     buf.into_iter().map(|_| Value::Null).collect()
 }
 
 /// Builds a batch row by row from parsed fields.
-pub(super) struct RowBuilder {
+pub(crate) struct RowBuilder {
     schema: SchemaRef,
     builders: Vec<Builder>,
     rows: usize,
 }
 
 impl RowBuilder {
-    pub(super) fn new(schema: SchemaRef, capacity: usize) -> Self {
+    pub(crate) fn new(schema: SchemaRef, capacity: usize) -> Self {
         let builders = schema
             .fields()
             .iter()
@@ -89,14 +89,14 @@ impl RowBuilder {
         }
     }
 
-    pub(super) fn rows(&self) -> usize {
+    pub(crate) fn rows(&self) -> usize {
         self.rows
     }
 
     /// The fast path for integer columns: plain decimal digits (with an optional `-`) parsed
     /// straight from bytes. `None` sends the field to [`RowBuilder::parse`], which handles
     /// everything else and says what is wrong.
-    pub(super) fn parse_integer_bytes(&self, col: usize, bytes: &[u8]) -> Option<Value<'static>> {
+    pub(crate) fn parse_integer_bytes(&self, col: usize, bytes: &[u8]) -> Option<Value<'static>> {
         if !matches!(
             self.builders[col],
             Builder::Int64(_) | Builder::TimestampMs(..)
@@ -122,7 +122,7 @@ impl RowBuilder {
     }
 
     /// Parses text field `text` for column `col`.
-    pub(super) fn parse<'a>(&self, col: usize, text: &'a str) -> Result<Value<'a>, String> {
+    pub(crate) fn parse<'a>(&self, col: usize, text: &'a str) -> Result<Value<'a>, String> {
         if text.is_empty() {
             return Ok(Value::Null);
         }
@@ -150,7 +150,7 @@ impl RowBuilder {
     }
 
     /// Converts a JSON value for column `col`.
-    pub(super) fn parse_json<'a>(
+    pub(crate) fn parse_json<'a>(
         &self,
         col: usize,
         v: &'a serde_json::Value,
@@ -182,7 +182,7 @@ impl RowBuilder {
     }
 
     /// Appends one row whose fields all parsed.
-    pub(super) fn append(&mut self, values: &[Value]) {
+    pub(crate) fn append(&mut self, values: &[Value]) {
         for (b, v) in self.builders.iter_mut().zip(values) {
             match (b, *v) {
                 (Builder::Int64(b), Value::Int(x)) => b.append_value(x),
@@ -207,7 +207,7 @@ impl RowBuilder {
     }
 
     /// The rows appended so far, as a batch; the builder starts empty again.
-    pub(super) fn finish(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    pub(crate) fn finish(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
         let cols: Vec<ArrayRef> = self
             .builders
             .iter_mut()

@@ -1,0 +1,663 @@
+//! Kafka: a source whose splits are a topic's partitions, and a sink (librdkafka through
+//! rdkafka, built from source, so nothing is needed on the machine).
+//!
+//! # Source
+//!
+//! Partitions are found when the job starts. Each subtask assigns its partitions from the
+//! configured start: `earliest`, `latest`, the group's committed offsets, or an event time
+//! (offsets for times): "both sides from the same event-time point" is one setting. Records
+//! are JSON objects, CSV lines or raw values; the record key and timestamp can be columns, and
+//! either the timestamp or a field is the event time. A record that does not parse goes to the
+//! dead-letter output with its partition, offset and reason. Single partitions pause and resume
+//! (watermark alignment). Consumed offsets are committed to the group as the job goes and at
+//! the end. With `bounded`, each partition is read up to its end at start, and the source then
+//! finishes (backfills and tests).
+//!
+//! # Sink
+//!
+//! Rows are written as JSON objects or CSV lines, keyed by a column, with the event time as the
+//! record timestamp; a batch counts as written only once the broker acknowledged every record.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use weir_runtime::sink::{BoxFuture, Delivery};
+use weir_runtime::source::{BadRecordPolicy, DeadLetter, ReaderContext};
+use weir_runtime::{
+    Error, Result, SinkFactory, SinkWriter, SourceFactory, SourcePoll, SourceReader, SubtaskInfo,
+};
+
+use crate::file::ColumnSpec;
+use crate::values::{RowBuilder, Value};
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn kafka_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::External {
+        system: format!("kafka ({what})"),
+        message: e.to_string(),
+        retryable: true,
+    }
+}
+
+/// Where a Kafka source starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "from", content = "event_time_ms")]
+pub enum StartPosition {
+    Earliest,
+    Latest,
+    /// The consumer group's committed offsets (earliest where none).
+    Committed,
+    /// The first record at or after this time (Kafka's offsets for times).
+    Timestamp(i64),
+}
+
+/// How records are read and written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KafkaFormat {
+    /// A JSON object per record; fields by column name.
+    Json,
+    /// A CSV line per record; fields by column position.
+    Csv,
+    /// The record value as one STRING column.
+    Raw,
+}
+
+/// Settings of a Kafka source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KafkaSourceSpec {
+    pub bootstrap_servers: String,
+    pub topic: String,
+    #[serde(default)]
+    pub group_id: Option<String>,
+    pub start: StartPosition,
+    pub format: KafkaFormat,
+    /// Columns of the record value (for `raw`: one STRING column).
+    pub columns: Vec<ColumnSpec>,
+    /// A STRING column to hold the record key.
+    #[serde(default)]
+    pub key_column: Option<String>,
+    /// A BIGINT column to hold the record timestamp (epoch ms).
+    #[serde(default)]
+    pub timestamp_column: Option<String>,
+    /// Read each partition up to its end at start, then finish.
+    #[serde(default)]
+    pub bounded: bool,
+    #[serde(default)]
+    pub on_bad_record: BadRecordPolicy,
+    /// More librdkafka settings.
+    #[serde(default)]
+    pub properties: HashMap<String, String>,
+}
+
+impl KafkaSourceSpec {
+    pub fn new(
+        bootstrap_servers: &str,
+        topic: &str,
+        format: KafkaFormat,
+        columns: Vec<(&str, DataType)>,
+    ) -> Self {
+        KafkaSourceSpec {
+            bootstrap_servers: bootstrap_servers.into(),
+            topic: topic.into(),
+            group_id: None,
+            start: StartPosition::Earliest,
+            format,
+            columns: columns
+                .into_iter()
+                .map(|(n, t)| ColumnSpec {
+                    name: n.into(),
+                    data_type: t,
+                })
+                .collect(),
+            key_column: None,
+            timestamp_column: None,
+            bounded: false,
+            on_bad_record: BadRecordPolicy::DeadLetter,
+            properties: HashMap::new(),
+        }
+    }
+}
+
+/// A Kafka source.
+#[derive(Debug, Clone)]
+pub struct KafkaSource {
+    spec: KafkaSourceSpec,
+    schema: SchemaRef,
+}
+
+impl KafkaSource {
+    /// # Errors
+    /// `Config` for unusable columns.
+    pub fn new(spec: KafkaSourceSpec) -> Result<Self> {
+        let mut fields: Vec<Field> = Vec::new();
+        for c in &spec.columns {
+            if !crate::values::readable(&c.data_type) {
+                return Err(Error::config(
+                    format!("columns.{}", c.name),
+                    c.data_type.to_string(),
+                    "Kafka records can hold BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL and TIMESTAMP columns",
+                ));
+            }
+            fields.push(Field::new(&c.name, c.data_type.clone(), true));
+        }
+        if spec.format == KafkaFormat::Raw
+            && (spec.columns.len() != 1 || spec.columns[0].data_type != DataType::Utf8)
+        {
+            return Err(Error::config(
+                "columns",
+                spec.columns.len(),
+                "the raw format has exactly one STRING column for the value",
+            ));
+        }
+        if let Some(k) = &spec.key_column {
+            fields.push(Field::new(k, DataType::Utf8, true));
+        }
+        if let Some(t) = &spec.timestamp_column {
+            fields.push(Field::new(t, DataType::Int64, true));
+        }
+        Ok(KafkaSource {
+            schema: Arc::new(Schema::new(fields)),
+            spec,
+        })
+    }
+
+    fn consumer(&self) -> Result<BaseConsumer> {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", &self.spec.bootstrap_servers)
+            .set(
+                "group.id",
+                self.spec
+                    .group_id
+                    .clone()
+                    .unwrap_or_else(|| format!("weir-{}", self.spec.topic)),
+            )
+            .set("enable.auto.commit", "true")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in &self.spec.properties {
+            cfg.set(k, v);
+        }
+        cfg.create().map_err(|e| kafka_err("consumer", e))
+    }
+
+    fn partitions(&self, c: &BaseConsumer) -> Result<Vec<i32>> {
+        let md = c
+            .fetch_metadata(Some(&self.spec.topic), METADATA_TIMEOUT)
+            .map_err(|e| kafka_err("metadata", e))?;
+        let t = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.spec.topic)
+            .ok_or_else(|| {
+                Error::config("topic", &self.spec.topic, "no such topic on the brokers")
+            })?;
+        let mut ps: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+        if ps.is_empty() {
+            return Err(Error::config(
+                "topic",
+                &self.spec.topic,
+                "the topic has no partitions (does it exist?)",
+            ));
+        }
+        ps.sort();
+        Ok(ps)
+    }
+}
+
+impl SourceFactory for KafkaSource {
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).expect("kafka spec serialises")
+    }
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn splits(&self) -> Result<Vec<String>> {
+        let c = self.consumer()?;
+        Ok(self
+            .partitions(&c)?
+            .iter()
+            .map(|p| format!("{}-{p}", self.spec.topic))
+            .collect())
+    }
+    fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {
+        Ok(match self.spec.start {
+            StartPosition::Timestamp(t) => Some(t),
+            _ => None,
+        })
+    }
+    fn create_reader(
+        &self,
+        splits: Vec<usize>,
+        ctx: ReaderContext,
+    ) -> Result<Box<dyn SourceReader>> {
+        let consumer = self.consumer()?;
+        let all = self.partitions(&consumer)?;
+        let partitions: Vec<i32> = splits.iter().map(|&i| all[i]).collect();
+        let topic = &self.spec.topic;
+        let mut tpl = TopicPartitionList::new();
+        for &p in &partitions {
+            let offset = match self.spec.start {
+                StartPosition::Earliest => Offset::Beginning,
+                StartPosition::Latest => Offset::End,
+                StartPosition::Committed => Offset::Stored,
+                StartPosition::Timestamp(t) => Offset::Offset(t),
+            };
+            tpl.add_partition_offset(topic, p, offset)
+                .map_err(|e| kafka_err("assign", e))?;
+        }
+        if let StartPosition::Timestamp(_) = self.spec.start {
+            tpl = consumer
+                .offsets_for_times(tpl, METADATA_TIMEOUT)
+                .map_err(|e| kafka_err("offsets for times", e))?;
+        }
+        // Bounded: stop at the end each partition had at start.
+        let mut ends = Vec::new();
+        for &p in &partitions {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                .map_err(|e| kafka_err("watermarks", e))?;
+            ends.push(high);
+        }
+        // A partition whose start offset is already at its end has nothing to read.
+        let mut next = vec![0i64; partitions.len()];
+        for (k, &p) in partitions.iter().enumerate() {
+            if let Some(e) = tpl.find_partition(topic, p) {
+                if let Offset::Offset(o) = e.offset() {
+                    next[k] = o;
+                }
+            }
+        }
+        consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
+        let n = partitions.len();
+        Ok(Box::new(KafkaReader {
+            source: self.clone(),
+            consumer,
+            partitions,
+            ends,
+            next,
+            finished: vec![false; n],
+            reported: vec![false; n],
+            buffers: vec![Vec::new(); n],
+            builder: RowBuilder::new(self.schema.clone(), ctx.batch_rows),
+            ctx,
+            next_lag_check: i64::MIN,
+        }))
+    }
+}
+
+/// A record waiting to become a row.
+#[derive(Debug, Clone)]
+struct Raw {
+    offset: i64,
+    key: Option<String>,
+    timestamp: Option<i64>,
+    payload: Vec<u8>,
+}
+
+struct KafkaReader {
+    source: KafkaSource,
+    consumer: BaseConsumer,
+    partitions: Vec<i32>,
+    /// Offsets where bounded reading stops.
+    ends: Vec<i64>,
+    /// The next offset expected per partition (tells a bounded partition when it is done).
+    next: Vec<i64>,
+    finished: Vec<bool>,
+    reported: Vec<bool>,
+    buffers: Vec<Vec<Raw>>,
+    builder: RowBuilder,
+    ctx: ReaderContext,
+    next_lag_check: i64,
+}
+
+impl KafkaReader {
+    fn index(&self, partition: i32) -> Option<usize> {
+        self.partitions.iter().position(|&p| p == partition)
+    }
+
+    /// Turns buffered records of partition `k` into a batch; bad ones become dead letters.
+    fn build(&mut self, k: usize) -> Result<Option<RecordBatch>> {
+        let raws = std::mem::take(&mut self.buffers[k]);
+        let spec = &self.source.spec;
+        let schema = self.source.schema.clone();
+        let split = format!("{}-{}", spec.topic, self.partitions[k]);
+        for r in raws {
+            let text = String::from_utf8_lossy(&r.payload).into_owned();
+            let json: std::result::Result<serde_json::Value, String> = match spec.format {
+                KafkaFormat::Json => {
+                    serde_json::from_slice(&r.payload).map_err(|e| format!("malformed JSON: {e}"))
+                }
+                _ => Ok(serde_json::Value::Null),
+            };
+            let parts: Vec<&str> = match spec.format {
+                KafkaFormat::Csv => text.split(',').collect(),
+                _ => Vec::new(),
+            };
+            let mut values: Vec<Value> = Vec::with_capacity(schema.fields().len());
+            let builder = &self.builder;
+            let parsed: std::result::Result<(), String> = (|| {
+                match spec.format {
+                    KafkaFormat::Raw => values.push(Value::Str(&text)),
+                    KafkaFormat::Json => {
+                        let obj = json
+                            .as_ref()
+                            .map_err(|e| e.clone())?
+                            .as_object()
+                            .ok_or("expected a JSON object")?;
+                        for (i, c) in spec.columns.iter().enumerate() {
+                            let j = obj.get(&c.name).unwrap_or(&serde_json::Value::Null);
+                            values.push(builder.parse_json(i, j)?);
+                        }
+                    }
+                    KafkaFormat::Csv => {
+                        if parts.len() != spec.columns.len() {
+                            return Err(format!(
+                                "expected {} fields, found {}",
+                                spec.columns.len(),
+                                parts.len()
+                            ));
+                        }
+                        for (i, p) in parts.iter().enumerate() {
+                            values.push(builder.parse(i, p)?);
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            match parsed {
+                Ok(()) => {
+                    if spec.key_column.is_some() {
+                        values.push(match &r.key {
+                            Some(k) => Value::Str(k),
+                            None => Value::Null,
+                        });
+                    }
+                    if spec.timestamp_column.is_some() {
+                        values.push(r.timestamp.map_or(Value::Null, Value::Int));
+                    }
+                    self.builder.append(&values);
+                }
+                Err(reason) => {
+                    if spec.on_bad_record == BadRecordPolicy::Fail {
+                        return Err(Error::BadRecord {
+                            position: format!("{split} offset {}", r.offset),
+                            reason,
+                        });
+                    }
+                    self.ctx.dead_letters.send(
+                        DeadLetter {
+                            source: self.ctx.source.clone(),
+                            split: split.clone(),
+                            position: format!("offset {}", r.offset),
+                            reason,
+                            record: text.clone(),
+                        },
+                        Some(&self.ctx.split_metrics[k]),
+                    )?;
+                }
+            }
+        }
+        if self.builder.rows() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.builder.finish()?))
+    }
+}
+
+impl SourceReader for KafkaReader {
+    fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.source.spec.topic, self.partitions[split]);
+        let r = if paused {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        r.is_ok()
+    }
+
+    fn poll(&mut self) -> Result<SourcePoll> {
+        let bounded = self.source.spec.bounded;
+        // Bounded partitions at their end finish.
+        if bounded {
+            for k in 0..self.partitions.len() {
+                if !self.finished[k] && self.next[k] >= self.ends[k] && self.buffers[k].is_empty() {
+                    self.finished[k] = true;
+                }
+            }
+        }
+        if let Some(k) = (0..self.partitions.len()).find(|&k| self.finished[k] && !self.reported[k])
+        {
+            self.reported[k] = true;
+            return Ok(SourcePoll::SplitFinished(k));
+        }
+        if bounded && self.reported.iter().all(|r| *r) {
+            let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
+            return Ok(SourcePoll::Finished);
+        }
+        // Every few seconds, the partitions' ends (the consumer lag is end minus position).
+        let now = self.ctx.clock.now().0;
+        if now >= self.next_lag_check {
+            self.next_lag_check = now + 5_000;
+            for (k, &p) in self.partitions.iter().enumerate() {
+                if let Ok((_, high)) = self.consumer.fetch_watermarks(
+                    &self.source.spec.topic,
+                    p,
+                    Duration::from_millis(200),
+                ) {
+                    self.ctx.split_metrics[k]
+                        .progress_total
+                        .store(high.max(0) as u64, Relaxed);
+                }
+            }
+        }
+        let limit = self.ctx.batch_rows;
+        loop {
+            match self.consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(Err(e)) => return Err(kafka_err("poll", e)),
+                Some(Ok(m)) => {
+                    let Some(k) = self.index(m.partition()) else {
+                        continue;
+                    };
+                    if bounded && m.offset() >= self.ends[k] {
+                        continue;
+                    }
+                    self.next[k] = m.offset() + 1;
+                    self.buffers[k].push(Raw {
+                        offset: m.offset(),
+                        key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                        timestamp: m.timestamp().to_millis(),
+                        payload: m.payload().unwrap_or_default().to_vec(),
+                    });
+                    self.ctx.split_metrics[k]
+                        .progress_done
+                        .store(self.next[k] as u64, Relaxed);
+                    if self.buffers[k].len() >= limit {
+                        break;
+                    }
+                }
+            }
+        }
+        let fullest = (0..self.partitions.len())
+            .max_by_key(|&k| self.buffers[k].len())
+            .filter(|&k| !self.buffers[k].is_empty());
+        match fullest {
+            Some(k) => match self.build(k)? {
+                Some(batch) => Ok(SourcePoll::Batch { split: k, batch }),
+                None => Ok(SourcePoll::Pending { wait_ms: 0 }),
+            },
+            None => Ok(SourcePoll::Pending { wait_ms: 10 }),
+        }
+    }
+}
+
+impl Drop for KafkaReader {
+    fn drop(&mut self) {
+        let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
+    }
+}
+
+/// Settings of a Kafka sink.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KafkaSinkSpec {
+    pub bootstrap_servers: String,
+    pub topic: String,
+    pub format: KafkaFormat,
+    /// The column whose value keys each record.
+    #[serde(default)]
+    pub key_column: Option<String>,
+    /// A BIGINT (epoch ms) column to use as the record timestamp.
+    #[serde(default)]
+    pub timestamp_column: Option<String>,
+    #[serde(default)]
+    pub properties: HashMap<String, String>,
+}
+
+/// A Kafka sink.
+#[derive(Debug, Clone)]
+pub struct KafkaSink {
+    pub spec: KafkaSinkSpec,
+}
+
+impl SinkFactory for KafkaSink {
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).expect("kafka sink spec serialises")
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::AtLeastOnce
+    }
+    fn create_writer(&self, schema: SchemaRef, _info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", &self.spec.bootstrap_servers)
+            .set("acks", "all");
+        for (k, v) in &self.spec.properties {
+            cfg.set(k, v);
+        }
+        let producer: FutureProducer = cfg.create().map_err(|e| kafka_err("producer", e))?;
+        let col = |c: &Option<String>, what: &str| -> Result<Option<usize>> {
+            c.as_ref()
+                .map(|c| {
+                    schema.index_of(c).map_err(|_| {
+                        Error::config(
+                            what,
+                            c,
+                            format!(
+                                "no such column; the stream has: {}",
+                                weir_core::keys::column_names(&schema)
+                            ),
+                        )
+                    })
+                })
+                .transpose()
+        };
+        Ok(Box::new(KafkaWriter {
+            key: col(&self.spec.key_column, "key_column")?,
+            timestamp: col(&self.spec.timestamp_column, "timestamp_column")?,
+            spec: self.spec.clone(),
+            producer,
+        }))
+    }
+}
+
+struct KafkaWriter {
+    spec: KafkaSinkSpec,
+    producer: FutureProducer,
+    key: Option<usize>,
+    timestamp: Option<usize>,
+}
+
+impl KafkaWriter {
+    fn payloads(&self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let mut buf = Vec::new();
+        match self.spec.format {
+            KafkaFormat::Json => {
+                let mut w = arrow_json::LineDelimitedWriter::new(&mut buf);
+                w.write(batch)?;
+                w.finish()?;
+            }
+            KafkaFormat::Csv | KafkaFormat::Raw => {
+                let mut w = arrow_csv::WriterBuilder::new()
+                    .with_header(false)
+                    .build(&mut buf);
+                w.write(batch)?;
+            }
+        }
+        Ok(buf
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| l.to_vec())
+            .collect())
+    }
+}
+
+impl SinkWriter for KafkaWriter {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let payloads = self.payloads(&batch)?;
+            let keys: Option<Vec<String>> = self.key.map(|i| {
+                let fmt = arrow_cast::display::ArrayFormatter::try_new(
+                    batch.column(i).as_ref(),
+                    &Default::default(),
+                );
+                (0..batch.num_rows())
+                    .map(|r| {
+                        fmt.as_ref()
+                            .map(|f| f.value(r).to_string())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            });
+            let ts = self
+                .timestamp
+                .map(|i| batch.column(i).as_primitive::<Int64Type>().clone());
+            let mut pending = Vec::with_capacity(payloads.len());
+            for (r, p) in payloads.iter().enumerate() {
+                let mut rec: FutureRecord<String, Vec<u8>> =
+                    FutureRecord::to(&self.spec.topic).payload(p);
+                if let Some(k) = &keys {
+                    rec = rec.key(&k[r]);
+                }
+                if let Some(t) = &ts {
+                    if !t.is_null(r) {
+                        rec = rec.timestamp(t.value(r));
+                    }
+                }
+                pending.push(self.producer.send(rec, Duration::from_secs(30)));
+            }
+            // The batch counts as written once every record is acknowledged.
+            for f in pending {
+                f.await.map_err(|(e, _)| kafka_err("produce", e))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            use rdkafka::producer::Producer;
+            self.producer
+                .flush(Duration::from_secs(30))
+                .map_err(|e| kafka_err("flush", e))
+        })
+    }
+}

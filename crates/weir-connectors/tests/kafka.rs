@@ -1,0 +1,335 @@
+//! The Kafka source and sink against a real Kafka-protocol broker (tansu, started by
+//! `scripts/test`, found through WEIR_KAFKA_BOOTSTRAP). Ignored by a plain `cargo test`;
+//! `scripts/test` runs them.
+#![cfg(feature = "kafka")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_schema::DataType;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+use weir_connectors::generator::{GeneratorSource, GeneratorSpec};
+use weir_connectors::kafka::{
+    KafkaFormat, KafkaSink, KafkaSinkSpec, KafkaSource, KafkaSourceSpec, StartPosition,
+};
+use weir_core::SystemClock;
+use weir_operators::{IntervalJoin, IntervalJoinExt};
+use weir_runtime::graph::WatermarkAlignment;
+use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, SourceOptions};
+use weir_testkit::sorted_lines;
+
+fn bootstrap() -> String {
+    std::env::var("WEIR_KAFKA_BOOTSTRAP")
+        .expect("WEIR_KAFKA_BOOTSTRAP is not set: run the Kafka tests with scripts/test, which starts a broker")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A fresh topic with `partitions` partitions (named uniquely per run).
+fn topic(rt: &tokio::runtime::Runtime, name: &str, partitions: i32) -> String {
+    let name = format!("{name}-{}-{}", std::process::id(), rand_suffix());
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let t = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
+    let r = rt
+        .block_on(admin.create_topics(
+            [&t],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .unwrap();
+    for x in r {
+        x.unwrap();
+    }
+    name
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Writes generator rows to a topic (JSON, keyed, the event time as the record timestamp).
+fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec, key: &str) {
+    let job = JobBuilder::new("produce");
+    job.source(
+        "gen",
+        GeneratorSource::new(spec).unwrap(),
+        SourceOptions::none(),
+    )
+    .sink(
+        "kafka",
+        KafkaSink {
+            spec: KafkaSinkSpec {
+                bootstrap_servers: bootstrap(),
+                topic: topic.into(),
+                format: KafkaFormat::Json,
+                key_column: Some(key.into()),
+                timestamp_column: Some("ts".into()),
+                properties: Default::default(),
+            },
+        },
+    );
+    rt.block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap();
+}
+
+fn events_source(topic: &str, start: StartPosition, group: &str) -> KafkaSource {
+    let mut spec = KafkaSourceSpec::new(
+        &bootstrap(),
+        topic,
+        KafkaFormat::Json,
+        vec![("key", DataType::Utf8), ("ts", DataType::Int64)],
+    );
+    spec.start = start;
+    spec.bounded = true;
+    spec.group_id = Some(group.into());
+    spec.key_column = Some("record_key".into());
+    spec.timestamp_column = Some("record_ts".into());
+    KafkaSource::new(spec).unwrap()
+}
+
+fn read(rt: &tokio::runtime::Runtime, source: KafkaSource) -> Vec<arrow_array::RecordBatch> {
+    let job = JobBuilder::with_config(
+        "read",
+        JobConfig {
+            parallelism: 2,
+            ..Default::default()
+        },
+    );
+    let out = CollectSink::new();
+    job.source("kafka", source, SourceOptions::event_time("ts", 5_000))
+        .sink("out", out.clone());
+    rt.block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap();
+    out.batches()
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn kafka_round_trip_keeps_rows_keys_and_timestamps() {
+    let rt = rt();
+    let t = topic(&rt, "roundtrip", 3);
+    let spec = GeneratorSpec::events(3_000).with_splits(2);
+    produce(&rt, &t, spec.clone(), "key");
+    let got = read(&rt, events_source(&t, StartPosition::Earliest, "rt"));
+    let expected = GeneratorSource::new(spec)
+        .unwrap()
+        .generate_all(1000)
+        .unwrap();
+    // key, ts, record key, record timestamp: the key and timestamp travelled as Kafka's own.
+    let mut lines: Vec<String> = sorted_lines(&got);
+    for l in &lines {
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(f[0], f[2], "record key = key column: {l}");
+        assert_eq!(f[1], f[3], "record timestamp = ts column: {l}");
+    }
+    lines = lines
+        .iter()
+        .map(|l| l.split(',').take(2).collect::<Vec<_>>().join(","))
+        .collect();
+    lines.sort();
+    assert_eq!(lines, sorted_lines(&expected));
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn kafka_starts_two_topics_from_one_event_time() {
+    let rt = rt();
+    let (a, b) = (topic(&rt, "from-ts-a", 2), topic(&rt, "from-ts-b", 1));
+    let spec = GeneratorSpec {
+        disorder_ms: 0,
+        ..GeneratorSpec::events(2_000)
+    };
+    produce(&rt, &a, spec.clone(), "key");
+    produce(
+        &rt,
+        &b,
+        GeneratorSpec {
+            seed: 7,
+            ..spec.clone()
+        },
+        "key",
+    );
+    let from = spec.start_ms + 1_000_000; // the middle: rows are 1 ms apart
+    for t in [&a, &b] {
+        let got = read(&rt, events_source(t, StartPosition::Timestamp(from), "ts"));
+        let ts: Vec<i64> = sorted_lines(&got)
+            .iter()
+            .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(ts.len(), 1_000, "{t}");
+        assert!(ts.iter().all(|&x| x >= from), "{t}");
+    }
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn kafka_resumes_from_committed_offsets() {
+    let rt = rt();
+    let t = topic(&rt, "resume", 2);
+    produce(&rt, &t, GeneratorSpec::events(600), "key");
+    assert_eq!(
+        sorted_lines(&read(
+            &rt,
+            events_source(&t, StartPosition::Committed, "resume")
+        ))
+        .len(),
+        600
+    );
+    produce(
+        &rt,
+        &t,
+        GeneratorSpec {
+            seed: 9,
+            ..GeneratorSpec::events(400)
+        },
+        "key",
+    );
+    // The group committed what it read: the next run reads only the new rows.
+    assert_eq!(
+        sorted_lines(&read(
+            &rt,
+            events_source(&t, StartPosition::Committed, "resume")
+        ))
+        .len(),
+        400
+    );
+}
+
+/// The incident against Kafka: clicks are replayed from 100 s of event time behind the
+/// impressions. With alignment the impression partitions pause and the join's state stays
+/// bounded; without, it grows with the skew. The output is the same.
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn kafka_align_replay_incident_bounds_join_state() {
+    let rt = rt();
+    let (ti, tc) = (topic(&rt, "impressions", 2), topic(&rt, "clicks", 2));
+    let clicks = GeneratorSpec::clicks(200_000);
+    let imps = GeneratorSpec {
+        start_ms: clicks.start_ms - 100_000,
+        ..GeneratorSpec::impressions(300_000)
+    };
+    produce(&rt, &ti, imps, "impression_id");
+    produce(&rt, &tc, clicks, "click_id");
+    let cols = |first: &'static str| {
+        vec![
+            (first, DataType::Int64),
+            ("ad_id", DataType::Int64),
+            ("user_id", DataType::Int64),
+            ("ts", DataType::Int64),
+        ]
+    };
+    let run = |aligned: bool| {
+        let job = JobBuilder::with_config(
+            "incident",
+            JobConfig {
+                parallelism: 2,
+                batch_rows: 500,
+                ..Default::default()
+            },
+        );
+        let src = |t: &str, first: &'static str| {
+            let mut s = KafkaSourceSpec::new(&bootstrap(), t, KafkaFormat::Json, cols(first));
+            s.bounded = true;
+            s.group_id = Some(format!("incident-{aligned}"));
+            KafkaSource::new(s).unwrap()
+        };
+        let opts = || {
+            let o = SourceOptions::event_time("ts", 5_000);
+            if aligned {
+                let mut al = WatermarkAlignment::new("ads", 10_000);
+                al.update_interval_ms = 2;
+                o.aligned(al)
+            } else {
+                o
+            }
+        };
+        let i = job.source("impressions", src(&ti, "impression_id"), opts());
+        let c = job.source("clicks", src(&tc, "click_id"), opts());
+        let out = CollectSink::new();
+        c.key_by(&["ad_id", "user_id"])
+            .interval_join(
+                &i.key_by(&["ad_id", "user_id"]),
+                IntervalJoin::between(-10_000, 0),
+            )
+            .sink("out", out.clone());
+        let report = rt
+            .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+            .unwrap();
+        let join = report
+            .metrics
+            .nodes
+            .iter()
+            .find(|n| n.name == "interval_join")
+            .unwrap()
+            .clone();
+        (
+            sorted_lines(&out.batches()),
+            join.gauges["peak_buffered_right"],
+        )
+    };
+    let (free, free_peak) = run(false);
+    let (aligned, aligned_peak) = run(true);
+    eprintln!(
+        "kafka incident: peak buffered impressions unaligned {free_peak}, aligned {aligned_peak}"
+    );
+    assert_eq!(aligned, free);
+    assert!(
+        aligned_peak * 3 < free_peak,
+        "aligned {aligned_peak}, unaligned {free_peak}"
+    );
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn kafka_misaligned_start_is_refused() {
+    let rt = rt();
+    let (a, b) = (topic(&rt, "mis-a", 1), topic(&rt, "mis-b", 1));
+    let day = 24 * 3_600_000;
+    let cols = || {
+        vec![
+            ("impression_id", DataType::Int64),
+            ("ad_id", DataType::Int64),
+            ("user_id", DataType::Int64),
+            ("ts", DataType::Int64),
+        ]
+    };
+    let src = |t: &str, start: i64| {
+        let mut s = KafkaSourceSpec::new(&bootstrap(), t, KafkaFormat::Json, cols());
+        s.start = StartPosition::Timestamp(start);
+        KafkaSource::new(s).unwrap()
+    };
+    let job = JobBuilder::new("misaligned");
+    let x = job.source(
+        "clicks",
+        src(&a, 1_704_067_200_000 - 3 * day),
+        SourceOptions::event_time("ts", 5_000),
+    );
+    let y = job.source(
+        "impressions",
+        src(&b, 1_704_067_200_000),
+        SourceOptions::event_time("ts", 5_000),
+    );
+    x.key_by(&["ad_id"])
+        .interval_join(&y.key_by(&["ad_id"]), IntervalJoin::between(-10_000, 0))
+        .sink("out", CollectSink::new());
+    let err = rt
+        .block_on(async { exec::start(job.build().unwrap(), Arc::new(SystemClock)).map(|_| ()) })
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("72.0 h apart") && msg.contains("`clicks` starts at 2023-12-29T00:00:00.000Z"),
+        "{msg}"
+    );
+}
