@@ -182,7 +182,7 @@ fn run_refuses_a_sql_file_with_a_pointer_and_a_bad_job_with_the_reason() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("SQL front end is not built yet"));
-    std::fs::write(d.join("bad.json"), r#"{"name":"x","nodes":[{"id":0,"name":"s","role":"source","kind":"kafka","parallelism":1}],"edges":[]}"#).unwrap();
+    std::fs::write(d.join("bad.json"), r#"{"name":"x","nodes":[{"id":0,"name":"s","role":"source","kind":"kinesis","parallelism":1}],"edges":[]}"#).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", "bad.json"])
         .current_dir(d)
@@ -190,7 +190,7 @@ fn run_refuses_a_sql_file_with_a_pointer_and_a_bad_job_with_the_reason() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("unknown source kind `kafka`") && err.contains("generator"),
+        err.contains("unknown source kind `kinesis`") && err.contains("generator"),
         "{err}"
     );
 }
