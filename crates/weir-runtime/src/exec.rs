@@ -834,6 +834,23 @@ impl SourceTask {
                 }
                 if al.whole_reader_paused {
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    // The splits that are not what holds the reader may still go idle; else a
+                    // quiet one would hold the group, and so the paused reader, for ever.
+                    let now = self.clock.now();
+                    let mut advanced = None;
+                    for (i, g) in gens.iter_mut().enumerate() {
+                        if !al.paused[i] && g.check_idle(now) {
+                            self.split_metrics[i].idle.store(true, Relaxed);
+                            if let Some(w) = tracker.set_idle(i, true) {
+                                advanced = Some(w);
+                            }
+                        }
+                    }
+                    if let Some(w) = advanced.filter(|w| *w > sent_wm) {
+                        sent_wm = w;
+                        m.watermark.store(w.0, Relaxed);
+                        self.outputs.broadcast(Message::Watermark(w)).await?;
+                    }
                     let wait = (al.next_sample - self.clock.now().0).clamp(1, 100);
                     tokio::time::sleep(Duration::from_millis(wait as u64)).await;
                     m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);

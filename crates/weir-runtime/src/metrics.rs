@@ -278,6 +278,9 @@ pub struct SplitSnapshot {
     pub dead_letters: u64,
     pub progress_done: u64,
     pub progress_total: u64,
+    /// Records not read yet where the source knows its end (Kafka: consumer lag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_records: Option<u64>,
     pub paused: bool,
     /// The alignment group's minimum watermark, and how far this split is ahead of it (ms).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -370,6 +373,13 @@ impl MetricsReporter {
                         dead_letters: sp.dead_letters.load(Relaxed),
                         progress_done: sp.progress_done.load(Relaxed),
                         progress_total: sp.progress_total.load(Relaxed),
+                        lag_records: {
+                            let (d, t) = (
+                                sp.progress_done.load(Relaxed),
+                                sp.progress_total.load(Relaxed),
+                            );
+                            (t > 0).then(|| t.saturating_sub(d))
+                        },
                         paused: sp.paused.load(Relaxed),
                         group_min_watermark: known(sp.group_min_watermark.load(Relaxed)),
                         drift_ms: known(sp.group_min_watermark.load(Relaxed))

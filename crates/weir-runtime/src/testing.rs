@@ -78,6 +78,7 @@ impl SourceFactory for VecSource {
             turn: 0,
             batch_rows: ctx.batch_rows,
             paused: Vec::new(),
+            reported: Vec::new(),
         }))
     }
 }
@@ -90,6 +91,8 @@ struct VecReader {
     turn: usize,
     batch_rows: usize,
     paused: Vec<bool>,
+    /// Splits whose end was reported.
+    reported: Vec<bool>,
 }
 
 impl SourceReader for VecReader {
@@ -104,6 +107,7 @@ impl SourceReader for VecReader {
             self.pos = vec![(0, 0); self.splits.len()];
         }
         self.paused.resize(self.splits.len(), false);
+        self.reported.resize(self.splits.len(), false);
         let mut any_paused = false;
         // Round-robin over the splits that still have rows.
         for _ in 0..self.splits.len() {
@@ -112,6 +116,10 @@ impl SourceReader for VecReader {
             let batches = &self.all[self.splits[k]];
             let (bi, off) = self.pos[k];
             if bi >= batches.len() {
+                if !self.reported[k] {
+                    self.reported[k] = true;
+                    return Ok(SourcePoll::SplitFinished(k));
+                }
                 continue;
             }
             if self.paused[k] {

@@ -318,3 +318,95 @@ fn an_input_that_does_not_hold_the_watermark_is_left_out_of_it() {
         "the watermark follows the other input alone"
     );
 }
+
+/// Watermark alignment ignores idle and finished splits: a split that goes quiet (idle after
+/// its timeout) or ends does not hold the group back, and the job finishes.
+#[test]
+fn alignment_ignores_idle_and_finished_splits_and_does_not_hang() {
+    use weir_runtime::graph::WatermarkAlignment;
+    let job = JobBuilder::new("align idle");
+    let sink = CollectSink::new();
+    let mut al = WatermarkAlignment::new("g", 1_000);
+    al.update_interval_ms = 5;
+    // The quiet split stops at ts 0; the busy one runs to 60 s; a second source ends at 10 s.
+    // This reader cannot pause single splits: it pauses as a whole (and without the opt-in it
+    // would fail, see `a_source_that_cannot_pause_splits_fails_clearly`).
+    let whole = WatermarkAlignment {
+        allow_unaligned_source_splits: true,
+        ..al.clone()
+    };
+    let quiet = job.source(
+        "two splits",
+        OneQuietSplit { rows: 60 },
+        SourceOptions::event_time("b", 0)
+            .idle_timeout_ms(50)
+            .aligned(whole),
+    );
+    let short = job
+        .source(
+            "short",
+            VecSource::numbers(10),
+            SourceOptions::event_time("ts", 0).aligned(al),
+        )
+        .project([
+            ("a", weir_core::expr::col("n")),
+            ("b", weir_core::expr::col("ts")),
+        ]);
+    quiet
+        .union(&[short])
+        .apply("probe", Arc::new(Probe))
+        .sink("out", sink.clone());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let report = rt
+        .block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                exec::run(job.build().unwrap(), Arc::new(SystemClock)),
+            )
+            .await
+        })
+        .expect("alignment must not hang")
+        .unwrap();
+    let rows_read: u64 = report.metrics.nodes[0]
+        .splits
+        .iter()
+        .map(|s| s.rows_read)
+        .sum();
+    assert_eq!(
+        rows_read, 61,
+        "every row of the busy and the quiet split was read"
+    );
+}
+
+#[test]
+fn a_source_that_cannot_pause_splits_fails_clearly() {
+    use weir_runtime::graph::WatermarkAlignment;
+    let job = JobBuilder::new("no pause");
+    let mut al = WatermarkAlignment::new("g", 1_000);
+    al.update_interval_ms = 1;
+    let a = job.source(
+        "quiet",
+        OneQuietSplit { rows: 200 },
+        SourceOptions::event_time("b", 0).aligned(al.clone()),
+    );
+    let b = job
+        .source(
+            "slow",
+            VecSource::numbers(3),
+            SourceOptions::event_time("ts", 0).aligned(al),
+        )
+        .project([
+            ("a", weir_core::expr::col("n")),
+            ("b", weir_core::expr::col("ts")),
+        ]);
+    a.union(&[b]).sink("out", CollectSink::new());
+    let err = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cannot pause single splits") && msg.contains("allow_unaligned_source_splits"),
+        "{msg}"
+    );
+}

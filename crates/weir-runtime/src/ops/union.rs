@@ -24,8 +24,14 @@ impl OperatorFactory for Union {
         let first = inputs
             .first()
             .ok_or_else(|| Error::plan("union needs at least one input"))?;
+        let shape = |s: &arrow_schema::SchemaRef| -> Vec<(String, arrow_schema::DataType)> {
+            s.fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().clone()))
+                .collect()
+        };
         for (i, other) in inputs.iter().enumerate().skip(1) {
-            if other.schema.fields() != first.schema.fields() {
+            if shape(&other.schema) != shape(&first.schema) {
                 return Err(Error::plan(format!(
                     "union input {i} has schema {:?}, but input 0 has {:?}; project them to the same columns first",
                     other.schema.fields().iter().map(|f| format!("{}: {}", f.name(), f.data_type())).collect::<Vec<_>>(),
@@ -38,22 +44,40 @@ impl OperatorFactory for Union {
             .all(|i| i.event_time == first.event_time)
             .then(|| first.event_time.clone())
             .flatten();
+        // A column is nullable in the union if it is in any input.
+        let fields: Vec<arrow_schema::Field> = first
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(c, f)| {
+                let nullable = inputs.iter().any(|i| i.schema.field(c).is_nullable());
+                f.as_ref().clone().with_nullable(nullable)
+            })
+            .collect();
         Ok(StreamInfo {
-            schema: first.schema.clone(),
+            schema: std::sync::Arc::new(arrow_schema::Schema::new(fields)),
             event_time,
         })
     }
-    fn create(&self, _inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(UnionOp))
+    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(UnionOp {
+            schema: self.plan(inputs)?.schema,
+        }))
     }
 }
 
 /// A union subtask: passes every batch on.
-pub struct UnionOp;
+pub struct UnionOp {
+    schema: arrow_schema::SchemaRef,
+}
 
 impl Operator for UnionOp {
     fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
-        ctx.emit(batch);
+        // Same columns; only nullability may differ, so the columns are reused as they are.
+        let data =
+            arrow_array::RecordBatch::try_new(self.schema.clone(), batch.data.columns().to_vec())?;
+        ctx.emit(batch.with_data(data));
         Ok(())
     }
 }
