@@ -24,10 +24,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a job graph (JSON, as written by `weir demo --write-job`) to the end of its input.
+    /// Run a job to the end of its input: SQL in the Flink dialect (`.sql`) or a job graph
+    /// (JSON, as written by `weir demo --write-job`).
     Run {
         /// The job file.
         job: PathBuf,
+        /// `name=value` for `${name}` in a SQL job (repeatable).
+        #[arg(long = "var", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
         /// Override the parallelism of every node.
         #[arg(long)]
         parallelism: Option<usize>,
@@ -41,8 +45,14 @@ enum Command {
         #[arg(long)]
         allow_misaligned_start: bool,
     },
-    /// Print a job graph: nodes, partitioning of every edge, schemas, where each was created.
-    Explain { job: PathBuf },
+    /// Print the physical plan: nodes, the state bound of every stateful operator, the
+    /// partitioning of every edge, schemas.
+    Explain {
+        job: PathBuf,
+        /// `name=value` for `${name}` in a SQL job (repeatable).
+        #[arg(long = "var", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+    },
     /// Write generator data to files.
     Gen(gen::GenArgs),
     /// Run the ad-attribution scenario on generated data and print a summary.
@@ -58,18 +68,46 @@ fn registry() -> weir_runtime::Registry {
     r
 }
 
-fn read_job(path: &PathBuf) -> Result<weir_runtime::JobGraph> {
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("`{s}`: expected name=value"))
+}
+
+fn read_job(
+    path: &PathBuf,
+    vars: &[(String, String)],
+    parallelism: Option<usize>,
+) -> Result<weir_runtime::JobGraph> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading job file {}", path.display()))?;
     if path.extension().is_some_and(|e| e == "sql") {
-        anyhow::bail!(
-            "{} is a SQL job; the SQL front end is not built yet. Run a job graph in JSON (see `weir demo --write-job`)",
-            path.display()
-        );
+        let opts = weir_sql::PlanOptions {
+            vars: vars.iter().cloned().collect(),
+            parallelism,
+        };
+        return weir_sql::plan_job(&text, &opts).with_context(|| format!("in {}", path.display()));
     }
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-    Ok(weir_runtime::JobGraph::from_json(&value, &registry())?)
+    let mut graph = weir_runtime::JobGraph::from_json(&value, &registry())?;
+    if let Some(p) = parallelism {
+        // Every node but the sinks, which keep their own (one file per sink).
+        graph.config.parallelism = p;
+        for n in &mut graph.nodes {
+            if !matches!(n.kind, weir_runtime::graph::NodeKind::Sink { .. }) {
+                n.parallelism = p;
+            }
+        }
+        for e in &mut graph.edges {
+            if e.partitioning == weir_runtime::Partitioning::Forward
+                && graph.nodes[e.from].parallelism != graph.nodes[e.to].parallelism
+            {
+                e.partitioning = weir_runtime::Partitioning::Rebalance;
+            }
+        }
+    }
+    Ok(graph)
 }
 
 fn main() -> Result<()> {
@@ -86,19 +124,14 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Run {
             job,
+            vars,
             parallelism,
             metrics_out,
             dead_letters,
             allow_misaligned_start,
         } => {
-            let mut graph = read_job(&job)?;
+            let mut graph = read_job(&job, &vars, parallelism)?;
             graph.config.allow_misaligned_start |= allow_misaligned_start;
-            if let Some(p) = parallelism {
-                graph.config.parallelism = p;
-                for n in &mut graph.nodes {
-                    n.parallelism = p;
-                }
-            }
             if dead_letters.is_some() {
                 graph.config.dead_letter_path = dead_letters;
             }
@@ -108,7 +141,7 @@ fn main() -> Result<()> {
             let report = rt.block_on(supervise::run(graph, metrics_out.as_deref(), true))?;
             eprint!("{}", supervise::summary(&report));
         }
-        Command::Explain { job } => print!("{}", read_job(&job)?),
+        Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None)?),
         Command::Gen(args) => rt.block_on(gen::run(args))?,
         Command::Demo(args) => rt.block_on(demo::run(args))?,
         Command::Bench(args) => rt.block_on(bench::run(args))?,

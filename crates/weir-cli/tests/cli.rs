@@ -171,7 +171,7 @@ fn gen_writes_the_scenarios_tables() {
 }
 
 #[test]
-fn run_refuses_a_sql_file_with_a_pointer_and_a_bad_job_with_the_reason() {
+fn run_refuses_an_unsupported_sql_statement_and_a_bad_job_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("job.sql"), "SELECT 1").unwrap();
@@ -181,7 +181,11 @@ fn run_refuses_a_sql_file_with_a_pointer_and_a_bad_job_with_the_reason() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("SQL front end is not built yet"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("weir runs CREATE TABLE, SET and INSERT INTO ... SELECT statements"),
+        "{err}"
+    );
     std::fs::write(d.join("bad.json"), r#"{"name":"x","nodes":[{"id":0,"name":"s","role":"source","kind":"kinesis","parallelism":1}],"edges":[]}"#).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", "bad.json"])

@@ -349,3 +349,47 @@ fn window_count_matches_flink_on_small_and_late_in_every_strategy() {
         }
     }
 }
+
+/// The fixture queries unchanged through `weir run`, on small/ and late/.
+#[test]
+fn fixture_queries_run_unchanged_through_weir_run() {
+    for set in ["small", "late"] {
+        for p in ["1", "2"] {
+            let out = tempfile::tempdir().unwrap();
+            for query in ["interval_join", "temporal_join", "window_count"] {
+                let sql = fixtures().join("queries").join(format!("{query}.sql"));
+                let input = fixtures().join(set).join("input");
+                let run = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+                    .arg("run")
+                    .arg(&sql)
+                    .arg("--var")
+                    .arg(format!("input={}", input.display()))
+                    .arg("--var")
+                    .arg(format!("output={}", out.path().display()))
+                    .args(["--parallelism", p])
+                    .current_dir(out.path())
+                    .output()
+                    .unwrap();
+                assert!(
+                    run.status.success(),
+                    "{query}: {}",
+                    String::from_utf8_lossy(&run.stderr)
+                );
+                let text =
+                    std::fs::read_to_string(out.path().join(format!("{query}.csv"))).unwrap();
+                let mut got: Vec<String> = text
+                    .lines()
+                    .skip(1)
+                    .filter(|l| !l.is_empty())
+                    .map(normalise)
+                    .collect();
+                got.sort();
+                assert_same_rows(
+                    &got,
+                    &expected(set, query),
+                    &format!("{set}/{query} at parallelism {p} via weir run"),
+                );
+            }
+        }
+    }
+}

@@ -37,6 +37,157 @@ pub enum Expr {
         expr: Box<Expr>,
         to: DataType,
     },
+    /// A built-in scalar function.
+    Function {
+        function: ScalarFunction,
+        args: Vec<Expr>,
+    },
+}
+
+/// Built-in scalar functions (the Flink ones weir's SQL dialect needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScalarFunction {
+    /// `TO_TIMESTAMP_LTZ(epoch, precision)`: epoch seconds (precision 0) or milliseconds (3) as
+    /// a TIMESTAMP in UTC.
+    ToTimestampLtz,
+    /// `DATE_FORMAT(timestamp, 'yyyy-MM-dd HH:mm:ss')`: a timestamp as text, with a Java-style
+    /// pattern, in UTC.
+    DateFormat,
+    /// `UNIX_TIMESTAMP(text)`: `yyyy-MM-dd HH:mm:ss` text in UTC as epoch seconds.
+    UnixTimestamp,
+}
+
+impl ScalarFunction {
+    /// The function of a SQL name, if weir has it.
+    pub fn from_name(name: &str) -> Option<ScalarFunction> {
+        match name.to_ascii_uppercase().as_str() {
+            "TO_TIMESTAMP_LTZ" => Some(ScalarFunction::ToTimestampLtz),
+            "DATE_FORMAT" => Some(ScalarFunction::DateFormat),
+            "UNIX_TIMESTAMP" => Some(ScalarFunction::UnixTimestamp),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalarFunction::ToTimestampLtz => "TO_TIMESTAMP_LTZ",
+            ScalarFunction::DateFormat => "DATE_FORMAT",
+            ScalarFunction::UnixTimestamp => "UNIX_TIMESTAMP",
+        }
+    }
+}
+
+/// A Java `SimpleDateFormat` pattern (as Flink's DATE_FORMAT takes) as a chrono format.
+fn java_to_chrono(pattern: &str) -> String {
+    let mut out = String::new();
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let mut n = 1;
+        while i + n < chars.len() && chars[i + n] == c {
+            n += 1;
+        }
+        let piece = match (c, n) {
+            ('y', 2) => "%y".to_string(),
+            ('y', _) => "%Y".to_string(),
+            ('M', 1) => "%-m".to_string(),
+            ('M', 2) => "%m".to_string(),
+            ('M', 3) => "%b".to_string(),
+            ('M', _) => "%B".to_string(),
+            ('d', 1) => "%-d".to_string(),
+            ('d', _) => "%d".to_string(),
+            ('H', 1) => "%-H".to_string(),
+            ('H', _) => "%H".to_string(),
+            ('m', 1) => "%-M".to_string(),
+            ('m', _) => "%M".to_string(),
+            ('s', 1) => "%-S".to_string(),
+            ('s', _) => "%S".to_string(),
+            ('S', _) => "%3f".to_string(),
+            ('%', _) => "%%".repeat(n),
+            (c, n) => c.to_string().repeat(n),
+        };
+        out.push_str(&piece);
+        i += n;
+    }
+    out
+}
+
+fn call(function: ScalarFunction, args: Vec<ArrayRef>, e: &Expr) -> Result<ArrayRef> {
+    use arrow_array::cast::AsArray;
+    use arrow_schema::TimeUnit;
+    let arity = |n: usize| -> Result<()> {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(Error::schema(format!(
+                "{} takes {n} arguments: `{e}`",
+                function.name()
+            )))
+        }
+    };
+    match function {
+        ScalarFunction::ToTimestampLtz => {
+            arity(2)?;
+            let precision = args[1]
+                .as_primitive_opt::<arrow_array::types::Int64Type>()
+                .filter(|p| !p.is_empty())
+                .map(|p| p.value(0));
+            let unit = match precision {
+                Some(0) => TimeUnit::Second,
+                Some(3) => TimeUnit::Millisecond,
+                other => {
+                    return Err(Error::schema(format!(
+                        "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {other:?} in `{e}`"
+                    )))
+                }
+            };
+            let ints = arrow_cast::cast(&args[0], &DataType::Int64)?;
+            let ts = arrow_cast::cast(&ints, &DataType::Timestamp(unit, None))?;
+            Ok(arrow_cast::cast(
+                &ts,
+                &DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into())),
+            )?)
+        }
+        ScalarFunction::DateFormat => {
+            arity(2)?;
+            let pattern = args[1]
+                .as_string_opt::<i32>()
+                .filter(|p| !p.is_empty())
+                .map(|p| p.value(0).to_string())
+                .ok_or_else(|| {
+                    Error::schema(format!("DATE_FORMAT needs a pattern string: `{e}`"))
+                })?;
+            let fmt = java_to_chrono(&pattern);
+            let ts = match args[0].data_type() {
+                DataType::Timestamp(_, _) => {
+                    arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Millisecond, None))?
+                }
+                DataType::Int64 => {
+                    arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Millisecond, None))?
+                }
+                other => {
+                    return Err(Error::schema(format!(
+                        "DATE_FORMAT takes a TIMESTAMP, got {other} in `{e}`"
+                    )))
+                }
+            };
+            let opts = arrow_cast::display::FormatOptions::default()
+                .with_timestamp_format(Some(&fmt))
+                .with_null("");
+            let f = arrow_cast::display::ArrayFormatter::try_new(ts.as_ref(), &opts)?;
+            let out: StringArray = (0..ts.len())
+                .map(|i| (!ts.is_null(i)).then(|| f.value(i).to_string()))
+                .collect();
+            Ok(Arc::new(out))
+        }
+        ScalarFunction::UnixTimestamp => {
+            arity(1)?;
+            let ts = arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Second, None))?;
+            Ok(arrow_cast::cast(&ts, &DataType::Int64)?)
+        }
+    }
 }
 
 /// A literal value.
@@ -213,6 +364,27 @@ impl Expr {
                 let r = right.eval(batch)?;
                 binary(*op, l, r, self)?
             }
+            Expr::Function { function, args } => {
+                let vals = args
+                    .iter()
+                    .map(|a| a.eval(batch))
+                    .collect::<Result<Vec<_>>>()?;
+                let all_scalar = vals.iter().all(|v| matches!(v, Value::Scalar(_)));
+                // Scalars are widened to the batch's rows (so a pattern literal reads as one).
+                let arrays: Vec<ArrayRef> = vals
+                    .into_iter()
+                    .map(|v| match v {
+                        Value::Array(a) => a,
+                        Value::Scalar(a) => a,
+                    })
+                    .collect();
+                let out = call(*function, arrays, self)?;
+                if all_scalar {
+                    Value::Scalar(out)
+                } else {
+                    Value::Array(out)
+                }
+            }
         })
     }
 }
@@ -380,6 +552,10 @@ impl fmt::Display for Expr {
             Expr::Not(e) => write!(f, "NOT {e}"),
             Expr::IsNull(e) => write!(f, "{e} IS NULL"),
             Expr::Cast { expr, to } => write!(f, "CAST({expr} AS {to})"),
+            Expr::Function { function, args } => {
+                let a: Vec<String> = args.iter().map(|x| x.to_string()).collect();
+                write!(f, "{}({})", function.name(), a.join(", "))
+            }
         }
     }
 }
@@ -488,6 +664,38 @@ mod tests {
         let plus = col("amount").add(lit(1)).evaluate(&b).unwrap();
         let plus = plus.as_any().downcast_ref::<Decimal128Array>().unwrap();
         assert_eq!(plus.value_as_string(0), "1736.77");
+    }
+
+    #[test]
+    fn flink_time_functions_round_trip_a_window_start() {
+        let b = RecordBatch::try_from_iter([(
+            "ms",
+            Arc::new(Int64Array::from(vec![1_704_067_260_000i64])) as ArrayRef,
+        )])
+        .unwrap();
+        let ts = Expr::Function {
+            function: ScalarFunction::ToTimestampLtz,
+            args: vec![col("ms"), lit(3)],
+        };
+        let text = Expr::Function {
+            function: ScalarFunction::DateFormat,
+            args: vec![ts, lit("yyyy-MM-dd HH:mm:ss")],
+        };
+        let s = text.evaluate(&b).unwrap();
+        assert_eq!(
+            s.as_any().downcast_ref::<StringArray>().unwrap().value(0),
+            "2024-01-01 00:01:00"
+        );
+        let secs = Expr::Function {
+            function: ScalarFunction::UnixTimestamp,
+            args: vec![text],
+        }
+        .mul(lit(1000));
+        let v = secs.evaluate(&b).unwrap();
+        assert_eq!(
+            v.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
+            1_704_067_260_000
+        );
     }
 
     #[test]

@@ -1,0 +1,1330 @@
+//! Plans a job file into a weir job graph.
+//!
+//! Supported shapes, each a `INSERT INTO sink SELECT ...`:
+//! - projections and filters over one table;
+//! - an interval join: `JOIN ... ON` key equalities and a time condition bounding the two
+//!   sides' time attributes (`c.rt BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND`, or `>=` and
+//!   `<=` pairs); without a time bound the join is a regular join, refused unless
+//!   `SET 'table.exec.state.ttl'` gives a TTL;
+//! - a temporal join: `JOIN t FOR SYSTEM_TIME AS OF x.rt AS a ON` key equalities;
+//! - a window aggregation: `FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), ...))` with
+//!   `GROUP BY keys, window_start, window_end` and COUNT(*), SUM, MIN, MAX, AVG,
+//!   APPROX_COUNT_DISTINCT, MEDIAN.
+//!
+//! Anything else is refused with what weir does support.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow_schema::{DataType, TimeUnit};
+use sqlparser::ast::{
+    BinaryOperator, DateTimeField, Expr as SqlExpr, FunctionArg, FunctionArgExpr,
+    FunctionArguments, GroupByExpr, Insert, JoinConstraint, JoinOperator, ObjectName, Query,
+    Select, SelectItem, SetExpr, Statement, TableFactor, TableObject, TableVersion, UnaryOperator,
+    Value,
+};
+use weir_connectors::file::{FileFormat, FileSink, FileSource, FileSourceSpec};
+use weir_core::expr::{col, lit, Expr, ScalarFunction};
+use weir_core::watermark::WatermarkStrategy;
+use weir_operators::aggregates::{self, Aggregate};
+use weir_operators::join::join_schema;
+use weir_operators::{
+    AggStrategy, AggregateExt, IntervalJoin, IntervalJoinExt, JoinType, RegularJoin,
+    RegularJoinExt, TemporalJoin, TemporalJoinExt, WindowAggregate,
+};
+use weir_runtime::graph::WatermarkAlignment;
+use weir_runtime::{
+    JobBuilder, JobConfig, JobGraph, SinkFactory, SourceFactory, SourceOptions, Stream,
+};
+
+use crate::dialect::TABLE_ARG;
+use crate::parse::{parse_job, substitute, ColumnDef, JobStatement, TableDef};
+use crate::{Error, Result};
+
+/// Settings from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// `${name}` substitutions.
+    pub vars: BTreeMap<String, String>,
+    /// Overrides `SET 'parallelism.default'`.
+    pub parallelism: Option<usize>,
+}
+
+fn plan_err(m: impl Into<String>) -> Error {
+    Error::Plan(m.into())
+}
+
+/// Plans the job file `sql`.
+///
+/// # Errors
+/// Syntax errors with line and column; unknown tables and columns with the nearest name;
+/// unbounded joins and unsupported shapes with what to write instead.
+pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
+    let sql = substitute(sql, &opts.vars)?;
+    let statements = parse_job(&sql)?;
+    let mut tables: HashMap<String, TableDef> = HashMap::new();
+    let mut settings: BTreeMap<String, String> = BTreeMap::new();
+    let mut inserts: Vec<Insert> = Vec::new();
+    for st in statements {
+        match st {
+            JobStatement::CreateTable(t) => {
+                tables.insert(t.name.to_lowercase(), *t);
+            }
+            JobStatement::Other(s) => match *s {
+                Statement::Set(set) => {
+                    if let sqlparser::ast::Set::SingleAssignment { variable, values, .. } = set {
+                        let key = unquote(&variable.to_string());
+                        let value = values.first().map(|v| unquote(&v.to_string())).unwrap_or_default();
+                        settings.insert(key, value);
+                    }
+                }
+                Statement::Insert(i) => inserts.push(i),
+                other => {
+                    return Err(plan_err(format!(
+                        "weir runs CREATE TABLE, SET and INSERT INTO ... SELECT statements; this one is not supported: {}",
+                        first_line(&other.to_string())
+                    )))
+                }
+            },
+        }
+    }
+    if inserts.is_empty() {
+        return Err(plan_err(
+            "the job has no INSERT INTO statement, so nothing would run",
+        ));
+    }
+    let parallelism = match opts.parallelism {
+        Some(p) => p,
+        None => match settings.get("parallelism.default") {
+            Some(v) => v.parse().map_err(|_| {
+                plan_err(format!("SET 'parallelism.default' = '{v}': not a number"))
+            })?,
+            None => 1,
+        },
+    };
+    let job = JobBuilder::with_config(
+        "sql job",
+        JobConfig {
+            parallelism,
+            ..Default::default()
+        },
+    );
+    let planner = Planner {
+        tables,
+        settings,
+        job: job.clone(),
+    };
+    for ins in &inserts {
+        planner.insert(ins)?;
+    }
+    Ok(job.build()?)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(80)
+        .collect()
+}
+
+fn unquote(s: &str) -> String {
+    s.trim()
+        .trim_matches('\'')
+        .trim_matches('"')
+        .trim_matches('`')
+        .to_string()
+}
+
+/// Edit distance, for "did you mean" hints.
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (
+        a.to_lowercase().chars().collect(),
+        b.to_lowercase().chars().collect(),
+    );
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    let best = candidates
+        .map(|c| (distance(name, c), c))
+        .min_by_key(|x| x.0);
+    match best {
+        Some((d, c)) if d <= 3 => format!("; did you mean `{c}`?"),
+        _ => String::new(),
+    }
+}
+
+/// The SQL type of a column as an Arrow type.
+fn arrow_type(t: &sqlparser::ast::DataType) -> Result<DataType> {
+    use sqlparser::ast::DataType as S;
+    use sqlparser::ast::ExactNumberInfo as E;
+    Ok(match t {
+        S::BigInt(_) | S::Int8(_) | S::Int64 => DataType::Int64,
+        S::Int(_) | S::Integer(_) | S::Int4(_) | S::Int32 => DataType::Int32,
+        S::Double(_) | S::DoublePrecision | S::Float64 => DataType::Float64,
+        S::Float(_) | S::Real | S::Float32 => DataType::Float32,
+        S::Boolean | S::Bool => DataType::Boolean,
+        S::String(_) | S::Varchar(_) | S::Text | S::Char(_) | S::CharacterVarying(_) => DataType::Utf8,
+        S::Decimal(info) | S::Numeric(info) | S::Dec(info) => match info {
+            E::PrecisionAndScale(p, s) => DataType::Decimal128(*p as u8, *s as i8),
+            E::Precision(p) => DataType::Decimal128(*p as u8, 0),
+            E::None => DataType::Decimal128(10, 0),
+        },
+        S::Timestamp(_, _) => DataType::Timestamp(TimeUnit::Millisecond, None),
+        S::Custom(name, _) if name.to_string().eq_ignore_ascii_case("TIMESTAMP_LTZ") => {
+            DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()))
+        }
+        other => return Err(plan_err(format!("column type {other} is not supported yet; use BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL(p, s) or TIMESTAMP(3)"))),
+    })
+}
+
+/// `INTERVAL '5' SECOND` (and friends) in milliseconds.
+fn interval_ms(e: &SqlExpr) -> Result<i64> {
+    let SqlExpr::Interval(iv) = e else {
+        return Err(plan_err(format!("expected an INTERVAL, found `{e}`")));
+    };
+    let n: f64 = unquote(&iv.value.to_string())
+        .parse()
+        .map_err(|_| plan_err(format!("`{e}`: the interval's value is not a number")))?;
+    let unit = match &iv.leading_field {
+        Some(DateTimeField::Millisecond) | Some(DateTimeField::Milliseconds) => 1.0,
+        Some(DateTimeField::Second) | Some(DateTimeField::Seconds) | None => 1_000.0,
+        Some(DateTimeField::Minute) | Some(DateTimeField::Minutes) => 60_000.0,
+        Some(DateTimeField::Hour) | Some(DateTimeField::Hours) => 3_600_000.0,
+        Some(DateTimeField::Day) | Some(DateTimeField::Days) => 86_400_000.0,
+        Some(other) => {
+            return Err(plan_err(format!(
+                "`{e}`: interval unit {other} is not supported"
+            )))
+        }
+    };
+    Ok((n * unit) as i64)
+}
+
+/// A duration setting such as `5 s`, `100 ms`, `1 min`.
+fn duration_ms(key: &str, v: &str) -> Result<i64> {
+    let v = v.trim();
+    let (num, unit) = v.split_at(
+        v.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(v.len()),
+    );
+    let n: f64 = num.parse().map_err(|_| {
+        plan_err(format!(
+            "setting `{key}` = '{v}': expected a duration such as '5 s'"
+        ))
+    })?;
+    let f = match unit.trim().to_lowercase().as_str() {
+        "" | "ms" | "milli" | "millis" => 1.0,
+        "s" | "sec" | "second" | "seconds" => 1_000.0,
+        "min" | "minute" | "minutes" => 60_000.0,
+        "h" | "hour" | "hours" => 3_600_000.0,
+        "d" | "day" | "days" => 86_400_000.0,
+        other => {
+            return Err(plan_err(format!(
+                "setting `{key}` = '{v}': unknown unit `{other}`"
+            )))
+        }
+    };
+    Ok((n * f) as i64)
+}
+
+/// A column reachable by a name in a query: `qualifier.name` is `column` of the stream.
+#[derive(Debug, Clone)]
+struct ScopeEntry {
+    qualifier: Option<String>,
+    name: String,
+    column: String,
+}
+
+/// A relation being planned: a stream and the names that reach its columns.
+#[derive(Clone)]
+struct Rel {
+    stream: Stream,
+    scope: Vec<ScopeEntry>,
+    /// Names of the time attribute (the WATERMARK column and what it stands for).
+    time_attrs: Vec<String>,
+    alias: String,
+}
+
+impl Rel {
+    fn resolve(&self, qualifier: Option<&str>, name: &str) -> Result<String> {
+        let hits: Vec<&ScopeEntry> = self
+            .scope
+            .iter()
+            .filter(|e| e.name.eq_ignore_ascii_case(name))
+            .filter(|e| {
+                qualifier.is_none_or(|q| {
+                    e.qualifier
+                        .as_deref()
+                        .is_some_and(|x| x.eq_ignore_ascii_case(q))
+                })
+            })
+            .collect();
+        match hits.as_slice() {
+            [one] => Ok(one.column.clone()),
+            [] => {
+                let full = match qualifier {
+                    Some(q) => format!("{q}.{name}"),
+                    None => name.to_string(),
+                };
+                Err(plan_err(format!(
+                    "unknown column `{full}`{}; columns here: {}",
+                    did_you_mean(name, self.scope.iter().map(|e| e.name.as_str())),
+                    self.scope
+                        .iter()
+                        .map(|e| match &e.qualifier {
+                            Some(q) => format!("{q}.{}", e.name),
+                            None => e.name.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
+            many => {
+                if many.windows(2).all(|w| w[0].column == w[1].column) {
+                    Ok(many[0].column.clone())
+                } else {
+                    Err(plan_err(format!(
+                        "column `{name}` is ambiguous: qualify it with a table alias"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Whether `e` names this relation's time attribute (and which qualifier it used).
+    fn is_time_attr(&self, e: &SqlExpr) -> bool {
+        match e {
+            SqlExpr::Identifier(i) => self
+                .time_attrs
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(&i.value)),
+            SqlExpr::CompoundIdentifier(parts) if parts.len() == 2 => {
+                parts[0].value.eq_ignore_ascii_case(&self.alias)
+                    && self
+                        .time_attrs
+                        .iter()
+                        .any(|t| t.eq_ignore_ascii_case(&parts[1].value))
+            }
+            _ => false,
+        }
+    }
+}
+
+struct Planner {
+    tables: HashMap<String, TableDef>,
+    settings: BTreeMap<String, String>,
+    job: JobBuilder,
+}
+
+impl Planner {
+    fn table(&self, name: &ObjectName) -> Result<&TableDef> {
+        let n = unquote(&name.to_string());
+        self.tables.get(&n.to_lowercase()).ok_or_else(|| {
+            plan_err(format!(
+                "unknown table `{n}`{}; tables: {}",
+                did_you_mean(&n, self.tables.values().map(|t| t.name.as_str())),
+                self.tables
+                    .values()
+                    .map(|t| t.name.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+    }
+
+    fn setting(&self, key: &str, table: &TableDef) -> Option<String> {
+        table
+            .options
+            .get(key)
+            .or_else(|| self.settings.get(key))
+            .cloned()
+    }
+
+    /// A table as a source relation: physical columns read, computed columns added.
+    fn source(&self, t: &TableDef, alias: &str) -> Result<Rel> {
+        let physical: Vec<(String, DataType)> = t
+            .columns
+            .iter()
+            .filter_map(|c| match c {
+                ColumnDef::Physical { name, data_type } => {
+                    Some(arrow_type(data_type).map(|d| (name.clone(), d)))
+                }
+                ColumnDef::Computed { .. } => None,
+            })
+            .collect::<Result<_>>()?;
+        // Event time: the WATERMARK column, or the physical column a computed one converts.
+        let (mut opts, time_attrs) = match &t.watermark {
+            None => (SourceOptions::none(), Vec::new()),
+            Some((wcol, wexpr)) => {
+                let strategy = match wexpr {
+                    SqlExpr::BinaryOp { left, op: BinaryOperator::Minus, right } if is_ident(left, wcol) => {
+                        WatermarkStrategy::bounded(interval_ms(right)?)
+                    }
+                    e if is_ident(e, wcol) => WatermarkStrategy::Monotonous,
+                    other => {
+                        return Err(plan_err(format!(
+                            "table `{}`: WATERMARK FOR {wcol} AS {other}: weir takes `{wcol} - INTERVAL 'n' SECOND` or `{wcol}`",
+                            t.name
+                        )))
+                    }
+                };
+                let physical_col = match t.columns.iter().find(|c| col_name(c).eq_ignore_ascii_case(wcol)) {
+                    Some(ColumnDef::Physical { name, .. }) => name.clone(),
+                    Some(ColumnDef::Computed { expr, .. }) => match expr.as_ref() {
+                        SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case("TO_TIMESTAMP_LTZ") => {
+                            let args = function_args(&f.args)?;
+                            match (args.first(), args.get(1)) {
+                                (Some(SqlExpr::Identifier(i)), Some(p)) if p.to_string() == "3" => i.value.clone(),
+                                _ => return Err(plan_err(format!("table `{}`: the time attribute `{wcol}` must be TO_TIMESTAMP_LTZ(column, 3)", t.name))),
+                            }
+                        }
+                        other => return Err(plan_err(format!("table `{}`: the time attribute `{wcol}` = {other}: weir takes a BIGINT epoch-ms or TIMESTAMP column, or TO_TIMESTAMP_LTZ(column, 3)", t.name))),
+                    },
+                    None => return Err(plan_err(format!("table `{}`: WATERMARK FOR `{wcol}`, which is not a column", t.name))),
+                };
+                let mut attrs = vec![wcol.clone()];
+                if !physical_col.eq_ignore_ascii_case(wcol) {
+                    attrs.push(physical_col.clone());
+                }
+                (
+                    SourceOptions::event_time(&physical_col, 0).strategy(strategy),
+                    attrs,
+                )
+            }
+        };
+        if let Some(v) = self.setting("scan.watermark.idle-timeout", t) {
+            opts = opts.idle_timeout_ms(duration_ms("scan.watermark.idle-timeout", &v)?);
+        }
+        if let Some(group) = self.setting("scan.watermark.alignment.group", t) {
+            let drift = self
+                .setting("scan.watermark.alignment.max-drift", t)
+                .ok_or_else(|| {
+                    plan_err(format!(
+                        "table `{}`: an alignment group needs 'scan.watermark.alignment.max-drift'",
+                        t.name
+                    ))
+                })?;
+            let mut al = WatermarkAlignment::new(
+                &group,
+                duration_ms("scan.watermark.alignment.max-drift", &drift)?,
+            );
+            if let Some(u) = self.setting("scan.watermark.alignment.update-interval", t) {
+                al.update_interval_ms =
+                    duration_ms("scan.watermark.alignment.update-interval", &u)?;
+            }
+            if let Some(b) = self.setting("scan.watermark.alignment.buffer-size", t) {
+                al.buffer_size = b.parse().map_err(|_| {
+                    plan_err(format!(
+                        "'scan.watermark.alignment.buffer-size' = '{b}': not a number"
+                    ))
+                })?;
+            }
+            al.allow_unaligned_source_splits = self
+                .setting(
+                    "pipeline.watermark-alignment.allow-unaligned-source-splits",
+                    t,
+                )
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            opts = opts.aligned(al);
+        }
+        let factory = self.source_factory(t, &physical)?;
+        let stream = self.job.source_arc(t.name.clone(), factory, opts);
+        // Physical columns, then computed ones.
+        let base = Rel {
+            stream: stream.clone(),
+            scope: physical
+                .iter()
+                .map(|(n, _)| ScopeEntry {
+                    qualifier: Some(alias.to_string()),
+                    name: n.clone(),
+                    column: n.clone(),
+                })
+                .collect(),
+            time_attrs: time_attrs.clone(),
+            alias: alias.to_string(),
+        };
+        let computed: Vec<(String, Expr)> = t
+            .columns
+            .iter()
+            .filter_map(|c| match c {
+                ColumnDef::Computed { name, expr } => {
+                    Some(expr_of(expr, &base).map(|e| (name.clone(), e)))
+                }
+                _ => None,
+            })
+            .collect::<Result<_>>()?;
+        if computed.is_empty() {
+            return Ok(base);
+        }
+        let mut cols: Vec<(String, Expr)> =
+            physical.iter().map(|(n, _)| (n.clone(), col(n))).collect();
+        cols.extend(computed.iter().cloned());
+        let mut scope = base.scope.clone();
+        scope.extend(computed.iter().map(|(n, _)| ScopeEntry {
+            qualifier: Some(alias.to_string()),
+            name: n.clone(),
+            column: n.clone(),
+        }));
+        Ok(Rel {
+            stream: stream.project(cols),
+            scope,
+            time_attrs,
+            alias: alias.to_string(),
+        })
+    }
+
+    fn source_factory(
+        &self,
+        t: &TableDef,
+        physical: &[(String, DataType)],
+    ) -> Result<Arc<dyn SourceFactory>> {
+        let opt = |k: &str| t.options.get(k).cloned();
+        let need = |k: &str| {
+            opt(k).ok_or_else(|| plan_err(format!("table `{}` needs the option '{k}'", t.name)))
+        };
+        let columns: Vec<(&str, DataType)> = physical
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.clone()))
+            .collect();
+        match need("connector")?.as_str() {
+            "filesystem" => {
+                let format = FileFormat::parse(&need("format")?)?;
+                let mut spec = FileSourceSpec::new(need("path")?, format, columns);
+                spec.header = opt("csv.header").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+                if opt("weir.on-bad-record").as_deref() == Some("fail") {
+                    spec.on_bad_record = weir_runtime::source::BadRecordPolicy::Fail;
+                }
+                Ok(Arc::new(FileSource::new(spec)?))
+            }
+            "weir-generator" => {
+                let mut m = serde_json::Map::new();
+                for (k, v) in &t.options {
+                    if let Some(key) = k.strip_prefix("generator.") {
+                        let val = v.parse::<i64>().map(serde_json::Value::from).or_else(|_| v.parse::<f64>().map(serde_json::Value::from)).unwrap_or_else(|_| serde_json::Value::from(v.clone()));
+                        m.insert(key.replace('-', "_"), val);
+                    }
+                }
+                let spec = serde_json::from_value(serde_json::Value::Object(m))
+                    .map_err(|e| plan_err(format!("table `{}`: generator options: {e}", t.name)))?;
+                Ok(Arc::new(weir_connectors::generator::GeneratorSource::new(spec)?))
+            }
+            other => Err(plan_err(format!(
+                "table `{}`: connector '{other}' is not supported as a source; weir reads 'filesystem' and 'weir-generator'",
+                t.name
+            ))),
+        }
+    }
+
+    fn sink_factory(&self, t: &TableDef) -> Result<(Arc<dyn SinkFactory>, Option<usize>)> {
+        let opt = |k: &str| t.options.get(k).cloned();
+        let need = |k: &str| {
+            opt(k).ok_or_else(|| plan_err(format!("table `{}` needs the option '{k}'", t.name)))
+        };
+        match need("connector")?.as_str() {
+            "filesystem" => {
+                let mut sink = FileSink::new(need("path")?, FileFormat::parse(&need("format")?)?);
+                sink.spec.header = opt("csv.header").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+                Ok((Arc::new(sink), Some(1)))
+            }
+            "print" => Ok((Arc::new(weir_connectors::stdout::StdoutSink), Some(1))),
+            "blackhole" => Ok((Arc::new(weir_runtime::BlackholeSink), None)),
+            other => Err(plan_err(format!(
+                "table `{}`: connector '{other}' is not supported as a sink; weir writes 'filesystem', 'print' and 'blackhole'",
+                t.name
+            ))),
+        }
+    }
+
+    fn insert(&self, ins: &Insert) -> Result<()> {
+        let TableObject::TableName(name) = &ins.table else {
+            return Err(plan_err("INSERT INTO a table function is not supported"));
+        };
+        let sink = self.table(name)?;
+        let query = ins
+            .source
+            .as_ref()
+            .ok_or_else(|| plan_err("INSERT without a SELECT"))?;
+        let (rel, exprs) = self.query(query)?;
+        let sink_cols: Vec<(String, DataType)> = sink
+            .columns
+            .iter()
+            .filter_map(|c| match c {
+                ColumnDef::Physical { name, data_type } => {
+                    Some(arrow_type(data_type).map(|d| (name.clone(), d)))
+                }
+                ColumnDef::Computed { .. } => None,
+            })
+            .collect::<Result<_>>()?;
+        if sink_cols.len() != exprs.len() {
+            return Err(plan_err(format!(
+                "INSERT INTO `{}`: the SELECT has {} columns, the table {} ({})",
+                sink.name,
+                exprs.len(),
+                sink_cols.len(),
+                sink_cols
+                    .iter()
+                    .map(|c| c.0.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        // Columns by position, cast to the sink's types (as Flink does).
+        let schema = rel.stream.schema();
+        let mut out = Vec::new();
+        for ((name, t), e) in sink_cols.iter().zip(exprs) {
+            let have = e.data_type(&schema)?;
+            out.push((name.clone(), if &have == t { e } else { e.cast(t.clone()) }));
+        }
+        let (factory, parallelism) = self.sink_factory(sink)?;
+        rel.stream
+            .project(out)
+            .sink_arc(sink.name.clone(), factory, parallelism);
+        Ok(())
+    }
+
+    /// Plans a SELECT: the relation and the output expressions over it.
+    fn query(&self, q: &Query) -> Result<(Rel, Vec<Expr>)> {
+        let SetExpr::Select(select) = q.body.as_ref() else {
+            return Err(plan_err(
+                "weir plans a plain SELECT (no UNION, VALUES or nested queries yet)",
+            ));
+        };
+        let select: &Select = select;
+        if select.from.len() != 1 {
+            return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
+        }
+        let from = &select.from[0];
+        let (mut rel, window) = match &from.relation {
+            TableFactor::TableFunction { expr, alias } => {
+                let (rel, w) = self.window_tvf(expr)?;
+                let _ = alias;
+                (rel, Some(w))
+            }
+            other => (self.table_factor(other)?.0, None),
+        };
+        match from.joins.as_slice() {
+            [] => {}
+            [j] => rel = self.join(rel, j)?,
+            _ => return Err(plan_err("weir plans one join per SELECT so far")),
+        }
+        if let Some(w) = &select.selection {
+            let pred = expr_of(w, &rel)?;
+            rel.stream = rel.stream.filter(pred);
+        }
+        let grouped = match &select.group_by {
+            GroupByExpr::Expressions(es, _) => !es.is_empty(),
+            GroupByExpr::All(_) => true,
+        };
+        match (window, grouped) {
+            (Some(w), true) => self.window_aggregate(rel, w, select),
+            (Some(_), false) => Err(plan_err("a window table function needs GROUP BY ..., window_start, window_end")),
+            (None, true) => Err(plan_err(
+                "GROUP BY without a window: weir aggregates in event-time windows; use FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
+            )),
+            (None, false) => {
+                let exprs = select_exprs(select, &rel, None)?;
+                Ok((rel, exprs))
+            }
+        }
+    }
+
+    fn table_factor(&self, f: &TableFactor) -> Result<(Rel, Option<SqlExpr>)> {
+        match f {
+            TableFactor::Table {
+                name,
+                alias,
+                version,
+                ..
+            } => {
+                let t = self.table(name)?;
+                let alias = alias
+                    .as_ref()
+                    .map(|a| a.name.value.clone())
+                    .unwrap_or_else(|| t.name.clone());
+                let version = match version {
+                    Some(TableVersion::ForSystemTimeAsOf(e)) => Some(e.clone()),
+                    Some(other) => {
+                        return Err(plan_err(format!(
+                            "`{other}` is not supported; use FOR SYSTEM_TIME AS OF"
+                        )))
+                    }
+                    None => None,
+                };
+                Ok((self.source(t, &alias)?, version))
+            }
+            other => Err(plan_err(format!(
+                "FROM {other}: weir reads tables, joins and window table functions"
+            ))),
+        }
+    }
+
+    fn join(&self, left: Rel, j: &sqlparser::ast::Join) -> Result<Rel> {
+        let (right, version) = self.table_factor(&j.relation)?;
+        let (jt, on) = match &j.join_operator {
+            JoinOperator::Join(JoinConstraint::On(e))
+            | JoinOperator::Inner(JoinConstraint::On(e)) => (JoinType::Inner, e),
+            JoinOperator::Left(JoinConstraint::On(e))
+            | JoinOperator::LeftOuter(JoinConstraint::On(e)) => (JoinType::Left, e),
+            JoinOperator::Right(JoinConstraint::On(e))
+            | JoinOperator::RightOuter(JoinConstraint::On(e)) => (JoinType::Right, e),
+            JoinOperator::FullOuter(JoinConstraint::On(e)) => (JoinType::Full, e),
+            other => {
+                return Err(plan_err(format!(
+                    "join `{other:?}` is not supported; use [LEFT|RIGHT|FULL] JOIN ... ON"
+                )))
+            }
+        };
+        let mut conjuncts = Vec::new();
+        split_and(on, &mut conjuncts);
+        let (mut lkeys, mut rkeys, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+        for c in conjuncts {
+            if let SqlExpr::BinaryOp {
+                left: a,
+                op: BinaryOperator::Eq,
+                right: b,
+            } = c
+            {
+                let sides = (side_of(a, &left, &right), side_of(b, &left, &right));
+                match sides {
+                    (Some((0, x)), Some((1, y))) => {
+                        lkeys.push(x);
+                        rkeys.push(y);
+                        continue;
+                    }
+                    (Some((1, y)), Some((0, x))) => {
+                        lkeys.push(x);
+                        rkeys.push(y);
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            rest.push(c.clone());
+        }
+        if lkeys.is_empty() {
+            return Err(plan_err(format!(
+                "join ON {on}: weir needs at least one key equality between the two sides"
+            )));
+        }
+        let aliases = (left.alias.clone(), right.alias.clone());
+        let (stream, lschema, rschema) = (
+            left.stream.clone(),
+            left.stream.schema(),
+            right.stream.schema(),
+        );
+        let out = if version.is_some() {
+            if !rest.is_empty() {
+                return Err(plan_err(format!(
+                    "temporal join: only key equalities are supported in ON, not `{}`",
+                    rest[0]
+                )));
+            }
+            let t = TemporalJoin::new()
+                .join_type(jt)
+                .aliases(&aliases.0, &aliases.1);
+            stream
+                .key_by(&lkeys)
+                .temporal_join(&right.stream.key_by(&rkeys), t)
+        } else {
+            match time_bounds(&rest, &left, &right)? {
+                Some((lower, upper)) => {
+                    let j = IntervalJoin::between(lower, upper)
+                        .join_type(jt)
+                        .aliases(&aliases.0, &aliases.1);
+                    stream
+                        .key_by(&lkeys)
+                        .interval_join(&right.stream.key_by(&rkeys), j)
+                }
+                None => {
+                    let ttl = self
+                        .settings
+                        .get("table.exec.state.ttl")
+                        .map(|v| duration_ms("table.exec.state.ttl", v))
+                        .transpose()?;
+                    let j = RegularJoin {
+                        ttl_ms: ttl,
+                        ..RegularJoin::unbounded()
+                    }
+                    .join_type(jt)
+                    .aliases(&aliases.0, &aliases.1);
+                    stream
+                        .key_by(&lkeys)
+                        .regular_join(&right.stream.key_by(&rkeys), j)
+                }
+            }
+        };
+        let (_, lnames, rnames) =
+            join_schema(&lschema, &rschema, (&aliases.0, &aliases.1)).map_err(Error::Runtime)?;
+        let rename =
+            |rel: &Rel, names: &[String], schema: &arrow_schema::SchemaRef| -> Vec<ScopeEntry> {
+                rel.scope
+                    .iter()
+                    .map(|e| {
+                        let idx = schema.index_of(&e.column).unwrap_or(0);
+                        ScopeEntry {
+                            qualifier: e.qualifier.clone(),
+                            name: e.name.clone(),
+                            column: names[idx].clone(),
+                        }
+                    })
+                    .collect()
+            };
+        let mut scope = rename(&left, &lnames, &lschema);
+        scope.extend(rename(&right, &rnames, &rschema));
+        let mut time_attrs = left.time_attrs.clone();
+        time_attrs.extend(right.time_attrs.clone());
+        Ok(Rel {
+            stream: out,
+            scope,
+            time_attrs,
+            alias: format!("{}_{}", aliases.0, aliases.1),
+        })
+    }
+
+    fn window_tvf(&self, e: &SqlExpr) -> Result<(Rel, WindowAggregate)> {
+        let SqlExpr::Function(f) = e else {
+            return Err(plan_err(format!(
+                "FROM TABLE({e}): expected TUMBLE, HOP or SESSION"
+            )));
+        };
+        let args = function_args(&f.args)?;
+        let table = match args.first() {
+            Some(SqlExpr::CompoundIdentifier(p)) if p.len() == 2 && p[0].value == TABLE_ARG => {
+                p[1].value.clone()
+            }
+            _ => {
+                return Err(plan_err(format!(
+                    "{}: the first argument is TABLE <name>",
+                    f.name
+                )))
+            }
+        };
+        let t = self.table(&ObjectName::from(vec![sqlparser::ast::Ident::new(&table)]))?;
+        let rel = self.source(t, &t.name.clone())?;
+        let descriptor_ok = matches!(args.get(1), Some(SqlExpr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR"));
+        if !descriptor_ok {
+            return Err(plan_err(format!(
+                "{}: the second argument is DESCRIPTOR(<time attribute>)",
+                f.name
+            )));
+        }
+        let iv = |i: usize| {
+            args.get(i)
+                .ok_or_else(|| plan_err(format!("{}: missing interval argument {}", f.name, i + 1)))
+                .and_then(interval_ms)
+        };
+        let w = match f.name.to_string().to_uppercase().as_str() {
+            "TUMBLE" => WindowAggregate::tumbling(iv(2)?),
+            // Flink: HOP(TABLE t, DESCRIPTOR(rt), slide, size).
+            "HOP" => WindowAggregate::hopping(iv(3)?, iv(2)?),
+            "SESSION" => WindowAggregate::session(iv(2)?),
+            other => {
+                return Err(plan_err(format!(
+                    "window table function {other} is not supported; use TUMBLE, HOP or SESSION"
+                )))
+            }
+        };
+        Ok((rel, w))
+    }
+
+    fn window_aggregate(
+        &self,
+        rel: Rel,
+        mut w: WindowAggregate,
+        select: &Select,
+    ) -> Result<(Rel, Vec<Expr>)> {
+        let GroupByExpr::Expressions(group, _) = &select.group_by else {
+            return Err(plan_err("GROUP BY ALL is not supported"));
+        };
+        let mut keys = Vec::new();
+        for g in group {
+            let name = ident_name(g)
+                .ok_or_else(|| plan_err(format!("GROUP BY {g}: weir groups by columns")))?;
+            if name.eq_ignore_ascii_case("window_start") || name.eq_ignore_ascii_case("window_end")
+            {
+                continue;
+            }
+            keys.push(rel.resolve(None, &name)?);
+        }
+        if keys.is_empty() {
+            return Err(plan_err(
+                "a window aggregation needs at least one key column in GROUP BY besides the window",
+            ));
+        }
+        // Aggregate calls of the select list become the operator's aggregates.
+        let mut aggs: Vec<(String, Aggregate)> = Vec::new();
+        for item in &select.projection {
+            let e = match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+                _ => continue,
+            };
+            collect_aggregates(e, &rel, &mut aggs)?;
+        }
+        for (_, a) in &aggs {
+            w = w.aggregate(a.clone());
+        }
+        let strategy = if let Some(s) = self.settings.get("weir.aggregation.salts") {
+            let salts = s
+                .parse()
+                .map_err(|_| plan_err(format!("'weir.aggregation.salts' = '{s}': not a number")))?;
+            let hot = self
+                .settings
+                .get("weir.aggregation.hot-key-share")
+                .map(|v| v.parse::<f64>())
+                .transpose()
+                .map_err(|_| plan_err("'weir.aggregation.hot-key-share' is not a number"))?;
+            AggStrategy::Salted {
+                salts,
+                hot_share: hot,
+            }
+        } else if self
+            .settings
+            .get("table.optimizer.agg-phase-strategy")
+            .is_some_and(|v| v.eq_ignore_ascii_case("TWO_PHASE"))
+        {
+            AggStrategy::TwoPhase
+        } else {
+            AggStrategy::OnePhase
+        };
+        let out = rel.stream.key_by(&keys).window_aggregate_with(w, strategy);
+        // window_start / window_end as TIMESTAMP, as Flink presents them.
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
+        let schema = out.schema();
+        let cols: Vec<(String, Expr)> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let n = f.name().clone();
+                let e = if ["window_start", "window_end"].contains(&n.as_str()) {
+                    col(&n).cast(ts.clone())
+                } else {
+                    col(&n)
+                };
+                (n, e)
+            })
+            .collect();
+        let stream = out.project(cols);
+        let mut scope: Vec<ScopeEntry> = rel
+            .scope
+            .iter()
+            .filter(|e| keys.contains(&e.column))
+            .cloned()
+            .collect();
+        for n in ["window_start", "window_end", "window_time"] {
+            scope.push(ScopeEntry {
+                qualifier: None,
+                name: n.into(),
+                column: n.into(),
+            });
+        }
+        let windowed = Rel {
+            stream,
+            scope,
+            time_attrs: vec!["window_time".into()],
+            alias: rel.alias.clone(),
+        };
+        let exprs = select_exprs(select, &windowed, Some(&aggs))?;
+        Ok((windowed, exprs))
+    }
+}
+
+fn col_name(c: &ColumnDef) -> &str {
+    match c {
+        ColumnDef::Physical { name, .. } | ColumnDef::Computed { name, .. } => name,
+    }
+}
+
+fn is_ident(e: &SqlExpr, name: &str) -> bool {
+    matches!(e, SqlExpr::Identifier(i) if i.value.eq_ignore_ascii_case(name))
+}
+
+fn ident_name(e: &SqlExpr) -> Option<String> {
+    match e {
+        SqlExpr::Identifier(i) => Some(i.value.clone()),
+        SqlExpr::CompoundIdentifier(p) => p.last().map(|i| i.value.clone()),
+        _ => None,
+    }
+}
+
+fn function_args(a: &FunctionArguments) -> Result<Vec<SqlExpr>> {
+    match a {
+        FunctionArguments::None => Ok(Vec::new()),
+        FunctionArguments::List(l) => l
+            .args
+            .iter()
+            .map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e.clone()),
+                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => Ok(SqlExpr::Wildcard(
+                    sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                )),
+                other => Err(plan_err(format!("argument `{other}` is not supported"))),
+            })
+            .collect(),
+        FunctionArguments::Subquery(_) => Err(plan_err("subquery arguments are not supported")),
+    }
+}
+
+fn split_and<'a>(e: &'a SqlExpr, out: &mut Vec<&'a SqlExpr>) {
+    match e {
+        SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        SqlExpr::Nested(inner) => split_and(inner, out),
+        other => out.push(other),
+    }
+}
+
+/// Which side of a join a column reference belongs to, and its stream column there.
+fn side_of(e: &SqlExpr, left: &Rel, right: &Rel) -> Option<(usize, String)> {
+    let (q, n) = match e {
+        SqlExpr::Identifier(i) => (None, i.value.clone()),
+        SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+            (Some(p[0].value.clone()), p[1].value.clone())
+        }
+        _ => return None,
+    };
+    match (
+        left.resolve(q.as_deref(), &n),
+        right.resolve(q.as_deref(), &n),
+    ) {
+        (Ok(c), Err(_)) => Some((0, c)),
+        (Err(_), Ok(c)) => Some((1, c)),
+        _ => None,
+    }
+}
+
+/// `side.time [+|- INTERVAL]` → (side, offset ms).
+fn time_term(e: &SqlExpr, left: &Rel, right: &Rel) -> Option<(usize, i64)> {
+    let attr = |x: &SqlExpr| {
+        if left.is_time_attr(x) {
+            Some(0)
+        } else if right.is_time_attr(x) {
+            Some(1)
+        } else {
+            None
+        }
+    };
+    match e {
+        SqlExpr::BinaryOp {
+            left: a,
+            op: BinaryOperator::Plus,
+            right: b,
+        } => Some((attr(a)?, interval_ms(b).ok()?)),
+        SqlExpr::BinaryOp {
+            left: a,
+            op: BinaryOperator::Minus,
+            right: b,
+        } => Some((attr(a)?, -interval_ms(b).ok()?)),
+        SqlExpr::Nested(x) => time_term(x, left, right),
+        x => Some((attr(x)?, 0)),
+    }
+}
+
+/// Time bounds of a join condition as `right.ts - left.ts ∈ [lower, upper]`, if the
+/// conditions bound both ways.
+fn time_bounds(conds: &[SqlExpr], left: &Rel, right: &Rel) -> Result<Option<(i64, i64)>> {
+    let (mut lower, mut upper): (Option<i64>, Option<i64>) = (None, None);
+    // Records `a_side.t + a_off  OP  b_side.t + b_off`.
+    let mut add = |a: (usize, i64), op: &str, b: (usize, i64)| -> bool {
+        if a.0 == b.0 {
+            return false;
+        }
+        // Normalise to (right - left) compared with a constant.
+        // a - b OP (b_off - a_off), with a = left or right.
+        let c = b.1 - a.1;
+        let (diff_is_right_minus_left, op) = if a.0 == 1 { (true, op) } else { (false, op) };
+        // a.t - b.t OP c. If a is right: right - left OP c. Else: left - right OP c, i.e.
+        // right - left (flipped OP) -c.
+        let (op, c) = if diff_is_right_minus_left {
+            (op, c)
+        } else {
+            (
+                match op {
+                    ">=" => "<=",
+                    "<=" => ">=",
+                    ">" => "<",
+                    "<" => ">",
+                    o => o,
+                },
+                -c,
+            )
+        };
+        match op {
+            ">=" => lower = Some(lower.map_or(c, |l| l.max(c))),
+            ">" => lower = Some(lower.map_or(c + 1, |l| l.max(c + 1))),
+            "<=" => upper = Some(upper.map_or(c, |u| u.min(c))),
+            "<" => upper = Some(upper.map_or(c - 1, |u| u.min(c - 1))),
+            _ => return false,
+        }
+        true
+    };
+    for c in conds {
+        let ok = match c {
+            SqlExpr::Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            } => match (
+                time_term(expr, left, right),
+                time_term(low, left, right),
+                time_term(high, left, right),
+            ) {
+                (Some(x), Some(lo), Some(hi)) => add(x, ">=", lo) && add(x, "<=", hi),
+                _ => false,
+            },
+            SqlExpr::BinaryOp {
+                left: a,
+                op,
+                right: b,
+            } => {
+                let op = match op {
+                    BinaryOperator::GtEq => ">=",
+                    BinaryOperator::Gt => ">",
+                    BinaryOperator::LtEq => "<=",
+                    BinaryOperator::Lt => "<",
+                    _ => "",
+                };
+                match (time_term(a, left, right), time_term(b, left, right)) {
+                    (Some(x), Some(y)) if !op.is_empty() => add(x, op, y),
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(plan_err(format!(
+                "join condition `{c}`: weir takes key equalities and bounds between the two sides' time attributes (e.g. a.rt BETWEEN b.rt AND b.rt + INTERVAL '10' SECOND)"
+            )));
+        }
+    }
+    Ok(match (lower, upper) {
+        (Some(l), Some(u)) if l <= u => Some((l, u)),
+        (Some(l), Some(u)) => {
+            return Err(plan_err(format!(
+                "the join's time bounds are empty: right - left in [{l}, {u}] ms"
+            )))
+        }
+        _ => None,
+    })
+}
+
+/// The expressions of a select list.
+fn select_exprs(
+    select: &Select,
+    rel: &Rel,
+    aggs: Option<&[(String, Aggregate)]>,
+) -> Result<Vec<Expr>> {
+    let mut out = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                out.push(expr_with_aggs(e, rel, aggs)?)
+            }
+            SelectItem::Wildcard(_) => {
+                out.extend(rel.scope.iter().map(|e| col(&e.column)));
+            }
+            other => return Err(plan_err(format!("select item `{other}` is not supported"))),
+        }
+    }
+    Ok(out)
+}
+
+fn agg_fn(name: &str) -> Option<&'static str> {
+    match name.to_uppercase().as_str() {
+        "COUNT" => Some("count"),
+        "SUM" => Some("sum"),
+        "MIN" => Some("min"),
+        "MAX" => Some("max"),
+        "AVG" => Some("avg"),
+        "APPROX_COUNT_DISTINCT" => Some("approx_count_distinct"),
+        "MEDIAN" => Some("median"),
+        _ => None,
+    }
+}
+
+fn collect_aggregates(e: &SqlExpr, rel: &Rel, out: &mut Vec<(String, Aggregate)>) -> Result<()> {
+    match e {
+        SqlExpr::Function(f) => {
+            if let Some(kind) = agg_fn(&f.name.to_string()) {
+                let key = e.to_string();
+                if out.iter().any(|(k, _)| *k == key) {
+                    return Ok(());
+                }
+                let args = function_args(&f.args)?;
+                let output = format!("agg_{}", out.len());
+                let column = || -> Result<String> {
+                    match args.first() {
+                        Some(a) => {
+                            let n = ident_name(a).ok_or_else(|| {
+                                plan_err(format!(
+                                    "{key}: weir aggregates a column, not an expression"
+                                ))
+                            })?;
+                            rel.resolve(None, &n)
+                        }
+                        None => Err(plan_err(format!("{key} needs a column"))),
+                    }
+                };
+                let agg = match kind {
+                    "count" => match args.first() {
+                        None | Some(SqlExpr::Wildcard(_)) => aggregates::count(&output),
+                        Some(a) if a.to_string() == "1" => aggregates::count(&output),
+                        Some(a) => {
+                            return Err(plan_err(format!(
+                                "COUNT({a}): weir counts rows with COUNT(*)"
+                            )))
+                        }
+                    },
+                    "sum" => aggregates::sum(&column()?, &output),
+                    "min" => aggregates::min(&column()?, &output),
+                    "max" => aggregates::max(&column()?, &output),
+                    "avg" => aggregates::avg(&column()?, &output),
+                    "approx_count_distinct" => {
+                        aggregates::approx_count_distinct(&column()?, &output)
+                    }
+                    _ => aggregates::median(&column()?, &output),
+                };
+                out.push((key, agg));
+                return Ok(());
+            }
+            for a in function_args(&f.args)? {
+                collect_aggregates(&a, rel, out)?;
+            }
+            Ok(())
+        }
+        SqlExpr::BinaryOp { left, right, .. } => {
+            collect_aggregates(left, rel, out)?;
+            collect_aggregates(right, rel, out)
+        }
+        SqlExpr::Nested(x) | SqlExpr::UnaryOp { expr: x, .. } | SqlExpr::Cast { expr: x, .. } => {
+            collect_aggregates(x, rel, out)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn expr_with_aggs(e: &SqlExpr, rel: &Rel, aggs: Option<&[(String, Aggregate)]>) -> Result<Expr> {
+    if let (Some(aggs), SqlExpr::Function(_)) = (aggs, e) {
+        if let Some((_, a)) = aggs.iter().find(|(k, _)| *k == e.to_string()) {
+            return Ok(col(&a.output));
+        }
+    }
+    translate(e, rel, aggs)
+}
+
+/// A SQL expression as a weir expression over `rel`.
+fn expr_of(e: &SqlExpr, rel: &Rel) -> Result<Expr> {
+    translate(e, rel, None)
+}
+
+fn translate(e: &SqlExpr, rel: &Rel, aggs: Option<&[(String, Aggregate)]>) -> Result<Expr> {
+    let t = |x: &SqlExpr| expr_with_aggs(x, rel, aggs);
+    Ok(match e {
+        SqlExpr::Identifier(i) => col(rel.resolve(None, &i.value)?),
+        SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+            col(rel.resolve(Some(&p[0].value), &p[1].value)?)
+        }
+        SqlExpr::Nested(x) => t(x)?,
+        SqlExpr::Value(v) => match &v.value {
+            Value::Number(n, _) => match n.parse::<i64>() {
+                Ok(i) => lit(i),
+                Err(_) => lit(n
+                    .parse::<f64>()
+                    .map_err(|_| plan_err(format!("`{n}` is not a number")))?),
+            },
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => lit(s.as_str()),
+            Value::Boolean(b) => lit(*b),
+            Value::Null => Expr::Literal(weir_core::expr::Literal::Null),
+            other => return Err(plan_err(format!("literal `{other}` is not supported"))),
+        },
+        SqlExpr::BinaryOp { left, op, right } => {
+            let (l, r) = (t(left)?, t(right)?);
+            match op {
+                BinaryOperator::Plus => l.add(r),
+                BinaryOperator::Minus => l.sub(r),
+                BinaryOperator::Multiply => l.mul(r),
+                BinaryOperator::Divide => l.div(r),
+                BinaryOperator::Modulo => l.rem(r),
+                BinaryOperator::Eq => l.eq(r),
+                BinaryOperator::NotEq => l.not_eq(r),
+                BinaryOperator::Lt => l.lt(r),
+                BinaryOperator::LtEq => l.lt_eq(r),
+                BinaryOperator::Gt => l.gt(r),
+                BinaryOperator::GtEq => l.gt_eq(r),
+                BinaryOperator::And => l.and(r),
+                BinaryOperator::Or => l.or(r),
+                other => {
+                    return Err(plan_err(format!(
+                        "operator {other} is not supported in `{e}`"
+                    )))
+                }
+            }
+        }
+        SqlExpr::UnaryOp {
+            op: UnaryOperator::Not,
+            expr,
+        } => t(expr)?.not(),
+        SqlExpr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => lit(0).sub(t(expr)?),
+        SqlExpr::IsNull(x) => t(x)?.is_null(),
+        SqlExpr::IsNotNull(x) => t(x)?.is_null().not(),
+        SqlExpr::Between {
+            expr,
+            negated,
+            low,
+            high,
+        } => {
+            let x = t(expr)?;
+            let b = x.clone().gt_eq(t(low)?).and(x.lt_eq(t(high)?));
+            if *negated {
+                b.not()
+            } else {
+                b
+            }
+        }
+        SqlExpr::Cast {
+            expr, data_type, ..
+        } => t(expr)?.cast(arrow_type(data_type)?),
+        SqlExpr::Function(f) => {
+            let name = f.name.to_string();
+            if agg_fn(&name).is_some() {
+                return Err(plan_err(format!(
+                    "aggregate `{e}` outside a windowed GROUP BY"
+                )));
+            }
+            let function = ScalarFunction::from_name(&name).ok_or_else(|| {
+                plan_err(format!("unknown function `{name}`; weir has TO_TIMESTAMP_LTZ, DATE_FORMAT, UNIX_TIMESTAMP and CAST (DataFusion's functions come with the expression planner)"))
+            })?;
+            let args = function_args(&f.args)?
+                .iter()
+                .map(t)
+                .collect::<Result<Vec<_>>>()?;
+            Expr::Function { function, args }
+        }
+        other => {
+            return Err(plan_err(format!(
+                "expression `{other}` is not supported yet"
+            )))
+        }
+    })
+}
