@@ -262,9 +262,20 @@ impl SourceFactory for KafkaSource {
                 .map_err(|e| kafka_err("assign", e))?;
         }
         if let StartPosition::Timestamp(_) = self.spec.start {
-            tpl = consumer
+            let resolved = consumer
                 .offsets_for_times(tpl, METADATA_TIMEOUT)
                 .map_err(|e| kafka_err("offsets for times", e))?;
+            // Where the broker finds no offset for the time, read from the beginning and skip
+            // records before it (see `poll`): the same records, found the slow way.
+            tpl = TopicPartitionList::new();
+            for e in resolved.elements() {
+                let offset = match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Offset::Offset(o),
+                    _ => Offset::Beginning,
+                };
+                tpl.add_partition_offset(e.topic(), e.partition(), offset)
+                    .map_err(|e| kafka_err("assign", e))?;
+            }
         }
         // Bounded: stop at the end each partition had at start.
         let mut ends = Vec::new();
@@ -297,6 +308,7 @@ impl SourceFactory for KafkaSource {
             builder: RowBuilder::new(self.schema.clone(), ctx.batch_rows),
             ctx,
             next_lag_check: i64::MIN,
+            started: vec![false; n],
         }))
     }
 }
@@ -324,6 +336,8 @@ struct KafkaReader {
     builder: RowBuilder,
     ctx: ReaderContext,
     next_lag_check: i64,
+    /// Per partition: the first record at or after a start time was seen.
+    started: Vec<bool>,
 }
 
 impl KafkaReader {
@@ -480,6 +494,17 @@ impl SourceReader for KafkaReader {
                         continue;
                     }
                     self.next[k] = m.offset() + 1;
+                    // Starting from an event time: the first record at or after it (as
+                    // offsets for times gives; this also holds where a broker answers that
+                    // lookup with an earlier offset).
+                    if let (StartPosition::Timestamp(t), false) =
+                        (self.source.spec.start, self.started[k])
+                    {
+                        if m.timestamp().to_millis().is_some_and(|ts| ts < t) {
+                            continue;
+                        }
+                        self.started[k] = true;
+                    }
                     self.buffers[k].push(Raw {
                         offset: m.offset(),
                         key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
@@ -642,11 +667,38 @@ impl SinkWriter for KafkaWriter {
                         rec = rec.timestamp(t.value(r));
                     }
                 }
-                pending.push(self.producer.send(rec, Duration::from_secs(30)));
+                // Enqueue now (send_result does not wait); wait for room when the queue is full.
+                loop {
+                    match self.producer.send_result(rec) {
+                        Ok(delivery) => {
+                            pending.push(delivery);
+                            break;
+                        }
+                        Err((
+                            rdkafka::error::KafkaError::MessageProduction(
+                                rdkafka::types::RDKafkaErrorCode::QueueFull,
+                            ),
+                            back,
+                        )) => {
+                            rec = back;
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err((e, _)) => return Err(kafka_err("produce", e)),
+                    }
+                }
             }
             // The batch counts as written once every record is acknowledged.
             for f in pending {
-                f.await.map_err(|(e, _)| kafka_err("produce", e))?;
+                match f.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err((e, _))) => return Err(kafka_err("produce", e)),
+                    Err(_) => {
+                        return Err(kafka_err(
+                            "produce",
+                            "the producer went away before the broker acknowledged",
+                        ))
+                    }
+                }
             }
             Ok(())
         })

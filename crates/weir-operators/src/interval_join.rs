@@ -137,10 +137,14 @@ impl IntervalJoin {
 
     /// Words and numbers for plans: what the join keeps.
     pub fn state_bound(&self) -> String {
+        let secs = |ms: i64| format!("{} s", ms.max(0) as f64 / 1000.0);
         format!(
-            "keeps left rows for {} ms and right rows for {} ms past their event time, plus the watermark delay, per key",
-            self.upper_ms.max(0),
-            (-self.lower_ms).max(0)
+            "keeps `{}` rows for {} and `{}` rows for {} past their event time, plus the watermark delay, per ({})",
+            self.left_alias,
+            secs(self.upper_ms),
+            self.right_alias,
+            secs(-self.lower_ms),
+            self.left_keys.join(", ")
         )
     }
 }
@@ -182,11 +186,10 @@ impl OperatorFactory for IntervalJoin {
     }
     fn describe(&self) -> String {
         format!(
-            "{:?} interval join on ({}) = ({}), {}.ts + {} ms <= {}.ts <= {}.ts + {} ms; {}",
+            "{:?} interval join on ({}) = ({}), {} ms <= {}.time - {}.time <= {} ms; {}",
             self.join_type,
             self.left_keys.join(", "),
             self.right_keys.join(", "),
-            self.left_alias,
             self.lower_ms,
             self.right_alias,
             self.left_alias,

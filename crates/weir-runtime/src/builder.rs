@@ -245,6 +245,16 @@ impl JobBuilder {
         id
     }
 
+    /// Nodes added so far.
+    pub fn node_count(&self) -> usize {
+        self.state.borrow().graph.nodes.len()
+    }
+
+    /// The first error made while building so far, if any (it stays for [`JobBuilder::build`]).
+    pub fn pending_error(&self) -> Option<String> {
+        self.state.borrow().error.as_ref().map(|e| e.to_string())
+    }
+
     /// The finished graph, or the first error made while building it.
     ///
     /// Forward edges between nodes of different parallelism become rebalance edges.

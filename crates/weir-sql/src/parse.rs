@@ -139,13 +139,9 @@ fn parse_create_table(p: &mut Parser) -> std::result::Result<TableDef, ParserErr
                 });
             } else {
                 let data_type = p.parse_data_type()?;
-                // Column constraints Flink allows (NOT NULL, ...) are not kept.
-                while !matches!(
-                    p.peek_token().token,
-                    Token::Comma | Token::RParen | Token::EOF
-                ) {
-                    p.next_token();
-                }
+                // NOT NULL / NULL, as Flink allows, are accepted and not kept.
+                let _ = p.parse_keywords(&[Keyword::NOT, Keyword::NULL])
+                    || p.parse_keyword(Keyword::NULL);
                 columns.push(ColumnDef::Physical { name, data_type });
             }
         }

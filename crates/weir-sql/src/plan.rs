@@ -114,10 +114,34 @@ pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         settings,
         job: job.clone(),
     };
+    let mut made_by = Vec::new();
     for ins in &inserts {
+        let before = job.node_count();
         planner.insert(ins)?;
+        made_by.push((before..job.node_count(), first_line(&ins.table.to_string())));
     }
-    Ok(job.build()?)
+    let mut graph = job.build()?;
+    // Nodes point at the statement that made them, not at the planner's source.
+    for (k, (range, sink)) in made_by.into_iter().enumerate() {
+        for id in range {
+            graph.nodes[id].created_at =
+                format!("INSERT INTO {sink} (statement {} of the job)", k + 1);
+        }
+    }
+    Ok(graph)
+}
+
+/// An error of an operator the planner built, told in terms of the SQL statement: the Rust
+/// source line the builder recorded means nothing to a SQL user.
+fn in_statement(message: &str, sink: &str) -> String {
+    match (message.find(" (created at "), message.find("): ")) {
+        (Some(i), Some(j)) if j > i => format!(
+            "{} (in INSERT INTO {sink}){}",
+            &message[..i],
+            &message[j + 1..]
+        ),
+        _ => message.to_string(),
+    }
 }
 
 fn first_line(s: &str) -> String {
@@ -156,8 +180,13 @@ fn distance(a: &str, b: &str) -> usize {
 }
 
 fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    // A name that starts the same way wins over a merely close one (`ad` → `ad_id`).
+    let lower = name.to_lowercase();
     let best = candidates
-        .map(|c| (distance(name, c), c))
+        .map(|c| {
+            let prefix = !lower.is_empty() && c.to_lowercase().starts_with(&lower);
+            (if prefix { 0 } else { distance(name, c) }, c)
+        })
         .min_by_key(|x| x.0);
     match best {
         Some((d, c)) if d <= 3 => format!("; did you mean `{c}`?"),
@@ -335,11 +364,12 @@ impl Planner {
             plan_err(format!(
                 "unknown table `{n}`{}; tables: {}",
                 did_you_mean(&n, self.tables.values().map(|t| t.name.as_str())),
-                self.tables
-                    .values()
-                    .map(|t| t.name.clone())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                {
+                    let mut names: Vec<String> =
+                        self.tables.values().map(|t| t.name.clone()).collect();
+                    names.sort();
+                    names.join(", ")
+                }
             ))
         })
     }
@@ -520,8 +550,31 @@ impl Planner {
                     .map_err(|e| plan_err(format!("table `{}`: generator options: {e}", t.name)))?;
                 Ok(Arc::new(weir_connectors::generator::GeneratorSource::new(spec)?))
             }
+            "kafka" => {
+                use weir_connectors::kafka::{KafkaFormat, KafkaSource, KafkaSourceSpec, StartPosition};
+                let format = match need("format")?.as_str() {
+                    "json" => KafkaFormat::Json,
+                    "csv" => KafkaFormat::Csv,
+                    "raw" => KafkaFormat::Raw,
+                    other => return Err(plan_err(format!("table `{}`: format '{other}': weir reads json, csv and raw from Kafka", t.name))),
+                };
+                let mut spec = KafkaSourceSpec::new(&need("properties.bootstrap.servers")?, &need("topic")?, format, columns);
+                spec.group_id = opt("properties.group.id");
+                spec.start = match opt("scan.startup.mode").as_deref().unwrap_or("group-offsets") {
+                    "earliest-offset" => StartPosition::Earliest,
+                    "latest-offset" => StartPosition::Latest,
+                    "group-offsets" => StartPosition::Committed,
+                    "timestamp" => {
+                        let ts = need("scan.startup.timestamp-millis")?;
+                        StartPosition::Timestamp(ts.parse().map_err(|_| plan_err(format!("'scan.startup.timestamp-millis' = '{ts}': not a number")))?)
+                    }
+                    other => return Err(plan_err(format!("table `{}`: scan.startup.mode '{other}': use earliest-offset, latest-offset, group-offsets or timestamp", t.name))),
+                };
+                spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+                Ok(Arc::new(KafkaSource::new(spec)?))
+            }
             other => Err(plan_err(format!(
-                "table `{}`: connector '{other}' is not supported as a source; weir reads 'filesystem' and 'weir-generator'",
+                "table `{}`: connector '{other}' is not supported as a source; weir reads 'filesystem', 'kafka' and 'weir-generator'",
                 t.name
             ))),
         }
@@ -540,8 +593,25 @@ impl Planner {
             }
             "print" => Ok((Arc::new(weir_connectors::stdout::StdoutSink), Some(1))),
             "blackhole" => Ok((Arc::new(weir_runtime::BlackholeSink), None)),
+            "kafka" => {
+                use weir_connectors::kafka::{KafkaFormat, KafkaSink, KafkaSinkSpec};
+                let format = match need("format")?.as_str() {
+                    "json" => KafkaFormat::Json,
+                    "csv" => KafkaFormat::Csv,
+                    other => return Err(plan_err(format!("table `{}`: format '{other}': weir writes json and csv to Kafka", t.name))),
+                };
+                let spec = KafkaSinkSpec {
+                    bootstrap_servers: need("properties.bootstrap.servers")?,
+                    topic: need("topic")?,
+                    format,
+                    key_column: opt("key.fields").map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
+                    timestamp_column: opt("weir.timestamp-column"),
+                    properties: Default::default(),
+                };
+                Ok((Arc::new(KafkaSink { spec }), None))
+            }
             other => Err(plan_err(format!(
-                "table `{}`: connector '{other}' is not supported as a sink; weir writes 'filesystem', 'print' and 'blackhole'",
+                "table `{}`: connector '{other}' is not supported as a sink; weir writes 'filesystem', 'kafka', 'print' and 'blackhole'",
                 t.name
             ))),
         }
@@ -556,7 +626,12 @@ impl Planner {
             .source
             .as_ref()
             .ok_or_else(|| plan_err("INSERT without a SELECT"))?;
-        let (rel, exprs) = self.query(query)?;
+        let planned = self.query(query);
+        // An operator refused while building explains more than what fails after it.
+        if let Some(first) = self.job.pending_error() {
+            return Err(plan_err(in_statement(&first, &sink.name)));
+        }
+        let (rel, exprs) = planned?;
         let sink_cols: Vec<(String, DataType)> = sink
             .columns
             .iter()
@@ -1169,7 +1244,7 @@ fn collect_aggregates(e: &SqlExpr, rel: &Rel, out: &mut Vec<(String, Aggregate)>
                     return Ok(());
                 }
                 let args = function_args(&f.args)?;
-                let output = format!("agg_{}", out.len());
+                let output = key.clone();
                 let column = || -> Result<String> {
                     match args.first() {
                         Some(a) => {

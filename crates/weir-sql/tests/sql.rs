@@ -1,0 +1,128 @@
+//! Snapshots of EXPLAIN for the fixture queries and of the errors a user meets. Run with
+//! UPDATE_SNAPSHOTS=1 to write new snapshots after a deliberate change (then review the diff).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use weir_sql::{plan_job, PlanOptions};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
+}
+
+fn opts() -> PlanOptions {
+    PlanOptions {
+        vars: BTreeMap::from([
+            ("input".to_string(), "in".to_string()),
+            ("output".to_string(), "out".to_string()),
+        ]),
+        parallelism: Some(2),
+    }
+}
+
+/// Compares `text` with the stored snapshot `name` (or writes it).
+fn snapshot(name: &str, text: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(format!("{name}.txt"));
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "no snapshot {}; run with UPDATE_SNAPSHOTS=1",
+            path.display()
+        )
+    });
+    assert_eq!(
+        text, want,
+        "snapshot {name} changed; if deliberate, rerun with UPDATE_SNAPSHOTS=1"
+    );
+}
+
+/// The plan without source locations (they move as the code does).
+fn explain(sql: &str) -> String {
+    let g = plan_job(sql, &opts()).unwrap();
+    g.to_string()
+        .lines()
+        .map(|l| match l.find(" created at ") {
+            Some(i) => l[..i].to_string(),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[test]
+fn explain_fixture_queries() {
+    for q in ["interval_join", "temporal_join", "window_count"] {
+        let sql =
+            std::fs::read_to_string(fixtures().join("queries").join(format!("{q}.sql"))).unwrap();
+        let plan = explain(&sql);
+        assert!(
+            plan.contains("keeps"),
+            "every stateful operator states its bound:\n{plan}"
+        );
+        snapshot(&format!("explain_{q}"), &plan);
+    }
+}
+
+fn error(sql: &str) -> String {
+    plan_job(sql, &opts()).map(|_| ()).unwrap_err().to_string() + "\n"
+}
+
+const TABLES: &str = "
+CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = 'clicks.csv', 'format' = 'csv', 'csv.header' = 'true');
+CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = 'impressions.csv', 'format' = 'csv', 'csv.header' = 'true');
+CREATE TABLE out2 (a BIGINT, b BIGINT) WITH ('connector' = 'blackhole');
+CREATE TABLE counts (k BIGINT, w TIMESTAMP(3), n BIGINT, m DOUBLE) WITH ('connector' = 'blackhole');
+";
+
+#[test]
+fn errors_users_meet() {
+    let cases = [
+        ("syntax_error", "CREATE TABLE t (a BIGINT,\n  b BIGINT\nINSERT INTO t SELECT 1".to_string()),
+        ("unknown_table", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clickz")),
+        ("unknown_column", format!("{TABLES} INSERT INTO out2 SELECT c.click_id, c.ad FROM clicks c")),
+        ("type_error", format!("{TABLES} INSERT INTO out2 SELECT click_id + 'abc', ts FROM clicks")),
+        (
+            "unbounded_join",
+            format!("{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i ON c.ad_id = i.ad_id"),
+        ),
+        ("group_by_without_window", format!("{TABLES} INSERT INTO out2 SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id")),
+        (
+            "salted_median",
+            format!(
+                "{TABLES} SET 'weir.aggregation.salts' = '4';
+                 INSERT INTO counts SELECT ad_id, window_start, COUNT(*), MEDIAN(user_id)
+                 FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
+            ),
+        ),
+        ("missing_var", "CREATE TABLE t (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '${nowhere}/t.csv', 'format' = 'csv')".to_string()),
+    ];
+    for (name, sql) in cases {
+        let msg = error(&sql);
+        snapshot(&format!("error_{name}"), &msg);
+    }
+}
+
+#[test]
+fn a_regular_join_with_a_ttl_is_planned() {
+    let sql = format!(
+        "{TABLES} SET 'table.exec.state.ttl' = '1 h';
+         INSERT INTO out2 SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i ON c.ad_id = i.ad_id"
+    );
+    let plan = explain(&sql);
+    assert!(
+        plan.contains(
+            "regular join on (ad_id) = (ad_id) with an event-time state TTL of 3600000 ms"
+        ),
+        "{plan}"
+    );
+}
