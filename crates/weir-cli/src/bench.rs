@@ -70,6 +70,9 @@ pub struct BenchArgs {
     /// How often aligned sources report their watermarks.
     #[arg(long, default_value_t = 50)]
     pub align_interval_ms: i64,
+    /// Watermark samples a pause decision looks back over (0: the latest only).
+    #[arg(long, default_value_t = 3)]
+    pub align_buffer: usize,
     /// Print one measurement as JSON (used for the child processes).
     #[arg(long, hide = true)]
     pub json: bool,
@@ -151,6 +154,7 @@ fn build(
             if let Some(drift) = a.align_drift_ms {
                 let mut al = WatermarkAlignment::new("bench", drift);
                 al.update_interval_ms = a.align_interval_ms;
+                al.buffer_size = a.align_buffer;
                 opts = opts.aligned(al);
             }
             b.source_arc(name, s.into(), opts)
@@ -341,6 +345,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             if let Some(drift) = a.align_drift_ms {
                 cmd.args(["--align-drift-ms", &drift.to_string()]);
                 cmd.args(["--align-interval-ms", &a.align_interval_ms.to_string()]);
+                cmd.args(["--align-buffer", &a.align_buffer.to_string()]);
             }
             let out = cmd.output().context("running a benchmark process")?;
             if !out.status.success() {
