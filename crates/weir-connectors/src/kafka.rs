@@ -100,6 +100,14 @@ pub struct KafkaSourceSpec {
     /// More librdkafka settings.
     #[serde(default)]
     pub properties: HashMap<String, String>,
+    /// How often to look for partitions added to the topic while the job runs (`None`: only
+    /// at start).
+    #[serde(default = "default_discovery")]
+    pub partition_discovery_ms: Option<i64>,
+}
+
+fn default_discovery() -> Option<i64> {
+    Some(10_000)
 }
 
 impl KafkaSourceSpec {
@@ -127,6 +135,7 @@ impl KafkaSourceSpec {
             bounded: false,
             on_bad_record: BadRecordPolicy::DeadLetter,
             properties: HashMap::new(),
+            partition_discovery_ms: default_discovery(),
         }
     }
 }
@@ -309,6 +318,8 @@ impl SourceFactory for KafkaSource {
             ctx,
             next_lag_check: i64::MIN,
             started: vec![false; n],
+            known: all.len(),
+            next_discovery: i64::MIN,
         }))
     }
 }
@@ -338,6 +349,9 @@ struct KafkaReader {
     next_lag_check: i64,
     /// Per partition: the first record at or after a start time was seen.
     started: Vec<bool>,
+    /// Partitions of the topic known so far (numbered 0 ..).
+    known: usize,
+    next_discovery: i64,
 }
 
 impl KafkaReader {
@@ -434,6 +448,56 @@ impl KafkaReader {
     }
 }
 
+impl KafkaReader {
+    /// Looks for partitions added to the topic; takes on those that fall to this subtask (as
+    /// the job's split assignment does: partition mod parallelism).
+    fn discover(&mut self) -> Result<Option<Arc<weir_runtime::metrics::SplitMetrics>>> {
+        let topic = self.source.spec.topic.clone();
+        let md = match self
+            .consumer
+            .fetch_metadata(Some(&topic), Duration::from_millis(500))
+        {
+            Ok(md) => md,
+            Err(_) => return Ok(None), // try again at the next interval
+        };
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+            return Ok(None);
+        };
+        let count = t.partitions().len();
+        while self.known < count {
+            let p = self.known as i32;
+            self.known += 1;
+            if (p as usize) % self.ctx.parallelism != self.ctx.subtask {
+                continue;
+            }
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                .map_err(|e| kafka_err("assign", e))?;
+            self.consumer
+                .incremental_assign(&tpl)
+                .map_err(|e| kafka_err("assign", e))?;
+            let end = self
+                .consumer
+                .fetch_watermarks(&topic, p, METADATA_TIMEOUT)
+                .map(|w| w.1)
+                .unwrap_or(0);
+            self.partitions.push(p);
+            self.ends.push(end);
+            self.next.push(0);
+            self.finished.push(false);
+            self.reported.push(false);
+            self.buffers.push(Vec::new());
+            self.started.push(false);
+            let sm = Arc::new(weir_runtime::metrics::SplitMetrics::new(format!(
+                "{topic}-{p}"
+            )));
+            self.ctx.split_metrics.push(sm.clone());
+            return Ok(Some(sm));
+        }
+        Ok(None)
+    }
+}
+
 impl SourceReader for KafkaReader {
     fn set_paused(&mut self, split: usize, paused: bool) -> bool {
         let mut tpl = TopicPartitionList::new();
@@ -465,8 +529,16 @@ impl SourceReader for KafkaReader {
             let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
             return Ok(SourcePoll::Finished);
         }
-        // Every few seconds, the partitions' ends (the consumer lag is end minus position).
         let now = self.ctx.clock.now().0;
+        if let Some(every) = self.source.spec.partition_discovery_ms {
+            if now >= self.next_discovery {
+                self.next_discovery = now + every.max(10);
+                if let Some(sm) = self.discover()? {
+                    return Ok(SourcePoll::NewSplit(sm));
+                }
+            }
+        }
+        // Every few seconds, the partitions' ends (the consumer lag is end minus position).
         if now >= self.next_lag_check {
             self.next_lag_check = now + 5_000;
             for (k, &p) in self.partitions.iter().enumerate() {

@@ -210,6 +210,17 @@ impl WatermarkTracker {
         self.inputs.len()
     }
 
+    /// Adds an input (a split found while running). It has no watermark yet, so it holds the
+    /// combination where it is until it reports one or goes idle; the combination never moves
+    /// back. Returns its index.
+    pub fn add_input(&mut self) -> usize {
+        self.inputs.push(InputMark {
+            watermark: Watermark::MIN,
+            idle: false,
+        });
+        self.inputs.len() - 1
+    }
+
     /// The combined watermark.
     pub fn current(&self) -> Watermark {
         self.current

@@ -259,6 +259,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         watermarks: watermarks.clone(),
                         assigned,
                         split_metrics,
+                        node_metrics: metrics.nodes[n.id].clone(),
                         outputs: Outputs::new(
                             outs,
                             cfg.batch_rows,
@@ -463,6 +464,11 @@ impl RunningJob {
     /// The bound on rows in flight on all channels (buffers × batch rows × channels).
     pub fn in_flight_bound_rows(&self) -> i64 {
         self.in_flight_bound_rows
+    }
+
+    /// Stops every subtask now (an unbounded job ends only so); `wait` then returns the report.
+    pub fn abort(&mut self) {
+        self.tasks.abort_all();
     }
 
     /// Waits for the job to finish; on the first failure stops every subtask and returns it.
@@ -680,6 +686,7 @@ struct SourceTask {
     watermarks: SourceWatermarks,
     assigned: Vec<usize>,
     split_metrics: Vec<Arc<SplitMetrics>>,
+    node_metrics: Arc<NodeMetrics>,
     outputs: Outputs,
     clock: Arc<dyn Clock>,
     dead_letters: DeadLetters,
@@ -893,6 +900,28 @@ impl SourceTask {
                         idle_out = false;
                         self.outputs.broadcast(Message::Active).await?;
                     }
+                }
+                SourcePoll::NewSplit(sm) => {
+                    tracing::info!(source = %self.name, split = %sm.split, "reading a new split");
+                    gens.push(SplitWatermarks::new(
+                        self.watermarks.strategy,
+                        self.watermarks.idle_timeout_ms,
+                    ));
+                    tracker.add_input();
+                    finished.push(false);
+                    // Splits found while running are numbered past the ones listed at start.
+                    self.assigned.push(1_000_000 + self.split_metrics.len());
+                    if let Some(al) = &mut aligner {
+                        al.samples.push(VecDeque::new());
+                        al.paused.push(false);
+                    }
+                    self.node_metrics
+                        .splits
+                        .lock()
+                        .expect("metrics lock")
+                        .push(sm.clone());
+                    self.split_metrics.push(sm);
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
                 }
                 SourcePoll::SplitFinished(split) => {
                     finished[split] = true;

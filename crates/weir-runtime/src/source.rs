@@ -32,6 +32,9 @@ pub enum SourcePoll {
     Pending { wait_ms: u64 },
     /// Every split of the reader has finished.
     Finished,
+    /// The reader took on a split it found while running (a partition added to a topic). It is
+    /// the reader's next split index; the reader made its metrics.
+    NewSplit(Arc<SplitMetrics>),
 }
 
 /// Reads the splits assigned to one subtask.

@@ -410,3 +410,100 @@ fn a_source_that_cannot_pause_splits_fails_clearly() {
         "{msg}"
     );
 }
+
+/// A source whose reader finds a second split while running (as a Kafka partition added to a
+/// topic): split 0 yields rows, then the reader takes on split 1 and reads it too.
+#[derive(Debug)]
+struct GrowingSource;
+
+impl SourceFactory for GrowingSource {
+    fn kind(&self) -> &'static str {
+        "growing"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn schema(&self) -> SchemaRef {
+        schema()
+    }
+    fn splits(&self) -> Result<Vec<String>> {
+        Ok(vec!["first".into()])
+    }
+    fn create_reader(
+        &self,
+        _splits: Vec<usize>,
+        _ctx: ReaderContext,
+    ) -> Result<Box<dyn SourceReader>> {
+        Ok(Box::new(GrowingReader {
+            step: 0,
+            paused: vec![false],
+        }))
+    }
+}
+
+struct GrowingReader {
+    step: i64,
+    paused: Vec<bool>,
+}
+
+impl SourceReader for GrowingReader {
+    fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        self.paused[split] = paused;
+        true
+    }
+    fn poll(&mut self) -> Result<SourcePoll> {
+        self.step += 1;
+        match self.step {
+            1..=20 => Ok(SourcePoll::Batch {
+                split: 0,
+                batch: out(self.step, 100_000 + self.step * 1_000).data,
+            }),
+            21 => {
+                self.paused.push(false);
+                Ok(SourcePoll::NewSplit(Arc::new(
+                    weir_runtime::metrics::SplitMetrics::new("second".into()),
+                )))
+            }
+            // The new split starts far behind: the first split must wait for it, not the job.
+            22..=41 if self.paused[1] => Ok(SourcePoll::Pending { wait_ms: 2 }),
+            22..=41 => Ok(SourcePoll::Batch {
+                split: 1,
+                batch: out(-self.step, self.step * 1_000).data,
+            }),
+            42 => Ok(SourcePoll::SplitFinished(0)),
+            43 => Ok(SourcePoll::SplitFinished(1)),
+            _ => Ok(SourcePoll::Finished),
+        }
+    }
+}
+
+#[test]
+fn a_split_added_while_running_is_read_and_joins_the_alignment_group() {
+    use weir_runtime::graph::WatermarkAlignment;
+    let job = JobBuilder::new("grow");
+    let sink = CollectSink::new();
+    let mut al = WatermarkAlignment::new("g", 5_000);
+    al.update_interval_ms = 1;
+    job.source(
+        "growing",
+        GrowingSource,
+        SourceOptions::event_time("b", 0).aligned(al),
+    )
+    .sink("out", sink.clone());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let report = rt
+        .block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                exec::run(job.build().unwrap(), Arc::new(SystemClock)),
+            )
+            .await
+        })
+        .expect("no hang")
+        .unwrap();
+    assert_eq!(sink.rows(), 40);
+    let splits = &report.metrics.nodes[0].splits;
+    assert_eq!(splits.len(), 2);
+    assert_eq!(splits[1].split, "second");
+    assert_eq!(splits[1].rows_read, 20);
+}
