@@ -1338,6 +1338,7 @@ mod tests {
                 }
                 SourcePoll::SplitFinished(k) => assert!(finished.insert(k)),
                 SourcePoll::Pending { .. } => panic!("an unthrottled reader never waits"),
+                SourcePoll::NewSplit(_) => panic!("the generator's splits are fixed"),
                 SourcePoll::Finished => break,
             }
         }
