@@ -65,6 +65,7 @@ pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
     let mut tables: HashMap<String, TableDef> = HashMap::new();
     let mut settings: BTreeMap<String, String> = BTreeMap::new();
     let mut inserts: Vec<Insert> = Vec::new();
+    let mut views: HashMap<String, (String, Query)> = HashMap::new();
     for st in statements {
         match st {
             JobStatement::CreateTable(t) => {
@@ -79,6 +80,10 @@ pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
                     }
                 }
                 Statement::Insert(i) => inserts.push(i),
+                Statement::CreateView(v) => {
+                    let name = unquote(&v.name.to_string());
+                    views.insert(name.to_lowercase(), (name, *v.query));
+                }
                 other => {
                     return Err(plan_err(format!(
                         "weir runs CREATE TABLE, SET and INSERT INTO ... SELECT statements; this one is not supported: {}",
@@ -111,6 +116,7 @@ pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
     );
     let planner = Planner {
         tables,
+        views,
         settings,
         job: job.clone(),
     };
@@ -353,6 +359,8 @@ impl Rel {
 
 struct Planner {
     tables: HashMap<String, TableDef>,
+    /// Views by lower-case name: (name, query). Each use plans the query again.
+    views: HashMap<String, (String, Query)>,
     settings: BTreeMap<String, String>,
     job: JobBuilder,
 }
@@ -723,6 +731,18 @@ impl Planner {
                 version,
                 ..
             } => {
+                let key = unquote(&name.to_string()).to_lowercase();
+                if let Some((view_name, q)) = self.views.get(&key) {
+                    let alias = alias
+                        .as_ref()
+                        .map(|a| a.name.value.clone())
+                        .unwrap_or_else(|| view_name.clone());
+                    let version = match version {
+                        Some(TableVersion::ForSystemTimeAsOf(e)) => Some(e.clone()),
+                        _ => None,
+                    };
+                    return Ok((self.view(q, &alias)?, version));
+                }
                 let t = self.table(name)?;
                 let alias = alias
                     .as_ref()
@@ -743,6 +763,65 @@ impl Planner {
                 "FROM {other}: weir reads tables, joins and window table functions"
             ))),
         }
+    }
+
+    /// A view used in FROM: its query, planned, as a relation whose columns are the select
+    /// list's names. The time attribute survives when the view selects it.
+    fn view(&self, q: &Query, alias: &str) -> Result<Rel> {
+        let (rel, exprs) = self.query(q)?;
+        let SetExpr::Select(select) = q.body.as_ref() else {
+            return Err(plan_err("a view is a plain SELECT"));
+        };
+        let mut cols: Vec<(String, Expr)> = Vec::new();
+        let mut time_attrs = Vec::new();
+        let time_columns: Vec<String> = rel
+            .scope
+            .iter()
+            .filter(|e| {
+                rel.time_attrs
+                    .iter()
+                    .any(|t| t.eq_ignore_ascii_case(&e.name))
+            })
+            .map(|e| e.column.clone())
+            .collect();
+        for (item, e) in select.projection.iter().zip(exprs) {
+            let name = match item {
+                SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
+                SelectItem::UnnamedExpr(x) => ident_name(x).unwrap_or_else(|| x.to_string()),
+                other => {
+                    return Err(plan_err(format!(
+                        "view select item `{other}`: name it with AS"
+                    )))
+                }
+            };
+            if let Expr::Column(c) = &e {
+                if time_columns.contains(c) {
+                    time_attrs.push(name.clone());
+                }
+            }
+            cols.push((name, e));
+        }
+        // Keep the stream's event time even when the view selects only its TIMESTAMP twin.
+        if let Some(et) = rel.stream.event_time() {
+            if !cols.iter().any(|(_, e)| *e == col(&et)) {
+                cols.push(("__event_time".into(), col(&et)));
+            }
+        }
+        let scope = cols
+            .iter()
+            .filter(|(n, _)| n != "__event_time")
+            .map(|(n, _)| ScopeEntry {
+                qualifier: Some(alias.to_string()),
+                name: n.clone(),
+                column: n.clone(),
+            })
+            .collect();
+        Ok(Rel {
+            stream: rel.stream.project(cols),
+            scope,
+            time_attrs,
+            alias: alias.to_string(),
+        })
     }
 
     fn join(&self, left: Rel, j: &sqlparser::ast::Join) -> Result<Rel> {

@@ -126,3 +126,43 @@ fn a_regular_join_with_a_ttl_is_planned() {
         "{plan}"
     );
 }
+
+/// A view feeding a join: clicks filtered and renamed in a view, then joined to impressions,
+/// give the fixture's pairs for those clicks.
+#[test]
+fn a_view_feeds_a_join_and_keeps_its_time_attribute() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixtures().join("small/input");
+    let sql = format!(
+        "
+CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = '{input}/clicks.csv', 'format' = 'csv', 'csv.header' = 'true');
+CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = '{input}/impressions.csv', 'format' = 'csv', 'csv.header' = 'true');
+CREATE TABLE pairs (click_id BIGINT, impression_id BIGINT) WITH (
+  'connector' = 'filesystem', 'path' = '{out}/pairs.csv', 'format' = 'csv', 'csv.header' = 'true');
+CREATE VIEW low_ads AS SELECT click_id AS id, ad_id AS ad, user_id, rt AS click_time FROM clicks WHERE ad_id < 250;
+INSERT INTO pairs
+SELECT l.id, i.impression_id FROM low_ads l JOIN impressions i
+  ON l.ad = i.ad_id AND l.user_id = i.user_id
+ AND l.click_time BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;",
+        input = input.display(),
+        out = dir.path().display()
+    );
+    let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(weir_runtime::exec::run(graph, std::sync::Arc::new(weir_core::SystemClock))).unwrap();
+    let mut got: Vec<String> = std::fs::read_to_string(dir.path().join("pairs.csv")).unwrap().lines().skip(1).map(str::to_string).collect();
+    got.sort();
+    let mut want: Vec<String> = std::fs::read_to_string(fixtures().join("small/expected/interval_join.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| l.split(',').nth(2).unwrap().parse::<i64>().unwrap() < 250)
+        .map(|l| l.split(',').take(2).collect::<Vec<_>>().join(","))
+        .collect();
+    want.sort();
+    assert!(want.len() > 1_000);
+    assert_eq!(got, want);
+}
