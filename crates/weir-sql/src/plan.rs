@@ -289,6 +289,9 @@ struct Rel {
     scope: Vec<ScopeEntry>,
     /// Names of the time attribute (the WATERMARK column and what it stands for).
     time_attrs: Vec<String>,
+    /// Names of processing-time attributes (`name AS PROCTIME()`): joining `FOR SYSTEM_TIME AS
+    /// OF` one is a lookup join.
+    proc_time_attrs: Vec<String>,
     alias: String,
 }
 
@@ -477,10 +480,19 @@ impl Planner {
                 .is_some_and(|v| v.eq_ignore_ascii_case("true"));
             opts = opts.aligned(al);
         }
+        let proc_attrs: Vec<String> = t
+            .columns
+            .iter()
+            .filter_map(|c| match c {
+                ColumnDef::Computed { name, expr } if is_proctime(expr) => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
         let factory = self.source_factory(t, &physical)?;
         let stream = self.job.source_arc(t.name.clone(), factory, opts);
         // Physical columns, then computed ones.
         let base = Rel {
+            proc_time_attrs: proc_attrs.clone(),
             stream: stream.clone(),
             scope: physical
                 .iter()
@@ -497,7 +509,7 @@ impl Planner {
             .columns
             .iter()
             .filter_map(|c| match c {
-                ColumnDef::Computed { name, expr } => {
+                ColumnDef::Computed { name, expr } if !is_proctime(expr) => {
                     Some(expr_of(expr, &base).map(|e| (name.clone(), e)))
                 }
                 _ => None,
@@ -516,6 +528,7 @@ impl Planner {
             column: n.clone(),
         }));
         Ok(Rel {
+            proc_time_attrs: proc_attrs,
             stream: stream.project(cols),
             scope,
             time_attrs,
@@ -817,6 +830,7 @@ impl Planner {
             })
             .collect();
         Ok(Rel {
+            proc_time_attrs: Vec::new(),
             stream: rel.stream.project(cols),
             scope,
             time_attrs,
@@ -878,7 +892,28 @@ impl Planner {
             left.stream.schema(),
             right.stream.schema(),
         );
-        let out = if version.is_some() {
+        let lookup = version.as_ref().is_some_and(|v| {
+            ident_name(v).is_some_and(|n| {
+                left.proc_time_attrs
+                    .iter()
+                    .any(|p| p.eq_ignore_ascii_case(&n))
+            })
+        });
+        let out = if lookup {
+            if !rest.is_empty() {
+                return Err(plan_err(format!(
+                    "lookup join: only key equalities are supported in ON, not `{}`",
+                    rest[0]
+                )));
+            }
+            let t = weir_operators::StreamTableJoin::new()
+                .join_type(jt)
+                .aliases(&aliases.0, &aliases.1);
+            use weir_operators::StreamTableJoinExt;
+            stream
+                .key_by(&lkeys)
+                .stream_table_join(&right.stream.key_by(&rkeys), t)
+        } else if version.is_some() {
             if !rest.is_empty() {
                 return Err(plan_err(format!(
                     "temporal join: only key equalities are supported in ON, not `{}`",
@@ -940,6 +975,11 @@ impl Planner {
         let mut time_attrs = left.time_attrs.clone();
         time_attrs.extend(right.time_attrs.clone());
         Ok(Rel {
+            proc_time_attrs: {
+                let mut p = left.proc_time_attrs.clone();
+                p.extend(right.proc_time_attrs.clone());
+                p
+            },
             stream: out,
             scope,
             time_attrs,
@@ -1084,6 +1124,7 @@ impl Planner {
             });
         }
         let windowed = Rel {
+            proc_time_attrs: Vec::new(),
             stream,
             scope,
             time_attrs: vec!["window_time".into()],
@@ -1092,6 +1133,10 @@ impl Planner {
         let exprs = select_exprs(select, &windowed, Some(&aggs))?;
         Ok((windowed, exprs))
     }
+}
+
+fn is_proctime(e: &SqlExpr) -> bool {
+    matches!(e, SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case("PROCTIME"))
 }
 
 fn col_name(c: &ColumnDef) -> &str {
