@@ -198,3 +198,23 @@ fn run_refuses_an_unsupported_sql_statement_and_a_bad_job_with_the_reason() {
         "{err}"
     );
 }
+
+#[test]
+fn the_sql_example_job_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/jobs/attributed_clicks.sql");
+    let out = format!("out={}", dir.path().display());
+    let summary = weir(&["run", job.to_str().unwrap(), "--var", &out], dir.path());
+    assert!(summary.contains("rows in:"), "{summary}");
+    let lines = sorted(&dir.path().join("attributed_clicks_per_ad.csv"));
+    assert!(lines.len() > 1_000, "{}", lines.len());
+    let plan = weir(
+        &["explain", job.to_str().unwrap(), "--var", &out],
+        dir.path(),
+    );
+    assert!(
+        plan.contains("interval_join") && plan.contains("window_aggregate"),
+        "{plan}"
+    );
+}

@@ -1005,8 +1005,13 @@ impl Planner {
                 )))
             }
         };
-        let t = self.table(&ObjectName::from(vec![sqlparser::ast::Ident::new(&table)]))?;
-        let rel = self.source(t, &t.name.clone())?;
+        let rel = match self.views.get(&table.to_lowercase()) {
+            Some((name, q)) => self.view(q, &name.clone())?,
+            None => {
+                let t = self.table(&ObjectName::from(vec![sqlparser::ast::Ident::new(&table)]))?;
+                self.source(t, &t.name.clone())?
+            }
+        };
         let descriptor_ok = matches!(args.get(1), Some(SqlExpr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR"));
         if !descriptor_ok {
             return Err(plan_err(format!(

@@ -193,5 +193,8 @@ CREATE TABLE rates (currency STRING, rate DECIMAL(12, 6), ts BIGINT,
 CREATE TABLE priced (order_id BIGINT, rate DECIMAL(12, 6)) WITH ('connector' = 'blackhole');
 INSERT INTO priced SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.pt AS r ON o.currency = r.currency;";
     let plan = explain(sql);
-    assert!(plan.contains("stream-table join") && plan.contains("NOT deterministic on replay"), "{plan}");
+    assert!(
+        plan.contains("stream-table join") && plan.contains("NOT deterministic on replay"),
+        "{plan}"
+    );
 }
