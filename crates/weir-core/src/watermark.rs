@@ -190,6 +190,7 @@ pub struct WatermarkTracker {
 struct InputMark {
     watermark: Watermark,
     idle: bool,
+    ended: bool,
 }
 
 impl WatermarkTracker {
@@ -199,6 +200,7 @@ impl WatermarkTracker {
                 InputMark {
                     watermark: Watermark::MIN,
                     idle: false,
+                    ended: false,
                 };
                 inputs
             ],
@@ -217,6 +219,7 @@ impl WatermarkTracker {
         self.inputs.push(InputMark {
             watermark: Watermark::MIN,
             idle: false,
+            ended: false,
         });
         self.inputs.len() - 1
     }
@@ -250,6 +253,16 @@ impl WatermarkTracker {
         self.recompute()
     }
 
+    /// Marks `input` ended: it never holds the watermark back again, but while other inputs
+    /// are only idle (not ended) the combination does not jump to the end. Returns the
+    /// combined watermark if it advanced.
+    pub fn finish(&mut self, input: usize) -> Option<Watermark> {
+        let m = &mut self.inputs[input];
+        m.ended = true;
+        m.watermark = Watermark::MAX;
+        self.recompute()
+    }
+
     /// Marks `input` idle or active. Returns the combined watermark if it advanced.
     pub fn set_idle(&mut self, input: usize, idle: bool) -> Option<Watermark> {
         self.inputs[input].idle = idle;
@@ -257,12 +270,19 @@ impl WatermarkTracker {
     }
 
     fn recompute(&mut self) -> Option<Watermark> {
-        let min = self
+        let min = match self
             .inputs
             .iter()
-            .filter(|i| !i.idle)
+            .filter(|i| !i.idle && !i.ended)
             .map(|i| i.watermark)
-            .min()?;
+            .min()
+        {
+            Some(m) => m,
+            // Only ended and idle inputs: the end is reached when every input has ended; an
+            // idle one may still send rows, so until then the watermark stays.
+            None if self.inputs.iter().all(|i| i.ended) => Watermark::MAX,
+            None => return None,
+        };
         if min > self.current {
             self.current = min;
             Some(min)
@@ -367,6 +387,22 @@ mod tests {
             }
             prop_assert_eq!(a.late_rows + b.late_rows, late);
         }
+    }
+
+    #[test]
+    fn an_ended_input_does_not_end_the_watermark_while_another_is_only_idle() {
+        let mut t = WatermarkTracker::new(2);
+        t.update(0, Watermark(100));
+        t.update(1, Watermark(50));
+        t.set_idle(1, true);
+        assert_eq!(
+            t.finish(0),
+            None,
+            "input 1 is idle, not ended: no jump to MAX"
+        );
+        assert_eq!(t.current(), Watermark(100));
+        assert_eq!(t.update(1, Watermark(200)), Some(Watermark(200)));
+        assert_eq!(t.finish(1), Some(Watermark::MAX));
     }
 
     #[test]

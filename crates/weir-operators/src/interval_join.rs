@@ -125,9 +125,11 @@ impl IntervalJoin {
         }
         let (schema, ln, rn) =
             join_schema(&l.schema, &r.schema, (&self.left_alias, &self.right_alias))?;
-        let event_time = if self.lower_ms >= 0 {
+        // The later side's time, where that side is never NULL (an outer join's unmatched
+        // rows have NULLs for the other side).
+        let event_time = if self.lower_ms >= 0 && !self.join_type.keeps_unmatched(0) {
             Some(rn[et[1]].clone())
-        } else if self.upper_ms <= 0 {
+        } else if self.upper_ms <= 0 && !self.join_type.keeps_unmatched(1) {
             Some(ln[et[0]].clone())
         } else {
             None
@@ -354,15 +356,19 @@ impl Operator for IntervalJoinOp {
         self.expiry.pop_due(wm, &mut due);
         for (slot, side) in due {
             let side = side as usize;
-            // Rows of this side whose expiry is at or below the watermark form a prefix.
-            let limit = if side == 0 {
-                wm.saturating_sub(self.spec.upper_ms)
-            } else {
-                wm.saturating_add(self.spec.lower_ms)
+            // Rows of this side whose expiry is at or below the watermark form a prefix
+            // (expiry saturates at the ends of the time range, as when it was filed).
+            let (upper, lower) = (self.spec.upper_ms, self.spec.lower_ms);
+            let expires = move |ts: i64| {
+                if side == 0 {
+                    ts.saturating_add(upper)
+                } else {
+                    ts.saturating_sub(lower)
+                }
             };
             let keeps_unmatched = self.spec.join_type.keeps_unmatched(side);
             let buf = &mut self.keys.get_mut(slot).sides[side];
-            let n = buf.partition_point(|e| e.ts <= limit);
+            let n = buf.partition_point(|e| expires(e.ts) <= wm);
             if n == 0 {
                 continue;
             }

@@ -194,6 +194,9 @@ impl Operator for StreamTableJoinOp {
                 .op_column
                 .map(|i| data.column(i).as_string::<i32>().clone());
             let id = self.stores[1].insert(data);
+            // Held while its rows are filed: a key updated twice in one batch releases the
+            // first of them before the batch is done.
+            self.stores[1].retain(id);
             for (i, key) in keys.iter().enumerate() {
                 let delete = match &ops {
                     Some(ops) if !ops.is_null(i) => {
@@ -222,7 +225,7 @@ impl Operator for StreamTableJoinOp {
                     self.rows += 1;
                 }
             }
-            self.stores[1].release_if_unused(id);
+            self.stores[1].release(id);
             return Ok(());
         }
         let keys = self.encoders[0].encode(&batch.data)?;

@@ -322,6 +322,9 @@ impl TemporalJoinOp {
             .op_column
             .map(|i| data.column(i).as_string::<i32>().clone());
         let batch_id = self.stores[1].insert(data);
+        // Held while its rows are filed, so a release in between (a tie, a prune) cannot free
+        // it under the rows still to come.
+        self.stores[1].retain(batch_id);
         for (i, key) in keys.iter().enumerate() {
             let row = match &ops {
                 None => Some(RowRef {
@@ -367,7 +370,7 @@ impl TemporalJoinOp {
             self.prune(slot);
         }
         self.peak_versions = self.peak_versions.max(self.versions);
-        self.stores[1].release_if_unused(batch_id);
+        self.stores[1].release(batch_id);
         Ok(())
     }
 

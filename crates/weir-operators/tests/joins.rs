@@ -277,3 +277,32 @@ proptest! {
         prop_assert_eq!(run(job, &out), window_reference(&left, &right, size, slide));
     }
 }
+
+#[test]
+fn an_outer_interval_join_has_no_event_time_column_that_could_be_null() {
+    use weir_operators::{IntervalJoin, IntervalJoinExt};
+    let job = JobBuilder::new("outer");
+    let a = job.source(
+        "a",
+        source(&[vec![]]),
+        SourceOptions::event_time("ts", DELAY),
+    );
+    let b = job.source(
+        "b",
+        source(&[vec![]]),
+        SourceOptions::event_time("ts", DELAY),
+    );
+    let inner = a
+        .key_by(&["k"])
+        .interval_join(&b.key_by(&["k"]), IntervalJoin::between(0, 10));
+    assert_eq!(inner.event_time().as_deref(), Some("right_ts"));
+    let left = a.key_by(&["k"]).interval_join(
+        &b.key_by(&["k"]),
+        IntervalJoin::between(0, 10).join_type(JoinType::Left),
+    );
+    assert_eq!(
+        left.event_time(),
+        None,
+        "unmatched left rows have NULL right times"
+    );
+}

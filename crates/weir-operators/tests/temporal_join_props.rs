@@ -232,3 +232,39 @@ fn versions_held_stay_bounded_with_many_versions_per_key() {
     assert!((1_000..=1_200).contains(&p1), "held {p1}");
     assert_eq!(p1, p10, "the peak does not grow with the run");
 }
+
+/// Two versions of a key at one instant inside one batch, the delete winning, do not free the
+/// batch under the batch's later rows (a regression test).
+#[test]
+fn a_tie_inside_one_batch_keeps_the_rest_of_the_batch() {
+    let mut join = TemporalJoin::new().op_column("op");
+    join.probe_keys = vec!["k".into()];
+    join.table_keys = vec!["k".into()];
+    let info = |s: SchemaRef| StreamInfo {
+        schema: s,
+        event_time: Some("ts".into()),
+    };
+    let sub = SubtaskInfo {
+        operator: "t".into(),
+        subtask: 0,
+        parallelism: 1,
+        key_groups: 128,
+    };
+    let mut h = Harness::new(
+        join.create(&[info(probe_schema()), info(table_schema())], &sub)
+            .unwrap(),
+    );
+    // Key 1: an insert and a delete at ts 100; key 2: an insert at 200; all in one batch.
+    h.push(
+        1,
+        batch(
+            &[(1, 100, 10, false), (1, 100, 11, true), (2, 200, 12, false)],
+            true,
+        ),
+    );
+    h.push(0, batch(&[(1, 300, 1, false), (2, 300, 2, false)], false));
+    h.end();
+    let got = sorted_lines(&h.take(weir_runtime::Port::Main));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].starts_with("2,300,2,2,200,12"), "{got:?}");
+}

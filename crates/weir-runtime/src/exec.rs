@@ -829,7 +829,14 @@ impl SourceTask {
                                     self.name, al.settings.group
                                 )));
                             }
-                            al.whole_reader_paused = al.paused.iter().any(|p| *p);
+                            // The whole reader waits only when every split still
+                            // running is ahead; otherwise the group minimum could be
+                            // among them and nothing would move.
+                            let open: Vec<bool> = (0..al.paused.len())
+                                .filter(|&i| !finished[i] && !gens[i].is_idle())
+                                .map(|i| al.paused[i])
+                                .collect();
+                            al.whole_reader_paused = !open.is_empty() && open.iter().all(|p| *p);
                         }
                     }
                 }
@@ -910,7 +917,9 @@ impl SourceTask {
                     tracker.add_input();
                     finished.push(false);
                     // Splits found while running are numbered past the ones listed at start.
-                    self.assigned.push(1_000_000 + self.split_metrics.len());
+                    let k = self.split_metrics.len();
+                    self.assigned
+                        .push(1_000_000 + self.subtask + self.parallelism * k);
                     if let Some(al) = &mut aligner {
                         al.samples.push(VecDeque::new());
                         al.paused.push(false);
@@ -926,28 +935,32 @@ impl SourceTask {
                 SourcePoll::SplitFinished(split) => {
                     finished[split] = true;
                     self.split_metrics[split].finished.store(true, Relaxed);
-                    advanced = tracker.update(split, Watermark::MAX);
+                    advanced = tracker.finish(split);
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
                 }
                 SourcePoll::Pending { wait_ms } => {
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
-                    let now = self.clock.now();
-                    for (i, g) in gens.iter_mut().enumerate() {
-                        if g.check_idle(now) {
-                            self.split_metrics[i].idle.store(true, Relaxed);
-                            if let Some(w) = tracker.set_idle(i, true) {
-                                advanced = Some(w);
-                            }
-                        }
-                    }
-                    if tracker.all_idle() && !idle_out {
-                        idle_out = true;
-                        self.outputs.broadcast(Message::Idle).await?;
-                    }
                     tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
                     m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
                 }
                 SourcePoll::Finished => break,
+            }
+            // A split with no rows for its idle timeout stops holding the watermark back, even
+            // while the other splits are busy (so checked on every pass, not only when waiting).
+            if self.watermarks.idle_timeout_ms.is_some() {
+                let now = self.clock.now();
+                for (i, g) in gens.iter_mut().enumerate() {
+                    if !finished[i] && g.check_idle(now) {
+                        self.split_metrics[i].idle.store(true, Relaxed);
+                        if let Some(w) = tracker.set_idle(i, true) {
+                            advanced = advanced.max(Some(w));
+                        }
+                    }
+                }
+                if tracker.all_idle() && !idle_out {
+                    idle_out = true;
+                    self.outputs.broadcast(Message::Idle).await?;
+                }
             }
             if let Some(w) = advanced.filter(|w| *w > sent_wm) {
                 sent_wm = w;
@@ -1269,7 +1282,7 @@ impl OperatorTask {
                     ended[ch] = true;
                     n_ended += 1;
                     let advanced = if self.holds_watermark[ch] {
-                        tracker.update(ch, Watermark::MAX)
+                        tracker.finish(ch)
                     } else {
                         None
                     };
