@@ -459,6 +459,17 @@ impl Operator for TemporalJoinOp {
         }
         for slot in touched {
             self.prune(slot);
+            // A key whose only version is a delete at or below the watermark answers every
+            // later probe with "no value", as an empty key does: drop the tombstone.
+            let st = self.keys.get_mut(slot);
+            if st.probes.is_empty()
+                && st.versions.len() == 1
+                && st.versions[0].row.is_none()
+                && st.versions[0].ts <= wm
+            {
+                st.versions.clear();
+                self.versions -= 1;
+            }
             let st = self.keys.get(slot);
             // A key with neither waiting probes nor versions has no state left.
             if st.probes.is_empty() && st.versions.is_empty() {
