@@ -329,6 +329,15 @@ impl OperatorFactory for WindowAggregate {
     }
 }
 
+/// When a window starting at `start` (or, with `size` 0, ending at `start`) closes: its end − 1
+/// plus the allowed lateness, saturating at the ends of the time range.
+fn close_at(start: i64, size: i64, lateness: i64) -> i64 {
+    start
+        .saturating_add(size)
+        .saturating_sub(1)
+        .saturating_add(lateness)
+}
+
 /// A closed group or session: (slot, window start, window end, states, is a session).
 type Closed = (usize, i64, i64, Vec<State>, bool);
 
@@ -398,8 +407,11 @@ impl WindowAggregateOp {
             self.state_bytes += GROUP_OVERHEAD + buf.len() as u64 + heap as u64;
             self.peak_groups = self.peak_groups.max(self.group_count);
             let (size, _) = self.spec.fixed().expect("fixed windows");
-            self.closing
-                .push(start + size - 1 + self.spec.allowed_lateness_ms, slot, 0);
+            self.closing.push(
+                close_at(start, size, self.spec.allowed_lateness_ms),
+                slot,
+                0,
+            );
         }
         slot
     }
@@ -414,7 +426,7 @@ impl WindowAggregateOp {
             }
             _ => {
                 let (size, slide) = self.spec.fixed().expect("fixed");
-                let last_end = |t: i64| t - t.rem_euclid(slide) + size;
+                let last_end = |t: i64| t.saturating_sub(t.rem_euclid(slide)).saturating_add(size);
                 batch.split_late(&times, |t, wm| wm >= last_end(t) - 1 + l)?
             }
         };
@@ -447,10 +459,10 @@ impl WindowAggregateOp {
                 for (i, key) in keys.iter().enumerate() {
                     let ts = times[i];
                     let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
-                    let last = ts - ts.rem_euclid(slide);
+                    let last = ts.saturating_sub(ts.rem_euclid(slide));
                     let mut start = last;
-                    while start > ts - size {
-                        if wm >= start + size - 1 + l {
+                    while start > ts.saturating_sub(size) {
+                        if wm >= close_at(start, size, l) {
                             self.late_assignments += 1;
                         } else {
                             let slot = self.group_for(key.as_ref(), start, &mut buf);
@@ -458,7 +470,10 @@ impl WindowAggregateOp {
                                 s.update(v, i);
                             }
                         }
-                        start -= slide;
+                        start = start.saturating_sub(slide);
+                        if start == i64::MIN {
+                            break;
+                        }
                     }
                 }
             }
@@ -483,7 +498,7 @@ impl WindowAggregateOp {
         for (s, v) in states.iter_mut().zip(values) {
             s.update(v, i);
         }
-        let (mut start, mut end) = (ts, ts + gap);
+        let (mut start, mut end) = (ts, ts.saturating_add(gap));
         let sessions = self.sessions.get_mut(slot);
         // Merge every session this row's window [ts, ts + gap) overlaps.
         let mut k = 0;
@@ -506,7 +521,7 @@ impl WindowAggregateOp {
         self.group_count = self.group_count + 1 - merged;
         self.peak_groups = self.peak_groups.max(self.group_count);
         self.closing
-            .push(end - 1 + self.spec.allowed_lateness_ms, slot, 1);
+            .push(close_at(end, 0, self.spec.allowed_lateness_ms), slot, 1);
     }
 
     fn add_partials(&mut self, batch: StreamBatch) -> Result<()> {
@@ -628,7 +643,7 @@ impl Operator for WindowAggregateOp {
                 let sessions = self.sessions.get_mut(slot);
                 let mut k = 0;
                 while k < sessions.len() {
-                    if sessions[k].end - 1 + l <= wm {
+                    if close_at(sessions[k].end, 0, l) <= wm {
                         let s = sessions.swap_remove(k);
                         rows.push((slot, s.start, s.end, s.states, true));
                     } else {
@@ -642,7 +657,7 @@ impl Operator for WindowAggregateOp {
             }
             let (size, _) = self.spec.fixed().expect("fixed");
             let g = self.groups.get(slot);
-            if g.states.is_empty() || g.start + size - 1 + l > wm {
+            if g.states.is_empty() || close_at(g.start, size, l) > wm {
                 continue;
             }
             let key_len = self.groups.key(slot).len() as u64;
@@ -651,7 +666,7 @@ impl Operator for WindowAggregateOp {
             self.state_bytes = self
                 .state_bytes
                 .saturating_sub(GROUP_OVERHEAD + key_len + heap as u64);
-            rows.push((slot, g.start, g.start + size, g.states, false));
+            rows.push((slot, g.start, g.start.saturating_add(size), g.states, false));
         }
         self.group_count -= rows.len() as u64;
         self.emit_rows(&rows, ctx)?;

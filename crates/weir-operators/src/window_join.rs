@@ -115,10 +115,11 @@ impl WindowJoin {
 
     /// Starts of the windows holding `ts`, latest first.
     fn windows(&self, ts: i64) -> impl Iterator<Item = i64> + '_ {
-        let last = ts - ts.rem_euclid(self.slide_ms);
-        (0..)
-            .map(move |i| last - i * self.slide_ms)
-            .take_while(move |s| *s > ts - self.size_ms)
+        let last = ts.saturating_sub(ts.rem_euclid(self.slide_ms));
+        let first = ts.saturating_sub(self.size_ms);
+        let slide = self.slide_ms;
+        std::iter::successors(Some(last), move |s| s.checked_sub(slide))
+            .take_while(move |s| *s > first)
     }
 }
 
@@ -216,7 +217,10 @@ impl Operator for WindowJoinOp {
         let times = event_times(&batch.data, self.event_time[side])?;
         let size = self.spec.size_ms;
         // Late for every window: the split's watermark reached the end of the row's last window.
-        let last_end = |t: i64| t - t.rem_euclid(self.spec.slide_ms) + size;
+        let last_end = |t: i64| {
+            t.saturating_sub(t.rem_euclid(self.spec.slide_ms))
+                .saturating_add(size)
+        };
         let (on_time, late) = batch.split_late(&times, |t, wm| wm >= last_end(t) - 1)?;
         if let Some(late) = late {
             self.late[side] += late.num_rows() as u64;
@@ -234,7 +238,7 @@ impl Operator for WindowJoinOp {
             let ts = times[i];
             let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
             for start in self.spec.windows(ts) {
-                if wm >= start + size - 1 {
+                if wm >= start.saturating_add(size - 1) {
                     self.late_assignments += 1;
                     continue;
                 }
@@ -245,7 +249,7 @@ impl Operator for WindowJoinOp {
                 let w = self.windows.get_mut(slot);
                 if w.sides[0].is_empty() && w.sides[1].is_empty() {
                     w.start = start;
-                    self.closing.push(start + size - 1, slot, 0);
+                    self.closing.push(start.saturating_add(size - 1), slot, 0);
                 }
                 w.sides[side].push(RowRef {
                     batch: id,
@@ -289,10 +293,10 @@ impl Operator for WindowJoinOp {
             let size = self.spec.size_ms;
             cols.push(Arc::new(Int64Array::from_iter_values(st.iter().copied())));
             cols.push(Arc::new(Int64Array::from_iter_values(
-                st.iter().map(|s| s + size),
+                st.iter().map(|s| s.saturating_add(size)),
             )));
             cols.push(Arc::new(Int64Array::from_iter_values(
-                st.iter().map(|s| s + size - 1),
+                st.iter().map(|s| s.saturating_add(size - 1)),
             )));
             ctx.emit(StreamBatch::new(RecordBatch::try_new(
                 self.schema.clone(),

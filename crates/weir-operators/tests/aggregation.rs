@@ -300,3 +300,35 @@ fn salting_a_median_or_a_key_ordered_operator_is_refused_when_the_job_is_built()
     );
     assert_eq!(got, vec!["a,0,100,99,3.0"]);
 }
+
+/// Event times at the very ends of the i64 range (a bad producer clock, a sentinel value) do not
+/// overflow window arithmetic. At the top, window ends saturate at i64::MAX and every row is
+/// counted in each window that holds it. At the bottom, windows that would start before i64::MIN
+/// cannot be represented and are left out: the row at i64::MIN lies only in such windows.
+#[test]
+fn windows_at_the_ends_of_the_time_range_do_not_overflow() {
+    let rows: Vec<Row> = vec![
+        ("lo".into(), i64::MIN, 1),
+        ("lo".into(), i64::MIN + 3, 2),
+        ("hi".into(), i64::MAX - 3, 3),
+        ("hi".into(), i64::MAX, 4),
+    ];
+    let (lines, _) = run(
+        &[rows],
+        WindowAggregate::hopping(10, 5).aggregate(count("n")),
+        AggStrategy::OnePhase,
+        1,
+        2,
+    );
+    let max = i64::MAX;
+    let lo = i64::MIN + 3;
+    assert_eq!(
+        lines,
+        vec![
+            format!("hi,{},{},{},1", max - 12, max - 2, max - 3),
+            format!("hi,{},{max},{},2", max - 7, max - 1),
+            format!("hi,{},{max},{},1", max - 2, max - 1),
+            format!("lo,{lo},{},{},1", lo + 10, lo + 9),
+        ]
+    );
+}
