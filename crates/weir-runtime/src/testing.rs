@@ -145,3 +145,21 @@ impl SourceReader for VecReader {
         Ok(SourcePoll::Finished)
     }
 }
+
+/// Builds and runs `job` to its end on a new tokio runtime with the system clock. Panics if the
+/// job has not ended within `limit`, so a test that would hang fails and says so.
+pub fn run_within(
+    job: &crate::JobBuilder,
+    limit: std::time::Duration,
+) -> Result<crate::exec::JobReport> {
+    let graph = job.build()?;
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime for the job");
+    rt.block_on(async {
+        tokio::time::timeout(
+            limit,
+            crate::exec::run(graph, Arc::new(weir_core::SystemClock)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the job did not end within {limit:?}"))
+    })
+}

@@ -7,14 +7,16 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use weir_core::time::Watermark;
-use weir_core::SystemClock;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::source::ReaderContext;
-use weir_runtime::testing::VecSource;
+use weir_runtime::testing::{run_within, VecSource};
 use weir_runtime::{
-    exec, CollectSink, Context, JobBuilder, JobConfig, Operator, Result, SourceFactory,
-    SourceOptions, SourcePoll, SourceReader, StreamBatch, SubtaskInfo, Timer,
+    CollectSink, Context, JobBuilder, JobConfig, Operator, Result, SourceFactory, SourceOptions,
+    SourcePoll, SourceReader, StreamBatch, SubtaskInfo, Timer,
 };
+
+/// Long enough for any of these jobs on a loaded machine; a job still running then has hung.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -114,10 +116,7 @@ fn event_time_timers_fire_in_order_once_the_watermark_passes_them() {
     )
     .apply("probe", Arc::new(Probe))
     .sink("out", sink.clone());
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
-        .unwrap();
+    run_within(&job, LIMIT).unwrap();
     let got = rows(&sink);
     let fired: Vec<(i64, i64)> = got.iter().copied().filter(|(n, _)| *n >= 0).collect();
     assert_eq!(
@@ -217,10 +216,7 @@ fn highest_finite_watermark(idle_timeout_ms: Option<i64>) -> i64 {
     job.source("two splits", OneQuietSplit { rows: 60 }, opts)
         .apply("probe", Arc::new(Probe))
         .sink("out", sink.clone());
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
-        .unwrap();
+    run_within(&job, LIMIT).unwrap();
     rows(&sink)
         .into_iter()
         .filter(|(n, w)| *n == -1 && *w != i64::MAX)
@@ -297,10 +293,7 @@ fn an_input_that_does_not_hold_the_watermark_is_left_out_of_it() {
                 "test".into(),
             )
             .sink("out", sink.clone());
-        tokio::runtime::Runtime::new()
-            .unwrap()
-            .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
-            .unwrap();
+        run_within(&job, LIMIT).unwrap();
         rows(&sink)
             .into_iter()
             .filter(|(n, w)| *n == -1 && *w != i64::MAX)
@@ -356,17 +349,7 @@ fn alignment_ignores_idle_and_finished_splits_and_does_not_hang() {
         .union(&[short])
         .apply("probe", Arc::new(Probe))
         .sink("out", sink.clone());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let report = rt
-        .block_on(async {
-            tokio::time::timeout(
-                std::time::Duration::from_secs(20),
-                exec::run(job.build().unwrap(), Arc::new(SystemClock)),
-            )
-            .await
-        })
-        .expect("alignment must not hang")
-        .unwrap();
+    let report = run_within(&job, LIMIT).unwrap();
     let rows_read: u64 = report.metrics.nodes[0]
         .splits
         .iter()
@@ -400,10 +383,7 @@ fn a_source_that_cannot_pause_splits_fails_clearly() {
             ("b", weir_core::expr::col("ts")),
         ]);
     a.union(&[b]).sink("out", CollectSink::new());
-    let err = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
-        .unwrap_err();
+    let err = run_within(&job, LIMIT).unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("cannot pause single splits") && msg.contains("allow_unaligned_source_splits"),
@@ -490,17 +470,7 @@ fn a_split_added_while_running_is_read_and_joins_the_alignment_group() {
         SourceOptions::event_time("b", 0).aligned(al),
     )
     .sink("out", sink.clone());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let report = rt
-        .block_on(async {
-            tokio::time::timeout(
-                std::time::Duration::from_secs(20),
-                exec::run(job.build().unwrap(), Arc::new(SystemClock)),
-            )
-            .await
-        })
-        .expect("no hang")
-        .unwrap();
+    let report = run_within(&job, LIMIT).unwrap();
     assert_eq!(sink.rows(), 40);
     let splits = &report.metrics.nodes[0].splits;
     assert_eq!(splits.len(), 2);

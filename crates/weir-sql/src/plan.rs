@@ -200,6 +200,19 @@ fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> St
     }
 }
 
+/// A table's physical columns (those read or written) with their Arrow types, in order.
+fn physical_columns(t: &TableDef) -> Result<Vec<(String, DataType)>> {
+    t.columns
+        .iter()
+        .filter_map(|c| match c {
+            ColumnDef::Physical { name, data_type } => {
+                Some(arrow_type(data_type).map(|d| (name.clone(), d)))
+            }
+            ColumnDef::Computed { .. } => None,
+        })
+        .collect()
+}
+
 /// The SQL type of a column as an Arrow type.
 fn arrow_type(t: &sqlparser::ast::DataType) -> Result<DataType> {
     use sqlparser::ast::DataType as S;
@@ -395,16 +408,7 @@ impl Planner {
 
     /// A table as a source relation: physical columns read, computed columns added.
     fn source(&self, t: &TableDef, alias: &str) -> Result<Rel> {
-        let physical: Vec<(String, DataType)> = t
-            .columns
-            .iter()
-            .filter_map(|c| match c {
-                ColumnDef::Physical { name, data_type } => {
-                    Some(arrow_type(data_type).map(|d| (name.clone(), d)))
-                }
-                ColumnDef::Computed { .. } => None,
-            })
-            .collect::<Result<_>>()?;
+        let physical = physical_columns(t)?;
         // Event time: the WATERMARK column, or the physical column a computed one converts.
         let (mut opts, time_attrs) = match &t.watermark {
             None => (SourceOptions::none(), Vec::new()),
@@ -653,16 +657,7 @@ impl Planner {
             return Err(plan_err(in_statement(&first, &sink.name)));
         }
         let (rel, exprs) = planned?;
-        let sink_cols: Vec<(String, DataType)> = sink
-            .columns
-            .iter()
-            .filter_map(|c| match c {
-                ColumnDef::Physical { name, data_type } => {
-                    Some(arrow_type(data_type).map(|d| (name.clone(), d)))
-                }
-                ColumnDef::Computed { .. } => None,
-            })
-            .collect::<Result<_>>()?;
+        let sink_cols = physical_columns(sink)?;
         if sink_cols.len() != exprs.len() {
             return Err(plan_err(format!(
                 "INSERT INTO `{}`: the SELECT has {} columns, the table {} ({})",
