@@ -122,13 +122,7 @@ mod tests {
         let spec = Count {
             keys: vec!["ad".into()],
         };
-        let info = SubtaskInfo {
-            operator: "count".into(),
-            subtask: 0,
-            parallelism: 1,
-            key_groups: 128,
-        };
-        Harness::new(spec.create(&[input], &info).unwrap())
+        Harness::of(&spec, &[input])
     }
 
     #[test]

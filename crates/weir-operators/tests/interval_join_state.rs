@@ -8,8 +8,8 @@ use weir_core::batch::event_times;
 use weir_core::time::ProcTime;
 use weir_core::watermark::{SplitWatermarks, WatermarkStrategy};
 use weir_operators::IntervalJoin;
-use weir_runtime::graph::{OperatorFactory, StreamInfo};
-use weir_runtime::{StreamBatch, SubtaskInfo};
+use weir_runtime::graph::StreamInfo;
+use weir_runtime::StreamBatch;
 use weir_testkit::Harness;
 
 const DELAY_MS: i64 = 5_000;
@@ -33,16 +33,7 @@ fn run(impressions: u64) -> (i64, i64, usize) {
     let mut join = IntervalJoin::between(-10_000, 0).aliases("c", "i");
     join.left_keys = vec!["ad_id".into(), "user_id".into()];
     join.right_keys = join.left_keys.clone();
-    let sub = SubtaskInfo {
-        operator: "join".into(),
-        subtask: 0,
-        parallelism: 1,
-        key_groups: 128,
-    };
-    let mut h = Harness::new(
-        join.create(&[info(&clicks[0]), info(&imps[0])], &sub)
-            .unwrap(),
-    );
+    let mut h = Harness::of(&join, &[info(&clicks[0]), info(&imps[0])]);
 
     let mut wm = [
         SplitWatermarks::new(WatermarkStrategy::bounded(DELAY_MS), None),

@@ -13,7 +13,7 @@ use weir_operators::{
 };
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::testing::VecSource;
-use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, Port, SourceOptions, SubtaskInfo};
+use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, Port, SourceOptions};
 use weir_testkit::{rows, sorted_lines, Harness};
 
 const DELAY: i64 = 50;
@@ -131,13 +131,7 @@ fn stream_table_join_uses_the_latest_value_and_honours_deletes() {
         !spec.holds_watermark(1),
         "the table side never holds the watermark back"
     );
-    let sub = SubtaskInfo {
-        operator: "j".into(),
-        subtask: 0,
-        parallelism: 1,
-        key_groups: 128,
-    };
-    let mut h = Harness::new(spec.create(&[info(&stream), info(&table)], &sub).unwrap());
+    let mut h = Harness::of(&spec, &[info(&stream), info(&table)]);
     let pick = |b: Vec<RecordBatch>| -> Vec<String> {
         sorted_lines(&b)
             .into_iter()

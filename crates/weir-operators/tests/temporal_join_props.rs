@@ -14,11 +14,9 @@ use weir_core::time::ProcTime;
 use weir_core::watermark::{SplitWatermarks, WatermarkStrategy};
 use weir_core::SystemClock;
 use weir_operators::{JoinType, TemporalJoin, TemporalJoinExt};
-use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::graph::StreamInfo;
 use weir_runtime::testing::VecSource;
-use weir_runtime::{
-    exec, CollectSink, JobBuilder, JobConfig, SourceOptions, StreamBatch, SubtaskInfo,
-};
+use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, SourceOptions, StreamBatch};
 use weir_testkit::{sorted_lines, Harness};
 
 const DELAY: i64 = 50;
@@ -178,16 +176,7 @@ fn peak_versions(rows: i64) -> (i64, i64) {
         schema: s,
         event_time: Some("ts".into()),
     };
-    let sub = SubtaskInfo {
-        operator: "t".into(),
-        subtask: 0,
-        parallelism: 1,
-        key_groups: 128,
-    };
-    let mut h = Harness::new(
-        join.create(&[info(probe_schema()), info(table_schema())], &sub)
-            .unwrap(),
-    );
+    let mut h = Harness::of(&join, &[info(probe_schema()), info(table_schema())]);
     let delay = 1_000;
     let mut wm = [
         SplitWatermarks::new(WatermarkStrategy::bounded(delay), None),
@@ -244,16 +233,7 @@ fn a_tie_inside_one_batch_keeps_the_rest_of_the_batch() {
         schema: s,
         event_time: Some("ts".into()),
     };
-    let sub = SubtaskInfo {
-        operator: "t".into(),
-        subtask: 0,
-        parallelism: 1,
-        key_groups: 128,
-    };
-    let mut h = Harness::new(
-        join.create(&[info(probe_schema()), info(table_schema())], &sub)
-            .unwrap(),
-    );
+    let mut h = Harness::of(&join, &[info(probe_schema()), info(table_schema())]);
     // Key 1: an insert and a delete at ts 100; key 2: an insert at 200; all in one batch.
     h.push(
         1,

@@ -21,7 +21,9 @@ use arrow_schema::{DataType, Field, Schema};
 use weir_core::time::{ManualClock, ProcTime, Watermark};
 use weir_runtime::metrics::SubtaskMetrics;
 use weir_runtime::operator::TimerService;
-use weir_runtime::{Context, Operator, Port, StreamBatch, SubtaskInfo, TimeDomain};
+use weir_runtime::{
+    Context, Operator, OperatorFactory, Port, StreamBatch, StreamInfo, SubtaskInfo, TimeDomain,
+};
 
 /// A batch from a text table: a header line of column names, then whitespace-separated rows.
 /// Columns of integers are BIGINT, of numbers DOUBLE, others STRING; `null` is NULL.
@@ -120,19 +122,32 @@ pub struct Harness {
     out: Vec<(Port, StreamBatch)>,
 }
 
+/// The one subtask a harness drives.
+fn harness_subtask() -> SubtaskInfo {
+    SubtaskInfo {
+        operator: "under-test".into(),
+        subtask: 0,
+        parallelism: 1,
+        key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
+    }
+}
+
 impl Harness {
+    /// Creates the harness's subtask of `factory` over `inputs`; panics if the factory refuses.
+    pub fn of(factory: &dyn OperatorFactory, inputs: &[StreamInfo]) -> Self {
+        let op = factory
+            .create(inputs, &harness_subtask())
+            .unwrap_or_else(|e| panic!("`{}` refused its inputs: {e}", factory.kind()));
+        Harness::new(op)
+    }
+
     pub fn new(op: Box<dyn Operator>) -> Self {
         let mut h = Harness {
             op,
             timers: TimerService::default(),
             clock: ManualClock::new(ProcTime(0)),
             metrics: SubtaskMetrics::default(),
-            info: SubtaskInfo {
-                operator: "under-test".into(),
-                subtask: 0,
-                parallelism: 1,
-                key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
-            },
+            info: harness_subtask(),
             watermark: Watermark::MIN,
             out: Vec::new(),
         };
