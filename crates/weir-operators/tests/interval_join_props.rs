@@ -3,44 +3,15 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
 use weir_core::expr::col;
 use weir_core::SystemClock;
 use weir_operators::{IntervalJoin, IntervalJoinExt, JoinType};
-use weir_runtime::testing::VecSource;
 use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, SourceOptions};
 use weir_testkit::sorted_lines;
 
-const DELAY: i64 = 50;
-
-/// A row: (key, ts, id).
-type Row = (i64, i64, i64);
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("ts", DataType::Int64, false),
-        Field::new("id", DataType::Int64, false),
-    ]))
-}
-
-fn source(splits: &[Vec<Row>]) -> VecSource {
-    let batches = splits
-        .iter()
-        .map(|rows| {
-            let col = |f: fn(&Row) -> i64| {
-                Arc::new(Int64Array::from(rows.iter().map(f).collect::<Vec<_>>()))
-            };
-            vec![
-                RecordBatch::try_new(schema(), vec![col(|r| r.0), col(|r| r.1), col(|r| r.2)])
-                    .unwrap(),
-            ]
-        })
-        .collect();
-    VecSource::new(schema(), batches).unwrap()
-}
+mod common;
+use common::{source, Row, DELAY};
 
 /// Rows of a split that are on time: above the split's watermark (max earlier ts − DELAY).
 fn on_time(splits: &[Vec<Row>]) -> Vec<Row> {

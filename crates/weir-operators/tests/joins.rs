@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_array::RecordBatch;
 use proptest::prelude::*;
 use weir_core::expr::col;
 use weir_core::SystemClock;
@@ -12,36 +11,11 @@ use weir_operators::{
     JoinType, RegularJoin, RegularJoinExt, StreamTableJoin, WindowJoin, WindowJoinExt,
 };
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
-use weir_runtime::testing::VecSource;
 use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, Port, SourceOptions};
 use weir_testkit::{rows, sorted_lines, Harness};
 
-const DELAY: i64 = 50;
-type Row = (i64, i64, i64);
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("ts", DataType::Int64, false),
-        Field::new("id", DataType::Int64, false),
-    ]))
-}
-
-fn source(splits: &[Vec<Row>]) -> VecSource {
-    let batches = splits
-        .iter()
-        .map(|rows| {
-            let col = |f: fn(&Row) -> i64| {
-                Arc::new(Int64Array::from(rows.iter().map(f).collect::<Vec<_>>()))
-            };
-            vec![
-                RecordBatch::try_new(schema(), vec![col(|r| r.0), col(|r| r.1), col(|r| r.2)])
-                    .unwrap(),
-            ]
-        })
-        .collect();
-    VecSource::new(schema(), batches).unwrap()
-}
+mod common;
+use common::{source, Row, DELAY};
 
 fn run(job: JobBuilder, out: &CollectSink) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
