@@ -254,14 +254,8 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
                     let columns: Vec<(&str, DataType)> = Vec::new();
                     let mut spec =
                         FileSourceSpec::new(pattern.to_string_lossy(), FileFormat::Csv, columns);
-                    spec.columns = schema_for(s.scenario)
-                        .fields()
-                        .iter()
-                        .map(|f| weir_connectors::file::ColumnSpec {
-                            name: f.name().clone(),
-                            data_type: f.data_type().clone(),
-                        })
-                        .collect();
+                    spec.columns =
+                        weir_connectors::file::ColumnSpec::of_schema(&schema_for(s.scenario));
                     Ok((
                         *n,
                         Box::new(FileSource::new(spec)?) as Box<dyn SourceFactory>,

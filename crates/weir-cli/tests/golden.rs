@@ -185,12 +185,7 @@ fn interval_join_on_late_input_joins_every_on_time_pair_and_sets_late_rows_aside
     for p in [1, 3] {
         let (got, report) = interval_join("late", p);
         assert_same_rows(&got, &want, &format!("parallelism {p}"));
-        let join = report
-            .metrics
-            .nodes
-            .iter()
-            .find(|n| n.name == "interval_join")
-            .unwrap();
+        let join = report.metrics.node("interval_join").unwrap();
         assert!(
             join.gauges["late_left"] > 0 && join.gauges["late_right"] > 0,
             "{:?}",
@@ -264,12 +259,7 @@ fn temporal_join_on_late_input_prices_on_time_orders_with_on_time_versions() {
     for p in [1, 3] {
         let (got, report) = temporal_join("late", p);
         assert_same_rows(&got, &want, &format!("parallelism {p}"));
-        let join = report
-            .metrics
-            .nodes
-            .iter()
-            .find(|n| n.name == "temporal_join")
-            .unwrap();
+        let join = report.metrics.node("temporal_join").unwrap();
         assert!(
             join.gauges["late_probe"] > 0 && join.gauges["late_table"] > 0,
             "{:?}",

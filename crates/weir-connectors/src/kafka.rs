@@ -123,13 +123,7 @@ impl KafkaSourceSpec {
             group_id: None,
             start: StartPosition::Earliest,
             format,
-            columns: columns
-                .into_iter()
-                .map(|(n, t)| ColumnSpec {
-                    name: n.into(),
-                    data_type: t,
-                })
-                .collect(),
+            columns: ColumnSpec::of_pairs(columns),
             key_column: None,
             timestamp_column: None,
             bounded: false,

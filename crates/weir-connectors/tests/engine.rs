@@ -235,14 +235,9 @@ fn files_round_trip_in_every_format() {
         rt().block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
             .unwrap();
 
-        let columns = weir_connectors::generator::schema_for(spec.scenario)
-            .fields()
-            .iter()
-            .map(|f| weir_connectors::file::ColumnSpec {
-                name: f.name().clone(),
-                data_type: f.data_type().clone(),
-            })
-            .collect();
+        let columns = weir_connectors::file::ColumnSpec::of_schema(
+            &weir_connectors::generator::schema_for(spec.scenario),
+        );
         let read = FileSourceSpec {
             columns,
             ..FileSourceSpec::new(
@@ -320,13 +315,7 @@ fn watermark_alignment_pauses_the_source_that_runs_ahead_and_bounds_join_state()
         let report = rt()
             .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
             .unwrap();
-        let join = report
-            .metrics
-            .nodes
-            .iter()
-            .find(|n| n.name == "interval_join")
-            .unwrap()
-            .clone();
+        let join = report.metrics.node("interval_join").unwrap().clone();
         let paused = report
             .metrics
             .nodes
@@ -422,12 +411,7 @@ fn misaligned_start_is_refused_and_the_spread_alert_fires() {
     let report = rt()
         .block_on(exec::run(job(60_000, true), Arc::new(SystemClock)))
         .unwrap();
-    let join = report
-        .metrics
-        .nodes
-        .iter()
-        .find(|n| n.name == "interval_join")
-        .unwrap();
+    let join = report.metrics.node("interval_join").unwrap();
     assert!(
         join.peak_event_time_spread_ms.unwrap() >= 30_000,
         "{:?}",

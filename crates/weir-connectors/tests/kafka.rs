@@ -268,13 +268,7 @@ fn kafka_align_replay_incident_bounds_join_state() {
         let report = rt
             .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
             .unwrap();
-        let join = report
-            .metrics
-            .nodes
-            .iter()
-            .find(|n| n.name == "interval_join")
-            .unwrap()
-            .clone();
+        let join = report.metrics.node("interval_join").unwrap().clone();
         (
             sorted_lines(&out.batches()),
             join.gauges["peak_buffered_left"],

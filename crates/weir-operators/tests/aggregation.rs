@@ -222,14 +222,7 @@ fn salting_spreads_a_hot_key_evenly() {
         4,
         100,
     );
-    let load = |r: &JobReport, name: &str| {
-        r.metrics
-            .nodes
-            .iter()
-            .find(|n| n.name == name)
-            .unwrap()
-            .load_max_over_avg
-    };
+    let load = |r: &JobReport, name: &str| r.metrics.node(name).unwrap().load_max_over_avg;
     let (p, s) = (
         load(&plain_report, "window_aggregate"),
         load(&salted_report, "window_aggregate (partial)"),

@@ -192,6 +192,13 @@ pub struct MetricsSnapshot {
     pub hot_keys: Vec<ExchangeSnapshot>,
 }
 
+impl MetricsSnapshot {
+    /// The first node named `name`.
+    pub fn node(&self, name: &str) -> Option<&NodeSnapshot> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
+
 /// Event-time progress of one input of a multi-input operator.
 #[derive(Debug, Clone, Serialize)]
 pub struct InputSnapshot {

@@ -101,12 +101,7 @@ fn late_rows_are_decided_per_split_counted_and_routed_to_the_side_output() {
             vec![12, 13],
             "parallelism {parallelism}"
         );
-        let dropper = report
-            .metrics
-            .nodes
-            .iter()
-            .find(|n| n.name == "drop_late")
-            .unwrap();
+        let dropper = report.metrics.node("drop_late").unwrap();
         assert_eq!(dropper.late_rows, 2);
         let split_late: u64 = report.metrics.nodes[0]
             .splits

@@ -61,6 +61,31 @@ pub struct ColumnSpec {
     pub data_type: DataType,
 }
 
+impl ColumnSpec {
+    /// The columns of `schema`, in order.
+    pub fn of_schema(schema: &arrow_schema::Schema) -> Vec<ColumnSpec> {
+        schema
+            .fields()
+            .iter()
+            .map(|f| ColumnSpec {
+                name: f.name().clone(),
+                data_type: f.data_type().clone(),
+            })
+            .collect()
+    }
+
+    /// Columns from (name, type) pairs, in order.
+    pub fn of_pairs(columns: Vec<(&str, DataType)>) -> Vec<ColumnSpec> {
+        columns
+            .into_iter()
+            .map(|(n, t)| ColumnSpec {
+                name: n.to_string(),
+                data_type: t,
+            })
+            .collect()
+    }
+}
+
 /// Settings of a file source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileSourceSpec {
@@ -96,13 +121,7 @@ impl FileSourceSpec {
         FileSourceSpec {
             path: path.into(),
             format,
-            columns: columns
-                .into_iter()
-                .map(|(n, t)| ColumnSpec {
-                    name: n.to_string(),
-                    data_type: t,
-                })
-                .collect(),
+            columns: ColumnSpec::of_pairs(columns),
             header: true,
             delimiter: ',',
             on_bad_record: BadRecordPolicy::DeadLetter,
@@ -196,15 +215,7 @@ impl SourceFactory for FileSource {
     fn spec(&self) -> serde_json::Value {
         let mut spec = self.spec.clone();
         if spec.columns.is_empty() {
-            spec.columns = self
-                .schema
-                .fields()
-                .iter()
-                .map(|f| ColumnSpec {
-                    name: f.name().clone(),
-                    data_type: f.data_type().clone(),
-                })
-                .collect();
+            spec.columns = ColumnSpec::of_schema(&self.schema);
         }
         serde_json::to_value(spec).expect("file spec serialises")
     }
