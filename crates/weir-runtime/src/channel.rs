@@ -42,6 +42,13 @@ pub struct Envelope {
     _credit: Credit,
 }
 
+impl Envelope {
+    /// The message; the credit it held returns now.
+    pub fn into_message(self) -> Message {
+        self.message
+    }
+}
+
 #[derive(Debug)]
 struct Credit {
     _permit: OwnedSemaphorePermit,
@@ -62,7 +69,6 @@ impl Drop for Credit {
 pub struct ChannelStats {
     pub in_flight_rows: AtomicI64,
     pub peak_in_flight_rows: AtomicI64,
-    pub buffers: usize,
 }
 
 /// The sending end of one channel.
@@ -157,10 +163,7 @@ impl Mailbox {
                 .tx
                 .clone()
                 .expect("channels are opened before the mailbox is sealed"),
-            stats: Arc::new(ChannelStats {
-                buffers,
-                ..Default::default()
-            }),
+            stats: Arc::new(ChannelStats::default()),
         }
     }
 

@@ -50,6 +50,9 @@ pub struct JobReport {
     pub metrics: MetricsSnapshot,
     pub elapsed_ms: i64,
     pub dead_letters: u64,
+    /// The first 10,000 dead letters, when the job has no dead-letter file (with a file they
+    /// are in the file).
+    pub kept_dead_letters: Vec<crate::source::DeadLetter>,
 }
 
 /// Starts `graph` on the current tokio runtime.
@@ -509,6 +512,7 @@ impl RunningJob {
             metrics,
             elapsed_ms,
             dead_letters: self.dead_letters.count(),
+            kept_dead_letters: self.dead_letters.kept(),
         })
     }
 }
@@ -602,7 +606,8 @@ impl Outputs {
                         send_rows(&edge.senders[0], batch.clone(), batch_rows, &metrics).await?;
                         continue;
                     }
-                    let mut idx: Vec<Vec<u32>> = vec![Vec::with_capacity(n / p + 16); p];
+                    let mut idx: Vec<Vec<u32>> =
+                        (0..p).map(|_| Vec::with_capacity(n / p + 16)).collect();
                     for (i, row) in rows.iter().enumerate() {
                         let kg = key_group(hash_key(row.as_ref()), *key_groups);
                         let home = subtask_for_key_group(kg, *key_groups, p);
@@ -803,7 +808,6 @@ impl SourceTask {
         let mut tracker = WatermarkTracker::new(n);
         let mut idle_out = false;
         let mut sent_wm = Watermark::MIN;
-        let mut row_wms = Vec::new();
         loop {
             let mut sw = Stopwatch::start();
             if let Some(al) = &mut aligner {
@@ -884,7 +888,7 @@ impl SourceTask {
                         Some(et) => {
                             let batch = self.without_null_event_times(batch, et, split)?;
                             let times = weir_core::batch::event_times(&batch, et)?;
-                            row_wms.clear();
+                            let mut row_wms = Vec::new();
                             let obs = gens[split].observe(&times, self.clock.now(), &mut row_wms);
                             if let Some(&last) = times.last() {
                                 sm.last_event_time.store(last, Relaxed);
@@ -895,10 +899,7 @@ impl SourceTask {
                             sm.late_rows.fetch_add(obs.late_rows as u64, Relaxed);
                             sm.idle.store(false, Relaxed);
                             advanced = tracker.update(split, gens[split].watermark());
-                            StreamBatch::with_row_watermarks(
-                                batch,
-                                std::mem::take(&mut row_wms).into(),
-                            )
+                            StreamBatch::with_row_watermarks(batch, row_wms.into())
                         }
                     };
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
@@ -997,6 +998,10 @@ impl SourceTask {
             return Ok(batch);
         }
         let sm = &self.split_metrics[split];
+        let reason = format!(
+            "event-time column `{}` is NULL",
+            batch.schema().field(et).name()
+        );
         for i in 0..batch.num_rows() {
             if col.is_null(i) {
                 self.dead_letters.send(
@@ -1004,10 +1009,7 @@ impl SourceTask {
                         source: self.name.clone(),
                         split: sm.split.clone(),
                         position: format!("row {} of a batch", i),
-                        reason: format!(
-                            "event-time column `{}` is NULL",
-                            batch.schema().field(et).name()
-                        ),
+                        reason: reason.clone(),
                         record: crate::display::row_to_string(&batch, i),
                     },
                     Some(sm),
@@ -1241,16 +1243,13 @@ impl OperatorTask {
                 continue;
             }
             let input = self.channel_inputs[ch];
-            match &env.message {
-                Message::Data(b) => {
-                    let b = b.clone();
-                    drop(env); // the credit returns once the batch is handed over
-                    self.on_data(input, b).await?;
-                }
+            // The credit returns here, as the message is handed over.
+            match env.into_message() {
+                Message::Data(b) => self.on_data(input, b).await?,
                 Message::Watermark(_) | Message::Idle | Message::Active
                     if !self.holds_watermark[ch] => {}
                 Message::Watermark(w) => {
-                    let advanced = tracker.update(ch, *w);
+                    let advanced = tracker.update(ch, w);
                     if !self.node.inputs.is_empty() {
                         self.track_input_watermarks(&tracker);
                     }
@@ -1276,7 +1275,7 @@ impl OperatorTask {
                 }
                 Message::Barrier(e) => {
                     blocked[ch] = true;
-                    aligning = Some(*e);
+                    aligning = Some(e);
                 }
                 Message::End => {
                     ended[ch] = true;

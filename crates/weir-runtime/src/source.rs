@@ -153,7 +153,7 @@ struct DeadLetterFile {
     kept: Vec<DeadLetter>,
 }
 
-/// Dead letters kept in memory when no file is configured (and shown in the summary).
+/// Dead letters kept in memory when no file is configured (returned in the job report).
 const KEEP_IN_MEMORY: usize = 10_000;
 
 impl DeadLetters {
@@ -175,16 +175,17 @@ impl DeadLetters {
         if let Some(s) = split {
             s.dead_letters.fetch_add(1, Relaxed);
         }
-        let mut f = self.inner.lock().expect("dead letters lock");
+        let mut guard = self.inner.lock().expect("dead letters lock");
+        let f = &mut *guard;
         f.count += 1;
-        match f.path.clone() {
+        match &f.path {
             Some(path) => {
                 if f.out.is_none() {
                     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                         std::fs::create_dir_all(dir)
                             .map_err(|e| Error::io(path.display().to_string(), e))?;
                     }
-                    let file = File::create(&path).map_err(|e| {
+                    let file = File::create(path).map_err(|e| {
                         Error::io(format!("dead-letter file {}", path.display()), e)
                     })?;
                     f.out = Some(BufWriter::new(file));
@@ -215,10 +216,6 @@ impl DeadLetters {
 
     pub fn count(&self) -> u64 {
         self.inner.lock().expect("dead letters lock").count
-    }
-
-    pub fn path(&self) -> Option<PathBuf> {
-        self.inner.lock().expect("dead letters lock").path.clone()
     }
 
     /// Dead letters kept in memory (only when no file is configured).

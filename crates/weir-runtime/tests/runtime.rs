@@ -206,3 +206,39 @@ fn unknown_kind_in_a_job_file_lists_the_known_kinds() {
         "{msg}"
     );
 }
+
+/// Without a dead-letter file, a job's dead letters come back in its report, reason and record
+/// included, and the good rows go on.
+#[test]
+fn dead_letters_without_a_file_are_returned_in_the_report() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("n", DataType::Int64, false),
+        Field::new("ts", DataType::Int64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2, 3])),
+            Arc::new(Int64Array::from(vec![Some(10), None, Some(30)])),
+        ],
+    )
+    .unwrap();
+    let job = JobBuilder::new("nulls");
+    let out = CollectSink::new();
+    job.source(
+        "numbers",
+        VecSource::new(schema, vec![vec![batch]]).unwrap(),
+        SourceOptions::event_time("ts", 0),
+    )
+    .sink("out", out.clone());
+    let report = rt()
+        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap();
+    assert_eq!(values(&out, "n"), vec![1, 3]);
+    assert_eq!(report.dead_letters, 1);
+    let letter = &report.kept_dead_letters[..];
+    assert_eq!(letter.len(), 1, "{letter:?}");
+    assert_eq!(letter[0].source, "numbers");
+    assert!(letter[0].reason.contains("`ts` is NULL"), "{letter:?}");
+    assert!(letter[0].record.contains('2'), "{letter:?}");
+}
