@@ -65,6 +65,7 @@ fn registry() -> weir_runtime::Registry {
     let mut r = weir_runtime::Registry::with_builtins();
     weir_operators::register(&mut r);
     weir_connectors::register(&mut r);
+    weir_sql::register(&mut r);
     r
 }
 

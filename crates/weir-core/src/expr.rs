@@ -45,7 +45,7 @@ pub enum Expr {
 }
 
 /// Built-in scalar functions (the Flink ones weir's SQL dialect needs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ScalarFunction {
     /// `TO_TIMESTAMP_LTZ(epoch, precision)`: epoch seconds (precision 0) or milliseconds (3) as
@@ -115,6 +115,25 @@ fn java_to_chrono(pattern: &str) -> String {
 }
 
 fn call(function: ScalarFunction, args: Vec<ArrayRef>, e: &Expr) -> Result<ArrayRef> {
+    function.invoke(&args).map_err(|err| match err {
+        Error::Schema { message } => Error::schema(format!("{message} in `{e}`")),
+        other => other,
+    })
+}
+
+impl ScalarFunction {
+    /// Applies the function to its arguments, arrays of equal length (a literal argument as
+    /// an array of one row when all are literals). The SQL front end calls this from its
+    /// DataFusion functions, so both expression languages compute the same values.
+    ///
+    /// # Errors
+    /// `Schema` for a wrong number or type of arguments.
+    pub fn invoke(self, args: &[ArrayRef]) -> Result<ArrayRef> {
+        invoke(self, args)
+    }
+}
+
+fn invoke(function: ScalarFunction, args: &[ArrayRef]) -> Result<ArrayRef> {
     use arrow_array::cast::AsArray;
     use arrow_schema::TimeUnit;
     let arity = |n: usize| -> Result<()> {
@@ -122,8 +141,9 @@ fn call(function: ScalarFunction, args: Vec<ArrayRef>, e: &Expr) -> Result<Array
             Ok(())
         } else {
             Err(Error::schema(format!(
-                "{} takes {n} arguments: `{e}`",
-                function.name()
+                "{} takes {n} arguments, got {}",
+                function.name(),
+                args.len()
             )))
         }
     };
@@ -139,7 +159,7 @@ fn call(function: ScalarFunction, args: Vec<ArrayRef>, e: &Expr) -> Result<Array
                 Some(3) => TimeUnit::Millisecond,
                 other => {
                     return Err(Error::schema(format!(
-                        "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {other:?} in `{e}`"
+                        "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {other:?}"
                     )))
                 }
             };
@@ -156,9 +176,7 @@ fn call(function: ScalarFunction, args: Vec<ArrayRef>, e: &Expr) -> Result<Array
                 .as_string_opt::<i32>()
                 .filter(|p| !p.is_empty())
                 .map(|p| p.value(0).to_string())
-                .ok_or_else(|| {
-                    Error::schema(format!("DATE_FORMAT needs a pattern string: `{e}`"))
-                })?;
+                .ok_or_else(|| Error::schema("DATE_FORMAT needs a pattern string"))?;
             let fmt = java_to_chrono(&pattern);
             let ts = match args[0].data_type() {
                 DataType::Timestamp(_, _) => {
@@ -169,7 +187,7 @@ fn call(function: ScalarFunction, args: Vec<ArrayRef>, e: &Expr) -> Result<Array
                 }
                 other => {
                     return Err(Error::schema(format!(
-                        "DATE_FORMAT takes a TIMESTAMP, got {other} in `{e}`"
+                        "DATE_FORMAT takes a TIMESTAMP, got {other}"
                     )))
                 }
             };

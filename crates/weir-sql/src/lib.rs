@@ -4,13 +4,26 @@
 //! (the version DataFusion builds on) parses them with a Flink dialect ([`dialect`]) and an own
 //! CREATE TABLE routine ([`parse`]); the planner ([`plan`]) maps tables to sources and sinks,
 //! time-bounded joins to interval joins, `FOR SYSTEM_TIME AS OF` to temporal joins, window
-//! table functions to window aggregations, and expressions to weir's expressions.
+//! table functions to window aggregations. Scalar expressions are planned and evaluated by
+//! DataFusion ([`expr`]) in the [`calc`] operator, which this crate registers
+//! ([`register`]) so that SQL jobs written out as JSON read back.
 
+pub mod calc;
 pub mod dialect;
+pub mod expr;
 pub mod parse;
 pub mod plan;
 
 pub use plan::{plan_job, PlanOptions};
+
+/// Adds the SQL front end's operators to a registry, for job graphs read back from JSON.
+pub fn register(r: &mut weir_runtime::Registry) {
+    r.add_operator(calc::KIND, |s| {
+        Ok(std::sync::Arc::new(weir_runtime::graph::spec_from_json::<
+            calc::Calc,
+        >(calc::KIND, s)?))
+    });
+}
 
 /// Errors of the SQL front end: what the user must fix, with where and a hint.
 #[derive(Debug, thiserror::Error)]

@@ -17,14 +17,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_schema::{DataType, TimeUnit};
+use std::ops::ControlFlow;
+
 use sqlparser::ast::{
     BinaryOperator, DateTimeField, Expr as SqlExpr, FunctionArg, FunctionArgExpr,
-    FunctionArguments, GroupByExpr, Insert, JoinConstraint, JoinOperator, ObjectName, Query,
-    Select, SelectItem, SetExpr, Statement, TableFactor, TableObject, TableVersion, UnaryOperator,
-    Value,
+    FunctionArguments, GroupByExpr, Ident, Insert, JoinConstraint, JoinOperator, ObjectName, Query,
+    Select, SelectItem, SetExpr, Statement, TableFactor, TableObject, TableVersion, VisitMut,
+    VisitorMut,
 };
 use weir_connectors::file::{FileFormat, FileSink, FileSource, FileSourceSpec};
-use weir_core::expr::{col, lit, Expr, ScalarFunction};
 use weir_core::watermark::WatermarkStrategy;
 use weir_operators::aggregates::{self, Aggregate};
 use weir_operators::join::join_schema;
@@ -37,7 +38,9 @@ use weir_runtime::{
     JobBuilder, JobConfig, JobGraph, SinkFactory, SourceFactory, SourceOptions, Stream,
 };
 
+use crate::calc::Calc;
 use crate::dialect::TABLE_ARG;
+use crate::expr::SqlScalar;
 use crate::parse::{parse_job, substitute, ColumnDef, JobStatement, TableDef};
 use crate::{Error, Result};
 
@@ -509,12 +512,12 @@ impl Planner {
             time_attrs: time_attrs.clone(),
             alias: alias.to_string(),
         };
-        let computed: Vec<(String, Expr)> = t
+        let computed: Vec<(String, SqlScalar)> = t
             .columns
             .iter()
             .filter_map(|c| match c {
                 ColumnDef::Computed { name, expr } if !is_proctime(expr) => {
-                    Some(expr_of(expr, &base).map(|e| (name.clone(), e)))
+                    Some(scalar(expr, &base).map(|e| (name.clone(), e)))
                 }
                 _ => None,
             })
@@ -522,8 +525,9 @@ impl Planner {
         if computed.is_empty() {
             return Ok(base);
         }
-        let mut cols: Vec<(String, Expr)> =
-            physical.iter().map(|(n, _)| (n.clone(), col(n))).collect();
+        let mut cols: Vec<(String, SqlScalar)> = (physical.iter())
+            .map(|(n, _)| (n.clone(), SqlScalar::column(n)))
+            .collect();
         cols.extend(computed.iter().cloned());
         let mut scope = base.scope.clone();
         scope.extend(computed.iter().map(|(n, _)| ScopeEntry {
@@ -533,7 +537,7 @@ impl Planner {
         }));
         Ok(Rel {
             proc_time_attrs: proc_attrs,
-            stream: stream.project(cols),
+            stream: stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
             time_attrs,
             alias: alias.to_string(),
@@ -675,18 +679,19 @@ impl Planner {
         let schema = rel.stream.schema();
         let mut out = Vec::new();
         for ((name, t), e) in sink_cols.iter().zip(exprs) {
-            let have = e.data_type(&schema)?;
-            out.push((name.clone(), if &have == t { e } else { e.cast(t.clone()) }));
+            let planned = e.plan(&schema)?;
+            let same = planned.data_type() == t;
+            out.push((name.clone(), if same { e } else { e.cast(t) }));
         }
         let (factory, parallelism) = self.sink_factory(sink)?;
         rel.stream
-            .project(out)
+            .apply("calc", Arc::new(Calc::project(out)))
             .sink_arc(sink.name.clone(), factory, parallelism);
         Ok(())
     }
 
     /// Plans a SELECT: the relation and the output expressions over it.
-    fn query(&self, q: &Query) -> Result<(Rel, Vec<Expr>)> {
+    fn query(&self, q: &Query) -> Result<(Rel, Vec<SqlScalar>)> {
         let SetExpr::Select(select) = q.body.as_ref() else {
             return Err(plan_err(
                 "weir plans a plain SELECT (no UNION, VALUES or nested queries yet)",
@@ -711,8 +716,8 @@ impl Planner {
             _ => return Err(plan_err("weir plans one join per SELECT so far")),
         }
         if let Some(w) = &select.selection {
-            let pred = expr_of(w, &rel)?;
-            rel.stream = rel.stream.filter(pred);
+            let pred = scalar(w, &rel)?;
+            rel.stream = rel.stream.apply("calc", Arc::new(Calc::filter(pred)));
         }
         let grouped = match &select.group_by {
             GroupByExpr::Expressions(es, _) => !es.is_empty(),
@@ -780,7 +785,7 @@ impl Planner {
         let SetExpr::Select(select) = q.body.as_ref() else {
             return Err(plan_err("a view is a plain SELECT"));
         };
-        let mut cols: Vec<(String, Expr)> = Vec::new();
+        let mut cols: Vec<(String, SqlScalar)> = Vec::new();
         let mut time_attrs = Vec::new();
         let time_columns: Vec<String> = rel
             .scope
@@ -802,17 +807,18 @@ impl Planner {
                     )))
                 }
             };
-            if let Expr::Column(c) = &e {
-                if time_columns.contains(c) {
-                    time_attrs.push(name.clone());
-                }
+            if e.as_column().is_some_and(|c| time_columns.contains(&c)) {
+                time_attrs.push(name.clone());
             }
             cols.push((name, e));
         }
         // Keep the stream's event time even when the view selects only its TIMESTAMP twin.
         if let Some(et) = rel.stream.event_time() {
-            if !cols.iter().any(|(_, e)| *e == col(&et)) {
-                cols.push(("__event_time".into(), col(&et)));
+            if !cols
+                .iter()
+                .any(|(_, e)| e.as_column().as_ref() == Some(&et))
+            {
+                cols.push(("__event_time".into(), SqlScalar::column(&et)));
             }
         }
         let scope = cols
@@ -826,7 +832,7 @@ impl Planner {
             .collect();
         Ok(Rel {
             proc_time_attrs: Vec::new(),
-            stream: rel.stream.project(cols),
+            stream: rel.stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
             time_attrs,
             alias: alias.to_string(),
@@ -1038,7 +1044,7 @@ impl Planner {
         rel: Rel,
         mut w: WindowAggregate,
         select: &Select,
-    ) -> Result<(Rel, Vec<Expr>)> {
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
         let GroupByExpr::Expressions(group, _) = &select.group_by else {
             return Err(plan_err("GROUP BY ALL is not supported"));
         };
@@ -1059,12 +1065,23 @@ impl Planner {
         }
         // Aggregate calls of the select list become the operator's aggregates.
         let mut aggs: Vec<(String, Aggregate)> = Vec::new();
+        let mut args: Vec<(String, SqlScalar)> = Vec::new();
         for item in &select.projection {
             let e = match item {
                 SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
                 _ => continue,
             };
-            collect_aggregates(e, &rel, &mut aggs)?;
+            collect_aggregates(e, &rel, &mut aggs, &mut args)?;
+        }
+        // Aggregated expressions (`SUM(price * qty)`) become columns first.
+        let mut rel = rel;
+        if !args.is_empty() {
+            let schema = rel.stream.schema();
+            let mut cols: Vec<(String, SqlScalar)> = (schema.fields().iter())
+                .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+                .collect();
+            cols.extend(args);
+            rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
         }
         for (_, a) in &aggs {
             w = w.aggregate(a.clone());
@@ -1096,20 +1113,20 @@ impl Planner {
         // window_start / window_end as TIMESTAMP, as Flink presents them.
         let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
         let schema = out.schema();
-        let cols: Vec<(String, Expr)> = schema
+        let cols: Vec<(String, SqlScalar)> = schema
             .fields()
             .iter()
             .map(|f| {
                 let n = f.name().clone();
                 let e = if ["window_start", "window_end"].contains(&n.as_str()) {
-                    col(&n).cast(ts.clone())
+                    SqlScalar::column(&n).cast(&ts)
                 } else {
-                    col(&n)
+                    SqlScalar::column(&n)
                 };
                 (n, e)
             })
             .collect();
-        let stream = out.project(cols);
+        let stream = out.apply("calc", Arc::new(Calc::project(cols)));
         let mut scope: Vec<ScopeEntry> = rel
             .scope
             .iter()
@@ -1330,15 +1347,15 @@ fn select_exprs(
     select: &Select,
     rel: &Rel,
     aggs: Option<&[(String, Aggregate)]>,
-) -> Result<Vec<Expr>> {
+) -> Result<Vec<SqlScalar>> {
     let mut out = Vec::new();
     for item in &select.projection {
         match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                out.push(expr_with_aggs(e, rel, aggs)?)
+                out.push(scalar_with_aggs(e, rel, aggs)?)
             }
             SelectItem::Wildcard(_) => {
-                out.extend(rel.scope.iter().map(|e| col(&e.column)));
+                out.extend(rel.scope.iter().map(|e| SqlScalar::column(&e.column)));
             }
             other => return Err(plan_err(format!("select item `{other}` is not supported"))),
         }
@@ -1359,7 +1376,14 @@ fn agg_fn(name: &str) -> Option<&'static str> {
     }
 }
 
-fn collect_aggregates(e: &SqlExpr, rel: &Rel, out: &mut Vec<(String, Aggregate)>) -> Result<()> {
+/// Adds the aggregate calls in `e` to `out`, keyed by their text. An argument that is an
+/// expression rather than a column is added to `args` as a column to compute first.
+fn collect_aggregates(
+    e: &SqlExpr,
+    rel: &Rel,
+    out: &mut Vec<(String, Aggregate)>,
+    args: &mut Vec<(String, SqlScalar)>,
+) -> Result<()> {
     match e {
         SqlExpr::Function(f) => {
             if let Some(kind) = agg_fn(&f.name.to_string()) {
@@ -1367,23 +1391,23 @@ fn collect_aggregates(e: &SqlExpr, rel: &Rel, out: &mut Vec<(String, Aggregate)>
                 if out.iter().any(|(k, _)| *k == key) {
                     return Ok(());
                 }
-                let args = function_args(&f.args)?;
+                let fargs = function_args(&f.args)?;
                 let output = key.clone();
-                let column = || -> Result<String> {
-                    match args.first() {
-                        Some(a) => {
-                            let n = ident_name(a).ok_or_else(|| {
-                                plan_err(format!(
-                                    "{key}: weir aggregates a column, not an expression"
-                                ))
-                            })?;
-                            rel.resolve(None, &n)
-                        }
-                        None => Err(plan_err(format!("{key} needs a column"))),
+                let mut column = || -> Result<String> {
+                    match fargs.first() {
+                        Some(a) => match ident_name(a) {
+                            Some(n) => rel.resolve(a_qualifier(a).as_deref(), &n),
+                            None => {
+                                let name = format!("__agg_arg_{}", args.len());
+                                args.push((name.clone(), scalar(a, rel)?));
+                                Ok(name)
+                            }
+                        },
+                        None => Err(plan_err(format!("{key} needs an argument"))),
                     }
                 };
                 let agg = match kind {
-                    "count" => match args.first() {
+                    "count" => match fargs.first() {
                         None | Some(SqlExpr::Wildcard(_)) => aggregates::count(&output),
                         Some(a) if a.to_string() == "1" => aggregates::count(&output),
                         Some(a) => {
@@ -1405,125 +1429,90 @@ fn collect_aggregates(e: &SqlExpr, rel: &Rel, out: &mut Vec<(String, Aggregate)>
                 return Ok(());
             }
             for a in function_args(&f.args)? {
-                collect_aggregates(&a, rel, out)?;
+                collect_aggregates(&a, rel, out, args)?;
             }
             Ok(())
         }
         SqlExpr::BinaryOp { left, right, .. } => {
-            collect_aggregates(left, rel, out)?;
-            collect_aggregates(right, rel, out)
+            collect_aggregates(left, rel, out, args)?;
+            collect_aggregates(right, rel, out, args)
         }
         SqlExpr::Nested(x) | SqlExpr::UnaryOp { expr: x, .. } | SqlExpr::Cast { expr: x, .. } => {
-            collect_aggregates(x, rel, out)
+            collect_aggregates(x, rel, out, args)
         }
         _ => Ok(()),
     }
 }
 
-fn expr_with_aggs(e: &SqlExpr, rel: &Rel, aggs: Option<&[(String, Aggregate)]>) -> Result<Expr> {
-    if let (Some(aggs), SqlExpr::Function(_)) = (aggs, e) {
-        if let Some((_, a)) = aggs.iter().find(|(k, _)| *k == e.to_string()) {
-            return Ok(col(&a.output));
-        }
+/// The table alias of a qualified column reference.
+fn a_qualifier(e: &SqlExpr) -> Option<String> {
+    match e {
+        SqlExpr::CompoundIdentifier(p) if p.len() == 2 => Some(p[0].value.clone()),
+        _ => None,
     }
-    translate(e, rel, aggs)
 }
 
-/// A SQL expression as a weir expression over `rel`.
-fn expr_of(e: &SqlExpr, rel: &Rel) -> Result<Expr> {
-    translate(e, rel, None)
+/// A SQL expression over `rel`, for DataFusion: every name resolved to the stream's column.
+fn scalar(e: &SqlExpr, rel: &Rel) -> Result<SqlScalar> {
+    scalar_with_aggs(e, rel, None)
 }
 
-fn translate(e: &SqlExpr, rel: &Rel, aggs: Option<&[(String, Aggregate)]>) -> Result<Expr> {
-    let t = |x: &SqlExpr| expr_with_aggs(x, rel, aggs);
-    Ok(match e {
-        SqlExpr::Identifier(i) => col(rel.resolve(None, &i.value)?),
-        SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
-            col(rel.resolve(Some(&p[0].value), &p[1].value)?)
-        }
-        SqlExpr::Nested(x) => t(x)?,
-        SqlExpr::Value(v) => match &v.value {
-            Value::Number(n, _) => match n.parse::<i64>() {
-                Ok(i) => lit(i),
-                Err(_) => lit(n
-                    .parse::<f64>()
-                    .map_err(|_| plan_err(format!("`{n}` is not a number")))?),
-            },
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => lit(s.as_str()),
-            Value::Boolean(b) => lit(*b),
-            Value::Null => Expr::Literal(weir_core::expr::Literal::Null),
-            other => return Err(plan_err(format!("literal `{other}` is not supported"))),
-        },
-        SqlExpr::BinaryOp { left, op, right } => {
-            let (l, r) = (t(left)?, t(right)?);
-            match op {
-                BinaryOperator::Plus => l.add(r),
-                BinaryOperator::Minus => l.sub(r),
-                BinaryOperator::Multiply => l.mul(r),
-                BinaryOperator::Divide => l.div(r),
-                BinaryOperator::Modulo => l.rem(r),
-                BinaryOperator::Eq => l.eq(r),
-                BinaryOperator::NotEq => l.not_eq(r),
-                BinaryOperator::Lt => l.lt(r),
-                BinaryOperator::LtEq => l.lt_eq(r),
-                BinaryOperator::Gt => l.gt(r),
-                BinaryOperator::GtEq => l.gt_eq(r),
-                BinaryOperator::And => l.and(r),
-                BinaryOperator::Or => l.or(r),
-                other => {
-                    return Err(plan_err(format!(
-                        "operator {other} is not supported in `{e}`"
-                    )))
+/// [`scalar`], with aggregate calls (after a windowed GROUP BY) read from the aggregates'
+/// output columns. The expression is planned here once, so that an unknown function or a
+/// type error names the expression as the user wrote it.
+fn scalar_with_aggs(
+    e: &SqlExpr,
+    rel: &Rel,
+    aggs: Option<&[(String, Aggregate)]>,
+) -> Result<SqlScalar> {
+    struct Resolve<'a> {
+        rel: &'a Rel,
+        aggs: Option<&'a [(String, Aggregate)]>,
+        error: Option<Error>,
+    }
+    impl VisitorMut for Resolve<'_> {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            let column = match e {
+                SqlExpr::Identifier(i) => self.rel.resolve(None, &i.value),
+                SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+                    self.rel.resolve(Some(&p[0].value), &p[1].value)
+                }
+                SqlExpr::Function(f) if agg_fn(&f.name.to_string()).is_some() => {
+                    let key = e.to_string();
+                    match self.aggs.and_then(|a| a.iter().find(|(k, _)| *k == key)) {
+                        Some((_, a)) => Ok(a.output.clone()),
+                        None => Err(plan_err(format!(
+                            "aggregate `{key}` outside a windowed GROUP BY"
+                        ))),
+                    }
+                }
+                _ => return ControlFlow::Continue(()),
+            };
+            match column {
+                Ok(c) => {
+                    *e = SqlExpr::Identifier(Ident::with_quote('`', c));
+                    ControlFlow::Continue(())
+                }
+                Err(err) => {
+                    self.error = Some(err);
+                    ControlFlow::Break(())
                 }
             }
         }
-        SqlExpr::UnaryOp {
-            op: UnaryOperator::Not,
-            expr,
-        } => t(expr)?.not(),
-        SqlExpr::UnaryOp {
-            op: UnaryOperator::Minus,
-            expr,
-        } => lit(0).sub(t(expr)?),
-        SqlExpr::IsNull(x) => t(x)?.is_null(),
-        SqlExpr::IsNotNull(x) => t(x)?.is_null().not(),
-        SqlExpr::Between {
-            expr,
-            negated,
-            low,
-            high,
-        } => {
-            let x = t(expr)?;
-            let b = x.clone().gt_eq(t(low)?).and(x.lt_eq(t(high)?));
-            if *negated {
-                b.not()
-            } else {
-                b
-            }
-        }
-        SqlExpr::Cast {
-            expr, data_type, ..
-        } => t(expr)?.cast(arrow_type(data_type)?),
-        SqlExpr::Function(f) => {
-            let name = f.name.to_string();
-            if agg_fn(&name).is_some() {
-                return Err(plan_err(format!(
-                    "aggregate `{e}` outside a windowed GROUP BY"
-                )));
-            }
-            let function = ScalarFunction::from_name(&name).ok_or_else(|| {
-                plan_err(format!("unknown function `{name}`; weir has TO_TIMESTAMP_LTZ, DATE_FORMAT, UNIX_TIMESTAMP and CAST (DataFusion's functions come with the expression planner)"))
-            })?;
-            let args = function_args(&f.args)?
-                .iter()
-                .map(t)
-                .collect::<Result<Vec<_>>>()?;
-            Expr::Function { function, args }
-        }
-        other => {
-            return Err(plan_err(format!(
-                "expression `{other}` is not supported yet"
-            )))
-        }
-    })
+    }
+    let mut resolved = e.clone();
+    let mut v = Resolve {
+        rel,
+        aggs,
+        error: None,
+    };
+    let _ = resolved.visit(&mut v);
+    if let Some(err) = v.error {
+        return Err(err);
+    }
+    let s = SqlScalar::new(resolved.to_string());
+    s.try_plan(&rel.stream.schema())
+        .map_err(|m| plan_err(format!("`{e}`: {m}")))?;
+    Ok(s)
 }

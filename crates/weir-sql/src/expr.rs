@@ -1,0 +1,486 @@
+//! Scalar expressions of SQL jobs, planned and evaluated by DataFusion.
+//!
+//! The planner resolves every name a user wrote (`o.amount`, a view column, an aggregate's
+//! output) to a column of the stream it runs on and keeps the expression as SQL text over
+//! those columns: a [`SqlScalar`]. That text is what the job graph stores. Planning it
+//! ([`SqlScalar::plan`]) runs DataFusion's `SqlToRel` against the stream's schema, then
+//! DataFusion's type coercion (implicit casts, DECIMAL precision and scale) and its physical
+//! expression planner; the result evaluates on Arrow batches.
+//!
+//! Functions are DataFusion's scalar function library plus Flink's `TO_TIMESTAMP_LTZ`,
+//! `DATE_FORMAT` (Java patterns, where DataFusion's alias takes chrono ones) and
+//! `UNIX_TIMESTAMP`, which call weir-core's kernels so SQL and the Rust builder API agree.
+//! Aggregate functions never reach DataFusion: the planner turns them into weir's window
+//! aggregates and refers to their output columns.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, FieldRef, SchemaRef, TimeUnit};
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::{DFSchema, ScalarValue, TableReference};
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::planner::{ContextProvider, ExprPlanner};
+use datafusion_expr::simplify::SimplifyContext;
+use datafusion_expr::{
+    AggregateUDF, ColumnarValue, HigherOrderUDF, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, TableSource, Volatility, WindowUDF,
+};
+use datafusion_optimizer::simplify_expressions::ExprSimplifier;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_sql::planner::{PlannerContext, SqlToRel};
+use serde::{Deserialize, Serialize};
+use sqlparser::parser::Parser;
+use weir_core::expr::ScalarFunction;
+
+use crate::dialect::FlinkDialect;
+use crate::{Error, Result};
+
+/// A scalar expression as SQL text over a stream's own column names (each backquoted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SqlScalar {
+    sql: String,
+}
+
+impl SqlScalar {
+    /// An expression from SQL text whose identifiers are the stream's column names.
+    pub fn new(sql: impl Into<String>) -> SqlScalar {
+        SqlScalar { sql: sql.into() }
+    }
+
+    /// A reference to column `name`.
+    pub fn column(name: &str) -> SqlScalar {
+        SqlScalar::new(quote_ident(name))
+    }
+
+    /// The SQL text.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// The column this expression only passes through, if it is a bare column reference.
+    pub fn as_column(&self) -> Option<String> {
+        match parse_expr(&self.sql).ok()? {
+            sqlparser::ast::Expr::Identifier(i) => Some(i.value),
+            _ => None,
+        }
+    }
+
+    /// This expression converted to `to` (Arrow's cast rules, through DataFusion's
+    /// `arrow_cast`).
+    pub fn cast(&self, to: &DataType) -> SqlScalar {
+        SqlScalar::new(format!("arrow_cast({}, '{to}')", self.sql))
+    }
+
+    /// Plans the expression over `schema`: names, types and functions are checked here.
+    ///
+    /// # Errors
+    /// `Plan` naming the expression and what DataFusion refused (an unknown function, two
+    /// types that do not combine, ...).
+    pub fn plan(&self, schema: &SchemaRef) -> Result<PlannedScalar> {
+        self.try_plan(schema)
+            .map_err(|m| Error::Plan(format!("`{}`: {m}", self.sql)))
+    }
+
+    /// [`plan`](Self::plan), failing with DataFusion's reason alone, for callers that name
+    /// the expression as the user wrote it.
+    pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
+        let fail = datafusion_message;
+        let ast = parse_expr(&self.sql).map_err(|e| e.to_string())?;
+        let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(fail)?;
+        let provider = functions();
+        let planner = SqlToRel::new(provider);
+        let logical = planner
+            .sql_to_expr(ast, &df_schema, &mut PlannerContext::new())
+            .map_err(fail)?;
+        // As DataFusion's own sessions do: implicit casts, then the rewrites its physical
+        // planner relies on (`coalesce` to CASE, `arrow_cast` to CAST, constant folding).
+        let df_schema = Arc::new(df_schema);
+        let simplifier = ExprSimplifier::new(
+            SimplifyContext::builder()
+                .with_schema(df_schema.clone())
+                .build(),
+        );
+        let coerced = simplifier.coerce(logical, &df_schema).map_err(fail)?;
+        let simplified = simplifier.simplify(coerced).map_err(fail)?;
+        let physical = datafusion_physical_expr::create_physical_expr(
+            &simplified,
+            &df_schema,
+            &ExecutionProps::new(),
+            &PhysicalPlanningContext::default(),
+        )
+        .map_err(fail)?;
+        let field = physical.return_field(schema).map_err(fail)?;
+        Ok(PlannedScalar {
+            expr: physical,
+            field,
+        })
+    }
+}
+
+impl std::fmt::Display for SqlScalar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.sql)
+    }
+}
+
+/// `name` as a backquoted identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+fn parse_expr(sql: &str) -> Result<sqlparser::ast::Expr> {
+    Parser::new(&FlinkDialect)
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| Error::Plan(format!("`{sql}` does not parse: {e}")))
+}
+
+/// DataFusion's message without its error-kind prefix and backtrace hint.
+fn datafusion_message(e: datafusion_common::DataFusionError) -> String {
+    let e = e.find_root().to_string();
+    let e = e
+        .strip_prefix("Error during planning: ")
+        .or_else(|| e.strip_prefix("This feature is not implemented: "))
+        .or_else(|| e.strip_prefix("Schema error: "))
+        .unwrap_or(&e);
+    e.lines().next().unwrap_or_default().to_string()
+}
+
+/// A planned expression, ready to evaluate on batches of the schema it was planned for.
+#[derive(Debug, Clone)]
+pub struct PlannedScalar {
+    expr: Arc<dyn PhysicalExpr>,
+    field: FieldRef,
+}
+
+impl PlannedScalar {
+    /// The result's type.
+    pub fn data_type(&self) -> &DataType {
+        self.field.data_type()
+    }
+
+    /// Whether the result may be NULL.
+    pub fn nullable(&self) -> bool {
+        self.field.is_nullable()
+    }
+
+    /// The expression's value for every row of `batch`.
+    ///
+    /// # Errors
+    /// What DataFusion raises while evaluating (a division by zero, a failed cast).
+    pub fn evaluate(&self, batch: &RecordBatch) -> Result<ArrayRef> {
+        self.expr
+            .evaluate(batch)
+            .and_then(|v| v.into_array(batch.num_rows()))
+            .map_err(|e| Error::Plan(format!("evaluating `{}`: {e}", self.expr)))
+    }
+}
+
+/// The functions SQL expressions may call: DataFusion's, with Flink's on top.
+struct Functions {
+    scalars: HashMap<String, Arc<ScalarUDF>>,
+    planners: Vec<Arc<dyn ExprPlanner>>,
+    options: ConfigOptions,
+}
+
+fn functions() -> &'static Functions {
+    static FUNCTIONS: OnceLock<Functions> = OnceLock::new();
+    FUNCTIONS.get_or_init(|| {
+        let mut scalars = HashMap::new();
+        let flink = [
+            ScalarFunction::ToTimestampLtz,
+            ScalarFunction::DateFormat,
+            ScalarFunction::UnixTimestamp,
+        ]
+        .map(|f| Arc::new(ScalarUDF::new_from_impl(FlinkFunction::new(f))));
+        for udf in datafusion_functions::all_default_functions()
+            .into_iter()
+            .chain(flink)
+        {
+            for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(|a| a.as_str()))
+            {
+                scalars.insert(name.to_ascii_lowercase(), udf.clone());
+            }
+        }
+        let planners: Vec<Arc<dyn ExprPlanner>> = vec![
+            Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
+            Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
+            Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+        ];
+        Functions {
+            scalars,
+            planners,
+            options: ConfigOptions::default(),
+        }
+    })
+}
+
+/// Whether DataFusion's library or weir has a scalar function of this name.
+pub fn is_scalar_function(name: &str) -> bool {
+    functions().scalars.contains_key(&name.to_ascii_lowercase())
+}
+
+impl ContextProvider for Functions {
+    fn get_table_source(
+        &self,
+        name: TableReference,
+    ) -> datafusion_common::Result<Arc<dyn TableSource>> {
+        datafusion_common::plan_err!(
+            "table `{name}` inside an expression: subqueries are not supported"
+        )
+    }
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &self.planners
+    }
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.scalars.get(&name.to_ascii_lowercase()).cloned()
+    }
+    fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
+        None
+    }
+    fn get_aggregate_meta(&self, _name: &str) -> Option<Arc<AggregateUDF>> {
+        None
+    }
+    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
+        None
+    }
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+    fn options(&self) -> &ConfigOptions {
+        &self.options
+    }
+    fn udf_names(&self) -> Vec<String> {
+        self.scalars.keys().cloned().collect()
+    }
+    fn udaf_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn udwf_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn higher_order_function_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A Flink built-in as a DataFusion function over weir-core's kernel.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct FlinkFunction {
+    function: ScalarFunction,
+    name: String,
+    signature: Signature,
+}
+
+impl FlinkFunction {
+    fn new(function: ScalarFunction) -> FlinkFunction {
+        FlinkFunction {
+            function,
+            name: function.name().to_ascii_lowercase(),
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for FlinkFunction {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
+        let want: &[&str] = match self.function {
+            ScalarFunction::ToTimestampLtz => &["BIGINT epoch", "INT precision (0 or 3)"],
+            ScalarFunction::DateFormat => &["TIMESTAMP", "STRING pattern"],
+            ScalarFunction::UnixTimestamp => &["STRING 'yyyy-MM-dd HH:mm:ss'"],
+        };
+        let usage = || format!("{}({})", self.function.name(), want.join(", "));
+        if arg_types.len() != want.len() {
+            return datafusion_common::plan_err!(
+                "{} takes {} arguments, got {}: {}",
+                self.function.name(),
+                want.len(),
+                arg_types.len(),
+                usage()
+            );
+        }
+        let bad = |i: usize| {
+            datafusion_common::plan_err!(
+                "{} argument {} is {}; expected {}",
+                self.function.name(),
+                i + 1,
+                arg_types[i],
+                usage()
+            )
+        };
+        let int = |t: &DataType| t.is_integer() || t.is_null();
+        let text = |t: &DataType| {
+            matches!(
+                t,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+            )
+        };
+        match self.function {
+            ScalarFunction::ToTimestampLtz => {
+                if !(int(&arg_types[0]) || matches!(arg_types[0], DataType::Decimal128(..))) {
+                    return bad(0);
+                }
+                if !int(&arg_types[1]) {
+                    return bad(1);
+                }
+                Ok(vec![DataType::Int64, DataType::Int64])
+            }
+            ScalarFunction::DateFormat => {
+                let first = match &arg_types[0] {
+                    t @ DataType::Timestamp(_, _) => t.clone(),
+                    DataType::Int64 | DataType::Null => {
+                        DataType::Timestamp(TimeUnit::Millisecond, None)
+                    }
+                    _ => return bad(0),
+                };
+                if !text(&arg_types[1]) {
+                    return bad(1);
+                }
+                Ok(vec![first, DataType::Utf8])
+            }
+            ScalarFunction::UnixTimestamp => {
+                if !text(&arg_types[0]) {
+                    return bad(0);
+                }
+                Ok(vec![DataType::Utf8])
+            }
+        }
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(match self.function {
+            ScalarFunction::ToTimestampLtz => {
+                DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()))
+            }
+            ScalarFunction::DateFormat => DataType::Utf8,
+            ScalarFunction::UnixTimestamp => DataType::Int64,
+        })
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        let all_scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        // Literal arguments are arrays of one row when everything is literal, else widened.
+        let rows = if all_scalar { 1 } else { args.number_rows };
+        let arrays = args
+            .args
+            .iter()
+            .map(|a| a.to_array(rows))
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let out = self
+            .function
+            .invoke(&arrays)
+            .map_err(|e| datafusion_common::DataFusionError::Execution(e.to_string()))?;
+        Ok(if all_scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+        } else {
+            ColumnarValue::Array(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Decimal128Array, Int64Array, StringArray};
+    use arrow_schema::{Field, Schema};
+
+    fn batch() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Int64, false),
+            Field::new("amount", DataType::Decimal128(12, 2), true),
+            Field::new("rate", DataType::Decimal128(12, 6), true),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![60_000, 61_500])),
+                Arc::new(
+                    Decimal128Array::from(vec![Some(1050), None])
+                        .with_precision_and_scale(12, 2)
+                        .unwrap(),
+                ),
+                Arc::new(
+                    Decimal128Array::from(vec![Some(1_100_000), Some(2)])
+                        .with_precision_and_scale(12, 6)
+                        .unwrap(),
+                ),
+                Arc::new(StringArray::from(vec![Some("Ada"), None])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn eval(sql: &str) -> (DataType, Vec<String>) {
+        let b = batch();
+        let p = SqlScalar::new(sql).plan(&b.schema()).unwrap();
+        let a = p.evaluate(&b).unwrap();
+        let f =
+            arrow_cast::display::ArrayFormatter::try_new(a.as_ref(), &Default::default()).unwrap();
+        (
+            p.data_type().clone(),
+            (0..a.len()).map(|i| f.value(i).to_string()).collect(),
+        )
+    }
+
+    #[test]
+    fn decimal_product_keeps_every_digit() {
+        let (t, v) = eval("`amount` * `rate`");
+        assert_eq!(t, DataType::Decimal128(25, 8));
+        assert_eq!(v, ["11.55000000", ""]);
+    }
+
+    #[test]
+    fn flink_time_functions_agree_with_weir_core() {
+        let (t, v) = eval(
+            "UNIX_TIMESTAMP(DATE_FORMAT(TO_TIMESTAMP_LTZ(`ts`, 3), 'yyyy-MM-dd HH:mm:ss')) * 1000",
+        );
+        assert_eq!(t, DataType::Int64);
+        assert_eq!(v, ["60000", "61000"]);
+    }
+
+    #[test]
+    fn datafusion_functions_are_there() {
+        let (_, v) = eval("upper(coalesce(`name`, 'nobody')) || '-' || CAST(`ts` % 7 AS VARCHAR)");
+        assert_eq!(v, ["ADA-3", "NOBODY-5"]);
+        let (_, v) = eval("CASE WHEN `ts` > 61000 THEN 'late' ELSE 'early' END");
+        assert_eq!(v, ["early", "late"]);
+    }
+
+    #[test]
+    fn a_type_error_names_both_types() {
+        let b = batch();
+        let err = SqlScalar::new("`name` - `ts`")
+            .plan(&b.schema())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Utf8") && err.contains("Int64"), "{err}");
+    }
+
+    #[test]
+    fn cast_and_column_round_trip() {
+        let c = SqlScalar::column("we`ird");
+        assert_eq!(c.as_column().as_deref(), Some("we`ird"));
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
+        let (t, _) = eval(SqlScalar::column("ts").cast(&ts).sql());
+        assert_eq!(t, ts);
+    }
+}
