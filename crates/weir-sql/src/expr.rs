@@ -463,6 +463,12 @@ mod tests {
         assert_eq!(v, ["ADA-3", "NOBODY-5"]);
         let (_, v) = eval("CASE WHEN `ts` > 61000 THEN 'late' ELSE 'early' END");
         assert_eq!(v, ["early", "late"]);
+        let (_, v) = eval("`name` LIKE 'A%' OR `ts` IN (61500, 7)");
+        assert_eq!(v, ["true", "true"]);
+        let (_, v) = eval("regexp_like(substr(`name`, 2), '^d') AND round(abs(-1.6)) = 2");
+        assert_eq!(v, ["true", ""]);
+        let (_, v) = eval("date_trunc('minute', TO_TIMESTAMP_LTZ(`ts`, 3) + INTERVAL '30' SECOND)");
+        assert_eq!(v, ["1970-01-01T00:01:00Z", "1970-01-01T00:01:00Z"]);
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //!   `GROUP BY keys, window_start, window_end` and COUNT(*), SUM, MIN, MAX, AVG,
 //!   APPROX_COUNT_DISTINCT, MEDIAN.
 //!
+//! Names in expressions are resolved here to the columns of the stream they run on; the
+//! expressions themselves are planned by DataFusion ([`crate::expr`]) and run in
+//! [`Calc`] operators.
+//!
 //! Anything else is refused with what weir does support.
 
 use std::collections::{BTreeMap, HashMap};
