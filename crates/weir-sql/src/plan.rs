@@ -7,6 +7,8 @@
 //!   `<=` pairs); without a time bound the join is a regular join, refused unless
 //!   `SET 'table.exec.state.ttl'` gives a TTL;
 //! - a temporal join: `JOIN t FOR SYSTEM_TIME AS OF x.rt AS a ON` key equalities;
+//! - several joins in one FROM, left to right; the joined rows carry one time attribute (see
+//!   `Rel::time_columns`);
 //! - a window aggregation: `FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), ...))` with
 //!   `GROUP BY keys, window_start, window_end` and COUNT(*), SUM, MIN, MAX, AVG,
 //!   APPROX_COUNT_DISTINCT, MEDIAN.
@@ -307,8 +309,10 @@ struct ScopeEntry {
 struct Rel {
     stream: Stream,
     scope: Vec<ScopeEntry>,
-    /// Names of the time attribute (the WATERMARK column and what it stands for).
-    time_attrs: Vec<String>,
+    /// The stream's columns that carry its event time: the event-time column and its
+    /// TIMESTAMP twins (the WATERMARK column and what it stands for). A name that resolves to
+    /// one of them is a time attribute.
+    time_columns: Vec<String>,
     /// Names of processing-time attributes (`name AS PROCTIME()`): joining `FOR SYSTEM_TIME AS
     /// OF` one is a lookup join.
     proc_time_attrs: Vec<String>,
@@ -361,21 +365,31 @@ impl Rel {
         }
     }
 
-    /// Whether `e` names this relation's time attribute (and which qualifier it used).
+    /// Whether `e` names this relation's time attribute.
     fn is_time_attr(&self, e: &SqlExpr) -> bool {
-        match e {
-            SqlExpr::Identifier(i) => self
-                .time_attrs
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case(&i.value)),
-            SqlExpr::CompoundIdentifier(parts) if parts.len() == 2 => {
-                parts[0].value.eq_ignore_ascii_case(&self.alias)
-                    && self
-                        .time_attrs
-                        .iter()
-                        .any(|t| t.eq_ignore_ascii_case(&parts[1].value))
+        let column = match e {
+            SqlExpr::Identifier(i) => self.resolve(None, &i.value),
+            SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+                self.resolve(Some(&p[0].value), &p[1].value)
             }
-            _ => false,
+            _ => return false,
+        };
+        column.is_ok_and(|c| self.time_columns.contains(&c))
+    }
+
+    /// The names a user may write for the time attribute, for messages.
+    fn time_attr_names(&self) -> String {
+        let names: Vec<String> = (self.scope.iter())
+            .filter(|e| self.time_columns.contains(&e.column))
+            .map(|e| match &e.qualifier {
+                Some(q) => format!("{q}.{}", e.name),
+                None => e.name.clone(),
+            })
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
         }
     }
 }
@@ -417,7 +431,7 @@ impl Planner {
     fn source(&self, t: &TableDef, alias: &str) -> Result<Rel> {
         let physical = physical_columns(t)?;
         // Event time: the WATERMARK column, or the physical column a computed one converts.
-        let (mut opts, time_attrs) = match &t.watermark {
+        let (mut opts, time_columns) = match &t.watermark {
             None => (SourceOptions::none(), Vec::new()),
             Some((wcol, wexpr)) => {
                 let strategy = match wexpr {
@@ -446,9 +460,16 @@ impl Planner {
                     },
                     None => return Err(plan_err(format!("table `{}`: WATERMARK FOR `{wcol}`, which is not a column", t.name))),
                 };
-                let mut attrs = vec![wcol.clone()];
+                // As the columns are named in the table (names match case-insensitively).
+                let column = |n: &str| {
+                    (t.columns.iter().map(col_name))
+                        .find(|c| c.eq_ignore_ascii_case(n))
+                        .unwrap_or(n)
+                        .to_string()
+                };
+                let mut attrs = vec![column(wcol)];
                 if !physical_col.eq_ignore_ascii_case(wcol) {
-                    attrs.push(physical_col.clone());
+                    attrs.push(column(&physical_col));
                 }
                 (
                     SourceOptions::event_time(&physical_col, 0).strategy(strategy),
@@ -513,7 +534,7 @@ impl Planner {
                     column: n.clone(),
                 })
                 .collect(),
-            time_attrs: time_attrs.clone(),
+            time_columns: time_columns.clone(),
             alias: alias.to_string(),
         };
         let computed: Vec<(String, SqlScalar)> = t
@@ -543,7 +564,7 @@ impl Planner {
             proc_time_attrs: proc_attrs,
             stream: stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
-            time_attrs,
+            time_columns,
             alias: alias.to_string(),
         })
     }
@@ -714,10 +735,8 @@ impl Planner {
             }
             other => (self.table_factor(other)?.0, None),
         };
-        match from.joins.as_slice() {
-            [] => {}
-            [j] => rel = self.join(rel, j)?,
-            _ => return Err(plan_err("weir plans one join per SELECT so far")),
+        for j in &from.joins {
+            rel = self.join(rel, j)?;
         }
         if let Some(w) = &select.selection {
             let pred = scalar(w, &rel)?;
@@ -790,17 +809,7 @@ impl Planner {
             return Err(plan_err("a view is a plain SELECT"));
         };
         let mut cols: Vec<(String, SqlScalar)> = Vec::new();
-        let mut time_attrs = Vec::new();
-        let time_columns: Vec<String> = rel
-            .scope
-            .iter()
-            .filter(|e| {
-                rel.time_attrs
-                    .iter()
-                    .any(|t| t.eq_ignore_ascii_case(&e.name))
-            })
-            .map(|e| e.column.clone())
-            .collect();
+        let mut time_columns = Vec::new();
         for (item, e) in select.projection.iter().zip(exprs) {
             let name = match item {
                 SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
@@ -811,8 +820,8 @@ impl Planner {
                     )))
                 }
             };
-            if e.as_column().is_some_and(|c| time_columns.contains(&c)) {
-                time_attrs.push(name.clone());
+            if e.as_column().is_some_and(|c| rel.time_columns.contains(&c)) {
+                time_columns.push(name.clone());
             }
             cols.push((name, e));
         }
@@ -823,6 +832,7 @@ impl Planner {
                 .any(|(_, e)| e.as_column().as_ref() == Some(&et))
             {
                 cols.push(("__event_time".into(), SqlScalar::column(&et)));
+                time_columns.push("__event_time".into());
             }
         }
         let scope = cols
@@ -838,7 +848,7 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             stream: rel.stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
-            time_attrs,
+            time_columns,
             alias: alias.to_string(),
         })
     }
@@ -918,7 +928,13 @@ impl Planner {
             stream
                 .key_by(&lkeys)
                 .stream_table_join(&right.stream.key_by(&rkeys), t)
-        } else if version.is_some() {
+        } else if let Some(v) = &version {
+            if !left.is_time_attr(v) {
+                return Err(plan_err(format!(
+                    "FOR SYSTEM_TIME AS OF {v}: a temporal join looks versions up at the probe side's time attribute ({}), or at a PROCTIME() attribute for a lookup join",
+                    left.time_attr_names()
+                )));
+            }
             if !rest.is_empty() {
                 return Err(plan_err(format!(
                     "temporal join: only key equalities are supported in ON, not `{}`",
@@ -977,8 +993,23 @@ impl Planner {
             };
         let mut scope = rename(&left, &lnames, &lschema);
         scope.extend(rename(&right, &rnames, &rschema));
-        let mut time_attrs = left.time_attrs.clone();
-        time_attrs.extend(right.time_attrs.clone());
+        // The joined rows' time attribute: that of the side whose event time the join's
+        // output carries (none when an outer join may leave it NULL).
+        let mapped = |rel: &Rel, names: &[String], schema: &arrow_schema::SchemaRef| {
+            (rel.time_columns.iter())
+                .filter_map(|c| schema.index_of(c).ok().map(|i| names[i].clone()))
+                .collect::<Vec<_>>()
+        };
+        let time_columns = match out.event_time() {
+            Some(et) => [
+                mapped(&left, &lnames, &lschema),
+                mapped(&right, &rnames, &rschema),
+            ]
+            .into_iter()
+            .find(|cols| cols.contains(&et))
+            .unwrap_or_else(|| vec![et]),
+            None => Vec::new(),
+        };
         Ok(Rel {
             proc_time_attrs: {
                 let mut p = left.proc_time_attrs.clone();
@@ -987,7 +1018,7 @@ impl Planner {
             },
             stream: out,
             scope,
-            time_attrs,
+            time_columns,
             alias: format!("{}_{}", aliases.0, aliases.1),
         })
     }
@@ -1148,7 +1179,7 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             stream,
             scope,
-            time_attrs: vec!["window_time".into()],
+            time_columns: vec!["window_time".into()],
             alias: rel.alias.clone(),
         };
         let exprs = select_exprs(select, &windowed, Some(&aggs))?;
