@@ -795,8 +795,18 @@ impl Planner {
                 };
                 Ok((self.source(t, &alias)?, version))
             }
+            // A subquery in FROM is an unnamed view.
+            TableFactor::Derived {
+                subquery, alias, ..
+            } => {
+                let alias = alias
+                    .as_ref()
+                    .map(|a| a.name.value.clone())
+                    .ok_or_else(|| plan_err(format!("FROM ({subquery}): name the subquery with AS")))?;
+                Ok((self.view(subquery, &alias)?, None))
+            }
             other => Err(plan_err(format!(
-                "FROM {other}: weir reads tables, joins and window table functions"
+                "FROM {other}: weir reads tables, views, subqueries, joins and window table functions"
             ))),
         }
     }

@@ -127,8 +127,8 @@ fn a_regular_join_with_a_ttl_is_planned() {
     );
 }
 
-/// A view feeding a join: clicks filtered and renamed in a view, then joined to impressions,
-/// give the fixture's pairs for those clicks.
+/// A view feeding a join: clicks filtered and renamed in a view (or a subquery in FROM), then
+/// joined to impressions, give the fixture's pairs for those clicks.
 #[test]
 fn a_view_feeds_a_join_and_keeps_its_time_attribute() {
     let dir = tempfile::tempdir().unwrap();
@@ -147,6 +147,14 @@ CREATE VIEW low_ads AS SELECT click_id AS id, ad_id AS ad, user_id, rt AS click_
 INSERT INTO pairs
 SELECT l.id, i.impression_id FROM low_ads l JOIN impressions i
   ON l.ad = i.ad_id AND l.user_id = i.user_id
+ AND l.click_time BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;
+CREATE TABLE pairs2 (click_id BIGINT, impression_id BIGINT) WITH (
+  'connector' = 'filesystem', 'path' = '{out}/pairs2.csv', 'format' = 'csv', 'csv.header' = 'true');
+INSERT INTO pairs2
+SELECT l.id, i.impression_id
+FROM (SELECT click_id AS id, ad_id AS ad, user_id, rt AS click_time FROM clicks WHERE ad_id < 250) AS l
+JOIN impressions i
+  ON l.ad = i.ad_id AND l.user_id = i.user_id
  AND l.click_time BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;",
         input = input.display(),
         out = dir.path().display()
@@ -159,13 +167,17 @@ SELECT l.id, i.impression_id FROM low_ads l JOIN impressions i
             std::sync::Arc::new(weir_core::SystemClock),
         ))
         .unwrap();
-    let mut got: Vec<String> = std::fs::read_to_string(dir.path().join("pairs.csv"))
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(str::to_string)
-        .collect();
-    got.sort();
+    let read = |file: &str| {
+        let mut got: Vec<String> = std::fs::read_to_string(dir.path().join(file))
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(str::to_string)
+            .collect();
+        got.sort();
+        got
+    };
+    let got = read("pairs.csv");
     let mut want: Vec<String> =
         std::fs::read_to_string(fixtures().join("small/expected/interval_join.csv"))
             .unwrap()
@@ -177,6 +189,8 @@ SELECT l.id, i.impression_id FROM low_ads l JOIN impressions i
     want.sort();
     assert!(want.len() > 1_000);
     assert_eq!(got, want);
+    // The same query with the view written as a subquery in FROM.
+    assert_eq!(read("pairs2.csv"), want);
 }
 
 /// `FOR SYSTEM_TIME AS OF` a processing-time attribute is a lookup join, and EXPLAIN says it is
