@@ -13,6 +13,14 @@
 //! the end. With `bounded`, each partition is read up to its end at start, and the source then
 //! finishes (backfills and tests).
 //!
+//! # Upsert mode
+//!
+//! With [`Upsert`] (Flink's `upsert-kafka`) a topic is a table's changelog keyed by its primary
+//! key: a record with a value is the key's new version, a record without one (a tombstone)
+//! deletes the key as of the record's timestamp. Rows carry a change column (`+U` / `-D`) that
+//! a temporal join reads as the versions' kinds. The sink writes each row as the latest value of
+//! its key, the key being the primary-key columns in the key format.
+//!
 //! # Sink
 //!
 //! Rows are written as JSON objects or CSV lines, keyed by a column, with the event time as the
@@ -104,6 +112,68 @@ pub struct KafkaSourceSpec {
     /// at start).
     #[serde(default = "default_discovery")]
     pub partition_discovery_ms: Option<i64>,
+    /// Read the topic as a table's changelog (`upsert-kafka`); `None` for a plain log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upsert: Option<Upsert>,
+}
+
+/// A topic read as a table's changelog keyed by its primary key (Flink's `upsert-kafka`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Upsert {
+    /// The primary-key columns (of `columns`), which the record key holds.
+    pub key_columns: Vec<String>,
+    /// How the record key is written: a JSON object of the key columns, a CSV line of them in
+    /// this order, or (raw) the one key column's text.
+    pub key_format: KafkaFormat,
+    /// The STRING column added for the change kind: `+U` for a value, `-D` for a tombstone.
+    pub op_column: String,
+    /// A BIGINT column of `columns` that a tombstone fills with its record timestamp: the
+    /// table's event-time column, so that the delete has a time.
+    #[serde(default)]
+    pub time_column: Option<String>,
+}
+
+/// A tombstone's row: the key columns from the record key, the time column from the record
+/// timestamp, the rest NULL.
+fn tombstone_values<'a>(
+    spec: &KafkaSourceSpec,
+    upsert: &Upsert,
+    builder: &RowBuilder,
+    key: Option<&'a str>,
+    key_json: Option<&'a serde_json::Value>,
+    timestamp: Option<i64>,
+) -> std::result::Result<Vec<Value<'a>>, String> {
+    let key = key.ok_or("a tombstone (a record without a value) without a key")?;
+    let parts: Vec<&str> = match upsert.key_format {
+        KafkaFormat::Csv => key.split(',').collect(),
+        _ => Vec::new(),
+    };
+    let mut values = Vec::with_capacity(spec.columns.len());
+    for (i, c) in spec.columns.iter().enumerate() {
+        let v = match upsert.key_columns.iter().position(|k| *k == c.name) {
+            Some(j) => match upsert.key_format {
+                KafkaFormat::Raw => builder.parse(i, key)?,
+                KafkaFormat::Csv => builder.parse(
+                    i,
+                    parts
+                        .get(j)
+                        .ok_or_else(|| format!("the key {key:?} has no field for `{}`", c.name))?,
+                )?,
+                KafkaFormat::Json => {
+                    let obj = key_json
+                        .and_then(|j| j.as_object())
+                        .ok_or_else(|| format!("the key {key:?} is not a JSON object"))?;
+                    builder.parse_json(i, obj.get(&c.name).unwrap_or(&serde_json::Value::Null))?
+                }
+            },
+            None if upsert.time_column.as_ref() == Some(&c.name) => {
+                timestamp.map_or(Value::Null, Value::Int)
+            }
+            None => Value::Null,
+        };
+        values.push(v);
+    }
+    Ok(values)
 }
 
 fn default_discovery() -> Option<i64> {
@@ -130,6 +200,7 @@ impl KafkaSourceSpec {
             on_bad_record: BadRecordPolicy::DeadLetter,
             properties: HashMap::new(),
             partition_discovery_ms: default_discovery(),
+            upsert: None,
         }
     }
 }
@@ -170,6 +241,31 @@ impl KafkaSource {
         }
         if let Some(t) = &spec.timestamp_column {
             fields.push(Field::new(t, DataType::Int64, true));
+        }
+        if let Some(u) = &spec.upsert {
+            let known = |c: &String| spec.columns.iter().any(|x| x.name == *c);
+            if u.key_columns.is_empty() || !u.key_columns.iter().all(known) {
+                return Err(Error::config(
+                    "upsert.key_columns",
+                    u.key_columns.join(", "),
+                    "an upsert topic needs its primary key, as columns of the value",
+                ));
+            }
+            if u.key_format == KafkaFormat::Raw && u.key_columns.len() != 1 {
+                return Err(Error::config(
+                    "upsert.key_format",
+                    "raw",
+                    "a raw key holds one column; use json or csv for a composite key",
+                ));
+            }
+            if let Some(t) = u.time_column.as_ref().filter(|t| !known(t)) {
+                return Err(Error::config(
+                    "upsert.time_column",
+                    t,
+                    "not a column of the value",
+                ));
+            }
+            fields.push(Field::new(&u.op_column, DataType::Utf8, false));
         }
         Ok(KafkaSource {
             schema: Arc::new(Schema::new(fields)),
@@ -324,7 +420,8 @@ struct Raw {
     offset: i64,
     key: Option<String>,
     timestamp: Option<i64>,
-    payload: Vec<u8>,
+    /// `None` for a tombstone.
+    payload: Option<Vec<u8>>,
 }
 
 struct KafkaReader {
@@ -360,12 +457,21 @@ impl KafkaReader {
         let schema = self.source.schema.clone();
         let split = format!("{}-{}", spec.topic, self.partitions[k]);
         for r in raws {
-            let text = String::from_utf8_lossy(&r.payload).into_owned();
+            let tombstone = spec.upsert.as_ref().filter(|_| r.payload.is_none());
+            let payload = r.payload.as_deref().unwrap_or_default();
+            let text = String::from_utf8_lossy(payload).into_owned();
             let json: std::result::Result<serde_json::Value, String> = match spec.format {
-                KafkaFormat::Json => {
-                    serde_json::from_slice(&r.payload).map_err(|e| format!("malformed JSON: {e}"))
+                KafkaFormat::Json if tombstone.is_none() => {
+                    serde_json::from_slice(payload).map_err(|e| format!("malformed JSON: {e}"))
                 }
                 _ => Ok(serde_json::Value::Null),
+            };
+            let key_json = match &spec.upsert {
+                Some(u) if tombstone.is_some() && u.key_format == KafkaFormat::Json => r
+                    .key
+                    .as_deref()
+                    .and_then(|k| serde_json::from_str::<serde_json::Value>(k).ok()),
+                _ => None,
             };
             let parts: Vec<&str> = match spec.format {
                 KafkaFormat::Csv => text.split(',').collect(),
@@ -374,6 +480,17 @@ impl KafkaReader {
             let mut values: Vec<Value> = Vec::with_capacity(schema.fields().len());
             let builder = &self.builder;
             let parsed: std::result::Result<(), String> = (|| {
+                if let Some(u) = tombstone {
+                    values = tombstone_values(
+                        spec,
+                        u,
+                        builder,
+                        r.key.as_deref(),
+                        key_json.as_ref(),
+                        r.timestamp,
+                    )?;
+                    return Ok(());
+                }
                 match spec.format {
                     KafkaFormat::Raw => values.push(Value::Str(&text)),
                     KafkaFormat::Json => {
@@ -413,6 +530,9 @@ impl KafkaReader {
                     if spec.timestamp_column.is_some() {
                         values.push(r.timestamp.map_or(Value::Null, Value::Int));
                     }
+                    if spec.upsert.is_some() {
+                        values.push(Value::Str(if tombstone.is_some() { "-D" } else { "+U" }));
+                    }
                     self.builder.append(&values);
                 }
                 Err(reason) => {
@@ -428,7 +548,11 @@ impl KafkaReader {
                             split: split.clone(),
                             position: format!("offset {}", r.offset),
                             reason,
-                            record: text.clone(),
+                            record: if tombstone.is_some() {
+                                format!("tombstone, key {:?}", r.key.as_deref().unwrap_or_default())
+                            } else {
+                                text.clone()
+                            },
                         },
                         Some(&self.ctx.split_metrics[k]),
                     )?;
@@ -575,7 +699,7 @@ impl SourceReader for KafkaReader {
                         offset: m.offset(),
                         key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                         timestamp: m.timestamp().to_millis(),
-                        payload: m.payload().unwrap_or_default().to_vec(),
+                        payload: m.payload().map(<[u8]>::to_vec),
                     });
                     self.ctx.split_metrics[k]
                         .progress_done
@@ -619,6 +743,10 @@ pub struct KafkaSinkSpec {
     pub timestamp_column: Option<String>,
     #[serde(default)]
     pub properties: HashMap<String, String>,
+    /// Upsert mode (`upsert-kafka`): the key is these primary-key columns in this format (in
+    /// place of `key_column`), so each record is the latest value of its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upsert_key: Option<(Vec<String>, KafkaFormat)>,
 }
 
 /// A Kafka sink.
@@ -661,7 +789,17 @@ impl SinkFactory for KafkaSink {
                 })
                 .transpose()
         };
+        let upsert_key = match &self.spec.upsert_key {
+            Some((columns, format)) => {
+                let idx = (columns.iter())
+                    .map(|c| col(&Some(c.clone()), "upsert_key").map(|i| i.unwrap_or(0)))
+                    .collect::<Result<Vec<_>>>()?;
+                Some((idx, *format))
+            }
+            None => None,
+        };
         Ok(Box::new(KafkaWriter {
+            upsert_key,
             key: col(&self.spec.key_column, "key_column")?,
             timestamp: col(&self.spec.timestamp_column, "timestamp_column")?,
             spec: self.spec.clone(),
@@ -674,56 +812,68 @@ struct KafkaWriter {
     spec: KafkaSinkSpec,
     producer: FutureProducer,
     key: Option<usize>,
+    /// Upsert mode: the key columns' indices and format.
+    upsert_key: Option<(Vec<usize>, KafkaFormat)>,
     timestamp: Option<usize>,
 }
 
-impl KafkaWriter {
-    fn payloads(&self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
-        let mut buf = Vec::new();
-        match self.spec.format {
-            KafkaFormat::Json => {
-                let mut w = arrow_json::LineDelimitedWriter::new(&mut buf);
-                w.write(batch)?;
-                w.finish()?;
-            }
-            KafkaFormat::Csv | KafkaFormat::Raw => {
-                let mut w = arrow_csv::WriterBuilder::new()
-                    .with_header(false)
-                    .build(&mut buf);
-                w.write(batch)?;
-            }
+/// Each row of `batch` as a JSON object or a CSV line.
+fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>> {
+    let mut buf = Vec::new();
+    match format {
+        KafkaFormat::Json => {
+            let mut w = arrow_json::LineDelimitedWriter::new(&mut buf);
+            w.write(batch)?;
+            w.finish()?;
         }
-        Ok(buf
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| l.to_vec())
-            .collect())
+        KafkaFormat::Csv | KafkaFormat::Raw => {
+            let mut w = arrow_csv::WriterBuilder::new()
+                .with_header(false)
+                .build(&mut buf);
+            w.write(batch)?;
+        }
     }
+    if batch.num_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    // One line per row (an empty line is a row whose one field is empty).
+    let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
+    let lines: Vec<Vec<u8>> = text.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    if lines.len() != batch.num_rows() {
+        return Err(Error::Internal(format!(
+            "kafka sink: {} rows became {} lines (a value with a line break?)",
+            batch.num_rows(),
+            lines.len()
+        )));
+    }
+    Ok(lines)
 }
 
 impl SinkWriter for KafkaWriter {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            let payloads = self.payloads(&batch)?;
-            let keys: Option<Vec<String>> = self.key.map(|i| {
-                let fmt = arrow_cast::display::ArrayFormatter::try_new(
-                    batch.column(i).as_ref(),
-                    &Default::default(),
-                );
-                (0..batch.num_rows())
-                    .map(|r| {
-                        fmt.as_ref()
-                            .map(|f| f.value(r).to_string())
-                            .unwrap_or_default()
-                    })
-                    .collect()
-            });
+            let payloads = record_lines(&batch, self.spec.format)?;
+            let keys: Option<Vec<Vec<u8>>> = match (&self.upsert_key, self.key) {
+                (Some((idx, format)), _) => Some(record_lines(&batch.project(idx)?, *format)?),
+                (None, Some(i)) => {
+                    let fmt = arrow_cast::display::ArrayFormatter::try_new(
+                        batch.column(i).as_ref(),
+                        &Default::default(),
+                    )?;
+                    Some(
+                        (0..batch.num_rows())
+                            .map(|r| fmt.value(r).to_string().into_bytes())
+                            .collect(),
+                    )
+                }
+                (None, None) => None,
+            };
             let ts = self
                 .timestamp
                 .map(|i| batch.column(i).as_primitive::<Int64Type>().clone());
             let mut pending = Vec::with_capacity(payloads.len());
             for (r, p) in payloads.iter().enumerate() {
-                let mut rec: FutureRecord<String, Vec<u8>> =
+                let mut rec: FutureRecord<Vec<u8>, Vec<u8>> =
                     FutureRecord::to(&self.spec.topic).payload(p);
                 if let Some(k) = &keys {
                     rec = rec.key(&k[r]);

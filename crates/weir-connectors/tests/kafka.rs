@@ -4,12 +4,8 @@
 #![cfg(feature = "kafka")]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_schema::DataType;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
 use weir_connectors::generator::{GeneratorSource, GeneratorSpec};
 use weir_connectors::kafka::{
     KafkaFormat, KafkaSink, KafkaSinkSpec, KafkaSource, KafkaSourceSpec, StartPosition,
@@ -18,46 +14,8 @@ use weir_core::SystemClock;
 use weir_operators::{IntervalJoin, IntervalJoinExt};
 use weir_runtime::graph::WatermarkAlignment;
 use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, SourceOptions};
+use weir_testkit::kafka::{bootstrap, rt, topic};
 use weir_testkit::sorted_lines;
-
-fn bootstrap() -> String {
-    std::env::var("WEIR_KAFKA_BOOTSTRAP")
-        .expect("WEIR_KAFKA_BOOTSTRAP is not set: run the Kafka tests with scripts/test, which starts a broker")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// A fresh topic with `partitions` partitions (named uniquely per run).
-fn topic(rt: &tokio::runtime::Runtime, name: &str, partitions: i32) -> String {
-    let name = format!("{name}-{}-{}", std::process::id(), rand_suffix());
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .create()
-        .unwrap();
-    let t = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
-    let r = rt
-        .block_on(admin.create_topics(
-            [&t],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
-        .unwrap();
-    for x in r {
-        x.unwrap();
-    }
-    name
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-}
 
 /// Writes generator rows to a topic (JSON, keyed, the event time as the record timestamp).
 fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec, key: &str) {
@@ -77,6 +35,7 @@ fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec, key: 
                 key_column: Some(key.into()),
                 timestamp_column: Some("ts".into()),
                 properties: Default::default(),
+                upsert_key: None,
             },
         },
     );

@@ -316,6 +316,8 @@ struct Rel {
     /// Names of processing-time attributes (`name AS PROCTIME()`): joining `FOR SYSTEM_TIME AS
     /// OF` one is a lookup join.
     proc_time_attrs: Vec<String>,
+    /// The stream columns of the table's PRIMARY KEY (a versioned table's key).
+    primary_key: Vec<String>,
     alias: String,
 }
 
@@ -394,6 +396,35 @@ impl Rel {
     }
 }
 
+/// The change column an `upsert-kafka` table's rows carry (`+U` / `-D`); not in any scope.
+const OP_COLUMN: &str = "__op";
+
+fn is_upsert(t: &TableDef) -> bool {
+    t.options.get("connector").map(String::as_str) == Some("upsert-kafka")
+}
+
+/// A Kafka record format option.
+fn kafka_format(
+    t: &TableDef,
+    key: &str,
+    value: Option<&String>,
+) -> Result<weir_connectors::kafka::KafkaFormat> {
+    use weir_connectors::kafka::KafkaFormat;
+    match value.map(String::as_str) {
+        Some("json") => Ok(KafkaFormat::Json),
+        Some("csv") => Ok(KafkaFormat::Csv),
+        Some("raw") => Ok(KafkaFormat::Raw),
+        Some(other) => Err(plan_err(format!(
+            "table `{}`: '{key}' = '{other}': weir reads and writes json, csv and raw records",
+            t.name
+        ))),
+        None => Err(plan_err(format!(
+            "table `{}` needs the option '{key}'",
+            t.name
+        ))),
+    }
+}
+
 struct Planner {
     tables: HashMap<String, TableDef>,
     /// Views by lower-case name: (name, query). Each use plans the query again.
@@ -460,16 +491,9 @@ impl Planner {
                     },
                     None => return Err(plan_err(format!("table `{}`: WATERMARK FOR `{wcol}`, which is not a column", t.name))),
                 };
-                // As the columns are named in the table (names match case-insensitively).
-                let column = |n: &str| {
-                    (t.columns.iter().map(col_name))
-                        .find(|c| c.eq_ignore_ascii_case(n))
-                        .unwrap_or(n)
-                        .to_string()
-                };
-                let mut attrs = vec![column(wcol)];
+                let mut attrs = vec![table_column(t, wcol)];
                 if !physical_col.eq_ignore_ascii_case(wcol) {
-                    attrs.push(column(&physical_col));
+                    attrs.push(table_column(t, &physical_col));
                 }
                 (
                     SourceOptions::event_time(&physical_col, 0).strategy(strategy),
@@ -520,10 +544,12 @@ impl Planner {
                 _ => None,
             })
             .collect();
-        let factory = self.source_factory(t, &physical)?;
+        let event_time_column = opts.watermarks.event_time.clone();
+        let factory = self.source_factory(t, &physical, event_time_column.as_deref())?;
         let stream = self.job.source_arc(t.name.clone(), factory, opts);
         // Physical columns, then computed ones.
         let base = Rel {
+            primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
             proc_time_attrs: proc_attrs.clone(),
             stream: stream.clone(),
             scope: physical
@@ -553,6 +579,9 @@ impl Planner {
         let mut cols: Vec<(String, SqlScalar)> = (physical.iter())
             .map(|(n, _)| (n.clone(), SqlScalar::column(n)))
             .collect();
+        if is_upsert(t) {
+            cols.push((OP_COLUMN.into(), SqlScalar::column(OP_COLUMN)));
+        }
         cols.extend(computed.iter().cloned());
         let mut scope = base.scope.clone();
         scope.extend(computed.iter().map(|(n, _)| ScopeEntry {
@@ -561,6 +590,7 @@ impl Planner {
             column: n.clone(),
         }));
         Ok(Rel {
+            primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
             proc_time_attrs: proc_attrs,
             stream: stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
@@ -573,6 +603,7 @@ impl Planner {
         &self,
         t: &TableDef,
         physical: &[(String, DataType)],
+        event_time_column: Option<&str>,
     ) -> Result<Arc<dyn SourceFactory>> {
         let opt = |k: &str| t.options.get(k).cloned();
         let need = |k: &str| {
@@ -627,8 +658,32 @@ impl Planner {
                 spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
                 Ok(Arc::new(KafkaSource::new(spec)?))
             }
+            "upsert-kafka" => {
+                use weir_connectors::kafka::{KafkaSource, KafkaSourceSpec, StartPosition, Upsert};
+                if t.primary_key.is_empty() {
+                    return Err(plan_err(format!("table `{}`: an 'upsert-kafka' table needs PRIMARY KEY (...) NOT ENFORCED: the record key holds it", t.name)));
+                }
+                if opt("value.fields-include").is_some_and(|v| !v.eq_ignore_ascii_case("ALL")) {
+                    return Err(plan_err(format!("table `{}`: 'value.fields-include' = 'EXCEPT_KEY' is not supported; weir reads values that hold every column ('ALL')", t.name)));
+                }
+                let format = kafka_format(t, "value.format", t.options.get("value.format"))?;
+                let mut spec = KafkaSourceSpec::new(&need("properties.bootstrap.servers")?, &need("topic")?, format, columns);
+                spec.group_id = opt("properties.group.id");
+                // As Flink's upsert-kafka: the whole changelog, from the earliest offset.
+                spec.start = StartPosition::Earliest;
+                spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+                spec.upsert = Some(Upsert {
+                    key_columns: t.primary_key.clone(),
+                    key_format: kafka_format(t, "key.format", t.options.get("key.format"))?,
+                    op_column: OP_COLUMN.into(),
+                    time_column: event_time_column
+                        .filter(|c| physical.iter().any(|(n, d)| n == c && *d == DataType::Int64))
+                        .map(str::to_string),
+                });
+                Ok(Arc::new(KafkaSource::new(spec)?))
+            }
             other => Err(plan_err(format!(
-                "table `{}`: connector '{other}' is not supported as a source; weir reads 'filesystem', 'kafka' and 'weir-generator'",
+                "table `{}`: connector '{other}' is not supported as a source; weir reads 'filesystem', 'kafka', 'upsert-kafka' and 'weir-generator'",
                 t.name
             ))),
         }
@@ -661,11 +716,31 @@ impl Planner {
                     key_column: opt("key.fields").map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
                     timestamp_column: opt("weir.timestamp-column"),
                     properties: Default::default(),
+                    upsert_key: None,
+                };
+                Ok((Arc::new(KafkaSink { spec }), None))
+            }
+            "upsert-kafka" => {
+                use weir_connectors::kafka::{KafkaSink, KafkaSinkSpec};
+                if t.primary_key.is_empty() {
+                    return Err(plan_err(format!("table `{}`: an 'upsert-kafka' sink needs PRIMARY KEY (...) NOT ENFORCED: each record is keyed by it", t.name)));
+                }
+                let spec = KafkaSinkSpec {
+                    bootstrap_servers: need("properties.bootstrap.servers")?,
+                    topic: need("topic")?,
+                    format: kafka_format(t, "value.format", t.options.get("value.format"))?,
+                    key_column: None,
+                    timestamp_column: opt("weir.timestamp-column"),
+                    properties: Default::default(),
+                    upsert_key: Some((
+                        t.primary_key.clone(),
+                        kafka_format(t, "key.format", t.options.get("key.format"))?,
+                    )),
                 };
                 Ok((Arc::new(KafkaSink { spec }), None))
             }
             other => Err(plan_err(format!(
-                "table `{}`: connector '{other}' is not supported as a sink; weir writes 'filesystem', 'kafka', 'print' and 'blackhole'",
+                "table `{}`: connector '{other}' is not supported as a sink; weir writes 'filesystem', 'kafka', 'upsert-kafka', 'print' and 'blackhole'",
                 t.name
             ))),
         }
@@ -793,6 +868,12 @@ impl Planner {
                     }
                     None => None,
                 };
+                if is_upsert(t) && version.is_none() {
+                    return Err(plan_err(format!(
+                        "table `{}` ('upsert-kafka') is a changelog: weir reads it as the versioned table of a temporal join (JOIN {} FOR SYSTEM_TIME AS OF x.rt AS ...)",
+                        t.name, t.name
+                    )));
+                }
                 Ok((self.source(t, &alias)?, version))
             }
             // A subquery in FROM is an unnamed view.
@@ -855,6 +936,7 @@ impl Planner {
             })
             .collect();
         Ok(Rel {
+            primary_key: Vec::new(),
             proc_time_attrs: Vec::new(),
             stream: rel.stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
@@ -951,9 +1033,24 @@ impl Planner {
                     rest[0]
                 )));
             }
-            let t = TemporalJoin::new()
+            let missing: Vec<&String> = (right.primary_key.iter())
+                .filter(|k| !rkeys.contains(k))
+                .collect();
+            if !missing.is_empty() {
+                return Err(plan_err(format!(
+                    "temporal join with `{}`: its PRIMARY KEY ({}) keys the versions, so ON must equate all of it; missing: {}",
+                    right.alias,
+                    right.primary_key.join(", "),
+                    missing.iter().map(|k| format!("{}.{k}", right.alias)).collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let mut t = TemporalJoin::new()
                 .join_type(jt)
                 .aliases(&aliases.0, &aliases.1);
+            // An upsert-kafka table's rows say which are deletes.
+            if right.stream.schema().index_of(OP_COLUMN).is_ok() {
+                t = t.op_column(OP_COLUMN);
+            }
             stream
                 .key_by(&lkeys)
                 .temporal_join(&right.stream.key_by(&rkeys), t)
@@ -1021,6 +1118,7 @@ impl Planner {
             None => Vec::new(),
         };
         Ok(Rel {
+            primary_key: Vec::new(),
             proc_time_attrs: {
                 let mut p = left.proc_time_attrs.clone();
                 p.extend(right.proc_time_attrs.clone());
@@ -1186,6 +1284,7 @@ impl Planner {
             });
         }
         let windowed = Rel {
+            primary_key: Vec::new(),
             proc_time_attrs: Vec::new(),
             stream,
             scope,
@@ -1199,6 +1298,14 @@ impl Planner {
 
 fn is_proctime(e: &SqlExpr) -> bool {
     matches!(e, SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case("PROCTIME"))
+}
+
+/// `name` as the table spells its column (names match case-insensitively).
+fn table_column(t: &TableDef, name: &str) -> String {
+    (t.columns.iter().map(col_name))
+        .find(|c| c.eq_ignore_ascii_case(name))
+        .unwrap_or(name)
+        .to_string()
 }
 
 fn col_name(c: &ColumnDef) -> &str {

@@ -13,6 +13,9 @@
 //! assert_eq!(sorted_lines(&[b]), vec!["a1,u1,1000", "a2,u1,2000"]);
 //! ```
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};

@@ -1,0 +1,55 @@
+//! Helpers for tests against a Kafka-protocol broker: `scripts/test` starts one (tansu) and
+//! names it in `WEIR_KAFKA_BOOTSTRAP`; such tests are `#[ignore]`d for a plain `cargo test`.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+
+/// The broker's address.
+///
+/// # Panics
+/// When `WEIR_KAFKA_BOOTSTRAP` is not set, saying how to run the test.
+pub fn bootstrap() -> String {
+    std::env::var("WEIR_KAFKA_BOOTSTRAP")
+        .expect("WEIR_KAFKA_BOOTSTRAP is not set: run the Kafka tests with scripts/test, which starts a broker")
+}
+
+/// A runtime for the tests' jobs and admin calls.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// A fresh topic with `partitions` partitions, named `name` plus a suffix unique to the run.
+///
+/// # Panics
+/// When the broker refuses.
+pub fn topic(rt: &tokio::runtime::Runtime, name: &str, partitions: i32) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("an admin client");
+    let t = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
+    let created = rt
+        .block_on(admin.create_topics(
+            [&t],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .expect("create topics");
+    for r in created {
+        r.expect("topic created");
+    }
+    name
+}
