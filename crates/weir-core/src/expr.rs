@@ -154,21 +154,24 @@ fn invoke(function: ScalarFunction, args: &[ArrayRef]) -> Result<ArrayRef> {
                 .as_primitive_opt::<arrow_array::types::Int64Type>()
                 .filter(|p| !p.is_empty())
                 .map(|p| p.value(0));
-            let unit = match precision {
-                Some(0) => TimeUnit::Second,
-                Some(3) => TimeUnit::Millisecond,
+            let ints = arrow_cast::cast(&args[0], &DataType::Int64)?;
+            let ints = ints.as_primitive::<arrow_array::types::Int64Type>();
+            // Epoch milliseconds are the timestamp's own representation: no conversion.
+            let millis = match precision {
+                Some(3) => ints.clone(),
+                Some(0) => arrow_arith::numeric::mul(ints, &Int64Array::new_scalar(1000))?
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .clone(),
                 other => {
                     return Err(Error::schema(format!(
                         "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {other:?}"
                     )))
                 }
             };
-            let ints = arrow_cast::cast(&args[0], &DataType::Int64)?;
-            let ts = arrow_cast::cast(&ints, &DataType::Timestamp(unit, None))?;
-            Ok(arrow_cast::cast(
-                &ts,
-                &DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into())),
-            )?)
+            let (_, values, nulls) = millis.into_parts();
+            Ok(Arc::new(
+                arrow_array::TimestampMillisecondArray::new(values, nulls).with_timezone("+00:00"),
+            ))
         }
         ScalarFunction::DateFormat => {
             arity(2)?;
