@@ -16,6 +16,7 @@
 
 pub mod aggregates;
 pub mod count;
+pub mod group_aggregate;
 pub mod interval_join;
 pub mod join;
 pub mod regular_join;
@@ -25,6 +26,7 @@ pub mod window_aggregate;
 pub mod window_join;
 
 pub use count::{Count, CountOp};
+pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};
 pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
 pub use join::JoinType;
 pub use regular_join::{RegularJoin, RegularJoinExt};
@@ -138,6 +140,12 @@ fn aggregate_at(
 pub fn register(r: &mut Registry) {
     r.add_operator("count", |s| {
         Ok(Arc::new(spec_from_json::<Count>("count", s)?))
+    });
+    r.add_operator("group_aggregate", |s| {
+        Ok(Arc::new(spec_from_json::<GroupAggregate>(
+            "group_aggregate",
+            s,
+        )?))
     });
     r.add_operator("interval_join", |s| {
         Ok(Arc::new(spec_from_json::<IntervalJoin>(

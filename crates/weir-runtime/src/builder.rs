@@ -573,6 +573,32 @@ impl KeyedStream {
 }
 
 impl KeyedStream {
+    /// Writes the stream to a sink, each key to one sink subtask, so a key's rows reach the
+    /// sink in their order (what an upsert sink needs, whatever the parallelism).
+    #[track_caller]
+    pub fn sink_arc(
+        &self,
+        name: impl Into<String>,
+        factory: Arc<dyn SinkFactory>,
+        parallelism: Option<usize>,
+    ) {
+        let at = here(Location::caller());
+        let key_groups = self.stream.job.state.borrow().graph.config.key_groups;
+        let edge = Partitioning::Hash {
+            keys: self.keys.clone(),
+            key_groups,
+        };
+        self.stream.job.add(
+            name.into(),
+            NodeKind::Sink { factory },
+            vec![(&self.stream, edge)],
+            at,
+            parallelism,
+        );
+    }
+}
+
+impl KeyedStream {
     /// Applies a two-input keyed operator (a join): this stream is input 0 (left), `right` is
     /// input 1; both are partitioned by their keys, so equal keys meet in one subtask.
     ///

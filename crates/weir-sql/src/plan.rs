@@ -36,8 +36,8 @@ use weir_core::watermark::WatermarkStrategy;
 use weir_operators::aggregates::{self, Aggregate};
 use weir_operators::join::join_schema;
 use weir_operators::{
-    AggStrategy, AggregateExt, IntervalJoin, IntervalJoinExt, JoinType, RegularJoin,
-    RegularJoinExt, TemporalJoin, TemporalJoinExt, WindowAggregate,
+    AggStrategy, AggregateExt, GroupAggregate, GroupAggregateExt, IntervalJoin, IntervalJoinExt,
+    JoinType, RegularJoin, RegularJoinExt, TemporalJoin, TemporalJoinExt, WindowAggregate,
 };
 use weir_runtime::graph::WatermarkAlignment;
 use weir_runtime::{
@@ -318,6 +318,9 @@ struct Rel {
     proc_time_attrs: Vec<String>,
     /// The stream columns of the table's PRIMARY KEY (a versioned table's key).
     primary_key: Vec<String>,
+    /// For the updates of a GROUP BY without a window: the columns that key them (a later row
+    /// of a key replaces the earlier one).
+    upsert_keys: Option<Vec<String>>,
     alias: String,
 }
 
@@ -550,6 +553,7 @@ impl Planner {
         // Physical columns, then computed ones.
         let base = Rel {
             primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
+            upsert_keys: None,
             proc_time_attrs: proc_attrs.clone(),
             stream: stream.clone(),
             scope: physical
@@ -591,6 +595,7 @@ impl Planner {
         }));
         Ok(Rel {
             primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
+            upsert_keys: None,
             proc_time_attrs: proc_attrs,
             stream: stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
@@ -775,6 +780,9 @@ impl Planner {
                     .join(", ")
             )));
         }
+        if let Some(keys) = &rel.upsert_keys {
+            check_upsert_sink(sink, &sink_cols, &exprs, keys)?;
+        }
         // Columns by position, cast to the sink's types (as Flink does).
         let schema = rel.stream.schema();
         let mut out = Vec::new();
@@ -784,9 +792,17 @@ impl Planner {
             out.push((name.clone(), if same { e } else { e.cast(t) }));
         }
         let (factory, parallelism) = self.sink_factory(sink)?;
-        rel.stream
-            .apply("calc", Arc::new(Calc::project(out)))
-            .sink_arc(sink.name.clone(), factory, parallelism);
+        let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
+        if is_upsert(sink) {
+            // A key's updates must reach the topic in order: one sink subtask per key.
+            let pk: Vec<String> = (sink.primary_key.iter())
+                .map(|k| table_column(sink, k))
+                .collect();
+            rows.key_by(&pk)
+                .sink_arc(sink.name.clone(), factory, parallelism);
+        } else {
+            rows.sink_arc(sink.name.clone(), factory, parallelism);
+        }
         Ok(())
     }
 
@@ -813,6 +829,13 @@ impl Planner {
         for j in &from.joins {
             rel = self.join(rel, j)?;
         }
+        if rel.upsert_keys.is_some()
+            && (window.is_some() || select.selection.is_some() || !from.joins.is_empty())
+        {
+            return Err(plan_err(
+                    "the rows of a GROUP BY without a window update their key's result: weir writes them to an upsert sink, but does not window, filter or join them yet",
+                ));
+        }
         if let Some(w) = &select.selection {
             let pred = scalar(w, &rel)?;
             rel.stream = rel.stream.apply("calc", Arc::new(Calc::filter(pred)));
@@ -823,10 +846,10 @@ impl Planner {
         };
         match (window, grouped) {
             (Some(w), true) => self.window_aggregate(rel, w, select),
-            (Some(_), false) => Err(plan_err("a window table function needs GROUP BY ..., window_start, window_end")),
-            (None, true) => Err(plan_err(
-                "GROUP BY without a window: weir aggregates in event-time windows; use FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
+            (Some(_), false) => Err(plan_err(
+                "a window table function needs GROUP BY ..., window_start, window_end",
             )),
+            (None, true) => self.group_aggregate(rel, select),
             (None, false) => {
                 let exprs = select_exprs(select, &rel, None)?;
                 Ok((rel, exprs))
@@ -926,6 +949,24 @@ impl Planner {
                 time_columns.push("__event_time".into());
             }
         }
+        let upsert_keys = match &rel.upsert_keys {
+            Some(keys) => {
+                let mut named = Vec::new();
+                for k in keys {
+                    let out = cols.iter().find(|(_, e)| e.as_column().as_ref() == Some(k));
+                    match out {
+                        Some((n, _)) => named.push(n.clone()),
+                        None => {
+                            return Err(plan_err(format!(
+                                "view `{alias}` over a GROUP BY without a window must select its group keys as they are (missing `{k}`): its rows update their key's result"
+                            )))
+                        }
+                    }
+                }
+                Some(named)
+            }
+            None => None,
+        };
         let scope = cols
             .iter()
             .filter(|(n, _)| n != "__event_time")
@@ -937,6 +978,7 @@ impl Planner {
             .collect();
         Ok(Rel {
             primary_key: Vec::new(),
+            upsert_keys,
             proc_time_attrs: Vec::new(),
             stream: rel.stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,
@@ -947,6 +989,11 @@ impl Planner {
 
     fn join(&self, left: Rel, j: &sqlparser::ast::Join) -> Result<Rel> {
         let (right, version) = self.table_factor(&j.relation)?;
+        if left.upsert_keys.is_some() || right.upsert_keys.is_some() {
+            return Err(plan_err(
+                "joining the rows of a GROUP BY without a window (updates per key) is not supported yet",
+            ));
+        }
         let (jt, on) = match &j.join_operator {
             JoinOperator::Join(JoinConstraint::On(e))
             | JoinOperator::Inner(JoinConstraint::On(e)) => (JoinType::Inner, e),
@@ -1119,6 +1166,7 @@ impl Planner {
         };
         Ok(Rel {
             primary_key: Vec::new(),
+            upsert_keys: None,
             proc_time_attrs: {
                 let mut p = left.proc_time_attrs.clone();
                 p.extend(right.proc_time_attrs.clone());
@@ -1182,50 +1230,54 @@ impl Planner {
         Ok((rel, w))
     }
 
+    /// A GROUP BY without a window: a continuous aggregation whose rows update their key's
+    /// result, with the state TTL bounding its keys.
+    fn group_aggregate(&self, rel: Rel, select: &Select) -> Result<(Rel, Vec<SqlScalar>)> {
+        let ttl = self
+            .settings
+            .get("table.exec.state.ttl")
+            .map(|v| duration_ms("table.exec.state.ttl", v))
+            .transpose()?;
+        let Some(ttl) = ttl else {
+            return Err(plan_err(
+                "GROUP BY without a window keeps a group per key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time) and write to an 'upsert-kafka' table, or aggregate in event-time windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
+            ));
+        };
+        if rel.upsert_keys.is_some() {
+            return Err(plan_err(
+                "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
+            ));
+        }
+        let (rel, keys, aggs) = grouping(rel, select, false)?;
+        let mut g = GroupAggregate::with_ttl(ttl);
+        for (_, a) in &aggs {
+            g = g.aggregate(a.clone());
+        }
+        let stream = rel.stream.key_by(&keys).group_aggregate(g);
+        let scope = (rel.scope.iter())
+            .filter(|e| keys.contains(&e.column))
+            .cloned()
+            .collect();
+        let out = Rel {
+            stream,
+            scope,
+            time_columns: Vec::new(),
+            proc_time_attrs: Vec::new(),
+            primary_key: Vec::new(),
+            upsert_keys: Some(keys),
+            alias: rel.alias.clone(),
+        };
+        let exprs = select_exprs(select, &out, Some(&aggs))?;
+        Ok((out, exprs))
+    }
+
     fn window_aggregate(
         &self,
         rel: Rel,
         mut w: WindowAggregate,
         select: &Select,
     ) -> Result<(Rel, Vec<SqlScalar>)> {
-        let GroupByExpr::Expressions(group, _) = &select.group_by else {
-            return Err(plan_err("GROUP BY ALL is not supported"));
-        };
-        let mut keys = Vec::new();
-        for g in group {
-            let name = ident_name(g)
-                .ok_or_else(|| plan_err(format!("GROUP BY {g}: weir groups by columns")))?;
-            if name.eq_ignore_ascii_case("window_start") || name.eq_ignore_ascii_case("window_end")
-            {
-                continue;
-            }
-            keys.push(rel.resolve(None, &name)?);
-        }
-        if keys.is_empty() {
-            return Err(plan_err(
-                "a window aggregation needs at least one key column in GROUP BY besides the window",
-            ));
-        }
-        // Aggregate calls of the select list become the operator's aggregates.
-        let mut aggs: Vec<(String, Aggregate)> = Vec::new();
-        let mut args: Vec<(String, SqlScalar)> = Vec::new();
-        for item in &select.projection {
-            let e = match item {
-                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
-                _ => continue,
-            };
-            collect_aggregates(e, &rel, &mut aggs, &mut args)?;
-        }
-        // Aggregated expressions (`SUM(price * qty)`) become columns first.
-        let mut rel = rel;
-        if !args.is_empty() {
-            let schema = rel.stream.schema();
-            let mut cols: Vec<(String, SqlScalar)> = (schema.fields().iter())
-                .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
-                .collect();
-            cols.extend(args);
-            rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
-        }
+        let (rel, keys, aggs) = grouping(rel, select, true)?;
         for (_, a) in &aggs {
             w = w.aggregate(a.clone());
         }
@@ -1285,6 +1337,7 @@ impl Planner {
         }
         let windowed = Rel {
             primary_key: Vec::new(),
+            upsert_keys: None,
             proc_time_attrs: Vec::new(),
             stream,
             scope,
@@ -1294,6 +1347,110 @@ impl Planner {
         let exprs = select_exprs(select, &windowed, Some(&aggs))?;
         Ok((windowed, exprs))
     }
+}
+
+/// Rows that update their key's result go only to an upsert sink whose PRIMARY KEY receives
+/// exactly the group keys.
+fn check_upsert_sink(
+    sink: &TableDef,
+    sink_cols: &[(String, DataType)],
+    exprs: &[SqlScalar],
+    keys: &[String],
+) -> Result<()> {
+    let fix = format!(
+        "write it to an 'upsert-kafka' table whose PRIMARY KEY takes the group keys ({})",
+        keys.join(", ")
+    );
+    if !is_upsert(sink) || sink.primary_key.is_empty() {
+        return Err(plan_err(format!(
+            "INSERT INTO `{}`: a GROUP BY without a window gives updates of each key's result, which an append-only table cannot hold; {fix}",
+            sink.name
+        )));
+    }
+    let mut fed: Vec<String> = Vec::new();
+    for pk in &sink.primary_key {
+        let pos = sink_cols
+            .iter()
+            .position(|(n, _)| n.eq_ignore_ascii_case(pk));
+        match pos.and_then(|p| exprs[p].as_column()) {
+            Some(c) if keys.contains(&c) => fed.push(c),
+            _ => {
+                return Err(plan_err(format!(
+                "INSERT INTO `{}`: its PRIMARY KEY column `{pk}` must receive a group key; {fix}",
+                sink.name
+            )))
+            }
+        }
+    }
+    if keys.iter().any(|k| !fed.contains(k)) {
+        return Err(plan_err(format!(
+            "INSERT INTO `{}`: PRIMARY KEY ({}) does not take every group key; {fix}",
+            sink.name,
+            sink.primary_key.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// A grouped relation, its keys (stream columns) and its aggregates (by their SQL text).
+type Grouping = (Rel, Vec<String>, Vec<(String, Aggregate)>);
+
+/// The keys (stream columns) and aggregates of a grouped SELECT, and the relation to aggregate
+/// (with aggregated expressions computed into columns). `windowed`: `window_start` and
+/// `window_end` in GROUP BY name the window, not keys.
+fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grouping> {
+    let GroupByExpr::Expressions(group, _) = &select.group_by else {
+        return Err(plan_err("GROUP BY ALL is not supported"));
+    };
+    if let Some(h) = &select.having {
+        return Err(plan_err(format!(
+            "HAVING {h} is not supported yet; filter the aggregated rows in an outer query or view"
+        )));
+    }
+    let mut keys = Vec::new();
+    for g in group {
+        let name = ident_name(g)
+            .ok_or_else(|| plan_err(format!("GROUP BY {g}: weir groups by columns")))?;
+        if windowed
+            && (name.eq_ignore_ascii_case("window_start")
+                || name.eq_ignore_ascii_case("window_end"))
+        {
+            continue;
+        }
+        let column = match g {
+            SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+                rel.resolve(Some(&p[0].value), &name)?
+            }
+            _ => rel.resolve(None, &name)?,
+        };
+        keys.push(column);
+    }
+    if keys.is_empty() {
+        return Err(plan_err(
+            "an aggregation needs at least one key column in GROUP BY (besides the window)",
+        ));
+    }
+    // Aggregate calls of the select list become the operator's aggregates.
+    let mut aggs: Vec<(String, Aggregate)> = Vec::new();
+    let mut args: Vec<(String, SqlScalar)> = Vec::new();
+    for item in &select.projection {
+        let e = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => continue,
+        };
+        collect_aggregates(e, &rel, &mut aggs, &mut args)?;
+    }
+    // Aggregated expressions (`SUM(price * qty)`) become columns first.
+    let mut rel = rel;
+    if !args.is_empty() {
+        let schema = rel.stream.schema();
+        let mut cols: Vec<(String, SqlScalar)> = (schema.fields().iter())
+            .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+            .collect();
+        cols.extend(args);
+        rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
+    }
+    Ok((rel, keys, aggs))
 }
 
 fn is_proctime(e: &SqlExpr) -> bool {

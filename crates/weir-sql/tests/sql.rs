@@ -97,6 +97,10 @@ fn errors_users_meet() {
         ),
         ("group_by_without_window", format!("{TABLES} INSERT INTO out2 SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id")),
         (
+            "group_by_into_an_append_table",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id"),
+        ),
+        (
             "salted_median",
             format!(
                 "{TABLES} SET 'weir.aggregation.salts' = '4';

@@ -235,3 +235,61 @@ fn upsert_kafka_misuse_is_refused_with_the_fix() {
     .to_string();
     assert!(msg.contains("needs PRIMARY KEY"), "{msg}");
 }
+
+/// A GROUP BY without a window, with a state TTL, into an `upsert-kafka` table: the last record
+/// of each key is the key's count over the whole input (the TTL is longer than the input).
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn group_by_without_a_window_upserts_each_keys_latest_result() {
+    let rt = rt();
+    let out = topic(&rt, "clicks-per-ad", 1);
+    let input = fixtures().join("small/input");
+    let sql = format!(
+        "
+SET 'table.exec.state.ttl' = '1 d';
+SET 'parallelism.default' = '2';
+CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = '{input}/clicks.csv', 'format' = 'csv', 'csv.header' = 'true');
+CREATE TABLE clicks_per_ad (ad_id BIGINT, clicks BIGINT, users BIGINT, PRIMARY KEY (ad_id) NOT ENFORCED)
+WITH ('connector' = 'upsert-kafka', 'topic' = '{out}', 'properties.bootstrap.servers' = '{kafka}',
+      'key.format' = 'json', 'value.format' = 'json');
+INSERT INTO clicks_per_ad SELECT ad_id, COUNT(*), MAX(user_id) FROM clicks GROUP BY ad_id;",
+        input = input.display(),
+        kafka = bootstrap(),
+    );
+    let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
+    let plan = graph.to_string();
+    assert!(
+        plan.contains("group_aggregate") && plan.contains("TTL"),
+        "{plan}"
+    );
+    rt.block_on(weir_runtime::exec::run(
+        graph,
+        Arc::new(weir_core::SystemClock),
+    ))
+    .unwrap();
+
+    let mut want: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    let clicks = std::fs::read_to_string(input.join("clicks.csv")).unwrap();
+    for l in clicks.lines().skip(1) {
+        let f: Vec<i64> = l.split(',').map(|x| x.parse().unwrap()).collect();
+        let e = want.entry(f[1]).or_insert((0, i64::MIN));
+        e.0 += 1;
+        e.1 = e.1.max(f[2]);
+    }
+    let mut latest: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    let records = read_all(&out);
+    for (key, value) in &records {
+        let k: serde_json::Value = serde_json::from_str(key).unwrap();
+        let v: serde_json::Value = serde_json::from_str(value.as_deref().unwrap()).unwrap();
+        let ad = k["ad_id"].as_i64().unwrap();
+        assert_eq!(v["ad_id"].as_i64(), Some(ad));
+        latest.insert(
+            ad,
+            (v["clicks"].as_i64().unwrap(), v["users"].as_i64().unwrap()),
+        );
+    }
+    assert!(records.len() >= want.len());
+    assert_eq!(latest, want);
+}

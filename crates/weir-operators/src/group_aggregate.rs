@@ -1,0 +1,340 @@
+//! `.key_by(keys).group_aggregate(GroupAggregate::with_ttl(ttl).aggregate(count("n")))`: a
+//! continuous aggregation per key, without windows (Flink's `GROUP BY k` on a stream).
+//!
+//! # Results
+//!
+//! After each input batch, one row `key columns..., aggregates...` for every key the batch
+//! touched: the key's result so far. The output is an upsert stream keyed by the key columns (a
+//! later row of a key replaces the earlier one), for sinks that keep the latest row per key
+//! (`upsert-kafka`); how many intermediate rows a key gets depends on batching, its latest row
+//! does not. The output has no event time: its rows are updates, not events.
+//!
+//! # State
+//!
+//! One group per key, dropped once the key has had no row for `ttl_ms` of event time (the
+//! watermark passes its greatest event time plus the TTL), as Flink's state TTL, but in event
+//! time; a later row of that key starts it again from nothing. Without a TTL the state would grow
+//! with the number of keys forever, so a TTL is required. Every row counts: nothing here buffers
+//! by time, so no row is late.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::batch::{event_time_index, event_times};
+use weir_core::keys::{hash_key, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::{
+    Context, Error, KeyedStream, Operator, Result, Stream, StreamBatch, SubtaskInfo,
+};
+use weir_state::StateSize;
+
+use crate::aggregates::{self, Aggregate, Bound, State};
+use crate::join::{ExpiryQueue, KeySlots};
+
+/// The spec of a continuous aggregation per key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupAggregate {
+    #[serde(default)]
+    pub keys: Vec<String>,
+    pub aggregates: Vec<Aggregate>,
+    /// A key's state is dropped this long (event time) after its last row.
+    pub ttl_ms: i64,
+}
+
+impl GroupAggregate {
+    /// An aggregation whose keys are forgotten `ttl_ms` of event time after their last row.
+    pub fn with_ttl(ttl_ms: i64) -> Self {
+        GroupAggregate {
+            keys: Vec::new(),
+            aggregates: Vec::new(),
+            ttl_ms,
+        }
+    }
+
+    /// Adds an aggregate.
+    pub fn aggregate(mut self, a: Aggregate) -> Self {
+        self.aggregates.push(a);
+        self
+    }
+
+    fn check(&self, input: &StreamInfo) -> Result<(SchemaRef, Vec<Bound>, usize)> {
+        if self.ttl_ms <= 0 {
+            return Err(Error::config(
+                "ttl_ms",
+                self.ttl_ms,
+                "a continuous aggregation keeps a group per key until its TTL passes; give a positive TTL",
+            ));
+        }
+        if self.aggregates.is_empty() {
+            return Err(Error::plan(
+                "a group aggregation needs at least one aggregate",
+            ));
+        }
+        let et = input.event_time.as_ref().ok_or_else(|| {
+            Error::plan(
+                "a group aggregation expires keys in event time; declare the source's event-time column",
+            )
+        })?;
+        let et = event_time_index(&input.schema, et)?;
+        KeyEncoder::new(&input.schema, &self.keys)?;
+        let bound = (self.aggregates.iter())
+            .map(|a| Bound::new(a, &input.schema))
+            .collect::<Result<Vec<_>>>()?;
+        let mut fields: Vec<Field> = (self.keys.iter())
+            .map(|k| input.schema.field_with_name(k).cloned())
+            .collect::<std::result::Result<_, _>>()?;
+        fields.extend(bound.iter().map(Bound::output_field));
+        Ok((Arc::new(Schema::new(fields)), bound, et))
+    }
+}
+
+impl OperatorFactory for GroupAggregate {
+    fn kind(&self) -> &'static str {
+        "group_aggregate"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("group aggregate spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let input = weir_runtime::ops::single_input("group_aggregate", inputs)?;
+        let (schema, _, _) = self.check(input)?;
+        Ok(StreamInfo {
+            schema,
+            event_time: None,
+        })
+    }
+    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let input = weir_runtime::ops::single_input("group_aggregate", inputs)?;
+        let (schema, bound, event_time) = self.check(input)?;
+        Ok(Box::new(GroupAggregateOp {
+            encoder: KeyEncoder::new(&input.schema, &self.keys)?,
+            ttl_ms: self.ttl_ms,
+            schema,
+            bound,
+            event_time,
+            groups: KeySlots::new(),
+            expiry: ExpiryQueue::new(),
+            touched: Vec::new(),
+            batch_of_slot: Vec::new(),
+            batches: 0,
+            group_count: 0,
+            expired: 0,
+        }))
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{} per ({}), an update per key and batch; keeps one group per key until {} ms of event time pass without a row of it (TTL)",
+            aggregates::describe(&self.aggregates),
+            self.keys.join(", "),
+            self.ttl_ms
+        )
+    }
+}
+
+/// Builder method for continuous aggregations on keyed streams.
+pub trait GroupAggregateExt {
+    /// A continuous aggregation per key (see the module docs).
+    #[track_caller]
+    fn group_aggregate(&self, agg: GroupAggregate) -> Stream;
+}
+
+impl GroupAggregateExt for KeyedStream {
+    #[track_caller]
+    fn group_aggregate(&self, mut agg: GroupAggregate) -> Stream {
+        let at = weir_runtime::builder::caller_location();
+        agg.keys = self.keys().to_vec();
+        self.apply_at("group_aggregate".into(), Arc::new(agg), at)
+    }
+}
+
+#[derive(Default)]
+struct Group {
+    /// Empty while the slot is free.
+    states: Vec<State>,
+    last_event_time: i64,
+}
+
+/// One subtask of a continuous aggregation.
+pub struct GroupAggregateOp {
+    encoder: KeyEncoder,
+    ttl_ms: i64,
+    schema: SchemaRef,
+    bound: Vec<Bound>,
+    event_time: usize,
+    groups: KeySlots<Group>,
+    expiry: ExpiryQueue,
+    /// Slots this batch touched, each once.
+    touched: Vec<usize>,
+    /// Per slot, the number of the batch that last touched it.
+    batch_of_slot: Vec<u64>,
+    batches: u64,
+    group_count: u64,
+    expired: u64,
+}
+
+impl Operator for GroupAggregateOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let data = batch.data;
+        if data.num_rows() == 0 {
+            return Ok(());
+        }
+        self.batches += 1;
+        let times = event_times(&data, self.event_time)?;
+        let keys = self.encoder.encode(&data)?;
+        let values: Vec<aggregates::Values> = (self.bound.iter())
+            .map(|b| b.values(&data))
+            .collect::<Result<_>>()?;
+        for (i, key) in keys.iter().enumerate() {
+            let key = key.as_ref();
+            let slot = self.groups.slot_for(hash_key(key), key);
+            let g = self.groups.get_mut(slot);
+            if g.states.is_empty() {
+                g.states = self.bound.iter().map(Bound::init).collect();
+                g.last_event_time = i64::MIN;
+                self.group_count += 1;
+            }
+            g.last_event_time = g.last_event_time.max(times[i]);
+            for (s, v) in g.states.iter_mut().zip(&values) {
+                s.update(v, i);
+            }
+            if self.batch_of_slot.len() <= slot {
+                self.batch_of_slot.resize(slot + 1, 0);
+            }
+            if self.batch_of_slot[slot] != self.batches {
+                self.batch_of_slot[slot] = self.batches;
+                self.touched.push(slot);
+            }
+        }
+        let touched = std::mem::take(&mut self.touched);
+        for &slot in &touched {
+            let g = self.groups.get(slot);
+            self.expiry
+                .push(g.last_event_time.saturating_add(self.ttl_ms), slot, 0);
+        }
+        self.emit(&touched, ctx)?;
+        self.touched = touched;
+        self.touched.clear();
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
+        let mut due = Vec::new();
+        self.expiry.pop_due(watermark.0, &mut due);
+        for (slot, _) in due {
+            // A key touched again since this entry has a later one; a freed slot has none.
+            let g = self.groups.get(slot);
+            if g.states.is_empty() || g.last_event_time.saturating_add(self.ttl_ms) > watermark.0 {
+                continue;
+            }
+            *self.groups.get_mut(slot) = Group::default();
+            self.groups.release(slot);
+            self.group_count -= 1;
+            self.expired += 1;
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        let per_group = (self.bound.len() * std::mem::size_of::<State>()) as u64 + 48;
+        StateSize {
+            rows: self.group_count,
+            bytes: self.group_count * per_group + self.groups.index_bytes(),
+        }
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("groups", self.group_count as i64),
+            ("groups_expired_by_ttl", self.expired as i64),
+        ]);
+    }
+}
+
+impl GroupAggregateOp {
+    fn emit(&self, slots: &[usize], ctx: &mut Context) -> Result<()> {
+        for chunk in slots.chunks(8192) {
+            let parser = self.encoder.parser();
+            let mut cols =
+                (self.encoder).decode(chunk.iter().map(|&s| parser.parse(self.groups.key(s))))?;
+            for j in 0..self.bound.len() {
+                let states: Vec<&State> = (chunk.iter())
+                    .map(|&s| &self.groups.get(s).states[j])
+                    .collect();
+                cols.push(aggregates::finish(&states));
+            }
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregates::{count, sum};
+    use weir_runtime::Port;
+    use weir_testkit::{rows, sorted_lines, Harness};
+
+    fn harness() -> Harness {
+        let input = StreamInfo {
+            schema: rows!("ad clicks ts\n a1 1 0").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = GroupAggregate {
+            keys: vec!["ad".into()],
+            ..GroupAggregate::with_ttl(10_000)
+                .aggregate(count("n"))
+                .aggregate(sum("clicks", "total"))
+        };
+        Harness::of(&spec, &[input])
+    }
+
+    #[test]
+    fn each_batch_updates_the_keys_it_touched() {
+        let mut h = harness();
+        h.push(
+            0,
+            rows!(
+                "ad clicks ts
+                 a1 2      1000
+                 a2 5      1500
+                 a1 1      2000"
+            ),
+        );
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,2,3", "a2,1,5"]);
+        h.push(0, rows!("ad clicks ts\n a1 4 3000"));
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,3,7"]);
+    }
+
+    #[test]
+    fn a_key_idle_for_its_ttl_is_forgotten_and_starts_again() {
+        let mut h = harness();
+        h.push(0, rows!("ad clicks ts\n a1 2 1000\n a2 5 6000"));
+        h.take(Port::Main);
+        // a1's last row at 1000: gone once the watermark passes 11 000; a2 (6000) stays.
+        h.watermark(11_000);
+        assert_eq!(h.state_size().rows, 1);
+        h.push(0, rows!("ad clicks ts\n a1 4 12000\n a2 1 12000"));
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,1,4", "a2,2,6"]);
+    }
+
+    #[test]
+    fn no_ttl_is_refused_naming_the_setting() {
+        let input = StreamInfo {
+            schema: rows!("ad clicks ts\n a1 1 0").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = GroupAggregate {
+            keys: vec!["ad".into()],
+            ..GroupAggregate::with_ttl(0).aggregate(count("n"))
+        };
+        let err = spec.plan(&[input]).unwrap_err().to_string();
+        assert!(err.contains("TTL"), "{err}");
+    }
+}
