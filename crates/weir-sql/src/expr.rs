@@ -30,7 +30,7 @@ use datafusion_expr::{
 };
 use datafusion_optimizer::simplify_expressions::ExprSimplifier;
 use datafusion_physical_expr::PhysicalExpr;
-use datafusion_sql::planner::{PlannerContext, SqlToRel};
+use datafusion_sql::planner::{ParserOptions, PlannerContext, SqlToRel};
 use serde::{Deserialize, Serialize};
 use sqlparser::parser::Parser;
 use weir_core::expr::ScalarFunction;
@@ -92,7 +92,8 @@ impl SqlScalar {
         let ast = parse_expr(&self.sql).map_err(|e| e.to_string())?;
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(fail)?;
         let provider = functions();
-        let planner = SqlToRel::new(provider);
+        let planner =
+            SqlToRel::new_with_options(provider, ParserOptions::from(&provider.options.sql_parser));
         let logical = planner
             .sql_to_expr(ast, &df_schema, &mut PlannerContext::new())
             .map_err(fail)?;
@@ -211,10 +212,15 @@ fn functions() -> &'static Functions {
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
             Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
         ];
+        let mut options = ConfigOptions::default();
+        // Flink's types: STRING is Utf8 (what weir's connectors and keys use), and a literal
+        // with a decimal point is a DECIMAL.
+        options.sql_parser.map_string_types_to_utf8view = false;
+        options.sql_parser.parse_float_as_decimal = true;
         Functions {
             scalars,
             planners,
-            options: ConfigOptions::default(),
+            options,
         }
     })
 }
@@ -469,6 +475,18 @@ mod tests {
         assert_eq!(v, ["true", ""]);
         let (_, v) = eval("date_trunc('minute', TO_TIMESTAMP_LTZ(`ts`, 3) + INTERVAL '30' SECOND)");
         assert_eq!(v, ["1970-01-01T00:01:00Z", "1970-01-01T00:01:00Z"]);
+    }
+
+    #[test]
+    fn flink_type_names_cast() {
+        let (t, v) = eval("CAST(`ts` AS STRING) || CAST(CAST('1.5' AS DECIMAL(10, 2)) AS VARCHAR)");
+        assert_eq!((t, v[0].as_str()), (DataType::Utf8, "600001.50"));
+        let (t, v) = eval("`amount` * 1.1");
+        assert_eq!((t, v[0].as_str()), (DataType::Decimal128(15, 3), "11.550"));
+        let (t, _) = eval("CAST(`ts` AS INT)");
+        assert_eq!(t, DataType::Int32);
+        let (t, _) = eval("CAST(`amount` AS DOUBLE) + CAST(`ts` AS BIGINT)");
+        assert_eq!(t, DataType::Float64);
     }
 
     #[test]
