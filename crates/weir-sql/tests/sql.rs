@@ -163,24 +163,8 @@ JOIN impressions i
         input = input.display(),
         out = dir.path().display()
     );
-    let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(weir_runtime::exec::run(
-            graph,
-            std::sync::Arc::new(weir_core::SystemClock),
-        ))
-        .unwrap();
-    let read = |file: &str| {
-        let mut got: Vec<String> = std::fs::read_to_string(dir.path().join(file))
-            .unwrap()
-            .lines()
-            .skip(1)
-            .map(str::to_string)
-            .collect();
-        got.sort();
-        got
-    };
+    run(&sql);
+    let read = |file: &str| output_lines(dir.path(), file);
     let got = read("pairs.csv");
     let mut want: Vec<String> =
         std::fs::read_to_string(fixtures().join("small/expected/interval_join.csv"))
@@ -217,8 +201,8 @@ INSERT INTO priced SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM
     );
 }
 
-/// Runs `sql` and returns the lines of `file` in the output directory (header skipped), sorted.
-fn run_to_lines(sql: &str, dir: &std::path::Path, file: &str) -> Vec<String> {
+/// Plans and runs `sql` to its end.
+fn run(sql: &str) {
     let graph = plan_job(sql, &PlanOptions::default()).unwrap();
     tokio::runtime::Runtime::new()
         .unwrap()
@@ -227,6 +211,10 @@ fn run_to_lines(sql: &str, dir: &std::path::Path, file: &str) -> Vec<String> {
             std::sync::Arc::new(weir_core::SystemClock),
         ))
         .unwrap();
+}
+
+/// The lines of output `file` in `dir` (header skipped), sorted.
+fn output_lines(dir: &std::path::Path, file: &str) -> Vec<String> {
     let mut got: Vec<String> = std::fs::read_to_string(dir.join(file))
         .unwrap()
         .lines()
@@ -235,6 +223,12 @@ fn run_to_lines(sql: &str, dir: &std::path::Path, file: &str) -> Vec<String> {
         .collect();
     got.sort();
     got
+}
+
+/// Runs `sql` and returns the lines of `file` in `dir`, sorted.
+fn run_to_lines(sql: &str, dir: &std::path::Path, file: &str) -> Vec<String> {
+    run(sql);
+    output_lines(dir, file)
 }
 
 /// Scalar expressions are DataFusion's: CASE, string functions and `||`, `%`, a WHERE with a
