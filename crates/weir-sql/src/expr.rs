@@ -198,9 +198,13 @@ fn functions() -> &'static Functions {
             ScalarFunction::UnixTimestamp,
         ]
         .map(|f| Arc::new(ScalarUDF::new_from_impl(FlinkFunction::new(f))));
+        let flink_if = Arc::new(ScalarUDF::new_from_impl(IfFunction {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }));
         for udf in datafusion_functions::all_default_functions()
             .into_iter()
             .chain(flink)
+            .chain([flink_if])
         {
             for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(|a| a.as_str()))
             {
@@ -402,6 +406,71 @@ impl ScalarUDFImpl for FlinkFunction {
     }
 }
 
+/// Flink's `IF(condition, then, else)` (a NULL condition takes `else`, as CASE WHEN does).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct IfFunction {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for IfFunction {
+    fn name(&self) -> &str {
+        "if"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
+        let [condition, then, otherwise] = arg_types else {
+            return datafusion_common::plan_err!(
+                "IF takes 3 arguments (condition, then, else), got {}",
+                arg_types.len()
+            );
+        };
+        if !matches!(condition, DataType::Boolean | DataType::Null) {
+            return datafusion_common::plan_err!(
+                "IF's condition is {condition}; it must be BOOLEAN"
+            );
+        }
+        match datafusion_expr::type_coercion::binary::type_union_resolution(&[
+            then.clone(),
+            otherwise.clone(),
+        ]) {
+            Some(t) => Ok(vec![DataType::Boolean, t.clone(), t]),
+            None => datafusion_common::plan_err!(
+                "IF's two results are {then} and {otherwise}, which have no common type"
+            ),
+        }
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(arg_types[1].clone())
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let arrays = args
+            .args
+            .iter()
+            .map(|a| a.to_array(rows))
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let condition = arrow_cast::cast(&arrays[0], &DataType::Boolean)?;
+        let condition = arrow_array::cast::AsArray::as_boolean(condition.as_ref());
+        let mask = if arrow_array::Array::null_count(condition) > 0 {
+            arrow_select::filter::prep_null_mask_filter(condition)
+        } else {
+            condition.clone()
+        };
+        Ok(ColumnarValue::Array(arrow_select::zip::zip(
+            &mask, &arrays[1], &arrays[2],
+        )?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +538,8 @@ mod tests {
         assert_eq!(v, ["ADA-3", "NOBODY-5"]);
         let (_, v) = eval("CASE WHEN `ts` > 61000 THEN 'late' ELSE 'early' END");
         assert_eq!(v, ["early", "late"]);
+        let (t, v) = eval("IF(`ts` > 61000, `ts`, 0) + IF(`name` = 'Ada', 1, 2)");
+        assert_eq!((t, v), (DataType::Int64, vec!["1".into(), "61502".into()]));
         let (_, v) = eval("`name` LIKE 'A%' OR `ts` IN (61500, 7)");
         assert_eq!(v, ["true", "true"]);
         let (_, v) = eval("regexp_like(substr(`name`, 2), '^d') AND round(abs(-1.6)) = 2");
