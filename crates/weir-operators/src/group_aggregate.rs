@@ -155,6 +155,8 @@ struct Group {
     /// Empty while the slot is free.
     states: Vec<State>,
     last_event_time: i64,
+    /// The group has its one entry in the expiry queue (moved on when it comes due early).
+    queued: bool,
 }
 
 /// One subtask of a continuous aggregation.
@@ -210,9 +212,12 @@ impl Operator for GroupAggregateOp {
         }
         let touched = std::mem::take(&mut self.touched);
         for &slot in &touched {
-            let g = self.groups.get(slot);
-            self.expiry
-                .push(g.last_event_time.saturating_add(self.ttl_ms), slot, 0);
+            let g = self.groups.get_mut(slot);
+            if !g.queued {
+                g.queued = true;
+                let at = g.last_event_time.saturating_add(self.ttl_ms);
+                self.expiry.push(at, slot, 0);
+            }
         }
         self.emit(&touched, ctx)?;
         self.touched = touched;
@@ -224,9 +229,15 @@ impl Operator for GroupAggregateOp {
         let mut due = Vec::new();
         self.expiry.pop_due(watermark.0, &mut due);
         for (slot, _) in due {
-            // A key touched again since this entry has a later one; a freed slot has none.
-            let g = self.groups.get(slot);
-            if g.states.is_empty() || g.last_event_time.saturating_add(self.ttl_ms) > watermark.0 {
+            // A key with rows since its entry was queued moves the entry to its new expiry:
+            // each group has one entry, however often it is touched.
+            let at = self
+                .groups
+                .get(slot)
+                .last_event_time
+                .saturating_add(self.ttl_ms);
+            if at > watermark.0 {
+                self.expiry.push(at, slot, 0);
                 continue;
             }
             *self.groups.get_mut(slot) = Group::default();
@@ -320,8 +331,15 @@ mod tests {
         // a1's last row at 1000: gone once the watermark passes 11 000; a2 (6000) stays.
         h.watermark(11_000);
         assert_eq!(h.state_size().rows, 1);
-        h.push(0, rows!("ad clicks ts\n a1 4 12000\n a2 1 12000"));
-        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,1,4", "a2,2,6"]);
+        // a2, touched again after its entry was queued, outlives its first expiry.
+        h.push(0, rows!("ad clicks ts\n a2 0 15000"));
+        h.take(Port::Main);
+        h.watermark(16_500);
+        assert_eq!(h.state_size().rows, 1);
+        h.watermark(25_000);
+        assert_eq!(h.state_size().rows, 0);
+        h.push(0, rows!("ad clicks ts\n a1 4 26000\n a2 1 26000"));
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,1,4", "a2,1,1"]);
     }
 
     #[test]
