@@ -127,8 +127,8 @@ pub struct Upsert {
     pub key_format: KafkaFormat,
     /// The STRING column added for the change kind: `+U` for a value, `-D` for a tombstone.
     pub op_column: String,
-    /// A BIGINT column of `columns` that a tombstone fills with its record timestamp: the
-    /// table's event-time column, so that the delete has a time.
+    /// A BIGINT (epoch ms) or TIMESTAMP(3) column of `columns` that a tombstone fills with its
+    /// record timestamp: the table's event-time column, so that the delete has a time.
     #[serde(default)]
     pub time_column: Option<String>,
 }
@@ -258,12 +258,23 @@ impl KafkaSource {
                     "a raw key holds one column; use json or csv for a composite key",
                 ));
             }
-            if let Some(t) = u.time_column.as_ref().filter(|t| !known(t)) {
-                return Err(Error::config(
-                    "upsert.time_column",
-                    t,
-                    "not a column of the value",
-                ));
+            if let Some(t) = &u.time_column {
+                let time_type = (spec.columns.iter())
+                    .find(|c| c.name == *t)
+                    .map(|c| &c.data_type);
+                if !matches!(
+                    time_type,
+                    Some(
+                        DataType::Int64
+                            | DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, _)
+                    )
+                ) {
+                    return Err(Error::config(
+                        "upsert.time_column",
+                        t,
+                        "a tombstone's time goes into a BIGINT (epoch ms) or TIMESTAMP(3) column of the value",
+                    ));
+                }
             }
             fields.push(Field::new(&u.op_column, DataType::Utf8, false));
         }

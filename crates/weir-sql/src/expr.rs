@@ -406,7 +406,9 @@ impl ScalarUDFImpl for FlinkFunction {
     }
 }
 
-/// Flink's `IF(condition, then, else)` (a NULL condition takes `else`, as CASE WHEN does).
+/// Flink's `IF(condition, then, else)` (a NULL condition takes `else`, as CASE WHEN does). The
+/// simplifier turns it into CASE, so only the branch a row takes is evaluated:
+/// `IF(qty = 0, 0, amount / qty)` never divides by zero.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct IfFunction {
     signature: Signature,
@@ -448,6 +450,24 @@ impl ScalarUDFImpl for IfFunction {
         Ok(arg_types[1].clone())
     }
 
+    fn simplify(
+        &self,
+        args: Vec<datafusion_expr::Expr>,
+        _info: &SimplifyContext,
+    ) -> datafusion_common::Result<datafusion_expr::simplify::ExprSimplifyResult> {
+        let Ok([condition, then, otherwise]) = <[datafusion_expr::Expr; 3]>::try_from(args) else {
+            return datafusion_common::plan_err!("IF takes 3 arguments (condition, then, else)");
+        };
+        Ok(datafusion_expr::simplify::ExprSimplifyResult::Simplified(
+            datafusion_expr::Expr::Case(datafusion_expr::expr::Case {
+                expr: None,
+                when_then_expr: vec![(Box::new(condition), Box::new(then))],
+                else_expr: Some(Box::new(otherwise)),
+            }),
+        ))
+    }
+
+    // Reached only by an expression that skipped the simplifier: both branches are computed.
     fn invoke_with_args(
         &self,
         args: ScalarFunctionArgs,
@@ -540,6 +560,9 @@ mod tests {
         assert_eq!(v, ["early", "late"]);
         let (t, v) = eval("IF(`ts` > 61000, `ts`, 0) + IF(`name` = 'Ada', 1, 2)");
         assert_eq!((t, v), (DataType::Int64, vec!["1".into(), "61502".into()]));
+        // Only the branch a row takes is evaluated: the second row never divides by zero.
+        let (_, v) = eval("IF(`ts` > 61000, -1, `ts` / (`ts` - 61500))");
+        assert_eq!(v, ["-40", "-1"]);
         let (_, v) = eval("`name` LIKE 'A%' OR `ts` IN (61500, 7)");
         assert_eq!(v, ["true", "true"]);
         let (_, v) = eval("regexp_like(substr(`name`, 2), '^d') AND round(abs(-1.6)) = 2");

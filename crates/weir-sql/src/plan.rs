@@ -678,12 +678,10 @@ impl Planner {
                 spec.start = StartPosition::Earliest;
                 spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
                 spec.upsert = Some(Upsert {
-                    key_columns: t.primary_key.clone(),
+                    key_columns: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
                     key_format: kafka_format(t, "key.format", t.options.get("key.format"))?,
                     op_column: OP_COLUMN.into(),
-                    time_column: event_time_column
-                        .filter(|c| physical.iter().any(|(n, d)| n == c && *d == DataType::Int64))
-                        .map(str::to_string),
+                    time_column: event_time_column.map(str::to_string),
                 });
                 Ok(Arc::new(KafkaSource::new(spec)?))
             }
@@ -738,7 +736,7 @@ impl Planner {
                     timestamp_column: opt("weir.timestamp-column"),
                     properties: Default::default(),
                     upsert_key: Some((
-                        t.primary_key.clone(),
+                        t.primary_key.iter().map(|k| table_column(t, k)).collect(),
                         kafka_format(t, "key.format", t.options.get("key.format"))?,
                     )),
                 };

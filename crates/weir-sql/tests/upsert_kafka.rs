@@ -45,7 +45,8 @@ fn read_all(topic: &str) -> Vec<(String, Option<String>)> {
 }
 
 /// A temporal join whose versioned table is an `upsert-kafka` topic: the fixture's rates as
-/// upserts keyed by currency, plus a tombstone that deletes one currency after its last version.
+/// upserts keyed by currency, plus a tombstone that deletes one currency after its last version
+/// (its time, from the record timestamp, lands in the table's TIMESTAMP(3) event-time column).
 /// Orders priced before the delete match as in Flink's output; those after it find no version.
 /// The priced orders also go to an `upsert-kafka` sink keyed by order id.
 #[test]
@@ -102,9 +103,9 @@ fn upsert_kafka_versions_and_tombstones_drive_a_temporal_join() {
 CREATE TABLE orders (order_id BIGINT, currency STRING, amount DECIMAL(12, 2), ts BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'filesystem', 'path' = '{input}/orders.csv', 'format' = 'csv', 'csv.header' = 'true');
-CREATE TABLE rates (currency STRING, rate DECIMAL(12, 6), ts BIGINT,
-  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND,
-  PRIMARY KEY (currency) NOT ENFORCED
+CREATE TABLE rates (currency STRING, rate DECIMAL(12, 6), ts TIMESTAMP(3),
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND,
+  PRIMARY KEY (CURRENCY) NOT ENFORCED
 ) WITH ('connector' = 'upsert-kafka', 'topic' = '{rates_topic}',
         'properties.bootstrap.servers' = '{kafka}', 'key.format' = 'raw', 'value.format' = 'json',
         'weir.bounded' = 'true');
