@@ -1078,15 +1078,17 @@ impl Planner {
                     rest[0]
                 )));
             }
-            let missing: Vec<&String> = (right.primary_key.iter())
-                .filter(|k| !rkeys.contains(k))
-                .collect();
-            if !missing.is_empty() {
+            // The versions are keyed by the PRIMARY KEY: ON equates exactly it (another
+            // equality would look versions up per a different key).
+            let pk_ok = right.primary_key.is_empty()
+                || (right.primary_key.iter().all(|k| rkeys.contains(k))
+                    && rkeys.iter().all(|k| right.primary_key.contains(k)));
+            if !pk_ok {
                 return Err(plan_err(format!(
-                    "temporal join with `{}`: its PRIMARY KEY ({}) keys the versions, so ON must equate all of it; missing: {}",
+                    "temporal join with `{}`: its PRIMARY KEY ({}) keys the versions, so ON must equate exactly it; ON equates ({}). Filter on other columns after the join",
                     right.alias,
                     right.primary_key.join(", "),
-                    missing.iter().map(|k| format!("{}.{k}", right.alias)).collect::<Vec<_>>().join(", ")
+                    rkeys.join(", ")
                 )));
             }
             let mut t = TemporalJoin::new()
@@ -1199,15 +1201,41 @@ impl Planner {
             Some((name, q)) => self.view(q, &name.clone())?,
             None => {
                 let t = self.table(&ObjectName::from(vec![sqlparser::ast::Ident::new(&table)]))?;
+                if is_upsert(t) {
+                    return Err(plan_err(format!(
+                        "{}: table `{}` ('upsert-kafka') is a changelog; weir reads it as the versioned table of a temporal join only",
+                        f.name, t.name
+                    )));
+                }
                 self.source(t, &t.name.clone())?
             }
         };
-        let descriptor_ok = matches!(args.get(1), Some(SqlExpr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR"));
-        if !descriptor_ok {
-            return Err(plan_err(format!(
-                "{}: the second argument is DESCRIPTOR(<time attribute>)",
-                f.name
-            )));
+        let descriptor = match args.get(1) {
+            Some(SqlExpr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") => {
+                function_args(&d.args)?
+            }
+            _ => {
+                return Err(plan_err(format!(
+                    "{}: the second argument is DESCRIPTOR(<time attribute>)",
+                    f.name
+                )))
+            }
+        };
+        // Windows are in the stream's event time: the descriptor must name it.
+        match descriptor.as_slice() {
+            [c] if rel.is_time_attr(c) => {}
+            _ => {
+                return Err(plan_err(format!(
+                    "{}: DESCRIPTOR({}) must name the table's time attribute: {}",
+                    f.name,
+                    descriptor
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    rel.time_attr_names()
+                )))
+            }
         }
         let iv = |i: usize| {
             args.get(i)

@@ -108,6 +108,24 @@ fn errors_users_meet() {
                  FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
             ),
         ),
+        (
+            "window_descriptor_not_the_time_attribute",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, window_start, COUNT(*), 1.0
+                 FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(user_id), INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
+            ),
+        ),
+        (
+            "temporal_join_on_more_than_the_key",
+            format!(
+                "{TABLES} CREATE TABLE ads (ad_id BIGINT, user_id BIGINT, ts BIGINT,
+                   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND,
+                   PRIMARY KEY (ad_id) NOT ENFORCED
+                 ) WITH ('connector' = 'filesystem', 'path' = 'ads.csv', 'format' = 'csv');
+                 INSERT INTO out2 SELECT c.click_id, a.ts FROM clicks c
+                 JOIN ads FOR SYSTEM_TIME AS OF c.rt AS a ON c.ad_id = a.ad_id AND c.user_id = a.user_id"
+            ),
+        ),
         ("missing_var", "CREATE TABLE t (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '${nowhere}/t.csv', 'format' = 'csv')".to_string()),
     ];
     for (name, sql) in cases {
