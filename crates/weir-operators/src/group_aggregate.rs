@@ -13,9 +13,12 @@
 //!
 //! One group per key, dropped once the key has had no row for `ttl_ms` of event time (the
 //! watermark passes its greatest event time plus the TTL), as Flink's state TTL, but in event
-//! time; a later row of that key starts it again from nothing. Without a TTL the state would grow
-//! with the number of keys forever, so a TTL is required. Every row counts: nothing here buffers
-//! by time, so no row is late.
+//! time; a later row of that key starts it again from nothing. A row more than the TTL after its
+//! key's last row starts the key again too, before any watermark says so, so the latest row of
+//! a key does not depend on batching when a key's rows arrive in event-time order. Without a TTL
+//! the state would grow with the number of keys forever, so a TTL is required. Every row
+//! counts: nothing here buffers by time, so no row is late. MEDIAN, whose state holds every
+//! value, is refused.
 
 use std::sync::Arc;
 
@@ -72,6 +75,14 @@ impl GroupAggregate {
             return Err(Error::plan(
                 "a group aggregation needs at least one aggregate",
             ));
+        }
+        if let Some(a) = (self.aggregates.iter())
+            .find(|a| matches!(a.function, aggregates::AggregateFn::Median(_)))
+        {
+            return Err(Error::plan(format!(
+                "`{}`: a median keeps every value, so without a window its state would only grow; take it in event-time windows",
+                a.output
+            )));
         }
         let et = input.event_time.as_ref().ok_or_else(|| {
             Error::plan(
@@ -197,6 +208,11 @@ impl Operator for GroupAggregateOp {
                 g.states = self.bound.iter().map(Bound::init).collect();
                 g.last_event_time = i64::MIN;
                 self.group_count += 1;
+            } else if times[i] > g.last_event_time.saturating_add(self.ttl_ms) {
+                // Past its TTL whether or not a watermark said so yet: the result does not
+                // depend on where batches and watermarks fall.
+                g.states = self.bound.iter().map(Bound::init).collect();
+                self.expired += 1;
             }
             g.last_event_time = g.last_event_time.max(times[i]);
             for (s, v) in g.states.iter_mut().zip(&values) {
@@ -340,6 +356,30 @@ mod tests {
         assert_eq!(h.state_size().rows, 0);
         h.push(0, rows!("ad clicks ts\n a1 4 26000\n a2 1 26000"));
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,1,4", "a2,1,1"]);
+    }
+
+    /// The same rows in one batch, or in two with a watermark between, leave the same latest
+    /// result: a row past its key's TTL starts the key again either way.
+    #[test]
+    fn the_latest_result_does_not_depend_on_batching() {
+        let mut one = harness();
+        one.push(
+            0,
+            rows!("ad clicks ts\n a1 1 1000\n b1 1 16000\n a1 1 12000"),
+        );
+        let mut two = harness();
+        two.push(0, rows!("ad clicks ts\n a1 1 1000\n b1 1 16000"));
+        two.take(Port::Main);
+        two.watermark(11_000);
+        two.push(0, rows!("ad clicks ts\n a1 1 12000"));
+        let a1 = |h: &mut Harness| {
+            sorted_lines(&h.take(Port::Main))
+                .into_iter()
+                .filter(|l| l.starts_with("a1,"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(a1(&mut one), vec!["a1,1,1"]);
+        assert_eq!(a1(&mut two), vec!["a1,1,1"]);
     }
 
     #[test]

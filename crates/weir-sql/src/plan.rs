@@ -812,6 +812,16 @@ impl Planner {
             ));
         };
         let select: &Select = select;
+        if select.distinct.is_some()
+            || q.order_by.is_some()
+            || q.limit_clause.is_some()
+            || q.fetch.is_some()
+            || q.with.is_some()
+        {
+            return Err(plan_err(
+                "SELECT DISTINCT, ORDER BY, LIMIT, FETCH and WITH are not supported in a streaming query yet; use GROUP BY for distinct rows and views for WITH",
+            ));
+        }
         if select.from.len() != 1 {
             return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
         }
@@ -1723,6 +1733,12 @@ fn collect_aggregates(
         SqlExpr::Function(f) => {
             if let Some(kind) = agg_fn(&f.name.to_string()) {
                 let key = e.to_string();
+                let distinct = matches!(&f.args, FunctionArguments::List(l) if l.duplicate_treatment == Some(sqlparser::ast::DuplicateTreatment::Distinct));
+                if distinct || f.filter.is_some() || f.over.is_some() {
+                    return Err(plan_err(format!(
+                        "`{key}`: DISTINCT, FILTER and OVER in aggregates are not supported; for distinct values use APPROX_COUNT_DISTINCT, for a condition SUM(CASE WHEN ... THEN 1 ELSE 0 END)"
+                    )));
+                }
                 if out.iter().any(|(k, _)| *k == key) {
                     return Ok(());
                 }
