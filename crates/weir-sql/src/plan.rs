@@ -728,6 +728,10 @@ impl Planner {
                 if t.primary_key.is_empty() {
                     return Err(plan_err(format!("table `{}`: an 'upsert-kafka' sink needs PRIMARY KEY (...) NOT ENFORCED: each record is keyed by it", t.name)));
                 }
+                let key_format = kafka_format(t, "key.format", t.options.get("key.format"))?;
+                if key_format == weir_connectors::kafka::KafkaFormat::Raw && t.primary_key.len() != 1 {
+                    return Err(plan_err(format!("table `{}`: 'key.format' = 'raw' holds one column, and PRIMARY KEY has {}; use 'json' or 'csv'", t.name, t.primary_key.len())));
+                }
                 let spec = KafkaSinkSpec {
                     bootstrap_servers: need("properties.bootstrap.servers")?,
                     topic: need("topic")?,
@@ -737,7 +741,7 @@ impl Planner {
                     properties: Default::default(),
                     upsert_key: Some((
                         t.primary_key.iter().map(|k| table_column(t, k)).collect(),
-                        kafka_format(t, "key.format", t.options.get("key.format"))?,
+                        key_format,
                     )),
                 };
                 Ok((Arc::new(KafkaSink { spec }), None))
