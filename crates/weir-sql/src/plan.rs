@@ -936,16 +936,30 @@ impl Planner {
         };
         let mut cols: Vec<(String, SqlScalar)> = Vec::new();
         let mut time_columns = Vec::new();
-        for (item, e) in select.projection.iter().zip(exprs) {
-            let name = match item {
-                SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
-                SelectItem::UnnamedExpr(x) => ident_name(x).unwrap_or_else(|| x.to_string()),
+        // The output names, in the order of `exprs` (a `*` stands for every column in scope).
+        let mut names: Vec<String> = Vec::new();
+        for item in &select.projection {
+            match item {
+                SelectItem::ExprWithAlias { alias, .. } => names.push(alias.value.clone()),
+                SelectItem::UnnamedExpr(x) => {
+                    names.push(ident_name(x).unwrap_or_else(|| x.to_string()))
+                }
+                SelectItem::Wildcard(_) => names.extend(rel.scope.iter().map(|e| e.name.clone())),
                 other => {
                     return Err(plan_err(format!(
                         "view select item `{other}`: name it with AS"
                     )))
                 }
-            };
+            }
+        }
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
+                return Err(plan_err(format!(
+                    "`{alias}` has two columns named `{n}`: rename one with AS"
+                )));
+            }
+        }
+        for (name, e) in names.into_iter().zip(exprs) {
             if e.as_column().is_some_and(|c| rel.time_columns.contains(&c)) {
                 time_columns.push(name.clone());
             }
@@ -1733,6 +1747,29 @@ fn collect_aggregates(
     out: &mut Vec<(String, Aggregate)>,
     args: &mut Vec<(String, SqlScalar)>,
 ) -> Result<()> {
+    // Aggregate calls anywhere in the expression (inside CASE, IN, BETWEEN, ...).
+    let mut calls = Vec::new();
+    let _ = sqlparser::ast::visit_expressions(e, |x| {
+        if let SqlExpr::Function(f) = x {
+            if agg_fn(&f.name.to_string()).is_some() {
+                calls.push(x.clone());
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    for call in &calls {
+        add_aggregate(call, rel, out, args)?;
+    }
+    Ok(())
+}
+
+/// Adds aggregate call `e` to `out` (once per text).
+fn add_aggregate(
+    e: &SqlExpr,
+    rel: &Rel,
+    out: &mut Vec<(String, Aggregate)>,
+    args: &mut Vec<(String, SqlScalar)>,
+) -> Result<()> {
     match e {
         SqlExpr::Function(f) => {
             if let Some(kind) = agg_fn(&f.name.to_string()) {
@@ -1783,17 +1820,7 @@ fn collect_aggregates(
                 out.push((key, agg));
                 return Ok(());
             }
-            for a in function_args(&f.args)? {
-                collect_aggregates(&a, rel, out, args)?;
-            }
             Ok(())
-        }
-        SqlExpr::BinaryOp { left, right, .. } => {
-            collect_aggregates(left, rel, out, args)?;
-            collect_aggregates(right, rel, out, args)
-        }
-        SqlExpr::Nested(x) | SqlExpr::UnaryOp { expr: x, .. } | SqlExpr::Cast { expr: x, .. } => {
-            collect_aggregates(x, rel, out, args)
         }
         _ => Ok(()),
     }

@@ -395,3 +395,27 @@ JOIN rates FOR SYSTEM_TIME AS OF r.rt AS r2 ON o.currency = r2.currency;"
         "{msg}"
     );
 }
+
+/// `SELECT *` in a subquery expands to the columns in scope; two columns of one name in a view
+/// are refused with the fix; an aggregate inside CASE is found.
+#[test]
+fn subquery_wildcards_duplicate_names_and_nested_aggregates() {
+    let plan = explain(&format!(
+        "{TABLES} INSERT INTO out2 SELECT s.click_id, s.ts FROM (SELECT * FROM clicks WHERE ad_id < 5) AS s"
+    ));
+    assert!(plan.contains("filter `ad_id` < 5"), "{plan}");
+    let msg = error(&format!(
+        "{TABLES} CREATE VIEW both AS SELECT c.ad_id, i.ad_id FROM clicks c JOIN impressions i
+           ON c.ad_id = i.ad_id AND c.rt BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;
+         INSERT INTO out2 SELECT ad_id, ad_id FROM both"
+    ));
+    assert!(
+        msg.contains("two columns named `ad_id`") && msg.contains("rename one with AS"),
+        "{msg}"
+    );
+    let plan = explain(&format!(
+        "{TABLES} INSERT INTO counts SELECT ad_id, window_start, CASE WHEN COUNT(*) > 10 THEN 1 ELSE 0 END, 1.0
+         FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
+    ));
+    assert!(plan.contains("count(*) AS COUNT(*)"), "{plan}");
+}
