@@ -71,18 +71,53 @@ fn perr(e: ParserError) -> Error {
     Error::Parse(e.to_string())
 }
 
-/// Parses every statement of a job file.
+/// Whether the next tokens are these words (case-insensitive), consuming them if so.
+fn words(p: &mut Parser, expected: &[&str]) -> bool {
+    let all = expected.iter().enumerate().all(|(i, e)| {
+        matches!(&p.peek_nth_token(i).token, Token::Word(w) if w.value.eq_ignore_ascii_case(e))
+    });
+    if all {
+        for _ in expected {
+            p.next_token();
+        }
+    }
+    all
+}
+
+/// Parses every statement of a job file. Flink's statement sets (`EXECUTE STATEMENT SET BEGIN
+/// ... END;` and the SQL client's `BEGIN STATEMENT SET; ... END;`) group INSERTs into one job,
+/// which every weir job file is: their statements are read as if the set were not there.
 pub fn parse_job(sql: &str) -> Result<Vec<JobStatement>> {
     let dialect = FlinkDialect;
     let mut p = Parser::new(&dialect).try_with_sql(sql).map_err(perr)?;
     let mut out = Vec::new();
+    let mut in_set = false;
     loop {
         while p.consume_token(&Token::SemiColon) {}
         if p.peek_token().token == Token::EOF {
+            if in_set {
+                return Err(Error::Parse(
+                    "a STATEMENT SET is not closed: END; is missing".into(),
+                ));
+            }
             break;
         }
+        if words(&mut p, &["EXECUTE", "STATEMENT", "SET", "BEGIN"])
+            || words(&mut p, &["BEGIN", "STATEMENT", "SET"])
+        {
+            in_set = true;
+            continue;
+        }
+        if in_set && words(&mut p, &["END"]) {
+            in_set = false;
+            continue;
+        }
+        // `CREATE TEMPORARY TABLE` is a table of this job, as every table is.
+        let temporary =
+            matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TEMPORARY);
+        let table_at = if temporary { 2 } else { 1 };
         let is_create_table = p.peek_keyword(Keyword::CREATE)
-            && matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE);
+            && matches!(&p.peek_nth_token(table_at).token, Token::Word(w) if w.keyword == Keyword::TABLE);
         if is_create_table {
             out.push(JobStatement::CreateTable(Box::new(
                 parse_create_table(&mut p).map_err(perr)?,
@@ -101,7 +136,9 @@ fn ident(i: Ident) -> String {
 }
 
 fn parse_create_table(p: &mut Parser) -> std::result::Result<TableDef, ParserError> {
-    let _ = p.parse_keywords(&[Keyword::CREATE, Keyword::TABLE]);
+    p.expect_keyword(Keyword::CREATE)?;
+    let _ = p.parse_keyword(Keyword::TEMPORARY);
+    p.expect_keyword(Keyword::TABLE)?;
     let _ = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = p
         .parse_object_name(false)?

@@ -419,3 +419,31 @@ fn subquery_wildcards_duplicate_names_and_nested_aggregates() {
     ));
     assert!(plan.contains("count(*) AS COUNT(*)"), "{plan}");
 }
+
+/// Flink jobs group their INSERTs in a statement set and often declare TEMPORARY tables and
+/// views: the same job as without them.
+#[test]
+fn statement_sets_and_temporary_tables_read_as_flink_writes_them() {
+    let sql = std::fs::read_to_string(fixtures().join("queries/interval_join.sql")).unwrap();
+    let insert = sql.find("INSERT INTO").unwrap();
+    for wrapped in [
+        format!(
+            "{}EXECUTE STATEMENT SET BEGIN\n{}\nEND;",
+            &sql[..insert],
+            &sql[insert..]
+        ),
+        format!(
+            "{}BEGIN STATEMENT SET;\n{}\nEND;",
+            sql[..insert].replace("CREATE TABLE", "CREATE TEMPORARY TABLE"),
+            &sql[insert..]
+        ),
+    ] {
+        assert_eq!(explain(&wrapped), explain(&sql), "{wrapped}");
+    }
+    let open = format!(
+        "{}EXECUTE STATEMENT SET BEGIN\n{}",
+        &sql[..insert],
+        &sql[insert..]
+    );
+    assert!(error(&open).contains("END; is missing"));
+}
