@@ -118,6 +118,7 @@ impl SqlScalar {
         Ok(PlannedScalar {
             expr: physical,
             field,
+            sql: self.sql.clone(),
         })
     }
 }
@@ -156,6 +157,8 @@ fn datafusion_message(e: datafusion_common::DataFusionError) -> String {
 pub struct PlannedScalar {
     expr: Arc<dyn PhysicalExpr>,
     field: FieldRef,
+    /// The expression as planned, for errors.
+    sql: String,
 }
 
 impl PlannedScalar {
@@ -177,7 +180,13 @@ impl PlannedScalar {
         self.expr
             .evaluate(batch)
             .and_then(|v| v.into_array(batch.num_rows()))
-            .map_err(|e| Error::Plan(format!("evaluating `{}`: {e}", self.expr)))
+            .map_err(|e| {
+                Error::Plan(format!(
+                    "evaluating `{}`: {}",
+                    self.sql,
+                    datafusion_message(e)
+                ))
+            })
     }
 }
 
@@ -227,6 +236,13 @@ fn functions() -> &'static Functions {
             options,
         }
     })
+}
+
+/// The names (and aliases) of every scalar function, lower case.
+pub fn scalar_function_names() -> Vec<String> {
+    let mut names: Vec<String> = functions().scalars.keys().cloned().collect();
+    names.sort();
+    names
 }
 
 /// Whether DataFusion's library or weir has a scalar function of this name.
@@ -581,6 +597,14 @@ mod tests {
         assert_eq!(t, DataType::Int32);
         let (t, _) = eval("CAST(`amount` AS DOUBLE) + CAST(`ts` AS BIGINT)");
         assert_eq!(t, DataType::Float64);
+    }
+
+    #[test]
+    fn an_evaluation_error_names_the_expression_as_written() {
+        let b = batch();
+        let p = SqlScalar::new("`ts` / (`ts` - 61500)").plan(&b.schema()).unwrap();
+        let err = p.evaluate(&b).unwrap_err().to_string();
+        assert!(err.contains("`ts` / (`ts` - 61500)") && err.contains("zero"), "{err}");
     }
 
     #[test]

@@ -1851,10 +1851,25 @@ fn scalar_with_aggs(
         rel: &'a Rel,
         aggs: Option<&'a [(String, Aggregate)]>,
         error: Option<Error>,
+        /// The functions being visited, innermost last: (name, whether weir has it).
+        calls: Vec<(String, bool)>,
     }
     impl VisitorMut for Resolve<'_> {
         type Break = ();
+        fn post_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            if let SqlExpr::Function(_) = e {
+                self.calls.pop();
+            }
+            ControlFlow::Continue(())
+        }
         fn pre_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            if let SqlExpr::Function(f) = e {
+                let name = f.name.to_string();
+                if agg_fn(&name).is_none() {
+                    let known = crate::expr::is_scalar_function(&name);
+                    self.calls.push((name, known));
+                }
+            }
             let column = match e {
                 SqlExpr::Identifier(i) => self.rel.resolve(None, &i.value),
                 SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
@@ -1877,7 +1892,25 @@ fn scalar_with_aggs(
                     ControlFlow::Continue(())
                 }
                 Err(err) => {
-                    self.error = Some(err);
+                    // `TIMESTAMPADD(SECOND, ...)`: the function is what is missing, not a
+                    // column named SECOND.
+                    let unknown = self.calls.iter().find(|(_, known)| !known);
+                    self.error = Some(match unknown {
+                        Some((name, _)) => {
+                            let hint = match name.to_uppercase().as_str() {
+                                "TIMESTAMPADD" => "; add an interval instead: rt + INTERVAL '1' SECOND".to_string(),
+                                "TIMESTAMPDIFF" => "; subtract instead: (UNIX_TIMESTAMP(..) - UNIX_TIMESTAMP(..)), or date_part on an interval".to_string(),
+                                _ => did_you_mean(
+                                    &name.to_lowercase(),
+                                    crate::expr::scalar_function_names().iter().map(String::as_str),
+                                ),
+                            };
+                            plan_err(format!(
+                                "unknown function `{name}`{hint}; weir has DataFusion's functions, Flink's TO_TIMESTAMP_LTZ, DATE_FORMAT, UNIX_TIMESTAMP and IF, and the aggregates COUNT, SUM, MIN, MAX, AVG, APPROX_COUNT_DISTINCT, MEDIAN"
+                            ))
+                        }
+                        None => err,
+                    });
                     ControlFlow::Break(())
                 }
             }
@@ -1888,6 +1921,7 @@ fn scalar_with_aggs(
         rel,
         aggs,
         error: None,
+        calls: Vec::new(),
     };
     let _ = resolved.visit(&mut v);
     if let Some(err) = v.error {

@@ -90,6 +90,7 @@ fn errors_users_meet() {
         ("syntax_error", "CREATE TABLE t (a BIGINT,\n  b BIGINT\nINSERT INTO t SELECT 1".to_string()),
         ("unknown_table", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clickz")),
         ("unknown_column", format!("{TABLES} INSERT INTO out2 SELECT c.click_id, c.ad FROM clicks c")),
+        ("unknown_function", format!("{TABLES} INSERT INTO out2 SELECT click_id, TIMESTAMPADD(SECOND, 1, ts) FROM clicks")),
         ("type_error", format!("{TABLES} INSERT INTO out2 SELECT click_id + 'abc', ts FROM clicks")),
         (
             "unbounded_join",
