@@ -341,6 +341,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         out_buf: Vec::new(),
                         watermark: Watermark::MIN,
                         calls: 0,
+                        dead_letters: dead_letters.clone(),
                     };
                     let wrap = wrap.clone();
                     let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
@@ -1044,6 +1045,7 @@ struct OperatorTask {
     watermark: Watermark,
     /// Operator calls so far (gauges are refreshed every few).
     calls: u64,
+    dead_letters: DeadLetters,
 }
 
 impl OperatorTask {
@@ -1071,8 +1073,12 @@ impl OperatorTask {
                 metrics: &m,
                 info: &self.info,
                 watermark: self.watermark,
+                dead_letters: Vec::new(),
             };
             f(op.as_mut(), &mut ctx)?;
+            for letter in ctx.take_dead_letters() {
+                self.dead_letters.send(letter, None)?;
+            }
             let size = op.state_size();
             m.set_state(size.rows, size.bytes);
             self.calls += 1;

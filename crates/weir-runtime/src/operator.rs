@@ -114,6 +114,8 @@ pub struct Context<'a> {
     pub(crate) metrics: &'a SubtaskMetrics,
     pub(crate) info: &'a SubtaskInfo,
     pub(crate) watermark: Watermark,
+    /// Rows the operator could not process, for the job's dead-letter output.
+    pub(crate) dead_letters: Vec<crate::source::DeadLetter>,
 }
 
 impl<'a> Context<'a> {
@@ -133,7 +135,26 @@ impl<'a> Context<'a> {
             metrics,
             info,
             watermark,
+            dead_letters: Vec::new(),
         }
+    }
+
+    /// Sends a row this operator could not process (a CAST of text that is no number, a
+    /// division by zero) to the job's dead-letter output with the reason, instead of failing
+    /// the job; it is counted there and in the job report.
+    pub fn dead_letter(&mut self, position: String, reason: String, record: String) {
+        self.dead_letters.push(crate::source::DeadLetter {
+            source: self.info.operator.clone(),
+            split: format!("subtask {}", self.info.subtask),
+            position,
+            reason,
+            record,
+        });
+    }
+
+    /// The dead letters sent during this call (for harnesses; the runtime takes them itself).
+    pub fn take_dead_letters(&mut self) -> Vec<crate::source::DeadLetter> {
+        std::mem::take(&mut self.dead_letters)
     }
 
     /// Emits result rows on the main output.

@@ -1,5 +1,11 @@
 //! `Calc`: a SELECT's row-wise part (WHERE, then the select list), as Flink's Calc node.
 //! Its expressions are [`SqlScalar`]s, planned by DataFusion in each subtask.
+//!
+//! # Bad rows
+//!
+//! A row whose expressions cannot be computed (a CAST of text that is no number, a division by
+//! zero) goes to the job's dead-letter output with the reason and the row, and is counted; the
+//! other rows of its batch go on. (Flink fails the job.)
 
 use std::sync::Arc;
 
@@ -119,6 +125,7 @@ impl OperatorFactory for Calc {
             filter,
             columns,
             schema,
+            bad_rows: 0,
         }))
     }
     fn describe(&self) -> String {
@@ -145,18 +152,17 @@ pub struct CalcOp {
     filter: Option<PlannedScalar>,
     columns: Vec<PlannedScalar>,
     schema: SchemaRef,
+    /// Rows sent to the dead letters so far.
+    bad_rows: u64,
 }
 
-impl Operator for CalcOp {
-    fn on_batch(
-        &mut self,
-        _input: usize,
-        batch: StreamBatch,
-        ctx: &mut Context,
-    ) -> weir_runtime::Result<()> {
+impl CalcOp {
+    /// The batch's rows that pass the filter, with the select list computed.
+    fn compute(&self, batch: &StreamBatch) -> crate::Result<Option<StreamBatch>> {
+        let kept;
         let batch = match &self.filter {
             Some(f) => {
-                let mask = f.evaluate(&batch.data).map_err(runtime_err)?;
+                let mask = f.evaluate(&batch.data)?;
                 let mask = match mask.data_type() {
                     DataType::Null => {
                         arrow_array::BooleanArray::from(vec![false; batch.num_rows()])
@@ -169,23 +175,122 @@ impl Operator for CalcOp {
                     mask
                 };
                 match mask.true_count() {
-                    0 => return Ok(()),
+                    0 => return Ok(None),
                     n if n == batch.num_rows() => batch,
-                    _ => batch.filter(&mask)?,
+                    _ => {
+                        kept = batch.filter(&mask).map_err(crate::Error::Runtime)?;
+                        &kept
+                    }
                 }
             }
             None => batch,
         };
         let cols = (self.columns.iter())
             .map(|e| e.evaluate(&batch.data))
-            .collect::<crate::Result<Vec<_>>>()
-            .map_err(runtime_err)?;
+            .collect::<crate::Result<Vec<_>>>()?;
         let data = RecordBatch::try_new_with_options(
             self.schema.clone(),
             cols,
             &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-        )?;
-        ctx.emit(batch.with_data(data));
+        )
+        .map_err(|e| crate::Error::Runtime(e.into()))?;
+        Ok(Some(batch.with_data(data)))
+    }
+}
+
+/// A row as `name=value, ...`, for a dead letter.
+fn render_row(batch: &RecordBatch) -> String {
+    let schema = batch.schema();
+    (0..batch.num_columns())
+        .map(|c| {
+            let value = arrow_cast::display::ArrayFormatter::try_new(
+                batch.column(c).as_ref(),
+                &arrow_cast::display::FormatOptions::default().with_null("NULL"),
+            )
+            .map(|f| f.value(0).to_string())
+            .unwrap_or_default();
+            format!("{}={value}", schema.field(c).name())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Operator for CalcOp {
+    fn on_batch(
+        &mut self,
+        _input: usize,
+        batch: StreamBatch,
+        ctx: &mut Context,
+    ) -> weir_runtime::Result<()> {
+        if let Ok(out) = self.compute(&batch) {
+            if let Some(out) = out {
+                ctx.emit(out);
+            }
+            return Ok(());
+        }
+        // Some row cannot be computed (a CAST of text that is no number, a division by zero):
+        // find which, one by one; they go to the dead letters with the reason, the rest on.
+        let mut good = Vec::with_capacity(batch.num_rows());
+        for r in 0..batch.num_rows() {
+            let one = batch.take(&arrow_array::UInt32Array::from(vec![r as u32]))?;
+            match self.compute(&one) {
+                Ok(_) => good.push(r as u32),
+                Err(e) => {
+                    self.bad_rows += 1;
+                    ctx.dead_letter(
+                        format!("row {r} of a batch"),
+                        e.to_string(),
+                        render_row(&one.data),
+                    );
+                }
+            }
+        }
+        let kept = batch.take(&arrow_array::UInt32Array::from(good))?;
+        if let Some(out) = self.compute(&kept).map_err(runtime_err)? {
+            ctx.emit(out);
+        }
         Ok(())
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.push(("dead_letter_rows", self.bad_rows as i64));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::Port;
+    use weir_testkit::{rows, sorted_lines, Harness};
+
+    /// A row whose CAST fails goes to the dead letters with its reason; the others go on.
+    #[test]
+    fn a_row_that_cannot_be_computed_is_a_dead_letter() {
+        let input = rows!(
+            "id qty
+             1  4
+             2  x
+             3  0"
+        );
+        let info = StreamInfo {
+            schema: input.schema(),
+            event_time: None,
+        };
+        let calc = Calc::project(vec![
+            ("id".into(), SqlScalar::column("id")),
+            (
+                "per_unit".into(),
+                SqlScalar::new("12 / CAST(`qty` AS BIGINT)"),
+            ),
+        ]);
+        let mut h = Harness::of(&calc, &[info]);
+        h.push(0, input);
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["1,3"]);
+        let dead = h.take_dead_letters();
+        assert_eq!(dead.len(), 2, "{dead:?}");
+        assert_eq!(dead[0].record, "id=2, qty=x");
+        assert!(dead[0].reason.contains("Cannot cast"), "{}", dead[0].reason);
+        assert_eq!(dead[1].record, "id=3, qty=0");
+        assert!(dead[1].reason.contains("zero"), "{}", dead[1].reason);
     }
 }

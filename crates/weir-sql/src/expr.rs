@@ -602,9 +602,14 @@ mod tests {
     #[test]
     fn an_evaluation_error_names_the_expression_as_written() {
         let b = batch();
-        let p = SqlScalar::new("`ts` / (`ts` - 61500)").plan(&b.schema()).unwrap();
+        let p = SqlScalar::new("`ts` / (`ts` - 61500)")
+            .plan(&b.schema())
+            .unwrap();
         let err = p.evaluate(&b).unwrap_err().to_string();
-        assert!(err.contains("`ts` / (`ts` - 61500)") && err.contains("zero"), "{err}");
+        assert!(
+            err.contains("`ts` / (`ts` - 61500)") && err.contains("zero"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -448,3 +448,33 @@ fn statement_sets_and_temporary_tables_read_as_flink_writes_them() {
     );
     assert!(error(&open).contains("END; is missing"));
 }
+
+/// A row an expression cannot compute reaches the job's dead letters (counted in the report),
+/// and the job goes on with the rest.
+#[test]
+fn rows_an_expression_cannot_compute_are_dead_letters_of_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("in.csv"),
+        "k,ts\n7,1000\nseven,2000\n9,3000\n",
+    )
+    .unwrap();
+    let sql = format!(
+        "CREATE TABLE t (k STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '{d}/in.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE o (k BIGINT) WITH ('connector' = 'filesystem', 'path' = '{d}/out.csv', 'format' = 'csv', 'csv.header' = 'true');
+         INSERT INTO o SELECT CAST(k AS BIGINT) + 1 FROM t;",
+        d = dir.path().display()
+    );
+    let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
+    let report = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(weir_runtime::exec::run(
+            graph,
+            std::sync::Arc::new(weir_core::SystemClock),
+        ))
+        .unwrap();
+    assert_eq!(output_lines(dir.path(), "out.csv"), vec!["10", "8"]);
+    assert_eq!(report.dead_letters, 1);
+    let letter = &report.kept_dead_letters[0];
+    assert!(letter.record.contains("k=seven"), "{letter:?}");
+}

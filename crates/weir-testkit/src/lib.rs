@@ -123,6 +123,7 @@ pub struct Harness {
     info: SubtaskInfo,
     watermark: Watermark,
     out: Vec<(Port, StreamBatch)>,
+    dead_letters: Vec<weir_runtime::source::DeadLetter>,
 }
 
 /// The one subtask a harness drives.
@@ -153,6 +154,7 @@ impl Harness {
             info: harness_subtask(),
             watermark: Watermark::MIN,
             out: Vec::new(),
+            dead_letters: Vec::new(),
         };
         h.with_ctx(|op, ctx| op.open(ctx));
         h
@@ -171,6 +173,13 @@ impl Harness {
             self.watermark,
         );
         f(self.op.as_mut(), &mut ctx).expect("operator call failed");
+        let dead = ctx.take_dead_letters();
+        self.dead_letters.extend(dead);
+    }
+
+    /// The dead letters the operator sent so far, taken.
+    pub fn take_dead_letters(&mut self) -> Vec<weir_runtime::source::DeadLetter> {
+        std::mem::take(&mut self.dead_letters)
     }
 
     /// Feeds rows (never late) on `input`.
