@@ -36,6 +36,10 @@ pub enum BenchJob {
     WindowCountTwoPhase,
     /// The same salted over the subtasks.
     WindowCountSalted,
+    /// The 1-minute window count written in SQL as the fixture query is (TO_TIMESTAMP_LTZ on
+    /// every row, DATE_FORMAT / UNIX_TIMESTAMP on every result), planned by weir-sql with
+    /// DataFusion expressions: what the SQL front end costs over `window-count`.
+    SqlWindowCount,
     All,
 }
 
@@ -94,9 +98,10 @@ struct Measured {
 fn default_rows(job: BenchJob) -> u64 {
     match job {
         BenchJob::Count => 10_000_000,
-        BenchJob::WindowCount | BenchJob::WindowCountTwoPhase | BenchJob::WindowCountSalted => {
-            2_000_000
-        }
+        BenchJob::WindowCount
+        | BenchJob::WindowCountTwoPhase
+        | BenchJob::WindowCountSalted
+        | BenchJob::SqlWindowCount => 2_000_000,
         _ => 1_000_000,
     }
 }
@@ -107,7 +112,8 @@ fn tables(job: BenchJob, rows: u64, splits: usize) -> Vec<(&'static str, Generat
         BenchJob::Count
         | BenchJob::WindowCount
         | BenchJob::WindowCountTwoPhase
-        | BenchJob::WindowCountSalted => {
+        | BenchJob::WindowCountSalted
+        | BenchJob::SqlWindowCount => {
             vec![("events", GeneratorSpec::events(rows).with_splits(splits))]
         }
         BenchJob::IntervalJoin => vec![
@@ -184,10 +190,48 @@ fn build(
             &streams[1].key_by(&["currency"]),
             TemporalJoin::new().aliases("o", "r"),
         ),
-        BenchJob::All => bail!("one job at a time"),
+        BenchJob::SqlWindowCount | BenchJob::All => bail!("not a builder job"),
     };
     out.sink("out", BlackholeSink);
     Ok(b.build()?)
+}
+
+/// The SQL window count over the generator's events (the spec's settings as `generator.*`
+/// options) or over CSV files matching `csv`.
+fn sql_window_count(a: &BenchArgs, events: &GeneratorSpec, csv: Option<&str>) -> Result<JobGraph> {
+    let with = match csv {
+        Some(path) => format!(
+            "'connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv', 'csv.header' = 'true'"
+        ),
+        None => {
+            let mut opts = vec!["'connector' = 'weir-generator'".to_string()];
+            if let serde_json::Value::Object(m) = serde_json::to_value(events)? {
+                for (k, v) in m {
+                    let v = match v {
+                        serde_json::Value::Null => continue,
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    opts.push(format!("'generator.{k}' = '{v}'"));
+                }
+            }
+            opts.join(", ")
+        }
+    };
+    let sql = format!(
+        "CREATE TABLE events (`key` STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+           WATERMARK FOR rt AS rt - INTERVAL '5' SECOND) WITH ({with});
+         CREATE TABLE counts (`key` STRING, window_start BIGINT, cnt BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO counts
+         SELECT `key`, UNIX_TIMESTAMP(DATE_FORMAT(window_start, 'yyyy-MM-dd HH:mm:ss')) * 1000, COUNT(*)
+         FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), INTERVAL '1' MINUTE))
+         GROUP BY `key`, window_start, window_end;"
+    );
+    let opts = weir_sql::PlanOptions {
+        vars: Default::default(),
+        parallelism: Some(a.parallelism),
+    };
+    Ok(weir_sql::plan_job(&sql, &opts)?)
 }
 
 /// Writes the job's tables as CSV, one file per subtask: `<table>-<i>.csv`.
@@ -222,6 +266,7 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
     let rows = a.rows.unwrap_or(default_rows(job));
     let specs = tables(job, rows, a.parallelism);
     let mut tmp = None;
+    let mut csv_patterns: Vec<String> = Vec::new();
     let sources: Vec<(&'static str, Box<dyn SourceFactory>)> = match input {
         BenchInput::Generator => specs
             .iter()
@@ -251,6 +296,7 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
                     } else {
                         dir.join(format!("{n}.csv"))
                     };
+                    csv_patterns.push(pattern.to_string_lossy().into_owned());
                     let columns: Vec<(&str, DataType)> = Vec::new();
                     let mut spec =
                         FileSourceSpec::new(pattern.to_string_lossy(), FileFormat::Csv, columns);
@@ -264,7 +310,13 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
                 .collect::<Result<_>>()?
         }
     };
-    let graph = build(a, job, sources)?;
+    let graph = match job {
+        BenchJob::SqlWindowCount => {
+            drop(sources);
+            sql_window_count(a, &specs[0].1, csv_patterns.first().map(String::as_str))?
+        }
+        _ => build(a, job, sources)?,
+    };
     let cpu0 = procstat::cpu_seconds();
     let report =
         weir_runtime::exec::run(graph, std::sync::Arc::new(weir_core::SystemClock)).await?;
@@ -304,6 +356,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             BenchJob::WindowCount,
             BenchJob::WindowCountTwoPhase,
             BenchJob::WindowCountSalted,
+            BenchJob::SqlWindowCount,
         ],
         j => vec![j],
     };
