@@ -194,14 +194,29 @@ fn invoke(function: ScalarFunction, args: &[ArrayRef]) -> Result<ArrayRef> {
                     )))
                 }
             };
-            let opts = arrow_cast::display::FormatOptions::default()
-                .with_timestamp_format(Some(&fmt))
-                .with_null("");
-            let f = arrow_cast::display::ArrayFormatter::try_new(ts.as_ref(), &opts)?;
-            let out: StringArray = (0..ts.len())
-                .map(|i| (!ts.is_null(i)).then(|| f.value(i).to_string()))
-                .collect();
-            Ok(Arc::new(out))
+            // The pattern is parsed once for the whole column.
+            let items = chrono::format::StrftimeItems::new(&fmt)
+                .parse()
+                .map_err(|_| {
+                    Error::schema(format!("DATE_FORMAT pattern {pattern:?} is not valid"))
+                })?;
+            let ms = ts.as_primitive::<arrow_array::types::TimestampMillisecondType>();
+            let mut out =
+                arrow_array::builder::StringBuilder::with_capacity(ts.len(), ts.len() * 20);
+            for i in 0..ts.len() {
+                let t = (!ms.is_null(i))
+                    .then(|| chrono::DateTime::from_timestamp_millis(ms.value(i)))
+                    .flatten();
+                match t {
+                    Some(t) => {
+                        use std::fmt::Write;
+                        let _ = write!(out, "{}", t.naive_utc().format_with_items(items.iter()));
+                        out.append_value("");
+                    }
+                    None => out.append_null(),
+                }
+            }
+            Ok(Arc::new(out.finish()))
         }
         ScalarFunction::UnixTimestamp => {
             arity(1)?;
