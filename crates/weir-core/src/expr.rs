@@ -347,21 +347,12 @@ impl Expr {
 
     /// Evaluates a predicate; nulls count as false.
     pub fn evaluate_predicate(&self, batch: &RecordBatch) -> Result<BooleanArray> {
-        let a = self.evaluate(batch)?;
-        let b = a
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| {
-                Error::schema(format!(
-                    "filter predicate `{self}` is of type {}, not BOOLEAN",
-                    a.data_type()
-                ))
-            })?
-            .clone();
-        Ok(if b.null_count() > 0 {
-            arrow_select::filter::prep_null_mask_filter(&b)
-        } else {
-            b
+        let values = self.evaluate(batch)?;
+        predicate_mask(&values).map_err(|_| {
+            Error::schema(format!(
+                "filter predicate `{self}` is of type {}, not BOOLEAN",
+                values.data_type()
+            ))
         })
     }
 
@@ -626,6 +617,32 @@ impl fmt::Display for BinaryOp {
             BinaryOp::Or => "OR",
         })
     }
+}
+
+/// A predicate's values as a filter mask: BOOLEAN with NULL as false; an all-NULL column
+/// (type Null) keeps no row.
+///
+/// # Errors
+/// `Schema` when the values are not BOOLEAN, naming their type.
+pub fn predicate_mask(values: &ArrayRef) -> Result<BooleanArray> {
+    let mask = match values.data_type() {
+        DataType::Boolean => values
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .expect("a BOOLEAN array")
+            .clone(),
+        DataType::Null => BooleanArray::from(vec![false; values.len()]),
+        other => {
+            return Err(Error::schema(format!(
+                "a predicate is of type {other}, not BOOLEAN"
+            )))
+        }
+    };
+    Ok(if mask.null_count() > 0 {
+        arrow_select::filter::prep_null_mask_filter(&mask)
+    } else {
+        mask
+    })
 }
 
 /// The output schema of a projection `(name, expr)*` over `input`.

@@ -9,8 +9,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
@@ -162,18 +161,7 @@ impl CalcOp {
         let kept;
         let batch = match &self.filter {
             Some(f) => {
-                let mask = f.evaluate(&batch.data)?;
-                let mask = match mask.data_type() {
-                    DataType::Null => {
-                        arrow_array::BooleanArray::from(vec![false; batch.num_rows()])
-                    }
-                    _ => mask.as_boolean().clone(),
-                };
-                let mask = if mask.null_count() > 0 {
-                    arrow_select::filter::prep_null_mask_filter(&mask)
-                } else {
-                    mask
-                };
+                let mask = weir_core::expr::predicate_mask(&f.evaluate(&batch.data)?)?;
                 match mask.true_count() {
                     0 => return Ok(None),
                     n if n == batch.num_rows() => batch,

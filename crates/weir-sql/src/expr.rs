@@ -483,27 +483,12 @@ impl ScalarUDFImpl for IfFunction {
         ))
     }
 
-    // Reached only by an expression that skipped the simplifier: both branches are computed.
     fn invoke_with_args(
         &self,
-        args: ScalarFunctionArgs,
+        _args: ScalarFunctionArgs,
     ) -> datafusion_common::Result<ColumnarValue> {
-        let rows = args.number_rows;
-        let arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<datafusion_common::Result<Vec<_>>>()?;
-        let condition = arrow_cast::cast(&arrays[0], &DataType::Boolean)?;
-        let condition = arrow_array::cast::AsArray::as_boolean(condition.as_ref());
-        let mask = if arrow_array::Array::null_count(condition) > 0 {
-            arrow_select::filter::prep_null_mask_filter(condition)
-        } else {
-            condition.clone()
-        };
-        Ok(ColumnarValue::Array(arrow_select::zip::zip(
-            &mask, &arrays[1], &arrays[2],
-        )?))
+        // SqlScalar::plan always simplifies, which turns every IF into CASE.
+        datafusion_common::internal_err!("IF runs as CASE; it is rewritten by the simplifier")
     }
 }
 
