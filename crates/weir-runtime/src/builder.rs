@@ -492,10 +492,21 @@ impl Stream {
         at: String,
         parallelism: Option<usize>,
     ) {
+        self.sink_through(name, factory, Partitioning::Forward, at, parallelism);
+    }
+
+    fn sink_through(
+        &self,
+        name: String,
+        factory: Arc<dyn SinkFactory>,
+        edge: Partitioning,
+        at: String,
+        parallelism: Option<usize>,
+    ) {
         self.job.add(
             name,
             NodeKind::Sink { factory },
-            vec![(self, Partitioning::Forward)],
+            vec![(self, edge)],
             at,
             parallelism,
         );
@@ -559,16 +570,15 @@ impl KeyedStream {
 
     /// As [`KeyedStream::apply`], with the caller's location given (for extension traits).
     pub fn apply_at(&self, name: String, factory: Arc<dyn OperatorFactory>, at: String) -> Stream {
-        let key_groups = self.stream.job.state.borrow().graph.config.key_groups;
-        self.stream.apply_at(
-            name,
-            factory,
-            Partitioning::Hash {
-                keys: self.keys.clone(),
-                key_groups,
-            },
-            at,
-        )
+        self.stream.apply_at(name, factory, self.hash_edge(), at)
+    }
+
+    /// The edge that brings each key to the subtask owning its key group.
+    fn hash_edge(&self) -> Partitioning {
+        Partitioning::Hash {
+            keys: self.keys.clone(),
+            key_groups: self.stream.job.state.borrow().graph.config.key_groups,
+        }
     }
 }
 
@@ -583,18 +593,7 @@ impl KeyedStream {
         parallelism: Option<usize>,
     ) {
         let at = here(Location::caller());
-        let key_groups = self.stream.job.state.borrow().graph.config.key_groups;
-        let edge = Partitioning::Hash {
-            keys: self.keys.clone(),
-            key_groups,
-        };
-        self.stream.job.add(
-            name.into(),
-            NodeKind::Sink { factory },
-            vec![(&self.stream, edge)],
-            at,
-            parallelism,
-        );
+        (self.stream).sink_through(name.into(), factory, self.hash_edge(), at, parallelism);
     }
 }
 
@@ -643,17 +642,12 @@ impl KeyedStream {
                 rt.iter().flatten().collect::<Vec<_>>(),
             )));
         }
-        let key_groups = job.state.borrow().graph.config.key_groups;
-        let hash = |keys: &[String]| Partitioning::Hash {
-            keys: keys.to_vec(),
-            key_groups,
-        };
         let id = job.add(
             name,
             NodeKind::Operator { factory },
             vec![
-                (&self.stream, hash(&self.keys)),
-                (&right.stream, hash(&right.keys)),
+                (&self.stream, self.hash_edge()),
+                (&right.stream, right.hash_edge()),
             ],
             at,
             None,

@@ -641,13 +641,8 @@ impl Planner {
                 Ok(Arc::new(weir_connectors::generator::GeneratorSource::new(spec)?))
             }
             "kafka" => {
-                use weir_connectors::kafka::{KafkaFormat, KafkaSource, KafkaSourceSpec, StartPosition};
-                let format = match need("format")?.as_str() {
-                    "json" => KafkaFormat::Json,
-                    "csv" => KafkaFormat::Csv,
-                    "raw" => KafkaFormat::Raw,
-                    other => return Err(plan_err(format!("table `{}`: format '{other}': weir reads json, csv and raw from Kafka", t.name))),
-                };
+                use weir_connectors::kafka::{KafkaSource, KafkaSourceSpec, StartPosition};
+                let format = kafka_format(t, "format", t.options.get("format"))?;
                 let mut spec = KafkaSourceSpec::new(&need("properties.bootstrap.servers")?, &need("topic")?, format, columns);
                 spec.group_id = opt("properties.group.id");
                 spec.start = match opt("scan.startup.mode").as_deref().unwrap_or("group-offsets") {
@@ -705,44 +700,36 @@ impl Planner {
             }
             "print" => Ok((Arc::new(weir_connectors::stdout::StdoutSink), Some(1))),
             "blackhole" => Ok((Arc::new(weir_runtime::BlackholeSink), None)),
-            "kafka" => {
+            c @ ("kafka" | "upsert-kafka") => {
                 use weir_connectors::kafka::{KafkaFormat, KafkaSink, KafkaSinkSpec};
-                let format = match need("format")?.as_str() {
-                    "json" => KafkaFormat::Json,
-                    "csv" => KafkaFormat::Csv,
-                    other => return Err(plan_err(format!("table `{}`: format '{other}': weir writes json and csv to Kafka", t.name))),
+                let upsert = c == "upsert-kafka";
+                let format_key = if upsert { "value.format" } else { "format" };
+                let format = kafka_format(t, format_key, t.options.get(format_key))?;
+                if format == KafkaFormat::Raw && !upsert {
+                    return Err(plan_err(format!("table `{}`: format 'raw': weir writes json and csv to Kafka", t.name)));
+                }
+                let upsert_key = if upsert {
+                    if t.primary_key.is_empty() {
+                        return Err(plan_err(format!("table `{}`: an 'upsert-kafka' sink needs PRIMARY KEY (...) NOT ENFORCED: each record is keyed by it", t.name)));
+                    }
+                    let key_format = kafka_format(t, "key.format", t.options.get("key.format"))?;
+                    if key_format == KafkaFormat::Raw && t.primary_key.len() != 1 {
+                        return Err(plan_err(format!("table `{}`: 'key.format' = 'raw' holds one column, and PRIMARY KEY has {}; use 'json' or 'csv'", t.name, t.primary_key.len())));
+                    }
+                    Some((t.primary_key.iter().map(|k| table_column(t, k)).collect(), key_format))
+                } else {
+                    None
                 };
                 let spec = KafkaSinkSpec {
                     bootstrap_servers: need("properties.bootstrap.servers")?,
                     topic: need("topic")?,
                     format,
-                    key_column: opt("key.fields").map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
+                    key_column: opt("key.fields")
+                        .filter(|_| !upsert)
+                        .map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
                     timestamp_column: opt("weir.timestamp-column"),
                     properties: Default::default(),
-                    upsert_key: None,
-                };
-                Ok((Arc::new(KafkaSink { spec }), None))
-            }
-            "upsert-kafka" => {
-                use weir_connectors::kafka::{KafkaSink, KafkaSinkSpec};
-                if t.primary_key.is_empty() {
-                    return Err(plan_err(format!("table `{}`: an 'upsert-kafka' sink needs PRIMARY KEY (...) NOT ENFORCED: each record is keyed by it", t.name)));
-                }
-                let key_format = kafka_format(t, "key.format", t.options.get("key.format"))?;
-                if key_format == weir_connectors::kafka::KafkaFormat::Raw && t.primary_key.len() != 1 {
-                    return Err(plan_err(format!("table `{}`: 'key.format' = 'raw' holds one column, and PRIMARY KEY has {}; use 'json' or 'csv'", t.name, t.primary_key.len())));
-                }
-                let spec = KafkaSinkSpec {
-                    bootstrap_servers: need("properties.bootstrap.servers")?,
-                    topic: need("topic")?,
-                    format: kafka_format(t, "value.format", t.options.get("value.format"))?,
-                    key_column: None,
-                    timestamp_column: opt("weir.timestamp-column"),
-                    properties: Default::default(),
-                    upsert_key: Some((
-                        t.primary_key.iter().map(|k| table_column(t, k)).collect(),
-                        key_format,
-                    )),
+                    upsert_key,
                 };
                 Ok((Arc::new(KafkaSink { spec }), None))
             }
