@@ -2,7 +2,6 @@
 //! SQL front end lands, must give exactly Apache Flink's rows (weir's stricter late-row rule
 //! for `late/`), compared as multisets with numbers normalised.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_schema::DataType;
@@ -16,17 +15,7 @@ use weir_operators::{
 };
 use weir_runtime::exec::JobReport;
 use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, JobGraph, SourceOptions, Stream};
-use weir_testkit::sorted_lines;
-
-fn fixtures() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
-    assert!(
-        p.join("README.md").is_file(),
-        "the fixtures are missing at {}",
-        p.display()
-    );
-    p
-}
+use weir_testkit::{fixtures, sorted_lines};
 
 /// Numbers with a fraction or an exponent in one canonical form: Flink writes decimals without
 /// trailing zeros and sometimes in scientific notation (`3.48E+3` for 3480.00). The fixtures'

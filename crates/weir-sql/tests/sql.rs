@@ -5,10 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use weir_sql::{plan_job, PlanOptions};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
-}
+use weir_testkit::fixtures;
 
 fn opts() -> PlanOptions {
     PlanOptions {

@@ -2,7 +2,6 @@
 //! `scripts/test`). Ignored by a plain `cargo test`; `scripts/test` runs them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,11 +10,8 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use weir_sql::{plan_job, PlanOptions};
+use weir_testkit::fixtures;
 use weir_testkit::kafka::{bootstrap, rt, topic};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
-}
 
 /// Every record of a one-partition topic: (key, value), a tombstone's value `None`.
 fn read_all(topic: &str) -> Vec<(String, Option<String>)> {

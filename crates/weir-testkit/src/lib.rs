@@ -91,6 +91,21 @@ pub fn parse_table(table: &str) -> RecordBatch {
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("a valid table")
 }
 
+/// The shared fixtures (inputs and Flink's golden outputs), beside the repository as
+/// `../shared/fixtures`.
+///
+/// # Panics
+/// When they are not there, saying where they were looked for.
+pub fn fixtures() -> std::path::PathBuf {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
+    assert!(
+        p.join("README.md").is_file(),
+        "the fixtures are missing at {}",
+        p.display()
+    );
+    p
+}
+
 /// Every row of `batches` as a comma-separated line, sorted: compare results as multisets.
 pub fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("");
