@@ -15,26 +15,7 @@ use weir_operators::{
 };
 use weir_runtime::exec::JobReport;
 use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, JobGraph, SourceOptions, Stream};
-use weir_testkit::{fixtures, sorted_lines};
-
-/// Numbers with a fraction or an exponent in one canonical form: Flink writes decimals without
-/// trailing zeros and sometimes in scientific notation (`3.48E+3` for 3480.00). The fixtures'
-/// decimals have at most 13 significant digits, which a double holds exactly enough to compare.
-fn normalise(line: &str) -> String {
-    line.split(',')
-        .map(|f| {
-            let numeric_text = f.contains(['.', 'E', 'e'])
-                && f.bytes()
-                    .next()
-                    .is_some_and(|b| b.is_ascii_digit() || b == b'-');
-            match f.parse::<f64>() {
-                Ok(x) if numeric_text => format!("{x}"),
-                _ => f.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
+use weir_testkit::{fixtures, normalise_numbers as normalise, sorted_lines};
 
 fn expected(set: &str, query: &str) -> Vec<String> {
     let text = std::fs::read_to_string(

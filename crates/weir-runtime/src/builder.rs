@@ -470,7 +470,13 @@ impl Stream {
     #[track_caller]
     pub fn sink(&self, name: impl Into<String>, factory: impl SinkFactory + 'static) {
         let at = here(Location::caller());
-        self.sink_arc_at(name.into(), Arc::new(factory), at, None);
+        self.sink_through(
+            name.into(),
+            Arc::new(factory),
+            Partitioning::Forward,
+            at,
+            None,
+        );
     }
 
     /// Writes the stream to a sink with its own parallelism.
@@ -482,17 +488,7 @@ impl Stream {
         parallelism: Option<usize>,
     ) {
         let at = here(Location::caller());
-        self.sink_arc_at(name.into(), factory, at, parallelism);
-    }
-
-    fn sink_arc_at(
-        &self,
-        name: String,
-        factory: Arc<dyn SinkFactory>,
-        at: String,
-        parallelism: Option<usize>,
-    ) {
-        self.sink_through(name, factory, Partitioning::Forward, at, parallelism);
+        self.sink_through(name.into(), factory, Partitioning::Forward, at, parallelism);
     }
 
     fn sink_through(

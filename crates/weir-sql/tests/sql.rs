@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use weir_sql::{plan_job, PlanOptions};
-use weir_testkit::fixtures;
+use weir_testkit::{fixtures, normalise_numbers};
 
 fn opts() -> PlanOptions {
     PlanOptions {
@@ -346,7 +346,7 @@ JOIN rates FOR SYSTEM_TIME AS OF o.rt AS r ON o.currency = r.currency
 JOIN rates FOR SYSTEM_TIME AS OF o.rt AS r2 ON o.currency = r2.currency;"
     );
     // Flink writes decimals without trailing zeros: compare them as numbers.
-    let canonical = |order: &str, rate: &str| format!("{order},{}", rate.parse::<f64>().unwrap());
+    let canonical = |order: &str, rate: &str| normalise_numbers(&format!("{order},{rate}"));
     let mut got: Vec<String> = run_to_lines(&sql, dir.path(), "twice.csv")
         .iter()
         .map(|l| {

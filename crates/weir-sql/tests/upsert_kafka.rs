@@ -10,8 +10,8 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use weir_sql::{plan_job, PlanOptions};
-use weir_testkit::fixtures;
 use weir_testkit::kafka::{bootstrap, rt, topic};
+use weir_testkit::{fixtures, normalise_numbers};
 
 /// Every record of a one-partition topic: (key, value), a tombstone's value `None`.
 fn read_all(topic: &str) -> Vec<(String, Option<String>)> {
@@ -140,7 +140,6 @@ INSERT INTO priced_upserts SELECT order_id, currency, rate FROM priced_now;",
                 (f[0].to_string(), (f[1].to_string(), f[3].parse().unwrap()))
             })
             .collect();
-    let number = |x: &str| x.parse::<f64>().unwrap().to_string();
     let flink =
         std::fs::read_to_string(fixtures().join("small/expected/temporal_join.csv")).unwrap();
     let mut want: Vec<String> = Vec::new();
@@ -151,7 +150,7 @@ INSERT INTO priced_upserts SELECT order_id, currency, rate FROM priced_now;",
         if *currency == deleted && *ts >= delete_at {
             dropped += 1;
         } else {
-            want.push(format!("{},{}", f[0], number(f[3])));
+            want.push(normalise_numbers(&format!("{},{}", f[0], f[3])));
         }
     }
     want.sort();
@@ -163,10 +162,7 @@ INSERT INTO priced_upserts SELECT order_id, currency, rate FROM priced_now;",
         .unwrap()
         .lines()
         .skip(1)
-        .map(|l| {
-            let (id, rate) = l.split_once(',').unwrap();
-            format!("{id},{}", number(rate))
-        })
+        .map(normalise_numbers)
         .collect();
     got.sort();
     let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();

@@ -106,6 +106,26 @@ pub fn fixtures() -> std::path::PathBuf {
     p
 }
 
+/// A CSV line with its numbers that have a fraction or an exponent in one canonical form:
+/// Flink writes decimals without trailing zeros and sometimes in scientific notation (`3.48E+3`
+/// for 3480.00). The fixtures' decimals have at most 13 significant digits, which a double holds
+/// exactly enough to compare.
+pub fn normalise_numbers(line: &str) -> String {
+    line.split(',')
+        .map(|f| {
+            let numeric_text = f.contains(['.', 'E', 'e'])
+                && f.bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_digit() || b == b'-');
+            match f.parse::<f64>() {
+                Ok(x) if numeric_text => format!("{x}"),
+                _ => f.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Every row of `batches` as a comma-separated line, sorted: compare results as multisets.
 pub fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("");
