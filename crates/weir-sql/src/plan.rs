@@ -406,14 +406,21 @@ fn is_upsert(t: &TableDef) -> bool {
     t.options.get("connector").map(String::as_str) == Some("upsert-kafka")
 }
 
-/// A Kafka record format option.
-fn kafka_format(
-    t: &TableDef,
-    key: &str,
-    value: Option<&String>,
-) -> Result<weir_connectors::kafka::KafkaFormat> {
+/// The PRIMARY KEY as the table spells its columns; an upsert-kafka table needs one (`why`).
+fn primary_key_columns(t: &TableDef, why: &str) -> Result<Vec<String>> {
+    if t.primary_key.is_empty() {
+        return Err(plan_err(format!(
+            "table `{}`: an 'upsert-kafka' table needs PRIMARY KEY (...) NOT ENFORCED: {why}",
+            t.name
+        )));
+    }
+    Ok(t.primary_key.iter().map(|k| table_column(t, k)).collect())
+}
+
+/// A Kafka record format option (`key`: format, key.format or value.format).
+fn kafka_format(t: &TableDef, key: &str) -> Result<weir_connectors::kafka::KafkaFormat> {
     use weir_connectors::kafka::KafkaFormat;
-    match value.map(String::as_str) {
+    match t.options.get(key).map(String::as_str) {
         Some("json") => Ok(KafkaFormat::Json),
         Some("csv") => Ok(KafkaFormat::Csv),
         Some("raw") => Ok(KafkaFormat::Raw),
@@ -640,11 +647,27 @@ impl Planner {
                     .map_err(|e| plan_err(format!("table `{}`: generator options: {e}", t.name)))?;
                 Ok(Arc::new(weir_connectors::generator::GeneratorSource::new(spec)?))
             }
-            "kafka" => {
-                use weir_connectors::kafka::{KafkaSource, KafkaSourceSpec, StartPosition};
-                let format = kafka_format(t, "format", t.options.get("format"))?;
+            c @ ("kafka" | "upsert-kafka") => {
+                use weir_connectors::kafka::{KafkaSource, KafkaSourceSpec, StartPosition, Upsert};
+                let upsert = c == "upsert-kafka";
+                let format = kafka_format(t, if upsert { "value.format" } else { "format" })?;
                 let mut spec = KafkaSourceSpec::new(&need("properties.bootstrap.servers")?, &need("topic")?, format, columns);
                 spec.group_id = opt("properties.group.id");
+                spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+                if upsert {
+                    if opt("value.fields-include").is_some_and(|v| !v.eq_ignore_ascii_case("ALL")) {
+                        return Err(plan_err(format!("table `{}`: 'value.fields-include' = 'EXCEPT_KEY' is not supported; weir reads values that hold every column ('ALL')", t.name)));
+                    }
+                    // As Flink's upsert-kafka: the whole changelog, from the earliest offset.
+                    spec.start = StartPosition::Earliest;
+                    spec.upsert = Some(Upsert {
+                        key_columns: primary_key_columns(t, "the record key holds it")?,
+                        key_format: kafka_format(t, "key.format")?,
+                        op_column: OP_COLUMN.into(),
+                        time_column: event_time_column.map(str::to_string),
+                    });
+                    return Ok(Arc::new(KafkaSource::new(spec)?));
+                }
                 spec.start = match opt("scan.startup.mode").as_deref().unwrap_or("group-offsets") {
                     "earliest-offset" => StartPosition::Earliest,
                     "latest-offset" => StartPosition::Latest,
@@ -655,29 +678,6 @@ impl Planner {
                     }
                     other => return Err(plan_err(format!("table `{}`: scan.startup.mode '{other}': use earliest-offset, latest-offset, group-offsets or timestamp", t.name))),
                 };
-                spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-                Ok(Arc::new(KafkaSource::new(spec)?))
-            }
-            "upsert-kafka" => {
-                use weir_connectors::kafka::{KafkaSource, KafkaSourceSpec, StartPosition, Upsert};
-                if t.primary_key.is_empty() {
-                    return Err(plan_err(format!("table `{}`: an 'upsert-kafka' table needs PRIMARY KEY (...) NOT ENFORCED: the record key holds it", t.name)));
-                }
-                if opt("value.fields-include").is_some_and(|v| !v.eq_ignore_ascii_case("ALL")) {
-                    return Err(plan_err(format!("table `{}`: 'value.fields-include' = 'EXCEPT_KEY' is not supported; weir reads values that hold every column ('ALL')", t.name)));
-                }
-                let format = kafka_format(t, "value.format", t.options.get("value.format"))?;
-                let mut spec = KafkaSourceSpec::new(&need("properties.bootstrap.servers")?, &need("topic")?, format, columns);
-                spec.group_id = opt("properties.group.id");
-                // As Flink's upsert-kafka: the whole changelog, from the earliest offset.
-                spec.start = StartPosition::Earliest;
-                spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-                spec.upsert = Some(Upsert {
-                    key_columns: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
-                    key_format: kafka_format(t, "key.format", t.options.get("key.format"))?,
-                    op_column: OP_COLUMN.into(),
-                    time_column: event_time_column.map(str::to_string),
-                });
                 Ok(Arc::new(KafkaSource::new(spec)?))
             }
             other => Err(plan_err(format!(
@@ -703,20 +703,17 @@ impl Planner {
             c @ ("kafka" | "upsert-kafka") => {
                 use weir_connectors::kafka::{KafkaFormat, KafkaSink, KafkaSinkSpec};
                 let upsert = c == "upsert-kafka";
-                let format_key = if upsert { "value.format" } else { "format" };
-                let format = kafka_format(t, format_key, t.options.get(format_key))?;
+                let format = kafka_format(t, if upsert { "value.format" } else { "format" })?;
                 if format == KafkaFormat::Raw && !upsert {
                     return Err(plan_err(format!("table `{}`: format 'raw': weir writes json and csv to Kafka", t.name)));
                 }
                 let upsert_key = if upsert {
-                    if t.primary_key.is_empty() {
-                        return Err(plan_err(format!("table `{}`: an 'upsert-kafka' sink needs PRIMARY KEY (...) NOT ENFORCED: each record is keyed by it", t.name)));
+                    let key = primary_key_columns(t, "each record is keyed by it")?;
+                    let key_format = kafka_format(t, "key.format")?;
+                    if key_format == KafkaFormat::Raw && key.len() != 1 {
+                        return Err(plan_err(format!("table `{}`: 'key.format' = 'raw' holds one column, and PRIMARY KEY has {}; use 'json' or 'csv'", t.name, key.len())));
                     }
-                    let key_format = kafka_format(t, "key.format", t.options.get("key.format"))?;
-                    if key_format == KafkaFormat::Raw && t.primary_key.len() != 1 {
-                        return Err(plan_err(format!("table `{}`: 'key.format' = 'raw' holds one column, and PRIMARY KEY has {}; use 'json' or 'csv'", t.name, t.primary_key.len())));
-                    }
-                    Some((t.primary_key.iter().map(|k| table_column(t, k)).collect(), key_format))
+                    Some((key, key_format))
                 } else {
                     None
                 };
