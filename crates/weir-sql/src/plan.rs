@@ -781,9 +781,7 @@ impl Planner {
         let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
         if is_upsert(sink) {
             // A key's updates must reach the topic in order: one sink subtask per key.
-            let pk: Vec<String> = (sink.primary_key.iter())
-                .map(|k| table_column(sink, k))
-                .collect();
+            let pk = primary_key_columns(sink, "each record is keyed by it")?;
             rows.key_by(&pk)
                 .sink_arc(sink.name.clone(), factory, parallelism);
         } else {
@@ -853,6 +851,22 @@ impl Planner {
         }
     }
 
+    /// A view or table by name (`versioned`: read as a temporal join's versioned table).
+    fn named(&self, name: &ObjectName, alias: Option<String>, versioned: bool) -> Result<Rel> {
+        let key = unquote(&name.to_string()).to_lowercase();
+        if let Some((view_name, q)) = self.views.get(&key) {
+            return self.view(q, &alias.unwrap_or_else(|| view_name.clone()));
+        }
+        let t = self.table(name)?;
+        if is_upsert(t) && !versioned {
+            return Err(plan_err(format!(
+                "table `{}` ('upsert-kafka') is a changelog: weir reads it as the versioned table of a temporal join (JOIN {} FOR SYSTEM_TIME AS OF x.rt AS ...)",
+                t.name, t.name
+            )));
+        }
+        self.source(t, &alias.unwrap_or_else(|| t.name.clone()))
+    }
+
     fn table_factor(&self, f: &TableFactor) -> Result<(Rel, Option<SqlExpr>)> {
         match f {
             TableFactor::Table {
@@ -861,23 +875,6 @@ impl Planner {
                 version,
                 ..
             } => {
-                let key = unquote(&name.to_string()).to_lowercase();
-                if let Some((view_name, q)) = self.views.get(&key) {
-                    let alias = alias
-                        .as_ref()
-                        .map(|a| a.name.value.clone())
-                        .unwrap_or_else(|| view_name.clone());
-                    let version = match version {
-                        Some(TableVersion::ForSystemTimeAsOf(e)) => Some(e.clone()),
-                        _ => None,
-                    };
-                    return Ok((self.view(q, &alias)?, version));
-                }
-                let t = self.table(name)?;
-                let alias = alias
-                    .as_ref()
-                    .map(|a| a.name.value.clone())
-                    .unwrap_or_else(|| t.name.clone());
                 let version = match version {
                     Some(TableVersion::ForSystemTimeAsOf(e)) => Some(e.clone()),
                     Some(other) => {
@@ -887,13 +884,8 @@ impl Planner {
                     }
                     None => None,
                 };
-                if is_upsert(t) && version.is_none() {
-                    return Err(plan_err(format!(
-                        "table `{}` ('upsert-kafka') is a changelog: weir reads it as the versioned table of a temporal join (JOIN {} FOR SYSTEM_TIME AS OF x.rt AS ...)",
-                        t.name, t.name
-                    )));
-                }
-                Ok((self.source(t, &alias)?, version))
+                let alias = alias.as_ref().map(|a| a.name.value.clone());
+                Ok((self.named(name, alias, version.is_some())?, version))
             }
             // A subquery in FROM is an unnamed view.
             TableFactor::Derived {
@@ -1209,19 +1201,7 @@ impl Planner {
                 )))
             }
         };
-        let rel = match self.views.get(&table.to_lowercase()) {
-            Some((name, q)) => self.view(q, &name.clone())?,
-            None => {
-                let t = self.table(&ObjectName::from(vec![sqlparser::ast::Ident::new(&table)]))?;
-                if is_upsert(t) {
-                    return Err(plan_err(format!(
-                        "{}: table `{}` ('upsert-kafka') is a changelog; weir reads it as the versioned table of a temporal join only",
-                        f.name, t.name
-                    )));
-                }
-                self.source(t, &t.name.clone())?
-            }
-        };
+        let rel = self.named(&ObjectName::from(vec![Ident::new(&table)]), None, false)?;
         let descriptor = match args.get(1) {
             Some(SqlExpr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") => {
                 function_args(&d.args)?
