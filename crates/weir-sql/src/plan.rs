@@ -851,6 +851,13 @@ impl Planner {
         }
     }
 
+    /// `SET 'table.exec.state.ttl'`, if given.
+    fn state_ttl_ms(&self) -> Result<Option<i64>> {
+        (self.settings.get("table.exec.state.ttl"))
+            .map(|v| duration_ms("table.exec.state.ttl", v))
+            .transpose()
+    }
+
     /// A view or table by name (`versioned`: read as a temporal join's versioned table).
     fn named(&self, name: &ObjectName, alias: Option<String>, versioned: bool) -> Result<Rel> {
         let key = unquote(&name.to_string()).to_lowercase();
@@ -1116,11 +1123,7 @@ impl Planner {
                         .interval_join(&right.stream.key_by(&rkeys), j)
                 }
                 None => {
-                    let ttl = self
-                        .settings
-                        .get("table.exec.state.ttl")
-                        .map(|v| duration_ms("table.exec.state.ttl", v))
-                        .transpose()?;
+                    let ttl = self.state_ttl_ms()?;
                     let j = RegularJoin {
                         ttl_ms: ttl,
                         ..RegularJoin::unbounded()
@@ -1251,12 +1254,7 @@ impl Planner {
     /// A GROUP BY without a window: a continuous aggregation whose rows update their key's
     /// result, with the state TTL bounding its keys.
     fn group_aggregate(&self, rel: Rel, select: &Select) -> Result<(Rel, Vec<SqlScalar>)> {
-        let ttl = self
-            .settings
-            .get("table.exec.state.ttl")
-            .map(|v| duration_ms("table.exec.state.ttl", v))
-            .transpose()?;
-        let Some(ttl) = ttl else {
+        let Some(ttl) = self.state_ttl_ms()? else {
             return Err(plan_err(
                 "GROUP BY without a window keeps a group per key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time) and write to an 'upsert-kafka' table, or aggregate in event-time windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
             ));
