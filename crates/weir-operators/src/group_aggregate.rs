@@ -129,7 +129,6 @@ impl OperatorFactory for GroupAggregate {
             groups: KeySlots::new(),
             expiry: ExpiryQueue::new(),
             touched: Vec::new(),
-            batch_of_slot: Vec::new(),
             batches: 0,
             group_count: 0,
             expired: 0,
@@ -168,6 +167,8 @@ struct Group {
     last_event_time: i64,
     /// The group has its one entry in the expiry queue (moved on when it comes due early).
     queued: bool,
+    /// The number of the last batch with a row of this group.
+    batch: u64,
 }
 
 /// One subtask of a continuous aggregation.
@@ -181,8 +182,7 @@ pub struct GroupAggregateOp {
     expiry: ExpiryQueue,
     /// Slots this batch touched, each once.
     touched: Vec<usize>,
-    /// Per slot, the number of the batch that last touched it.
-    batch_of_slot: Vec<u64>,
+    /// Batches seen so far.
     batches: u64,
     group_count: u64,
     expired: u64,
@@ -218,16 +218,12 @@ impl Operator for GroupAggregateOp {
             for (s, v) in g.states.iter_mut().zip(&values) {
                 s.update(v, i);
             }
-            if self.batch_of_slot.len() <= slot {
-                self.batch_of_slot.resize(slot + 1, 0);
-            }
-            if self.batch_of_slot[slot] != self.batches {
-                self.batch_of_slot[slot] = self.batches;
+            if g.batch != self.batches {
+                g.batch = self.batches;
                 self.touched.push(slot);
             }
         }
-        let touched = std::mem::take(&mut self.touched);
-        for &slot in &touched {
+        for &slot in &self.touched {
             let g = self.groups.get_mut(slot);
             if !g.queued {
                 g.queued = true;
@@ -235,8 +231,7 @@ impl Operator for GroupAggregateOp {
                 self.expiry.push(at, slot, 0);
             }
         }
-        self.emit(&touched, ctx)?;
-        self.touched = touched;
+        self.emit(&self.touched, ctx)?;
         self.touched.clear();
         Ok(())
     }
