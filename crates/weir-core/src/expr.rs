@@ -129,99 +129,100 @@ impl ScalarFunction {
     /// # Errors
     /// `Schema` for a wrong number or type of arguments.
     pub fn invoke(self, args: &[ArrayRef]) -> Result<ArrayRef> {
-        invoke(self, args)
-    }
-}
-
-fn invoke(function: ScalarFunction, args: &[ArrayRef]) -> Result<ArrayRef> {
-    use arrow_array::cast::AsArray;
-    use arrow_schema::TimeUnit;
-    let arity = |n: usize| -> Result<()> {
-        if args.len() == n {
-            Ok(())
-        } else {
-            Err(Error::schema(format!(
-                "{} takes {n} arguments, got {}",
-                function.name(),
-                args.len()
-            )))
-        }
-    };
-    match function {
-        ScalarFunction::ToTimestampLtz => {
-            arity(2)?;
-            let precision = args[1]
-                .as_primitive_opt::<arrow_array::types::Int64Type>()
-                .filter(|p| !p.is_empty())
-                .map(|p| p.value(0));
-            let ints = arrow_cast::cast(&args[0], &DataType::Int64)?;
-            let ints = ints.as_primitive::<arrow_array::types::Int64Type>();
-            // Epoch milliseconds are the timestamp's own representation: no conversion.
-            let millis = match precision {
-                Some(3) => ints.clone(),
-                Some(0) => arrow_arith::numeric::mul(ints, &Int64Array::new_scalar(1000))?
-                    .as_primitive::<arrow_array::types::Int64Type>()
-                    .clone(),
-                other => {
-                    return Err(Error::schema(format!(
-                        "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {other:?}"
-                    )))
-                }
-            };
-            let (_, values, nulls) = millis.into_parts();
-            Ok(Arc::new(
-                arrow_array::TimestampMillisecondArray::new(values, nulls).with_timezone("+00:00"),
-            ))
-        }
-        ScalarFunction::DateFormat => {
-            arity(2)?;
-            let pattern = args[1]
-                .as_string_opt::<i32>()
-                .filter(|p| !p.is_empty())
-                .map(|p| p.value(0).to_string())
-                .ok_or_else(|| Error::schema("DATE_FORMAT needs a pattern string"))?;
-            let fmt = java_to_chrono(&pattern);
-            let ts = match args[0].data_type() {
-                DataType::Timestamp(_, _) => {
-                    arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Millisecond, None))?
-                }
-                DataType::Int64 => {
-                    arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Millisecond, None))?
-                }
-                other => {
-                    return Err(Error::schema(format!(
-                        "DATE_FORMAT takes a TIMESTAMP, got {other}"
-                    )))
-                }
-            };
-            // The pattern is parsed once for the whole column.
-            let items = chrono::format::StrftimeItems::new(&fmt)
-                .parse()
-                .map_err(|_| {
-                    Error::schema(format!("DATE_FORMAT pattern {pattern:?} is not valid"))
-                })?;
-            let ms = ts.as_primitive::<arrow_array::types::TimestampMillisecondType>();
-            let mut out =
-                arrow_array::builder::StringBuilder::with_capacity(ts.len(), ts.len() * 20);
-            for i in 0..ts.len() {
-                let t = (!ms.is_null(i))
-                    .then(|| chrono::DateTime::from_timestamp_millis(ms.value(i)))
-                    .flatten();
-                match t {
-                    Some(t) => {
-                        use std::fmt::Write;
-                        let _ = write!(out, "{}", t.naive_utc().format_with_items(items.iter()));
-                        out.append_value("");
-                    }
-                    None => out.append_null(),
-                }
+        let function = self;
+        use arrow_array::cast::AsArray;
+        use arrow_schema::TimeUnit;
+        let arity = |n: usize| -> Result<()> {
+            if args.len() == n {
+                Ok(())
+            } else {
+                Err(Error::schema(format!(
+                    "{} takes {n} arguments, got {}",
+                    function.name(),
+                    args.len()
+                )))
             }
-            Ok(Arc::new(out.finish()))
-        }
-        ScalarFunction::UnixTimestamp => {
-            arity(1)?;
-            let ts = arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Second, None))?;
-            Ok(arrow_cast::cast(&ts, &DataType::Int64)?)
+        };
+        match function {
+            ScalarFunction::ToTimestampLtz => {
+                arity(2)?;
+                let precision = args[1]
+                    .as_primitive_opt::<arrow_array::types::Int64Type>()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.value(0));
+                let ints = arrow_cast::cast(&args[0], &DataType::Int64)?;
+                let ints = ints.as_primitive::<arrow_array::types::Int64Type>();
+                // Epoch milliseconds are the timestamp's own representation: no conversion.
+                let millis = match precision {
+                    Some(3) => ints.clone(),
+                    Some(0) => arrow_arith::numeric::mul(ints, &Int64Array::new_scalar(1000))?
+                        .as_primitive::<arrow_array::types::Int64Type>()
+                        .clone(),
+                    other => {
+                        return Err(Error::schema(format!(
+                            "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {other:?}"
+                        )))
+                    }
+                };
+                let (_, values, nulls) = millis.into_parts();
+                Ok(Arc::new(
+                    arrow_array::TimestampMillisecondArray::new(values, nulls)
+                        .with_timezone("+00:00"),
+                ))
+            }
+            ScalarFunction::DateFormat => {
+                arity(2)?;
+                let pattern = args[1]
+                    .as_string_opt::<i32>()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.value(0).to_string())
+                    .ok_or_else(|| Error::schema("DATE_FORMAT needs a pattern string"))?;
+                let fmt = java_to_chrono(&pattern);
+                let ts = match args[0].data_type() {
+                    DataType::Timestamp(_, _) => arrow_cast::cast(
+                        &args[0],
+                        &DataType::Timestamp(TimeUnit::Millisecond, None),
+                    )?,
+                    DataType::Int64 => arrow_cast::cast(
+                        &args[0],
+                        &DataType::Timestamp(TimeUnit::Millisecond, None),
+                    )?,
+                    other => {
+                        return Err(Error::schema(format!(
+                            "DATE_FORMAT takes a TIMESTAMP, got {other}"
+                        )))
+                    }
+                };
+                // The pattern is parsed once for the whole column.
+                let items = chrono::format::StrftimeItems::new(&fmt)
+                    .parse()
+                    .map_err(|_| {
+                        Error::schema(format!("DATE_FORMAT pattern {pattern:?} is not valid"))
+                    })?;
+                let ms = ts.as_primitive::<arrow_array::types::TimestampMillisecondType>();
+                let mut out =
+                    arrow_array::builder::StringBuilder::with_capacity(ts.len(), ts.len() * 20);
+                for i in 0..ts.len() {
+                    let t = (!ms.is_null(i))
+                        .then(|| chrono::DateTime::from_timestamp_millis(ms.value(i)))
+                        .flatten();
+                    match t {
+                        Some(t) => {
+                            use std::fmt::Write;
+                            let _ =
+                                write!(out, "{}", t.naive_utc().format_with_items(items.iter()));
+                            out.append_value("");
+                        }
+                        None => out.append_null(),
+                    }
+                }
+                Ok(Arc::new(out.finish()))
+            }
+            ScalarFunction::UnixTimestamp => {
+                arity(1)?;
+                let ts = arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Second, None))?;
+                Ok(arrow_cast::cast(&ts, &DataType::Int64)?)
+            }
         }
     }
 }
