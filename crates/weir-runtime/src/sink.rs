@@ -38,6 +38,12 @@ pub trait SinkWriter: Send {
     }
     /// End of input: flush and close.
     fn finish(&mut self) -> BoxFuture<'_, Result<()>>;
+    /// The job stopped before end of input (failure or signal): discard what is not complete.
+    /// Called instead of [`SinkWriter::finish`], or after a `finish` that failed; after a
+    /// `finish` that succeeded it changes nothing. The default does nothing.
+    fn abort(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Describes a sink and creates its writers. Lives in the job graph.

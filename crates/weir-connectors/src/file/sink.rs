@@ -4,6 +4,11 @@
 //! `path` with `-i` before the extension (`out.csv` → `out-0.csv`, `out-1.csv`). Parent
 //! folders are created. Rows count as written when the file is flushed at the end of input
 //! (at-most-once until checkpoints make file sinks transactional).
+//!
+//! A writer writes to a hidden in-progress file beside its final one (`out.csv` →
+//! `.out.csv.inprogress`, in the same folder so the rename is atomic) and renames it to the
+//! final name only in `finish`. So a job that fails or is stopped leaves the previous output
+//! as it was; `abort` (or dropping an unfinished writer) deletes the in-progress file.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -84,7 +89,8 @@ impl SinkFactory for FileSink {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
         }
-        let file = File::create(&path).map_err(|e| io_err(&path, e))?;
+        let in_progress = in_progress_path(&path)?;
+        let file = File::create(&in_progress).map_err(|e| io_err(&in_progress, e))?;
         let out = BufWriter::with_capacity(1 << 20, file);
         let inner = match self.spec.format {
             FileFormat::Csv => Inner::Csv(Some(
@@ -95,27 +101,50 @@ impl SinkFactory for FileSink {
             FileFormat::Json => Inner::Json(Some(arrow_json::LineDelimitedWriter::new(out))),
             FileFormat::Parquet => Inner::Parquet(Some(
                 parquet::arrow::ArrowWriter::try_new(out, schema, None)
-                    .map_err(|e| io_err(&path, e))?,
+                    .map_err(|e| io_err(&in_progress, e))?,
             )),
         };
-        Ok(Box::new(FileWriter { path, inner }))
+        Ok(Box::new(FileWriter {
+            path,
+            in_progress,
+            inner,
+            finished: false,
+        }))
     }
+}
+
+/// The hidden file a writer of `path` writes until `finish`: `.<name>.inprogress` beside it.
+fn in_progress_path(path: &Path) -> Result<PathBuf> {
+    let name = path.file_name().ok_or_else(|| {
+        weir_runtime::Error::config(
+            "path",
+            path.display(),
+            "a file sink's path names a file, not a folder",
+        )
+    })?;
+    Ok(path.with_file_name(format!(".{}.inprogress", name.to_string_lossy())))
 }
 
 enum Inner {
     Csv(Option<arrow_csv::Writer<BufWriter<File>>>),
     Json(Option<arrow_json::LineDelimitedWriter<BufWriter<File>>>),
     Parquet(Option<parquet::arrow::ArrowWriter<BufWriter<File>>>),
+    /// Aborted.
+    Closed,
 }
 
 struct FileWriter {
+    /// The final file, made by renaming `in_progress` in `finish`.
     path: PathBuf,
+    in_progress: PathBuf,
     inner: Inner,
+    /// `finish` renamed the file: nothing is left to discard.
+    finished: bool,
 }
 
 impl FileWriter {
     fn write_sync(&mut self, batch: &RecordBatch) -> Result<()> {
-        let p = &self.path;
+        let p = &self.in_progress;
         match &mut self.inner {
             Inner::Csv(Some(w)) => w.write(batch).map_err(|e| io_err(p, e)),
             Inner::Json(Some(w)) => w.write(batch).map_err(|e| io_err(p, e)),
@@ -128,7 +157,10 @@ impl FileWriter {
     }
 
     fn finish_sync(&mut self) -> Result<()> {
-        let p = self.path.clone();
+        if self.finished {
+            return Ok(());
+        }
+        let p = self.in_progress.clone();
         match &mut self.inner {
             Inner::Csv(w) => {
                 if let Some(w) = w.take() {
@@ -146,8 +178,41 @@ impl FileWriter {
                     w.close().map_err(|e| io_err(&p, e))?;
                 }
             }
+            Inner::Closed => {
+                return Err(weir_runtime::Error::Internal(format!(
+                    "finish after abort of {}",
+                    self.path.display()
+                )))
+            }
         }
+        std::fs::rename(&p, &self.path).map_err(|e| {
+            io_err(
+                &self.path,
+                format!("cannot rename {} to it: {e}", p.display()),
+            )
+        })?;
+        self.finished = true;
         Ok(())
+    }
+
+    /// Closes the in-progress file (unflushed rows are dropped) and deletes it.
+    fn abort_sync(&mut self) -> Result<()> {
+        if self.finished || matches!(self.inner, Inner::Closed) {
+            return Ok(());
+        }
+        self.inner = Inner::Closed;
+        match std::fs::remove_file(&self.in_progress) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err(&self.in_progress, e)),
+        }
+    }
+}
+
+impl Drop for FileWriter {
+    // A writer dropped without `finish` (its task was cancelled) leaves no in-progress file.
+    fn drop(&mut self) {
+        let _ = self.abort_sync();
     }
 }
 
@@ -158,6 +223,11 @@ impl SinkWriter for FileWriter {
     }
     fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
         let r = self.finish_sync();
+        Box::pin(async move { r })
+    }
+    /// Deletes the in-progress file; the final file (the previous output, if any) is untouched.
+    fn abort(&mut self) -> BoxFuture<'_, Result<()>> {
+        let r = self.abort_sync();
         Box::pin(async move { r })
     }
 }
