@@ -6,7 +6,8 @@
 //! so rescaling moves whole ranges and never splits a key group.
 
 use crate::error::{Error, Result};
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
+use arrow_buffer::NullBuffer;
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::SchemaRef;
 use serde::{Deserialize, Serialize};
@@ -113,6 +114,25 @@ impl KeyEncoder {
         Ok(self.converter.convert_columns(&cols)?)
     }
 
+    /// Which rows of `batch` have a NULL in some key column: such a row is null in the returned
+    /// buffer. `None` when no key column holds a NULL, which the columns' null counts tell
+    /// without looking at any row.
+    ///
+    /// In SQL `NULL = NULL` is not true, so a row with a NULL key equals no other row in a
+    /// join. Its encoded key, though, is a definite value that equals every other NULL's:
+    /// joins must ask this before looking its key up. Grouping keeps NULL as a group of its own
+    /// and needs nothing from it.
+    pub fn null_keys(&self, batch: &RecordBatch) -> Option<NullBuffer> {
+        let mut nulls: Option<NullBuffer> = None;
+        for &i in &self.columns {
+            let col = batch.column(i);
+            if col.logical_null_count() > 0 {
+                nulls = NullBuffer::union(nulls.as_ref(), col.logical_nulls().as_ref());
+            }
+        }
+        nulls
+    }
+
     /// Indices of the key columns in the schema.
     pub fn columns(&self) -> &[usize] {
         &self.columns
@@ -165,6 +185,38 @@ mod tests {
             }
             prop_assert_eq!(next, n);
         }
+    }
+
+    #[test]
+    fn null_keys_are_the_rows_with_a_null_in_any_key_column() {
+        use arrow_array::{Int64Array, StringArray};
+        use std::sync::Arc;
+        let batch = RecordBatch::try_from_iter([
+            (
+                "a",
+                Arc::new(StringArray::from(vec![
+                    Some("x"),
+                    None,
+                    Some(""),
+                    Some("y"),
+                ])) as _,
+            ),
+            (
+                "b",
+                Arc::new(Int64Array::from(vec![Some(1), Some(2), Some(0), None])) as _,
+            ),
+            ("c", Arc::new(Int64Array::from(vec![None::<i64>; 4])) as _),
+        ])
+        .unwrap();
+        let enc = KeyEncoder::new(&batch.schema(), &["a".into(), "b".into()]).unwrap();
+        let nulls = enc.null_keys(&batch).expect("some key is NULL");
+        assert_eq!(
+            (0..4).map(|i| nulls.is_null(i)).collect::<Vec<_>>(),
+            [false, true, false, true]
+        );
+        // NULLs outside the key do not count.
+        let enc = KeyEncoder::new(&batch.schema(), &["b".into()]).unwrap();
+        assert_eq!(enc.null_keys(&batch.slice(0, 3)), None);
     }
 
     #[test]

@@ -23,6 +23,14 @@
 //! event-time column); it is always ahead of the join's watermark, so results are never late
 //! downstream.
 //!
+//! # NULL keys
+//!
+//! As in SQL, a row with a NULL in any key column equals no row (`NULL = NULL` is not true):
+//! it is never paired. An outer join emits it unmatched, like any row that found no match, when
+//! the watermark passes its last possible match time; an inner join drops it at once. Such rows
+//! are counted per input (`null_key_left` / `null_key_right`); they are neither late nor dead
+//! letters.
+//!
 //! # Late rows
 //!
 //! A row at or below its own source split's watermark just before it is late: it is never
@@ -42,7 +50,9 @@ use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef};
+use crate::join::{
+    assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef, NULL_KEY,
+};
 
 /// The spec of an interval join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,6 +193,7 @@ impl OperatorFactory for IntervalJoin {
             buffered: [0; 2],
             peak_buffered: [0; 2],
             late: [0; 2],
+            null_keys: [0; 2],
             unmatched_emitted: 0,
         }))
     }
@@ -229,6 +240,8 @@ pub struct IntervalJoinOp {
     buffered: [u64; 2],
     peak_buffered: [u64; 2],
     late: [u64; 2],
+    /// Rows with a NULL key, per side.
+    null_keys: [u64; 2],
     unmatched_emitted: u64,
 }
 
@@ -283,12 +296,24 @@ impl Operator for IntervalJoinOp {
         let data: RecordBatch = on_time.data;
         let times = event_times(&data, self.event_time[side])?;
         let keys = self.encoders[side].encode(&data)?;
+        let null_keys = self.encoders[side].null_keys(&data);
         let batch_id = self.stores[side].insert(data);
         let keeps_unmatched = self.spec.join_type.keeps_unmatched(side);
         let mut pairs: Vec<(Option<RowRef>, Option<RowRef>)> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let ts = times[i];
-            let k = key.as_ref();
+            let null_key = null_keys.as_ref().is_some_and(|n| n.is_null(i));
+            let k = if null_key {
+                self.null_keys[side] += 1;
+                if !keeps_unmatched {
+                    continue;
+                }
+                // Kept only to be emitted unmatched when it expires, as a row that found
+                // no match is.
+                NULL_KEY
+            } else {
+                key.as_ref()
+            };
             let hash = hash_key(k);
             let slot = self.keys.slot_for(hash, k);
             let me = RowRef {
@@ -297,7 +322,7 @@ impl Operator for IntervalJoinOp {
             };
             let (lo, hi) = self.match_range(side, ts);
             let mut matched = false;
-            {
+            if !null_key {
                 let buf = &mut self.keys.get_mut(slot).sides[other];
                 let start = buf.partition_point(|e| e.ts < lo);
                 for e in buf[start..].iter_mut().take_while(|e| e.ts <= hi) {
@@ -415,6 +440,8 @@ impl Operator for IntervalJoinOp {
             ("peak_buffered_right", self.peak_buffered[1] as i64),
             ("late_left", self.late[0] as i64),
             ("late_right", self.late[1] as i64),
+            ("null_key_left", self.null_keys[0] as i64),
+            ("null_key_right", self.null_keys[1] as i64),
             ("unmatched_emitted", self.unmatched_emitted as i64),
             ("keys", self.keys.len() as i64),
         ]);

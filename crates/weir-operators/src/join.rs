@@ -74,6 +74,12 @@ pub fn join_schema(
     Ok((Arc::new(Schema::new(fields)), ln, rn))
 }
 
+/// The key under which rows with a NULL key wait to be emitted unmatched by outer joins. No
+/// encoded key is empty (a key has at least one column, and Arrow's row format writes at least
+/// one byte per column), so no lookup of a real key finds these rows, and rows stored here are
+/// never looked up themselves.
+pub const NULL_KEY: &[u8] = &[];
+
 /// A buffered row: a row of a stored batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowRef {

@@ -12,6 +12,11 @@
 //! row per key. Stream rows are joined as they arrive (INNER drops a row whose key has no
 //! value; LEFT emits it with NULLs) and keep their lateness information. The output's event
 //! time is the stream row's.
+//!
+//! As in SQL, a NULL in any key column equals nothing (`NULL = NULL` is not true): a stream row
+//! with a NULL key finds no value (LEFT emits it with NULLs, INNER drops it), and a table row
+//! with a NULL key is not kept, since no stream row can look it up. Both are counted
+//! (`null_key_stream` / `null_key_table`).
 
 use std::sync::Arc;
 
@@ -160,6 +165,7 @@ impl OperatorFactory for StreamTableJoin {
             ],
             table: KeySlots::new(),
             rows: 0,
+            null_keys: [0; 2],
         }))
     }
     fn describe(&self) -> String {
@@ -183,6 +189,8 @@ pub struct StreamTableJoinOp {
     stores: [BatchStore; 2],
     table: KeySlots<Option<RowRef>>,
     rows: u64,
+    /// Rows with a NULL key: stream, table.
+    null_keys: [u64; 2],
 }
 
 impl Operator for StreamTableJoinOp {
@@ -190,6 +198,7 @@ impl Operator for StreamTableJoinOp {
         if input == 1 {
             let data = batch.data;
             let keys = self.encoders[1].encode(&data)?;
+            let null_keys = self.encoders[1].null_keys(&data);
             let ops = self
                 .op_column
                 .map(|i| data.column(i).as_string::<i32>().clone());
@@ -198,6 +207,10 @@ impl Operator for StreamTableJoinOp {
             // first of them before the batch is done.
             self.stores[1].retain(id);
             for (i, key) in keys.iter().enumerate() {
+                if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                    self.null_keys[1] += 1;
+                    continue;
+                }
                 let delete = match &ops {
                     Some(ops) if !ops.is_null(i) => {
                         match ops.value(i).trim().to_ascii_lowercase().as_str() {
@@ -229,15 +242,20 @@ impl Operator for StreamTableJoinOp {
             return Ok(());
         }
         let keys = self.encoders[0].encode(&batch.data)?;
+        let null_keys = self.encoders[0].null_keys(&batch.data);
         let id = self.stores[0].insert(batch.data.clone());
         let mut pairs = Vec::with_capacity(keys.num_rows());
         let mut kept = Vec::with_capacity(keys.num_rows());
         for (i, key) in keys.iter().enumerate() {
-            let k = key.as_ref();
-            let value = self
-                .table
-                .find(hash_key(k), k)
-                .and_then(|slot| *self.table.get(slot));
+            let value = if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                self.null_keys[0] += 1;
+                None
+            } else {
+                let k = key.as_ref();
+                self.table
+                    .find(hash_key(k), k)
+                    .and_then(|slot| *self.table.get(slot))
+            };
             let me = Some(RowRef {
                 batch: id,
                 row: i as u32,
@@ -271,7 +289,11 @@ impl Operator for StreamTableJoinOp {
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
-        out.push(("table_rows", self.rows as i64));
+        out.extend([
+            ("table_rows", self.rows as i64),
+            ("null_key_stream", self.null_keys[0] as i64),
+            ("null_key_table", self.null_keys[1] as i64),
+        ]);
     }
 }
 

@@ -16,6 +16,14 @@
 //! every replay, at any parallelism and interleaving. The output's event time is the probe
 //! row's.
 //!
+//! # NULL keys
+//!
+//! As in SQL, a NULL in any key column equals nothing (`NULL = NULL` is not true). A probe row
+//! with a NULL key finds no version: a LEFT join emits it with NULLs when the watermark reaches
+//! its time, as any unmatched probe; an INNER join drops it at once. A table row with a NULL key
+//! is a version no probe can look up, so it is not kept. Both are counted (`null_key_probe` /
+//! `null_key_table`); they are neither late nor dead letters.
+//!
 //! # State
 //!
 //! Two versions of one key at the same instant are a tie; which one arrived last can depend on
@@ -45,7 +53,9 @@ use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef};
+use crate::join::{
+    assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef, NULL_KEY,
+};
 
 /// The spec of an event-time temporal join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,6 +207,7 @@ impl OperatorFactory for TemporalJoin {
             peak_pending: 0,
             peak_versions: 0,
             late: [0; 2],
+            null_keys: [0; 2],
             unmatched_emitted: 0,
             tie_rows: arrow_row::RowConverter::new(
                 inputs[1]
@@ -254,6 +265,8 @@ pub struct TemporalJoinOp {
     peak_pending: u64,
     peak_versions: u64,
     late: [u64; 2],
+    /// Rows with a NULL key: probe, table.
+    null_keys: [u64; 2],
     unmatched_emitted: u64,
     /// Encodes table rows to break ties between versions at the same instant.
     tie_rows: arrow_row::RowConverter,
@@ -318,6 +331,7 @@ impl TemporalJoinOp {
     fn add_versions(&mut self, data: RecordBatch) -> Result<()> {
         let times = event_times(&data, self.event_time[1])?;
         let keys = self.encoders[1].encode(&data)?;
+        let null_keys = self.encoders[1].null_keys(&data);
         let ops = self
             .op_column
             .map(|i| data.column(i).as_string::<i32>().clone());
@@ -326,6 +340,10 @@ impl TemporalJoinOp {
         // it under the rows still to come.
         self.stores[1].retain(batch_id);
         for (i, key) in keys.iter().enumerate() {
+            if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                self.null_keys[1] += 1;
+                continue;
+            }
             let row = match &ops {
                 None => Some(RowRef {
                     batch: batch_id,
@@ -377,9 +395,20 @@ impl TemporalJoinOp {
     fn add_probes(&mut self, data: RecordBatch) -> Result<()> {
         let times = event_times(&data, self.event_time[0])?;
         let keys = self.encoders[0].encode(&data)?;
+        let null_keys = self.encoders[0].null_keys(&data);
         let batch_id = self.stores[0].insert(data);
         for (i, key) in keys.iter().enumerate() {
-            let k = key.as_ref();
+            let k = if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                self.null_keys[0] += 1;
+                if !self.keep_unmatched {
+                    continue;
+                }
+                // No version is ever filed under it: the probe waits like any other and
+                // is emitted unmatched.
+                NULL_KEY
+            } else {
+                key.as_ref()
+            };
             let slot = self.keys.slot_for(hash_key(k), k);
             let ts = times[i];
             let st = self.keys.get_mut(slot);
@@ -501,6 +530,8 @@ impl Operator for TemporalJoinOp {
             ("peak_versions_held", self.peak_versions as i64),
             ("late_probe", self.late[0] as i64),
             ("late_table", self.late[1] as i64),
+            ("null_key_probe", self.null_keys[0] as i64),
+            ("null_key_table", self.null_keys[1] as i64),
             ("unmatched_emitted", self.unmatched_emitted as i64),
             ("keys", self.keys.len() as i64),
             ("version_ties", self.ties as i64),

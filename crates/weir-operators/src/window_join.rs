@@ -9,6 +9,12 @@
 //! both sides, then `window_start`, `window_end` and `window_time` (`window_end - 1`, the
 //! output's event time), all epoch milliseconds. INNER only.
 //!
+//! # NULL keys
+//!
+//! As in SQL, a row with a NULL in any key column equals no row (`NULL = NULL` is not true), so
+//! it joins nothing and is dropped at once, counted per input (`null_key_left` /
+//! `null_key_right`); it is neither late nor a dead letter.
+//!
 //! # Late rows
 //!
 //! As for window aggregations: a row is late for a window iff its own split's watermark just
@@ -164,6 +170,7 @@ impl OperatorFactory for WindowJoin {
             closing: ExpiryQueue::new(),
             buffered: [0; 2],
             late: [0; 2],
+            null_keys: [0; 2],
             late_assignments: 0,
         }))
     }
@@ -209,6 +216,8 @@ pub struct WindowJoinOp {
     closing: ExpiryQueue,
     buffered: [u64; 2],
     late: [u64; 2],
+    /// Rows with a NULL key, per side.
+    null_keys: [u64; 2],
     late_assignments: u64,
 }
 
@@ -231,10 +240,15 @@ impl Operator for WindowJoinOp {
         }
         let times = event_times(&on_time.data, self.event_time[side])?;
         let keys = self.encoders[side].encode(&on_time.data)?;
+        let null_keys = self.encoders[side].null_keys(&on_time.data);
         let wms = on_time.row_watermarks.clone();
         let id = self.stores[side].insert(on_time.data);
         let mut key = Vec::new();
         for (i, k) in keys.iter().enumerate() {
+            if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                self.null_keys[side] += 1;
+                continue;
+            }
             let ts = times[i];
             let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
             for start in self.spec.windows(ts) {
@@ -323,6 +337,8 @@ impl Operator for WindowJoinOp {
             ("buffered_right", self.buffered[1] as i64),
             ("late_left", self.late[0] as i64),
             ("late_right", self.late[1] as i64),
+            ("null_key_left", self.null_keys[0] as i64),
+            ("null_key_right", self.null_keys[1] as i64),
             ("late_window_assignments", self.late_assignments as i64),
             ("open_windows", self.windows.len() as i64),
         ]);
