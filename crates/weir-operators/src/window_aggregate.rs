@@ -86,10 +86,21 @@ pub struct WindowAggregate {
     /// `Partial`: emit partial states whenever this many groups are held.
     #[serde(default = "default_flush_groups")]
     pub flush_groups: usize,
+    /// Hopping windows: the most windows one row may fall in (size / slide); more is refused
+    /// when the job is built, since each row then updates that many groups.
+    #[serde(default = "default_max_windows_per_row")]
+    pub max_windows_per_row: i64,
 }
 
 fn default_flush_groups() -> usize {
     65_536
+}
+
+/// The default of [`WindowAggregate::max_windows_per_row`].
+pub const DEFAULT_MAX_WINDOWS_PER_ROW: i64 = 1_000;
+
+fn default_max_windows_per_row() -> i64 {
+    DEFAULT_MAX_WINDOWS_PER_ROW
 }
 
 impl WindowAggregate {
@@ -110,7 +121,23 @@ impl WindowAggregate {
             allowed_lateness_ms: 0,
             phase: Phase::Full,
             flush_groups: default_flush_groups(),
+            max_windows_per_row: DEFAULT_MAX_WINDOWS_PER_ROW,
         }
+    }
+
+    /// How many windows one row falls in: 1 for tumbling and session windows, size / slide
+    /// for hopping ones.
+    pub fn windows_per_row(&self) -> i64 {
+        match self.window {
+            Window::Hopping { size_ms, slide_ms } if slide_ms > 0 => size_ms / slide_ms,
+            _ => 1,
+        }
+    }
+
+    /// Sets [`WindowAggregate::max_windows_per_row`].
+    pub fn max_windows_per_row(mut self, n: i64) -> Self {
+        self.max_windows_per_row = n;
+        self
     }
 
     /// Adds an aggregate.
@@ -148,6 +175,34 @@ impl WindowAggregate {
                 format!("{:?}, allowed lateness {} ms", self.window, self.allowed_lateness_ms),
                 "sizes, slides and gaps must be positive (a slide at most the size) and the allowed lateness not negative",
             ));
+        }
+        if let Window::Hopping { size_ms, slide_ms } = self.window {
+            // As Flink: a hopping window's size is a whole number of slides.
+            if size_ms % slide_ms != 0 {
+                return Err(Error::config(
+                    "window",
+                    format!("hopping {size_ms} ms windows every {slide_ms} ms"),
+                    format!(
+                        "the size must be a whole multiple of the slide (as in Flink): use a size of {} ms or {} ms",
+                        size_ms / slide_ms * slide_ms,
+                        (size_ms / slide_ms + 1) * slide_ms
+                    ),
+                ));
+            }
+            let n = self.windows_per_row();
+            if n > self.max_windows_per_row {
+                return Err(Error::config(
+                    "window",
+                    format!("hopping {size_ms} ms windows every {slide_ms} ms"),
+                    format!(
+                        "each row would fall in {n} windows (size / slide), more than the limit of {}; \
+                         its state and work grow with that number. Use a slide of at least {} ms, \
+                         or raise the limit ('weir.window.max-windows-per-row' in SQL)",
+                        self.max_windows_per_row,
+                        (size_ms + self.max_windows_per_row - 1) / self.max_windows_per_row.max(1)
+                    ),
+                ));
+            }
         }
         if self.aggregates.is_empty() {
             return Err(Error::plan(
@@ -307,9 +362,10 @@ impl OperatorFactory for WindowAggregate {
     fn describe(&self) -> String {
         let w = match self.window {
             Window::Tumbling { size_ms } => format!("tumbling {size_ms} ms windows"),
-            Window::Hopping { size_ms, slide_ms } => {
-                format!("hopping {size_ms} ms windows every {slide_ms} ms")
-            }
+            Window::Hopping { size_ms, slide_ms } => format!(
+                "hopping {size_ms} ms windows every {slide_ms} ms ({} windows per row)",
+                self.windows_per_row()
+            ),
             Window::Session { gap_ms } => format!("session windows with a {gap_ms} ms gap"),
         };
         let phase = match self.phase {

@@ -9,6 +9,7 @@
 //! ([`register`]) so that SQL jobs written out as JSON read back.
 
 pub mod calc;
+mod connectors;
 pub mod dialect;
 pub mod expr;
 pub mod parse;

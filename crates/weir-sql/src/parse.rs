@@ -44,7 +44,8 @@ pub enum JobStatement {
     Other(Box<Statement>),
 }
 
-/// Replaces `${name}` with its value; an unknown variable is an error naming it.
+/// Replaces `${name}` with its value; an unknown variable is an error naming it, and so is an
+/// empty one (`--var output=` would turn `${output}/x.csv` into `/x.csv`).
 pub fn substitute(sql: &str, vars: &BTreeMap<String, String>) -> Result<String> {
     let mut out = String::with_capacity(sql.len());
     let mut rest = sql;
@@ -60,6 +61,11 @@ pub fn substitute(sql: &str, vars: &BTreeMap<String, String>) -> Result<String> 
                 "the job file uses `${{{name}}}` but no value was given: pass --var {name}=..."
             ))
         })?;
+        if value.trim().is_empty() {
+            return Err(Error::Parse(format!(
+                "the job file uses `${{{name}}}` and its value is empty: pass --var {name}=... with a value"
+            )));
+        }
         out.push_str(value);
         rest = &after[end + 1..];
     }
@@ -119,13 +125,20 @@ pub fn parse_job(sql: &str) -> Result<Vec<JobStatement>> {
         let is_create_table = p.peek_keyword(Keyword::CREATE)
             && matches!(&p.peek_nth_token(table_at).token, Token::Word(w) if w.keyword == Keyword::TABLE);
         if is_create_table {
-            out.push(JobStatement::CreateTable(Box::new(
-                parse_create_table(&mut p).map_err(perr)?,
-            )));
+            let mut t = parse_create_table(&mut p).map_err(perr)?;
+            for c in &mut t.columns {
+                if let ColumnDef::Computed { expr, .. } = c {
+                    tame_expressions(expr)?;
+                }
+            }
+            if let Some((_, e)) = &mut t.watermark {
+                tame_expressions(e)?;
+            }
+            out.push(JobStatement::CreateTable(Box::new(t)));
         } else {
-            out.push(JobStatement::Other(Box::new(
-                p.parse_statement().map_err(perr)?,
-            )));
+            let mut st = p.parse_statement().map_err(perr)?;
+            tame_expressions(&mut st)?;
+            out.push(JobStatement::Other(Box::new(st)));
         }
     }
     Ok(out)
@@ -208,4 +221,149 @@ fn parse_create_table(p: &mut Parser) -> std::result::Result<TableDef, ParserErr
         primary_key,
         options,
     })
+}
+
+/// The deepest an expression may nest, in operators and parentheses: a chain of 300 `+` nests
+/// 300 deep. Planning a deep expression costs time quadratic in its depth (DataFusion's type
+/// coercion) and stack; past this depth a job is refused with the fix.
+pub const MAX_EXPRESSION_DEPTH: usize = 256;
+
+/// Chains of one AND or OR longer than this are rebalanced (see [`tame_expressions`]).
+const BALANCE_FROM_TERMS: usize = 16;
+
+/// Makes the expressions of a statement safe to plan: long chains of one AND or OR (which a
+/// program writing SQL produces: `k = 1 OR k = 2 OR ...`) become balanced trees, which is
+/// exact (both are associative, also for NULL) and nests `log2(terms)` deep instead of
+/// `terms`; any other expression deeper than [`MAX_EXPRESSION_DEPTH`] is refused, naming its
+/// depth. Never recurses deeper than that bound, so it is safe on any input.
+///
+/// # Errors
+/// `Parse` for an expression nested too deep.
+pub fn tame_expressions<V: sqlparser::ast::VisitMut>(node: &mut V) -> Result<()> {
+    let mut v = Tame {
+        depth: 0,
+        error: None,
+    };
+    let _ = node.visit(&mut v);
+    match v.error {
+        Some(e) => Err(Error::Parse(e)),
+        None => Ok(()),
+    }
+}
+
+struct Tame {
+    depth: usize,
+    error: Option<String>,
+}
+
+impl sqlparser::ast::VisitorMut for Tame {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &mut SqlExpr) -> std::ops::ControlFlow<()> {
+        balance_and_or(e);
+        self.depth += 1;
+        if self.depth > MAX_EXPRESSION_DEPTH {
+            let (op, chain) = left_chain(e);
+            self.error = Some(format!(
+                "an expression nests {} levels deep (a chain of `{op}`); weir plans \
+                 expressions up to {MAX_EXPRESSION_DEPTH} levels: compute parts in a view or \
+                 subquery and combine them, or test one column against many values with \
+                 `column IN (...)`",
+                self.depth - 1 + chain
+            ));
+            // Dropping a deep tree recurses as deep as it is: take it apart here instead.
+            dismantle(std::mem::replace(e, null()));
+            return std::ops::ControlFlow::Break(());
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, _e: &mut SqlExpr) -> std::ops::ControlFlow<()> {
+        self.depth -= 1;
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+/// The operator of the binary chain down `e`'s left side, and how many of it there are;
+/// walks the chain without recursion.
+fn left_chain(e: &SqlExpr) -> (String, usize) {
+    let mut n = 0;
+    let mut op = String::new();
+    let mut cur = e;
+    while let SqlExpr::BinaryOp { left, op: o, .. } = cur {
+        if n == 0 {
+            op = o.to_string();
+        }
+        n += 1;
+        cur = left;
+    }
+    (op, n)
+}
+
+/// Rebuilds a long left-deep chain of one AND or OR as a balanced tree (parenthesised, so that
+/// its text parses back to the same shape).
+fn balance_and_or(e: &mut SqlExpr) {
+    use sqlparser::ast::BinaryOperator::{And, Or};
+    let op = match e {
+        SqlExpr::BinaryOp {
+            op: op @ (And | Or),
+            ..
+        } => op.clone(),
+        _ => return,
+    };
+    let (_, chain) = left_chain(e);
+    if chain < BALANCE_FROM_TERMS {
+        return;
+    }
+    let mut terms = Vec::with_capacity(chain + 1);
+    let mut cur = std::mem::replace(e, null());
+    loop {
+        match cur {
+            SqlExpr::BinaryOp { left, op: o, right } if o == op => {
+                terms.push(*right);
+                cur = *left;
+            }
+            other => {
+                terms.push(other);
+                break;
+            }
+        }
+    }
+    terms.reverse();
+    *e = balanced(terms, &op);
+}
+
+fn balanced(mut terms: Vec<SqlExpr>, op: &sqlparser::ast::BinaryOperator) -> SqlExpr {
+    if terms.len() == 1 {
+        return terms.pop().expect("one term");
+    }
+    let right = terms.split_off(terms.len() / 2);
+    let nest = |x: SqlExpr| match x {
+        x @ SqlExpr::BinaryOp { .. } => SqlExpr::Nested(Box::new(x)),
+        x => x,
+    };
+    SqlExpr::BinaryOp {
+        left: Box::new(nest(balanced(terms, op))),
+        op: op.clone(),
+        right: Box::new(nest(balanced(right, op))),
+    }
+}
+
+fn null() -> SqlExpr {
+    SqlExpr::Value(sqlparser::ast::Value::Null.into())
+}
+
+/// Drops an expression of any depth without recursion.
+fn dismantle(e: SqlExpr) {
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        match e {
+            SqlExpr::BinaryOp { left, right, .. } => {
+                stack.push(*left);
+                stack.push(*right);
+            }
+            SqlExpr::Nested(x) | SqlExpr::UnaryOp { expr: x, .. } => stack.push(*x),
+            _ => {}
+        }
+    }
 }

@@ -31,7 +31,6 @@ use sqlparser::ast::{
     Select, SelectItem, SetExpr, Statement, TableFactor, TableObject, TableVersion, VisitMut,
     VisitorMut,
 };
-use weir_connectors::file::{FileFormat, FileSink, FileSource, FileSourceSpec};
 use weir_core::watermark::WatermarkStrategy;
 use weir_operators::aggregates::{self, Aggregate};
 use weir_operators::join::join_schema;
@@ -40,11 +39,10 @@ use weir_operators::{
     JoinType, RegularJoin, RegularJoinExt, TemporalJoin, TemporalJoinExt, WindowAggregate,
 };
 use weir_runtime::graph::WatermarkAlignment;
-use weir_runtime::{
-    JobBuilder, JobConfig, JobGraph, SinkFactory, SourceFactory, SourceOptions, Stream,
-};
+use weir_runtime::{JobBuilder, JobConfig, JobGraph, SourceOptions, Stream};
 
 use crate::calc::Calc;
+use crate::connectors::{self, is_upsert, primary_key_columns, OP_COLUMN};
 use crate::dialect::TABLE_ARG;
 use crate::expr::SqlScalar;
 use crate::parse::{parse_job, substitute, ColumnDef, JobStatement, TableDef};
@@ -59,7 +57,7 @@ pub struct PlanOptions {
     pub parallelism: Option<usize>,
 }
 
-fn plan_err(m: impl Into<String>) -> Error {
+pub(crate) fn plan_err(m: impl Into<String>) -> Error {
     Error::Plan(m.into())
 }
 
@@ -69,6 +67,25 @@ fn plan_err(m: impl Into<String>) -> Error {
 /// Syntax errors with line and column; unknown tables and columns with the nearest name;
 /// unbounded joins and unsupported shapes with what to write instead.
 pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
+    // Planning recurses along expressions (up to `parse::MAX_EXPRESSION_DEPTH` deep, in
+    // sqlparser and DataFusion): on a thread of its own with a stack that takes it, whatever
+    // the caller's stack is.
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("weir-sql-plan".into())
+            .stack_size(PLANNING_STACK_BYTES)
+            .spawn_scoped(s, || plan_job_here(sql, opts))
+            .map_err(|e| plan_err(format!("cannot start the planning thread: {e}")))?
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// The planning thread's stack: deep expressions take about 1 KiB a level in optimised
+/// builds and several times that in debug builds.
+const PLANNING_STACK_BYTES: usize = 256 << 20;
+
+fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
     let sql = substitute(sql, &opts.vars)?;
     let statements = parse_job(&sql)?;
     let mut tables: HashMap<String, TableDef> = HashMap::new();
@@ -177,7 +194,7 @@ fn unquote(s: &str) -> String {
 }
 
 /// Edit distance, for "did you mean" hints.
-fn distance(a: &str, b: &str) -> usize {
+pub(crate) fn distance(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (
         a.to_lowercase().chars().collect(),
         b.to_lowercase().chars().collect(),
@@ -194,7 +211,7 @@ fn distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
     // A name that starts the same way wins over a merely close one (`ad` → `ad_id`).
     let lower = name.to_lowercase();
     let best = candidates
@@ -210,7 +227,7 @@ fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> St
 }
 
 /// A table's physical columns (those read or written) with their Arrow types, in order.
-fn physical_columns(t: &TableDef) -> Result<Vec<(String, DataType)>> {
+pub(crate) fn physical_columns(t: &TableDef) -> Result<Vec<(String, DataType)>> {
     t.columns
         .iter()
         .filter_map(|c| match c {
@@ -399,42 +416,6 @@ impl Rel {
     }
 }
 
-/// The change column an `upsert-kafka` table's rows carry (`+U` / `-D`); not in any scope.
-const OP_COLUMN: &str = "__op";
-
-fn is_upsert(t: &TableDef) -> bool {
-    t.options.get("connector").map(String::as_str) == Some("upsert-kafka")
-}
-
-/// The PRIMARY KEY as the table spells its columns; an upsert-kafka table needs one (`why`).
-fn primary_key_columns(t: &TableDef, why: &str) -> Result<Vec<String>> {
-    if t.primary_key.is_empty() {
-        return Err(plan_err(format!(
-            "table `{}`: an 'upsert-kafka' table needs PRIMARY KEY (...) NOT ENFORCED: {why}",
-            t.name
-        )));
-    }
-    Ok(t.primary_key.iter().map(|k| table_column(t, k)).collect())
-}
-
-/// A Kafka record format option (`key`: format, key.format or value.format).
-fn kafka_format(t: &TableDef, key: &str) -> Result<weir_connectors::kafka::KafkaFormat> {
-    use weir_connectors::kafka::KafkaFormat;
-    match t.options.get(key).map(String::as_str) {
-        Some("json") => Ok(KafkaFormat::Json),
-        Some("csv") => Ok(KafkaFormat::Csv),
-        Some("raw") => Ok(KafkaFormat::Raw),
-        Some(other) => Err(plan_err(format!(
-            "table `{}`: '{key}' = '{other}': weir reads and writes json, csv and raw records",
-            t.name
-        ))),
-        None => Err(plan_err(format!(
-            "table `{}` needs the option '{key}'",
-            t.name
-        ))),
-    }
-}
-
 struct Planner {
     tables: HashMap<String, TableDef>,
     /// Views by lower-case name: (name, query). Each use plans the query again.
@@ -555,7 +536,7 @@ impl Planner {
             })
             .collect();
         let event_time_column = opts.watermarks.event_time.clone();
-        let factory = self.source_factory(t, &physical, event_time_column.as_deref())?;
+        let factory = connectors::source_factory(t, &physical, event_time_column.as_deref())?;
         let stream = self.job.source_arc(t.name.clone(), factory, opts);
         // Physical columns, then computed ones.
         let base = Rel {
@@ -611,132 +592,6 @@ impl Planner {
         })
     }
 
-    fn source_factory(
-        &self,
-        t: &TableDef,
-        physical: &[(String, DataType)],
-        event_time_column: Option<&str>,
-    ) -> Result<Arc<dyn SourceFactory>> {
-        let opt = |k: &str| t.options.get(k).cloned();
-        let need = |k: &str| {
-            opt(k).ok_or_else(|| plan_err(format!("table `{}` needs the option '{k}'", t.name)))
-        };
-        let columns: Vec<(&str, DataType)> = physical
-            .iter()
-            .map(|(n, d)| (n.as_str(), d.clone()))
-            .collect();
-        match need("connector")?.as_str() {
-            "filesystem" => {
-                let format = FileFormat::parse(&need("format")?)?;
-                let mut spec = FileSourceSpec::new(need("path")?, format, columns);
-                spec.header = opt("csv.header").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-                if opt("weir.on-bad-record").as_deref() == Some("fail") {
-                    spec.on_bad_record = weir_runtime::source::BadRecordPolicy::Fail;
-                }
-                Ok(Arc::new(FileSource::new(spec)?))
-            }
-            "weir-generator" => {
-                let mut m = serde_json::Map::new();
-                for (k, v) in &t.options {
-                    if let Some(key) = k.strip_prefix("generator.") {
-                        let val = v.parse::<i64>().map(serde_json::Value::from).or_else(|_| v.parse::<f64>().map(serde_json::Value::from)).unwrap_or_else(|_| serde_json::Value::from(v.clone()));
-                        m.insert(key.replace('-', "_"), val);
-                    }
-                }
-                let spec = serde_json::from_value(serde_json::Value::Object(m))
-                    .map_err(|e| plan_err(format!("table `{}`: generator options: {e}", t.name)))?;
-                Ok(Arc::new(weir_connectors::generator::GeneratorSource::new(spec)?))
-            }
-            c @ ("kafka" | "upsert-kafka") => {
-                use weir_connectors::kafka::{KafkaSource, KafkaSourceSpec, StartPosition, Upsert};
-                let upsert = c == "upsert-kafka";
-                let format = kafka_format(t, if upsert { "value.format" } else { "format" })?;
-                let mut spec = KafkaSourceSpec::new(&need("properties.bootstrap.servers")?, &need("topic")?, format, columns);
-                spec.group_id = opt("properties.group.id");
-                spec.bounded = opt("weir.bounded").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-                if upsert {
-                    if opt("value.fields-include").is_some_and(|v| !v.eq_ignore_ascii_case("ALL")) {
-                        return Err(plan_err(format!("table `{}`: 'value.fields-include' = 'EXCEPT_KEY' is not supported; weir reads values that hold every column ('ALL')", t.name)));
-                    }
-                    // As Flink's upsert-kafka: the whole changelog, from the earliest offset.
-                    spec.start = StartPosition::Earliest;
-                    spec.upsert = Some(Upsert {
-                        key_columns: primary_key_columns(t, "the record key holds it")?,
-                        key_format: kafka_format(t, "key.format")?,
-                        op_column: OP_COLUMN.into(),
-                        time_column: event_time_column.map(str::to_string),
-                    });
-                    return Ok(Arc::new(KafkaSource::new(spec)?));
-                }
-                spec.start = match opt("scan.startup.mode").as_deref().unwrap_or("group-offsets") {
-                    "earliest-offset" => StartPosition::Earliest,
-                    "latest-offset" => StartPosition::Latest,
-                    "group-offsets" => StartPosition::Committed,
-                    "timestamp" => {
-                        let ts = need("scan.startup.timestamp-millis")?;
-                        StartPosition::Timestamp(ts.parse().map_err(|_| plan_err(format!("'scan.startup.timestamp-millis' = '{ts}': not a number")))?)
-                    }
-                    other => return Err(plan_err(format!("table `{}`: scan.startup.mode '{other}': use earliest-offset, latest-offset, group-offsets or timestamp", t.name))),
-                };
-                Ok(Arc::new(KafkaSource::new(spec)?))
-            }
-            other => Err(plan_err(format!(
-                "table `{}`: connector '{other}' is not supported as a source; weir reads 'filesystem', 'kafka', 'upsert-kafka' and 'weir-generator'",
-                t.name
-            ))),
-        }
-    }
-
-    fn sink_factory(&self, t: &TableDef) -> Result<(Arc<dyn SinkFactory>, Option<usize>)> {
-        let opt = |k: &str| t.options.get(k).cloned();
-        let need = |k: &str| {
-            opt(k).ok_or_else(|| plan_err(format!("table `{}` needs the option '{k}'", t.name)))
-        };
-        match need("connector")?.as_str() {
-            "filesystem" => {
-                let mut sink = FileSink::new(need("path")?, FileFormat::parse(&need("format")?)?);
-                sink.spec.header = opt("csv.header").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-                Ok((Arc::new(sink), Some(1)))
-            }
-            "print" => Ok((Arc::new(weir_connectors::stdout::StdoutSink), Some(1))),
-            "blackhole" => Ok((Arc::new(weir_runtime::BlackholeSink), None)),
-            c @ ("kafka" | "upsert-kafka") => {
-                use weir_connectors::kafka::{KafkaFormat, KafkaSink, KafkaSinkSpec};
-                let upsert = c == "upsert-kafka";
-                let format = kafka_format(t, if upsert { "value.format" } else { "format" })?;
-                if format == KafkaFormat::Raw && !upsert {
-                    return Err(plan_err(format!("table `{}`: format 'raw': weir writes json and csv to Kafka", t.name)));
-                }
-                let upsert_key = if upsert {
-                    let key = primary_key_columns(t, "each record is keyed by it")?;
-                    let key_format = kafka_format(t, "key.format")?;
-                    if key_format == KafkaFormat::Raw && key.len() != 1 {
-                        return Err(plan_err(format!("table `{}`: 'key.format' = 'raw' holds one column, and PRIMARY KEY has {}; use 'json' or 'csv'", t.name, key.len())));
-                    }
-                    Some((key, key_format))
-                } else {
-                    None
-                };
-                let spec = KafkaSinkSpec {
-                    bootstrap_servers: need("properties.bootstrap.servers")?,
-                    topic: need("topic")?,
-                    format,
-                    key_column: opt("key.fields")
-                        .filter(|_| !upsert)
-                        .map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
-                    timestamp_column: opt("weir.timestamp-column"),
-                    properties: Default::default(),
-                    upsert_key,
-                };
-                Ok((Arc::new(KafkaSink { spec }), None))
-            }
-            other => Err(plan_err(format!(
-                "table `{}`: connector '{other}' is not supported as a sink; weir writes 'filesystem', 'kafka', 'upsert-kafka', 'print' and 'blackhole'",
-                t.name
-            ))),
-        }
-    }
-
     fn insert(&self, ins: &Insert) -> Result<()> {
         let TableObject::TableName(name) = &ins.table else {
             return Err(plan_err("INSERT INTO a table function is not supported"));
@@ -777,7 +632,7 @@ impl Planner {
             let same = planned.data_type() == t;
             out.push((name.clone(), if same { e } else { e.cast(t) }));
         }
-        let (factory, parallelism) = self.sink_factory(sink)?;
+        let (factory, parallelism) = connectors::sink_factory(sink)?;
         let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
         if is_upsert(sink) {
             // A key's updates must reach the topic in order: one sink subtask per key.
@@ -1240,7 +1095,17 @@ impl Planner {
         let w = match f.name.to_string().to_uppercase().as_str() {
             "TUMBLE" => WindowAggregate::tumbling(iv(2)?),
             // Flink: HOP(TABLE t, DESCRIPTOR(rt), slide, size).
-            "HOP" => WindowAggregate::hopping(iv(3)?, iv(2)?),
+            "HOP" => {
+                let mut w = WindowAggregate::hopping(iv(3)?, iv(2)?);
+                if let Some(v) = self.settings.get("weir.window.max-windows-per-row") {
+                    w = w.max_windows_per_row(v.parse().map_err(|_| {
+                        plan_err(format!(
+                            "SET 'weir.window.max-windows-per-row' = '{v}': not a number"
+                        ))
+                    })?);
+                }
+                w
+            }
             "SESSION" => WindowAggregate::session(iv(2)?),
             other => {
                 return Err(plan_err(format!(
@@ -1474,7 +1339,7 @@ fn is_proctime(e: &SqlExpr) -> bool {
 }
 
 /// `name` as the table spells its column (names match case-insensitively).
-fn table_column(t: &TableDef, name: &str) -> String {
+pub(crate) fn table_column(t: &TableDef, name: &str) -> String {
     (t.columns.iter().map(col_name))
         .find(|c| c.eq_ignore_ascii_case(name))
         .unwrap_or(name)

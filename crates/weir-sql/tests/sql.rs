@@ -125,9 +125,28 @@ fn errors_users_meet() {
             ),
         ),
         ("missing_var", "CREATE TABLE t (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '${nowhere}/t.csv', 'format' = 'csv')".to_string()),
+        ("empty_var", "CREATE TABLE t (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '${output}/t.csv', 'format' = 'csv')".to_string()),
+        (
+            "hop_with_too_many_windows_per_row",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, window_start, COUNT(*), 1.0
+                 FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(rt), INTERVAL '0.001' SECOND, INTERVAL '1' DAY)) GROUP BY ad_id, window_start, window_end"
+            ),
+        ),
+        (
+            "hop_size_not_a_multiple_of_the_slide",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, window_start, COUNT(*), 1.0
+                 FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(rt), INTERVAL '7' SECOND, INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
+            ),
+        ),
     ];
     for (name, sql) in cases {
-        let msg = error(&sql);
+        let mut opts = opts();
+        if name == "empty_var" {
+            opts.vars.insert("output".into(), String::new());
+        }
+        let msg = plan_job(&sql, &opts).map(|_| ()).unwrap_err().to_string() + "\n";
         snapshot(&format!("error_{name}"), &msg);
     }
 }

@@ -1,0 +1,436 @@
+//! Tables to sources and sinks: each connector's WITH options, checked and read.
+//!
+//! A table's options are checked against what its connector reads in the role the job uses it
+//! in (source or sink): an option weir does not read is refused, naming the nearest one it
+//! does, as Flink refuses "Unsupported options"; a boolean is `true` or `false`, nothing else.
+//! An option that is silently ignored is a job that silently does something else.
+
+use std::sync::Arc;
+
+use arrow_schema::DataType;
+use weir_connectors::file::{FileFormat, FileSink, FileSource, FileSourceSpec};
+use weir_runtime::source::BadRecordPolicy;
+use weir_runtime::{SinkFactory, SourceFactory};
+
+use crate::parse::TableDef;
+use crate::plan::{did_you_mean, plan_err, table_column};
+use crate::Result;
+
+/// The change column an `upsert-kafka` table's rows carry (`+U` / `-D`); not in any scope.
+pub(crate) const OP_COLUMN: &str = "__op";
+
+/// How a job uses a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Source,
+    Sink,
+}
+
+/// Options every source reads: watermark idleness and alignment, and where late rows go.
+const SOURCE_OPTIONS: &[&str] = &[
+    "scan.watermark.idle-timeout",
+    "scan.watermark.alignment.group",
+    "scan.watermark.alignment.max-drift",
+    "scan.watermark.alignment.update-interval",
+    "scan.watermark.alignment.buffer-size",
+    "pipeline.watermark-alignment.allow-unaligned-source-splits",
+    LATE_ROWS,
+];
+
+/// The option naming the table a source's late rows go to.
+pub(crate) const LATE_ROWS: &str = "weir.late-rows";
+
+const CSV_READ: &[&str] = &[
+    "csv.header",
+    "csv.field-delimiter",
+    "csv.quote-character",
+    "csv.allow-comments",
+    "csv.ignore-parse-errors",
+    "csv.null-literal",
+];
+
+/// The options `connector` reads as a `role` (beyond `connector`), and option prefixes it
+/// passes on whole (`properties.` to the Kafka client).
+fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'static str])> {
+    let mut names: Vec<&'static str> = Vec::new();
+    let mut prefixes: &'static [&'static str] = &[];
+    match (connector, role) {
+        ("filesystem", Role::Source) => {
+            names.extend(["path", "format", "weir.on-bad-record"]);
+            names.extend(CSV_READ);
+        }
+        ("filesystem", Role::Sink) => names.extend(["path", "format", "csv.header"]),
+        ("weir-generator", Role::Source) => prefixes = &["generator."],
+        ("kafka", Role::Source) => {
+            names.extend([
+                "topic",
+                "properties.bootstrap.servers",
+                "properties.group.id",
+                "format",
+                "scan.startup.mode",
+                "scan.startup.timestamp-millis",
+                "weir.bounded",
+                "weir.on-bad-record",
+            ]);
+            prefixes = &["properties."];
+        }
+        ("upsert-kafka", Role::Source) => {
+            names.extend([
+                "topic",
+                "properties.bootstrap.servers",
+                "properties.group.id",
+                "key.format",
+                "value.format",
+                "value.fields-include",
+                "weir.bounded",
+                "weir.on-bad-record",
+            ]);
+            prefixes = &["properties."];
+        }
+        ("kafka", Role::Sink) => {
+            names.extend([
+                "topic",
+                "properties.bootstrap.servers",
+                "format",
+                "key.fields",
+                "weir.timestamp-column",
+            ]);
+            prefixes = &["properties."];
+        }
+        ("upsert-kafka", Role::Sink) => {
+            names.extend([
+                "topic",
+                "properties.bootstrap.servers",
+                "key.format",
+                "value.format",
+                "value.fields-include",
+                "weir.timestamp-column",
+            ]);
+            prefixes = &["properties."];
+        }
+        ("print" | "blackhole", Role::Sink) => {}
+        _ => return None,
+    }
+    if role == Role::Source {
+        names.extend(SOURCE_OPTIONS);
+    }
+    Some((names, prefixes))
+}
+
+/// Refuses options `t`'s connector does not read as a `role`, naming the nearest one it does.
+///
+/// # Errors
+/// `Plan` for a missing or unknown connector and for each option weir would not read.
+pub(crate) fn check_options(t: &TableDef, role: Role) -> Result<()> {
+    let connector = need(t, "connector")?;
+    let Some((names, prefixes)) = known(&connector, role) else {
+        let (what, list) = match role {
+            Role::Source => (
+                "a source",
+                "'filesystem', 'kafka', 'upsert-kafka' and 'weir-generator'",
+            ),
+            Role::Sink => (
+                "a sink",
+                "'filesystem', 'kafka', 'upsert-kafka', 'print' and 'blackhole'",
+            ),
+        };
+        return Err(plan_err(format!(
+            "table `{}`: connector '{connector}' is not supported as {what}; weir {} {list}",
+            t.name,
+            if role == Role::Source {
+                "reads"
+            } else {
+                "writes"
+            }
+        )));
+    };
+    let mut unknown: Vec<&str> = t
+        .options
+        .keys()
+        .map(String::as_str)
+        .filter(|k| *k != "connector")
+        .filter(|k| !names.contains(k) && !prefixes.iter().any(|p| k.starts_with(p)))
+        .collect();
+    unknown.sort_unstable();
+    if let Some(first) = unknown.first() {
+        let hint = did_you_mean(first, names.iter().copied());
+        let mut supported = names.clone();
+        supported.sort_unstable();
+        supported.extend(prefixes.iter().copied());
+        return Err(plan_err(format!(
+            "table `{}`: unsupported option{} {} for connector '{connector}' as {}{hint}; \
+             supported: connector, {}",
+            t.name,
+            if unknown.len() > 1 { "s" } else { "" },
+            unknown
+                .iter()
+                .map(|k| format!("'{k}'"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if role == Role::Source {
+                "a source"
+            } else {
+                "a sink"
+            },
+            supported
+                .iter()
+                .map(|p| if p.ends_with('.') {
+                    format!("{p}*")
+                } else {
+                    p.to_string()
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn opt(t: &TableDef, key: &str) -> Option<String> {
+    t.options.get(key).cloned()
+}
+
+fn need(t: &TableDef, key: &str) -> Result<String> {
+    opt(t, key).ok_or_else(|| plan_err(format!("table `{}` needs the option '{key}'", t.name)))
+}
+
+/// A boolean option: `true` or `false` (any case), or absent.
+///
+/// # Errors
+/// `Plan` for any other value, naming the option and the value.
+pub(crate) fn bool_option(t: &TableDef, key: &str) -> Result<Option<bool>> {
+    parse_bool(&t.name, key, opt(t, key).as_deref())
+}
+
+pub(crate) fn parse_bool(table: &str, key: &str, v: Option<&str>) -> Result<Option<bool>> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(Some(true)),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(Some(false)),
+        Some(v) => Err(plan_err(format!(
+            "table `{table}`: '{key}' = '{v}': use 'true' or 'false'"
+        ))),
+    }
+}
+
+/// A one-character option (`csv.field-delimiter`, `csv.quote-character`); `\t` is a tab, as
+/// in Flink.
+fn char_option(t: &TableDef, key: &str) -> Result<Option<char>> {
+    let Some(v) = opt(t, key) else {
+        return Ok(None);
+    };
+    let c = match v.as_str() {
+        "\\t" => Some('\t'),
+        _ => {
+            let mut cs = v.chars();
+            match (cs.next(), cs.next()) {
+                (Some(c), None) if c.is_ascii() => Some(c),
+                _ => None,
+            }
+        }
+    };
+    c.map(Some).ok_or_else(|| {
+        plan_err(format!(
+            "table `{}`: '{key}' = '{v}': must be one ASCII character ('\\t' for a tab)",
+            t.name
+        ))
+    })
+}
+
+fn bad_record_policy(t: &TableDef) -> Result<BadRecordPolicy> {
+    match opt(t, "weir.on-bad-record").as_deref() {
+        None | Some("dead-letter") => Ok(BadRecordPolicy::DeadLetter),
+        Some("fail") => Ok(BadRecordPolicy::Fail),
+        Some(v) => Err(plan_err(format!(
+            "table `{}`: 'weir.on-bad-record' = '{v}': use 'dead-letter' (the default: the record is counted and kept aside) or 'fail'",
+            t.name
+        ))),
+    }
+}
+
+pub(crate) fn is_upsert(t: &TableDef) -> bool {
+    t.options.get("connector").map(String::as_str) == Some("upsert-kafka")
+}
+
+/// The PRIMARY KEY as the table spells its columns; an upsert-kafka table needs one (`why`).
+pub(crate) fn primary_key_columns(t: &TableDef, why: &str) -> Result<Vec<String>> {
+    if t.primary_key.is_empty() {
+        return Err(plan_err(format!(
+            "table `{}`: an 'upsert-kafka' table needs PRIMARY KEY (...) NOT ENFORCED: {why}",
+            t.name
+        )));
+    }
+    Ok(t.primary_key.iter().map(|k| table_column(t, k)).collect())
+}
+
+/// A Kafka record format option (`key`: format, key.format or value.format).
+fn kafka_format(t: &TableDef, key: &str) -> Result<weir_connectors::kafka::KafkaFormat> {
+    use weir_connectors::kafka::KafkaFormat;
+    match need(t, key)?.as_str() {
+        "json" => Ok(KafkaFormat::Json),
+        "csv" => Ok(KafkaFormat::Csv),
+        "raw" => Ok(KafkaFormat::Raw),
+        other => Err(plan_err(format!(
+            "table `{}`: '{key}' = '{other}': weir reads and writes json, csv and raw records",
+            t.name
+        ))),
+    }
+}
+
+/// `properties.*` options other than the two weir reads itself, for the Kafka client.
+fn kafka_properties(t: &TableDef) -> std::collections::HashMap<String, String> {
+    t.options
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("properties.")?, v)))
+        .filter(|(k, _)| *k != "bootstrap.servers" && *k != "group.id")
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+/// The source a table reads, with its options checked.
+pub(crate) fn source_factory(
+    t: &TableDef,
+    physical: &[(String, DataType)],
+    event_time_column: Option<&str>,
+) -> Result<Arc<dyn SourceFactory>> {
+    check_options(t, Role::Source)?;
+    let columns: Vec<(&str, DataType)> = physical
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.clone()))
+        .collect();
+    match need(t, "connector")?.as_str() {
+        "filesystem" => {
+            let format = FileFormat::parse(&need(t, "format")?)?;
+            let mut spec = FileSourceSpec::new(need(t, "path")?, format, columns);
+            spec.header = bool_option(t, "csv.header")?.unwrap_or(false);
+            if let Some(c) = char_option(t, "csv.field-delimiter")? {
+                spec.delimiter = c;
+            }
+            /*CSVOPTS
+            if let Some(c) = char_option(t, "csv.quote-character")? {
+                spec.quote = c;
+            }
+            spec.allow_comments = bool_option(t, "csv.allow-comments")?.unwrap_or(false);
+            spec.ignore_parse_errors = bool_option(t, "csv.ignore-parse-errors")?.unwrap_or(false);
+            spec.null_literal = opt(t, "csv.null-literal");
+            CSVOPTS*/
+            spec.on_bad_record = bad_record_policy(t)?;
+            Ok(Arc::new(FileSource::new(spec)?))
+        }
+        "weir-generator" => {
+            let mut m = serde_json::Map::new();
+            for (k, v) in &t.options {
+                if let Some(key) = k.strip_prefix("generator.") {
+                    let val = v
+                        .parse::<i64>()
+                        .map(serde_json::Value::from)
+                        .or_else(|_| v.parse::<f64>().map(serde_json::Value::from))
+                        .unwrap_or_else(|_| serde_json::Value::from(v.clone()));
+                    m.insert(key.replace('-', "_"), val);
+                }
+            }
+            let spec = serde_json::from_value(serde_json::Value::Object(m))
+                .map_err(|e| plan_err(format!("table `{}`: generator options: {e}", t.name)))?;
+            Ok(Arc::new(weir_connectors::generator::GeneratorSource::new(
+                spec,
+            )?))
+        }
+        c @ ("kafka" | "upsert-kafka") => {
+            use weir_connectors::kafka::{KafkaSource, KafkaSourceSpec, StartPosition, Upsert};
+            let upsert = c == "upsert-kafka";
+            let format = kafka_format(t, if upsert { "value.format" } else { "format" })?;
+            let mut spec = KafkaSourceSpec::new(
+                &need(t, "properties.bootstrap.servers")?,
+                &need(t, "topic")?,
+                format,
+                columns,
+            );
+            spec.group_id = opt(t, "properties.group.id");
+            spec.bounded = bool_option(t, "weir.bounded")?.unwrap_or(false);
+            spec.on_bad_record = bad_record_policy(t)?;
+            spec.properties = kafka_properties(t);
+            if upsert {
+                if opt(t, "value.fields-include").is_some_and(|v| !v.eq_ignore_ascii_case("ALL")) {
+                    return Err(plan_err(format!("table `{}`: 'value.fields-include' = 'EXCEPT_KEY' is not supported; weir reads values that hold every column ('ALL')", t.name)));
+                }
+                // As Flink's upsert-kafka: the whole changelog, from the earliest offset.
+                spec.start = StartPosition::Earliest;
+                spec.upsert = Some(Upsert {
+                    key_columns: primary_key_columns(t, "the record key holds it")?,
+                    key_format: kafka_format(t, "key.format")?,
+                    op_column: OP_COLUMN.into(),
+                    time_column: event_time_column.map(str::to_string),
+                });
+                return Ok(Arc::new(KafkaSource::new(spec)?));
+            }
+            spec.start = match opt(t, "scan.startup.mode")
+                .as_deref()
+                .unwrap_or("group-offsets")
+            {
+                "earliest-offset" => StartPosition::Earliest,
+                "latest-offset" => StartPosition::Latest,
+                "group-offsets" => StartPosition::Committed,
+                "timestamp" => {
+                    let ts = need(t, "scan.startup.timestamp-millis")?;
+                    StartPosition::Timestamp(ts.parse().map_err(|_| {
+                        plan_err(format!(
+                            "'scan.startup.timestamp-millis' = '{ts}': not a number"
+                        ))
+                    })?)
+                }
+                other => return Err(plan_err(format!("table `{}`: scan.startup.mode '{other}': use earliest-offset, latest-offset, group-offsets or timestamp", t.name))),
+            };
+            Ok(Arc::new(KafkaSource::new(spec)?))
+        }
+        other => unreachable!("check_options refuses connector {other}"),
+    }
+}
+
+/// The sink a table is written by, with its options checked, and the sink's parallelism
+/// when it must have one (a file sink writes one file).
+pub(crate) fn sink_factory(t: &TableDef) -> Result<(Arc<dyn SinkFactory>, Option<usize>)> {
+    check_options(t, Role::Sink)?;
+    match need(t, "connector")?.as_str() {
+        "filesystem" => {
+            let mut sink = FileSink::new(need(t, "path")?, FileFormat::parse(&need(t, "format")?)?);
+            sink.spec.header = bool_option(t, "csv.header")?.unwrap_or(false);
+            Ok((Arc::new(sink), Some(1)))
+        }
+        "print" => Ok((Arc::new(weir_connectors::stdout::StdoutSink), Some(1))),
+        "blackhole" => Ok((Arc::new(weir_runtime::BlackholeSink), None)),
+        c @ ("kafka" | "upsert-kafka") => {
+            use weir_connectors::kafka::{KafkaFormat, KafkaSink, KafkaSinkSpec};
+            let upsert = c == "upsert-kafka";
+            let format = kafka_format(t, if upsert { "value.format" } else { "format" })?;
+            if format == KafkaFormat::Raw && !upsert {
+                return Err(plan_err(format!(
+                    "table `{}`: format 'raw': weir writes json and csv to Kafka",
+                    t.name
+                )));
+            }
+            let upsert_key = if upsert {
+                let key = primary_key_columns(t, "each record is keyed by it")?;
+                let key_format = kafka_format(t, "key.format")?;
+                if key_format == KafkaFormat::Raw && key.len() != 1 {
+                    return Err(plan_err(format!("table `{}`: 'key.format' = 'raw' holds one column, and PRIMARY KEY has {}; use 'json' or 'csv'", t.name, key.len())));
+                }
+                Some((key, key_format))
+            } else {
+                None
+            };
+            let spec = KafkaSinkSpec {
+                bootstrap_servers: need(t, "properties.bootstrap.servers")?,
+                topic: need(t, "topic")?,
+                format,
+                key_column: opt(t, "key.fields")
+                    .filter(|_| !upsert)
+                    .map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
+                timestamp_column: opt(t, "weir.timestamp-column"),
+                properties: kafka_properties(t),
+                upsert_key,
+            };
+            Ok((Arc::new(KafkaSink { spec }), None))
+        }
+        other => unreachable!("check_options refuses connector {other}"),
+    }
+}
