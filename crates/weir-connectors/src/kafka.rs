@@ -351,6 +351,9 @@ impl SourceFactory for KafkaSource {
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }
+    fn reads(&self, location: &weir_runtime::Location) -> bool {
+        location.same_topic(&self.spec.bootstrap_servers, &self.spec.topic)
+    }
     fn splits(&self) -> Result<Vec<String>> {
         let c = self.consumer()?;
         Ok(self
@@ -797,6 +800,12 @@ impl SinkFactory for KafkaSink {
     }
     fn delivery(&self) -> Delivery {
         Delivery::AtLeastOnce
+    }
+    fn writes(&self, _parallelism: usize) -> Vec<weir_runtime::Location> {
+        vec![weir_runtime::Location::Topic {
+            bootstrap_servers: self.spec.bootstrap_servers.clone(),
+            topic: self.spec.topic.clone(),
+        }]
     }
     fn create_writer(&self, schema: SchemaRef, _info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
         let mut cfg = ClientConfig::new();

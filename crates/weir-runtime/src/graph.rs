@@ -370,6 +370,32 @@ impl JobGraph {
                 _ => {}
             }
         }
+        self.check_no_sink_overwrites_a_source()
+    }
+
+    /// Refuses a job whose sink writes a file or topic one of its sources reads: the sink
+    /// would truncate (or feed back into) the job's own input.
+    fn check_no_sink_overwrites_a_source(&self) -> Result<()> {
+        for sink in &self.nodes {
+            let NodeKind::Sink { factory } = &sink.kind else {
+                continue;
+            };
+            for place in factory.writes(sink.parallelism) {
+                for source in &self.nodes {
+                    let NodeKind::Source { factory: src, .. } = &source.kind else {
+                        continue;
+                    };
+                    if src.reads(&place) {
+                        return Err(Error::plan(format!(
+                            "sink `{}` (created at {}) writes {place}, which source `{}` \
+                             (created at {}) reads: the job would overwrite its own input; \
+                             write the output somewhere else",
+                            sink.name, sink.created_at, source.name, source.created_at
+                        )));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 

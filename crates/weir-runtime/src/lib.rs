@@ -32,6 +32,7 @@ pub mod error;
 pub mod exec;
 pub mod graph;
 pub mod hotkeys;
+pub mod location;
 pub mod message;
 pub mod metrics;
 pub mod operator;
@@ -43,6 +44,7 @@ pub mod testing;
 pub use builder::{JobBuilder, KeyedStream, SourceOptions, Stream};
 pub use error::{Error, Result};
 pub use graph::{JobConfig, JobGraph, OperatorFactory, Partitioning, Registry, StreamInfo};
+pub use location::Location;
 pub use message::{Message, StreamBatch};
 pub use operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, Timer};
 pub use sink::{

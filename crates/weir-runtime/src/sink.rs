@@ -52,6 +52,11 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
     fn spec(&self) -> serde_json::Value;
     fn delivery(&self) -> Delivery;
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>>;
+    /// The places the sink's `parallelism` subtasks write, so that a job whose sink would
+    /// overwrite one of its sources' inputs is refused (see [`crate::SourceFactory::reads`]).
+    fn writes(&self, _parallelism: usize) -> Vec<crate::Location> {
+        Vec::new()
+    }
 }
 
 /// A sink that keeps every row in memory, for embedding weir in a program and for tests.

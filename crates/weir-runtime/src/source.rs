@@ -114,6 +114,11 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {
         Ok(None)
     }
+    /// Whether the source reads `location` (a place a sink of the same job writes): a job
+    /// that would overwrite its own input is refused.
+    fn reads(&self, _location: &crate::Location) -> bool {
+        false
+    }
 }
 
 /// What to do with a malformed record.

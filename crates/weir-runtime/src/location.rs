@@ -1,0 +1,113 @@
+//! Places outside the job that sinks write and sources read, so that a job which would
+//! overwrite its own input is refused before anything runs.
+
+use std::path::{Component, Path, PathBuf};
+
+/// A place a sink writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A file, as [`normalise_path`] spells it.
+    File(PathBuf),
+    /// A Kafka topic of the cluster reached through `bootstrap_servers`.
+    Topic {
+        bootstrap_servers: String,
+        topic: String,
+    },
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::File(p) => write!(f, "file {}", p.display()),
+            Location::Topic {
+                bootstrap_servers,
+                topic,
+            } => write!(f, "topic `{topic}` on {bootstrap_servers}"),
+        }
+    }
+}
+
+impl Location {
+    /// Whether two Kafka locations are the same topic: same name, and the clusters share a
+    /// bootstrap server.
+    pub fn same_topic(&self, bootstrap_servers: &str, topic: &str) -> bool {
+        match self {
+            Location::Topic {
+                bootstrap_servers: s,
+                topic: t,
+            } => {
+                t == topic && {
+                    let mine: Vec<&str> = s.split(',').map(str::trim).collect();
+                    bootstrap_servers
+                        .split(',')
+                        .map(str::trim)
+                        .any(|b| mine.contains(&b))
+                }
+            }
+            Location::File(_) => false,
+        }
+    }
+}
+
+/// `path` made absolute, with `.` and `..` taken out and symbolic links in the part that exists
+/// resolved, so that two spellings of one file compare equal. Reads the file system; never
+/// fails (a part that cannot be resolved is kept as written).
+pub fn normalise_path(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut lexical = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    // The longest part that exists, resolved; the rest appended as written.
+    let mut rest = Vec::new();
+    let mut head = lexical.as_path();
+    loop {
+        if let Ok(real) = head.canonicalize() {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return out;
+        }
+        match (head.file_name(), head.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                head = parent;
+            }
+            _ => return lexical,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_spellings_of_one_file_are_one_location() {
+        let dir = std::env::temp_dir().join(format!("weir-location-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        let direct = normalise_path(&dir.join("a/out.csv"));
+        let round = normalise_path(&dir.join("a/../a/./out.csv"));
+        assert_eq!(direct, round);
+        assert!(direct.is_absolute());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn topics_match_on_a_shared_bootstrap_server() {
+        let l = Location::Topic {
+            bootstrap_servers: "a:9092, b:9092".into(),
+            topic: "t".into(),
+        };
+        assert!(l.same_topic("b:9092", "t"));
+        assert!(!l.same_topic("b:9092", "u"));
+        assert!(!l.same_topic("c:9092", "t"));
+    }
+}
