@@ -255,19 +255,25 @@ impl IntervalJoinOp {
         }
     }
 
-    /// The event-time range of the other side that a row of `side` at `ts` matches.
+    /// The event-time range (inclusive) of the other side that a row of `side` at `ts`
+    /// matches, cut to the time range; empty (`lo > hi`) when it lies wholly outside it.
     fn match_range(&self, side: usize, ts: i64) -> (i64, i64) {
-        if side == 0 {
-            (
-                ts.saturating_add(self.spec.lower_ms),
-                ts.saturating_add(self.spec.upper_ms),
-            )
+        let (ts, lower, upper) = (
+            ts as i128,
+            self.spec.lower_ms as i128,
+            self.spec.upper_ms as i128,
+        );
+        let (lo, hi) = if side == 0 {
+            (ts + lower, ts + upper)
         } else {
-            (
-                ts.saturating_sub(self.spec.upper_ms),
-                ts.saturating_sub(self.spec.lower_ms),
-            )
+            (ts - upper, ts - lower)
+        };
+        // Saturated, a range wholly beyond an end would become that end's one instant.
+        let (min, max) = (i64::MIN as i128, i64::MAX as i128);
+        if lo > max || hi < min {
+            return (1, 0);
         }
+        (lo.max(min) as i64, hi.min(max) as i64)
     }
 
     fn emit(&self, pairs: &[(Option<RowRef>, Option<RowRef>)], ctx: &mut Context) -> Result<()> {

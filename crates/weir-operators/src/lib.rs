@@ -24,6 +24,7 @@ pub mod stream_table_join;
 pub mod temporal_join;
 pub mod window_aggregate;
 pub mod window_join;
+mod windows;
 
 pub use count::{Count, CountOp};
 pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};

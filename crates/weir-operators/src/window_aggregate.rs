@@ -20,6 +20,15 @@
 //! merge, a row is late iff its time is at or below its split's watermark minus the allowed
 //! lateness: a session is emitted only once no on-time row can reach it.
 //!
+//! # The ends of the time range
+//!
+//! A window that would start before `i64::MIN` cannot be represented; a row that lies in no
+//! other window (such as one within a window size of `i64::MIN`) is sent to the job's dead
+//! letters with the window it would fall in, and counted (`rows_in_no_window`); a hopping row
+//! with some such windows is aggregated in the others (the rest counted as
+//! `unrepresentable_window_assignments`). A window or session that would end after `i64::MAX`
+//! is kept with its end saturated at `i64::MAX`.
+//!
 //! # Phases
 //!
 //! `Full` aggregates raw rows. For combinable aggregates the work can be split:
@@ -35,12 +44,14 @@ use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
+use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::aggregates::{self, Aggregate, Bound, State};
 use crate::join::{ExpiryQueue, KeySlots};
+use crate::windows;
 
 /// Event-time windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -356,6 +367,8 @@ impl OperatorFactory for WindowAggregate {
             state_bytes: 0,
             late: 0,
             late_assignments: 0,
+            no_window: 0,
+            unrepresentable_assignments: 0,
             peak_groups: 0,
         }))
     }
@@ -432,6 +445,11 @@ pub struct WindowAggregateOp {
     state_bytes: u64,
     late: u64,
     late_assignments: u64,
+    /// Rows in no representable window (dead letters).
+    no_window: u64,
+    /// Windows of rows that also lie in representable ones, left out for starting before
+    /// `i64::MIN`.
+    unrepresentable_assignments: u64,
     peak_groups: u64,
 }
 
@@ -482,8 +500,8 @@ impl WindowAggregateOp {
             }
             _ => {
                 let (size, slide) = self.spec.fixed().expect("fixed");
-                let last_end = |t: i64| t.saturating_sub(t.rem_euclid(slide)).saturating_add(size);
-                batch.split_late(&times, |t, wm| wm >= last_end(t) - 1 + l)?
+                let last_start = |t: i64| t.saturating_sub(t.rem_euclid(slide));
+                batch.split_late(&times, |t, wm| wm >= close_at(last_start(t), size, l))?
             }
         };
         if let Some(late) = late {
@@ -515,9 +533,10 @@ impl WindowAggregateOp {
                 for (i, key) in keys.iter().enumerate() {
                     let ts = times[i];
                     let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
-                    let last = ts.saturating_sub(ts.rem_euclid(slide));
-                    let mut start = last;
-                    while start > ts.saturating_sub(size) {
+                    let mut starts = windows::starts(ts, size, slide);
+                    let mut in_a_window = false;
+                    for start in starts.by_ref() {
+                        in_a_window = true;
                         if wm >= close_at(start, size, l) {
                             self.late_assignments += 1;
                         } else {
@@ -526,9 +545,17 @@ impl WindowAggregateOp {
                                 s.update(v, i);
                             }
                         }
-                        start = start.saturating_sub(slide);
-                        if start == i64::MIN {
-                            break;
+                    }
+                    if starts.unrepresentable > 0 {
+                        if in_a_window {
+                            self.unrepresentable_assignments += starts.unrepresentable;
+                        } else {
+                            self.no_window += 1;
+                            ctx.dead_letter(
+                                format!("event time {ts} ms"),
+                                windows::no_window_reason(ts, size, slide),
+                                row_to_string(&data, i),
+                            );
                         }
                     }
                 }
@@ -561,7 +588,9 @@ impl WindowAggregateOp {
         let mut merged = 0;
         while k < sessions.len() {
             let s = &sessions[k];
-            if s.start < end && ts < s.end {
+            // An end saturated at i64::MAX stands for a later one: past every start and time.
+            let overlaps = (s.start < end || end == i64::MAX) && (ts < s.end || s.end == i64::MAX);
+            if overlaps {
                 let s = sessions.swap_remove(k);
                 start = start.min(s.start);
                 end = end.max(s.end);
@@ -749,6 +778,11 @@ impl Operator for WindowAggregateOp {
             ("peak_open_groups", self.peak_groups as i64),
             ("late_rows", self.late as i64),
             ("late_window_assignments", self.late_assignments as i64),
+            ("rows_in_no_window", self.no_window as i64),
+            (
+                "unrepresentable_window_assignments",
+                self.unrepresentable_assignments as i64,
+            ),
         ]);
     }
 }

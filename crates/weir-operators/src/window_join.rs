@@ -22,6 +22,12 @@
 //! its input's late-row output (`late_left` / `late_right`); a row of a hopping window late for
 //! only some of its windows joins in the others, and the skipped assignments are counted
 //! (`late_window_assignments`).
+//!
+//! # The ends of the time range
+//!
+//! As for window aggregations: a row whose windows all start before `i64::MIN` is in no window
+//! that can be represented; it goes to the job's dead letters with the window it would fall in
+//! (counted as `rows_in_no_window`). Windows that would end after `i64::MAX` end there.
 
 use std::sync::Arc;
 
@@ -30,11 +36,13 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
+use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, KeySlots, RowRef};
+use crate::windows;
 
 /// The spec of a window join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,15 +126,6 @@ impl WindowJoin {
         }
         Ok((Arc::new(Schema::new(fields)), et))
     }
-
-    /// Starts of the windows holding `ts`, latest first.
-    fn windows(&self, ts: i64) -> impl Iterator<Item = i64> + '_ {
-        let last = ts.saturating_sub(ts.rem_euclid(self.slide_ms));
-        let first = ts.saturating_sub(self.size_ms);
-        let slide = self.slide_ms;
-        std::iter::successors(Some(last), move |s| s.checked_sub(slide))
-            .take_while(move |s| *s > first)
-    }
 }
 
 impl OperatorFactory for WindowJoin {
@@ -172,6 +171,7 @@ impl OperatorFactory for WindowJoin {
             late: [0; 2],
             null_keys: [0; 2],
             late_assignments: 0,
+            no_window: 0,
         }))
     }
     fn describe(&self) -> String {
@@ -219,6 +219,8 @@ pub struct WindowJoinOp {
     /// Rows with a NULL key, per side.
     null_keys: [u64; 2],
     late_assignments: u64,
+    /// Rows in no representable window (dead letters).
+    no_window: u64,
 }
 
 impl Operator for WindowJoinOp {
@@ -243,6 +245,7 @@ impl Operator for WindowJoinOp {
         let null_keys = self.encoders[side].null_keys(&on_time.data);
         let wms = on_time.row_watermarks.clone();
         let id = self.stores[side].insert(on_time.data);
+        let slide = self.spec.slide_ms;
         let mut key = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
@@ -251,7 +254,10 @@ impl Operator for WindowJoinOp {
             }
             let ts = times[i];
             let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
-            for start in self.spec.windows(ts) {
+            let mut starts = windows::starts(ts, size, slide);
+            let mut in_a_window = false;
+            for start in starts.by_ref() {
+                in_a_window = true;
                 if wm >= start.saturating_add(size - 1) {
                     self.late_assignments += 1;
                     continue;
@@ -271,6 +277,14 @@ impl Operator for WindowJoinOp {
                 });
                 self.stores[side].retain(id);
                 self.buffered[side] += 1;
+            }
+            if !in_a_window && starts.unrepresentable > 0 {
+                self.no_window += 1;
+                ctx.dead_letter(
+                    format!("event time {ts} ms"),
+                    windows::no_window_reason(ts, size, slide),
+                    row_to_string(self.stores[side].batch(id), i),
+                );
             }
         }
         self.stores[side].release_if_unused(id);
@@ -340,6 +354,7 @@ impl Operator for WindowJoinOp {
             ("null_key_left", self.null_keys[0] as i64),
             ("null_key_right", self.null_keys[1] as i64),
             ("late_window_assignments", self.late_assignments as i64),
+            ("rows_in_no_window", self.no_window as i64),
             ("open_windows", self.windows.len() as i64),
         ]);
     }
