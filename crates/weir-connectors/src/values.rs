@@ -1,6 +1,8 @@
 //! Typed column builders for text formats: parse a field into its column's type, or say why
-//! not.
+//! not. Also how input is quoted in messages ([`Excerpt`]) and kept in dead letters
+//! ([`raw_record`]).
 
+use std::fmt;
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -9,6 +11,58 @@ use arrow_array::builder::{
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
+
+/// Input quoted in an error message or a dead letter's reason: at most [`Excerpt::MAX_BYTES`]
+/// of it, in Rust string syntax, and when cut, its whole length in bytes: `"1,2,3…"… (10485760
+/// bytes)`. The dead letter's record keeps the input whole.
+pub(crate) struct Excerpt<'a>(pub(crate) &'a [u8]);
+
+impl Excerpt<'_> {
+    pub(crate) const MAX_BYTES: usize = 200;
+}
+
+impl<'a> Excerpt<'a> {
+    pub(crate) fn of(text: &'a str) -> Self {
+        Excerpt(text.as_bytes())
+    }
+}
+
+impl fmt::Display for Excerpt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes = self.0;
+        let cut = bytes.len() > Self::MAX_BYTES;
+        let mut head = &bytes[..bytes.len().min(Self::MAX_BYTES)];
+        if cut {
+            // Cut at a character boundary when the text is UTF-8 there.
+            if let Err(e) = std::str::from_utf8(head) {
+                if e.error_len().is_none() {
+                    head = &head[..e.valid_up_to()];
+                }
+            }
+        }
+        write!(f, "{:?}", String::from_utf8_lossy(head))?;
+        if cut {
+            write!(f, "… ({} bytes)", bytes.len())?;
+        }
+        Ok(())
+    }
+}
+
+/// Marks a dead letter's record that holds base64 (standard alphabet, padded) rather than text.
+pub(crate) const BASE64_MARKER: &str = "base64:";
+
+/// A raw record as a dead letter keeps it: the text itself when it is valid UTF-8, otherwise
+/// [`BASE64_MARKER`] followed by its bytes in base64. Text that itself starts with the marker
+/// is encoded too, so the record always reads back to the original bytes.
+pub(crate) fn raw_record(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.starts_with(BASE64_MARKER) => text.to_string(),
+        _ => {
+            use base64::prelude::{Engine as _, BASE64_STANDARD};
+            format!("{BASE64_MARKER}{}", BASE64_STANDARD.encode(bytes))
+        }
+    }
+}
 
 /// Whether text files can hold this type.
 pub(crate) fn readable(t: &DataType) -> bool {
@@ -93,6 +147,10 @@ impl RowBuilder {
         self.rows
     }
 
+    pub(crate) fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
     /// The fast path for integer columns: plain decimal digits (with an optional `-`) parsed
     /// straight from bytes. `None` sends the field to [`RowBuilder::parse`], which handles
     /// everything else and says what is wrong.
@@ -127,24 +185,45 @@ impl RowBuilder {
             return Ok(Value::Null);
         }
         let name = || self.schema.field(col).name();
+        let quoted = || Excerpt::of(text);
         let t = text.trim();
         match &self.builders[col] {
             Builder::Int64(_) | Builder::Int32(_) | Builder::TimestampMs(..) => t
                 .parse::<i64>()
                 .map(Value::Int)
-                .map_err(|_| format!("column `{}`: {text:?} is not an integer", name())),
+                .map_err(|_| format!("column `{}`: {} is not an integer", name(), quoted())),
             Builder::Float64(_) | Builder::Float32(_) => t
                 .parse::<f64>()
                 .map(Value::Float)
-                .map_err(|_| format!("column `{}`: {text:?} is not a number", name())),
-            Builder::Bool(_) => match t.to_ascii_lowercase().as_str() {
-                "true" | "t" | "1" => Ok(Value::Bool(true)),
-                "false" | "f" | "0" => Ok(Value::Bool(false)),
-                _ => Err(format!("column `{}`: {text:?} is not a boolean", name())),
+                .map_err(|_| format!("column `{}`: {} is not a number", name(), quoted())),
+            Builder::Bool(_) => match t.as_bytes() {
+                b if b.eq_ignore_ascii_case(b"true")
+                    || b.eq_ignore_ascii_case(b"t")
+                    || b == b"1" =>
+                {
+                    Ok(Value::Bool(true))
+                }
+                b if b.eq_ignore_ascii_case(b"false")
+                    || b.eq_ignore_ascii_case(b"f")
+                    || b == b"0" =>
+                {
+                    Ok(Value::Bool(false))
+                }
+                _ => Err(format!(
+                    "column `{}`: {} is not a boolean",
+                    name(),
+                    quoted()
+                )),
             },
-            Builder::Decimal(_, p, s) => parse_decimal(t, *p, *s)
-                .map(Value::Decimal)
-                .ok_or_else(|| format!("column `{}`: {text:?} is not a DECIMAL({p}, {s})", name())),
+            Builder::Decimal(_, p, s) => {
+                parse_decimal(t, *p, *s).map(Value::Decimal).ok_or_else(|| {
+                    format!(
+                        "column `{}`: {} is not a DECIMAL({p}, {s})",
+                        name(),
+                        quoted()
+                    )
+                })
+            }
             Builder::Utf8(_) => Ok(Value::Str(text)),
         }
     }
@@ -174,8 +253,9 @@ impl RowBuilder {
                 .ok_or_else(|| format!("column `{}`: {n} is not a DECIMAL({p}, {s})", name())),
             (J::Bool(b), Builder::Bool(_)) => Ok(Value::Bool(*b)),
             (other, _) => Err(format!(
-                "column `{}`: {other} is not of type {}",
+                "column `{}`: {} is not of type {}",
                 name(),
+                Excerpt::of(&other.to_string()),
                 self.schema.field(col).data_type()
             )),
         }

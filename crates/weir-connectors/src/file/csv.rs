@@ -1,27 +1,220 @@
-//! CSV files. Record splitting (quotes, escapes) is the `csv` crate's; fields are parsed into
-//! the declared column types one record at a time, so a bad record is set aside alone instead
-//! of failing its whole batch (which is what arrow-csv's reader does).
+//! CSV files. Lines are split into records and fields here, and fields parsed into the declared
+//! column types one record at a time, so a bad record is set aside alone instead of failing its
+//! whole batch (which is what arrow-csv's reader does).
+//!
+//! # Records
+//!
+//! A record ends at a line break (`\n` or `\r\n`) outside quotes; empty lines are skipped, and
+//! with `allow_comments` lines starting with `#`. A field that starts with the quote runs to the
+//! next lone quote (`""` inside is one quote), over delimiters and line breaks; text after its
+//! closing quote belongs to the field; a quote inside an unquoted field is a plain character.
+//! (This is the `csv` crate's reading, with its default settings.)
+//!
+//! A stray quote would swallow the rest of the file into one field. So a quoted field still open
+//! at the end of a line may run on over at most `max_quoted_field_lines` lines and
+//! `max_quoted_field_bytes` bytes, must close before the end of the file, and a record spanning
+//! lines must have the expected number of fields. Otherwise the record's first line alone is a
+//! dead letter, and reading starts again at the next line: each line of a bad stretch is then
+//! read as a record of its own.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_runtime::{Error, Result};
 
-use super::{io_err, BadRecords, FileSourceSpec, FormatReader};
-use crate::values::{recycle, RowBuilder, Value};
+use super::{io_err, null_event_time, BadRecords, FileSourceSpec, FormatReader};
+use crate::values::{recycle, Excerpt, RowBuilder, Value};
+
+/// The delimiter and quote of a CSV source, checked.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CsvSyntax {
+    delimiter: u8,
+    quote: u8,
+}
+
+impl CsvSyntax {
+    /// # Errors
+    /// `Config` if the delimiter or the quote is not one byte, is a line break, or they are the
+    /// same.
+    pub(super) fn of(spec: &FileSourceSpec) -> Result<Self> {
+        let byte = |name: &str, c: char| {
+            u8::try_from(c)
+                .ok()
+                .filter(|b| b.is_ascii() && *b != b'\n' && *b != b'\r')
+                .ok_or_else(|| {
+                    Error::config(
+                        name,
+                        c.escape_default(),
+                        "use one ASCII character other than a line break",
+                    )
+                })
+        };
+        let delimiter = byte("delimiter", spec.delimiter)?;
+        let quote = byte("quote", spec.quote)?;
+        if delimiter == quote {
+            return Err(Error::config(
+                "quote",
+                spec.quote,
+                "the quote must differ from the delimiter",
+            ));
+        }
+        Ok(CsvSyntax { delimiter, quote })
+    }
+}
+
+/// Where the field splitter is within a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    FieldStart,
+    Unquoted,
+    Quoted,
+    /// A quote inside a quoted field: its end, or the first of a doubled quote.
+    QuoteInQuoted,
+}
+
+/// The fields of one record, unquoted.
+#[derive(Debug, Default)]
+struct Fields {
+    /// The fields' bytes, back to back.
+    bytes: Vec<u8>,
+    /// Where each field ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Fields {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Bytes of the field not yet ended.
+    fn open_field_bytes(&self) -> usize {
+        self.bytes.len() - self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// Splits `line` (without its line break) into fields, starting in `state`; returns the
+    /// state at its end. The last field is left open: [`Fields::end_record`] ends it.
+    fn scan(&mut self, line: &[u8], mut state: State, syntax: CsvSyntax) -> State {
+        let CsvSyntax { delimiter, quote } = syntax;
+        let mut i = 0;
+        while i < line.len() {
+            let rest = &line[i..];
+            match state {
+                State::FieldStart => {
+                    if rest[0] == quote {
+                        state = State::Quoted;
+                        i += 1;
+                    } else if rest[0] == delimiter {
+                        self.ends.push(self.bytes.len());
+                        i += 1;
+                    } else {
+                        state = State::Unquoted;
+                    }
+                }
+                State::Unquoted => match rest.iter().position(|&b| b == delimiter) {
+                    Some(n) => {
+                        self.bytes.extend_from_slice(&rest[..n]);
+                        self.ends.push(self.bytes.len());
+                        state = State::FieldStart;
+                        i += n + 1;
+                    }
+                    None => {
+                        self.bytes.extend_from_slice(rest);
+                        i = line.len();
+                    }
+                },
+                State::Quoted => match rest.iter().position(|&b| b == quote) {
+                    Some(n) => {
+                        self.bytes.extend_from_slice(&rest[..n]);
+                        state = State::QuoteInQuoted;
+                        i += n + 1;
+                    }
+                    None => {
+                        self.bytes.extend_from_slice(rest);
+                        i = line.len();
+                    }
+                },
+                State::QuoteInQuoted => {
+                    if rest[0] == quote {
+                        self.bytes.push(quote);
+                        state = State::Quoted;
+                        i += 1;
+                    } else if rest[0] == delimiter {
+                        self.ends.push(self.bytes.len());
+                        state = State::FieldStart;
+                        i += 1;
+                    } else {
+                        state = State::Unquoted;
+                    }
+                }
+            }
+        }
+        state
+    }
+
+    fn end_record(&mut self) {
+        self.ends.push(self.bytes.len());
+    }
+}
+
+/// What [`CsvReader::split_record`] found.
+enum Split {
+    /// A record of `lines` lines starting at line `line`; its fields are in `fields`.
+    Record {
+        line: u64,
+        lines: usize,
+    },
+    /// The line `line` cannot start a record that closes its quotes: set it aside alone.
+    Unclosed {
+        line: u64,
+        reason: String,
+    },
+    End,
+}
 
 pub(super) struct CsvReader {
-    reader: csv::Reader<BufReader<File>>,
-    record: csv::ByteRecord,
+    path: std::path::PathBuf,
+    input: BufReader<File>,
+    syntax: CsvSyntax,
+    /// Lines read and not yet consumed, with their line breaks, back to back: the lines of the
+    /// record being split, and after an unclosed quote the lines to split again.
+    lines: Vec<u8>,
+    /// Where each line starts in `lines`.
+    starts: Vec<usize>,
+    /// The first line in `starts` not yet consumed.
+    head: usize,
+    /// The line number (from 1) of `starts[0]`.
+    first_line: u64,
+    eof: bool,
+    fields: Fields,
     /// For each schema column, the field index in the file.
     field_of: Vec<usize>,
     fields_expected: usize,
     builder: RowBuilder,
     batch_rows: usize,
-    delimiter: u8,
+    allow_comments: bool,
+    ignore_parse_errors: bool,
+    null_literal: Option<Vec<u8>>,
+    max_quoted_field_lines: usize,
+    max_quoted_field_bytes: usize,
+    /// The event-time column, whose NULLs are bad records.
+    event_time: Option<usize>,
     bytes: u64,
     done: bool,
 }
@@ -33,136 +226,299 @@ impl CsvReader {
         spec: &FileSourceSpec,
         batch_rows: usize,
     ) -> Result<Self> {
-        let delimiter = u8::try_from(spec.delimiter).map_err(|_| {
-            Error::config("delimiter", spec.delimiter, "use a single-byte delimiter")
-        })?;
+        let syntax = CsvSyntax::of(spec)?;
         let file = File::open(path).map_err(|e| io_err(path, e))?;
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .delimiter(delimiter)
-            .from_reader(BufReader::with_capacity(1 << 20, file));
         let n = schema.fields().len();
-        let mut field_of: Vec<usize> = (0..n).collect();
-        let mut fields_expected = n;
-        let mut record = csv::ByteRecord::new();
+        let mut reader = CsvReader {
+            path: path.to_path_buf(),
+            input: BufReader::with_capacity(1 << 20, file),
+            syntax,
+            lines: Vec::new(),
+            starts: Vec::new(),
+            head: 0,
+            first_line: 1,
+            eof: false,
+            fields: Fields::default(),
+            field_of: (0..n).collect(),
+            fields_expected: n,
+            builder: RowBuilder::new(schema.clone(), batch_rows),
+            batch_rows,
+            allow_comments: spec.allow_comments,
+            ignore_parse_errors: spec.ignore_parse_errors,
+            null_literal: spec.null_literal.clone().map(String::into_bytes),
+            max_quoted_field_lines: spec.max_quoted_field_lines.max(1),
+            max_quoted_field_bytes: spec.max_quoted_field_bytes,
+            event_time: super::event_time_index(spec, &schema),
+            bytes: 0,
+            done: false,
+        };
         if spec.header {
             // Columns are found by name in the header, so the file's column order is free.
-            if reader
-                .read_byte_record(&mut record)
-                .map_err(|e| io_err(path, e))?
-            {
-                let names: Vec<String> = record
-                    .iter()
-                    .map(|f| String::from_utf8_lossy(f).trim().to_string())
-                    .collect();
-                fields_expected = names.len();
-                for (i, f) in schema.fields().iter().enumerate() {
-                    field_of[i] = names.iter().position(|h| h == f.name()).ok_or_else(|| {
-                        Error::config(
-                            "columns",
-                            f.name(),
-                            format!(
-                                "column `{}` is not in the header of {} (which has: {}); fix the \
-                                 column name, or set header to false to read columns by position",
-                                f.name(),
-                                path.display(),
-                                names.join(", ")
-                            ),
-                        )
-                    })?;
+            match reader.split_record(None)? {
+                Split::End => {}
+                Split::Unclosed { line, reason } => {
+                    return Err(io_err(path, format!("header (line {line}): {reason}")));
+                }
+                Split::Record { lines, .. } => {
+                    let names: Vec<String> = reader
+                        .fields
+                        .iter()
+                        .map(|f| String::from_utf8_lossy(f).trim().to_string())
+                        .collect();
+                    reader.consume(lines);
+                    reader.fields_expected = names.len();
+                    for (i, f) in schema.fields().iter().enumerate() {
+                        reader.field_of[i] =
+                            names.iter().position(|h| h == f.name()).ok_or_else(|| {
+                                Error::config(
+                                    "columns",
+                                    f.name(),
+                                    format!(
+                                        "column `{}` is not in the header of {} (which has: {}); \
+                                         fix the column name, or set header to false to read \
+                                         columns by position",
+                                        f.name(),
+                                        path.display(),
+                                        Excerpt::of(&names.join(", ")),
+                                    ),
+                                )
+                            })?;
+                    }
                 }
             }
         }
-        Ok(CsvReader {
-            reader,
-            record,
-            field_of,
-            fields_expected,
-            builder: RowBuilder::new(schema, batch_rows),
-            batch_rows,
-            delimiter,
-            bytes: 0,
-            done: false,
-        })
+        Ok(reader)
     }
 
-    fn raw(&self) -> String {
-        let parts: Vec<String> = self
-            .record
-            .iter()
-            .map(|f| String::from_utf8_lossy(f).into_owned())
-            .collect();
-        parts.join(&(self.delimiter as char).to_string())
+    /// Appends the next line of the file to `lines`; `false` at the end of the file.
+    fn read_line(&mut self) -> Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        let start = self.lines.len();
+        let n = self
+            .input
+            .read_until(b'\n', &mut self.lines)
+            .map_err(|e| io_err(&self.path, e))?;
+        if n == 0 {
+            self.eof = true;
+            return Ok(false);
+        }
+        self.starts.push(start);
+        Ok(true)
     }
+
+    /// Line `k` of `lines` as (text, line break).
+    fn line(&self, k: usize) -> (&[u8], &[u8]) {
+        let end = self.starts.get(k + 1).copied().unwrap_or(self.lines.len());
+        split_line_break(&self.lines[self.starts[k]..end])
+    }
+
+    /// The bytes of `n` lines from the head, without the last line break.
+    fn raw(&self, n: usize) -> &[u8] {
+        let last = self.head + n - 1;
+        let (text, _) = self.line(last);
+        let end = self.starts[last] + text.len();
+        &self.lines[self.starts[self.head]..end]
+    }
+
+    /// Drops `n` lines from the head.
+    fn consume(&mut self, n: usize) {
+        let end = self
+            .starts
+            .get(self.head + n)
+            .copied()
+            .unwrap_or(self.lines.len());
+        self.bytes += (end - self.starts[self.head]) as u64;
+        self.head += n;
+        if self.head == self.starts.len() {
+            self.first_line += self.starts.len() as u64;
+            self.lines.clear();
+            self.starts.clear();
+            self.head = 0;
+        } else if end > self.lines.len() / 2 {
+            // Lines set aside one by one after unclosed quotes: drop the consumed ones, so
+            // `lines` stays within about twice the lines of one record.
+            self.lines.drain(..end);
+            self.starts.drain(..self.head);
+            self.starts.iter_mut().for_each(|s| *s -= end);
+            self.first_line += self.head as u64;
+            self.head = 0;
+        }
+    }
+
+    fn too_long(&self, opened: u64) -> String {
+        format!(
+            "unclosed quote? the quoted field opened on line {opened} runs on past {} lines or {} \
+             bytes (max_quoted_field_lines, max_quoted_field_bytes); the line is set aside and \
+             reading goes on at the next line",
+            self.max_quoted_field_lines, self.max_quoted_field_bytes
+        )
+    }
+
+    /// Splits the next record off the head into `fields`, reading lines as needed; consumes
+    /// only the empty and comment lines before it. `expected` is the number of fields a record
+    /// spanning lines must have (`None` for the header).
+    fn split_record(&mut self, expected: Option<usize>) -> Result<Split> {
+        loop {
+            if self.head == self.starts.len() && !self.read_line()? {
+                return Ok(Split::End);
+            }
+            let (text, _) = self.line(self.head);
+            if text.is_empty() || (self.allow_comments && text[0] == b'#') {
+                self.consume(1);
+                continue;
+            }
+            let first = self.head;
+            let first_line = self.first_line;
+            let line_no = |k: usize| first_line + k as u64;
+            self.fields.clear();
+            let mut state = State::FieldStart;
+            let mut k = first;
+            // The field open at the end of line k, and the line it opened on.
+            let mut open = (usize::MAX, first);
+            loop {
+                let end = self.starts.get(k + 1).copied().unwrap_or(self.lines.len());
+                let (text, line_break) = split_line_break(&self.lines[self.starts[k]..end]);
+                state = self.fields.scan(text, state, self.syntax);
+                if state != State::Quoted {
+                    break;
+                }
+                if open.0 != self.fields.len() {
+                    open = (self.fields.len(), k);
+                }
+                let opened = line_no(open.1);
+                if k + 2 - open.1 > self.max_quoted_field_lines
+                    || self.fields.open_field_bytes() > self.max_quoted_field_bytes
+                {
+                    return Ok(Split::Unclosed {
+                        line: line_no(first),
+                        reason: self.too_long(opened),
+                    });
+                }
+                // The line break belongs to the quoted field.
+                self.fields.bytes.extend_from_slice(line_break);
+                k += 1;
+                if k == self.starts.len() && !self.read_line()? {
+                    return Ok(Split::Unclosed {
+                        line: line_no(first),
+                        reason: format!(
+                            "unclosed quote: the quoted field opened on line {opened} is not \
+                             closed before the end of the file; the line is set aside and \
+                             reading goes on at the next line"
+                        ),
+                    });
+                }
+            }
+            self.fields.end_record();
+            let lines = k - first + 1;
+            if lines > 1 {
+                let field = self.fields.get(open.0);
+                if field.len() > self.max_quoted_field_bytes {
+                    return Ok(Split::Unclosed {
+                        line: line_no(first),
+                        reason: self.too_long(line_no(open.1)),
+                    });
+                }
+            }
+            if let Some(expected) = expected.filter(|&n| lines > 1 && n != self.fields.len()) {
+                return Ok(Split::Unclosed {
+                    line: line_no(first),
+                    reason: format!(
+                        "unclosed quote? a quoted field runs from line {} to line {} into a \
+                         record of {} fields, expected {expected}; the line is set aside and \
+                         reading goes on at the next line",
+                        line_no(first),
+                        line_no(k),
+                        self.fields.len()
+                    ),
+                });
+            }
+            return Ok(Split::Record {
+                line: line_no(first),
+                lines,
+            });
+        }
+    }
+}
+
+/// A line as (text, line break): the break is `\r\n`, `\n`, or empty at the end of the file.
+fn split_line_break(line: &[u8]) -> (&[u8], &[u8]) {
+    let text_len = match line {
+        [.., b'\r', b'\n'] => line.len() - 2,
+        [.., b'\n'] => line.len() - 1,
+        _ => line.len(),
+    };
+    line.split_at(text_len)
 }
 
 impl FormatReader for CsvReader {
     fn next_batch(&mut self, bad: &mut BadRecords) -> Result<Option<RecordBatch>> {
         let mut buf: Vec<Value<'static>> = Vec::with_capacity(self.field_of.len());
         while !self.done && self.builder.rows() < self.batch_rows {
-            match self.reader.read_byte_record(&mut self.record) {
-                Ok(false) => self.done = true,
-                Ok(true) => {
-                    self.bytes = self
-                        .record
-                        .position()
-                        .map(|p| p.byte())
-                        .unwrap_or(self.bytes);
-                    let line = self.record.position().map(|p| p.line()).unwrap_or(0);
-                    if self.record.len() == 1 && self.record.get(0) == Some(b"") {
-                        continue; // an empty line
-                    }
-                    if self.record.len() != self.fields_expected {
-                        let reason = format!(
-                            "expected {} fields, found {}{}",
-                            self.fields_expected,
-                            self.record.len(),
-                            if self.record.len() < self.fields_expected {
-                                " (missing or truncated fields)"
-                            } else {
-                                ""
-                            }
-                        );
-                        bad.report(line, reason, self.raw())?;
-                        continue;
-                    }
-                    let mut values = recycle(std::mem::take(&mut buf));
-                    let mut failed = None;
-                    for (col, &fi) in self.field_of.iter().enumerate() {
-                        let bytes = self.record.get(fi).unwrap_or(b"");
-                        let parsed = match self.builder.parse_integer_bytes(col, bytes) {
-                            Some(v) => Ok(v),
-                            None => std::str::from_utf8(bytes)
-                                .map_err(|_| format!("field {} is not valid UTF-8", fi + 1))
-                                .and_then(|text| self.builder.parse(col, text)),
-                        };
-                        match parsed {
-                            Ok(v) => values.push(v),
-                            Err(reason) => {
-                                failed = Some(reason);
-                                break;
-                            }
-                        }
-                    }
-                    match failed {
-                        None => self.builder.append(&values),
-                        Some(reason) => bad.report(line, reason, self.raw())?,
-                    }
-                    buf = recycle(values);
+            let (line, lines) = match self.split_record(Some(self.fields_expected))? {
+                Split::End => {
+                    self.done = true;
+                    break;
                 }
-                Err(e) => {
-                    let line = e.position().map(|p| p.line()).unwrap_or(0);
-                    bad.report(line, format!("unreadable CSV: {e}"), self.raw())?;
-                    if !matches!(
-                        e.kind(),
-                        csv::ErrorKind::Utf8 { .. } | csv::ErrorKind::UnequalLengths { .. }
-                    ) {
-                        // An I/O error: nothing more can be read from this file.
-                        self.done = true;
+                Split::Unclosed { line, reason } => {
+                    bad.report(line, reason, self.raw(1))?;
+                    self.consume(1);
+                    continue;
+                }
+                Split::Record { line, lines } => (line, lines),
+            };
+            if self.fields.len() != self.fields_expected {
+                let reason = format!(
+                    "expected {} fields, found {}{}",
+                    self.fields_expected,
+                    self.fields.len(),
+                    if self.fields.len() < self.fields_expected {
+                        " (missing or truncated fields)"
+                    } else {
+                        ""
+                    }
+                );
+                bad.report(line, reason, self.raw(lines))?;
+                self.consume(lines);
+                continue;
+            }
+            let mut values = recycle(std::mem::take(&mut buf));
+            let mut failed = None;
+            for (col, &fi) in self.field_of.iter().enumerate() {
+                let bytes = self.fields.get(fi);
+                if self.null_literal.as_deref() == Some(bytes) {
+                    values.push(Value::Null);
+                    continue;
+                }
+                let parsed = match self.builder.parse_integer_bytes(col, bytes) {
+                    Some(v) => Ok(v),
+                    None => std::str::from_utf8(bytes)
+                        .map_err(|_| format!("field {} is not valid UTF-8", fi + 1))
+                        .and_then(|text| self.builder.parse(col, text)),
+                };
+                match parsed {
+                    Ok(v) => values.push(v),
+                    Err(_) if self.ignore_parse_errors => values.push(Value::Null),
+                    Err(reason) => {
+                        failed = Some(reason);
+                        break;
                     }
                 }
             }
+            if failed.is_none() {
+                if let Some(et) = self.event_time {
+                    if matches!(values[et], Value::Null) {
+                        failed = Some(null_event_time(self.builder.schema(), et));
+                    }
+                }
+            }
+            match failed {
+                None => self.builder.append(&values),
+                Some(reason) => bad.report(line, reason, self.raw(lines))?,
+            }
+            buf = recycle(values);
+            self.consume(lines);
         }
         if self.builder.rows() == 0 {
             return Ok(None);

@@ -1,4 +1,5 @@
-//! JSON lines: one object per line, fields by column name (missing fields are NULL).
+//! JSON lines: one object per line, fields by column name (missing fields are NULL). Lines that
+//! are blank (whitespace only) are skipped; a line that is not UTF-8 is a bad record.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -8,15 +9,17 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_runtime::Result;
 
-use super::{io_err, BadRecords, FormatReader};
+use super::{io_err, null_event_time, BadRecords, FileSourceSpec, FormatReader};
 use crate::values::{recycle, RowBuilder, Value};
 
 pub(super) struct JsonReader {
     path: std::path::PathBuf,
     reader: BufReader<File>,
-    line: String,
+    line: Vec<u8>,
     line_no: u64,
     names: Vec<String>,
+    /// The event-time column, whose NULLs are bad records.
+    event_time: Option<usize>,
     builder: RowBuilder,
     batch_rows: usize,
     bytes: u64,
@@ -24,14 +27,20 @@ pub(super) struct JsonReader {
 }
 
 impl JsonReader {
-    pub(super) fn open(path: &Path, schema: SchemaRef, batch_rows: usize) -> Result<Self> {
+    pub(super) fn open(
+        path: &Path,
+        schema: SchemaRef,
+        spec: &FileSourceSpec,
+        batch_rows: usize,
+    ) -> Result<Self> {
         let file = File::open(path).map_err(|e| io_err(path, e))?;
         Ok(JsonReader {
             path: path.to_path_buf(),
             reader: BufReader::with_capacity(1 << 20, file),
-            line: String::new(),
+            line: Vec::new(),
             line_no: 0,
             names: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            event_time: super::event_time_index(spec, &schema),
             builder: RowBuilder::new(schema, batch_rows),
             batch_rows,
             bytes: 0,
@@ -47,7 +56,7 @@ impl FormatReader for JsonReader {
             self.line.clear();
             let n = self
                 .reader
-                .read_line(&mut self.line)
+                .read_until(b'\n', &mut self.line)
                 .map_err(|e| io_err(&self.path, e))?;
             if n == 0 {
                 self.done = true;
@@ -55,7 +64,25 @@ impl FormatReader for JsonReader {
             }
             self.bytes += n as u64;
             self.line_no += 1;
-            let text = self.line.trim_end_matches(['\n', '\r']);
+            let raw = match self.line.as_slice() {
+                [rest @ .., b'\r', b'\n'] | [rest @ .., b'\n'] => rest,
+                all => all,
+            };
+            let text = match std::str::from_utf8(raw) {
+                Ok(text) => text,
+                Err(e) => {
+                    bad.report(
+                        self.line_no,
+                        format!(
+                            "the line is not valid UTF-8 (at byte {} of {})",
+                            e.valid_up_to(),
+                            raw.len()
+                        ),
+                        raw,
+                    )?;
+                    continue;
+                }
+            };
             if text.trim().is_empty() {
                 continue;
             }
@@ -65,16 +92,12 @@ impl FormatReader for JsonReader {
                     bad.report(
                         self.line_no,
                         format!("expected a JSON object, found {}", kind(&other)),
-                        text.to_string(),
+                        raw,
                     )?;
                     continue;
                 }
                 Err(e) => {
-                    bad.report(
-                        self.line_no,
-                        format!("malformed JSON: {e}"),
-                        text.to_string(),
-                    )?;
+                    bad.report(self.line_no, format!("malformed JSON: {e}"), raw)?;
                     continue;
                 }
             };
@@ -90,9 +113,16 @@ impl FormatReader for JsonReader {
                     }
                 }
             }
+            if failed.is_none() {
+                if let Some(et) = self.event_time {
+                    if matches!(values[et], Value::Null) {
+                        failed = Some(null_event_time(self.builder.schema(), et));
+                    }
+                }
+            }
             match failed {
                 None => self.builder.append(&values),
-                Some(reason) => bad.report(self.line_no, reason, text.to_string())?,
+                Some(reason) => bad.report(self.line_no, reason, raw)?,
             }
             buf = recycle(values);
         }

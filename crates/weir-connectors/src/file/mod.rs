@@ -4,10 +4,16 @@
 //! # Bad records
 //!
 //! A record that cannot be read as the declared schema (a field that does not parse as its
-//! column's type, too few or too many fields, a truncated last line, malformed JSON) is not an
-//! error: it goes to the job's dead-letter output with the reason, the file and line, and the
-//! raw text, is counted on its split, and reading goes on. With `on_bad_record: fail` the job
-//! stops instead, naming the record. Empty fields are NULL.
+//! column's type, too few or too many fields, a truncated last line, malformed JSON, bytes
+//! that are not UTF-8, a quote that is never closed) is not an error: it goes to the job's
+//! dead-letter output with the reason, the file and line, and the raw record, is counted on
+//! its split, and reading goes on. With `on_bad_record: fail` the job stops instead, naming
+//! the record. Empty fields are NULL.
+//!
+//! A dead letter's `record` is the record's bytes as read, whole: its text when it is valid
+//! UTF-8, otherwise `base64:` followed by the bytes in base64 (standard alphabet, padded; text
+//! that itself starts with `base64:` is encoded too). Reasons and error messages quote at most
+//! a few hundred bytes of input, followed by its length when cut.
 
 mod csv;
 mod json;
@@ -23,6 +29,8 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_runtime::source::{BadRecordPolicy, DeadLetter, ReaderContext};
 use weir_runtime::{Error, Result, SourceFactory, SourcePoll, SourceReader};
+
+use crate::values::{raw_record, Excerpt};
 
 /// File formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,9 +106,38 @@ pub struct FileSourceSpec {
     /// CSV: the first line is a header (skipped).
     #[serde(default = "yes")]
     pub header: bool,
-    /// CSV field delimiter.
+    /// CSV field delimiter (`csv.field-delimiter`): one byte.
     #[serde(default = "comma")]
     pub delimiter: char,
+    /// CSV quote character (`csv.quote-character`): one byte. A field that starts with it runs
+    /// to the next single one (a doubled one is a literal quote) and may hold delimiters and
+    /// line breaks.
+    #[serde(default = "double_quote")]
+    pub quote: char,
+    /// CSV: lines starting with `#` are skipped (`csv.allow-comments`).
+    #[serde(default)]
+    pub allow_comments: bool,
+    /// CSV: a field that does not parse as its column's type is NULL, instead of making its
+    /// record a dead letter (`csv.ignore-parse-errors`). Records with the wrong number of
+    /// fields are still dead letters.
+    #[serde(default)]
+    pub ignore_parse_errors: bool,
+    /// CSV: a field with exactly this text is NULL (`csv.null-literal`), whatever its type.
+    #[serde(default)]
+    pub null_literal: Option<String>,
+    /// CSV: a quoted field still open at the end of a line may run on over at most this many
+    /// lines in all; past that (or when the file ends first), its first line is a dead letter
+    /// and reading starts again at the next line.
+    #[serde(default = "max_quoted_field_lines")]
+    pub max_quoted_field_lines: usize,
+    /// CSV: as `max_quoted_field_lines`, for the bytes of such a field.
+    #[serde(default = "max_quoted_field_bytes")]
+    pub max_quoted_field_bytes: usize,
+    /// The event-time column, if the job reads one from this source: a row whose event time
+    /// is NULL (empty, or unparsable with `ignore_parse_errors`) is a bad record named by its
+    /// file and line (Parquet: its row in the file), before the runtime would drop it.
+    #[serde(default)]
+    pub event_time_column: Option<String>,
     #[serde(default)]
     pub on_bad_record: BadRecordPolicy,
 }
@@ -110,6 +147,15 @@ fn yes() -> bool {
 }
 fn comma() -> char {
     ','
+}
+fn double_quote() -> char {
+    '"'
+}
+fn max_quoted_field_lines() -> usize {
+    100
+}
+fn max_quoted_field_bytes() -> usize {
+    1 << 20
 }
 
 impl FileSourceSpec {
@@ -124,6 +170,13 @@ impl FileSourceSpec {
             columns: ColumnSpec::of_pairs(columns),
             header: true,
             delimiter: ',',
+            quote: double_quote(),
+            allow_comments: false,
+            ignore_parse_errors: false,
+            null_literal: None,
+            max_quoted_field_lines: max_quoted_field_lines(),
+            max_quoted_field_bytes: max_quoted_field_bytes(),
+            event_time_column: None,
             on_bad_record: BadRecordPolicy::DeadLetter,
         }
     }
@@ -139,8 +192,13 @@ pub struct FileSource {
 impl FileSource {
     /// # Errors
     /// `Config` if the columns are missing for CSV/JSON, a column type cannot be read from
-    /// text, or (for Parquet without columns) no file matches to take the schema from.
+    /// text, the CSV delimiter or quote is not one byte (or they are the same, or a line
+    /// break), the event-time column is not a column, or (for Parquet without columns) no
+    /// file matches to take the schema from.
     pub fn new(spec: FileSourceSpec) -> Result<Self> {
+        if spec.format == FileFormat::Csv {
+            csv::CsvSyntax::of(&spec)?;
+        }
         let schema = if spec.columns.is_empty() {
             if spec.format != FileFormat::Parquet {
                 return Err(Error::config(
@@ -168,6 +226,18 @@ impl FileSource {
                     .collect::<Vec<_>>(),
             ))
         };
+        if let Some(c) = &spec.event_time_column {
+            if schema.index_of(c).is_err() {
+                return Err(Error::config(
+                    "event_time_column",
+                    c,
+                    format!(
+                        "not a column of the source (which has: {})",
+                        weir_core::keys::column_names(&schema)
+                    ),
+                ));
+            }
+        }
         Ok(FileSource { spec, schema })
     }
 
@@ -176,22 +246,46 @@ impl FileSource {
     }
 }
 
-/// The files a path or glob pattern names, sorted.
+/// The files a path or glob pattern names, sorted. A glob skips what is not a file; a broken
+/// symbolic link among its matches is skipped with a warning naming the link and its target.
 ///
 /// # Errors
-/// `Config` if nothing matches (naming the pattern).
+/// `Config` if nothing matches (naming the pattern), or if a path without a glob is a broken
+/// symbolic link (naming its target).
 pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
     let has_glob = pattern.contains(['*', '?', '[']);
     let files: Vec<PathBuf> = if has_glob {
         let mut v: Vec<PathBuf> = glob::glob(pattern)
             .map_err(|e| Error::config("path", pattern, format!("not a valid glob pattern: {e}")))?
             .filter_map(|p| p.ok())
-            .filter(|p| p.is_file())
+            .filter(|p| {
+                if let Some((target, err)) = broken_symlink(p) {
+                    tracing::warn!(
+                        link = %p.display(),
+                        target = %target.display(),
+                        pattern,
+                        "skipping broken symbolic link {} -> {} ({err})",
+                        p.display(),
+                        target.display()
+                    );
+                }
+                p.is_file()
+            })
             .collect();
         v.sort();
         v
     } else {
         let p = PathBuf::from(pattern);
+        if let Some((target, err)) = broken_symlink(&p) {
+            return Err(Error::config(
+                "path",
+                pattern,
+                format!(
+                    "it is a broken symbolic link to {} ({err}); fix or remove the link",
+                    target.display()
+                ),
+            ));
+        }
         if p.is_file() {
             vec![p]
         } else {
@@ -206,6 +300,17 @@ pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
         ));
     }
     Ok(files)
+}
+
+/// If `path` is a symbolic link that cannot be followed (its target is missing, or a loop):
+/// its target and why.
+fn broken_symlink(path: &Path) -> Option<(PathBuf, std::io::Error)> {
+    let link = std::fs::symlink_metadata(path).ok()?;
+    if !link.file_type().is_symlink() {
+        return None;
+    }
+    let err = std::fs::metadata(path).err()?;
+    Some((std::fs::read_link(path).unwrap_or_default(), err))
 }
 
 impl SourceFactory for FileSource {
@@ -273,25 +378,67 @@ struct BadRecords<'a> {
 }
 
 impl BadRecords<'_> {
-    fn report(&mut self, line: u64, reason: String, record: String) -> Result<()> {
-        let position = format!("{}:{line}", self.file.display());
+    /// Sets aside the record that starts at line `line` (from 1), whose bytes are `record`.
+    ///
+    /// # Errors
+    /// `BadRecord` with the `fail` policy; an I/O error writing the dead letter.
+    fn report(&mut self, line: u64, reason: String, record: &[u8]) -> Result<()> {
+        self.set_aside(At::Line(line), reason, record)
+    }
+
+    /// Sets aside row `row` (from 0) of the file, shown as `record` (for formats without lines).
+    fn report_row(&mut self, row: u64, reason: String, record: &str) -> Result<()> {
+        self.set_aside(At::Row(row), reason, record.as_bytes())
+    }
+
+    fn set_aside(&mut self, at: At, reason: String, record: &[u8]) -> Result<()> {
         if self.policy == BadRecordPolicy::Fail {
+            let position = match at {
+                At::Line(n) => format!("{}:{n}", self.file.display()),
+                At::Row(n) => format!("{} row {n}", self.file.display()),
+            };
             return Err(Error::BadRecord {
                 position,
-                reason: format!("{reason} (record: {record:?}); set on_bad_record to dead_letter to skip such records"),
+                reason: format!(
+                    "{reason} (record: {}); set on_bad_record to dead_letter to skip such records",
+                    Excerpt(record)
+                ),
             });
         }
+        let position = match at {
+            At::Line(n) => format!("line {n}"),
+            At::Row(n) => format!("row {n}"),
+        };
         self.ctx.dead_letters.send(
             DeadLetter {
                 source: self.ctx.source.clone(),
                 split: self.file.display().to_string(),
-                position: format!("line {line}"),
+                position,
                 reason,
-                record,
+                record: raw_record(record),
             },
             Some(&self.ctx.split_metrics[self.split]),
         )
     }
+}
+
+/// Where a bad record is in its file.
+#[derive(Debug, Clone, Copy)]
+enum At {
+    Line(u64),
+    Row(u64),
+}
+
+/// The reason of a dead letter for a row without event time (as the runtime words it).
+fn null_event_time(schema: &Schema, col: usize) -> String {
+    format!("event-time column `{}` is NULL", schema.field(col).name())
+}
+
+/// The index of the spec's event-time column in `schema` (checked in [`FileSource::new`]).
+fn event_time_index(spec: &FileSourceSpec, schema: &Schema) -> Option<usize> {
+    spec.event_time_column
+        .as_ref()
+        .and_then(|c| schema.index_of(c).ok())
 }
 
 struct FileReader {
@@ -316,10 +463,16 @@ impl FileReader {
                 &self.spec,
                 rows,
             )?),
-            FileFormat::Json => Box::new(json::JsonReader::open(path, self.schema.clone(), rows)?),
+            FileFormat::Json => Box::new(json::JsonReader::open(
+                path,
+                self.schema.clone(),
+                &self.spec,
+                rows,
+            )?),
             FileFormat::Parquet => Box::new(parquet::ParquetReader::open(
                 path,
                 self.schema.clone(),
+                &self.spec,
                 rows,
             )?),
         })

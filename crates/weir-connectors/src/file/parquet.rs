@@ -1,27 +1,55 @@
 //! Parquet files, read with the parquet crate's Arrow reader (columns chosen by name).
+//!
+//! A file the parquet crate cannot decode (a corrupt footer, schema or row group) is an
+//! `External` error naming the file, also when the decoder panics on it.
 
 use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use arrow_array::RecordBatch;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use weir_runtime::{Error, Result};
 
-use super::{io_err, BadRecords, FormatReader};
+use super::{io_err, null_event_time, BadRecords, FileSourceSpec, FormatReader};
+
+/// Runs `f` on the file `path`; a panic in it (the decoder on corrupt input) becomes an error
+/// naming the file.
+fn decoding<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("the decoder panicked");
+        Err(corrupt(path, why))
+    })
+}
+
+fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
+    io_err(path, format!("not a readable Parquet file (corrupt?): {e}"))
+}
+
+fn builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>> {
+    let file = File::open(path).map_err(|e| io_err(path, e))?;
+    decoding(path, || {
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| corrupt(path, e))
+    })
+}
 
 /// The Arrow schema stored in a Parquet file.
 pub(super) fn file_schema(path: &Path) -> Result<SchemaRef> {
-    let file = File::open(path).map_err(|e| io_err(path, e))?;
-    let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| io_err(path, e))?;
-    Ok(b.schema().clone())
+    Ok(builder(path)?.schema().clone())
 }
 
 pub(super) struct ParquetReader {
     path: std::path::PathBuf,
     reader: ParquetRecordBatchReader,
     schema: SchemaRef,
+    /// The event-time column, whose NULLs are bad records.
+    event_time: Option<usize>,
     bytes: u64,
     rows_read: u64,
     total_rows: u64,
@@ -29,10 +57,14 @@ pub(super) struct ParquetReader {
 }
 
 impl ParquetReader {
-    pub(super) fn open(path: &Path, schema: SchemaRef, batch_rows: usize) -> Result<Self> {
-        let file = File::open(path).map_err(|e| io_err(path, e))?;
-        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| io_err(path, e))?;
+    pub(super) fn open(
+        path: &Path,
+        schema: SchemaRef,
+        spec: &FileSourceSpec,
+        batch_rows: usize,
+    ) -> Result<Self> {
+        let b = builder(path)?;
+        let file_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let file_schema = b.schema().clone();
         let mut leaves = Vec::new();
         for f in schema.fields() {
@@ -62,15 +94,17 @@ impl ParquetReader {
             leaves.push(idx);
         }
         let total_rows = b.metadata().file_metadata().num_rows().max(0) as u64;
-        let mask = ProjectionMask::roots(b.parquet_schema(), leaves);
-        let reader = b
-            .with_projection(mask)
-            .with_batch_size(batch_rows)
-            .build()
-            .map_err(|e| io_err(path, e))?;
+        let reader = decoding(path, || {
+            let mask = ProjectionMask::roots(b.parquet_schema(), leaves);
+            b.with_projection(mask)
+                .with_batch_size(batch_rows)
+                .build()
+                .map_err(|e| corrupt(path, e))
+        })?;
         Ok(ParquetReader {
             path: path.to_path_buf(),
             reader,
+            event_time: super::event_time_index(spec, &schema),
             schema,
             bytes: 0,
             rows_read: 0,
@@ -78,29 +112,62 @@ impl ParquetReader {
             file_len,
         })
     }
+
+    /// `batch` without its rows whose event time is NULL, which go to `bad`; `first_row` is
+    /// the row number in the file of its first row.
+    fn without_null_event_times(
+        &self,
+        batch: RecordBatch,
+        first_row: u64,
+        bad: &mut BadRecords,
+    ) -> Result<RecordBatch> {
+        let Some(et) = self.event_time else {
+            return Ok(batch);
+        };
+        let Some(nulls) = batch.column(et).nulls().filter(|n| n.null_count() > 0) else {
+            return Ok(batch);
+        };
+        for i in 0..batch.num_rows() {
+            if nulls.is_null(i) {
+                bad.report_row(
+                    first_row + i as u64,
+                    null_event_time(&self.schema, et),
+                    &weir_runtime::display::row_to_string(&batch, i),
+                )?;
+            }
+        }
+        let keep = BooleanArray::new(nulls.inner().clone(), None);
+        Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
+    }
 }
 
 impl FormatReader for ParquetReader {
-    fn next_batch(&mut self, _bad: &mut BadRecords) -> Result<Option<RecordBatch>> {
-        match self.reader.next() {
-            None => {
+    fn next_batch(&mut self, bad: &mut BadRecords) -> Result<Option<RecordBatch>> {
+        loop {
+            let path = &self.path;
+            let next = decoding(path, || {
+                self.reader.next().transpose().map_err(|e| corrupt(path, e))
+            })?;
+            let Some(b) = next else {
                 self.bytes = self.file_len;
-                Ok(None)
+                return Ok(None);
+            };
+            let first_row = self.rows_read;
+            self.rows_read += b.num_rows() as u64;
+            if let Some(b) = (self.file_len * self.rows_read).checked_div(self.total_rows) {
+                self.bytes = b;
             }
-            Some(Err(e)) => Err(io_err(&self.path, e)),
-            Some(Ok(b)) => {
-                self.rows_read += b.num_rows() as u64;
-                if let Some(b) = (self.file_len * self.rows_read).checked_div(self.total_rows) {
-                    self.bytes = b;
-                }
-                // Columns come in file order; put them in the declared order.
-                let cols = self
-                    .schema
-                    .fields()
-                    .iter()
-                    .map(|f| b.column_by_name(f.name()).cloned().expect("projected"))
-                    .collect();
-                Ok(Some(RecordBatch::try_new(self.schema.clone(), cols)?))
+            // Columns come in file order; put them in the declared order.
+            let cols = self
+                .schema
+                .fields()
+                .iter()
+                .map(|f| b.column_by_name(f.name()).cloned().expect("projected"))
+                .collect();
+            let batch = RecordBatch::try_new(self.schema.clone(), cols)?;
+            let batch = self.without_null_event_times(batch, first_row, bad)?;
+            if batch.num_rows() > 0 {
+                return Ok(Some(batch));
             }
         }
     }
