@@ -10,6 +10,12 @@
 //! state is dropped then. weir does not fire a window early or again for late rows: one window,
 //! one row.
 //!
+//! # State
+//!
+//! One group per key and open window (or session), dropped when it is emitted. The state
+//! metrics count those groups plus the values MEDIAN keeps (each an input row held), and their
+//! bytes.
+//!
 //! # Late rows
 //!
 //! Decided from the row's own source split, so results do not depend on timing or parallelism:
@@ -365,6 +371,9 @@ impl OperatorFactory for WindowAggregate {
             closing: ExpiryQueue::new(),
             group_count: 0,
             state_bytes: 0,
+            holds_values: (self.aggregates.iter())
+                .any(|a| matches!(a.function, aggregates::AggregateFn::Median(_))),
+            values_held: 0,
             late: 0,
             late_assignments: 0,
             no_window: 0,
@@ -442,7 +451,12 @@ pub struct WindowAggregateOp {
     /// When each group (or a key's sessions) may close.
     closing: ExpiryQueue,
     group_count: u64,
+    /// Bytes of open groups and sessions: overhead, keys of fixed-window groups, states' heaps.
     state_bytes: u64,
+    /// Some aggregate keeps its input values (MEDIAN).
+    holds_values: bool,
+    /// The input values held by open groups' states.
+    values_held: u64,
     late: u64,
     late_assignments: u64,
     /// Rows in no representable window (dead letters).
@@ -454,6 +468,13 @@ pub struct WindowAggregateOp {
 }
 
 const GROUP_OVERHEAD: u64 = 64;
+
+/// The input values `states` keep and their heap bytes.
+fn held(states: &[State]) -> (u64, u64) {
+    states.iter().fold((0, 0), |(n, b), s| {
+        (n + s.values_held() as u64, b + s.heap_bytes() as u64)
+    })
+}
 
 impl WindowAggregateOp {
     fn new_states(&self) -> Vec<State> {
@@ -541,8 +562,19 @@ impl WindowAggregateOp {
                             self.late_assignments += 1;
                         } else {
                             let slot = self.group_for(key.as_ref(), start, &mut buf);
-                            for (s, v) in self.groups.get_mut(slot).states.iter_mut().zip(&values) {
+                            let states = &mut self.groups.get_mut(slot).states;
+                            let before = if self.holds_values {
+                                held(states)
+                            } else {
+                                (0, 0)
+                            };
+                            for (s, v) in states.iter_mut().zip(&values) {
                                 s.update(v, i);
+                            }
+                            if self.holds_values {
+                                let after = held(states);
+                                self.values_held += after.0 - before.0;
+                                self.state_bytes += after.1 - before.1;
                             }
                         }
                     }
@@ -582,6 +614,9 @@ impl WindowAggregateOp {
             s.update(v, i);
         }
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
+        self.values_held += held(&states).0;
+        // The bytes of the sessions merged into this row's.
+        let mut merged_bytes = 0;
         let sessions = self.sessions.get_mut(slot);
         // Merge every session this row's window [ts, ts + gap) overlaps.
         let mut k = 0;
@@ -594,6 +629,7 @@ impl WindowAggregateOp {
                 let s = sessions.swap_remove(k);
                 start = start.min(s.start);
                 end = end.max(s.end);
+                merged_bytes += GROUP_OVERHEAD + held(&s.states).1;
                 for (a, b) in states.iter_mut().zip(s.states) {
                     a.merge(b);
                 }
@@ -602,6 +638,8 @@ impl WindowAggregateOp {
                 k += 1;
             }
         }
+        self.state_bytes += GROUP_OVERHEAD + held(&states).1;
+        self.state_bytes -= merged_bytes;
         sessions.push(Session { start, end, states });
         self.group_count = self.group_count + 1 - merged;
         self.peak_groups = self.peak_groups.max(self.group_count);
@@ -691,6 +729,7 @@ impl WindowAggregateOp {
         }
         self.group_count = 0;
         self.state_bytes = 0;
+        self.values_held = 0;
         Ok(())
     }
 
@@ -730,6 +769,9 @@ impl Operator for WindowAggregateOp {
                 while k < sessions.len() {
                     if close_at(sessions[k].end, 0, l) <= wm {
                         let s = sessions.swap_remove(k);
+                        let (values, heap) = held(&s.states);
+                        self.values_held -= values;
+                        self.state_bytes -= GROUP_OVERHEAD + heap;
                         rows.push((slot, s.start, s.end, s.states, true));
                     } else {
                         k += 1;
@@ -747,10 +789,9 @@ impl Operator for WindowAggregateOp {
             }
             let key_len = self.groups.key(slot).len() as u64;
             let g = std::mem::take(self.groups.get_mut(slot));
-            let heap: usize = g.states.iter().map(State::heap_bytes).sum();
-            self.state_bytes = self
-                .state_bytes
-                .saturating_sub(GROUP_OVERHEAD + key_len + heap as u64);
+            let (values, heap) = held(&g.states);
+            self.values_held -= values;
+            self.state_bytes -= GROUP_OVERHEAD + key_len + heap;
             rows.push((slot, g.start, g.start.saturating_add(size), g.states, false));
         }
         self.group_count -= rows.len() as u64;
@@ -766,9 +807,10 @@ impl Operator for WindowAggregateOp {
 
     fn state_size(&self) -> StateSize {
         StateSize {
-            rows: self.group_count,
+            rows: self.group_count + self.values_held,
             bytes: self.state_bytes
-                + self.group_count * (self.bound.len() * std::mem::size_of::<State>()) as u64,
+                + self.group_count * (self.bound.len() * std::mem::size_of::<State>()) as u64
+                + self.sessions.index_bytes(),
         }
     }
 
@@ -776,6 +818,7 @@ impl Operator for WindowAggregateOp {
         out.extend([
             ("open_groups", self.group_count as i64),
             ("peak_open_groups", self.peak_groups as i64),
+            ("values_held", self.values_held as i64),
             ("late_rows", self.late as i64),
             ("late_window_assignments", self.late_assignments as i64),
             ("rows_in_no_window", self.no_window as i64),
