@@ -649,3 +649,27 @@ fn issue_12_broken_symlink_in_a_glob_is_skipped_with_a_warning() {
         "{log}"
     );
 }
+
+/// As the `csv` crate did: a byte order mark before the header is not part of its first name.
+#[test]
+fn issue_12_utf8_byte_order_mark_at_the_start_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = file(
+        dir.path(),
+        "a.csv",
+        "\u{feff}id,name\n1,a\n",
+        FileFormat::Csv,
+        id_name(),
+    );
+    assert_eq!(read(spec, SourceOptions::none()).unwrap().rows, vec!["1,a"]);
+    let spec = file(
+        dir.path(),
+        "a.jsonl",
+        "\u{feff}{\"id\":1,\"name\":\"a\"}\n",
+        FileFormat::Json,
+        id_name(),
+    );
+    let r = read(spec, SourceOptions::none()).unwrap();
+    assert_eq!(r.rows, vec!["1,a"]);
+    assert!(r.dead.is_empty(), "{:?}", r.dead);
+}

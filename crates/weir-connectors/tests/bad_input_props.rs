@@ -3,10 +3,11 @@
 //! never panic or fail the job, and lose no record.
 //!
 //! "Records in" is defined on the input alone, line by line: a line is its bytes up to and
-//! without `\n` or `\r\n` (the last line may have neither). For JSON lines, every line that
-//! is not whitespace-only UTF-8 is a record. For CSV with `max_quoted_field_lines = 1` (a
-//! quoted field may not cross a line break), every line that is not empty is a record. Each
-//! record is a row or a dead letter, never both; a dead letter's record is its line's bytes.
+//! without `\n` or `\r\n` (the last line may have neither; a UTF-8 byte order mark at the
+//! start is not part of the first). For JSON lines, every line that is not whitespace-only
+//! UTF-8 is a record. For CSV with `max_quoted_field_lines = 1` (a quoted field may not cross a
+//! line break), every line that is not empty is a record. Each record is a row or a dead
+//! letter, never both; a dead letter's record is its line's bytes.
 
 use std::sync::{Arc, OnceLock};
 
@@ -47,8 +48,9 @@ fn read(bytes: &[u8], mut spec: FileSourceSpec) -> (Vec<String>, Vec<DeadLetter>
     (sorted_lines(&out.batches()), report.kept_dead_letters)
 }
 
-/// The lines of `bytes`, without their line breaks.
+/// The lines of `bytes` (after a UTF-8 byte order mark), without their line breaks.
 fn lines(bytes: &[u8]) -> Vec<&[u8]> {
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     let mut out: Vec<&[u8]> = bytes
         .split_inclusive(|&b| b == b'\n')
         .map(|l| {

@@ -4,8 +4,9 @@
 //!
 //! # Records
 //!
-//! A record ends at a line break (`\n` or `\r\n`) outside quotes; empty lines are skipped, and
-//! with `allow_comments` lines starting with `#`. A field that starts with the quote runs to the
+//! A record ends at a line break (`\n` or `\r\n`; a lone `\r` is a plain character) outside
+//! quotes; empty lines are skipped, and with `allow_comments` lines starting with `#`. A UTF-8
+//! byte order mark at the start of the file is skipped. A field that starts with the quote runs to the
 //! next lone quote (`""` inside is one quote), over delimiters and line breaks; text after its
 //! closing quote belongs to the field; a quote inside an unquoted field is a plain character.
 //! (This is the `csv` crate's reading, with its default settings.)
@@ -228,10 +229,12 @@ impl CsvReader {
     ) -> Result<Self> {
         let syntax = CsvSyntax::of(spec)?;
         let file = File::open(path).map_err(|e| io_err(path, e))?;
+        let mut input = BufReader::with_capacity(1 << 20, file);
+        let bom = super::skip_utf8_bom(&mut input).map_err(|e| io_err(path, e))?;
         let n = schema.fields().len();
         let mut reader = CsvReader {
             path: path.to_path_buf(),
-            input: BufReader::with_capacity(1 << 20, file),
+            input,
             syntax,
             lines: Vec::new(),
             starts: Vec::new(),
@@ -249,7 +252,7 @@ impl CsvReader {
             max_quoted_field_lines: spec.max_quoted_field_lines.max(1),
             max_quoted_field_bytes: spec.max_quoted_field_bytes,
             event_time: super::event_time_index(spec, &schema),
-            bytes: 0,
+            bytes: bom,
             done: false,
         };
         if spec.header {

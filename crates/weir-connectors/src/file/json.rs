@@ -1,5 +1,6 @@
 //! JSON lines: one object per line, fields by column name (missing fields are NULL). Lines that
-//! are blank (whitespace only) are skipped; a line that is not UTF-8 is a bad record.
+//! are blank (whitespace only) are skipped; a line that is not UTF-8 is a bad record. A UTF-8
+//! byte order mark at the start of the file is skipped.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -34,16 +35,18 @@ impl JsonReader {
         batch_rows: usize,
     ) -> Result<Self> {
         let file = File::open(path).map_err(|e| io_err(path, e))?;
+        let mut reader = BufReader::with_capacity(1 << 20, file);
+        let bom = super::skip_utf8_bom(&mut reader).map_err(|e| io_err(path, e))?;
         Ok(JsonReader {
             path: path.to_path_buf(),
-            reader: BufReader::with_capacity(1 << 20, file),
+            reader,
             line: Vec::new(),
             line_no: 0,
             names: schema.fields().iter().map(|f| f.name().clone()).collect(),
             event_time: super::event_time_index(spec, &schema),
             builder: RowBuilder::new(schema, batch_rows),
             batch_rows,
-            bytes: 0,
+            bytes: bom,
             done: false,
         })
     }

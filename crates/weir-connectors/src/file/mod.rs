@@ -126,8 +126,8 @@ pub struct FileSourceSpec {
     #[serde(default)]
     pub null_literal: Option<String>,
     /// CSV: a quoted field still open at the end of a line may run on over at most this many
-    /// lines in all; past that (or when the file ends first), its first line is a dead letter
-    /// and reading starts again at the next line.
+    /// lines in all (0 counts as 1); past that (or when the file ends first), its first line
+    /// is a dead letter and reading starts again at the next line.
     #[serde(default = "max_quoted_field_lines")]
     pub max_quoted_field_lines: usize,
     /// CSV: as `max_quoted_field_lines`, for the bytes of such a field.
@@ -532,6 +532,17 @@ impl SourceReader for FileReader {
         }
         Ok(SourcePoll::Finished)
     }
+}
+
+/// Skips a UTF-8 byte order mark at the start of `input` (as spreadsheets write); returns the
+/// bytes skipped.
+fn skip_utf8_bom(input: &mut impl std::io::BufRead) -> std::io::Result<u64> {
+    const BOM: &[u8] = b"\xef\xbb\xbf";
+    if input.fill_buf()?.starts_with(BOM) {
+        input.consume(BOM.len());
+        return Ok(BOM.len() as u64);
+    }
+    Ok(0)
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
