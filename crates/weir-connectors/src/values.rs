@@ -13,7 +13,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 
 /// Input quoted in an error message or a dead letter's reason: at most [`Excerpt::MAX_BYTES`]
-/// of it, in Rust string syntax, and when cut, its whole length in bytes: `"1,2,3…"… (10485760
+/// of it, in Rust string syntax, and when cut, its whole length in bytes: `"1,2,3"… (10485760
 /// bytes)`. The dead letter's record keeps the input whole.
 pub(crate) struct Excerpt<'a>(pub(crate) &'a [u8]);
 
