@@ -306,15 +306,15 @@ pub(crate) fn source_factory(
             if let Some(c) = char_option(t, "csv.field-delimiter")? {
                 spec.delimiter = c;
             }
-            /*CSVOPTS
             if let Some(c) = char_option(t, "csv.quote-character")? {
                 spec.quote = c;
             }
             spec.allow_comments = bool_option(t, "csv.allow-comments")?.unwrap_or(false);
             spec.ignore_parse_errors = bool_option(t, "csv.ignore-parse-errors")?.unwrap_or(false);
             spec.null_literal = opt(t, "csv.null-literal");
-            CSVOPTS*/
             spec.on_bad_record = bad_record_policy(t)?;
+            // Rows without event time are dead letters with their file and line.
+            spec.event_time_column = event_time_column.map(str::to_string);
             Ok(Arc::new(FileSource::new(spec)?))
         }
         "weir-generator" => {

@@ -317,6 +317,17 @@ impl SourceFactory for FileSource {
     fn kind(&self) -> &'static str {
         "file"
     }
+    fn reads(&self, location: &weir_runtime::Location) -> bool {
+        let weir_runtime::Location::File(written) = location else {
+            return false;
+        };
+        let mine = weir_runtime::location::normalise_path(Path::new(&self.spec.path));
+        if self.spec.path.contains(['*', '?', '[']) {
+            glob::Pattern::new(&mine.to_string_lossy()).is_ok_and(|p| p.matches_path(written))
+        } else {
+            &mine == written
+        }
+    }
     fn spec(&self) -> serde_json::Value {
         let mut spec = self.spec.clone();
         if spec.columns.is_empty() {

@@ -1,0 +1,216 @@
+//! Mistakes a user makes in a job file, and the data they must not cost (issue #12).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use weir_sql::{plan_job, PlanOptions};
+
+fn opts(dir: &Path) -> PlanOptions {
+    PlanOptions {
+        vars: BTreeMap::from([("dir".to_string(), dir.display().to_string())]),
+        parallelism: Some(1),
+    }
+}
+
+fn plan_error(sql: &str, dir: &Path) -> String {
+    plan_job(sql, &opts(dir))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
+fn run(sql: &str, dir: &Path) -> weir_runtime::exec::JobReport {
+    let graph = plan_job(sql, &opts(dir)).unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(weir_runtime::exec::run(
+            graph,
+            std::sync::Arc::new(weir_core::SystemClock),
+        ))
+        .unwrap()
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+const EVENTS: &str = "CREATE TABLE events (id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = '${dir}/events.csv', 'format' = 'csv', 'csv.header' = 'true'";
+
+#[test]
+fn late_rows_of_a_source_go_to_the_table_weir_late_rows_names() {
+    let dir = tempfile::tempdir().unwrap();
+    // A jump of three years, then rows from before it: late behind the watermark.
+    let mut csv = String::from("id,ts\n1,1000\n2,2000\n3,94608000000\n");
+    for i in 0..1_000 {
+        csv.push_str(&format!("{},{}\n", 100 + i, 3000 + i));
+    }
+    csv.push_str("4,94608001000\n");
+    std::fs::write(dir.path().join("events.csv"), csv).unwrap();
+    let sql = format!(
+        "{EVENTS}, 'weir.late-rows' = 'late_events');
+         CREATE TABLE late_events (ts BIGINT, id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/late.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE out1 (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/out.csv', 'format' = 'csv', 'csv.header' = 'true');
+         INSERT INTO out1 SELECT id, ts FROM events;"
+    );
+    run(&sql, dir.path());
+    assert_eq!(
+        lines(&dir.path().join("out.csv")),
+        ["1,1000", "2,2000", "3,94608000000", "4,94608001000"]
+    );
+    let late = lines(&dir.path().join("late.csv"));
+    assert_eq!(late.len(), 1_000);
+    // Columns by name, in the late table's order.
+    assert!(late.contains(&"3000,100".to_string()), "{:?}", &late[..3]);
+}
+
+#[test]
+fn late_rows_need_a_watermark_and_columns_the_source_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = plan_error(
+        "CREATE TABLE events (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/events.csv', 'format' = 'csv', 'weir.late-rows' = 'late_events');
+         CREATE TABLE late_events (id BIGINT) WITH ('connector' = 'blackhole');
+         CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO out1 SELECT id FROM events;",
+        dir.path(),
+    );
+    assert!(err.contains("'weir.late-rows' needs a WATERMARK"), "{err}");
+    let err = plan_error(
+        &format!(
+            "{EVENTS}, 'weir.late-rows' = 'late_events');
+             CREATE TABLE late_events (id BIGINT, reason STRING) WITH ('connector' = 'blackhole');
+             CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'blackhole');
+             INSERT INTO out1 SELECT id FROM events;"
+        ),
+        dir.path(),
+    );
+    assert!(
+        err.contains("`late_events` has a column `reason` that `events` does not"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sink_writing_a_file_its_own_source_reads_is_refused_and_the_input_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("events.csv"), "id,ts\n1,1000\n").unwrap();
+    for sink_path in ["${dir}/events.csv", "${dir}/./sub/../events.csv"] {
+        std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+        let err = plan_error(
+            &format!(
+                "{EVENTS});
+                 CREATE TABLE out1 (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '{sink_path}', 'format' = 'csv');
+                 INSERT INTO out1 SELECT id, ts FROM events;"
+            ),
+            dir.path(),
+        );
+        assert!(
+            err.contains("which source `events`") && err.contains("overwrite its own input"),
+            "{err}"
+        );
+    }
+    // INSERT INTO the source table itself, and a glob that would match the output.
+    let err = plan_error(
+        &format!("{EVENTS}); INSERT INTO events SELECT id, ts FROM events;"),
+        dir.path(),
+    );
+    assert!(err.contains("overwrite its own input"), "{err}");
+    let err = plan_error(
+        "CREATE TABLE events (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/*.csv', 'format' = 'csv');
+         CREATE TABLE out1 (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/out.csv', 'format' = 'csv');
+         INSERT INTO out1 SELECT id, ts FROM events;",
+        dir.path(),
+    );
+    assert!(err.contains("overwrite its own input"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("events.csv")).unwrap(),
+        "id,ts\n1,1000\n"
+    );
+}
+
+#[test]
+fn two_sinks_writing_one_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("events.csv"), "id,ts\n1,1000\n").unwrap();
+    let err = plan_error(
+        &format!(
+            "{EVENTS});
+             CREATE TABLE a (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/out.csv', 'format' = 'csv');
+             CREATE TABLE b (ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/out.csv', 'format' = 'csv');
+             INSERT INTO a SELECT id FROM events;
+             INSERT INTO b SELECT ts FROM events;"
+        ),
+        dir.path(),
+    );
+    assert!(err.contains("both write file"), "{err}");
+}
+
+#[test]
+fn unknown_options_and_bad_values_are_refused_with_the_nearest_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |options: &str| {
+        plan_error(
+            &format!(
+                "CREATE TABLE events (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/e.csv', 'format' = 'csv', {options});
+                 CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'blackhole');
+                 INSERT INTO out1 SELECT id FROM events;"
+            ),
+            dir.path(),
+        )
+    };
+    let err = with("'csv.headr' = 'true'");
+    assert!(
+        err.contains("unsupported option 'csv.headr' for connector 'filesystem'")
+            && err.contains("did you mean `csv.header`?"),
+        "{err}"
+    );
+    let err = with("'csv.header' = 'maybe'");
+    assert!(
+        err.contains("'csv.header' = 'maybe': use 'true' or 'false'"),
+        "{err}"
+    );
+    let err = with("'csv.field-delimiter' = ';;'");
+    assert!(err.contains("must be one ASCII character"), "{err}");
+    let err = with("'weir.on-bad-record' = 'skip'");
+    assert!(err.contains("use 'dead-letter'"), "{err}");
+    // A sink's options are a sink's: a source option on a sink table is refused.
+    let err = plan_error(
+        "CREATE TABLE events (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/e.csv', 'format' = 'csv');
+         CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'blackhole', 'sink.parallelism' = '2');
+         INSERT INTO out1 SELECT id FROM events;",
+        dir.path(),
+    );
+    assert!(
+        err.contains("unsupported option 'sink.parallelism' for connector 'blackhole' as a sink"),
+        "{err}"
+    );
+}
+
+#[test]
+fn flink_csv_options_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("e.csv"),
+        "# a comment\n1;'a;b';1000\n2;NIL;2000\n",
+    )
+    .unwrap();
+    run(
+        "CREATE TABLE events (id BIGINT, name STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/e.csv', 'format' = 'csv',
+           'csv.field-delimiter' = ';', 'csv.quote-character' = '''', 'csv.allow-comments' = 'true', 'csv.null-literal' = 'NIL');
+         CREATE TABLE out1 (id BIGINT, name STRING, missing BOOLEAN) WITH ('connector' = 'filesystem', 'path' = '${dir}/out.csv', 'format' = 'csv', 'csv.header' = 'true');
+         INSERT INTO out1 SELECT id, name, name IS NULL FROM events;",
+        dir.path(),
+    );
+    assert_eq!(
+        lines(&dir.path().join("out.csv")),
+        ["1,a;b,false", "2,,true"]
+    );
+}
