@@ -197,7 +197,9 @@ pub async fn run(a: DemoArgs) -> Result<()> {
         return Ok(());
     }
     eprint!("{graph}");
-    let report = crate::supervise::run(graph, a.metrics_out.as_deref(), true).await?;
+    let report = crate::supervise::run(graph, a.metrics_out.as_deref(), true)
+        .await?
+        .finished();
     println!(
         "ad-attribution demo: {} impressions at parallelism {}",
         a.rows, a.parallelism

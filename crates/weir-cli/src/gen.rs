@@ -94,7 +94,9 @@ pub async fn run(a: GenArgs) -> Result<()> {
         job.source(name, GeneratorSource::new(spec)?, SourceOptions::none())
             .sink(format!("{name} file"), sink);
     }
-    let report = crate::supervise::run(job.build()?, None, true).await?;
+    let report = crate::supervise::run(job.build()?, None, true)
+        .await?
+        .finished();
     let rows: u64 = report
         .metrics
         .nodes

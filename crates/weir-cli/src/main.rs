@@ -44,6 +44,10 @@ enum Command {
         /// Start even when the inputs of a time-bounded join begin far apart in event time.
         #[arg(long)]
         allow_misaligned_start: bool,
+        /// Fail when dead letters are more than this share of the records read (0 to 1;
+        /// default 0.1, or the job's SET 'weir.max-dead-letter-share').
+        #[arg(long)]
+        max_dead_letter_share: Option<f64>,
     },
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
@@ -60,6 +64,10 @@ enum Command {
     /// Measure throughput, CPU time and peak memory of a keyed count.
     Bench(bench::BenchArgs),
 }
+
+/// `weir run` fails when more than this share of the records read are dead letters, unless
+/// the job or the command line says otherwise.
+const DEFAULT_MAX_DEAD_LETTER_SHARE: f64 = 0.1;
 
 fn registry() -> weir_runtime::Registry {
     let mut r = weir_runtime::Registry::with_builtins();
@@ -130,16 +138,23 @@ fn main() -> Result<()> {
             metrics_out,
             dead_letters,
             allow_misaligned_start,
+            max_dead_letter_share,
         } => {
             let mut graph = read_job(&job, &vars, parallelism)?;
             graph.config.allow_misaligned_start |= allow_misaligned_start;
+            graph.config.max_dead_letter_share = max_dead_letter_share
+                .or(graph.config.max_dead_letter_share)
+                .or(Some(DEFAULT_MAX_DEAD_LETTER_SHARE));
+            graph.validate()?;
             if dead_letters.is_some() {
                 graph.config.dead_letter_path = dead_letters;
             }
             if graph.config.dead_letter_path.is_none() {
                 graph.config.dead_letter_path = Some(PathBuf::from("weir-dead-letters.jsonl"));
             }
-            let report = rt.block_on(supervise::run(graph, metrics_out.as_deref(), true))?;
+            let report = rt
+                .block_on(supervise::run(graph, metrics_out.as_deref(), true))?
+                .finished();
             eprint!("{}", supervise::summary(&report));
         }
         Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None)?),

@@ -13,8 +13,38 @@ use weir_runtime::JobGraph;
 
 /// Runs `graph` to the end; shows progress on bounded inputs when `progress` and stderr is a
 /// terminal; writes metrics to `metrics_out` every second and at the end.
-pub async fn run(graph: JobGraph, metrics_out: Option<&Path>, progress: bool) -> Result<JobReport> {
+pub async fn run(
+    graph: JobGraph,
+    metrics_out: Option<&Path>,
+    progress: bool,
+) -> Result<Supervised> {
+    let sinks: Vec<(String, String)> = (graph.nodes.iter())
+        .filter_map(|n| match &n.kind {
+            weir_runtime::graph::NodeKind::Sink { factory } => {
+                Some((n.name.clone(), factory.kind().to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    // Installed before the job starts, so that a signal from the first moment on stops it
+    // cleanly; what stopped it is known before the stop takes effect.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
     let job = exec::start(graph, Arc::new(SystemClock))?;
+    let stop = job.stop_handle();
+    let stopped_by: Arc<std::sync::OnceLock<Signal>> = Arc::default();
+    let signals = {
+        let stopped_by = stopped_by.clone();
+        tokio::spawn(async move {
+            let which = tokio::select! {
+                _ = term.recv() => Signal::Term,
+                _ = int.recv() => Signal::Int,
+            };
+            let _ = stopped_by.set(which);
+            stop.stop();
+        })
+    };
     let metrics = job.metrics.clone();
     let mut reporter = job.reporter();
     let started = job.started;
@@ -64,15 +94,89 @@ pub async fn run(graph: JobGraph, metrics_out: Option<&Path>, progress: bool) ->
     };
     let result = job.wait().await;
     watcher.abort();
+    signals.abort();
+    let signal = stopped_by.get().copied();
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let report = result?;
+    let mut report = result?;
     if let Some(path) = metrics_out {
         std::fs::write(path, serde_json::to_vec_pretty(&report.metrics)?)
             .with_context(|| format!("writing metrics to {}", path.display()))?;
     }
-    Ok(report)
+    report.stopped &= signal.is_some();
+    Ok(Supervised {
+        report,
+        signal,
+        sinks,
+    })
+}
+
+/// A signal that stopped a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGINT (Ctrl-C): exit code 130.
+    Int,
+    /// SIGTERM: exit code 143.
+    Term,
+}
+
+impl Signal {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Signal::Int => 130,
+            Signal::Term => 143,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Int => "SIGINT",
+            Signal::Term => "SIGTERM",
+        }
+    }
+}
+
+/// How a supervised run ended: its report, and the signal that stopped it, if one did.
+pub struct Supervised {
+    pub report: JobReport,
+    pub signal: Option<Signal>,
+    /// (name, kind) of every sink.
+    sinks: Vec<(String, String)>,
+}
+
+impl Supervised {
+    /// The report of a job that ran to its end. A job stopped by a signal prints its summary,
+    /// says what became of each sink's output, and exits with 130 (SIGINT) or 143 (SIGTERM).
+    pub fn finished(self) -> JobReport {
+        let Some(signal) = self.signal else {
+            return self.report;
+        };
+        eprint!("{}", summary(&self.report));
+        eprintln!(
+            "stopped by signal ({}) before the end of the input",
+            signal.name()
+        );
+        eprint!("{}", stopped_sinks(&self.sinks));
+        std::process::exit(signal.exit_code());
+    }
+}
+
+/// What a stop did to each sink's output: a file sink keeps its previous file and discards
+/// the incomplete one; other sinks keep what they wrote.
+fn stopped_sinks(sinks: &[(String, String)]) -> String {
+    let mut s = String::new();
+    for (name, kind) in sinks {
+        let what = match kind.as_str() {
+            "file" => {
+                "incomplete output discarded; a file written by an earlier run is kept as it was"
+            }
+            "blackhole" => "nothing kept",
+            "collect" => "the rows written so far are kept in memory",
+            _ => "rows written before the stop stay where they were written",
+        };
+        let _ = writeln!(s, "sink `{name}` ({kind}): {what}");
+    }
+    s
 }
 
 /// A few lines on how the job went.
@@ -104,7 +208,19 @@ pub fn summary(r: &JobReport) -> String {
     let _ = writeln!(s, "rows in:        {rows_in}");
     let _ = writeln!(s, "rows out:       {rows_out}");
     let _ = writeln!(s, "late rows:      {late_split} behind their split's watermark, {late_dropped} set aside by operators");
-    let _ = writeln!(s, "dead letters:   {}", r.dead_letters);
+    let records: u64 = m
+        .nodes
+        .iter()
+        .flat_map(|n| &n.splits)
+        .map(|s| s.rows_read)
+        .sum::<u64>()
+        + r.dead_letters;
+    let _ = writeln!(
+        s,
+        "dead letters:   {} ({:.2} % of the {records} records read)",
+        r.dead_letters,
+        100.0 * r.dead_letters as f64 / records.max(1) as f64
+    );
     let _ = writeln!(
         s,
         "peak state:     {peak_state_rows} rows, {:.1} MiB",

@@ -1,5 +1,5 @@
-//! The file sink replaces its output only when it finishes: a job that fails or is stopped
-//! leaves the previous output as it was (issue #12, item 5).
+//! The file sink replaces its output only when the job commits it: a job that fails or is
+//! stopped leaves the previous output as it was (issue #12, item 5).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ fn aborted_file_sink_keeps_the_previous_output_and_leaves_no_in_progress_file() 
 }
 
 #[test]
-fn finished_file_sink_replaces_the_output_and_leaves_no_in_progress_file() {
+fn committed_file_sink_replaces_the_output_and_leaves_no_in_progress_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.csv");
     std::fs::write(&path, "previous output\n").unwrap();
@@ -84,8 +84,28 @@ fn finished_file_sink_replaces_the_output_and_leaves_no_in_progress_file() {
         names(dir.path())
     );
     block_on(w.finish()).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "previous output\n",
+        "finished is not yet committed"
+    );
+    block_on(w.commit()).unwrap();
     drop(w);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "x\n1\n2\n3\n");
+    assert_eq!(names(dir.path()), vec!["out.csv"]);
+}
+
+#[test]
+fn finished_file_sink_of_a_job_that_does_not_complete_leaves_the_previous_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.csv");
+    std::fs::write(&path, "previous output\n").unwrap();
+    let sink = FileSink::new(&path, FileFormat::Csv);
+    let mut w = sink.create_writer(batch().schema(), &info()).unwrap();
+    block_on(w.write(batch())).unwrap();
+    block_on(w.finish()).unwrap();
+    drop(w);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "previous output\n");
     assert_eq!(names(dir.path()), vec!["out.csv"]);
 }
 

@@ -30,6 +30,21 @@ pub enum Error {
         message: String,
         retryable: bool,
     },
+    /// More of the input went to the dead letters than the job allows.
+    #[error(
+        "{dead_letters} of {records} records read ({:.1} %) are dead letters, more than the \
+         {:.1} % the job allows (max_dead_letter_share, SET 'weir.max-dead-letter-share' in SQL, \
+         --max-dead-letter-share on the command line): the input is probably not what the job \
+         expects (a delimiter, a format, a column type); the dead letters say why each record \
+         was refused",
+        100.0 * *dead_letters as f64 / (*records).max(1) as f64,
+        100.0 * max_share
+    )]
+    TooManyDeadLetters {
+        dead_letters: u64,
+        records: u64,
+        max_share: f64,
+    },
     /// A bad input record with the `fail` policy.
     #[error("bad record at {position}: {reason}")]
     BadRecord { position: String, reason: String },

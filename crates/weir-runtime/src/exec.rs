@@ -42,6 +42,53 @@ pub struct RunningJob {
     in_flight_bound_rows: i64,
     tasks: JoinSet<Result<()>>,
     task_names: HashMap<tokio::task::Id, String>,
+    stop: Arc<tokio::sync::Notify>,
+    max_dead_letter_share: Option<f64>,
+    verdict: Verdict,
+    sink_subtasks: usize,
+}
+
+/// Whether the job completed, told to its sink subtasks: each finishes (flushes) at the end
+/// of its input, says it is ready, and commits only when the job says it completed (every
+/// other subtask finished and the end checks passed); a job that fails or is stopped never
+/// says so, and its sinks' writers are dropped uncommitted.
+#[derive(Debug, Clone)]
+struct Verdict {
+    ready: Arc<std::sync::atomic::AtomicUsize>,
+    ready_changed: Arc<tokio::sync::Notify>,
+    completed: tokio::sync::watch::Sender<bool>,
+}
+
+impl Verdict {
+    fn new() -> Self {
+        Verdict {
+            ready: Arc::default(),
+            ready_changed: Arc::default(),
+            completed: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// A sink subtask has finished and waits for the job to complete.
+    async fn ready_then_wait(&self) {
+        let mut rx = self.completed.subscribe();
+        self.ready.fetch_add(1, Relaxed);
+        self.ready_changed.notify_one();
+        // The sender lives as long as the job; a dropped job drops this task too.
+        let _ = rx.wait_for(|completed| *completed).await;
+    }
+}
+
+/// Stops a running job from outside it (a signal, an operator's request): every subtask is
+/// cancelled where it is, sinks discard what they have not completed (a file sink keeps the
+/// previous output), and [`RunningJob::wait`] returns the report so far with
+/// [`JobReport::stopped`] set.
+#[derive(Debug, Clone)]
+pub struct StopHandle(Arc<tokio::sync::Notify>);
+
+impl StopHandle {
+    pub fn stop(&self) {
+        self.0.notify_one();
+    }
 }
 
 /// How a finished job went.
@@ -53,6 +100,8 @@ pub struct JobReport {
     /// The first 10,000 dead letters, when the job has no dead-letter file (with a file they
     /// are in the file).
     pub kept_dead_letters: Vec<crate::source::DeadLetter>,
+    /// The job was stopped through its [`StopHandle`] before the end of its input.
+    pub stopped: bool,
 }
 
 /// Starts `graph` on the current tokio runtime.
@@ -200,6 +249,8 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     });
 
     let mut tasks = JoinSet::new();
+    let verdict = Verdict::new();
+    let mut sink_subtasks = 0;
     let mut task_names = HashMap::new();
     let mut groups: HashMap<String, Arc<AlignmentGroup>> = HashMap::new();
     let started = clock.now();
@@ -342,7 +393,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         watermark: Watermark::MIN,
                         calls: 0,
                         dead_letters: dead_letters.clone(),
+                        verdict: verdict.clone(),
                     };
+                    if matches!(n.kind, NodeKind::Sink { .. }) {
+                        sink_subtasks += 1;
+                    }
                     let wrap = wrap.clone();
                     let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
                     task_names.insert(h.id(), describe(s));
@@ -359,6 +414,10 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         in_flight_bound_rows,
         tasks,
         task_names,
+        stop: Arc::new(tokio::sync::Notify::new()),
+        max_dead_letter_share: cfg.max_dead_letter_share,
+        verdict,
+        sink_subtasks,
     })
 }
 
@@ -475,10 +534,89 @@ impl RunningJob {
         self.tasks.abort_all();
     }
 
+    /// Dead letters against records read (read rows + dead letters); an error past the job's
+    /// `max_dead_letter_share`, once at least `min_records` are read.
+    fn check_dead_letter_share(&self, min_records: u64) -> Result<()> {
+        let Some(max_share) = self.max_dead_letter_share else {
+            return Ok(());
+        };
+        let dead_letters = self.dead_letters.count();
+        let read: u64 = (self.metrics.nodes.iter())
+            .flat_map(|n| {
+                n.splits
+                    .lock()
+                    .expect("metrics lock")
+                    .iter()
+                    .map(|s| s.rows_read.load(Relaxed))
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        let records = read + dead_letters;
+        if records >= min_records.max(1) && dead_letters as f64 > max_share * records as f64 {
+            return Err(Error::TooManyDeadLetters {
+                dead_letters,
+                records,
+                max_share,
+            });
+        }
+        Ok(())
+    }
+
+    /// A handle that stops the job (see [`StopHandle`]).
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.stop.clone())
+    }
+
     /// Waits for the job to finish; on the first failure stops every subtask and returns it.
+    /// A job stopped through its [`StopHandle`] returns its report with `stopped` set.
     pub async fn wait(mut self) -> Result<JobReport> {
         let mut first_err: Option<Error> = None;
-        while let Some(res) = self.tasks.join_next_with_id().await {
+        let mut stopped = false;
+        let stop = self.stop.clone();
+        let mut check = tokio::time::interval(std::time::Duration::from_secs(1));
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut completed = false;
+        loop {
+            // Every subtask but the sinks has ended and every sink has flushed: the job is
+            // complete if it passes its end checks, and then the sinks commit.
+            if !completed
+                && first_err.is_none()
+                && !stopped
+                && self.sink_subtasks > 0
+                && self.verdict.ready.load(Relaxed) == self.sink_subtasks
+                && self.tasks.len() == self.sink_subtasks
+            {
+                completed = true;
+                match self.check_dead_letter_share(0) {
+                    Ok(()) => {
+                        self.verdict.completed.send_replace(true);
+                    }
+                    Err(e) => {
+                        first_err = Some(e);
+                        self.tasks.abort_all();
+                    }
+                }
+            }
+            let res = tokio::select! {
+                r = self.tasks.join_next_with_id() => match r {
+                    Some(r) => r,
+                    None => break,
+                },
+                _ = self.verdict.ready_changed.notified() => continue,
+                _ = check.tick(), if first_err.is_none() => {
+                    if let Err(e) = self.check_dead_letter_share(1_000) {
+                        first_err = Some(e);
+                        self.tasks.abort_all();
+                    }
+                    continue;
+                }
+                _ = stop.notified(), if !stopped => {
+                    tracing::warn!("job stopped before the end of its input");
+                    stopped = true;
+                    self.tasks.abort_all();
+                    continue;
+                }
+            };
             let err = match res {
                 Ok((_, Ok(()))) => continue,
                 Ok((_, Err(e))) => e,
@@ -488,6 +626,9 @@ impl RunningJob {
                     Error::Internal(format!("{who} panicked: {je}"))
                 }
             };
+            if stopped && matches!(err, Error::Cancelled) {
+                continue;
+            }
             // A subtask that only saw its neighbour go away reports Cancelled; keep looking
             // for the cause.
             let replace = match (&first_err, &err) {
@@ -501,6 +642,9 @@ impl RunningJob {
             self.tasks.abort_all();
         }
         self.dead_letters.flush()?;
+        if first_err.is_none() && !stopped {
+            first_err = self.check_dead_letter_share(0).err();
+        }
         if let Some(e) = first_err {
             tracing::error!(error = %e, "job failed");
             return Err(e);
@@ -514,6 +658,7 @@ impl RunningJob {
             elapsed_ms,
             dead_letters: self.dead_letters.count(),
             kept_dead_letters: self.dead_letters.kept(),
+            stopped,
         })
     }
 }
@@ -1046,6 +1191,7 @@ struct OperatorTask {
     /// Operator calls so far (gauges are refreshed every few).
     calls: u64,
     dead_letters: DeadLetters,
+    verdict: Verdict,
 }
 
 impl OperatorTask {
@@ -1320,6 +1466,8 @@ impl OperatorTask {
                 let sw = Stopwatch::start();
                 w.finish().await?;
                 m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                self.verdict.ready_then_wait().await;
+                w.commit().await?;
             }
         }
         self.outputs.broadcast(Message::End).await?;

@@ -249,6 +249,11 @@ pub struct JobConfig {
     pub spread_alert_ms: i64,
     /// Start even when the inputs of a time-bounded join begin far apart in event time.
     pub allow_misaligned_start: bool,
+    /// Fail the job when dead letters are more than this share (0 to 1) of the records read:
+    /// the input is then not what the job expects (a wrong delimiter, another format), and
+    /// exiting with success on it would hide that. Checked every second once 1,000 records
+    /// are read, and at the end. `None`: no limit (`weir run` sets 0.1 unless told).
+    pub max_dead_letter_share: Option<f64>,
 }
 
 impl Default for JobConfig {
@@ -261,6 +266,7 @@ impl Default for JobConfig {
             dead_letter_path: None,
             spread_alert_ms: 3_600_000,
             allow_misaligned_start: false,
+            max_dead_letter_share: None,
         }
     }
 }
@@ -282,6 +288,15 @@ impl JobConfig {
         }
         if self.key_groups == 0 {
             return Err(Error::config("key_groups", 0, "must be at least 1"));
+        }
+        if let Some(share) = self.max_dead_letter_share {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(Error::config(
+                    "max_dead_letter_share",
+                    share,
+                    "a share of the records read, from 0 (no dead letter allowed) to 1 (no limit)",
+                ));
+            }
         }
         Ok(())
     }
@@ -374,13 +389,25 @@ impl JobGraph {
     }
 
     /// Refuses a job whose sink writes a file or topic one of its sources reads: the sink
-    /// would truncate (or feed back into) the job's own input.
+    /// would truncate (or feed back into) the job's own input; and two sinks writing one
+    /// file, where the last to finish would replace the other's rows.
     fn check_no_sink_overwrites_a_source(&self) -> Result<()> {
+        let mut files: Vec<(std::path::PathBuf, &Node)> = Vec::new();
         for sink in &self.nodes {
             let NodeKind::Sink { factory } = &sink.kind else {
                 continue;
             };
             for place in factory.writes(sink.parallelism) {
+                if let crate::Location::File(path) = &place {
+                    if let Some((_, other)) = files.iter().find(|(p, _)| p == path) {
+                        return Err(Error::plan(format!(
+                            "sinks `{}` (created at {}) and `{}` (created at {}) both write {place}: \
+                             one would replace the other's rows; give each its own path",
+                            other.name, other.created_at, sink.name, sink.created_at
+                        )));
+                    }
+                    files.push((path.clone(), sink));
+                }
                 for source in &self.nodes {
                     let NodeKind::Source { factory: src, .. } = &source.kind else {
                         continue;

@@ -36,11 +36,16 @@ pub trait SinkWriter: Send {
     fn on_watermark(&mut self, _watermark: Watermark) -> BoxFuture<'_, Result<()>> {
         Box::pin(async { Ok(()) })
     }
-    /// End of input: flush and close.
+    /// End of input: flush and close, ready to [`commit`](SinkWriter::commit).
     fn finish(&mut self) -> BoxFuture<'_, Result<()>>;
+    /// The job completed (every subtask finished and the job passed its end checks): make
+    /// what `finish` prepared visible, such as renaming a file into place. Called once, after
+    /// `finish`. The default does nothing.
+    fn commit(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// The job stopped before end of input (failure or signal): discard what is not complete.
-    /// Called instead of [`SinkWriter::finish`], or after a `finish` that failed; after a
-    /// `finish` that succeeded it changes nothing. The default does nothing.
+    /// Called instead of [`SinkWriter::commit`]; after a `commit` it changes nothing. The default does nothing.
     fn abort(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async { Ok(()) })
     }

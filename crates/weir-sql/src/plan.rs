@@ -19,6 +19,7 @@
 //!
 //! Anything else is refused with what weir does support.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -133,10 +134,19 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
             None => 1,
         },
     };
+    let max_dead_letter_share = match settings.get("weir.max-dead-letter-share") {
+        Some(v) => Some(v.parse::<f64>().map_err(|_| {
+            plan_err(format!(
+                "SET 'weir.max-dead-letter-share' = '{v}': not a number (a share from 0 to 1)"
+            ))
+        })?),
+        None => None,
+    };
     let job = JobBuilder::with_config(
         "sql job",
         JobConfig {
             parallelism,
+            max_dead_letter_share,
             ..Default::default()
         },
     );
@@ -145,19 +155,38 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         views,
         settings,
         job: job.clone(),
+        late_rows: RefCell::default(),
     };
     let mut made_by = Vec::new();
     for ins in &inserts {
         let before = job.node_count();
         planner.insert(ins)?;
-        made_by.push((before..job.node_count(), first_line(&ins.table.to_string())));
+        made_by.push((
+            before..job.node_count(),
+            format!(
+                "INSERT INTO {} (statement {} of the job)",
+                first_line(&ins.table.to_string()),
+                made_by.len() + 1
+            ),
+        ));
+    }
+    let before = job.node_count();
+    let late_tables = planner.sink_late_rows()?;
+    if !late_tables.is_empty() {
+        made_by.push((
+            before..job.node_count(),
+            format!(
+                "the late rows sent to {} ('{}')",
+                late_tables.join(", "),
+                connectors::LATE_ROWS
+            ),
+        ));
     }
     let mut graph = job.build()?;
     // Nodes point at the statement that made them, not at the planner's source.
-    for (k, (range, sink)) in made_by.into_iter().enumerate() {
+    for (range, made) in made_by {
         for id in range {
-            graph.nodes[id].created_at =
-                format!("INSERT INTO {sink} (statement {} of the job)", k + 1);
+            graph.nodes[id].created_at = made.clone();
         }
     }
     Ok(graph)
@@ -422,9 +451,70 @@ struct Planner {
     views: HashMap<String, (String, Query)>,
     settings: BTreeMap<String, String>,
     job: JobBuilder,
+    /// Late rows of sources with 'weir.late-rows', by the lower-case name of the table they go
+    /// to: (its name, the rows of each source read, already in that table's columns).
+    late_rows: RefCell<BTreeMap<String, (String, Vec<Stream>)>>,
 }
 
 impl Planner {
+    /// Sends a source's late rows (`stream`, the source table `t`'s rows set aside by
+    /// `drop_late`) toward the table its 'weir.late-rows' option names, by column name.
+    fn route_late_rows(&self, t: &TableDef, late_table: &str, stream: Stream) -> Result<()> {
+        let target = self.table(&ObjectName::from(vec![Ident::new(late_table)]))?;
+        let schema = stream.schema();
+        let mut cols = Vec::new();
+        for (name, ty) in physical_columns(target)? {
+            let Some(field) = schema
+                .fields()
+                .iter()
+                .find(|f| f.name().eq_ignore_ascii_case(&name))
+            else {
+                return Err(plan_err(format!(
+                    "table `{}`: '{}' = '{late_table}', but `{late_table}` has a column `{name}` that `{}` does not ({}); the late-row table takes columns of the source table by name",
+                    t.name,
+                    connectors::LATE_ROWS,
+                    t.name,
+                    schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+                )));
+            };
+            let e = SqlScalar::column(field.name());
+            cols.push((
+                name,
+                if field.data_type() == &ty {
+                    e
+                } else {
+                    e.cast(&ty)
+                },
+            ));
+        }
+        let rows = stream.apply("calc", Arc::new(Calc::project(cols)));
+        self.late_rows
+            .borrow_mut()
+            .entry(target.name.to_lowercase())
+            .or_insert_with(|| (target.name.clone(), Vec::new()))
+            .1
+            .push(rows);
+        Ok(())
+    }
+
+    /// One sink per late-row table, fed by every source read that sends it rows. Returns the
+    /// sinks' table names.
+    fn sink_late_rows(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for (key, (name, streams)) in self.late_rows.borrow().iter() {
+            let t = &self.tables[key];
+            let (factory, parallelism) = connectors::sink_factory(t)?;
+            let rows = match streams.as_slice() {
+                [one] => one.clone(),
+                [first, rest @ ..] => first.union(rest),
+                [] => continue,
+            };
+            rows.sink_arc(name.clone(), factory, parallelism);
+            names.push(name.clone());
+        }
+        Ok(names)
+    }
+
     fn table(&self, name: &ObjectName) -> Result<&TableDef> {
         let n = unquote(&name.to_string());
         self.tables.get(&n.to_lowercase()).ok_or_else(|| {
@@ -537,7 +627,20 @@ impl Planner {
             .collect();
         let event_time_column = opts.watermarks.event_time.clone();
         let factory = connectors::source_factory(t, &physical, event_time_column.as_deref())?;
-        let stream = self.job.source_arc(t.name.clone(), factory, opts);
+        let mut stream = self.job.source_arc(t.name.clone(), factory, opts);
+        if let Some(late_table) = t.options.get(connectors::LATE_ROWS) {
+            if event_time_column.is_none() {
+                return Err(plan_err(format!(
+                    "table `{}`: '{}' needs a WATERMARK: rows are late by their event time",
+                    t.name,
+                    connectors::LATE_ROWS
+                )));
+            }
+            // Late at the source is late everywhere after it: rows behind their split's
+            // watermark go to the table instead of into the query.
+            stream = stream.drop_late();
+            self.route_late_rows(t, late_table, stream.late_rows())?;
+        }
         // Physical columns, then computed ones.
         let base = Rel {
             primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),

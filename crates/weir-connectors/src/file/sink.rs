@@ -6,9 +6,11 @@
 //! (at-most-once until checkpoints make file sinks transactional).
 //!
 //! A writer writes to a hidden in-progress file beside its final one (`out.csv` →
-//! `.out.csv.inprogress`, in the same folder so the rename is atomic) and renames it to the
-//! final name only in `finish`. So a job that fails or is stopped leaves the previous output
-//! as it was; `abort` (or dropping an unfinished writer) deletes the in-progress file.
+//! `.out.csv.inprogress`, in the same folder so the rename is atomic), closes it in `finish`
+//! and renames it to the final name in `commit`, which the runtime calls once the whole job
+//! has completed. So a job that fails, is stopped, or is judged failed at its end (too many
+//! dead letters) leaves the previous output as it was; `abort` (or dropping a writer that was
+//! not committed) deletes the in-progress file.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -84,6 +86,15 @@ impl SinkFactory for FileSink {
     fn delivery(&self) -> Delivery {
         Delivery::AtMostOnce
     }
+    fn writes(&self, parallelism: usize) -> Vec<weir_runtime::Location> {
+        (0..parallelism)
+            .map(|i| {
+                weir_runtime::Location::File(weir_runtime::location::normalise_path(
+                    &self.subtask_path(i, parallelism),
+                ))
+            })
+            .collect()
+    }
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
         let path = self.subtask_path(info.subtask, info.parallelism);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -108,7 +119,7 @@ impl SinkFactory for FileSink {
             path,
             in_progress,
             inner,
-            finished: false,
+            committed: false,
         }))
     }
 }
@@ -134,12 +145,12 @@ enum Inner {
 }
 
 struct FileWriter {
-    /// The final file, made by renaming `in_progress` in `finish`.
+    /// The final file, made by renaming `in_progress` in `commit`.
     path: PathBuf,
     in_progress: PathBuf,
     inner: Inner,
-    /// `finish` renamed the file: nothing is left to discard.
-    finished: bool,
+    /// `commit` renamed the file: nothing is left to discard.
+    committed: bool,
 }
 
 impl FileWriter {
@@ -156,10 +167,8 @@ impl FileWriter {
         }
     }
 
+    /// Flushes and closes the in-progress file.
     fn finish_sync(&mut self) -> Result<()> {
-        if self.finished {
-            return Ok(());
-        }
         let p = self.in_progress.clone();
         match &mut self.inner {
             Inner::Csv(w) => {
@@ -185,19 +194,27 @@ impl FileWriter {
                 )))
             }
         }
-        std::fs::rename(&p, &self.path).map_err(|e| {
+        Ok(())
+    }
+
+    /// Publishes the closed in-progress file under its final name.
+    fn commit_sync(&mut self) -> Result<()> {
+        if self.committed {
+            return Ok(());
+        }
+        std::fs::rename(&self.in_progress, &self.path).map_err(|e| {
             io_err(
                 &self.path,
-                format!("cannot rename {} to it: {e}", p.display()),
+                format!("cannot rename {} to it: {e}", self.in_progress.display()),
             )
         })?;
-        self.finished = true;
+        self.committed = true;
         Ok(())
     }
 
     /// Closes the in-progress file (unflushed rows are dropped) and deletes it.
     fn abort_sync(&mut self) -> Result<()> {
-        if self.finished || matches!(self.inner, Inner::Closed) {
+        if self.committed || matches!(self.inner, Inner::Closed) {
             return Ok(());
         }
         self.inner = Inner::Closed;
@@ -210,7 +227,8 @@ impl FileWriter {
 }
 
 impl Drop for FileWriter {
-    // A writer dropped without `finish` (its task was cancelled) leaves no in-progress file.
+    // A writer dropped without `commit` (its task was cancelled, or the job failed) leaves no
+    // in-progress file.
     fn drop(&mut self) {
         let _ = self.abort_sync();
     }
@@ -223,6 +241,10 @@ impl SinkWriter for FileWriter {
     }
     fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
         let r = self.finish_sync();
+        Box::pin(async move { r })
+    }
+    fn commit(&mut self) -> BoxFuture<'_, Result<()>> {
+        let r = self.commit_sync();
         Box::pin(async move { r })
     }
     /// Deletes the in-progress file; the final file (the previous output, if any) is untouched.

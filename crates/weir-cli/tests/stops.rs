@@ -1,0 +1,155 @@
+//! How `weir run` ends when it does not reach the end of its input: a signal, a failed start,
+//! an input that is mostly dead letters. None of them may cost the previous output.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const PREVIOUS: &str = "ts,key\n1,previous run\n";
+
+fn write_job(dir: &Path) {
+    std::fs::write(
+        dir.join("job.sql"),
+        "CREATE TABLE events (key STRING, ts BIGINT,
+           rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+         ) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events', 'generator.rate' = '2000');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = '${out}/out.csv', 'format' = 'csv', 'csv.header' = 'true');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    std::fs::write(dir.join("out/out.csv"), PREVIOUS).unwrap();
+}
+
+/// Starts the unbounded job, lets it write for a while, sends `signal`, and waits.
+fn run_and_signal(dir: &Path, signal: &str) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--var", "out=out"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until the sink has written rows into its in-progress file.
+    let inprogress = dir.join("out/.out.csv.inprogress");
+    for _ in 0..300 {
+        if std::fs::metadata(&inprogress).is_ok_and(|m| m.len() > 100) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(inprogress.exists(), "the job never started writing");
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait_with_output().unwrap()
+}
+
+fn check_stopped(dir: &Path, out: &Output, signal: &str, code: i32) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    assert!(
+        stderr.contains(&format!("stopped by signal ({signal})"))
+            && stderr.contains("rows in:")
+            && stderr.contains("sink `out1` (file): incomplete output discarded"),
+        "{stderr}"
+    );
+    // The previous run's output is untouched and nothing half-written is left.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out/out.csv")).unwrap(),
+        PREVIOUS
+    );
+    assert!(!dir.join("out/.out.csv.inprogress").exists());
+}
+
+#[test]
+fn sigterm_stops_the_job_with_a_summary_and_exit_143_keeping_the_previous_output() {
+    let dir = tempfile::tempdir().unwrap();
+    write_job(dir.path());
+    let out = run_and_signal(dir.path(), "TERM");
+    check_stopped(dir.path(), &out, "SIGTERM", 143);
+}
+
+#[test]
+fn sigint_stops_the_job_with_a_summary_and_exit_130_keeping_the_previous_output() {
+    let dir = tempfile::tempdir().unwrap();
+    write_job(dir.path());
+    let out = run_and_signal(dir.path(), "INT");
+    check_stopped(dir.path(), &out, "SIGINT", 130);
+}
+
+#[test]
+fn a_failed_start_keeps_the_previous_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("job.sql"),
+        "CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${input}/events.csv', 'format' = 'csv');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'out/out.csv', 'format' = 'csv', 'csv.header' = 'true');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    std::fs::create_dir_all(d.join("out")).unwrap();
+    std::fs::write(d.join("out/out.csv"), PREVIOUS).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--var", "input=/nonexistent"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(d.join("out/out.csv")).unwrap(),
+        PREVIOUS
+    );
+}
+
+#[test]
+fn an_input_of_mostly_dead_letters_fails_the_run_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A semicolon file read as commas: every other record has too few fields.
+    let mut csv = String::new();
+    for i in 0..100 {
+        if i % 2 == 0 {
+            csv.push_str(&format!("k{i},{i}\n"));
+        } else {
+            csv.push_str(&format!("k{i};{i}\n"));
+        }
+    }
+    std::fs::write(d.join("events.csv"), csv).unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "job.sql"])
+            .args(extra)
+            .current_dir(d)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("50 of 100 records read (50.0 %) are dead letters, more than the 10.0 %"),
+        "{stderr}"
+    );
+    assert!(
+        !d.join("out.csv").exists(),
+        "a failed job publishes no output"
+    );
+    let out = run(&["--max-dead-letter-share", "0.6"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("dead letters:   50 (50.00 % of the 100 records read)"),
+        "{stderr}"
+    );
+}
