@@ -1,4 +1,4 @@
-//! Golden tests: the fixture queries of `../shared/fixtures`, written with the Rust API until the
+//! Golden tests: the fixture queries of `testdata/flink` (copied from the shared fixtures), written with the Rust API until the
 //! SQL front end lands, must give exactly Apache Flink's rows (weir's stricter late-row rule
 //! for `late/`), compared as multisets with numbers normalised.
 

@@ -1,6 +1,6 @@
 //! A deterministic data generator for weir's scenarios: ad impressions and clicks (interval
 //! join), orders and currency rates (temporal join) and skewed events (windowed counts), in
-//! the shapes of the fixtures in `shared/fixtures`.
+//! the shapes of the fixtures in `testdata/flink`.
 //!
 //! # Logical rows, splits and determinism
 //!

@@ -91,13 +91,13 @@ pub fn parse_table(table: &str) -> RecordBatch {
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("a valid table")
 }
 
-/// The shared fixtures (inputs and Flink's golden outputs), beside the repository as
-/// `../shared/fixtures`.
+/// The Flink fixtures (inputs, queries and Apache Flink's golden outputs), copied into the
+/// repository from the project's shared fixtures as `testdata/flink`.
 ///
 /// # Panics
 /// When they are not there, saying where they were looked for.
 pub fn fixtures() -> std::path::PathBuf {
-    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/flink");
     assert!(
         p.join("README.md").is_file(),
         "the fixtures are missing at {}",
