@@ -1,0 +1,314 @@
+//! An operator or sink subtask: the mailbox loop over its input channels, watermarks,
+//! barrier alignment, timers and the end of input.
+
+use super::barriers::BarrierAligner;
+use super::output::Outputs;
+use super::Verdict;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_core::time::{Clock, Stopwatch, Watermark};
+use weir_core::watermark::WatermarkTracker;
+
+use crate::channel::{Envelope, Mailbox};
+use crate::error::{Error, Result};
+use crate::message::{Message, StreamBatch};
+use crate::metrics::NodeMetrics;
+use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
+use crate::sink::SinkWriter;
+use crate::source::DeadLetters;
+
+pub(super) enum Processor {
+    Operator(Box<dyn Operator>),
+    Sink(Box<dyn SinkWriter>),
+}
+
+pub(super) struct OperatorTask {
+    pub(super) processor: Processor,
+    /// Logical input of each mailbox channel.
+    pub(super) channel_inputs: Vec<usize>,
+    /// Whether each channel takes part in the watermark.
+    pub(super) holds_watermark: Vec<bool>,
+    pub(super) node: Arc<NodeMetrics>,
+    /// Event-time column of each logical input, if it has one.
+    pub(super) input_event_time: Vec<Option<usize>>,
+    pub(super) mailbox: Mailbox,
+    pub(super) outputs: Outputs,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) info: SubtaskInfo,
+    pub(super) timers: TimerService,
+    pub(super) out_buf: Vec<(Port, StreamBatch)>,
+    pub(super) watermark: Watermark,
+    /// Operator calls so far (gauges are refreshed every few).
+    pub(super) calls: u64,
+    pub(super) dead_letters: DeadLetters,
+    pub(super) verdict: Verdict,
+}
+
+impl OperatorTask {
+    /// Calls the operator with a context, counting busy time, then sends what it emitted.
+    pub(super) async fn call(
+        &mut self,
+        f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
+    ) -> Result<()> {
+        self.call_and_report(f, false).await
+    }
+
+    /// As `call`; refreshes the operator's gauges when `report` (and every 32 calls).
+    pub(super) async fn call_and_report(
+        &mut self,
+        f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
+        report: bool,
+    ) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let sw = Stopwatch::start();
+        if let Processor::Operator(op) = &mut self.processor {
+            let mut ctx = Context {
+                output: &mut self.out_buf,
+                timers: &mut self.timers,
+                clock: self.clock.as_ref(),
+                metrics: &m,
+                info: &self.info,
+                watermark: self.watermark,
+                dead_letters: Vec::new(),
+            };
+            f(op.as_mut(), &mut ctx)?;
+            for letter in ctx.take_dead_letters() {
+                self.dead_letters.send(letter, None)?;
+            }
+            let size = op.state_size();
+            m.set_state(size.rows, size.bytes);
+            self.calls += 1;
+            if report || self.calls.is_multiple_of(32) {
+                let mut g = m.gauges.lock().expect("metrics lock");
+                g.clear();
+                op.gauges(&mut g);
+            }
+        }
+        m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+        for (port, batch) in std::mem::take(&mut self.out_buf) {
+            self.outputs.emit(port, batch).await?;
+        }
+        Ok(())
+    }
+
+    /// Follows the event-time progress of each input of a multi-input operator and raises the
+    /// spread alert when they drift further apart than the threshold.
+    pub(super) fn track_input_time(&self, input: usize, batch: &StreamBatch) {
+        let Some(im) = self.node.inputs.get(input) else {
+            return;
+        };
+        let Some(Some(col)) = self.input_event_time.get(input) else {
+            return;
+        };
+        if let Ok(times) = weir_core::batch::event_times(&batch.data, *col) {
+            if let Some(max) = times.iter().max() {
+                im.max_event_time.fetch_max(*max, Relaxed);
+            }
+        }
+        let spread = self.node.event_time_spread();
+        if let Some(s) = spread {
+            self.node.peak_spread_ms.fetch_max(s, Relaxed);
+        }
+        let alert = spread.is_some_and(|s| s > self.node.spread_alert_ms);
+        if self.node.spread_alert.swap(alert, Relaxed) != alert && alert {
+            self.node.spread_alerts.fetch_add(1, Relaxed);
+            let maxes: Vec<String> = self
+                .node
+                .inputs
+                .iter()
+                .map(|i| weir_core::time::format_utc(i.max_event_time.load(Relaxed)))
+                .collect();
+            tracing::warn!(
+                operator = %self.info.operator,
+                spread_ms = spread.unwrap_or(0),
+                inputs = ?maxes,
+                "the inputs of `{}` are {} s apart in event time (alert above {} s): one input is \
+                 replaying or stalled, and the operator's state grows with the gap",
+                self.info.operator,
+                spread.unwrap_or(0) / 1000,
+                self.node.spread_alert_ms / 1000
+            );
+        }
+    }
+
+    /// Records each logical input's watermark (the minimum over its channels).
+    pub(super) fn track_input_watermarks(&self, tracker: &WatermarkTracker) {
+        for (input, im) in self.node.inputs.iter().enumerate() {
+            let wm = (0..tracker.inputs())
+                .filter(|&ch| self.channel_inputs[ch] == input && !tracker.is_idle(ch))
+                .map(|ch| tracker.input_watermark(ch).0)
+                .min();
+            if let (Some(wm), Some(slot)) = (wm, im.watermarks.get(self.info.subtask)) {
+                slot.store(wm, Relaxed);
+            }
+        }
+    }
+
+    pub(super) async fn on_data(&mut self, input: usize, batch: StreamBatch) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        m.rows_in.fetch_add(batch.num_rows() as u64, Relaxed);
+        if !self.node.inputs.is_empty() {
+            self.track_input_time(input, &batch);
+        }
+        match &mut self.processor {
+            Processor::Operator(_) => self.call(|op, ctx| op.on_batch(input, batch, ctx)).await,
+            Processor::Sink(w) => {
+                let sw = Stopwatch::start();
+                let n = batch.num_rows() as u64;
+                w.write(batch.data).await?;
+                m.rows_out.fetch_add(n, Relaxed);
+                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) async fn on_watermark(&mut self, wm: Watermark) -> Result<()> {
+        self.watermark = wm;
+        self.outputs.metrics.watermark.store(wm.0, Relaxed);
+        match &mut self.processor {
+            Processor::Operator(_) => {
+                while let Some(t) = self.timers.pop_due(TimeDomain::EventTime, wm.0) {
+                    self.call(|op, ctx| op.on_timer(t, ctx)).await?;
+                }
+                self.call_and_report(|op, ctx| op.on_watermark(wm, ctx), true)
+                    .await?;
+            }
+            Processor::Sink(w) => w.on_watermark(wm).await?,
+        }
+        self.outputs.broadcast(Message::Watermark(wm)).await
+    }
+
+    pub(super) async fn fire_proc_timers(&mut self) -> Result<()> {
+        let now = self.clock.now().0;
+        while let Some(t) = self.timers.pop_due(TimeDomain::ProcTime, now) {
+            self.call(|op, ctx| op.on_timer(t, ctx)).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn next_envelope(&mut self) -> Option<Option<Envelope>> {
+        if let Some(e) = self.mailbox.try_recv() {
+            return Some(Some(e));
+        }
+        let m = self.outputs.metrics.clone();
+        let sw = Stopwatch::start();
+        let got = match self.timers.next_proc_time() {
+            Some(t) => {
+                let wait = (t.0 - self.clock.now().0).max(0) as u64;
+                tokio::time::timeout(Duration::from_millis(wait), self.mailbox.recv())
+                    .await
+                    .ok()
+            }
+            None => Some(self.mailbox.recv().await),
+        };
+        m.idle_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+        got
+    }
+
+    pub(super) async fn run(mut self) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let n = self.mailbox.channels();
+        let mut tracker = WatermarkTracker::new(n);
+        // Channels that do not take part in the watermark count as idle for good.
+        for (ch, holds) in self.holds_watermark.iter().enumerate() {
+            if !holds {
+                tracker.set_idle(ch, true);
+            }
+        }
+        let mut n_ended = 0;
+        let mut idle_out = false;
+        let mut barriers: BarrierAligner<Envelope> = BarrierAligner::new(n);
+
+        self.call(|op, ctx| op.open(ctx)).await?;
+        while n_ended < n {
+            let env = match barriers.next_released() {
+                Some(e) => e,
+                None => match self.next_envelope().await {
+                    Some(Some(e)) => e,
+                    Some(None) => return Err(Error::Cancelled),
+                    None => {
+                        self.fire_proc_timers().await?;
+                        continue;
+                    }
+                },
+            };
+            let ch = env.channel;
+            let Some(env) = barriers.admit(ch, env) else {
+                continue;
+            };
+            let input = self.channel_inputs[ch];
+            // The credit returns here, as the message is handed over.
+            match env.into_message() {
+                Message::Data(b) => self.on_data(input, b).await?,
+                Message::Watermark(_) | Message::Idle | Message::Active
+                    if !self.holds_watermark[ch] => {}
+                Message::Watermark(w) => {
+                    let advanced = tracker.update(ch, w);
+                    if !self.node.inputs.is_empty() {
+                        self.track_input_watermarks(&tracker);
+                    }
+                    if let Some(w) = advanced {
+                        self.on_watermark(w).await?;
+                    }
+                }
+                Message::Idle => {
+                    if let Some(w) = tracker.set_idle(ch, true) {
+                        self.on_watermark(w).await?;
+                    }
+                    if tracker.all_idle() && !idle_out {
+                        idle_out = true;
+                        self.outputs.broadcast(Message::Idle).await?;
+                    }
+                }
+                Message::Active => {
+                    tracker.set_idle(ch, false);
+                    if idle_out {
+                        idle_out = false;
+                        self.outputs.broadcast(Message::Active).await?;
+                    }
+                }
+                Message::Barrier(e) => barriers.barrier(ch, e)?,
+                Message::End => {
+                    barriers.end(ch);
+                    n_ended += 1;
+                    let advanced = if self.holds_watermark[ch] {
+                        tracker.finish(ch)
+                    } else {
+                        None
+                    };
+                    if let Some(w) = advanced {
+                        self.on_watermark(w).await?;
+                    }
+                }
+            }
+            if let Some(epoch) = barriers.aligned() {
+                match &mut self.processor {
+                    Processor::Operator(_) => {
+                        self.call(|op, ctx| op.on_barrier(epoch, ctx)).await?
+                    }
+                    Processor::Sink(_) => {}
+                }
+                self.outputs.broadcast(Message::Barrier(epoch)).await?;
+            }
+            if !self.timers.is_empty() {
+                self.fire_proc_timers().await?;
+            }
+        }
+        match &mut self.processor {
+            Processor::Operator(_) => self.call_and_report(|op, ctx| op.on_end(ctx), true).await?,
+            Processor::Sink(w) => {
+                let sw = Stopwatch::start();
+                w.finish().await?;
+                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                self.verdict.ready_then_wait().await;
+                w.commit().await?;
+            }
+        }
+        self.outputs.broadcast(Message::End).await?;
+        m.finished.store(true, Relaxed);
+        Ok(())
+    }
+}

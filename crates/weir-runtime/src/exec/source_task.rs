@@ -1,0 +1,356 @@
+//! A source subtask: polls its reader, follows watermarks per split, aligns its splits
+//! with the group, and sends batches on.
+
+use super::output::Outputs;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::{Array, BooleanArray};
+use weir_core::time::{Clock, Stopwatch, Watermark};
+use weir_core::watermark::{SplitWatermarks, WatermarkTracker};
+
+use crate::error::{Error, Result};
+use crate::graph::SourceWatermarks;
+use crate::message::{Message, StreamBatch};
+use crate::metrics::{NodeMetrics, SplitMetrics};
+use crate::operator::Port;
+use crate::source::{
+    AlignmentGroup, DeadLetter, DeadLetters, ReaderContext, SourceFactory, SourcePoll,
+};
+
+pub(super) struct SourceTask {
+    pub(super) factory: Arc<dyn SourceFactory>,
+    pub(super) watermarks: SourceWatermarks,
+    pub(super) assigned: Vec<usize>,
+    pub(super) split_metrics: Vec<Arc<SplitMetrics>>,
+    pub(super) node_metrics: Arc<NodeMetrics>,
+    pub(super) outputs: Outputs,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) dead_letters: DeadLetters,
+    pub(super) name: String,
+    pub(super) subtask: usize,
+    pub(super) parallelism: usize,
+    pub(super) batch_rows: usize,
+    pub(super) node: usize,
+    /// The alignment group of this source, if it is aligned.
+    pub(super) group: Option<Arc<AlignmentGroup>>,
+}
+
+/// Watermark alignment of one source subtask's splits.
+pub(super) struct Aligner {
+    pub(super) settings: crate::graph::WatermarkAlignment,
+    pub(super) group: Arc<AlignmentGroup>,
+    pub(super) next_sample: i64,
+    pub(super) samples: Vec<VecDeque<i64>>,
+    pub(super) paused: Vec<bool>,
+    /// The reader cannot pause single splits and pauses as a whole.
+    pub(super) whole_reader_paused: bool,
+}
+
+impl Aligner {
+    /// Samples the splits' watermarks, reports them, and decides which splits pause. Returns
+    /// the splits whose pause state changed.
+    pub(super) fn sample(
+        &mut self,
+        node: usize,
+        assigned: &[usize],
+        gens: &[SplitWatermarks],
+        finished: &[bool],
+        metrics: &[Arc<SplitMetrics>],
+    ) -> Vec<(usize, bool)> {
+        for (k, g) in gens.iter().enumerate() {
+            let active = !finished[k] && !g.is_idle();
+            let wm = g.watermark().0;
+            self.group.report(node, assigned[k], active.then_some(wm));
+            let s = &mut self.samples[k];
+            s.push_back(wm);
+            while s.len() > self.settings.buffer_size.max(1) {
+                s.pop_front();
+            }
+        }
+        let min = self.group.minimum();
+        let mut changed = Vec::new();
+        for (k, g) in gens.iter().enumerate() {
+            metrics[k]
+                .group_min_watermark
+                .store(min.unwrap_or(i64::MIN), Relaxed);
+            let decide_on = if self.settings.buffer_size == 0 {
+                g.watermark().0
+            } else {
+                *self.samples[k].front().expect("sampled above")
+            };
+            let pause = !finished[k]
+                && min.is_some_and(|m| decide_on > m.saturating_add(self.settings.max_drift_ms));
+            if pause != self.paused[k] {
+                self.paused[k] = pause;
+                metrics[k].paused.store(pause, Relaxed);
+                changed.push((k, pause));
+            }
+        }
+        changed
+    }
+}
+
+impl SourceTask {
+    pub(super) async fn run(mut self) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let n = self.assigned.len();
+        if n == 0 {
+            self.outputs
+                .broadcast(Message::Watermark(Watermark::MAX))
+                .await?;
+            self.outputs.broadcast(Message::End).await?;
+            m.finished.store(true, Relaxed);
+            return Ok(());
+        }
+        let schema = self.factory.schema();
+        let et_idx = match &self.watermarks.event_time {
+            Some(c) => Some(weir_core::batch::event_time_index(&schema, c)?),
+            None => None,
+        };
+        let mut reader = self.factory.create_reader(
+            self.assigned.clone(),
+            ReaderContext {
+                source: self.name.clone(),
+                subtask: self.subtask,
+                parallelism: self.parallelism,
+                batch_rows: self.batch_rows,
+                clock: self.clock.clone(),
+                dead_letters: self.dead_letters.clone(),
+                split_metrics: self.split_metrics.clone(),
+            },
+        )?;
+        let mut gens =
+            vec![
+                SplitWatermarks::new(self.watermarks.strategy, self.watermarks.idle_timeout_ms);
+                n
+            ];
+        let mut finished = vec![false; n];
+        let mut aligner = match (&self.watermarks.alignment, &self.group) {
+            (Some(settings), Some(group)) => Some(Aligner {
+                settings: settings.clone(),
+                group: group.clone(),
+                next_sample: i64::MIN,
+                samples: vec![VecDeque::new(); n],
+                paused: vec![false; n],
+                whole_reader_paused: false,
+            }),
+            _ => None,
+        };
+        let mut tracker = WatermarkTracker::new(n);
+        let mut idle_out = false;
+        let mut sent_wm = Watermark::MIN;
+        loop {
+            let mut sw = Stopwatch::start();
+            if let Some(al) = &mut aligner {
+                let now = self.clock.now().0;
+                if now >= al.next_sample {
+                    al.next_sample = now + al.settings.update_interval_ms.max(1);
+                    let changed = al.sample(
+                        self.node,
+                        &self.assigned,
+                        &gens,
+                        &finished,
+                        &self.split_metrics,
+                    );
+                    for (k, pause) in changed {
+                        if !reader.set_paused(k, pause) {
+                            if !al.settings.allow_unaligned_source_splits {
+                                return Err(Error::plan(format!(
+                                    "source `{}` cannot pause single splits, which watermark \
+                                     alignment (group `{}`) needs; set \
+                                     allow_unaligned_source_splits (Flink's \
+                                     pipeline.watermark-alignment.allow-unaligned-source-splits) \
+                                     to pause the whole reader instead",
+                                    self.name, al.settings.group
+                                )));
+                            }
+                            // The whole reader waits only when every split still
+                            // running is ahead; otherwise the group minimum could be
+                            // among them and nothing would move.
+                            let open: Vec<bool> = (0..al.paused.len())
+                                .filter(|&i| !finished[i] && !gens[i].is_idle())
+                                .map(|i| al.paused[i])
+                                .collect();
+                            al.whole_reader_paused = !open.is_empty() && open.iter().all(|p| *p);
+                        }
+                    }
+                }
+                // Paused splits are waiting, not idle.
+                for (k, g) in gens.iter_mut().enumerate() {
+                    if al.paused[k] {
+                        g.touch(self.clock.now());
+                    }
+                }
+                if al.whole_reader_paused {
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    // The splits that are not what holds the reader may still go idle; else a
+                    // quiet one would hold the group, and so the paused reader, for ever.
+                    let now = self.clock.now();
+                    let mut advanced = None;
+                    for (i, g) in gens.iter_mut().enumerate() {
+                        if !al.paused[i] && g.check_idle(now) {
+                            self.split_metrics[i].idle.store(true, Relaxed);
+                            if let Some(w) = tracker.set_idle(i, true) {
+                                advanced = Some(w);
+                            }
+                        }
+                    }
+                    if let Some(w) = advanced.filter(|w| *w > sent_wm) {
+                        sent_wm = w;
+                        m.watermark.store(w.0, Relaxed);
+                        self.outputs.broadcast(Message::Watermark(w)).await?;
+                    }
+                    let wait = (al.next_sample - self.clock.now().0).clamp(1, 100);
+                    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    continue;
+                }
+            }
+            let poll = reader.poll()?;
+            let mut advanced = None;
+            match poll {
+                SourcePoll::Batch { split, batch } => {
+                    let rows = batch.num_rows();
+                    m.rows_in.fetch_add(rows as u64, Relaxed);
+                    let sm = &self.split_metrics[split];
+                    sm.rows_read.fetch_add(rows as u64, Relaxed);
+                    let sb = match et_idx {
+                        None => StreamBatch::new(batch),
+                        Some(et) => {
+                            let batch = self.without_null_event_times(batch, et, split)?;
+                            let times = weir_core::batch::event_times(&batch, et)?;
+                            let mut row_wms = Vec::new();
+                            let obs = gens[split].observe(&times, self.clock.now(), &mut row_wms);
+                            if let Some(&last) = times.last() {
+                                sm.last_event_time.store(last, Relaxed);
+                            }
+                            sm.max_event_time
+                                .store(gens[split].max_event_time().0, Relaxed);
+                            sm.watermark.store(gens[split].watermark().0, Relaxed);
+                            sm.late_rows.fetch_add(obs.late_rows as u64, Relaxed);
+                            sm.idle.store(false, Relaxed);
+                            advanced = tracker.update(split, gens[split].watermark());
+                            StreamBatch::with_row_watermarks(batch, row_wms.into())
+                        }
+                    };
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    self.outputs.emit(Port::Main, sb).await?;
+                    if idle_out && !tracker.all_idle() {
+                        idle_out = false;
+                        self.outputs.broadcast(Message::Active).await?;
+                    }
+                }
+                SourcePoll::NewSplit(sm) => {
+                    tracing::info!(source = %self.name, split = %sm.split, "reading a new split");
+                    gens.push(SplitWatermarks::new(
+                        self.watermarks.strategy,
+                        self.watermarks.idle_timeout_ms,
+                    ));
+                    tracker.add_input();
+                    finished.push(false);
+                    // Splits found while running are numbered past the ones listed at start.
+                    let k = self.split_metrics.len();
+                    self.assigned
+                        .push(1_000_000 + self.subtask + self.parallelism * k);
+                    if let Some(al) = &mut aligner {
+                        al.samples.push(VecDeque::new());
+                        al.paused.push(false);
+                    }
+                    self.node_metrics
+                        .splits
+                        .lock()
+                        .expect("metrics lock")
+                        .push(sm.clone());
+                    self.split_metrics.push(sm);
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                }
+                SourcePoll::SplitFinished(split) => {
+                    finished[split] = true;
+                    self.split_metrics[split].finished.store(true, Relaxed);
+                    advanced = tracker.finish(split);
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                }
+                SourcePoll::Pending { wait_ms } => {
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
+                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                }
+                SourcePoll::Finished => break,
+            }
+            // A split with no rows for its idle timeout stops holding the watermark back, even
+            // while the other splits are busy (so checked on every pass, not only when waiting).
+            if self.watermarks.idle_timeout_ms.is_some() {
+                let now = self.clock.now();
+                for (i, g) in gens.iter_mut().enumerate() {
+                    if !finished[i] && g.check_idle(now) {
+                        self.split_metrics[i].idle.store(true, Relaxed);
+                        if let Some(w) = tracker.set_idle(i, true) {
+                            advanced = advanced.max(Some(w));
+                        }
+                    }
+                }
+                if tracker.all_idle() && !idle_out {
+                    idle_out = true;
+                    self.outputs.broadcast(Message::Idle).await?;
+                }
+            }
+            if let Some(w) = advanced.filter(|w| *w > sent_wm) {
+                sent_wm = w;
+                m.watermark.store(w.0, Relaxed);
+                self.outputs.broadcast(Message::Watermark(w)).await?;
+            }
+        }
+        if sent_wm != Watermark::MAX {
+            m.watermark.store(i64::MAX, Relaxed);
+            self.outputs
+                .broadcast(Message::Watermark(Watermark::MAX))
+                .await?;
+        }
+        self.outputs.broadcast(Message::End).await?;
+        for (k, sm) in self.split_metrics.iter().enumerate() {
+            sm.finished.store(true, Relaxed);
+            if let Some(g) = &self.group {
+                g.report(self.node, self.assigned[k], None);
+            }
+        }
+        m.finished.store(true, Relaxed);
+        Ok(())
+    }
+
+    /// Rows without an event time cannot be placed in time: they go to the dead letters.
+    pub(super) fn without_null_event_times(
+        &self,
+        batch: arrow_array::RecordBatch,
+        et: usize,
+        split: usize,
+    ) -> Result<arrow_array::RecordBatch> {
+        let col = batch.column(et);
+        if col.null_count() == 0 {
+            return Ok(batch);
+        }
+        let sm = &self.split_metrics[split];
+        let reason = format!(
+            "event-time column `{}` is NULL",
+            batch.schema().field(et).name()
+        );
+        for i in 0..batch.num_rows() {
+            if col.is_null(i) {
+                self.dead_letters.send(
+                    DeadLetter {
+                        source: self.name.clone(),
+                        split: sm.split.clone(),
+                        position: format!("row {} of a batch", i),
+                        reason: reason.clone(),
+                        record: crate::display::row_to_string(&batch, i),
+                    },
+                    Some(sm),
+                )?;
+            }
+        }
+        let keep = BooleanArray::new(col.nulls().expect("has nulls").inner().clone(), None);
+        Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
+    }
+}

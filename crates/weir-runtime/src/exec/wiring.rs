@@ -1,0 +1,340 @@
+//! Wiring a job: channels between subtasks, their metrics, and one tokio task per subtask.
+
+use super::operator_task::{OperatorTask, Processor};
+use super::output::{OutputEdge, Outputs, Route, Salting};
+use super::source_task::SourceTask;
+use super::start_guard::check_aligned_start;
+use super::{RunningJob, Verdict};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+use weir_core::keys::KeyEncoder;
+use weir_core::time::{Clock, Watermark};
+
+use crate::channel::Mailbox;
+use crate::error::{Error, Result};
+use crate::graph::{JobGraph, NodeKind, Partitioning};
+use crate::hotkeys::{ExchangeMetrics, SpaceSaving};
+use crate::metrics::{
+    ChannelMetrics, InputMetrics, JobMetrics, NodeMetrics, SplitMetrics, SubtaskMetrics,
+};
+use crate::operator::{SubtaskInfo, TimerService};
+use crate::source::{AlignmentGroup, DeadLetters};
+
+/// Starts `graph` on the current tokio runtime.
+///
+/// # Errors
+/// `Plan` if the graph is invalid; errors of sources that cannot list their splits.
+pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
+    graph.validate()?;
+    if !graph.config.allow_misaligned_start {
+        check_aligned_start(&graph)?;
+    }
+    let cfg = graph.config.clone();
+    let dead_letters = DeadLetters::new(cfg.dead_letter_path.clone());
+
+    // One mailbox per operator/sink subtask; channels from every upstream subtask into it.
+    let mut mailboxes: Vec<Vec<Mailbox>> = Vec::new();
+    let mut channel_inputs: Vec<Vec<Vec<usize>>> = Vec::new();
+    let mut outputs: Vec<Vec<Vec<OutputEdge>>> = Vec::new();
+    for n in &graph.nodes {
+        let is_source = matches!(n.kind, NodeKind::Source { .. });
+        let p = n.parallelism;
+        mailboxes.push(if is_source {
+            Vec::new()
+        } else {
+            (0..p).map(|_| Mailbox::new()).collect()
+        });
+        channel_inputs.push(vec![Vec::new(); p]);
+        outputs.push((0..p).map(|_| Vec::new()).collect());
+    }
+    let mut channels = Vec::new();
+    let mut exchanges: std::collections::BTreeMap<(usize, usize), Arc<ExchangeMetrics>> =
+        Default::default();
+    let exchange_for =
+        |ex: &mut std::collections::BTreeMap<(usize, usize), Arc<ExchangeMetrics>>,
+         e: &crate::graph::Edge,
+         keys: &[String]|
+         -> Result<Arc<ExchangeMetrics>> {
+            if let Some(x) = ex.get(&(e.from, e.to)) {
+                return Ok(x.clone());
+            }
+            let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
+            let x = Arc::new(ExchangeMetrics::new(
+                up.name.clone(),
+                down.name.clone(),
+                &up.output.schema,
+                keys,
+                up.parallelism,
+            )?);
+            ex.insert((e.from, e.to), x.clone());
+            Ok(x)
+        };
+    for e in &graph.edges {
+        let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
+        for (i, node_outputs) in outputs[e.from].iter_mut().enumerate() {
+            let targets: Vec<usize> = match e.partitioning {
+                Partitioning::Forward => vec![i],
+                _ => (0..down.parallelism).collect(),
+            };
+            let mut senders = Vec::new();
+            for j in targets {
+                let s = mailboxes[e.to][j].channel(cfg.channel_buffers);
+                channel_inputs[e.to][j].push(e.input);
+                channels.push(ChannelMetrics {
+                    from: format!("{}[{i}]", up.name),
+                    to: format!("{}[{j}]", down.name),
+                    stats: s.stats().clone(),
+                });
+                senders.push(s);
+            }
+            let route = match &e.partitioning {
+                Partitioning::Forward => Route::Forward,
+                Partitioning::Rebalance => Route::Rebalance { next: i },
+                Partitioning::Broadcast => Route::Broadcast,
+                Partitioning::Hash { keys, key_groups } => Route::Keyed {
+                    encoder: KeyEncoder::new(&up.output.schema, keys)?,
+                    key_groups: *key_groups,
+                    salting: None,
+                    sketch: SpaceSaving::default(),
+                    exchange: exchange_for(&mut exchanges, e, keys)?,
+                    subtask: i,
+                },
+                Partitioning::Salted {
+                    keys,
+                    key_groups,
+                    salts,
+                    hot_share,
+                } => Route::Keyed {
+                    encoder: KeyEncoder::new(&up.output.schema, keys)?,
+                    key_groups: *key_groups,
+                    salting: Some(Salting {
+                        salts: *salts,
+                        hot_share: *hot_share,
+                        next: i as u64,
+                    }),
+                    sketch: SpaceSaving::default(),
+                    exchange: exchange_for(&mut exchanges, e, keys)?,
+                    subtask: i,
+                },
+            };
+            node_outputs.push(OutputEdge {
+                port: e.port,
+                route,
+                senders,
+            });
+        }
+    }
+    let in_flight_bound_rows = (channels.len() * cfg.channel_buffers * cfg.batch_rows) as i64;
+    let exchanges: Vec<Arc<ExchangeMetrics>> = exchanges.into_values().collect();
+
+    let mut node_metrics = Vec::new();
+    for n in &graph.nodes {
+        node_metrics.push(Arc::new(NodeMetrics {
+            name: n.name.clone(),
+            upstream: graph.inputs_of(n.id).iter().map(|e| e.from).collect(),
+            kind: format!("{} {}", n.kind.role(), n.kind.kind()),
+            subtasks: (0..n.parallelism)
+                .map(|_| Arc::new(SubtaskMetrics::default()))
+                .collect(),
+            splits: Default::default(),
+            inputs: {
+                let n_inputs = graph
+                    .inputs_of(n.id)
+                    .iter()
+                    .map(|e| e.input + 1)
+                    .max()
+                    .unwrap_or(0);
+                if n_inputs >= 2 {
+                    (0..n_inputs)
+                        .map(|_| InputMetrics::new(n.parallelism))
+                        .collect()
+                } else {
+                    Vec::new()
+                }
+            },
+            spread_alert_ms: cfg.spread_alert_ms,
+            spread_alert: Default::default(),
+            spread_alerts: Default::default(),
+            peak_spread_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
+        }));
+    }
+    let metrics = Arc::new(JobMetrics {
+        nodes: node_metrics,
+        channels,
+        exchanges,
+    });
+
+    let mut tasks = JoinSet::new();
+    let verdict = Verdict::new();
+    let mut sink_subtasks = 0;
+    let mut task_names = HashMap::new();
+    let mut groups: HashMap<String, Arc<AlignmentGroup>> = HashMap::new();
+    let started = clock.now();
+    for n in graph.nodes.iter().rev() {
+        let node_mailboxes = std::mem::take(&mut mailboxes[n.id]);
+        let node_outputs = std::mem::take(&mut outputs[n.id]);
+        let input_streams: Vec<_> = graph
+            .inputs_of(n.id)
+            .iter()
+            .map(|e| graph.nodes[e.from].output.clone())
+            .collect();
+        let describe = |s: usize| {
+            format!(
+                "operator `{}` (subtask {s} of {}, created at {})",
+                n.name, n.parallelism, n.created_at
+            )
+        };
+        let wrap = {
+            let (name, p, at) = (n.name.clone(), n.parallelism, n.created_at.clone());
+            move |s: usize, e: Error| match e {
+                Error::Cancelled | Error::Operator { .. } => e,
+                e => Error::Operator {
+                    operator: name.clone(),
+                    subtask: s,
+                    parallelism: p,
+                    created_at: at.clone(),
+                    source: Box::new(e),
+                },
+            }
+        };
+        match &n.kind {
+            NodeKind::Source {
+                factory,
+                watermarks,
+            } => {
+                let split_names = factory.splits().map_err(|e| wrap(0, e))?;
+                if let Some(a) = &watermarks.alignment {
+                    // Every split of an aligned source holds the group back from the start,
+                    // so a source that starts late is not left behind.
+                    let g = groups.entry(a.group.clone()).or_default();
+                    for i in 0..split_names.len() {
+                        g.report(n.id, i, Some(i64::MIN));
+                    }
+                }
+                for (s, outs) in node_outputs.into_iter().enumerate() {
+                    let assigned: Vec<usize> = (0..split_names.len())
+                        .filter(|i| i % n.parallelism == s)
+                        .collect();
+                    let split_metrics: Vec<Arc<SplitMetrics>> = assigned
+                        .iter()
+                        .map(|&i| Arc::new(SplitMetrics::new(split_names[i].clone())))
+                        .collect();
+                    metrics.nodes[n.id]
+                        .splits
+                        .lock()
+                        .expect("metrics lock")
+                        .extend(split_metrics.iter().cloned());
+                    let task = SourceTask {
+                        factory: factory.clone(),
+                        watermarks: watermarks.clone(),
+                        assigned,
+                        split_metrics,
+                        node_metrics: metrics.nodes[n.id].clone(),
+                        outputs: Outputs::new(
+                            outs,
+                            cfg.batch_rows,
+                            metrics.nodes[n.id].subtasks[s].clone(),
+                        ),
+                        clock: clock.clone(),
+                        dead_letters: dead_letters.clone(),
+                        name: n.name.clone(),
+                        subtask: s,
+                        parallelism: n.parallelism,
+                        batch_rows: cfg.batch_rows,
+                        node: n.id,
+                        group: watermarks
+                            .alignment
+                            .as_ref()
+                            .map(|a| groups.entry(a.group.clone()).or_default().clone()),
+                    };
+                    let wrap = wrap.clone();
+                    let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
+                    task_names.insert(h.id(), describe(s));
+                }
+            }
+            NodeKind::Operator { .. } | NodeKind::Sink { .. } => {
+                for (s, (mut mailbox, outs)) in
+                    node_mailboxes.into_iter().zip(node_outputs).enumerate()
+                {
+                    mailbox.seal();
+                    let info = SubtaskInfo {
+                        operator: n.name.clone(),
+                        subtask: s,
+                        parallelism: n.parallelism,
+                        key_groups: cfg.key_groups,
+                    };
+                    let inputs = std::mem::take(&mut channel_inputs[n.id][s]);
+                    let holds: Vec<bool> = match &n.kind {
+                        NodeKind::Operator { factory } => {
+                            inputs.iter().map(|&i| factory.holds_watermark(i)).collect()
+                        }
+                        _ => vec![true; inputs.len()],
+                    };
+                    let processor = match &n.kind {
+                        NodeKind::Operator { factory } => Processor::Operator(
+                            factory
+                                .create(&input_streams, &info)
+                                .map_err(|e| wrap(s, e))?,
+                        ),
+                        NodeKind::Sink { factory } => Processor::Sink(
+                            factory
+                                .create_writer(n.output.schema.clone(), &info)
+                                .map_err(|e| wrap(s, e))?,
+                        ),
+                        NodeKind::Source { .. } => unreachable!("handled above"),
+                    };
+                    let task = OperatorTask {
+                        processor,
+                        channel_inputs: inputs,
+                        holds_watermark: holds,
+                        node: metrics.nodes[n.id].clone(),
+                        input_event_time: input_streams
+                            .iter()
+                            .map(|i| {
+                                i.event_time.as_ref().and_then(|c| {
+                                    weir_core::batch::event_time_index(&i.schema, c).ok()
+                                })
+                            })
+                            .collect(),
+                        mailbox,
+                        outputs: Outputs::new(
+                            outs,
+                            cfg.batch_rows,
+                            metrics.nodes[n.id].subtasks[s].clone(),
+                        ),
+                        clock: clock.clone(),
+                        info,
+                        timers: TimerService::default(),
+                        out_buf: Vec::new(),
+                        watermark: Watermark::MIN,
+                        calls: 0,
+                        dead_letters: dead_letters.clone(),
+                        verdict: verdict.clone(),
+                    };
+                    if matches!(n.kind, NodeKind::Sink { .. }) {
+                        sink_subtasks += 1;
+                    }
+                    let wrap = wrap.clone();
+                    let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
+                    task_names.insert(h.id(), describe(s));
+                }
+            }
+        }
+    }
+    tracing::info!(job = %graph.name, subtasks = tasks.len(), "job started");
+    Ok(RunningJob {
+        metrics,
+        dead_letters,
+        started,
+        clock,
+        in_flight_bound_rows,
+        tasks,
+        task_names,
+        stop: Arc::new(tokio::sync::Notify::new()),
+        max_dead_letter_share: cfg.max_dead_letter_share,
+        verdict,
+        sink_subtasks,
+    })
+}
