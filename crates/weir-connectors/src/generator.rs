@@ -1293,6 +1293,7 @@ mod tests {
             clock,
             dead_letters: DeadLetters::new(None),
             split_metrics: metrics.clone(),
+            start_positions: Vec::new(),
         };
         (src.create_reader(splits, ctx).unwrap(), metrics)
     }

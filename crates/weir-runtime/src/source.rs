@@ -51,6 +51,14 @@ pub trait SourceReader: Send {
     fn set_paused(&mut self, _split: usize, _paused: bool) -> bool {
         false
     }
+
+    /// Where split `split` stands: just after the last row [`poll`](SourceReader::poll)
+    /// returned for it, as JSON that a reader of the same source takes back through
+    /// [`ReaderContext::start_positions`] to go on from there (a checkpoint records it). `None`
+    /// when the reader cannot tell; a job with such a source cannot be checkpointed.
+    fn position(&self, _split: usize) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The shared state of one watermark alignment group: every split's last reported watermark.
@@ -91,6 +99,19 @@ pub struct ReaderContext {
     pub dead_letters: DeadLetters,
     /// Metrics of the reader's splits, in the order of its splits (for progress).
     pub split_metrics: Vec<Arc<SplitMetrics>>,
+    /// Where each of the reader's splits starts, in the order of its splits: `None` from the
+    /// source's own start (the beginning of a file, the configured Kafka offsets), else a
+    /// position an earlier reader returned from [`SourceReader::position`] (a restore).
+    /// Empty means `None` for every split.
+    pub start_positions: Vec<Option<serde_json::Value>>,
+}
+
+impl ReaderContext {
+    /// Where split `split` (an index into the reader's splits) starts; see
+    /// [`ReaderContext::start_positions`].
+    pub fn start_position(&self, split: usize) -> Option<&serde_json::Value> {
+        self.start_positions.get(split).and_then(Option::as_ref)
+    }
 }
 
 /// Describes a source and creates its readers. Lives in the job graph.

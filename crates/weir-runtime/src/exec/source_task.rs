@@ -120,6 +120,7 @@ impl SourceTask {
                 clock: self.clock.clone(),
                 dead_letters: self.dead_letters.clone(),
                 split_metrics: self.split_metrics.clone(),
+                start_positions: Vec::new(),
             },
         )?;
         let mut gens =
