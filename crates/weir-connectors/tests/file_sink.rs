@@ -153,3 +153,32 @@ fn failed_job_keeps_the_previous_output_of_its_file_sink() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous output\n");
     assert_eq!(names(dir.path()), vec!["in.csv", "out.csv"]);
 }
+
+/// A file sink behind a rate limiter is committed too: the wrapper passes commit on.
+#[test]
+fn a_rate_limited_file_sink_publishes_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, "x\n1\n2\n3\n").unwrap();
+    let out = dir.path().join("out.csv");
+    let spec = FileSourceSpec::new(
+        input.to_string_lossy(),
+        FileFormat::Csv,
+        vec![("x", DataType::Int64)],
+    );
+    let job = JobBuilder::new("rate limited");
+    job.source("in", FileSource::new(spec).unwrap(), SourceOptions::none())
+        .sink_arc(
+            "out",
+            Arc::new(weir_runtime::sink::RateLimitedSink::new(
+                Arc::new(FileSink::new(&out, FileFormat::Csv)),
+                weir_runtime::sink::RateLimitHandle::new(1_000),
+            )),
+            Some(1),
+        );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "x\n1\n2\n3\n");
+    assert_eq!(names(dir.path()), vec!["in.csv", "out.csv"]);
+}

@@ -193,6 +193,9 @@ impl SinkFactory for RateLimitedSink {
     fn delivery(&self) -> Delivery {
         self.inner.delivery()
     }
+    fn writes(&self, parallelism: usize) -> Vec<crate::Location> {
+        self.inner.writes(parallelism)
+    }
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(RateLimitedWriter {
             inner: self.inner.create_writer(schema, info)?,
@@ -239,5 +242,11 @@ impl SinkWriter for RateLimitedWriter {
     }
     fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
         self.inner.finish()
+    }
+    fn commit(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.inner.commit()
+    }
+    fn abort(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.inner.abort()
     }
 }
