@@ -19,8 +19,68 @@
 //! assert_eq!(counts.get(hash_key(b"a"), b"a"), Some(&2));
 //! assert_eq!(counts.size().rows, 2);
 //! ```
+//!
+//! [`checkpoint`] stores checkpoints: state files and a manifest per checkpoint, on local disk
+//! behind the [`checkpoint::CheckpointStorage`] trait.
+
+use std::path::PathBuf;
 
 use hashbrown::HashTable;
+
+pub mod checkpoint;
+
+/// weir-state's error.
+///
+/// Variants are grouped by who must act: the user (`NotACheckpoint`, `CorruptCheckpoint`,
+/// `UnsupportedFormat`: something on disk is not what weir can restore), the file system
+/// (`Io`), or us (`Internal`: a bug).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A path given as a checkpoint is not a complete one.
+    #[error("{}: not a complete checkpoint: {reason}", path.display())]
+    NotACheckpoint { path: PathBuf, reason: String },
+    /// A checkpoint's files are not what weir wrote: a manifest that does not parse, a state
+    /// file it lists that is missing.
+    #[error("{}: corrupt checkpoint: {message}", path.display())]
+    CorruptCheckpoint { path: PathBuf, message: String },
+    /// A manifest written by a newer weir.
+    #[error(
+        "{}: checkpoint format version {found} is newer than this weir reads (up to {supported}); \
+         restore it with the weir that wrote it or a newer one",
+        path.display()
+    )]
+    UnsupportedFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    /// Reading or writing a file failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A broken invariant inside weir: this is a bug, please report it.
+    #[error("internal error (this is a bug in weir): {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// An I/O error while doing `action` (a verb: `read`, `create`, `rename`) on `path`.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// `Result` with weir-state's [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How much a state table holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
