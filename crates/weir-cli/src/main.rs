@@ -48,6 +48,15 @@ enum Command {
         /// default 0.1, or the job's SET 'weir.max-dead-letter-share').
         #[arg(long)]
         max_dead_letter_share: Option<f64>,
+        /// Take a checkpoint this often (`10s`, `500ms`; SQL: SET
+        /// 'execution.checkpointing.interval'). Checkpoints record where every source split
+        /// stands; they cover sources, sinks and stateless operators so far.
+        #[arg(long, value_parser = parse_duration_ms)]
+        checkpoint_interval: Option<i64>,
+        /// Where checkpoints go (default `weir-checkpoints`, or SET
+        /// 'execution.checkpointing.dir').
+        #[arg(long)]
+        checkpoint_dir: Option<PathBuf>,
     },
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
@@ -75,6 +84,28 @@ fn registry() -> weir_runtime::Registry {
     weir_connectors::register(&mut r);
     weir_sql::register(&mut r);
     r
+}
+
+/// `10s`, `500ms`, `2min`, `1h` (a bare number is milliseconds).
+fn parse_duration_ms(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: i64 = n
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a duration such as 10s or 500ms"))?;
+    let f = match unit.trim() {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "min" | "m" => 60_000,
+        "h" => 3_600_000,
+        other => {
+            return Err(format!(
+                "`{s}`: unknown unit `{other}`; use ms, s, min or h"
+            ))
+        }
+    };
+    Ok(n * f)
 }
 
 fn parse_var(s: &str) -> Result<(String, String), String> {
@@ -139,12 +170,25 @@ fn main() -> Result<()> {
             dead_letters,
             allow_misaligned_start,
             max_dead_letter_share,
+            checkpoint_interval,
+            checkpoint_dir,
         } => {
             let mut graph = read_job(&job, &vars, parallelism)?;
             graph.config.allow_misaligned_start |= allow_misaligned_start;
             graph.config.max_dead_letter_share = max_dead_letter_share
                 .or(graph.config.max_dead_letter_share)
                 .or(Some(DEFAULT_MAX_DEAD_LETTER_SHARE));
+            if checkpoint_interval.is_some() || checkpoint_dir.is_some() {
+                let c = graph.config.checkpointing.get_or_insert_with(|| {
+                    weir_runtime::checkpoint::CheckpointConfig::new(10_000, "weir-checkpoints")
+                });
+                if let Some(ms) = checkpoint_interval {
+                    c.interval_ms = ms;
+                }
+                if let Some(dir) = checkpoint_dir {
+                    c.dir = dir;
+                }
+            }
             graph.validate()?;
             if dead_letters.is_some() {
                 graph.config.dead_letter_path = dead_letters;

@@ -236,6 +236,17 @@ pub fn summary(r: &JobReport) -> String {
         "elapsed:        {secs:.3} s, {:.0} rows/s in",
         rows_in as f64 / secs
     );
+    if m.checkpoints.completed > 0 {
+        let _ = writeln!(
+            s,
+            "checkpoints:    {} complete, the last #{} took {} ms (longest {} ms), {} bytes of state",
+            m.checkpoints.completed,
+            m.checkpoints.last_id,
+            m.checkpoints.last_duration_ms,
+            m.checkpoints.max_duration_ms,
+            m.checkpoints.last_bytes
+        );
+    }
     for n in m.nodes.iter().filter(|n| n.spread_alerts > 0) {
         let _ = writeln!(
             s,

@@ -17,6 +17,9 @@ pub enum Error {
     /// The job's shape cannot be run as written.
     #[error("{0}")]
     Plan(String),
+    /// Checkpoint storage (a folder that is not a checkpoint, a write that failed).
+    #[error(transparent)]
+    State(#[from] weir_state::Error),
     /// An error from weir-core (schemas, keys, expressions).
     #[error(transparent)]
     Core(#[from] weir_core::Error),

@@ -19,6 +19,7 @@ pub use wiring::start;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::task::JoinSet;
 use weir_core::time::{Clock, ProcTime};
@@ -41,6 +42,21 @@ pub struct RunningJob {
     max_dead_letter_share: Option<f64>,
     verdict: Verdict,
     sink_subtasks: usize,
+    checkpoints: Option<CheckpointRun>,
+}
+
+/// The checkpoint coordinator of a running job and its channels to the subtasks.
+struct CheckpointRun {
+    coordinator: crate::checkpoint::Coordinator,
+    config: crate::checkpoint::CheckpointConfig,
+    storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
+    job: String,
+    /// Per node: stable id, kind, parallelism.
+    nodes: Vec<(String, &'static str, usize)>,
+    key_groups: u16,
+    triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
+    from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
+    completed: u64,
 }
 
 /// Whether the job completed, told to its sink subtasks: each finishes (flushes) at the end
@@ -152,6 +168,80 @@ impl RunningJob {
         Ok(())
     }
 
+    /// Every subtask reported checkpoint `done`: it is complete once its manifest is written.
+    fn checkpoint_completed(
+        &self,
+        run: &mut CheckpointRun,
+        done: crate::checkpoint::Completed,
+    ) -> Result<()> {
+        use crate::checkpoint::Report;
+        use weir_state::checkpoint::{Manifest, NodeState, SplitPosition, StateFile, SubtaskState};
+        let now = self.clock.now();
+        let mut m = Manifest::new(&run.job, done.epoch, now);
+        let mut bytes = 0;
+        for ((node, subtask), report) in done.reports {
+            let (id, kind, parallelism) = &run.nodes[node];
+            match report {
+                Report::Source { positions } => {
+                    let splits = m.sources.entry(id.clone()).or_default();
+                    for p in positions {
+                        splits.insert(
+                            p.split,
+                            SplitPosition {
+                                position: p.position,
+                                watermark: Some(weir_core::time::Watermark(p.watermark)),
+                            },
+                        );
+                    }
+                }
+                Report::Operator { state } => {
+                    bytes += state.iter().map(|f| f.bytes).sum::<u64>();
+                    m.nodes
+                        .entry(id.clone())
+                        .or_insert_with(|| NodeState {
+                            kind: kind.to_string(),
+                            state_version: 1,
+                            subtasks: Vec::new(),
+                        })
+                        .subtasks
+                        .push(SubtaskState {
+                            subtask,
+                            parallelism: *parallelism,
+                            key_groups: weir_core::keys::KeyGroupRange::for_subtask(
+                                subtask,
+                                *parallelism,
+                                run.key_groups,
+                            ),
+                            files: (state.into_iter())
+                                .map(|f| StateFile {
+                                    name: f.name,
+                                    rows: f.rows,
+                                    bytes: f.bytes,
+                                })
+                                .collect(),
+                        });
+                }
+                Report::Sink => {}
+            }
+        }
+        let handle = run.storage.complete(done.epoch, &m)?;
+        let removed = run.storage.retain(run.config.keep)?;
+        run.completed += 1;
+        let took_ms = now.0 - done.started_ms;
+        tracing::debug!(
+            checkpoint = done.epoch.0,
+            took_ms,
+            bytes,
+            at = %handle.location.display(),
+            removed = removed.len(),
+            "checkpoint complete"
+        );
+        self.metrics
+            .checkpoints
+            .record(done.epoch.0, took_ms, bytes);
+        Ok(())
+    }
+
     /// A handle that stops the job (see [`StopHandle`]).
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(self.stop.clone())
@@ -166,6 +256,14 @@ impl RunningJob {
         let mut check = tokio::time::interval(std::time::Duration::from_secs(1));
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut completed = false;
+        let mut checkpoints = self.checkpoints.take();
+        let mut reports_open = true;
+        let mut checkpoint_tick = tokio::time::interval(Duration::from_millis(
+            checkpoints
+                .as_ref()
+                .map_or(1_000, |c| (c.config.interval_ms / 4).clamp(5, 1_000) as u64),
+        ));
+        checkpoint_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Every subtask but the sinks has ended and every sink has flushed: the job is
             // complete if it passes its end checks, and then the sinks commit.
@@ -193,6 +291,51 @@ impl RunningJob {
                     None => break,
                 },
                 _ = self.verdict.ready_changed.notified() => continue,
+                _ = checkpoint_tick.tick(), if checkpoints.is_some() && reports_open && first_err.is_none() && !stopped => {
+                    let c = checkpoints.as_mut().expect("checked");
+                    if let Some(epoch) = c.coordinator.due(self.clock.now().0) {
+                        tracing::debug!(checkpoint = epoch.0, "checkpoint started");
+                        if let Err(e) = c.storage.begin(epoch) {
+                            first_err = Some(e.into());
+                            self.tasks.abort_all();
+                            continue;
+                        }
+                        for t in &c.triggers {
+                            // A source subtask that has ended no longer listens; it counts as
+                            // reported.
+                            let _ = t.send(epoch);
+                        }
+                    }
+                    continue;
+                }
+                msg = recv_checkpoint(&mut checkpoints), if checkpoints.is_some() && reports_open => {
+                    let c = checkpoints.as_mut().expect("checked");
+                    let done = match msg {
+                        Some(crate::checkpoint::ToCoordinator::Ack(a)) => c.coordinator.ack(a),
+                        Some(crate::checkpoint::ToCoordinator::Ended(id, last)) => {
+                            Ok(c.coordinator.ended(id, last))
+                        }
+                        None => {
+                            // Every subtask has gone: no more checkpoints.
+                            reports_open = false;
+                            continue;
+                        }
+                    };
+                    match done {
+                        Ok(Some(done)) => {
+                            if let Err(e) = self.checkpoint_completed(c, done) {
+                                first_err = Some(e);
+                                self.tasks.abort_all();
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            first_err = Some(e);
+                            self.tasks.abort_all();
+                        }
+                    }
+                    continue;
+                }
                 _ = check.tick(), if first_err.is_none() => {
                     if let Err(e) = self.check_dead_letter_share(1_000) {
                         first_err = Some(e);
@@ -232,6 +375,14 @@ impl RunningJob {
             self.tasks.abort_all();
         }
         self.dead_letters.flush()?;
+        if let Some(c) = &checkpoints {
+            // A checkpoint the job ended (or failed) before completing is not one.
+            if let Some(epoch) = c.coordinator.pending() {
+                if let Err(e) = c.storage.abort(epoch) {
+                    tracing::warn!(checkpoint = epoch.0, error = %e, "cannot remove an incomplete checkpoint");
+                }
+            }
+        }
         if first_err.is_none() && !stopped {
             first_err = self.check_dead_letter_share(0).err();
         }
@@ -250,5 +401,15 @@ impl RunningJob {
             kept_dead_letters: self.dead_letters.kept(),
             stopped,
         })
+    }
+}
+
+/// The next message to the checkpoint coordinator (never ready without checkpoints).
+async fn recv_checkpoint(
+    run: &mut Option<CheckpointRun>,
+) -> Option<crate::checkpoint::ToCoordinator> {
+    match run {
+        Some(r) => r.from_subtasks.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -27,6 +27,7 @@
 
 pub mod builder;
 pub mod channel;
+pub mod checkpoint;
 pub mod display;
 pub mod error;
 pub mod exec;

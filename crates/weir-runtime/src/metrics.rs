@@ -173,6 +173,50 @@ pub struct JobMetrics {
     pub channels: Vec<ChannelMetrics>,
     /// Hot keys per keyed exchange.
     pub exchanges: Vec<Arc<crate::hotkeys::ExchangeMetrics>>,
+    pub checkpoints: CheckpointMetrics,
+}
+
+/// Checkpoints of a job: how many completed, how long they took, how large they are.
+#[derive(Debug, Default)]
+pub struct CheckpointMetrics {
+    pub completed: AtomicU64,
+    /// Id of the last completed checkpoint (0: none).
+    pub last_id: AtomicU64,
+    /// From the barriers' injection to the manifest written, ms.
+    pub last_duration_ms: AtomicI64,
+    pub max_duration_ms: AtomicI64,
+    /// Bytes of the last completed checkpoint (state files and manifest).
+    pub last_bytes: AtomicU64,
+}
+
+impl CheckpointMetrics {
+    pub fn record(&self, id: u64, duration_ms: i64, bytes: u64) {
+        self.completed.fetch_add(1, Relaxed);
+        self.last_id.store(id, Relaxed);
+        self.last_duration_ms.store(duration_ms, Relaxed);
+        self.max_duration_ms.fetch_max(duration_ms, Relaxed);
+        self.last_bytes.store(bytes, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> CheckpointSnapshot {
+        CheckpointSnapshot {
+            completed: self.completed.load(Relaxed),
+            last_id: self.last_id.load(Relaxed),
+            last_duration_ms: self.last_duration_ms.load(Relaxed),
+            max_duration_ms: self.max_duration_ms.load(Relaxed),
+            last_bytes: self.last_bytes.load(Relaxed),
+        }
+    }
+}
+
+/// [`CheckpointMetrics`] at one moment.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CheckpointSnapshot {
+    pub completed: u64,
+    pub last_id: u64,
+    pub last_duration_ms: i64,
+    pub max_duration_ms: i64,
+    pub last_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -190,6 +234,7 @@ pub struct MetricsSnapshot {
     pub bottleneck: Option<String>,
     /// The heaviest keys of every keyed exchange.
     pub hot_keys: Vec<ExchangeSnapshot>,
+    pub checkpoints: CheckpointSnapshot,
 }
 
 impl MetricsSnapshot {
@@ -469,6 +514,7 @@ impl MetricsReporter {
             peak_in_flight_rows,
             in_flight_bound_rows: self.in_flight_bound_rows,
             bottleneck,
+            checkpoints: self.job.checkpoints.snapshot(),
             hot_keys: self
                 .job
                 .exchanges

@@ -71,10 +71,20 @@ impl SourceFactory for VecSource {
         splits: Vec<usize>,
         ctx: ReaderContext,
     ) -> Result<Box<dyn SourceReader>> {
+        // A restore goes on from where the split stood.
+        let pos = (0..splits.len())
+            .map(|k| match ctx.start_position(k) {
+                Some(p) => (
+                    p["batch"].as_u64().unwrap_or(0) as usize,
+                    p["row"].as_u64().unwrap_or(0) as usize,
+                ),
+                None => (0, 0),
+            })
+            .collect();
         Ok(Box::new(VecReader {
             all: self.splits.clone(),
             splits,
-            pos: Vec::new(),
+            pos,
             turn: 0,
             batch_rows: ctx.batch_rows,
             paused: Vec::new(),
@@ -100,6 +110,11 @@ impl SourceReader for VecReader {
         self.paused.resize(self.splits.len(), false);
         self.paused[split] = paused;
         true
+    }
+
+    fn position(&self, split: usize) -> Option<serde_json::Value> {
+        let (batch, row) = self.pos.get(split).copied().unwrap_or((0, 0));
+        Some(serde_json::json!({ "batch": batch, "row": row }))
     }
 
     fn poll(&mut self) -> Result<SourcePoll> {

@@ -97,6 +97,9 @@ impl OperatorFactory for Calc {
     fn kind(&self) -> &'static str {
         KIND
     }
+    fn state(&self) -> weir_runtime::graph::OperatorState {
+        weir_runtime::graph::OperatorState::Stateless
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("calc spec serialises")
     }

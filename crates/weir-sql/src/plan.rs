@@ -142,11 +142,32 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         })?),
         None => None,
     };
+    let checkpointing = match settings.get("execution.checkpointing.interval") {
+        Some(v) => {
+            let mut c = weir_runtime::checkpoint::CheckpointConfig::new(
+                duration_ms("execution.checkpointing.interval", v)?,
+                settings
+                    .get("execution.checkpointing.dir")
+                    .or_else(|| settings.get("state.checkpoints.dir"))
+                    .map_or("weir-checkpoints", String::as_str),
+            );
+            if let Some(n) = settings.get("state.checkpoints.num-retained") {
+                c.keep = n.parse().map_err(|_| {
+                    plan_err(format!(
+                        "SET 'state.checkpoints.num-retained' = '{n}': not a number"
+                    ))
+                })?;
+            }
+            Some(c)
+        }
+        None => None,
+    };
     let job = JobBuilder::with_config(
         "sql job",
         JobConfig {
             parallelism,
             max_dead_letter_share,
+            checkpointing,
             ..Default::default()
         },
     );

@@ -44,6 +44,11 @@ pub(super) struct OperatorTask {
     pub(super) calls: u64,
     pub(super) dead_letters: DeadLetters,
     pub(super) verdict: Verdict,
+    /// Where checkpoint reports go, when the job takes checkpoints.
+    pub(super) checkpoints:
+        Option<tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>>,
+    /// The subtask's (node, index), for checkpoint reports.
+    pub(super) id: (usize, usize),
 }
 
 impl OperatorTask {
@@ -285,11 +290,22 @@ impl OperatorTask {
                 }
             }
             if let Some(epoch) = barriers.aligned() {
-                match &mut self.processor {
+                let report = match &mut self.processor {
                     Processor::Operator(_) => {
-                        self.call(|op, ctx| op.on_barrier(epoch, ctx)).await?
+                        self.call(|op, ctx| op.on_barrier(epoch, ctx)).await?;
+                        // Only stateless operators run with checkpoints on (checked at start).
+                        crate::checkpoint::Report::Operator { state: Vec::new() }
                     }
-                    Processor::Sink(_) => {}
+                    Processor::Sink(_) => crate::checkpoint::Report::Sink,
+                };
+                if let Some(to) = &self.checkpoints {
+                    let _ = to.send(crate::checkpoint::ToCoordinator::Ack(
+                        crate::checkpoint::Ack {
+                            subtask: self.id,
+                            epoch,
+                            report,
+                        },
+                    ));
                 }
                 self.outputs.broadcast(Message::Barrier(epoch)).await?;
             }
@@ -297,12 +313,21 @@ impl OperatorTask {
                 self.fire_proc_timers().await?;
             }
         }
+        let ended = |to: &Option<tokio::sync::mpsc::UnboundedSender<_>>, id| {
+            if let Some(to) = to {
+                let _ = to.send(crate::checkpoint::ToCoordinator::Ended(id, None));
+            }
+        };
         match &mut self.processor {
-            Processor::Operator(_) => self.call_and_report(|op, ctx| op.on_end(ctx), true).await?,
+            Processor::Operator(_) => {
+                self.call_and_report(|op, ctx| op.on_end(ctx), true).await?;
+                ended(&self.checkpoints, self.id);
+            }
             Processor::Sink(w) => {
                 let sw = Stopwatch::start();
                 w.finish().await?;
                 m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                ended(&self.checkpoints, self.id);
                 self.verdict.ready_then_wait().await;
                 w.commit().await?;
             }

@@ -36,6 +36,8 @@ pub(super) struct SourceTask {
     pub(super) node: usize,
     /// The alignment group of this source, if it is aligned.
     pub(super) group: Option<Arc<AlignmentGroup>>,
+    /// Checkpoint triggers and reports, when the job takes checkpoints.
+    pub(super) checkpoints: Option<crate::checkpoint::SourceCheckpoints>,
 }
 
 /// Watermark alignment of one source subtask's splits.
@@ -95,6 +97,72 @@ impl Aligner {
 
 impl SourceTask {
     pub(super) async fn run(mut self) -> Result<()> {
+        let mut checkpoints = self.checkpoints.take();
+        let (node, subtask) = (self.node, self.subtask);
+        let r = self.read(checkpoints.as_mut()).await;
+        if let (Ok(last), Some(c)) = (&r, checkpoints) {
+            // After End: later checkpoints hold where its splits ended.
+            let _ = c
+                .to_coordinator
+                .send(crate::checkpoint::ToCoordinator::Ended(
+                    (node, subtask),
+                    last.clone()
+                        .map(|positions| crate::checkpoint::Report::Source { positions }),
+                ));
+        }
+        r.map(|_| ())
+    }
+
+    /// Starts checkpoint `epoch` here: reports where every split stands (just after the rows
+    /// sent so far); the caller then sends the barrier after those rows.
+    fn checkpoint(
+        &self,
+        epoch: weir_core::time::Epoch,
+        reader: &dyn crate::source::SourceReader,
+        gens: &[SplitWatermarks],
+        to: &tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>,
+    ) -> Result<()> {
+        let positions = self.positions(reader, gens)?;
+        let _ = to.send(crate::checkpoint::ToCoordinator::Ack(
+            crate::checkpoint::Ack {
+                subtask: (self.node, self.subtask),
+                epoch,
+                report: crate::checkpoint::Report::Source { positions },
+            },
+        ));
+        Ok(())
+    }
+
+    /// Where every split of the reader stands.
+    fn positions(
+        &self,
+        reader: &dyn crate::source::SourceReader,
+        gens: &[SplitWatermarks],
+    ) -> Result<Vec<crate::checkpoint::SplitPosition>> {
+        let mut positions = Vec::with_capacity(gens.len());
+        for (k, g) in gens.iter().enumerate() {
+            let split = self.split_metrics[k].split.clone();
+            let position = reader.position(k).ok_or_else(|| {
+                Error::plan(format!(
+                    "source `{}` cannot say where split `{split}` stands, which a checkpoint \
+                     needs; turn checkpointing off for this job",
+                    self.name
+                ))
+            })?;
+            positions.push(crate::checkpoint::SplitPosition {
+                split,
+                position,
+                watermark: g.watermark().0,
+            });
+        }
+        Ok(positions)
+    }
+
+    /// Reads the splits to their end; with checkpoints, returns where they ended.
+    async fn read(
+        &mut self,
+        mut checkpoints: Option<&mut crate::checkpoint::SourceCheckpoints>,
+    ) -> Result<Option<Vec<crate::checkpoint::SplitPosition>>> {
         let m = self.outputs.metrics.clone();
         let n = self.assigned.len();
         if n == 0 {
@@ -103,7 +171,7 @@ impl SourceTask {
                 .await?;
             self.outputs.broadcast(Message::End).await?;
             m.finished.store(true, Relaxed);
-            return Ok(());
+            return Ok(checkpoints.map(|_| Vec::new()));
         }
         let schema = self.factory.schema();
         let et_idx = match &self.watermarks.event_time {
@@ -144,6 +212,12 @@ impl SourceTask {
         let mut idle_out = false;
         let mut sent_wm = Watermark::MIN;
         loop {
+            if let Some(c) = checkpoints.as_deref_mut() {
+                while let Ok(epoch) = c.triggers.try_recv() {
+                    self.checkpoint(epoch, reader.as_ref(), &gens, &c.to_coordinator)?;
+                    self.outputs.broadcast(Message::Barrier(epoch)).await?;
+                }
+            }
             let mut sw = Stopwatch::start();
             if let Some(al) = &mut aligner {
                 let now = self.clock.now().0;
@@ -304,6 +378,11 @@ impl SourceTask {
                 self.outputs.broadcast(Message::Watermark(w)).await?;
             }
         }
+        let last = match checkpoints {
+            Some(_) => Some(self.positions(reader.as_ref(), &gens)?),
+            None => None,
+        };
+        drop(reader);
         if sent_wm != Watermark::MAX {
             m.watermark.store(i64::MAX, Relaxed);
             self.outputs
@@ -318,7 +397,7 @@ impl SourceTask {
             }
         }
         m.finished.store(true, Relaxed);
-        Ok(())
+        Ok(last)
     }
 
     /// Rows without an event time cannot be placed in time: they go to the dead letters.

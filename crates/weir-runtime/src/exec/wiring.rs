@@ -164,10 +164,15 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         nodes: node_metrics,
         channels,
         exchanges,
+        checkpoints: Default::default(),
     });
 
     let mut tasks = JoinSet::new();
     let verdict = Verdict::new();
+    let mut checkpoints = match &cfg.checkpointing {
+        Some(c) => Some(CheckpointWiring::new(&graph, c, cfg.key_groups)?),
+        None => None,
+    };
     let mut sink_subtasks = 0;
     let mut task_names = HashMap::new();
     let mut groups: HashMap<String, Arc<AlignmentGroup>> = HashMap::new();
@@ -248,6 +253,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             .alignment
                             .as_ref()
                             .map(|a| groups.entry(a.group.clone()).or_default().clone()),
+                        checkpoints: checkpoints.as_mut().map(|c| c.source((n.id, s))),
                     };
                     let wrap = wrap.clone();
                     let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
@@ -312,6 +318,8 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         calls: 0,
                         dead_letters: dead_letters.clone(),
                         verdict: verdict.clone(),
+                        checkpoints: checkpoints.as_mut().map(|c| c.other((n.id, s))),
+                        id: (n.id, s),
                     };
                     if matches!(n.kind, NodeKind::Sink { .. }) {
                         sink_subtasks += 1;
@@ -324,6 +332,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         }
     }
     tracing::info!(job = %graph.name, subtasks = tasks.len(), "job started");
+    let checkpoints = checkpoints.map(|c| c.run(clock.now().0));
     Ok(RunningJob {
         metrics,
         dead_letters,
@@ -336,5 +345,101 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         max_dead_letter_share: cfg.max_dead_letter_share,
         verdict,
         sink_subtasks,
+        checkpoints,
     })
+}
+
+/// Channels between the subtasks and the checkpoint coordinator, while the job is wired.
+struct CheckpointWiring {
+    storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
+    job: String,
+    nodes: Vec<(String, &'static str, usize)>,
+    key_groups: u16,
+    config: crate::checkpoint::CheckpointConfig,
+    triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
+    to_coordinator: tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>,
+    from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
+    subtasks: Vec<(usize, usize)>,
+}
+
+impl CheckpointWiring {
+    /// # Errors
+    /// `Plan` naming every operator whose state checkpoints do not capture yet.
+    fn new(
+        graph: &JobGraph,
+        config: &crate::checkpoint::CheckpointConfig,
+        key_groups: u16,
+    ) -> Result<Self> {
+        let not_yet: Vec<String> = (graph.nodes.iter())
+            .filter_map(|n| match &n.kind {
+                NodeKind::Operator { factory }
+                    if factory.state() != crate::graph::OperatorState::Stateless =>
+                {
+                    Some(format!("`{}` (created at {})", n.name, n.created_at))
+                }
+                _ => None,
+            })
+            .collect();
+        if !not_yet.is_empty() {
+            return Err(Error::plan(format!(
+                "checkpoints are on, but the state of {} cannot be checkpointed yet (checkpoints \
+                 cover sources, sinks and stateless operators so far): a restore would lose it. \
+                 Run the job without checkpoints",
+                not_yet.join(", ")
+            )));
+        }
+        let (to_coordinator, from_subtasks) = tokio::sync::mpsc::unbounded_channel();
+        let ids = graph.stable_ids();
+        Ok(CheckpointWiring {
+            storage: Arc::new(weir_state::checkpoint::LocalDirStorage::new(&config.dir)),
+            job: graph.name.clone(),
+            nodes: (graph.nodes.iter())
+                .zip(ids)
+                .map(|(n, id)| (id, n.kind.kind(), n.parallelism))
+                .collect(),
+            key_groups,
+            config: config.clone(),
+            triggers: Vec::new(),
+            to_coordinator,
+            from_subtasks,
+            subtasks: Vec::new(),
+        })
+    }
+
+    fn source(&mut self, id: (usize, usize)) -> crate::checkpoint::SourceCheckpoints {
+        let (tx, triggers) = tokio::sync::mpsc::unbounded_channel();
+        self.triggers.push(tx);
+        self.subtasks.push(id);
+        crate::checkpoint::SourceCheckpoints {
+            triggers,
+            to_coordinator: self.to_coordinator.clone(),
+        }
+    }
+
+    fn other(
+        &mut self,
+        id: (usize, usize),
+    ) -> tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator> {
+        self.subtasks.push(id);
+        self.to_coordinator.clone()
+    }
+
+    fn run(self, now_ms: i64) -> super::CheckpointRun {
+        super::CheckpointRun {
+            coordinator: crate::checkpoint::Coordinator::new(
+                self.config.interval_ms,
+                now_ms,
+                1,
+                self.subtasks,
+            ),
+            config: self.config,
+            storage: self.storage,
+            job: self.job,
+            nodes: self.nodes,
+            key_groups: self.key_groups,
+            triggers: self.triggers,
+            from_subtasks: self.from_subtasks,
+            completed: 0,
+        }
+    }
 }

@@ -19,6 +19,9 @@ impl OperatorFactory for DropLate {
     fn kind(&self) -> &'static str {
         "drop_late"
     }
+    fn state(&self) -> crate::graph::OperatorState {
+        crate::graph::OperatorState::Stateless
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({})
     }

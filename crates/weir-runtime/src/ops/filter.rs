@@ -18,6 +18,9 @@ impl OperatorFactory for Filter {
     fn kind(&self) -> &'static str {
         "filter"
     }
+    fn state(&self) -> crate::graph::OperatorState {
+        crate::graph::OperatorState::Stateless
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("filter spec serialises")
     }

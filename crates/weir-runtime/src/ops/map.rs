@@ -37,6 +37,9 @@ impl OperatorFactory for MapBatches {
     fn kind(&self) -> &'static str {
         "map_batches"
     }
+    fn state(&self) -> crate::graph::OperatorState {
+        crate::graph::OperatorState::Stateless
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({ "function": self.name })
     }

@@ -18,6 +18,9 @@ impl OperatorFactory for Project {
     fn kind(&self) -> &'static str {
         "project"
     }
+    fn state(&self) -> crate::graph::OperatorState {
+        crate::graph::OperatorState::Stateless
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("project spec serialises")
     }

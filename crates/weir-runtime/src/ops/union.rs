@@ -17,6 +17,9 @@ impl OperatorFactory for Union {
     fn kind(&self) -> &'static str {
         "union"
     }
+    fn state(&self) -> crate::graph::OperatorState {
+        crate::graph::OperatorState::Stateless
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({})
     }
