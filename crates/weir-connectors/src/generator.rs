@@ -61,6 +61,15 @@
 //! (clicks: click rows), counted from the reader's first poll on the job's clock. A reader
 //! ahead of that returns [`SourcePoll::Pending`] with the time until about 100 ms worth of
 //! rows are due (at most one batch); it never sleeps.
+//!
+//! # Positions
+//!
+//! A split's position ([`SourceReader::position`]) is the index of its next logical row,
+//! `{"row": i}`; a reader given it back produces the rows from `i` on, the same as an
+//! uninterrupted run. `clicks` also keeps the clicks generated but not yet emitted:
+//! `{"slot": j, "buffered": [click_id, ...]}` (ids ascending; each is regenerated from its
+//! slot), at most the buffer described above. A bounded split that is done is
+//! `{"finished": true}`. The rate limit counts from the restored reader's first poll.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -487,10 +496,19 @@ impl SourceFactory for GeneratorSource {
                     ctx.source, self.plan.spec.splits
                 )));
             }
-            let g = SplitGen::new(&self.plan, s as u64);
+            let g = match ctx.start_position(k) {
+                None => SplitGen::new(&self.plan, s as u64),
+                Some(at) => SplitGen::resume(&self.plan, s as u64, at).map_err(|why| {
+                    Error::plan(format!(
+                        "source `{}`: {at} is not a position of split {s} of this generator \
+                         ({why}); did its settings change since the position was taken?",
+                        ctx.source
+                    ))
+                })?,
+            };
             if let (Some(len), Some(m)) = (g.len, ctx.split_metrics.get(k)) {
                 m.progress_total.store(len, Relaxed);
-                m.progress_done.store(0, Relaxed);
+                m.progress_done.store(g.pos, Relaxed);
             }
             gens.push(g);
         }
@@ -924,6 +942,70 @@ impl SplitGen {
         }
     }
 
+    /// Split `split` going on at `at`, a position [`SplitGen::position`] returned.
+    fn resume(
+        plan: &Plan,
+        split: u64,
+        at: &serde_json::Value,
+    ) -> std::result::Result<Self, String> {
+        let mut g = SplitGen::new(plan, split);
+        let o = at.as_object().ok_or("not a JSON object")?;
+        if o.get("finished").and_then(serde_json::Value::as_bool) == Some(true) {
+            g.pos = g.len.ok_or("an unbounded split never finishes")?;
+            return Ok(g);
+        }
+        let clicks = plan.spec.scenario == Scenario::Clicks;
+        let name = if clicks { "slot" } else { "row" };
+        let next = o
+            .get(name)
+            .and_then(serde_json::Value::as_u64)
+            .ok_or(format!("no `{name}`"))?;
+        let of_split = |i: u64| i >= split && (i - split).is_multiple_of(g.stride);
+        if !of_split(next) {
+            return Err(format!("{name} {next} is not one of the split"));
+        }
+        let pos = (next - split) / g.stride;
+        if g.len.is_some_and(|len| pos > len) {
+            return Err(format!("{name} {next} is past the end of the split"));
+        }
+        g.pos = pos;
+        g.ticks = Ticks::new(plan.spec.start_ms, plan.spec.events_per_sec, next, g.stride);
+        if clicks {
+            let ids = o
+                .get("buffered")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("no `buffered`")?;
+            for id in ids {
+                let j = id
+                    .as_u64()
+                    .and_then(|id| id.checked_sub(1))
+                    .filter(|&j| of_split(j) && j < next)
+                    .ok_or(format!("{id} is not a click id of a slot before {next}"))?;
+                let base =
+                    Ticks::new(plan.spec.start_ms, plan.spec.events_per_sec, j, g.stride).peek();
+                let c = plan
+                    .click(j, base)
+                    .ok_or(format!("slot {j} has no click"))?;
+                g.clicks.push(Reverse(c));
+            }
+        }
+        Ok(g)
+    }
+
+    /// Where the split stands: see the module docs.
+    fn position(&self, plan: &Plan) -> serde_json::Value {
+        if self.is_done() {
+            return serde_json::json!({ "finished": true });
+        }
+        let next = self.split + self.pos * self.stride;
+        if plan.spec.scenario != Scenario::Clicks {
+            return serde_json::json!({ "row": next });
+        }
+        let mut ids: Vec<i64> = self.clicks.iter().map(|Reverse(c)| c.id).collect();
+        ids.sort_unstable();
+        serde_json::json!({ "slot": next, "buffered": ids })
+    }
+
     fn remaining(&self) -> u64 {
         self.len.map_or(u64::MAX, |len| len - self.pos)
     }
@@ -1138,6 +1220,10 @@ impl GeneratorReader {
 }
 
 impl SourceReader for GeneratorReader {
+    fn position(&self, split: usize) -> Option<serde_json::Value> {
+        Some(self.splits.get(split)?.position(&self.plan))
+    }
+
     fn set_paused(&mut self, split: usize, paused: bool) -> bool {
         self.paused.resize(self.splits.len(), false);
         self.paused[split] = paused;

@@ -13,6 +13,12 @@
 //! the end. With `bounded`, each partition is read up to its end at start, and the source then
 //! finishes (backfills and tests).
 //!
+//! A partition's position ([`SourceReader::position`]) is `{"offset": n}`, the offset of the
+//! next record not yet returned (with `"end": e`, where a bounded source stops, and
+//! `"started": false` while a source starting at an event time has not found its first record
+//! yet), or `{"finished": true}`; a reader given it back seeks the partition there instead of
+//! the configured start. Committing offsets to the group is unchanged by positions.
+//!
 //! # Upsert mode
 //!
 //! With [`Upsert`] (Flink's `upsert-kafka`) a topic is a table's changelog keyed by its primary
@@ -377,68 +383,188 @@ impl SourceFactory for KafkaSource {
         let all = self.partitions(&consumer)?;
         let partitions: Vec<i32> = splits.iter().map(|&i| all[i]).collect();
         let topic = &self.spec.topic;
-        let mut tpl = TopicPartitionList::new();
+        let n = partitions.len();
+        let restored = (0..n)
+            .map(|k| {
+                ctx.start_position(k)
+                    .map(|v| {
+                        KafkaPosition::from_json(v).ok_or_else(|| {
+                            Error::plan(format!(
+                                "source `{}`: {v} is not a position of partition {topic}-{}; \
+                                 was it taken from another source?",
+                                ctx.source, partitions[k]
+                            ))
+                        })
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Each partition's first and next offsets now; bounded reading stops at the latter.
+        let mut lows = Vec::with_capacity(n);
+        let mut ends = Vec::with_capacity(n);
         for &p in &partitions {
-            let offset = match self.spec.start {
-                StartPosition::Earliest => Offset::Beginning,
-                StartPosition::Latest => Offset::End,
-                StartPosition::Committed => Offset::Stored,
-                StartPosition::Timestamp(t) => Offset::Offset(t),
-            };
-            tpl.add_partition_offset(topic, p, offset)
-                .map_err(|e| kafka_err("assign", e))?;
-        }
-        if let StartPosition::Timestamp(_) = self.spec.start {
-            let resolved = consumer
-                .offsets_for_times(tpl, METADATA_TIMEOUT)
-                .map_err(|e| kafka_err("offsets for times", e))?;
-            // Where the broker finds no offset for the time, read from the beginning and skip
-            // records before it (see `poll`): the same records, found the slow way.
-            tpl = TopicPartitionList::new();
-            for e in resolved.elements() {
-                let offset = match e.offset() {
-                    Offset::Offset(o) if o >= 0 => Offset::Offset(o),
-                    _ => Offset::Beginning,
-                };
-                tpl.add_partition_offset(e.topic(), e.partition(), offset)
-                    .map_err(|e| kafka_err("assign", e))?;
-            }
-        }
-        // Bounded: stop at the end each partition had at start.
-        let mut ends = Vec::new();
-        for &p in &partitions {
-            let (_, high) = consumer
+            let (low, high) = consumer
                 .fetch_watermarks(topic, p, METADATA_TIMEOUT)
                 .map_err(|e| kafka_err("watermarks", e))?;
+            lows.push(low);
             ends.push(high);
         }
-        // A partition whose start offset is already at its end has nothing to read.
-        let mut next = vec![0i64; partitions.len()];
+        // Where each partition starts, as an offset (so that a position taken before its first
+        // record is right), and how it is assigned: where no offset is known, from the
+        // beginning.
+        let mut next = lows.clone();
+        let mut assign = vec![Offset::Beginning; n];
+        let mut started = vec![false; n];
+        let mut finished = vec![false; n];
+        let mut configured = TopicPartitionList::new();
         for (k, &p) in partitions.iter().enumerate() {
-            if let Some(e) = tpl.find_partition(topic, p) {
-                if let Offset::Offset(o) = e.offset() {
-                    next[k] = o;
+            match restored[k] {
+                Some(KafkaPosition::Finished) => finished[k] = true,
+                Some(KafkaPosition::At {
+                    offset,
+                    end,
+                    started: s,
+                }) => {
+                    if offset > ends[k] {
+                        return Err(Error::plan(format!(
+                            "source `{}`: cannot go on at offset {offset} of partition \
+                             {topic}-{p}, whose end is {}: was the topic deleted and made \
+                             again since the position was taken?",
+                            ctx.source, ends[k]
+                        )));
+                    }
+                    if offset < lows[k] {
+                        tracing::warn!(
+                            source = %ctx.source,
+                            "partition {topic}-{p}: going on at offset {}, the first kept, \
+                             not {offset}: the records between were deleted (retention)",
+                            lows[k]
+                        );
+                    }
+                    next[k] = offset.max(lows[k]);
+                    assign[k] = Offset::Offset(next[k]);
+                    started[k] = s;
+                    if let Some(end) = end {
+                        ends[k] = end;
+                    }
+                }
+                None => {
+                    let offset = match self.spec.start {
+                        StartPosition::Earliest => Offset::Beginning,
+                        StartPosition::Latest => Offset::Offset(ends[k]),
+                        StartPosition::Committed => Offset::Invalid,
+                        StartPosition::Timestamp(t) => Offset::Offset(t),
+                    };
+                    configured
+                        .add_partition_offset(topic, p, offset)
+                        .map_err(|e| kafka_err("assign", e))?;
                 }
             }
         }
+        let resolved = match self.spec.start {
+            _ if configured.count() == 0 => configured,
+            StartPosition::Timestamp(_) => consumer
+                .offsets_for_times(configured, METADATA_TIMEOUT)
+                .map_err(|e| kafka_err("offsets for times", e))?,
+            StartPosition::Committed => consumer
+                .committed_offsets(configured, METADATA_TIMEOUT)
+                .map_err(|e| kafka_err("committed offsets", e))?,
+            _ => configured,
+        };
+        // Where the broker finds no offset for the time (or the group none committed), read
+        // from the beginning (for a time, skipping records before it: see `poll`).
+        for e in resolved.elements() {
+            if let (Offset::Offset(o), Some(k)) = (
+                e.offset(),
+                partitions.iter().position(|&p| p == e.partition()),
+            ) {
+                if o >= 0 {
+                    next[k] = o;
+                    assign[k] = Offset::Offset(o);
+                }
+            }
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (k, &p) in partitions.iter().enumerate() {
+            if !finished[k] {
+                tpl.add_partition_offset(topic, p, assign[k])
+                    .map_err(|e| kafka_err("assign", e))?;
+            }
+        }
         consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
-        let n = partitions.len();
+        for (m, &offset) in ctx.split_metrics.iter().zip(&next) {
+            m.progress_done.store(offset.max(0) as u64, Relaxed);
+        }
         Ok(Box::new(KafkaReader {
             source: self.clone(),
             consumer,
             partitions,
             ends,
             next,
-            finished: vec![false; n],
+            finished,
             reported: vec![false; n],
             buffers: vec![Vec::new(); n],
             builder: RowBuilder::new(self.schema.clone(), ctx.batch_rows),
             ctx,
             next_lag_check: i64::MIN,
-            started: vec![false; n],
+            started,
             known: all.len(),
             next_discovery: i64::MIN,
         }))
+    }
+}
+
+/// Where a partition stands: `{"offset": n}`, the offset of its next record (with `"end": e`
+/// for a bounded source, the offset it stops at, and `"started": false` while a source that
+/// starts at an event time has not yet found its first record at or after it), or
+/// `{"finished": true}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KafkaPosition {
+    Finished,
+    At {
+        offset: i64,
+        end: Option<i64>,
+        started: bool,
+    },
+}
+
+impl KafkaPosition {
+    fn to_json(self) -> serde_json::Value {
+        match self {
+            KafkaPosition::Finished => serde_json::json!({ "finished": true }),
+            KafkaPosition::At {
+                offset,
+                end,
+                started,
+            } => {
+                let mut v = serde_json::json!({ "offset": offset });
+                if let Some(end) = end {
+                    v["end"] = end.into();
+                }
+                if !started {
+                    v["started"] = false.into();
+                }
+                v
+            }
+        }
+    }
+
+    fn from_json(v: &serde_json::Value) -> Option<KafkaPosition> {
+        let o = v.as_object()?;
+        if o.get("finished").and_then(serde_json::Value::as_bool) == Some(true) {
+            return Some(KafkaPosition::Finished);
+        }
+        Some(KafkaPosition::At {
+            offset: o.get("offset")?.as_i64().filter(|&n| n >= 0)?,
+            end: match o.get("end") {
+                Some(e) => Some(e.as_i64()?),
+                None => None,
+            },
+            started: match o.get("started") {
+                Some(s) => s.as_bool()?,
+                None => true,
+            },
+        })
     }
 }
 
@@ -630,14 +756,13 @@ impl KafkaReader {
             self.consumer
                 .incremental_assign(&tpl)
                 .map_err(|e| kafka_err("assign", e))?;
-            let end = self
+            let (low, end) = self
                 .consumer
                 .fetch_watermarks(&topic, p, METADATA_TIMEOUT)
-                .map(|w| w.1)
-                .unwrap_or(0);
+                .unwrap_or((0, 0));
             self.partitions.push(p);
             self.ends.push(end);
-            self.next.push(0);
+            self.next.push(low);
             self.finished.push(false);
             self.reported.push(false);
             self.buffers.push(Vec::new());
@@ -653,7 +778,27 @@ impl KafkaReader {
 }
 
 impl SourceReader for KafkaReader {
+    fn position(&self, split: usize) -> Option<serde_json::Value> {
+        if *self.finished.get(split)? {
+            return Some(KafkaPosition::Finished.to_json());
+        }
+        let at = KafkaPosition::At {
+            // Records taken from the consumer but not yet returned come again.
+            offset: self.buffers[split]
+                .first()
+                .map_or(self.next[split], |r| r.offset),
+            end: self.source.spec.bounded.then_some(self.ends[split]),
+            started: self.started[split]
+                || !matches!(self.source.spec.start, StartPosition::Timestamp(_)),
+        };
+        Some(at.to_json())
+    }
+
     fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        if self.finished[split] {
+            // Not assigned when restored finished; nothing more to read anyway.
+            return true;
+        }
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.source.spec.topic, self.partitions[split]);
         let r = if paused {

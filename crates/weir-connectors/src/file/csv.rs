@@ -26,7 +26,9 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_runtime::{Error, Result};
 
-use super::{io_err, null_event_time, BadRecords, FileSourceSpec, FormatReader};
+use super::{
+    io_err, null_event_time, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
+};
 use crate::values::{recycle, Excerpt, RowBuilder, Value};
 
 /// The delimiter and quote of a CSV source, checked.
@@ -226,6 +228,7 @@ impl CsvReader {
         schema: SchemaRef,
         spec: &FileSourceSpec,
         batch_rows: usize,
+        start: Option<TextPosition>,
     ) -> Result<Self> {
         let syntax = CsvSyntax::of(spec)?;
         let file = File::open(path).map_err(|e| io_err(path, e))?;
@@ -289,6 +292,12 @@ impl CsvReader {
                     }
                 }
             }
+        }
+        if let Some(at) = start.filter(|at| at.byte > 0) {
+            debug_assert!(reader.starts.is_empty(), "the header is consumed whole");
+            super::seek_text(&mut reader.input, path, at, reader.bytes)?;
+            reader.bytes = at.byte;
+            reader.first_line = at.line;
         }
         Ok(reader)
     }
@@ -531,5 +540,14 @@ impl FormatReader for CsvReader {
 
     fn bytes_read(&self) -> u64 {
         self.bytes
+    }
+
+    fn position(&self) -> FilePosition {
+        // Lines after the head may be read already (after an unclosed quote), but the head is
+        // where splitting goes on, from a fresh state.
+        FilePosition::Text(TextPosition {
+            byte: self.bytes,
+            line: self.first_line + self.head as u64,
+        })
     }
 }

@@ -10,13 +10,16 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_runtime::Result;
 
-use super::{io_err, null_event_time, BadRecords, FileSourceSpec, FormatReader};
+use super::{
+    io_err, null_event_time, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
+};
 use crate::values::{recycle, RowBuilder, Value};
 
 pub(super) struct JsonReader {
     path: std::path::PathBuf,
     reader: BufReader<File>,
     line: Vec<u8>,
+    /// The line number (from 1) of the line last read.
     line_no: u64,
     names: Vec<String>,
     /// The event-time column, whose NULLs are bad records.
@@ -33,20 +36,27 @@ impl JsonReader {
         schema: SchemaRef,
         spec: &FileSourceSpec,
         batch_rows: usize,
+        start: Option<TextPosition>,
     ) -> Result<Self> {
         let file = File::open(path).map_err(|e| io_err(path, e))?;
         let mut reader = BufReader::with_capacity(1 << 20, file);
-        let bom = super::skip_utf8_bom(&mut reader).map_err(|e| io_err(path, e))?;
+        let mut bytes = super::skip_utf8_bom(&mut reader).map_err(|e| io_err(path, e))?;
+        let mut line_no = 0;
+        if let Some(at) = start.filter(|at| at.byte > 0) {
+            super::seek_text(&mut reader, path, at, bytes)?;
+            bytes = at.byte;
+            line_no = at.line - 1;
+        }
         Ok(JsonReader {
             path: path.to_path_buf(),
             reader,
             line: Vec::new(),
-            line_no: 0,
+            line_no,
             names: schema.fields().iter().map(|f| f.name().clone()).collect(),
             event_time: super::event_time_index(spec, &schema),
             builder: RowBuilder::new(schema, batch_rows),
             batch_rows,
-            bytes: bom,
+            bytes,
             done: false,
         })
     }
@@ -137,6 +147,13 @@ impl FormatReader for JsonReader {
 
     fn bytes_read(&self) -> u64 {
         self.bytes
+    }
+
+    fn position(&self) -> FilePosition {
+        FilePosition::Text(TextPosition {
+            byte: self.bytes,
+            line: self.line_no + 1,
+        })
     }
 }
 

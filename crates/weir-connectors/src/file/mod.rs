@@ -14,6 +14,23 @@
 //! UTF-8, otherwise `base64:` followed by the bytes in base64 (standard alphabet, padded; text
 //! that itself starts with `base64:` is encoded too). Reasons and error messages quote at most
 //! a few hundred bytes of input, followed by its length when cut.
+//!
+//! # Positions
+//!
+//! A split's position ([`SourceReader::position`]) is where its next record starts, and a
+//! reader given it back (a restore) reads exactly the records after it:
+//!
+//! - CSV and JSON lines: `{"byte": b, "line": l}`, the byte offset of the next record from the
+//!   start of the file (a byte order mark counted) and its line number (from 1), so dead
+//!   letters after a restore name the same lines. A restored reader still reads the header,
+//!   then seeks. `{"byte": 0, "line": 1}` is the start of the file.
+//! - Parquet: `{"row_group": g, "row": r}`, row `r` (from 0) of row group `g`; the end of the
+//!   file is one row group past the last, row 0.
+//! - A split that finished: `{"finished": true}`; restored, it finishes at once.
+//!
+//! A position that cannot be in the file as it is now (past its end, not at the start of a
+//! line, in a row group it does not have) is an error naming the file: the file changed since
+//! the position was taken.
 
 mod csv;
 mod json;
@@ -358,14 +375,32 @@ impl SourceFactory for FileSource {
                     .store(md.len(), std::sync::atomic::Ordering::Relaxed);
             }
         }
+        let starts = (0..files.len())
+            .map(|k| {
+                ctx.start_position(k)
+                    .map(|v| {
+                        FilePosition::from_json(v, self.spec.format).ok_or_else(|| {
+                            Error::plan(format!(
+                                "source `{}`: {v} is not a position in a {} file (split {}); \
+                                 was it taken from another source?",
+                                ctx.source,
+                                self.spec.format.extension(),
+                                files[k].display()
+                            ))
+                        })
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
         let readers = files.iter().map(|_| None).collect();
         Ok(Box::new(FileReader {
             spec: self.spec.clone(),
             schema: self.schema.clone(),
+            done: vec![false; files.len()],
+            paused: vec![false; files.len()],
             files,
             readers,
-            done: Vec::new(),
-            paused: Vec::new(),
+            starts,
             turn: 0,
             ctx,
         }))
@@ -378,6 +413,130 @@ trait FormatReader: Send {
     fn next_batch(&mut self, bad: &mut BadRecords) -> Result<Option<arrow_array::RecordBatch>>;
     /// Bytes consumed so far.
     fn bytes_read(&self) -> u64;
+    /// Where the next record starts (just after the last one a batch held or set aside).
+    fn position(&self) -> FilePosition;
+}
+
+/// Where a file split stands; see the module docs for its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FilePosition {
+    Finished,
+    Text(TextPosition),
+    Rows(RowPosition),
+}
+
+/// CSV and JSON lines: where the next record starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TextPosition {
+    /// From the start of the file, a byte order mark counted.
+    byte: u64,
+    /// From 1.
+    line: u64,
+}
+
+/// Parquet: the next row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RowPosition {
+    row_group: usize,
+    /// Within the row group, from 0.
+    row: u64,
+}
+
+impl FilePosition {
+    /// The start of a file of `format`.
+    fn start(format: FileFormat) -> FilePosition {
+        match format {
+            FileFormat::Parquet => FilePosition::Rows(RowPosition {
+                row_group: 0,
+                row: 0,
+            }),
+            _ => FilePosition::Text(TextPosition { byte: 0, line: 1 }),
+        }
+    }
+
+    fn to_json(self) -> serde_json::Value {
+        match self {
+            FilePosition::Finished => serde_json::json!({ "finished": true }),
+            FilePosition::Text(t) => serde_json::json!({ "byte": t.byte, "line": t.line }),
+            FilePosition::Rows(r) => serde_json::json!({ "row_group": r.row_group, "row": r.row }),
+        }
+    }
+
+    /// A position of a file of `format` as [`FilePosition::to_json`] wrote it; `None` if it is
+    /// not one.
+    fn from_json(v: &serde_json::Value, format: FileFormat) -> Option<FilePosition> {
+        let o = v.as_object()?;
+        let int = |name: &str| o.get(name).and_then(serde_json::Value::as_u64);
+        if o.get("finished").and_then(serde_json::Value::as_bool) == Some(true) {
+            return Some(FilePosition::Finished);
+        }
+        Some(match format {
+            FileFormat::Parquet => FilePosition::Rows(RowPosition {
+                row_group: usize::try_from(int("row_group")?).ok()?,
+                row: int("row")?,
+            }),
+            FileFormat::Csv | FileFormat::Json => FilePosition::Text(TextPosition {
+                byte: int("byte")?,
+                line: int("line").filter(|&l| l >= 1)?,
+            }),
+        })
+    }
+}
+
+/// Moves `input` (a text file opened, with `opened` bytes read: a byte order mark, a header)
+/// to `at`, a position an earlier reader of the file returned. Byte 0 is the start: nothing
+/// moves.
+///
+/// # Errors
+/// When `at` cannot be the start of a record of the file as it is (inside the header, past
+/// the end, not after a line break): the file changed since the position was taken.
+fn seek_text(
+    input: &mut std::io::BufReader<std::fs::File>,
+    path: &Path,
+    at: TextPosition,
+    opened: u64,
+) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    if at.byte == 0 {
+        return Ok(());
+    }
+    let changed = |why: String| {
+        io_err(
+            path,
+            format!(
+                "cannot go on at byte {} (line {}): {why}, so the file changed since that \
+                 position was taken; a restored job needs its input files as they were",
+                at.byte, at.line
+            ),
+        )
+    };
+    if at.byte < opened {
+        return Err(changed(format!(
+            "that is inside the first {opened} bytes (byte order mark and header)"
+        )));
+    }
+    let len = input
+        .get_ref()
+        .metadata()
+        .map_err(|e| io_err(path, e))?
+        .len();
+    if at.byte > len {
+        return Err(changed(format!("the file has only {len} bytes")));
+    }
+    if at.byte > opened && at.byte < len {
+        input
+            .seek(SeekFrom::Start(at.byte - 1))
+            .map_err(|e| io_err(path, e))?;
+        let mut before = [0u8];
+        input.read_exact(&mut before).map_err(|e| io_err(path, e))?;
+        if before[0] != b'\n' {
+            return Err(changed("no line starts there".to_string()));
+        }
+    }
+    input
+        .seek(SeekFrom::Start(at.byte))
+        .map_err(|e| io_err(path, e))?;
+    Ok(())
 }
 
 /// Where a format reader sends records it cannot read.
@@ -457,6 +616,9 @@ struct FileReader {
     schema: SchemaRef,
     files: Vec<PathBuf>,
     readers: Vec<Option<Box<dyn FormatReader>>>,
+    /// Where each split starts (`None`: at the beginning of its file).
+    starts: Vec<Option<FilePosition>>,
+    /// `SplitFinished` was returned.
     done: Vec<bool>,
     paused: Vec<bool>,
     turn: usize,
@@ -467,24 +629,34 @@ impl FileReader {
     fn open(&self, k: usize) -> Result<Box<dyn FormatReader>> {
         let path = &self.files[k];
         let rows = self.ctx.batch_rows;
+        let text = match self.starts[k] {
+            Some(FilePosition::Text(t)) => Some(t),
+            _ => None,
+        };
         Ok(match self.spec.format {
             FileFormat::Csv => Box::new(csv::CsvReader::open(
                 path,
                 self.schema.clone(),
                 &self.spec,
                 rows,
+                text,
             )?),
             FileFormat::Json => Box::new(json::JsonReader::open(
                 path,
                 self.schema.clone(),
                 &self.spec,
                 rows,
+                text,
             )?),
             FileFormat::Parquet => Box::new(parquet::ParquetReader::open(
                 path,
                 self.schema.clone(),
                 &self.spec,
                 rows,
+                match self.starts[k] {
+                    Some(FilePosition::Rows(r)) => Some(r),
+                    _ => None,
+                },
             )?),
         })
     }
@@ -497,12 +669,20 @@ impl SourceReader for FileReader {
         true
     }
 
+    fn position(&self, split: usize) -> Option<serde_json::Value> {
+        let at = if *self.done.get(split)? {
+            FilePosition::Finished
+        } else {
+            match &self.readers[split] {
+                Some(r) => r.position(),
+                None => self.starts[split].unwrap_or(FilePosition::start(self.spec.format)),
+            }
+        };
+        Some(at.to_json())
+    }
+
     fn poll(&mut self) -> Result<SourcePoll> {
         let n = self.files.len();
-        if self.done.is_empty() {
-            self.done = vec![false; n];
-        }
-        self.paused.resize(n, false);
         let mut any_paused = false;
         // Round-robin over open files, so all splits move forward in event time together.
         for _ in 0..n {
@@ -516,6 +696,10 @@ impl SourceReader for FileReader {
                 continue;
             }
             if self.readers[k].is_none() {
+                if self.starts[k] == Some(FilePosition::Finished) {
+                    self.done[k] = true;
+                    return Ok(SourcePoll::SplitFinished(k));
+                }
                 self.readers[k] = Some(self.open(k)?);
             }
             let mut bad = BadRecords {

@@ -13,7 +13,9 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use parquet::arrow::ProjectionMask;
 use weir_runtime::{Error, Result};
 
-use super::{io_err, null_event_time, BadRecords, FileSourceSpec, FormatReader};
+use super::{
+    io_err, null_event_time, BadRecords, FilePosition, FileSourceSpec, FormatReader, RowPosition,
+};
 
 /// Runs `f` on the file `path`; a panic in it (the decoder on corrupt input) becomes an error
 /// naming the file.
@@ -51,8 +53,11 @@ pub(super) struct ParquetReader {
     /// The event-time column, whose NULLs are bad records.
     event_time: Option<usize>,
     bytes: u64,
+    /// Rows of the file decoded so far (those before a start position counted).
     rows_read: u64,
     total_rows: u64,
+    /// The rows of each row group.
+    group_rows: Vec<u64>,
     file_len: u64,
 }
 
@@ -62,8 +67,9 @@ impl ParquetReader {
         schema: SchemaRef,
         spec: &FileSourceSpec,
         batch_rows: usize,
+        start: Option<RowPosition>,
     ) -> Result<Self> {
-        let b = builder(path)?;
+        let mut b = builder(path)?;
         let file_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let file_schema = b.schema().clone();
         let mut leaves = Vec::new();
@@ -94,6 +100,41 @@ impl ParquetReader {
             leaves.push(idx);
         }
         let total_rows = b.metadata().file_metadata().num_rows().max(0) as u64;
+        let group_rows: Vec<u64> = b
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows().max(0) as u64)
+            .collect();
+        let mut rows_read = 0;
+        if let Some(at) = start.filter(|at| at.row_group > 0 || at.row > 0) {
+            let groups = group_rows.len();
+            let fits = match group_rows.get(at.row_group) {
+                Some(&n) => at.row < n,
+                None => at.row_group == groups && at.row == 0,
+            };
+            if !fits {
+                return Err(io_err(
+                    path,
+                    format!(
+                        "cannot go on at row {} of row group {}: the file has {groups} row groups \
+                         of {} rows, so it changed since that position was taken; a restored \
+                         job needs its input files as they were",
+                        at.row,
+                        at.row_group,
+                        group_rows
+                            .iter()
+                            .map(u64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            rows_read = group_rows[..at.row_group].iter().sum::<u64>() + at.row;
+            b = b
+                .with_row_groups((at.row_group..groups).collect())
+                .with_offset(at.row as usize);
+        }
         let reader = decoding(path, || {
             let mask = ProjectionMask::roots(b.parquet_schema(), leaves);
             b.with_projection(mask)
@@ -106,9 +147,12 @@ impl ParquetReader {
             reader,
             event_time: super::event_time_index(spec, &schema),
             schema,
-            bytes: 0,
-            rows_read: 0,
+            bytes: (file_len * rows_read)
+                .checked_div(total_rows)
+                .unwrap_or_default(),
+            rows_read,
             total_rows,
+            group_rows,
             file_len,
         })
     }
@@ -174,5 +218,18 @@ impl FormatReader for ParquetReader {
 
     fn bytes_read(&self) -> u64 {
         self.bytes
+    }
+
+    fn position(&self) -> FilePosition {
+        let mut row = self.rows_read;
+        let mut row_group = 0;
+        for &n in &self.group_rows {
+            if row < n {
+                break;
+            }
+            row -= n;
+            row_group += 1;
+        }
+        FilePosition::Rows(RowPosition { row_group, row })
     }
 }
