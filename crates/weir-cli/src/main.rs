@@ -57,6 +57,11 @@ enum Command {
         /// 'execution.checkpointing.dir').
         #[arg(long)]
         checkpoint_dir: Option<PathBuf>,
+        /// Start from a checkpoint: `latest` (the newest in the checkpoint directory, or from
+        /// the beginning when there is none, so one command line serves the first start and
+        /// every restart) or a checkpoint folder.
+        #[arg(long)]
+        restore: Option<String>,
     },
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
@@ -172,6 +177,7 @@ fn main() -> Result<()> {
             max_dead_letter_share,
             checkpoint_interval,
             checkpoint_dir,
+            restore,
         } => {
             let mut graph = read_job(&job, &vars, parallelism)?;
             graph.config.allow_misaligned_start |= allow_misaligned_start;
@@ -189,6 +195,16 @@ fn main() -> Result<()> {
                     c.dir = dir;
                 }
             }
+            let restore_asked = restore.clone();
+            if let Some(r) = restore {
+                let Some(c) = graph.config.checkpointing.as_mut() else {
+                    anyhow::bail!(
+                        "--restore {r}: the job takes no checkpoints; give --checkpoint-interval \
+                         (or SET 'execution.checkpointing.interval' in the job)"
+                    );
+                };
+                c.restore = Some(r);
+            }
             graph.validate()?;
             if dead_letters.is_some() {
                 graph.config.dead_letter_path = dead_letters;
@@ -200,6 +216,9 @@ fn main() -> Result<()> {
                 .block_on(supervise::run(graph, metrics_out.as_deref(), true))?
                 .finished();
             eprint!("{}", supervise::summary(&report));
+            if let (Some(r), None) = (&restore_asked, &report.restored) {
+                eprintln!("restored:       nothing (--restore {r}: no checkpoint yet), started from the beginning");
+            }
         }
         Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None)?),
         Command::Gen(args) => rt.block_on(gen::run(args))?,

@@ -236,6 +236,13 @@ pub fn summary(r: &JobReport) -> String {
         "elapsed:        {secs:.3} s, {:.0} rows/s in",
         rows_in as f64 / secs
     );
+    if let Some((epoch, at, splits)) = &r.restored {
+        let _ = writeln!(
+            s,
+            "restored:       checkpoint {epoch} ({}), {splits} source splits taken up where they stood",
+            at.display()
+        );
+    }
     if m.checkpoints.completed > 0 {
         let _ = writeln!(
             s,

@@ -385,6 +385,80 @@ fn issue_12_stray_quotes_that_pair_up_cost_only_their_own_lines() {
     assert_eq!(r.dead_at(6).record, "5,e\"x,y");
 }
 
+/// The reviewer's case: a stray quote on line 3 paired with the opening quote of the quoted
+/// field on line 4, and text after that closing quote, used to read as one row
+/// `(2, "b\n3,c\"")`, losing line 4 without a dead letter.
+#[test]
+fn issue_12_stray_quote_before_a_quoted_field_costs_only_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "id,name\n1,a\n2,\"b\n3,\"c\"\n4,d\n";
+    let spec = file(dir.path(), "a.csv", text, FileFormat::Csv, id_name());
+    let r = read(spec, SourceOptions::none()).unwrap();
+    assert_eq!(r.rows, vec!["1,a", "3,c", "4,d"]);
+    assert_eq!(r.dead.len(), 1, "{:#?}", r.dead);
+    let d = r.dead_at(3);
+    assert_eq!(d.record, "2,\"b");
+    assert!(d.reason.contains("stray quote"), "{}", d.reason);
+    assert!(d.reason.contains("line 4"), "{}", d.reason);
+}
+
+/// Two stray quotes 3 lines apart that pair up into a record of the right number of fields
+/// (`5,e"x` where the previous test has `5,e"x,y`): the text after the closing quote gives the
+/// stray away, so lines 4 to 6 are not merged into one row.
+#[test]
+fn issue_12_stray_quotes_pairing_into_a_record_of_the_right_shape_cost_only_the_first_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "id,name\n1,a\n2,\"b\n3,c\n4,d\n5,e\"x\n6,f\n";
+    let spec = file(dir.path(), "a.csv", text, FileFormat::Csv, id_name());
+    let r = read(spec, SourceOptions::none()).unwrap();
+    assert_eq!(r.rows, vec!["1,a", "3,c", "4,d", "5,e\"x", "6,f"]);
+    assert_eq!(r.dead.len(), 1, "{:#?}", r.dead);
+    assert_eq!(r.dead_at(3).record, "2,\"b");
+}
+
+/// Quoted fields spanning lines and followed by a delimiter or the line end, with `""` escapes,
+/// are still read (RFC 4180); text after the closing quote of a record spanning lines is not.
+/// On one line, text after a closing quote still belongs to the field (the `csv` crate's
+/// reading): such a record costs no other line.
+#[test]
+fn issue_12_only_records_spanning_lines_refuse_text_after_a_closing_quote() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "id,name,tag\n\
+                1,\"a\nb\",t\n\
+                2,\"c\"\"\n\"\"d\",\"u\"\"\nv\"\n\
+                3,\"x\ny\"z,w\n\
+                4,\"a\"b,\"c\"d\n\
+                5,\"e\"f,\"g\nh\"\n\
+                6,i,j\n";
+    let cols = vec![
+        ("id", DataType::Int64),
+        ("name", DataType::Utf8),
+        ("tag", DataType::Utf8),
+    ];
+    let spec = file(dir.path(), "a.csv", text, FileFormat::Csv, cols);
+    let r = read(spec, SourceOptions::none()).unwrap();
+    assert_eq!(
+        r.rows,
+        vec!["1,a\nb,t", "2,c\"\n\"d,u\"\nv", "4,ab,cd", "6,i,j"]
+    );
+    let records: Vec<(&str, &str)> = r
+        .dead
+        .iter()
+        .map(|d| (d.position.as_str(), d.record.as_str()))
+        .collect();
+    assert_eq!(
+        records,
+        vec![
+            ("line 7", "3,\"x"),
+            ("line 8", "y\"z,w"),
+            ("line 10", "5,\"e\"f,\"g"),
+            ("line 11", "h\""),
+        ]
+    );
+    assert!(r.dead_at(7).reason.contains("stray quote"));
+    assert!(r.dead_at(10).reason.contains("stray quote"));
+}
+
 #[test]
 fn issue_12_quoted_fields_may_span_lines_within_the_limits() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,7 @@ use weir_runtime::{exec, JobBuilder, SinkFactory, SourceOptions, SubtaskInfo};
 
 fn info() -> SubtaskInfo {
     SubtaskInfo {
+        checkpoints: None,
         operator: "out".into(),
         subtask: 0,
         parallelism: 1,

@@ -107,6 +107,15 @@ impl SplitWatermarks {
         self.max_seen
     }
 
+    /// Takes up where a split stood at a checkpoint: its watermark is `watermark` again (and
+    /// never goes below it), so rows late then are late after a restore too.
+    pub fn restore(&mut self, watermark: Watermark) {
+        if watermark != Watermark::MIN {
+            let max_seen = watermark.0.saturating_add(self.strategy.delay_millis());
+            self.max_seen = self.max_seen.max(EventTime(max_seen));
+        }
+    }
+
     pub fn is_idle(&self) -> bool {
         self.idle
     }

@@ -31,6 +31,42 @@ pub struct CheckpointConfig {
     /// How many complete checkpoints are kept (`state.checkpoints.num-retained`).
     #[serde(default = "default_keep")]
     pub keep: usize,
+    /// Start from a checkpoint: `latest` (the newest complete one in `dir`, or from the
+    /// beginning when there is none) or a checkpoint folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<String>,
+}
+
+/// A complete checkpoint a job starts from.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub handle: weir_state::checkpoint::CheckpointHandle,
+    pub manifest: weir_state::checkpoint::Manifest,
+}
+
+impl Restored {
+    /// Resolves `config.restore`: `None` when nothing is to be restored (not asked, or
+    /// `latest` with no checkpoint yet).
+    ///
+    /// # Errors
+    /// A path that is not a complete checkpoint, or a manifest that does not read.
+    pub fn resolve(config: &CheckpointConfig) -> Result<Option<Restored>> {
+        use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
+        let Some(what) = &config.restore else {
+            return Ok(None);
+        };
+        let storage = LocalDirStorage::new(&config.dir);
+        let Some(handle) = storage.resolve_restore(what)? else {
+            return Ok(None);
+        };
+        let manifest = storage.read_manifest(&handle)?;
+        Ok(Some(Restored { handle, manifest }))
+    }
+
+    /// Where split `split` of source node `node` (a stable id) stood.
+    pub fn split(&self, node: &str, split: &str) -> Option<&weir_state::checkpoint::SplitPosition> {
+        self.manifest.sources.get(node)?.get(split)
+    }
 }
 
 fn default_keep() -> usize {
@@ -43,6 +79,7 @@ impl CheckpointConfig {
             interval_ms,
             dir: dir.into(),
             keep: default_keep(),
+            restore: None,
         }
     }
 

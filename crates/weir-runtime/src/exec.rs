@@ -43,6 +43,7 @@ pub struct RunningJob {
     verdict: Verdict,
     sink_subtasks: usize,
     checkpoints: Option<CheckpointRun>,
+    restored: Option<(u64, std::path::PathBuf, usize)>,
 }
 
 /// The checkpoint coordinator of a running job and its channels to the subtasks.
@@ -57,6 +58,8 @@ struct CheckpointRun {
     triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
     from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
     completed: u64,
+    /// Tells the sinks the newest complete checkpoint.
+    completed_to_sinks: tokio::sync::watch::Sender<u64>,
 }
 
 /// Whether the job completed, told to its sink subtasks: each finishes (flushes) at the end
@@ -113,6 +116,9 @@ pub struct JobReport {
     pub kept_dead_letters: Vec<crate::source::DeadLetter>,
     /// The job was stopped through its [`StopHandle`] before the end of its input.
     pub stopped: bool,
+    /// The checkpoint the job started from: its number, where it is, and how many source
+    /// splits it positioned.
+    pub restored: Option<(u64, std::path::PathBuf, usize)>,
 }
 
 /// Runs `graph` to the end of its input.
@@ -225,6 +231,7 @@ impl RunningJob {
             }
         }
         let handle = run.storage.complete(done.epoch, &m)?;
+        run.completed_to_sinks.send_replace(done.epoch.0);
         let removed = run.storage.retain(run.config.keep)?;
         run.completed += 1;
         let took_ms = now.0 - done.started_ms;
@@ -400,6 +407,7 @@ impl RunningJob {
             dead_letters: self.dead_letters.count(),
             kept_dead_letters: self.dead_letters.kept(),
             stopped,
+            restored: self.restored.clone(),
         })
     }
 }

@@ -23,6 +23,16 @@ pub struct SubtaskInfo {
     pub parallelism: usize,
     /// Number of key groups of keyed exchanges into this operator.
     pub key_groups: u16,
+    /// `Some` when the job takes checkpoints: whether (and from which) it was restored.
+    pub checkpoints: Option<CheckpointInfo>,
+}
+
+/// What a subtask of a job that takes checkpoints knows about them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// The checkpoint the job was restored from, if it was: what a sink pre-committed up to
+    /// it is part of the output, anything after it is not.
+    pub restored: Option<Epoch>,
 }
 
 /// Which output of an operator a batch goes to.

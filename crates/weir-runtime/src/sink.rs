@@ -38,6 +38,17 @@ pub trait SinkWriter: Send {
     }
     /// End of input: flush and close, ready to [`commit`](SinkWriter::commit).
     fn finish(&mut self) -> BoxFuture<'_, Result<()>>;
+    /// The barrier of checkpoint `epoch` reached the sink: make everything written before it
+    /// durable, ready to become visible when the checkpoint completes (Flink's pre-commit).
+    /// The default does nothing: rows count as written when `write` returns.
+    fn pre_commit(&mut self, _epoch: weir_core::time::Epoch) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Checkpoint `epoch` is complete: make visible what was pre-committed up to it. The
+    /// default does nothing.
+    fn commit_checkpoint(&mut self, _epoch: weir_core::time::Epoch) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// The job completed (every subtask finished and the job passed its end checks): make
     /// what `finish` prepared visible, such as renaming a file into place. Called once, after
     /// `finish`. The default does nothing.
@@ -245,6 +256,12 @@ impl SinkWriter for RateLimitedWriter {
     }
     fn commit(&mut self) -> BoxFuture<'_, Result<()>> {
         self.inner.commit()
+    }
+    fn pre_commit(&mut self, epoch: weir_core::time::Epoch) -> BoxFuture<'_, Result<()>> {
+        self.inner.pre_commit(epoch)
+    }
+    fn commit_checkpoint(&mut self, epoch: weir_core::time::Epoch) -> BoxFuture<'_, Result<()>> {
+        self.inner.commit_checkpoint(epoch)
     }
     fn abort(&mut self) -> BoxFuture<'_, Result<()>> {
         self.inner.abort()

@@ -164,6 +164,7 @@ pub struct Harness {
 /// The one subtask a harness drives.
 fn harness_subtask() -> SubtaskInfo {
     SubtaskInfo {
+        checkpoints: None,
         operator: "under-test".into(),
         subtask: 0,
         parallelism: 1,

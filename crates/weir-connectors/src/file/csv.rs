@@ -14,9 +14,12 @@
 //! A stray quote would swallow the rest of the file into one field. So a quoted field still open
 //! at the end of a line may run on over at most `max_quoted_field_lines` lines and
 //! `max_quoted_field_bytes` bytes, must close before the end of the file, and a record spanning
-//! lines must have the expected number of fields. Otherwise the record's first line alone is a
-//! dead letter, and reading starts again at the next line: each line of a bad stretch is then
-//! read as a record of its own.
+//! lines must be well-formed: each closing quote in it followed by a delimiter or the line end
+//! (text after it means the quote was a stray that paired up with another one, as in `2,"b`
+//! then `3,"c"`), and the expected number of fields. Otherwise the record's first line alone is
+//! a dead letter, and reading starts again at the next line: each line of a bad stretch is then
+//! read as a record of its own. (A record on one line keeps the lenient reading above: it costs
+//! no other line.)
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -85,12 +88,15 @@ struct Fields {
     bytes: Vec<u8>,
     /// Where each field ends in `bytes`.
     ends: Vec<usize>,
+    /// A closing quote was followed by text other than a delimiter or the line end.
+    text_after_quote: bool,
 }
 
 impl Fields {
     fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
+        self.text_after_quote = false;
     }
 
     fn len(&self) -> usize {
@@ -163,6 +169,7 @@ impl Fields {
                         state = State::FieldStart;
                         i += 1;
                     } else {
+                        self.text_after_quote = true;
                         state = State::Unquoted;
                     }
                 }
@@ -183,7 +190,8 @@ enum Split {
         line: u64,
         lines: usize,
     },
-    /// The line `line` cannot start a record that closes its quotes: set it aside alone.
+    /// The line `line` cannot start a record that closes its quotes and is well-formed: set it
+    /// aside alone.
     Unclosed {
         line: u64,
         reason: String,
@@ -393,6 +401,19 @@ impl CsvReader {
                 let end = self.starts.get(k + 1).copied().unwrap_or(self.lines.len());
                 let (text, line_break) = split_line_break(&self.lines[self.starts[k]..end]);
                 state = self.fields.scan(text, state, self.syntax);
+                if self.fields.text_after_quote && (k > first || state == State::Quoted) {
+                    // The record spans lines: a closing quote followed by text was a stray.
+                    return Ok(Split::Unclosed {
+                        line: line_no(first),
+                        reason: format!(
+                            "stray quote? a closing quote on line {} is followed by text, not \
+                             by a delimiter or the line end, in a record spanning lines from \
+                             line {}; the line is set aside and reading goes on at the next line",
+                            line_no(k),
+                            line_no(first)
+                        ),
+                    });
+                }
                 if state != State::Quoted {
                     break;
                 }

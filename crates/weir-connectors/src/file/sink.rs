@@ -96,31 +96,258 @@ impl SinkFactory for FileSink {
             .collect()
     }
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
+        if let Some(c) = info.checkpoints {
+            return Ok(Box::new(PartsWriter::open(
+                &self.spec,
+                schema,
+                info,
+                c.restored.map_or(0, |e| e.0),
+                c.restored.is_some(),
+            )?));
+        }
         let path = self.subtask_path(info.subtask, info.parallelism);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
         }
         let in_progress = in_progress_path(&path)?;
-        let file = File::create(&in_progress).map_err(|e| io_err(&in_progress, e))?;
-        let out = BufWriter::with_capacity(1 << 20, file);
-        let inner = match self.spec.format {
-            FileFormat::Csv => Inner::Csv(Some(
-                arrow_csv::WriterBuilder::new()
-                    .with_header(self.spec.header)
-                    .build(out),
-            )),
-            FileFormat::Json => Inner::Json(Some(arrow_json::LineDelimitedWriter::new(out))),
-            FileFormat::Parquet => Inner::Parquet(Some(
-                parquet::arrow::ArrowWriter::try_new(out, schema, None)
-                    .map_err(|e| io_err(&in_progress, e))?,
-            )),
-        };
+        let inner = open_inner(&in_progress, &self.spec, schema)?;
         Ok(Box::new(FileWriter {
             path,
             in_progress,
             inner,
             committed: false,
         }))
+    }
+}
+
+/// A new file at `path` (truncated) and its format's writer.
+fn open_inner(path: &Path, spec: &FileSinkSpec, schema: SchemaRef) -> Result<Inner> {
+    let file = File::create(path).map_err(|e| io_err(path, e))?;
+    let out = BufWriter::with_capacity(1 << 20, file);
+    Ok(match spec.format {
+        FileFormat::Csv => Inner::Csv(Some(
+            arrow_csv::WriterBuilder::new()
+                .with_header(spec.header)
+                .build(out),
+        )),
+        FileFormat::Json => Inner::Json(Some(arrow_json::LineDelimitedWriter::new(out))),
+        FileFormat::Parquet => Inner::Parquet(Some(
+            parquet::arrow::ArrowWriter::try_new(out, schema, None).map_err(|e| io_err(path, e))?,
+        )),
+    })
+}
+
+/// Flushes and closes a file opened by [`open_inner`].
+fn close_inner(inner: &mut Inner, path: &Path) -> Result<()> {
+    match inner {
+        Inner::Csv(w) => {
+            if let Some(w) = w.take() {
+                w.into_inner().flush().map_err(|e| io_err(path, e))?;
+            }
+        }
+        Inner::Json(w) => {
+            if let Some(mut w) = w.take() {
+                w.finish().map_err(|e| io_err(path, e))?;
+                w.into_inner().flush().map_err(|e| io_err(path, e))?;
+            }
+        }
+        Inner::Parquet(w) => {
+            if let Some(w) = w.take() {
+                w.close().map_err(|e| io_err(path, e))?;
+            }
+        }
+        Inner::Closed => {}
+    }
+    Ok(())
+}
+
+fn write_inner(inner: &mut Inner, path: &Path, batch: &RecordBatch) -> Result<()> {
+    match inner {
+        Inner::Csv(Some(w)) => w.write(batch).map_err(|e| io_err(path, e)),
+        Inner::Json(Some(w)) => w.write(batch).map_err(|e| io_err(path, e)),
+        Inner::Parquet(Some(w)) => w.write(batch).map_err(|e| io_err(path, e)),
+        _ => Err(weir_runtime::Error::Internal(format!(
+            "write to closed file {}",
+            path.display()
+        ))),
+    }
+}
+
+/// A sink subtask of a job with checkpoints (Flink's FileSink): the sink's path is a folder
+/// of part files. Rows go to a hidden in-progress file of the subtask; the barrier of
+/// checkpoint `e` closes it as the pending part `.part-<subtask>-<e>.<ext>.pending`; when
+/// checkpoint `e` completes, the pending parts up to it are renamed to
+/// `part-<subtask>-<e>.<ext>`, which readers see (weir's file source reads the folder as one
+/// table). At the end of input the last part is published when the job completes. A restore
+/// from checkpoint `n` publishes the pending parts up to `n` (the checkpoint holds them) and
+/// deletes every part after it, finished or not, so the output is that of an uninterrupted
+/// run; a fresh start empties the folder of earlier parts.
+struct PartsWriter {
+    dir: PathBuf,
+    spec: FileSinkSpec,
+    schema: SchemaRef,
+    subtask: usize,
+    /// The last barrier seen (the restored checkpoint at start).
+    last_epoch: u64,
+    /// The open in-progress file, once a row came since the last barrier.
+    current: Option<(PathBuf, Inner)>,
+    /// Pre-committed parts not yet published: (epoch, pending path).
+    pending: Vec<(u64, PathBuf)>,
+}
+
+/// A part file's name: (subtask, epoch, stage).
+fn parse_part(name: &str, ext: &str) -> Option<(usize, u64, PartStage)> {
+    let (stage, core) = if let Some(c) = name.strip_prefix('.') {
+        if let Some(c) = c.strip_suffix(".pending") {
+            (PartStage::Pending, c)
+        } else if let Some(c) = c.strip_suffix(".inprogress") {
+            (PartStage::InProgress, c)
+        } else {
+            return None;
+        }
+    } else {
+        (PartStage::Finished, name)
+    };
+    let core = core.strip_prefix("part-")?;
+    let core = core.strip_suffix(&format!(".{ext}")).unwrap_or(core);
+    let (s, e) = core.split_once('-')?;
+    let e = if stage == PartStage::InProgress && e == "next" {
+        u64::MAX
+    } else {
+        e.parse().ok()?
+    };
+    Some((s.parse().ok()?, e, stage))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PartStage {
+    InProgress,
+    Pending,
+    Finished,
+}
+
+impl PartsWriter {
+    fn open(
+        spec: &FileSinkSpec,
+        schema: SchemaRef,
+        info: &SubtaskInfo,
+        restored: u64,
+        is_restore: bool,
+    ) -> Result<Self> {
+        let dir = spec.path.clone();
+        std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        let ext = spec.format.extension();
+        // Parts of any earlier subtask count belong to the subtask they map to now.
+        let entries = std::fs::read_dir(&dir).map_err(|e| io_err(&dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(&dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((s, e, stage)) = parse_part(&name, ext) else {
+                continue;
+            };
+            if s % info.parallelism != info.subtask {
+                continue;
+            }
+            let path = entry.path();
+            let keep = is_restore && e <= restored && stage != PartStage::InProgress;
+            if !keep {
+                std::fs::remove_file(&path).map_err(|err| io_err(&path, err))?;
+            } else if stage == PartStage::Pending {
+                let done = dir.join(format!("part-{s}-{e}.{ext}"));
+                std::fs::rename(&path, &done).map_err(|err| io_err(&done, err))?;
+            }
+        }
+        Ok(PartsWriter {
+            dir,
+            spec: spec.clone(),
+            schema,
+            subtask: info.subtask,
+            last_epoch: restored,
+            current: None,
+            pending: Vec::new(),
+        })
+    }
+
+    fn ext(&self) -> &'static str {
+        self.spec.format.extension()
+    }
+
+    /// Closes the in-progress file as the pending part of `epoch`.
+    fn seal(&mut self, epoch: u64) -> Result<()> {
+        if let Some((path, mut inner)) = self.current.take() {
+            close_inner(&mut inner, &path)?;
+            let pending = self.dir.join(format!(
+                ".part-{}-{epoch}.{}.pending",
+                self.subtask,
+                self.ext()
+            ));
+            std::fs::rename(&path, &pending).map_err(|e| io_err(&pending, e))?;
+            self.pending.push((epoch, pending));
+        }
+        Ok(())
+    }
+
+    /// Publishes the pending parts up to `epoch`.
+    fn publish(&mut self, epoch: u64) -> Result<()> {
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(e, _)| *e <= epoch);
+        self.pending = later;
+        for (e, path) in now {
+            let done = self
+                .dir
+                .join(format!("part-{}-{e}.{}", self.subtask, self.ext()));
+            std::fs::rename(&path, &done).map_err(|err| io_err(&done, err))?;
+        }
+        Ok(())
+    }
+
+    fn write_sync(&mut self, batch: &RecordBatch) -> Result<()> {
+        if self.current.is_none() {
+            let path = self.dir.join(format!(
+                ".part-{}-next.{}.inprogress",
+                self.subtask,
+                self.ext()
+            ));
+            let inner = open_inner(&path, &self.spec, self.schema.clone())?;
+            self.current = Some((path, inner));
+        }
+        let (path, inner) = self.current.as_mut().expect("opened above");
+        write_inner(inner, path, batch)
+    }
+}
+
+impl Drop for PartsWriter {
+    // The in-progress part of a stopped or failed job is no part of any checkpoint.
+    fn drop(&mut self) {
+        if let Some((path, _)) = self.current.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl SinkWriter for PartsWriter {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
+        let r = self.write_sync(&batch);
+        Box::pin(async move { r })
+    }
+    fn pre_commit(&mut self, epoch: weir_core::time::Epoch) -> BoxFuture<'_, Result<()>> {
+        self.last_epoch = epoch.0;
+        let r = self.seal(epoch.0);
+        Box::pin(async move { r })
+    }
+    fn commit_checkpoint(&mut self, epoch: weir_core::time::Epoch) -> BoxFuture<'_, Result<()>> {
+        let r = self.publish(epoch.0);
+        Box::pin(async move { r })
+    }
+    /// The rows after the last barrier become the part of the epoch after it.
+    fn finish(&mut self) -> BoxFuture<'_, Result<()>> {
+        let r = self.seal(self.last_epoch + 1);
+        Box::pin(async move { r })
+    }
+    fn commit(&mut self) -> BoxFuture<'_, Result<()>> {
+        let r = self.publish(u64::MAX);
+        Box::pin(async move { r })
     }
 }
 
@@ -155,46 +382,18 @@ struct FileWriter {
 
 impl FileWriter {
     fn write_sync(&mut self, batch: &RecordBatch) -> Result<()> {
-        let p = &self.in_progress;
-        match &mut self.inner {
-            Inner::Csv(Some(w)) => w.write(batch).map_err(|e| io_err(p, e)),
-            Inner::Json(Some(w)) => w.write(batch).map_err(|e| io_err(p, e)),
-            Inner::Parquet(Some(w)) => w.write(batch).map_err(|e| io_err(p, e)),
-            _ => Err(weir_runtime::Error::Internal(format!(
-                "write to closed file {}",
-                p.display()
-            ))),
-        }
+        write_inner(&mut self.inner, &self.in_progress, batch)
     }
 
     /// Flushes and closes the in-progress file.
     fn finish_sync(&mut self) -> Result<()> {
-        let p = self.in_progress.clone();
-        match &mut self.inner {
-            Inner::Csv(w) => {
-                if let Some(w) = w.take() {
-                    w.into_inner().flush().map_err(|e| io_err(&p, e))?;
-                }
-            }
-            Inner::Json(w) => {
-                if let Some(mut w) = w.take() {
-                    w.finish().map_err(|e| io_err(&p, e))?;
-                    w.into_inner().flush().map_err(|e| io_err(&p, e))?;
-                }
-            }
-            Inner::Parquet(w) => {
-                if let Some(w) = w.take() {
-                    w.close().map_err(|e| io_err(&p, e))?;
-                }
-            }
-            Inner::Closed => {
-                return Err(weir_runtime::Error::Internal(format!(
-                    "finish after abort of {}",
-                    self.path.display()
-                )))
-            }
+        if matches!(self.inner, Inner::Closed) {
+            return Err(weir_runtime::Error::Internal(format!(
+                "finish after abort of {}",
+                self.path.display()
+            )));
         }
-        Ok(())
+        close_inner(&mut self.inner, &self.in_progress)
     }
 
     /// Publishes the closed in-progress file under its final name.

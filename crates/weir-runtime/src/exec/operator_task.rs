@@ -49,6 +49,10 @@ pub(super) struct OperatorTask {
         Option<tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>>,
     /// The subtask's (node, index), for checkpoint reports.
     pub(super) id: (usize, usize),
+    /// Sinks of a job with checkpoints: the newest complete checkpoint.
+    pub(super) completed: Option<tokio::sync::watch::Receiver<u64>>,
+    /// The newest checkpoint the sink was told is complete.
+    pub(super) committed: u64,
 }
 
 impl OperatorTask {
@@ -194,20 +198,60 @@ impl OperatorTask {
         Ok(())
     }
 
+    /// Tells the sink that checkpoints up to the newest complete one are complete.
+    async fn commit_completed(&mut self) -> Result<()> {
+        let Some(rx) = &self.completed else {
+            return Ok(());
+        };
+        let epoch = *rx.borrow();
+        if epoch <= self.committed {
+            return Ok(());
+        }
+        self.committed = epoch;
+        if let Processor::Sink(w) = &mut self.processor {
+            w.commit_checkpoint(weir_core::time::Epoch(epoch)).await?;
+        }
+        Ok(())
+    }
+
+    /// The next message; `None` when a processing-time timer is due or a checkpoint
+    /// completed first.
     pub(super) async fn next_envelope(&mut self) -> Option<Option<Envelope>> {
         if let Some(e) = self.mailbox.try_recv() {
             return Some(Some(e));
         }
+        if self
+            .completed
+            .as_ref()
+            .is_some_and(|rx| *rx.borrow() > self.committed)
+        {
+            return None;
+        }
         let m = self.outputs.metrics.clone();
         let sw = Stopwatch::start();
-        let got = match self.timers.next_proc_time() {
-            Some(t) => {
-                let wait = (t.0 - self.clock.now().0).max(0) as u64;
-                tokio::time::timeout(Duration::from_millis(wait), self.mailbox.recv())
-                    .await
-                    .ok()
+        let wait = self
+            .timers
+            .next_proc_time()
+            .map(|t| Duration::from_millis((t.0 - self.clock.now().0).max(0) as u64));
+        let completed = async {
+            match &mut self.completed {
+                Some(rx) => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending::<()>().await,
             }
-            None => Some(self.mailbox.recv().await),
+        };
+        let got = tokio::select! {
+            e = self.mailbox.recv() => Some(e),
+            _ = completed => None,
+            _ = async {
+                match wait {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            } => None,
         };
         m.idle_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
         got
@@ -235,6 +279,7 @@ impl OperatorTask {
                     Some(Some(e)) => e,
                     Some(None) => return Err(Error::Cancelled),
                     None => {
+                        self.commit_completed().await?;
                         self.fire_proc_timers().await?;
                         continue;
                     }
@@ -296,7 +341,10 @@ impl OperatorTask {
                         // Only stateless operators run with checkpoints on (checked at start).
                         crate::checkpoint::Report::Operator { state: Vec::new() }
                     }
-                    Processor::Sink(_) => crate::checkpoint::Report::Sink,
+                    Processor::Sink(w) => {
+                        w.pre_commit(epoch).await?;
+                        crate::checkpoint::Report::Sink
+                    }
                 };
                 if let Some(to) = &self.checkpoints {
                     let _ = to.send(crate::checkpoint::ToCoordinator::Ack(

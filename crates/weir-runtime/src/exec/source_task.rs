@@ -38,6 +38,10 @@ pub(super) struct SourceTask {
     pub(super) group: Option<Arc<AlignmentGroup>>,
     /// Checkpoint triggers and reports, when the job takes checkpoints.
     pub(super) checkpoints: Option<crate::checkpoint::SourceCheckpoints>,
+    /// Where each assigned split starts (a restore), in the order of `assigned`.
+    pub(super) start_positions: Vec<Option<serde_json::Value>>,
+    /// Each assigned split's watermark at the checkpoint restored from.
+    pub(super) start_watermarks: Vec<Option<Watermark>>,
 }
 
 /// Watermark alignment of one source subtask's splits.
@@ -188,7 +192,7 @@ impl SourceTask {
                 clock: self.clock.clone(),
                 dead_letters: self.dead_letters.clone(),
                 split_metrics: self.split_metrics.clone(),
-                start_positions: Vec::new(),
+                start_positions: self.start_positions.clone(),
             },
         )?;
         let mut gens =
@@ -196,6 +200,11 @@ impl SourceTask {
                 SplitWatermarks::new(self.watermarks.strategy, self.watermarks.idle_timeout_ms);
                 n
             ];
+        for (g, w) in gens.iter_mut().zip(&self.start_watermarks) {
+            if let Some(w) = w {
+                g.restore(*w);
+            }
+        }
         let mut finished = vec![false; n];
         let mut aligner = match (&self.watermarks.alignment, &self.group) {
             (Some(settings), Some(group)) => Some(Aligner {

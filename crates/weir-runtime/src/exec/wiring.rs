@@ -33,6 +33,15 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     }
     let cfg = graph.config.clone();
     let dead_letters = DeadLetters::new(cfg.dead_letter_path.clone());
+    let restored = match &cfg.checkpointing {
+        Some(c) => crate::checkpoint::Restored::resolve(c)?,
+        None => None,
+    };
+    let restored_epoch = restored.as_ref().map(|r| r.manifest.epoch);
+    let stable_ids = graph.stable_ids();
+    if let Some(r) = &restored {
+        check_restorable(&graph, &stable_ids, r)?;
+    }
 
     // One mailbox per operator/sink subtask; channels from every upstream subtask into it.
     let mut mailboxes: Vec<Vec<Mailbox>> = Vec::new();
@@ -226,6 +235,16 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         .iter()
                         .map(|&i| Arc::new(SplitMetrics::new(split_names[i].clone())))
                         .collect();
+                    // A restore: each split from where it stood, by its name (so the
+                    // parallelism may differ from the checkpoint's).
+                    let starts: Vec<Option<&weir_state::checkpoint::SplitPosition>> = assigned
+                        .iter()
+                        .map(|&i| {
+                            restored
+                                .as_ref()
+                                .and_then(|r| r.split(&stable_ids[n.id], &split_names[i]))
+                        })
+                        .collect();
                     metrics.nodes[n.id]
                         .splits
                         .lock()
@@ -254,6 +273,14 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             .as_ref()
                             .map(|a| groups.entry(a.group.clone()).or_default().clone()),
                         checkpoints: checkpoints.as_mut().map(|c| c.source((n.id, s))),
+                        start_positions: starts
+                            .iter()
+                            .map(|p| p.map(|p| p.position.clone()))
+                            .collect(),
+                        start_watermarks: starts
+                            .iter()
+                            .map(|p| p.and_then(|p| p.watermark))
+                            .collect(),
                     };
                     let wrap = wrap.clone();
                     let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
@@ -266,6 +293,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 {
                     mailbox.seal();
                     let info = SubtaskInfo {
+                        checkpoints: cfg.checkpointing.as_ref().map(|_| {
+                            crate::operator::CheckpointInfo {
+                                restored: restored_epoch,
+                            }
+                        }),
                         operator: n.name.clone(),
                         subtask: s,
                         parallelism: n.parallelism,
@@ -320,6 +352,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         verdict: verdict.clone(),
                         checkpoints: checkpoints.as_mut().map(|c| c.other((n.id, s))),
                         id: (n.id, s),
+                        completed: match (&n.kind, &checkpoints) {
+                            (NodeKind::Sink { .. }, Some(c)) => Some(c.completed.subscribe()),
+                            _ => None,
+                        },
+                        committed: restored_epoch.map_or(0, |e| e.0),
                     };
                     if matches!(n.kind, NodeKind::Sink { .. }) {
                         sink_subtasks += 1;
@@ -332,7 +369,17 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         }
     }
     tracing::info!(job = %graph.name, subtasks = tasks.len(), "job started");
-    let checkpoints = checkpoints.map(|c| c.run(clock.now().0));
+    let checkpoints = match checkpoints {
+        Some(c) => Some(c.run(clock.now().0, restored_epoch)?),
+        None => None,
+    };
+    if let Some(r) = &restored {
+        tracing::info!(
+            checkpoint = r.manifest.epoch.0,
+            at = %r.handle.location.display(),
+            "restored from a checkpoint"
+        );
+    }
     Ok(RunningJob {
         metrics,
         dead_letters,
@@ -346,11 +393,21 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         verdict,
         sink_subtasks,
         checkpoints,
+        restored: restored.map(|r| {
+            (
+                r.manifest.epoch.0,
+                r.handle.location.clone(),
+                r.manifest.sources.values().map(|s| s.len()).sum(),
+            )
+        }),
     })
 }
 
 /// Channels between the subtasks and the checkpoint coordinator, while the job is wired.
 struct CheckpointWiring {
+    dir: std::path::PathBuf,
+    /// The newest complete checkpoint, for the sinks.
+    completed: tokio::sync::watch::Sender<u64>,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
     job: String,
     nodes: Vec<(String, &'static str, usize)>,
@@ -391,6 +448,8 @@ impl CheckpointWiring {
         let (to_coordinator, from_subtasks) = tokio::sync::mpsc::unbounded_channel();
         let ids = graph.stable_ids();
         Ok(CheckpointWiring {
+            completed: tokio::sync::watch::channel(0).0,
+            dir: config.dir.clone(),
             storage: Arc::new(weir_state::checkpoint::LocalDirStorage::new(&config.dir)),
             job: graph.name.clone(),
             nodes: (graph.nodes.iter())
@@ -424,12 +483,22 @@ impl CheckpointWiring {
         self.to_coordinator.clone()
     }
 
-    fn run(self, now_ms: i64) -> super::CheckpointRun {
-        super::CheckpointRun {
+    /// # Errors
+    /// The checkpoint directory cannot be read.
+    fn run(
+        self,
+        now_ms: i64,
+        restored: Option<weir_core::time::Epoch>,
+    ) -> Result<super::CheckpointRun> {
+        // Numbered on past every checkpoint in the directory and the one restored.
+        let newest = self.storage.latest()?.map(|h| h.epoch.0).unwrap_or(0);
+        let first = newest.max(restored.map_or(0, |e| e.0)) + 1;
+        tracing::debug!(dir = %self.dir.display(), first, "checkpoints on");
+        Ok(super::CheckpointRun {
             coordinator: crate::checkpoint::Coordinator::new(
                 self.config.interval_ms,
                 now_ms,
-                1,
+                first,
                 self.subtasks,
             ),
             config: self.config,
@@ -440,6 +509,40 @@ impl CheckpointWiring {
             triggers: self.triggers,
             from_subtasks: self.from_subtasks,
             completed: 0,
-        }
+            completed_to_sinks: self.completed,
+        })
     }
+}
+
+/// Refuses a restore whose checkpoint holds state or positions of nodes this job does not
+/// have: they would be dropped without a word (Flink refuses the same, unless told to allow
+/// non-restored state).
+fn check_restorable(
+    graph: &JobGraph,
+    ids: &[String],
+    restored: &crate::checkpoint::Restored,
+) -> Result<()> {
+    let m = &restored.manifest;
+    let unknown: Vec<&String> = (m.sources.keys())
+        .chain(
+            m.nodes
+                .iter()
+                .filter(|(_, n)| n.subtasks.iter().any(|s| !s.files.is_empty()))
+                .map(|(id, _)| id),
+        )
+        .filter(|id| !ids.contains(id))
+        .collect();
+    if !unknown.is_empty() {
+        let names: Vec<String> = unknown.iter().map(|s| format!("`{s}`")).collect();
+        return Err(Error::plan(format!(
+            "checkpoint {} ({}) holds the state of {} that job `{}` does not have (the job changed \
+             since: a node's id follows its kind, its name and what feeds it); restore it with the \
+             job that wrote it",
+            m.epoch.0,
+            restored.handle.location.display(),
+            names.join(", "),
+            graph.name
+        )));
+    }
+    Ok(())
 }
