@@ -8,6 +8,11 @@
 //! UTF-8 is a record. For CSV with `max_quoted_field_lines = 1` (a quoted field may not cross a
 //! line break), every line that is not empty is a record. Each record is a row or a dead
 //! letter, never both; a dead letter's record is its line's bytes.
+//!
+//! With the default limits (a quoted field may span up to 100 lines), a generated file is made
+//! of units whose reading is known: well-formed lines (quoted columns included), well-formed
+//! records spanning two lines, stray quotes, lines that are not UTF-8, empty lines. A stray
+//! quote costs its own line only: every well-formed unit is a row of its own.
 
 use std::sync::{Arc, OnceLock};
 
@@ -183,6 +188,85 @@ fn json_records(bytes: &[u8]) -> usize {
         .count()
 }
 
+/// What a generated unit must read as.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// A row: these parts joined by the file's line break.
+    Row(Vec<String>),
+    /// A dead letter for its first line.
+    Dead,
+    /// Nothing (an empty line).
+    Skipped,
+}
+
+/// One unit of a file read with the default limits: its lines and what it reads as. The
+/// well-formed ones cannot close a stray quote's field into a record that is accepted: inside
+/// a quoted field, each of their quotes is either followed by text or a quote, or closes a field
+/// before a delimiter (too many fields). A line ending in a lone quote (`2,"`) is not made: it
+/// would close a stray's field into a well-formed record (`1,"a` then `2,"`), which no reader
+/// can tell from one.
+fn unit() -> impl Strategy<Value = (Vec<Vec<u8>>, Outcome)> {
+    let word = "[a-z]{0,8}";
+    let text = "[a-z]{1,8}";
+    let row = |line: String, r: String| (vec![line.into_bytes()], Outcome::Row(vec![r]));
+    prop_oneof![
+        4 => (0..1000i64, word).prop_map(move |(i, w)| row(format!("{i},{w}"), format!("{i},{w}"))),
+        // Stray quotes: a field opened and never closed on its line (not at its end: see above).
+        2 => (0..1000i64, text).prop_map(|(i, w)| (vec![format!("{i},\"{w}").into_bytes()], Outcome::Dead)),
+        1 => (0..1000i64, 1usize..60_000).prop_map(|(i, n)| (vec![format!("{i},\"{}", "y".repeat(n)).into_bytes()], Outcome::Dead)),
+        // Quoted columns.
+        2 => (0..1000i64, word).prop_map(move |(i, w)| row(format!("{i},\"{w}\""), format!("{i},{w}"))),
+        1 => (0..1000i64, word).prop_map(move |(i, w)| row(format!("\"{i}\",{w}"), format!("{i},{w}"))),
+        1 => (0..1000i64, word).prop_map(move |(i, w)| row(format!("\"{i}\",\"{w}\""), format!("{i},{w}"))),
+        1 => (0..1000i64, word).prop_map(move |(i, w)| row(format!("{i},\"{w},\"\"{w}\""), format!("{i},{w},\"{w}"))),
+        // Text after a closing quote, on one line: part of the field.
+        1 => (0..1000i64, word, text).prop_map(move |(i, w, v)| row(format!("{i},\"{w}\"{v}"), format!("{i},{w}{v}"))),
+        // A quote inside an unquoted field is a plain character.
+        1 => (0..1000i64, text, text).prop_map(move |(i, w, v)| row(format!("{i},{w}\"{v}"), format!("{i},{w}\"{v}"))),
+        1 => (0..1000i64, 1usize..60_000).prop_map(move |(i, n)| row(format!("{i},{}", "y".repeat(n)), format!("{i},{}", "y".repeat(n)))),
+        // A well-formed quoted field spanning two lines.
+        1 => (0..1000i64, text, word).prop_map(|(i, w, v)| (
+            vec![format!("{i},\"{w}").into_bytes(), format!("{v}\"").into_bytes()],
+            Outcome::Row(vec![format!("{i},{w}"), v]),
+        )),
+        // Latin-1, not UTF-8.
+        1 => (0..1000i64).prop_map(|i| (vec![[format!("{i},caf").into_bytes(), vec![0xe9]].concat()], Outcome::Dead)),
+        1 => Just((vec![Vec::new()], Outcome::Skipped)),
+    ]
+}
+
+/// Units joined by `\n` or `\r\n`, with or without a last line break: the bytes, each unit's
+/// outcome with the number of its first line, and the rows expected (sorted).
+#[allow(clippy::type_complexity)]
+fn file_of_units(
+    units: impl Strategy<Value = Vec<(Vec<Vec<u8>>, Outcome)>>,
+) -> impl Strategy<Value = (Vec<u8>, Vec<(usize, Outcome)>, Vec<String>)> {
+    (units, any::<bool>(), any::<bool>()).prop_map(|(units, crlf, last_break)| {
+        let line_break = if crlf { "\r\n" } else { "\n" };
+        let mut bytes = Vec::new();
+        let mut outcomes = Vec::new();
+        let mut rows = Vec::new();
+        let mut line = 1;
+        let n = units.len();
+        for (u, (lines, outcome)) in units.into_iter().enumerate() {
+            let k = lines.len();
+            for (j, l) in lines.into_iter().enumerate() {
+                bytes.extend_from_slice(&l);
+                if u + 1 < n || j + 1 < k || last_break {
+                    bytes.extend_from_slice(line_break.as_bytes());
+                }
+            }
+            if let Outcome::Row(parts) = &outcome {
+                rows.push(parts.join(line_break));
+            }
+            outcomes.push((line, outcome));
+            line += k;
+        }
+        rows.sort();
+        (bytes, outcomes, rows)
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -243,6 +327,34 @@ proptest! {
                 prop_assert!(record.starts_with(lines[n - 1]));
             }
         }
+    }
+
+    /// With the default limits, stray quotes followed by quoted columns (which the stray
+    /// could pair with) cost their own lines only: every record is a row or a dead letter,
+    /// and every well-formed line or record is a row of its own, not lost or merged.
+    #[test]
+    fn csv_reader_with_default_limits_loses_no_well_formed_line_to_a_stray_quote(
+        (bytes, outcomes, want_rows) in file_of_units(proptest::collection::vec(unit(), 0..30))
+    ) {
+        let mut spec = csv_spec(1);
+        let defaults = FileSourceSpec::new("", FileFormat::Csv, vec![]);
+        spec.max_quoted_field_lines = defaults.max_quoted_field_lines;
+        spec.max_quoted_field_bytes = defaults.max_quoted_field_bytes;
+        prop_assert_eq!(spec.max_quoted_field_lines, 100);
+        let (rows, dead) = read(&bytes, spec);
+        let records = outcomes.iter().filter(|(_, o)| !matches!(o, Outcome::Skipped)).count();
+        prop_assert_eq!(rows.len() + dead.len(), records);
+        check_dead_letters(&dead, &lines(&bytes));
+        let mut dead_lines: Vec<String> = dead.iter().map(|d| d.position.clone()).collect();
+        dead_lines.sort();
+        let mut want_dead: Vec<String> = outcomes
+            .iter()
+            .filter(|(_, o)| matches!(o, Outcome::Dead))
+            .map(|(line, _)| format!("line {line}"))
+            .collect();
+        want_dead.sort();
+        prop_assert_eq!(dead_lines, want_dead);
+        prop_assert_eq!(rows, want_rows);
     }
 
     #[test]
