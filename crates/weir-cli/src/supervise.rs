@@ -99,12 +99,13 @@ pub async fn run(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let mut report = result?;
+    let report = result?;
     if let Some(path) = metrics_out {
         std::fs::write(path, serde_json::to_vec_pretty(&report.metrics)?)
             .with_context(|| format!("writing metrics to {}", path.display()))?;
     }
-    report.stopped &= signal.is_some();
+    // A signal that came after the job completed stopped nothing.
+    let signal = signal.filter(|_| report.stopped);
     Ok(Supervised {
         report,
         signal,

@@ -79,8 +79,8 @@ fn a_row_in_no_representable_window_is_a_dead_letter_saying_why() {
         (2, 1, 0),
         "{node:?}"
     );
-    assert_eq!(node.gauges["rows_in_no_window"], 1);
     assert_eq!(report.dead_letters, 1);
+    assert_eq!(node.gauges["rows_in_no_window"], 1);
     let letter = &report.kept_dead_letters[0];
     assert_eq!(letter.record, "k=a, ts=-9223372036854775798");
     assert!(

@@ -141,9 +141,11 @@ impl RunningJob {
         self.in_flight_bound_rows
     }
 
-    /// Stops every subtask now (an unbounded job ends only so); `wait` then returns the report.
+    /// Stops every subtask now (an unbounded job ends only so), as a [`StopHandle`] does:
+    /// `wait` then returns the report with `stopped` set, and what sinks had not completed
+    /// is discarded.
     pub fn abort(&mut self) {
-        self.tasks.abort_all();
+        self.stop.notify_one();
     }
 
     /// Dead letters against records read (read rows + dead letters); an error past the job's
@@ -343,14 +345,15 @@ impl RunningJob {
                     }
                     continue;
                 }
-                _ = check.tick(), if first_err.is_none() => {
+                _ = check.tick(), if first_err.is_none() && !stopped => {
                     if let Err(e) = self.check_dead_letter_share(1_000) {
                         first_err = Some(e);
                         self.tasks.abort_all();
                     }
                     continue;
                 }
-                _ = stop.notified(), if !stopped => {
+                // Once the job completed, the sinks are publishing: a stop comes too late.
+                _ = stop.notified(), if !stopped && !completed => {
                     tracing::warn!("job stopped before the end of its input");
                     stopped = true;
                     self.tasks.abort_all();

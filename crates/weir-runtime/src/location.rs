@@ -49,40 +49,37 @@ impl Location {
     }
 }
 
-/// `path` made absolute, with `.` and `..` taken out and symbolic links in the part that exists
-/// resolved, so that two spellings of one file compare equal. Reads the file system; never
-/// fails (a part that cannot be resolved is kept as written).
+/// `path` made absolute, with symbolic links in the part that exists resolved (as the OS
+/// resolves them, `..` after a link included) and `.` and `..` taken out of the rest, so that
+/// two spellings of one file compare equal. Reads the file system; never fails (a part that
+/// cannot be resolved is kept as written).
 pub fn normalise_path(path: &Path) -> PathBuf {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut lexical = PathBuf::new();
-    for c in abs.components() {
-        match c {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
-    // The longest part that exists, resolved; the rest appended as written.
-    let mut rest = Vec::new();
-    let mut head = lexical.as_path();
-    loop {
+    // The longest part that exists, resolved by the OS; the rest appended lexically.
+    let mut rest: Vec<Component> = Vec::new();
+    let mut head = abs.as_path();
+    let mut out = loop {
         if let Ok(real) = head.canonicalize() {
-            let mut out = real;
-            for part in rest.iter().rev() {
-                out.push(part);
-            }
-            return out;
+            break real;
         }
-        match (head.file_name(), head.parent()) {
-            (Some(name), Some(parent)) => {
-                rest.push(name.to_os_string());
+        match (head.components().next_back(), head.parent()) {
+            (Some(last), Some(parent)) => {
+                rest.push(last);
                 head = parent;
             }
-            _ => return lexical,
+            _ => break PathBuf::new(),
+        }
+    };
+    for c in rest.into_iter().rev() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
         }
     }
+    out
 }
 
 #[cfg(test)]
@@ -97,6 +94,20 @@ mod tests {
         let round = normalise_path(&dir.join("a/../a/./out.csv"));
         assert_eq!(direct, round);
         assert!(direct.is_absolute());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn dot_dot_after_a_symbolic_link_goes_where_the_os_goes() {
+        let dir = std::env::temp_dir().join(format!("weir-location-link-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("out")).unwrap();
+        std::fs::create_dir_all(dir.join("d/e")).unwrap();
+        std::os::unix::fs::symlink(dir.join("d/e"), dir.join("out/link")).unwrap();
+        // The OS writes out/link/../x.csv to d/x.csv.
+        assert_eq!(
+            normalise_path(&dir.join("out/link/../x.csv")),
+            normalise_path(&dir.join("d/x.csv"))
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -41,6 +41,8 @@ const SOURCE_OPTIONS: &[&str] = &[
 pub(crate) const LATE_ROWS: &str = "weir.late-rows";
 
 const CSV_READ: &[&str] = &[
+    "weir.csv.max-quoted-field-lines",
+    "weir.csv.max-quoted-field-bytes",
     "csv.header",
     "csv.field-delimiter",
     "csv.quote-character",
@@ -59,7 +61,9 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
             names.extend(["path", "format", "weir.on-bad-record"]);
             names.extend(CSV_READ);
         }
-        ("filesystem", Role::Sink) => names.extend(["path", "format", "csv.header"]),
+        ("filesystem", Role::Sink) => {
+            names.extend(["path", "format", "csv.header", "csv.field-delimiter"])
+        }
         ("weir-generator", Role::Source) => prefixes = &["generator."],
         ("kafka", Role::Source) => {
             names.extend([
@@ -123,7 +127,7 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
 /// `Plan` for a missing or unknown connector and for each option weir would not read.
 pub(crate) fn check_options(t: &TableDef, role: Role) -> Result<()> {
     let connector = need(t, "connector")?;
-    let Some((names, prefixes)) = known(&connector, role) else {
+    let Some((mut names, prefixes)) = known(&connector, role) else {
         let (what, list) = match role {
             Role::Source => (
                 "a source",
@@ -144,6 +148,19 @@ pub(crate) fn check_options(t: &TableDef, role: Role) -> Result<()> {
             }
         )));
     };
+    // As Flink, options are the connector's, whatever the role: a table declared once for
+    // reading and writing keeps its source options when a job writes it.
+    let other = match role {
+        Role::Source => Role::Sink,
+        Role::Sink => Role::Source,
+    };
+    if let Some((more, _)) = known(&connector, other) {
+        names.extend(
+            more.into_iter()
+                .filter(|n| !names.contains(n))
+                .collect::<Vec<_>>(),
+        );
+    }
     let mut unknown: Vec<&str> = t
         .options
         .keys()
@@ -239,7 +256,7 @@ fn char_option(t: &TableDef, key: &str) -> Result<Option<char>> {
 
 fn bad_record_policy(t: &TableDef) -> Result<BadRecordPolicy> {
     match opt(t, "weir.on-bad-record").as_deref() {
-        None | Some("dead-letter") => Ok(BadRecordPolicy::DeadLetter),
+        None | Some("dead-letter" | "dead_letter") => Ok(BadRecordPolicy::DeadLetter),
         Some("fail") => Ok(BadRecordPolicy::Fail),
         Some(v) => Err(plan_err(format!(
             "table `{}`: 'weir.on-bad-record' = '{v}': use 'dead-letter' (the default: the record is counted and kept aside) or 'fail'",
@@ -277,14 +294,56 @@ fn kafka_format(t: &TableDef, key: &str) -> Result<weir_connectors::kafka::Kafka
     }
 }
 
-/// `properties.*` options other than the two weir reads itself, for the Kafka client.
-fn kafka_properties(t: &TableDef) -> std::collections::HashMap<String, String> {
-    t.options
-        .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("properties.")?, v)))
-        .filter(|(k, _)| *k != "bootstrap.servers" && *k != "group.id")
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
+/// Client settings weir sets itself, which a table may not change: offsets are committed
+/// by weir, end of partition is how bounded reads finish, and the producer's acknowledgements
+/// and idempotence are what the sinks' guarantees rest on.
+const KAFKA_OWNED: &[&str] = &[
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "acks",
+    "enable.idempotence",
+    "transactional.id",
+    "isolation.level",
+];
+
+/// `properties.*` options other than the two weir reads itself, passed to the Kafka client
+/// (librdkafka, whose names mostly match the Java client's; one it does not know fails the
+/// job at start, naming it).
+///
+/// # Errors
+/// `Plan` for a setting weir owns ([`KAFKA_OWNED`]).
+fn kafka_properties(t: &TableDef) -> Result<std::collections::HashMap<String, String>> {
+    let mut out = std::collections::HashMap::new();
+    for (k, v) in &t.options {
+        let Some(key) = k.strip_prefix("properties.") else {
+            continue;
+        };
+        if key == "bootstrap.servers" || key == "group.id" {
+            continue;
+        }
+        if KAFKA_OWNED.contains(&key) {
+            return Err(plan_err(format!(
+                "table `{}`: '{k}' is set by weir (its delivery guarantees rest on it) and cannot be changed",
+                t.name
+            )));
+        }
+        out.insert(key.to_string(), v.clone());
+    }
+    Ok(out)
+}
+
+/// A whole-number option, or absent.
+fn usize_option(t: &TableDef, key: &str) -> Result<Option<usize>> {
+    match opt(t, key) {
+        None => Ok(None),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            plan_err(format!(
+                "table `{}`: '{key}' = '{v}': a whole number",
+                t.name
+            ))
+        }),
+    }
 }
 
 /// The source a table reads, with its options checked.
@@ -312,6 +371,12 @@ pub(crate) fn source_factory(
             spec.allow_comments = bool_option(t, "csv.allow-comments")?.unwrap_or(false);
             spec.ignore_parse_errors = bool_option(t, "csv.ignore-parse-errors")?.unwrap_or(false);
             spec.null_literal = opt(t, "csv.null-literal");
+            if let Some(n) = usize_option(t, "weir.csv.max-quoted-field-lines")? {
+                spec.max_quoted_field_lines = n;
+            }
+            if let Some(n) = usize_option(t, "weir.csv.max-quoted-field-bytes")? {
+                spec.max_quoted_field_bytes = n;
+            }
             spec.on_bad_record = bad_record_policy(t)?;
             // Rows without event time are dead letters with their file and line.
             spec.event_time_column = event_time_column.map(str::to_string);
@@ -348,7 +413,7 @@ pub(crate) fn source_factory(
             spec.group_id = opt(t, "properties.group.id");
             spec.bounded = bool_option(t, "weir.bounded")?.unwrap_or(false);
             spec.on_bad_record = bad_record_policy(t)?;
-            spec.properties = kafka_properties(t);
+            spec.properties = kafka_properties(t)?;
             if upsert {
                 if opt(t, "value.fields-include").is_some_and(|v| !v.eq_ignore_ascii_case("ALL")) {
                     return Err(plan_err(format!("table `{}`: 'value.fields-include' = 'EXCEPT_KEY' is not supported; weir reads values that hold every column ('ALL')", t.name)));
@@ -394,6 +459,9 @@ pub(crate) fn sink_factory(t: &TableDef) -> Result<(Arc<dyn SinkFactory>, Option
         "filesystem" => {
             let mut sink = FileSink::new(need(t, "path")?, FileFormat::parse(&need(t, "format")?)?);
             sink.spec.header = bool_option(t, "csv.header")?.unwrap_or(false);
+            if let Some(c) = char_option(t, "csv.field-delimiter")? {
+                sink.spec.delimiter = c;
+            }
             Ok((Arc::new(sink), Some(1)))
         }
         "print" => Ok((Arc::new(weir_connectors::stdout::StdoutSink), Some(1))),
@@ -426,7 +494,7 @@ pub(crate) fn sink_factory(t: &TableDef) -> Result<(Arc<dyn SinkFactory>, Option
                     .filter(|_| !upsert)
                     .map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
                 timestamp_column: opt(t, "weir.timestamp-column"),
-                properties: kafka_properties(t),
+                properties: kafka_properties(t)?,
                 upsert_key,
             };
             Ok((Arc::new(KafkaSink { spec }), None))

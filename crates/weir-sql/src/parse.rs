@@ -61,7 +61,7 @@ pub fn substitute(sql: &str, vars: &BTreeMap<String, String>) -> Result<String> 
                 "the job file uses `${{{name}}}` but no value was given: pass --var {name}=..."
             ))
         })?;
-        if value.trim().is_empty() {
+        if value.is_empty() {
             return Err(Error::Parse(format!(
                 "the job file uses `${{{name}}}` and its value is empty: pass --var {name}=... with a value"
             )));

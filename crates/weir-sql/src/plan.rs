@@ -177,6 +177,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         settings,
         job: job.clone(),
         late_rows: RefCell::default(),
+        late_routed: RefCell::default(),
     };
     let mut made_by = Vec::new();
     for ins in &inserts {
@@ -475,6 +476,8 @@ struct Planner {
     /// Late rows of sources with 'weir.late-rows', by the lower-case name of the table they go
     /// to: (its name, the rows of each source read, already in that table's columns).
     late_rows: RefCell<BTreeMap<String, (String, Vec<Stream>)>>,
+    /// Source tables (lower case) whose late rows are routed already.
+    late_routed: RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl Planner {
@@ -630,12 +633,10 @@ impl Planner {
                     ))
                 })?;
             }
-            al.allow_unaligned_source_splits = self
-                .setting(
-                    "pipeline.watermark-alignment.allow-unaligned-source-splits",
-                    t,
-                )
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            let key = "pipeline.watermark-alignment.allow-unaligned-source-splits";
+            al.allow_unaligned_source_splits =
+                connectors::parse_bool(&t.name, key, self.setting(key, t).as_deref())?
+                    .unwrap_or(false);
             opts = opts.aligned(al);
         }
         let proc_attrs: Vec<String> = t
@@ -660,7 +661,10 @@ impl Planner {
             // Late at the source is late everywhere after it: rows behind their split's
             // watermark go to the table instead of into the query.
             stream = stream.drop_late();
-            self.route_late_rows(t, late_table, stream.late_rows())?;
+            // The same rows are late in every read of the table: one read sends them.
+            if self.late_routed.borrow_mut().insert(t.name.to_lowercase()) {
+                self.route_late_rows(t, late_table, stream.late_rows())?;
+            }
         }
         // Physical columns, then computed ones.
         let base = Rel {

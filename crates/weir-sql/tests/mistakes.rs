@@ -214,3 +214,68 @@ fn flink_csv_options_are_read() {
         ["1,a;b,false", "2,,true"]
     );
 }
+
+#[test]
+fn a_sink_in_a_sub_folder_of_a_globbed_source_folder_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("events.csv"), "id,ts\n1,1000\n").unwrap();
+    let sql = "CREATE TABLE events (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/*.csv', 'format' = 'csv');
+         CREATE TABLE out1 (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/out/summary.csv', 'format' = 'csv');
+         INSERT INTO out1 SELECT id, ts FROM events;";
+    plan_job(sql, &opts(dir.path())).unwrap();
+}
+
+#[test]
+fn a_table_read_twice_sends_each_late_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("events.csv"),
+        "id,ts\n1,100000\n2,1000\n3,2000\n4,200000\n",
+    )
+    .unwrap();
+    let sql = format!(
+        "{EVENTS}, 'weir.late-rows' = 'late_events');
+         CREATE TABLE late_events (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/late.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE a (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/a.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE b (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/b.csv', 'format' = 'csv', 'csv.header' = 'true');
+         INSERT INTO a SELECT id FROM events;
+         INSERT INTO b SELECT id FROM events;"
+    );
+    run(&sql, dir.path());
+    assert_eq!(lines(&dir.path().join("late.csv")), ["2", "3"]);
+    assert_eq!(lines(&dir.path().join("a.csv")), ["1", "4"]);
+    assert_eq!(lines(&dir.path().join("b.csv")), ["1", "4"]);
+}
+
+#[test]
+fn options_flink_users_already_write_are_still_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("e.csv"), "1\n2\n").unwrap();
+    // The spelling documented before, a source option on a table also written, a sink's
+    // delimiter.
+    run(
+        "CREATE TABLE events (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/e.csv', 'format' = 'csv', 'weir.on-bad-record' = 'dead_letter');
+         CREATE TABLE out1 (id BIGINT, two BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/out.csv', 'format' = 'csv',
+           'csv.field-delimiter' = ';', 'csv.allow-comments' = 'true');
+         INSERT INTO out1 SELECT id, id * 2 FROM events;",
+        dir.path(),
+    );
+    let text = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
+    assert_eq!(text, "1;2\n2;4\n");
+}
+
+#[test]
+fn kafka_client_settings_weir_owns_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = plan_error(
+        "CREATE TABLE events (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/e.csv', 'format' = 'csv');
+         CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'kafka', 'topic' = 't', 'properties.bootstrap.servers' = '127.0.0.1:1',
+           'format' = 'json', 'properties.enable.idempotence' = 'false');
+         INSERT INTO out1 SELECT id FROM events;",
+        dir.path(),
+    );
+    assert!(
+        err.contains("'properties.enable.idempotence' is set by weir"),
+        "{err}"
+    );
+}

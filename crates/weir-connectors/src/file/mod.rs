@@ -338,12 +338,38 @@ impl SourceFactory for FileSource {
         let weir_runtime::Location::File(written) = location else {
             return false;
         };
-        let mine = weir_runtime::location::normalise_path(Path::new(&self.spec.path));
-        if self.spec.path.contains(['*', '?', '[']) {
-            glob::Pattern::new(&mine.to_string_lossy()).is_ok_and(|p| p.matches_path(written))
-        } else {
-            &mine == written
+        use weir_runtime::location::normalise_path;
+        let pattern = Path::new(&self.spec.path);
+        if !self.spec.path.contains(['*', '?', '[']) {
+            return &normalise_path(pattern) == written;
         }
+        // A file the glob matches now (a symbolic link to it included)...
+        if expand(&self.spec.path)
+            .unwrap_or_default()
+            .iter()
+            .any(|f| &normalise_path(f) == written)
+        {
+            return true;
+        }
+        // ... or would match once written: the folder part resolved, its name matched as the
+        // glob crate matches it (`*` stays within one folder).
+        let mut literal = PathBuf::new();
+        let mut globbed = PathBuf::new();
+        for c in pattern.components() {
+            let text = c.as_os_str().to_string_lossy();
+            if globbed.as_os_str().is_empty() && !text.contains(['*', '?', '[']) {
+                literal.push(c);
+            } else {
+                globbed.push(c);
+            }
+        }
+        let base = glob::Pattern::escape(&normalise_path(&literal).to_string_lossy());
+        let full = format!("{base}/{}", globbed.to_string_lossy());
+        let options = glob::MatchOptions {
+            require_literal_separator: true,
+            ..Default::default()
+        };
+        glob::Pattern::new(&full).is_ok_and(|p| p.matches_path_with(written, options))
     }
     fn spec(&self) -> serde_json::Value {
         let mut spec = self.spec.clone();

@@ -32,6 +32,13 @@ pub struct FileSinkSpec {
     /// CSV: write a header line.
     #[serde(default = "yes")]
     pub header: bool,
+    /// CSV field delimiter (one ASCII character).
+    #[serde(default = "comma")]
+    pub delimiter: char,
+}
+
+fn comma() -> char {
+    ','
 }
 
 fn yes() -> bool {
@@ -51,6 +58,7 @@ impl FileSink {
                 path: path.into(),
                 format,
                 header: true,
+                delimiter: ',',
             },
         }
     }
@@ -128,6 +136,13 @@ fn open_inner(path: &Path, spec: &FileSinkSpec, schema: SchemaRef) -> Result<Inn
         FileFormat::Csv => Inner::Csv(Some(
             arrow_csv::WriterBuilder::new()
                 .with_header(spec.header)
+                .with_delimiter(u8::try_from(spec.delimiter).map_err(|_| {
+                    weir_runtime::Error::config(
+                        "delimiter",
+                        spec.delimiter,
+                        "use a single-byte delimiter",
+                    )
+                })?)
                 .build(out),
         )),
         FileFormat::Json => Inner::Json(Some(arrow_json::LineDelimitedWriter::new(out))),
@@ -135,6 +150,14 @@ fn open_inner(path: &Path, spec: &FileSinkSpec, schema: SchemaRef) -> Result<Inn
             parquet::arrow::ArrowWriter::try_new(out, schema, None).map_err(|e| io_err(path, e))?,
         )),
     })
+}
+
+/// Makes a closed file's bytes durable (a rename may then publish it: after a machine crash
+/// the new name never shows an empty or partial file).
+fn sync_file(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io_err(path, e))
 }
 
 /// Flushes and closes a file opened by [`open_inner`].
@@ -276,6 +299,8 @@ impl PartsWriter {
     fn seal(&mut self, epoch: u64) -> Result<()> {
         if let Some((path, mut inner)) = self.current.take() {
             close_inner(&mut inner, &path)?;
+            // Pre-committed means durable: the checkpoint holds this part.
+            sync_file(&path)?;
             let pending = self.dir.join(format!(
                 ".part-{}-{epoch}.{}.pending",
                 self.subtask,
@@ -393,7 +418,8 @@ impl FileWriter {
                 self.path.display()
             )));
         }
-        close_inner(&mut self.inner, &self.in_progress)
+        close_inner(&mut self.inner, &self.in_progress)?;
+        sync_file(&self.in_progress)
     }
 
     /// Publishes the closed in-progress file under its final name.
