@@ -87,3 +87,42 @@ fn a_job_killed_at_random_moments_and_restored_writes_each_row_once() {
     assert_eq!(got.len(), want.len(), "rows lost or written twice");
     assert_eq!(got, want);
 }
+
+/// The folder of part files a checkpointed file sink writes reads back as one table.
+#[test]
+fn a_folder_of_part_files_reads_back_as_one_table() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), JOB).unwrap();
+    let out = weir(dir.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        dir.path().join("count.sql"),
+        "CREATE TABLE parts (ts BIGINT, key STRING, kind STRING)
+           WITH ('connector' = 'filesystem', 'path' = 'out', 'format' = 'csv');
+         CREATE TABLE again (ts BIGINT, key STRING, kind STRING)
+           WITH ('connector' = 'filesystem', 'path' = 'again.csv', 'format' = 'csv');
+         INSERT INTO again SELECT * FROM parts;",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "count.sql"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut again: Vec<String> = std::fs::read_to_string(dir.path().join("again.csv"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    again.sort();
+    assert_eq!(again, output(dir.path()));
+}

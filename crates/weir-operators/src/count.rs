@@ -52,9 +52,10 @@ impl OperatorFactory for Count {
             event_time: None,
         })
     }
-    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = single_input("count", inputs)?;
         Ok(Box::new(CountOp {
+            key_groups: info.key_groups,
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             schema: self.plan(inputs)?.schema,
             counts: KeyedTable::new("counts"),
@@ -64,10 +65,27 @@ impl OperatorFactory for Count {
     fn describe(&self) -> String {
         format!("count per ({})", self.keys.join(", "))
     }
+    fn state(&self) -> weir_runtime::graph::OperatorState {
+        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
+    }
+}
+
+/// The layout of a count's checkpointed state: a key's group, its encoded key, its count.
+fn state_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new(
+            weir_state::snapshot::KEY_GROUP_COLUMN,
+            DataType::UInt16,
+            false,
+        ),
+        Field::new("key", DataType::Binary, false),
+        Field::new("count", DataType::UInt64, false),
+    ]))
 }
 
 /// One subtask of a keyed count.
 pub struct CountOp {
+    key_groups: u16,
     encoder: KeyEncoder,
     schema: SchemaRef,
     counts: KeyedTable<u64>,
@@ -105,6 +123,43 @@ impl Operator for CountOp {
 
     fn state_size(&self) -> StateSize {
         self.counts.size()
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let (mut groups, mut keys, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, c) in self.counts.iter() {
+            groups.push(weir_core::keys::key_group(hash_key(k), self.key_groups));
+            keys.push(k);
+            counts.push(*c);
+        }
+        Ok(vec![RecordBatch::try_new(
+            state_schema(),
+            vec![
+                weir_state::snapshot::key_group_column(groups),
+                Arc::new(arrow_array::BinaryArray::from(keys)),
+                Arc::new(arrow_array::UInt64Array::from(counts)),
+            ],
+        )?])
+    }
+
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        for b in state {
+            let keys = b
+                .column_by_name("key")
+                .and_then(|c| c.as_any().downcast_ref::<arrow_array::BinaryArray>())
+                .ok_or_else(|| Error::Internal("count state without its key column".into()))?;
+            let counts = b
+                .column_by_name("count")
+                .and_then(|c| c.as_any().downcast_ref::<arrow_array::UInt64Array>())
+                .ok_or_else(|| Error::Internal("count state without its count column".into()))?;
+            for (k, c) in keys.iter().zip(counts.iter()) {
+                let (Some(k), Some(c)) = (k, c) else {
+                    continue;
+                };
+                *self.counts.upsert(hash_key(k), k, || 0) += c;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -76,6 +76,9 @@ pub enum OperatorState {
     Stateless,
     /// State that checkpoints do not capture yet.
     NotCheckpointed,
+    /// State captured by `Operator::snapshot` and taken up by `Operator::restore`, in this
+    /// version of its layout (a restore refuses another).
+    Checkpointed { version: u32 },
 }
 
 /// How rows move from the subtasks of one node to those of the next.

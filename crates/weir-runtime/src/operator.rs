@@ -267,6 +267,32 @@ pub trait Operator: Send {
         StateSize::default()
     }
 
+    /// The operator's state at a checkpoint (called after `on_barrier`, with every row before
+    /// the barrier processed), as Arrow batches that [`restore`](Operator::restore) takes
+    /// back. Keyed state has a `weir_state::snapshot::KEY_GROUP_COLUMN` so that a restore at
+    /// another parallelism gives each subtask the rows of its key groups. Called only when the
+    /// factory's [`OperatorFactory::state`](crate::graph::OperatorFactory::state) is
+    /// `Checkpointed`.
+    ///
+    /// # Errors
+    /// The default: this operator has no snapshot.
+    fn snapshot(&mut self) -> Result<Vec<arrow_array::RecordBatch>> {
+        Err(crate::Error::Internal(
+            "snapshot of an operator that declares no checkpointed state".into(),
+        ))
+    }
+
+    /// Takes up the state of a checkpoint before any input: the batches the node's subtasks'
+    /// `snapshot`s returned, keyed rows limited to this subtask's key groups.
+    ///
+    /// # Errors
+    /// The default: this operator has no snapshot to restore.
+    fn restore(&mut self, _state: Vec<arrow_array::RecordBatch>) -> Result<()> {
+        Err(crate::Error::Internal(
+            "restore of an operator that declares no checkpointed state".into(),
+        ))
+    }
+
     /// Operator-specific gauges (rows buffered per join side, versions held, ...), reported as
     /// metrics after watermarks, at the end and every few batches. Names are `snake_case`.
     fn gauges(&self, _out: &mut Vec<(&'static str, i64)>) {}

@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use hashbrown::HashTable;
 
 pub mod checkpoint;
+pub mod snapshot;
 
 /// weir-state's error.
 ///

@@ -263,7 +263,8 @@ impl FileSource {
     }
 }
 
-/// The files a path or glob pattern names, sorted. A glob skips what is not a file; a broken
+/// The files a path, folder or glob pattern names, sorted (a folder: the files in it that are
+/// not hidden). A glob skips what is not a file; a broken
 /// symbolic link among its matches is skipped with a warning naming the link and its target.
 ///
 /// # Errors
@@ -305,6 +306,18 @@ pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
         }
         if p.is_file() {
             vec![p]
+        } else if p.is_dir() {
+            // A folder is one table: its files (a checkpointed file sink's finished parts),
+            // not the hidden ones (parts in progress or pending).
+            let mut v: Vec<PathBuf> = std::fs::read_dir(&p)
+                .map_err(|e| io_err(&p, e))?
+                .filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .collect();
+            v.sort();
+            v
         } else {
             vec![]
         }
@@ -341,7 +354,9 @@ impl SourceFactory for FileSource {
         use weir_runtime::location::normalise_path;
         let pattern = Path::new(&self.spec.path);
         if !self.spec.path.contains(['*', '?', '[']) {
-            return &normalise_path(pattern) == written;
+            // A folder is read whole: a file written in it is read too.
+            let mine = normalise_path(pattern);
+            return &mine == written || (pattern.is_dir() && written.starts_with(&mine));
         }
         // A file the glob matches now (a symbolic link to it included)...
         if expand(&self.spec.path)

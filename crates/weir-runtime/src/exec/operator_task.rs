@@ -47,6 +47,11 @@ pub(super) struct OperatorTask {
     /// Where checkpoint reports go, when the job takes checkpoints.
     pub(super) checkpoints:
         Option<tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>>,
+    /// Operators with checkpointed state: where their snapshots go, and the file name.
+    pub(super) state_files: Option<(
+        std::sync::Arc<dyn weir_state::checkpoint::CheckpointStorage>,
+        String,
+    )>,
     /// The subtask's (node, index), for checkpoint reports.
     pub(super) id: (usize, usize),
     /// Sinks of a job with checkpoints: the newest complete checkpoint.
@@ -198,6 +203,26 @@ impl OperatorTask {
         Ok(())
     }
 
+    /// Writes the operator's state for checkpoint `epoch` (nothing for a stateless one).
+    fn snapshot(
+        &mut self,
+        epoch: weir_core::time::Epoch,
+    ) -> Result<Vec<crate::checkpoint::StateFileInfo>> {
+        let (Some((storage, name)), Processor::Operator(op)) =
+            (&self.state_files, &mut self.processor)
+        else {
+            return Ok(Vec::new());
+        };
+        let batches = op.snapshot()?;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let bytes = storage.write_file(epoch, name, &weir_state::snapshot::encode(&batches)?)?;
+        Ok(vec![crate::checkpoint::StateFileInfo {
+            name: name.clone(),
+            rows,
+            bytes,
+        }])
+    }
+
     /// Tells the sink that checkpoints up to the newest complete one are complete.
     async fn commit_completed(&mut self) -> Result<()> {
         let Some(rx) = &self.completed else {
@@ -338,8 +363,9 @@ impl OperatorTask {
                 let report = match &mut self.processor {
                     Processor::Operator(_) => {
                         self.call(|op, ctx| op.on_barrier(epoch, ctx)).await?;
-                        // Only stateless operators run with checkpoints on (checked at start).
-                        crate::checkpoint::Report::Operator { state: Vec::new() }
+                        crate::checkpoint::Report::Operator {
+                            state: self.snapshot(epoch)?,
+                        }
                     }
                     Processor::Sink(w) => {
                         w.pre_commit(epoch).await?;

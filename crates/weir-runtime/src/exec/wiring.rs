@@ -311,11 +311,21 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         _ => vec![true; inputs.len()],
                     };
                     let processor = match &n.kind {
-                        NodeKind::Operator { factory } => Processor::Operator(
-                            factory
+                        NodeKind::Operator { factory } => {
+                            let mut op = factory
                                 .create(&input_streams, &info)
-                                .map_err(|e| wrap(s, e))?,
-                        ),
+                                .map_err(|e| wrap(s, e))?;
+                            if let (
+                                Some(r),
+                                crate::graph::OperatorState::Checkpointed { version },
+                            ) = (&restored, factory.state())
+                            {
+                                let state = restored_state(r, &stable_ids[n.id], version, &info)
+                                    .map_err(|e| wrap(s, e))?;
+                                op.restore(state).map_err(|e| wrap(s, e))?;
+                            }
+                            Processor::Operator(op)
+                        }
                         NodeKind::Sink { factory } => Processor::Sink(
                             factory
                                 .create_writer(n.output.schema.clone(), &info)
@@ -351,6 +361,17 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         dead_letters: dead_letters.clone(),
                         verdict: verdict.clone(),
                         checkpoints: checkpoints.as_mut().map(|c| c.other((n.id, s))),
+                        state_files: match (&n.kind, &checkpoints) {
+                            (NodeKind::Operator { factory }, Some(c))
+                                if matches!(
+                                    factory.state(),
+                                    crate::graph::OperatorState::Checkpointed { .. }
+                                ) =>
+                            {
+                                Some((c.storage.clone(), format!("{}-{s}.arrow", stable_ids[n.id])))
+                            }
+                            _ => None,
+                        },
                         id: (n.id, s),
                         completed: match (&n.kind, &checkpoints) {
                             (NodeKind::Sink { .. }, Some(c)) => Some(c.completed.subscribe()),
@@ -430,7 +451,7 @@ impl CheckpointWiring {
         let not_yet: Vec<String> = (graph.nodes.iter())
             .filter_map(|n| match &n.kind {
                 NodeKind::Operator { factory }
-                    if factory.state() != crate::graph::OperatorState::Stateless =>
+                    if factory.state() == crate::graph::OperatorState::NotCheckpointed =>
                 {
                     Some(format!("`{}` (created at {})", n.name, n.created_at))
                 }
@@ -545,4 +566,56 @@ fn check_restorable(
         )));
     }
     Ok(())
+}
+
+/// The state batches of node `id` in checkpoint `r` for the subtask `info` describes: every
+/// subtask's file of the node (the parallelism may have changed), keyed rows limited to the
+/// subtask's key groups.
+fn restored_state(
+    r: &crate::checkpoint::Restored,
+    id: &str,
+    version: u32,
+    info: &SubtaskInfo,
+) -> Result<Vec<arrow_array::RecordBatch>> {
+    use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
+    let Some(node) = r.manifest.nodes.get(id) else {
+        return Ok(Vec::new());
+    };
+    if node.state_version != version {
+        return Err(Error::plan(format!(
+            "checkpoint {} holds the state of `{}` in layout version {}, and this weir reads \
+             version {version}; restore it with the weir that wrote it",
+            r.manifest.epoch.0, info.operator, node.state_version
+        )));
+    }
+    let storage = LocalDirStorage::new(&r.handle.location);
+    let range = weir_core::keys::KeyGroupRange::for_subtask(
+        info.subtask,
+        info.parallelism,
+        info.key_groups,
+    );
+    let mut out = Vec::new();
+    for sub in &node.subtasks {
+        for f in &sub.files {
+            let bytes = storage.read_file(&r.handle, &f.name)?;
+            for b in weir_state::snapshot::decode(&bytes, &r.handle.location.join(&f.name))? {
+                let keyed = b
+                    .schema()
+                    .index_of(weir_state::snapshot::KEY_GROUP_COLUMN)
+                    .is_ok();
+                if keyed {
+                    out.push(weir_state::snapshot::rows_in_key_groups(&b, range)?);
+                } else if sub.parallelism == info.parallelism && sub.subtask == info.subtask {
+                    out.push(b);
+                } else if sub.parallelism != info.parallelism {
+                    return Err(Error::plan(format!(
+                        "the state of `{}` is not keyed and was taken at parallelism {}; \
+                         restore it at that parallelism",
+                        info.operator, sub.parallelism
+                    )));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
