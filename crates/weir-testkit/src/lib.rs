@@ -264,6 +264,45 @@ impl Harness {
         self.op.state_size()
     }
 
+    /// The operator's checkpointed state now (as the runtime takes it at a barrier), through
+    /// Arrow IPC as a checkpoint stores it.
+    pub fn snapshot(&mut self) -> Vec<RecordBatch> {
+        let batches = self.op.snapshot().expect("snapshot failed");
+        let bytes = weir_state::snapshot::encode(&batches).expect("state encodes");
+        weir_state::snapshot::decode(&bytes, std::path::Path::new("snapshot"))
+            .expect("state decodes")
+    }
+
+    /// A fresh subtask `subtask` of `parallelism` of `factory` restored from `snapshots` (the
+    /// state of every subtask of the checkpoint), as the runtime restores one: keyed rows of
+    /// the subtask's key groups only. Its watermark starts at `watermark` (what the sources'
+    /// restored splits give it).
+    pub fn restored(
+        factory: &dyn OperatorFactory,
+        inputs: &[StreamInfo],
+        snapshots: &[Vec<RecordBatch>],
+        subtask: usize,
+        parallelism: usize,
+    ) -> Self {
+        let mut info = harness_subtask();
+        info.subtask = subtask;
+        info.parallelism = parallelism;
+        let range =
+            weir_core::keys::KeyGroupRange::for_subtask(subtask, parallelism, info.key_groups);
+        let mut op = factory
+            .create(inputs, &info)
+            .unwrap_or_else(|e| panic!("`{}` refused its inputs: {e}", factory.kind()));
+        let mine: Vec<RecordBatch> = snapshots
+            .iter()
+            .flatten()
+            .map(|b| weir_state::snapshot::rows_in_key_groups(b, range).expect("keyed state"))
+            .collect();
+        op.restore(mine).expect("restore failed");
+        let mut h = Harness::new(op);
+        h.info = info;
+        h
+    }
+
     /// The operator's gauges now.
     pub fn gauges(&self) -> std::collections::BTreeMap<&'static str, i64> {
         let mut v = Vec::new();
