@@ -1380,6 +1380,7 @@ mod tests {
             dead_letters: DeadLetters::new(None),
             split_metrics: metrics.clone(),
             start_positions: Vec::new(),
+            checkpointing: false,
         };
         (src.create_reader(splits, ctx).unwrap(), metrics)
     }

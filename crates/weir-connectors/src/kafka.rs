@@ -9,15 +9,18 @@
 //! are JSON objects, CSV lines or raw values; the record key and timestamp can be columns, and
 //! either the timestamp or a field is the event time. A record that does not parse goes to the
 //! dead-letter output with its partition, offset and reason. Single partitions pause and resume
-//! (watermark alignment). Consumed offsets are committed to the group as the job goes and at
-//! the end. With `bounded`, each partition is read up to its end at start, and the source then
-//! finishes (backfills and tests).
+//! (watermark alignment). Without checkpoints, consumed offsets are committed to the group as
+//! the job goes and at the end (at most once for rows still in the job's state on a crash).
+//! With checkpoints, nothing is committed automatically: a checkpoint's offsets go to the group
+//! when it completes ([`SourceReader::checkpoint_complete`]), so the group never runs ahead of
+//! what a restore would replay. With `bounded`, each partition is read up to its end at start,
+//! and the source then finishes (backfills and tests).
 //!
 //! A partition's position ([`SourceReader::position`]) is `{"offset": n}`, the offset of the
 //! next record not yet returned (with `"end": e`, where a bounded source stops, and
 //! `"started": false` while a source starting at an event time has not found its first record
 //! yet), or `{"finished": true}`; a reader given it back seeks the partition there instead of
-//! the configured start. Committing offsets to the group is unchanged by positions.
+//! the configured start.
 //!
 //! # Upsert mode
 //!
@@ -305,6 +308,13 @@ impl KafkaSource {
     }
 
     fn consumer(&self) -> Result<BaseConsumer> {
+        self.consumer_committing(true)
+    }
+
+    /// A consumer of the topic; `auto_commit` off when checkpoints record the offsets (they
+    /// are committed to the group when a checkpoint holding them completes, never for records
+    /// still in the job's state).
+    fn consumer_committing(&self, auto_commit: bool) -> Result<BaseConsumer> {
         let mut cfg = ClientConfig::new();
         cfg.set("bootstrap.servers", &self.spec.bootstrap_servers)
             .set(
@@ -314,7 +324,10 @@ impl KafkaSource {
                     .clone()
                     .unwrap_or_else(|| format!("weir-{}", self.spec.topic)),
             )
-            .set("enable.auto.commit", "true")
+            .set(
+                "enable.auto.commit",
+                if auto_commit { "true" } else { "false" },
+            )
             .set("enable.partition.eof", "false")
             .set("auto.offset.reset", "earliest");
         for (k, v) in &self.spec.properties {
@@ -379,7 +392,7 @@ impl SourceFactory for KafkaSource {
         splits: Vec<usize>,
         ctx: ReaderContext,
     ) -> Result<Box<dyn SourceReader>> {
-        let consumer = self.consumer()?;
+        let consumer = self.consumer_committing(!ctx.checkpointing)?;
         let all = self.partitions(&consumer)?;
         let partitions: Vec<i32> = splits.iter().map(|&i| all[i]).collect();
         let topic = &self.spec.topic;
@@ -778,6 +791,34 @@ impl KafkaReader {
 }
 
 impl SourceReader for KafkaReader {
+    /// Commits the checkpoint's offsets to the consumer group, so a job started from the
+    /// group's offsets begins where the checkpoint stood.
+    fn checkpoint_complete(&mut self, positions: &[(usize, serde_json::Value)]) -> Result<()> {
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (k, p) in positions {
+            let offset = match KafkaPosition::from_json(p) {
+                Some(KafkaPosition::At { offset, .. }) => offset,
+                Some(KafkaPosition::Finished) => self.ends[*k].max(self.next[*k]),
+                None => continue,
+            };
+            if offset < 0 {
+                continue;
+            }
+            tpl.add_partition_offset(
+                &self.source.spec.topic,
+                self.partitions[*k],
+                rdkafka::Offset::Offset(offset),
+            )
+            .map_err(|e| kafka_err("commit", e))?;
+        }
+        if tpl.count() > 0 {
+            self.consumer
+                .commit(&tpl, CommitMode::Async)
+                .map_err(|e| kafka_err("commit", e))?;
+        }
+        Ok(())
+    }
+
     fn position(&self, split: usize) -> Option<serde_json::Value> {
         if *self.finished.get(split)? {
             return Some(KafkaPosition::Finished.to_json());
@@ -906,7 +947,11 @@ impl SourceReader for KafkaReader {
 
 impl Drop for KafkaReader {
     fn drop(&mut self) {
-        let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
+        // With checkpoints only a complete checkpoint commits offsets: a stopped or failed
+        // job's records may still have been in its state.
+        if !self.ctx.checkpointing {
+            let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
+        }
     }
 }
 

@@ -288,3 +288,77 @@ fn kafka_misaligned_start_is_refused() {
         "{msg}"
     );
 }
+
+/// With checkpoints, the consumer group's offsets are committed when a checkpoint holding
+/// them completes (and never automatically, for records still in the job's state): a job
+/// stopped after its checkpoints leaves the group where they stood.
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn kafka_offsets_are_committed_when_a_checkpoint_completes() {
+    let rt = rt();
+    let t = topic(&rt, "checkpointed", 2);
+    produce(&rt, &t, GeneratorSpec::events(600), "key");
+    let dir = tempfile::tempdir().unwrap();
+    let mut unbounded = events_source(&t, StartPosition::Earliest, "checkpointed");
+    unbounded = {
+        let mut spec: weir_connectors::kafka::KafkaSourceSpec =
+            serde_json::from_value(weir_runtime::SourceFactory::spec(&unbounded)).unwrap();
+        spec.bounded = false;
+        KafkaSource::new(spec).unwrap()
+    };
+    let job = JobBuilder::with_config(
+        "checkpointed",
+        JobConfig {
+            parallelism: 2,
+            checkpointing: Some(weir_runtime::checkpoint::CheckpointConfig::new(
+                50,
+                dir.path(),
+            )),
+            ..Default::default()
+        },
+    );
+    let out = CollectSink::new();
+    job.source("kafka", unbounded, SourceOptions::event_time("ts", 5_000))
+        .sink("out", out.clone());
+    let report = rt.block_on(async {
+        let running = exec::start(job.build().unwrap(), Arc::new(SystemClock)).unwrap();
+        let stop = running.stop_handle();
+        let metrics = running.metrics.clone();
+        let seen = out.clone();
+        tokio::spawn(async move {
+            // Every row read, then two more checkpoints: they hold the end offsets.
+            while seen.rows() < 600 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let at = metrics
+                .checkpoints
+                .completed
+                .load(std::sync::atomic::Ordering::Relaxed);
+            while metrics
+                .checkpoints
+                .completed
+                .load(std::sync::atomic::Ordering::Relaxed)
+                < at + 2
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            // The sources see the completion on their next poll.
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            stop.stop();
+        });
+        running.wait().await.unwrap()
+    });
+    assert!(report.stopped);
+    assert_eq!(out.rows(), 600);
+    // Another group has everything to read; this one's committed offsets are the ends.
+    let fresh = read(
+        &rt,
+        events_source(&t, StartPosition::Committed, "never-read"),
+    );
+    assert_eq!(sorted_lines(&fresh).len(), 600);
+    let again = read(
+        &rt,
+        events_source(&t, StartPosition::Committed, "checkpointed"),
+    );
+    assert_eq!(sorted_lines(&again).len(), 0);
+}

@@ -72,6 +72,7 @@ fn open(
         dead_letters: DeadLetters::new(None),
         split_metrics: vec![Arc::new(SplitMetrics::new(format!("split {split}")))],
         start_positions: vec![start],
+        checkpointing: false,
     };
     source.create_reader(vec![split], ctx).unwrap()
 }
@@ -166,6 +167,7 @@ fn a_kafka_position_before_the_first_record_is_the_start_offset() {
         dead_letters: DeadLetters::new(None),
         split_metrics: vec![Arc::new(SplitMetrics::new("s".into()))],
         start_positions: vec![Some(json!({ "offset": 1000 }))],
+        checkpointing: false,
     };
     let err = earliest.create_reader(vec![0], ctx).err().expect("refused");
     assert!(err.to_string().contains(&format!("{t}-0")), "{err}");

@@ -35,6 +35,7 @@ fn open(
         dead_letters: dead.clone(),
         split_metrics: vec![Arc::new(SplitMetrics::new(format!("split {split}")))],
         start_positions: vec![start],
+        checkpointing: false,
     };
     (source.create_reader(vec![split], ctx).unwrap(), dead)
 }
@@ -480,6 +481,7 @@ fn a_generator_position_is_the_next_row_index_of_its_split() {
             dead_letters: dead,
             split_metrics: vec![Arc::new(SplitMetrics::new("s".into()))],
             start_positions: vec![Some(at.clone())],
+            checkpointing: false,
         };
         let err = source.create_reader(vec![2], ctx).err().expect("refused");
         assert!(err.to_string().contains("not a position"), "{at}: {err}");

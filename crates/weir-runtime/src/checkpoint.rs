@@ -121,6 +121,10 @@ pub(crate) enum ToCoordinator {
 pub(crate) struct SourceCheckpoints {
     pub triggers: tokio::sync::mpsc::UnboundedReceiver<Epoch>,
     pub to_coordinator: tokio::sync::mpsc::UnboundedSender<ToCoordinator>,
+    /// The newest complete checkpoint.
+    pub completed: tokio::sync::watch::Receiver<u64>,
+    /// Positions this subtask reported, by checkpoint, until it completes.
+    pub reported: BTreeMap<u64, Vec<(usize, serde_json::Value)>>,
 }
 
 /// What one subtask reports for a checkpoint.

@@ -59,6 +59,16 @@ pub trait SourceReader: Send {
     fn position(&self, _split: usize) -> Option<serde_json::Value> {
         None
     }
+
+    /// A checkpoint holding these positions (by the reader's split index, as `position` gave
+    /// them) is complete: a source that keeps positions outside the job (a Kafka consumer
+    /// group's offsets) may record them now. The default does nothing.
+    ///
+    /// # Errors
+    /// An error stops the job.
+    fn checkpoint_complete(&mut self, _positions: &[(usize, serde_json::Value)]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The shared state of one watermark alignment group: every split's last reported watermark.
@@ -104,6 +114,9 @@ pub struct ReaderContext {
     /// position an earlier reader returned from [`SourceReader::position`] (a restore).
     /// Empty means `None` for every split.
     pub start_positions: Vec<Option<serde_json::Value>>,
+    /// The job takes checkpoints: positions are recorded by them
+    /// ([`SourceReader::checkpoint_complete`]), not by the source on its own.
+    pub checkpointing: bool,
 }
 
 impl ReaderContext {

@@ -38,6 +38,8 @@ pub(super) struct SourceTask {
     pub(super) group: Option<Arc<AlignmentGroup>>,
     /// Checkpoint triggers and reports, when the job takes checkpoints.
     pub(super) checkpoints: Option<crate::checkpoint::SourceCheckpoints>,
+    /// The job takes checkpoints.
+    pub(super) checkpoints_on: bool,
     /// Where each assigned split starts (a restore), in the order of `assigned`.
     pub(super) start_positions: Vec<Option<serde_json::Value>>,
     /// Each assigned split's watermark at the checkpoint restored from.
@@ -118,15 +120,21 @@ impl SourceTask {
     }
 
     /// Starts checkpoint `epoch` here: reports where every split stands (just after the rows
-    /// sent so far); the caller then sends the barrier after those rows.
+    /// sent so far), and returns it by split index; the caller then sends the barrier after
+    /// those rows.
     fn checkpoint(
         &self,
         epoch: weir_core::time::Epoch,
         reader: &dyn crate::source::SourceReader,
         gens: &[SplitWatermarks],
         to: &tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>,
-    ) -> Result<()> {
+    ) -> Result<Vec<(usize, serde_json::Value)>> {
         let positions = self.positions(reader, gens)?;
+        let mine = positions
+            .iter()
+            .enumerate()
+            .map(|(k, p)| (k, p.position.clone()))
+            .collect();
         let _ = to.send(crate::checkpoint::ToCoordinator::Ack(
             crate::checkpoint::Ack {
                 subtask: (self.node, self.subtask),
@@ -134,7 +142,7 @@ impl SourceTask {
                 report: crate::checkpoint::Report::Source { positions },
             },
         ));
-        Ok(())
+        Ok(mine)
     }
 
     /// Where every split of the reader stands.
@@ -193,6 +201,7 @@ impl SourceTask {
                 dead_letters: self.dead_letters.clone(),
                 split_metrics: self.split_metrics.clone(),
                 start_positions: self.start_positions.clone(),
+                checkpointing: self.checkpoints_on,
             },
         )?;
         let mut gens =
@@ -223,8 +232,19 @@ impl SourceTask {
         loop {
             if let Some(c) = checkpoints.as_deref_mut() {
                 while let Ok(epoch) = c.triggers.try_recv() {
-                    self.checkpoint(epoch, reader.as_ref(), &gens, &c.to_coordinator)?;
+                    let positions =
+                        self.checkpoint(epoch, reader.as_ref(), &gens, &c.to_coordinator)?;
+                    c.reported.insert(epoch.0, positions);
                     self.outputs.broadcast(Message::Barrier(epoch)).await?;
+                }
+                let done = *c.completed.borrow();
+                let completed: Vec<u64> = c.reported.range(..=done).map(|(e, _)| *e).collect();
+                if let Some(newest) = completed.last() {
+                    let positions = c.reported[newest].clone();
+                    reader.checkpoint_complete(&positions)?;
+                    for e in completed {
+                        c.reported.remove(&e);
+                    }
                 }
             }
             let mut sw = Stopwatch::start();

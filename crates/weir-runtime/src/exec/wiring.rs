@@ -273,6 +273,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             .as_ref()
                             .map(|a| groups.entry(a.group.clone()).or_default().clone()),
                         checkpoints: checkpoints.as_mut().map(|c| c.source((n.id, s))),
+                        checkpoints_on: cfg.checkpointing.is_some(),
                         start_positions: starts
                             .iter()
                             .map(|p| p.map(|p| p.position.clone()))
@@ -493,6 +494,8 @@ impl CheckpointWiring {
         crate::checkpoint::SourceCheckpoints {
             triggers,
             to_coordinator: self.to_coordinator.clone(),
+            completed: self.completed.subscribe(),
+            reported: Default::default(),
         }
     }
 
