@@ -31,6 +31,12 @@
 //! are counted per input (`null_key_left` / `null_key_right`); they are neither late nor dead
 //! letters.
 //!
+//! # Checkpoints
+//!
+//! The state is the buffered rows of both sides, each with its key group and whether it has
+//! found a match yet (`crate::join::StateLayout`: the inputs' columns plus bookkeeping); the
+//! expiry queue is rebuilt from them on restore, and the watermark comes from upstream again.
+//!
 //! # Late rows
 //!
 //! A row at or below its own source split's watermark just before it is late: it is never
@@ -40,18 +46,20 @@
 
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
+use arrow_array::cast::AsArray;
+use arrow_array::{BooleanArray, RecordBatch};
+use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
-use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::join::{
-    assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef, NULL_KEY,
+    assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef, StateLayout,
+    NULL_KEY,
 };
 
 /// The spec of an interval join.
@@ -175,11 +183,17 @@ impl OperatorFactory for IntervalJoin {
         let (schema, _, event_time) = self.check(inputs)?;
         Ok(StreamInfo { schema, event_time })
     }
-    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, et, _) = self.check(inputs)?;
         let enc = |i: usize, keys: &[String]| KeyEncoder::new(&inputs[i].schema, keys);
         Ok(Box::new(IntervalJoinOp {
             spec: self.clone(),
+            layout: StateLayout::new(
+                &schema,
+                inputs[0].schema.fields().len(),
+                vec![Field::new(MATCHED_COLUMN, DataType::Boolean, false)],
+                info.key_groups,
+            ),
             schema,
             event_time: et,
             encoders: [enc(0, &self.left_keys)?, enc(1, &self.right_keys)?],
@@ -210,7 +224,14 @@ impl OperatorFactory for IntervalJoin {
             self.state_bound()
         )
     }
+    fn state(&self) -> OperatorState {
+        OperatorState::Checkpointed { version: 1 }
+    }
 }
+
+/// The interval join's own column of its checkpointed state: whether the row found a match
+/// (an outer join emits the rows that did not when they expire).
+const MATCHED_COLUMN: &str = "__matched";
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -229,6 +250,7 @@ struct KeyRows {
 /// One subtask of an interval join.
 pub struct IntervalJoinOp {
     spec: IntervalJoin,
+    layout: StateLayout,
     schema: SchemaRef,
     event_time: [usize; 2],
     encoders: [KeyEncoder; 2],
@@ -436,6 +458,61 @@ impl Operator for IntervalJoinOp {
             bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
                 + self.keys.index_bytes(),
         }
+    }
+
+    /// The buffered rows of both sides with their match flags (see [`StateLayout`]); the
+    /// expiry queue is rebuilt from them on restore.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut w = self.layout.writer(&self.stores, &self.encoders);
+        let mut matched = Vec::new();
+        for slot in self.keys.slots() {
+            let key = self.keys.key(slot);
+            for (side, entries) in self.keys.get(slot).sides.iter().enumerate() {
+                for e in entries {
+                    w.push(side, key, Some(e.row))?;
+                    matched.push(e.matched);
+                }
+            }
+        }
+        Ok(vec![w.finish(vec![Arc::new(BooleanArray::from(matched))])?])
+    }
+
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        for b in &state {
+            let (rows, ids) = self.layout.read(b, &mut self.stores, None)?;
+            let times = [0, 1].map(|side| match ids[side] {
+                Some(id) => event_times(self.stores[side].batch(id), self.event_time[side]),
+                None => Ok(Default::default()),
+            });
+            let [t0, t1] = times;
+            let times = [t0?, t1?];
+            let matched = b
+                .column_by_name(MATCHED_COLUMN)
+                .ok_or_else(|| Error::Internal("interval join state without matches".into()))?
+                .as_boolean();
+            for (i, r) in rows.iter().enumerate() {
+                let row = r.row.ok_or_else(|| {
+                    Error::Internal("interval join state row without a row".into())
+                })?;
+                let ts = times[r.side][row.row as usize];
+                let slot = self.keys.slot_for(hash_key(r.key), r.key);
+                let buf = &mut self.keys.get_mut(slot).sides[r.side];
+                let pos = buf.partition_point(|e| e.ts <= ts);
+                buf.insert(
+                    pos,
+                    Entry {
+                        ts,
+                        row,
+                        matched: matched.value(i),
+                    },
+                );
+                self.expiry
+                    .push(self.expires_at(r.side, ts), slot, r.side as u8);
+                self.buffered[r.side] += 1;
+            }
+        }
+        self.peak_buffered = self.buffered;
+        Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

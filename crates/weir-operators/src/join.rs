@@ -4,9 +4,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch};
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_array::builder::BinaryBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt8Type;
+use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt8Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_runtime::{Error, Result};
 
 /// Which unmatched rows a join emits (with NULLs for the other side).
@@ -417,6 +421,209 @@ impl ExpiryQueue {
                 break;
             }
         }
+    }
+}
+
+/// The column of a join's checkpointed state that says which input a row came in on (UInt8:
+/// 0 = left / probe / stream, 1 = right / table).
+pub const SIDE_COLUMN: &str = "__side";
+/// The column of a join's checkpointed state holding the key a row is filed under (Binary:
+/// the row's encoded key, empty for rows with a NULL key, [`NULL_KEY`]).
+pub const KEY_COLUMN: &str = "__key";
+
+/// The layout of a join's checkpointed state: "input columns + bookkeeping". One row per
+/// buffered row: the columns of both inputs as in the join's output (the other side's NULL),
+/// then [`KEY_GROUP_COLUMN`](weir_state::snapshot::KEY_GROUP_COLUMN), [`SIDE_COLUMN`],
+/// [`KEY_COLUMN`] and the join's own columns (`extra`). Both sides share one schema because a
+/// subtask's state is one Arrow IPC file.
+///
+/// A row's key group is that of the key the runtime routed it by (its encoded key, also for a
+/// NULL key), so a restore at another parallelism gives each subtask its keys' rows.
+#[derive(Debug)]
+pub struct StateLayout {
+    joined: SchemaRef,
+    schema: SchemaRef,
+    left_width: usize,
+    key_groups: u16,
+}
+
+impl StateLayout {
+    /// `joined`: the columns of both sides (`join_schema`), the first `left_width` the left's.
+    pub fn new(joined: &SchemaRef, left_width: usize, extra: Vec<Field>, key_groups: u16) -> Self {
+        let mut fields: Vec<Field> = joined.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(
+            weir_state::snapshot::KEY_GROUP_COLUMN,
+            DataType::UInt16,
+            false,
+        ));
+        fields.push(Field::new(SIDE_COLUMN, DataType::UInt8, false));
+        fields.push(Field::new(KEY_COLUMN, DataType::Binary, false));
+        fields.extend(extra);
+        StateLayout {
+            joined: joined.clone(),
+            schema: Arc::new(Schema::new(fields)),
+            left_width,
+            key_groups,
+        }
+    }
+
+    /// Starts a snapshot of rows buffered in `stores`.
+    pub fn writer<'a>(
+        &'a self,
+        stores: &'a [BatchStore; 2],
+        encoders: &'a [KeyEncoder; 2],
+    ) -> StateWriter<'a> {
+        StateWriter {
+            layout: self,
+            stores,
+            encoders,
+            pairs: Vec::new(),
+            groups: Vec::new(),
+            sides: Vec::new(),
+            keys: BinaryBuilder::new(),
+        }
+    }
+
+    /// Takes up one state batch: each side's rows (those with `has_row`, default all) go into
+    /// `stores` as one batch of the input's schema. Returns, per state row in order, its side,
+    /// key and buffered row (retained in its store: the caller keeps or releases it), and the
+    /// batch each side's rows went into.
+    ///
+    /// # Errors
+    /// `Internal` if the batch is not of this layout.
+    pub fn read<'b>(
+        &self,
+        batch: &'b RecordBatch,
+        stores: &mut [BatchStore; 2],
+        has_row: Option<&BooleanArray>,
+    ) -> Result<(Vec<RestoredRow<'b>>, [Option<u32>; 2])> {
+        let bad = || {
+            Error::Internal(format!(
+                "join state of another layout: {:?}, expected {:?}",
+                batch.schema(),
+                self.schema
+            ))
+        };
+        let theirs = batch.schema();
+        if theirs.fields().len() < self.schema.fields().len()
+            || self
+                .schema
+                .fields()
+                .iter()
+                .zip(theirs.fields())
+                .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+        {
+            return Err(bad());
+        }
+        let n = self.joined.fields().len();
+        let sides = batch.column(n + 1).as_primitive::<UInt8Type>();
+        let keys = batch.column(n + 2).as_binary::<i32>();
+        let mut rows: Vec<RestoredRow<'b>> = (0..batch.num_rows())
+            .map(|i| RestoredRow {
+                side: sides.value(i) as usize,
+                key: keys.value(i),
+                row: None,
+            })
+            .collect();
+        let mut ids = [None; 2];
+        for (side, store) in stores.iter_mut().enumerate() {
+            let mask: BooleanArray = (0..batch.num_rows())
+                .map(|i| Some(rows[i].side == side && has_row.is_none_or(|h| h.value(i))))
+                .collect();
+            let count = mask.true_count();
+            if count == 0 {
+                continue;
+            }
+            let range = if side == 0 {
+                0..self.left_width
+            } else {
+                self.left_width..n
+            };
+            let cols = batch.columns()[range]
+                .iter()
+                .map(|c| arrow_select::filter::filter(c, &mask))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let data = RecordBatch::try_new(store.schema().clone(), cols).map_err(|e| {
+                Error::Internal(format!("join state does not fit the join's input: {e}"))
+            })?;
+            let id = store.insert(data);
+            let mut next = 0u32;
+            for (i, r) in rows.iter_mut().enumerate() {
+                if mask.value(i) {
+                    r.row = Some(RowRef {
+                        batch: id,
+                        row: next,
+                    });
+                    store.retain(id);
+                    next += 1;
+                }
+            }
+            ids[side] = Some(id);
+        }
+        Ok((rows, ids))
+    }
+}
+
+/// A row of a join's state, taken up by [`StateLayout::read`].
+#[derive(Debug, Clone, Copy)]
+pub struct RestoredRow<'b> {
+    pub side: usize,
+    /// The key it was filed under ([`NULL_KEY`] for a NULL key).
+    pub key: &'b [u8],
+    /// `None` for a state row without an input row.
+    pub row: Option<RowRef>,
+}
+
+/// A snapshot being written: rows added one by one, then [`StateWriter::finish`].
+pub struct StateWriter<'a> {
+    layout: &'a StateLayout,
+    stores: &'a [BatchStore; 2],
+    encoders: &'a [KeyEncoder; 2],
+    pairs: Vec<(Option<RowRef>, Option<RowRef>)>,
+    groups: Vec<u16>,
+    sides: Vec<u8>,
+    keys: BinaryBuilder,
+}
+
+impl StateWriter<'_> {
+    /// Adds `row` of `side` (`None`: a state row without one, such as a delete), filed under
+    /// `key` ([`NULL_KEY`] for a row with a NULL key: its key group is then its own encoded
+    /// key's, as the runtime routed it).
+    pub fn push(&mut self, side: usize, key: &[u8], row: Option<RowRef>) -> Result<()> {
+        let group = |k: &[u8]| key_group(hash_key(k), self.layout.key_groups);
+        let g = match row {
+            Some(r) if key == NULL_KEY => {
+                let b = self.stores[side].batch(r.batch).slice(r.row as usize, 1);
+                group(self.encoders[side].encode(&b)?.row(0).as_ref())
+            }
+            _ => group(key),
+        };
+        self.groups.push(g);
+        self.sides.push(side as u8);
+        self.keys.append_value(key);
+        self.pairs
+            .push(if side == 0 { (row, None) } else { (None, row) });
+        Ok(())
+    }
+
+    /// The state batch: the rows added, then `extra` (the layout's extra columns, one value per
+    /// row added).
+    pub fn finish(mut self, extra: Vec<ArrayRef>) -> Result<RecordBatch> {
+        let mut cols = assemble(
+            &self.layout.joined,
+            &self.stores[0],
+            &self.stores[1],
+            &self.pairs,
+        )?
+        .columns()
+        .to_vec();
+        cols.push(weir_state::snapshot::key_group_column(std::mem::take(
+            &mut self.groups,
+        )));
+        cols.push(Arc::new(UInt8Array::from(std::mem::take(&mut self.sides))));
+        cols.push(Arc::new(self.keys.finish()));
+        cols.extend(extra);
+        Ok(RecordBatch::try_new(self.layout.schema.clone(), cols)?)
     }
 }
 

@@ -8,6 +8,8 @@
 //! event time, so the result is the same on every run. (Flink's `table.exec.state.ttl` is in
 //! processing time: which pairs it finds depends on how fast the job ran.) This is an interval
 //! join with bounds `[-ttl, +ttl]`, and runs as one.
+//!
+//! Its checkpointed state is therefore the interval join's.
 
 use std::sync::Arc;
 
@@ -118,6 +120,9 @@ impl OperatorFactory for RegularJoin {
     }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         self.as_interval_join()?.create(inputs, info)
+    }
+    fn state(&self) -> weir_runtime::graph::OperatorState {
+        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
     }
     fn describe(&self) -> String {
         match self.ttl_ms {
