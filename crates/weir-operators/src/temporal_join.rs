@@ -35,6 +35,13 @@
 //! are dropped. Versions are kept sorted by time, and each probe finds its version by binary
 //! search, so many versions per key stay cheap.
 //!
+//! # Checkpoints
+//!
+//! The state is the waiting probe rows and every key's versions (a delete as a row without the
+//! table's columns), each with its key group and time (`crate::join::StateLayout`: the inputs'
+//! columns plus bookkeeping); the queue of due probes is rebuilt on restore, and the watermark
+//! comes from upstream again. Version ties restart counting from zero.
+//!
 //! # Late rows
 //!
 //! Probe or version rows at or below their own split's watermark are late: counted per input
@@ -43,18 +50,20 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, RecordBatch};
-use arrow_schema::{DataType, SchemaRef};
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
-use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::join::{
-    assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef, NULL_KEY,
+    assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef, StateLayout,
+    NULL_KEY,
 };
 
 /// The spec of an event-time temporal join.
@@ -184,10 +193,19 @@ impl OperatorFactory for TemporalJoin {
             event_time: Some(et),
         })
     }
-    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, et, op, _) = self.check(inputs)?;
         Ok(Box::new(TemporalJoinOp {
             keep_unmatched: self.join_type == JoinType::Left,
+            layout: StateLayout::new(
+                &schema,
+                inputs[0].schema.fields().len(),
+                vec![
+                    Field::new(EVENT_TIME_COLUMN, DataType::Int64, false),
+                    Field::new(DELETE_COLUMN, DataType::Boolean, false),
+                ],
+                info.key_groups,
+            ),
             schema,
             event_time: et,
             op_column: op,
@@ -231,7 +249,15 @@ impl OperatorFactory for TemporalJoin {
             self.probe_alias
         )
     }
+    fn state(&self) -> OperatorState {
+        OperatorState::Checkpointed { version: 1 }
+    }
 }
+
+/// The temporal join's own columns of its checkpointed state: a probe's event time or a
+/// version's valid-from, and whether the version is a delete (it has no table row then).
+const EVENT_TIME_COLUMN: &str = "__event_time";
+const DELETE_COLUMN: &str = "__delete";
 
 /// A version of a key: valid from `ts`; `row` is `None` for a delete.
 #[derive(Debug, Clone, Copy)]
@@ -251,6 +277,7 @@ struct KeyState {
 /// One subtask of a temporal join.
 pub struct TemporalJoinOp {
     keep_unmatched: bool,
+    layout: StateLayout,
     schema: SchemaRef,
     event_time: [usize; 2],
     op_column: Option<usize>,
@@ -520,6 +547,66 @@ impl Operator for TemporalJoinOp {
             bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
                 + self.keys.index_bytes(),
         }
+    }
+
+    /// The waiting probes and the versions of every key (see [`StateLayout`]); the queue of
+    /// due probes is rebuilt from them on restore.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut w = self.layout.writer(&self.stores, &self.encoders);
+        let (mut times, mut deletes) = (Vec::new(), Vec::new());
+        for slot in self.keys.slots() {
+            let key = self.keys.key(slot);
+            let st = self.keys.get(slot);
+            for &(ts, row) in &st.probes {
+                w.push(0, key, Some(row))?;
+                times.push(ts);
+                deletes.push(false);
+            }
+            for v in &st.versions {
+                w.push(1, key, v.row)?;
+                times.push(v.ts);
+                deletes.push(v.row.is_none());
+            }
+        }
+        Ok(vec![w.finish(vec![
+            Arc::new(Int64Array::from(times)),
+            Arc::new(BooleanArray::from(deletes)),
+        ])?])
+    }
+
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        let missing = |c: &str| Error::Internal(format!("temporal join state without {c}"));
+        for b in &state {
+            let times = b
+                .column_by_name(EVENT_TIME_COLUMN)
+                .ok_or_else(|| missing(EVENT_TIME_COLUMN))?
+                .as_primitive::<Int64Type>();
+            let deletes = b
+                .column_by_name(DELETE_COLUMN)
+                .ok_or_else(|| missing(DELETE_COLUMN))?
+                .as_boolean();
+            let has_row = BooleanArray::new(!deletes.values(), None);
+            let (rows, _) = self.layout.read(b, &mut self.stores, Some(&has_row))?;
+            for (i, r) in rows.iter().enumerate() {
+                let ts = times.value(i);
+                let slot = self.keys.slot_for(hash_key(r.key), r.key);
+                let st = self.keys.get_mut(slot);
+                if r.side == 0 {
+                    let row = r.row.ok_or_else(|| missing("a probe's row"))?;
+                    let pos = st.probes.partition_point(|p| p.0 <= ts);
+                    st.probes.insert(pos, (ts, row));
+                    self.due.push(ts, slot, 0);
+                    self.pending += 1;
+                } else {
+                    let pos = st.versions.partition_point(|v| v.ts <= ts);
+                    st.versions.insert(pos, Version { ts, row: r.row });
+                    self.versions += 1;
+                }
+            }
+        }
+        self.peak_pending = self.pending;
+        self.peak_versions = self.versions;
+        Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

@@ -11,7 +11,7 @@ use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
 use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
-use weir_operators::{IntervalJoin, JoinType, RegularJoin};
+use weir_operators::{IntervalJoin, JoinType, RegularJoin, TemporalJoin};
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
 use weir_testkit::{sorted_lines, Harness};
@@ -245,6 +245,10 @@ fn join_type() -> impl Strategy<Value = JoinType> {
     ]
 }
 
+fn inner_or_left() -> impl Strategy<Value = JoinType> {
+    prop_oneof![Just(JoinType::Inner), Just(JoinType::Left)]
+}
+
 fn config() -> ProptestConfig {
     ProptestConfig {
         cases: 48,
@@ -283,6 +287,23 @@ proptest! {
             right_keys: r,
             ..RegularJoin::with_ttl(120).join_type(t)
         }));
+        check_restore(join.as_ref(), &events, cut.index(events.len() + 1), before)?;
+    }
+
+    #[test]
+    fn a_temporal_join_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        events in events(),
+        cut in any::<prop::sample::Index>(),
+        before in 1usize..3,
+        t in inner_or_left(),
+    ) {
+        let join = keyed(|l, r| {
+            Box::new(TemporalJoin {
+                probe_keys: l,
+                table_keys: r,
+                ..TemporalJoin::new().join_type(t).op_column("op")
+            })
+        });
         check_restore(join.as_ref(), &events, cut.index(events.len() + 1), before)?;
     }
 }
