@@ -15,6 +15,13 @@
 //! it joins nothing and is dropped at once, counted per input (`null_key_left` /
 //! `null_key_right`); it is neither late nor a dead letter.
 //!
+//! # Checkpoints
+//!
+//! The state is the rows of the open windows, each with its key group and window start
+//! (`crate::join::StateLayout`: the inputs' columns plus bookkeeping; a row in several open
+//! hopping windows is there once per window); the closing queue is rebuilt on restore, and the
+//! watermark comes from upstream again.
+//!
 //! # Late rows
 //!
 //! As for window aggregations: a row is late for a window iff its own split's watermark just
@@ -31,17 +38,19 @@
 
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_runtime::display::row_to_string;
-use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, KeySlots, RowRef};
+use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, KeySlots, RowRef, StateLayout};
 use crate::windows;
 
 /// The spec of a window join.
@@ -145,7 +154,7 @@ impl OperatorFactory for WindowJoin {
             event_time: Some("window_time".into()),
         })
     }
-    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, et) = self.check(inputs)?;
         let (joined, _, _) = join_schema(
             &inputs[0].schema,
@@ -154,6 +163,12 @@ impl OperatorFactory for WindowJoin {
         )?;
         Ok(Box::new(WindowJoinOp {
             spec: self.clone(),
+            layout: StateLayout::new(
+                &joined,
+                inputs[0].schema.fields().len(),
+                vec![Field::new(WINDOW_START_COLUMN, DataType::Int64, false)],
+                info.key_groups,
+            ),
             schema,
             joined,
             event_time: et,
@@ -193,7 +208,14 @@ impl OperatorFactory for WindowJoin {
             }
         )
     }
+    fn state(&self) -> OperatorState {
+        OperatorState::Checkpointed { version: 1 }
+    }
 }
+
+/// The window join's own column of its checkpointed state: the start of the row's window (a
+/// row of hopping windows has a state row per open window it is in).
+const WINDOW_START_COLUMN: &str = "__window_start";
 
 /// The rows of one key in one window.
 #[derive(Debug, Default)]
@@ -205,6 +227,7 @@ struct WindowRows {
 /// One subtask of a window join.
 pub struct WindowJoinOp {
     spec: WindowJoin,
+    layout: StateLayout,
     schema: SchemaRef,
     joined: SchemaRef,
     event_time: [usize; 2],
@@ -343,6 +366,56 @@ impl Operator for WindowJoinOp {
             bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
                 + self.windows.index_bytes(),
         }
+    }
+
+    /// The rows of every open window (see [`StateLayout`]), filed under the rows' own keys; the
+    /// closing queue is rebuilt from them on restore.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut w = self.layout.writer(&self.stores, &self.encoders);
+        let mut starts = Vec::new();
+        for slot in self.windows.slots() {
+            // The slot's key is the row key, then the window start.
+            let key = self.windows.key(slot);
+            let key = &key[..key.len() - 8];
+            let rows = self.windows.get(slot);
+            for (side, refs) in rows.sides.iter().enumerate() {
+                for &r in refs {
+                    w.push(side, key, Some(r))?;
+                    starts.push(rows.start);
+                }
+            }
+        }
+        Ok(vec![w.finish(vec![Arc::new(Int64Array::from(starts))])?])
+    }
+
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        let size = self.spec.size_ms;
+        let mut key = Vec::new();
+        for b in &state {
+            let starts = b
+                .column_by_name(WINDOW_START_COLUMN)
+                .ok_or_else(|| Error::Internal("window join state without window starts".into()))?
+                .as_primitive::<Int64Type>();
+            let (rows, _) = self.layout.read(b, &mut self.stores, None)?;
+            for (i, r) in rows.iter().enumerate() {
+                let row = r
+                    .row
+                    .ok_or_else(|| Error::Internal("window join state row without a row".into()))?;
+                let start = starts.value(i);
+                key.clear();
+                key.extend_from_slice(r.key);
+                key.extend_from_slice(&start.to_be_bytes());
+                let slot = self.windows.slot_for(hash_key(&key), &key);
+                let w = self.windows.get_mut(slot);
+                if w.sides[0].is_empty() && w.sides[1].is_empty() {
+                    w.start = start;
+                    self.closing.push(start.saturating_add(size - 1), slot, 0);
+                }
+                w.sides[r.side].push(row);
+                self.buffered[r.side] += 1;
+            }
+        }
+        Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
