@@ -988,7 +988,9 @@ impl SinkFactory for KafkaSink {
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).expect("kafka sink spec serialises")
     }
-    fn delivery(&self) -> Delivery {
+    /// Acknowledged writes through an idempotent producer, no transactions yet: a restore
+    /// writes the rows after its checkpoint again.
+    fn delivery(&self, _checkpoints: bool) -> Delivery {
         Delivery::AtLeastOnce
     }
     fn writes(&self, _parallelism: usize) -> Vec<weir_runtime::Location> {

@@ -18,8 +18,13 @@ impl SinkFactory for StdoutSink {
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({})
     }
-    fn delivery(&self) -> Delivery {
-        Delivery::AtMostOnce
+    /// Printed as they come: a restore prints the rows after its checkpoint again.
+    fn delivery(&self, checkpoints: bool) -> Delivery {
+        if checkpoints {
+            Delivery::AtLeastOnce
+        } else {
+            Delivery::AtMostOnce
+        }
     }
     fn create_writer(
         &self,

@@ -663,7 +663,19 @@ impl fmt::Display for JobGraph {
                         }
                     }
                 }
-                NodeKind::Sink { .. } => {}
+                NodeKind::Sink { factory } => {
+                    let checkpoints = self.config.checkpointing.is_some();
+                    writeln!(
+                        f,
+                        "      delivers {} ({})",
+                        factory.delivery(checkpoints),
+                        if checkpoints {
+                            "after a restore from the last checkpoint"
+                        } else {
+                            "without checkpoints, when a run fails or is stopped"
+                        }
+                    )?
+                }
             }
             let cols: Vec<String> = n
                 .output

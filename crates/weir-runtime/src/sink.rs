@@ -28,6 +28,16 @@ pub enum Delivery {
     ExactlyOnce,
 }
 
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Delivery::AtMostOnce => "at most once",
+            Delivery::AtLeastOnce => "at least once",
+            Delivery::ExactlyOnce => "exactly once",
+        })
+    }
+}
+
 /// Writes the rows of one sink subtask.
 pub trait SinkWriter: Send {
     /// Writes a batch; returns once the rows count as written.
@@ -66,7 +76,10 @@ pub trait SinkWriter: Send {
 pub trait SinkFactory: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> &'static str;
     fn spec(&self) -> serde_json::Value;
-    fn delivery(&self) -> Delivery;
+    /// What the sink promises about its rows after a failure and a restore from the last
+    /// checkpoint (`checkpoints`: the job takes them), or, without checkpoints, after a run
+    /// that does not complete. `weir explain` prints it.
+    fn delivery(&self, checkpoints: bool) -> Delivery;
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>>;
     /// The places the sink's `parallelism` subtasks write, so that a job whose sink would
     /// overwrite one of its sources' inputs is refused (see [`crate::SourceFactory::reads`]).
@@ -108,7 +121,7 @@ impl SinkFactory for CollectSink {
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({})
     }
-    fn delivery(&self) -> Delivery {
+    fn delivery(&self, _checkpoints: bool) -> Delivery {
         Delivery::AtMostOnce
     }
     fn create_writer(
@@ -141,7 +154,7 @@ impl SinkFactory for BlackholeSink {
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({})
     }
-    fn delivery(&self) -> Delivery {
+    fn delivery(&self, _checkpoints: bool) -> Delivery {
         Delivery::AtMostOnce
     }
     fn create_writer(
@@ -201,8 +214,8 @@ impl SinkFactory for RateLimitedSink {
             "inner": { "kind": self.inner.kind(), "spec": self.inner.spec() },
         })
     }
-    fn delivery(&self) -> Delivery {
-        self.inner.delivery()
+    fn delivery(&self, checkpoints: bool) -> Delivery {
+        self.inner.delivery(checkpoints)
     }
     fn writes(&self, parallelism: usize) -> Vec<crate::Location> {
         self.inner.writes(parallelism)

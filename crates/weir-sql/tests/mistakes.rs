@@ -279,3 +279,34 @@ fn kafka_client_settings_weir_owns_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn explain_names_each_sinks_guarantee_with_and_without_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql = |set: &str| {
+        format!(
+            "{set}
+             CREATE TABLE events (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/e.csv', 'format' = 'csv');
+             CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/out', 'format' = 'csv');
+             CREATE TABLE shown (id BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out1 SELECT id FROM events;
+             INSERT INTO shown SELECT id FROM events;"
+        )
+    };
+    let plain = plan_job(&sql(""), &opts(dir.path())).unwrap().to_string();
+    assert!(
+        plain.contains("delivers at most once (without checkpoints"),
+        "{plain}"
+    );
+    let checkpointed = plan_job(
+        &sql("SET 'execution.checkpointing.interval' = '10 s';"),
+        &opts(dir.path()),
+    )
+    .unwrap()
+    .to_string();
+    assert!(
+        checkpointed.contains("delivers exactly once (after a restore")
+            && checkpointed.contains("delivers at least once (after a restore"),
+        "{checkpointed}"
+    );
+}

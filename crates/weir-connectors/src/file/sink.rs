@@ -91,8 +91,15 @@ impl SinkFactory for FileSink {
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).expect("file sink spec serialises")
     }
-    fn delivery(&self) -> Delivery {
-        Delivery::AtMostOnce
+    /// With checkpoints, part files published as checkpoints complete, and a restore deletes
+    /// what came after its checkpoint: exactly once. Without, the output appears whole when the
+    /// job completes and not at all otherwise: at most once.
+    fn delivery(&self, checkpoints: bool) -> Delivery {
+        if checkpoints {
+            Delivery::ExactlyOnce
+        } else {
+            Delivery::AtMostOnce
+        }
     }
     fn writes(&self, parallelism: usize) -> Vec<weir_runtime::Location> {
         (0..parallelism)
