@@ -74,7 +74,14 @@ pub fn substitute(sql: &str, vars: &BTreeMap<String, String>) -> Result<String> 
 }
 
 fn perr(e: ParserError) -> Error {
-    Error::Parse(e.to_string())
+    match e {
+        ParserError::RecursionLimitExceeded => Error::Parse(
+            "the statement nests parentheses, function calls or subqueries more than 50 deep \
+             (the parser's limit); compute parts in a view or subquery and combine them"
+                .into(),
+        ),
+        e => Error::Parse(e.to_string()),
+    }
 }
 
 /// Whether the next tokens are these words (case-insensitive), consuming them if so.

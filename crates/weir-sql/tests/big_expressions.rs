@@ -88,3 +88,13 @@ fn planning_time_by_expression_size() {
         println!("IN list of {n}: {:.1} ms", t.elapsed_nanos() as f64 / 1e6);
     }
 }
+
+#[test]
+fn parentheses_nested_past_the_parsers_limit_are_refused_saying_so() {
+    let deep = format!("{}click_id{}", "(".repeat(80), ")".repeat(80));
+    let err = plan(&format!(
+        "{TABLES} INSERT INTO out2 SELECT {deep}, ts FROM clicks"
+    ))
+    .unwrap_err();
+    assert!(err.contains("more than 50 deep"), "{err}");
+}
