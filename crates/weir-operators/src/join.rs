@@ -643,4 +643,71 @@ mod tests {
         assert_ne!(b, c);
         assert_eq!(slots.len(), 2);
     }
+
+    #[test]
+    fn join_state_round_trips_with_each_rows_routing_key_group() {
+        use arrow_array::Int64Array;
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let (joined, _, _) = join_schema(&schema, &schema, ("l", "r")).unwrap();
+        let layout = StateLayout::new(&joined, 2, Vec::new(), 128);
+        let encoder = || KeyEncoder::new(&schema, &["k".to_string()]).unwrap();
+        let encoders = [encoder(), encoder()];
+        let data = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(7), None])),
+                Arc::new(Int64Array::from(vec![1, 2])),
+            ],
+        )
+        .unwrap();
+        let keys = encoders[0].encode(&data).unwrap();
+        let mut stores = [
+            BatchStore::new(schema.clone()),
+            BatchStore::new(schema.clone()),
+        ];
+        let left = stores[0].insert(data.clone());
+        let right = stores[1].insert(data);
+        let mut w = layout.writer(&stores, &encoders);
+        let row = |batch, row| Some(RowRef { batch, row });
+        w.push(0, keys.row(0).as_ref(), row(left, 0)).unwrap();
+        w.push(0, NULL_KEY, row(left, 1)).unwrap();
+        w.push(1, keys.row(0).as_ref(), row(right, 0)).unwrap();
+        let state = w.finish(Vec::new()).unwrap();
+        let groups: Vec<u16> = state
+            .column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN)
+            .unwrap()
+            .as_primitive::<arrow_array::types::UInt16Type>()
+            .values()
+            .to_vec();
+        let routed = |i: usize| key_group(hash_key(keys.row(i).as_ref()), 128);
+        assert_eq!(groups, vec![routed(0), routed(1), routed(0)]);
+
+        let mut fresh = [BatchStore::new(schema.clone()), BatchStore::new(schema)];
+        let (rows, ids) = layout.read(&state, &mut fresh, None).unwrap();
+        let sides: Vec<usize> = rows.iter().map(|r| r.side).collect();
+        assert_eq!(sides, vec![0, 0, 1]);
+        assert_eq!(rows[1].key, NULL_KEY);
+        assert_eq!(fresh[0].batch(ids[0].unwrap()).num_rows(), 2);
+        assert_eq!(fresh[1].batch(ids[1].unwrap()).num_rows(), 1);
+        let back = assemble(
+            &joined,
+            &fresh[0],
+            &fresh[1],
+            &rows
+                .iter()
+                .map(|r| {
+                    if r.side == 0 {
+                        (r.row, None)
+                    } else {
+                        (None, r.row)
+                    }
+                })
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert_eq!(back.columns(), &state.columns()[..4]);
+    }
 }

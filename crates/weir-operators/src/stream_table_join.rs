@@ -17,20 +17,29 @@
 //! with a NULL key finds no value (LEFT emits it with NULLs, INNER drops it), and a table row
 //! with a NULL key is not kept, since no stream row can look it up. Both are counted
 //! (`null_key_stream` / `null_key_table`).
+//!
+//! # Checkpoints
+//!
+//! The state is the table: one row per key with its key group (`crate::join::StateLayout`: the
+//! inputs' columns plus bookkeeping). Both inputs are partitioned by key (`KeyedStream`s), so
+//! each subtask holds the table rows of its key groups only, and a restore at any parallelism
+//! gives each subtask those of its key groups. The rows are taken up as upserts: were the table
+//! broadcast (a hand-written job graph), every subtask's copy of a key would collapse into one,
+//! and a key-partitioned stream side still finds its keys' rows.
 
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::Array;
+use arrow_array::{Array, RecordBatch};
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::keys::{hash_key, KeyEncoder};
-use weir_runtime::graph::{OperatorFactory, StreamInfo};
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, JoinType, KeySlots, RowRef};
+use crate::join::{assemble, join_schema, BatchStore, JoinType, KeySlots, RowRef, StateLayout};
 
 /// The spec of a stream-table join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -149,10 +158,16 @@ impl OperatorFactory for StreamTableJoin {
     fn holds_watermark(&self, input: usize) -> bool {
         input == 0
     }
-    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, _, op) = self.check(inputs)?;
         Ok(Box::new(StreamTableJoinOp {
             keep_unmatched: self.join_type == JoinType::Left,
+            layout: StateLayout::new(
+                &schema,
+                inputs[0].schema.fields().len(),
+                Vec::new(),
+                info.key_groups,
+            ),
             schema,
             op_column: op,
             encoders: [
@@ -178,11 +193,15 @@ impl OperatorFactory for StreamTableJoin {
             self.table_keys.join(", ")
         )
     }
+    fn state(&self) -> OperatorState {
+        OperatorState::Checkpointed { version: 1 }
+    }
 }
 
 /// One subtask of a stream-table join.
 pub struct StreamTableJoinOp {
     keep_unmatched: bool,
+    layout: StateLayout,
     schema: SchemaRef,
     op_column: Option<usize>,
     encoders: [KeyEncoder; 2],
@@ -286,6 +305,39 @@ impl Operator for StreamTableJoinOp {
             rows: self.rows,
             bytes: self.stores[1].bytes() as u64 + self.table.index_bytes(),
         }
+    }
+
+    /// The table's row of every key (see [`StateLayout`]); stream rows are not kept.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut w = self.layout.writer(&self.stores, &self.encoders);
+        for slot in self.table.slots() {
+            if let Some(row) = *self.table.get(slot) {
+                w.push(1, self.table.key(slot), Some(row))?;
+            }
+        }
+        Ok(vec![w.finish(Vec::new())?])
+    }
+
+    /// Takes the rows up as upserts, so a key found twice (a table broadcast to every
+    /// subtask) is held once.
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        for b in &state {
+            let (rows, _) = self.layout.read(b, &mut self.stores, None)?;
+            for r in rows {
+                let Some(row) = r.row.filter(|_| r.side == 1) else {
+                    return Err(Error::Internal(
+                        "stream-table join state holds a row that is no table row".into(),
+                    ));
+                };
+                let slot = self.table.slot_for(hash_key(r.key), r.key);
+                if let Some(old) = self.table.get_mut(slot).replace(row) {
+                    self.stores[1].release(old.batch);
+                } else {
+                    self.rows += 1;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

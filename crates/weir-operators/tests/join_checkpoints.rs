@@ -11,7 +11,9 @@ use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
 use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
-use weir_operators::{IntervalJoin, JoinType, RegularJoin, TemporalJoin, WindowJoin};
+use weir_operators::{
+    IntervalJoin, JoinType, RegularJoin, StreamTableJoin, TemporalJoin, WindowJoin,
+};
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
 use weir_testkit::{sorted_lines, Harness};
@@ -319,6 +321,23 @@ proptest! {
                 left_keys: l,
                 right_keys: r,
                 ..WindowJoin::hopping(100, slide)
+            })
+        });
+        check_restore(join.as_ref(), &events, cut.index(events.len() + 1), before)?;
+    }
+
+    #[test]
+    fn a_stream_table_join_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        events in events(),
+        cut in any::<prop::sample::Index>(),
+        before in 1usize..3,
+        t in inner_or_left(),
+    ) {
+        let join = keyed(|l, r| {
+            Box::new(StreamTableJoin {
+                stream_keys: l,
+                table_keys: r,
+                ..StreamTableJoin::new().join_type(t).op_column("op")
             })
         });
         check_restore(join.as_ref(), &events, cut.index(events.len() + 1), before)?;
