@@ -11,12 +11,12 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, Float64Builder, Int64Builder};
+use arrow_array::builder::{BinaryBuilder, Float64Builder, Int64Builder, ListBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch};
 use arrow_row::{RowConverter, SortField};
-use arrow_schema::{DataType, Field};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::keys::hash_key;
 use weir_runtime::{Error, Result};
@@ -486,6 +486,189 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
             State::Hll(regs)
         }
         (AggregateFn::Median(_), _) => State::Median(Vec::new()),
+    }
+}
+
+/// The columns that hold this aggregate's state in checkpoints: its partial columns (see
+/// [`Bound::partial_fields`]), or for a median its values as a list.
+pub(crate) fn state_fields(bound: &Bound) -> Vec<Field> {
+    match &bound.agg.function {
+        AggregateFn::Median(_) => vec![Field::new(
+            format!("{}__values", bound.agg.output),
+            DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true))),
+            false,
+        )],
+        _ => bound.partial_fields(),
+    }
+}
+
+/// The state columns (see [`state_fields`]) of one aggregate for many groups; they read back
+/// exactly with [`read_state`].
+pub(crate) fn state_columns(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
+    if states.is_empty() {
+        return (state_fields(bound).iter())
+            .map(|f| arrow_array::new_empty_array(f.data_type()))
+            .collect();
+    }
+    match &bound.agg.function {
+        AggregateFn::Median(_) => {
+            let n: usize = states.iter().map(|s| s.values_held()).sum();
+            let mut b = ListBuilder::with_capacity(Float64Builder::with_capacity(n), states.len());
+            for st in states {
+                if let State::Median(v) = st {
+                    b.values().append_slice(v);
+                }
+                b.append(true);
+            }
+            vec![Arc::new(b.finish())]
+        }
+        _ => partials(bound, states),
+    }
+}
+
+/// Reads the state of row `i` from an aggregate's state columns (see [`state_columns`]).
+pub(crate) fn read_state(bound: &Bound, cols: &[ArrayRef], i: usize) -> State {
+    match &bound.agg.function {
+        AggregateFn::Median(_) => {
+            let list = cols[0].as_list::<i32>().value(i);
+            State::Median(list.as_primitive::<Float64Type>().values().to_vec())
+        }
+        _ => read_partial(bound, cols, i),
+    }
+}
+
+/// The layout of an aggregation's checkpointed state: the key group
+/// (`weir_state::snapshot::KEY_GROUP_COLUMN`), the encoded key (`key`), the `extra` BIGINT
+/// columns, then each aggregate's state columns ([`state_fields`]).
+pub(crate) fn state_schema(extra: &[&str], bound: &[Bound]) -> SchemaRef {
+    let mut fields = vec![
+        Field::new(
+            weir_state::snapshot::KEY_GROUP_COLUMN,
+            DataType::UInt16,
+            false,
+        ),
+        Field::new("key", DataType::Binary, false),
+    ];
+    fields.extend(extra.iter().map(|c| Field::new(*c, DataType::Int64, false)));
+    fields.extend(bound.iter().flat_map(state_fields));
+    Arc::new(Schema::new(fields))
+}
+
+/// One group's row of checkpointed state: its encoded key, its `extra` values, its states.
+pub(crate) type StateRow<'a> = (&'a [u8], Vec<i64>, &'a [State]);
+
+/// Batches of `rows` in `schema` (made by [`state_schema`]), at most 8,192 rows each, at least
+/// one batch. Each row's key group is that of its key among `key_groups`, as keyed exchanges
+/// route it.
+pub(crate) fn state_batches(
+    schema: &SchemaRef,
+    key_groups: u16,
+    bound: &[Bound],
+    rows: &[StateRow],
+) -> Result<Vec<RecordBatch>> {
+    let extra =
+        schema.fields().len() - 2 - bound.iter().map(|b| state_fields(b).len()).sum::<usize>();
+    let mut out = Vec::new();
+    for chunk in rows.chunks(8192) {
+        let groups = (chunk.iter())
+            .map(|r| weir_core::keys::key_group(hash_key(r.0), key_groups))
+            .collect();
+        let mut cols: Vec<ArrayRef> = vec![
+            weir_state::snapshot::key_group_column(groups),
+            Arc::new(BinaryArray::from_iter_values(chunk.iter().map(|r| r.0))),
+        ];
+        for j in 0..extra {
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                chunk.iter().map(|r| r.1[j]),
+            )));
+        }
+        for (j, b) in bound.iter().enumerate() {
+            let states: Vec<&State> = chunk.iter().map(|r| &r.2[j]).collect();
+            cols.extend(state_columns(b, &states));
+        }
+        out.push(RecordBatch::try_new(schema.clone(), cols)?);
+    }
+    if out.is_empty() {
+        out.push(RecordBatch::new_empty(schema.clone()));
+    }
+    Ok(out)
+}
+
+/// Checkpointed state rows being read back (see [`state_batches`]).
+pub(crate) struct StateReader {
+    keys: BinaryArray,
+    extra: Vec<Int64Array>,
+    /// Each aggregate's state columns.
+    states: Vec<Vec<ArrayRef>>,
+}
+
+impl StateReader {
+    /// Reads `batch` as `schema` says; `what` names the operator in errors.
+    ///
+    /// # Errors
+    /// `Internal` if a column is missing or of another type (state of another version or
+    /// operator).
+    pub(crate) fn new(
+        what: &str,
+        schema: &SchemaRef,
+        bound: &[Bound],
+        batch: &RecordBatch,
+    ) -> Result<StateReader> {
+        let n_extra =
+            schema.fields().len() - 2 - bound.iter().map(|b| state_fields(b).len()).sum::<usize>();
+        let mut cols = Vec::with_capacity(schema.fields().len());
+        for f in schema.fields() {
+            let c = batch
+                .column_by_name(f.name())
+                .filter(|c| c.data_type() == f.data_type())
+                .filter(|c| f.is_nullable() || c.null_count() == 0)
+                .ok_or_else(|| {
+                    Error::Internal(format!(
+                        "{what} state has no column `{}` of type {}{}: it was not written by \
+                         this version of the operator",
+                        f.name(),
+                        f.data_type(),
+                        if f.is_nullable() {
+                            ""
+                        } else {
+                            " without NULLs"
+                        }
+                    ))
+                })?;
+            cols.push(c.clone());
+        }
+        let mut cols = cols.into_iter().skip(1);
+        let keys = cols
+            .next()
+            .expect("a key column")
+            .as_binary::<i32>()
+            .clone();
+        let extra = (cols.by_ref().take(n_extra))
+            .map(|c| c.as_primitive::<Int64Type>().clone())
+            .collect();
+        let states = (bound.iter())
+            .map(|b| cols.by_ref().take(state_fields(b).len()).collect())
+            .collect();
+        Ok(StateReader {
+            keys,
+            extra,
+            states,
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Row `i`: its encoded key, its `extra` values, its states.
+    pub(crate) fn row(&self, bound: &[Bound], i: usize) -> (&[u8], Vec<i64>, Vec<State>) {
+        (
+            self.keys.value(i),
+            self.extra.iter().map(|c| c.value(i)).collect(),
+            (bound.iter().zip(&self.states))
+                .map(|(b, cols)| read_state(b, cols, i))
+                .collect(),
+        )
     }
 }
 

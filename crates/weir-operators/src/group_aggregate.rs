@@ -18,7 +18,8 @@
 //! a key does not depend on batching when a key's rows arrive in event-time order. Without a TTL
 //! the state would grow with the number of keys forever, so a TTL is required. Every row
 //! counts: nothing here buffers by time, so no row is late. MEDIAN, whose state holds every
-//! value, is refused.
+//! value, is refused. Checkpoints hold every key's states and last event time, keyed by the
+//! key's group, so a restore at any parallelism goes on with the same results and expiries.
 
 use std::sync::Arc;
 
@@ -117,10 +118,12 @@ impl OperatorFactory for GroupAggregate {
             event_time: None,
         })
     }
-    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("group_aggregate", inputs)?;
         let (schema, bound, event_time) = self.check(input)?;
         Ok(Box::new(GroupAggregateOp {
+            state_schema: aggregates::state_schema(&["last_event_time"], &bound),
+            key_groups: info.key_groups,
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             ttl_ms: self.ttl_ms,
             schema,
@@ -133,6 +136,9 @@ impl OperatorFactory for GroupAggregate {
             group_count: 0,
             expired: 0,
         }))
+    }
+    fn state(&self) -> weir_runtime::graph::OperatorState {
+        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
     }
     fn describe(&self) -> String {
         format!(
@@ -173,6 +179,10 @@ struct Group {
 
 /// One subtask of a continuous aggregation.
 pub struct GroupAggregateOp {
+    /// The layout of checkpointed state: a row per key (key group, encoded key, the greatest
+    /// event time of its rows, the aggregates' state columns).
+    state_schema: SchemaRef,
+    key_groups: u16,
     encoder: KeyEncoder,
     ttl_ms: i64,
     schema: SchemaRef,
@@ -265,6 +275,51 @@ impl Operator for GroupAggregateOp {
             rows: self.group_count,
             bytes: self.group_count * per_group + self.groups.index_bytes(),
         }
+    }
+
+    /// Every key's group: a row of [`GroupAggregateOp::state_schema`] each. When keys expire is
+    /// not stored: a restore queues each key again at its last event time plus the TTL.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let rows: Vec<aggregates::StateRow> = (self.groups.slots())
+            .map(|slot| (slot, self.groups.get(slot)))
+            .filter(|(_, g)| !g.states.is_empty())
+            .map(|(slot, g)| {
+                let states: &[State] = &g.states;
+                (self.groups.key(slot), vec![g.last_event_time], states)
+            })
+            .collect();
+        aggregates::state_batches(&self.state_schema, self.key_groups, &self.bound, &rows)
+    }
+
+    /// Takes up the keys of [`snapshot`](Operator::snapshot)s, each queued to expire a TTL
+    /// after its last row (the watermark comes again from upstream); the count of expired
+    /// groups starts again from zero.
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        for b in &state {
+            let r = aggregates::StateReader::new(
+                "group_aggregate",
+                &self.state_schema,
+                &self.bound,
+                b,
+            )?;
+            for i in 0..r.len() {
+                let (key, last, states) = r.row(&self.bound, i);
+                let slot = self.groups.slot_for(hash_key(key), key);
+                let g = self.groups.get_mut(slot);
+                if g.states.is_empty() {
+                    self.group_count += 1;
+                }
+                *g = Group {
+                    states,
+                    last_event_time: last[0],
+                    queued: true,
+                    batch: 0,
+                };
+                self.expiry
+                    .push(last[0].saturating_add(self.ttl_ms), slot, 0);
+            }
+        }
+        Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

@@ -14,7 +14,9 @@
 //!
 //! One group per key and open window (or session), dropped when it is emitted. The state
 //! metrics count those groups plus the values MEDIAN keeps (each an input row held), and their
-//! bytes.
+//! bytes. Checkpoints hold every open group or session with its aggregates' states (a
+//! median's values, a distinct count's sketch), keyed by the key's group, so a restore at any
+//! parallelism closes the same windows with the same results; late-row gauges start again.
 //!
 //! # Late rows
 //!
@@ -332,7 +334,7 @@ impl OperatorFactory for WindowAggregate {
         let (schema, event_time) = self.output(input)?;
         Ok(StreamInfo { schema, event_time })
     }
-    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("window_aggregate", inputs)?;
         let (schema, _) = self.output(input)?;
         let bound = self.bind(input)?;
@@ -358,9 +360,12 @@ impl OperatorFactory for WindowAggregate {
         } else {
             Vec::new()
         };
+        let state_schema = aggregates::state_schema(&["window_start", "window_end"], &bound);
         Ok(Box::new(WindowAggregateOp {
             spec: self.clone(),
             schema,
+            state_schema,
+            key_groups: info.key_groups,
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             event_time: et,
             window_start_col,
@@ -405,6 +410,9 @@ impl OperatorFactory for WindowAggregate {
     fn key_ordered(&self) -> bool {
         self.not_splittable().is_some()
     }
+    fn state(&self) -> weir_runtime::graph::OperatorState {
+        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
+    }
 }
 
 /// When a window starting at `start` (or, with `size` 0, ending at `start`) closes: its end − 1
@@ -439,6 +447,10 @@ struct Session {
 pub struct WindowAggregateOp {
     spec: WindowAggregate,
     schema: SchemaRef,
+    /// The layout of checkpointed state: a row per open group or session (key group, encoded
+    /// key, window start and end, the aggregates' state columns).
+    state_schema: SchemaRef,
+    key_groups: u16,
     encoder: KeyEncoder,
     event_time: Option<usize>,
     window_start_col: Option<usize>,
@@ -812,6 +824,70 @@ impl Operator for WindowAggregateOp {
                 + self.group_count * (self.bound.len() * std::mem::size_of::<State>()) as u64
                 + self.sessions.index_bytes(),
         }
+    }
+
+    /// Every open group (fixed windows) or session: a row of [`WindowAggregateOp::state_schema`]
+    /// each, a key's sessions in the order they are kept. What is scheduled to close is not
+    /// stored: a restore queues each group again at its window's close.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut rows: Vec<aggregates::StateRow> = Vec::with_capacity(self.group_count as usize);
+        if let Some((size, _)) = self.spec.fixed() {
+            for slot in self.groups.slots() {
+                let g = self.groups.get(slot);
+                if !g.states.is_empty() {
+                    let end = g.start.saturating_add(size);
+                    let key = &self.groups.key(slot)[..self.key_len(slot)];
+                    rows.push((key, vec![g.start, end], &g.states));
+                }
+            }
+        } else {
+            for slot in self.sessions.slots() {
+                let key = self.sessions.key(slot);
+                for s in self.sessions.get(slot) {
+                    rows.push((key, vec![s.start, s.end], &s.states));
+                }
+            }
+        }
+        aggregates::state_batches(&self.state_schema, self.key_groups, &self.bound, &rows)
+    }
+
+    /// Takes up the groups or sessions of [`snapshot`](Operator::snapshot)s, each queued to
+    /// close at its window's close (the watermark comes again from upstream). Gauges of late
+    /// and unplaceable rows start again from zero.
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        let mut buf = Vec::new();
+        for b in &state {
+            let r = aggregates::StateReader::new(
+                "window_aggregate",
+                &self.state_schema,
+                &self.bound,
+                b,
+            )?;
+            for i in 0..r.len() {
+                let (key, window, states) = r.row(&self.bound, i);
+                let (start, end) = (window[0], window[1]);
+                let (values, heap) = held(&states);
+                self.values_held += values;
+                if self.spec.fixed().is_some() {
+                    let slot = self.group_for(key, start, &mut buf);
+                    let g = self.groups.get_mut(slot);
+                    let (_, init_heap) = held(&g.states);
+                    g.states = states;
+                    self.state_bytes = self.state_bytes + heap - init_heap;
+                } else {
+                    let slot = self.sessions.slot_for(hash_key(key), key);
+                    self.sessions
+                        .get_mut(slot)
+                        .push(Session { start, end, states });
+                    self.state_bytes += GROUP_OVERHEAD + heap;
+                    self.group_count += 1;
+                    self.peak_groups = self.peak_groups.max(self.group_count);
+                    self.closing
+                        .push(close_at(end, 0, self.spec.allowed_lateness_ms), slot, 1);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

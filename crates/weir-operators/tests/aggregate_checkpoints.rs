@@ -1,0 +1,512 @@
+//! Window and group aggregations through checkpoints: a run snapshotted at any point and
+//! restored, at the same parallelism or spread over other subtasks by key group, gives the
+//! output of a run that was never interrupted.
+//!
+//! Each property runs a random script of keyed rows and watermarks three ways: uninterrupted;
+//! cut at a random point, snapshotted and run on (the snapshot leaves the operator as it was);
+//! and cut, snapshotted and restored into fresh subtasks at parallelism 1, 2 and 3 that get the
+//! rest of the script, each the rows of its key groups (as keyed exchanges route them) and,
+//! first, the last watermark before the cut (as restored sources send it again). The output
+//! before the cut plus the restored subtasks' output equals the uninterrupted output.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{
+    BinaryArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, UInt16Array,
+};
+use arrow_buffer::ScalarBuffer;
+use arrow_schema::{DataType, Field, Schema};
+use proptest::prelude::*;
+use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
+use weir_operators::aggregates::{
+    approx_count_distinct, avg, count, max, median, min, sum, Aggregate,
+};
+use weir_operators::{GroupAggregate, Phase, WindowAggregate};
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_runtime::{Port, StreamBatch};
+use weir_testkit::{sorted_lines, Harness};
+
+/// One row before it gets its time: key `k{k}`, `v` (NULL sometimes), `x` (quarters, so float
+/// sums are exact in any order) and its event time relative to the watermark.
+#[derive(Debug, Clone)]
+struct RawRow {
+    k: u8,
+    v: Option<i64>,
+    x: f64,
+    offset: i64,
+}
+
+#[derive(Debug, Clone)]
+enum RawStep {
+    Rows(Vec<RawRow>),
+    /// The watermark moves on this much.
+    Advance(i64),
+}
+
+/// What a subtask gets: a batch whose rows carry their split's watermark, or a watermark.
+#[derive(Debug, Clone)]
+enum Input {
+    Batch(StreamBatch),
+    Watermark(i64),
+}
+
+fn raw_info() -> StreamInfo {
+    StreamInfo {
+        schema: Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+            Field::new("x", DataType::Float64, false),
+            Field::new("ts", DataType::Int64, false),
+        ])),
+        event_time: Some("ts".into()),
+    }
+}
+
+fn raw_step() -> impl Strategy<Value = RawStep> {
+    let row = (
+        0u8..6,
+        prop::option::weighted(0.9, -5i64..20),
+        -8i64..40,
+        -200i64..600,
+    )
+        .prop_map(|(k, v, x, offset)| RawRow {
+            k,
+            v,
+            x: x as f64 / 4.0,
+            offset,
+        });
+    prop_oneof![
+        3 => prop::collection::vec(row, 1..8).prop_map(RawStep::Rows),
+        1 => (0i64..250).prop_map(RawStep::Advance),
+    ]
+}
+
+/// The script: each row at the watermark (0 before the first) plus its offset, which is never
+/// more than 200 ms behind the watermark.
+fn script(steps: &[RawStep]) -> Vec<Input> {
+    let schema = raw_info().schema;
+    let mut wm: Option<i64> = None;
+    let mut out = Vec::new();
+    for s in steps {
+        match s {
+            RawStep::Rows(rows) => {
+                let base = wm.unwrap_or(0);
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![
+                        Arc::new(StringArray::from_iter_values(
+                            rows.iter().map(|r| format!("k{}", r.k)),
+                        )),
+                        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+                        Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.x))),
+                        Arc::new(Int64Array::from_iter_values(
+                            rows.iter().map(|r| base + r.offset),
+                        )),
+                    ],
+                )
+                .unwrap();
+                let wms = ScalarBuffer::from(vec![wm.unwrap_or(i64::MIN); rows.len()]);
+                out.push(Input::Batch(StreamBatch::with_row_watermarks(batch, wms)));
+            }
+            RawStep::Advance(d) => {
+                let w = wm.unwrap_or(0) + d;
+                wm = Some(w);
+                out.push(Input::Watermark(w));
+            }
+        }
+    }
+    out
+}
+
+/// The subtasks of one operator at a parallelism, fed as a keyed exchange on `k` feeds them.
+struct Subtasks {
+    hs: Vec<Harness>,
+    encoder: KeyEncoder,
+}
+
+impl Subtasks {
+    fn restored(
+        factory: &dyn OperatorFactory,
+        info: &StreamInfo,
+        snapshots: &[Vec<RecordBatch>],
+        parallelism: usize,
+    ) -> Subtasks {
+        Subtasks {
+            hs: (0..parallelism)
+                .map(|i| {
+                    Harness::restored(
+                        factory,
+                        std::slice::from_ref(info),
+                        snapshots,
+                        i,
+                        parallelism,
+                    )
+                })
+                .collect(),
+            encoder: KeyEncoder::new(&info.schema, &["k".to_string()]).unwrap(),
+        }
+    }
+
+    fn fresh(factory: &dyn OperatorFactory, info: &StreamInfo, parallelism: usize) -> Subtasks {
+        Self::restored(factory, info, &[], parallelism)
+    }
+
+    fn feed(&mut self, input: &Input) {
+        match input {
+            Input::Watermark(w) => self.hs.iter_mut().for_each(|h| h.watermark(*w)),
+            Input::Batch(b) => {
+                let p = self.hs.len();
+                let rows = self.encoder.encode(&b.data).unwrap();
+                let home: Vec<usize> = rows
+                    .iter()
+                    .map(|r| {
+                        let g = key_group(hash_key(r.as_ref()), DEFAULT_KEY_GROUPS);
+                        subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
+                    })
+                    .collect();
+                for (i, h) in self.hs.iter_mut().enumerate() {
+                    let mask: BooleanArray = home.iter().map(|&s| Some(s == i)).collect();
+                    let mine = b.filter(&mask).unwrap();
+                    if mine.num_rows() > 0 {
+                        h.push_batch(0, mine);
+                    }
+                }
+            }
+        }
+    }
+
+    fn end(&mut self) {
+        self.hs.iter_mut().for_each(Harness::end);
+    }
+
+    /// Lines of what the subtasks emitted so far, late rows marked.
+    fn take(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for h in &mut self.hs {
+            out.extend(sorted_lines(&h.take(Port::Main)));
+            let late = sorted_lines(&h.take(Port::Late(0)));
+            out.extend(late.into_iter().map(|l| format!("late: {l}")));
+        }
+        out
+    }
+}
+
+/// The key group of each key `k0`..`k5` by its encoded bytes, as keyed exchanges route it.
+fn key_groups_of_keys() -> HashMap<Vec<u8>, u16> {
+    let info = raw_info();
+    let names: Vec<String> = (0..6).map(|k| format!("k{k}")).collect();
+    let batch = RecordBatch::try_new(
+        info.schema.clone(),
+        vec![
+            Arc::new(StringArray::from(names.clone())),
+            Arc::new(Int64Array::from(vec![0; 6])),
+            Arc::new(Float64Array::from(vec![0.0; 6])),
+            Arc::new(Int64Array::from(vec![0; 6])),
+        ],
+    )
+    .unwrap();
+    let rows = (KeyEncoder::new(&info.schema, &["k".to_string()]).unwrap())
+        .encode(&batch)
+        .unwrap();
+    rows.iter()
+        .map(|r| {
+            let g = key_group(hash_key(r.as_ref()), DEFAULT_KEY_GROUPS);
+            (r.as_ref().to_vec(), g)
+        })
+        .collect()
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// Runs `inputs` uninterrupted at `parallelism`, then cut after `cut` inputs and restored at
+/// parallelism 1, 2 and 3; every run must give the same output.
+fn check_restores(
+    factory: &dyn OperatorFactory,
+    info: &StreamInfo,
+    inputs: &[Input],
+    parallelism: usize,
+    cut: usize,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(factory.state(), OperatorState::Checkpointed { version: 1 });
+    let mut a = Subtasks::fresh(factory, info, parallelism);
+    inputs.iter().for_each(|i| a.feed(i));
+    a.end();
+    let want = sorted(a.take());
+
+    let mut b = Subtasks::fresh(factory, info, parallelism);
+    inputs[..cut].iter().for_each(|i| b.feed(i));
+    let before = b.take();
+    let snapshots: Vec<Vec<RecordBatch>> = b.hs.iter_mut().map(Harness::snapshot).collect();
+    let key_groups = key_groups_of_keys();
+    for batch in snapshots.iter().flatten() {
+        let groups = batch
+            .column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<UInt16Array>());
+        let keys = batch
+            .column_by_name("key")
+            .and_then(|c| c.as_any().downcast_ref::<BinaryArray>());
+        let (Some(groups), Some(keys)) = (groups, keys) else {
+            return Err(TestCaseError::fail(format!(
+                "a state batch without key groups or keys: {:?}",
+                batch.schema()
+            )));
+        };
+        for (g, k) in groups.iter().zip(keys.iter()) {
+            prop_assert_eq!(g, k.and_then(|k| key_groups.get(k).copied()));
+        }
+    }
+    // Snapshotting changes nothing: the operator runs on as if it had not been taken.
+    inputs[cut..].iter().for_each(|i| b.feed(i));
+    b.end();
+    let mut went_on = before.clone();
+    went_on.extend(b.take());
+    prop_assert_eq!(sorted(went_on), want.clone(), "run on after a snapshot");
+
+    let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
+        Input::Watermark(w) => Some(*w),
+        Input::Batch(_) => None,
+    });
+    for p in 1..=3 {
+        let mut r = Subtasks::restored(factory, info, &snapshots, p);
+        if let Some(w) = last_watermark {
+            r.feed(&Input::Watermark(w));
+        }
+        inputs[cut..].iter().for_each(|i| r.feed(i));
+        r.end();
+        let mut got = before.clone();
+        got.extend(r.take());
+        prop_assert_eq!(
+            sorted(got),
+            want.clone(),
+            "restored at parallelism {} from {} after {} of {} inputs",
+            p,
+            parallelism,
+            cut,
+            inputs.len()
+        );
+    }
+    Ok(())
+}
+
+/// Every aggregate, median included, over the BIGINT `v` and the DOUBLE `x`.
+fn every_aggregate() -> Vec<Aggregate> {
+    let mut a = combinable_aggregates();
+    a.push(median("v", "med"));
+    a.push(median("x", "med_x"));
+    a
+}
+
+/// The aggregates that have partial states. Each column is read first by an aggregate whose
+/// partial column has the column's type (a final phase recovers the raw types from them).
+fn combinable_aggregates() -> Vec<Aggregate> {
+    vec![
+        count("n"),
+        sum("v", "total"),
+        min("v", "lowest"),
+        max("x", "highest"),
+        sum("x", "total_x"),
+        avg("v", "mean"),
+        avg("x", "mean_x"),
+        approx_count_distinct("v", "distinct"),
+    ]
+}
+
+fn window_spec(
+    window: WindowAggregate,
+    aggs: Vec<Aggregate>,
+    lateness: i64,
+    phase: Phase,
+) -> WindowAggregate {
+    let mut w = aggs.into_iter().fold(window, WindowAggregate::aggregate);
+    w.keys = vec!["k".into()];
+    w.phase = phase;
+    w.allowed_lateness_ms(lateness)
+}
+
+fn check_full(
+    window: WindowAggregate,
+    steps: &[RawStep],
+    lateness: i64,
+    parallelism: usize,
+    cut: prop::sample::Index,
+) -> Result<(), TestCaseError> {
+    let spec = window_spec(window, every_aggregate(), lateness, Phase::Full);
+    let inputs = script(steps);
+    let cut = cut.index(inputs.len() + 1);
+    check_restores(&spec, &raw_info(), &inputs, parallelism, cut)
+}
+
+fn check_partial(
+    window: WindowAggregate,
+    steps: &[RawStep],
+    lateness: i64,
+    parallelism: usize,
+    cut: prop::sample::Index,
+) -> Result<(), TestCaseError> {
+    let spec = window_spec(window, combinable_aggregates(), lateness, Phase::Partial);
+    let inputs = script(steps);
+    let cut = cut.index(inputs.len() + 1);
+    check_restores(&spec, &raw_info(), &inputs, parallelism, cut)
+}
+
+/// The final phase, fed what a partial phase that flushes after every batch sends it.
+fn check_final(
+    window: WindowAggregate,
+    steps: &[RawStep],
+    lateness: i64,
+    parallelism: usize,
+    cut: prop::sample::Index,
+) -> Result<(), TestCaseError> {
+    let mut partial = window_spec(window, combinable_aggregates(), lateness, Phase::Partial);
+    partial.flush_groups = 1;
+    let final_spec = WindowAggregate {
+        phase: Phase::Final,
+        ..partial.clone()
+    };
+    let info = partial.plan(&[raw_info()]).unwrap();
+    let mut pre = Harness::of(&partial, &[raw_info()]);
+    let mut inputs = Vec::new();
+    for i in script(steps) {
+        let watermark = match i {
+            Input::Batch(b) => {
+                pre.push_batch(0, b);
+                None
+            }
+            Input::Watermark(w) => {
+                pre.watermark(w);
+                Some(w)
+            }
+        };
+        for b in pre.take(Port::Main) {
+            inputs.push(Input::Batch(StreamBatch::new(b)));
+        }
+        if let Some(w) = watermark {
+            inputs.push(Input::Watermark(w));
+        }
+    }
+    let cut = cut.index(inputs.len() + 1);
+    check_restores(&final_spec, &info, &inputs, parallelism, cut)
+}
+
+fn steps() -> impl Strategy<Value = Vec<RawStep>> {
+    prop::collection::vec(raw_step(), 0..30)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_tumbling_aggregation_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        check_full(WindowAggregate::tumbling(100), &steps, lateness, parallelism, cut)?;
+    }
+
+    #[test]
+    fn a_hopping_aggregation_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        check_full(WindowAggregate::hopping(200, 50), &steps, lateness, parallelism, cut)?;
+    }
+
+    #[test]
+    fn a_session_aggregation_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        check_full(WindowAggregate::session(80), &steps, lateness, parallelism, cut)?;
+    }
+
+    #[test]
+    fn a_partial_tumbling_aggregation_restored_at_any_point_and_parallelism_sends_the_uninterrupted_partials(
+        steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        check_partial(WindowAggregate::tumbling(100), &steps, lateness, parallelism, cut)?;
+    }
+
+    #[test]
+    fn a_partial_hopping_aggregation_restored_at_any_point_and_parallelism_sends_the_uninterrupted_partials(
+        steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        check_partial(WindowAggregate::hopping(200, 50), &steps, lateness, parallelism, cut)?;
+    }
+
+    #[test]
+    fn a_final_tumbling_aggregation_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        check_final(WindowAggregate::tumbling(100), &steps, lateness, parallelism, cut)?;
+    }
+
+    #[test]
+    fn a_final_hopping_aggregation_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        check_final(WindowAggregate::hopping(200, 50), &steps, lateness, parallelism, cut)?;
+    }
+
+    /// Rows are never more than 200 ms behind the watermark, less than the TTL: a key's
+    /// group is never created already expired (when its expiry would depend on whether the
+    /// watermark comes again, as it does after a restore).
+    #[test]
+    fn a_group_aggregate_restored_at_any_point_and_parallelism_gives_the_uninterrupted_updates(
+        steps in steps(), ttl in prop::sample::select(vec![250i64, 1_000]),
+        parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        let spec = GroupAggregate {
+            keys: vec!["k".into()],
+            ..GroupAggregate::with_ttl(ttl)
+                .aggregate(count("n"))
+                .aggregate(sum("v", "total"))
+                .aggregate(min("v", "lowest"))
+                .aggregate(max("x", "highest"))
+                .aggregate(avg("x", "mean_x"))
+                .aggregate(approx_count_distinct("v", "distinct"))
+        };
+        let inputs = script(&steps);
+        let cut = cut.index(inputs.len() + 1);
+        check_restores(&spec, &raw_info(), &inputs, parallelism, cut)?;
+    }
+}
+
+/// A restore from no state at all is a fresh operator; an empty operator's state is one
+/// empty batch of its state layout.
+#[test]
+fn an_empty_aggregation_snapshots_an_empty_keyed_batch() {
+    let spec = window_spec(
+        WindowAggregate::session(80),
+        every_aggregate(),
+        0,
+        Phase::Full,
+    );
+    let mut h = Harness::of(&spec, &[raw_info()]);
+    let state = h.snapshot();
+    assert_eq!(state.iter().map(RecordBatch::num_rows).sum::<usize>(), 0);
+    let names: Vec<String> = state[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(
+        &names[..5],
+        [
+            weir_state::snapshot::KEY_GROUP_COLUMN,
+            "key",
+            "window_start",
+            "window_end",
+            "n__partial"
+        ]
+    );
+    assert!(names.contains(&"med__values".to_string()), "{names:?}");
+}
