@@ -50,7 +50,7 @@ enum Command {
         max_dead_letter_share: Option<f64>,
         /// Take a checkpoint this often (`10s`, `500ms`; SQL: SET
         /// 'execution.checkpointing.interval'). Checkpoints record where every source split
-        /// stands; they cover sources, sinks and stateless operators so far.
+        /// stands and every operator's state.
         #[arg(long, value_parser = parse_duration_ms)]
         checkpoint_interval: Option<i64>,
         /// Where checkpoints go (default `weir-checkpoints`, or SET

@@ -20,6 +20,37 @@ WITH ('connector' = 'filesystem', 'path' = 'out', 'format' = 'csv');
 INSERT INTO out1 SELECT ts, key, CASE WHEN key = 'celebrity' THEN 'hot' ELSE 'cold' END FROM events;
 ";
 
+/// The attribution pipeline's core: clicks joined to impressions of the same ad and user at
+/// most 10 s before (an interval join), the joined clicks themselves and their count per ad
+/// and minute (a window aggregation) into files.
+const ATTRIBUTION: &str = "
+SET 'execution.checkpointing.interval' = '100 ms';
+SET 'execution.checkpointing.dir' = 'checkpoints';
+SET 'parallelism.default' = '2';
+CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'impressions',
+        'generator.rows' = '100000', 'generator.rate' = '8000', 'generator.splits' = '2');
+CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'clicks',
+        'generator.rows' = '100000', 'generator.rate' = '8000', 'generator.splits' = '2');
+CREATE TABLE attributed_out (click_id BIGINT, impression_id BIGINT, ad_id BIGINT)
+WITH ('connector' = 'filesystem', 'path' = 'out', 'format' = 'csv');
+CREATE TABLE per_ad (ad_id BIGINT, minute BIGINT, clicks BIGINT)
+WITH ('connector' = 'filesystem', 'path' = 'per_ad', 'format' = 'csv');
+CREATE VIEW attributed AS
+SELECT c.click_id, i.impression_id, c.ad_id, c.rt AS click_time
+FROM clicks c JOIN impressions i
+  ON c.ad_id = i.ad_id AND c.user_id = i.user_id
+ AND c.rt BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;
+INSERT INTO attributed_out SELECT click_id, impression_id, ad_id FROM attributed;
+INSERT INTO per_ad
+SELECT ad_id, UNIX_TIMESTAMP(DATE_FORMAT(window_start, 'yyyy-MM-dd HH:mm:ss')) * 1000, COUNT(*)
+FROM TABLE(TUMBLE(TABLE attributed, DESCRIPTOR(click_time), INTERVAL '1' MINUTE))
+GROUP BY ad_id, window_start, window_end;
+";
+
 fn weir(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
     c.args(["run", "job.sql", "--restore", "latest"])
@@ -31,8 +62,13 @@ fn weir(dir: &Path) -> Command {
 
 /// The finished part files' lines, sorted.
 fn output(dir: &Path) -> Vec<String> {
+    output_of(dir, "out")
+}
+
+/// The finished part files' lines of the sink folder `folder`, sorted.
+fn output_of(dir: &Path, folder: &str) -> Vec<String> {
     let mut lines = Vec::new();
-    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+    for e in std::fs::read_dir(dir.join(folder)).unwrap() {
         let e = e.unwrap();
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') {
@@ -125,4 +161,78 @@ fn a_folder_of_part_files_reads_back_as_one_table() {
         .collect();
     again.sort();
     assert_eq!(again, output(dir.path()));
+}
+
+/// The attribution job (an interval join and a window aggregation, at parallelism 2) killed
+/// with SIGKILL at random moments, including during checkpoints and commits, and restored
+/// each time: its outputs equal an uninterrupted run's as multisets.
+#[test]
+fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_nothing() {
+    let reference = tempfile::tempdir().unwrap();
+    std::fs::write(reference.path().join("job.sql"), ATTRIBUTION).unwrap();
+    let out = weir(reference.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = (
+        output_of(reference.path(), "out"),
+        output_of(reference.path(), "per_ad"),
+    );
+    assert!(
+        want.0.len() > 1_000 && !want.1.is_empty(),
+        "{} {}",
+        want.0.len(),
+        want.1.len()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(50);
+    let mut kills = 0;
+    for _ in 0..50 {
+        let mut child = weir(dir.path()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(150..700)));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    let out = weir(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let newest = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("chk-")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0);
+    println!("killed {kills} times, {newest} checkpoints taken; the last run: {stderr}");
+    assert!(
+        kills >= 30,
+        "only {kills} runs were killed before they ended"
+    );
+    assert!(
+        newest >= 30,
+        "the killed runs took only {newest} checkpoints"
+    );
+    let got = (
+        output_of(dir.path(), "out"),
+        output_of(dir.path(), "per_ad"),
+    );
+    assert_eq!(
+        got.0.len(),
+        want.0.len(),
+        "joined rows lost or written twice"
+    );
+    assert_eq!(got.0, want.0);
+    assert_eq!(got.1, want.1);
 }

@@ -139,7 +139,7 @@ fn a_job_with_state_checkpoints_cannot_capture_is_refused_naming_the_operator() 
         .sink("out", CollectSink::new());
     let err = run_within(&job, LIMIT).unwrap_err().to_string();
     assert!(
-        err.contains("the state of `remember`") && err.contains("cannot be checkpointed yet"),
+        err.contains("the state of `remember`") && err.contains("cannot be checkpointed"),
         "{err}"
     );
 }

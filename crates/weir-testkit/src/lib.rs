@@ -275,8 +275,8 @@ impl Harness {
 
     /// A fresh subtask `subtask` of `parallelism` of `factory` restored from `snapshots` (the
     /// state of every subtask of the checkpoint), as the runtime restores one: keyed rows of
-    /// the subtask's key groups only. Its watermark starts at `watermark` (what the sources'
-    /// restored splits give it).
+    /// the subtask's key groups only. Its watermark starts from nothing, as a restored
+    /// subtask's does until the first watermark arrives from upstream.
     pub fn restored(
         factory: &dyn OperatorFactory,
         inputs: &[StreamInfo],

@@ -461,9 +461,8 @@ impl CheckpointWiring {
             .collect();
         if !not_yet.is_empty() {
             return Err(Error::plan(format!(
-                "checkpoints are on, but the state of {} cannot be checkpointed yet (checkpoints \
-                 cover sources, sinks and stateless operators so far): a restore would lose it. \
-                 Run the job without checkpoints",
+                "checkpoints are on, but the state of {} cannot be checkpointed (the operator \
+                 declares no snapshot): a restore would lose it. Run the job without checkpoints",
                 not_yet.join(", ")
             )));
         }
