@@ -213,7 +213,11 @@ fn main() -> Result<()> {
                 graph.config.dead_letter_path = Some(PathBuf::from("weir-dead-letters.jsonl"));
             }
             let report = rt
-                .block_on(supervise::run(graph, metrics_out.as_deref(), true))?
+                .block_on(supervise::run_restarting(
+                    graph,
+                    metrics_out.as_deref(),
+                    true,
+                ))?
                 .finished();
             eprint!("{}", supervise::summary(&report));
             if let (Some(r), None) = (&restore_asked, &report.restored) {

@@ -109,8 +109,67 @@ pub async fn run(
     Ok(Supervised {
         report,
         signal,
+        restarts: 0,
         sinks,
     })
+}
+
+/// [`run`] again from the newest checkpoint after a failure while running, as the job's
+/// restart strategy says (only with checkpoints: without, there is nothing to go on from).
+/// Failures that would happen again (a refused plan, a bad setting, a bad record with the
+/// `fail` policy, too many dead letters) are not restarted.
+pub async fn run_restarting(
+    mut graph: JobGraph,
+    metrics_out: Option<&Path>,
+    progress: bool,
+) -> Result<Supervised> {
+    let strategy = graph.config.checkpointing.as_ref().map(|c| c.restart);
+    let mut restarts = 0;
+    loop {
+        match run(graph.clone(), metrics_out, progress).await {
+            Ok(mut s) => {
+                s.restarts = restarts;
+                return Ok(s);
+            }
+            Err(e) => {
+                let again = e
+                    .downcast_ref::<weir_runtime::Error>()
+                    .is_some_and(restartable);
+                let delay = strategy
+                    .filter(|_| again)
+                    .and_then(|s| s.delay_before(restarts + 1));
+                let Some(delay) = delay else {
+                    return Err(if restarts > 0 {
+                        e.context(format!(
+                            "the job failed again after {restarts} restart{} from its checkpoints",
+                            if restarts == 1 { "" } else { "s" }
+                        ))
+                    } else {
+                        e
+                    });
+                };
+                restarts += 1;
+                eprintln!(
+                    "weir: the job failed: {e:#}\nweir: restart {restarts} from the newest checkpoint in {} ms",
+                    delay.as_millis()
+                );
+                tokio::time::sleep(delay).await;
+                if let Some(c) = graph.config.checkpointing.as_mut() {
+                    c.restore = Some("latest".into());
+                }
+            }
+        }
+    }
+}
+
+/// Whether a failure may pass when the job starts again.
+fn restartable(e: &weir_runtime::Error) -> bool {
+    use weir_runtime::Error as E;
+    match e {
+        E::Operator { source, .. } => restartable(source),
+        E::Plan(_) | E::Config { .. } | E::BadRecord { .. } | E::TooManyDeadLetters { .. } => false,
+        _ => true,
+    }
 }
 
 /// A signal that stopped a job.
@@ -141,6 +200,8 @@ impl Signal {
 pub struct Supervised {
     pub report: JobReport,
     pub signal: Option<Signal>,
+    /// How often the job was restarted from a checkpoint after a failure.
+    pub restarts: u32,
     /// (name, kind) of every sink.
     sinks: Vec<(String, String)>,
 }
@@ -149,6 +210,12 @@ impl Supervised {
     /// The report of a job that ran to its end. A job stopped by a signal prints its summary,
     /// says what became of each sink's output, and exits with 130 (SIGINT) or 143 (SIGTERM).
     pub fn finished(self) -> JobReport {
+        if self.restarts > 0 {
+            eprintln!(
+                "restarts:       {} after failures, each from the newest checkpoint",
+                self.restarts
+            );
+        }
         let Some(signal) = self.signal else {
             return self.report;
         };

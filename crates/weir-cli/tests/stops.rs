@@ -153,3 +153,49 @@ fn an_input_of_mostly_dead_letters_fails_the_run_and_says_so() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_job_that_keeps_failing_is_restarted_as_its_strategy_says_then_fails_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("events.csv"), "k1,1\nk2,2\n").unwrap();
+    // The sink's folder cannot be made (a file is in the way): a failure of the outside
+    // world, which a restart may get past.
+    std::fs::write(d.join("blocked"), "a file").unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "SET 'execution.checkpointing.interval' = '1 s';
+         SET 'restart-strategy.type' = 'fixed-delay';
+         SET 'restart-strategy.fixed-delay.attempts' = '2';
+         SET 'restart-strategy.fixed-delay.delay' = '10 ms';
+         CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'blocked/out', 'format' = 'csv');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("restart 1 from the newest checkpoint")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("restart 2 from the newest checkpoint")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the job failed again after 2 restarts from its checkpoints"),
+        "{stderr}"
+    );
+}

@@ -35,6 +35,64 @@ pub struct CheckpointConfig {
     /// beginning when there is none) or a checkpoint folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<String>,
+    /// What a failure while running does.
+    #[serde(default)]
+    pub restart: RestartStrategy,
+}
+
+/// What happens when a job with checkpoints fails while running (Flink's
+/// `restart-strategy.*`): it starts again from its newest complete checkpoint, after a delay,
+/// a bounded number of times. Failures before it runs (a refused plan, a bad setting) and
+/// deterministic ones (too many dead letters) are not restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "type")]
+pub enum RestartStrategy {
+    /// Fail at the first failure.
+    None,
+    /// Wait `delay_ms` before each restart; give up after `attempts` restarts.
+    FixedDelay { attempts: u32, delay_ms: u64 },
+    /// Wait `initial_ms`, then `multiplier` times longer each time up to `max_ms`; give up
+    /// after `attempts` restarts.
+    ExponentialDelay {
+        initial_ms: u64,
+        max_ms: u64,
+        multiplier: f64,
+        attempts: u32,
+    },
+}
+
+impl Default for RestartStrategy {
+    /// With checkpoints, as Flink 2: exponential delay, 1 s doubling to at most 1 min; weir
+    /// gives up after 10 restarts rather than restarting into the same failure for ever.
+    fn default() -> Self {
+        RestartStrategy::ExponentialDelay {
+            initial_ms: 1_000,
+            max_ms: 60_000,
+            multiplier: 2.0,
+            attempts: 10,
+        }
+    }
+}
+
+impl RestartStrategy {
+    /// The delay before restart number `n` (1 for the first), or `None` to give up.
+    pub fn delay_before(&self, n: u32) -> Option<std::time::Duration> {
+        match *self {
+            RestartStrategy::None => None,
+            RestartStrategy::FixedDelay { attempts, delay_ms } => {
+                (n <= attempts).then(|| std::time::Duration::from_millis(delay_ms))
+            }
+            RestartStrategy::ExponentialDelay {
+                initial_ms,
+                max_ms,
+                multiplier,
+                attempts,
+            } => (n <= attempts).then(|| {
+                let ms = initial_ms as f64 * multiplier.powi(n.saturating_sub(1) as i32);
+                std::time::Duration::from_millis(ms.min(max_ms as f64) as u64)
+            }),
+        }
+    }
 }
 
 /// A complete checkpoint a job starts from.
@@ -80,6 +138,7 @@ impl CheckpointConfig {
             dir: dir.into(),
             keep: default_keep(),
             restore: None,
+            restart: RestartStrategy::default(),
         }
     }
 
@@ -287,6 +346,26 @@ mod tests {
             epoch: Epoch(e),
             report: Report::Sink,
         }
+    }
+
+    #[test]
+    fn restart_delays_grow_to_their_bound_and_stop_after_the_attempts() {
+        use std::time::Duration;
+        let e = RestartStrategy::ExponentialDelay {
+            initial_ms: 100,
+            max_ms: 350,
+            multiplier: 2.0,
+            attempts: 4,
+        };
+        let delays: Vec<_> = (1..=5).map(|n| e.delay_before(n)).collect();
+        let ms = |m| Some(Duration::from_millis(m));
+        assert_eq!(delays, [ms(100), ms(200), ms(350), ms(350), None]);
+        let f = RestartStrategy::FixedDelay {
+            attempts: 1,
+            delay_ms: 5,
+        };
+        assert_eq!((f.delay_before(1), f.delay_before(2)), (ms(5), None));
+        assert_eq!(RestartStrategy::None.delay_before(1), None);
     }
 
     #[test]

@@ -151,6 +151,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
                     .or_else(|| settings.get("state.checkpoints.dir"))
                     .map_or("weir-checkpoints", String::as_str),
             );
+            c.restart = restart_strategy(&settings)?;
             if let Some(n) = settings.get("state.checkpoints.num-retained") {
                 c.keep = n.parse().map_err(|_| {
                     plan_err(format!(
@@ -212,6 +213,51 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         }
     }
     Ok(graph)
+}
+
+/// Flink's `restart-strategy.*` settings (the default when none is given).
+fn restart_strategy(
+    settings: &BTreeMap<String, String>,
+) -> Result<weir_runtime::checkpoint::RestartStrategy> {
+    use weir_runtime::checkpoint::RestartStrategy;
+    let number = |key: &str, default: u32| -> Result<u32> {
+        settings.get(key).map_or(Ok(default), |v| {
+            v.trim()
+                .parse()
+                .map_err(|_| plan_err(format!("SET '{key}' = '{v}': a whole number")))
+        })
+    };
+    let duration = |key: &str, default: u64| -> Result<u64> {
+        settings.get(key).map_or(Ok(default), |v| {
+            duration_ms(key, v).map(|ms| ms.max(0) as u64)
+        })
+    };
+    match settings.get("restart-strategy.type").map(|s| s.to_lowercase()) {
+        None => Ok(RestartStrategy::default()),
+        Some(t) if t == "none" || t == "disable" || t == "off" => Ok(RestartStrategy::None),
+        Some(t) if t == "fixed-delay" || t == "fixeddelay" => Ok(RestartStrategy::FixedDelay {
+            attempts: number("restart-strategy.fixed-delay.attempts", 3)?,
+            delay_ms: duration("restart-strategy.fixed-delay.delay", 1_000)?,
+        }),
+        Some(t) if t == "exponential-delay" => {
+            Ok(RestartStrategy::ExponentialDelay {
+                initial_ms: duration("restart-strategy.exponential-delay.initial-backoff", 1_000)?,
+                max_ms: duration("restart-strategy.exponential-delay.max-backoff", 60_000)?,
+                multiplier: match settings.get("restart-strategy.exponential-delay.backoff-multiplier") {
+                    Some(v) => v.trim().parse().map_err(|_| {
+                        plan_err(format!(
+                            "SET 'restart-strategy.exponential-delay.backoff-multiplier' = '{v}': a number"
+                        ))
+                    })?,
+                    None => 2.0,
+                },
+                attempts: number("restart-strategy.exponential-delay.attempts", 10)?,
+            })
+        }
+        Some(other) => Err(plan_err(format!(
+            "SET 'restart-strategy.type' = '{other}': use 'none', 'fixed-delay' or 'exponential-delay'"
+        ))),
+    }
 }
 
 /// An error of an operator the planner built, told in terms of the SQL statement: the Rust
