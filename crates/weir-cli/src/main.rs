@@ -62,6 +62,10 @@ enum Command {
         /// every restart) or a checkpoint folder.
         #[arg(long)]
         restore: Option<String>,
+        /// Start from a savepoint (a folder SIGTERM or SIGUSR1 wrote; the same as --restore
+        /// with that folder).
+        #[arg(long, conflicts_with = "restore")]
+        from_savepoint: Option<PathBuf>,
     },
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
@@ -178,7 +182,9 @@ fn main() -> Result<()> {
             checkpoint_interval,
             checkpoint_dir,
             restore,
+            from_savepoint,
         } => {
+            let restore = restore.or(from_savepoint.map(|p| p.display().to_string()));
             let mut graph = read_job(&job, &vars, parallelism)?;
             graph.config.allow_misaligned_start |= allow_misaligned_start;
             graph.config.max_dead_letter_share = max_dead_letter_share

@@ -31,18 +31,42 @@ pub async fn run(
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
+    let mut usr1 = signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?;
+    let checkpointing = graph.config.checkpointing.is_some();
     let job = exec::start(graph, Arc::new(SystemClock))?;
     let stop = job.stop_handle();
+    let savepoints = job.savepoint_handle();
     let stopped_by: Arc<std::sync::OnceLock<Signal>> = Arc::default();
     let signals = {
         let stopped_by = stopped_by.clone();
         tokio::spawn(async move {
-            let which = tokio::select! {
-                _ = term.recv() => Signal::Term,
-                _ = int.recv() => Signal::Int,
-            };
-            let _ = stopped_by.set(which);
-            stop.stop();
+            loop {
+                let which = tokio::select! {
+                    _ = term.recv() => Signal::Term,
+                    _ = int.recv() => Signal::Int,
+                    _ = usr1.recv() => {
+                        // A savepoint, and the job goes on.
+                        let s = savepoints.clone();
+                        tokio::spawn(async move {
+                            match s.take(false).await {
+                                Ok(p) => eprintln!("weir: savepoint written to {}", p.display()),
+                                Err(e) => eprintln!("weir: no savepoint: {e}"),
+                            }
+                        });
+                        continue;
+                    }
+                };
+                let _ = stopped_by.set(which);
+                if which == Signal::Term && checkpointing {
+                    // Stop with a savepoint: the job goes on from it with --from-savepoint.
+                    match savepoints.take(true).await {
+                        Ok(_) => return,
+                        Err(e) => eprintln!("weir: no savepoint, stopping without one: {e}"),
+                    }
+                }
+                stop.stop();
+                return;
+            }
         })
     };
     let metrics = job.metrics.clone();
@@ -219,6 +243,16 @@ impl Supervised {
         let Some(signal) = self.signal else {
             return self.report;
         };
+        if let Some(p) = &self.report.savepoint {
+            eprint!("{}", summary(&self.report));
+            eprintln!(
+                "stopped by signal ({}) with a savepoint: {}\ngo on from it with: weir run ... --from-savepoint {}",
+                signal.name(),
+                p.display(),
+                p.display()
+            );
+            std::process::exit(0);
+        }
         eprint!("{}", summary(&self.report));
         eprintln!(
             "stopped by signal ({}) before the end of the input",

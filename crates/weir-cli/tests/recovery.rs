@@ -236,3 +236,67 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
     assert_eq!(got.0, want.0);
     assert_eq!(got.1, want.1);
 }
+
+/// SIGTERM stops a job with checkpoints with a savepoint (exit 0, its path printed, what it
+/// holds published), and `--from-savepoint` goes on from it to the same output as an
+/// uninterrupted run.
+#[test]
+fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
+    let job = JOB.replace("'100 ms'", "'1 h'");
+    let reference = tempfile::tempdir().unwrap();
+    std::fs::write(reference.path().join("job.sql"), &job).unwrap();
+    let out = weir(reference.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = output(reference.path());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), &job).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let inprogress = dir.path().join("out/.part-0-next.csv.inprogress");
+    for _ in 0..400 {
+        if std::fs::metadata(&inprogress).is_ok_and(|m| m.len() > 10_000) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let path = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("go on from it with: weir run ... --from-savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint path in: {stderr}"))
+        .to_string();
+    assert!(path.contains("savepoints"), "{path}");
+    let published = output(dir.path());
+    assert!(
+        !published.is_empty() && published.len() < want.len(),
+        "the savepoint's rows are published: {}",
+        published.len()
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--from-savepoint", &path])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("restored:       checkpoint"), "{stderr}");
+    assert_eq!(output(dir.path()), want);
+}

@@ -166,6 +166,10 @@ impl CheckpointConfig {
 /// A subtask, by node id and subtask index.
 pub(crate) type SubtaskId = (usize, usize);
 
+/// The checkpoint each sink subtask has published, by (node, subtask).
+pub(crate) type SinkCommits =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<SubtaskId, u64>>>;
+
 /// What subtasks tell the coordinator.
 #[derive(Debug)]
 pub(crate) enum ToCoordinator {
@@ -278,6 +282,12 @@ impl Coordinator {
             reports: BTreeMap::new(),
         });
         Some(epoch)
+    }
+
+    /// Starts a checkpoint now whatever the interval (a savepoint), unless one is pending.
+    pub fn start_now(&mut self, now_ms: i64) -> Option<Epoch> {
+        self.next_at_ms = self.next_at_ms.min(now_ms);
+        self.due(now_ms)
     }
 
     /// The epoch of the checkpoint being taken, if one is.

@@ -44,6 +44,10 @@ pub struct RunningJob {
     sink_subtasks: usize,
     checkpoints: Option<CheckpointRun>,
     restored: Option<(u64, std::path::PathBuf, usize)>,
+    savepoints: (
+        tokio::sync::mpsc::UnboundedSender<SavepointRequest>,
+        tokio::sync::mpsc::UnboundedReceiver<SavepointRequest>,
+    ),
 }
 
 /// The checkpoint coordinator of a running job and its channels to the subtasks.
@@ -60,6 +64,53 @@ struct CheckpointRun {
     completed: u64,
     /// Tells the sinks the newest complete checkpoint.
     completed_to_sinks: tokio::sync::watch::Sender<u64>,
+    /// The checkpoint each sink subtask has published (`SinkWriter::commit_checkpoint`).
+    sinks_committed: crate::checkpoint::SinkCommits,
+    /// A savepoint asked for: the requests waiting for it, and its epoch once started.
+    savepoint: Option<SavepointWanted>,
+    /// Stop once every sink has published this savepoint.
+    stop_after: Option<(u64, std::path::PathBuf)>,
+}
+
+/// Savepoints asked for through a [`SavepointHandle`].
+struct SavepointWanted {
+    epoch: Option<weir_core::time::Epoch>,
+    then_stop: bool,
+    replies: Vec<tokio::sync::oneshot::Sender<Result<std::path::PathBuf>>>,
+}
+
+/// A savepoint request.
+struct SavepointRequest {
+    then_stop: bool,
+    reply: tokio::sync::oneshot::Sender<Result<std::path::PathBuf>>,
+}
+
+/// Takes savepoints of a running job with checkpoints: a checkpoint taken now, kept in the
+/// checkpoint directory's `savepoints/` (never removed by retention), to restore from later
+/// (`--from-savepoint`), at another parallelism too.
+#[derive(Debug, Clone)]
+pub struct SavepointHandle(tokio::sync::mpsc::UnboundedSender<SavepointRequest>);
+
+impl std::fmt::Debug for SavepointRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SavepointRequest {{ then_stop: {} }}", self.then_stop)
+    }
+}
+
+impl SavepointHandle {
+    /// Takes a savepoint; with `then_stop`, the job stops once every sink has published
+    /// what the savepoint holds. Resolves to the savepoint's folder.
+    ///
+    /// # Errors
+    /// The job takes no checkpoints, ended first, or the savepoint could not be written.
+    pub async fn take(&self, then_stop: bool) -> Result<std::path::PathBuf> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.0
+            .send(SavepointRequest { then_stop, reply })
+            .map_err(|_| Error::plan("the job has ended: no savepoint"))?;
+        rx.await
+            .map_err(|_| Error::plan("the job ended before the savepoint was complete"))?
+    }
 }
 
 /// Whether the job completed, told to its sink subtasks: each finishes (flushes) at the end
@@ -119,6 +170,8 @@ pub struct JobReport {
     /// The checkpoint the job started from: its number, where it is, and how many source
     /// splits it positioned.
     pub restored: Option<(u64, std::path::PathBuf, usize)>,
+    /// The savepoint the job stopped with.
+    pub savepoint: Option<std::path::PathBuf>,
 }
 
 /// Runs `graph` to the end of its input.
@@ -232,7 +285,22 @@ impl RunningJob {
                 Report::Sink => {}
             }
         }
+        let savepoint = run
+            .savepoint
+            .as_ref()
+            .is_some_and(|w| w.epoch == Some(done.epoch));
+        m.savepoint = savepoint;
         let handle = run.storage.complete(done.epoch, &m)?;
+        if savepoint {
+            let w = run.savepoint.take().expect("checked");
+            tracing::info!(at = %handle.location.display(), "savepoint complete");
+            if w.then_stop {
+                run.stop_after = Some((done.epoch.0, handle.location.clone()));
+            }
+            for r in w.replies {
+                let _ = r.send(Ok(handle.location.clone()));
+            }
+        }
         run.completed_to_sinks.send_replace(done.epoch.0);
         let removed = run.storage.retain(run.config.keep)?;
         run.completed += 1;
@@ -249,6 +317,11 @@ impl RunningJob {
             .checkpoints
             .record(done.epoch.0, took_ms, bytes);
         Ok(())
+    }
+
+    /// A handle that takes savepoints (see [`SavepointHandle`]).
+    pub fn savepoint_handle(&self) -> SavepointHandle {
+        SavepointHandle(self.savepoints.0.clone())
     }
 
     /// A handle that stops the job (see [`StopHandle`]).
@@ -300,8 +373,39 @@ impl RunningJob {
                     None => break,
                 },
                 _ = self.verdict.ready_changed.notified() => continue,
+                req = self.savepoints.1.recv(), if !stopped && first_err.is_none() => {
+                    let Some(req) = req else { continue };
+                    let Some(c) = checkpoints.as_mut().filter(|_| reports_open) else {
+                        let _ = req.reply.send(Err(Error::plan(
+                            "the job takes no checkpoints (or has ended), so it cannot take a savepoint",
+                        )));
+                        continue;
+                    };
+                    let w = c.savepoint.get_or_insert_with(|| SavepointWanted {
+                        epoch: None,
+                        then_stop: false,
+                        replies: Vec::new(),
+                    });
+                    w.then_stop |= req.then_stop;
+                    w.replies.push(req.reply);
+                    if let Err(e) = start_savepoint(c, self.clock.now().0) {
+                        first_err = Some(e);
+                        self.tasks.abort_all();
+                    }
+                    continue;
+                }
                 _ = checkpoint_tick.tick(), if checkpoints.is_some() && reports_open && first_err.is_none() && !stopped => {
                     let c = checkpoints.as_mut().expect("checked");
+                    if let Some((epoch, _)) = &c.stop_after {
+                        let committed = c.sinks_committed.lock().expect("sink commits lock");
+                        if committed.values().filter(|e| **e >= *epoch).count() >= self.sink_subtasks {
+                            drop(committed);
+                            tracing::info!("stopped with a savepoint");
+                            stopped = true;
+                            self.tasks.abort_all();
+                        }
+                        continue;
+                    }
                     if let Some(epoch) = c.coordinator.due(self.clock.now().0) {
                         tracing::debug!(checkpoint = epoch.0, "checkpoint started");
                         if let Err(e) = c.storage.begin(epoch) {
@@ -333,6 +437,9 @@ impl RunningJob {
                     match done {
                         Ok(Some(done)) => {
                             if let Err(e) = self.checkpoint_completed(c, done) {
+                                first_err = Some(e);
+                                self.tasks.abort_all();
+                            } else if let Err(e) = start_savepoint(c, self.clock.now().0) {
                                 first_err = Some(e);
                                 self.tasks.abort_all();
                             }
@@ -411,6 +518,9 @@ impl RunningJob {
             kept_dead_letters: self.dead_letters.kept(),
             stopped,
             restored: self.restored.clone(),
+            savepoint: checkpoints
+                .and_then(|c| c.stop_after.map(|(_, p)| p))
+                .filter(|_| stopped),
         })
     }
 }
@@ -423,4 +533,20 @@ async fn recv_checkpoint(
         Some(r) => r.from_subtasks.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// Starts the savepoint asked for, unless a checkpoint is being taken (then it starts when that
+/// one completes) or it has started already.
+fn start_savepoint(c: &mut CheckpointRun, now_ms: i64) -> Result<()> {
+    let Some(w) = c.savepoint.as_mut().filter(|w| w.epoch.is_none()) else {
+        return Ok(());
+    };
+    if let Some(epoch) = c.coordinator.start_now(now_ms) {
+        c.storage.begin(epoch)?;
+        w.epoch = Some(epoch);
+        for t in &c.triggers {
+            let _ = t.send(epoch);
+        }
+    }
+    Ok(())
 }

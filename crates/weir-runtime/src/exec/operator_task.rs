@@ -58,6 +58,8 @@ pub(super) struct OperatorTask {
     pub(super) completed: Option<tokio::sync::watch::Receiver<u64>>,
     /// The newest checkpoint the sink was told is complete.
     pub(super) committed: u64,
+    /// Sinks of a job with checkpoints: where to say which checkpoint they published.
+    pub(super) sinks_committed: Option<crate::checkpoint::SinkCommits>,
 }
 
 impl OperatorTask {
@@ -235,6 +237,9 @@ impl OperatorTask {
         self.committed = epoch;
         if let Processor::Sink(w) = &mut self.processor {
             w.commit_checkpoint(weir_core::time::Epoch(epoch)).await?;
+        }
+        if let Some(m) = &self.sinks_committed {
+            m.lock().expect("sink commits lock").insert(self.id, epoch);
         }
         Ok(())
     }

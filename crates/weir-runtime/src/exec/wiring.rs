@@ -379,6 +379,10 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             _ => None,
                         },
                         committed: restored_epoch.map_or(0, |e| e.0),
+                        sinks_committed: checkpoints
+                            .as_ref()
+                            .filter(|_| matches!(n.kind, NodeKind::Sink { .. }))
+                            .map(|c| c.sinks_committed.clone()),
                     };
                     if matches!(n.kind, NodeKind::Sink { .. }) {
                         sink_subtasks += 1;
@@ -415,6 +419,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         verdict,
         sink_subtasks,
         checkpoints,
+        savepoints: tokio::sync::mpsc::unbounded_channel(),
         restored: restored.map(|r| {
             (
                 r.manifest.epoch.0,
@@ -428,6 +433,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
 /// Channels between the subtasks and the checkpoint coordinator, while the job is wired.
 struct CheckpointWiring {
     dir: std::path::PathBuf,
+    sinks_committed: crate::checkpoint::SinkCommits,
     /// The newest complete checkpoint, for the sinks.
     completed: tokio::sync::watch::Sender<u64>,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
@@ -469,6 +475,7 @@ impl CheckpointWiring {
         let (to_coordinator, from_subtasks) = tokio::sync::mpsc::unbounded_channel();
         let ids = graph.stable_ids();
         Ok(CheckpointWiring {
+            sinks_committed: Arc::default(),
             completed: tokio::sync::watch::channel(0).0,
             dir: config.dir.clone(),
             storage: Arc::new(weir_state::checkpoint::LocalDirStorage::new(&config.dir)),
@@ -533,6 +540,9 @@ impl CheckpointWiring {
             from_subtasks: self.from_subtasks,
             completed: 0,
             completed_to_sinks: self.completed,
+            sinks_committed: self.sinks_committed,
+            savepoint: None,
+            stop_after: None,
         })
     }
 }
