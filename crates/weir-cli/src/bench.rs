@@ -77,6 +77,10 @@ pub struct BenchArgs {
     /// Watermark samples a pause decision looks back over (0: the latest only).
     #[arg(long, default_value_t = 3)]
     pub align_buffer: usize,
+    /// Take a checkpoint this often (into a temporary folder), to measure what checkpoints
+    /// cost.
+    #[arg(long)]
+    pub checkpoint_interval_ms: Option<i64>,
     /// Print one measurement as JSON (used for the child processes).
     #[arg(long, hide = true)]
     pub json: bool,
@@ -93,6 +97,12 @@ struct Measured {
     peak_rss_mib: f64,
     peak_state_rows: u64,
     peak_state_mib: f64,
+    #[serde(default)]
+    checkpoints: u64,
+    #[serde(default)]
+    checkpoint_max_ms: i64,
+    #[serde(default)]
+    checkpoint_last_bytes: u64,
 }
 
 fn default_rows(job: BenchJob) -> u64 {
@@ -150,6 +160,12 @@ fn build(
     let cfg = JobConfig {
         parallelism: a.parallelism,
         batch_rows: a.batch_rows,
+        checkpointing: a.checkpoint_interval_ms.map(|ms| {
+            weir_runtime::checkpoint::CheckpointConfig::new(
+                ms,
+                std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id())),
+            )
+        }),
         ..Default::default()
     };
     let b = JobBuilder::with_config(format!("bench {job:?}"), cfg);
@@ -317,11 +333,15 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
         }
         _ => build(a, job, sources)?,
     };
+    let checkpoint_dir = graph.config.checkpointing.as_ref().map(|c| c.dir.clone());
     let cpu0 = procstat::cpu_seconds();
     let report =
         weir_runtime::exec::run(graph, std::sync::Arc::new(weir_core::SystemClock)).await?;
     let cpu_s = procstat::cpu_seconds() - cpu0;
     drop(tmp);
+    if let Some(d) = checkpoint_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
     let m = &report.metrics;
     Ok(Measured {
         job,
@@ -344,6 +364,9 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
         peak_state_rows: m.nodes.iter().map(|n| n.peak_state_rows).sum(),
         peak_state_mib: m.nodes.iter().map(|n| n.peak_state_bytes).sum::<u64>() as f64
             / (1 << 20) as f64,
+        checkpoints: m.checkpoints.completed,
+        checkpoint_max_ms: m.checkpoints.max_duration_ms,
+        checkpoint_last_bytes: m.checkpoints.last_bytes,
     })
 }
 
@@ -394,6 +417,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
                 cmd.args(["--align-interval-ms", &a.align_interval_ms.to_string()]);
                 cmd.args(["--align-buffer", &a.align_buffer.to_string()]);
             }
+            if let Some(ms) = a.checkpoint_interval_ms {
+                cmd.args(["--checkpoint-interval-ms", &ms.to_string()]);
+            }
             let out = cmd.output().context("running a benchmark process")?;
             if !out.status.success() {
                 bail!(
@@ -443,6 +469,15 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             r.peak_state_rows,
             r.peak_rss_mib
         );
+        if r.checkpoints > 0 {
+            println!(
+                "{:<24} {} checkpoints, the longest {} ms, the last {:.1} MiB",
+                "",
+                r.checkpoints,
+                r.checkpoint_max_ms,
+                r.checkpoint_last_bytes as f64 / (1 << 20) as f64
+            );
+        }
     }
     Ok(())
 }
