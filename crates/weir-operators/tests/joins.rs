@@ -274,3 +274,20 @@ fn an_outer_interval_join_has_no_event_time_column_that_could_be_null() {
         "unmatched left rows have NULL right times"
     );
 }
+
+#[test]
+fn a_window_join_with_too_many_windows_per_row_is_refused_with_the_number() {
+    let input = StreamInfo {
+        schema: rows!("k ts\n a 1").schema(),
+        event_time: Some("ts".into()),
+    };
+    let mut spec = weir_operators::WindowJoin::hopping(86_400_000, 1);
+    spec.left_keys = vec!["k".into()];
+    spec.right_keys = vec!["k".into()];
+    let err = spec
+        .plan(&[input.clone(), input])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("86400000 windows"), "{err}");
+}
