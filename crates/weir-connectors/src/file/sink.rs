@@ -2,8 +2,9 @@
 //!
 //! A sink with parallelism 1 writes exactly `path`; with more subtasks, subtask i writes
 //! `path` with `-i` before the extension (`out.csv` → `out-0.csv`, `out-1.csv`). Parent
-//! folders are created. Rows count as written when the file is flushed at the end of input
-//! (at-most-once until checkpoints make file sinks transactional).
+//! folders are created. Without checkpoints, the output appears whole when the job completes
+//! and not at all otherwise (at most once); with checkpoints, the path is a folder of part
+//! files published as checkpoints complete (exactly once: see `PartsWriter`).
 //!
 //! A writer writes to a hidden in-progress file beside its final one (`out.csv` →
 //! `.out.csv.inprogress`, in the same folder so the rename is atomic), closes it in `finish`
