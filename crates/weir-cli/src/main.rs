@@ -66,6 +66,10 @@ enum Command {
         /// with that folder).
         #[arg(long, conflicts_with = "restore")]
         from_savepoint: Option<PathBuf>,
+        /// On a restore, drop the state of operators the job no longer has or whose settings
+        /// changed, instead of refusing to start.
+        #[arg(long)]
+        allow_non_restored_state: bool,
     },
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
@@ -183,6 +187,7 @@ fn main() -> Result<()> {
             checkpoint_dir,
             restore,
             from_savepoint,
+            allow_non_restored_state,
         } => {
             let restore = restore.or(from_savepoint.map(|p| p.display().to_string()));
             let mut graph = read_job(&job, &vars, parallelism)?;
@@ -210,6 +215,7 @@ fn main() -> Result<()> {
                     );
                 };
                 c.restore = Some(r);
+                c.allow_non_restored_state = allow_non_restored_state;
             }
             graph.validate()?;
             if dead_letters.is_some() {

@@ -300,3 +300,78 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
     assert!(stderr.contains("restored:       checkpoint"), "{stderr}");
     assert_eq!(output(dir.path()), want);
 }
+
+/// A savepoint restores into the job with a changed filter (stateless), and is refused, naming
+/// the operator and both settings, by a job whose aggregation changed, unless its state may be
+/// dropped (`--allow-non-restored-state`).
+#[test]
+fn a_savepoint_restores_across_a_compatible_change_and_refuses_an_incompatible_one() {
+    let job = |filter: &str, aggregates: &str| {
+        format!(
+            "SET 'execution.checkpointing.interval' = '1 h';
+             SET 'execution.checkpointing.dir' = 'checkpoints';
+             CREATE TABLE events (key STRING, ts BIGINT,
+               rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+             ) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events',
+                     'generator.rows' = '40000', 'generator.rate' = '10000', 'generator.splits' = '2');
+             CREATE TABLE counts (key STRING, n BIGINT) WITH ('connector' = 'filesystem', 'path' = 'counts', 'format' = 'csv');
+             INSERT INTO counts SELECT key, {aggregates}
+             FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), INTERVAL '1' MINUTE))
+             WHERE key <> '{filter}' GROUP BY key, window_start, window_end;"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("a.sql"), job("x", "COUNT(*)")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "a.sql"])
+        .current_dir(d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let savepoint = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("go on from it with: weir run ... --from-savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint in: {stderr}"))
+        .to_string();
+    let from = |file: &str, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", file, "--from-savepoint", &savepoint])
+            .args(extra)
+            .current_dir(d)
+            .output()
+            .unwrap()
+    };
+    // An incompatible change: another aggregate.
+    std::fs::write(d.join("c.sql"), job("x", "MAX(ts)")).unwrap();
+    let out = from("c.sql", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("with other settings than the job has now")
+            && stderr.contains("window_aggregate")
+            && stderr.contains("--allow-non-restored-state"),
+        "{stderr}"
+    );
+    let out = from("c.sql", &["--allow-non-restored-state"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A compatible change: another filter.
+    std::fs::write(d.join("b.sql"), job("y", "COUNT(*)")).unwrap();
+    let out = from("b.sql", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("restored:       checkpoint"), "{stderr}");
+}

@@ -38,6 +38,10 @@ pub struct CheckpointConfig {
     /// What a failure while running does.
     #[serde(default)]
     pub restart: RestartStrategy,
+    /// A restore drops the state of operators the job no longer has, or whose settings their
+    /// state depends on changed, instead of refusing (Flink's `--allowNonRestoredState`).
+    #[serde(default)]
+    pub allow_non_restored_state: bool,
 }
 
 /// What happens when a job with checkpoints fails while running (Flink's
@@ -139,6 +143,7 @@ impl CheckpointConfig {
             keep: default_keep(),
             restore: None,
             restart: RestartStrategy::default(),
+            allow_non_restored_state: false,
         }
     }
 

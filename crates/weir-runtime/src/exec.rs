@@ -56,8 +56,8 @@ struct CheckpointRun {
     config: crate::checkpoint::CheckpointConfig,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
     job: String,
-    /// Per node: stable id, kind, parallelism.
-    nodes: Vec<(String, &'static str, usize)>,
+    /// Per node: stable id, kind, parallelism, state signature and layout version.
+    nodes: Vec<(String, &'static str, usize, String, u32)>,
     key_groups: u16,
     triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
     from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
@@ -241,7 +241,7 @@ impl RunningJob {
         let mut m = Manifest::new(&run.job, done.epoch, now);
         let mut bytes = 0;
         for ((node, subtask), report) in done.reports {
-            let (id, kind, parallelism) = &run.nodes[node];
+            let (id, kind, parallelism, signature, version) = &run.nodes[node];
             match report {
                 Report::Source { positions } => {
                     let splits = m.sources.entry(id.clone()).or_default();
@@ -261,7 +261,8 @@ impl RunningJob {
                         .entry(id.clone())
                         .or_insert_with(|| NodeState {
                             kind: kind.to_string(),
-                            state_version: 1,
+                            signature: signature.clone(),
+                            state_version: *version,
                             subtasks: Vec::new(),
                         })
                         .subtasks

@@ -67,6 +67,13 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn state(&self) -> OperatorState {
         OperatorState::NotCheckpointed
     }
+    /// What the operator's checkpointed state depends on in its settings; a restore into an
+    /// operator whose signature differs is refused (naming both). The default is the whole
+    /// spec: any change of a stateful operator's settings makes its state unusable, unless
+    /// the operator says which settings its state does not depend on.
+    fn state_signature(&self) -> String {
+        self.spec().to_string()
+    }
 }
 
 /// What an operator keeps between batches, as far as checkpoints are concerned.

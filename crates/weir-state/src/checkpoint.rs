@@ -120,6 +120,10 @@ pub struct NodeState {
     pub kind: String,
     /// The version of the operator's state schema, so a newer weir can read or refuse it.
     pub state_version: u32,
+    /// What the state depends on in the operator's settings (its keys, windows, aggregates):
+    /// a restore into an operator with another signature is refused.
+    #[serde(default)]
+    pub signature: String,
     pub subtasks: Vec<SubtaskState>,
 }
 

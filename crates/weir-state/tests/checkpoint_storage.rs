@@ -27,6 +27,7 @@ fn take(s: &LocalDirStorage, epoch: u64, subtasks: usize, savepoint: bool) -> Ma
     m.savepoint = savepoint;
     let mut node = NodeState {
         kind: "interval_join".into(),
+        signature: String::new(),
         state_version: 1,
         subtasks: Vec::new(),
     };
@@ -222,6 +223,7 @@ fn concurrent_write_file_from_many_threads_all_land() {
     let mut m = Manifest::new("job", Epoch(1), ProcTime(0));
     let mut node = NodeState {
         kind: "count".into(),
+        signature: String::new(),
         state_version: 1,
         subtasks: Vec::new(),
     };
@@ -273,6 +275,7 @@ fn a_corrupt_manifest_is_an_error_naming_it() {
         "n".into(),
         NodeState {
             kind: "count".into(),
+            signature: String::new(),
             state_version: 1,
             subtasks: vec![SubtaskState {
                 subtask: 0,
@@ -416,6 +419,7 @@ fn complete_refuses_a_manifest_that_does_not_match_the_files() {
             "n".into(),
             NodeState {
                 kind: "count".into(),
+                signature: String::new(),
                 state_version: 1,
                 subtasks: vec![SubtaskState {
                     subtask: 0,

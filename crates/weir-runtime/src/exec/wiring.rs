@@ -321,8 +321,14 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                                 crate::graph::OperatorState::Checkpointed { version },
                             ) = (&restored, factory.state())
                             {
-                                let state = restored_state(r, &stable_ids[n.id], version, &info)
-                                    .map_err(|e| wrap(s, e))?;
+                                let state = restored_state(
+                                    r,
+                                    &stable_ids[n.id],
+                                    version,
+                                    &factory.state_signature(),
+                                    &info,
+                                )
+                                .map_err(|e| wrap(s, e))?;
                                 op.restore(state).map_err(|e| wrap(s, e))?;
                             }
                             Processor::Operator(op)
@@ -438,7 +444,7 @@ struct CheckpointWiring {
     completed: tokio::sync::watch::Sender<u64>,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
     job: String,
-    nodes: Vec<(String, &'static str, usize)>,
+    nodes: Vec<(String, &'static str, usize, String, u32)>,
     key_groups: u16,
     config: crate::checkpoint::CheckpointConfig,
     triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
@@ -482,7 +488,19 @@ impl CheckpointWiring {
             job: graph.name.clone(),
             nodes: (graph.nodes.iter())
                 .zip(ids)
-                .map(|(n, id)| (id, n.kind.kind(), n.parallelism))
+                .map(|(n, id)| {
+                    let (signature, version) = match &n.kind {
+                        NodeKind::Operator { factory } => (
+                            factory.state_signature(),
+                            match factory.state() {
+                                crate::graph::OperatorState::Checkpointed { version } => version,
+                                _ => 0,
+                            },
+                        ),
+                        _ => (String::new(), 0),
+                    };
+                    (id, n.kind.kind(), n.parallelism, signature, version)
+                })
                 .collect(),
             key_groups,
             config: config.clone(),
@@ -565,19 +583,54 @@ fn check_restorable(
         )
         .filter(|id| !ids.contains(id))
         .collect();
-    if !unknown.is_empty() {
+    let allow = restored_allows_dropping(graph);
+    if !unknown.is_empty() && !allow {
         let names: Vec<String> = unknown.iter().map(|s| format!("`{s}`")).collect();
         return Err(Error::plan(format!(
             "checkpoint {} ({}) holds the state of {} that job `{}` does not have (the job changed \
              since: a node's id follows its kind, its name and what feeds it); restore it with the \
-             job that wrote it",
+             job that wrote it, or drop that state with --allow-non-restored-state",
             m.epoch.0,
             restored.handle.location.display(),
             names.join(", "),
             graph.name
         )));
     }
+    // An operator whose settings its state depends on changed: its state does not fit.
+    for (n, id) in graph.nodes.iter().zip(ids) {
+        let NodeKind::Operator { factory } = &n.kind else {
+            continue;
+        };
+        // A stateless operator (a filter, a select list) may change freely.
+        if !matches!(
+            factory.state(),
+            crate::graph::OperatorState::Checkpointed { .. }
+        ) {
+            continue;
+        }
+        let Some(old) = m.nodes.get(id) else {
+            continue;
+        };
+        let new = factory.state_signature();
+        if !old.signature.is_empty() && old.signature != new && !allow {
+            return Err(Error::plan(format!(
+                "checkpoint {} holds the state of `{}` (created at {}) with other settings than the \
+                 job has now, which its state depends on: then {}, now {}; restore it with the job \
+                 that wrote it, or start that operator empty with --allow-non-restored-state",
+                m.epoch.0, n.name, n.created_at, old.signature, new
+            )));
+        }
+    }
     Ok(())
+}
+
+/// `--allow-non-restored-state`: state the job cannot take up is dropped.
+fn restored_allows_dropping(graph: &JobGraph) -> bool {
+    graph
+        .config
+        .checkpointing
+        .as_ref()
+        .is_some_and(|c| c.allow_non_restored_state)
 }
 
 /// The state batches of node `id` in checkpoint `r` for the subtask `info` describes: every
@@ -587,12 +640,18 @@ fn restored_state(
     r: &crate::checkpoint::Restored,
     id: &str,
     version: u32,
+    signature: &str,
     info: &SubtaskInfo,
 ) -> Result<Vec<arrow_array::RecordBatch>> {
     use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
     let Some(node) = r.manifest.nodes.get(id) else {
         return Ok(Vec::new());
     };
+    if !node.signature.is_empty() && node.signature != signature {
+        // Only reached with --allow-non-restored-state (checked at start): start empty.
+        tracing::warn!(operator = %info.operator, "state of other settings dropped");
+        return Ok(Vec::new());
+    }
     if node.state_version != version {
         return Err(Error::plan(format!(
             "checkpoint {} holds the state of `{}` in layout version {}, and this weir reads \
