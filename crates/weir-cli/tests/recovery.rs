@@ -375,3 +375,97 @@ fn a_savepoint_restores_across_a_compatible_change_and_refuses_an_incompatible_o
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("restored:       checkpoint"), "{stderr}");
 }
+
+/// The interval join read from Kafka topics on the broker, killed with SIGKILL at random
+/// moments and restored from its checkpoints (Kafka offsets among the positions), writes the
+/// rows of an uninterrupted run into its exactly-once file sink.
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn an_interval_join_from_kafka_killed_and_restored_writes_each_row_once() {
+    use weir_testkit::kafka::{bootstrap, rt, topic};
+    let rt = rt();
+    let (imps, clicks) = (topic(&rt, "imps", 2), topic(&rt, "clicks", 2));
+    let servers = bootstrap();
+    let load = tempfile::tempdir().unwrap();
+    std::fs::write(
+        load.path().join("load.sql"),
+        format!(
+            "CREATE TABLE gi (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT)
+               WITH ('connector' = 'weir-generator', 'generator.scenario' = 'impressions', 'generator.rows' = '150000');
+             CREATE TABLE gc (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT)
+               WITH ('connector' = 'weir-generator', 'generator.scenario' = 'clicks', 'generator.rows' = '150000');
+             CREATE TABLE ki (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT)
+               WITH ('connector' = 'kafka', 'topic' = '{imps}', 'properties.bootstrap.servers' = '{servers}', 'format' = 'json');
+             CREATE TABLE kc (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT)
+               WITH ('connector' = 'kafka', 'topic' = '{clicks}', 'properties.bootstrap.servers' = '{servers}', 'format' = 'json');
+             INSERT INTO ki SELECT * FROM gi;
+             INSERT INTO kc SELECT * FROM gc;"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "load.sql"])
+        .current_dir(load.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = |group: &str| {
+        format!(
+            "SET 'execution.checkpointing.interval' = '100 ms';
+             SET 'execution.checkpointing.dir' = 'checkpoints';
+             SET 'parallelism.default' = '2';
+             CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+               rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+             ) WITH ('connector' = 'kafka', 'topic' = '{imps}', 'properties.bootstrap.servers' = '{servers}',
+                     'properties.group.id' = '{group}', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset', 'weir.bounded' = 'true');
+             CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+               rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+             ) WITH ('connector' = 'kafka', 'topic' = '{clicks}', 'properties.bootstrap.servers' = '{servers}',
+                     'properties.group.id' = '{group}', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset', 'weir.bounded' = 'true');
+             CREATE TABLE out1 (click_id BIGINT, impression_id BIGINT)
+             WITH ('connector' = 'filesystem', 'path' = 'out', 'format' = 'csv');
+             INSERT INTO out1 SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i
+               ON c.ad_id = i.ad_id AND c.user_id = i.user_id
+              AND c.rt BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;"
+        )
+    };
+    let reference = tempfile::tempdir().unwrap();
+    std::fs::write(reference.path().join("job.sql"), job("reference")).unwrap();
+    let out = weir(reference.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = output(reference.path());
+    assert!(want.len() > 10_000, "{}", want.len());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), job("killed")).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let mut kills = 0;
+    for _ in 0..25 {
+        let mut child = weir(dir.path()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(100..600)));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    let out = weir(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    println!("killed {kills} times; the last run: {stderr}");
+    assert!(
+        kills >= 5,
+        "only {kills} runs were killed before they ended"
+    );
+    let got = output(dir.path());
+    assert_eq!(got.len(), want.len(), "rows lost or written twice");
+    assert_eq!(got, want);
+}
