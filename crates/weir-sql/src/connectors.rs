@@ -333,6 +333,24 @@ fn kafka_properties(t: &TableDef) -> Result<std::collections::HashMap<String, St
     Ok(out)
 }
 
+/// Refuses `csv.*` options on a file table of another format: they would do nothing.
+fn csv_options_only_for_csv(t: &TableDef, format: FileFormat) -> Result<()> {
+    if format == FileFormat::Csv {
+        return Ok(());
+    }
+    match t
+        .options
+        .keys()
+        .find(|k| k.starts_with("csv.") || k.starts_with("weir.csv."))
+    {
+        Some(k) => Err(plan_err(format!(
+            "table `{}`: '{k}' only applies to 'format' = 'csv'; this table is {format:?}",
+            t.name
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A whole-number option, or absent.
 fn usize_option(t: &TableDef, key: &str) -> Result<Option<usize>> {
     match opt(t, key) {
@@ -360,6 +378,7 @@ pub(crate) fn source_factory(
     match need(t, "connector")?.as_str() {
         "filesystem" => {
             let format = FileFormat::parse(&need(t, "format")?)?;
+            csv_options_only_for_csv(t, format)?;
             let mut spec = FileSourceSpec::new(need(t, "path")?, format, columns);
             spec.header = bool_option(t, "csv.header")?.unwrap_or(false);
             if let Some(c) = char_option(t, "csv.field-delimiter")? {
@@ -457,7 +476,9 @@ pub(crate) fn sink_factory(t: &TableDef) -> Result<(Arc<dyn SinkFactory>, Option
     check_options(t, Role::Sink)?;
     match need(t, "connector")?.as_str() {
         "filesystem" => {
-            let mut sink = FileSink::new(need(t, "path")?, FileFormat::parse(&need(t, "format")?)?);
+            let format = FileFormat::parse(&need(t, "format")?)?;
+            csv_options_only_for_csv(t, format)?;
+            let mut sink = FileSink::new(need(t, "path")?, format);
             sink.spec.header = bool_option(t, "csv.header")?.unwrap_or(false);
             if let Some(c) = char_option(t, "csv.field-delimiter")? {
                 sink.spec.delimiter = c;

@@ -125,6 +125,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
             "the job has no INSERT INTO statement, so nothing would run",
         ));
     }
+    check_settings(&settings)?;
     let parallelism = match opts.parallelism {
         Some(p) => p,
         None => match settings.get("parallelism.default") {
@@ -213,6 +214,57 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         }
     }
     Ok(graph)
+}
+
+/// The `SET` keys weir reads.
+const SETTINGS: &[&str] = &[
+    "parallelism.default",
+    "table.exec.state.ttl",
+    "table.optimizer.agg-phase-strategy",
+    "weir.aggregation.salts",
+    "weir.aggregation.hot-key-share",
+    "weir.window.max-windows-per-row",
+    "weir.max-dead-letter-share",
+    "scan.watermark.idle-timeout",
+    "scan.watermark.alignment.group",
+    "scan.watermark.alignment.max-drift",
+    "scan.watermark.alignment.update-interval",
+    "scan.watermark.alignment.buffer-size",
+    "pipeline.watermark-alignment.allow-unaligned-source-splits",
+    "execution.checkpointing.interval",
+    "execution.checkpointing.dir",
+    "state.checkpoints.dir",
+    "state.checkpoints.num-retained",
+    "restart-strategy.type",
+    "restart-strategy.fixed-delay.attempts",
+    "restart-strategy.fixed-delay.delay",
+    "restart-strategy.exponential-delay.initial-backoff",
+    "restart-strategy.exponential-delay.max-backoff",
+    "restart-strategy.exponential-delay.backoff-multiplier",
+    "restart-strategy.exponential-delay.attempts",
+];
+
+/// Refuses a `SET` key weir does not read that is a misspelling of one it does (or any
+/// unknown `weir.` key): it would be ignored without a word. Other keys (Flink settings a job
+/// carries, such as `execution.runtime-mode`) are ignored with a warning.
+fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> {
+    for key in settings.keys() {
+        if SETTINGS.contains(&key.as_str()) {
+            continue;
+        }
+        let nearest = SETTINGS
+            .iter()
+            .map(|k| (distance(key, k), *k))
+            .min_by_key(|x| x.0);
+        let hint = did_you_mean(key, SETTINGS.iter().copied());
+        if key.starts_with("weir.") || nearest.is_some_and(|(d, _)| d <= 2) {
+            return Err(plan_err(format!(
+                "SET '{key}': not a setting weir reads{hint}"
+            )));
+        }
+        tracing::warn!(key = %key, "SET '{key}' is not a setting weir reads; ignored");
+    }
+    Ok(())
 }
 
 /// Flink's `restart-strategy.*` settings (the default when none is given).

@@ -310,3 +310,46 @@ fn explain_names_each_sinks_guarantee_with_and_without_checkpoints() {
         "{checkpointed}"
     );
 }
+
+#[test]
+fn a_misspelt_setting_is_refused_and_a_flink_one_weir_does_not_read_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |set: &str| {
+        format!(
+            "{set}
+             CREATE TABLE events (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/e.csv', 'format' = 'csv');
+             CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'blackhole');
+             INSERT INTO out1 SELECT id FROM events;"
+        )
+    };
+    let err = plan_error(&job("SET 'weir.max-dead-leter-share' = '0.5';"), dir.path());
+    assert!(
+        err.contains("not a setting weir reads; did you mean `weir.max-dead-letter-share`?"),
+        "{err}"
+    );
+    let err = plan_error(
+        &job("SET 'execution.checkpointing.intreval' = '1 s';"),
+        dir.path(),
+    );
+    assert!(err.contains("`execution.checkpointing.interval`"), "{err}");
+    plan_job(
+        &job("SET 'execution.runtime-mode' = 'streaming';"),
+        &opts(dir.path()),
+    )
+    .unwrap();
+}
+
+#[test]
+fn csv_options_on_a_table_of_another_format_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = plan_error(
+        "CREATE TABLE events (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '${dir}/e.json', 'format' = 'json', 'csv.field-delimiter' = ';');
+         CREATE TABLE out1 (id BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO out1 SELECT id FROM events;",
+        dir.path(),
+    );
+    assert!(
+        err.contains("'csv.field-delimiter' only applies to 'format' = 'csv'"),
+        "{err}"
+    );
+}
