@@ -56,12 +56,10 @@ struct CheckpointRun {
     config: crate::checkpoint::CheckpointConfig,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
     job: String,
-    /// Per node: stable id, kind, parallelism, state signature and layout version.
-    nodes: Vec<(String, &'static str, usize, String, u32)>,
+    nodes: Vec<CheckpointedNode>,
     key_groups: u16,
     triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
     from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
-    completed: u64,
     /// Tells the sinks the newest complete checkpoint.
     completed_to_sinks: tokio::sync::watch::Sender<u64>,
     /// The checkpoint each sink subtask has published (`SinkWriter::commit_checkpoint`).
@@ -111,6 +109,18 @@ impl SavepointHandle {
         rx.await
             .map_err(|_| Error::plan("the job ended before the savepoint was complete"))?
     }
+}
+
+/// What a checkpoint's manifest says of a node.
+struct CheckpointedNode {
+    /// The stable id (`JobGraph::stable_ids`).
+    id: String,
+    kind: &'static str,
+    parallelism: usize,
+    /// `OperatorFactory::state_signature` (operators only).
+    signature: String,
+    /// The state layout version (0: no checkpointed state).
+    version: u32,
 }
 
 /// Whether the job completed, told to its sink subtasks: each finishes (flushes) at the end
@@ -241,7 +251,13 @@ impl RunningJob {
         let mut m = Manifest::new(&run.job, done.epoch, now);
         let mut bytes = 0;
         for ((node, subtask), report) in done.reports {
-            let (id, kind, parallelism, signature, version) = &run.nodes[node];
+            let CheckpointedNode {
+                id,
+                kind,
+                parallelism,
+                signature,
+                version,
+            } = &run.nodes[node];
             match report {
                 Report::Source { positions } => {
                     let splits = m.sources.entry(id.clone()).or_default();
@@ -304,7 +320,6 @@ impl RunningJob {
         }
         run.completed_to_sinks.send_replace(done.epoch.0);
         let removed = run.storage.retain(run.config.keep)?;
-        run.completed += 1;
         let took_ms = now.0 - done.started_ms;
         tracing::debug!(
             checkpoint = done.epoch.0,

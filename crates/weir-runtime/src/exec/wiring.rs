@@ -444,7 +444,7 @@ struct CheckpointWiring {
     completed: tokio::sync::watch::Sender<u64>,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
     job: String,
-    nodes: Vec<(String, &'static str, usize, String, u32)>,
+    nodes: Vec<super::CheckpointedNode>,
     key_groups: u16,
     config: crate::checkpoint::CheckpointConfig,
     triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
@@ -499,7 +499,13 @@ impl CheckpointWiring {
                         ),
                         _ => (String::new(), 0),
                     };
-                    (id, n.kind.kind(), n.parallelism, signature, version)
+                    super::CheckpointedNode {
+                        id,
+                        kind: n.kind.kind(),
+                        parallelism: n.parallelism,
+                        signature,
+                        version,
+                    }
                 })
                 .collect(),
             key_groups,
@@ -556,7 +562,6 @@ impl CheckpointWiring {
             key_groups: self.key_groups,
             triggers: self.triggers,
             from_subtasks: self.from_subtasks,
-            completed: 0,
             completed_to_sinks: self.completed,
             sinks_committed: self.sinks_committed,
             savepoint: None,
