@@ -30,7 +30,7 @@ use arrow_schema::SchemaRef;
 use weir_runtime::{Error, Result};
 
 use super::{
-    io_err, null_event_time, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
+    append_record, io_err, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
 };
 use crate::values::{recycle, Excerpt, RowBuilder, Value};
 
@@ -539,16 +539,9 @@ impl FormatReader for CsvReader {
                     }
                 }
             }
-            if failed.is_none() {
-                if let Some(et) = self.event_time {
-                    if matches!(values[et], Value::Null) {
-                        failed = Some(null_event_time(self.builder.schema(), et));
-                    }
-                }
-            }
-            match failed {
-                None => self.builder.append(&values),
-                Some(reason) => bad.report(line, reason, self.raw(lines))?,
+            if let Some(reason) = append_record(&mut self.builder, &values, self.event_time, failed)
+            {
+                bad.report(line, reason, self.raw(lines))?;
             }
             buf = recycle(values);
             self.consume(lines);

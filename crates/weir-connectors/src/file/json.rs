@@ -11,7 +11,7 @@ use arrow_schema::SchemaRef;
 use weir_runtime::Result;
 
 use super::{
-    io_err, null_event_time, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
+    append_record, io_err, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
 };
 use crate::values::{recycle, RowBuilder, Value};
 
@@ -126,16 +126,9 @@ impl FormatReader for JsonReader {
                     }
                 }
             }
-            if failed.is_none() {
-                if let Some(et) = self.event_time {
-                    if matches!(values[et], Value::Null) {
-                        failed = Some(null_event_time(self.builder.schema(), et));
-                    }
-                }
-            }
-            match failed {
-                None => self.builder.append(&values),
-                Some(reason) => bad.report(self.line_no, reason, raw)?,
+            if let Some(reason) = append_record(&mut self.builder, &values, self.event_time, failed)
+            {
+                bad.report(self.line_no, reason, raw)?;
             }
             buf = recycle(values);
         }

@@ -645,6 +645,25 @@ fn null_event_time(schema: &Schema, col: usize) -> String {
     format!("event-time column `{}` is NULL", schema.field(col).name())
 }
 
+/// Ends a parsed record of a text format: appends `values` to `builder`, or returns why the
+/// record is refused (`failed` while parsing, or a NULL in the event-time column `event_time`).
+fn append_record(
+    builder: &mut crate::values::RowBuilder,
+    values: &[crate::values::Value],
+    event_time: Option<usize>,
+    failed: Option<String>,
+) -> Option<String> {
+    let failed = failed.or_else(|| {
+        let et = event_time?;
+        matches!(values[et], crate::values::Value::Null)
+            .then(|| null_event_time(builder.schema(), et))
+    });
+    if failed.is_none() {
+        builder.append(values);
+    }
+    failed
+}
+
 /// The index of the spec's event-time column in `schema` (checked in [`FileSource::new`]).
 fn event_time_index(spec: &FileSourceSpec, schema: &Schema) -> Option<usize> {
     spec.event_time_column
