@@ -208,20 +208,13 @@ impl WindowAggregate {
                     ),
                 ));
             }
-            let n = self.windows_per_row();
-            if n > self.max_windows_per_row {
-                return Err(Error::config(
-                    "window",
-                    format!("hopping {size_ms} ms windows every {slide_ms} ms"),
-                    format!(
-                        "each row would fall in {n} windows (size / slide), more than the limit of {}; \
-                         its state and work grow with that number. Use a slide of at least {} ms, \
-                         or raise the limit ('weir.window.max-windows-per-row' in SQL)",
-                        self.max_windows_per_row,
-                        (size_ms + self.max_windows_per_row - 1) / self.max_windows_per_row.max(1)
-                    ),
-                ));
-            }
+            crate::windows::check_windows_per_row(
+                size_ms,
+                slide_ms,
+                self.max_windows_per_row,
+                format!("hopping {size_ms} ms windows every {slide_ms} ms"),
+                ", or raise the limit ('weir.window.max-windows-per-row' in SQL)",
+            )?;
         }
         if self.aggregates.is_empty() {
             return Err(Error::plan(

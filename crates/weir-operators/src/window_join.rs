@@ -113,19 +113,13 @@ impl WindowJoin {
             ));
         }
         // As for window aggregations: a row is stored once per window it falls in.
-        let per_row = self.size_ms / self.slide_ms;
-        let limit = crate::window_aggregate::DEFAULT_MAX_WINDOWS_PER_ROW;
-        if per_row > limit {
-            return Err(Error::config(
-                "window",
-                format!("size {} ms, slide {} ms", self.size_ms, self.slide_ms),
-                format!(
-                    "each row would fall in {per_row} windows (size / slide), more than the limit of {limit}; \
-                     its state and work grow with that number. Use a slide of at least {} ms",
-                    (self.size_ms + limit - 1) / limit
-                ),
-            ));
-        }
+        crate::windows::check_windows_per_row(
+            self.size_ms,
+            self.slide_ms,
+            crate::window_aggregate::DEFAULT_MAX_WINDOWS_PER_ROW,
+            format!("size {} ms, slide {} ms", self.size_ms, self.slide_ms),
+            "",
+        )?;
         let mut et = [0; 2];
         for (i, (side, alias)) in [(l, &self.left_alias), (r, &self.right_alias)]
             .into_iter()

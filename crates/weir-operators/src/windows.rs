@@ -26,6 +26,31 @@ impl Iterator for WindowStarts {
     }
 }
 
+/// Refuses hopping windows (`size`, `slide`) in which one row falls in more than `limit`
+/// windows: each row updates that many groups. `value` describes the windows in the error,
+/// `raise` says how to raise the limit where it can be.
+pub(crate) fn check_windows_per_row(
+    size: i64,
+    slide: i64,
+    limit: i64,
+    value: String,
+    raise: &str,
+) -> weir_runtime::Result<()> {
+    let n = size / slide.max(1);
+    if n <= limit {
+        return Ok(());
+    }
+    Err(weir_runtime::Error::config(
+        "window",
+        value,
+        format!(
+            "each row would fall in {n} windows (size / slide), more than the limit of {limit}; \
+             its state and work grow with that number. Use a slide of at least {} ms{raise}",
+            (size + limit - 1) / limit.max(1)
+        ),
+    ))
+}
+
 /// The windows of `size` every `slide` (`0 < slide <= size`) that hold `ts`.
 pub(crate) fn starts(ts: i64, size: i64, slide: i64) -> WindowStarts {
     let offset = ts.rem_euclid(slide);
