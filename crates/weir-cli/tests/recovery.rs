@@ -60,6 +60,32 @@ fn weir(dir: &Path) -> Command {
     c
 }
 
+/// Runs `weir run job.sql --restore latest` in `dir` `runs` times, each killed with SIGKILL
+/// after a random delay in `delay_ms` (seeded) if it is still running, then once more to its
+/// end, which must succeed. Returns how many runs were killed and the last run's stderr.
+fn kill_and_restore(
+    dir: &Path,
+    runs: usize,
+    delay_ms: std::ops::Range<u64>,
+    seed: u64,
+) -> (usize, String) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut kills = 0;
+    for _ in 0..runs {
+        let mut child = weir(dir).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(delay_ms.clone())));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    let out = weir(dir).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (kills, stderr)
+}
+
 /// The finished part files' lines, sorted.
 fn output(dir: &Path) -> Vec<String> {
     output_of(dir, "out")
@@ -100,20 +126,7 @@ fn a_job_killed_at_random_moments_and_restored_writes_each_row_once() {
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), JOB).unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
-    let mut kills = 0;
-    for _ in 0..30 {
-        let mut child = weir(dir.path()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(50..400)));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            kills += 1;
-        }
-        child.wait().unwrap();
-    }
-    let out = weir(dir.path()).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (kills, stderr) = kill_and_restore(dir.path(), 30, 50..400, 12);
     println!("killed {kills} times; the last run: {stderr}");
     assert!(
         kills >= 10,
@@ -189,20 +202,7 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(50);
-    let mut kills = 0;
-    for _ in 0..50 {
-        let mut child = weir(dir.path()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(150..700)));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            kills += 1;
-        }
-        child.wait().unwrap();
-    }
-    let out = weir(dir.path()).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (kills, stderr) = kill_and_restore(dir.path(), 50, 150..700, 50);
     let newest = std::fs::read_dir(dir.path().join("checkpoints"))
         .unwrap()
         .filter_map(|e| {
@@ -446,20 +446,7 @@ fn an_interval_join_from_kafka_killed_and_restored_writes_each_row_once() {
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), job("killed")).unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let mut kills = 0;
-    for _ in 0..25 {
-        let mut child = weir(dir.path()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(100..600)));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            kills += 1;
-        }
-        child.wait().unwrap();
-    }
-    let out = weir(dir.path()).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (kills, stderr) = kill_and_restore(dir.path(), 25, 100..600, 7);
     println!("killed {kills} times; the last run: {stderr}");
     assert!(
         kills >= 5,
