@@ -158,7 +158,7 @@ pub async fn run_restarting(
             Err(e) => {
                 let again = e
                     .downcast_ref::<weir_runtime::Error>()
-                    .is_some_and(restartable);
+                    .is_some_and(weir_runtime::Error::may_pass_on_restart);
                 let delay = strategy
                     .filter(|_| again)
                     .and_then(|s| s.delay_before(restarts + 1));
@@ -183,16 +183,6 @@ pub async fn run_restarting(
                 }
             }
         }
-    }
-}
-
-/// Whether a failure may pass when the job starts again.
-fn restartable(e: &weir_runtime::Error) -> bool {
-    use weir_runtime::Error as E;
-    match e {
-        E::Operator { source, .. } => restartable(source),
-        E::Plan(_) | E::Config { .. } | E::BadRecord { .. } | E::TooManyDeadLetters { .. } => false,
-        _ => true,
     }
 }
 

@@ -70,6 +70,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the failure may pass when the job starts again (from a checkpoint): not a
+    /// refused plan, a bad setting, a bad record with the `fail` policy or too many dead
+    /// letters, which would happen again.
+    pub fn may_pass_on_restart(&self) -> bool {
+        match self {
+            Error::Operator { source, .. } => source.may_pass_on_restart(),
+            Error::Plan(_)
+            | Error::Config { .. }
+            | Error::BadRecord { .. }
+            | Error::TooManyDeadLetters { .. } => false,
+            _ => true,
+        }
+    }
+
     pub fn plan(message: impl Into<String>) -> Self {
         Error::Plan(message.into())
     }
