@@ -36,7 +36,7 @@ use weir_runtime::{
 use weir_state::StateSize;
 
 use crate::aggregates::{self, Aggregate, Bound, State};
-use crate::join::{ExpiryQueue, KeySlots};
+use weir_state::{ExpiryQueue, KeySlots};
 
 /// The spec of a continuous aggregation per key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

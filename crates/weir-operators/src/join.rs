@@ -1,17 +1,17 @@
 //! What the joins share: join types, the output schema of two sides, and buffered rows kept as
 //! references into the batches they arrived in.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt8Type;
-use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt8Array};
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt8Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_runtime::{Error, Result};
+use weir_state::{BatchStore, RowRef};
 
 /// Which unmatched rows a join emits (with NULLs for the other side).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -84,141 +84,6 @@ pub fn join_schema(
 /// never looked up themselves.
 pub const NULL_KEY: &[u8] = &[];
 
-/// A buffered row: a row of a stored batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowRef {
-    pub batch: u32,
-    pub row: u32,
-}
-
-/// Batches that buffered rows point into; a batch is freed when its last live row goes.
-#[derive(Debug)]
-pub struct BatchStore {
-    batches: Vec<Option<(RecordBatch, u32)>>,
-    free: Vec<u32>,
-    bytes: usize,
-    schema: SchemaRef,
-}
-
-impl BatchStore {
-    pub fn new(schema: SchemaRef) -> Self {
-        BatchStore {
-            batches: Vec::new(),
-            free: Vec::new(),
-            bytes: 0,
-            schema,
-        }
-    }
-
-    /// Stores a batch with no live rows yet; rows become live with [`BatchStore::retain`].
-    pub fn insert(&mut self, batch: RecordBatch) -> u32 {
-        self.bytes += batch.get_array_memory_size();
-        match self.free.pop() {
-            Some(id) => {
-                self.batches[id as usize] = Some((batch, 0));
-                id
-            }
-            None => {
-                self.batches.push(Some((batch, 0)));
-                (self.batches.len() - 1) as u32
-            }
-        }
-    }
-
-    /// One more buffered row points into `batch`.
-    pub fn retain(&mut self, batch: u32) {
-        if let Some((_, live)) = &mut self.batches[batch as usize] {
-            *live += 1;
-        }
-    }
-
-    /// A buffered row of `batch` went; frees the batch with its last row.
-    pub fn release(&mut self, batch: u32) {
-        let slot = &mut self.batches[batch as usize];
-        if let Some((b, live)) = slot {
-            *live -= 1;
-            if *live == 0 {
-                self.bytes -= b.get_array_memory_size();
-                *slot = None;
-                self.free.push(batch);
-            }
-        }
-    }
-
-    /// Frees `batch` if no buffered row points into it (call after inserting rows of it).
-    pub fn release_if_unused(&mut self, batch: u32) {
-        let slot = &mut self.batches[batch as usize];
-        if let Some((b, 0)) = slot {
-            self.bytes -= b.get_array_memory_size();
-            *slot = None;
-            self.free.push(batch);
-        }
-    }
-
-    /// Memory held by stored batches.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    /// A stored batch (it must be live).
-    pub fn batch(&self, id: u32) -> &RecordBatch {
-        &self.batches[id as usize].as_ref().expect("a live batch").0
-    }
-
-    /// The columns of `rows` (`None`: a row of NULLs), in order.
-    pub fn gather(&self, rows: &[Option<RowRef>]) -> Result<Vec<ArrayRef>> {
-        // Number the distinct batches used; the NULL row is one more one-row source.
-        let mut ids: HashMap<u32, usize> = HashMap::new();
-        let mut order: Vec<u32> = Vec::new();
-        let mut idx: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
-        let mut needs_null = false;
-        for r in rows {
-            match r {
-                Some(r) => {
-                    let n = *ids.entry(r.batch).or_insert_with(|| {
-                        order.push(r.batch);
-                        order.len() - 1
-                    });
-                    idx.push((n, r.row as usize));
-                }
-                None => {
-                    needs_null = true;
-                    idx.push((usize::MAX, 0));
-                }
-            }
-        }
-        let null_source = order.len();
-        if needs_null {
-            for i in &mut idx {
-                if i.0 == usize::MAX {
-                    i.0 = null_source;
-                }
-            }
-        }
-        let mut out = Vec::with_capacity(self.schema.fields().len());
-        for (c, field) in self.schema.fields().iter().enumerate() {
-            let mut sources: Vec<ArrayRef> = order
-                .iter()
-                .map(|&b| self.batch(b).column(c).clone())
-                .collect();
-            if needs_null {
-                sources.push(new_null_array(field.data_type(), 1));
-            }
-            let refs: Vec<&dyn Array> = sources.iter().map(|a| a.as_ref()).collect();
-            out.push(if refs.is_empty() {
-                new_null_array(field.data_type(), 0)
-            } else {
-                arrow_select::interleave::interleave(&refs, &idx)?
-            });
-        }
-        Ok(out)
-    }
-}
-
 /// Builds output batches of joined pairs.
 pub fn assemble(
     schema: &SchemaRef,
@@ -231,197 +96,6 @@ pub fn assemble(
     let mut cols = left.gather(&l)?;
     cols.extend(right.gather(&r)?);
     Ok(RecordBatch::try_new(schema.clone(), cols)?)
-}
-
-/// Per-key state held in slots: a key maps to a slot index that stays put while the key has
-/// state, so other structures (expiry queues) can refer to it by number. Each key's bytes are
-/// stored once, in its slot (inline up to 24 bytes); the index holds slot numbers.
-pub struct KeySlots<T> {
-    index: hashbrown::HashTable<u32>,
-    slots: Vec<(InlineKey, u64, T)>,
-    free: Vec<u32>,
-    key_bytes: usize,
-}
-
-type InlineKey = smallvec::SmallVec<[u8; 24]>;
-
-impl<T> std::fmt::Debug for KeySlots<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeySlots")
-            .field("keys", &self.index.len())
-            .finish()
-    }
-}
-
-impl<T: Default> KeySlots<T> {
-    pub fn new() -> Self {
-        KeySlots {
-            index: hashbrown::HashTable::new(),
-            slots: Vec::new(),
-            free: Vec::new(),
-            key_bytes: 0,
-        }
-    }
-
-    /// The slot of `key` (hash `hash`), made with `T::default()` if the key has none.
-    pub fn slot_for(&mut self, hash: u64, key: &[u8]) -> usize {
-        let slots = &mut self.slots;
-        let entry = self.index.entry(
-            hash,
-            |&s| &*slots[s as usize].0 == key,
-            |&s| slots[s as usize].1,
-        );
-        match entry {
-            hashbrown::hash_table::Entry::Occupied(o) => *o.get() as usize,
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                let s = match self.free.pop() {
-                    Some(s) => {
-                        slots[s as usize] = (InlineKey::from_slice(key), hash, T::default());
-                        s
-                    }
-                    None => {
-                        slots.push((InlineKey::from_slice(key), hash, T::default()));
-                        (slots.len() - 1) as u32
-                    }
-                };
-                self.key_bytes += key.len();
-                v.insert(s);
-                s as usize
-            }
-        }
-    }
-
-    /// The slot of `key`, if it has one.
-    pub fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
-        self.index
-            .find(hash, |&s| &*self.slots[s as usize].0 == key)
-            .map(|&s| s as usize)
-    }
-
-    pub fn get(&self, slot: usize) -> &T {
-        &self.slots[slot].2
-    }
-
-    /// The key bytes of `slot`.
-    pub fn key(&self, slot: usize) -> &[u8] {
-        &self.slots[slot].0
-    }
-
-    /// Slots that hold a key.
-    pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
-        self.index.iter().map(|&s| s as usize)
-    }
-
-    pub fn get_mut(&mut self, slot: usize) -> &mut T {
-        &mut self.slots[slot].2
-    }
-
-    /// Forgets the key of `slot`; the slot may be handed to another key. Releasing a slot that
-    /// holds no key does nothing.
-    pub fn release(&mut self, slot: usize) {
-        let hash = self.slots[slot].1;
-        match self.index.find_entry(hash, |&s| s as usize == slot) {
-            Ok(e) => {
-                e.remove();
-            }
-            Err(_) => return,
-        }
-        let (key, _, value) = &mut self.slots[slot];
-        self.key_bytes -= key.len();
-        *key = InlineKey::new();
-        *value = T::default();
-        self.free.push(slot as u32);
-    }
-
-    /// Keys that have a slot.
-    pub fn len(&self) -> usize {
-        self.index.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
-    }
-
-    /// Bytes of keys and the index (not of the per-key values).
-    pub fn index_bytes(&self) -> u64 {
-        (self.key_bytes + self.slots.len() * (std::mem::size_of::<(InlineKey, u64, T)>() + 5))
-            as u64
-    }
-}
-
-impl<T: Default> Default for KeySlots<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// When buffered rows expire: (expiry time, slot, tag) kept in 256 ms buckets, so a batch's
-/// rows cost about one map lookup per bucket and the watermark takes whole buckets.
-#[derive(Debug, Default)]
-pub struct ExpiryQueue {
-    buckets: std::collections::BTreeMap<i64, Vec<(i64, u32, u8)>>,
-    staged: Vec<(i64, u32, u8)>,
-}
-
-const BUCKET_SHIFT: u32 = 8;
-
-impl ExpiryQueue {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds an entry (grouped into buckets at the next `flush` or `pop_due`).
-    pub fn push(&mut self, expiry: i64, slot: usize, tag: u8) {
-        self.staged.push((expiry, slot as u32, tag));
-    }
-
-    /// Files staged entries into their buckets.
-    pub fn flush(&mut self) {
-        if self.staged.is_empty() {
-            return;
-        }
-        self.staged.sort_unstable_by_key(|e| e.0);
-        let mut rest = &self.staged[..];
-        while let Some(first) = rest.first() {
-            let b = first.0 >> BUCKET_SHIFT;
-            let n = rest.partition_point(|e| e.0 >> BUCKET_SHIFT == b);
-            self.buckets
-                .entry(b)
-                .or_default()
-                .extend_from_slice(&rest[..n]);
-            rest = &rest[n..];
-        }
-        self.staged.clear();
-    }
-
-    /// Removes the entries at or below `watermark` into `out` as (slot, tag).
-    pub fn pop_due(&mut self, watermark: i64, out: &mut Vec<(usize, u8)>) {
-        self.flush();
-        let wb = watermark >> BUCKET_SHIFT;
-        while let Some(entry) = self.buckets.first_entry() {
-            let b = *entry.key();
-            if b > wb {
-                break;
-            }
-            if b < wb {
-                out.extend(entry.remove().into_iter().map(|(_, s, t)| (s as usize, t)));
-            } else {
-                let v = entry.into_mut();
-                v.retain(|&(e, s, t)| {
-                    if e <= watermark {
-                        out.push((s as usize, t));
-                        false
-                    } else {
-                        true
-                    }
-                });
-                if v.is_empty() {
-                    self.buckets.remove(&b);
-                }
-                break;
-            }
-        }
-    }
 }
 
 /// The column of a join's checkpointed state that says which input a row came in on (UInt8:
@@ -631,18 +305,6 @@ impl StateWriter<'_> {
 mod tests {
     use super::*;
     use weir_core::keys::hash_key;
-
-    #[test]
-    fn releasing_a_slot_twice_does_not_hand_it_to_two_keys() {
-        let mut slots: KeySlots<u32> = KeySlots::new();
-        let a = slots.slot_for(hash_key(b"a"), b"a");
-        slots.release(a);
-        slots.release(a);
-        let b = slots.slot_for(hash_key(b"b"), b"b");
-        let c = slots.slot_for(hash_key(b"c"), b"c");
-        assert_ne!(b, c);
-        assert_eq!(slots.len(), 2);
-    }
 
     #[test]
     fn join_state_round_trips_with_each_rows_routing_key_group() {

@@ -39,7 +39,8 @@ use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, JoinType, KeySlots, RowRef, StateLayout};
+use crate::join::{assemble, join_schema, JoinType, StateLayout};
+use weir_state::{BatchStore, KeySlots, RowRef};
 
 /// The spec of a stream-table join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -61,10 +61,8 @@ use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{
-    assemble, join_schema, BatchStore, ExpiryQueue, JoinType, KeySlots, RowRef, StateLayout,
-    NULL_KEY,
-};
+use crate::join::{assemble, join_schema, JoinType, StateLayout, NULL_KEY};
+use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef};
 
 /// The spec of an event-time temporal join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

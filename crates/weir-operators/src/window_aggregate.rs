@@ -58,8 +58,8 @@ use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::aggregates::{self, Aggregate, Bound, State};
-use crate::join::{ExpiryQueue, KeySlots};
 use crate::windows;
+use weir_state::{ExpiryQueue, KeySlots};
 
 /// Event-time windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

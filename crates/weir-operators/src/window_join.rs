@@ -50,8 +50,9 @@ use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, BatchStore, ExpiryQueue, KeySlots, RowRef, StateLayout};
+use crate::join::{assemble, join_schema, StateLayout};
 use crate::windows;
+use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef};
 
 /// The spec of a window join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

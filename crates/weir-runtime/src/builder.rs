@@ -159,6 +159,7 @@ impl JobBuilder {
         st.graph.nodes.push(Node {
             id,
             name,
+            uid: None,
             parallelism,
             created_at: at,
             output: StreamInfo {
@@ -228,6 +229,7 @@ impl JobBuilder {
         st.graph.nodes.push(Node {
             id,
             name,
+            uid: None,
             parallelism,
             created_at: at,
             kind,
@@ -313,6 +315,14 @@ impl Stream {
             .output
             .event_time
             .clone()
+    }
+
+    /// Gives the node that produces this stream an id of its own (Flink's `uid`): its state
+    /// in checkpoints goes by it, so the node keeps its state when it is renamed or what
+    /// feeds it changes. Letters, digits, `_`, `-`, `.`; unique in the job.
+    pub fn uid(self, uid: impl Into<String>) -> Stream {
+        self.job.state.borrow_mut().graph.nodes[self.node].uid = Some(uid.into());
+        self
     }
 
     /// Sets the parallelism of the node that produces this stream.

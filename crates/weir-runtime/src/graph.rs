@@ -237,6 +237,10 @@ impl NodeKind {
 pub struct Node {
     pub id: usize,
     pub name: String,
+    /// An id given by the job's author (Flink's `uid`), which names the node's state in
+    /// checkpoints instead of the derived one (see [`JobGraph::stable_ids`]), so that a node
+    /// keeps its state when it is renamed or what feeds it changes.
+    pub uid: Option<String>,
     pub parallelism: usize,
     /// Where the node was created (`file:line`), for errors and the UI.
     pub created_at: String,
@@ -333,6 +337,32 @@ impl JobConfig {
     }
 }
 
+/// A node's given id names files in checkpoint folders: letters, digits, `_`, `-`, `.`, unique
+/// in the job.
+fn check_uid(uid: &str, node: &Node, before: &[Node]) -> Result<()> {
+    let ok = !uid.is_empty()
+        && uid.len() <= 128
+        && !uid.starts_with('.')
+        && uid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !ok {
+        return Err(Error::plan(format!(
+            "node `{}` (created at {}) has uid {uid:?}; a uid is 1 to 128 ASCII letters, digits, \
+             `_`, `-` or `.`, not starting with `.`",
+            node.name, node.created_at
+        )));
+    }
+    if let Some(other) = before.iter().find(|o| o.uid.as_deref() == Some(uid)) {
+        return Err(Error::plan(format!(
+            "nodes `{}` (created at {}) and `{}` (created at {}) have the same uid {uid:?}; \
+             each node's uid names its state in checkpoints and must be unique",
+            other.name, other.created_at, node.name, node.created_at
+        )));
+    }
+    Ok(())
+}
+
 /// A whole job: nodes in topological order (every edge goes from a lower id to a higher one).
 #[derive(Debug, Clone)]
 pub struct JobGraph {
@@ -347,11 +377,16 @@ impl JobGraph {
     /// ids of what feeds it (by logical input and port), hashed, so it stays the same when the
     /// job is planned again, at another parallelism, or with other nodes changed elsewhere
     /// (an id changes when the node's own upstream changes). Nodes alike in all of that are
-    /// told apart by their order. Reads like `count-3f2a9c41d07b5e68`.
+    /// told apart by their order. Reads like `count-3f2a9c41d07b5e68`. A node with a
+    /// [`Node::uid`] has that as its id, and nodes fed by it derive theirs from it.
     pub fn stable_ids(&self) -> Vec<String> {
         let mut ids: Vec<String> = Vec::with_capacity(self.nodes.len());
         let mut seen: HashMap<String, usize> = HashMap::new();
         for n in &self.nodes {
+            if let Some(uid) = &n.uid {
+                ids.push(uid.clone());
+                continue;
+            }
             let mut text = format!("{}\u{1f}{}", n.kind.kind(), n.name);
             for e in self.inputs_of(n.id) {
                 let port = match e.port {
@@ -403,6 +438,9 @@ impl JobGraph {
                     "node `{}` (created at {}) has parallelism 0; it must be at least 1",
                     n.name, n.created_at
                 )));
+            }
+            if let Some(uid) = &n.uid {
+                check_uid(uid, n, &self.nodes[..i])?;
             }
             let is_source = matches!(n.kind, NodeKind::Source { .. });
             if !is_source && self.inputs_of(i).is_empty() {
@@ -500,6 +538,7 @@ impl JobGraph {
                 .map(|n| NodeDoc {
                     id: n.id,
                     name: n.name.clone(),
+                    uid: n.uid.clone(),
                     role: n.kind.role().to_string(),
                     kind: n.kind.kind().to_string(),
                     spec: n.kind.spec(),
@@ -586,6 +625,7 @@ impl JobGraph {
             nodes.push(Node {
                 id,
                 name: nd.name,
+                uid: nd.uid,
                 parallelism: nd.parallelism,
                 created_at: nd.created_at,
                 kind,
@@ -616,6 +656,8 @@ struct GraphDoc {
 struct NodeDoc {
     id: usize,
     name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
     role: String,
     kind: String,
     #[serde(default)]

@@ -114,6 +114,77 @@ impl TimerService {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The timers as one state batch for a checkpoint: each with the key group of its key
+    /// (timers are registered under the key the operator's input is partitioned by, so a
+    /// restore at another parallelism gives each timer to the subtask that owns its key).
+    pub fn snapshot(&self, key_groups: u16) -> Result<arrow_array::RecordBatch> {
+        use arrow_array::builder::BinaryBuilder;
+        use std::sync::Arc;
+        let all = self
+            .event
+            .iter()
+            .map(|t| (0u8, t))
+            .chain(self.proc.iter().map(|t| (1u8, t)));
+        let (mut groups, mut domains, mut times) = (Vec::new(), Vec::new(), Vec::new());
+        let mut keys = BinaryBuilder::new();
+        for (domain, (time, key)) in all {
+            groups.push(weir_core::keys::key_group(
+                weir_core::keys::hash_key(key),
+                key_groups,
+            ));
+            domains.push(domain);
+            times.push(*time);
+            keys.append_value(key);
+        }
+        Ok(arrow_array::RecordBatch::try_new(
+            timer_schema(),
+            vec![
+                weir_state::snapshot::key_group_column(groups),
+                Arc::new(arrow_array::UInt8Array::from(domains)),
+                Arc::new(arrow_array::Int64Array::from(times)),
+                Arc::new(keys.finish()),
+            ],
+        )?)
+    }
+
+    /// Registers the timers of a state batch written by [`TimerService::snapshot`].
+    pub fn restore(&mut self, batch: &arrow_array::RecordBatch) -> Result<()> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Int64Type, UInt8Type};
+        if batch.schema().fields() != timer_schema().fields() {
+            return Err(crate::Error::Internal(format!(
+                "timer state of another layout: {:?}",
+                batch.schema()
+            )));
+        }
+        let domains = batch.column(1).as_primitive::<UInt8Type>();
+        let times = batch.column(2).as_primitive::<Int64Type>();
+        let keys = batch.column(3).as_binary::<i32>();
+        for i in 0..batch.num_rows() {
+            let domain = match domains.value(i) {
+                0 => TimeDomain::EventTime,
+                _ => TimeDomain::ProcTime,
+            };
+            self.register(domain, times.value(i), keys.value(i));
+        }
+        Ok(())
+    }
+}
+
+/// The layout of a subtask's timers in a checkpoint.
+fn timer_schema() -> arrow_schema::SchemaRef {
+    use arrow_schema::{DataType, Field, Schema};
+    std::sync::Arc::new(Schema::new(vec![
+        Field::new(
+            weir_state::snapshot::KEY_GROUP_COLUMN,
+            DataType::UInt16,
+            false,
+        ),
+        Field::new("domain", DataType::UInt8, false),
+        Field::new("time", DataType::Int64, false),
+        Field::new("key", DataType::Binary, false),
+    ]))
 }
 
 /// What an operator method may use: its output, timers, the clock and its metrics.

@@ -175,3 +175,176 @@ fn node_ids_stay_the_same_when_the_job_is_planned_again_rescaled_or_grown() {
     }
     assert!(first["numbers"].starts_with("numbers-"), "{first:?}");
 }
+
+/// Registers an event-time timer per row, under the row's `n` (due at the end of input), and
+/// emits `n` when it fires: its only state is its timers.
+#[derive(Debug)]
+struct Reminders;
+
+impl OperatorFactory for Reminders {
+    fn kind(&self) -> &'static str {
+        "reminders"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn plan(&self, _inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        Ok(StreamInfo {
+            schema: Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)])),
+            event_time: None,
+        })
+    }
+    fn create(&self, _inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(RemindersOp))
+    }
+    fn state(&self) -> weir_runtime::graph::OperatorState {
+        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
+    }
+}
+
+struct RemindersOp;
+
+impl Operator for RemindersOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let ns = batch
+            .data
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        for n in ns.values() {
+            ctx.register_event_timer(i64::MAX - 1, &n.to_be_bytes());
+        }
+        Ok(())
+    }
+    fn on_timer(&mut self, timer: weir_runtime::operator::Timer, ctx: &mut Context) -> Result<()> {
+        let n = i64::from_be_bytes(timer.key.as_ref().try_into().unwrap());
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let b = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![n]))])?;
+        ctx.emit(StreamBatch::new(b));
+        Ok(())
+    }
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        Ok(Vec::new())
+    }
+    fn restore(&mut self, _state: Vec<RecordBatch>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// `source(2_000)` through `Reminders`, paced by a slow side sink so checkpoints happen.
+fn reminders(parallelism: usize, config: CheckpointConfig, out: &CollectSink) -> JobBuilder {
+    let job = JobBuilder::with_config(
+        "reminders",
+        JobConfig {
+            parallelism,
+            checkpointing: Some(config),
+            ..self::config(std::path::Path::new("unused"))
+        },
+    );
+    let rows = job.source("numbers", source(2_000), SourceOptions::event_time("ts", 0));
+    rows.sink_arc(
+        "pace",
+        Arc::new(RateLimitedSink::new(
+            Arc::new(CollectSink::new()),
+            RateLimitHandle::new(4_000),
+        )),
+        Some(1),
+    );
+    rows.apply("remind", Arc::new(Reminders))
+        .sink("out", out.clone());
+    job
+}
+
+#[test]
+fn timers_are_checkpointed_and_fire_after_a_restore_at_any_parallelism() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for restore_parallelism in [2, 1, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CheckpointConfig::new(30, dir.path());
+        let first = CollectSink::new();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let report = rt.block_on(async {
+            let job = reminders(2, config.clone(), &first).build().unwrap();
+            let running = weir_runtime::exec::start(job, Arc::new(weir_core::SystemClock)).unwrap();
+            let stop = running.stop_handle();
+            let metrics = running.metrics.clone();
+            tokio::spawn(async move {
+                while metrics.checkpoints.completed.load(Relaxed) < 3 {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                stop.stop();
+            });
+            running.wait().await.unwrap()
+        });
+        assert!(report.stopped);
+        assert_eq!(
+            first.rows(),
+            0,
+            "the timers are due at the end of input only"
+        );
+
+        let mut config = config;
+        config.restore = Some("latest".into());
+        let second = CollectSink::new();
+        let report = run_within(&reminders(restore_parallelism, config, &second), LIMIT).unwrap();
+        assert!(report.restored.is_some());
+        let mut fired: Vec<i64> = second
+            .batches()
+            .iter()
+            .flat_map(|b| {
+                let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                a.values().to_vec()
+            })
+            .collect();
+        fired.sort_unstable();
+        let mut want: Vec<i64> = (0..2_000).chain(1_000_000..1_002_000).collect();
+        want.sort_unstable();
+        assert_eq!(
+            fired, want,
+            "every row's timer fires once, restored at parallelism {restore_parallelism}"
+        );
+    }
+}
+
+#[test]
+fn a_given_uid_names_a_node_in_checkpoints_through_renames_and_json() {
+    let build = |name: &str, uid: Option<&str>, filter_first: bool| {
+        let job = JobBuilder::new("ids");
+        let mut s = job
+            .source("numbers", source(100), SourceOptions::event_time("ts", 0))
+            .uid("numbers-v1");
+        if filter_first {
+            s = s.filter(col("n").gt(lit(3)));
+        }
+        let mut s = s.apply(name, Arc::new(Reminders));
+        if let Some(uid) = uid {
+            s = s.uid(uid);
+        }
+        s.sink("out", CollectSink::new());
+        job.build()
+    };
+    let g = build("remind", Some("reminders-v1"), false).unwrap();
+    let ids = g.stable_ids();
+    assert_eq!(ids[0], "numbers-v1");
+    assert_eq!(ids[1], "reminders-v1");
+    // Renamed and fed through another operator: the same id, so its state is restored.
+    let moved = build("remind-renamed", Some("reminders-v1"), true).unwrap();
+    assert_eq!(moved.stable_ids()[2], "reminders-v1");
+    // Without a uid the id is derived, and changes with the name.
+    let derived = build("remind", None, false).unwrap().stable_ids();
+    let renamed = build("remind-renamed", None, false).unwrap().stable_ids();
+    assert_ne!(derived[1], renamed[1]);
+    // The uid survives the JSON form of the graph.
+    let json = g.to_json();
+    assert_eq!(json["nodes"][1]["uid"], "reminders-v1");
+
+    let err = build("remind", Some("numbers-v1"), false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the same uid \"numbers-v1\""), "{err}");
+    let err = build("remind", Some("no/slashes"), false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("has uid \"no/slashes\""), "{err}");
+}

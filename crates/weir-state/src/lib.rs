@@ -1,12 +1,24 @@
 //! # weir-state
 //!
-//! Keyed state for weir's operators. Operators never keep per-key data in their own maps: they
-//! hold it in state tables, which know their size (rows and bytes, reported as metrics) and will
-//! be snapshotted by checkpoints.
+//! The one home of operator state. Operators never keep per-key data in maps of their own:
+//! they hold it in the structures here, which know their size (rows and bytes, reported as
+//! metrics) and which the operator writes into checkpoints as Arrow batches ([`snapshot`]):
 //!
-//! The in-memory [`KeyedTable`] is the only backend so far: a hash table from an encoded key
-//! (Arrow row bytes, see `weir_core::keys`) to a typed value, looked up with the key's
-//! precomputed hash so a batch hashes each key once.
+//! - [`KeyedTable`]: a hash table from an encoded key (Arrow row bytes, see `weir_core::keys`)
+//!   to a typed value, looked up with the key's precomputed hash so a batch hashes each key once;
+//! - [`KeySlots`]: per-key values in numbered slots that stay put while the key has state, so
+//!   that other structures refer to a key by number (windows, join buffers, aggregations);
+//! - [`BatchStore`] and [`RowRef`]: buffered input rows kept as references into the batches
+//!   they arrived in, freed with their last live row;
+//! - [`ExpiryQueue`]: when state expires in event time, in 256 ms buckets the watermark takes
+//!   whole;
+//! - [`snapshot`]: state batches to and from Arrow IPC, each keyed row carrying its key group
+//!   ([`snapshot::KEY_GROUP_COLUMN`]) so that a restore at another parallelism hands each
+//!   subtask the rows of its key-group range;
+//! - [`checkpoint`]: checkpoint storage (state files and a manifest per checkpoint, on local
+//!   disk behind the [`checkpoint::CheckpointStorage`] trait).
+//!
+//! Everything is in memory so far; a disk backend would go behind the same structures.
 //!
 //! ```
 //! use weir_core::keys::hash_key;
@@ -19,16 +31,20 @@
 //! assert_eq!(counts.get(hash_key(b"a"), b"a"), Some(&2));
 //! assert_eq!(counts.size().rows, 2);
 //! ```
-//!
-//! [`checkpoint`] stores checkpoints: state files and a manifest per checkpoint, on local disk
-//! behind the [`checkpoint::CheckpointStorage`] trait.
 
 use std::path::PathBuf;
 
 use hashbrown::HashTable;
 
 pub mod checkpoint;
+mod expiry;
+mod rows;
+mod slots;
 pub mod snapshot;
+
+pub use expiry::ExpiryQueue;
+pub use rows::{BatchStore, RowRef};
+pub use slots::KeySlots;
 
 /// weir-state's error.
 ///

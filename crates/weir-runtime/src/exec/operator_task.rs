@@ -218,11 +218,23 @@ impl OperatorTask {
         let batches = op.snapshot()?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let bytes = storage.write_file(epoch, name, &weir_state::snapshot::encode(&batches)?)?;
-        Ok(vec![crate::checkpoint::StateFileInfo {
+        let mut files = vec![crate::checkpoint::StateFileInfo {
             name: name.clone(),
             rows,
             bytes,
-        }])
+        }];
+        if !self.timers.is_empty() {
+            let timers = self.timers.snapshot(self.info.key_groups)?;
+            let name = timers_file(name);
+            let bytes =
+                storage.write_file(epoch, &name, &weir_state::snapshot::encode(&[timers])?)?;
+            files.push(crate::checkpoint::StateFileInfo {
+                name,
+                rows: self.timers.len() as u64,
+                bytes,
+            });
+        }
+        Ok(files)
     }
 
     /// Tells the sink that checkpoints up to the newest complete one are complete.
@@ -415,4 +427,14 @@ impl OperatorTask {
         m.finished.store(true, Relaxed);
         Ok(())
     }
+}
+
+/// The checkpoint file of a subtask's timers, beside its operator state file `state`.
+pub(super) fn timers_file(state: &str) -> String {
+    format!("{}.timers.arrow", state.trim_end_matches(".arrow"))
+}
+
+/// Whether a checkpoint file holds timers (see [`timers_file`]).
+pub(super) fn is_timers_file(name: &str) -> bool {
+    name.ends_with(".timers.arrow")
 }

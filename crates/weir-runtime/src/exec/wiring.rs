@@ -311,6 +311,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         }
                         _ => vec![true; inputs.len()],
                     };
+                    let mut timers = TimerService::default();
                     let processor = match &n.kind {
                         NodeKind::Operator { factory } => {
                             let mut op = factory
@@ -329,7 +330,10 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                                     &info,
                                 )
                                 .map_err(|e| wrap(s, e))?;
-                                op.restore(state).map_err(|e| wrap(s, e))?;
+                                op.restore(state.operator).map_err(|e| wrap(s, e))?;
+                                for t in &state.timers {
+                                    timers.restore(t).map_err(|e| wrap(s, e))?;
+                                }
                             }
                             Processor::Operator(op)
                         }
@@ -361,7 +365,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         ),
                         clock: clock.clone(),
                         info,
-                        timers: TimerService::default(),
+                        timers,
                         out_buf: Vec::new(),
                         watermark: Watermark::MIN,
                         calls: 0,
@@ -638,8 +642,17 @@ fn restored_allows_dropping(graph: &JobGraph) -> bool {
         .is_some_and(|c| c.allow_non_restored_state)
 }
 
+/// What a subtask of an operator takes up from a checkpoint.
+#[derive(Default)]
+struct RestoredState {
+    /// For `Operator::restore`.
+    operator: Vec<arrow_array::RecordBatch>,
+    /// Its timers.
+    timers: Vec<arrow_array::RecordBatch>,
+}
+
 /// The state batches of node `id` in checkpoint `r` for the subtask `info` describes: every
-/// subtask's file of the node (the parallelism may have changed), keyed rows limited to the
+/// subtask's files of the node (the parallelism may have changed), keyed rows limited to the
 /// subtask's key groups.
 fn restored_state(
     r: &crate::checkpoint::Restored,
@@ -647,15 +660,15 @@ fn restored_state(
     version: u32,
     signature: &str,
     info: &SubtaskInfo,
-) -> Result<Vec<arrow_array::RecordBatch>> {
+) -> Result<RestoredState> {
     use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
     let Some(node) = r.manifest.nodes.get(id) else {
-        return Ok(Vec::new());
+        return Ok(RestoredState::default());
     };
     if !node.signature.is_empty() && node.signature != signature {
         // Only reached with --allow-non-restored-state (checked at start): start empty.
         tracing::warn!(operator = %info.operator, "state of other settings dropped");
-        return Ok(Vec::new());
+        return Ok(RestoredState::default());
     }
     if node.state_version != version {
         return Err(Error::plan(format!(
@@ -670,9 +683,14 @@ fn restored_state(
         info.parallelism,
         info.key_groups,
     );
-    let mut out = Vec::new();
+    let mut state = RestoredState::default();
     for sub in &node.subtasks {
         for f in &sub.files {
+            let out = if super::operator_task::is_timers_file(&f.name) {
+                &mut state.timers
+            } else {
+                &mut state.operator
+            };
             let bytes = storage.read_file(&r.handle, &f.name)?;
             for b in weir_state::snapshot::decode(&bytes, &r.handle.location.join(&f.name))? {
                 let keyed = b
@@ -693,5 +711,5 @@ fn restored_state(
             }
         }
     }
-    Ok(out)
+    Ok(state)
 }

@@ -1,0 +1,70 @@
+//! When state expires, by event time.
+
+/// When buffered rows expire: (expiry time, slot, tag) kept in 256 ms buckets, so a batch's
+/// rows cost about one map lookup per bucket and the watermark takes whole buckets.
+#[derive(Debug, Default)]
+pub struct ExpiryQueue {
+    buckets: std::collections::BTreeMap<i64, Vec<(i64, u32, u8)>>,
+    staged: Vec<(i64, u32, u8)>,
+}
+
+const BUCKET_SHIFT: u32 = 8;
+
+impl ExpiryQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an entry (grouped into buckets at the next `flush` or `pop_due`).
+    pub fn push(&mut self, expiry: i64, slot: usize, tag: u8) {
+        self.staged.push((expiry, slot as u32, tag));
+    }
+
+    /// Files staged entries into their buckets.
+    pub fn flush(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        self.staged.sort_unstable_by_key(|e| e.0);
+        let mut rest = &self.staged[..];
+        while let Some(first) = rest.first() {
+            let b = first.0 >> BUCKET_SHIFT;
+            let n = rest.partition_point(|e| e.0 >> BUCKET_SHIFT == b);
+            self.buckets
+                .entry(b)
+                .or_default()
+                .extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+        }
+        self.staged.clear();
+    }
+
+    /// Removes the entries at or below `watermark` into `out` as (slot, tag).
+    pub fn pop_due(&mut self, watermark: i64, out: &mut Vec<(usize, u8)>) {
+        self.flush();
+        let wb = watermark >> BUCKET_SHIFT;
+        while let Some(entry) = self.buckets.first_entry() {
+            let b = *entry.key();
+            if b > wb {
+                break;
+            }
+            if b < wb {
+                out.extend(entry.remove().into_iter().map(|(_, s, t)| (s as usize, t)));
+            } else {
+                let v = entry.into_mut();
+                v.retain(|&(e, s, t)| {
+                    if e <= watermark {
+                        out.push((s as usize, t));
+                        false
+                    } else {
+                        true
+                    }
+                });
+                if v.is_empty() {
+                    self.buckets.remove(&b);
+                }
+                break;
+            }
+        }
+    }
+}
