@@ -1,0 +1,380 @@
+//! Aggregations: window table functions, GROUP BY with and without windows, and the
+//! aggregate functions in a select list.
+
+use super::*;
+
+/// A grouped relation, its keys (stream columns) and its aggregates (by their SQL text).
+pub(super) type Grouping = (Rel, Vec<String>, Vec<(String, Aggregate)>);
+
+impl Planner {
+    pub(super) fn window_tvf(&self, e: &SqlExpr) -> Result<(Rel, WindowAggregate)> {
+        let SqlExpr::Function(f) = e else {
+            return Err(plan_err(format!(
+                "FROM TABLE({e}): expected TUMBLE, HOP or SESSION"
+            )));
+        };
+        let args = function_args(&f.args)?;
+        let table = match args.first() {
+            Some(SqlExpr::CompoundIdentifier(p)) if p.len() == 2 && p[0].value == TABLE_ARG => {
+                p[1].value.clone()
+            }
+            _ => {
+                return Err(plan_err(format!(
+                    "{}: the first argument is TABLE <name>",
+                    f.name
+                )))
+            }
+        };
+        let rel = self.named(&ObjectName::from(vec![Ident::new(&table)]), None, false)?;
+        let descriptor = match args.get(1) {
+            Some(SqlExpr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") => {
+                function_args(&d.args)?
+            }
+            _ => {
+                return Err(plan_err(format!(
+                    "{}: the second argument is DESCRIPTOR(<time attribute>)",
+                    f.name
+                )))
+            }
+        };
+        // Windows are in the stream's event time: the descriptor must name it.
+        match descriptor.as_slice() {
+            [c] if rel.is_time_attr(c) => {}
+            _ => {
+                return Err(plan_err(format!(
+                    "{}: DESCRIPTOR({}) must name the table's time attribute: {}",
+                    f.name,
+                    descriptor
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    rel.time_attr_names()
+                )))
+            }
+        }
+        let iv = |i: usize| {
+            args.get(i)
+                .ok_or_else(|| plan_err(format!("{}: missing interval argument {}", f.name, i + 1)))
+                .and_then(interval_ms)
+        };
+        let w = match f.name.to_string().to_uppercase().as_str() {
+            "TUMBLE" => WindowAggregate::tumbling(iv(2)?),
+            // Flink: HOP(TABLE t, DESCRIPTOR(rt), slide, size).
+            "HOP" => {
+                let mut w = WindowAggregate::hopping(iv(3)?, iv(2)?);
+                if let Some(v) = self.settings.get("weir.window.max-windows-per-row") {
+                    w = w.max_windows_per_row(v.parse().map_err(|_| {
+                        plan_err(format!(
+                            "SET 'weir.window.max-windows-per-row' = '{v}': not a number"
+                        ))
+                    })?);
+                }
+                w
+            }
+            "SESSION" => WindowAggregate::session(iv(2)?),
+            other => {
+                return Err(plan_err(format!(
+                    "window table function {other} is not supported; use TUMBLE, HOP or SESSION"
+                )))
+            }
+        };
+        Ok((rel, w))
+    }
+
+    /// A GROUP BY without a window: a continuous aggregation whose rows update their key's
+    /// result, with the state TTL bounding its keys.
+    pub(super) fn group_aggregate(
+        &self,
+        rel: Rel,
+        select: &Select,
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
+        let Some(ttl) = self.state_ttl_ms()? else {
+            return Err(plan_err(
+                "GROUP BY without a window keeps a group per key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time) and write to an 'upsert-kafka' table, or aggregate in event-time windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
+            ));
+        };
+        if rel.upsert_keys.is_some() {
+            return Err(plan_err(
+                "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
+            ));
+        }
+        let (rel, keys, aggs) = grouping(rel, select, false)?;
+        let mut g = GroupAggregate::with_ttl(ttl);
+        for (_, a) in &aggs {
+            g = g.aggregate(a.clone());
+        }
+        let stream = rel.stream.key_by(&keys).group_aggregate(g);
+        let scope = (rel.scope.iter())
+            .filter(|e| keys.contains(&e.column))
+            .cloned()
+            .collect();
+        let out = Rel {
+            stream,
+            scope,
+            time_columns: Vec::new(),
+            proc_time_attrs: Vec::new(),
+            primary_key: Vec::new(),
+            upsert_keys: Some(keys),
+            alias: rel.alias.clone(),
+        };
+        let exprs = select_exprs(select, &out, Some(&aggs))?;
+        Ok((out, exprs))
+    }
+
+    pub(super) fn window_aggregate(
+        &self,
+        rel: Rel,
+        mut w: WindowAggregate,
+        select: &Select,
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
+        let (rel, keys, aggs) = grouping(rel, select, true)?;
+        for (_, a) in &aggs {
+            w = w.aggregate(a.clone());
+        }
+        let strategy = if let Some(s) = self.settings.get("weir.aggregation.salts") {
+            let salts = s
+                .parse()
+                .map_err(|_| plan_err(format!("'weir.aggregation.salts' = '{s}': not a number")))?;
+            let hot = self
+                .settings
+                .get("weir.aggregation.hot-key-share")
+                .map(|v| v.parse::<f64>())
+                .transpose()
+                .map_err(|_| plan_err("'weir.aggregation.hot-key-share' is not a number"))?;
+            AggStrategy::Salted {
+                salts,
+                hot_share: hot,
+            }
+        } else if self
+            .settings
+            .get("table.optimizer.agg-phase-strategy")
+            .is_some_and(|v| v.eq_ignore_ascii_case("TWO_PHASE"))
+        {
+            AggStrategy::TwoPhase
+        } else {
+            AggStrategy::OnePhase
+        };
+        let out = rel.stream.key_by(&keys).window_aggregate_with(w, strategy);
+        // window_start / window_end as TIMESTAMP, as Flink presents them.
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
+        let schema = out.schema();
+        let cols: Vec<(String, SqlScalar)> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let n = f.name().clone();
+                let e = if ["window_start", "window_end"].contains(&n.as_str()) {
+                    SqlScalar::column(&n).cast(&ts)
+                } else {
+                    SqlScalar::column(&n)
+                };
+                (n, e)
+            })
+            .collect();
+        let stream = out.apply("calc", Arc::new(Calc::project(cols)));
+        let mut scope: Vec<ScopeEntry> = rel
+            .scope
+            .iter()
+            .filter(|e| keys.contains(&e.column))
+            .cloned()
+            .collect();
+        for n in ["window_start", "window_end", "window_time"] {
+            scope.push(ScopeEntry {
+                qualifier: None,
+                name: n.into(),
+                column: n.into(),
+            });
+        }
+        let windowed = Rel {
+            primary_key: Vec::new(),
+            upsert_keys: None,
+            proc_time_attrs: Vec::new(),
+            stream,
+            scope,
+            time_columns: vec!["window_time".into()],
+            alias: rel.alias.clone(),
+        };
+        let exprs = select_exprs(select, &windowed, Some(&aggs))?;
+        Ok((windowed, exprs))
+    }
+}
+
+/// The keys (stream columns) and aggregates of a grouped SELECT, and the relation to aggregate
+/// (with aggregated expressions computed into columns). `windowed`: `window_start` and
+/// `window_end` in GROUP BY name the window, not keys.
+pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grouping> {
+    let GroupByExpr::Expressions(group, _) = &select.group_by else {
+        return Err(plan_err("GROUP BY ALL is not supported"));
+    };
+    if let Some(h) = &select.having {
+        return Err(plan_err(format!(
+            "HAVING {h} is not supported yet; filter the aggregated rows in an outer query or view"
+        )));
+    }
+    let mut keys = Vec::new();
+    for g in group {
+        let name = ident_name(g)
+            .ok_or_else(|| plan_err(format!("GROUP BY {g}: weir groups by columns")))?;
+        if windowed
+            && (name.eq_ignore_ascii_case("window_start")
+                || name.eq_ignore_ascii_case("window_end"))
+        {
+            continue;
+        }
+        let column = match g {
+            SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+                rel.resolve(Some(&p[0].value), &name)?
+            }
+            _ => rel.resolve(None, &name)?,
+        };
+        keys.push(column);
+    }
+    if keys.is_empty() {
+        return Err(plan_err(
+            "an aggregation needs at least one key column in GROUP BY (besides the window)",
+        ));
+    }
+    // Aggregate calls of the select list become the operator's aggregates.
+    let mut aggs: Vec<(String, Aggregate)> = Vec::new();
+    let mut args: Vec<(String, SqlScalar)> = Vec::new();
+    for item in &select.projection {
+        let e = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => continue,
+        };
+        collect_aggregates(e, &rel, &mut aggs, &mut args)?;
+    }
+    // Aggregated expressions (`SUM(price * qty)`) become columns first.
+    let mut rel = rel;
+    if !args.is_empty() {
+        let schema = rel.stream.schema();
+        let mut cols: Vec<(String, SqlScalar)> = (schema.fields().iter())
+            .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+            .collect();
+        cols.extend(args);
+        rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
+    }
+    Ok((rel, keys, aggs))
+}
+
+/// The expressions of a select list.
+pub(super) fn select_exprs(
+    select: &Select,
+    rel: &Rel,
+    aggs: Option<&[(String, Aggregate)]>,
+) -> Result<Vec<SqlScalar>> {
+    let mut out = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                out.push(scalar_with_aggs(e, rel, aggs)?)
+            }
+            SelectItem::Wildcard(_) => {
+                out.extend(rel.scope.iter().map(|e| SqlScalar::column(&e.column)));
+            }
+            other => return Err(plan_err(format!("select item `{other}` is not supported"))),
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn agg_fn(name: &str) -> Option<&'static str> {
+    match name.to_uppercase().as_str() {
+        "COUNT" => Some("count"),
+        "SUM" => Some("sum"),
+        "MIN" => Some("min"),
+        "MAX" => Some("max"),
+        "AVG" => Some("avg"),
+        "APPROX_COUNT_DISTINCT" => Some("approx_count_distinct"),
+        "MEDIAN" => Some("median"),
+        _ => None,
+    }
+}
+
+/// Adds the aggregate calls in `e` to `out`, keyed by their text. An argument that is an
+/// expression rather than a column is added to `args` as a column to compute first.
+pub(super) fn collect_aggregates(
+    e: &SqlExpr,
+    rel: &Rel,
+    out: &mut Vec<(String, Aggregate)>,
+    args: &mut Vec<(String, SqlScalar)>,
+) -> Result<()> {
+    // Aggregate calls anywhere in the expression (inside CASE, IN, BETWEEN, ...).
+    let mut calls = Vec::new();
+    let _ = sqlparser::ast::visit_expressions(e, |x| {
+        if let SqlExpr::Function(f) = x {
+            if agg_fn(&f.name.to_string()).is_some() {
+                calls.push(x.clone());
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    for call in &calls {
+        add_aggregate(call, rel, out, args)?;
+    }
+    Ok(())
+}
+
+/// Adds aggregate call `e` to `out` (once per text).
+pub(super) fn add_aggregate(
+    e: &SqlExpr,
+    rel: &Rel,
+    out: &mut Vec<(String, Aggregate)>,
+    args: &mut Vec<(String, SqlScalar)>,
+) -> Result<()> {
+    match e {
+        SqlExpr::Function(f) => {
+            if let Some(kind) = agg_fn(&f.name.to_string()) {
+                let key = e.to_string();
+                let distinct = matches!(&f.args, FunctionArguments::List(l) if l.duplicate_treatment == Some(sqlparser::ast::DuplicateTreatment::Distinct));
+                if distinct || f.filter.is_some() || f.over.is_some() {
+                    return Err(plan_err(format!(
+                        "`{key}`: DISTINCT, FILTER and OVER in aggregates are not supported; for distinct values use APPROX_COUNT_DISTINCT, for a condition SUM(CASE WHEN ... THEN 1 ELSE 0 END)"
+                    )));
+                }
+                if out.iter().any(|(k, _)| *k == key) {
+                    return Ok(());
+                }
+                let fargs = function_args(&f.args)?;
+                let output = key.clone();
+                let mut column = || -> Result<String> {
+                    match fargs.first() {
+                        Some(a) => match ident_name(a) {
+                            Some(n) => rel.resolve(a_qualifier(a).as_deref(), &n),
+                            None => {
+                                let name = format!("__agg_arg_{}", args.len());
+                                args.push((name.clone(), scalar(a, rel)?));
+                                Ok(name)
+                            }
+                        },
+                        None => Err(plan_err(format!("{key} needs an argument"))),
+                    }
+                };
+                let agg = match kind {
+                    "count" => match fargs.first() {
+                        None | Some(SqlExpr::Wildcard(_)) => aggregates::count(&output),
+                        Some(a) if a.to_string() == "1" => aggregates::count(&output),
+                        Some(a) => {
+                            return Err(plan_err(format!(
+                                "COUNT({a}): weir counts rows with COUNT(*)"
+                            )))
+                        }
+                    },
+                    "sum" => aggregates::sum(&column()?, &output),
+                    "min" => aggregates::min(&column()?, &output),
+                    "max" => aggregates::max(&column()?, &output),
+                    "avg" => aggregates::avg(&column()?, &output),
+                    "approx_count_distinct" => {
+                        aggregates::approx_count_distinct(&column()?, &output)
+                    }
+                    _ => aggregates::median(&column()?, &output),
+                };
+                out.push((key, agg));
+                return Ok(());
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}

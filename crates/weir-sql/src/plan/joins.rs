@@ -1,0 +1,349 @@
+//! Joins, recognised from their conditions: interval, temporal, lookup and regular joins.
+
+use super::*;
+
+impl Planner {
+    pub(super) fn join(&self, left: Rel, j: &sqlparser::ast::Join) -> Result<Rel> {
+        let (right, version) = self.table_factor(&j.relation)?;
+        if left.upsert_keys.is_some() || right.upsert_keys.is_some() {
+            return Err(plan_err(
+                "joining the rows of a GROUP BY without a window (updates per key) is not supported yet",
+            ));
+        }
+        let (jt, on) = match &j.join_operator {
+            JoinOperator::Join(JoinConstraint::On(e))
+            | JoinOperator::Inner(JoinConstraint::On(e)) => (JoinType::Inner, e),
+            JoinOperator::Left(JoinConstraint::On(e))
+            | JoinOperator::LeftOuter(JoinConstraint::On(e)) => (JoinType::Left, e),
+            JoinOperator::Right(JoinConstraint::On(e))
+            | JoinOperator::RightOuter(JoinConstraint::On(e)) => (JoinType::Right, e),
+            JoinOperator::FullOuter(JoinConstraint::On(e)) => (JoinType::Full, e),
+            other => {
+                return Err(plan_err(format!(
+                    "join `{other:?}` is not supported; use [LEFT|RIGHT|FULL] JOIN ... ON"
+                )))
+            }
+        };
+        let mut conjuncts = Vec::new();
+        split_and(on, &mut conjuncts);
+        let (mut lkeys, mut rkeys, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+        for c in conjuncts {
+            if let SqlExpr::BinaryOp {
+                left: a,
+                op: BinaryOperator::Eq,
+                right: b,
+            } = c
+            {
+                let sides = (side_of(a, &left, &right), side_of(b, &left, &right));
+                match sides {
+                    (Some((0, x)), Some((1, y))) => {
+                        lkeys.push(x);
+                        rkeys.push(y);
+                        continue;
+                    }
+                    (Some((1, y)), Some((0, x))) => {
+                        lkeys.push(x);
+                        rkeys.push(y);
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            rest.push(c.clone());
+        }
+        if lkeys.is_empty() {
+            return Err(plan_err(format!(
+                "join ON {on}: weir needs at least one key equality between the two sides"
+            )));
+        }
+        let aliases = (left.alias.clone(), right.alias.clone());
+        let (stream, lschema, rschema) = (
+            left.stream.clone(),
+            left.stream.schema(),
+            right.stream.schema(),
+        );
+        let lookup = version.as_ref().is_some_and(|v| {
+            ident_name(v).is_some_and(|n| {
+                left.proc_time_attrs
+                    .iter()
+                    .any(|p| p.eq_ignore_ascii_case(&n))
+            })
+        });
+        let out = if lookup {
+            if !rest.is_empty() {
+                return Err(plan_err(format!(
+                    "lookup join: only key equalities are supported in ON, not `{}`",
+                    rest[0]
+                )));
+            }
+            let t = weir_operators::StreamTableJoin::new()
+                .join_type(jt)
+                .aliases(&aliases.0, &aliases.1);
+            use weir_operators::StreamTableJoinExt;
+            stream
+                .key_by(&lkeys)
+                .stream_table_join(&right.stream.key_by(&rkeys), t)
+        } else if let Some(v) = &version {
+            if !left.is_time_attr(v) {
+                return Err(plan_err(format!(
+                    "FOR SYSTEM_TIME AS OF {v}: a temporal join looks versions up at the probe side's time attribute ({}), or at a PROCTIME() attribute for a lookup join",
+                    left.time_attr_names()
+                )));
+            }
+            if !rest.is_empty() {
+                return Err(plan_err(format!(
+                    "temporal join: only key equalities are supported in ON, not `{}`",
+                    rest[0]
+                )));
+            }
+            // The versions are keyed by the PRIMARY KEY: ON equates exactly it (another
+            // equality would look versions up per a different key).
+            let pk_ok = right.primary_key.is_empty()
+                || (right.primary_key.iter().all(|k| rkeys.contains(k))
+                    && rkeys.iter().all(|k| right.primary_key.contains(k)));
+            if !pk_ok {
+                return Err(plan_err(format!(
+                    "temporal join with `{}`: its PRIMARY KEY ({}) keys the versions, so ON must equate exactly it; ON equates ({}). Filter on other columns after the join",
+                    right.alias,
+                    right.primary_key.join(", "),
+                    rkeys.join(", ")
+                )));
+            }
+            let mut t = TemporalJoin::new()
+                .join_type(jt)
+                .aliases(&aliases.0, &aliases.1);
+            // An upsert-kafka table's rows say which are deletes.
+            if right.stream.schema().index_of(OP_COLUMN).is_ok() {
+                t = t.op_column(OP_COLUMN);
+            }
+            stream
+                .key_by(&lkeys)
+                .temporal_join(&right.stream.key_by(&rkeys), t)
+        } else {
+            match time_bounds(&rest, &left, &right)? {
+                Some((lower, upper)) => {
+                    let j = IntervalJoin::between(lower, upper)
+                        .join_type(jt)
+                        .aliases(&aliases.0, &aliases.1);
+                    stream
+                        .key_by(&lkeys)
+                        .interval_join(&right.stream.key_by(&rkeys), j)
+                }
+                None => {
+                    let ttl = self.state_ttl_ms()?;
+                    let j = RegularJoin {
+                        ttl_ms: ttl,
+                        ..RegularJoin::unbounded()
+                    }
+                    .join_type(jt)
+                    .aliases(&aliases.0, &aliases.1);
+                    stream
+                        .key_by(&lkeys)
+                        .regular_join(&right.stream.key_by(&rkeys), j)
+                }
+            }
+        };
+        let (_, lnames, rnames) =
+            join_schema(&lschema, &rschema, (&aliases.0, &aliases.1)).map_err(Error::Runtime)?;
+        let rename =
+            |rel: &Rel, names: &[String], schema: &arrow_schema::SchemaRef| -> Vec<ScopeEntry> {
+                rel.scope
+                    .iter()
+                    .map(|e| {
+                        let idx = schema.index_of(&e.column).unwrap_or(0);
+                        ScopeEntry {
+                            qualifier: e.qualifier.clone(),
+                            name: e.name.clone(),
+                            column: names[idx].clone(),
+                        }
+                    })
+                    .collect()
+            };
+        let mut scope = rename(&left, &lnames, &lschema);
+        scope.extend(rename(&right, &rnames, &rschema));
+        // The joined rows' time attribute: that of the side whose event time the join's
+        // output carries (none when an outer join may leave it NULL).
+        let mapped = |rel: &Rel, names: &[String], schema: &arrow_schema::SchemaRef| {
+            (rel.time_columns.iter())
+                .filter_map(|c| schema.index_of(c).ok().map(|i| names[i].clone()))
+                .collect::<Vec<_>>()
+        };
+        let time_columns = match out.event_time() {
+            Some(et) => [
+                mapped(&left, &lnames, &lschema),
+                mapped(&right, &rnames, &rschema),
+            ]
+            .into_iter()
+            .find(|cols| cols.contains(&et))
+            .unwrap_or_else(|| vec![et]),
+            None => Vec::new(),
+        };
+        Ok(Rel {
+            primary_key: Vec::new(),
+            upsert_keys: None,
+            proc_time_attrs: {
+                let mut p = left.proc_time_attrs.clone();
+                p.extend(right.proc_time_attrs.clone());
+                p
+            },
+            stream: out,
+            scope,
+            time_columns,
+            alias: format!("{}_{}", aliases.0, aliases.1),
+        })
+    }
+}
+
+pub(super) fn split_and<'a>(e: &'a SqlExpr, out: &mut Vec<&'a SqlExpr>) {
+    match e {
+        SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        SqlExpr::Nested(inner) => split_and(inner, out),
+        other => out.push(other),
+    }
+}
+
+/// Which side of a join a column reference belongs to, and its stream column there.
+pub(super) fn side_of(e: &SqlExpr, left: &Rel, right: &Rel) -> Option<(usize, String)> {
+    let (q, n) = match e {
+        SqlExpr::Identifier(i) => (None, i.value.clone()),
+        SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+            (Some(p[0].value.clone()), p[1].value.clone())
+        }
+        _ => return None,
+    };
+    match (
+        left.resolve(q.as_deref(), &n),
+        right.resolve(q.as_deref(), &n),
+    ) {
+        (Ok(c), Err(_)) => Some((0, c)),
+        (Err(_), Ok(c)) => Some((1, c)),
+        _ => None,
+    }
+}
+
+/// `side.time [+|- INTERVAL]` → (side, offset ms).
+pub(super) fn time_term(e: &SqlExpr, left: &Rel, right: &Rel) -> Option<(usize, i64)> {
+    let attr = |x: &SqlExpr| {
+        if left.is_time_attr(x) {
+            Some(0)
+        } else if right.is_time_attr(x) {
+            Some(1)
+        } else {
+            None
+        }
+    };
+    match e {
+        SqlExpr::BinaryOp {
+            left: a,
+            op: BinaryOperator::Plus,
+            right: b,
+        } => Some((attr(a)?, interval_ms(b).ok()?)),
+        SqlExpr::BinaryOp {
+            left: a,
+            op: BinaryOperator::Minus,
+            right: b,
+        } => Some((attr(a)?, -interval_ms(b).ok()?)),
+        SqlExpr::Nested(x) => time_term(x, left, right),
+        x => Some((attr(x)?, 0)),
+    }
+}
+
+/// Time bounds of a join condition as `right.ts - left.ts ∈ [lower, upper]`, if the
+/// conditions bound both ways.
+pub(super) fn time_bounds(
+    conds: &[SqlExpr],
+    left: &Rel,
+    right: &Rel,
+) -> Result<Option<(i64, i64)>> {
+    let (mut lower, mut upper): (Option<i64>, Option<i64>) = (None, None);
+    // Records `a_side.t + a_off  OP  b_side.t + b_off`.
+    let mut add = |a: (usize, i64), op: &str, b: (usize, i64)| -> bool {
+        if a.0 == b.0 {
+            return false;
+        }
+        // Normalise to (right - left) compared with a constant.
+        // a - b OP (b_off - a_off), with a = left or right.
+        let c = b.1 - a.1;
+        let (diff_is_right_minus_left, op) = if a.0 == 1 { (true, op) } else { (false, op) };
+        // a.t - b.t OP c. If a is right: right - left OP c. Else: left - right OP c, i.e.
+        // right - left (flipped OP) -c.
+        let (op, c) = if diff_is_right_minus_left {
+            (op, c)
+        } else {
+            (
+                match op {
+                    ">=" => "<=",
+                    "<=" => ">=",
+                    ">" => "<",
+                    "<" => ">",
+                    o => o,
+                },
+                -c,
+            )
+        };
+        match op {
+            ">=" => lower = Some(lower.map_or(c, |l| l.max(c))),
+            ">" => lower = Some(lower.map_or(c + 1, |l| l.max(c + 1))),
+            "<=" => upper = Some(upper.map_or(c, |u| u.min(c))),
+            "<" => upper = Some(upper.map_or(c - 1, |u| u.min(c - 1))),
+            _ => return false,
+        }
+        true
+    };
+    for c in conds {
+        let ok = match c {
+            SqlExpr::Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            } => match (
+                time_term(expr, left, right),
+                time_term(low, left, right),
+                time_term(high, left, right),
+            ) {
+                (Some(x), Some(lo), Some(hi)) => add(x, ">=", lo) && add(x, "<=", hi),
+                _ => false,
+            },
+            SqlExpr::BinaryOp {
+                left: a,
+                op,
+                right: b,
+            } => {
+                let op = match op {
+                    BinaryOperator::GtEq => ">=",
+                    BinaryOperator::Gt => ">",
+                    BinaryOperator::LtEq => "<=",
+                    BinaryOperator::Lt => "<",
+                    _ => "",
+                };
+                match (time_term(a, left, right), time_term(b, left, right)) {
+                    (Some(x), Some(y)) if !op.is_empty() => add(x, op, y),
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(plan_err(format!(
+                "join condition `{c}`: weir takes key equalities and bounds between the two sides' time attributes (e.g. a.rt BETWEEN b.rt AND b.rt + INTERVAL '10' SECOND)"
+            )));
+        }
+    }
+    Ok(match (lower, upper) {
+        (Some(l), Some(u)) if l <= u => Some((l, u)),
+        (Some(l), Some(u)) => {
+            return Err(plan_err(format!(
+                "the join's time bounds are empty: right - left in [{l}, {u}] ms"
+            )))
+        }
+        _ => None,
+    })
+}

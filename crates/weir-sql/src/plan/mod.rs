@@ -1,0 +1,646 @@
+//! Plans a job file into a weir job graph.
+//!
+//! Supported shapes, each a `INSERT INTO sink SELECT ...`:
+//! - projections and filters over one table;
+//! - an interval join: `JOIN ... ON` key equalities and a time condition bounding the two
+//!   sides' time attributes (`c.rt BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND`, or `>=` and
+//!   `<=` pairs); without a time bound the join is a regular join, refused unless
+//!   `SET 'table.exec.state.ttl'` gives a TTL;
+//! - a temporal join: `JOIN t FOR SYSTEM_TIME AS OF x.rt AS a ON` key equalities;
+//! - several joins in one FROM, left to right; the joined rows carry one time attribute (see
+//!   `Rel::time_columns`);
+//! - a window aggregation: `FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), ...))` with
+//!   `GROUP BY keys, window_start, window_end` and COUNT(*), SUM, MIN, MAX, AVG,
+//!   APPROX_COUNT_DISTINCT, MEDIAN.
+//!
+//! Names in expressions are resolved here to the columns of the stream they run on; the
+//! expressions themselves are planned by DataFusion ([`crate::expr`]) and run in
+//! [`Calc`] operators.
+//!
+//! Anything else is refused with what weir does support.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow_schema::{DataType, TimeUnit};
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    BinaryOperator, DateTimeField, Expr as SqlExpr, FunctionArg, FunctionArgExpr,
+    FunctionArguments, GroupByExpr, Ident, Insert, JoinConstraint, JoinOperator, ObjectName, Query,
+    Select, SelectItem, SetExpr, Statement, TableFactor, TableObject, TableVersion, VisitMut,
+    VisitorMut,
+};
+use weir_core::watermark::WatermarkStrategy;
+use weir_operators::aggregates::{self, Aggregate};
+use weir_operators::join::join_schema;
+use weir_operators::{
+    AggStrategy, AggregateExt, GroupAggregate, GroupAggregateExt, IntervalJoin, IntervalJoinExt,
+    JoinType, RegularJoin, RegularJoinExt, TemporalJoin, TemporalJoinExt, WindowAggregate,
+};
+use weir_runtime::graph::WatermarkAlignment;
+use weir_runtime::{JobBuilder, JobConfig, JobGraph, SourceOptions, Stream};
+
+use crate::calc::Calc;
+use crate::connectors::{self, is_upsert, primary_key_columns, OP_COLUMN};
+use crate::dialect::TABLE_ARG;
+use crate::expr::SqlScalar;
+use crate::parse::{parse_job, substitute, ColumnDef, JobStatement, TableDef};
+use crate::{Error, Result};
+
+mod aggregate;
+mod joins;
+mod scope;
+mod settings;
+mod sources;
+
+use aggregate::*;
+use scope::*;
+use settings::*;
+use sources::*;
+
+/// Settings from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// `${name}` substitutions.
+    pub vars: BTreeMap<String, String>,
+    /// Overrides `SET 'parallelism.default'`.
+    pub parallelism: Option<usize>,
+}
+
+pub(crate) fn plan_err(m: impl Into<String>) -> Error {
+    Error::Plan(m.into())
+}
+
+/// Plans the job file `sql`.
+///
+/// # Errors
+/// Syntax errors with line and column; unknown tables and columns with the nearest name;
+/// unbounded joins and unsupported shapes with what to write instead.
+pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
+    // Planning recurses along expressions (up to `parse::MAX_EXPRESSION_DEPTH` deep, in
+    // sqlparser and DataFusion): on a thread of its own with a stack that takes it, whatever
+    // the caller's stack is.
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("weir-sql-plan".into())
+            .stack_size(PLANNING_STACK_BYTES)
+            .spawn_scoped(s, || plan_job_here(sql, opts))
+            .map_err(|e| plan_err(format!("cannot start the planning thread: {e}")))?
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// The planning thread's stack: deep expressions take about 1 KiB a level in optimised
+/// builds and several times that in debug builds.
+const PLANNING_STACK_BYTES: usize = 256 << 20;
+
+fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
+    let sql = substitute(sql, &opts.vars)?;
+    let statements = parse_job(&sql)?;
+    let mut tables: HashMap<String, TableDef> = HashMap::new();
+    let mut settings: BTreeMap<String, String> = BTreeMap::new();
+    let mut inserts: Vec<Insert> = Vec::new();
+    let mut views: HashMap<String, (String, Query)> = HashMap::new();
+    for st in statements {
+        match st {
+            JobStatement::CreateTable(t) => {
+                tables.insert(t.name.to_lowercase(), *t);
+            }
+            JobStatement::Other(s) => match *s {
+                Statement::Set(set) => {
+                    if let sqlparser::ast::Set::SingleAssignment { variable, values, .. } = set {
+                        let key = unquote(&variable.to_string());
+                        let value = values.first().map(|v| unquote(&v.to_string())).unwrap_or_default();
+                        settings.insert(key, value);
+                    }
+                }
+                Statement::Insert(i) => inserts.push(i),
+                Statement::CreateView(v) => {
+                    let name = unquote(&v.name.to_string());
+                    views.insert(name.to_lowercase(), (name, *v.query));
+                }
+                other => {
+                    return Err(plan_err(format!(
+                        "weir runs CREATE TABLE, SET and INSERT INTO ... SELECT statements; this one is not supported: {}",
+                        first_line(&other.to_string())
+                    )))
+                }
+            },
+        }
+    }
+    if inserts.is_empty() {
+        return Err(plan_err(
+            "the job has no INSERT INTO statement, so nothing would run",
+        ));
+    }
+    check_settings(&settings)?;
+    let parallelism = match opts.parallelism {
+        Some(p) => p,
+        None => match settings.get("parallelism.default") {
+            Some(v) => v.parse().map_err(|_| {
+                plan_err(format!("SET 'parallelism.default' = '{v}': not a number"))
+            })?,
+            None => 1,
+        },
+    };
+    let max_dead_letter_share = match settings.get("weir.max-dead-letter-share") {
+        Some(v) => Some(v.parse::<f64>().map_err(|_| {
+            plan_err(format!(
+                "SET 'weir.max-dead-letter-share' = '{v}': not a number (a share from 0 to 1)"
+            ))
+        })?),
+        None => None,
+    };
+    let checkpointing = match settings.get("execution.checkpointing.interval") {
+        Some(v) => {
+            let mut c = weir_runtime::checkpoint::CheckpointConfig::new(
+                duration_ms("execution.checkpointing.interval", v)?,
+                settings
+                    .get("execution.checkpointing.dir")
+                    .or_else(|| settings.get("state.checkpoints.dir"))
+                    .map_or("weir-checkpoints", String::as_str),
+            );
+            c.restart = restart_strategy(&settings)?;
+            if let Some(n) = settings.get("state.checkpoints.num-retained") {
+                c.keep = n.parse().map_err(|_| {
+                    plan_err(format!(
+                        "SET 'state.checkpoints.num-retained' = '{n}': not a number"
+                    ))
+                })?;
+            }
+            Some(c)
+        }
+        None => None,
+    };
+    let job = JobBuilder::with_config(
+        "sql job",
+        JobConfig {
+            parallelism,
+            max_dead_letter_share,
+            checkpointing,
+            ..Default::default()
+        },
+    );
+    let planner = Planner {
+        tables,
+        views,
+        settings,
+        job: job.clone(),
+        late_rows: RefCell::default(),
+        late_routed: RefCell::default(),
+    };
+    let mut made_by = Vec::new();
+    for ins in &inserts {
+        let before = job.node_count();
+        planner.insert(ins)?;
+        made_by.push((
+            before..job.node_count(),
+            format!(
+                "INSERT INTO {} (statement {} of the job)",
+                first_line(&ins.table.to_string()),
+                made_by.len() + 1
+            ),
+        ));
+    }
+    let before = job.node_count();
+    let late_tables = planner.sink_late_rows()?;
+    if !late_tables.is_empty() {
+        made_by.push((
+            before..job.node_count(),
+            format!(
+                "the late rows sent to {} ('{}')",
+                late_tables.join(", "),
+                connectors::LATE_ROWS
+            ),
+        ));
+    }
+    let mut graph = job.build()?;
+    // Nodes point at the statement that made them, not at the planner's source.
+    for (range, made) in made_by {
+        for id in range {
+            graph.nodes[id].created_at = made.clone();
+        }
+    }
+    Ok(graph)
+}
+
+/// An error of an operator the planner built, told in terms of the SQL statement: the Rust
+/// source line the builder recorded means nothing to a SQL user.
+fn in_statement(message: &str, sink: &str) -> String {
+    match (message.find(" (created at "), message.find("): ")) {
+        (Some(i), Some(j)) if j > i => format!(
+            "{} (in INSERT INTO {sink}){}",
+            &message[..i],
+            &message[j + 1..]
+        ),
+        _ => message.to_string(),
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(80)
+        .collect()
+}
+
+fn unquote(s: &str) -> String {
+    s.trim()
+        .trim_matches('\'')
+        .trim_matches('"')
+        .trim_matches('`')
+        .to_string()
+}
+
+/// Edit distance, for "did you mean" hints.
+pub(crate) fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (
+        a.to_lowercase().chars().collect(),
+        b.to_lowercase().chars().collect(),
+    );
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+pub(crate) fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    // A name that starts the same way wins over a merely close one (`ad` → `ad_id`).
+    let lower = name.to_lowercase();
+    let best = candidates
+        .map(|c| {
+            let prefix = !lower.is_empty() && c.to_lowercase().starts_with(&lower);
+            (if prefix { 0 } else { distance(name, c) }, c)
+        })
+        .min_by_key(|x| x.0);
+    match best {
+        Some((d, c)) if d <= 3 => format!("; did you mean `{c}`?"),
+        _ => String::new(),
+    }
+}
+
+struct Planner {
+    tables: HashMap<String, TableDef>,
+    /// Views by lower-case name: (name, query). Each use plans the query again.
+    views: HashMap<String, (String, Query)>,
+    settings: BTreeMap<String, String>,
+    job: JobBuilder,
+    /// Late rows of sources with 'weir.late-rows', by the lower-case name of the table they go
+    /// to: (its name, the rows of each source read, already in that table's columns).
+    late_rows: RefCell<BTreeMap<String, (String, Vec<Stream>)>>,
+    /// Source tables (lower case) whose late rows are routed already.
+    late_routed: RefCell<std::collections::BTreeSet<String>>,
+}
+
+impl Planner {
+    fn table(&self, name: &ObjectName) -> Result<&TableDef> {
+        let n = unquote(&name.to_string());
+        self.tables.get(&n.to_lowercase()).ok_or_else(|| {
+            plan_err(format!(
+                "unknown table `{n}`{}; tables: {}",
+                did_you_mean(&n, self.tables.values().map(|t| t.name.as_str())),
+                {
+                    let mut names: Vec<String> =
+                        self.tables.values().map(|t| t.name.clone()).collect();
+                    names.sort();
+                    names.join(", ")
+                }
+            ))
+        })
+    }
+
+    fn setting(&self, key: &str, table: &TableDef) -> Option<String> {
+        table
+            .options
+            .get(key)
+            .or_else(|| self.settings.get(key))
+            .cloned()
+    }
+
+    fn insert(&self, ins: &Insert) -> Result<()> {
+        let TableObject::TableName(name) = &ins.table else {
+            return Err(plan_err("INSERT INTO a table function is not supported"));
+        };
+        let sink = self.table(name)?;
+        let query = ins
+            .source
+            .as_ref()
+            .ok_or_else(|| plan_err("INSERT without a SELECT"))?;
+        let planned = self.query(query);
+        // An operator refused while building explains more than what fails after it.
+        if let Some(first) = self.job.pending_error() {
+            return Err(plan_err(in_statement(&first, &sink.name)));
+        }
+        let (rel, exprs) = planned?;
+        let sink_cols = physical_columns(sink)?;
+        if sink_cols.len() != exprs.len() {
+            return Err(plan_err(format!(
+                "INSERT INTO `{}`: the SELECT has {} columns, the table {} ({})",
+                sink.name,
+                exprs.len(),
+                sink_cols.len(),
+                sink_cols
+                    .iter()
+                    .map(|c| c.0.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if let Some(keys) = &rel.upsert_keys {
+            check_upsert_sink(sink, &sink_cols, &exprs, keys)?;
+        }
+        // Columns by position, cast to the sink's types (as Flink does).
+        let schema = rel.stream.schema();
+        let mut out = Vec::new();
+        for ((name, t), e) in sink_cols.iter().zip(exprs) {
+            let planned = e.plan(&schema)?;
+            let same = planned.data_type() == t;
+            out.push((name.clone(), if same { e } else { e.cast(t) }));
+        }
+        let (factory, parallelism) = connectors::sink_factory(sink)?;
+        let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
+        if is_upsert(sink) {
+            // A key's updates must reach the topic in order: one sink subtask per key.
+            let pk = primary_key_columns(sink, "each record is keyed by it")?;
+            rows.key_by(&pk)
+                .sink_arc(sink.name.clone(), factory, parallelism);
+        } else {
+            rows.sink_arc(sink.name.clone(), factory, parallelism);
+        }
+        Ok(())
+    }
+
+    /// Plans a SELECT: the relation and the output expressions over it.
+    fn query(&self, q: &Query) -> Result<(Rel, Vec<SqlScalar>)> {
+        let SetExpr::Select(select) = q.body.as_ref() else {
+            return Err(plan_err(
+                "weir plans a plain SELECT (no UNION, VALUES or nested queries yet)",
+            ));
+        };
+        let select: &Select = select;
+        if select.distinct.is_some()
+            || q.order_by.is_some()
+            || q.limit_clause.is_some()
+            || q.fetch.is_some()
+            || q.with.is_some()
+        {
+            return Err(plan_err(
+                "SELECT DISTINCT, ORDER BY, LIMIT, FETCH and WITH are not supported in a streaming query yet; use GROUP BY for distinct rows and views for WITH",
+            ));
+        }
+        if select.from.len() != 1 {
+            return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
+        }
+        let from = &select.from[0];
+        let (mut rel, window) = match &from.relation {
+            TableFactor::TableFunction { expr, alias } => {
+                let (rel, w) = self.window_tvf(expr)?;
+                let _ = alias;
+                (rel, Some(w))
+            }
+            other => (self.table_factor(other)?.0, None),
+        };
+        for j in &from.joins {
+            rel = self.join(rel, j)?;
+        }
+        if rel.upsert_keys.is_some()
+            && (window.is_some() || select.selection.is_some() || !from.joins.is_empty())
+        {
+            return Err(plan_err(
+                    "the rows of a GROUP BY without a window update their key's result: weir writes them to an upsert sink, but does not window, filter or join them yet",
+                ));
+        }
+        if let Some(w) = &select.selection {
+            let pred = scalar(w, &rel)?;
+            rel.stream = rel.stream.apply("calc", Arc::new(Calc::filter(pred)));
+        }
+        let grouped = match &select.group_by {
+            GroupByExpr::Expressions(es, _) => !es.is_empty(),
+            GroupByExpr::All(_) => true,
+        };
+        match (window, grouped) {
+            (Some(w), true) => self.window_aggregate(rel, w, select),
+            (Some(_), false) => Err(plan_err(
+                "a window table function needs GROUP BY ..., window_start, window_end",
+            )),
+            (None, true) => self.group_aggregate(rel, select),
+            (None, false) => {
+                let exprs = select_exprs(select, &rel, None)?;
+                Ok((rel, exprs))
+            }
+        }
+    }
+
+    /// `SET 'table.exec.state.ttl'`, if given.
+    fn state_ttl_ms(&self) -> Result<Option<i64>> {
+        (self.settings.get("table.exec.state.ttl"))
+            .map(|v| duration_ms("table.exec.state.ttl", v))
+            .transpose()
+    }
+
+    /// A view or table by name (`versioned`: read as a temporal join's versioned table).
+    fn named(&self, name: &ObjectName, alias: Option<String>, versioned: bool) -> Result<Rel> {
+        let key = unquote(&name.to_string()).to_lowercase();
+        if let Some((view_name, q)) = self.views.get(&key) {
+            return self.view(q, &alias.unwrap_or_else(|| view_name.clone()));
+        }
+        let t = self.table(name)?;
+        if is_upsert(t) && !versioned {
+            return Err(plan_err(format!(
+                "table `{}` ('upsert-kafka') is a changelog: weir reads it as the versioned table of a temporal join (JOIN {} FOR SYSTEM_TIME AS OF x.rt AS ...)",
+                t.name, t.name
+            )));
+        }
+        self.source(t, &alias.unwrap_or_else(|| t.name.clone()))
+    }
+
+    fn table_factor(&self, f: &TableFactor) -> Result<(Rel, Option<SqlExpr>)> {
+        match f {
+            TableFactor::Table {
+                name,
+                alias,
+                version,
+                ..
+            } => {
+                let version = match version {
+                    Some(TableVersion::ForSystemTimeAsOf(e)) => Some(e.clone()),
+                    Some(other) => {
+                        return Err(plan_err(format!(
+                            "`{other}` is not supported; use FOR SYSTEM_TIME AS OF"
+                        )))
+                    }
+                    None => None,
+                };
+                let alias = alias.as_ref().map(|a| a.name.value.clone());
+                Ok((self.named(name, alias, version.is_some())?, version))
+            }
+            // A subquery in FROM is an unnamed view.
+            TableFactor::Derived {
+                subquery, alias, ..
+            } => {
+                let alias = alias
+                    .as_ref()
+                    .map(|a| a.name.value.clone())
+                    .ok_or_else(|| plan_err(format!("FROM ({subquery}): name the subquery with AS")))?;
+                Ok((self.view(subquery, &alias)?, None))
+            }
+            other => Err(plan_err(format!(
+                "FROM {other}: weir reads tables, views, subqueries, joins and window table functions"
+            ))),
+        }
+    }
+
+    /// A view used in FROM: its query, planned, as a relation whose columns are the select
+    /// list's names. The time attribute survives when the view selects it.
+    fn view(&self, q: &Query, alias: &str) -> Result<Rel> {
+        let (rel, exprs) = self.query(q)?;
+        let SetExpr::Select(select) = q.body.as_ref() else {
+            return Err(plan_err("a view is a plain SELECT"));
+        };
+        let mut cols: Vec<(String, SqlScalar)> = Vec::new();
+        let mut time_columns = Vec::new();
+        // The output names, in the order of `exprs` (a `*` stands for every column in scope).
+        let mut names: Vec<String> = Vec::new();
+        for item in &select.projection {
+            match item {
+                SelectItem::ExprWithAlias { alias, .. } => names.push(alias.value.clone()),
+                SelectItem::UnnamedExpr(x) => {
+                    names.push(ident_name(x).unwrap_or_else(|| x.to_string()))
+                }
+                SelectItem::Wildcard(_) => names.extend(rel.scope.iter().map(|e| e.name.clone())),
+                other => {
+                    return Err(plan_err(format!(
+                        "view select item `{other}`: name it with AS"
+                    )))
+                }
+            }
+        }
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
+                return Err(plan_err(format!(
+                    "`{alias}` has two columns named `{n}`: rename one with AS"
+                )));
+            }
+        }
+        for (name, e) in names.into_iter().zip(exprs) {
+            if e.as_column().is_some_and(|c| rel.time_columns.contains(&c)) {
+                time_columns.push(name.clone());
+            }
+            cols.push((name, e));
+        }
+        // Keep the stream's event time even when the view selects only its TIMESTAMP twin.
+        if let Some(et) = rel.stream.event_time() {
+            if !cols
+                .iter()
+                .any(|(_, e)| e.as_column().as_ref() == Some(&et))
+            {
+                cols.push(("__event_time".into(), SqlScalar::column(&et)));
+                time_columns.push("__event_time".into());
+            }
+        }
+        let upsert_keys = match &rel.upsert_keys {
+            Some(keys) => {
+                let mut named = Vec::new();
+                for k in keys {
+                    let out = cols.iter().find(|(_, e)| e.as_column().as_ref() == Some(k));
+                    match out {
+                        Some((n, _)) => named.push(n.clone()),
+                        None => {
+                            return Err(plan_err(format!(
+                                "view `{alias}` over a GROUP BY without a window must select its group keys as they are (missing `{k}`): its rows update their key's result"
+                            )))
+                        }
+                    }
+                }
+                Some(named)
+            }
+            None => None,
+        };
+        let scope = cols
+            .iter()
+            .filter(|(n, _)| n != "__event_time")
+            .map(|(n, _)| ScopeEntry {
+                qualifier: Some(alias.to_string()),
+                name: n.clone(),
+                column: n.clone(),
+            })
+            .collect();
+        Ok(Rel {
+            primary_key: Vec::new(),
+            upsert_keys,
+            proc_time_attrs: Vec::new(),
+            stream: rel.stream.apply("calc", Arc::new(Calc::project(cols))),
+            scope,
+            time_columns,
+            alias: alias.to_string(),
+        })
+    }
+}
+
+/// Rows that update their key's result go only to an upsert sink whose PRIMARY KEY receives
+/// exactly the group keys.
+fn check_upsert_sink(
+    sink: &TableDef,
+    sink_cols: &[(String, DataType)],
+    exprs: &[SqlScalar],
+    keys: &[String],
+) -> Result<()> {
+    let fix = format!(
+        "write it to an 'upsert-kafka' table whose PRIMARY KEY takes the group keys ({})",
+        keys.join(", ")
+    );
+    if !is_upsert(sink) || sink.primary_key.is_empty() {
+        return Err(plan_err(format!(
+            "INSERT INTO `{}`: a GROUP BY without a window gives updates of each key's result, which an append-only table cannot hold; {fix}",
+            sink.name
+        )));
+    }
+    let mut fed: Vec<String> = Vec::new();
+    for pk in &sink.primary_key {
+        let pos = sink_cols
+            .iter()
+            .position(|(n, _)| n.eq_ignore_ascii_case(pk));
+        match pos.and_then(|p| exprs[p].as_column()) {
+            Some(c) if keys.contains(&c) => fed.push(c),
+            _ => {
+                return Err(plan_err(format!(
+                "INSERT INTO `{}`: its PRIMARY KEY column `{pk}` must receive a group key; {fix}",
+                sink.name
+            )))
+            }
+        }
+    }
+    if keys.iter().any(|k| !fed.contains(k)) {
+        return Err(plan_err(format!(
+            "INSERT INTO `{}`: PRIMARY KEY ({}) does not take every group key; {fix}",
+            sink.name,
+            sink.primary_key.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// `name` as the table spells its column (names match case-insensitively).
+pub(crate) fn table_column(t: &TableDef, name: &str) -> String {
+    (t.columns.iter().map(col_name))
+        .find(|c| c.eq_ignore_ascii_case(name))
+        .unwrap_or(name)
+        .to_string()
+}
+
+fn col_name(c: &ColumnDef) -> &str {
+    match c {
+        ColumnDef::Physical { name, .. } | ColumnDef::Computed { name, .. } => name,
+    }
+}

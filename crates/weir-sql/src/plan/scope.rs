@@ -1,0 +1,248 @@
+//! Names in queries: the relation being planned, the names that reach its columns, and
+//! expressions over them.
+
+use super::*;
+
+/// A column reachable by a name in a query: `qualifier.name` is `column` of the stream.
+#[derive(Debug, Clone)]
+pub(super) struct ScopeEntry {
+    pub(super) qualifier: Option<String>,
+    pub(super) name: String,
+    pub(super) column: String,
+}
+
+/// A relation being planned: a stream and the names that reach its columns.
+#[derive(Clone)]
+pub(super) struct Rel {
+    pub(super) stream: Stream,
+    pub(super) scope: Vec<ScopeEntry>,
+    /// The stream's columns that carry its event time: the event-time column and its
+    /// TIMESTAMP twins (the WATERMARK column and what it stands for). A name that resolves to
+    /// one of them is a time attribute.
+    pub(super) time_columns: Vec<String>,
+    /// Names of processing-time attributes (`name AS PROCTIME()`): joining `FOR SYSTEM_TIME AS
+    /// OF` one is a lookup join.
+    pub(super) proc_time_attrs: Vec<String>,
+    /// The stream columns of the table's PRIMARY KEY (a versioned table's key).
+    pub(super) primary_key: Vec<String>,
+    /// For the updates of a GROUP BY without a window: the columns that key them (a later row
+    /// of a key replaces the earlier one).
+    pub(super) upsert_keys: Option<Vec<String>>,
+    pub(super) alias: String,
+}
+
+impl Rel {
+    pub(super) fn resolve(&self, qualifier: Option<&str>, name: &str) -> Result<String> {
+        let hits: Vec<&ScopeEntry> = self
+            .scope
+            .iter()
+            .filter(|e| e.name.eq_ignore_ascii_case(name))
+            .filter(|e| {
+                qualifier.is_none_or(|q| {
+                    e.qualifier
+                        .as_deref()
+                        .is_some_and(|x| x.eq_ignore_ascii_case(q))
+                })
+            })
+            .collect();
+        match hits.as_slice() {
+            [one] => Ok(one.column.clone()),
+            [] => {
+                let full = match qualifier {
+                    Some(q) => format!("{q}.{name}"),
+                    None => name.to_string(),
+                };
+                Err(plan_err(format!(
+                    "unknown column `{full}`{}; columns here: {}",
+                    did_you_mean(name, self.scope.iter().map(|e| e.name.as_str())),
+                    self.scope
+                        .iter()
+                        .map(|e| match &e.qualifier {
+                            Some(q) => format!("{q}.{}", e.name),
+                            None => e.name.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
+            many => {
+                if many.windows(2).all(|w| w[0].column == w[1].column) {
+                    Ok(many[0].column.clone())
+                } else {
+                    Err(plan_err(format!(
+                        "column `{name}` is ambiguous: qualify it with a table alias"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Whether `e` names this relation's time attribute.
+    pub(super) fn is_time_attr(&self, e: &SqlExpr) -> bool {
+        let column = match e {
+            SqlExpr::Identifier(i) => self.resolve(None, &i.value),
+            SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+                self.resolve(Some(&p[0].value), &p[1].value)
+            }
+            _ => return false,
+        };
+        column.is_ok_and(|c| self.time_columns.contains(&c))
+    }
+
+    /// The names a user may write for the time attribute, for messages.
+    pub(super) fn time_attr_names(&self) -> String {
+        let names: Vec<String> = (self.scope.iter())
+            .filter(|e| self.time_columns.contains(&e.column))
+            .map(|e| match &e.qualifier {
+                Some(q) => format!("{q}.{}", e.name),
+                None => e.name.clone(),
+            })
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
+pub(super) fn is_proctime(e: &SqlExpr) -> bool {
+    matches!(e, SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case("PROCTIME"))
+}
+
+pub(super) fn is_ident(e: &SqlExpr, name: &str) -> bool {
+    matches!(e, SqlExpr::Identifier(i) if i.value.eq_ignore_ascii_case(name))
+}
+
+pub(super) fn ident_name(e: &SqlExpr) -> Option<String> {
+    match e {
+        SqlExpr::Identifier(i) => Some(i.value.clone()),
+        SqlExpr::CompoundIdentifier(p) => p.last().map(|i| i.value.clone()),
+        _ => None,
+    }
+}
+
+pub(super) fn function_args(a: &FunctionArguments) -> Result<Vec<SqlExpr>> {
+    match a {
+        FunctionArguments::None => Ok(Vec::new()),
+        FunctionArguments::List(l) => l
+            .args
+            .iter()
+            .map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e.clone()),
+                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => Ok(SqlExpr::Wildcard(
+                    sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                )),
+                other => Err(plan_err(format!("argument `{other}` is not supported"))),
+            })
+            .collect(),
+        FunctionArguments::Subquery(_) => Err(plan_err("subquery arguments are not supported")),
+    }
+}
+
+/// The table alias of a qualified column reference.
+pub(super) fn a_qualifier(e: &SqlExpr) -> Option<String> {
+    match e {
+        SqlExpr::CompoundIdentifier(p) if p.len() == 2 => Some(p[0].value.clone()),
+        _ => None,
+    }
+}
+
+/// A SQL expression over `rel`, for DataFusion: every name resolved to the stream's column.
+pub(super) fn scalar(e: &SqlExpr, rel: &Rel) -> Result<SqlScalar> {
+    scalar_with_aggs(e, rel, None)
+}
+
+/// [`scalar`], with aggregate calls (after a windowed GROUP BY) read from the aggregates'
+/// output columns. The expression is planned here once, so that an unknown function or a
+/// type error names the expression as the user wrote it.
+pub(super) fn scalar_with_aggs(
+    e: &SqlExpr,
+    rel: &Rel,
+    aggs: Option<&[(String, Aggregate)]>,
+) -> Result<SqlScalar> {
+    struct Resolve<'a> {
+        rel: &'a Rel,
+        aggs: Option<&'a [(String, Aggregate)]>,
+        error: Option<Error>,
+        /// The functions being visited, innermost last: (name, whether weir has it).
+        calls: Vec<(String, bool)>,
+    }
+    impl VisitorMut for Resolve<'_> {
+        type Break = ();
+        fn post_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            if let SqlExpr::Function(_) = e {
+                self.calls.pop();
+            }
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            if let SqlExpr::Function(f) = e {
+                let name = f.name.to_string();
+                if agg_fn(&name).is_none() {
+                    let known = crate::expr::is_scalar_function(&name);
+                    self.calls.push((name, known));
+                }
+            }
+            let column = match e {
+                SqlExpr::Identifier(i) => self.rel.resolve(None, &i.value),
+                SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+                    self.rel.resolve(Some(&p[0].value), &p[1].value)
+                }
+                SqlExpr::Function(f) if agg_fn(&f.name.to_string()).is_some() => {
+                    let key = e.to_string();
+                    match self.aggs.and_then(|a| a.iter().find(|(k, _)| *k == key)) {
+                        Some((_, a)) => Ok(a.output.clone()),
+                        None => Err(plan_err(format!(
+                            "aggregate `{key}` outside a windowed GROUP BY"
+                        ))),
+                    }
+                }
+                _ => return ControlFlow::Continue(()),
+            };
+            match column {
+                Ok(c) => {
+                    *e = SqlExpr::Identifier(Ident::with_quote('`', c));
+                    ControlFlow::Continue(())
+                }
+                Err(err) => {
+                    // `TIMESTAMPADD(SECOND, ...)`: the function is what is missing, not a
+                    // column named SECOND.
+                    let unknown = self.calls.iter().find(|(_, known)| !known);
+                    self.error = Some(match unknown {
+                        Some((name, _)) => {
+                            let hint = match name.to_uppercase().as_str() {
+                                "TIMESTAMPADD" => "; add an interval instead: rt + INTERVAL '1' SECOND".to_string(),
+                                "TIMESTAMPDIFF" => "; subtract instead: (UNIX_TIMESTAMP(..) - UNIX_TIMESTAMP(..)), or date_part on an interval".to_string(),
+                                _ => did_you_mean(
+                                    &name.to_lowercase(),
+                                    crate::expr::scalar_function_names().iter().map(String::as_str),
+                                ),
+                            };
+                            plan_err(format!(
+                                "unknown function `{name}`{hint}; weir has DataFusion's functions, Flink's TO_TIMESTAMP_LTZ, DATE_FORMAT, UNIX_TIMESTAMP and IF, and the aggregates COUNT, SUM, MIN, MAX, AVG, APPROX_COUNT_DISTINCT, MEDIAN"
+                            ))
+                        }
+                        None => err,
+                    });
+                    ControlFlow::Break(())
+                }
+            }
+        }
+    }
+    let mut resolved = e.clone();
+    let mut v = Resolve {
+        rel,
+        aggs,
+        error: None,
+        calls: Vec::new(),
+    };
+    let _ = resolved.visit(&mut v);
+    if let Some(err) = v.error {
+        return Err(err);
+    }
+    let s = SqlScalar::new(resolved.to_string());
+    s.try_plan(&rel.stream.schema())
+        .map_err(|m| plan_err(format!("`{e}`: {m}")))?;
+    Ok(s)
+}

@@ -1,0 +1,149 @@
+//! The job's SET options: which are known, and the restart strategy they make.
+
+use super::*;
+
+/// The `SET` keys weir reads.
+pub(super) const SETTINGS: &[&str] = &[
+    "parallelism.default",
+    "table.exec.state.ttl",
+    "table.optimizer.agg-phase-strategy",
+    "weir.aggregation.salts",
+    "weir.aggregation.hot-key-share",
+    "weir.window.max-windows-per-row",
+    "weir.max-dead-letter-share",
+    "scan.watermark.idle-timeout",
+    "scan.watermark.alignment.group",
+    "scan.watermark.alignment.max-drift",
+    "scan.watermark.alignment.update-interval",
+    "scan.watermark.alignment.buffer-size",
+    "pipeline.watermark-alignment.allow-unaligned-source-splits",
+    "execution.checkpointing.interval",
+    "execution.checkpointing.dir",
+    "state.checkpoints.dir",
+    "state.checkpoints.num-retained",
+    "restart-strategy.type",
+    "restart-strategy.fixed-delay.attempts",
+    "restart-strategy.fixed-delay.delay",
+    "restart-strategy.exponential-delay.initial-backoff",
+    "restart-strategy.exponential-delay.max-backoff",
+    "restart-strategy.exponential-delay.backoff-multiplier",
+    "restart-strategy.exponential-delay.attempts",
+];
+
+/// Refuses a `SET` key weir does not read that is a misspelling of one it does (or any
+/// unknown `weir.` key): it would be ignored without a word. Other keys (Flink settings a job
+/// carries, such as `execution.runtime-mode`) are ignored with a warning.
+pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> {
+    for key in settings.keys() {
+        if SETTINGS.contains(&key.as_str()) {
+            continue;
+        }
+        let nearest = SETTINGS
+            .iter()
+            .map(|k| (distance(key, k), *k))
+            .min_by_key(|x| x.0);
+        let hint = did_you_mean(key, SETTINGS.iter().copied());
+        if key.starts_with("weir.") || nearest.is_some_and(|(d, _)| d <= 2) {
+            return Err(plan_err(format!(
+                "SET '{key}': not a setting weir reads{hint}"
+            )));
+        }
+        tracing::warn!(key = %key, "SET '{key}' is not a setting weir reads; ignored");
+    }
+    Ok(())
+}
+
+/// Flink's `restart-strategy.*` settings (the default when none is given).
+pub(super) fn restart_strategy(
+    settings: &BTreeMap<String, String>,
+) -> Result<weir_runtime::checkpoint::RestartStrategy> {
+    use weir_runtime::checkpoint::RestartStrategy;
+    let number = |key: &str, default: u32| -> Result<u32> {
+        settings.get(key).map_or(Ok(default), |v| {
+            v.trim()
+                .parse()
+                .map_err(|_| plan_err(format!("SET '{key}' = '{v}': a whole number")))
+        })
+    };
+    let duration = |key: &str, default: u64| -> Result<u64> {
+        settings.get(key).map_or(Ok(default), |v| {
+            duration_ms(key, v).map(|ms| ms.max(0) as u64)
+        })
+    };
+    match settings.get("restart-strategy.type").map(|s| s.to_lowercase()) {
+        None => Ok(RestartStrategy::default()),
+        Some(t) if t == "none" || t == "disable" || t == "off" => Ok(RestartStrategy::None),
+        Some(t) if t == "fixed-delay" || t == "fixeddelay" => Ok(RestartStrategy::FixedDelay {
+            attempts: number("restart-strategy.fixed-delay.attempts", 3)?,
+            delay_ms: duration("restart-strategy.fixed-delay.delay", 1_000)?,
+        }),
+        Some(t) if t == "exponential-delay" => {
+            Ok(RestartStrategy::ExponentialDelay {
+                initial_ms: duration("restart-strategy.exponential-delay.initial-backoff", 1_000)?,
+                max_ms: duration("restart-strategy.exponential-delay.max-backoff", 60_000)?,
+                multiplier: match settings.get("restart-strategy.exponential-delay.backoff-multiplier") {
+                    Some(v) => v.trim().parse().map_err(|_| {
+                        plan_err(format!(
+                            "SET 'restart-strategy.exponential-delay.backoff-multiplier' = '{v}': a number"
+                        ))
+                    })?,
+                    None => 2.0,
+                },
+                attempts: number("restart-strategy.exponential-delay.attempts", 10)?,
+            })
+        }
+        Some(other) => Err(plan_err(format!(
+            "SET 'restart-strategy.type' = '{other}': use 'none', 'fixed-delay' or 'exponential-delay'"
+        ))),
+    }
+}
+
+/// `INTERVAL '5' SECOND` (and friends) in milliseconds.
+pub(super) fn interval_ms(e: &SqlExpr) -> Result<i64> {
+    let SqlExpr::Interval(iv) = e else {
+        return Err(plan_err(format!("expected an INTERVAL, found `{e}`")));
+    };
+    let n: f64 = unquote(&iv.value.to_string())
+        .parse()
+        .map_err(|_| plan_err(format!("`{e}`: the interval's value is not a number")))?;
+    let unit = match &iv.leading_field {
+        Some(DateTimeField::Millisecond) | Some(DateTimeField::Milliseconds) => 1.0,
+        Some(DateTimeField::Second) | Some(DateTimeField::Seconds) | None => 1_000.0,
+        Some(DateTimeField::Minute) | Some(DateTimeField::Minutes) => 60_000.0,
+        Some(DateTimeField::Hour) | Some(DateTimeField::Hours) => 3_600_000.0,
+        Some(DateTimeField::Day) | Some(DateTimeField::Days) => 86_400_000.0,
+        Some(other) => {
+            return Err(plan_err(format!(
+                "`{e}`: interval unit {other} is not supported"
+            )))
+        }
+    };
+    Ok((n * unit) as i64)
+}
+
+/// A duration setting such as `5 s`, `100 ms`, `1 min`.
+pub(super) fn duration_ms(key: &str, v: &str) -> Result<i64> {
+    let v = v.trim();
+    let (num, unit) = v.split_at(
+        v.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(v.len()),
+    );
+    let n: f64 = num.parse().map_err(|_| {
+        plan_err(format!(
+            "setting `{key}` = '{v}': expected a duration such as '5 s'"
+        ))
+    })?;
+    let f = match unit.trim().to_lowercase().as_str() {
+        "" | "ms" | "milli" | "millis" => 1.0,
+        "s" | "sec" | "second" | "seconds" => 1_000.0,
+        "min" | "minute" | "minutes" => 60_000.0,
+        "h" | "hour" | "hours" => 3_600_000.0,
+        "d" | "day" | "days" => 86_400_000.0,
+        other => {
+            return Err(plan_err(format!(
+                "setting `{key}` = '{v}': unknown unit `{other}`"
+            )))
+        }
+    };
+    Ok((n * f) as i64)
+}
