@@ -39,6 +39,16 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo>;
     /// One operator instance for one subtask.
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>>;
+    /// For operators that wait on the outside world ([`crate::operator::AsyncOperator`]):
+    /// one instance for one subtask, used instead of [`create`](OperatorFactory::create)
+    /// when this returns `Some`. The default is `None`.
+    fn create_async(
+        &self,
+        _inputs: &[StreamInfo],
+        _info: &SubtaskInfo,
+    ) -> Option<Result<Box<dyn crate::operator::AsyncOperator>>> {
+        None
+    }
     /// Whether logical input `input` takes part in the operator's watermark (the minimum over
     /// its inputs). A stream-table join's table side does not: it must never hold the probe
     /// side's results back.

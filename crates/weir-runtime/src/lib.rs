@@ -34,6 +34,7 @@ pub mod exec;
 pub mod graph;
 pub mod hotkeys;
 pub mod location;
+pub mod lookup;
 pub mod message;
 pub mod metrics;
 pub mod operator;
@@ -47,7 +48,7 @@ pub use error::{Error, Result};
 pub use graph::{JobConfig, JobGraph, OperatorFactory, Partitioning, Registry, StreamInfo};
 pub use location::Location;
 pub use message::{Message, StreamBatch};
-pub use operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, Timer};
+pub use operator::{AsyncOperator, Context, Operator, Port, SubtaskInfo, TimeDomain, Timer};
 pub use sink::{
     BlackholeSink, CollectSink, RateLimitHandle, RateLimitedSink, SinkFactory, SinkWriter,
 };

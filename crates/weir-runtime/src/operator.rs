@@ -368,3 +368,27 @@ pub trait Operator: Send {
     /// metrics after watermarks, at the end and every few batches. Names are `snake_case`.
     fn gauges(&self, _out: &mut Vec<(&'static str, i64)>) {}
 }
+
+/// An operator that waits on the outside world, such as a lookup join querying a database:
+/// each batch in gives its output batches once its future completes, in input order. Its
+/// subtask awaits one batch at a time (the future may run many requests at once), so the
+/// operator is backpressured by its own latency like a sink; the wait counts as busy time.
+/// It has no timers and no checkpointed state (a cache is not state: a restore starts it
+/// empty); watermarks, barriers and the end of input pass through it after the batches
+/// before them.
+pub trait AsyncOperator: Send {
+    /// Processes a batch of logical input `input`.
+    fn on_batch(
+        &mut self,
+        input: usize,
+        batch: StreamBatch,
+    ) -> crate::sink::BoxFuture<'_, Result<Vec<StreamBatch>>>;
+
+    /// As [`Operator::gauges`]: reported after every batch.
+    fn gauges(&self, _out: &mut Vec<(&'static str, i64)>) {}
+
+    /// Rows and bytes the operator holds (a cache), reported as metrics after every batch.
+    fn state_size(&self) -> StateSize {
+        StateSize::default()
+    }
+}

@@ -15,12 +15,15 @@ use crate::channel::{Envelope, Mailbox};
 use crate::error::{Error, Result};
 use crate::message::{Message, StreamBatch};
 use crate::metrics::NodeMetrics;
-use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
+use crate::operator::{
+    AsyncOperator, Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService,
+};
 use crate::sink::SinkWriter;
 use crate::source::DeadLetters;
 
 pub(super) enum Processor {
     Operator(Box<dyn Operator>),
+    Async(Box<dyn AsyncOperator>),
     Sink(Box<dyn SinkWriter>),
 }
 
@@ -170,6 +173,22 @@ impl OperatorTask {
         }
         match &mut self.processor {
             Processor::Operator(_) => self.call(|op, ctx| op.on_batch(input, batch, ctx)).await,
+            Processor::Async(op) => {
+                let sw = Stopwatch::start();
+                let out = op.on_batch(input, batch).await?;
+                let size = op.state_size();
+                m.set_state(size.rows, size.bytes);
+                {
+                    let mut g = m.gauges.lock().expect("metrics lock");
+                    g.clear();
+                    op.gauges(&mut g);
+                }
+                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                for b in out {
+                    self.outputs.emit(Port::Main, b).await?;
+                }
+                Ok(())
+            }
             Processor::Sink(w) => {
                 let sw = Stopwatch::start();
                 let n = batch.num_rows() as u64;
@@ -192,6 +211,7 @@ impl OperatorTask {
                 self.call_and_report(|op, ctx| op.on_watermark(wm, ctx), true)
                     .await?;
             }
+            Processor::Async(_) => {}
             Processor::Sink(w) => w.on_watermark(wm).await?,
         }
         self.outputs.broadcast(Message::Watermark(wm)).await
@@ -384,6 +404,9 @@ impl OperatorTask {
                             state: self.snapshot(epoch)?,
                         }
                     }
+                    Processor::Async(_) => {
+                        crate::checkpoint::Report::Operator { state: Vec::new() }
+                    }
                     Processor::Sink(w) => {
                         w.pre_commit(epoch).await?;
                         crate::checkpoint::Report::Sink
@@ -414,6 +437,7 @@ impl OperatorTask {
                 self.call_and_report(|op, ctx| op.on_end(ctx), true).await?;
                 ended(&self.checkpoints, self.id);
             }
+            Processor::Async(_) => ended(&self.checkpoints, self.id),
             Processor::Sink(w) => {
                 let sw = Stopwatch::start();
                 w.finish().await?;

@@ -314,28 +314,32 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     let mut timers = TimerService::default();
                     let processor = match &n.kind {
                         NodeKind::Operator { factory } => {
-                            let mut op = factory
-                                .create(&input_streams, &info)
-                                .map_err(|e| wrap(s, e))?;
-                            if let (
-                                Some(r),
-                                crate::graph::OperatorState::Checkpointed { version },
-                            ) = (&restored, factory.state())
-                            {
-                                let state = restored_state(
-                                    r,
-                                    &stable_ids[n.id],
-                                    version,
-                                    &factory.state_signature(),
-                                    &info,
-                                )
-                                .map_err(|e| wrap(s, e))?;
-                                op.restore(state.operator).map_err(|e| wrap(s, e))?;
-                                for t in &state.timers {
-                                    timers.restore(t).map_err(|e| wrap(s, e))?;
+                            if let Some(op) = factory.create_async(&input_streams, &info) {
+                                Processor::Async(op.map_err(|e| wrap(s, e))?)
+                            } else {
+                                let mut op = factory
+                                    .create(&input_streams, &info)
+                                    .map_err(|e| wrap(s, e))?;
+                                if let (
+                                    Some(r),
+                                    crate::graph::OperatorState::Checkpointed { version },
+                                ) = (&restored, factory.state())
+                                {
+                                    let state = restored_state(
+                                        r,
+                                        &stable_ids[n.id],
+                                        version,
+                                        &factory.state_signature(),
+                                        &info,
+                                    )
+                                    .map_err(|e| wrap(s, e))?;
+                                    op.restore(state.operator).map_err(|e| wrap(s, e))?;
+                                    for t in &state.timers {
+                                        timers.restore(t).map_err(|e| wrap(s, e))?;
+                                    }
                                 }
+                                Processor::Operator(op)
                             }
-                            Processor::Operator(op)
                         }
                         NodeKind::Sink { factory } => Processor::Sink(
                             factory
