@@ -15,6 +15,8 @@
 
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 use std::sync::Arc;
 

@@ -1,0 +1,92 @@
+//! # weir-jdbc
+//!
+//! A sink writing a job's rows into a database table, configured with the options of Flink's
+//! JDBC connector: PostgreSQL (through its own protocol with tokio-postgres, appends by binary
+//! `COPY`) and SQLite (a file, through rusqlite with SQLite built in). It sits beside
+//! `weir-connectors`, on `weir-runtime`'s [`SinkFactory`] / [`SinkWriter`] traits.
+//!
+//! - [`JdbcOptions`] reads the options (`url`, `table-name`, `username`, `password` or
+//!   `password-env`, `sink.buffer-flush.max-rows`, `sink.buffer-flush.interval`,
+//!   `sink.max-retries`); the password is a [`Password`], shown as `***`.
+//! - [`JdbcSinkFactory`] is the sink (kind `jdbc`): appends, or upserts by a primary key
+//!   ([`JdbcSinkFactory::with_primary_key`]), deletes too when the stream carries a change
+//!   column ([`JdbcSinkFactory::with_op_column`], `-D` deletes the key).
+//! - [`types`] maps Arrow types to the databases' and back; an existing table is checked
+//!   against the sink's schema when a writer starts (it first reaches the database at its first
+//!   flush, barrier or end of input), a missing one is created.
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use weir_jdbc::JdbcSinkFactory;
+//!
+//! let options: BTreeMap<String, String> = [
+//!     ("url", "jdbc:postgresql://127.0.0.1:5432/shop"),
+//!     ("table-name", "revenue"),
+//!     ("username", "weir"),
+//!     ("password-env", "SHOP_DB_PASSWORD"),
+//! ]
+//! .into_iter()
+//! .map(|(k, v)| (k.to_string(), v.to_string()))
+//! .collect();
+//! let sink = JdbcSinkFactory::from_options(&options, "revenue-job", "revenue")?
+//!     .with_primary_key(["shop"]);
+//! # Ok::<(), weir_runtime::Error>(())
+//! ```
+//!
+//! # Writing
+//!
+//! A writer buffers rows and flushes them when `sink.buffer-flush.max-rows` are buffered, when
+//! `sink.buffer-flush.interval` has passed since the last flush (checked as rows and watermarks
+//! arrive: an idle stream's rows wait for the next barrier or the end), at each checkpoint
+//! barrier and at the end of input. A flush is one transaction. Appends load rows with binary
+//! `COPY` (PostgreSQL) or a prepared `INSERT` (SQLite). Upserts load the rows into a table of
+//! the writer's and merge them into the target with `INSERT … ON CONFLICT (key) DO UPDATE`,
+//! keeping the last row of each key; with a change column, a key whose last row is `-D` is
+//! deleted, `-U` rows (the retracted version of an update) are skipped, `+I` / `+U` are upserts.
+//! This is how `group_aggregate` and `upsert-kafka` tables express a changing table.
+//!
+//! # Exactly once with checkpoints
+//!
+//! Without checkpoints each flush goes straight into the target table: a failed run leaves the
+//! rows flushed so far, and running again writes them again (at least once). With checkpoints:
+//!
+//! 1. Rows are flushed into the staging table `<table>__weir_staging` (the sink's columns plus
+//!    `__weir_epoch`, `__weir_subtask`, `__weir_seq`, and `__weir_delete` with a change
+//!    column), each tagged with the epoch it belongs to: the checkpoint whose barrier comes
+//!    after it (the last barrier's number plus one).
+//! 2. `pre_commit(n)` (the barrier of checkpoint `n`) flushes the buffer: the rows of epoch `n`
+//!    are durable in staging before the checkpoint can complete.
+//! 3. `commit_checkpoint(n)` (checkpoint `n` is complete) runs one transaction that moves the
+//!    subtask's staging rows of epochs up to `n` into the target in `(epoch, subtask, seq)`
+//!    order (upserts: the last row per key wins), deletes them from staging, and records `n`
+//!    for `(job, sink, subtask)` in `weir_sink_progress`. Moving and deleting in one
+//!    transaction makes a repeated commit harmless.
+//! 4. A writer restored from checkpoint `N` first moves the staging rows of epochs up to `N` of
+//!    every earlier subtask `s` with `s % parallelism == subtask` (pre-committed in a complete
+//!    checkpoint, perhaps not moved before the crash) and deletes their later rows (the job
+//!    replays those from `N`); a fresh start deletes the leftovers of its subtasks. So a kill at
+//!    any point leaves the target as an uninterrupted run would have, at any parallelism.
+//! 5. At the end of a bounded input, `finish` flushes and `commit` moves everything left.
+//!    `abort` leaves staging as it is: the next start cleans it up.
+//!
+//! The staging table belongs to its target table: two jobs (or two sinks) writing one table
+//! with checkpoints would clean up each other's staging rows. A restore from a checkpoint older
+//! than the last one committed cannot take back rows already moved; the writer logs a warning.
+//!
+//! # Errors and retries
+//!
+//! A transient connection error (a refused or dropped connection, a serialization failure, a
+//! server shutting down, SQLite busy) is retried up to `sink.max-retries` times with a growing
+//! pause, reconnecting first; then the error names the database (host, port and database, or
+//! the file: never the password) and the table. A table whose columns do not fit the sink's
+//! schema is refused at start, naming the column and both types.
+
+pub mod options;
+mod plan;
+mod postgres;
+mod sink;
+mod sqlite;
+pub mod types;
+
+pub use options::{Database, JdbcOptions, Password, PostgresUrl, TableName, KNOWN_OPTIONS};
+pub use sink::{register, JdbcSinkFactory, JdbcSinkSpec, PROGRESS_TABLE, STAGING_SUFFIX};
