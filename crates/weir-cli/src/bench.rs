@@ -246,6 +246,7 @@ fn sql_window_count(a: &BenchArgs, events: &GeneratorSpec, csv: Option<&str>) ->
     let opts = weir_sql::PlanOptions {
         vars: Default::default(),
         parallelism: Some(a.parallelism),
+        ..Default::default()
     };
     Ok(weir_sql::plan_job(&sql, &opts)?)
 }

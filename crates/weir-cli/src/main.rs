@@ -96,6 +96,7 @@ fn registry() -> weir_runtime::Registry {
     weir_operators::register(&mut r);
     weir_connectors::register(&mut r);
     weir_sql::register(&mut r);
+    weir_jdbc::register(&mut r);
     r
 }
 
@@ -138,6 +139,7 @@ fn read_job(
         let opts = weir_sql::PlanOptions {
             vars: vars.iter().cloned().collect(),
             parallelism,
+            name: path.file_stem().map(|s| s.to_string_lossy().into_owned()),
         };
         return weir_sql::plan_job(&text, &opts).with_context(|| format!("in {}", path.display()));
     }

@@ -106,6 +106,11 @@ impl JobBuilder {
         Self::with_config(name, JobConfig::default())
     }
 
+    /// The job's name.
+    pub fn name(&self) -> String {
+        self.state.borrow().graph.name.clone()
+    }
+
     pub fn with_config(name: impl Into<String>, config: JobConfig) -> Self {
         JobBuilder {
             state: Rc::new(RefCell::new(BuildState {

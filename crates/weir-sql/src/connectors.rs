@@ -113,6 +113,7 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
             prefixes = &["properties."];
         }
         ("print" | "blackhole", Role::Sink) => {}
+        ("jdbc", Role::Sink) => names.extend(weir_jdbc::KNOWN_OPTIONS),
         _ => return None,
     }
     if role == Role::Source {
@@ -135,7 +136,7 @@ pub(crate) fn check_options(t: &TableDef, role: Role) -> Result<()> {
             ),
             Role::Sink => (
                 "a sink",
-                "'filesystem', 'kafka', 'upsert-kafka', 'print' and 'blackhole'",
+                "'filesystem', 'kafka', 'upsert-kafka', 'jdbc', 'print' and 'blackhole'",
             ),
         };
         return Err(plan_err(format!(
@@ -267,6 +268,14 @@ fn bad_record_policy(t: &TableDef) -> Result<BadRecordPolicy> {
 
 pub(crate) fn is_upsert(t: &TableDef) -> bool {
     t.options.get("connector").map(String::as_str) == Some("upsert-kafka")
+}
+
+/// Whether writing `t` upserts by its PRIMARY KEY: an 'upsert-kafka' table, or a 'jdbc'
+/// table with one (as Flink's JDBC sink, which then writes `INSERT ... ON CONFLICT`).
+pub(crate) fn is_upsert_sink(t: &TableDef) -> bool {
+    is_upsert(t)
+        || (t.options.get("connector").map(String::as_str) == Some("jdbc")
+            && !t.primary_key.is_empty())
 }
 
 /// The PRIMARY KEY as the table spells its columns; an upsert-kafka table needs one (`why`).
@@ -472,9 +481,25 @@ pub(crate) fn source_factory(
 
 /// The sink a table is written by, with its options checked, and the sink's parallelism
 /// when it must have one (a file sink writes one file).
-pub(crate) fn sink_factory(t: &TableDef) -> Result<(Arc<dyn SinkFactory>, Option<usize>)> {
+/// The sink writing table `t` in job `job`.
+pub(crate) fn sink_factory(
+    t: &TableDef,
+    job: &str,
+) -> Result<(Arc<dyn SinkFactory>, Option<usize>)> {
     check_options(t, Role::Sink)?;
     match need(t, "connector")?.as_str() {
+        "jdbc" => {
+            let mut options = t.options.clone();
+            options.remove("connector");
+            let sink = weir_jdbc::JdbcSinkFactory::from_options(&options, job, t.name.clone())
+                .map_err(|e| plan_err(format!("table `{}`: {e}", t.name)))?;
+            let sink = if t.primary_key.is_empty() {
+                sink
+            } else {
+                sink.with_primary_key(t.primary_key.iter().map(|k| table_column(t, k)))
+            };
+            Ok((Arc::new(sink), None))
+        }
         "filesystem" => {
             let format = FileFormat::parse(&need(t, "format")?)?;
             csv_options_only_for_csv(t, format)?;

@@ -16,6 +16,7 @@ fn plan(sql: &str) -> Result<weir_runtime::JobGraph, String> {
     let opts = PlanOptions {
         vars: BTreeMap::new(),
         parallelism: Some(1),
+        ..Default::default()
     };
     plan_job(sql, &opts).map_err(|e| e.to_string())
 }

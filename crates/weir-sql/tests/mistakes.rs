@@ -9,6 +9,7 @@ fn opts(dir: &Path) -> PlanOptions {
     PlanOptions {
         vars: BTreeMap::from([("dir".to_string(), dir.display().to_string())]),
         parallelism: Some(1),
+        ..Default::default()
     }
 }
 

@@ -14,6 +14,7 @@ fn opts() -> PlanOptions {
             ("output".to_string(), "out".to_string()),
         ]),
         parallelism: Some(2),
+        ..Default::default()
     }
 }
 

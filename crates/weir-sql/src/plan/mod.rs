@@ -43,7 +43,7 @@ use weir_runtime::graph::WatermarkAlignment;
 use weir_runtime::{JobBuilder, JobConfig, JobGraph, SourceOptions, Stream};
 
 use crate::calc::Calc;
-use crate::connectors::{self, is_upsert, primary_key_columns, OP_COLUMN};
+use crate::connectors::{self, is_upsert, is_upsert_sink, primary_key_columns, OP_COLUMN};
 use crate::dialect::TABLE_ARG;
 use crate::expr::SqlScalar;
 use crate::parse::{parse_job, substitute, ColumnDef, JobStatement, TableDef};
@@ -67,6 +67,10 @@ pub struct PlanOptions {
     pub vars: BTreeMap<String, String>,
     /// Overrides `SET 'parallelism.default'`.
     pub parallelism: Option<usize>,
+    /// The job's name when it does not `SET 'pipeline.name'` (the CLI gives the file's
+    /// name); "sql job" when neither does. Sinks that remember what they committed per job
+    /// (jdbc) go by it.
+    pub name: Option<String>,
 }
 
 pub(crate) fn plan_err(m: impl Into<String>) -> Error {
@@ -175,8 +179,13 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         }
         None => None,
     };
+    let name = settings
+        .get("pipeline.name")
+        .cloned()
+        .or_else(|| opts.name.clone())
+        .unwrap_or_else(|| "sql job".into());
     let job = JobBuilder::with_config(
-        "sql job",
+        name,
         JobConfig {
             parallelism,
             max_dead_letter_share,
@@ -368,9 +377,9 @@ impl Planner {
             let same = planned.data_type() == t;
             out.push((name.clone(), if same { e } else { e.cast(t) }));
         }
-        let (factory, parallelism) = connectors::sink_factory(sink)?;
+        let (factory, parallelism) = connectors::sink_factory(sink, &self.job.name())?;
         let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
-        if is_upsert(sink) {
+        if is_upsert_sink(sink) {
             // A key's updates must reach the topic in order: one sink subtask per key.
             let pk = primary_key_columns(sink, "each record is keyed by it")?;
             rows.key_by(&pk)
@@ -597,10 +606,10 @@ fn check_upsert_sink(
     keys: &[String],
 ) -> Result<()> {
     let fix = format!(
-        "write it to an 'upsert-kafka' table whose PRIMARY KEY takes the group keys ({})",
+        "write it to an 'upsert-kafka' or 'jdbc' table whose PRIMARY KEY takes the group keys ({})",
         keys.join(", ")
     );
-    if !is_upsert(sink) || sink.primary_key.is_empty() {
+    if !is_upsert_sink(sink) {
         return Err(plan_err(format!(
             "INSERT INTO `{}`: a GROUP BY without a window gives updates of each key's result, which an append-only table cannot hold; {fix}",
             sink.name

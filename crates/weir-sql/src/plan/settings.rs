@@ -5,6 +5,7 @@ use super::*;
 /// The `SET` keys weir reads.
 pub(super) const SETTINGS: &[&str] = &[
     "parallelism.default",
+    "pipeline.name",
     "table.exec.state.ttl",
     "table.optimizer.agg-phase-strategy",
     "weir.aggregation.salts",
