@@ -87,6 +87,25 @@ pub fn job(a: &DemoArgs) -> Result<JobGraph> {
             FileFormat::Csv,
         ))
     };
+    // The results also go into a SQLite file, the embedded default database (replaced on each
+    // run, as the CSV files are).
+    let db = results_db(a);
+    match std::fs::remove_file(&db) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    let sqlite = |table: &str, key: Option<&str>| -> Result<Arc<dyn weir_runtime::SinkFactory>> {
+        let options = std::collections::BTreeMap::from([
+            ("url".to_string(), format!("jdbc:sqlite:{}", db.display())),
+            ("table-name".to_string(), table.to_string()),
+        ]);
+        let sink =
+            weir_jdbc::JdbcSinkFactory::from_options(&options, "ad-attribution demo", table)?;
+        Ok(Arc::new(match key {
+            Some(k) => sink.with_primary_key([k]),
+            None => sink,
+        }))
+    };
     let wm = || SourceOptions::event_time("ts", 5_000);
 
     let impressions = job.source(
@@ -141,10 +160,13 @@ pub fn job(a: &DemoArgs) -> Result<JobGraph> {
         ("ad_id", col("c_ad_id")),
         ("click_ts", col("c_ts")),
     ]);
-    attributed
-        .key_by(&["ad_id"])
-        .count()
-        .sink_arc("clicks per ad", csv("clicks_per_ad"), Some(1));
+    let per_ad = attributed.key_by(&["ad_id"]).count();
+    per_ad.sink_arc("clicks per ad", csv("clicks_per_ad"), Some(1));
+    per_ad.sink_arc(
+        "clicks per ad (SQLite)",
+        sqlite("clicks_per_ad", Some("ad_id"))?,
+        Some(1),
+    );
 
     let priced = attributed
         .key_by(&["ad_id"])
@@ -167,22 +189,31 @@ pub fn job(a: &DemoArgs) -> Result<JobGraph> {
     revenue
         .late_rows_of(1)
         .sink_arc("late rates", csv("late_rates"), Some(1));
-    revenue
-        .project([
-            ("click_id", col("click_id")),
-            ("impression_id", col("impression_id")),
-            ("ad_id", col("ad_id")),
-            ("currency", col("p_currency")),
-            ("cpc", col("cpc")),
-            ("rate", col("rate").cast(DataType::Decimal128(12, 6))),
-            (
-                "revenue_eur",
-                col("cpc").mul(col("rate").cast(DataType::Decimal128(12, 6))),
-            ),
-            ("click_ts", col("click_ts")),
-        ])
-        .sink_arc("revenue per click", csv("revenue_per_click"), Some(1));
+    let revenue = revenue.project([
+        ("click_id", col("click_id")),
+        ("impression_id", col("impression_id")),
+        ("ad_id", col("ad_id")),
+        ("currency", col("p_currency")),
+        ("cpc", col("cpc")),
+        ("rate", col("rate").cast(DataType::Decimal128(12, 6))),
+        (
+            "revenue_eur",
+            col("cpc").mul(col("rate").cast(DataType::Decimal128(12, 6))),
+        ),
+        ("click_ts", col("click_ts")),
+    ]);
+    revenue.sink_arc("revenue per click", csv("revenue_per_click"), Some(1));
+    revenue.sink_arc(
+        "revenue per click (SQLite)",
+        sqlite("revenue_per_click", None)?,
+        Some(1),
+    );
     Ok(job.build()?)
+}
+
+/// The SQLite file the demo writes its results into.
+fn results_db(a: &DemoArgs) -> std::path::PathBuf {
+    a.out.join("results.db")
 }
 
 pub async fn run(a: DemoArgs) -> Result<()> {
@@ -221,6 +252,12 @@ pub async fn run(a: DemoArgs) -> Result<()> {
     println!(
         "results in {}/: revenue_per_click.csv, clicks_per_ad.csv, late_*.csv",
         a.out.display()
+    );
+    println!(
+        "and in the SQLite file {0} (tables revenue_per_click, clicks_per_ad); try:\n  \
+         sqlite3 {0} \"SELECT currency, COUNT(*) AS clicks, SUM(revenue_eur) AS revenue_eur \
+         FROM revenue_per_click GROUP BY currency ORDER BY revenue_eur DESC\"",
+        results_db(&a).display()
     );
     Ok(())
 }

@@ -107,6 +107,20 @@ fn demo_gives_the_same_results_at_parallelism_1_and_3_and_through_a_job_file() {
         revenue.len()
     );
 
+    // The same results in the demo's SQLite file, there and through the job file.
+    for folder in ["p1", "job"] {
+        let db = rusqlite::Connection::open(d.join(folder).join("results.db")).unwrap();
+        let count = |table: &str| -> usize {
+            db.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap() as usize
+        };
+        assert_eq!(count("revenue_per_click"), revenue.len() - 1, "{folder}");
+        let per_ad = sorted(&d.join("p1").join("clicks_per_ad.csv"));
+        assert_eq!(count("clicks_per_ad"), per_ad.len() - 1, "{folder}");
+    }
+
     let metrics: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("metrics.json")).unwrap()).unwrap();
     let join = metrics["nodes"]
