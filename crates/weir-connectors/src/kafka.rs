@@ -1081,6 +1081,7 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
             .collect());
     }
     let write = |batch: &RecordBatch| -> Result<Vec<u8>> {
+        let batch = &crate::values::flink_text(batch)?;
         let mut buf = Vec::new();
         match format {
             KafkaFormat::Json => {

@@ -367,3 +367,131 @@ mod tests {
         );
     }
 }
+
+/// `batch` as text formats write it, spelled as Flink writes it: TIMESTAMP columns become
+/// `2024-01-01 00:00:00`, with the fraction of a second when it is not zero and without its
+/// trailing zeros (`00:00:02.12`), and `Z` after a TIMESTAMP_LTZ (a timestamp with a time
+/// zone, shown in UTC). Other columns are unchanged. The CSV and JSON writers of files, Kafka
+/// and stdout write what this returns, so a consumer that parses Flink's output parses weir's.
+///
+/// # Errors
+/// A timestamp beyond what a calendar date can hold.
+pub fn flink_text(batch: &RecordBatch) -> weir_runtime::Result<RecordBatch> {
+    use arrow_array::Array;
+    use arrow_schema::{Field, Schema};
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(..)))
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        let DataType::Timestamp(unit, tz) = f.data_type() else {
+            fields.push(f.as_ref().clone());
+            columns.push(c.clone());
+            continue;
+        };
+        let nanos_per = match unit {
+            TimeUnit::Second => 1_000_000_000i64,
+            TimeUnit::Millisecond => 1_000_000,
+            TimeUnit::Microsecond => 1_000,
+            TimeUnit::Nanosecond => 1,
+        };
+        let per_sec = 1_000_000_000 / nanos_per;
+        let values = arrow_cast::cast(c, &DataType::Int64)?;
+        let values = values
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .expect("cast to Int64");
+        let mut out = StringBuilder::with_capacity(values.len(), values.len() * 24);
+        for i in 0..values.len() {
+            if values.is_null(i) {
+                out.append_null();
+                continue;
+            }
+            let v = values.value(i);
+            let (secs, sub) = (v.div_euclid(per_sec), v.rem_euclid(per_sec));
+            let t = chrono::DateTime::from_timestamp(secs, (sub * nanos_per) as u32).ok_or_else(
+                || {
+                    weir_runtime::Error::plan(format!(
+                        "column `{}`: timestamp {v} ({unit:?}) is beyond the calendar",
+                        f.name()
+                    ))
+                },
+            )?;
+            let mut s = t.format("%Y-%m-%d %H:%M:%S").to_string();
+            if sub != 0 {
+                let frac = format!("{:09}", sub * nanos_per);
+                s.push('.');
+                s.push_str(frac.trim_end_matches('0'));
+            }
+            if tz.is_some() {
+                s.push('Z');
+            }
+            out.append_value(s);
+        }
+        fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
+        columns.push(Arc::new(out.finish()) as ArrayRef);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
+#[cfg(test)]
+mod flink_text_tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Int64Array, TimestampMillisecondArray};
+    use arrow_schema::{Field, Schema};
+
+    #[test]
+    fn timestamps_are_spelled_as_flink_writes_them() {
+        let ms = vec![Some(0), Some(2_120), Some(61_001), Some(5), None, Some(-1)];
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("t", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new(
+                "ltz",
+                DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![1; 6])),
+                Arc::new(TimestampMillisecondArray::from(ms.clone())),
+                Arc::new(TimestampMillisecondArray::from(ms).with_timezone("+00:00")),
+            ],
+        )
+        .unwrap();
+        let out = flink_text(&batch).unwrap();
+        let col = |i: usize| -> Vec<Option<String>> {
+            out.column(i)
+                .as_string::<i32>()
+                .iter()
+                .map(|s| s.map(str::to_string))
+                .collect()
+        };
+        let want = [
+            "1970-01-01 00:00:00",
+            "1970-01-01 00:00:02.12",
+            "1970-01-01 00:01:01.001",
+            "1970-01-01 00:00:00.005",
+        ];
+        let t = col(1);
+        for (got, want) in t.iter().zip(want) {
+            assert_eq!(got.as_deref(), Some(want));
+        }
+        assert_eq!(t[4], None);
+        assert_eq!(t[5].as_deref(), Some("1969-12-31 23:59:59.999"));
+        assert_eq!(col(2)[1].as_deref(), Some("1970-01-01 00:00:02.12Z"));
+        assert_eq!(out.column(0).len(), 6, "other columns pass through");
+    }
+}

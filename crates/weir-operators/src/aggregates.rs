@@ -11,9 +11,11 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, Float64Builder, Int64Builder, ListBuilder};
+use arrow_array::builder::{
+    BinaryBuilder, Decimal128Builder, Float64Builder, Int64Builder, ListBuilder,
+};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int64Type};
+use arrow_array::types::{Decimal128Type, Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -140,6 +142,13 @@ pub fn describe(aggs: &[Aggregate]) -> String {
 enum Num {
     Int,
     Float,
+    /// DECIMAL(precision, scale), as Arrow's Decimal128.
+    Decimal(u8, i8),
+}
+
+/// The scale of AVG over DECIMAL(p, s): DECIMAL(38, max(6, s)), as Flink.
+fn avg_scale(s: i8) -> i8 {
+    s.max(6)
 }
 
 /// An aggregate bound to an input schema: where its column is and what it produces.
@@ -161,11 +170,19 @@ pub(crate) enum State {
     Count(i64),
     SumInt(Option<i64>),
     SumFloat(Option<f64>),
+    SumDec(Option<i128>),
     MinInt(Option<i64>),
+    MinDec(Option<i128>),
+    MaxDec(Option<i128>),
     MinFloat(Option<f64>),
     MaxInt(Option<i64>),
     MaxFloat(Option<f64>),
     Avg(f64, i64),
+    /// AVG over BIGINT: the sum (wrapping, as Flink's BIGINT sum) and the count; the result
+    /// is the sum divided by the count, truncated, a BIGINT as in Flink.
+    AvgInt(i64, i64),
+    /// AVG over DECIMAL(p, s): the unscaled sum and the count.
+    AvgDec(i128, i64),
     Hll(Box<[u8; HLL_REGISTERS]>),
     /// Every value, in no order.
     Median(Vec<f64>),
@@ -176,6 +193,8 @@ pub(crate) enum Values<'a> {
     None,
     Int(&'a arrow_array::Int64Array),
     Float(&'a arrow_array::Float64Array),
+    /// A DECIMAL column and its scale.
+    Dec(&'a arrow_array::Decimal128Array, i8),
     Hashes(Vec<u64>, Option<arrow_buffer::NullBuffer>),
 }
 
@@ -207,10 +226,11 @@ impl Bound {
                     let num = match t {
                         DataType::Int64 => Num::Int,
                         DataType::Float64 => Num::Float,
+                        DataType::Decimal128(p, s) => Num::Decimal(*p, *s),
                         other => {
                             return Err(Error::plan(format!(
-                                "aggregate `{}` reads `{c}` of type {other}; it takes BIGINT or \
-                                 DOUBLE: cast the column first",
+                                "aggregate `{}` reads `{c}` of type {other}; it takes BIGINT, \
+                                 DOUBLE or DECIMAL: cast the column first",
                                 agg.output
                             )))
                         }
@@ -229,9 +249,14 @@ impl Bound {
 
     /// The type of the result.
     pub(crate) fn output_field(&self) -> Field {
+        // Flink's result types: SUM(DECIMAL(p, s)) is DECIMAL(38, s), AVG(DECIMAL(p, s)) is
+        // DECIMAL(38, max(6, s)), AVG(BIGINT) is BIGINT.
         let t = match (&self.agg.function, self.num) {
             (AggregateFn::Count | AggregateFn::ApproxCountDistinct(_), _) => DataType::Int64,
-            (AggregateFn::Avg(_) | AggregateFn::Median(_), _) => DataType::Float64,
+            (AggregateFn::Median(_), _) => DataType::Float64,
+            (AggregateFn::Avg(_), Num::Decimal(_, s)) => DataType::Decimal128(38, avg_scale(s)),
+            (AggregateFn::Sum(_), Num::Decimal(_, s)) => DataType::Decimal128(38, s),
+            (_, Num::Decimal(p, s)) => DataType::Decimal128(p, s),
             (_, Num::Int) => DataType::Int64,
             (_, Num::Float) => DataType::Float64,
         };
@@ -243,7 +268,15 @@ impl Bound {
         let name = |suffix: &str| format!("{}__{suffix}", self.agg.output);
         match &self.agg.function {
             AggregateFn::Avg(_) => vec![
-                Field::new(name("sum"), DataType::Float64, false),
+                Field::new(
+                    name("sum"),
+                    match self.num {
+                        Num::Int => DataType::Int64,
+                        Num::Float => DataType::Float64,
+                        Num::Decimal(_, s) => DataType::Decimal128(38, s),
+                    },
+                    false,
+                ),
                 Field::new(name("count"), DataType::Int64, false),
             ],
             AggregateFn::ApproxCountDistinct(_) => {
@@ -262,11 +295,16 @@ impl Bound {
             (AggregateFn::Count, _) => State::Count(0),
             (AggregateFn::Sum(_), Num::Int) => State::SumInt(None),
             (AggregateFn::Sum(_), Num::Float) => State::SumFloat(None),
+            (AggregateFn::Sum(_), Num::Decimal(..)) => State::SumDec(None),
             (AggregateFn::Min(_), Num::Int) => State::MinInt(None),
             (AggregateFn::Min(_), Num::Float) => State::MinFloat(None),
+            (AggregateFn::Min(_), Num::Decimal(..)) => State::MinDec(None),
             (AggregateFn::Max(_), Num::Int) => State::MaxInt(None),
             (AggregateFn::Max(_), Num::Float) => State::MaxFloat(None),
-            (AggregateFn::Avg(_), _) => State::Avg(0.0, 0),
+            (AggregateFn::Max(_), Num::Decimal(..)) => State::MaxDec(None),
+            (AggregateFn::Avg(_), Num::Int) => State::AvgInt(0, 0),
+            (AggregateFn::Avg(_), Num::Float) => State::Avg(0.0, 0),
+            (AggregateFn::Avg(_), Num::Decimal(..)) => State::AvgDec(0, 0),
             (AggregateFn::ApproxCountDistinct(_), _) => State::Hll(Box::new([0; HLL_REGISTERS])),
             (AggregateFn::Median(_), _) => State::Median(Vec::new()),
         }
@@ -286,6 +324,7 @@ impl Bound {
         Ok(match self.num {
             Num::Int => Values::Int(col.as_primitive::<Int64Type>()),
             Num::Float => Values::Float(col.as_primitive::<Float64Type>()),
+            Num::Decimal(_, s) => Values::Dec(col.as_primitive::<Decimal128Type>(), s),
         })
     }
 }
@@ -304,11 +343,28 @@ impl State {
                     State::SumInt(x) => *x = Some(x.unwrap_or(0).wrapping_add(v)),
                     State::MinInt(x) => *x = Some(x.map_or(v, |m| m.min(v))),
                     State::MaxInt(x) => *x = Some(x.map_or(v, |m| m.max(v))),
-                    State::Avg(s, n) => {
-                        *s += v as f64;
+                    State::AvgInt(s, n) => {
+                        *s = s.wrapping_add(v);
                         *n += 1;
                     }
                     State::Median(vs) => vs.push(v as f64),
+                    _ => {}
+                }
+            }
+            (s, Values::Dec(a, scale)) => {
+                if a.is_null(i) {
+                    return;
+                }
+                let v = a.value(i);
+                match s {
+                    State::SumDec(x) => *x = Some(x.unwrap_or(0).wrapping_add(v)),
+                    State::MinDec(x) => *x = Some(x.map_or(v, |m| m.min(v))),
+                    State::MaxDec(x) => *x = Some(x.map_or(v, |m| m.max(v))),
+                    State::AvgDec(s, n) => {
+                        *s = s.wrapping_add(v);
+                        *n += 1;
+                    }
+                    State::Median(vs) => vs.push(v as f64 / 10f64.powi(*scale as i32)),
                     _ => {}
                 }
             }
@@ -358,8 +414,19 @@ impl State {
             (State::MinFloat(a), State::MinFloat(b)) => *a = opt(*a, b, f64::min),
             (State::MaxInt(a), State::MaxInt(b)) => *a = opt(*a, b, i64::max),
             (State::MaxFloat(a), State::MaxFloat(b)) => *a = opt(*a, b, f64::max),
+            (State::SumDec(a), State::SumDec(b)) => *a = opt(*a, b, |x, y| x.wrapping_add(y)),
+            (State::MinDec(a), State::MinDec(b)) => *a = opt(*a, b, i128::min),
+            (State::MaxDec(a), State::MaxDec(b)) => *a = opt(*a, b, i128::max),
             (State::Avg(s, n), State::Avg(s2, n2)) => {
                 *s += s2;
+                *n += n2;
+            }
+            (State::AvgInt(s, n), State::AvgInt(s2, n2)) => {
+                *s = s.wrapping_add(s2);
+                *n += n2;
+            }
+            (State::AvgDec(s, n), State::AvgDec(s2, n2)) => {
+                *s = s.wrapping_add(s2);
                 *n += n2;
             }
             (State::Hll(a), State::Hll(b)) => {
@@ -397,14 +464,9 @@ impl State {
 }
 
 /// Builds the result column of one aggregate from the states of many groups.
-pub(crate) fn finish(states: &[&State]) -> ArrayRef {
-    let first = states.first();
-    match first {
-        Some(State::Avg(..))
-        | Some(State::Median(_))
-        | Some(State::SumFloat(_))
-        | Some(State::MinFloat(_))
-        | Some(State::MaxFloat(_)) => {
+pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
+    match bound.output_field().data_type() {
+        DataType::Float64 => {
             let mut b = Float64Builder::with_capacity(states.len());
             for s in states {
                 b.append_option(match s {
@@ -416,12 +478,35 @@ pub(crate) fn finish(states: &[&State]) -> ArrayRef {
             }
             Arc::new(b.finish())
         }
+        DataType::Decimal128(p, rs) => {
+            let in_scale = match bound.num {
+                Num::Decimal(_, s) => s,
+                _ => *rs,
+            };
+            let mut b = Decimal128Builder::with_capacity(states.len());
+            for s in states {
+                b.append_option(match s {
+                    State::SumDec(x) | State::MinDec(x) | State::MaxDec(x) => *x,
+                    State::AvgDec(sum, n) => {
+                        (*n > 0).then(|| decimal_avg(*sum, *n, (*rs - in_scale) as u32))
+                    }
+                    _ => None,
+                });
+            }
+            Arc::new(
+                b.finish()
+                    .with_precision_and_scale(*p, *rs)
+                    .expect("a valid decimal type"),
+            )
+        }
         _ => {
             let mut b = Int64Builder::with_capacity(states.len());
             for s in states {
                 b.append_option(match s {
                     State::Count(n) => Some(*n),
                     State::SumInt(x) | State::MinInt(x) | State::MaxInt(x) => *x,
+                    // Truncated, as Flink's AVG over BIGINT (Java's long division).
+                    State::AvgInt(sum, n) => (*n > 0).then(|| sum / n),
                     State::Hll(regs) => Some(hll_estimate(regs)),
                     _ => None,
                 });
@@ -431,19 +516,62 @@ pub(crate) fn finish(states: &[&State]) -> ArrayRef {
     }
 }
 
+/// `sum / n` with `extra` more decimal places than `sum`, rounded half up (away from zero at
+/// a half), as Flink divides decimals.
+fn decimal_avg(sum: i128, n: i64, extra: u32) -> i128 {
+    let scaled = sum.saturating_mul(10i128.pow(extra));
+    let n = n as i128;
+    let q = scaled / n;
+    let r = scaled % n;
+    if 2 * r.abs() >= n {
+        q + scaled.signum()
+    } else {
+        q
+    }
+}
+
 /// Builds the partial columns of one aggregate (see [`Bound::partial_fields`]).
 pub(crate) fn partials(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
     match &bound.agg.function {
         AggregateFn::Avg(_) => {
-            let mut s = Float64Builder::with_capacity(states.len());
             let mut n = Int64Builder::with_capacity(states.len());
-            for st in states {
-                if let State::Avg(a, c) = st {
-                    s.append_value(*a);
-                    n.append_value(*c);
+            let sums: ArrayRef = match bound.num {
+                Num::Float => {
+                    let mut s = Float64Builder::with_capacity(states.len());
+                    for st in states {
+                        if let State::Avg(a, c) = st {
+                            s.append_value(*a);
+                            n.append_value(*c);
+                        }
+                    }
+                    Arc::new(s.finish())
                 }
-            }
-            vec![Arc::new(s.finish()), Arc::new(n.finish())]
+                Num::Int => {
+                    let mut s = Int64Builder::with_capacity(states.len());
+                    for st in states {
+                        if let State::AvgInt(a, c) = st {
+                            s.append_value(*a);
+                            n.append_value(*c);
+                        }
+                    }
+                    Arc::new(s.finish())
+                }
+                Num::Decimal(_, scale) => {
+                    let mut s = Decimal128Builder::with_capacity(states.len());
+                    for st in states {
+                        if let State::AvgDec(a, c) = st {
+                            s.append_value(*a);
+                            n.append_value(*c);
+                        }
+                    }
+                    Arc::new(
+                        s.finish()
+                            .with_precision_and_scale(38, scale)
+                            .expect("a valid decimal type"),
+                    )
+                }
+            };
+            vec![sums, Arc::new(n.finish())]
         }
         AggregateFn::ApproxCountDistinct(_) => {
             let mut b = BinaryBuilder::with_capacity(states.len(), states.len() * HLL_REGISTERS);
@@ -454,7 +582,7 @@ pub(crate) fn partials(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
             }
             vec![Arc::new(b.finish())]
         }
-        _ => vec![finish(states)],
+        _ => vec![finish(bound, states)],
     }
 }
 
@@ -468,6 +596,10 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
         let a = c.as_primitive::<Float64Type>();
         (!a.is_null(i)).then(|| a.value(i))
     };
+    let dec = |c: &ArrayRef| {
+        let a = c.as_primitive::<Decimal128Type>();
+        (!a.is_null(i)).then(|| a.value(i))
+    };
     match (&bound.agg.function, bound.num) {
         (AggregateFn::Count, _) => State::Count(int(&cols[0]).unwrap_or(0)),
         (AggregateFn::Sum(_), Num::Int) => State::SumInt(int(&cols[0])),
@@ -476,8 +608,17 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
         (AggregateFn::Min(_), Num::Float) => State::MinFloat(float(&cols[0])),
         (AggregateFn::Max(_), Num::Int) => State::MaxInt(int(&cols[0])),
         (AggregateFn::Max(_), Num::Float) => State::MaxFloat(float(&cols[0])),
-        (AggregateFn::Avg(_), _) => {
+        (AggregateFn::Sum(_), Num::Decimal(..)) => State::SumDec(dec(&cols[0])),
+        (AggregateFn::Min(_), Num::Decimal(..)) => State::MinDec(dec(&cols[0])),
+        (AggregateFn::Max(_), Num::Decimal(..)) => State::MaxDec(dec(&cols[0])),
+        (AggregateFn::Avg(_), Num::Float) => {
             State::Avg(float(&cols[0]).unwrap_or(0.0), int(&cols[1]).unwrap_or(0))
+        }
+        (AggregateFn::Avg(_), Num::Int) => {
+            State::AvgInt(int(&cols[0]).unwrap_or(0), int(&cols[1]).unwrap_or(0))
+        }
+        (AggregateFn::Avg(_), Num::Decimal(..)) => {
+            State::AvgDec(dec(&cols[0]).unwrap_or(0), int(&cols[1]).unwrap_or(0))
         }
         (AggregateFn::ApproxCountDistinct(_), _) => {
             let b = cols[0].as_binary::<i32>().value(i);

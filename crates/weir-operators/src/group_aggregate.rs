@@ -138,7 +138,7 @@ impl OperatorFactory for GroupAggregate {
         }))
     }
     fn state(&self) -> weir_runtime::graph::OperatorState {
-        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
+        weir_runtime::graph::OperatorState::Checkpointed { version: 2 }
     }
     fn describe(&self) -> String {
         format!(
@@ -340,7 +340,7 @@ impl GroupAggregateOp {
                 let states: Vec<&State> = (chunk.iter())
                     .map(|&s| &self.groups.get(s).states[j])
                     .collect();
-                cols.push(aggregates::finish(&states));
+                cols.push(aggregates::finish(&self.bound[j], &states));
             }
             ctx.emit(StreamBatch::new(RecordBatch::try_new(
                 self.schema.clone(),

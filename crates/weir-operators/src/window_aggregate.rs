@@ -404,7 +404,7 @@ impl OperatorFactory for WindowAggregate {
         self.not_splittable().is_some()
     }
     fn state(&self) -> weir_runtime::graph::OperatorState {
-        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
+        weir_runtime::graph::OperatorState::Checkpointed { version: 2 }
     }
 }
 
@@ -706,7 +706,7 @@ impl WindowAggregateOp {
                 )));
                 for j in 0..self.bound.len() {
                     let states: Vec<&State> = chunk.iter().map(|r| &r.3[j]).collect();
-                    cols.push(aggregates::finish(&states));
+                    cols.push(aggregates::finish(&self.bound[j], &states));
                 }
             }
             ctx.emit(StreamBatch::new(RecordBatch::try_new(

@@ -194,8 +194,12 @@ fn close_inner(inner: &mut Inner, path: &Path) -> Result<()> {
 
 fn write_inner(inner: &mut Inner, path: &Path, batch: &RecordBatch) -> Result<()> {
     match inner {
-        Inner::Csv(Some(w)) => w.write(batch).map_err(|e| io_err(path, e)),
-        Inner::Json(Some(w)) => w.write(batch).map_err(|e| io_err(path, e)),
+        Inner::Csv(Some(w)) => w
+            .write(&crate::values::flink_text(batch)?)
+            .map_err(|e| io_err(path, e)),
+        Inner::Json(Some(w)) => w
+            .write(&crate::values::flink_text(batch)?)
+            .map_err(|e| io_err(path, e)),
         Inner::Parquet(Some(w)) => w.write(batch).map_err(|e| io_err(path, e)),
         _ => Err(weir_runtime::Error::Internal(format!(
             "write to closed file {}",
