@@ -49,7 +49,7 @@ impl SinkWriter for StdoutWriter {
             crate::values::flink_text(&batch).and_then(|b| Ok(w.write(&b)?))
         };
         self.header = false;
-        let r = r.map_err(Error::from).and_then(|_| {
+        let r = r.and_then(|_| {
             std::io::stdout()
                 .lock()
                 .write_all(&buf)

@@ -1,19 +1,34 @@
 //! # weir-jdbc
 //!
-//! A sink writing a job's rows into a database table, configured with the options of Flink's
-//! JDBC connector: PostgreSQL (through its own protocol with tokio-postgres, appends by binary
-//! `COPY`) and SQLite (a file, through rusqlite with SQLite built in). It sits beside
-//! `weir-connectors`, on `weir-runtime`'s [`SinkFactory`] / [`SinkWriter`] traits.
+//! Database tables in weir jobs, configured with the options of Flink's JDBC connector:
+//! PostgreSQL (through its own protocol with tokio-postgres) and SQLite (a file, through
+//! rusqlite with SQLite built in). A table is declared once and used in three roles: as a
+//! sink, as the table of a lookup join, and as a bounded source. It sits beside
+//! `weir-connectors`, on `weir-runtime`'s [`SinkFactory`](weir_runtime::SinkFactory) /
+//! [`SinkWriter`](weir_runtime::SinkWriter), [`LookupTable`](weir_runtime::lookup::LookupTable)
+//! and [`SourceFactory`](weir_runtime::SourceFactory) /
+//! [`SourceReader`](weir_runtime::SourceReader) traits.
 //!
-//! - [`JdbcOptions`] reads the options (`url`, `table-name`, `username`, `password` or
-//!   `password-env`, `sink.buffer-flush.max-rows`, `sink.buffer-flush.interval`,
+//! - [`JdbcOptions`] reads the connection and sink options (`url`, `table-name`, `username`,
+//!   `password` or `password-env`, `sink.buffer-flush.max-rows`, `sink.buffer-flush.interval`,
 //!   `sink.max-retries`); the password is a [`Password`], shown as `***`.
+//! - Options per role: [`CONNECTION_OPTIONS`], [`SINK_OPTIONS`], [`LOOKUP_OPTIONS`],
+//!   [`SCAN_OPTIONS`]; [`KNOWN_OPTIONS`] is all of them, [`check_known`] refuses any other.
+//!   Each role's `from_options` accepts the other roles' options and reads only its own.
 //! - [`JdbcSinkFactory`] is the sink (kind `jdbc`): appends, or upserts by a primary key
 //!   ([`JdbcSinkFactory::with_primary_key`]), deletes too when the stream carries a change
 //!   column ([`JdbcSinkFactory::with_op_column`], `-D` deletes the key).
+//! - [`JdbcLookupTable`] is a lookup join's table: one query per call for a batch of keys,
+//!   over a pool of at most `max_concurrent` connections; [`LookupOptions`] reads Flink's
+//!   `lookup.cache` / `lookup.partial-cache.*` / `lookup.max-retries` and weir's
+//!   `lookup.max-concurrent-queries` and `lookup.timeout` for the lookup join's settings. See
+//!   [`lookup`].
+//! - [`JdbcSource`] is a bounded scan (source kind `jdbc`), split by `scan.partition.*` as
+//!   Flink splits it, fetching `scan.fetch-size` rows at a time on a background task, with
+//!   positions for checkpoints; [`ScanOptions`] reads the options. See [`source`].
 //! - [`types`] maps Arrow types to the databases' and back; an existing table is checked
-//!   against the sink's schema when a writer starts (it first reaches the database at its first
-//!   flush, barrier or end of input), a missing one is created.
+//!   against the declared columns (the sink creates a missing one; a lookup or scan refuses
+//!   it), naming the column and both types.
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
@@ -30,6 +45,32 @@
 //! .collect();
 //! let sink = JdbcSinkFactory::from_options(&options, "revenue-job", "revenue")?
 //!     .with_primary_key(["shop"]);
+//! # Ok::<(), weir_runtime::Error>(())
+//! ```
+//!
+//! The same table as a lookup join's table, with the join's settings from its options:
+//!
+//! ```no_run
+//! # use std::collections::BTreeMap;
+//! # use std::sync::Arc;
+//! use arrow_schema::{DataType, Field, Schema};
+//! use weir_jdbc::{JdbcLookupTable, LookupOptions};
+//!
+//! let options: BTreeMap<String, String> = [
+//!     ("url", "jdbc:postgresql://127.0.0.1:5432/shop"),
+//!     ("table-name", "shops"),
+//!     ("lookup.cache", "PARTIAL"),
+//!     ("lookup.partial-cache.max-rows", "10000"),
+//! ]
+//! .into_iter()
+//! .map(|(k, v)| (k.to_string(), v.to_string()))
+//! .collect();
+//! let lookup = LookupOptions::from_options(&options)?;
+//! let columns = Arc::new(Schema::new(vec![
+//!     Field::new("shop", DataType::Utf8, false),
+//!     Field::new("region", DataType::Utf8, true),
+//! ]));
+//! let table = JdbcLookupTable::from_options(&options, columns, lookup.max_concurrent)?;
 //! # Ok::<(), weir_runtime::Error>(())
 //! ```
 //!
@@ -81,12 +122,22 @@
 //! the file: never the password) and the table. A table whose columns do not fit the sink's
 //! schema is refused at start, naming the column and both types.
 
+pub mod lookup;
 pub mod options;
 mod plan;
+mod pool;
 mod postgres;
+mod read;
+mod roles;
 mod sink;
+pub mod source;
 mod sqlite;
 pub mod types;
 
-pub use options::{Database, JdbcOptions, Password, PostgresUrl, TableName, KNOWN_OPTIONS};
+pub use lookup::{JdbcLookupSpec, JdbcLookupTable, LookupOptions, PartialCache};
+pub use options::{
+    check_known, Database, JdbcOptions, Password, PostgresUrl, TableName, CONNECTION_OPTIONS,
+    KNOWN_OPTIONS, LOOKUP_OPTIONS, SCAN_OPTIONS, SINK_OPTIONS,
+};
 pub use sink::{register, JdbcSinkFactory, JdbcSinkSpec, PROGRESS_TABLE, STAGING_SUFFIX};
+pub use source::{JdbcSource, JdbcSourceSpec, ScanOptions, ScanPartition};

@@ -1,4 +1,6 @@
-//! The sink's options, under the names of Flink's JDBC connector.
+//! The connection and sink options, under the names of Flink's JDBC connector. The lookup
+//! options are described in [`crate::lookup`], the scan options in [`crate::source`]; the
+//! lists below say which role reads which option.
 //!
 //! | option | meaning | default |
 //! |---|---|---|
@@ -22,7 +24,43 @@ use std::time::Duration;
 
 use weir_runtime::{Error, Result};
 
-/// Every option [`JdbcOptions::from_options`] reads.
+/// The options every role reads: where the table is and who connects.
+pub const CONNECTION_OPTIONS: &[&str] =
+    &["url", "table-name", "username", "password", "password-env"];
+
+/// The options only the sink reads ([`crate::JdbcSinkFactory`]).
+pub const SINK_OPTIONS: &[&str] = &[
+    "sink.buffer-flush.max-rows",
+    "sink.buffer-flush.interval",
+    "sink.max-retries",
+];
+
+/// The options only a lookup reads ([`crate::LookupOptions`], [`crate::JdbcLookupTable`]).
+pub const LOOKUP_OPTIONS: &[&str] = &[
+    "lookup.cache",
+    "lookup.partial-cache.max-rows",
+    "lookup.partial-cache.expire-after-write",
+    "lookup.partial-cache.cache-missing-key",
+    "lookup.cache.max-rows",
+    "lookup.cache.ttl",
+    "lookup.cache.caching-missing-key",
+    "lookup.max-retries",
+    "lookup.max-concurrent-queries",
+    "lookup.timeout",
+];
+
+/// The options only a scan reads ([`crate::ScanOptions`], [`crate::JdbcSource`]).
+pub const SCAN_OPTIONS: &[&str] = &[
+    "scan.partition.column",
+    "scan.partition.num",
+    "scan.partition.lower-bound",
+    "scan.partition.upper-bound",
+    "scan.fetch-size",
+];
+
+/// Every option of a `jdbc` table, whatever it is used as: a table is declared once and may
+/// be a sink, a lookup table and a source, so each role accepts the others' options (and
+/// reads only its own) but refuses any other.
 pub const KNOWN_OPTIONS: &[&str] = &[
     "url",
     "table-name",
@@ -32,7 +70,46 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "sink.buffer-flush.max-rows",
     "sink.buffer-flush.interval",
     "sink.max-retries",
+    "lookup.cache",
+    "lookup.partial-cache.max-rows",
+    "lookup.partial-cache.expire-after-write",
+    "lookup.partial-cache.cache-missing-key",
+    "lookup.cache.max-rows",
+    "lookup.cache.ttl",
+    "lookup.cache.caching-missing-key",
+    "lookup.max-retries",
+    "lookup.max-concurrent-queries",
+    "lookup.timeout",
+    "scan.partition.column",
+    "scan.partition.num",
+    "scan.partition.lower-bound",
+    "scan.partition.upper-bound",
+    "scan.fetch-size",
 ];
+
+/// Refuses an option no role of a `jdbc` table reads (`connector = 'jdbc'` is allowed).
+///
+/// # Errors
+/// A `Config` error naming the option and listing the known ones.
+pub fn check_known(options: &BTreeMap<String, String>) -> Result<()> {
+    for (k, v) in options {
+        if k == "connector" && v == "jdbc" {
+            continue;
+        }
+        if !KNOWN_OPTIONS.contains(&k.as_str()) {
+            let shown = if k.contains("password") { "***" } else { v };
+            return Err(Error::config(
+                k,
+                shown,
+                format!(
+                    "unknown option of a jdbc table; it reads: {}",
+                    KNOWN_OPTIONS.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// A secret: its `Debug` and `Display` print `***`.
 #[derive(Clone, PartialEq, Eq)]
@@ -162,29 +239,14 @@ pub struct JdbcOptions {
 
 impl JdbcOptions {
     /// Reads Flink's JDBC options (see the [module docs](self)); `connector = 'jdbc'` is
-    /// allowed and ignored.
+    /// allowed and ignored, and so are the lookup and scan options (other roles read them).
     ///
     /// # Errors
     /// A `Config` error naming the option, its value and what to write instead, for an unknown
     /// option, a missing `url` or `table-name`, a malformed value, or a `password-env` naming
     /// a variable that is not set.
     pub fn from_options(options: &BTreeMap<String, String>) -> Result<Self> {
-        for (k, v) in options {
-            if k == "connector" && v == "jdbc" {
-                continue;
-            }
-            if !KNOWN_OPTIONS.contains(&k.as_str()) {
-                let shown = if k.contains("password") { "***" } else { v };
-                return Err(Error::config(
-                    k,
-                    shown,
-                    format!(
-                        "unknown option of the jdbc sink; it reads: {}",
-                        KNOWN_OPTIONS.join(", ")
-                    ),
-                ));
-            }
-        }
+        check_known(options)?;
         let get = |k: &str| options.get(k).map(|v| v.trim().to_string());
         let url = get("url").ok_or_else(|| {
             Error::config(

@@ -16,13 +16,13 @@ use crate::plan::{changes, Change, DbError, Dest, Layout, Load, Param, Stmt};
 use crate::types::{quote, Column, Value};
 
 /// Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
-const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+pub(crate) const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 pub struct PgConn {
     client: Client,
 }
 
-fn pg_err(e: tokio_postgres::Error) -> DbError {
+pub(crate) fn pg_err(e: tokio_postgres::Error) -> DbError {
     let retryable = e.is_closed()
         || e.source()
             .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
@@ -52,40 +52,87 @@ fn pg_err(e: tokio_postgres::Error) -> DbError {
     DbError { message, retryable }
 }
 
+/// How to reach the server: host, database, user, password, `search_path`, application name
+/// and connect timeout from the options; `settings` are more `-c name=value` server settings.
+pub(crate) fn pg_config(
+    url: &PostgresUrl,
+    username: Option<&str>,
+    password: &Option<Password>,
+    settings: &[(&str, String)],
+) -> tokio_postgres::Config {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host(&url.host).port(url.port).dbname(&url.dbname);
+    let user = username
+        .map(str::to_string)
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "postgres".into());
+    cfg.user(&user);
+    if let Some(p) = password {
+        cfg.password(p.expose());
+    }
+    // libpq's options split at spaces; a backslash keeps one in a value.
+    let escape = |v: &str| v.replace('\\', "\\\\").replace(' ', "\\ ");
+    let mut options = url.options.clone().unwrap_or_default();
+    if let Some(schema) = &url.current_schema {
+        options = format!("{options} -c search_path={}", escape(&quote(schema)));
+    }
+    for (name, value) in settings {
+        options = format!("{options} -c {name}={}", escape(value));
+    }
+    let options = options.trim();
+    if !options.is_empty() {
+        cfg.options(options);
+    }
+    cfg.application_name(url.application_name.as_deref().unwrap_or("weir"));
+    cfg.connect_timeout(url.connect_timeout.unwrap_or(Duration::from_secs(10)));
+    cfg
+}
+
+/// Connects with `cfg`, the connection driven by a task of the current runtime.
+pub(crate) async fn pg_connect(cfg: &tokio_postgres::Config) -> Result<Client, DbError> {
+    let (client, connection) = cfg.connect(NoTls).await.map_err(pg_err)?;
+    tokio::spawn(async move {
+        // The client sees a dropped connection as `is_closed` errors and reconnects.
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// The columns of `table` as `(name, format_type)`, `None` when there is no such table or view.
+pub(crate) async fn pg_columns(
+    client: &Client,
+    table: &TableName,
+) -> Result<Option<Vec<(String, String)>>, DbError> {
+    let name = match &table.schema {
+        Some(s) => format!("{}.{}", quote(s), quote(&table.name)),
+        None => quote(&table.name),
+    };
+    let exists = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
+        .await
+        .map_err(pg_err)?;
+    if !exists.get::<_, bool>(0) {
+        return Ok(None);
+    }
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+             AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&name],
+        )
+        .await
+        .map_err(pg_err)?;
+    Ok(Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect()))
+}
+
 impl PgConn {
     pub async fn connect(
         url: &PostgresUrl,
         username: Option<&str>,
         password: &Option<Password>,
     ) -> Result<Self, DbError> {
-        let mut cfg = tokio_postgres::Config::new();
-        cfg.host(&url.host).port(url.port).dbname(&url.dbname);
-        let user = username
-            .map(str::to_string)
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_else(|| "postgres".into());
-        cfg.user(&user);
-        if let Some(p) = password {
-            cfg.password(p.expose());
-        }
-        let mut options = url.options.clone().unwrap_or_default();
-        if let Some(schema) = &url.current_schema {
-            // libpq's options split at spaces; a backslash keeps one in a value.
-            let path = quote(schema).replace('\\', "\\\\").replace(' ', "\\ ");
-            options = format!("{options} -c search_path={path}")
-                .trim()
-                .to_string();
-        }
-        if !options.is_empty() {
-            cfg.options(&options);
-        }
-        cfg.application_name(url.application_name.as_deref().unwrap_or("weir"));
-        cfg.connect_timeout(url.connect_timeout.unwrap_or(Duration::from_secs(10)));
-        let (client, connection) = cfg.connect(NoTls).await.map_err(pg_err)?;
-        tokio::spawn(async move {
-            // The client sees a dropped connection as `is_closed` errors and reconnects.
-            let _ = connection.await;
-        });
+        let client = pg_connect(&pg_config(url, username, password, &[])).await?;
         Ok(PgConn { client })
     }
 
@@ -93,29 +140,7 @@ impl PgConn {
         &mut self,
         table: &TableName,
     ) -> Result<Option<Vec<(String, String)>>, DbError> {
-        let name = match &table.schema {
-            Some(s) => format!("{}.{}", quote(s), quote(&table.name)),
-            None => quote(&table.name),
-        };
-        let exists = self
-            .client
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
-            .await
-            .map_err(pg_err)?;
-        if !exists.get::<_, bool>(0) {
-            return Ok(None);
-        }
-        let rows = self
-            .client
-            .query(
-                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
-                 FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
-                 AND NOT a.attisdropped ORDER BY a.attnum",
-                &[&name],
-            )
-            .await
-            .map_err(pg_err)?;
-        Ok(Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect()))
+        pg_columns(&self.client, table).await
     }
 
     pub async fn transaction(
@@ -169,7 +194,7 @@ fn bind(params: &[Param]) -> Vec<Box<dyn ToSql + Sync + Send>> {
 
 /// The type binary `COPY` is told a column has (the server reads the bytes as the table's
 /// column type, which the start-up check made sure has the same binary form).
-fn pg_type(t: &DataType) -> Type {
+pub(crate) fn pg_type(t: &DataType) -> Type {
     match t {
         DataType::Int64 => Type::INT8,
         DataType::Int32 => Type::INT4,
@@ -246,7 +271,7 @@ async fn copy_in(
 
 /// A value in PostgreSQL's binary form.
 #[derive(Debug)]
-struct PgValue<'a>(Value<'a>);
+pub(crate) struct PgValue<'a>(pub Value<'a>);
 
 impl ToSql for PgValue<'_> {
     fn to_sql(

@@ -105,8 +105,9 @@ impl JdbcSinkFactory {
     }
 }
 
-/// Adds the `jdbc` sink to a registry, so job graphs with it read back from JSON.
+/// Adds the `jdbc` sink and source to a registry, so job graphs with them read back from JSON.
 pub fn register(registry: &mut Registry) {
+    crate::source::register_source(registry);
     registry.add_sink("jdbc", |spec| {
         Ok(Arc::new(JdbcSinkFactory::from_spec(spec)?) as Arc<dyn SinkFactory>)
     });

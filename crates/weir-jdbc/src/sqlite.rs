@@ -18,7 +18,7 @@ pub struct SqliteConn {
     conn: Arc<Mutex<Connection>>,
 }
 
-fn lite_err(e: rusqlite::Error) -> DbError {
+pub(crate) fn lite_err(e: rusqlite::Error) -> DbError {
     let retryable = matches!(
         e.sqlite_error_code(),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
@@ -74,21 +74,8 @@ impl SqliteConn {
         &mut self,
         table: &TableName,
     ) -> Result<Option<Vec<(String, String)>>, DbError> {
-        let name = table.name.clone();
-        self.with(move |c| {
-            let mut stmt = c
-                .prepare("SELECT name, type FROM pragma_table_info(?1) ORDER BY cid")
-                .map_err(lite_err)?;
-            let cols = stmt
-                .query_map([&name], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-                })
-                .map_err(lite_err)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(lite_err)?;
-            Ok((!cols.is_empty()).then_some(cols))
-        })
-        .await
+        let table = table.clone();
+        self.with(move |c| lite_columns(c, &table)).await
     }
 
     pub async fn transaction(
@@ -128,6 +115,49 @@ impl SqliteConn {
         })
         .await
     }
+}
+
+/// The columns of `table` as `(name, declared type)`, `None` when there is no such table or
+/// view.
+pub(crate) fn lite_columns(
+    c: &Connection,
+    table: &TableName,
+) -> Result<Option<Vec<(String, String)>>, DbError> {
+    let mut stmt = c
+        .prepare("SELECT name, type FROM pragma_table_info(?1) ORDER BY cid")
+        .map_err(lite_err)?;
+    let cols = stmt
+        .query_map([&table.name], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(lite_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(lite_err)?;
+    Ok((!cols.is_empty()).then_some(cols))
+}
+
+/// Opens an existing database file to read it (never creating one), with the sink's busy
+/// timeout.
+pub(crate) fn open_for_reading(path: &str) -> Result<Connection, DbError> {
+    use rusqlite::OpenFlags;
+    if !std::path::Path::new(path).exists() {
+        return Err(DbError::fatal(format!(
+            "there is no database file {path}: a table read by a lookup or scan must exist"
+        )));
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
+    )
+    .map_err(lite_err)?;
+    conn.busy_timeout(Duration::from_secs(30))
+        .map_err(lite_err)?;
+    // Reads only, though opened to write: a WAL database needs write access to its -shm file.
+    conn.pragma_update(None, "query_only", true)
+        .map_err(lite_err)?;
+    Ok(conn)
 }
 
 fn insert_rows(
@@ -188,7 +218,7 @@ impl ToSql for LiteParam<'_> {
 
 /// A value as SQLite stores it: booleans 0 / 1, decimals as exact text, timestamps as ISO
 /// 8601 text in UTC.
-struct LiteValue<'a>(Value<'a>);
+pub(crate) struct LiteValue<'a>(pub Value<'a>);
 
 impl ToSql for LiteValue<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
