@@ -1,0 +1,261 @@
+//! The documents of the JSON API (`/api/v1/...`), built from a [`JobView`]. Their schemas are
+//! in the OpenAPI document (`assets/openapi.json`), which the tests check them against.
+
+use serde::Serialize;
+
+use crate::view::{
+    CheckpointRecord, JobStatus, JobView, NodeInfo, Sample, SavepointRecord, ViewState,
+};
+
+/// How the bottleneck is found (weir-runtime's `MetricsReporter` names it).
+pub const BOTTLENECK_RULE: &str = "the first operator, in graph order, whose busiest subtask is \
+    busy more than 500 ms per second while an operator feeding it is backpressured more than \
+    500 ms per second: the first busy operator downstream of a backpressured chain";
+
+/// `GET /api/v1/job`: the job, its graph and its status.
+#[derive(Debug, Serialize)]
+pub struct JobDoc<'a> {
+    pub name: &'a str,
+    pub status: &'a JobStatus,
+    /// When the view was created (about when the job started), epoch ms.
+    pub started_at: i64,
+    /// The view's sequence number (bumped by every change).
+    pub seq: u64,
+    /// The graph as `weir explain` prints it.
+    pub plan: &'a str,
+    /// The graph as JSON (`JobGraph::to_json`).
+    pub graph: &'a serde_json::Value,
+    /// The nodes with their labels, upstream nodes, keys and alignment.
+    pub nodes: &'a [NodeInfo],
+    /// Above this gap between a multi-input operator's inputs, in event time, it alerts.
+    pub spread_alert_ms: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval_ms: Option<i64>,
+    pub bottleneck_rule: &'static str,
+    /// Which actions the API offers now.
+    pub actions: Actions,
+}
+
+/// Which of the POST endpoints can act.
+#[derive(Debug, Serialize)]
+pub struct Actions {
+    pub savepoint: bool,
+    pub stop: bool,
+}
+
+pub fn job(view: &JobView) -> serde_json::Value {
+    let st = view.state.read().expect("view lock");
+    let actions = view.actions();
+    let ended = st.status.is_ended();
+    let doc = JobDoc {
+        name: &view.graph.name,
+        status: &st.status,
+        started_at: st.started_at,
+        seq: st.seq,
+        plan: &view.graph.plan,
+        graph: &view.graph.json,
+        nodes: &view.graph.nodes,
+        spread_alert_ms: view.graph.spread_alert_ms,
+        checkpoint_interval_ms: view.graph.checkpoint_interval_ms,
+        bottleneck_rule: BOTTLENECK_RULE,
+        actions: Actions {
+            savepoint: !ended && actions.savepoint().is_some(),
+            stop: !ended && actions.stop().is_some(),
+        },
+    };
+    serde_json::to_value(doc).expect("documents serialise")
+}
+
+/// `GET /api/v1/sources`: every source split, and the event-time progress of every
+/// multi-input operator's inputs.
+#[derive(Debug, Serialize)]
+pub struct SourcesDoc {
+    /// The sample these come from, epoch ms (`null` before the first).
+    pub at: Option<i64>,
+    pub splits: Vec<SplitDoc>,
+    pub inputs: Vec<InputsDoc>,
+}
+
+/// One source split.
+#[derive(Debug, Serialize)]
+pub struct SplitDoc {
+    /// The source node's label.
+    pub source: String,
+    pub node: usize,
+    pub split: String,
+    pub rows_read: u64,
+    pub max_event_time: Option<i64>,
+    pub watermark: Option<i64>,
+    /// Wall clock minus the watermark, ms.
+    pub watermark_delay_ms: Option<i64>,
+    /// Wall clock minus the event time of the last row read, ms.
+    pub time_lag_ms: Option<i64>,
+    /// Records not read yet, where the source knows its end (Kafka: the consumer lag).
+    pub consumer_lag_records: Option<u64>,
+    pub idle: bool,
+    pub finished: bool,
+    /// Paused by watermark alignment: ahead of its group's minimum by more than the drift.
+    pub paused: bool,
+    pub alignment_group: Option<String>,
+    pub max_drift_ms: Option<i64>,
+    pub group_min_watermark: Option<i64>,
+    /// How far the split's watermark is ahead of the group's minimum, ms.
+    pub drift_ms: Option<i64>,
+    pub late_rows: u64,
+    pub dead_letters: u64,
+    pub progress_done: u64,
+    pub progress_total: u64,
+}
+
+/// The inputs of one multi-input operator.
+#[derive(Debug, Serialize)]
+pub struct InputsDoc {
+    pub operator: String,
+    pub node: usize,
+    /// The gap between the inputs' greatest event times, ms.
+    pub spread_ms: Option<i64>,
+    pub peak_spread_ms: Option<i64>,
+    pub alert_threshold_ms: i64,
+    pub alert: bool,
+    pub alerts: u64,
+    pub inputs: Vec<InputDoc>,
+}
+
+/// One input of a multi-input operator.
+#[derive(Debug, Serialize)]
+pub struct InputDoc {
+    pub input: usize,
+    pub max_event_time: Option<i64>,
+    pub watermark: Option<i64>,
+    pub watermark_delay_ms: Option<i64>,
+}
+
+pub(crate) fn sources(view: &JobView, st: &ViewState) -> SourcesDoc {
+    let Some(m) = &st.latest else {
+        return SourcesDoc {
+            at: None,
+            splits: Vec::new(),
+            inputs: Vec::new(),
+        };
+    };
+    let mut splits = Vec::new();
+    let mut inputs = Vec::new();
+    for (i, n) in m.nodes.iter().enumerate() {
+        let info = view.graph.nodes.get(i);
+        let label = view.graph.label(i, &n.name);
+        let alignment = info.and_then(|x| x.alignment.as_ref());
+        for sp in &n.splits {
+            splits.push(SplitDoc {
+                source: label.clone(),
+                node: i,
+                split: sp.split.clone(),
+                rows_read: sp.rows_read,
+                max_event_time: sp.max_event_time,
+                watermark: sp.watermark,
+                watermark_delay_ms: sp.watermark_delay_ms,
+                time_lag_ms: sp.time_lag_ms,
+                consumer_lag_records: sp.lag_records,
+                idle: sp.idle,
+                finished: sp.finished,
+                paused: sp.paused,
+                alignment_group: alignment.map(|a| a.group.clone()),
+                max_drift_ms: alignment.map(|a| a.max_drift_ms),
+                group_min_watermark: sp.group_min_watermark,
+                drift_ms: sp.drift_ms,
+                late_rows: sp.late_rows,
+                dead_letters: sp.dead_letters,
+                progress_done: sp.progress_done,
+                progress_total: sp.progress_total,
+            });
+        }
+        if n.inputs.len() >= 2 {
+            inputs.push(InputsDoc {
+                operator: label,
+                node: i,
+                spread_ms: n.event_time_spread_ms,
+                peak_spread_ms: n.peak_event_time_spread_ms,
+                alert_threshold_ms: view.graph.spread_alert_ms,
+                alert: n.spread_alert,
+                alerts: n.spread_alerts,
+                inputs: n
+                    .inputs
+                    .iter()
+                    .map(|x| InputDoc {
+                        input: x.input,
+                        max_event_time: x.max_event_time,
+                        watermark: x.watermark,
+                        watermark_delay_ms: x.watermark_delay_ms,
+                    })
+                    .collect(),
+            });
+        }
+    }
+    SourcesDoc {
+        at: Some(m.at),
+        splits,
+        inputs,
+    }
+}
+
+/// `GET /api/v1/checkpoints`.
+#[derive(Debug, Serialize)]
+pub struct CheckpointsDoc {
+    /// The job takes checkpoints.
+    pub enabled: bool,
+    pub interval_ms: Option<i64>,
+    pub completed: u64,
+    pub last_id: u64,
+    pub last_duration_ms: i64,
+    pub max_duration_ms: i64,
+    pub last_bytes: u64,
+    /// Checkpoints seen complete, oldest first (at most one per sample: several completing
+    /// within one sample show as the last of them).
+    pub recent: Vec<CheckpointRecord>,
+    /// Savepoints asked for through the API, oldest first.
+    pub savepoints: Vec<SavepointRecord>,
+}
+
+pub(crate) fn checkpoints(view: &JobView, st: &ViewState) -> CheckpointsDoc {
+    let c = st
+        .latest
+        .as_ref()
+        .map(|m| m.checkpoints)
+        .unwrap_or_default();
+    CheckpointsDoc {
+        enabled: view.graph.checkpoint_interval_ms.is_some(),
+        interval_ms: view.graph.checkpoint_interval_ms,
+        completed: c.completed,
+        last_id: c.last_id,
+        last_duration_ms: c.last_duration_ms,
+        max_duration_ms: c.max_duration_ms,
+        last_bytes: c.last_bytes,
+        recent: st.checkpoints.iter().cloned().collect(),
+        savepoints: st.savepoints.iter().cloned().collect(),
+    }
+}
+
+/// `GET /api/v1/metrics/history`: the samples kept, oldest first.
+#[derive(Debug, Serialize)]
+pub struct HistoryDoc<'a> {
+    /// Most samples kept.
+    pub capacity: usize,
+    /// Node labels, in graph order (the index of `Sample::nodes`).
+    pub nodes: Vec<&'a str>,
+    pub samples: Vec<&'a Sample>,
+}
+
+pub fn history(view: &JobView) -> serde_json::Value {
+    let st = view.state.read().expect("view lock");
+    let doc = HistoryDoc {
+        capacity: view.history_len(),
+        nodes: view.graph.nodes.iter().map(|n| n.label.as_str()).collect(),
+        samples: st.history.iter().map(|s| &**s).collect(),
+    };
+    serde_json::to_value(doc).expect("documents serialise")
+}
+
+/// The JSON error body of every refused request.
+#[derive(Debug, Serialize)]
+pub struct ErrorDoc {
+    pub error: String,
+}
