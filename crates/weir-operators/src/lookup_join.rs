@@ -18,7 +18,9 @@
 //! database shows as a busy lookup join and backpressure upstream. Nothing of it is
 //! checkpointed: a restore starts with an empty cache.
 //!
-//! Gauges: `cache_hits`, `cache_misses`, `cache_keys`, `queries`, `retries`, `in_flight_max`
+//! Gauges: `cache_hits` and `cache_misses` (per row with a key: a miss is a row whose key had
+//! to be queried, the first of its batch; a hit, one answered by the cache or by its batch's
+//! query for an earlier row), `cache_keys`, `queries`, `retries`, `in_flight_max`
 //! (the most queries a subtask had in flight at once), `query_p50_us`, `query_p99_us`.
 
 use std::sync::Arc;
@@ -523,6 +525,8 @@ impl LookupJoinOp {
             }
             let k = encoded.row(i);
             if found.contains_key(k.as_ref()) {
+                // Answered with the batch's other rows of the key: no query of its own.
+                self.stats.hits += 1;
                 continue;
             }
             match self.cache.get(k.as_ref(), now) {

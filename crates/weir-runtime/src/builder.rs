@@ -126,6 +126,11 @@ impl JobBuilder {
     }
 
     /// Changes the job's settings (parallelism applies to nodes created afterwards).
+    /// The parallelism of nodes that set none.
+    pub fn default_parallelism(&self) -> usize {
+        self.state.borrow().graph.config.parallelism
+    }
+
     pub fn configure(&self, f: impl FnOnce(&mut JobConfig)) {
         f(&mut self.state.borrow_mut().graph.config);
     }

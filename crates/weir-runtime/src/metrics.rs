@@ -274,7 +274,8 @@ pub struct NodeSnapshot {
     pub state_bytes: u64,
     pub peak_state_rows: u64,
     pub peak_state_bytes: u64,
-    /// The operator's gauges summed over its subtasks.
+    /// The operator's gauges over its subtasks: summed, but the greatest for a maximum or a
+    /// quantile (a name ending in `_max`, `_p50_us`, `_p99_us`: see [`gauge_is_max`]).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub gauges: std::collections::BTreeMap<String, i64>,
     /// Rows in of the busiest subtask over the average: 1.0 is even load.
@@ -445,7 +446,12 @@ impl MetricsReporter {
             let mut gauges = std::collections::BTreeMap::new();
             for s in &n.subtasks {
                 for (k, v) in s.gauges.lock().expect("metrics lock").iter() {
-                    *gauges.entry(k.to_string()).or_insert(0) += v;
+                    let g = gauges.entry(k.to_string()).or_insert(0);
+                    if gauge_is_max(k) {
+                        *g = (*g).max(*v);
+                    } else {
+                        *g += v;
+                    }
                 }
             }
             let max_in = subs.iter().map(|s| s.rows_in).max().unwrap_or(0) as f64;
@@ -543,4 +549,10 @@ fn bottleneck(nodes: &[NodeSnapshot], job: &JobMetrics) -> Option<String> {
             .any(|&u| max(&nodes[u], |s| s.backpressured_ms_per_sec) > 500.0);
         (busy && fed_by_backpressured).then(|| n.name.clone())
     })
+}
+
+/// Whether an operator gauge is a maximum or a quantile, which the subtasks' values give by
+/// their greatest (a sum would mean nothing).
+pub fn gauge_is_max(name: &str) -> bool {
+    name.ends_with("_max") || name.ends_with("_p50_us") || name.ends_with("_p99_us")
 }

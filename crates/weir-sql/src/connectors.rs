@@ -113,7 +113,8 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
             prefixes = &["properties."];
         }
         ("print" | "blackhole", Role::Sink) => {}
-        ("jdbc", Role::Sink) => names.extend(weir_jdbc::KNOWN_OPTIONS),
+        // A jdbc table is a sink, a lookup table or a bounded scan: its options are all read.
+        ("jdbc", _) => names.extend(weir_jdbc::KNOWN_OPTIONS),
         _ => return None,
     }
     if role == Role::Source {
@@ -132,7 +133,7 @@ pub(crate) fn check_options(t: &TableDef, role: Role) -> Result<()> {
         let (what, list) = match role {
             Role::Source => (
                 "a source",
-                "'filesystem', 'kafka', 'upsert-kafka' and 'weir-generator'",
+                "'filesystem', 'kafka', 'upsert-kafka', 'jdbc' and 'weir-generator'",
             ),
             Role::Sink => (
                 "a sink",
@@ -385,6 +386,25 @@ pub(crate) fn source_factory(
         .map(|(n, d)| (n.as_str(), d.clone()))
         .collect();
     match need(t, "connector")?.as_str() {
+        "jdbc" => {
+            // A bounded scan of the table (reference data, backfills, the versioned side of a
+            // temporal join when it has a WATERMARK).
+            let schema = Arc::new(arrow_schema::Schema::new(
+                physical
+                    .iter()
+                    .map(|(n, d)| arrow_schema::Field::new(n, d.clone(), true))
+                    .collect::<Vec<_>>(),
+            ));
+            let err = |e: weir_runtime::Error| plan_err(format!("table `{}`: {e}", t.name));
+            let mut source =
+                weir_jdbc::JdbcSource::from_options(&jdbc_options(t), schema).map_err(err)?;
+            if !t.primary_key.is_empty() {
+                source = source
+                    .with_primary_key(t.primary_key.iter().map(|k| table_column(t, k)))
+                    .map_err(err)?;
+            }
+            Ok(Arc::new(source))
+        }
         "filesystem" => {
             let format = FileFormat::parse(&need(t, "format")?)?;
             csv_options_only_for_csv(t, format)?;
@@ -489,8 +509,7 @@ pub(crate) fn sink_factory(
     check_options(t, Role::Sink)?;
     match need(t, "connector")?.as_str() {
         "jdbc" => {
-            let mut options = t.options.clone();
-            options.remove("connector");
+            let options = jdbc_options(t);
             let sink = weir_jdbc::JdbcSinkFactory::from_options(&options, job, t.name.clone())
                 .map_err(|e| plan_err(format!("table `{}`: {e}", t.name)))?;
             let sink = if t.primary_key.is_empty() {
@@ -547,4 +566,55 @@ pub(crate) fn sink_factory(
         }
         other => unreachable!("check_options refuses connector {other}"),
     }
+}
+
+/// A jdbc table's options for weir-jdbc (without `connector`).
+fn jdbc_options(t: &TableDef) -> std::collections::BTreeMap<String, String> {
+    let mut options = t.options.clone();
+    options.remove("connector");
+    options.into_iter().collect()
+}
+
+/// Whether `t` is a `jdbc` table.
+pub(crate) fn is_jdbc(t: &TableDef) -> bool {
+    t.options.get("connector").map(String::as_str) == Some("jdbc")
+}
+
+/// The lookup join of a stream with the jdbc table `t` (`FOR SYSTEM_TIME AS OF` a processing
+/// time attribute): the table, queried by key, with its `lookup.*` settings, at `parallelism`.
+pub(crate) fn jdbc_lookup(
+    t: &TableDef,
+    parallelism: usize,
+    stream_keys: &[String],
+    table_keys: &[String],
+) -> Result<weir_operators::LookupJoin> {
+    check_options(t, Role::Source)?;
+    let options = jdbc_options(t);
+    let err = |e: weir_runtime::Error| plan_err(format!("table `{}`: {e}", t.name));
+    let lookup = weir_jdbc::LookupOptions::from_options(&options).map_err(err)?;
+    let schema = Arc::new(arrow_schema::Schema::new(
+        crate::plan::physical_columns(t)?
+            .into_iter()
+            .map(|(n, d)| arrow_schema::Field::new(n, d, true))
+            .collect::<Vec<_>>(),
+    ));
+    // The table object is shared by the join's subtasks: each gets its share of connections.
+    let table = weir_jdbc::JdbcLookupTable::from_options(
+        &options,
+        schema,
+        lookup.max_concurrent.saturating_mul(parallelism.max(1)),
+    )
+    .map_err(err)?;
+    let sk: Vec<&str> = stream_keys.iter().map(String::as_str).collect();
+    let tk: Vec<&str> = table_keys.iter().map(String::as_str).collect();
+    let mut join = weir_operators::LookupJoin::new(Arc::new(table), &sk, &tk)
+        .max_concurrent(lookup.max_concurrent)
+        .retries(lookup.max_retries, lookup.timeout);
+    if let Some(c) = lookup.cache {
+        join = join.cache(weir_operators::LookupCache {
+            max_rows: c.max_rows,
+            expire_after_write_ms: c.expire_after_write_ms(),
+        });
+    }
+    Ok(join)
 }

@@ -3,8 +3,81 @@
 use super::*;
 
 impl Planner {
+    /// The jdbc table that `relation` looks up at processing time, if it is one: such a
+    /// table is queried per key (a lookup join), not read. Its columns as a relation whose
+    /// stream is `left`'s (a stand-in: only its names are used).
+    fn jdbc_lookup_table(
+        &self,
+        relation: &TableFactor,
+        left: &Rel,
+    ) -> Result<Option<(Rel, &TableDef)>> {
+        let TableFactor::Table {
+            name,
+            alias,
+            version: Some(TableVersion::ForSystemTimeAsOf(v)),
+            ..
+        } = relation
+        else {
+            return Ok(None);
+        };
+        if self
+            .views
+            .contains_key(&unquote(&name.to_string()).to_lowercase())
+        {
+            return Ok(None);
+        }
+        let t = self.table(name)?;
+        let at_proc_time = ident_name(v).is_some_and(|n| {
+            left.proc_time_attrs
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(&n))
+        });
+        if !connectors::is_jdbc(t) || !at_proc_time {
+            return Ok(None);
+        }
+        let alias = alias
+            .as_ref()
+            .map(|a| a.name.value.clone())
+            .unwrap_or_else(|| t.name.clone());
+        let scope = physical_columns(t)?
+            .into_iter()
+            .map(|(n, _)| ScopeEntry {
+                qualifier: Some(alias.clone()),
+                name: n.clone(),
+                column: n,
+            })
+            .collect();
+        Ok(Some((
+            Rel {
+                stream: left.stream.clone(),
+                scope,
+                time_columns: Vec::new(),
+                proc_time_attrs: Vec::new(),
+                primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
+                upsert_keys: None,
+                alias,
+            },
+            t,
+        )))
+    }
+
     pub(super) fn join(&self, left: Rel, j: &sqlparser::ast::Join) -> Result<Rel> {
-        let (right, version) = self.table_factor(&j.relation)?;
+        let (right, version, jdbc) = match self.jdbc_lookup_table(&j.relation, &left)? {
+            Some((rel, t)) => {
+                let TableFactor::Table {
+                    version: Some(TableVersion::ForSystemTimeAsOf(v)),
+                    ..
+                } = &j.relation
+                else {
+                    unreachable!("a lookup table has a version");
+                };
+                (rel, Some(v.clone()), Some(t))
+            }
+            None => {
+                let (r, v) = self.table_factor(&j.relation)?;
+                (r, v, None)
+            }
+        };
         if left.upsert_keys.is_some() || right.upsert_keys.is_some() {
             return Err(plan_err(
                 "joining the rows of a GROUP BY without a window (updates per key) is not supported yet",
@@ -57,11 +130,16 @@ impl Planner {
             )));
         }
         let aliases = (left.alias.clone(), right.alias.clone());
-        let (stream, lschema, rschema) = (
-            left.stream.clone(),
-            left.stream.schema(),
-            right.stream.schema(),
-        );
+        let rschema = match jdbc {
+            Some(t) => Arc::new(arrow_schema::Schema::new(
+                physical_columns(t)?
+                    .into_iter()
+                    .map(|(n, d)| arrow_schema::Field::new(n, d, true))
+                    .collect::<Vec<_>>(),
+            )),
+            None => right.stream.schema(),
+        };
+        let (stream, lschema) = (left.stream.clone(), left.stream.schema());
         let lookup = version.as_ref().is_some_and(|v| {
             ident_name(v).is_some_and(|n| {
                 left.proc_time_attrs
@@ -76,13 +154,28 @@ impl Planner {
                     rest[0]
                 )));
             }
-            let t = weir_operators::StreamTableJoin::new()
-                .join_type(jt)
-                .aliases(&aliases.0, &aliases.1);
-            use weir_operators::StreamTableJoinExt;
-            stream
-                .key_by(&lkeys)
-                .stream_table_join(&right.stream.key_by(&rkeys), t)
+            if let Some(t) = jdbc {
+                if !matches!(jt, JoinType::Inner | JoinType::Left) {
+                    return Err(plan_err(format!(
+                        "lookup join with `{}`: a lookup join is [INNER] JOIN or LEFT JOIN",
+                        t.name
+                    )));
+                }
+                let join =
+                    connectors::jdbc_lookup(t, self.job.default_parallelism(), &lkeys, &rkeys)?
+                        .join_type(jt)
+                        .aliases(&aliases.0, &aliases.1);
+                use weir_operators::LookupJoinExt;
+                stream.lookup_join(join)
+            } else {
+                let t = weir_operators::StreamTableJoin::new()
+                    .join_type(jt)
+                    .aliases(&aliases.0, &aliases.1);
+                use weir_operators::StreamTableJoinExt;
+                stream
+                    .key_by(&lkeys)
+                    .stream_table_join(&right.stream.key_by(&rkeys), t)
+            }
         } else if let Some(v) = &version {
             if !left.is_time_attr(v) {
                 return Err(plan_err(format!(

@@ -58,7 +58,8 @@ mod sources;
 use aggregate::*;
 use scope::*;
 use settings::*;
-use sources::*;
+
+pub(crate) use sources::physical_columns;
 
 /// Settings from the command line.
 #[derive(Debug, Clone, Default)]
