@@ -159,6 +159,9 @@ impl OperatorFactory for StreamTableJoin {
     fn holds_watermark(&self, input: usize) -> bool {
         input == 0
     }
+    fn in_event_time_spread(&self, input: usize) -> bool {
+        input == 0
+    }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, _, op) = self.check(inputs)?;
         Ok(Box::new(StreamTableJoinOp {

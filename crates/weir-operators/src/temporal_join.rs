@@ -181,6 +181,10 @@ impl OperatorFactory for TemporalJoin {
     fn kind(&self) -> &'static str {
         "temporal_join"
     }
+    /// The versioned table (input 1) may be as old as the table: not a lagging input.
+    fn in_event_time_spread(&self, input: usize) -> bool {
+        input == 0
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("temporal join spec serialises")
     }

@@ -55,6 +55,13 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn holds_watermark(&self, _input: usize) -> bool {
         true
     }
+    /// Whether logical input `input` counts in the event-time spread between the operator's
+    /// inputs (the alert on one input replaying or stalled behind the others). A temporal
+    /// join's versioned table does not: its rows are versions valid until replaced, as old as
+    /// the table, and an old version is not a lagging input.
+    fn in_event_time_spread(&self, _input: usize) -> bool {
+        true
+    }
     /// For operators joining streams within a time bound (interval, window, regular joins):
     /// the bound in ms. The misaligned-start guard uses it; `None` means the inputs may
     /// legitimately start far apart (a temporal join's table history).

@@ -132,6 +132,9 @@ pub struct InputMetrics {
     pub max_event_time: AtomicI64,
     /// The input's watermark in each subtask.
     pub watermarks: Vec<AtomicI64>,
+    /// Whether the input takes part in the event-time spread (see
+    /// `OperatorFactory::in_event_time_spread`).
+    pub in_spread: bool,
 }
 
 impl InputMetrics {
@@ -139,16 +142,28 @@ impl InputMetrics {
         InputMetrics {
             max_event_time: AtomicI64::new(i64::MIN),
             watermarks: (0..subtasks).map(|_| AtomicI64::new(i64::MIN)).collect(),
+            in_spread: true,
         }
+    }
+
+    /// Whether the input has ended in every subtask (its watermark is the end of time): an
+    /// input that has nothing more to send lags nothing.
+    fn ended(&self) -> bool {
+        self.watermarks
+            .iter()
+            .all(|w| w.load(Relaxed) == i64::MAX)
     }
 }
 
 impl NodeMetrics {
-    /// The gap between the inputs' greatest event times, once every input has rows.
+    /// The gap between the inputs' greatest event times, once every input has rows. Inputs
+    /// that have ended, and those the operator leaves out (a temporal join's versioned table,
+    /// whose rows may be as old as the table), do not count.
     pub fn event_time_spread(&self) -> Option<i64> {
         let maxes: Vec<i64> = self
             .inputs
             .iter()
+            .filter(|i| i.in_spread && !i.ended())
             .map(|i| i.max_event_time.load(Relaxed))
             .collect();
         if maxes.len() < 2 || maxes.contains(&i64::MIN) {

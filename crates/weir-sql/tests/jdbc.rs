@@ -304,3 +304,93 @@ INSERT INTO out SELECT e.id, u.country FROM events e
     // twice, far apart: a hit rate near 90 %.
     assert!(hit_rate > 0.85, "hit rate {hit_rate:.2} on a skewed stream");
 }
+
+/// The lookup join's database is stopped (`pg_ctl stop -m immediate`) and started again while
+/// the job runs: its queries are retried and the job goes on, losing nothing; an outage longer
+/// than the retries fails the job with an error that says what happened.
+#[test]
+#[ignore = "needs PostgreSQL: run with scripts/test"]
+fn a_lookup_join_rides_out_a_database_restart_and_names_an_outage_longer_than_its_retries() {
+    use std::time::Duration;
+    use weir_testkit::postgres;
+    let cluster = postgres::Cluster::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        postgres::connect(&cluster.url())
+            .await
+            .batch_execute(
+                "CREATE TABLE ads (ad_id BIGINT PRIMARY KEY, name TEXT NOT NULL);
+                 INSERT INTO ads SELECT g, 'ad-' || g FROM generate_series(0, 99999) g;",
+            )
+            .await
+            .unwrap();
+    });
+    let job = |retries: u32| {
+        format!(
+            "CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT, pt AS PROCTIME())
+WITH ('connector' = 'weir-generator', 'generator.scenario' = 'clicks',
+      'generator.rows' = '8000', 'generator.rate' = '2000');
+CREATE TABLE ads (ad_id BIGINT, name STRING)
+WITH ('connector' = 'jdbc', 'url' = '{}', 'table-name' = 'ads',
+      'lookup.max-retries' = '{retries}', 'lookup.timeout' = '2 s');
+CREATE TABLE out (click_id BIGINT, name STRING)
+WITH ('connector' = 'filesystem', 'path' = '${{dir}}/out.csv', 'format' = 'csv');
+INSERT INTO out SELECT c.click_id, a.name FROM clicks c
+  LEFT JOIN ads FOR SYSTEM_TIME AS OF c.pt AS a ON c.ad_id = a.ad_id;",
+            cluster.url()
+        )
+    };
+    let run = |sql: &str, dir: &Path| {
+        let graph = plan_job(sql, &opts(dir)).unwrap();
+        rt.block_on(weir_runtime::exec::run(
+            graph,
+            std::sync::Arc::new(weir_core::SystemClock),
+        ))
+    };
+
+    // Down for about a second, a second into a four-second job.
+    let dir = tempfile::tempdir().unwrap();
+    let report = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1_000));
+            cluster.stop_server();
+            std::thread::sleep(Duration::from_millis(1_000));
+            cluster.start_server();
+        });
+        run(&job(8), dir.path())
+    })
+    .expect("the job rides out the restart");
+    let out = lines(&dir.path().join("out.csv"));
+    let clicks = report.metrics.node("clicks").unwrap().rows_out;
+    assert!(clicks > 1_000);
+    assert_eq!(out.len() as u64, clicks, "every click once");
+    assert!(
+        out.iter()
+            .all(|l| l.split(',').nth(1).is_some_and(|n| n.starts_with("ad-"))),
+        "every click found its ad"
+    );
+    let join = report
+        .metrics
+        .nodes
+        .iter()
+        .find(|n| n.name == "lookup_join")
+        .unwrap();
+    assert!(join.gauges["retries"] > 0, "{:?}", join.gauges);
+
+    // Down for good: the job fails after its retries, saying where and why.
+    let dir = tempfile::tempdir().unwrap();
+    let err = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(800));
+            cluster.stop_server();
+        });
+        run(&job(2), dir.path())
+    })
+    .expect_err("an outage longer than the retries fails the job")
+    .to_string();
+    assert!(
+        err.contains("\"ads\"") && err.contains("failed after 3 attempts (lookup.max-retries = 2)"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out.csv").exists(), "no output published");
+}

@@ -85,3 +85,165 @@ pub async fn connect(url: &str) -> Client {
     });
     client
 }
+
+/// A PostgreSQL cluster of a test's own, in a temporary folder on a free port of 127.0.0.1,
+/// for tests that stop and start the server (`pg_ctl`). Run as the `postgres` user when the
+/// test runs as root (initdb refuses root). Stopped and deleted when dropped.
+pub struct Cluster {
+    bin: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    port: u16,
+    as_root: bool,
+}
+
+impl Cluster {
+    /// initdb and start a new cluster.
+    ///
+    /// # Panics
+    /// When PostgreSQL's server programs are not installed (scripts/test installs them) or the
+    /// cluster does not start.
+    pub fn start() -> Cluster {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| Some(e.ok()?.path().join("bin")))
+            .filter(|b| b.join("initdb").exists() && b.join("pg_ctl").exists())
+            .max()
+            .expect("no PostgreSQL server programs in /usr/lib/postgresql/*/bin: run scripts/test, which installs them");
+        let dir = std::env::temp_dir().join(format!(
+            "weir-pg-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::UNIX_EPOCH
+                .elapsed()
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let as_root = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let c = Cluster {
+            bin,
+            dir,
+            port,
+            as_root,
+        };
+        if as_root {
+            let ok = std::process::Command::new("chown")
+                .args(["postgres"])
+                .arg(&c.dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok,
+                "chown postgres {}: is there a postgres user?",
+                c.dir.display()
+            );
+        }
+        c.run(
+            "initdb",
+            &[
+                "-D",
+                &c.data(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
+        );
+        c.start_server();
+        c
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let path = self.bin.join(program);
+        let mut cmd = if self.as_root {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&path);
+            c
+        } else {
+            std::process::Command::new(&path)
+        };
+        let out = cmd
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts the (stopped) server and waits until it takes connections.
+    pub fn start_server(&self) {
+        let opts = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log").display().to_string();
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                &log,
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                &opts,
+                "start",
+            ],
+        );
+    }
+
+    /// Stops the server at once (`pg_ctl stop -m immediate`): connections drop.
+    pub fn stop_server(&self) {
+        self.run("pg_ctl", &["-D", &self.data(), "-m", "immediate", "stop"]);
+    }
+
+    /// `postgresql://postgres@127.0.0.1:port/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let path = self.bin.join("pg_ctl");
+        let data = self.data();
+        let mut cmd = if self.as_root {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&path);
+            c
+        } else {
+            std::process::Command::new(&path)
+        };
+        let _ = cmd
+            .args(["-D", &data, "-m", "immediate", "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -157,7 +157,13 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     .unwrap_or(0);
                 if n_inputs >= 2 {
                     (0..n_inputs)
-                        .map(|_| InputMetrics::new(n.parallelism))
+                        .map(|i| InputMetrics {
+                            in_spread: match &n.kind {
+                                NodeKind::Operator { factory } => factory.in_event_time_spread(i),
+                                _ => true,
+                            },
+                            ..InputMetrics::new(n.parallelism)
+                        })
                         .collect()
                 } else {
                     Vec::new()
