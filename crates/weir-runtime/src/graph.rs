@@ -302,6 +302,10 @@ pub struct JobConfig {
     pub max_dead_letter_share: Option<f64>,
     /// Checkpoints every interval into a directory; `None`: no checkpoints.
     pub checkpointing: Option<crate::checkpoint::CheckpointConfig>,
+    /// The time-lag objective (`weir.slo.time-lag`): a source split whose last row is older
+    /// than this, in wall-clock time, breaches it; breaches are counted in the metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_time_lag_ms: Option<i64>,
 }
 
 impl Default for JobConfig {
@@ -316,6 +320,7 @@ impl Default for JobConfig {
             allow_misaligned_start: false,
             max_dead_letter_share: None,
             checkpointing: None,
+            slo_time_lag_ms: None,
         }
     }
 }
@@ -340,6 +345,15 @@ impl JobConfig {
         }
         if let Some(c) = &self.checkpointing {
             c.validate()?;
+        }
+        if let Some(ms) = self.slo_time_lag_ms {
+            if ms <= 0 {
+                return Err(Error::config(
+                    "slo_time_lag_ms",
+                    ms,
+                    "a time lag objective is a positive duration, such as '5 min'",
+                ));
+            }
         }
         if let Some(share) = self.max_dead_letter_share {
             if !(0.0..=1.0).contains(&share) {

@@ -189,6 +189,8 @@ pub struct JobMetrics {
     /// Hot keys per keyed exchange.
     pub exchanges: Vec<Arc<crate::hotkeys::ExchangeMetrics>>,
     pub checkpoints: CheckpointMetrics,
+    /// The time-lag objective, ms (`JobConfig::slo_time_lag_ms`).
+    pub slo_time_lag_ms: Option<i64>,
 }
 
 /// Checkpoints of a job: how many completed, how long they took, how large they are.
@@ -250,6 +252,24 @@ pub struct MetricsSnapshot {
     /// The heaviest keys of every keyed exchange.
     pub hot_keys: Vec<ExchangeSnapshot>,
     pub checkpoints: CheckpointSnapshot,
+    /// The time-lag objective, when the job has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloSnapshot>,
+}
+
+/// The time-lag objective: how often and how far source splits' time lag went beyond it.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct SloSnapshot {
+    pub time_lag_ms: i64,
+    /// Some split is beyond the objective now.
+    pub breaching: bool,
+    /// How many times a breach began (samples, about one a second, that found a split beyond
+    /// it after one that found none).
+    pub breaches: u64,
+    /// Samples that found a split beyond it.
+    pub breaching_samples: u64,
+    /// The greatest time lag seen, ms.
+    pub worst_time_lag_ms: i64,
 }
 
 impl MetricsSnapshot {
@@ -301,6 +321,14 @@ pub struct NodeSnapshot {
     /// The gap between the inputs' greatest event times, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_time_spread_ms: Option<i64>,
+    /// For a source: the gap between the watermarks of its splits that are neither idle nor
+    /// finished (one split replaying behind the others), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split_spread_ms: Option<i64>,
+    /// The split spread is above the alert threshold (`JobConfig::spread_alert_ms`), and how
+    /// often that alert was raised.
+    pub split_spread_alert: bool,
+    pub split_spread_alerts: u64,
     /// The spread is above the alert threshold.
     pub spread_alert: bool,
     /// How often the spread alert was raised, and the greatest spread seen.
@@ -369,6 +397,9 @@ pub struct MetricsReporter {
     last_at: Option<ProcTime>,
     last: Vec<Vec<(u64, u64, u64)>>,
     in_flight_bound_rows: i64,
+    /// Per node: whether its split spread alert is raised, and how often it was.
+    split_alerts: Vec<(bool, u64)>,
+    slo: SloSnapshot,
 }
 
 impl MetricsReporter {
@@ -379,6 +410,8 @@ impl MetricsReporter {
             last_at: None,
             last: Vec::new(),
             in_flight_bound_rows,
+            split_alerts: Vec::new(),
+            slo: SloSnapshot::default(),
         }
     }
 
@@ -420,7 +453,7 @@ impl MetricsReporter {
                 });
             }
             last.push(lasts);
-            let splits = n
+            let splits: Vec<SplitSnapshot> = n
                 .splits
                 .lock()
                 .expect("metrics lock")
@@ -491,7 +524,35 @@ impl MetricsReporter {
                     }
                 })
                 .collect();
+            let active: Vec<i64> = (splits.iter())
+                .filter(|s| !s.idle && !s.finished)
+                .filter_map(|s| s.watermark)
+                .collect();
+            let split_spread = (active.len() >= 2)
+                .then(|| active.iter().max().unwrap_or(&0) - active.iter().min().unwrap_or(&0));
+            if self.split_alerts.len() <= ni {
+                self.split_alerts.resize(ni + 1, (false, 0));
+            }
+            let alert = split_spread.is_some_and(|s| s > n.spread_alert_ms);
+            let (raised, count) = &mut self.split_alerts[ni];
+            if alert && !*raised {
+                *count += 1;
+                tracing::warn!(
+                    source = %n.name,
+                    spread_ms = split_spread.unwrap_or(0),
+                    "the splits of source `{}` are {} s apart in watermark (alert above {} s): \
+                     one split is replaying or stalled behind the others",
+                    n.name,
+                    split_spread.unwrap_or(0) / 1000,
+                    n.spread_alert_ms / 1000
+                );
+            }
+            *raised = alert;
+            let split_alerts = *count;
             nodes.push(NodeSnapshot {
+                split_spread_ms: split_spread,
+                split_spread_alert: alert,
+                split_spread_alerts: split_alerts,
                 inputs,
                 event_time_spread_ms: n.event_time_spread(),
                 spread_alert: n.spread_alert.load(Relaxed),
@@ -527,6 +588,32 @@ impl MetricsReporter {
             .map(|c| c.stats.peak_in_flight_rows.load(Relaxed))
             .sum();
         let bottleneck = bottleneck(&nodes, &self.job);
+        let slo = self.job.slo_time_lag_ms.map(|objective| {
+            let worst = (nodes.iter())
+                .flat_map(|n| &n.splits)
+                .filter(|s| !s.finished)
+                .filter_map(|s| s.time_lag_ms)
+                .max();
+            let breaching = worst.is_some_and(|w| w > objective);
+            let s = &mut self.slo;
+            s.time_lag_ms = objective;
+            if breaching {
+                s.breaching_samples += 1;
+                if !s.breaching {
+                    s.breaches += 1;
+                    tracing::warn!(
+                        time_lag_ms = worst.unwrap_or(0),
+                        "a source split's time lag is {} s, beyond the objective of {} s \
+                         (weir.slo.time-lag)",
+                        worst.unwrap_or(0) / 1000,
+                        objective / 1000
+                    );
+                }
+            }
+            s.breaching = breaching;
+            s.worst_time_lag_ms = s.worst_time_lag_ms.max(worst.unwrap_or(0));
+            *s
+        });
         MetricsSnapshot {
             at: now.0,
             interval_secs: interval_ms / 1000.0,
@@ -536,6 +623,7 @@ impl MetricsReporter {
             in_flight_bound_rows: self.in_flight_bound_rows,
             bottleneck,
             checkpoints: self.job.checkpoints.snapshot(),
+            slo,
             hot_keys: self
                 .job
                 .exchanges

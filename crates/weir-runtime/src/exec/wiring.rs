@@ -180,6 +180,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         channels,
         exchanges,
         checkpoints: Default::default(),
+        slo_time_lag_ms: cfg.slo_time_lag_ms,
     });
 
     let mut tasks = JoinSet::new();

@@ -151,6 +151,10 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
             None => 1,
         },
     };
+    let slo_time_lag_ms = match settings.get("weir.slo.time-lag") {
+        Some(v) => Some(duration_ms("weir.slo.time-lag", v)?),
+        None => None,
+    };
     let max_dead_letter_share = match settings.get("weir.max-dead-letter-share") {
         Some(v) => Some(v.parse::<f64>().map_err(|_| {
             plan_err(format!(
@@ -190,6 +194,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         JobConfig {
             parallelism,
             max_dead_letter_share,
+            slo_time_lag_ms,
             checkpointing,
             ..Default::default()
         },

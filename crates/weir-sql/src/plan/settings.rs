@@ -12,6 +12,7 @@ pub(super) const SETTINGS: &[&str] = &[
     "weir.aggregation.hot-key-share",
     "weir.window.max-windows-per-row",
     "weir.max-dead-letter-share",
+    "weir.slo.time-lag",
     "scan.watermark.idle-timeout",
     "scan.watermark.alignment.group",
     "scan.watermark.alignment.max-drift",
