@@ -90,6 +90,7 @@ impl SqlScalar {
     pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
         let fail = datafusion_message;
         let ast = parse_expr(&self.sql).map_err(|e| e.to_string())?;
+        refuse_over_windows(&ast)?;
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(fail)?;
         let provider = functions();
         let planner =
@@ -142,7 +143,33 @@ fn parse_expr(sql: &str) -> Result<sqlparser::ast::Expr> {
 }
 
 /// DataFusion's message without its error-kind prefix and backtrace hint.
+/// OVER windows (ROW_NUMBER() for Top-N and deduplication, OVER aggregation) are not planned
+/// yet: say so, instead of the expression planner's internal message.
+fn refuse_over_windows(ast: &sqlparser::ast::Expr) -> std::result::Result<(), String> {
+    use sqlparser::ast::{visit_expressions, Expr};
+    use std::ops::ControlFlow;
+    let found = visit_expressions(ast, |e| match e {
+        Expr::Function(f) if f.over.is_some() => ControlFlow::Break(f.name.to_string()),
+        _ => ControlFlow::Continue(()),
+    });
+    match found {
+        ControlFlow::Break(name) => Err(format!(
+            "{name}() OVER (...): OVER windows (Top-N and deduplication with ROW_NUMBER(), OVER \
+             aggregation) are not supported yet; weir aggregates in event-time windows with \
+             TUMBLE, HOP and SESSION table functions and GROUP BY window_start, window_end"
+        )),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
 fn datafusion_message(e: datafusion_common::DataFusionError) -> String {
+    if let datafusion_common::DataFusionError::Internal(m) = e.find_root() {
+        // Never an internal message alone: say what it means for the user.
+        return format!(
+            "weir cannot plan this expression (the expression planner failed: {})",
+            m.lines().next().unwrap_or_default().trim_end_matches('.')
+        );
+    }
     let e = e.find_root().to_string();
     let e = e
         .strip_prefix("Error during planning: ")

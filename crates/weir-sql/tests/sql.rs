@@ -91,6 +91,10 @@ fn errors_users_meet() {
         ("unknown_function", format!("{TABLES} INSERT INTO out2 SELECT click_id, TIMESTAMPADD(SECOND, 1, ts) FROM clicks")),
         ("type_error", format!("{TABLES} INSERT INTO out2 SELECT click_id + 'abc', ts FROM clicks")),
         (
+            "over_window",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
+        ),
+        (
             "unbounded_join",
             format!("{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i ON c.ad_id = i.ad_id"),
         ),
