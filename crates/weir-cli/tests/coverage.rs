@@ -134,3 +134,8 @@ fn aggregates_over_decimal_and_bigint_have_flinks_types_and_values() {
 fn timestamps_are_written_as_flink_writes_them() {
     check("timestamps");
 }
+
+#[test]
+fn having_filters_the_windows_results() {
+    check("having");
+}

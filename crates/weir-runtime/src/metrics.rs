@@ -149,9 +149,7 @@ impl InputMetrics {
     /// Whether the input has ended in every subtask (its watermark is the end of time): an
     /// input that has nothing more to send lags nothing.
     fn ended(&self) -> bool {
-        self.watermarks
-            .iter()
-            .all(|w| w.load(Relaxed) == i64::MAX)
+        self.watermarks.iter().all(|w| w.load(Relaxed) == i64::MAX)
     }
 }
 

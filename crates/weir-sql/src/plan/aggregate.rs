@@ -186,7 +186,7 @@ impl Planner {
                 column: n.into(),
             });
         }
-        let windowed = Rel {
+        let mut windowed = Rel {
             primary_key: Vec::new(),
             upsert_keys: None,
             proc_time_attrs: Vec::new(),
@@ -195,6 +195,13 @@ impl Planner {
             time_columns: vec!["window_time".into()],
             alias: rel.alias.clone(),
         };
+        // HAVING filters the windows' results.
+        if let Some(h) = &select.having {
+            let predicate = scalar_with_aggs(h, &windowed, Some(&aggs))?;
+            windowed.stream = windowed
+                .stream
+                .apply("having", Arc::new(Calc::filter(predicate)));
+        }
         let exprs = select_exprs(select, &windowed, Some(&aggs))?;
         Ok((windowed, exprs))
     }
@@ -207,9 +214,11 @@ pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grou
     let GroupByExpr::Expressions(group, _) = &select.group_by else {
         return Err(plan_err("GROUP BY ALL is not supported"));
     };
-    if let Some(h) = &select.having {
+    if let (Some(h), false) = (&select.having, windowed) {
         return Err(plan_err(format!(
-            "HAVING {h} is not supported yet; filter the aggregated rows in an outer query or view"
+            "HAVING {h} on a GROUP BY without a window is not supported yet (a key whose result \
+             stops matching would need its row deleted); filter in a windowed aggregation, or \
+             downstream of the upsert table"
         )));
     }
     let mut keys = Vec::new();
@@ -244,6 +253,10 @@ pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grou
             _ => continue,
         };
         collect_aggregates(e, &rel, &mut aggs, &mut args)?;
+    }
+    // HAVING's aggregates are computed with the others (`HAVING COUNT(*) > 3`).
+    if let Some(h) = &select.having {
+        collect_aggregates(h, &rel, &mut aggs, &mut args)?;
     }
     // Aggregated expressions (`SUM(price * qty)`) become columns first.
     let mut rel = rel;
