@@ -43,6 +43,8 @@ pub struct DemoArgs {
     /// Write the job graph as JSON to this file (run it with `weir run`) and stop.
     #[arg(long)]
     pub write_job: Option<PathBuf>,
+    #[command(flatten)]
+    pub http: crate::web::HttpArgs,
 }
 
 /// Ads 1..=500: currency `C<ad % 20>` and a price per click, valid from the epoch on.
@@ -228,14 +230,34 @@ pub async fn run(a: DemoArgs) -> Result<()> {
         return Ok(());
     }
     eprint!("{graph}");
-    let report = crate::supervise::run(graph, a.metrics_out.as_deref(), true)
-        .await?
-        .finished();
+    let web = crate::web::Web::start(&a.http, &graph).await?;
+    let result = crate::supervise::run_restarting(
+        graph,
+        a.metrics_out.as_deref(),
+        true,
+        web.as_ref().map(crate::web::Web::view),
+    )
+    .await
+    .map(crate::supervise::Supervised::ended);
+    if let Ok((report, None)) = &result {
+        print_results(&a, report);
+    }
+    if let Some(web) = web {
+        web.finish().await;
+    }
+    if let (_, Some(code)) = result? {
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
+/// What the demo computed and where it is.
+fn print_results(a: &DemoArgs, report: &weir_runtime::exec::JobReport) {
     println!(
         "ad-attribution demo: {} impressions at parallelism {}",
         a.rows, a.parallelism
     );
-    print!("{}", crate::supervise::summary(&report));
+    print!("{}", crate::supervise::summary(report));
     for n in &report.metrics.nodes {
         if n.kind.starts_with("operator") && !n.gauges.is_empty() {
             let g: Vec<String> = n
@@ -257,7 +279,6 @@ pub async fn run(a: DemoArgs) -> Result<()> {
         "and in the SQLite file {0} (tables revenue_per_click, clicks_per_ad); try:\n  \
          sqlite3 {0} \"SELECT currency, COUNT(*) AS clicks, SUM(revenue_eur) AS revenue_eur \
          FROM revenue_per_click GROUP BY currency ORDER BY revenue_eur DESC\"",
-        results_db(&a).display()
+        results_db(a).display()
     );
-    Ok(())
 }

@@ -5,6 +5,7 @@ mod demo;
 mod gen;
 mod procstat;
 mod supervise;
+mod web;
 
 use std::path::PathBuf;
 
@@ -70,6 +71,8 @@ enum Command {
         /// changed, instead of refusing to start.
         #[arg(long)]
         allow_non_restored_state: bool,
+        #[command(flatten)]
+        http: web::HttpArgs,
     },
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
@@ -97,6 +100,27 @@ fn registry() -> weir_runtime::Registry {
     weir_connectors::register(&mut r);
     weir_sql::register(&mut r);
     weir_jdbc::register(&mut r);
+    // A sink of any kind held to a rate: `{"rows_per_sec": N, "inner": {"kind", "spec"}}`, as
+    // `RateLimitedSink` writes itself into a job graph.
+    r.add_sink("rate_limited", |spec| {
+        #[derive(serde::Deserialize)]
+        struct Inner {
+            kind: String,
+            #[serde(default)]
+            spec: serde_json::Value,
+        }
+        #[derive(serde::Deserialize)]
+        struct RateLimited {
+            rows_per_sec: u64,
+            inner: Inner,
+        }
+        let s: RateLimited = weir_runtime::graph::spec_from_json("rate_limited", spec)?;
+        let inner = registry().sink(&s.inner.kind, &s.inner.spec)?;
+        Ok(std::sync::Arc::new(weir_runtime::RateLimitedSink::new(
+            inner,
+            weir_runtime::RateLimitHandle::new(s.rows_per_sec),
+        )))
+    });
     r
 }
 
@@ -167,6 +191,8 @@ fn read_job(
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
+        // Colour only for a terminal: piped and CI logs get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
@@ -190,6 +216,7 @@ fn main() -> Result<()> {
             restore,
             from_savepoint,
             allow_non_restored_state,
+            http,
         } => {
             let restore = restore.or(from_savepoint.map(|p| p.display().to_string()));
             let mut graph = read_job(&job, &vars, parallelism)?;
@@ -226,16 +253,29 @@ fn main() -> Result<()> {
             if graph.config.dead_letter_path.is_none() {
                 graph.config.dead_letter_path = Some(PathBuf::from("weir-dead-letters.jsonl"));
             }
-            let report = rt
-                .block_on(supervise::run_restarting(
+            let exit_code = rt.block_on(async {
+                let web = web::Web::start(&http, &graph).await?;
+                let result = supervise::run_restarting(
                     graph,
                     metrics_out.as_deref(),
                     true,
-                ))?
-                .finished();
-            eprint!("{}", supervise::summary(&report));
-            if let (Some(r), None) = (&restore_asked, &report.restored) {
-                eprintln!("restored:       nothing (--restore {r}: no checkpoint yet), started from the beginning");
+                    web.as_ref().map(web::Web::view),
+                )
+                .await
+                .map(supervise::Supervised::ended);
+                if let Ok((report, None)) = &result {
+                    eprint!("{}", supervise::summary(report));
+                    if let (Some(r), None) = (&restore_asked, &report.restored) {
+                        eprintln!("restored:       nothing (--restore {r}: no checkpoint yet), started from the beginning");
+                    }
+                }
+                if let Some(web) = web {
+                    web.finish().await;
+                }
+                result.map(|(_, code)| code)
+            })?;
+            if let Some(code) = exit_code {
+                std::process::exit(code);
             }
         }
         Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None)?),

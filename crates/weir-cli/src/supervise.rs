@@ -3,20 +3,30 @@
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use weir_core::SystemClock;
+use weir_http::{JobActions, JobStatus, JobView};
 use weir_runtime::exec::{self, JobReport};
 use weir_runtime::JobGraph;
 
+/// What stopped a job, once known: the first of the signals and API requests wins.
+type StoppedByCell = Arc<Mutex<Option<StoppedBy>>>;
+
+fn stopped_by_first(cell: &StoppedByCell, by: StoppedBy) {
+    cell.lock().expect("stop cause lock").get_or_insert(by);
+}
+
 /// Runs `graph` to the end; shows progress on bounded inputs when `progress` and stderr is a
-/// terminal; writes metrics to `metrics_out` every second and at the end.
+/// terminal; writes metrics to `metrics_out` and publishes them to `view` (the HTTP server's)
+/// every second and at the end. The view's actions are this job's savepoint and stop.
 pub async fn run(
     graph: JobGraph,
     metrics_out: Option<&Path>,
     progress: bool,
+    view: Option<&Arc<JobView>>,
 ) -> Result<Supervised> {
     let sinks: Vec<(String, String)> = (graph.nodes.iter())
         .filter_map(|n| match &n.kind {
@@ -36,7 +46,14 @@ pub async fn run(
     let job = exec::start(graph, Arc::new(SystemClock))?;
     let stop = job.stop_handle();
     let savepoints = job.savepoint_handle();
-    let stopped_by: Arc<std::sync::OnceLock<Signal>> = Arc::default();
+    let stopped_by: StoppedByCell = Arc::default();
+    if let Some(view) = view {
+        view.set_actions(api_actions(
+            &stop,
+            checkpointing.then(|| savepoints.clone()),
+            &stopped_by,
+        ));
+    }
     let signals = {
         let stopped_by = stopped_by.clone();
         tokio::spawn(async move {
@@ -56,7 +73,7 @@ pub async fn run(
                         continue;
                     }
                 };
-                let _ = stopped_by.set(which);
+                stopped_by_first(&stopped_by, StoppedBy::Signal(which));
                 if which == Signal::Term && checkpointing {
                     // Stop with a savepoint: the job goes on from it with --from-savepoint.
                     match savepoints.take(true).await {
@@ -85,6 +102,7 @@ pub async fn run(
     let out = metrics_out.map(Path::to_path_buf);
     let watcher = {
         let bar = bar.clone();
+        let view = view.cloned();
         tokio::spawn(async move {
             let mut tick = 0u64;
             loop {
@@ -105,12 +123,15 @@ pub async fn run(
                     }
                     bar.set_message(format!("{rows} rows read"));
                 }
-                if tick.is_multiple_of(10) {
+                if tick.is_multiple_of(10) && (out.is_some() || view.is_some()) {
+                    let snap = reporter.sample(started);
                     if let Some(path) = &out {
-                        let snap = reporter.sample(started);
                         if let Ok(json) = serde_json::to_vec_pretty(&snap) {
                             let _ = std::fs::write(path, json);
                         }
+                    }
+                    if let Some(view) = &view {
+                        view.publish(snap);
                     }
                 }
             }
@@ -119,40 +140,100 @@ pub async fn run(
     let result = job.wait().await;
     watcher.abort();
     signals.abort();
-    let signal = stopped_by.get().copied();
+    let stopped_by = *stopped_by.lock().expect("stop cause lock");
     if let Some(bar) = bar {
         bar.finish_and_clear();
+    }
+    if let Some(view) = view {
+        // The job's handles act on nothing now (a restarted job brings its own).
+        view.set_actions(JobActions::new());
+        if let Ok(report) = &result {
+            view.publish(report.metrics.clone());
+        }
     }
     let report = result?;
     if let Some(path) = metrics_out {
         std::fs::write(path, serde_json::to_vec_pretty(&report.metrics)?)
             .with_context(|| format!("writing metrics to {}", path.display()))?;
     }
-    // A signal that came after the job completed stopped nothing.
-    let signal = signal.filter(|_| report.stopped);
+    // A signal or request that came after the job completed stopped nothing.
+    let stopped_by = stopped_by.filter(|_| report.stopped);
     Ok(Supervised {
         report,
-        signal,
+        stopped_by,
         restarts: 0,
         sinks,
+    })
+}
+
+/// The HTTP API's actions on a job: a stop (as SIGINT or SIGTERM without checkpoints: the
+/// summary and exit code 143) and, with checkpoints, savepoints (with `stop`, as SIGTERM with
+/// checkpoints: exit code 0 and the savepoint to go on from).
+fn api_actions(
+    stop: &exec::StopHandle,
+    savepoints: Option<exec::SavepointHandle>,
+    stopped_by: &StoppedByCell,
+) -> JobActions {
+    let actions = JobActions::new().on_stop({
+        let stop = stop.clone();
+        let stopped_by = stopped_by.clone();
+        move || {
+            stopped_by_first(&stopped_by, StoppedBy::HttpApi);
+            stop.stop();
+        }
+    });
+    let Some(savepoints) = savepoints else {
+        return actions;
+    };
+    let stopped_by = stopped_by.clone();
+    actions.on_savepoint(move |then_stop| {
+        let savepoints = savepoints.clone();
+        let stopped_by = stopped_by.clone();
+        async move {
+            // Known before the job stops, as a signal's is.
+            let mine = then_stop && {
+                let mut by = stopped_by.lock().expect("stop cause lock");
+                let first = by.is_none();
+                by.get_or_insert(StoppedBy::HttpApi);
+                first
+            };
+            let result = savepoints.take(then_stop).await;
+            if result.is_err() && mine {
+                // No savepoint, so no stop: a later signal says what stopped the job.
+                *stopped_by.lock().expect("stop cause lock") = None;
+            }
+            result.map_err(|e| e.to_string())
+        }
     })
 }
 
 /// [`run`] again from the newest checkpoint after a failure while running, as the job's
 /// restart strategy says (only with checkpoints: without, there is nothing to go on from).
 /// Failures that would happen again (a refused plan, a bad setting, a bad record with the
-/// `fail` policy, too many dead letters) are not restarted.
+/// `fail` policy, too many dead letters) are not restarted. `view` follows every run and gets
+/// the status: restarting after a failure, and finished, stopped or failed at the end.
 pub async fn run_restarting(
     mut graph: JobGraph,
     metrics_out: Option<&Path>,
     progress: bool,
+    view: Option<&Arc<JobView>>,
 ) -> Result<Supervised> {
     let strategy = graph.config.checkpointing.as_ref().map(|c| c.restart);
     let mut restarts = 0;
+    let set_status = |status: JobStatus| {
+        if let Some(view) = view {
+            view.set_status(status);
+        }
+    };
     loop {
-        match run(graph.clone(), metrics_out, progress).await {
+        match run(graph.clone(), metrics_out, progress, view).await {
             Ok(mut s) => {
                 s.restarts = restarts;
+                set_status(if s.report.stopped {
+                    JobStatus::Stopped
+                } else {
+                    JobStatus::Finished
+                });
                 return Ok(s);
             }
             Err(e) => {
@@ -163,20 +244,28 @@ pub async fn run_restarting(
                     .filter(|_| again)
                     .and_then(|s| s.delay_before(restarts + 1));
                 let Some(delay) = delay else {
-                    return Err(if restarts > 0 {
+                    let e = if restarts > 0 {
                         e.context(format!(
                             "the job failed again after {restarts} restart{} from its checkpoints",
                             if restarts == 1 { "" } else { "s" }
                         ))
                     } else {
                         e
+                    };
+                    set_status(JobStatus::Failed {
+                        error: format!("{e:#}"),
                     });
+                    return Err(e);
                 };
                 restarts += 1;
                 eprintln!(
                     "weir: the job failed: {e:#}\nweir: restart {restarts} from the newest checkpoint in {} ms",
                     delay.as_millis()
                 );
+                set_status(JobStatus::Restarting {
+                    restarts,
+                    error: format!("{e:#}"),
+                });
                 tokio::time::sleep(delay).await;
                 if let Some(c) = graph.config.checkpointing.as_mut() {
                     c.restore = Some("latest".into());
@@ -210,10 +299,36 @@ impl Signal {
     }
 }
 
-/// How a supervised run ended: its report, and the signal that stopped it, if one did.
+/// What stopped a job before the end of its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoppedBy {
+    Signal(Signal),
+    /// `POST /api/v1/stop`, or a savepoint with stop: as SIGTERM (exit code 143; 0 with a
+    /// savepoint).
+    HttpApi,
+}
+
+impl StoppedBy {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            StoppedBy::Signal(s) => s.exit_code(),
+            StoppedBy::HttpApi => Signal::Term.exit_code(),
+        }
+    }
+
+    /// `by signal (SIGTERM)`, `through the HTTP API`.
+    pub fn how(self) -> String {
+        match self {
+            StoppedBy::Signal(s) => format!("by signal ({})", s.name()),
+            StoppedBy::HttpApi => "through the HTTP API".into(),
+        }
+    }
+}
+
+/// How a supervised run ended: its report, and what stopped it, if something did.
 pub struct Supervised {
     pub report: JobReport,
-    pub signal: Option<Signal>,
+    pub stopped_by: Option<StoppedBy>,
     /// How often the job was restarted from a checkpoint after a failure.
     pub restarts: u32,
     /// (name, kind) of every sink.
@@ -221,35 +336,43 @@ pub struct Supervised {
 }
 
 impl Supervised {
-    /// The report of a job that ran to its end. A job stopped by a signal prints its summary,
-    /// says what became of each sink's output, and exits with 130 (SIGINT) or 143 (SIGTERM).
+    /// The report of a job that ran to its end; a stopped job's summary is printed and the
+    /// process exits (see [`Supervised::ended`]).
     pub fn finished(self) -> JobReport {
+        let (report, exit_code) = self.ended();
+        if let Some(code) = exit_code {
+            std::process::exit(code);
+        }
+        report
+    }
+
+    /// The report, and the exit code when the job was stopped before the end of its input:
+    /// then its summary is printed here with what became of each sink's output, and the code
+    /// is 130 (SIGINT), 143 (SIGTERM, the HTTP API's stop) or 0 (stopped with a savepoint).
+    pub fn ended(self) -> (JobReport, Option<i32>) {
         if self.restarts > 0 {
             eprintln!(
                 "restarts:       {} after failures, each from the newest checkpoint",
                 self.restarts
             );
         }
-        let Some(signal) = self.signal else {
-            return self.report;
+        let Some(by) = self.stopped_by else {
+            return (self.report, None);
         };
         if let Some(p) = &self.report.savepoint {
             eprint!("{}", summary(&self.report));
             eprintln!(
-                "stopped by signal ({}) with a savepoint: {}\ngo on from it with: weir run ... --from-savepoint {}",
-                signal.name(),
+                "stopped {} with a savepoint: {}\ngo on from it with: weir run ... --from-savepoint {}",
+                by.how(),
                 p.display(),
                 p.display()
             );
-            std::process::exit(0);
+            return (self.report, Some(0));
         }
         eprint!("{}", summary(&self.report));
-        eprintln!(
-            "stopped by signal ({}) before the end of the input",
-            signal.name()
-        );
+        eprintln!("stopped {} before the end of the input", by.how());
         eprint!("{}", stopped_sinks(&self.sinks));
-        std::process::exit(signal.exit_code());
+        (self.report, Some(by.exit_code()))
     }
 }
 

@@ -232,3 +232,62 @@ fn the_sql_example_job_runs() {
         "{plan}"
     );
 }
+
+/// `weir run` serves its web UI unless told `--http off`; an address given with `--http`
+/// that cannot be listened on is an error naming it and the way out.
+#[test]
+fn run_serves_http_unless_told_off_and_refuses_an_address_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("events.csv"), "k1,1\nk2,2\n").unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "job.sql"])
+            .args(extra)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The default address taken (here, or by whoever holds it): the next free port.
+    let holder = std::net::TcpListener::bind("127.0.0.1:8081");
+    let (status, stderr) = run(&[]);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("web UI and metrics: http://127.0.0.1:"),
+        "{stderr}"
+    );
+    if holder.is_ok() {
+        assert!(
+            stderr.contains("weir: 127.0.0.1:8081 is taken")
+                && !stderr.contains("web UI and metrics: http://127.0.0.1:8081/"),
+            "{stderr}"
+        );
+    }
+    drop(holder);
+    let (status, stderr) = run(&["--http", "off"]);
+    assert!(status.success(), "{stderr}");
+    assert!(!stderr.contains("web UI"), "{stderr}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (status, stderr) = run(&["--http", &addr]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot serve HTTP on {addr}")) && stderr.contains("--http off"),
+        "{stderr}"
+    );
+    let (status, stderr) = run(&["--http", "localhost"]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("HOST:PORT"), "{stderr}");
+}

@@ -199,3 +199,182 @@ fn a_job_that_keeps_failing_is_restarted_as_its_strategy_says_then_fails_saying_
         "{stderr}"
     );
 }
+
+/// A `weir` process whose stderr is read as it comes: the address of its HTTP server, and
+/// everything else.
+struct Served {
+    child: std::process::Child,
+    addr: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Served {
+    fn start(dir: &Path, args: &[&str]) -> Served {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pipe = child.stderr.take().unwrap();
+        let reader = {
+            let stderr = stderr.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(a) = line.strip_prefix("web UI and metrics: http://") {
+                        let _ = tx.send(a.trim_end_matches('/').to_string());
+                    }
+                    let mut s = stderr.lock().unwrap();
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            })
+        };
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no address printed: {}", stderr.lock().unwrap()));
+        Served {
+            child,
+            addr,
+            stderr,
+            reader,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn wait_for_line(&self, text: &str) {
+        for _ in 0..600 {
+            if self.stderr().contains(text) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no `{text}` in: {}", self.stderr());
+    }
+
+    /// One HTTP/1.1 request on a new connection; the whole answer.
+    fn request(&self, method: &str, path: &str) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.addr).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.addr
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    fn wait(self) -> (std::process::ExitStatus, String) {
+        let mut child = self.child;
+        let status = child.wait().unwrap();
+        self.reader.join().unwrap();
+        let stderr = self.stderr.lock().unwrap().clone();
+        (status, stderr)
+    }
+}
+
+#[test]
+fn a_stop_through_the_http_api_ends_the_job_as_sigterm_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_job(d);
+    let weir = Served::start(
+        d,
+        &[
+            "run",
+            "job.sql",
+            "--var",
+            "out=out",
+            "--http",
+            "127.0.0.1:0",
+        ],
+    );
+    let inprogress = d.join("out/.out.csv.inprogress");
+    for _ in 0..300 {
+        if std::fs::metadata(&inprogress).is_ok_and(|m| m.len() > 100) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let answer = weir.request("POST", "/api/v1/stop");
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    let (status, stderr) = weir.wait();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains("stopped through the HTTP API before the end of the input")
+            && stderr.contains("rows in:")
+            && stderr.contains("sink `out1` (file): incomplete output discarded"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("out/out.csv")).unwrap(),
+        PREVIOUS
+    );
+    // Logs into a pipe are plain text.
+    assert!(
+        stderr.contains("WARN") && !stderr.contains('\u{1b}'),
+        "{stderr:?}"
+    );
+}
+
+#[test]
+fn a_job_that_keeps_failing_is_shown_failed_while_its_server_lingers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("events.csv"), "k1,1\nk2,2\n").unwrap();
+    std::fs::write(d.join("blocked"), "a file").unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "SET 'execution.checkpointing.interval' = '1 s';
+         SET 'restart-strategy.type' = 'fixed-delay';
+         SET 'restart-strategy.fixed-delay.attempts' = '1';
+         SET 'restart-strategy.fixed-delay.delay' = '10 ms';
+         CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'blocked/out', 'format' = 'csv');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    let weir = Served::start(
+        d,
+        &[
+            "run",
+            "job.sql",
+            "--http",
+            "127.0.0.1:0",
+            "--http-linger",
+            "30",
+        ],
+    );
+    weir.wait_for_line("the web UI stays up for 30 s");
+    let job = weir.request("GET", "/api/v1/job");
+    assert!(
+        job.contains(r#""state":"failed""#) && job.contains("the job failed again after 1 restart"),
+        "{job}"
+    );
+    let stop = weir.request("POST", "/api/v1/stop");
+    assert!(stop.starts_with("HTTP/1.1 409"), "{stop}");
+    let ok = Command::new("kill")
+        .args(["-INT", &weir.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let (status, stderr) = weir.wait();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("restart 1 from the newest checkpoint"),
+        "{stderr}"
+    );
+}

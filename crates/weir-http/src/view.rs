@@ -445,9 +445,17 @@ impl JobView {
         self
     }
 
-    /// Sets the actions the API offers (again after a restart, with the new job's handles).
+    /// Sets the actions the API offers (again after a restart, with the new job's handles),
+    /// and tells the event stream with a status event: the UI reads the actions with the job
+    /// on every status event, so a page opened before they were set enables its buttons.
     pub fn set_actions(&self, actions: JobActions) {
         *self.actions.lock().expect("actions lock") = actions;
+        let event = {
+            let mut st = self.state.write().expect("view lock");
+            st.seq += 1;
+            self.status_event(&st)
+        };
+        let _ = self.events.send(event);
     }
 
     pub(crate) fn actions(&self) -> JobActions {
