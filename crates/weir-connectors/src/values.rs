@@ -188,10 +188,24 @@ impl RowBuilder {
         let quoted = || Excerpt::of(text);
         let t = text.trim();
         match &self.builders[col] {
-            Builder::Int64(_) | Builder::Int32(_) | Builder::TimestampMs(..) => t
+            Builder::Int64(_) | Builder::Int32(_) => t
                 .parse::<i64>()
                 .map(Value::Int)
                 .map_err(|_| format!("column `{}`: {} is not an integer", name(), quoted())),
+            Builder::TimestampMs(..) => t
+                .parse::<i64>()
+                .ok()
+                .or_else(|| timestamp_ms(t))
+                .map(Value::Int)
+                .ok_or_else(|| {
+                    format!(
+                        "column `{}`: {} is not a timestamp (`2024-01-01 00:00:00`, with an \
+                         optional fraction of a second, as Flink writes them, or epoch \
+                         milliseconds)",
+                        name(),
+                        quoted()
+                    )
+                }),
             Builder::Float64(_) | Builder::Float32(_) => t
                 .parse::<f64>()
                 .map(Value::Float)
@@ -368,6 +382,16 @@ mod tests {
     }
 }
 
+/// Epoch ms of a timestamp as Flink writes it (`2024-01-01 00:00:00`, a fraction of a second
+/// optional, `T` for the space and a closing `Z` accepted), in UTC; `None` if it is not one.
+fn timestamp_ms(t: &str) -> Option<i64> {
+    let t = t.strip_suffix('Z').unwrap_or(t);
+    ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(t, f).ok())
+        .map(|d| d.and_utc().timestamp_millis())
+}
+
 /// `batch` as text formats write it, spelled as Flink writes it: TIMESTAMP columns become
 /// `2024-01-01 00:00:00`, with the fraction of a second when it is not zero and without its
 /// trailing zeros (`00:00:02.12`), and `Z` after a TIMESTAMP_LTZ (a timestamp with a time
@@ -493,5 +517,15 @@ mod flink_text_tests {
         assert_eq!(t[5].as_deref(), Some("1969-12-31 23:59:59.999"));
         assert_eq!(col(2)[1].as_deref(), Some("1970-01-01 00:00:02.12Z"));
         assert_eq!(out.column(0).len(), 6, "other columns pass through");
+        // And they read back.
+        for (text, ms) in [
+            ("1970-01-01 00:00:02.12", 2_120),
+            ("1970-01-01 00:01:01.001Z", 61_001),
+            ("1969-12-31 23:59:59.999", -1),
+            ("2024-01-01T00:00:00", 1_704_067_200_000),
+        ] {
+            assert_eq!(timestamp_ms(text), Some(ms), "{text}");
+        }
+        assert_eq!(timestamp_ms("2024-13-01 00:00:00"), None);
     }
 }
