@@ -479,6 +479,34 @@ pub fn summary(r: &JobReport) -> String {
             n.spread_alerts
         );
     }
+    for n in m.nodes.iter().filter(|n| n.split_spread_alerts > 0) {
+        let _ = writeln!(
+            s,
+            "ALERT:          the splits of source `{}` drifted up to {:.0} s apart in watermark \
+             ({} times above the threshold): one split is replaying or stalled behind the others",
+            n.name,
+            n.peak_split_spread_ms.unwrap_or(0) as f64 / 1000.0,
+            n.split_spread_alerts
+        );
+    }
+    if let Some(slo) = m.slo.filter(|s| s.breaches > 0) {
+        let _ = writeln!(
+            s,
+            "ALERT:          time lag beyond the objective of {:.0} s ({} breaches, {} s of \
+             samples; worst {:.0} s): weir.slo.time-lag",
+            slo.time_lag_ms as f64 / 1000.0,
+            slo.breaches,
+            slo.breaching_samples,
+            slo.worst_time_lag_ms as f64 / 1000.0
+        );
+    } else if let Some(slo) = m.slo {
+        let _ = writeln!(
+            s,
+            "time lag:       within the objective of {:.0} s (worst {:.0} s)",
+            slo.time_lag_ms as f64 / 1000.0,
+            slo.worst_time_lag_ms as f64 / 1000.0
+        );
+    }
     for x in &m.hot_keys {
         if let Some(k) = x.top.first().filter(|k| k.share >= 0.2) {
             let _ = writeln!(

@@ -495,6 +495,28 @@ pub fn render(view: &JobView) -> String {
         |n| multi(n).then_some(n.spread_alerts),
     );
 
+    // The spread between the splits of one source.
+    let source = |n: &NodeSnapshot| n.kind.starts_with("source");
+    l.per_node(
+        &mut x,
+        &m,
+        "weir_source_split_spread_seconds",
+        Gauge,
+        "The gap between the watermarks of a source's splits that are neither idle nor finished.",
+        |n| n.split_spread_ms.filter(|_| source(n)).map(secs),
+    );
+    l.per_node(&mut x, &m, "weir_source_split_spread_alert", Gauge,
+        "1 while a source's splits are further apart in watermark than the spread threshold: one split is replaying or stalled.",
+        |n| source(n).then_some(n.split_spread_alert));
+    l.per_node(
+        &mut x,
+        &m,
+        "weir_source_split_spread_alerts_total",
+        Counter,
+        "How often a source's split spread alert was raised.",
+        |n| source(n).then_some(n.split_spread_alerts),
+    );
+
     // Per source split.
     l.per_split(
         &mut x,
@@ -653,6 +675,28 @@ pub fn render(view: &JobView) -> String {
         "The bound rows in flight are held to: buffers x batch rows x channels.",
     )
     .sample(&[("job", job)], m.in_flight_bound_rows);
+
+    // The time-lag objective.
+    if let Some(slo) = m.slo {
+        x.family(
+            "weir_slo_time_lag_objective_seconds",
+            Gauge,
+            "The time-lag objective (weir.slo.time-lag).",
+        )
+        .sample(&[("job", job)], secs(slo.time_lag_ms));
+        x.family(
+            "weir_slo_time_lag_breaching",
+            Gauge,
+            "1 while a source split's time lag is beyond the objective.",
+        )
+        .sample(&[("job", job)], slo.breaching);
+        x.family(
+            "weir_slo_time_lag_breaches_total",
+            Counter,
+            "How often a source split's time lag went beyond the objective.",
+        )
+        .sample(&[("job", job)], slo.breaches);
+    }
 
     // Checkpoints.
     let c = &m.checkpoints;

@@ -189,6 +189,18 @@ pub struct JobMetrics {
     pub checkpoints: CheckpointMetrics,
     /// The time-lag objective, ms (`JobConfig::slo_time_lag_ms`).
     pub slo_time_lag_ms: Option<i64>,
+    /// What the samples found so far, kept here so that every reporter (the CLI's every
+    /// second, the final report's) counts on: per node, whether its split spread alert is
+    /// raised and how often it was; the objective's breaches.
+    pub alerts: std::sync::Mutex<AlertState>,
+}
+
+/// See [`JobMetrics::alerts`].
+#[derive(Debug, Default)]
+pub struct AlertState {
+    /// Per node: alert raised, times raised, the greatest split spread seen.
+    split_alerts: Vec<(bool, u64, i64)>,
+    slo: SloSnapshot,
 }
 
 /// Checkpoints of a job: how many completed, how long they took, how large they are.
@@ -327,6 +339,9 @@ pub struct NodeSnapshot {
     /// often that alert was raised.
     pub split_spread_alert: bool,
     pub split_spread_alerts: u64,
+    /// The greatest split spread seen, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_split_spread_ms: Option<i64>,
     /// The spread is above the alert threshold.
     pub spread_alert: bool,
     /// How often the spread alert was raised, and the greatest spread seen.
@@ -395,9 +410,6 @@ pub struct MetricsReporter {
     last_at: Option<ProcTime>,
     last: Vec<Vec<(u64, u64, u64)>>,
     in_flight_bound_rows: i64,
-    /// Per node: whether its split spread alert is raised, and how often it was.
-    split_alerts: Vec<(bool, u64)>,
-    slo: SloSnapshot,
 }
 
 impl MetricsReporter {
@@ -408,8 +420,6 @@ impl MetricsReporter {
             last_at: None,
             last: Vec::new(),
             in_flight_bound_rows,
-            split_alerts: Vec::new(),
-            slo: SloSnapshot::default(),
         }
     }
 
@@ -528,11 +538,13 @@ impl MetricsReporter {
                 .collect();
             let split_spread = (active.len() >= 2)
                 .then(|| active.iter().max().unwrap_or(&0) - active.iter().min().unwrap_or(&0));
-            if self.split_alerts.len() <= ni {
-                self.split_alerts.resize(ni + 1, (false, 0));
+            let mut alerts = self.job.alerts.lock().expect("metrics lock");
+            if alerts.split_alerts.len() <= ni {
+                alerts.split_alerts.resize(ni + 1, (false, 0, i64::MIN));
             }
             let alert = split_spread.is_some_and(|s| s > n.spread_alert_ms);
-            let (raised, count) = &mut self.split_alerts[ni];
+            let (raised, count, peak_spread) = &mut alerts.split_alerts[ni];
+            *peak_spread = (*peak_spread).max(split_spread.unwrap_or(i64::MIN));
             if alert && !*raised {
                 *count += 1;
                 tracing::warn!(
@@ -547,10 +559,13 @@ impl MetricsReporter {
             }
             *raised = alert;
             let split_alerts = *count;
+            let peak_split_spread = known(*peak_spread);
+            drop(alerts);
             nodes.push(NodeSnapshot {
                 split_spread_ms: split_spread,
                 split_spread_alert: alert,
                 split_spread_alerts: split_alerts,
+                peak_split_spread_ms: peak_split_spread,
                 inputs,
                 event_time_spread_ms: n.event_time_spread(),
                 spread_alert: n.spread_alert.load(Relaxed),
@@ -593,7 +608,8 @@ impl MetricsReporter {
                 .filter_map(|s| s.time_lag_ms)
                 .max();
             let breaching = worst.is_some_and(|w| w > objective);
-            let s = &mut self.slo;
+            let mut alerts = self.job.alerts.lock().expect("metrics lock");
+            let s = &mut alerts.slo;
             s.time_lag_ms = objective;
             if breaching {
                 s.breaching_samples += 1;

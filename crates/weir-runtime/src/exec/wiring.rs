@@ -181,6 +181,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         exchanges,
         checkpoints: Default::default(),
         slo_time_lag_ms: cfg.slo_time_lag_ms,
+        alerts: Default::default(),
     });
 
     let mut tasks = JoinSet::new();
