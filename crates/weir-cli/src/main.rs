@@ -5,6 +5,7 @@ mod demo;
 mod gen;
 mod procstat;
 mod supervise;
+mod top;
 mod web;
 
 use std::path::PathBuf;
@@ -88,6 +89,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure throughput, CPU time and peak memory of a keyed count.
     Bench(bench::BenchArgs),
+    /// Watch a job running on this machine in the terminal: operators (busy, backpressured,
+    /// idle, the bottleneck), source splits and alerts, from its HTTP API.
+    Top(top::TopArgs),
 }
 
 /// `weir run` fails when more than this share of the records read are dead letters, unless
@@ -282,6 +286,7 @@ fn main() -> Result<()> {
         Command::Gen(args) => rt.block_on(gen::run(args))?,
         Command::Demo(args) => rt.block_on(demo::run(args))?,
         Command::Bench(args) => rt.block_on(bench::run(args))?,
+        Command::Top(args) => top::run(args)?,
     }
     Ok(())
 }

@@ -1,0 +1,304 @@
+//! `weir top`: the essentials of a job running on this machine, in the terminal, read from its
+//! HTTP API every second: what each operator spends its time on and which one is the
+//! bottleneck, where every source split stands, and the alerts.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::Frame;
+use serde_json::Value;
+
+#[derive(clap::Args)]
+pub struct TopArgs {
+    /// The job's HTTP address, as `weir run` printed it ("web UI and metrics: http://…/").
+    #[arg(long, default_value = weir_http::DEFAULT_ADDR)]
+    http: String,
+    /// Print one frame as text and exit (for scripts and logs; also what a non-terminal
+    /// output gets).
+    #[arg(long)]
+    once: bool,
+}
+
+pub fn run(a: TopArgs) -> Result<()> {
+    let addr = a
+        .http
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let once = a.once || !std::io::IsTerminal::is_terminal(&std::io::stdout());
+    if once {
+        let (job, metrics) = fetch(&addr)?;
+        print!("{}", render_text(&job, &metrics, 120, 40)?);
+        return Ok(());
+    }
+    let mut terminal = ratatui::init();
+    let result = (|| -> Result<()> {
+        loop {
+            let frame = fetch(&addr);
+            terminal.draw(|f| match &frame {
+                Ok((job, metrics)) => draw(f, job, metrics),
+                Err(e) => f.render_widget(
+                    Paragraph::new(format!("weir top: {e:#}\n\nq quits")),
+                    f.area(),
+                ),
+            })?;
+            if ratatui::crossterm::event::poll(Duration::from_secs(1))? {
+                if let ratatui::crossterm::event::Event::Key(k) = ratatui::crossterm::event::read()?
+                {
+                    use ratatui::crossterm::event::KeyCode;
+                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}
+
+/// The job and its newest metrics from its HTTP API.
+fn fetch(addr: &str) -> Result<(Value, Value)> {
+    let job = get(addr, "/api/v1/job")?;
+    let metrics = get(addr, "/api/v1/metrics").unwrap_or(Value::Null);
+    Ok((job, metrics))
+}
+
+/// GET `path` from `addr` (HTTP/1.1, on this machine), as JSON.
+fn get(addr: &str, path: &str) -> Result<Value> {
+    let mut s = TcpStream::connect(addr).with_context(|| {
+        format!("no weir job answers at {addr}: start one with weir run (its HTTP address is printed at start), or give --http")
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").context("not an HTTP answer")?;
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200 ") {
+        bail!("{addr}{path}: {status}");
+    }
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok(serde_json::from_str(&body)?)
+}
+
+/// The body of a chunked HTTP answer.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// One frame, rendered off screen, as text.
+fn render_text(job: &Value, metrics: &Value, width: u16, height: u16) -> Result<String> {
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, height))?;
+    t.draw(|f| draw(f, job, metrics))?;
+    let buf = t.backend().buffer();
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let line: String = (0..buf.area.width)
+            .map(|x| buf[(x, y)].symbol().to_string())
+            .collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+/// Epoch ms as a UTC time of day, or `-`.
+fn time_of(v: &Value) -> String {
+    match v.as_i64() {
+        Some(ms) => weir_core::time::format_utc(ms),
+        None => "-".into(),
+    }
+}
+
+fn draw(f: &mut Frame, job: &Value, m: &Value) {
+    let nodes = m["nodes"].as_array().cloned().unwrap_or_default();
+    let splits: Vec<(String, Value)> = nodes
+        .iter()
+        .flat_map(|n| {
+            let name = n["name"].as_str().unwrap_or_default().to_string();
+            n["splits"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |s| (name.clone(), s))
+        })
+        .collect();
+    let [head, ops, srcs] = Layout::vertical([
+        Constraint::Length(5),
+        Constraint::Min(6),
+        Constraint::Length((splits.len() as u16 + 3).min(14)),
+    ])
+    .areas(f.area());
+
+    // Job, status, bottleneck, alerts.
+    let status = job["status"]["state"].as_str().unwrap_or("?");
+    let bottleneck = m["bottleneck"].as_str();
+    let mut lines = vec![Line::from(format!(
+        "job `{}`: {status}   rows in flight {} (bound {})   checkpoints {}",
+        job["name"].as_str().unwrap_or("?"),
+        m["in_flight_rows"],
+        m["in_flight_bound_rows"],
+        m["checkpoints"]["completed"]
+    ))];
+    lines.push(match bottleneck {
+        Some(b) => Line::styled(
+            format!("bottleneck: `{b}` (busy while what feeds it is backpressured)"),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ),
+        None => Line::from("bottleneck: none"),
+    });
+    let mut alerts = Vec::new();
+    for n in &nodes {
+        if n["spread_alert"].as_bool() == Some(true) {
+            alerts.push(format!(
+                "inputs of `{}` apart in event time",
+                n["name"].as_str().unwrap_or("?")
+            ));
+        }
+        if n["split_spread_alert"].as_bool() == Some(true) {
+            alerts.push(format!(
+                "splits of `{}` apart in watermark",
+                n["name"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    if m["slo"]["breaching"].as_bool() == Some(true) {
+        alerts.push("time lag beyond the objective".into());
+    }
+    lines.push(if alerts.is_empty() {
+        Line::from("alerts: none")
+    } else {
+        Line::styled(
+            format!("ALERT: {}", alerts.join("; ")),
+            Style::new().fg(Color::Yellow),
+        )
+    });
+    f.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(" weir top (q quits) ")),
+        head,
+    );
+
+    // Operators: time spent per second (the busiest subtask), rows, state.
+    let rows = nodes.iter().map(|n| {
+        let subs = n["subtasks"].as_array().cloned().unwrap_or_default();
+        let most = |k: &str| subs.iter().map(|s| num(&s[k])).fold(0.0, f64::max) / 10.0;
+        let name = n["name"].as_str().unwrap_or_default().to_string();
+        let style = if bottleneck == Some(name.as_str()) {
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+        } else {
+            Style::new()
+        };
+        Row::new(vec![
+            name,
+            n["kind"].as_str().unwrap_or_default().to_string(),
+            format!("{:.0} %", most("busy_ms_per_sec")),
+            format!("{:.0} %", most("backpressured_ms_per_sec")),
+            format!("{:.0} %", most("idle_ms_per_sec")),
+            n["rows_in"].to_string(),
+            n["rows_out"].to_string(),
+            n["state_rows"].to_string(),
+        ])
+        .style(style)
+    });
+    let widths = [
+        Constraint::Fill(3),
+        Constraint::Fill(2),
+        Constraint::Length(6),
+        Constraint::Length(9),
+        Constraint::Length(6),
+        Constraint::Length(10),
+        Constraint::Length(10),
+        Constraint::Length(10),
+    ];
+    f.render_widget(
+        Table::new(rows, widths)
+            .header(
+                Row::new([
+                    "operator",
+                    "kind",
+                    "busy",
+                    "backpress",
+                    "idle",
+                    "rows in",
+                    "rows out",
+                    "state",
+                ])
+                .style(Style::new().add_modifier(Modifier::BOLD)),
+            )
+            .block(
+                Block::bordered().title(" operators (the busiest subtask's share of each second) "),
+            ),
+        ops,
+    );
+
+    // Source splits.
+    let rows = splits.iter().map(|(source, s)| {
+        let state = if s["finished"].as_bool() == Some(true) {
+            "finished"
+        } else if s["paused"].as_bool() == Some(true) {
+            "paused (alignment)"
+        } else if s["idle"].as_bool() == Some(true) {
+            "idle"
+        } else {
+            "reading"
+        };
+        Row::new(vec![
+            format!("{source} / {}", s["split"].as_str().unwrap_or_default()),
+            state.to_string(),
+            time_of(&s["watermark"]),
+            match s["time_lag_ms"].as_i64() {
+                Some(l) => format!("{:.1} s", l as f64 / 1000.0),
+                None => "-".into(),
+            },
+            s["rows_read"].to_string(),
+        ])
+    });
+    let widths = [
+        Constraint::Fill(3),
+        Constraint::Length(19),
+        Constraint::Length(25),
+        Constraint::Length(14),
+        Constraint::Length(10),
+    ];
+    f.render_widget(
+        Table::new(rows, widths)
+            .header(
+                Row::new(["split", "state", "watermark", "time lag", "rows"])
+                    .style(Style::new().add_modifier(Modifier::BOLD)),
+            )
+            .block(Block::bordered().title(" source splits ")),
+        srcs,
+    );
+}
