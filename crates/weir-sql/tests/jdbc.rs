@@ -394,3 +394,41 @@ INSERT INTO out SELECT c.click_id, a.name FROM clicks c
     );
     assert!(!dir.path().join("out.csv").exists(), "no output published");
 }
+
+/// A jdbc table with a version-time column is the versioned side of an event-time temporal
+/// join: each order gets the rate valid at its own time, whatever the table holds now. The
+/// scan reads rows in the database's order, so the watermark allows for their disorder (here
+/// the versions of a currency come after the other currency's later ones).
+#[test]
+fn a_jdbc_table_with_a_watermark_is_the_versioned_side_of_a_temporal_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = rusqlite::Connection::open(dir.path().join("ref.db")).unwrap();
+    db.execute_batch(
+        "CREATE TABLE rates (currency TEXT NOT NULL, rate NUMERIC(10, 4), ts INTEGER NOT NULL);
+         INSERT INTO rates VALUES ('EUR', 1.1000, 0), ('EUR', 1.2000, 10000),
+                                  ('GBP', 1.5000, 0), ('GBP', 1.4000, 20000);",
+    )
+    .unwrap();
+    drop(db);
+    std::fs::write(
+        dir.path().join("orders.csv"),
+        "id,currency,ts\n1,EUR,5000\n2,EUR,10000\n3,GBP,19999\n4,GBP,25000\n5,EUR,30000\n",
+    )
+    .unwrap();
+    let sql = "CREATE TABLE orders (id BIGINT, currency STRING, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '1' SECOND)
+WITH ('connector' = 'filesystem', 'path' = '${dir}/orders.csv', 'format' = 'csv', 'csv.header' = 'true');
+CREATE TABLE rates (currency STRING, rate DECIMAL(10, 4), ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '1' MINUTE,
+  PRIMARY KEY (currency) NOT ENFORCED)
+WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:${dir}/ref.db', 'table-name' = 'rates');
+CREATE TABLE priced (id BIGINT, rate DECIMAL(10, 4))
+WITH ('connector' = 'filesystem', 'path' = '${dir}/priced.csv', 'format' = 'csv');
+INSERT INTO priced SELECT o.id, r.rate FROM orders o
+  JOIN rates FOR SYSTEM_TIME AS OF o.rt AS r ON o.currency = r.currency;";
+    run(sql, dir.path());
+    assert_eq!(
+        lines(&dir.path().join("priced.csv")),
+        vec!["1,1.1000", "2,1.2000", "3,1.5000", "4,1.4000", "5,1.2000"]
+    );
+}
