@@ -139,3 +139,8 @@ fn timestamps_are_written_as_flink_writes_them() {
 fn having_filters_the_windows_results() {
     check("having");
 }
+
+#[test]
+fn count_distinct_is_exact_in_windows() {
+    check("count_distinct");
+}

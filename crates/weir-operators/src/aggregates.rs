@@ -37,6 +37,9 @@ pub enum AggregateFn {
     ApproxCountDistinct(String),
     /// The exact median (not combinable).
     Median(String),
+    /// The exact number of distinct values (COUNT(DISTINCT x)); keeps every distinct value, so
+    /// it is taken in windows, one phase.
+    CountDistinct(String),
 }
 
 /// An aggregate with the name of its output column.
@@ -83,6 +86,12 @@ pub fn approx_count_distinct(column: &str, output: &str) -> Aggregate {
         output: output.into(),
     }
 }
+pub fn count_distinct(column: &str, output: &str) -> Aggregate {
+    Aggregate {
+        function: AggregateFn::CountDistinct(column.into()),
+        output: output.into(),
+    }
+}
 pub fn median(column: &str, output: &str) -> Aggregate {
     Aggregate {
         function: AggregateFn::Median(column.into()),
@@ -99,6 +108,11 @@ impl Aggregate {
                  median, so it cannot be pre-aggregated or salted; use a one-phase aggregation",
                 self.output
             )),
+            AggregateFn::CountDistinct(c) => Err(format!(
+                "`{}` (exact distinct count of {c}) keeps its values in one place; use a one-phase \
+                 aggregation, or APPROX_COUNT_DISTINCT, which merges",
+                self.output
+            )),
             _ => Ok(()),
         }
     }
@@ -111,7 +125,8 @@ impl Aggregate {
             | AggregateFn::Max(c)
             | AggregateFn::Avg(c)
             | AggregateFn::ApproxCountDistinct(c)
-            | AggregateFn::Median(c) => Some(c),
+            | AggregateFn::Median(c)
+            | AggregateFn::CountDistinct(c) => Some(c),
         }
     }
 
@@ -124,6 +139,7 @@ impl Aggregate {
             AggregateFn::Avg(c) => format!("avg({c})"),
             AggregateFn::ApproxCountDistinct(c) => format!("approx_count_distinct({c})"),
             AggregateFn::Median(c) => format!("median({c})"),
+            AggregateFn::CountDistinct(c) => format!("count(distinct {c})"),
         };
         format!("{f} AS {}", self.output)
     }
@@ -186,6 +202,8 @@ pub(crate) enum State {
     Hll(Box<[u8; HLL_REGISTERS]>),
     /// Every value, in no order.
     Median(Vec<f64>),
+    /// Every distinct value, encoded (Arrow's row format).
+    Distinct(hashbrown::HashSet<Box<[u8]>>),
 }
 
 /// One input column, read once per batch.
@@ -196,6 +214,8 @@ pub(crate) enum Values<'a> {
     /// A DECIMAL column and its scale.
     Dec(&'a arrow_array::Decimal128Array, i8),
     Hashes(Vec<u64>, Option<arrow_buffer::NullBuffer>),
+    /// The values encoded, for exact distinct counts.
+    Rows(arrow_row::Rows, Option<arrow_buffer::NullBuffer>),
 }
 
 impl Bound {
@@ -216,7 +236,9 @@ impl Bound {
                     ))
                 })?;
                 let t = schema.field(i).data_type();
-                if let AggregateFn::ApproxCountDistinct(_) = agg.function {
+                if let AggregateFn::ApproxCountDistinct(_) | AggregateFn::CountDistinct(_) =
+                    agg.function
+                {
                     (
                         Some(i),
                         Num::Int,
@@ -252,7 +274,12 @@ impl Bound {
         // Flink's result types: SUM(DECIMAL(p, s)) is DECIMAL(38, s), AVG(DECIMAL(p, s)) is
         // DECIMAL(38, max(6, s)), AVG(BIGINT) is BIGINT.
         let t = match (&self.agg.function, self.num) {
-            (AggregateFn::Count | AggregateFn::ApproxCountDistinct(_), _) => DataType::Int64,
+            (
+                AggregateFn::Count
+                | AggregateFn::ApproxCountDistinct(_)
+                | AggregateFn::CountDistinct(_),
+                _,
+            ) => DataType::Int64,
             (AggregateFn::Median(_), _) => DataType::Float64,
             (AggregateFn::Avg(_), Num::Decimal(_, s)) => DataType::Decimal128(38, avg_scale(s)),
             (AggregateFn::Sum(_), Num::Decimal(_, s)) => DataType::Decimal128(38, s),
@@ -307,6 +334,7 @@ impl Bound {
             (AggregateFn::Avg(_), Num::Decimal(..)) => State::AvgDec(0, 0),
             (AggregateFn::ApproxCountDistinct(_), _) => State::Hll(Box::new([0; HLL_REGISTERS])),
             (AggregateFn::Median(_), _) => State::Median(Vec::new()),
+            (AggregateFn::CountDistinct(_), _) => State::Distinct(Default::default()),
         }
     }
 
@@ -318,6 +346,9 @@ impl Bound {
         let col = batch.column(i);
         if let Some(conv) = &self.distinct {
             let rows = conv.convert_columns(std::slice::from_ref(col))?;
+            if let AggregateFn::CountDistinct(_) = self.agg.function {
+                return Ok(Values::Rows(rows, col.logical_nulls()));
+            }
             let hashes = rows.iter().map(|r| hash_key(r.as_ref())).collect();
             return Ok(Values::Hashes(hashes, col.nulls().cloned()));
         }
@@ -385,6 +416,15 @@ impl State {
                     _ => {}
                 }
             }
+            (State::Distinct(set), Values::Rows(rows, nulls)) => {
+                if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                    return;
+                }
+                let v = rows.row(i);
+                if !set.contains(v.as_ref()) {
+                    set.insert(v.as_ref().into());
+                }
+            }
             (State::Hll(regs), Values::Hashes(h, nulls)) => {
                 if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                     return;
@@ -449,6 +489,7 @@ impl State {
     pub(crate) fn values_held(&self) -> usize {
         match self {
             State::Median(v) => v.len(),
+            State::Distinct(v) => v.len(),
             _ => 0,
         }
     }
@@ -458,6 +499,7 @@ impl State {
         match self {
             State::Hll(_) => HLL_REGISTERS,
             State::Median(v) => v.capacity() * 8,
+            State::Distinct(v) => v.iter().map(|k| k.len() + 24).sum(),
             _ => 0,
         }
     }
@@ -508,6 +550,7 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
                     // Truncated, as Flink's AVG over BIGINT (Java's long division).
                     State::AvgInt(sum, n) => (*n > 0).then(|| sum / n),
                     State::Hll(regs) => Some(hll_estimate(regs)),
+                    State::Distinct(v) => Some(v.len() as i64),
                     _ => None,
                 });
             }
@@ -627,6 +670,7 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
             State::Hll(regs)
         }
         (AggregateFn::Median(_), _) => State::Median(Vec::new()),
+        (AggregateFn::CountDistinct(_), _) => State::Distinct(Default::default()),
     }
 }
 
@@ -637,6 +681,11 @@ pub(crate) fn state_fields(bound: &Bound) -> Vec<Field> {
         AggregateFn::Median(_) => vec![Field::new(
             format!("{}__values", bound.agg.output),
             DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true))),
+            false,
+        )],
+        AggregateFn::CountDistinct(_) => vec![Field::new(
+            format!("{}__values", bound.agg.output),
+            DataType::List(Arc::new(Field::new_list_field(DataType::Binary, true))),
             false,
         )],
         _ => bound.partial_fields(),
@@ -663,6 +712,18 @@ pub(crate) fn state_columns(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
             }
             vec![Arc::new(b.finish())]
         }
+        AggregateFn::CountDistinct(_) => {
+            let mut b = ListBuilder::new(BinaryBuilder::new());
+            for st in states {
+                if let State::Distinct(v) = st {
+                    for k in v {
+                        b.values().append_value(k);
+                    }
+                }
+                b.append(true);
+            }
+            vec![Arc::new(b.finish())]
+        }
         _ => partials(bound, states),
     }
 }
@@ -673,6 +734,16 @@ pub(crate) fn read_state(bound: &Bound, cols: &[ArrayRef], i: usize) -> State {
         AggregateFn::Median(_) => {
             let list = cols[0].as_list::<i32>().value(i);
             State::Median(list.as_primitive::<Float64Type>().values().to_vec())
+        }
+        AggregateFn::CountDistinct(_) => {
+            let list = cols[0].as_list::<i32>().value(i);
+            State::Distinct(
+                list.as_binary::<i32>()
+                    .iter()
+                    .flatten()
+                    .map(Into::into)
+                    .collect(),
+            )
         }
         _ => read_partial(bound, cols, i),
     }

@@ -77,11 +77,14 @@ impl GroupAggregate {
                 "a group aggregation needs at least one aggregate",
             ));
         }
-        if let Some(a) = (self.aggregates.iter())
-            .find(|a| matches!(a.function, aggregates::AggregateFn::Median(_)))
-        {
+        if let Some(a) = (self.aggregates.iter()).find(|a| {
+            matches!(
+                a.function,
+                aggregates::AggregateFn::Median(_) | aggregates::AggregateFn::CountDistinct(_)
+            )
+        }) {
             return Err(Error::plan(format!(
-                "`{}`: a median keeps every value, so without a window its state would only grow; take it in event-time windows",
+                "`{}`: a median or an exact distinct count keeps every value, so without a window its state would only grow; take it in event-time windows (or APPROX_COUNT_DISTINCT)",
                 a.output
             )));
         }

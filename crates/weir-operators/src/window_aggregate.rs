@@ -369,8 +369,12 @@ impl OperatorFactory for WindowAggregate {
             closing: ExpiryQueue::new(),
             group_count: 0,
             state_bytes: 0,
-            holds_values: (self.aggregates.iter())
-                .any(|a| matches!(a.function, aggregates::AggregateFn::Median(_))),
+            holds_values: (self.aggregates.iter()).any(|a| {
+                matches!(
+                    a.function,
+                    aggregates::AggregateFn::Median(_) | aggregates::AggregateFn::CountDistinct(_)
+                )
+            }),
             values_held: 0,
             late: 0,
             late_assignments: 0,

@@ -20,7 +20,7 @@ use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
 use weir_operators::aggregates::{
-    approx_count_distinct, avg, count, max, median, min, sum, Aggregate,
+    approx_count_distinct, avg, count, count_distinct, max, median, min, sum, Aggregate,
 };
 use weir_operators::{GroupAggregate, Phase, WindowAggregate};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
@@ -293,11 +293,13 @@ fn check_restores(
     Ok(())
 }
 
-/// Every aggregate, median included, over the BIGINT `v` and the DOUBLE `x`.
+/// Every aggregate, median and exact distinct count included, over the BIGINT `v` and the
+/// DOUBLE `x`.
 fn every_aggregate() -> Vec<Aggregate> {
     let mut a = combinable_aggregates();
     a.push(median("v", "med"));
     a.push(median("x", "med_x"));
+    a.push(count_distinct("v", "exact_distinct"));
     a
 }
 

@@ -341,9 +341,9 @@ pub(super) fn add_aggregate(
             if let Some(kind) = agg_fn(&f.name.to_string()) {
                 let key = e.to_string();
                 let distinct = matches!(&f.args, FunctionArguments::List(l) if l.duplicate_treatment == Some(sqlparser::ast::DuplicateTreatment::Distinct));
-                if distinct || f.filter.is_some() || f.over.is_some() {
+                if (distinct && kind != "count") || f.filter.is_some() || f.over.is_some() {
                     return Err(plan_err(format!(
-                        "`{key}`: DISTINCT, FILTER and OVER in aggregates are not supported; for distinct values use APPROX_COUNT_DISTINCT, for a condition SUM(CASE WHEN ... THEN 1 ELSE 0 END)"
+                        "`{key}`: FILTER, OVER and DISTINCT other than COUNT(DISTINCT x) in aggregates are not supported; for a condition use SUM(CASE WHEN ... THEN 1 ELSE 0 END)"
                     )));
                 }
                 if out.iter().any(|(k, _)| *k == key) {
@@ -365,6 +365,7 @@ pub(super) fn add_aggregate(
                     }
                 };
                 let agg = match kind {
+                    "count" if distinct => aggregates::count_distinct(&column()?, &output),
                     "count" => match fargs.first() {
                         None | Some(SqlExpr::Wildcard(_)) => aggregates::count(&output),
                         Some(a) if a.to_string() == "1" => aggregates::count(&output),
