@@ -144,3 +144,8 @@ fn having_filters_the_windows_results() {
 fn count_distinct_is_exact_in_windows() {
     check("count_distinct");
 }
+
+#[test]
+fn aggregates_over_decimal_and_bigint_in_two_phases_are_flinks_too() {
+    check("aggregate_types_two_phase");
+}

@@ -242,7 +242,11 @@ impl WindowAggregate {
         let mut fields: Vec<Field> = Vec::new();
         for a in &self.aggregates {
             if let Some(c) = a.column() {
-                let partial = format!("{}__partial", a.output);
+                // AVG's partial is its sum (`__sum`), whose type follows the raw column's.
+                let partial = match a.function {
+                    aggregates::AggregateFn::Avg(_) => format!("{}__sum", a.output),
+                    _ => format!("{}__partial", a.output),
+                };
                 let t = input
                     .schema
                     .field_with_name(&partial)
