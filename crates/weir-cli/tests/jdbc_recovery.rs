@@ -4,11 +4,9 @@
 //!
 //! Needs the PostgreSQL server `scripts/test` starts (`WEIR_POSTGRES_URL`).
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod common;
 
-use rand::{Rng, SeedableRng};
+use common::{kill_and_restore, weir};
 use weir_testkit::postgres;
 
 /// The attribution job writing into the tables of schema `schema` at `url`.
@@ -41,15 +39,6 @@ INSERT INTO attributed_out SELECT click_id, impression_id, ad_id, click_time FRO
 INSERT INTO clicks_per_ad SELECT ad_id, COUNT(*) FROM attributed GROUP BY ad_id;
 "
     )
-}
-
-fn weir(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-    c.args(["run", "job.sql", "--restore", "latest"])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    c
 }
 
 /// The rows of `schema`'s two tables, as sorted lines, and what is left in staging.
@@ -129,20 +118,7 @@ fn the_attribution_job_into_postgresql_killed_50_times_leaves_the_tables_of_an_u
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), job(&url, &killed_schema)).unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-    let mut kills = 0;
-    for _ in 0..50 {
-        let mut child = weir(dir.path()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(150..700)));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            kills += 1;
-        }
-        child.wait().unwrap();
-    }
-    let out = weir(dir.path()).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (kills, stderr) = kill_and_restore(dir.path(), 50, 150..700, 11);
     println!("killed {kills} times; the last run: {stderr}");
     assert!(
         kills >= 30,

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng};
+mod common;
+
+use common::{kill_and_restore, weir};
 
 const JOB: &str = "
 SET 'execution.checkpointing.interval' = '100 ms';
@@ -50,41 +52,6 @@ SELECT ad_id, UNIX_TIMESTAMP(DATE_FORMAT(window_start, 'yyyy-MM-dd HH:mm:ss')) *
 FROM TABLE(TUMBLE(TABLE attributed, DESCRIPTOR(click_time), INTERVAL '1' MINUTE))
 GROUP BY ad_id, window_start, window_end;
 ";
-
-fn weir(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-    c.args(["run", "job.sql", "--restore", "latest"])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Runs `weir run job.sql --restore latest` in `dir` `runs` times, each killed with SIGKILL
-/// after a random delay in `delay_ms` (seeded) if it is still running, then once more to its
-/// end, which must succeed. Returns how many runs were killed and the last run's stderr.
-fn kill_and_restore(
-    dir: &Path,
-    runs: usize,
-    delay_ms: std::ops::Range<u64>,
-    seed: u64,
-) -> (usize, String) {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut kills = 0;
-    for _ in 0..runs {
-        let mut child = weir(dir).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(delay_ms.clone())));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            kills += 1;
-        }
-        child.wait().unwrap();
-    }
-    let out = weir(dir).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
-    (kills, stderr)
-}
 
 /// The finished part files' lines, sorted.
 fn output(dir: &Path) -> Vec<String> {

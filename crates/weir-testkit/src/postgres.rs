@@ -170,20 +170,25 @@ impl Cluster {
         self.dir.join("data").display().to_string()
     }
 
-    fn run(&self, program: &str, args: &[&str]) {
+    /// `program` of the server's, run as the postgres user when the test runs as root.
+    fn command(&self, program: &str) -> std::process::Command {
         let path = self.bin.join(program);
-        let mut cmd = if self.as_root {
+        if self.as_root {
             let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&path);
+            c.args(["-u", "postgres", "--"]).arg(path);
             c
         } else {
-            std::process::Command::new(&path)
-        };
-        let out = cmd
+            std::process::Command::new(path)
+        }
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let out = self
+            .command(program)
             .args(args)
             .current_dir(&self.dir)
             .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
         assert!(
             out.status.success(),
             "{program} {args:?}: {}{}",
@@ -230,16 +235,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let path = self.bin.join("pg_ctl");
         let data = self.data();
-        let mut cmd = if self.as_root {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&path);
-            c
-        } else {
-            std::process::Command::new(&path)
-        };
-        let _ = cmd
+        let _ = self
+            .command("pg_ctl")
             .args(["-D", &data, "-m", "immediate", "stop"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
