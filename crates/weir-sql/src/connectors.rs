@@ -389,12 +389,7 @@ pub(crate) fn source_factory(
         "jdbc" => {
             // A bounded scan of the table (reference data, backfills, the versioned side of a
             // temporal join when it has a WATERMARK).
-            let schema = Arc::new(arrow_schema::Schema::new(
-                physical
-                    .iter()
-                    .map(|(n, d)| arrow_schema::Field::new(n, d.clone(), true))
-                    .collect::<Vec<_>>(),
-            ));
+            let schema = columns_schema(physical);
             let err = |e: weir_runtime::Error| plan_err(format!("table `{}`: {e}", t.name));
             let mut source =
                 weir_jdbc::JdbcSource::from_options(&jdbc_options(t), schema).map_err(err)?;
@@ -592,12 +587,7 @@ pub(crate) fn jdbc_lookup(
     let options = jdbc_options(t);
     let err = |e: weir_runtime::Error| plan_err(format!("table `{}`: {e}", t.name));
     let lookup = weir_jdbc::LookupOptions::from_options(&options).map_err(err)?;
-    let schema = Arc::new(arrow_schema::Schema::new(
-        crate::plan::physical_columns(t)?
-            .into_iter()
-            .map(|(n, d)| arrow_schema::Field::new(n, d, true))
-            .collect::<Vec<_>>(),
-    ));
+    let schema = columns_schema(&crate::plan::physical_columns(t)?);
     // The table object is shared by the join's subtasks: each gets its share of connections.
     let table = weir_jdbc::JdbcLookupTable::from_options(
         &options,
@@ -617,4 +607,15 @@ pub(crate) fn jdbc_lookup(
         });
     }
     Ok(join)
+}
+
+/// A table's physical columns as the schema a database table is read with (every column
+/// nullable: the database may hold NULLs whatever the DDL says).
+pub(crate) fn columns_schema(columns: &[(String, DataType)]) -> arrow_schema::SchemaRef {
+    Arc::new(arrow_schema::Schema::new(
+        columns
+            .iter()
+            .map(|(n, d)| arrow_schema::Field::new(n, d.clone(), true))
+            .collect::<Vec<_>>(),
+    ))
 }

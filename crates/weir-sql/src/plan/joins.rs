@@ -10,7 +10,7 @@ impl Planner {
         &self,
         relation: &TableFactor,
         left: &Rel,
-    ) -> Result<Option<(Rel, &TableDef)>> {
+    ) -> Result<Option<(Rel, &TableDef, SqlExpr)>> {
         let TableFactor::Table {
             name,
             alias,
@@ -58,21 +58,13 @@ impl Planner {
                 alias,
             },
             t,
+            v.clone(),
         )))
     }
 
     pub(super) fn join(&self, left: Rel, j: &sqlparser::ast::Join) -> Result<Rel> {
         let (right, version, jdbc) = match self.jdbc_lookup_table(&j.relation, &left)? {
-            Some((rel, t)) => {
-                let TableFactor::Table {
-                    version: Some(TableVersion::ForSystemTimeAsOf(v)),
-                    ..
-                } = &j.relation
-                else {
-                    unreachable!("a lookup table has a version");
-                };
-                (rel, Some(v.clone()), Some(t))
-            }
+            Some((rel, t, version)) => (rel, Some(version), Some(t)),
             None => {
                 let (r, v) = self.table_factor(&j.relation)?;
                 (r, v, None)
@@ -131,12 +123,7 @@ impl Planner {
         }
         let aliases = (left.alias.clone(), right.alias.clone());
         let rschema = match jdbc {
-            Some(t) => Arc::new(arrow_schema::Schema::new(
-                physical_columns(t)?
-                    .into_iter()
-                    .map(|(n, d)| arrow_schema::Field::new(n, d, true))
-                    .collect::<Vec<_>>(),
-            )),
+            Some(t) => connectors::columns_schema(&physical_columns(t)?),
             None => right.stream.schema(),
         };
         let (stream, lschema) = (left.stream.clone(), left.stream.schema());
