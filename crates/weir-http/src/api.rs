@@ -7,10 +7,8 @@ use crate::view::{
     CheckpointRecord, JobStatus, JobView, NodeInfo, Sample, SavepointRecord, ViewState,
 };
 
-/// How the bottleneck is found (weir-runtime's `MetricsReporter` names it).
-pub const BOTTLENECK_RULE: &str = "the first operator, in graph order, whose busiest subtask is \
-    busy more than 500 ms per second while an operator feeding it is backpressured more than \
-    500 ms per second: the first busy operator downstream of a backpressured chain";
+/// How the bottleneck is found, as weir-runtime's metrics find it.
+pub use weir_runtime::metrics::BOTTLENECK_RULE;
 
 /// `GET /api/v1/job`: the job, its graph and its status.
 #[derive(Debug, Serialize)]

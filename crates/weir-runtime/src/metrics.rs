@@ -652,18 +652,26 @@ impl MetricsReporter {
     }
 }
 
+/// Busy (or backpressured) more than this many ms per second is "most of the time".
+const MOSTLY_MS_PER_SEC: f64 = 500.0;
+
+/// How [`MetricsSnapshot::bottleneck`] is found, in words for users (the UI shows it).
+pub const BOTTLENECK_RULE: &str = "the first operator, in graph order, whose busiest subtask is \
+    busy more than 500 ms per second while an operator feeding it is backpressured more than \
+    500 ms per second: the first busy operator downstream of a backpressured chain";
+
 /// The first node, in graph order, that is busy most of the time while a node feeding it is
-/// backpressured: the one that limits the job.
+/// backpressured: the one that limits the job (see [`BOTTLENECK_RULE`]).
 fn bottleneck(nodes: &[NodeSnapshot], job: &JobMetrics) -> Option<String> {
     let max = |n: &NodeSnapshot, f: fn(&SubtaskSnapshot) -> f64| {
         n.subtasks.iter().map(f).fold(0.0, f64::max)
     };
     nodes.iter().enumerate().find_map(|(i, n)| {
-        let busy = max(n, |s| s.busy_ms_per_sec) > 500.0;
+        let busy = max(n, |s| s.busy_ms_per_sec) > MOSTLY_MS_PER_SEC;
         let fed_by_backpressured = job.nodes[i]
             .upstream
             .iter()
-            .any(|&u| max(&nodes[u], |s| s.backpressured_ms_per_sec) > 500.0);
+            .any(|&u| max(&nodes[u], |s| s.backpressured_ms_per_sec) > MOSTLY_MS_PER_SEC);
         (busy && fed_by_backpressured).then(|| n.name.clone())
     })
 }
