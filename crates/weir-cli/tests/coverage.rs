@@ -149,3 +149,28 @@ fn count_distinct_is_exact_in_windows() {
 fn aggregates_over_decimal_and_bigint_in_two_phases_are_flinks_too() {
     check("aggregate_types_two_phase");
 }
+
+#[test]
+fn cumulate_windows_grow_by_a_step_up_to_their_max_size() {
+    check("cumulate");
+}
+
+#[test]
+fn session_windows_take_partition_by() {
+    check("session_partition");
+}
+
+#[test]
+fn filter_and_count_of_a_column_skip_rows_as_flink() {
+    check("filter_count");
+}
+
+#[test]
+fn group_windows_are_window_aggregations() {
+    check("group_windows");
+}
+
+#[test]
+fn cumulate_windows_in_two_phases_are_flinks_too() {
+    check("cumulate_two_phase");
+}

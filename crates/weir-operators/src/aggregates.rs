@@ -29,6 +29,8 @@ use weir_runtime::{Error, Result};
 pub enum AggregateFn {
     /// Rows (COUNT(*)).
     Count,
+    /// Rows whose column is not NULL (COUNT(x)); combinable like COUNT(*).
+    CountValues(String),
     Sum(String),
     Min(String),
     Max(String),
@@ -53,6 +55,13 @@ pub struct Aggregate {
 pub fn count(output: &str) -> Aggregate {
     Aggregate {
         function: AggregateFn::Count,
+        output: output.into(),
+    }
+}
+/// `COUNT(column) AS output`: the rows where `column` is not NULL.
+pub fn count_values(column: &str, output: &str) -> Aggregate {
+    Aggregate {
+        function: AggregateFn::CountValues(column.into()),
         output: output.into(),
     }
 }
@@ -120,7 +129,8 @@ impl Aggregate {
     pub fn column(&self) -> Option<&str> {
         match &self.function {
             AggregateFn::Count => None,
-            AggregateFn::Sum(c)
+            AggregateFn::CountValues(c)
+            | AggregateFn::Sum(c)
             | AggregateFn::Min(c)
             | AggregateFn::Max(c)
             | AggregateFn::Avg(c)
@@ -133,6 +143,7 @@ impl Aggregate {
     fn describe(&self) -> String {
         let f = match &self.function {
             AggregateFn::Count => "count(*)".to_string(),
+            AggregateFn::CountValues(c) => format!("count({c})"),
             AggregateFn::Sum(c) => format!("sum({c})"),
             AggregateFn::Min(c) => format!("min({c})"),
             AggregateFn::Max(c) => format!("max({c})"),
@@ -214,6 +225,8 @@ pub(crate) enum Values<'a> {
     /// A DECIMAL column and its scale.
     Dec(&'a arrow_array::Decimal128Array, i8),
     Hashes(Vec<u64>, Option<arrow_buffer::NullBuffer>),
+    /// Which rows are NULL (COUNT(x) reads nothing else).
+    Nulls(Option<arrow_buffer::NullBuffer>),
     /// The values encoded, for exact distinct counts.
     Rows(arrow_row::Rows, Option<arrow_buffer::NullBuffer>),
 }
@@ -236,7 +249,9 @@ impl Bound {
                     ))
                 })?;
                 let t = schema.field(i).data_type();
-                if let AggregateFn::ApproxCountDistinct(_) | AggregateFn::CountDistinct(_) =
+                if let AggregateFn::CountValues(_) = agg.function {
+                    (Some(i), Num::Int, None)
+                } else if let AggregateFn::ApproxCountDistinct(_) | AggregateFn::CountDistinct(_) =
                     agg.function
                 {
                     (
@@ -276,6 +291,7 @@ impl Bound {
         let t = match (&self.agg.function, self.num) {
             (
                 AggregateFn::Count
+                | AggregateFn::CountValues(_)
                 | AggregateFn::ApproxCountDistinct(_)
                 | AggregateFn::CountDistinct(_),
                 _,
@@ -319,7 +335,7 @@ impl Bound {
 
     pub(crate) fn init(&self) -> State {
         match (&self.agg.function, self.num) {
-            (AggregateFn::Count, _) => State::Count(0),
+            (AggregateFn::Count | AggregateFn::CountValues(_), _) => State::Count(0),
             (AggregateFn::Sum(_), Num::Int) => State::SumInt(None),
             (AggregateFn::Sum(_), Num::Float) => State::SumFloat(None),
             (AggregateFn::Sum(_), Num::Decimal(..)) => State::SumDec(None),
@@ -344,6 +360,9 @@ impl Bound {
             return Ok(Values::None);
         };
         let col = batch.column(i);
+        if let AggregateFn::CountValues(_) = self.agg.function {
+            return Ok(Values::Nulls(col.logical_nulls()));
+        }
         if let Some(conv) = &self.distinct {
             let rows = conv.convert_columns(std::slice::from_ref(col))?;
             if let AggregateFn::CountDistinct(_) = self.agg.function {
@@ -364,6 +383,12 @@ impl State {
     /// Adds row `i` of `values` (NULLs are skipped, as SQL does).
     pub(crate) fn update(&mut self, values: &Values, i: usize) {
         match (self, values) {
+            (State::Count(n), Values::Nulls(nulls))
+                if !nulls.as_ref().is_some_and(|b| b.is_null(i)) =>
+            {
+                *n += 1
+            }
+            (State::Count(_), Values::Nulls(_)) => {}
             (State::Count(n), _) => *n += 1,
             (s, Values::Int(a)) => {
                 if a.is_null(i) {
@@ -644,7 +669,9 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
         (!a.is_null(i)).then(|| a.value(i))
     };
     match (&bound.agg.function, bound.num) {
-        (AggregateFn::Count, _) => State::Count(int(&cols[0]).unwrap_or(0)),
+        (AggregateFn::Count | AggregateFn::CountValues(_), _) => {
+            State::Count(int(&cols[0]).unwrap_or(0))
+        }
         (AggregateFn::Sum(_), Num::Int) => State::SumInt(int(&cols[0])),
         (AggregateFn::Sum(_), Num::Float) => State::SumFloat(float(&cols[0])),
         (AggregateFn::Min(_), Num::Int) => State::MinInt(int(&cols[0])),

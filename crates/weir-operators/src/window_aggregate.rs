@@ -6,8 +6,10 @@
 //!
 //! Each (key, window) gives one row, `key columns..., window_start, window_end, window_time,
 //! aggregates...` (times in epoch ms; `window_time = window_end - 1` is the output's event
-//! time), emitted once, when the watermark reaches `window_end - 1 + allowed lateness`, and its
-//! state is dropped then. weir does not fire a window early or again for late rows: one window,
+//! time), emitted once, when the watermark reaches `window_end - 1 + allowed lateness` (a
+//! session's at `window_end + allowed lateness`, since a row at its end still joins it), and
+//! its state is dropped then. Cumulative windows share their start and end every step: a
+//! row counts in each that ends after it. weir does not fire a window early or again for late rows: one window,
 //! one row.
 //!
 //! # State
@@ -72,9 +74,17 @@ pub enum Window {
         size_ms: i64,
         slide_ms: i64,
     },
-    /// Rows of a key less than `gap_ms` apart fall into one session.
+    /// Rows of a key at most `gap_ms` apart fall into one session (windows `[t, t + gap)` that
+    /// touch merge, as in Flink).
     Session {
         gap_ms: i64,
+    },
+    /// Flink's CUMULATE: windows that all start at a multiple of `max_size_ms` and end every
+    /// `step_ms` up to it, `[s, s + step)`, `[s, s + 2 step)`, ..., `[s, s + max_size)`; a row
+    /// is in each of them that ends after it.
+    Cumulative {
+        step_ms: i64,
+        max_size_ms: i64,
     },
 }
 
@@ -132,6 +142,13 @@ impl WindowAggregate {
     pub fn session(gap_ms: i64) -> Self {
         Self::new(Window::Session { gap_ms })
     }
+    /// Windows growing by `step_ms` up to `max_size_ms` (Flink's CUMULATE).
+    pub fn cumulative(step_ms: i64, max_size_ms: i64) -> Self {
+        Self::new(Window::Cumulative {
+            step_ms,
+            max_size_ms,
+        })
+    }
     fn new(window: Window) -> Self {
         WindowAggregate {
             keys: Vec::new(),
@@ -149,6 +166,10 @@ impl WindowAggregate {
     pub fn windows_per_row(&self) -> i64 {
         match self.window {
             Window::Hopping { size_ms, slide_ms } if slide_ms > 0 => size_ms / slide_ms,
+            Window::Cumulative {
+                step_ms,
+                max_size_ms,
+            } if step_ms > 0 => max_size_ms / step_ms,
             _ => 1,
         }
     }
@@ -187,6 +208,10 @@ impl WindowAggregate {
                 size_ms <= 0 || slide_ms <= 0 || slide_ms > size_ms
             }
             Window::Session { gap_ms } => gap_ms <= 0,
+            Window::Cumulative {
+                step_ms,
+                max_size_ms,
+            } => step_ms <= 0 || max_size_ms <= 0 || step_ms > max_size_ms,
         };
         if bad || self.allowed_lateness_ms < 0 {
             return Err(Error::config(
@@ -216,6 +241,32 @@ impl WindowAggregate {
                 ", or raise the limit ('weir.window.max-windows-per-row' in SQL)",
             )?;
         }
+        if let Window::Cumulative {
+            step_ms,
+            max_size_ms,
+        } = self.window
+        {
+            // As Flink: the largest window is a whole number of steps.
+            let what = format!("cumulative windows of up to {max_size_ms} ms every {step_ms} ms");
+            if max_size_ms % step_ms != 0 {
+                return Err(Error::config(
+                    "window",
+                    what,
+                    format!(
+                        "the max size must be a whole multiple of the step (as in Flink): use {} ms or {} ms",
+                        max_size_ms / step_ms * step_ms,
+                        (max_size_ms / step_ms + 1) * step_ms
+                    ),
+                ));
+            }
+            crate::windows::check_windows_per_row(
+                max_size_ms,
+                step_ms,
+                self.max_windows_per_row,
+                what,
+                ", or raise the limit ('weir.window.max-windows-per-row' in SQL)",
+            )?;
+        }
         if self.aggregates.is_empty() {
             return Err(Error::plan(
                 "a window aggregation needs at least one aggregate",
@@ -224,13 +275,19 @@ impl WindowAggregate {
         Ok(())
     }
 
-    /// (size, slide) of fixed windows.
+    /// (size, slide) of fixed windows: tumbling, hopping, and for cumulative windows the
+    /// largest ones (one every max size), which close last.
     fn fixed(&self) -> Option<(i64, i64)> {
         match self.window {
             Window::Tumbling { size_ms } => Some((size_ms, size_ms)),
             Window::Hopping { size_ms, slide_ms } => Some((size_ms, slide_ms)),
+            Window::Cumulative { max_size_ms, .. } => Some((max_size_ms, max_size_ms)),
             Window::Session { .. } => None,
         }
+    }
+
+    fn is_cumulative(&self) -> bool {
+        matches!(self.window, Window::Cumulative { .. })
     }
 
     /// The input schema the aggregates read: the raw rows, or for `Final` the raw types
@@ -240,7 +297,12 @@ impl WindowAggregate {
             return Ok(input.schema.clone());
         }
         let mut fields: Vec<Field> = Vec::new();
-        for a in &self.aggregates {
+        // Counts read a column of any type and carry only a count: the column's type comes
+        // from another aggregate of it when there is one, so those go last.
+        let counts_last = (self.aggregates.iter())
+            .filter(|a| !counts_only(a))
+            .chain(self.aggregates.iter().filter(|a| counts_only(a)));
+        for a in counts_last {
             if let Some(c) = a.column() {
                 // AVG's partial is its sum (`__sum`), whose type follows the raw column's.
                 let partial = match a.function {
@@ -252,11 +314,7 @@ impl WindowAggregate {
                     .field_with_name(&partial)
                     .map(|f| f.data_type().clone())
                     .unwrap_or(DataType::Float64);
-                let t = if matches!(a.function, aggregates::AggregateFn::ApproxCountDistinct(_)) {
-                    DataType::Int64
-                } else {
-                    t
-                };
+                let t = if counts_only(a) { DataType::Int64 } else { t };
                 if fields.iter().all(|f| f.name() != c) {
                     fields.push(Field::new(c, t, true));
                 }
@@ -295,6 +353,10 @@ impl WindowAggregate {
         }
         fields.push(Field::new("window_start", DataType::Int64, false));
         if self.phase == Phase::Partial {
+            // Cumulative windows share their start: the end tells them apart.
+            if self.is_cumulative() {
+                fields.push(Field::new("window_end", DataType::Int64, false));
+            }
             for b in &bound {
                 fields.extend(b.partial_fields());
             }
@@ -344,6 +406,11 @@ impl OperatorFactory for WindowAggregate {
         } else {
             None
         };
+        let window_end_col = if self.phase == Phase::Final && self.is_cumulative() {
+            Some(input.schema.index_of("window_end")?)
+        } else {
+            None
+        };
         let partial_cols: Vec<Vec<usize>> = if self.phase == Phase::Final {
             bound
                 .iter()
@@ -366,6 +433,7 @@ impl OperatorFactory for WindowAggregate {
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             event_time: et,
             window_start_col,
+            window_end_col,
             partial_cols,
             bound,
             groups: KeySlots::new(),
@@ -395,6 +463,13 @@ impl OperatorFactory for WindowAggregate {
                 self.windows_per_row()
             ),
             Window::Session { gap_ms } => format!("session windows with a {gap_ms} ms gap"),
+            Window::Cumulative {
+                step_ms,
+                max_size_ms,
+            } => format!(
+                "cumulative windows every {step_ms} ms up to {max_size_ms} ms ({} windows per row)",
+                self.windows_per_row()
+            ),
         };
         let phase = match self.phase {
             Phase::Full => "",
@@ -416,6 +491,15 @@ impl OperatorFactory for WindowAggregate {
     }
 }
 
+/// Whether an aggregate's partial state is a count or sketch that says nothing of its column's
+/// type.
+fn counts_only(a: &Aggregate) -> bool {
+    matches!(
+        a.function,
+        aggregates::AggregateFn::ApproxCountDistinct(_) | aggregates::AggregateFn::CountValues(_)
+    )
+}
+
 /// When a window starting at `start` (or, with `size` 0, ending at `start`) closes: its end − 1
 /// plus the allowed lateness, saturating at the ends of the time range.
 fn close_at(start: i64, size: i64, lateness: i64) -> i64 {
@@ -425,6 +509,13 @@ fn close_at(start: i64, size: i64, lateness: i64) -> i64 {
         .saturating_add(lateness)
 }
 
+/// When a session ending at `end` (its last row's time plus the gap) closes: once the
+/// watermark is at `end`, no on-time row can reach it (a row at `end` itself still joins it),
+/// plus the allowed lateness.
+fn session_close(end: i64, lateness: i64) -> i64 {
+    end.saturating_add(lateness)
+}
+
 /// A closed group or session: (slot, window start, window end, states, is a session).
 type Closed = (usize, i64, i64, Vec<State>, bool);
 
@@ -432,6 +523,8 @@ type Closed = (usize, i64, i64, Vec<State>, bool);
 #[derive(Debug, Default)]
 struct Group {
     start: i64,
+    /// Exclusive, saturated at `i64::MAX`.
+    end: i64,
     states: Vec<State>,
 }
 
@@ -455,9 +548,11 @@ pub struct WindowAggregateOp {
     encoder: KeyEncoder,
     event_time: Option<usize>,
     window_start_col: Option<usize>,
+    /// `Final` of cumulative windows: the partial rows' window end.
+    window_end_col: Option<usize>,
     partial_cols: Vec<Vec<usize>>,
     bound: Vec<Bound>,
-    /// (key, window start) → group, for fixed windows.
+    /// (key, window start) → group, for fixed windows; (key, window end) for cumulative ones.
     groups: KeySlots<Group>,
     /// key → open sessions.
     sessions: KeySlots<Vec<Session>>,
@@ -494,15 +589,21 @@ impl WindowAggregateOp {
         self.bound.iter().map(|b| b.init()).collect()
     }
 
-    fn group_for(&mut self, key: &[u8], start: i64, buf: &mut Vec<u8>) -> usize {
+    fn group_for(&mut self, key: &[u8], start: i64, end: i64, buf: &mut Vec<u8>) -> usize {
         buf.clear();
         buf.extend_from_slice(key);
-        buf.extend_from_slice(&start.to_be_bytes());
+        let id = if self.spec.is_cumulative() {
+            end
+        } else {
+            start
+        };
+        buf.extend_from_slice(&id.to_be_bytes());
         let slot = self.groups.slot_for(hash_key(buf), buf);
         if self.groups.get(slot).states.is_empty() {
             let states = self.new_states();
             let g = self.groups.get_mut(slot);
             g.start = start;
+            g.end = end;
             g.states = states;
             self.group_count += 1;
             let heap: usize = self
@@ -514,14 +615,36 @@ impl WindowAggregateOp {
                 .sum();
             self.state_bytes += GROUP_OVERHEAD + buf.len() as u64 + heap as u64;
             self.peak_groups = self.peak_groups.max(self.group_count);
-            let (size, _) = self.spec.fixed().expect("fixed windows");
-            self.closing.push(
-                close_at(start, size, self.spec.allowed_lateness_ms),
-                slot,
-                0,
-            );
+            self.closing
+                .push(close_at(end, 0, self.spec.allowed_lateness_ms), slot, 0);
         }
         slot
+    }
+
+    /// Adds row `i` of `values` to the group of `key` in window [start, end).
+    fn add_to_group(
+        &mut self,
+        key: &[u8],
+        (start, end): (i64, i64),
+        values: &[aggregates::Values],
+        i: usize,
+        buf: &mut Vec<u8>,
+    ) {
+        let slot = self.group_for(key, start, end, buf);
+        let states = &mut self.groups.get_mut(slot).states;
+        let before = if self.holds_values {
+            held(states)
+        } else {
+            (0, 0)
+        };
+        for (s, v) in states.iter_mut().zip(values) {
+            s.update(v, i);
+        }
+        if self.holds_values {
+            let after = held(states);
+            self.values_held += after.0 - before.0;
+            self.state_bytes += after.1 - before.1;
+        }
     }
 
     fn add_raw(&mut self, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
@@ -562,6 +685,34 @@ impl WindowAggregateOp {
                     self.add_to_session(key.as_ref(), ts, gap_ms, &values, i);
                 }
             }
+            Window::Cumulative {
+                step_ms,
+                max_size_ms,
+            } => {
+                for (i, key) in keys.iter().enumerate() {
+                    let ts = times[i];
+                    let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
+                    let Some(start) = ts.checked_sub(ts.rem_euclid(max_size_ms)) else {
+                        self.no_window += 1;
+                        ctx.dead_letter(
+                            format!("event time {ts} ms"),
+                            windows::no_window_reason(ts, max_size_ms, max_size_ms),
+                            row_to_string(&data, i),
+                        );
+                        continue;
+                    };
+                    // The windows ending after the row, first to close first.
+                    let first = (ts - start) / step_ms + 1;
+                    for k in first..=max_size_ms / step_ms {
+                        let end = start.saturating_add(k * step_ms);
+                        if wm >= close_at(end, 0, l) {
+                            self.late_assignments += 1;
+                        } else {
+                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut buf);
+                        }
+                    }
+                }
+            }
             _ => {
                 let (size, slide) = self.spec.fixed().expect("fixed");
                 for (i, key) in keys.iter().enumerate() {
@@ -574,21 +725,8 @@ impl WindowAggregateOp {
                         if wm >= close_at(start, size, l) {
                             self.late_assignments += 1;
                         } else {
-                            let slot = self.group_for(key.as_ref(), start, &mut buf);
-                            let states = &mut self.groups.get_mut(slot).states;
-                            let before = if self.holds_values {
-                                held(states)
-                            } else {
-                                (0, 0)
-                            };
-                            for (s, v) in states.iter_mut().zip(&values) {
-                                s.update(v, i);
-                            }
-                            if self.holds_values {
-                                let after = held(states);
-                                self.values_held += after.0 - before.0;
-                                self.state_bytes += after.1 - before.1;
-                            }
+                            let end = start.saturating_add(size);
+                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut buf);
                         }
                     }
                     if starts.unrepresentable > 0 {
@@ -636,8 +774,9 @@ impl WindowAggregateOp {
         let mut merged = 0;
         while k < sessions.len() {
             let s = &sessions[k];
-            // An end saturated at i64::MAX stands for a later one: past every start and time.
-            let overlaps = (s.start < end || end == i64::MAX) && (ts < s.end || s.end == i64::MAX);
+            // Windows that touch merge, as Flink's: a row exactly a gap after a session's last
+            // row joins it. An end saturated at i64::MAX stands for a later one.
+            let overlaps = s.start <= end && ts <= s.end;
             if overlaps {
                 let s = sessions.swap_remove(k);
                 start = start.min(s.start);
@@ -657,7 +796,7 @@ impl WindowAggregateOp {
         self.group_count = self.group_count + 1 - merged;
         self.peak_groups = self.peak_groups.max(self.group_count);
         self.closing
-            .push(close_at(end, 0, self.spec.allowed_lateness_ms), slot, 1);
+            .push(session_close(end, self.spec.allowed_lateness_ms), slot, 1);
     }
 
     fn add_partials(&mut self, batch: StreamBatch) -> Result<()> {
@@ -674,9 +813,25 @@ impl WindowAggregateOp {
             .iter()
             .map(|idx| idx.iter().map(|&i| data.column(i).clone()).collect())
             .collect();
+        let ends = match self.window_end_col {
+            Some(c) => Some(
+                data.column(c)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .ok_or_else(|| Error::Internal("window_end is not BIGINT".into()))?
+                    .clone(),
+            ),
+            None => None,
+        };
+        let (size, _) = self.spec.fixed().expect("final phases have fixed windows");
         let mut buf = Vec::new();
         for (i, key) in keys.iter().enumerate() {
-            let slot = self.group_for(key.as_ref(), starts.value(i), &mut buf);
+            let start = starts.value(i);
+            let end = match &ends {
+                Some(e) => e.value(i),
+                None => start.saturating_add(size),
+            };
+            let slot = self.group_for(key.as_ref(), start, end, &mut buf);
             let partials: Vec<State> = self
                 .bound
                 .iter()
@@ -701,6 +856,11 @@ impl WindowAggregateOp {
                 chunk.iter().map(|r| r.1),
             )));
             if self.spec.phase == Phase::Partial {
+                if self.spec.is_cumulative() {
+                    cols.push(Arc::new(Int64Array::from_iter_values(
+                        chunk.iter().map(|r| r.2),
+                    )));
+                }
                 for (j, b) in self.bound.iter().enumerate() {
                     let states: Vec<&State> = chunk.iter().map(|r| &r.3[j]).collect();
                     cols.extend(aggregates::partials(b, &states));
@@ -734,7 +894,7 @@ impl WindowAggregateOp {
         let mut rows = Vec::with_capacity(slots.len());
         for slot in slots {
             let g = std::mem::take(self.groups.get_mut(slot));
-            rows.push((slot, g.start, 0, g.states, false));
+            rows.push((slot, g.start, g.end, g.states, false));
         }
         self.emit_rows(&rows, ctx)?;
         for r in &rows {
@@ -780,7 +940,7 @@ impl Operator for WindowAggregateOp {
                 let sessions = self.sessions.get_mut(slot);
                 let mut k = 0;
                 while k < sessions.len() {
-                    if close_at(sessions[k].end, 0, l) <= wm {
+                    if session_close(sessions[k].end, l) <= wm {
                         let s = sessions.swap_remove(k);
                         let (values, heap) = held(&s.states);
                         self.values_held -= values;
@@ -795,9 +955,8 @@ impl Operator for WindowAggregateOp {
                 }
                 continue;
             }
-            let (size, _) = self.spec.fixed().expect("fixed");
             let g = self.groups.get(slot);
-            if g.states.is_empty() || close_at(g.start, size, l) > wm {
+            if g.states.is_empty() || close_at(g.end, 0, l) > wm {
                 continue;
             }
             let key_len = self.groups.key(slot).len() as u64;
@@ -805,7 +964,7 @@ impl Operator for WindowAggregateOp {
             let (values, heap) = held(&g.states);
             self.values_held -= values;
             self.state_bytes -= GROUP_OVERHEAD + key_len + heap;
-            rows.push((slot, g.start, g.start.saturating_add(size), g.states, false));
+            rows.push((slot, g.start, g.end, g.states, false));
         }
         self.group_count -= rows.len() as u64;
         self.emit_rows(&rows, ctx)?;
@@ -832,13 +991,12 @@ impl Operator for WindowAggregateOp {
     /// stored: a restore queues each group again at its window's close.
     fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
         let mut rows: Vec<aggregates::StateRow> = Vec::with_capacity(self.group_count as usize);
-        if let Some((size, _)) = self.spec.fixed() {
+        if self.spec.fixed().is_some() {
             for slot in self.groups.slots() {
                 let g = self.groups.get(slot);
                 if !g.states.is_empty() {
-                    let end = g.start.saturating_add(size);
                     let key = &self.groups.key(slot)[..self.key_len(slot)];
-                    rows.push((key, vec![g.start, end], &g.states));
+                    rows.push((key, vec![g.start, g.end], &g.states));
                 }
             }
         } else {
@@ -870,7 +1028,7 @@ impl Operator for WindowAggregateOp {
                 let (values, heap) = held(&states);
                 self.values_held += values;
                 if self.spec.fixed().is_some() {
-                    let slot = self.group_for(key, start, &mut buf);
+                    let slot = self.group_for(key, start, end, &mut buf);
                     let g = self.groups.get_mut(slot);
                     let (_, init_heap) = held(&g.states);
                     g.states = states;
@@ -884,7 +1042,7 @@ impl Operator for WindowAggregateOp {
                     self.group_count += 1;
                     self.peak_groups = self.peak_groups.max(self.group_count);
                     self.closing
-                        .push(close_at(end, 0, self.spec.allowed_lateness_ms), slot, 1);
+                        .push(session_close(end, self.spec.allowed_lateness_ms), slot, 1);
                 }
             }
         }

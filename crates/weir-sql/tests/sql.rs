@@ -145,6 +145,41 @@ fn errors_users_meet() {
                  FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(rt), INTERVAL '7' SECOND, INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
             ),
         ),
+        (
+            "cumulate_max_size_not_a_multiple_of_the_step",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, window_start, COUNT(*), 1.0
+                 FROM TABLE(CUMULATE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '7' SECOND, INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
+            ),
+        ),
+        (
+            "session_partition_by_other_than_the_group_keys",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, window_start, COUNT(*), 1.0
+                 FROM TABLE(SESSION(TABLE clicks PARTITION BY user_id, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
+            ),
+        ),
+        (
+            "partition_by_on_a_tumbling_window",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, window_start, COUNT(*), 1.0
+                 FROM TABLE(TUMBLE(TABLE clicks PARTITION BY ad_id, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY ad_id, window_start, window_end"
+            ),
+        ),
+        (
+            "group_window_function_of_another_window",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, TUMBLE_START(rt, INTERVAL '2' MINUTE), COUNT(*), 1.0
+                 FROM clicks GROUP BY TUMBLE(rt, INTERVAL '1' MINUTE), ad_id"
+            ),
+        ),
+        (
+            "group_window_not_on_the_time_attribute",
+            format!(
+                "{TABLES} INSERT INTO counts SELECT ad_id, TUMBLE_START(user_id, INTERVAL '1' MINUTE), COUNT(*), 1.0
+                 FROM clicks GROUP BY TUMBLE(user_id, INTERVAL '1' MINUTE), ad_id"
+            ),
+        ),
     ];
     for (name, sql) in cases {
         let mut opts = opts();

@@ -2,21 +2,28 @@
 //! aggregate functions in a select list.
 
 use super::*;
+use sqlparser::ast::helpers::attached_token::AttachedToken;
+use sqlparser::ast::Value;
 
 /// A grouped relation, its keys (stream columns) and its aggregates (by their SQL text).
 pub(super) type Grouping = (Rel, Vec<String>, Vec<(String, Aggregate)>);
 
 impl Planner {
-    pub(super) fn window_tvf(&self, e: &SqlExpr) -> Result<(Rel, WindowAggregate)> {
+    /// A window table function: the table it reads, the window, and the columns of
+    /// `PARTITION BY` (SESSION's), if any.
+    pub(super) fn window_tvf(&self, e: &SqlExpr) -> Result<(Rel, WindowAggregate, Vec<String>)> {
         let SqlExpr::Function(f) = e else {
             return Err(plan_err(format!(
-                "FROM TABLE({e}): expected TUMBLE, HOP or SESSION"
+                "FROM TABLE({e}): expected TUMBLE, HOP, CUMULATE or SESSION"
             )));
         };
         let args = function_args(&f.args)?;
-        let table = match args.first() {
-            Some(SqlExpr::CompoundIdentifier(p)) if p.len() == 2 && p[0].value == TABLE_ARG => {
-                p[1].value.clone()
+        // `TABLE t` is `__table__.t`; `TABLE t PARTITION BY k` is `__table__.t.k` (see
+        // crate::dialect).
+        let (table, partition) = match args.first() {
+            Some(SqlExpr::CompoundIdentifier(p)) if p.len() >= 2 && p[0].value == TABLE_ARG => {
+                let partition: Vec<String> = p[2..].iter().map(|k| k.value.clone()).collect();
+                (p[1].value.clone(), partition)
             }
             _ => {
                 return Err(plan_err(format!(
@@ -26,6 +33,15 @@ impl Planner {
             }
         };
         let rel = self.named(&ObjectName::from(vec![Ident::new(&table)]), None, false)?;
+        let name = f.name.to_string().to_uppercase();
+        if !partition.is_empty() && name != "SESSION" {
+            return Err(plan_err(format!(
+                "{name}(TABLE {table} PARTITION BY ...): only SESSION takes PARTITION BY; the keys of a {name} window are those of GROUP BY"
+            )));
+        }
+        let partition = (partition.iter())
+            .map(|k| rel.resolve(None, k))
+            .collect::<Result<Vec<_>>>()?;
         let descriptor = match args.get(1) {
             Some(SqlExpr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") => {
                 function_args(&d.args)?
@@ -53,33 +69,49 @@ impl Planner {
                 )))
             }
         }
-        let iv = |i: usize| {
-            args.get(i)
-                .ok_or_else(|| plan_err(format!("{}: missing interval argument {}", f.name, i + 1)))
-                .and_then(interval_ms)
-        };
-        let w = match f.name.to_string().to_uppercase().as_str() {
-            "TUMBLE" => WindowAggregate::tumbling(iv(2)?),
-            // Flink: HOP(TABLE t, DESCRIPTOR(rt), slide, size).
-            "HOP" => {
-                let mut w = WindowAggregate::hopping(iv(3)?, iv(2)?);
-                if let Some(v) = self.settings.get("weir.window.max-windows-per-row") {
-                    w = w.max_windows_per_row(v.parse().map_err(|_| {
-                        plan_err(format!(
-                            "SET 'weir.window.max-windows-per-row' = '{v}': not a number"
-                        ))
-                    })?);
-                }
-                w
-            }
-            "SESSION" => WindowAggregate::session(iv(2)?),
+        let w = self.window(&name, &args[2..])?;
+        Ok((rel, w, partition))
+    }
+
+    /// The window of TUMBLE, HOP, CUMULATE or SESSION from its interval arguments (those after
+    /// the table and time attribute), in Flink's order.
+    pub(super) fn window(&self, name: &str, intervals: &[SqlExpr]) -> Result<WindowAggregate> {
+        let want = match name {
+            "TUMBLE" => &["size"][..],
+            "HOP" => &["slide", "size"],
+            "CUMULATE" => &["step", "max size"],
+            "SESSION" => &["gap"],
             other => {
                 return Err(plan_err(format!(
-                    "window table function {other} is not supported; use TUMBLE, HOP or SESSION"
+                    "window function {other} is not supported; use TUMBLE, HOP, CUMULATE or SESSION"
                 )))
             }
         };
-        Ok((rel, w))
+        if intervals.len() != want.len() {
+            return Err(plan_err(format!(
+                "{name} takes the time attribute and then {} interval(s): {}; got {}",
+                want.len(),
+                want.join(", "),
+                intervals.len()
+            )));
+        }
+        let iv = (intervals.iter())
+            .map(interval_ms)
+            .collect::<Result<Vec<i64>>>()?;
+        let mut w = match name {
+            "TUMBLE" => WindowAggregate::tumbling(iv[0]),
+            "HOP" => WindowAggregate::hopping(iv[1], iv[0]),
+            "CUMULATE" => WindowAggregate::cumulative(iv[0], iv[1]),
+            _ => WindowAggregate::session(iv[0]),
+        };
+        if let Some(v) = self.settings.get("weir.window.max-windows-per-row") {
+            w = w.max_windows_per_row(v.parse().map_err(|_| {
+                plan_err(format!(
+                    "SET 'weir.window.max-windows-per-row' = '{v}': not a number"
+                ))
+            })?);
+        }
+        Ok(w)
     }
 
     /// A GROUP BY without a window: a continuous aggregation whose rows update their key's
@@ -122,13 +154,146 @@ impl Planner {
         Ok((out, exprs))
     }
 
+    /// A group window (`GROUP BY TUMBLE(rt, INTERVAL '1' MINUTE), k` with `TUMBLE_START(...)`
+    /// and the like in the select list, Flink's older syntax): the window, and the SELECT
+    /// written over a window table function's columns instead (`window_start`, `window_end`,
+    /// `window_time`). `None` when GROUP BY holds no window.
+    pub(super) fn group_window(
+        &self,
+        rel: &Rel,
+        select: &Select,
+    ) -> Result<Option<(WindowAggregate, Select)>> {
+        let GroupByExpr::Expressions(group, modifiers) = &select.group_by else {
+            return Ok(None);
+        };
+        fn is_window(e: &SqlExpr) -> Option<(String, &sqlparser::ast::Function)> {
+            match e {
+                SqlExpr::Function(f) => {
+                    let n = f.name.to_string().to_uppercase();
+                    ["TUMBLE", "HOP", "SESSION", "CUMULATE"]
+                        .contains(&n.as_str())
+                        .then_some((n, f))
+                }
+                _ => None,
+            }
+        }
+        let windows: Vec<_> = group.iter().filter_map(is_window).collect();
+        let (name, f) = match windows.as_slice() {
+            [] => return Ok(None),
+            [w] => w.clone(),
+            _ => {
+                return Err(plan_err(format!(
+                    "GROUP BY {}: a grouping has at most one window",
+                    windows
+                        .iter()
+                        .map(|(_, f)| f.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
+        };
+        if name == "CUMULATE" {
+            return Err(plan_err(
+                "GROUP BY CUMULATE(...) is not a group window in Flink; write FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(rt), step, max_size)) ... GROUP BY ..., window_start, window_end",
+            ));
+        }
+        let args = function_args(&f.args)?;
+        match args.first() {
+            Some(c) if rel.is_time_attr(c) => {}
+            _ => {
+                return Err(plan_err(format!(
+                    "GROUP BY {f}: the first argument must be the table's time attribute: {}",
+                    rel.time_attr_names()
+                )))
+            }
+        }
+        let w = self.window(&name, &args[1..])?;
+        // The window's own arguments, to check each auxiliary function against.
+        let window_args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut rewritten = select.clone();
+        let mut keys: Vec<SqlExpr> = (group.iter())
+            .filter(|e| is_window(e).is_none())
+            .cloned()
+            .collect();
+        keys.push(SqlExpr::Identifier(Ident::new("window_start")));
+        keys.push(SqlExpr::Identifier(Ident::new("window_end")));
+        rewritten.group_by = GroupByExpr::Expressions(keys, modifiers.clone());
+        let mut error = None;
+        let mut aux = |e: &mut SqlExpr| {
+            let SqlExpr::Function(call) = &*e else {
+                return ControlFlow::Continue(());
+            };
+            let n = call.name.to_string().to_uppercase();
+            let Some((kind, part)) = n.split_once('_') else {
+                return ControlFlow::Continue(());
+            };
+            if !["TUMBLE", "HOP", "SESSION"].contains(&kind)
+                || !["START", "END", "ROWTIME", "PROCTIME"].contains(&part)
+            {
+                return ControlFlow::Continue(());
+            }
+            let same_args = function_args(&call.args)
+                .map(|a| a.iter().map(|x| x.to_string()).collect::<Vec<_>>() == window_args)
+                .unwrap_or(false);
+            if kind != name || !same_args {
+                error = Some(plan_err(format!(
+                    "{call} does not match the window of GROUP BY {f}: write {name}_{part}({})",
+                    window_args.join(", ")
+                )));
+                return ControlFlow::Break(());
+            }
+            let column = match part {
+                "START" => "window_start",
+                "END" => "window_end",
+                "ROWTIME" => "window_time",
+                _ => {
+                    error = Some(plan_err(format!(
+                        "{call}: weir's windows are in event time; use {name}_ROWTIME"
+                    )));
+                    return ControlFlow::Break(());
+                }
+            };
+            *e = SqlExpr::Identifier(Ident::new(column));
+            ControlFlow::Continue(())
+        };
+        for item in rewritten.projection.iter_mut() {
+            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                let _ = sqlparser::ast::visit_expressions_mut(e, &mut aux);
+            }
+        }
+        if let Some(h) = rewritten.having.as_mut() {
+            let _ = sqlparser::ast::visit_expressions_mut(h, &mut aux);
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        Ok(Some((w, rewritten)))
+    }
+
     pub(super) fn window_aggregate(
         &self,
         rel: Rel,
         mut w: WindowAggregate,
+        partition: &[String],
         select: &Select,
     ) -> Result<(Rel, Vec<SqlScalar>)> {
         let (rel, keys, aggs) = grouping(rel, select, true)?;
+        // SESSION(TABLE t PARTITION BY k, ...): weir keeps sessions per key of GROUP BY, which
+        // is Flink's result when the two name the same columns.
+        if !partition.is_empty() {
+            let mut p = partition.to_vec();
+            let mut k = keys.clone();
+            p.sort();
+            p.dedup();
+            k.sort();
+            if p != k {
+                return Err(plan_err(format!(
+                    "SESSION(... PARTITION BY {}) with GROUP BY {}: weir keeps sessions per group key, so PARTITION BY must name the GROUP BY keys (besides window_start and window_end)",
+                    partition.join(", "),
+                    keys.join(", ")
+                )));
+            }
+        }
         for (_, a) in &aggs {
             w = w.aggregate(a.clone());
         }
@@ -341,18 +506,34 @@ pub(super) fn add_aggregate(
             if let Some(kind) = agg_fn(&f.name.to_string()) {
                 let key = e.to_string();
                 let distinct = matches!(&f.args, FunctionArguments::List(l) if l.duplicate_treatment == Some(sqlparser::ast::DuplicateTreatment::Distinct));
-                if (distinct && kind != "count") || f.filter.is_some() || f.over.is_some() {
+                if (distinct && kind != "count") || f.over.is_some() {
                     return Err(plan_err(format!(
-                        "`{key}`: FILTER, OVER and DISTINCT other than COUNT(DISTINCT x) in aggregates are not supported; for a condition use SUM(CASE WHEN ... THEN 1 ELSE 0 END)"
+                        "`{key}`: OVER and DISTINCT other than COUNT(DISTINCT x) in aggregates are not supported"
                     )));
                 }
                 if out.iter().any(|(k, _)| *k == key) {
                     return Ok(());
                 }
                 let fargs = function_args(&f.args)?;
+                let counts_rows = kind == "count"
+                    && !distinct
+                    && match fargs.first() {
+                        None | Some(SqlExpr::Wildcard(_)) => true,
+                        Some(SqlExpr::Value(v)) => !matches!(v.value, Value::Null),
+                        _ => false,
+                    };
+                // `agg(x) FILTER (WHERE c)` is `agg(CASE WHEN c THEN x END)`: every aggregate
+                // skips NULLs, and COUNT(*) FILTER counts the rows where c holds.
+                let arg: Option<SqlExpr> = match (&f.filter, counts_rows) {
+                    (Some(c), true) => {
+                        Some(when(c, SqlExpr::value(Value::Number("1".into(), false))))
+                    }
+                    (Some(c), false) => fargs.first().map(|a| when(c, a.clone())),
+                    (None, _) => fargs.first().cloned(),
+                };
                 let output = key.clone();
                 let mut column = || -> Result<String> {
-                    match fargs.first() {
+                    match &arg {
                         Some(a) => match ident_name(a) {
                             Some(n) => rel.resolve(a_qualifier(a).as_deref(), &n),
                             None => {
@@ -366,15 +547,9 @@ pub(super) fn add_aggregate(
                 };
                 let agg = match kind {
                     "count" if distinct => aggregates::count_distinct(&column()?, &output),
-                    "count" => match fargs.first() {
-                        None | Some(SqlExpr::Wildcard(_)) => aggregates::count(&output),
-                        Some(a) if a.to_string() == "1" => aggregates::count(&output),
-                        Some(a) => {
-                            return Err(plan_err(format!(
-                                "COUNT({a}): weir counts rows with COUNT(*)"
-                            )))
-                        }
-                    },
+                    "count" if counts_rows && f.filter.is_none() => aggregates::count(&output),
+                    // COUNT(x): the rows where x is not NULL.
+                    "count" => aggregates::count_values(&column()?, &output),
                     "sum" => aggregates::sum(&column()?, &output),
                     "min" => aggregates::min(&column()?, &output),
                     "max" => aggregates::max(&column()?, &output),
@@ -390,5 +565,19 @@ pub(super) fn add_aggregate(
             Ok(())
         }
         _ => Ok(()),
+    }
+}
+
+/// `CASE WHEN condition THEN result END`.
+fn when(condition: &SqlExpr, result: SqlExpr) -> SqlExpr {
+    SqlExpr::Case {
+        case_token: AttachedToken::empty(),
+        end_token: AttachedToken::empty(),
+        operand: None,
+        conditions: vec![sqlparser::ast::CaseWhen {
+            condition: SqlExpr::Nested(Box::new(condition.clone())),
+            result,
+        }],
+        else_result: None,
     }
 }

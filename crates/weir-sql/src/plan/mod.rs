@@ -420,9 +420,9 @@ impl Planner {
         let from = &select.from[0];
         let (mut rel, window) = match &from.relation {
             TableFactor::TableFunction { expr, alias } => {
-                let (rel, w) = self.window_tvf(expr)?;
+                let (rel, w, partition) = self.window_tvf(expr)?;
                 let _ = alias;
-                (rel, Some(w))
+                (rel, Some((w, partition)))
             }
             other => (self.table_factor(other)?.0, None),
         };
@@ -445,11 +445,14 @@ impl Planner {
             GroupByExpr::All(_) => true,
         };
         match (window, grouped) {
-            (Some(w), true) => self.window_aggregate(rel, w, select),
+            (Some((w, partition)), true) => self.window_aggregate(rel, w, &partition, select),
             (Some(_), false) => Err(plan_err(
                 "a window table function needs GROUP BY ..., window_start, window_end",
             )),
-            (None, true) => self.group_aggregate(rel, select),
+            (None, true) => match self.group_window(&rel, select)? {
+                Some((w, select)) => self.window_aggregate(rel, w, &[], &select),
+                None => self.group_aggregate(rel, select),
+            },
             (None, false) => {
                 let exprs = select_exprs(select, &rel, None)?;
                 Ok((rel, exprs))
