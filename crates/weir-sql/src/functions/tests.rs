@@ -271,6 +271,15 @@ fn from_unixtime_and_date_format_on_text() {
         one("FROM_UNIXTIME(CAST(1706695200 AS INT))"),
         "2024-01-31 10:00:00"
     );
+    // Java patterns: quoted text, day and AM/PM names, the 12-hour clock.
+    assert_eq!(
+        one("FROM_UNIXTIME(1706713445, 'EEE EEEE a hh h ''x''''s'' %')"),
+        "Wed Wednesday PM 03 3 x's %"
+    );
+    assert_eq!(
+        one("DATE_FORMAT(TIMESTAMP '2024-01-31 00:04:05.006', 'yyyy-MM-dd''T''HH:mm:ss.SSS hh a')"),
+        "2024-01-31T00:04:05.006 12 AM"
+    );
     let (_, v) = eval("FROM_UNIXTIME(`n`, CASE WHEN `n` = 2 THEN 'ss' END)");
     assert_eq!(v, ["02", "NULL"]);
     let e = plan_error("FROM_UNIXTIME(1.5)");

@@ -7,7 +7,7 @@ WITH ('connector' = 'filesystem', 'path' = '${input}/events.csv', 'format' = 'cs
 CREATE TABLE fn_times (order_id BIGINT, plus5m TIMESTAMP_LTZ(3), plus_month TIMESTAMP(3),
   plus_qty_s TIMESTAMP_LTZ(3), minus_q TIMESTAMP(3), diff_s INT, diff_m INT, diff_h INT,
   diff_month INT, diff_year INT, diff_ms INT, unixtime STRING, unixtime_fmt STRING,
-  parsed TIMESTAMP(3), reformatted STRING)
+  parsed TIMESTAMP(3), reformatted STRING, iso STRING)
 WITH ('connector' = 'filesystem', 'path' = '${output}/fn_times', 'format' = 'csv');
 CREATE TABLE fn_text (id BIGINT, tag1 STRING, tag_n STRING, tag_by_code STRING, b STRING,
   kv_all STRING, name STRING, tier STRING, item0 STRING, ok STRING, whole STRING,
@@ -28,7 +28,8 @@ SELECT order_id,
   FROM_UNIXTIME(ts / 1000),
   FROM_UNIXTIME(NULLIF(ts / 1000 - 1704067200, 0), 'yyyyMMdd HH:mm:ss'),
   TO_TIMESTAMP(FROM_UNIXTIME(ts / 1000)),
-  DATE_FORMAT(FROM_UNIXTIME(ts / 1000), 'yyyy/MM/dd HH')
+  DATE_FORMAT(FROM_UNIXTIME(ts / 1000), 'yyyy/MM/dd HH'),
+  DATE_FORMAT(rt, 'EEE yyyy-MM-dd''T''HH:mm:ss.SSS h a')
 FROM orders WHERE order_id % 40 = 0;
 INSERT INTO fn_text
 SELECT id,
