@@ -68,7 +68,7 @@ fn flink_functions_agree_with_flink() {
             std::sync::Arc::new(weir_core::SystemClock),
         ))
         .unwrap();
-    for name in ["fn_times", "fn_text"] {
+    for name in ["fn_times", "fn_text", "fn_windows"] {
         let want = std::fs::read_to_string(coverage.join(format!("expected/{name}.csv")));
         let want = rows(&want.unwrap());
         let got = rows(&std::fs::read_to_string(out.path().join(name)).unwrap());

@@ -48,3 +48,11 @@ SELECT id,
   TO_TIMESTAMP(NULLIF(ds, '-'), 'yyyy-MM-dd'),
   DATE_FORMAT(NULLIF(ds, '-'), 'yyyy-MM-dd HH:mm')
 FROM events;
+CREATE TABLE fn_windows (currency STRING, shown TIMESTAMP(3), max_lag BIGINT, n BIGINT)
+WITH ('connector' = 'filesystem', 'path' = '${output}/fn_windows', 'format' = 'csv');
+INSERT INTO fn_windows
+SELECT currency, TIMESTAMPADD(SECOND, 1, window_start),
+  MAX(CAST(TIMESTAMPDIFF(MILLISECOND, rt, TIMESTAMPADD(MINUTE, 5, rt)) AS BIGINT)) - 300000,
+  COUNT(*)
+FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(rt), INTERVAL '10' MINUTE))
+GROUP BY currency, window_start, window_end;
