@@ -85,6 +85,30 @@ fn java_to_chrono(pattern: &str) -> String {
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
+        if c == '\'' {
+            // Quoted text, `''` a quote.
+            if chars.get(i + 1) == Some(&'\'') {
+                out.push('\'');
+                i += 2;
+                continue;
+            }
+            i += 1;
+            while i < chars.len() {
+                if chars[i] == '\'' {
+                    if chars.get(i + 1) != Some(&'\'') {
+                        break;
+                    }
+                    i += 1;
+                }
+                match chars[i] {
+                    '%' => out.push_str("%%"),
+                    c => out.push(c),
+                }
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
         let mut n = 1;
         while i + n < chars.len() && chars[i + n] == c {
             n += 1;
@@ -100,6 +124,11 @@ fn java_to_chrono(pattern: &str) -> String {
             ('d', _) => "%d".to_string(),
             ('H', 1) => "%-H".to_string(),
             ('H', _) => "%H".to_string(),
+            ('h', 1) => "%-I".to_string(),
+            ('h', _) => "%I".to_string(),
+            ('a', _) => "%p".to_string(),
+            ('E', 1..=3) => "%a".to_string(),
+            ('E', _) => "%A".to_string(),
             ('m', 1) => "%-M".to_string(),
             ('m', _) => "%M".to_string(),
             ('s', 1) => "%-S".to_string(),

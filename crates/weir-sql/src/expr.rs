@@ -9,7 +9,8 @@
 //!
 //! Functions are DataFusion's scalar function library plus Flink's `TO_TIMESTAMP_LTZ`,
 //! `DATE_FORMAT` (Java patterns, where DataFusion's alias takes chrono ones) and
-//! `UNIX_TIMESTAMP`, which call weir-core's kernels so SQL and the Rust builder API agree.
+//! `UNIX_TIMESTAMP`, which call weir-core's kernels so SQL and the Rust builder API agree, and
+//! the Flink built-ins of [`crate::functions`] (TIMESTAMPADD, TO_TIMESTAMP, JSON_VALUE, ...).
 //! Aggregate functions never reach DataFusion: the planner turns them into weir's window
 //! aggregates and refers to their output columns.
 
@@ -89,8 +90,9 @@ impl SqlScalar {
     /// the expression as the user wrote it.
     pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
         let fail = datafusion_message;
-        let ast = parse_expr(&self.sql).map_err(|e| e.to_string())?;
+        let mut ast = parse_expr(&self.sql).map_err(|e| e.to_string())?;
         refuse_over_windows(&ast)?;
+        crate::functions::prepare_all(&mut ast)?;
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(fail)?;
         let provider = functions();
         let planner =
@@ -241,6 +243,7 @@ fn functions() -> &'static Functions {
             .into_iter()
             .chain(flink)
             .chain([flink_if])
+            .chain(crate::functions::udfs())
         {
             for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(|a| a.as_str()))
             {
@@ -351,7 +354,7 @@ impl ScalarUDFImpl for FlinkFunction {
     fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
         let want: &[&str] = match self.function {
             ScalarFunction::ToTimestampLtz => &["BIGINT epoch", "INT precision (0 or 3)"],
-            ScalarFunction::DateFormat => &["TIMESTAMP", "STRING pattern"],
+            ScalarFunction::DateFormat => &["TIMESTAMP or STRING", "STRING pattern"],
             ScalarFunction::UnixTimestamp => &["STRING 'yyyy-MM-dd HH:mm:ss'"],
         };
         let usage = || format!("{}({})", self.function.name(), want.join(", "));
@@ -396,6 +399,8 @@ impl ScalarUDFImpl for FlinkFunction {
                     DataType::Int64 | DataType::Null => {
                         DataType::Timestamp(TimeUnit::Millisecond, None)
                     }
+                    // Read as Flink reads it, in invoke_with_args.
+                    t if text(t) => DataType::Utf8,
                     _ => return bad(0),
                 };
                 if !text(&arg_types[1]) {
@@ -432,11 +437,14 @@ impl ScalarUDFImpl for FlinkFunction {
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         // Literal arguments are arrays of one row when everything is literal, else widened.
         let rows = if all_scalar { 1 } else { args.number_rows };
-        let arrays = args
+        let mut arrays = args
             .args
             .iter()
             .map(|a| a.to_array(rows))
             .collect::<datafusion_common::Result<Vec<_>>>()?;
+        if self.function == ScalarFunction::DateFormat && arrays[0].data_type() == &DataType::Utf8 {
+            arrays[0] = crate::functions::date_format_text(&arrays[0]);
+        }
         let out = self
             .function
             .invoke(&arrays)

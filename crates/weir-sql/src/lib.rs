@@ -12,6 +12,7 @@ pub mod calc;
 mod connectors;
 pub mod dialect;
 pub mod expr;
+mod functions;
 pub mod parse;
 pub mod plan;
 

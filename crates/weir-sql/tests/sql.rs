@@ -88,8 +88,9 @@ fn errors_users_meet() {
         ("syntax_error", "CREATE TABLE t (a BIGINT,\n  b BIGINT\nINSERT INTO t SELECT 1".to_string()),
         ("unknown_table", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clickz")),
         ("unknown_column", format!("{TABLES} INSERT INTO out2 SELECT c.click_id, c.ad FROM clicks c")),
-        ("unknown_function", format!("{TABLES} INSERT INTO out2 SELECT click_id, TIMESTAMPADD(SECOND, 1, ts) FROM clicks")),
+        ("unknown_function", format!("{TABLES} INSERT INTO out2 SELECT click_id, TIMESTMPADD(SECOND, 1, rt) FROM clicks")),
         ("type_error", format!("{TABLES} INSERT INTO out2 SELECT click_id + 'abc', ts FROM clicks")),
+        ("current_watermark", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks WHERE rt > CURRENT_WATERMARK(rt)")),
         (
             "over_window",
             format!("{TABLES} INSERT INTO out2 SELECT click_id, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),

@@ -20,3 +20,34 @@ rows.sort(key=lambda r: r[4] + rng.randint(0, 2000))
 with open("input/orders.csv", "w") as f:
     for r in rows:
         f.write(",".join(str(x) for x in r) + "\n")
+
+# events.csv, for the text functions (queries/functions.sql), its own generator so orders.csv
+# stays as it is. Columns: id, tags (comma-separated), kv (`k=v;...`), js (JSON, some of it
+# broken), ds (date-time text in the forms Flink reads, and some it does not), n (an index).
+# A field '-' stands for NULL (the queries use NULLIF).
+rng = random.Random(10)
+names = ["ada", "bob", "cy", "dee", "eve"]
+texts = [
+    "2024-01-31 10:00:00", "2024-1-3 1:2:3", "2024-02-30 10:00:00", "2024-01-31",
+    "2024-01-31T10:00:00", "garbage", "2024-01-31 10:00:00.123", "2024-01-31 25:00:00",
+    "2024-13-01 10:00:00", " 2024-01-31 10:00:00", "2024-01-31 10:00", "2023-12-31 23:59:59", "-",
+]
+rows = []
+for i in range(60):
+    tags = ",".join(rng.choice(["red", "green", "", "blue"]) for _ in range(rng.randint(1, 4)))
+    kv = ";".join(f"{k}={rng.randint(0, 99)}" for k in rng.sample(["a", "b", "c"], rng.randint(0, 3)))
+    shape = rng.randint(0, 5)
+    user = {"name": rng.choice(names), "tier": rng.randint(1, 3)}
+    if shape == 0:
+        js = '{"user": {"name": "%s"}' % user["name"]  # broken
+    elif shape == 1:
+        js = '{"items": [], "ok": false}'
+    else:
+        price = rng.choice(["1.50", "2", "1e2", "-0.25", "3.0"])
+        js = '{"user": {"name": "%s", "tier": %d}, "items": [%s, %d], "ok": true}' % (
+            user["name"], user["tier"], price, rng.randint(0, 9))
+    rows.append((i, tags or "-", kv or "-", js, texts[i % len(texts)], rng.randint(-1, 4)))
+with open("input/events.csv", "w") as f:
+    for r in rows:
+        f.write(",".join('"' + str(x).replace('"', '""') + '"' if isinstance(x, str) and
+                         any(c in x for c in ',"') else str(x) for x in r) + "\n")

@@ -177,6 +177,11 @@ pub(super) fn scalar_with_aggs(
             ControlFlow::Continue(())
         }
         fn pre_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            // Before names resolve: `TIMESTAMPADD(MINUTE, ...)` names a unit, not a column.
+            if let Err(m) = crate::functions::prepare(e) {
+                self.error = Some(plan_err(m));
+                return ControlFlow::Break(());
+            }
             if let SqlExpr::Function(f) = e {
                 let name = f.name.to_string();
                 if agg_fn(&name).is_none() {
@@ -211,16 +216,14 @@ pub(super) fn scalar_with_aggs(
                     let unknown = self.calls.iter().find(|(_, known)| !known);
                     self.error = Some(match unknown {
                         Some((name, _)) => {
-                            let hint = match name.to_uppercase().as_str() {
-                                "TIMESTAMPADD" => "; add an interval instead: rt + INTERVAL '1' SECOND".to_string(),
-                                "TIMESTAMPDIFF" => "; subtract instead: (UNIX_TIMESTAMP(..) - UNIX_TIMESTAMP(..)), or date_part on an interval".to_string(),
-                                _ => did_you_mean(
-                                    &name.to_lowercase(),
-                                    crate::expr::scalar_function_names().iter().map(String::as_str),
-                                ),
-                            };
+                            let hint = did_you_mean(
+                                &name.to_lowercase(),
+                                crate::expr::scalar_function_names()
+                                    .iter()
+                                    .map(String::as_str),
+                            );
                             plan_err(format!(
-                                "unknown function `{name}`{hint}; weir has DataFusion's functions, Flink's TO_TIMESTAMP_LTZ, DATE_FORMAT, UNIX_TIMESTAMP and IF, and the aggregates COUNT, SUM, MIN, MAX, AVG, APPROX_COUNT_DISTINCT, MEDIAN"
+                                "unknown function `{name}`{hint}; weir has DataFusion's functions, Flink's TO_TIMESTAMP_LTZ, TO_TIMESTAMP, DATE_FORMAT, UNIX_TIMESTAMP, FROM_UNIXTIME, TIMESTAMPADD, TIMESTAMPDIFF, SPLIT_INDEX, REGEXP_EXTRACT, JSON_VALUE and IF, and the aggregates COUNT, SUM, MIN, MAX, AVG, APPROX_COUNT_DISTINCT, MEDIAN"
                             ))
                         }
                         None => err,
