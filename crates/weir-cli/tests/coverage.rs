@@ -174,3 +174,8 @@ fn group_windows_are_window_aggregations() {
 fn cumulate_windows_in_two_phases_are_flinks_too() {
     check("cumulate_two_phase");
 }
+
+#[test]
+fn flink_functions_give_flinks_values() {
+    check("functions");
+}
