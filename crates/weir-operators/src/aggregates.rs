@@ -284,6 +284,11 @@ impl Bound {
         })
     }
 
+    /// The aggregate this binds.
+    pub(crate) fn aggregate(&self) -> &Aggregate {
+        &self.agg
+    }
+
     /// The type of the result.
     pub(crate) fn output_field(&self) -> Field {
         // Flink's result types: SUM(DECIMAL(p, s)) is DECIMAL(38, s), AVG(DECIMAL(p, s)) is

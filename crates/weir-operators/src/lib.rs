@@ -20,6 +20,7 @@ pub mod group_aggregate;
 pub mod interval_join;
 pub mod join;
 pub mod lookup_join;
+pub mod over_aggregate;
 pub mod regular_join;
 pub mod stream_table_join;
 pub mod temporal_join;
@@ -32,6 +33,7 @@ pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};
 pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
 pub use join::JoinType;
 pub use lookup_join::{LookupCache, LookupJoin, LookupJoinExt, LookupJoinOp};
+pub use over_aggregate::{Frame, OverAggregate, OverAggregateExt, OverAggregateOp};
 pub use regular_join::{RegularJoin, RegularJoinExt};
 pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoinOp};
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
@@ -156,6 +158,12 @@ pub fn register(r: &mut Registry) {
             s,
         )?))
     });
+    r.add_operator("over_aggregate", |s| {
+        Ok(Arc::new(spec_from_json::<OverAggregate>(
+            "over_aggregate",
+            s,
+        )?))
+    });
     r.add_operator("regular_join", |s| {
         Ok(Arc::new(spec_from_json::<RegularJoin>("regular_join", s)?))
     });
@@ -192,6 +200,7 @@ mod tests {
         for kind in [
             "count",
             "interval_join",
+            "over_aggregate",
             "regular_join",
             "stream_table_join",
             "temporal_join",

@@ -1,0 +1,805 @@
+//! `.over_aggregate(OverAggregate::range(3_600_000).aggregate(sum("x", "s")))`: aggregates
+//! over a frame of each row's preceding rows of its key, in event-time order (SQL's
+//! `SUM(x) OVER (PARTITION BY k ORDER BY rt RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND
+//! CURRENT ROW)`, or `ROWS BETWEEN n PRECEDING AND CURRENT ROW`).
+//!
+//! # Results
+//!
+//! Every on-time input row comes out once, with its columns and then the aggregates over its
+//! frame, when the watermark reaches the row's time (so rows are taken in event-time order per
+//! key, whatever order they came in). The output is append-only and keeps the input's
+//! event-time column.
+//!
+//! - `Range { preceding_ms: r }`: the frame of a row at `t` is the key's rows with times in
+//!   `[t - r, t]`, peers (rows at `t` itself) included, so peers get the same results.
+//! - `Rows { preceding: n }`: the row and the key's `n` rows before it in event-time order;
+//!   rows at the same time are ordered by arrival (as in Flink; with one source split the
+//!   order of a key's rows is the split's).
+//!
+//! # State
+//!
+//! Per key: the rows not emitted yet, and the emitted rows that later rows' frames can still
+//! reach, with the frame's running aggregates. `Range` keeps rows newer than
+//! `watermark - r`; `Rows` keeps the last `n` emitted rows. COUNT, SUM and AVG add a row when
+//! it enters the frame and take it out when it leaves; MIN and MAX keep a count per distinct
+//! value of the frame in an ordered map, so a row costs O(log n), not a rescan. Buffered rows
+//! are references into the batches they came in (`weir_state::BatchStore`).
+//!
+//! # Late rows
+//!
+//! A row at or below its source split's watermark just before it is late: it is counted
+//! (`late_rows`), sent to the late-row output and left out of every frame. So the results do
+//! not depend on parallelism or timing.
+//!
+//! # Checkpoints
+//!
+//! The held rows, each with its key group, encoded key, arrival number and whether it was
+//! emitted; a restore rebuilds the frames' aggregates and the timers from them.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::batch::{event_time_index, event_times};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef, StateSize};
+
+use crate::aggregates::{self, Aggregate, AggregateFn, Bound, State, Values};
+
+/// Which preceding rows a row's frame holds (the frame always ends at the row itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Frame {
+    /// `RANGE BETWEEN INTERVAL ... PRECEDING AND CURRENT ROW`: rows at most `preceding_ms`
+    /// before the row, and its peers.
+    Range { preceding_ms: i64 },
+    /// `ROWS BETWEEN n PRECEDING AND CURRENT ROW`.
+    Rows { preceding: u64 },
+}
+
+/// The spec of an OVER aggregation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverAggregate {
+    /// The PARTITION BY columns.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    pub frame: Frame,
+    pub aggregates: Vec<Aggregate>,
+}
+
+impl OverAggregate {
+    /// Frames of the rows at most `preceding_ms` earlier (RANGE).
+    pub fn range(preceding_ms: i64) -> Self {
+        Self::new(Frame::Range { preceding_ms })
+    }
+    /// Frames of the row and the `preceding` rows before it (ROWS).
+    pub fn rows(preceding: u64) -> Self {
+        Self::new(Frame::Rows { preceding })
+    }
+    fn new(frame: Frame) -> Self {
+        OverAggregate {
+            keys: Vec::new(),
+            frame,
+            aggregates: Vec::new(),
+        }
+    }
+    /// Adds an aggregate.
+    pub fn aggregate(mut self, a: Aggregate) -> Self {
+        self.aggregates.push(a);
+        self
+    }
+
+    /// Words for plans: what the operator keeps.
+    pub fn state_bound(&self) -> String {
+        match self.frame {
+            Frame::Range { preceding_ms } => format!(
+                "keeps {} of rows per key, plus the rows the watermark has not reached",
+                human_ms(preceding_ms)
+            ),
+            Frame::Rows { preceding } => format!(
+                "keeps the last {preceding} rows per key, plus the rows the watermark has not reached"
+            ),
+        }
+    }
+
+    fn check(&self, input: &StreamInfo) -> Result<(SchemaRef, usize, Vec<Bound>)> {
+        let et = input.event_time.as_ref().ok_or_else(|| {
+            Error::plan(
+                "an OVER aggregation orders rows by event time; declare the source's event-time column",
+            )
+        })?;
+        let et = event_time_index(&input.schema, et)?;
+        if let Frame::Range { preceding_ms } = self.frame {
+            if preceding_ms < 0 {
+                return Err(Error::config(
+                    "OVER frame",
+                    format!("RANGE {preceding_ms} ms PRECEDING"),
+                    "the range must not be negative",
+                ));
+            }
+        }
+        if self.aggregates.is_empty() {
+            return Err(Error::plan(
+                "an OVER aggregation needs at least one aggregate",
+            ));
+        }
+        for a in &self.aggregates {
+            if !matches!(
+                a.function,
+                AggregateFn::Count
+                    | AggregateFn::CountValues(_)
+                    | AggregateFn::Sum(_)
+                    | AggregateFn::Min(_)
+                    | AggregateFn::Max(_)
+                    | AggregateFn::Avg(_)
+            ) {
+                return Err(Error::plan(format!(
+                    "`{}` cannot be taken OVER a window: weir's OVER aggregation takes COUNT, \
+                     SUM, MIN, MAX and AVG, whose values it can take out of a frame as rows leave it",
+                    a.output
+                )));
+            }
+        }
+        for k in &self.keys {
+            input.schema.field_with_name(k).map_err(|_| {
+                Error::plan(format!(
+                    "PARTITION BY column `{k}` not found; the stream has columns: {}",
+                    weir_core::keys::column_names(&input.schema)
+                ))
+            })?;
+        }
+        let bound: Vec<Bound> = (self.aggregates.iter())
+            .map(|a| Bound::new(a, &input.schema))
+            .collect::<Result<_>>()?;
+        let mut fields: Vec<Field> = (input.schema.fields().iter())
+            .map(|f| f.as_ref().clone())
+            .collect();
+        for b in &bound {
+            let f = b.output_field();
+            if fields.iter().any(|x| x.name() == f.name()) {
+                return Err(Error::plan(format!(
+                    "aggregate output `{}` clashes with another column",
+                    f.name()
+                )));
+            }
+            fields.push(f);
+        }
+        Ok((Arc::new(Schema::new(fields)), et, bound))
+    }
+}
+
+fn human_ms(ms: i64) -> String {
+    const UNITS: [(i64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+    ];
+    for (u, name) in UNITS {
+        if ms >= u && ms % u == 0 {
+            return format!("{} {name}", ms / u);
+        }
+    }
+    format!("{ms} ms")
+}
+
+impl OperatorFactory for OverAggregate {
+    fn kind(&self) -> &'static str {
+        "over_aggregate"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("over aggregate spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let input = weir_runtime::ops::single_input("over_aggregate", inputs)?;
+        let (schema, _, _) = self.check(input)?;
+        Ok(StreamInfo {
+            schema,
+            event_time: input.event_time.clone(),
+        })
+    }
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let input = weir_runtime::ops::single_input("over_aggregate", inputs)?;
+        let (schema, et, bound) = self.check(input)?;
+        let mut state_fields: Vec<Field> = (input.schema.fields().iter())
+            .map(|f| f.as_ref().clone())
+            .collect();
+        state_fields.extend([
+            Field::new(
+                weir_state::snapshot::KEY_GROUP_COLUMN,
+                DataType::UInt16,
+                false,
+            ),
+            Field::new(KEY_COLUMN, DataType::Binary, false),
+            Field::new(SEQ_COLUMN, DataType::Int64, false),
+            Field::new(EMITTED_COLUMN, DataType::Boolean, false),
+        ]);
+        Ok(Box::new(OverAggregateOp {
+            spec: self.clone(),
+            schema,
+            state_schema: Arc::new(Schema::new(state_fields)),
+            key_groups: info.key_groups,
+            encoder: KeyEncoder::new(&input.schema, &self.keys)?,
+            event_time: et,
+            kinds: bound.iter().map(Kind::of).collect(),
+            bound,
+            store: BatchStore::new(input.schema.clone()),
+            keys: KeySlots::new(),
+            due: ExpiryQueue::new(),
+            next_seq: 0,
+            held: 0,
+            pending: 0,
+            peak_held: 0,
+            late: 0,
+        }))
+    }
+    fn describe(&self) -> String {
+        let frame = match self.frame {
+            Frame::Range { preceding_ms } => {
+                format!("RANGE {} PRECEDING", human_ms(preceding_ms))
+            }
+            Frame::Rows { preceding } => format!("ROWS {preceding} PRECEDING"),
+        };
+        format!(
+            "{} OVER (PARTITION BY {} ORDER BY event time {frame}); each row emitted when the watermark reaches it; {}",
+            aggregates::describe(&self.aggregates),
+            self.keys.join(", "),
+            self.state_bound()
+        )
+    }
+    fn state(&self) -> OperatorState {
+        OperatorState::Checkpointed { version: 1 }
+    }
+}
+
+const KEY_COLUMN: &str = "__key";
+const SEQ_COLUMN: &str = "__seq";
+const EMITTED_COLUMN: &str = "__emitted";
+
+/// What an aggregate does with a frame's values, and the type it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Count,
+    Sum(Num),
+    Avg(Num),
+    Min(Num),
+    Max(Num),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Num {
+    Int,
+    Float,
+    Dec,
+}
+
+impl Kind {
+    fn of(b: &Bound) -> Kind {
+        // The result type says what the column holds: AVG(BIGINT) is BIGINT, SUM(DECIMAL) and
+        // AVG(DECIMAL) are DECIMAL, DOUBLE stays DOUBLE.
+        let num = match b.output_field().data_type() {
+            DataType::Float64 => Num::Float,
+            DataType::Decimal128(..) => Num::Dec,
+            _ => Num::Int,
+        };
+        match &b.aggregate().function {
+            AggregateFn::Sum(_) => Kind::Sum(num),
+            AggregateFn::Avg(_) => Kind::Avg(num),
+            AggregateFn::Min(_) => Kind::Min(num),
+            AggregateFn::Max(_) => Kind::Max(num),
+            _ => Kind::Count,
+        }
+    }
+}
+
+/// A value as it is kept: integers and decimals as themselves, a DOUBLE as a key that sorts
+/// as the number does (IEEE 754 total order).
+type Value = i128;
+
+fn float_key(v: f64) -> Value {
+    let b = v.to_bits() as i64;
+    (if b < 0 { b ^ i64::MAX } else { b }) as Value
+}
+
+fn key_float(k: Value) -> f64 {
+    let b = k as i64;
+    f64::from_bits((if b < 0 { b ^ i64::MAX } else { b }) as u64)
+}
+
+/// Row `i` of `v` as kept (`None`: NULL, which aggregates skip; COUNT(*) reads 0).
+fn value_of(v: &Values, i: usize) -> Option<Value> {
+    match v {
+        Values::None => Some(0),
+        Values::Nulls(n) => (!n.as_ref().is_some_and(|n| n.is_null(i))).then_some(0),
+        Values::Int(a) => (!a.is_null(i)).then(|| a.value(i) as Value),
+        Values::Float(a) => (!a.is_null(i)).then(|| float_key(a.value(i))),
+        Values::Dec(a, _) => (!a.is_null(i)).then(|| a.value(i)),
+        _ => None,
+    }
+}
+
+/// The running aggregate of a frame: values go in as rows enter and out as they leave.
+#[derive(Debug, Clone, Default)]
+struct Acc {
+    /// Non-NULL values in the frame.
+    n: i64,
+    /// SUM and AVG over BIGINT (wrapping, as Flink's) and DECIMAL.
+    int: i128,
+    float: f64,
+    /// MIN and MAX: how many of each value the frame holds.
+    values: BTreeMap<Value, u32>,
+}
+
+impl Acc {
+    fn add(&mut self, kind: Kind, v: Value) {
+        self.n += 1;
+        match kind {
+            Kind::Count => {}
+            Kind::Sum(Num::Int) | Kind::Avg(Num::Int) => {
+                self.int = (self.int as i64).wrapping_add(v as i64) as i128
+            }
+            Kind::Sum(Num::Dec) | Kind::Avg(Num::Dec) => self.int = self.int.wrapping_add(v),
+            Kind::Sum(Num::Float) | Kind::Avg(Num::Float) => self.float += key_float(v),
+            Kind::Min(_) | Kind::Max(_) => *self.values.entry(v).or_default() += 1,
+        }
+    }
+
+    fn retract(&mut self, kind: Kind, v: Value) {
+        self.n -= 1;
+        match kind {
+            Kind::Count => {}
+            Kind::Sum(Num::Int) | Kind::Avg(Num::Int) => {
+                self.int = (self.int as i64).wrapping_sub(v as i64) as i128
+            }
+            Kind::Sum(Num::Dec) | Kind::Avg(Num::Dec) => self.int = self.int.wrapping_sub(v),
+            Kind::Sum(Num::Float) | Kind::Avg(Num::Float) => {
+                // An empty frame starts again from zero, not from rounding leftovers.
+                self.float = if self.n == 0 {
+                    0.0
+                } else {
+                    self.float - key_float(v)
+                }
+            }
+            Kind::Min(_) | Kind::Max(_) => {
+                if let Some(c) = self.values.get_mut(&v) {
+                    *c -= 1;
+                    if *c == 0 {
+                        self.values.remove(&v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The frame's aggregate as the state `aggregates::finish` turns into a result.
+    fn state(&self, kind: Kind) -> State {
+        let some = self.n > 0;
+        let first = self.values.keys().next().copied();
+        let last = self.values.keys().next_back().copied();
+        match kind {
+            Kind::Count => State::Count(self.n),
+            Kind::Sum(Num::Int) => State::SumInt(some.then_some(self.int as i64)),
+            Kind::Sum(Num::Dec) => State::SumDec(some.then_some(self.int)),
+            Kind::Sum(Num::Float) => State::SumFloat(some.then_some(self.float)),
+            Kind::Avg(Num::Int) => State::AvgInt(self.int as i64, self.n),
+            Kind::Avg(Num::Dec) => State::AvgDec(self.int, self.n),
+            Kind::Avg(Num::Float) => State::Avg(self.float, self.n),
+            Kind::Min(Num::Int) => State::MinInt(first.map(|v| v as i64)),
+            Kind::Min(Num::Dec) => State::MinDec(first),
+            Kind::Min(Num::Float) => State::MinFloat(first.map(key_float)),
+            Kind::Max(Num::Int) => State::MaxInt(last.map(|v| v as i64)),
+            Kind::Max(Num::Dec) => State::MaxDec(last),
+            Kind::Max(Num::Float) => State::MaxFloat(last.map(key_float)),
+        }
+    }
+}
+
+/// A held row: its time, arrival number, where it is buffered, and each aggregate's value.
+#[derive(Debug, Clone)]
+struct Held {
+    ts: i64,
+    seq: u64,
+    row: RowRef,
+    values: Box<[Option<Value>]>,
+}
+
+/// One key's rows.
+#[derive(Debug, Default)]
+struct KeyRows {
+    /// Emitted rows later frames can still reach, oldest first.
+    frame: VecDeque<Held>,
+    /// Rows the watermark has not reached, by (time, arrival).
+    pending: BTreeMap<(i64, u64), Held>,
+    /// The aggregates over `frame`.
+    accs: Vec<Acc>,
+}
+
+/// One subtask of an OVER aggregation.
+pub struct OverAggregateOp {
+    spec: OverAggregate,
+    schema: SchemaRef,
+    /// Checkpointed rows: the input's columns, key group, key, arrival number, emitted.
+    state_schema: SchemaRef,
+    key_groups: u16,
+    encoder: KeyEncoder,
+    event_time: usize,
+    bound: Vec<Bound>,
+    kinds: Vec<Kind>,
+    store: BatchStore,
+    keys: KeySlots<KeyRows>,
+    /// When a key has work: tag 0, a pending row's time; tag 1, when the oldest row of its
+    /// RANGE frame leaves it.
+    due: ExpiryQueue,
+    next_seq: u64,
+    held: u64,
+    pending: u64,
+    peak_held: u64,
+    late: u64,
+}
+
+/// Bytes of bookkeeping per held row, besides the row itself.
+const HELD_OVERHEAD: u64 = 64;
+
+impl OverAggregateOp {
+    /// Files `row` (of key `slot`) as pending.
+    fn hold(&mut self, slot: usize, held: Held) {
+        self.due.push(held.ts, slot, 0);
+        self.store.retain(held.row.batch);
+        let k = self.keys.get_mut(slot);
+        k.pending.insert((held.ts, held.seq), held);
+        self.held += 1;
+        self.pending += 1;
+        self.peak_held = self.peak_held.max(self.held);
+    }
+
+    /// Emits the rows of key `slot` the watermark has reached, and drops the rows no later
+    /// frame reaches. Output goes to `rows` / `states`; released batches to `release`.
+    fn fire(
+        &mut self,
+        slot: usize,
+        wm: i64,
+        rows: &mut Vec<RowRef>,
+        states: &mut [Vec<State>],
+        release: &mut Vec<u32>,
+    ) {
+        let kinds = &self.kinds;
+        let k = self.keys.get_mut(slot);
+        if k.accs.is_empty() {
+            k.accs = vec![Acc::default(); kinds.len()];
+        }
+        let leave = |k: &mut KeyRows, release: &mut Vec<u32>| {
+            let h = k.frame.pop_front().expect("a row to leave the frame");
+            for ((acc, &kind), v) in k.accs.iter_mut().zip(kinds).zip(h.values.iter()) {
+                if let Some(v) = v {
+                    acc.retract(kind, *v);
+                }
+            }
+            release.push(h.row.batch);
+        };
+        let mut left = 0u64;
+        let mut emitted = 0u64;
+        while let Some(entry) = k.pending.first_entry() {
+            let ts = entry.key().0;
+            if ts > wm {
+                break;
+            }
+            // Peers (rows at one time) enter a RANGE frame together.
+            let mut peers = vec![entry.remove()];
+            if let Frame::Range { .. } = self.spec.frame {
+                while let Some(e) = k.pending.first_entry() {
+                    if e.key().0 != ts {
+                        break;
+                    }
+                    peers.push(e.remove());
+                }
+            }
+            emitted += peers.len() as u64;
+            if let Frame::Range { preceding_ms } = self.spec.frame {
+                while k
+                    .frame
+                    .front()
+                    .is_some_and(|h| (ts as i128) - (h.ts as i128) > preceding_ms as i128)
+                {
+                    leave(k, release);
+                    left += 1;
+                }
+            }
+            for h in &peers {
+                for ((acc, &kind), v) in k.accs.iter_mut().zip(kinds).zip(h.values.iter()) {
+                    if let Some(v) = v {
+                        acc.add(kind, *v);
+                    }
+                }
+            }
+            if let Frame::Rows { preceding } = self.spec.frame {
+                if k.frame.len() as u64 > preceding {
+                    leave(k, release);
+                    left += 1;
+                }
+            }
+            for h in &peers {
+                rows.push(h.row);
+                for (j, acc) in k.accs.iter().enumerate() {
+                    states[j].push(acc.state(kinds[j]));
+                }
+            }
+            k.frame.extend(peers);
+        }
+        if let Frame::Range { preceding_ms } = self.spec.frame {
+            // Rows at or before wm - range are out of every frame to come: later rows are
+            // after the watermark.
+            while k
+                .frame
+                .front()
+                .is_some_and(|h| (wm as i128) - (h.ts as i128) >= preceding_ms as i128)
+            {
+                leave(k, release);
+                left += 1;
+            }
+            if let Some(h) = k.frame.front() {
+                let at = h.ts.saturating_add(preceding_ms);
+                self.due.push(at, slot, 1);
+            }
+        }
+        let empty = k.frame.is_empty() && k.pending.is_empty();
+        self.held -= left;
+        self.pending -= emitted;
+        if empty {
+            self.keys.release(slot);
+        }
+    }
+
+    /// The aggregates' values of every row of `data`.
+    fn values_of(&self, data: &RecordBatch) -> Result<Vec<Box<[Option<Value>]>>> {
+        let cols: Vec<Values> = (self.bound.iter())
+            .map(|b| b.values(data))
+            .collect::<Result<_>>()?;
+        Ok((0..data.num_rows())
+            .map(|i| cols.iter().map(|c| value_of(c, i)).collect())
+            .collect())
+    }
+}
+
+impl Operator for OverAggregateOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let times = event_times(&batch.data, self.event_time)?;
+        let (on_time, late) = batch.split_late(&times, |t, wm| t <= wm)?;
+        if let Some(late) = late {
+            self.late += late.num_rows() as u64;
+            ctx.emit_late(late);
+        }
+        if on_time.num_rows() == 0 {
+            return Ok(());
+        }
+        let data = on_time.data;
+        let times = event_times(&data, self.event_time)?;
+        let keys = self.encoder.encode(&data)?;
+        let values = self.values_of(&data)?;
+        let id = self.store.insert(data);
+        for (i, (key, values)) in keys.iter().zip(values).enumerate() {
+            let key = key.as_ref();
+            let slot = self.keys.slot_for(hash_key(key), key);
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let row = RowRef {
+                batch: id,
+                row: i as u32,
+            };
+            self.hold(
+                slot,
+                Held {
+                    ts: times[i],
+                    seq,
+                    row,
+                    values,
+                },
+            );
+        }
+        self.store.release_if_unused(id);
+        Ok(())
+    }
+
+    /// Emits every held row the watermark has reached, per key in event-time order.
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        let wm = watermark.0;
+        let mut due = Vec::new();
+        self.due.pop_due(wm, &mut due);
+        let mut slots: Vec<usize> = due.into_iter().map(|(s, _)| s).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let mut rows = Vec::new();
+        let mut states = vec![Vec::new(); self.bound.len()];
+        let mut release = Vec::new();
+        for slot in slots {
+            self.fire(slot, wm, &mut rows, &mut states, &mut release);
+        }
+        for (chunk, n) in (0..rows.len())
+            .step_by(8192)
+            .map(|s| (s, 8192.min(rows.len() - s)))
+        {
+            let refs: Vec<Option<RowRef>> =
+                rows[chunk..chunk + n].iter().copied().map(Some).collect();
+            let mut cols = self.store.gather(&refs)?;
+            for (b, st) in self.bound.iter().zip(&states) {
+                let st: Vec<&State> = st[chunk..chunk + n].iter().collect();
+                cols.push(aggregates::finish(b, &st));
+            }
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        for b in release {
+            self.store.release(b);
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize {
+            rows: self.held,
+            bytes: self.store.bytes() as u64 + self.held * HELD_OVERHEAD + self.keys.index_bytes(),
+        }
+    }
+
+    /// Every held row: a key's emitted rows oldest first, then its pending ones in order.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut refs: Vec<Option<RowRef>> = Vec::new();
+        let mut groups = Vec::new();
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut seqs = Vec::new();
+        let mut emitted = Vec::new();
+        for slot in self.keys.slots() {
+            let key = self.keys.key(slot);
+            let g = key_group(hash_key(key), self.key_groups);
+            let k = self.keys.get(slot);
+            for (h, done) in
+                (k.frame.iter().map(|h| (h, true))).chain(k.pending.values().map(|h| (h, false)))
+            {
+                refs.push(Some(h.row));
+                groups.push(g);
+                keys.push(key);
+                seqs.push(h.seq as i64);
+                emitted.push(done);
+            }
+        }
+        let mut cols = self.store.gather(&refs)?;
+        cols.extend([
+            weir_state::snapshot::key_group_column(groups),
+            Arc::new(BinaryArray::from_iter_values(keys)) as ArrayRef,
+            Arc::new(Int64Array::from(seqs)),
+            Arc::new(BooleanArray::from(emitted)),
+        ]);
+        Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
+    }
+
+    /// Takes up the rows of [`snapshot`](Operator::snapshot)s: emitted rows back into their
+    /// key's frame (its aggregates rebuilt), pending ones queued for the watermark again.
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        let n = self.store.schema().fields().len();
+        for b in &state {
+            let theirs = b.schema();
+            let fits = theirs.fields().len() == self.state_schema.fields().len()
+                && (theirs.fields().iter().zip(self.state_schema.fields()))
+                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+            if !fits {
+                return Err(Error::Internal(format!(
+                    "over_aggregate state of another layout: {theirs:?}, expected {:?}",
+                    self.state_schema
+                )));
+            }
+            let keys = b.column(n + 1).as_binary::<i32>().clone();
+            let seqs = b.column(n + 2).as_primitive::<Int64Type>().clone();
+            let emitted = b.column(n + 3).as_boolean().clone();
+            let data =
+                RecordBatch::try_new(self.store.schema().clone(), b.columns()[..n].to_vec())?;
+            let times = event_times(&data, self.event_time)?;
+            let values = self.values_of(&data)?;
+            let id = self.store.insert(data);
+            for (i, values) in values.into_iter().enumerate() {
+                let key = keys.value(i);
+                let slot = self.keys.slot_for(hash_key(key), key);
+                let seq = seqs.value(i) as u64;
+                self.next_seq = self.next_seq.max(seq + 1);
+                let held = Held {
+                    ts: times[i],
+                    seq,
+                    row: RowRef {
+                        batch: id,
+                        row: i as u32,
+                    },
+                    values,
+                };
+                if !emitted.value(i) {
+                    self.hold(slot, held);
+                    continue;
+                }
+                self.store.retain(id);
+                let kinds = &self.kinds;
+                let k = self.keys.get_mut(slot);
+                if k.accs.is_empty() {
+                    k.accs = vec![Acc::default(); kinds.len()];
+                }
+                for ((acc, &kind), v) in k.accs.iter_mut().zip(kinds).zip(held.values.iter()) {
+                    if let Some(v) = v {
+                        acc.add(kind, *v);
+                    }
+                }
+                if let (Frame::Range { preceding_ms }, true) = (self.spec.frame, k.frame.is_empty())
+                {
+                    self.due.push(held.ts.saturating_add(preceding_ms), slot, 1);
+                }
+                k.frame.push_back(held);
+                self.held += 1;
+                self.peak_held = self.peak_held.max(self.held);
+            }
+            self.store.release_if_unused(id);
+        }
+        Ok(())
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("rows_held", self.held as i64),
+            ("rows_pending", self.pending as i64),
+            ("peak_rows_held", self.peak_held as i64),
+            ("late_rows", self.late as i64),
+            ("keys", self.keys.len() as i64),
+        ]);
+    }
+}
+
+/// Builder method for keyed streams.
+pub trait OverAggregateExt {
+    /// Aggregates over each row's frame of preceding rows of its key (the keys are the
+    /// stream's); the output is the input's columns plus the aggregates.
+    #[track_caller]
+    fn over_aggregate(&self, agg: OverAggregate) -> weir_runtime::Stream;
+}
+
+impl OverAggregateExt for weir_runtime::KeyedStream {
+    #[track_caller]
+    fn over_aggregate(&self, mut agg: OverAggregate) -> weir_runtime::Stream {
+        let at = weir_runtime::builder::caller_location();
+        agg.keys = self.keys().to_vec();
+        self.apply_at("over_aggregate".into(), Arc::new(agg), at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_keys_sort_as_the_numbers_and_read_back() {
+        let xs = [-1e300, -2.5, -0.0, 0.0, 1.0, 3.25, f64::INFINITY];
+        let keys: Vec<Value> = xs.iter().map(|&x| float_key(x)).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        for x in xs {
+            assert_eq!(key_float(float_key(x)).to_bits(), x.to_bits());
+        }
+    }
+
+    #[test]
+    fn describe_says_what_is_kept() {
+        let r = OverAggregate::range(3_600_000).aggregate(aggregates::sum("x", "s"));
+        assert!(
+            r.describe().contains("keeps 1 h of rows per key"),
+            "{}",
+            r.describe()
+        );
+        let n = OverAggregate::rows(5).aggregate(aggregates::count("n"));
+        assert!(
+            n.describe().contains("keeps the last 5 rows per key"),
+            "{}",
+            n.describe()
+        );
+    }
+}

@@ -1,0 +1,478 @@
+//! OVER aggregation: against a plain reference computed on the whole input, the same at
+//! parallelism 1 and 3, and the same after a restore from a checkpoint taken at any point
+//! (at parallelism 1, 2 and 3).
+
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+    StringArray, UInt16Array,
+};
+use arrow_buffer::ScalarBuffer;
+use arrow_schema::{DataType, Field, Schema};
+use proptest::prelude::*;
+use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
+use weir_operators::aggregates::{avg, count, count_values, max, median, min, sum};
+use weir_operators::OverAggregate;
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_runtime::{Port, StreamBatch};
+use weir_testkit::{sorted_lines, Harness};
+
+/// A row: key `k{k}`, `v` (NULL sometimes), `x` (quarters: float sums are exact), `d`
+/// (DECIMAL(10, 2) cents) and its time relative to the watermark.
+#[derive(Debug, Clone)]
+struct RawRow {
+    k: u8,
+    v: Option<i64>,
+    x: f64,
+    d: i128,
+    offset: i64,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Rows(Vec<RawRow>),
+    Advance(i64),
+}
+
+#[derive(Debug, Clone)]
+enum Input {
+    Batch(StreamBatch),
+    Watermark(i64),
+}
+
+fn info() -> StreamInfo {
+    StreamInfo {
+        schema: Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+            Field::new("x", DataType::Float64, false),
+            Field::new("d", DataType::Decimal128(10, 2), false),
+            Field::new("ts", DataType::Int64, false),
+        ])),
+        event_time: Some("ts".into()),
+    }
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let row = (
+        0u8..4,
+        prop::option::weighted(0.85, -5i64..20),
+        -8i64..40,
+        -999i128..5_000,
+        // Coarse times, so that rows of a key share times (peers).
+        (-10i64..60).prop_map(|t| t * 10),
+    )
+        .prop_map(|(k, v, x, d, offset)| RawRow {
+            k,
+            v,
+            x: x as f64 / 4.0,
+            d,
+            offset,
+        });
+    prop_oneof![
+        3 => prop::collection::vec(row, 1..8).prop_map(Step::Rows),
+        1 => (0i64..250).prop_map(Step::Advance),
+    ]
+}
+
+/// The inputs, and every row as (key, v, x, d, ts, late) in arrival order.
+type Flat = (u8, Option<i64>, f64, i128, i64, bool);
+
+fn script(steps: &[Step]) -> (Vec<Input>, Vec<Flat>) {
+    let schema = info().schema;
+    let mut wm: Option<i64> = None;
+    let mut out = Vec::new();
+    let mut flat = Vec::new();
+    for s in steps {
+        match s {
+            Step::Rows(rows) => {
+                let base = wm.unwrap_or(0);
+                let ts = |r: &RawRow| base + r.offset;
+                for r in rows {
+                    let late = wm.is_some_and(|w| ts(r) <= w);
+                    flat.push((r.k, r.v, r.x, r.d, ts(r), late));
+                }
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![
+                        Arc::new(StringArray::from_iter_values(
+                            rows.iter().map(|r| format!("k{}", r.k)),
+                        )),
+                        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+                        Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.x))),
+                        Arc::new(
+                            Decimal128Array::from_iter_values(rows.iter().map(|r| r.d))
+                                .with_precision_and_scale(10, 2)
+                                .unwrap(),
+                        ),
+                        Arc::new(Int64Array::from_iter_values(rows.iter().map(ts))),
+                    ],
+                )
+                .unwrap();
+                let wms = ScalarBuffer::from(vec![wm.unwrap_or(i64::MIN); rows.len()]);
+                out.push(Input::Batch(StreamBatch::with_row_watermarks(batch, wms)));
+            }
+            Step::Advance(d) => {
+                let w = wm.unwrap_or(0) + d;
+                wm = Some(w);
+                out.push(Input::Watermark(w));
+            }
+        }
+    }
+    (out, flat)
+}
+
+fn spec(frame: OverAggregate) -> OverAggregate {
+    let mut s = frame
+        .aggregate(count("n"))
+        .aggregate(count_values("v", "nv"))
+        .aggregate(sum("v", "sv"))
+        .aggregate(min("v", "lo"))
+        .aggregate(max("x", "hi_x"))
+        .aggregate(min("x", "lo_x"))
+        .aggregate(sum("x", "sx"))
+        .aggregate(avg("v", "av"))
+        .aggregate(sum("d", "sd"))
+        .aggregate(max("d", "hi_d"));
+    s.keys = vec!["k".into()];
+    s
+}
+
+/// The expected output lines (late rows marked), from the whole input.
+fn reference(frame: &OverAggregate, flat: &[Flat]) -> Vec<String> {
+    let on_time: Vec<(usize, &Flat)> = flat.iter().enumerate().filter(|r| !r.1 .5).collect();
+    let mut rows: Vec<&Flat> = Vec::new();
+    let mut frames: Vec<Vec<&Flat>> = Vec::new();
+    for &(i, r) in &on_time {
+        let mut mine: Vec<(usize, &Flat)> = on_time
+            .iter()
+            .filter(|(_, o)| o.0 == r.0)
+            .copied()
+            .collect();
+        mine.sort_by_key(|(j, o)| (o.4, *j));
+        let members: Vec<&Flat> = match frame.frame {
+            weir_operators::Frame::Range { preceding_ms } => mine
+                .iter()
+                .filter(|(_, o)| o.4 <= r.4 && r.4 - o.4 <= preceding_ms)
+                .map(|p| p.1)
+                .collect(),
+            weir_operators::Frame::Rows { preceding } => {
+                let p = mine.iter().position(|(j, _)| *j == i).unwrap();
+                let from = p.saturating_sub(preceding as usize);
+                mine[from..=p].iter().map(|p| p.1).collect()
+            }
+        };
+        rows.push(r);
+        frames.push(members);
+    }
+    let vs = |f: &Vec<&Flat>| f.iter().filter_map(|r| r.1).collect::<Vec<i64>>();
+    let xs = |f: &Vec<&Flat>| f.iter().map(|r| r.2).collect::<Vec<f64>>();
+    let dec = |it: Vec<Option<i128>>, p: u8| -> ArrayRef {
+        Arc::new(
+            Decimal128Array::from(it)
+                .with_precision_and_scale(p, 2)
+                .unwrap(),
+        )
+    };
+    let some = |v: &Vec<i64>| !v.is_empty();
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| format!("k{}", r.0)),
+        )),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.1))),
+        Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.2))),
+        dec(rows.iter().map(|r| Some(r.3)).collect(), 10),
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.4))),
+        Arc::new(Int64Array::from_iter_values(
+            frames.iter().map(|f| f.len() as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            frames.iter().map(|f| vs(f).len() as i64),
+        )),
+        Arc::new(Int64Array::from_iter(frames.iter().map(|f| {
+            let v = vs(f);
+            some(&v).then(|| v.iter().sum::<i64>())
+        }))),
+        Arc::new(Int64Array::from_iter(
+            frames.iter().map(|f| vs(f).into_iter().min()),
+        )),
+        Arc::new(Float64Array::from_iter(
+            frames.iter().map(|f| xs(f).into_iter().reduce(f64::max)),
+        )),
+        Arc::new(Float64Array::from_iter(
+            frames.iter().map(|f| xs(f).into_iter().reduce(f64::min)),
+        )),
+        Arc::new(Float64Array::from_iter(
+            frames.iter().map(|f| Some(xs(f).iter().sum::<f64>())),
+        )),
+        Arc::new(Int64Array::from_iter(frames.iter().map(|f| {
+            let v = vs(f);
+            some(&v).then(|| v.iter().sum::<i64>() / v.len() as i64)
+        }))),
+        dec(
+            frames
+                .iter()
+                .map(|f| Some(f.iter().map(|r| r.3).sum()))
+                .collect(),
+            38,
+        ),
+        dec(
+            frames.iter().map(|f| f.iter().map(|r| r.3).max()).collect(),
+            10,
+        ),
+    ];
+    let out = frame.plan(&[info()]).unwrap();
+    let batch = RecordBatch::try_new(out.schema, cols).unwrap();
+    let mut lines = sorted_lines(&[batch]);
+    let late: Vec<&Flat> = flat.iter().filter(|r| r.5).collect();
+    if !late.is_empty() {
+        let late_batch = RecordBatch::try_new(
+            info().schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    late.iter().map(|r| format!("k{}", r.0)),
+                )),
+                Arc::new(Int64Array::from_iter(late.iter().map(|r| r.1))),
+                Arc::new(Float64Array::from_iter_values(late.iter().map(|r| r.2))),
+                dec(late.iter().map(|r| Some(r.3)).collect(), 10),
+                Arc::new(Int64Array::from_iter_values(late.iter().map(|r| r.4))),
+            ],
+        )
+        .unwrap();
+        lines.extend(
+            sorted_lines(&[late_batch])
+                .into_iter()
+                .map(|l| format!("late: {l}")),
+        );
+    }
+    lines.sort();
+    lines
+}
+
+/// The subtasks of one operator, fed as a keyed exchange on `k` feeds them.
+struct Subtasks {
+    hs: Vec<Harness>,
+    encoder: KeyEncoder,
+}
+
+impl Subtasks {
+    fn restored(f: &dyn OperatorFactory, snapshots: &[Vec<RecordBatch>], p: usize) -> Self {
+        let info = info();
+        Subtasks {
+            hs: (0..p)
+                .map(|i| Harness::restored(f, std::slice::from_ref(&info), snapshots, i, p))
+                .collect(),
+            encoder: KeyEncoder::new(&info.schema, &["k".to_string()]).unwrap(),
+        }
+    }
+
+    fn feed(&mut self, input: &Input) {
+        match input {
+            Input::Watermark(w) => self.hs.iter_mut().for_each(|h| h.watermark(*w)),
+            Input::Batch(b) => {
+                let p = self.hs.len();
+                let rows = self.encoder.encode(&b.data).unwrap();
+                let home: Vec<usize> = rows
+                    .iter()
+                    .map(|r| {
+                        let g = key_group(hash_key(r.as_ref()), DEFAULT_KEY_GROUPS);
+                        subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
+                    })
+                    .collect();
+                for (i, h) in self.hs.iter_mut().enumerate() {
+                    let mask: BooleanArray = home.iter().map(|&s| Some(s == i)).collect();
+                    let mine = b.filter(&mask).unwrap();
+                    if mine.num_rows() > 0 {
+                        h.push_batch(0, mine);
+                    }
+                }
+            }
+        }
+    }
+
+    fn end(&mut self) {
+        self.hs.iter_mut().for_each(Harness::end);
+    }
+
+    fn take(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for h in &mut self.hs {
+            out.extend(sorted_lines(&h.take(Port::Main)));
+            let late = sorted_lines(&h.take(Port::Late(0)));
+            out.extend(late.into_iter().map(|l| format!("late: {l}")));
+        }
+        out
+    }
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+fn check(
+    frame: OverAggregate,
+    steps: &[Step],
+    cut: prop::sample::Index,
+) -> Result<(), TestCaseError> {
+    let spec = spec(frame);
+    let checkpointed = matches!(spec.state(), OperatorState::Checkpointed { .. });
+    prop_assert!(checkpointed);
+    let (inputs, flat) = script(steps);
+    let want = reference(&spec, &flat);
+    for p in [1, 3] {
+        let mut a = Subtasks::restored(&spec, &[], p);
+        inputs.iter().for_each(|i| a.feed(i));
+        a.end();
+        prop_assert_eq!(sorted(a.take()), want.clone(), "at parallelism {}", p);
+        // A RANGE frame's rows leave with the watermark; ROWS keeps a key's last rows.
+        if let weir_operators::Frame::Range { .. } = spec.frame {
+            for h in &a.hs {
+                prop_assert_eq!(h.gauges()["rows_held"], 0);
+            }
+        }
+    }
+
+    let cut = cut.index(inputs.len() + 1);
+    let mut b = Subtasks::restored(&spec, &[], 2);
+    inputs[..cut].iter().for_each(|i| b.feed(i));
+    let before = b.take();
+    let snapshots: Vec<Vec<RecordBatch>> = b.hs.iter_mut().map(Harness::snapshot).collect();
+    for batch in snapshots.iter().flatten() {
+        let groups = batch
+            .column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<UInt16Array>())
+            .unwrap();
+        let keys = batch
+            .column_by_name("__key")
+            .and_then(|c| c.as_any().downcast_ref::<BinaryArray>())
+            .unwrap();
+        for (g, k) in groups.iter().zip(keys.iter()) {
+            let k = k.unwrap();
+            prop_assert_eq!(g, Some(key_group(hash_key(k), DEFAULT_KEY_GROUPS)));
+        }
+    }
+    inputs[cut..].iter().for_each(|i| b.feed(i));
+    b.end();
+    let mut went_on = before.clone();
+    went_on.extend(b.take());
+    prop_assert_eq!(sorted(went_on), want.clone(), "run on after a snapshot");
+
+    let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
+        Input::Watermark(w) => Some(*w),
+        Input::Batch(_) => None,
+    });
+    for p in 1..=3 {
+        let mut r = Subtasks::restored(&spec, &snapshots, p);
+        if let Some(w) = last_watermark {
+            r.feed(&Input::Watermark(w));
+        }
+        inputs[cut..].iter().for_each(|i| r.feed(i));
+        r.end();
+        let mut got = before.clone();
+        got.extend(r.take());
+        prop_assert_eq!(
+            sorted(got),
+            want.clone(),
+            "restored at parallelism {} after {} inputs",
+            p,
+            cut
+        );
+    }
+    Ok(())
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(step(), 0..30)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_range_over_aggregation_matches_the_reference_at_any_parallelism_and_restore(
+        steps in steps(), range in prop::sample::select(vec![0i64, 30, 100, 250]),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        check(OverAggregate::range(range), &steps, cut)?;
+    }
+
+    #[test]
+    fn a_rows_over_aggregation_matches_the_reference_at_any_parallelism_and_restore(
+        steps in steps(), n in prop::sample::select(vec![0u64, 1, 3, 8]),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        check(OverAggregate::rows(n), &steps, cut)?;
+    }
+}
+
+/// Peers (rows of a key at one time) share one RANGE frame and so one result; a row leaves
+/// the frame once it is more than the range before the row being emitted.
+#[test]
+fn range_peers_share_a_result_and_old_rows_leave_the_frame() {
+    let mut s = OverAggregate::range(100).aggregate(sum("v", "s"));
+    s.keys = vec!["k".into()];
+    let mut h = Harness::of(&s, &[info()]);
+    let (inputs, _) = script(&[Step::Rows(vec![
+        RawRow {
+            k: 0,
+            v: Some(1),
+            x: 0.0,
+            d: 0,
+            offset: 0,
+        },
+        RawRow {
+            k: 0,
+            v: Some(2),
+            x: 0.0,
+            d: 0,
+            offset: 100,
+        },
+        RawRow {
+            k: 0,
+            v: Some(4),
+            x: 0.0,
+            d: 0,
+            offset: 100,
+        },
+        RawRow {
+            k: 0,
+            v: Some(8),
+            x: 0.0,
+            d: 0,
+            offset: 150,
+        },
+    ])]);
+    let Input::Batch(b) = &inputs[0] else {
+        unreachable!()
+    };
+    h.push_batch(0, b.clone());
+    h.watermark(120);
+    assert_eq!(
+        sorted_lines(&h.take(Port::Main)),
+        [
+            "k0,1,0.0,0.00,0,1",
+            "k0,2,0.0,0.00,100,7",
+            "k0,4,0.0,0.00,100,7"
+        ]
+    );
+    // No row to come (after 120) reaches back to 0.
+    assert_eq!(h.gauges()["rows_held"], 3);
+    h.watermark(150);
+    assert_eq!(sorted_lines(&h.take(Port::Main)), ["k0,8,0.0,0.00,150,14"]);
+    h.watermark(199);
+    assert_eq!(h.gauges()["rows_held"], 3);
+    h.watermark(200);
+    assert_eq!(h.gauges()["rows_held"], 1);
+    h.watermark(250);
+    assert_eq!(h.gauges()["rows_held"], 0);
+    assert_eq!(h.gauges()["keys"], 0);
+}
+
+#[test]
+fn an_aggregate_that_cannot_leave_a_frame_is_refused() {
+    let s = OverAggregate::rows(3).aggregate(median("v", "m"));
+    let err = s.plan(&[info()]).unwrap_err().to_string();
+    assert!(err.contains("cannot be taken OVER"), "{err}");
+}
