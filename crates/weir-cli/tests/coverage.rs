@@ -179,3 +179,8 @@ fn cumulate_windows_in_two_phases_are_flinks_too() {
 fn flink_functions_give_flinks_values() {
     check("functions");
 }
+
+#[test]
+fn over_aggregation_over_range_and_rows_frames_is_flinks() {
+    check("over");
+}

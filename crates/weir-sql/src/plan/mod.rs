@@ -11,7 +11,9 @@
 //!   `Rel::time_columns`);
 //! - a window aggregation: `FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), ...))` with
 //!   `GROUP BY keys, window_start, window_end` and COUNT(*), SUM, MIN, MAX, AVG,
-//!   APPROX_COUNT_DISTINCT, MEDIAN.
+//!   APPROX_COUNT_DISTINCT, MEDIAN;
+//! - an OVER aggregation (`over.rs`): `agg(x) OVER (PARTITION BY k ORDER BY rt RANGE|ROWS
+//!   BETWEEN ... PRECEDING AND CURRENT ROW)`.
 //!
 //! Names in expressions are resolved here to the columns of the stream they run on; the
 //! expressions themselves are planned by DataFusion ([`crate::expr`]) and run in
@@ -51,6 +53,7 @@ use crate::{Error, Result};
 
 mod aggregate;
 mod joins;
+mod over;
 mod scope;
 mod settings;
 mod sources;
@@ -453,6 +456,7 @@ impl Planner {
                 Some((w, select)) => self.window_aggregate(rel, w, &[], &select),
                 None => self.group_aggregate(rel, select),
             },
+            (None, false) if over::has_over_aggregate(select) => self.over_aggregate(rel, select),
             (None, false) => {
                 let exprs = select_exprs(select, &rel, None)?;
                 Ok((rel, exprs))

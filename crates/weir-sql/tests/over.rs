@@ -1,0 +1,92 @@
+//! OVER aggregation in SQL: the frames weir plans, what explain says they keep, and the OVER
+//! clauses it refuses, with why.
+
+use std::collections::BTreeMap;
+
+use weir_sql::{plan_job, PlanOptions};
+
+const ORDERS: &str = "CREATE TABLE orders (id BIGINT, k STRING, x BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = 'orders.csv', 'format' = 'csv');
+CREATE TABLE out (id BIGINT, a BIGINT, b BIGINT) WITH ('connector' = 'blackhole');
+";
+
+fn plan(select: &str) -> Result<String, String> {
+    let opts = PlanOptions {
+        vars: BTreeMap::new(),
+        parallelism: Some(2),
+        ..Default::default()
+    };
+    plan_job(&format!("{ORDERS} INSERT INTO out {select}"), &opts)
+        .map(|g| g.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn refused(select: &str) -> String {
+    plan(select).expect_err("refused")
+}
+
+#[test]
+fn a_range_frame_keeps_its_range_of_rows_per_key() {
+    let p = plan(
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW),
+           COUNT(*) OVER (PARTITION BY k ORDER BY rt RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW)
+         FROM orders",
+    )
+    .unwrap();
+    assert!(p.contains("over_aggregate"), "{p}");
+    assert!(p.contains("keeps 1 h of rows per key"), "{p}");
+}
+
+#[test]
+fn a_named_window_and_a_rows_frame_plan() {
+    let p = plan(
+        "SELECT id, MAX(x) OVER w, MIN(x) OVER w + 1 FROM orders
+         WINDOW w AS (PARTITION BY k ORDER BY rt ROWS BETWEEN 5 PRECEDING AND CURRENT ROW)",
+    )
+    .unwrap();
+    assert!(p.contains("keeps the last 5 rows per key"), "{p}");
+}
+
+#[test]
+fn different_windows_in_one_select_are_refused() {
+    let err = refused(
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 2 PRECEDING AND CURRENT ROW),
+           COUNT(*) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 3 PRECEDING AND CURRENT ROW)
+         FROM orders",
+    );
+    assert!(err.contains("must use the same window"), "{err}");
+}
+
+#[test]
+fn ordering_by_other_than_the_time_attribute_ascending_is_refused() {
+    let err = refused(
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY x ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), 0 FROM orders",
+    );
+    assert!(
+        err.contains("ORDER BY the time attribute, ascending"),
+        "{err}"
+    );
+    let err = refused(
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt DESC ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), 0 FROM orders",
+    );
+    assert!(err.contains("ascending"), "{err}");
+}
+
+#[test]
+fn unbounded_and_following_frames_are_refused_with_why() {
+    let err = refused("SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt), 0 FROM orders");
+    assert!(err.contains("unbounded frame"), "{err}");
+    let err = refused(
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING), 0 FROM orders",
+    );
+    assert!(err.contains("CURRENT ROW"), "{err}");
+}
+
+#[test]
+fn row_number_is_still_refused() {
+    let err = refused(
+        "SELECT id, ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt), SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) FROM orders",
+    );
+    assert!(err.contains("ROW_NUMBER"), "{err}");
+}
