@@ -90,3 +90,19 @@ fn row_number_is_still_refused() {
     );
     assert!(err.contains("ROW_NUMBER"), "{err}");
 }
+
+#[test]
+fn an_over_aggregation_without_partition_by_is_refused() {
+    let err = refused(
+        "SELECT id, SUM(x) OVER (ORDER BY rt ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), 0 FROM orders",
+    );
+    assert!(err.contains("needs PARTITION BY"), "{err}");
+}
+
+#[test]
+fn an_aggregate_without_over_next_to_over_ones_is_refused() {
+    let err = refused(
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), COUNT(*) FROM orders",
+    );
+    assert!(err.contains("without OVER"), "{err}");
+}

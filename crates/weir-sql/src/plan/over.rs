@@ -107,6 +107,11 @@ impl Planner {
                 }
             }
         }
+        if keys.is_empty() {
+            return Err(plan_err(format!(
+                "OVER ({spec}): weir needs PARTITION BY for an OVER aggregation (its rows are spread over subtasks by key; Flink runs one without it in a single task)"
+            )));
+        }
         let mut aggs: Vec<(String, Aggregate)> = Vec::new();
         let mut args: Vec<(String, SqlScalar)> = Vec::new();
         for (call, _) in &calls {
