@@ -184,3 +184,8 @@ fn flink_functions_give_flinks_values() {
 fn over_aggregation_over_range_and_rows_frames_is_flinks() {
     check("over");
 }
+
+#[test]
+fn over_aggregation_over_an_unbounded_frame_is_flinks() {
+    check("over_unbounded");
+}

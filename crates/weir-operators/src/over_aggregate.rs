@@ -15,6 +15,8 @@
 //! - `Rows { preceding: n }`: the row and the key's `n` rows before it in event-time order;
 //!   rows at the same time are ordered by arrival (as in Flink; with one source split the
 //!   order of a key's rows is the split's).
+//! - `RangeUnbounded` / `RowsUnbounded`: every earlier row of the key (and, for RANGE, the
+//!   row's peers): a running aggregate per key.
 //!
 //! # State
 //!
@@ -23,7 +25,10 @@
 //! `watermark - r`; `Rows` keeps the last `n` emitted rows. COUNT, SUM and AVG add a row when
 //! it enters the frame and take it out when it leaves; MIN and MAX keep a count per distinct
 //! value of the frame in an ordered map, so a row costs O(log n), not a rescan. Buffered rows
-//! are references into the batches they came in (`weir_state::BatchStore`).
+//! are references into the batches they came in (`weir_state::BatchStore`). An unbounded frame
+//! keeps no emitted rows, only its running aggregates (MIN / MAX: one value), and forgets a
+//! key once the watermark is `state_ttl_ms` past the key's last row; a later row of the key
+//! starts from nothing (the state TTL is required).
 //!
 //! # Late rows
 //!
@@ -34,7 +39,8 @@
 //! # Checkpoints
 //!
 //! The held rows, each with its key group, encoded key, arrival number and whether it was
-//! emitted; a restore rebuilds the frames' aggregates and the timers from them.
+//! emitted, and for unbounded frames a row per key with its running aggregates and last time;
+//! a restore rebuilds the frames' aggregates and the timers from them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -62,6 +68,21 @@ pub enum Frame {
     Range { preceding_ms: i64 },
     /// `ROWS BETWEEN n PRECEDING AND CURRENT ROW`.
     Rows { preceding: u64 },
+    /// `RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW`: every earlier row of the key, and
+    /// its peers; a running aggregate per key, forgotten after the state TTL.
+    RangeUnbounded,
+    /// `ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW`.
+    RowsUnbounded,
+}
+
+impl Frame {
+    fn unbounded(self) -> bool {
+        matches!(self, Frame::RangeUnbounded | Frame::RowsUnbounded)
+    }
+    /// Whether rows at one time (peers) enter the frame together.
+    fn peers(self) -> bool {
+        matches!(self, Frame::Range { .. } | Frame::RangeUnbounded)
+    }
 }
 
 /// The spec of an OVER aggregation.
@@ -72,6 +93,10 @@ pub struct OverAggregate {
     pub keys: Vec<String>,
     pub frame: Frame,
     pub aggregates: Vec<Aggregate>,
+    /// Unbounded frames: a key's running aggregate is forgotten once the watermark is this
+    /// far past the key's last row (and the key starts again from nothing).
+    #[serde(default)]
+    pub state_ttl_ms: Option<i64>,
 }
 
 impl OverAggregate {
@@ -83,11 +108,27 @@ impl OverAggregate {
     pub fn rows(preceding: u64) -> Self {
         Self::new(Frame::Rows { preceding })
     }
+    /// Frames of every earlier row of the key (RANGE UNBOUNDED PRECEDING), a key forgotten
+    /// `state_ttl_ms` after its last row.
+    pub fn range_unbounded(state_ttl_ms: i64) -> Self {
+        OverAggregate {
+            state_ttl_ms: Some(state_ttl_ms),
+            ..Self::new(Frame::RangeUnbounded)
+        }
+    }
+    /// Frames of the row and every row of the key before it (ROWS UNBOUNDED PRECEDING).
+    pub fn rows_unbounded(state_ttl_ms: i64) -> Self {
+        OverAggregate {
+            state_ttl_ms: Some(state_ttl_ms),
+            ..Self::new(Frame::RowsUnbounded)
+        }
+    }
     fn new(frame: Frame) -> Self {
         OverAggregate {
             keys: Vec::new(),
             frame,
             aggregates: Vec::new(),
+            state_ttl_ms: None,
         }
     }
     /// Adds an aggregate.
@@ -105,6 +146,10 @@ impl OverAggregate {
             ),
             Frame::Rows { preceding } => format!(
                 "keeps the last {preceding} rows per key, plus the rows the watermark has not reached"
+            ),
+            Frame::RangeUnbounded | Frame::RowsUnbounded => format!(
+                "keeps a running aggregate per key, forgotten {} after the key's last row (event time), plus the rows the watermark has not reached",
+                human_ms(self.state_ttl_ms.unwrap_or(0))
             ),
         }
     }
@@ -124,6 +169,13 @@ impl OverAggregate {
                     "the range must not be negative",
                 ));
             }
+        }
+        if self.frame.unbounded() && self.state_ttl_ms.is_none_or(|t| t <= 0) {
+            return Err(Error::config(
+                "OVER frame",
+                format!("{:?} without a state TTL", self.frame),
+                "an unbounded frame keeps a running aggregate for every key: give a positive state TTL ('table.exec.state.ttl' in SQL) after which a key is forgotten",
+            ));
         }
         if self.aggregates.is_empty() {
             return Err(Error::plan(
@@ -208,8 +260,9 @@ impl OperatorFactory for OverAggregate {
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("over_aggregate", inputs)?;
         let (schema, et, bound) = self.check(input)?;
+        // Input columns are NULL in the rows that carry a key's running aggregate.
         let mut state_fields: Vec<Field> = (input.schema.fields().iter())
-            .map(|f| f.as_ref().clone())
+            .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
         state_fields.extend([
             Field::new(
@@ -220,6 +273,8 @@ impl OperatorFactory for OverAggregate {
             Field::new(KEY_COLUMN, DataType::Binary, false),
             Field::new(SEQ_COLUMN, DataType::Int64, false),
             Field::new(EMITTED_COLUMN, DataType::Boolean, false),
+            Field::new(ACCS_COLUMN, DataType::Binary, true),
+            Field::new(LAST_COLUMN, DataType::Int64, false),
         ]);
         Ok(Box::new(OverAggregateOp {
             spec: self.clone(),
@@ -246,6 +301,8 @@ impl OperatorFactory for OverAggregate {
                 format!("RANGE {} PRECEDING", human_ms(preceding_ms))
             }
             Frame::Rows { preceding } => format!("ROWS {preceding} PRECEDING"),
+            Frame::RangeUnbounded => "RANGE UNBOUNDED PRECEDING".into(),
+            Frame::RowsUnbounded => "ROWS UNBOUNDED PRECEDING".into(),
         };
         format!(
             "{} OVER (PARTITION BY {} ORDER BY event time {frame}); each row emitted when the watermark reaches it; {}",
@@ -262,6 +319,10 @@ impl OperatorFactory for OverAggregate {
 const KEY_COLUMN: &str = "__key";
 const SEQ_COLUMN: &str = "__seq";
 const EMITTED_COLUMN: &str = "__emitted";
+/// An unbounded frame's running aggregates of a key ([`Acc::encode`]); NULL in rows.
+const ACCS_COLUMN: &str = "__accs";
+/// An unbounded frame's key: the time of its last row emitted.
+const LAST_COLUMN: &str = "__last_time";
 
 /// What an aggregate does with a frame's values, and the type it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,6 +439,50 @@ impl Acc {
         }
     }
 
+    /// Keeps only the extreme value of MIN / MAX (rows never leave an unbounded frame).
+    fn prune(&mut self, kind: Kind) {
+        let keep = match kind {
+            Kind::Min(_) => self.values.keys().next().copied(),
+            Kind::Max(_) => self.values.keys().next_back().copied(),
+            _ => return,
+        };
+        if self.values.len() > 1 {
+            if let Some(v) = keep {
+                self.values = BTreeMap::from([(v, 1)]);
+            }
+        }
+    }
+
+    /// The running aggregate of an unbounded frame (at most one MIN / MAX value), as bytes.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend(self.n.to_le_bytes());
+        out.extend(self.int.to_le_bytes());
+        out.extend(self.float.to_bits().to_le_bytes());
+        let v = self.values.keys().next();
+        out.push(v.is_some() as u8);
+        out.extend(v.copied().unwrap_or(0).to_le_bytes());
+    }
+
+    const ENCODED_BYTES: usize = 8 + 16 + 8 + 1 + 16;
+
+    /// Reads what [`Acc::encode`] wrote.
+    fn decode(b: &[u8]) -> Acc {
+        let n = i64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
+        let int = i128::from_le_bytes(b[8..24].try_into().expect("16 bytes"));
+        let float = f64::from_bits(u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")));
+        let v = i128::from_le_bytes(b[33..49].try_into().expect("16 bytes"));
+        Acc {
+            n,
+            int,
+            float,
+            values: if b[32] == 1 {
+                BTreeMap::from([(v, 1)])
+            } else {
+                BTreeMap::new()
+            },
+        }
+    }
+
     /// The frame's aggregate as the state `aggregates::finish` turns into a result.
     fn state(&self, kind: Kind) -> State {
         let some = self.n > 0;
@@ -417,8 +522,10 @@ struct KeyRows {
     frame: VecDeque<Held>,
     /// Rows the watermark has not reached, by (time, arrival).
     pending: BTreeMap<(i64, u64), Held>,
-    /// The aggregates over `frame`.
+    /// The aggregates over `frame` (an unbounded frame: over every row emitted).
     accs: Vec<Acc>,
+    /// Unbounded frames: the time of the last row emitted.
+    last_ts: i64,
 }
 
 /// One subtask of an OVER aggregation.
@@ -492,7 +599,7 @@ impl OverAggregateOp {
             }
             // Peers (rows at one time) enter a RANGE frame together.
             let mut peers = vec![entry.remove()];
-            if let Frame::Range { .. } = self.spec.frame {
+            if self.spec.frame.peers() {
                 while let Some(e) = k.pending.first_entry() {
                     if e.key().0 != ts {
                         break;
@@ -518,6 +625,11 @@ impl OverAggregateOp {
                     }
                 }
             }
+            if self.spec.frame.unbounded() {
+                for (acc, &kind) in k.accs.iter_mut().zip(kinds) {
+                    acc.prune(kind);
+                }
+            }
             if let Frame::Rows { preceding } = self.spec.frame {
                 if k.frame.len() as u64 > preceding {
                     leave(k, release);
@@ -530,7 +642,14 @@ impl OverAggregateOp {
                     states[j].push(acc.state(kinds[j]));
                 }
             }
-            k.frame.extend(peers);
+            if self.spec.frame.unbounded() {
+                // Only the running aggregate stays.
+                k.last_ts = ts;
+                left += peers.len() as u64;
+                release.extend(peers.iter().map(|h| h.row.batch));
+            } else {
+                k.frame.extend(peers);
+            }
         }
         if let Frame::Range { preceding_ms } = self.spec.frame {
             // Rows at or before wm - range are out of every frame to come: later rows are
@@ -548,7 +667,17 @@ impl OverAggregateOp {
                 self.due.push(at, slot, 1);
             }
         }
-        let empty = k.frame.is_empty() && k.pending.is_empty();
+        let mut empty = k.frame.is_empty() && k.pending.is_empty();
+        if let (true, Some(ttl)) = (self.spec.frame.unbounded(), self.spec.state_ttl_ms) {
+            // A key with pending rows or within its TTL stays; the rest is forgotten.
+            let forget_at = k.last_ts.saturating_add(ttl);
+            if !k.pending.is_empty() || (!k.accs.is_empty() && wm < forget_at) {
+                empty = false;
+                if k.pending.is_empty() {
+                    self.due.push(forget_at, slot, 2);
+                }
+            }
+        }
         self.held -= left;
         self.pending -= emitted;
         if empty {
@@ -656,10 +785,25 @@ impl Operator for OverAggregateOp {
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut seqs = Vec::new();
         let mut emitted = Vec::new();
+        let mut accs = arrow_array::builder::BinaryBuilder::new();
+        let mut lasts = Vec::new();
+        let mut buf = Vec::new();
         for slot in self.keys.slots() {
             let key = self.keys.key(slot);
             let g = key_group(hash_key(key), self.key_groups);
             let k = self.keys.get(slot);
+            if self.spec.frame.unbounded() && !k.accs.is_empty() {
+                // A row of NULL input columns that carries the key's running aggregate.
+                buf.clear();
+                k.accs.iter().for_each(|a| a.encode(&mut buf));
+                refs.push(None);
+                groups.push(g);
+                keys.push(key);
+                seqs.push(-1);
+                emitted.push(true);
+                accs.append_value(&buf);
+                lasts.push(k.last_ts);
+            }
             for (h, done) in
                 (k.frame.iter().map(|h| (h, true))).chain(k.pending.values().map(|h| (h, false)))
             {
@@ -668,6 +812,8 @@ impl Operator for OverAggregateOp {
                 keys.push(key);
                 seqs.push(h.seq as i64);
                 emitted.push(done);
+                accs.append_null();
+                lasts.push(0);
             }
         }
         let mut cols = self.store.gather(&refs)?;
@@ -676,6 +822,8 @@ impl Operator for OverAggregateOp {
             Arc::new(BinaryArray::from_iter_values(keys)) as ArrayRef,
             Arc::new(Int64Array::from(seqs)),
             Arc::new(BooleanArray::from(emitted)),
+            Arc::new(accs.finish()),
+            Arc::new(Int64Array::from(lasts)),
         ]);
         Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
     }
@@ -695,6 +843,33 @@ impl Operator for OverAggregateOp {
                     self.state_schema
                 )));
             }
+            let accs = b.column(n + 4).as_binary::<i32>();
+            let lasts = b.column(n + 5).as_primitive::<Int64Type>();
+            for i in (0..b.num_rows()).filter(|&i| accs.is_valid(i)) {
+                let key = b.column(n + 1).as_binary::<i32>().value(i);
+                let bytes = accs.value(i);
+                if bytes.len() != self.kinds.len() * Acc::ENCODED_BYTES {
+                    return Err(Error::Internal(format!(
+                        "over_aggregate state: a running aggregate of {} bytes for {} aggregates",
+                        bytes.len(),
+                        self.kinds.len()
+                    )));
+                }
+                let slot = self.keys.slot_for(hash_key(key), key);
+                let k = self.keys.get_mut(slot);
+                k.accs = bytes.chunks(Acc::ENCODED_BYTES).map(Acc::decode).collect();
+                k.last_ts = lasts.value(i);
+                let ttl = self.spec.state_ttl_ms.unwrap_or(0);
+                self.due.push(k.last_ts.saturating_add(ttl), slot, 2);
+            }
+            let rows_only;
+            let b = if accs.null_count() == b.num_rows() {
+                b
+            } else {
+                let mask: BooleanArray = (0..b.num_rows()).map(|i| Some(accs.is_null(i))).collect();
+                rows_only = arrow_select::filter::filter_record_batch(b, &mask)?;
+                &rows_only
+            };
             let keys = b.column(n + 1).as_binary::<i32>().clone();
             let seqs = b.column(n + 2).as_primitive::<Int64Type>().clone();
             let emitted = b.column(n + 3).as_boolean().clone();

@@ -162,6 +162,16 @@ fn reference(frame: &OverAggregate, flat: &[Flat]) -> Vec<String> {
                 let from = p.saturating_sub(preceding as usize);
                 mine[from..=p].iter().map(|p| p.1).collect()
             }
+            // The TTLs of these tests outlast the input.
+            weir_operators::Frame::RangeUnbounded => mine
+                .iter()
+                .filter(|(_, o)| o.4 <= r.4)
+                .map(|p| p.1)
+                .collect(),
+            weir_operators::Frame::RowsUnbounded => {
+                let p = mine.iter().position(|(j, _)| *j == i).unwrap();
+                mine[..=p].iter().map(|p| p.1).collect()
+            }
         };
         rows.push(r);
         frames.push(members);
@@ -326,8 +336,9 @@ fn check(
         inputs.iter().for_each(|i| a.feed(i));
         a.end();
         prop_assert_eq!(sorted(a.take()), want.clone(), "at parallelism {}", p);
-        // A RANGE frame's rows leave with the watermark; ROWS keeps a key's last rows.
-        if let weir_operators::Frame::Range { .. } = spec.frame {
+        // A RANGE frame's rows leave with the watermark, an unbounded frame's at once; ROWS
+        // keeps a key's last rows.
+        if !matches!(spec.frame, weir_operators::Frame::Rows { .. }) {
             for h in &a.hs {
                 prop_assert_eq!(h.gauges()["rows_held"], 0);
             }
@@ -405,6 +416,15 @@ proptest! {
     ) {
         check(OverAggregate::rows(n), &steps, cut)?;
     }
+
+    #[test]
+    fn an_unbounded_over_aggregation_matches_the_reference_at_any_parallelism_and_restore(
+        steps in steps(), range in any::<bool>(), cut in any::<prop::sample::Index>(),
+    ) {
+        let ttl = 1_000_000;
+        let spec = if range { OverAggregate::range_unbounded(ttl) } else { OverAggregate::rows_unbounded(ttl) };
+        check(spec, &steps, cut)?;
+    }
 }
 
 /// Peers (rows of a key at one time) share one RANGE frame and so one result; a row leaves
@@ -475,4 +495,54 @@ fn an_aggregate_that_cannot_leave_a_frame_is_refused() {
     let s = OverAggregate::rows(3).aggregate(median("v", "m"));
     let err = s.plan(&[info()]).unwrap_err().to_string();
     assert!(err.contains("cannot be taken OVER"), "{err}");
+}
+
+/// An unbounded frame keeps a running aggregate per key until the watermark is the TTL past
+/// the key's last row; the key then starts again from nothing.
+#[test]
+fn an_unbounded_frame_forgets_a_key_after_its_ttl() {
+    let mut s = OverAggregate::range_unbounded(100)
+        .aggregate(sum("v", "s"))
+        .aggregate(max("v", "m"));
+    s.keys = vec!["k".into()];
+    let mut h = Harness::of(&s, &[info()]);
+    let row = |v: i64, offset: i64| RawRow {
+        k: 0,
+        v: Some(v),
+        x: 0.0,
+        d: 0,
+        offset,
+    };
+    let (inputs, _) = script(&[Step::Rows(vec![row(5, 0), row(2, 10), row(1, 10)])]);
+    let Input::Batch(b) = &inputs[0] else {
+        unreachable!()
+    };
+    h.push_batch(0, b.clone());
+    h.watermark(10);
+    assert_eq!(
+        sorted_lines(&h.take(Port::Main)),
+        [
+            "k0,1,0.0,0.00,10,8,5",
+            "k0,2,0.0,0.00,10,8,5",
+            "k0,5,0.0,0.00,0,5,5"
+        ]
+    );
+    assert_eq!(h.gauges()["rows_held"], 0);
+    assert_eq!(h.gauges()["keys"], 1);
+    let state = h.snapshot();
+    let mut restored = Harness::restored(&s, &[info()], &[state], 0, 1);
+    for h in [&mut h, &mut restored] {
+        h.watermark(109);
+        assert_eq!(h.gauges()["keys"], 1);
+        h.watermark(110);
+        assert_eq!(h.gauges()["keys"], 0);
+    }
+}
+
+#[test]
+fn an_unbounded_frame_without_a_ttl_is_refused() {
+    let mut s = OverAggregate::range_unbounded(0).aggregate(sum("v", "s"));
+    s.keys = vec!["k".into()];
+    let err = s.plan(&[info()]).unwrap_err().to_string();
+    assert!(err.contains("state TTL"), "{err}");
 }

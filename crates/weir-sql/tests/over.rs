@@ -12,14 +12,21 @@ CREATE TABLE out (id BIGINT, a BIGINT, b BIGINT) WITH ('connector' = 'blackhole'
 ";
 
 fn plan(select: &str) -> Result<String, String> {
+    plan_with("", select)
+}
+
+fn plan_with(settings: &str, select: &str) -> Result<String, String> {
     let opts = PlanOptions {
         vars: BTreeMap::new(),
         parallelism: Some(2),
         ..Default::default()
     };
-    plan_job(&format!("{ORDERS} INSERT INTO out {select}"), &opts)
-        .map(|g| g.to_string())
-        .map_err(|e| e.to_string())
+    plan_job(
+        &format!("{ORDERS} {settings} INSERT INTO out {select}"),
+        &opts,
+    )
+    .map(|g| g.to_string())
+    .map_err(|e| e.to_string())
 }
 
 fn refused(select: &str) -> String {
@@ -77,6 +84,7 @@ fn ordering_by_other_than_the_time_attribute_ascending_is_refused() {
 fn unbounded_and_following_frames_are_refused_with_why() {
     let err = refused("SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt), 0 FROM orders");
     assert!(err.contains("unbounded frame"), "{err}");
+    assert!(err.contains("table.exec.state.ttl"), "{err}");
     let err = refused(
         "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING), 0 FROM orders",
     );
@@ -105,4 +113,26 @@ fn an_aggregate_without_over_next_to_over_ones_is_refused() {
         "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), COUNT(*) FROM orders",
     );
     assert!(err.contains("without OVER"), "{err}");
+}
+
+#[test]
+fn an_unbounded_frame_with_a_state_ttl_keeps_a_running_aggregate_per_key() {
+    let p = plan_with(
+        "SET 'table.exec.state.ttl' = '1 h';",
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+           COUNT(*) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+         FROM orders",
+    )
+    .unwrap();
+    assert!(p.contains("ROWS UNBOUNDED PRECEDING"), "{p}");
+    assert!(
+        p.contains("keeps a running aggregate per key, forgotten 1 h after"),
+        "{p}"
+    );
+    let p = plan_with(
+        "SET 'table.exec.state.ttl' = '1 h';",
+        "SELECT id, SUM(x) OVER (PARTITION BY k ORDER BY rt), 0 FROM orders",
+    )
+    .unwrap();
+    assert!(p.contains("RANGE UNBOUNDED PRECEDING"), "{p}");
 }

@@ -124,9 +124,12 @@ impl Planner {
             cols.extend(args);
             rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
         }
+        let ttl = self.state_ttl_ms()?.unwrap_or(0);
         let mut over = match frame {
             Frame::Range { preceding_ms } => OverAggregate::range(preceding_ms),
             Frame::Rows { preceding } => OverAggregate::rows(preceding),
+            Frame::RangeUnbounded => OverAggregate::range_unbounded(ttl),
+            Frame::RowsUnbounded => OverAggregate::rows_unbounded(ttl),
         };
         for (_, a) in &aggs {
             over = over.aggregate(a.clone());
@@ -195,8 +198,15 @@ impl Planner {
                 rel.time_attr_names()
             )));
         }
+        let ttl = self.state_ttl_ms()?;
+        let unbounded = |range: bool| match ttl {
+            Some(_) if range => Ok(Frame::RangeUnbounded),
+            Some(_) => Ok(Frame::RowsUnbounded),
+            None => Err(unbounded_without_ttl(spec)),
+        };
+        // With ORDER BY and no frame, the frame is RANGE UNBOUNDED PRECEDING (as in SQL).
         let Some(frame) = &spec.window_frame else {
-            return Err(unbounded(spec));
+            return unbounded(true);
         };
         if !matches!(frame.end_bound, None | Some(WindowFrameBound::CurrentRow)) {
             return Err(plan_err(format!(
@@ -204,7 +214,8 @@ impl Planner {
             )));
         }
         match (&frame.units, &frame.start_bound) {
-            (_, WindowFrameBound::Preceding(None)) => Err(unbounded(spec)),
+            (WindowFrameUnits::Range, WindowFrameBound::Preceding(None)) => unbounded(true),
+            (WindowFrameUnits::Rows, WindowFrameBound::Preceding(None)) => unbounded(false),
             (WindowFrameUnits::Range, WindowFrameBound::CurrentRow) => {
                 Ok(Frame::Range { preceding_ms: 0 })
             }
@@ -231,8 +242,8 @@ impl Planner {
     }
 }
 
-fn unbounded(spec: &WindowSpec) -> Error {
+fn unbounded_without_ttl(spec: &WindowSpec) -> Error {
     plan_err(format!(
-        "OVER ({spec}): an unbounded frame (UNBOUNDED PRECEDING, the default without a frame) keeps a running aggregate per key for ever; weir does not plan it yet: bound it with RANGE BETWEEN INTERVAL ... PRECEDING AND CURRENT ROW or ROWS BETWEEN n PRECEDING AND CURRENT ROW"
+        "OVER ({spec}): an unbounded frame (UNBOUNDED PRECEDING, the default without a frame) keeps a running aggregate for every key for ever: SET 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time), or bound the frame with RANGE BETWEEN INTERVAL ... PRECEDING AND CURRENT ROW or ROWS BETWEEN n PRECEDING AND CURRENT ROW"
     ))
 }
