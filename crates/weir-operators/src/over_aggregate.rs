@@ -22,7 +22,8 @@
 //!
 //! Per key: the rows not emitted yet, and the emitted rows that later rows' frames can still
 //! reach, with the frame's running aggregates. `Range` keeps rows newer than
-//! `watermark - r`; `Rows` keeps the last `n` emitted rows. COUNT, SUM and AVG add a row when
+//! `watermark - r`; `Rows` keeps the last `n` emitted rows (with `state_ttl_ms`, a key is
+//! forgotten once the watermark is that far past its last row). COUNT, SUM and AVG add a row when
 //! it enters the frame and take it out when it leaves; MIN and MAX keep a count per distinct
 //! value of the frame in an ordered map, so a row costs O(log n), not a rescan. Buffered rows
 //! are references into the batches they came in (`weir_state::BatchStore`). An unbounded frame
@@ -93,8 +94,9 @@ pub struct OverAggregate {
     pub keys: Vec<String>,
     pub frame: Frame,
     pub aggregates: Vec<Aggregate>,
-    /// Unbounded frames: a key's running aggregate is forgotten once the watermark is this
-    /// far past the key's last row (and the key starts again from nothing).
+    /// Unbounded frames (required) and ROWS frames (optional): a key's state is forgotten once
+    /// the watermark is this far past the key's last row (and the key starts again from
+    /// nothing).
     #[serde(default)]
     pub state_ttl_ms: Option<i64>,
 }
@@ -145,7 +147,11 @@ impl OverAggregate {
                 human_ms(preceding_ms)
             ),
             Frame::Rows { preceding } => format!(
-                "keeps the last {preceding} rows per key, plus the rows the watermark has not reached"
+                "keeps the last {preceding} rows per key{}, plus the rows the watermark has not reached",
+                match self.state_ttl_ms {
+                    Some(t) => format!(" (a key forgotten {} after its last row)", human_ms(t)),
+                    None => String::new(),
+                }
             ),
             Frame::RangeUnbounded | Frame::RowsUnbounded => format!(
                 "keeps a running aggregate per key, forgotten {} after the key's last row (event time), plus the rows the watermark has not reached",
@@ -642,9 +648,9 @@ impl OverAggregateOp {
                     states[j].push(acc.state(kinds[j]));
                 }
             }
+            k.last_ts = ts;
             if self.spec.frame.unbounded() {
                 // Only the running aggregate stays.
-                k.last_ts = ts;
                 left += peers.len() as u64;
                 release.extend(peers.iter().map(|h| h.row.batch));
             } else {
@@ -668,14 +674,22 @@ impl OverAggregateOp {
             }
         }
         let mut empty = k.frame.is_empty() && k.pending.is_empty();
-        if let (true, Some(ttl)) = (self.spec.frame.unbounded(), self.spec.state_ttl_ms) {
+        let ttl = match self.spec.frame {
+            Frame::Range { .. } => None,
+            _ => self.spec.state_ttl_ms,
+        };
+        if let Some(ttl) = ttl {
             // A key with pending rows or within its TTL stays; the rest is forgotten.
             let forget_at = k.last_ts.saturating_add(ttl);
-            if !k.pending.is_empty() || (!k.accs.is_empty() && wm < forget_at) {
+            if !k.pending.is_empty() || wm < forget_at {
                 empty = false;
                 if k.pending.is_empty() {
                     self.due.push(forget_at, slot, 2);
                 }
+            } else {
+                left += k.frame.len() as u64;
+                release.extend(k.frame.drain(..).map(|h| h.row.batch));
+                empty = true;
             }
         }
         self.held -= left;
@@ -910,6 +924,11 @@ impl Operator for OverAggregateOp {
                 if let (Frame::Range { preceding_ms }, true) = (self.spec.frame, k.frame.is_empty())
                 {
                     self.due.push(held.ts.saturating_add(preceding_ms), slot, 1);
+                }
+                if let (Frame::Rows { .. }, Some(ttl)) = (self.spec.frame, self.spec.state_ttl_ms) {
+                    // Rows come oldest first: the last one sets when the key is forgotten.
+                    k.last_ts = held.ts;
+                    self.due.push(held.ts.saturating_add(ttl), slot, 2);
                 }
                 k.frame.push_back(held);
                 self.held += 1;

@@ -411,10 +411,12 @@ proptest! {
 
     #[test]
     fn a_rows_over_aggregation_matches_the_reference_at_any_parallelism_and_restore(
-        steps in steps(), n in prop::sample::select(vec![0u64, 1, 3, 8]),
+        steps in steps(), n in prop::sample::select(vec![0u64, 1, 3, 8]), ttl in any::<bool>(),
         cut in any::<prop::sample::Index>(),
     ) {
-        check(OverAggregate::rows(n), &steps, cut)?;
+        // A TTL that outlasts the input changes nothing.
+        let ttl = ttl.then_some(1_000_000);
+        check(OverAggregate { state_ttl_ms: ttl, ..OverAggregate::rows(n) }, &steps, cut)?;
     }
 
     #[test]
@@ -545,4 +547,52 @@ fn an_unbounded_frame_without_a_ttl_is_refused() {
     s.keys = vec!["k".into()];
     let err = s.plan(&[info()]).unwrap_err().to_string();
     assert!(err.contains("state TTL"), "{err}");
+}
+
+/// With a state TTL, a ROWS frame forgets a key's last rows once the watermark is the TTL past
+/// its last row.
+#[test]
+fn a_rows_frame_with_a_ttl_forgets_a_key() {
+    let mut s = OverAggregate {
+        state_ttl_ms: Some(100),
+        ..OverAggregate::rows(1).aggregate(count("n"))
+    };
+    s.keys = vec!["k".into()];
+    assert!(
+        s.describe()
+            .contains("a key forgotten 100 ms after its last row"),
+        "{}",
+        s.describe()
+    );
+    let mut h = Harness::of(&s, &[info()]);
+    let row = |offset: i64| RawRow {
+        k: 0,
+        v: None,
+        x: 0.0,
+        d: 0,
+        offset,
+    };
+    let (inputs, _) = script(&[Step::Rows(vec![row(0), row(20), row(30)])]);
+    let Input::Batch(b) = &inputs[0] else {
+        unreachable!()
+    };
+    h.push_batch(0, b.clone());
+    h.watermark(30);
+    assert_eq!(
+        h.take(Port::Main)
+            .iter()
+            .map(|b| b.num_rows())
+            .sum::<usize>(),
+        3
+    );
+    assert_eq!(h.gauges()["rows_held"], 2);
+    let state = h.snapshot();
+    let mut restored = Harness::restored(&s, &[info()], &[state], 0, 1);
+    for h in [&mut h, &mut restored] {
+        h.watermark(129);
+        assert_eq!(h.gauges()["keys"], 1);
+        h.watermark(130);
+        assert_eq!(h.gauges()["keys"], 0);
+        assert_eq!(h.gauges()["rows_held"], 0);
+    }
 }

@@ -9,6 +9,7 @@ const ORDERS: &str = "CREATE TABLE orders (id BIGINT, k STRING, x BIGINT, ts BIG
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'filesystem', 'path' = 'orders.csv', 'format' = 'csv');
 CREATE TABLE out (id BIGINT, a BIGINT, b BIGINT) WITH ('connector' = 'blackhole');
+CREATE TABLE windows (k STRING, w TIMESTAMP(3), top BIGINT) WITH ('connector' = 'blackhole');
 ";
 
 fn plan(select: &str) -> Result<String, String> {
@@ -135,4 +136,27 @@ fn an_unbounded_frame_with_a_state_ttl_keeps_a_running_aggregate_per_key() {
     )
     .unwrap();
     assert!(p.contains("RANGE UNBOUNDED PRECEDING"), "{p}");
+}
+
+/// The output keeps the time attribute: a view of OVER results can be windowed again.
+#[test]
+fn over_results_keep_the_time_attribute_for_a_window_after_them() {
+    let opts = PlanOptions {
+        parallelism: Some(2),
+        ..Default::default()
+    };
+    let sql = format!(
+        "{ORDERS} CREATE VIEW running AS SELECT k, rt,
+           SUM(x) OVER (PARTITION BY k ORDER BY rt ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s
+         FROM orders;
+         INSERT INTO windows SELECT k, window_start, MAX(s)
+         FROM TABLE(TUMBLE(TABLE running, DESCRIPTOR(rt), INTERVAL '1' MINUTE))
+         GROUP BY k, window_start, window_end"
+    );
+    let g = plan_job(&sql, &opts).map_err(|e| e.to_string()).unwrap();
+    let p = g.to_string();
+    assert!(
+        p.contains("over_aggregate") && p.contains("window_aggregate"),
+        "{p}"
+    );
 }

@@ -127,7 +127,10 @@ impl Planner {
         let ttl = self.state_ttl_ms()?.unwrap_or(0);
         let mut over = match frame {
             Frame::Range { preceding_ms } => OverAggregate::range(preceding_ms),
-            Frame::Rows { preceding } => OverAggregate::rows(preceding),
+            Frame::Rows { preceding } => OverAggregate {
+                state_ttl_ms: self.state_ttl_ms()?,
+                ..OverAggregate::rows(preceding)
+            },
             Frame::RangeUnbounded => OverAggregate::range_unbounded(ttl),
             Frame::RowsUnbounded => OverAggregate::rows_unbounded(ttl),
         };
