@@ -179,3 +179,8 @@ fn cumulate_windows_in_two_phases_are_flinks_too() {
 fn flink_functions_give_flinks_values() {
     check("functions");
 }
+
+#[test]
+fn window_joins_in_flinks_syntax_give_flinks_rows() {
+    check("window_join");
+}

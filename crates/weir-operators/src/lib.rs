@@ -25,6 +25,7 @@ pub mod stream_table_join;
 pub mod temporal_join;
 pub mod window_aggregate;
 pub mod window_join;
+pub mod windowed;
 mod windows;
 
 pub use count::{Count, CountOp};
@@ -37,6 +38,7 @@ pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoin
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
 pub use window_aggregate::{Phase, Window, WindowAggregate, WindowAggregateOp};
 pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
+pub use windowed::{Windowed, WindowedExt, WindowedOp};
 
 use std::sync::Arc;
 use weir_runtime::graph::{spec_from_json, Registry};
@@ -180,6 +182,9 @@ pub fn register(r: &mut Registry) {
     r.add_operator("window_join", |s| {
         Ok(Arc::new(spec_from_json::<WindowJoin>("window_join", s)?))
     });
+    r.add_operator("windowed", |s| {
+        Ok(Arc::new(spec_from_json::<Windowed>("windowed", s)?))
+    });
 }
 
 #[cfg(test)]
@@ -196,6 +201,7 @@ mod tests {
             "stream_table_join",
             "temporal_join",
             "window_join",
+            "windowed",
         ] {
             assert!(
                 known.contains(&format!("\"{kind}\"")),

@@ -181,6 +181,22 @@ fn errors_users_meet() {
                  FROM clicks GROUP BY TUMBLE(user_id, INTERVAL '1' MINUTE), ad_id"
             ),
         ),
+        (
+            "window_join_with_another_condition",
+            format!(
+                "{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id
+                 FROM (SELECT * FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) c
+                 JOIN (SELECT * FROM TABLE(TUMBLE(TABLE impressions, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) i
+                 ON c.ad_id = i.ad_id AND c.window_start = i.window_start AND c.window_end = i.window_end AND c.ts > i.ts"
+            ),
+        ),
+        (
+            "session_rows_without_group_by",
+            format!(
+                "{TABLES} INSERT INTO out2 SELECT click_id, ts
+                 FROM TABLE(SESSION(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))"
+            ),
+        ),
     ];
     for (name, sql) in cases {
         let mut opts = opts();

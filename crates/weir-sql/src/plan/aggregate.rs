@@ -4,6 +4,7 @@
 use super::*;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::Value;
+use weir_operators::{Windowed, WindowedExt};
 
 /// A grouped relation, its keys (stream columns) and its aggregates (by their SQL text).
 pub(super) type Grouping = (Rel, Vec<String>, Vec<(String, Aggregate)>);
@@ -152,6 +153,51 @@ impl Planner {
         };
         let exprs = select_exprs(select, &out, Some(&aggs))?;
         Ok((out, exprs))
+    }
+
+    /// The rows of a window table function without GROUP BY: each row once per window, with
+    /// `window_start`, `window_end` (TIMESTAMP(3), as Flink's) and `window_time`; what a
+    /// window join joins.
+    pub(super) fn window_rows(
+        &self,
+        rel: Rel,
+        w: WindowAggregate,
+        partition: &[String],
+    ) -> Result<Rel> {
+        if !partition.is_empty() || matches!(w.window, weir_operators::Window::Session { .. }) {
+            return Err(plan_err(
+                "SESSION windows need GROUP BY ..., window_start, window_end: a session's rows are known only once it ends",
+            ));
+        }
+        let mut wd = Windowed::new(w.window);
+        wd.max_windows_per_row = w.max_windows_per_row;
+        let out = rel.stream.windowed(wd);
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
+        let cols: Vec<(String, SqlScalar)> = (out.schema().fields().iter())
+            .map(|f| {
+                let n = f.name().clone();
+                let e = if ["window_start", "window_end"].contains(&n.as_str()) {
+                    SqlScalar::column(&n).cast(&ts)
+                } else {
+                    SqlScalar::column(&n)
+                };
+                (n, e)
+            })
+            .collect();
+        let stream = out.apply("calc", Arc::new(Calc::project(cols)));
+        let mut scope = rel.scope.clone();
+        for n in ["window_start", "window_end", "window_time"] {
+            scope.push(ScopeEntry {
+                qualifier: None,
+                name: n.into(),
+                column: n.into(),
+            });
+        }
+        Ok(Rel {
+            stream,
+            scope,
+            ..rel
+        })
     }
 
     /// A group window (`GROUP BY TUMBLE(rt, INTERVAL '1' MINUTE), k` with `TUMBLE_START(...)`

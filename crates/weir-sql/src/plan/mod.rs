@@ -446,9 +446,11 @@ impl Planner {
         };
         match (window, grouped) {
             (Some((w, partition)), true) => self.window_aggregate(rel, w, &partition, select),
-            (Some(_), false) => Err(plan_err(
-                "a window table function needs GROUP BY ..., window_start, window_end",
-            )),
+            (Some((w, partition)), false) => {
+                let rel = self.window_rows(rel, w, &partition)?;
+                let exprs = select_exprs(select, &rel, None)?;
+                Ok((rel, exprs))
+            }
             (None, true) => match self.group_window(&rel, select)? {
                 Some((w, select)) => self.window_aggregate(rel, w, &[], &select),
                 None => self.group_aggregate(rel, select),
