@@ -184,3 +184,8 @@ fn flink_functions_give_flinks_values() {
 fn window_joins_in_flinks_syntax_give_flinks_rows() {
     check("window_join");
 }
+
+#[test]
+fn aggregates_over_narrower_integers_are_flinks_values() {
+    check("int_aggregates");
+}

@@ -578,17 +578,43 @@ pub(super) fn add_aggregate(
                     (None, _) => fargs.first().cloned(),
                 };
                 let output = key.clone();
+                // Numbers are aggregated as BIGINT, DOUBLE or DECIMAL: narrower integers and
+                // FLOAT are widened first (weir's SUM of an INT is a BIGINT).
+                let numeric = !matches!(kind, "count" | "approx_count_distinct");
+                let schema = rel.stream.schema();
                 let mut column = || -> Result<String> {
-                    match &arg {
-                        Some(a) => match ident_name(a) {
-                            Some(n) => rel.resolve(a_qualifier(a).as_deref(), &n),
-                            None => {
-                                let name = format!("__agg_arg_{}", args.len());
-                                args.push((name.clone(), scalar(a, rel)?));
-                                Ok(name)
-                            }
-                        },
-                        None => Err(plan_err(format!("{key} needs an argument"))),
+                    let Some(a) = &arg else {
+                        return Err(plan_err(format!("{key} needs an argument")));
+                    };
+                    let (name, e) = match ident_name(a) {
+                        Some(n) => {
+                            let c = rel.resolve(a_qualifier(a).as_deref(), &n)?;
+                            let e = SqlScalar::column(&c);
+                            (c, e)
+                        }
+                        None => (format!("__agg_arg_{}", args.len()), scalar(a, rel)?),
+                    };
+                    let t = e.plan(&schema).map(|p| p.data_type().clone());
+                    let wide = match t {
+                        Ok(t) if numeric && t.is_integer() && t != DataType::Int64 => {
+                            Some(DataType::Int64)
+                        }
+                        Ok(DataType::Float32 | DataType::Float16) if numeric => {
+                            Some(DataType::Float64)
+                        }
+                        _ => None,
+                    };
+                    match (wide, e.as_column()) {
+                        (None, Some(c)) if c == name => Ok(name),
+                        (None, _) => {
+                            args.push((name.clone(), e));
+                            Ok(name)
+                        }
+                        (Some(w), _) => {
+                            let name = format!("__agg_arg_{}", args.len());
+                            args.push((name.clone(), e.cast(&w)));
+                            Ok(name)
+                        }
                     }
                 };
                 let agg = match kind {
