@@ -90,6 +90,16 @@ impl SqlScalar {
     /// the expression as the user wrote it.
     pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
         let fail = datafusion_message;
+        // CURRENT_WATERMARK(rt) reads a column the Calc evaluating it adds (crate::calc).
+        let extended;
+        let schema = if self.sql.contains(crate::calc::CURRENT_WATERMARK)
+            && schema.index_of(crate::calc::CURRENT_WATERMARK).is_err()
+        {
+            extended = crate::calc::with_current_watermark(schema);
+            &extended
+        } else {
+            schema
+        };
         let mut ast = parse_expr(&self.sql).map_err(|e| e.to_string())?;
         refuse_over_windows(&ast)?;
         crate::functions::prepare_all(&mut ast)?;

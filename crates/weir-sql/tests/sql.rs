@@ -90,7 +90,7 @@ fn errors_users_meet() {
         ("unknown_column", format!("{TABLES} INSERT INTO out2 SELECT c.click_id, c.ad FROM clicks c")),
         ("unknown_function", format!("{TABLES} INSERT INTO out2 SELECT click_id, TIMESTMPADD(SECOND, 1, rt) FROM clicks")),
         ("type_error", format!("{TABLES} INSERT INTO out2 SELECT click_id + 'abc', ts FROM clicks")),
-        ("current_watermark", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks WHERE rt > CURRENT_WATERMARK(rt)")),
+        ("current_watermark", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks WHERE ts > CURRENT_WATERMARK(click_id)")),
         (
             "over_window",
             format!("{TABLES} INSERT INTO out2 SELECT click_id, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
