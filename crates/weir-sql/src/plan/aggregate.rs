@@ -172,19 +172,7 @@ impl Planner {
         let mut wd = Windowed::new(w.window);
         wd.max_windows_per_row = w.max_windows_per_row;
         let out = rel.stream.windowed(wd);
-        let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
-        let cols: Vec<(String, SqlScalar)> = (out.schema().fields().iter())
-            .map(|f| {
-                let n = f.name().clone();
-                let e = if ["window_start", "window_end"].contains(&n.as_str()) {
-                    SqlScalar::column(&n).cast(&ts)
-                } else {
-                    SqlScalar::column(&n)
-                };
-                (n, e)
-            })
-            .collect();
-        let stream = out.apply("calc", Arc::new(Calc::project(cols)));
+        let stream = window_bounds_as_timestamps(&out);
         let mut scope = rel.scope.clone();
         for n in ["window_start", "window_end", "window_time"] {
             scope.push(ScopeEntry {
@@ -367,23 +355,7 @@ impl Planner {
             AggStrategy::OnePhase
         };
         let out = rel.stream.key_by(&keys).window_aggregate_with(w, strategy);
-        // window_start / window_end as TIMESTAMP, as Flink presents them.
-        let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
-        let schema = out.schema();
-        let cols: Vec<(String, SqlScalar)> = schema
-            .fields()
-            .iter()
-            .map(|f| {
-                let n = f.name().clone();
-                let e = if ["window_start", "window_end"].contains(&n.as_str()) {
-                    SqlScalar::column(&n).cast(&ts)
-                } else {
-                    SqlScalar::column(&n)
-                };
-                (n, e)
-            })
-            .collect();
-        let stream = out.apply("calc", Arc::new(Calc::project(cols)));
+        let stream = window_bounds_as_timestamps(&out);
         let mut scope: Vec<ScopeEntry> = rel
             .scope
             .iter()
@@ -416,6 +388,24 @@ impl Planner {
         let exprs = select_exprs(select, &windowed, Some(&aggs))?;
         Ok((windowed, exprs))
     }
+}
+
+/// `stream` with its `window_start` and `window_end` (epoch ms) as TIMESTAMP(3), as Flink
+/// presents them.
+fn window_bounds_as_timestamps(stream: &Stream) -> Stream {
+    let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
+    let cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
+        .map(|f| {
+            let n = f.name().clone();
+            let e = if ["window_start", "window_end"].contains(&n.as_str()) {
+                SqlScalar::column(&n).cast(&ts)
+            } else {
+                SqlScalar::column(&n)
+            };
+            (n, e)
+        })
+        .collect();
+    stream.apply("calc", Arc::new(Calc::project(cols)))
 }
 
 /// The keys (stream columns) and aggregates of a grouped SELECT, and the relation to aggregate
