@@ -10,11 +10,10 @@ use arrow_array::{Int64Array, RecordBatch};
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
-use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
 use weir_operators::{JoinType, WindowJoin};
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
-use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{sorted_lines, Harness};
+use weir_runtime::StreamBatch;
+use weir_testkit::KeyedSubtasks;
 
 /// (key, event time, id, window start, window end).
 type Row = (Option<i64>, i64, i64, i64, i64);
@@ -186,70 +185,23 @@ fn reference(events: &[Event], jt: JoinType) -> Vec<String> {
     out
 }
 
-struct Subtasks {
-    subtasks: Vec<Harness>,
-    encoder: KeyEncoder,
+/// A run at `parallelism`, restored from `snapshots`.
+fn subtasks(
+    factory: &dyn OperatorFactory,
+    snapshots: &[Vec<RecordBatch>],
+    parallelism: usize,
+) -> KeyedSubtasks {
+    KeyedSubtasks::restored(factory, &inputs(), &["k".into()], snapshots, parallelism)
 }
 
-impl Subtasks {
-    fn restored(
-        factory: &dyn OperatorFactory,
-        snapshots: &[Vec<RecordBatch>],
-        parallelism: usize,
-    ) -> Self {
-        Subtasks {
-            subtasks: (0..parallelism)
-                .map(|s| Harness::restored(factory, &inputs(), snapshots, s, parallelism))
-                .collect(),
-            encoder: KeyEncoder::new(&schema(), &["k".to_string()]).unwrap(),
-        }
-    }
-
-    fn feed(&mut self, e: &Event) {
-        match e {
-            Event::Watermark(wm) => self.subtasks.iter_mut().for_each(|h| h.watermark(*wm)),
-            Event::Rows {
-                input,
-                rows,
-                watermark,
-            } => {
-                let p = self.subtasks.len();
-                let b = batch(rows, *watermark);
-                let keys = self.encoder.encode(&b.data).unwrap();
-                let home: Vec<usize> = (keys.iter())
-                    .map(|k| {
-                        let g = key_group(hash_key(k.as_ref()), DEFAULT_KEY_GROUPS);
-                        subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
-                    })
-                    .collect();
-                for (s, h) in self.subtasks.iter_mut().enumerate() {
-                    let mask = home.iter().map(|&x| Some(x == s)).collect();
-                    let mine = b.filter(&mask).unwrap();
-                    if mine.data.num_rows() > 0 {
-                        h.push_batch(*input, mine);
-                    }
-                }
-            }
-        }
-    }
-
-    fn take(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        for h in &mut self.subtasks {
-            out.extend(sorted_lines(&h.take(Port::Main)));
-            for input in 0..2 {
-                let late = sorted_lines(&h.take(Port::Late(input)));
-                out.extend(late.into_iter().map(|l| format!("late {input}: {l}")));
-            }
-        }
-        out
-    }
-
-    fn end(&mut self) -> Vec<String> {
-        self.subtasks.iter_mut().for_each(|h| h.end());
-        let mut v = self.take();
-        v.sort();
-        v
+fn feed(run: &mut KeyedSubtasks, e: &Event) {
+    match e {
+        Event::Watermark(wm) => run.watermark(*wm),
+        Event::Rows {
+            input,
+            rows,
+            watermark,
+        } => run.push(*input, batch(rows, *watermark)),
     }
 }
 
@@ -281,8 +233,8 @@ proptest! {
     ) {
         let want = reference(&events, jt);
         let j = join(jt);
-        let mut run = Subtasks::restored(&j, &[], parallelism);
-        events.iter().for_each(|e| run.feed(e));
+        let mut run = subtasks(&j, &[], parallelism);
+        events.iter().for_each(|e| feed(&mut run, e));
         prop_assert_eq!(run.end(), want);
     }
 
@@ -296,14 +248,13 @@ proptest! {
         let j = join(jt);
         let want = reference(&events, jt);
         let cut = cut.index(events.len() + 1);
-        let mut first = Subtasks::restored(&j, &[], before);
-        events[..cut].iter().for_each(|e| first.feed(e));
+        let mut first = subtasks(&j, &[], before);
+        events[..cut].iter().for_each(|e| feed(&mut first, e));
         let out_before = first.take();
-        let snapshots: Vec<Vec<RecordBatch>> =
-            first.subtasks.iter_mut().map(|h| h.snapshot()).collect();
+        let snapshots = first.snapshots();
         for after in 1..=3 {
-            let mut second = Subtasks::restored(&j, &snapshots, after);
-            events[cut..].iter().for_each(|e| second.feed(e));
+            let mut second = subtasks(&j, &snapshots, after);
+            events[cut..].iter().for_each(|e| feed(&mut second, e));
             let mut got = out_before.clone();
             got.extend(second.end());
             got.sort();
