@@ -25,6 +25,8 @@ pub mod stream_table_join;
 pub mod temporal_join;
 pub mod window_aggregate;
 pub mod window_join;
+pub mod window_rank;
+pub mod window_table;
 mod windows;
 
 pub use count::{Count, CountOp};
@@ -37,6 +39,8 @@ pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoin
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
 pub use window_aggregate::{Phase, Window, WindowAggregate, WindowAggregateOp};
 pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
+pub use window_rank::{RankOrder, WindowRank, WindowRankExt, WindowRankOp};
+pub use window_table::{WindowTable, WindowTableExt, WindowTableOp};
 
 use std::sync::Arc;
 use weir_runtime::graph::{spec_from_json, Registry};
@@ -180,6 +184,12 @@ pub fn register(r: &mut Registry) {
     r.add_operator("window_join", |s| {
         Ok(Arc::new(spec_from_json::<WindowJoin>("window_join", s)?))
     });
+    r.add_operator("window_rank", |s| {
+        Ok(Arc::new(spec_from_json::<WindowRank>("window_rank", s)?))
+    });
+    r.add_operator("window_table", |s| {
+        Ok(Arc::new(spec_from_json::<WindowTable>("window_table", s)?))
+    });
 }
 
 #[cfg(test)]
@@ -196,6 +206,8 @@ mod tests {
             "stream_table_join",
             "temporal_join",
             "window_join",
+            "window_rank",
+            "window_table",
         ] {
             assert!(
                 known.contains(&format!("\"{kind}\"")),
