@@ -51,6 +51,7 @@ use crate::{Error, Result};
 
 mod aggregate;
 mod joins;
+mod rank;
 mod scope;
 mod settings;
 mod sources;
@@ -417,6 +418,10 @@ impl Planner {
         if select.from.len() != 1 {
             return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
         }
+        // Window Top-N and deduplication: ROW_NUMBER() in a subquery of FROM (plan/rank.rs).
+        if let Some(ranked) = self.rank_query(select)? {
+            return Ok(ranked);
+        }
         let from = &select.from[0];
         let (mut rel, window) = match &from.relation {
             TableFactor::TableFunction { expr, alias } => {
@@ -446,9 +451,7 @@ impl Planner {
         };
         match (window, grouped) {
             (Some((w, partition)), true) => self.window_aggregate(rel, w, &partition, select),
-            (Some(_), false) => Err(plan_err(
-                "a window table function needs GROUP BY ..., window_start, window_end",
-            )),
+            (Some((w, partition)), false) => self.window_rows(rel, w, &partition, select),
             (None, true) => match self.group_window(&rel, select)? {
                 Some((w, select)) => self.window_aggregate(rel, w, &[], &select),
                 None => self.group_aggregate(rel, select),
