@@ -179,3 +179,8 @@ fn cumulate_windows_in_two_phases_are_flinks_too() {
 fn flink_functions_give_flinks_values() {
     check("functions");
 }
+
+#[test]
+fn window_top_n_and_window_deduplication_are_flinks() {
+    check("topn");
+}
