@@ -189,3 +189,8 @@ fn window_joins_in_flinks_syntax_give_flinks_rows() {
 fn aggregates_over_narrower_integers_are_flinks_values() {
     check("int_aggregates");
 }
+
+#[test]
+fn window_top_n_and_window_deduplication_are_flinks() {
+    check("topn");
+}

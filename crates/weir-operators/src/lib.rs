@@ -25,6 +25,7 @@ pub mod stream_table_join;
 pub mod temporal_join;
 pub mod window_aggregate;
 pub mod window_join;
+pub mod window_rank;
 pub mod windowed;
 mod windows;
 
@@ -38,6 +39,7 @@ pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoin
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
 pub use window_aggregate::{Phase, Window, WindowAggregate, WindowAggregateOp};
 pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
+pub use window_rank::{RankOrder, WindowRank, WindowRankExt, WindowRankOp};
 pub use windowed::{Windowed, WindowedExt, WindowedOp};
 
 use std::sync::Arc;
@@ -182,6 +184,9 @@ pub fn register(r: &mut Registry) {
     r.add_operator("window_join", |s| {
         Ok(Arc::new(spec_from_json::<WindowJoin>("window_join", s)?))
     });
+    r.add_operator("window_rank", |s| {
+        Ok(Arc::new(spec_from_json::<WindowRank>("window_rank", s)?))
+    });
     r.add_operator("windowed", |s| {
         Ok(Arc::new(spec_from_json::<Windowed>("windowed", s)?))
     });
@@ -201,6 +206,7 @@ mod tests {
             "stream_table_join",
             "temporal_join",
             "window_join",
+            "window_rank",
             "windowed",
         ] {
             assert!(

@@ -96,6 +96,14 @@ fn errors_users_meet() {
             format!("{TABLES} INSERT INTO out2 SELECT click_id, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
         ),
         (
+            "row_number_without_a_window",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum = 1"),
+        ),
+        (
+            "row_number_without_a_bound",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, rownum FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, ad_id ORDER BY rt) AS rownum FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) d"),
+        ),
+        (
             "unbounded_join",
             format!("{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i ON c.ad_id = i.ad_id"),
         ),

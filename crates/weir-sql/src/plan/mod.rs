@@ -51,6 +51,7 @@ use crate::{Error, Result};
 
 mod aggregate;
 mod joins;
+mod rank;
 mod scope;
 mod settings;
 mod sources;
@@ -416,6 +417,10 @@ impl Planner {
         }
         if select.from.len() != 1 {
             return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
+        }
+        // Window Top-N and deduplication: ROW_NUMBER() in a subquery of FROM (plan/rank.rs).
+        if let Some(ranked) = self.rank_query(select)? {
+            return Ok(ranked);
         }
         let from = &select.from[0];
         let (mut rel, window) = match &from.relation {
