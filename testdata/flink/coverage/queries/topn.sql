@@ -1,4 +1,4 @@
--- Issue 14 item 6: window Top-N over a window table function's rows and over a window
+-- Issue 14 item 6: window Top-N over a window table function's rows (tumbling and hopping) and over a window
 -- aggregation's results, and window deduplication (keep the first and the last row).
 CREATE TABLE orders (order_id BIGINT, currency STRING, amount DECIMAL(10, 2), qty BIGINT, ts BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
@@ -45,3 +45,13 @@ FROM (
   FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(rt), INTERVAL '5' MINUTE))
 ) deduplicated
 WHERE rownum <= 1;
+CREATE TABLE top_orders_hop (window_start TIMESTAMP(3), window_end TIMESTAMP(3), currency STRING,
+  order_id BIGINT, qty BIGINT, rownum BIGINT)
+WITH ('connector' = 'filesystem', 'path' = '${output}/top_orders_hop', 'format' = 'csv');
+INSERT INTO top_orders_hop
+SELECT window_start, window_end, currency, order_id, qty, rownum
+FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, currency ORDER BY amount DESC) AS rownum
+  FROM TABLE(HOP(TABLE orders, DESCRIPTOR(rt), INTERVAL '1' MINUTE, INTERVAL '2' MINUTE))
+) ranked
+WHERE rownum <= 2;
