@@ -5,15 +5,14 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
-use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
 use weir_operators::{Window, WindowRank, Windowed};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{rows, sorted_lines, Harness};
+use weir_testkit::{rows, sorted_lines, Harness, KeyedSubtasks};
 
 const SIZE: i64 = 100;
 
@@ -201,62 +200,37 @@ fn reference(inputs: &[Input], n: usize, descending: bool) -> (Vec<String>, usiz
     (sorted_lines(&[batch]), late)
 }
 
-struct Subtasks {
-    hs: Vec<Harness>,
-    encoder: KeyEncoder,
-}
+/// The subtasks of a run, rows routed by key group (weir-testkit's `KeyedSubtasks`).
+struct Subtasks(KeyedSubtasks);
 
 impl Subtasks {
     fn restored(f: &dyn OperatorFactory, snapshots: &[Vec<RecordBatch>], p: usize) -> Subtasks {
-        Subtasks {
-            hs: (0..p)
-                .map(|i| Harness::restored(f, &[info()], snapshots, i, p))
-                .collect(),
-            encoder: KeyEncoder::new(&info().schema, &keys()).unwrap(),
-        }
+        Subtasks(KeyedSubtasks::restored(f, &[info()], &keys(), snapshots, p))
     }
 
     fn feed(&mut self, input: &Input) {
         match input {
-            Input::Watermark(w) => self.hs.iter_mut().for_each(|h| h.watermark(*w)),
-            Input::Batch(b) => {
-                let p = self.hs.len();
-                let rows = self.encoder.encode(&b.data).unwrap();
-                let home: Vec<usize> = rows
-                    .iter()
-                    .map(|r| {
-                        let g = key_group(hash_key(r.as_ref()), DEFAULT_KEY_GROUPS);
-                        subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
-                    })
-                    .collect();
-                for (i, h) in self.hs.iter_mut().enumerate() {
-                    let mask: BooleanArray = home.iter().map(|&s| Some(s == i)).collect();
-                    let mine = b.filter(&mask).unwrap();
-                    if mine.num_rows() > 0 {
-                        h.push_batch(0, mine);
-                    }
-                }
-            }
+            Input::Watermark(w) => self.0.watermark(*w),
+            Input::Batch(b) => self.0.push(0, b.clone()),
         }
     }
 
     fn end(&mut self) {
-        self.hs.iter_mut().for_each(Harness::end);
+        self.0.subtasks.iter_mut().for_each(Harness::end);
+    }
+
+    fn snapshots(&mut self) -> Vec<Vec<RecordBatch>> {
+        self.0.snapshots()
     }
 
     /// (emitted lines, late rows) so far.
     fn take(&mut self) -> (Vec<String>, usize) {
-        let mut out = Vec::new();
-        let mut late = 0;
-        for h in &mut self.hs {
-            out.extend(sorted_lines(&h.take(Port::Main)));
-            late += h
-                .take(Port::Late(0))
-                .iter()
-                .map(|b| b.num_rows())
-                .sum::<usize>();
-        }
-        (out, late)
+        let (late, out): (Vec<String>, Vec<String>) = self
+            .0
+            .take()
+            .into_iter()
+            .partition(|l| l.starts_with("late 0: "));
+        (out, late.len())
     }
 }
 
@@ -292,7 +266,7 @@ proptest! {
         let mut b = Subtasks::restored(&spec, &[], parallelism);
         inputs[..cut].iter().for_each(|i| b.feed(i));
         let (before, _) = b.take();
-        let snapshots: Vec<Vec<RecordBatch>> = b.hs.iter_mut().map(Harness::snapshot).collect();
+        let snapshots = b.snapshots();
         let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
             Input::Watermark(w) => Some(*w),
             Input::Batch(_) => None,
