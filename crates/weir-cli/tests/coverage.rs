@@ -181,6 +181,21 @@ fn flink_functions_give_flinks_values() {
 }
 
 #[test]
+fn window_joins_in_flinks_syntax_give_flinks_rows() {
+    check("window_join");
+}
+
+#[test]
+fn aggregates_over_narrower_integers_are_flinks_values() {
+    check("int_aggregates");
+}
+
+#[test]
+fn window_top_n_and_window_deduplication_are_flinks() {
+    check("topn");
+}
+
+#[test]
 fn over_aggregation_over_range_and_rows_frames_is_flinks() {
     check("over");
 }

@@ -26,6 +26,8 @@ pub mod stream_table_join;
 pub mod temporal_join;
 pub mod window_aggregate;
 pub mod window_join;
+pub mod window_rank;
+pub mod windowed;
 mod windows;
 
 pub use count::{Count, CountOp};
@@ -39,6 +41,8 @@ pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoin
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
 pub use window_aggregate::{Phase, Window, WindowAggregate, WindowAggregateOp};
 pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
+pub use window_rank::{RankOrder, WindowRank, WindowRankExt, WindowRankOp};
+pub use windowed::{Windowed, WindowedExt, WindowedOp};
 
 use std::sync::Arc;
 use weir_runtime::graph::{spec_from_json, Registry};
@@ -188,6 +192,12 @@ pub fn register(r: &mut Registry) {
     r.add_operator("window_join", |s| {
         Ok(Arc::new(spec_from_json::<WindowJoin>("window_join", s)?))
     });
+    r.add_operator("window_rank", |s| {
+        Ok(Arc::new(spec_from_json::<WindowRank>("window_rank", s)?))
+    });
+    r.add_operator("windowed", |s| {
+        Ok(Arc::new(spec_from_json::<Windowed>("windowed", s)?))
+    });
 }
 
 #[cfg(test)]
@@ -205,6 +215,8 @@ mod tests {
             "stream_table_join",
             "temporal_join",
             "window_join",
+            "window_rank",
+            "windowed",
         ] {
             assert!(
                 known.contains(&format!("\"{kind}\"")),

@@ -9,6 +9,17 @@
 //! both sides, then `window_start`, `window_end` and `window_time` (`window_end - 1`, the
 //! output's event time), all epoch milliseconds. INNER only.
 //!
+//! # Windows given by the inputs
+//!
+//! `WindowJoin::given_windows()` joins rows that already carry their window, in `window_start`
+//! and `window_end` columns (BIGINT epoch ms or TIMESTAMP): the rows of a window table function
+//! or the results of a window aggregation, as Flink's window join (`ON l.k = r.k AND
+//! l.window_start = r.window_start AND l.window_end = r.window_end`). A (key, window) closes
+//! when the watermark reaches `window_end - 1`; INNER, LEFT, RIGHT and FULL: a side's rows of a
+//! (key, window) for which the other side has none are emitted with NULLs for it (rows with a
+//! NULL key too, since they match nothing). The output is both sides' columns and
+//! `__window_time` (`window_end - 1`, its event time).
+//!
 //! # NULL keys
 //!
 //! As in SQL, a row with a NULL in any key column equals no row (`NULL = NULL` is not true), so
@@ -40,8 +51,8 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
@@ -50,7 +61,7 @@ use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, StateLayout};
+use crate::join::{assemble, join_schema, JoinType, StateLayout};
 use crate::windows;
 use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef};
 
@@ -68,7 +79,19 @@ pub struct WindowJoin {
     pub left_alias: String,
     #[serde(default = "right_alias")]
     pub right_alias: String,
+    /// Rows carry their window in `window_start` / `window_end` (then `size_ms` and `slide_ms`
+    /// are not used).
+    #[serde(default)]
+    pub given_windows: bool,
+    #[serde(default)]
+    pub join_type: JoinType,
 }
+
+/// The columns that carry a row's window when the inputs give it.
+const GIVEN: [&str; 2] = ["window_start", "window_end"];
+
+/// The output column of the window join's event time when the inputs give the windows.
+pub const GIVEN_WINDOW_TIME: &str = "__window_time";
 
 fn left_alias() -> String {
     "left".into()
@@ -90,7 +113,22 @@ impl WindowJoin {
             slide_ms,
             left_alias: left_alias(),
             right_alias: right_alias(),
+            given_windows: false,
+            join_type: JoinType::Inner,
         }
+    }
+
+    /// Joins rows whose windows the inputs give (see the module docs).
+    pub fn given_windows() -> Self {
+        WindowJoin {
+            given_windows: true,
+            ..Self::tumbling(1)
+        }
+    }
+
+    pub fn join_type(mut self, t: JoinType) -> Self {
+        self.join_type = t;
+        self
     }
 
     pub fn aliases(mut self, left: &str, right: &str) -> Self {
@@ -99,13 +137,54 @@ impl WindowJoin {
         self
     }
 
-    fn check(&self, inputs: &[StreamInfo]) -> Result<(SchemaRef, [usize; 2])> {
+    /// The output schema, and per input its event-time column (assigned windows) or its
+    /// window start and end columns (given windows).
+    fn check(&self, inputs: &[StreamInfo]) -> Result<(SchemaRef, [usize; 2], [usize; 2])> {
         let [l, r] = inputs else {
             return Err(Error::plan(format!(
                 "window join takes two inputs, got {}",
                 inputs.len()
             )));
         };
+        if self.join_type != JoinType::Inner && !self.given_windows {
+            return Err(Error::plan(
+                "an outer window join takes the windows its inputs give (window_start, window_end)",
+            ));
+        }
+        if self.given_windows {
+            let mut window_cols = [[0; 2]; 2];
+            for (i, (side, alias)) in [(l, &self.left_alias), (r, &self.right_alias)]
+                .into_iter()
+                .enumerate()
+            {
+                for (j, name) in GIVEN.iter().enumerate() {
+                    let idx = side.schema.index_of(name).map_err(|_| {
+                        Error::plan(format!(
+                            "window join: the {alias} side has no `{name}` column; join the rows of a window table function or a window aggregation"
+                        ))
+                    })?;
+                    match side.schema.field(idx).data_type() {
+                        DataType::Int64 | DataType::Timestamp(TimeUnit::Millisecond, _) => {}
+                        other => {
+                            return Err(Error::plan(format!(
+                                "window join: `{alias}.{name}` is {other}; it must be a BIGINT (epoch ms) or TIMESTAMP(3)"
+                            )))
+                        }
+                    }
+                    window_cols[i][j] = idx;
+                }
+            }
+            let (joined, _, _) =
+                join_schema(&l.schema, &r.schema, (&self.left_alias, &self.right_alias))?;
+            let mut fields: Vec<Field> =
+                joined.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(GIVEN_WINDOW_TIME, DataType::Int64, false));
+            return Ok((
+                Arc::new(Schema::new(fields)),
+                window_cols[0],
+                window_cols[1],
+            ));
+        }
         if self.size_ms <= 0 || self.slide_ms <= 0 || self.slide_ms > self.size_ms {
             return Err(Error::config(
                 "window",
@@ -142,7 +221,7 @@ impl WindowJoin {
             }
             fields.push(Field::new(name, DataType::Int64, false));
         }
-        Ok((Arc::new(Schema::new(fields)), et))
+        Ok((Arc::new(Schema::new(fields)), et, [0; 2]))
     }
 }
 
@@ -157,14 +236,29 @@ impl OperatorFactory for WindowJoin {
         Some(self.size_ms)
     }
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
-        let (schema, _) = self.check(inputs)?;
+        let (schema, _, _) = self.check(inputs)?;
         Ok(StreamInfo {
             schema,
-            event_time: Some("window_time".into()),
+            event_time: Some(if self.given_windows {
+                GIVEN_WINDOW_TIME.into()
+            } else {
+                "window_time".into()
+            }),
         })
     }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
-        let (schema, et) = self.check(inputs)?;
+        let (schema, a, b) = self.check(inputs)?;
+        // Assigned windows: `a` is the event-time columns. Given: `a` and `b` are the inputs'
+        // window start and end columns.
+        let (et, given) = if self.given_windows {
+            ([0; 2], Some([a, b]))
+        } else {
+            (a, None)
+        };
+        let mut extra = vec![Field::new(WINDOW_START_COLUMN, DataType::Int64, false)];
+        if self.given_windows {
+            extra.push(Field::new(WINDOW_END_COLUMN, DataType::Int64, false));
+        }
         let (joined, _, _) = join_schema(
             &inputs[0].schema,
             &inputs[1].schema,
@@ -175,12 +269,13 @@ impl OperatorFactory for WindowJoin {
             layout: StateLayout::new(
                 &joined,
                 inputs[0].schema.fields().len(),
-                vec![Field::new(WINDOW_START_COLUMN, DataType::Int64, false)],
+                extra,
                 info.key_groups,
             ),
             schema,
             joined,
             event_time: et,
+            given,
             encoders: [
                 KeyEncoder::new(&inputs[0].schema, &self.left_keys)?,
                 KeyEncoder::new(&inputs[1].schema, &self.right_keys)?,
@@ -199,6 +294,16 @@ impl OperatorFactory for WindowJoin {
         }))
     }
     fn describe(&self) -> String {
+        if self.given_windows {
+            return format!(
+                "{} window join on ({}) = ({}) and the windows its inputs give (window_start, \
+                 window_end); keeps the rows of open windows (until the watermark passes their \
+                 end) per key",
+                format!("{:?}", self.join_type).to_lowercase(),
+                self.left_keys.join(", "),
+                self.right_keys.join(", "),
+            );
+        }
         format!(
             "window join on ({}) = ({}) in {} windows of {} ms{}; keeps the rows of open windows \
              (size + watermark delay) per key",
@@ -225,11 +330,17 @@ impl OperatorFactory for WindowJoin {
 /// The window join's own column of its checkpointed state: the start of the row's window (a
 /// row of hopping windows has a state row per open window it is in).
 const WINDOW_START_COLUMN: &str = "__window_start";
+/// Given windows: the end of the row's window.
+const WINDOW_END_COLUMN: &str = "__window_end";
 
 /// The rows of one key in one window.
 #[derive(Debug, Default)]
 struct WindowRows {
     start: i64,
+    /// Exclusive.
+    end: i64,
+    /// Rows with a NULL key (given windows): they match nothing.
+    null_key: bool,
     sides: [Vec<RowRef>; 2],
 }
 
@@ -240,6 +351,8 @@ pub struct WindowJoinOp {
     schema: SchemaRef,
     joined: SchemaRef,
     event_time: [usize; 2],
+    /// Given windows: each input's window start and end columns.
+    given: Option<[[usize; 2]; 2]>,
     encoders: [KeyEncoder; 2],
     stores: [BatchStore; 2],
     /// (key, window start) → rows.
@@ -255,8 +368,91 @@ pub struct WindowJoinOp {
     no_window: u64,
 }
 
+impl WindowJoinOp {
+    /// The bytes after the row key in a window's slot key: its start, and its end when the
+    /// inputs give windows (cumulative windows share a start).
+    fn window_id_len(&self) -> usize {
+        if self.given.is_some() {
+            16
+        } else {
+            8
+        }
+    }
+
+    /// Rows that carry their window in the columns `cols` (start, end).
+    fn add_given(
+        &mut self,
+        side: usize,
+        cols: [usize; 2],
+        batch: StreamBatch,
+        ctx: &mut Context,
+    ) -> Result<()> {
+        let column = |b: &RecordBatch, i: usize| -> Result<Vec<i64>> {
+            let c = arrow_cast::cast(b.column(i), &DataType::Int64)?;
+            let c = c.as_primitive::<Int64Type>();
+            if c.null_count() > 0 {
+                return Err(Error::Internal(format!(
+                    "window join: a row without a window ({} is NULL)",
+                    GIVEN[if i == cols[0] { 0 } else { 1 }]
+                )));
+            }
+            Ok(c.values().to_vec())
+        };
+        let ends = column(&batch.data, cols[1])?;
+        // Late: the row's split's watermark reached the end of its window.
+        let (on_time, late) = batch.split_late(&ends, |end, wm| wm >= end.saturating_sub(1))?;
+        if let Some(late) = late {
+            self.late[side] += late.num_rows() as u64;
+            ctx.emit_late_from(side, late);
+        }
+        if on_time.num_rows() == 0 {
+            return Ok(());
+        }
+        let starts = column(&on_time.data, cols[0])?;
+        let ends = column(&on_time.data, cols[1])?;
+        let keys = self.encoders[side].encode(&on_time.data)?;
+        let null_keys = self.encoders[side].null_keys(&on_time.data);
+        let id = self.stores[side].insert(on_time.data);
+        let mut key = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let null = null_keys.as_ref().is_some_and(|n| n.is_null(i));
+            if null {
+                self.null_keys[side] += 1;
+                if self.spec.join_type == JoinType::Inner {
+                    continue;
+                }
+            }
+            key.clear();
+            if !null {
+                key.extend_from_slice(k.as_ref());
+            }
+            key.extend_from_slice(&starts[i].to_be_bytes());
+            key.extend_from_slice(&ends[i].to_be_bytes());
+            let slot = self.windows.slot_for(hash_key(&key), &key);
+            let w = self.windows.get_mut(slot);
+            if w.sides[0].is_empty() && w.sides[1].is_empty() {
+                w.start = starts[i];
+                w.end = ends[i];
+                w.null_key = null;
+                self.closing.push(ends[i].saturating_sub(1), slot, 0);
+            }
+            w.sides[side].push(RowRef {
+                batch: id,
+                row: i as u32,
+            });
+            self.stores[side].retain(id);
+            self.buffered[side] += 1;
+        }
+        self.stores[side].release_if_unused(id);
+        Ok(())
+    }
+}
+
 impl Operator for WindowJoinOp {
     fn on_batch(&mut self, side: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        if let Some(cols) = self.given {
+            return self.add_given(side, cols[side], batch, ctx);
+        }
         let times = event_times(&batch.data, self.event_time[side])?;
         let size = self.spec.size_ms;
         // Late for every window: the split's watermark reached the end of the row's last window.
@@ -301,6 +497,7 @@ impl Operator for WindowJoinOp {
                 let w = self.windows.get_mut(slot);
                 if w.sides[0].is_empty() && w.sides[1].is_empty() {
                     w.start = start;
+                    w.end = start.saturating_add(size);
                     self.closing.push(start.saturating_add(size - 1), slot, 0);
                 }
                 w.sides[side].push(RowRef {
@@ -331,14 +528,34 @@ impl Operator for WindowJoinOp {
         let mut due = Vec::new();
         self.closing.pop_due(watermark.0, &mut due);
         let mut pairs = Vec::new();
-        let mut starts = Vec::new();
+        let mut windows = Vec::new();
         let mut freed: Vec<(usize, u32)> = Vec::new();
+        let (keep_left, keep_right) = (
+            self.spec.join_type.keeps_unmatched(0),
+            self.spec.join_type.keeps_unmatched(1),
+        );
         for (slot, _) in due {
             let w = self.windows.get(slot);
-            for l in &w.sides[0] {
-                for r in &w.sides[1] {
-                    pairs.push((Some(*l), Some(*r)));
-                    starts.push(w.start);
+            let matched = !w.null_key && !w.sides[0].is_empty() && !w.sides[1].is_empty();
+            if matched {
+                for l in &w.sides[0] {
+                    for r in &w.sides[1] {
+                        pairs.push((Some(*l), Some(*r)));
+                        windows.push((w.start, w.end));
+                    }
+                }
+            } else {
+                if keep_left {
+                    for l in &w.sides[0] {
+                        pairs.push((Some(*l), None));
+                        windows.push((w.start, w.end));
+                    }
+                }
+                if keep_right {
+                    for r in &w.sides[1] {
+                        pairs.push((None, Some(*r)));
+                        windows.push((w.start, w.end));
+                    }
                 }
             }
             for side in 0..2 {
@@ -347,16 +564,19 @@ impl Operator for WindowJoinOp {
             }
             self.windows.release(slot);
         }
-        for (chunk, st) in pairs.chunks(8192).zip(starts.chunks(8192)) {
+        for (chunk, win) in pairs.chunks(8192).zip(windows.chunks(8192)) {
             let joined = assemble(&self.joined, &self.stores[0], &self.stores[1], chunk)?;
             let mut cols: Vec<ArrayRef> = joined.columns().to_vec();
-            let size = self.spec.size_ms;
-            cols.push(Arc::new(Int64Array::from_iter_values(st.iter().copied())));
+            if self.given.is_none() {
+                cols.push(Arc::new(Int64Array::from_iter_values(
+                    win.iter().map(|w| w.0),
+                )));
+                cols.push(Arc::new(Int64Array::from_iter_values(
+                    win.iter().map(|w| w.1),
+                )));
+            }
             cols.push(Arc::new(Int64Array::from_iter_values(
-                st.iter().map(|s| s.saturating_add(size)),
-            )));
-            cols.push(Arc::new(Int64Array::from_iter_values(
-                st.iter().map(|s| s.saturating_add(size - 1)),
+                win.iter().map(|w| w.1.saturating_sub(1)),
             )));
             ctx.emit(StreamBatch::new(RecordBatch::try_new(
                 self.schema.clone(),
@@ -381,20 +601,26 @@ impl Operator for WindowJoinOp {
     /// closing queue is rebuilt from them on restore.
     fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
         let mut w = self.layout.writer(&self.stores, &self.encoders);
-        let mut starts = Vec::new();
+        let (mut starts, mut ends) = (Vec::new(), Vec::new());
+        let window_len = self.window_id_len();
         for slot in self.windows.slots() {
-            // The slot's key is the row key, then the window start.
+            // The slot's key is the row key (empty for NULL keys), then the window.
             let key = self.windows.key(slot);
-            let key = &key[..key.len() - 8];
+            let key = &key[..key.len() - window_len];
             let rows = self.windows.get(slot);
             for (side, refs) in rows.sides.iter().enumerate() {
                 for &r in refs {
                     w.push(side, key, Some(r))?;
                     starts.push(rows.start);
+                    ends.push(rows.end);
                 }
             }
         }
-        Ok(vec![w.finish(vec![Arc::new(Int64Array::from(starts))])?])
+        let mut extra: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts))];
+        if self.given.is_some() {
+            extra.push(Arc::new(Int64Array::from(ends)));
+        }
+        Ok(vec![w.finish(extra)?])
     }
 
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
@@ -405,20 +631,40 @@ impl Operator for WindowJoinOp {
                 .column_by_name(WINDOW_START_COLUMN)
                 .ok_or_else(|| Error::Internal("window join state without window starts".into()))?
                 .as_primitive::<Int64Type>();
+            let ends = match self.given {
+                Some(_) => Some(
+                    b.column_by_name(WINDOW_END_COLUMN)
+                        .ok_or_else(|| {
+                            Error::Internal("window join state without window ends".into())
+                        })?
+                        .as_primitive::<Int64Type>()
+                        .clone(),
+                ),
+                None => None,
+            };
             let (rows, _) = self.layout.read(b, &mut self.stores, None)?;
             for (i, r) in rows.iter().enumerate() {
                 let row = r
                     .row
                     .ok_or_else(|| Error::Internal("window join state row without a row".into()))?;
                 let start = starts.value(i);
+                let end = match &ends {
+                    Some(e) => e.value(i),
+                    None => start.saturating_add(size),
+                };
                 key.clear();
                 key.extend_from_slice(r.key);
                 key.extend_from_slice(&start.to_be_bytes());
+                if self.given.is_some() {
+                    key.extend_from_slice(&end.to_be_bytes());
+                }
                 let slot = self.windows.slot_for(hash_key(&key), &key);
                 let w = self.windows.get_mut(slot);
                 if w.sides[0].is_empty() && w.sides[1].is_empty() {
                     w.start = start;
-                    self.closing.push(start.saturating_add(size - 1), slot, 0);
+                    w.end = end;
+                    w.null_key = r.key.is_empty();
+                    self.closing.push(end.saturating_sub(1), slot, 0);
                 }
                 w.sides[r.side].push(row);
                 self.buffered[r.side] += 1;

@@ -12,20 +12,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{
-    BinaryArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, UInt16Array,
-};
+use arrow_array::{BinaryArray, Float64Array, Int64Array, RecordBatch, StringArray, UInt16Array};
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
-use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
+use weir_core::keys::{hash_key, key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
 use weir_operators::aggregates::{
     approx_count_distinct, avg, count, count_distinct, max, median, min, sum, Aggregate,
 };
 use weir_operators::{GroupAggregate, Phase, WindowAggregate};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{sorted_lines, Harness};
+use weir_testkit::{Harness, KeyedSubtasks};
 
 /// One row before it gets its time: key `k{k}`, `v` (NULL sometimes), `x` (quarters, so float
 /// sums are exact in any order) and its event time relative to the watermark.
@@ -119,11 +117,9 @@ fn script(steps: &[RawStep]) -> Vec<Input> {
     out
 }
 
-/// The subtasks of one operator at a parallelism, fed as a keyed exchange on `k` feeds them.
-struct Subtasks {
-    hs: Vec<Harness>,
-    encoder: KeyEncoder,
-}
+/// The subtasks of one operator at a parallelism, fed as a keyed exchange on `k` feeds them
+/// (weir-testkit's `KeyedSubtasks`).
+struct Subtasks(KeyedSubtasks);
 
 impl Subtasks {
     fn restored(
@@ -132,20 +128,15 @@ impl Subtasks {
         snapshots: &[Vec<RecordBatch>],
         parallelism: usize,
     ) -> Subtasks {
-        Subtasks {
-            hs: (0..parallelism)
-                .map(|i| {
-                    Harness::restored(
-                        factory,
-                        std::slice::from_ref(info),
-                        snapshots,
-                        i,
-                        parallelism,
-                    )
-                })
-                .collect(),
-            encoder: KeyEncoder::new(&info.schema, &["k".to_string()]).unwrap(),
-        }
+        let keys = ["k".to_string()];
+        let inputs = std::slice::from_ref(info);
+        Subtasks(KeyedSubtasks::restored(
+            factory,
+            inputs,
+            &keys,
+            snapshots,
+            parallelism,
+        ))
     }
 
     fn fresh(factory: &dyn OperatorFactory, info: &StreamInfo, parallelism: usize) -> Subtasks {
@@ -154,41 +145,18 @@ impl Subtasks {
 
     fn feed(&mut self, input: &Input) {
         match input {
-            Input::Watermark(w) => self.hs.iter_mut().for_each(|h| h.watermark(*w)),
-            Input::Batch(b) => {
-                let p = self.hs.len();
-                let rows = self.encoder.encode(&b.data).unwrap();
-                let home: Vec<usize> = rows
-                    .iter()
-                    .map(|r| {
-                        let g = key_group(hash_key(r.as_ref()), DEFAULT_KEY_GROUPS);
-                        subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
-                    })
-                    .collect();
-                for (i, h) in self.hs.iter_mut().enumerate() {
-                    let mask: BooleanArray = home.iter().map(|&s| Some(s == i)).collect();
-                    let mine = b.filter(&mask).unwrap();
-                    if mine.num_rows() > 0 {
-                        h.push_batch(0, mine);
-                    }
-                }
-            }
+            Input::Watermark(w) => self.0.watermark(*w),
+            Input::Batch(b) => self.0.push(0, b.clone()),
         }
     }
 
     fn end(&mut self) {
-        self.hs.iter_mut().for_each(Harness::end);
+        self.0.subtasks.iter_mut().for_each(Harness::end);
     }
 
     /// Lines of what the subtasks emitted so far, late rows marked.
     fn take(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        for h in &mut self.hs {
-            out.extend(sorted_lines(&h.take(Port::Main)));
-            let late = sorted_lines(&h.take(Port::Late(0)));
-            out.extend(late.into_iter().map(|l| format!("late: {l}")));
-        }
-        out
+        self.0.take()
     }
 }
 
@@ -241,7 +209,7 @@ fn check_restores(
     let mut b = Subtasks::fresh(factory, info, parallelism);
     inputs[..cut].iter().for_each(|i| b.feed(i));
     let before = b.take();
-    let snapshots: Vec<Vec<RecordBatch>> = b.hs.iter_mut().map(Harness::snapshot).collect();
+    let snapshots = b.0.snapshots();
     let key_groups = key_groups_of_keys();
     for batch in snapshots.iter().flatten() {
         let groups = batch

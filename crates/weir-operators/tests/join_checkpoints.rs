@@ -10,13 +10,12 @@ use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
-use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
 use weir_operators::{
     IntervalJoin, JoinType, RegularJoin, StreamTableJoin, TemporalJoin, WindowJoin,
 };
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
-use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{sorted_lines, Harness};
+use weir_runtime::StreamBatch;
+use weir_testkit::KeyedSubtasks;
 
 /// A row: (key, event time, id, delete). The key is NULL sometimes; `delete` means something to
 /// the table side of a temporal or stream-table join only (its `op` column).
@@ -74,79 +73,23 @@ fn batch(rows: &[Row], watermark: i64) -> StreamBatch {
     StreamBatch::with_row_watermarks(data, ScalarBuffer::from(vec![watermark; rows.len()]))
 }
 
-/// The subtasks of one run of a join, fed as the runtime feeds them: rows to the subtask of
-/// their key group, watermarks to all.
-struct Subtasks {
-    subtasks: Vec<Harness>,
-    encoder: KeyEncoder,
+/// A run at `parallelism`, restored from `snapshots` (none: fresh subtasks).
+fn subtasks(
+    factory: &dyn OperatorFactory,
+    snapshots: &[Vec<RecordBatch>],
+    parallelism: usize,
+) -> KeyedSubtasks {
+    KeyedSubtasks::restored(factory, &inputs(), &["k".into()], snapshots, parallelism)
 }
 
-impl Subtasks {
-    fn new(subtasks: Vec<Harness>) -> Self {
-        Subtasks {
-            subtasks,
-            encoder: KeyEncoder::new(&schema(), &["k".to_string()]).unwrap(),
-        }
-    }
-
-    /// `parallelism` subtasks restored from `snapshots` (none: fresh ones).
-    fn restored(
-        factory: &dyn OperatorFactory,
-        snapshots: &[Vec<RecordBatch>],
-        parallelism: usize,
-    ) -> Self {
-        Self::new(
-            (0..parallelism)
-                .map(|s| Harness::restored(factory, &inputs(), snapshots, s, parallelism))
-                .collect(),
-        )
-    }
-
-    fn feed(&mut self, e: &Event) {
-        match e {
-            Event::Watermark(wm) => self.subtasks.iter_mut().for_each(|h| h.watermark(*wm)),
-            Event::Rows {
-                input,
-                rows,
-                watermark,
-            } => {
-                let p = self.subtasks.len();
-                let b = batch(rows, *watermark);
-                let keys = self.encoder.encode(&b.data).unwrap();
-                let home: Vec<usize> = keys
-                    .iter()
-                    .map(|k| {
-                        let g = key_group(hash_key(k.as_ref()), DEFAULT_KEY_GROUPS);
-                        subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
-                    })
-                    .collect();
-                for (s, h) in self.subtasks.iter_mut().enumerate() {
-                    let mask = home.iter().map(|&x| Some(x == s)).collect();
-                    let mine = b.filter(&mask).unwrap();
-                    if mine.data.num_rows() > 0 {
-                        h.push_batch(*input, mine);
-                    }
-                }
-            }
-        }
-    }
-
-    /// What the subtasks emitted so far, on every port, as lines.
-    fn take(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        for h in &mut self.subtasks {
-            out.extend(sorted_lines(&h.take(Port::Main)));
-            for input in 0..2 {
-                let late = sorted_lines(&h.take(Port::Late(input)));
-                out.extend(late.into_iter().map(|l| format!("late {input}: {l}")));
-            }
-        }
-        out
-    }
-
-    fn end(&mut self) -> Vec<String> {
-        self.subtasks.iter_mut().for_each(|h| h.end());
-        self.take()
+fn feed(run: &mut KeyedSubtasks, e: &Event) {
+    match e {
+        Event::Watermark(wm) => run.watermark(*wm),
+        Event::Rows {
+            input,
+            rows,
+            watermark,
+        } => run.push(*input, batch(rows, *watermark)),
     }
 }
 
@@ -199,22 +142,17 @@ fn check_restore(
     cut: usize,
     before: usize,
 ) -> std::result::Result<(), TestCaseError> {
-    let mut whole = Subtasks::restored(factory, &[], 1);
-    events.iter().for_each(|e| whole.feed(e));
-    let want = {
-        let mut v = whole.end();
-        v.sort();
-        v
-    };
+    let mut whole = subtasks(factory, &[], 1);
+    events.iter().for_each(|e| feed(&mut whole, e));
+    let want = whole.end();
 
-    let mut first = Subtasks::restored(factory, &[], before);
-    events[..cut].iter().for_each(|e| first.feed(e));
+    let mut first = subtasks(factory, &[], before);
+    events[..cut].iter().for_each(|e| feed(&mut first, e));
     let out_before = first.take();
-    let snapshots: Vec<Vec<RecordBatch>> =
-        first.subtasks.iter_mut().map(|h| h.snapshot()).collect();
+    let snapshots = first.snapshots();
     for after in 1..=3 {
-        let mut second = Subtasks::restored(factory, &snapshots, after);
-        events[cut..].iter().for_each(|e| second.feed(e));
+        let mut second = subtasks(factory, &snapshots, after);
+        events[cut..].iter().for_each(|e| feed(&mut second, e));
         let mut got = out_before.clone();
         got.extend(second.end());
         got.sort();

@@ -6,6 +6,16 @@
 //! A row whose expressions cannot be computed (a CAST of text that is no number, a division by
 //! zero) goes to the job's dead-letter output with the reason and the row, and is counted; the
 //! other rows of its batch go on. (Flink fails the job.)
+//!
+//! # CURRENT_WATERMARK
+//!
+//! Flink's `CURRENT_WATERMARK(rt)` is planned as the column [`CURRENT_WATERMARK`], which a Calc
+//! whose expressions read it adds to each batch before evaluating: for each row, the watermark
+//! of the row's source split just before the row (the one weir's lateness rule uses, so
+//! `WHERE rt > CURRENT_WATERMARK(rt)` keeps exactly the rows no window or join would call late),
+//! or, for rows an operator produced, the last watermark this Calc received; NULL before any.
+//! The same at any parallelism or speed, unlike Flink's (the operator's watermark when the row
+//! is processed).
 
 use std::sync::Arc;
 
@@ -30,6 +40,20 @@ pub struct Calc {
 
 /// The operator kind in job graphs.
 pub const KIND: &str = "sql_calc";
+
+/// The column `CURRENT_WATERMARK(rt)` reads (see the module docs).
+pub const CURRENT_WATERMARK: &str = "__current_watermark";
+
+/// `input` with the [`CURRENT_WATERMARK`] column after its own.
+pub fn with_current_watermark(input: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(
+        CURRENT_WATERMARK,
+        DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, Some("+00:00".into())),
+        true,
+    ));
+    Arc::new(Schema::new(fields))
+}
 
 fn runtime_err(e: crate::Error) -> weir_runtime::Error {
     match e {
@@ -65,10 +89,29 @@ impl Calc {
         }
     }
 
+    /// Whether an expression reads [`CURRENT_WATERMARK`].
+    fn reads_watermark(&self) -> bool {
+        let mut all = self
+            .filter
+            .iter()
+            .chain(self.columns.iter().flatten().map(|(_, e)| e));
+        all.any(|e| e.sql().contains(CURRENT_WATERMARK))
+    }
+
     fn planned(
         &self,
         input: &SchemaRef,
     ) -> weir_runtime::Result<(Option<PlannedScalar>, Vec<PlannedScalar>, SchemaRef)> {
+        // Planned over the input and the CURRENT_WATERMARK column (SqlScalar adds it), whose
+        // values `CalcOp` adds to each batch; the output is the input's columns by default.
+        let original = input.clone();
+        let extended;
+        let input = if self.reads_watermark() {
+            extended = with_current_watermark(input);
+            &extended
+        } else {
+            input
+        };
         let filter = match &self.filter {
             Some(f) => {
                 let p = f.plan(input).map_err(runtime_err)?;
@@ -82,7 +125,7 @@ impl Calc {
             }
             None => None,
         };
-        let named = self.columns(input);
+        let named = self.columns(&original);
         let columns = (named.iter())
             .map(|(_, e)| e.plan(input).map_err(runtime_err))
             .collect::<weir_runtime::Result<Vec<_>>>()?;
@@ -128,6 +171,8 @@ impl OperatorFactory for Calc {
             columns,
             schema,
             bad_rows: 0,
+            reads_watermark: self.reads_watermark(),
+            watermark: None,
         }))
     }
     fn describe(&self) -> String {
@@ -156,11 +201,37 @@ pub struct CalcOp {
     schema: SchemaRef,
     /// Rows sent to the dead letters so far.
     bad_rows: u64,
+    /// An expression reads [`CURRENT_WATERMARK`].
+    reads_watermark: bool,
+    /// The last watermark received.
+    watermark: Option<i64>,
 }
 
 impl CalcOp {
+    /// The batch with the [`CURRENT_WATERMARK`] column added.
+    fn with_watermarks(&self, batch: &StreamBatch) -> crate::Result<StreamBatch> {
+        let n = batch.num_rows();
+        let values: Vec<Option<i64>> = match &batch.row_watermarks {
+            Some(w) => w.iter().map(|&w| (w != i64::MIN).then_some(w)).collect(),
+            None => vec![self.watermark.filter(|&w| w != i64::MIN); n],
+        };
+        let col = arrow_array::TimestampMillisecondArray::from(values).with_timezone("+00:00");
+        let mut cols = batch.data.columns().to_vec();
+        cols.push(Arc::new(col));
+        let data = RecordBatch::try_new(with_current_watermark(&batch.data.schema()), cols)
+            .map_err(|e| crate::Error::Runtime(e.into()))?;
+        Ok(batch.with_data(data))
+    }
+
     /// The batch's rows that pass the filter, with the select list computed.
     fn compute(&self, batch: &StreamBatch) -> crate::Result<Option<StreamBatch>> {
+        let extended;
+        let batch = if self.reads_watermark {
+            extended = self.with_watermarks(batch)?;
+            &extended
+        } else {
+            batch
+        };
         let kept;
         let batch = match &self.filter {
             Some(f) => {
@@ -240,6 +311,15 @@ impl Operator for CalcOp {
         if let Some(out) = self.compute(&kept).map_err(runtime_err)? {
             ctx.emit(out);
         }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        watermark: weir_core::time::Watermark,
+        _ctx: &mut Context,
+    ) -> weir_runtime::Result<()> {
+        self.watermark = Some(watermark.0);
         Ok(())
     }
 

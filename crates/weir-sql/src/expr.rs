@@ -90,6 +90,16 @@ impl SqlScalar {
     /// the expression as the user wrote it.
     pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
         let fail = datafusion_message;
+        // CURRENT_WATERMARK(rt) reads a column the Calc evaluating it adds (crate::calc).
+        let extended;
+        let schema = if self.sql.contains(crate::calc::CURRENT_WATERMARK)
+            && schema.index_of(crate::calc::CURRENT_WATERMARK).is_err()
+        {
+            extended = crate::calc::with_current_watermark(schema);
+            &extended
+        } else {
+            schema
+        };
         let mut ast = parse_expr(&self.sql).map_err(|e| e.to_string())?;
         refuse_over_windows(&ast)?;
         crate::functions::prepare_all(&mut ast)?;
@@ -155,6 +165,17 @@ fn refuse_over_windows(ast: &sqlparser::ast::Expr) -> std::result::Result<(), St
         _ => ControlFlow::Continue(()),
     });
     match found {
+        ControlFlow::Break(name)
+            if ["ROW_NUMBER", "RANK", "DENSE_RANK"].contains(&name.to_uppercase().as_str()) =>
+        {
+            Err(format!(
+                "{name}() OVER (...) in a select list is not supported: weir ranks rows per \
+                 window, in a subquery with the rank bounded outside it (window Top-N and \
+                 deduplication): SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY \
+                 window_start, window_end[, keys] ORDER BY x [DESC]) AS rownum FROM \
+                 TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))) r WHERE rownum <= N"
+            ))
+        }
         ControlFlow::Break(name) => Err(format!(
             "{name}() OVER (...): OVER windows (Top-N and deduplication with ROW_NUMBER(), OVER \
              aggregation) are not supported yet; weir aggregates in event-time windows with \

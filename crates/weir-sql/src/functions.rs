@@ -53,7 +53,8 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
 /// literal. Refuses what weir does not have, by name.
 ///
 /// # Errors
-/// CURRENT_WATERMARK, and JSON_VALUE with RETURNING; a message for the user.
+/// CURRENT_WATERMARK of anything but a time attribute (the planner plans it over one first,
+/// see crate::calc), and JSON_VALUE with RETURNING; a message for the user.
 pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
     let SqlExpr::Function(f) = e else {
         return Ok(());
@@ -78,9 +79,7 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
             Ok(())
         }
         "CURRENT_WATERMARK" => Err(format!(
-            "{e}: CURRENT_WATERMARK is not supported yet (it needs the watermark of the \
-             operator evaluating it); windows and joins leave late rows out by themselves, and \
-             a source table's 'weir.late-rows' option keeps them in a table"
+            "{e}: CURRENT_WATERMARK takes the table's time attribute (CURRENT_WATERMARK(rt))"
         )),
         "JSON_VALUE" => match &f.args {
             FunctionArguments::List(l)

@@ -90,10 +90,18 @@ fn errors_users_meet() {
         ("unknown_column", format!("{TABLES} INSERT INTO out2 SELECT c.click_id, c.ad FROM clicks c")),
         ("unknown_function", format!("{TABLES} INSERT INTO out2 SELECT click_id, TIMESTMPADD(SECOND, 1, rt) FROM clicks")),
         ("type_error", format!("{TABLES} INSERT INTO out2 SELECT click_id + 'abc', ts FROM clicks")),
-        ("current_watermark", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks WHERE rt > CURRENT_WATERMARK(rt)")),
+        ("current_watermark", format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks WHERE ts > CURRENT_WATERMARK(click_id)")),
         (
             "over_window",
             format!("{TABLES} INSERT INTO out2 SELECT click_id, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
+        ),
+        (
+            "row_number_without_a_window",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum = 1"),
+        ),
+        (
+            "row_number_without_a_bound",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, rownum FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, ad_id ORDER BY rt) AS rownum FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) d"),
         ),
         (
             "unbounded_join",
@@ -179,6 +187,22 @@ fn errors_users_meet() {
             format!(
                 "{TABLES} INSERT INTO counts SELECT ad_id, TUMBLE_START(user_id, INTERVAL '1' MINUTE), COUNT(*), 1.0
                  FROM clicks GROUP BY TUMBLE(user_id, INTERVAL '1' MINUTE), ad_id"
+            ),
+        ),
+        (
+            "window_join_with_another_condition",
+            format!(
+                "{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id
+                 FROM (SELECT * FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) c
+                 JOIN (SELECT * FROM TABLE(TUMBLE(TABLE impressions, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) i
+                 ON c.ad_id = i.ad_id AND c.window_start = i.window_start AND c.window_end = i.window_end AND c.ts > i.ts"
+            ),
+        ),
+        (
+            "session_rows_without_group_by",
+            format!(
+                "{TABLES} INSERT INTO out2 SELECT click_id, ts
+                 FROM TABLE(SESSION(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))"
             ),
         ),
     ];

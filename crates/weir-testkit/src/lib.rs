@@ -327,3 +327,87 @@ impl NowMs for ManualClock {
         weir_core::Clock::now(self).0
     }
 }
+
+/// The subtasks of one run of a keyed operator at some parallelism, fed as the runtime feeds
+/// them: rows to the subtask owning their key's group, watermarks to all. For tests that cut a
+/// run, snapshot it and restore it at another parallelism.
+pub struct KeyedSubtasks {
+    pub subtasks: Vec<Harness>,
+    /// Each input's key encoder.
+    encoders: Vec<weir_core::keys::KeyEncoder>,
+}
+
+impl KeyedSubtasks {
+    /// `parallelism` subtasks of `factory` restored from `snapshots` (none: fresh ones), each
+    /// input keyed by `keys`.
+    pub fn restored(
+        factory: &dyn OperatorFactory,
+        inputs: &[StreamInfo],
+        keys: &[String],
+        snapshots: &[Vec<RecordBatch>],
+        parallelism: usize,
+    ) -> Self {
+        KeyedSubtasks {
+            subtasks: (0..parallelism)
+                .map(|s| Harness::restored(factory, inputs, snapshots, s, parallelism))
+                .collect(),
+            encoders: (inputs.iter())
+                .map(|i| weir_core::keys::KeyEncoder::new(&i.schema, keys).expect("key columns"))
+                .collect(),
+        }
+    }
+
+    /// Rows on `input`, each to the subtask of its key group.
+    pub fn push(&mut self, input: usize, batch: StreamBatch) {
+        use weir_core::keys::{hash_key, key_group, subtask_for_key_group, DEFAULT_KEY_GROUPS};
+        let p = self.subtasks.len();
+        let keys = self.encoders[input]
+            .encode(&batch.data)
+            .expect("keys encode");
+        let home: Vec<usize> = (keys.iter())
+            .map(|k| {
+                let g = key_group(hash_key(k.as_ref()), DEFAULT_KEY_GROUPS);
+                subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
+            })
+            .collect();
+        for (s, h) in self.subtasks.iter_mut().enumerate() {
+            let mask = home.iter().map(|&x| Some(x == s)).collect();
+            let mine = batch.filter(&mask).expect("filter");
+            if mine.data.num_rows() > 0 {
+                h.push_batch(input, mine);
+            }
+        }
+    }
+
+    pub fn watermark(&mut self, wm: i64) {
+        self.subtasks.iter_mut().for_each(|h| h.watermark(wm));
+    }
+
+    /// What the subtasks emitted so far on the main output and each input's late-row output
+    /// (`late {input}: ...`), as lines.
+    pub fn take(&mut self) -> Vec<String> {
+        let inputs = self.encoders.len();
+        let mut out = Vec::new();
+        for h in &mut self.subtasks {
+            out.extend(sorted_lines(&h.take(Port::Main)));
+            for input in 0..inputs {
+                let late = sorted_lines(&h.take(Port::Late(input)));
+                out.extend(late.into_iter().map(|l| format!("late {input}: {l}")));
+            }
+        }
+        out
+    }
+
+    /// Ends every subtask's input; all they emitted since the last take, sorted.
+    pub fn end(&mut self) -> Vec<String> {
+        self.subtasks.iter_mut().for_each(|h| h.end());
+        let mut v = self.take();
+        v.sort();
+        v
+    }
+
+    /// Every subtask's snapshot.
+    pub fn snapshots(&mut self) -> Vec<Vec<RecordBatch>> {
+        self.subtasks.iter_mut().map(|h| h.snapshot()).collect()
+    }
+}

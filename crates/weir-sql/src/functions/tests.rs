@@ -384,7 +384,10 @@ fn json_value_as_flink() {
 }
 
 #[test]
-fn current_watermark_is_refused_by_name() {
+fn current_watermark_outside_a_table_with_a_time_attribute_is_refused_by_name() {
     let e = plan_error("CURRENT_WATERMARK(`rt`)");
-    assert!(e.contains("CURRENT_WATERMARK is not supported yet"), "{e}");
+    assert!(
+        e.contains("CURRENT_WATERMARK takes the table's time attribute"),
+        "{e}"
+    );
 }

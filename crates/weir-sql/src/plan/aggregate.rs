@@ -4,6 +4,7 @@
 use super::*;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::Value;
+use weir_operators::{Windowed, WindowedExt};
 
 /// A grouped relation, its keys (stream columns) and its aggregates (by their SQL text).
 pub(super) type Grouping = (Rel, Vec<String>, Vec<(String, Aggregate)>);
@@ -152,6 +153,39 @@ impl Planner {
         };
         let exprs = select_exprs(select, &out, Some(&aggs))?;
         Ok((out, exprs))
+    }
+
+    /// The rows of a window table function without GROUP BY: each row once per window, with
+    /// `window_start`, `window_end` (TIMESTAMP(3), as Flink's) and `window_time`; what a
+    /// window join joins.
+    pub(super) fn window_rows(
+        &self,
+        rel: Rel,
+        w: WindowAggregate,
+        partition: &[String],
+    ) -> Result<Rel> {
+        if !partition.is_empty() || matches!(w.window, weir_operators::Window::Session { .. }) {
+            return Err(plan_err(
+                "SESSION windows need GROUP BY ..., window_start, window_end: a session's rows are known only once it ends",
+            ));
+        }
+        let mut wd = Windowed::new(w.window);
+        wd.max_windows_per_row = w.max_windows_per_row;
+        let out = rel.stream.windowed(wd);
+        let stream = window_bounds_as_timestamps(&out);
+        let mut scope = rel.scope.clone();
+        for n in ["window_start", "window_end", "window_time"] {
+            scope.push(ScopeEntry {
+                qualifier: None,
+                name: n.into(),
+                column: n.into(),
+            });
+        }
+        Ok(Rel {
+            stream,
+            scope,
+            ..rel
+        })
     }
 
     /// A group window (`GROUP BY TUMBLE(rt, INTERVAL '1' MINUTE), k` with `TUMBLE_START(...)`
@@ -321,23 +355,7 @@ impl Planner {
             AggStrategy::OnePhase
         };
         let out = rel.stream.key_by(&keys).window_aggregate_with(w, strategy);
-        // window_start / window_end as TIMESTAMP, as Flink presents them.
-        let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
-        let schema = out.schema();
-        let cols: Vec<(String, SqlScalar)> = schema
-            .fields()
-            .iter()
-            .map(|f| {
-                let n = f.name().clone();
-                let e = if ["window_start", "window_end"].contains(&n.as_str()) {
-                    SqlScalar::column(&n).cast(&ts)
-                } else {
-                    SqlScalar::column(&n)
-                };
-                (n, e)
-            })
-            .collect();
-        let stream = out.apply("calc", Arc::new(Calc::project(cols)));
+        let stream = window_bounds_as_timestamps(&out);
         let mut scope: Vec<ScopeEntry> = rel
             .scope
             .iter()
@@ -370,6 +388,24 @@ impl Planner {
         let exprs = select_exprs(select, &windowed, Some(&aggs))?;
         Ok((windowed, exprs))
     }
+}
+
+/// `stream` with its `window_start` and `window_end` (epoch ms) as TIMESTAMP(3), as Flink
+/// presents them.
+fn window_bounds_as_timestamps(stream: &Stream) -> Stream {
+    let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
+    let cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
+        .map(|f| {
+            let n = f.name().clone();
+            let e = if ["window_start", "window_end"].contains(&n.as_str()) {
+                SqlScalar::column(&n).cast(&ts)
+            } else {
+                SqlScalar::column(&n)
+            };
+            (n, e)
+        })
+        .collect();
+    stream.apply("calc", Arc::new(Calc::project(cols)))
 }
 
 /// The keys (stream columns) and aggregates of a grouped SELECT, and the relation to aggregate
@@ -532,17 +568,43 @@ pub(super) fn add_aggregate(
                     (None, _) => fargs.first().cloned(),
                 };
                 let output = key.clone();
+                // Numbers are aggregated as BIGINT, DOUBLE or DECIMAL: narrower integers and
+                // FLOAT are widened first (weir's SUM of an INT is a BIGINT).
+                let numeric = !matches!(kind, "count" | "approx_count_distinct");
+                let schema = rel.stream.schema();
                 let mut column = || -> Result<String> {
-                    match &arg {
-                        Some(a) => match ident_name(a) {
-                            Some(n) => rel.resolve(a_qualifier(a).as_deref(), &n),
-                            None => {
-                                let name = format!("__agg_arg_{}", args.len());
-                                args.push((name.clone(), scalar(a, rel)?));
-                                Ok(name)
-                            }
-                        },
-                        None => Err(plan_err(format!("{key} needs an argument"))),
+                    let Some(a) = &arg else {
+                        return Err(plan_err(format!("{key} needs an argument")));
+                    };
+                    let (name, e) = match ident_name(a) {
+                        Some(n) => {
+                            let c = rel.resolve(a_qualifier(a).as_deref(), &n)?;
+                            let e = SqlScalar::column(&c);
+                            (c, e)
+                        }
+                        None => (format!("__agg_arg_{}", args.len()), scalar(a, rel)?),
+                    };
+                    let t = e.plan(&schema).map(|p| p.data_type().clone());
+                    let wide = match t {
+                        Ok(t) if numeric && t.is_integer() && t != DataType::Int64 => {
+                            Some(DataType::Int64)
+                        }
+                        Ok(DataType::Float32 | DataType::Float16) if numeric => {
+                            Some(DataType::Float64)
+                        }
+                        _ => None,
+                    };
+                    match (wide, e.as_column()) {
+                        (None, Some(c)) if c == name => Ok(name),
+                        (None, _) => {
+                            args.push((name.clone(), e));
+                            Ok(name)
+                        }
+                        (Some(w), _) => {
+                            let name = format!("__agg_arg_{}", args.len());
+                            args.push((name.clone(), e.cast(&w)));
+                            Ok(name)
+                        }
                     }
                 };
                 let agg = match kind {

@@ -1,6 +1,7 @@
 //! Joins, recognised from their conditions: interval, temporal, lookup and regular joins.
 
 use super::*;
+use weir_operators::{WindowJoin, WindowJoinExt};
 
 impl Planner {
     /// The jdbc table that `relation` looks up at processing time, if it is one: such a
@@ -199,6 +200,22 @@ impl Planner {
             stream
                 .key_by(&lkeys)
                 .temporal_join(&right.stream.key_by(&rkeys), t)
+        } else if let Some((lk, rk)) = window_keys(&lkeys, &rkeys) {
+            // Flink's window join: both sides' rows carry their windows, equated in ON.
+            if let Some(c) = rest.first() {
+                return Err(plan_err(format!(
+                    "window join: only key equalities besides the window's are supported in ON, not `{c}`"
+                )));
+            }
+            if lk.is_empty() {
+                return Err(plan_err(
+                    "window join: ON equates only the windows; weir needs a key equality too (all rows of a window would meet in one subtask)",
+                ));
+            }
+            let j = WindowJoin::given_windows()
+                .join_type(jt)
+                .aliases(&aliases.0, &aliases.1);
+            stream.key_by(&lk).window_join(&right.stream.key_by(&rk), j)
         } else {
             match time_bounds(&rest, &left, &right)? {
                 Some((lower, upper)) => {
@@ -272,6 +289,33 @@ impl Planner {
             alias: format!("{}_{}", aliases.0, aliases.1),
         })
     }
+}
+
+/// A window join's keys: when ON equates both sides' `window_start` and `window_end`, the
+/// other equalities (left, right).
+fn window_keys(lkeys: &[String], rkeys: &[String]) -> Option<(Vec<String>, Vec<String>)> {
+    let equated = |c: &str| {
+        lkeys
+            .iter()
+            .zip(rkeys)
+            .any(|(l, r)| l.eq_ignore_ascii_case(c) && r.eq_ignore_ascii_case(c))
+    };
+    if !(equated("window_start") && equated("window_end")) {
+        return None;
+    }
+    let window = |l: &String, r: &String| {
+        ["window_start", "window_end"]
+            .iter()
+            .any(|c| l.eq_ignore_ascii_case(c) && r.eq_ignore_ascii_case(c))
+    };
+    Some(
+        lkeys
+            .iter()
+            .zip(rkeys)
+            .filter(|(l, r)| !window(l, r))
+            .map(|(l, r)| (l.clone(), r.clone()))
+            .unzip(),
+    )
 }
 
 pub(super) fn split_and<'a>(e: &'a SqlExpr, out: &mut Vec<&'a SqlExpr>) {

@@ -54,6 +54,7 @@ use crate::{Error, Result};
 mod aggregate;
 mod joins;
 mod over;
+mod rank;
 mod scope;
 mod settings;
 mod sources;
@@ -420,6 +421,10 @@ impl Planner {
         if select.from.len() != 1 {
             return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
         }
+        // Window Top-N and deduplication: ROW_NUMBER() in a subquery of FROM (plan/rank.rs).
+        if let Some(ranked) = self.rank_query(select)? {
+            return Ok(ranked);
+        }
         let from = &select.from[0];
         let (mut rel, window) = match &from.relation {
             TableFactor::TableFunction { expr, alias } => {
@@ -449,9 +454,11 @@ impl Planner {
         };
         match (window, grouped) {
             (Some((w, partition)), true) => self.window_aggregate(rel, w, &partition, select),
-            (Some(_), false) => Err(plan_err(
-                "a window table function needs GROUP BY ..., window_start, window_end",
-            )),
+            (Some((w, partition)), false) => {
+                let rel = self.window_rows(rel, w, &partition)?;
+                let exprs = select_exprs(select, &rel, None)?;
+                Ok((rel, exprs))
+            }
             (None, true) => match self.group_window(&rel, select)? {
                 Some((w, select)) => self.window_aggregate(rel, w, &[], &select),
                 None => self.group_aggregate(rel, select),

@@ -177,6 +177,21 @@ pub(super) fn scalar_with_aggs(
             ControlFlow::Continue(())
         }
         fn pre_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            // CURRENT_WATERMARK(rt): the column the Calc adds (see crate::calc).
+            if let SqlExpr::Function(f) = &*e {
+                if f.name.to_string().eq_ignore_ascii_case("CURRENT_WATERMARK") {
+                    let args = function_args(&f.args).unwrap_or_default();
+                    if let [a] = args.as_slice() {
+                        if self.rel.is_time_attr(a) {
+                            *e = SqlExpr::Identifier(Ident::with_quote(
+                                '`',
+                                crate::calc::CURRENT_WATERMARK,
+                            ));
+                            return ControlFlow::Continue(());
+                        }
+                    }
+                }
+            }
             // Before names resolve: `TIMESTAMPADD(MINUTE, ...)` names a unit, not a column.
             if let Err(m) = crate::functions::prepare(e) {
                 self.error = Some(plan_err(m));

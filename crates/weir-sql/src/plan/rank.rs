@@ -1,0 +1,275 @@
+//! Window Top-N and window deduplication: `ROW_NUMBER() OVER (PARTITION BY window_start,
+//! window_end, ... ORDER BY ...)` in a subquery of FROM, with the outer WHERE bounding the
+//! rank (`rownum <= N`, `rownum = 1`), over a window table function's rows or a window
+//! aggregation's results; and the rows of a window table function without GROUP BY.
+
+use super::*;
+use sqlparser::ast::{Function, Value, WindowType};
+use weir_operators::{RankOrder, WindowRank, WindowRankExt};
+
+/// What to write instead of a ROW_NUMBER shape weir does not plan.
+const RANK_SHAPES: &str = "weir plans window Top-N and window deduplication: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end[, keys] ORDER BY x [DESC]) AS rownum FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...)) or a window aggregation) [AS] r WHERE rownum <= N";
+
+impl Planner {
+    /// A SELECT over a subquery that numbers its rows with ROW_NUMBER() OVER (...): a window
+    /// Top-N. `None` when the SELECT has no such subquery.
+    pub(super) fn rank_query(&self, select: &Select) -> Result<Option<(Rel, Vec<SqlScalar>)>> {
+        let [from] = select.from.as_slice() else {
+            return Ok(None);
+        };
+        let TableFactor::Derived {
+            subquery, alias, ..
+        } = &from.relation
+        else {
+            return Ok(None);
+        };
+        let SetExpr::Select(inner) = subquery.body.as_ref() else {
+            return Ok(None);
+        };
+        let Some((at, call, rank_name)) = row_number_item(inner)? else {
+            return Ok(None);
+        };
+        if !from.joins.is_empty()
+            || select.having.is_some()
+            || !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty())
+        {
+            return Err(plan_err(format!(
+                "a query over ROW_NUMBER() may only select and filter its rows (no joins or GROUP BY around it); {RANK_SHAPES}"
+            )));
+        }
+        let alias = alias
+            .as_ref()
+            .map_or_else(|| "ranked".to_string(), |a| a.name.value.clone());
+        let Some(WindowType::WindowSpec(spec)) = &call.over else {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() OVER a named window is not supported; {RANK_SHAPES}"
+            )));
+        };
+        if spec.window_frame.is_some() {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() OVER (... ROWS/RANGE ...): a frame means nothing to ROW_NUMBER; {RANK_SHAPES}"
+            )));
+        }
+        // The subquery without its ROW_NUMBER: the rows to rank, as a view.
+        let mut rows_query = subquery.as_ref().clone();
+        if let SetExpr::Select(s) = rows_query.body.as_mut() {
+            s.projection.remove(at);
+        }
+        let rel = self.view(&rows_query, &alias)?;
+        if rel.upsert_keys.is_some() {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() over the updates of a GROUP BY without a window is not supported; {RANK_SHAPES}"
+            )));
+        }
+        let column = |e: &SqlExpr, what: &str| -> Result<String> {
+            match e {
+                SqlExpr::Identifier(i) => rel.resolve(None, &i.value),
+                SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
+                    rel.resolve(Some(&p[0].value), &p[1].value)
+                }
+                other => Err(plan_err(format!(
+                    "ROW_NUMBER() OVER ({what} {other}): weir {what} columns only"
+                ))),
+            }
+        };
+        let partition = (spec.partition_by.iter())
+            .map(|e| column(e, "PARTITION BY"))
+            .collect::<Result<Vec<_>>>()?;
+        let named = |n: &str| {
+            partition
+                .iter()
+                .find(|c| c.eq_ignore_ascii_case(n))
+                .cloned()
+        };
+        let (Some(_), Some(window_end)) = (named("window_start"), named("window_end")) else {
+            let over_time = spec.order_by.len() == 1 && rel.is_time_attr(&spec.order_by[0].expr);
+            let what = if over_time {
+                "deduplication without a window (ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt) ... WHERE rownum = 1) is not supported yet; deduplicate per window instead"
+            } else {
+                "Top-N without a window keeps changing its result for ever and is not supported; rank per window instead"
+            };
+            return Err(plan_err(format!(
+                "ROW_NUMBER() OVER (PARTITION BY {}): {what}: PARTITION BY window_start, window_end and your keys, over a window table function or a window aggregation. {RANK_SHAPES}",
+                spec.partition_by.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+            )));
+        };
+        if spec.order_by.is_empty() {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() OVER (...) needs an ORDER BY; {RANK_SHAPES}"
+            )));
+        }
+        let mut order_by = Vec::new();
+        for o in &spec.order_by {
+            order_by.push(RankOrder {
+                column: column(&o.expr, "ORDER BY")?,
+                descending: o.options.asc == Some(false),
+                nulls_first: o.options.nulls_first,
+            });
+        }
+        if rel.resolve(None, &rank_name).is_ok() {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() AS {rank_name}: the subquery already has a column `{rank_name}`; name the rank otherwise"
+            )));
+        }
+        // The outer WHERE: the rank's bounds, and any other condition on the ranked rows.
+        let mut conditions = Vec::new();
+        if let Some(w) = &select.selection {
+            conjuncts(w, &mut conditions);
+        }
+        let (mut first, mut last) = (1u64, None::<u64>);
+        let mut others = Vec::new();
+        for c in conditions {
+            match rank_bound(c, &rank_name)? {
+                Some((lo, hi)) => {
+                    first = first.max(lo);
+                    last = Some(last.map_or(hi, |l| l.min(hi)));
+                }
+                None => others.push(c.clone()),
+            }
+        }
+        let Some(last) = last.filter(|&l| l != u64::MAX) else {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() AS {rank_name} needs WHERE {rank_name} <= N (or = N, < N) in the query around it, so that each window keeps N rows; {RANK_SHAPES}"
+            )));
+        };
+        if last < first {
+            return Err(plan_err(format!(
+                "WHERE on `{rank_name}` selects no rank ({first} to {last})"
+            )));
+        }
+        let rank = WindowRank {
+            window_end,
+            order_by,
+            first_rank: first,
+            last_rank: last,
+            rank_column: rank_name.clone(),
+            ..WindowRank::top(last)
+        };
+        let stream = rel.stream.key_by(&partition).window_rank(rank);
+        let mut scope = rel.scope.clone();
+        scope.push(ScopeEntry {
+            qualifier: Some(alias.clone()),
+            name: rank_name.clone(),
+            column: rank_name,
+        });
+        let mut out = Rel {
+            stream,
+            scope,
+            time_columns: rel.time_columns.clone(),
+            proc_time_attrs: Vec::new(),
+            primary_key: Vec::new(),
+            upsert_keys: None,
+            alias,
+        };
+        for c in &others {
+            let predicate = scalar(c, &out)?;
+            out.stream = out.stream.apply("calc", Arc::new(Calc::filter(predicate)));
+        }
+        let exprs = select_exprs(select, &out, None)?;
+        Ok(Some((out, exprs)))
+    }
+}
+
+/// The select item `ROW_NUMBER() OVER (...) AS name`: (its position, the call, the name).
+/// Other ranking functions are refused.
+fn row_number_item(select: &Select) -> Result<Option<(usize, &Function, String)>> {
+    for (i, item) in select.projection.iter().enumerate() {
+        let (SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) = item else {
+            continue;
+        };
+        let SqlExpr::Function(f) = e else { continue };
+        if f.over.is_none() {
+            continue;
+        }
+        let name = f.name.to_string().to_uppercase();
+        match name.as_str() {
+            "ROW_NUMBER" => {}
+            "RANK" | "DENSE_RANK" => {
+                return Err(plan_err(format!(
+                    "{name}() OVER (...) is not supported: weir numbers rows with ROW_NUMBER(), whose ties it breaks by the rows' values; {RANK_SHAPES}"
+                )))
+            }
+            _ => continue,
+        }
+        let SelectItem::ExprWithAlias { alias, .. } = item else {
+            return Err(plan_err(format!(
+                "name ROW_NUMBER() OVER (...) with AS (e.g. AS rownum) to bound it outside; {RANK_SHAPES}"
+            )));
+        };
+        return Ok(Some((i, f, alias.value.clone())));
+    }
+    Ok(None)
+}
+
+fn conjuncts<'a>(e: &'a SqlExpr, out: &mut Vec<&'a SqlExpr>) {
+    match e {
+        SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            conjuncts(left, out);
+            conjuncts(right, out);
+        }
+        SqlExpr::Nested(inner) => conjuncts(inner, out),
+        other => out.push(other),
+    }
+}
+
+/// The ranks `c` keeps, if it is a condition on the rank column: `rank <= N`, `< N`, `= N`,
+/// `>= N`, `> N`, `BETWEEN a AND b` (an unbounded end is `u64::MAX`).
+fn rank_bound(c: &SqlExpr, rank: &str) -> Result<Option<(u64, u64)>> {
+    let is_rank = |e: &SqlExpr| ident_name(e).is_some_and(|n| n.eq_ignore_ascii_case(rank));
+    let number = |e: &SqlExpr| -> Result<i64> {
+        match e {
+            SqlExpr::Value(v) => match &v.value {
+                Value::Number(n, _) => n.parse::<i64>().ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+        .ok_or_else(|| {
+            plan_err(format!(
+                "`{c}`: weir bounds the rank by whole-number literals"
+            ))
+        })
+    };
+    let clamp = |n: i64| n.max(0) as u64;
+    match c {
+        SqlExpr::BinaryOp { left, op, right } if is_rank(left) || is_rank(right) => {
+            // Written as `N >= rank`: the same bound the other way round.
+            let (op, n) = if is_rank(left) {
+                (op.clone(), number(right)?)
+            } else {
+                let flipped = match op {
+                    BinaryOperator::Lt => BinaryOperator::Gt,
+                    BinaryOperator::LtEq => BinaryOperator::GtEq,
+                    BinaryOperator::Gt => BinaryOperator::Lt,
+                    BinaryOperator::GtEq => BinaryOperator::LtEq,
+                    other => other.clone(),
+                };
+                (flipped, number(left)?)
+            };
+            let bound = match op {
+                BinaryOperator::LtEq => (1, clamp(n)),
+                BinaryOperator::Lt => (1, clamp(n - 1)),
+                BinaryOperator::Eq => (clamp(n), clamp(n)),
+                BinaryOperator::GtEq => (clamp(n), u64::MAX),
+                BinaryOperator::Gt => (clamp(n + 1), u64::MAX),
+                other => {
+                    return Err(plan_err(format!(
+                        "`{c}`: weir bounds the rank with <=, <, =, >=, > or BETWEEN, not {other}"
+                    )))
+                }
+            };
+            Ok(Some(bound))
+        }
+        SqlExpr::Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        } if is_rank(expr) => Ok(Some((clamp(number(low)?), clamp(number(high)?)))),
+        _ => Ok(None),
+    }
+}
