@@ -5,18 +5,18 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
-    StringArray, UInt16Array,
+    ArrayRef, BinaryArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, StringArray,
+    UInt16Array,
 };
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
-use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
+use weir_core::keys::{hash_key, key_group, DEFAULT_KEY_GROUPS};
 use weir_operators::aggregates::{avg, count, count_values, max, median, min, sum};
 use weir_operators::OverAggregate;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{sorted_lines, Harness};
+use weir_testkit::{sorted_lines, Harness, KeyedSubtasks};
 
 /// A row: key `k{k}`, `v` (NULL sometimes), `x` (quarters: float sums are exact), `d`
 /// (DECIMAL(10, 2) cents) and its time relative to the watermark.
@@ -253,66 +253,22 @@ fn reference(frame: &OverAggregate, flat: &[Flat]) -> Vec<String> {
         lines.extend(
             sorted_lines(&[late_batch])
                 .into_iter()
-                .map(|l| format!("late: {l}")),
+                .map(|l| format!("late 0: {l}")),
         );
     }
     lines.sort();
     lines
 }
 
-/// The subtasks of one operator, fed as a keyed exchange on `k` feeds them.
-struct Subtasks {
-    hs: Vec<Harness>,
-    encoder: KeyEncoder,
+/// `p` subtasks of `f`, keyed on `k`, restored from `snapshots` (none: fresh).
+fn subtasks(f: &dyn OperatorFactory, snapshots: &[Vec<RecordBatch>], p: usize) -> KeyedSubtasks {
+    KeyedSubtasks::restored(f, &[info()], &["k".to_string()], snapshots, p)
 }
 
-impl Subtasks {
-    fn restored(f: &dyn OperatorFactory, snapshots: &[Vec<RecordBatch>], p: usize) -> Self {
-        let info = info();
-        Subtasks {
-            hs: (0..p)
-                .map(|i| Harness::restored(f, std::slice::from_ref(&info), snapshots, i, p))
-                .collect(),
-            encoder: KeyEncoder::new(&info.schema, &["k".to_string()]).unwrap(),
-        }
-    }
-
-    fn feed(&mut self, input: &Input) {
-        match input {
-            Input::Watermark(w) => self.hs.iter_mut().for_each(|h| h.watermark(*w)),
-            Input::Batch(b) => {
-                let p = self.hs.len();
-                let rows = self.encoder.encode(&b.data).unwrap();
-                let home: Vec<usize> = rows
-                    .iter()
-                    .map(|r| {
-                        let g = key_group(hash_key(r.as_ref()), DEFAULT_KEY_GROUPS);
-                        subtask_for_key_group(g, DEFAULT_KEY_GROUPS, p)
-                    })
-                    .collect();
-                for (i, h) in self.hs.iter_mut().enumerate() {
-                    let mask: BooleanArray = home.iter().map(|&s| Some(s == i)).collect();
-                    let mine = b.filter(&mask).unwrap();
-                    if mine.num_rows() > 0 {
-                        h.push_batch(0, mine);
-                    }
-                }
-            }
-        }
-    }
-
-    fn end(&mut self) {
-        self.hs.iter_mut().for_each(Harness::end);
-    }
-
-    fn take(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        for h in &mut self.hs {
-            out.extend(sorted_lines(&h.take(Port::Main)));
-            let late = sorted_lines(&h.take(Port::Late(0)));
-            out.extend(late.into_iter().map(|l| format!("late: {l}")));
-        }
-        out
+fn feed(s: &mut KeyedSubtasks, input: &Input) {
+    match input {
+        Input::Watermark(w) => s.watermark(*w),
+        Input::Batch(b) => s.push(0, b.clone()),
     }
 }
 
@@ -332,24 +288,23 @@ fn check(
     let (inputs, flat) = script(steps);
     let want = reference(&spec, &flat);
     for p in [1, 3] {
-        let mut a = Subtasks::restored(&spec, &[], p);
-        inputs.iter().for_each(|i| a.feed(i));
-        a.end();
-        prop_assert_eq!(sorted(a.take()), want.clone(), "at parallelism {}", p);
+        let mut a = subtasks(&spec, &[], p);
+        inputs.iter().for_each(|i| feed(&mut a, i));
+        prop_assert_eq!(a.end(), want.clone(), "at parallelism {}", p);
         // A RANGE frame's rows leave with the watermark, an unbounded frame's at once; ROWS
         // keeps a key's last rows.
         if !matches!(spec.frame, weir_operators::Frame::Rows { .. }) {
-            for h in &a.hs {
+            for h in &a.subtasks {
                 prop_assert_eq!(h.gauges()["rows_held"], 0);
             }
         }
     }
 
     let cut = cut.index(inputs.len() + 1);
-    let mut b = Subtasks::restored(&spec, &[], 2);
-    inputs[..cut].iter().for_each(|i| b.feed(i));
+    let mut b = subtasks(&spec, &[], 2);
+    inputs[..cut].iter().for_each(|i| feed(&mut b, i));
     let before = b.take();
-    let snapshots: Vec<Vec<RecordBatch>> = b.hs.iter_mut().map(Harness::snapshot).collect();
+    let snapshots = b.snapshots();
     for batch in snapshots.iter().flatten() {
         let groups = batch
             .column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN)
@@ -364,10 +319,9 @@ fn check(
             prop_assert_eq!(g, Some(key_group(hash_key(k), DEFAULT_KEY_GROUPS)));
         }
     }
-    inputs[cut..].iter().for_each(|i| b.feed(i));
-    b.end();
+    inputs[cut..].iter().for_each(|i| feed(&mut b, i));
     let mut went_on = before.clone();
-    went_on.extend(b.take());
+    went_on.extend(b.end());
     prop_assert_eq!(sorted(went_on), want.clone(), "run on after a snapshot");
 
     let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
@@ -375,14 +329,13 @@ fn check(
         Input::Batch(_) => None,
     });
     for p in 1..=3 {
-        let mut r = Subtasks::restored(&spec, &snapshots, p);
+        let mut r = subtasks(&spec, &snapshots, p);
         if let Some(w) = last_watermark {
-            r.feed(&Input::Watermark(w));
+            r.watermark(w);
         }
-        inputs[cut..].iter().for_each(|i| r.feed(i));
-        r.end();
+        inputs[cut..].iter().for_each(|i| feed(&mut r, i));
         let mut got = before.clone();
-        got.extend(r.take());
+        got.extend(r.end());
         prop_assert_eq!(
             sorted(got),
             want.clone(),
