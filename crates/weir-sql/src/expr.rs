@@ -177,9 +177,10 @@ fn refuse_over_windows(ast: &sqlparser::ast::Expr) -> std::result::Result<(), St
             ))
         }
         ControlFlow::Break(name) => Err(format!(
-            "{name}() OVER (...): OVER windows (Top-N and deduplication with ROW_NUMBER(), OVER \
-             aggregation) are not supported yet; weir aggregates in event-time windows with \
-             TUMBLE, HOP and SESSION table functions and GROUP BY window_start, window_end"
+            "{name}() OVER (...) is not supported here: weir takes the aggregates COUNT, SUM, \
+             MIN, MAX and AVG over a window in a select list (SELECT k, rt, SUM(x) OVER \
+             (PARTITION BY k ORDER BY rt RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT \
+             ROW) FROM t; not in WHERE or GROUP BY), and ROW_NUMBER() in a window Top-N"
         )),
         ControlFlow::Continue(()) => Ok(()),
     }

@@ -205,6 +205,10 @@ fn errors_users_meet() {
                  FROM TABLE(SESSION(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))"
             ),
         ),
+        (
+            "over_window_of_a_function_other_than_an_aggregate",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, LAG(ts) OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
+        ),
     ];
     for (name, sql) in cases {
         let mut opts = opts();
