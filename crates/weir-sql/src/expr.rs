@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, FieldRef, SchemaRef, TimeUnit};
 use datafusion_common::config::ConfigOptions;
-use datafusion_common::{DFSchema, ScalarValue, TableReference};
+use datafusion_common::{DFSchema, TableReference};
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
@@ -453,28 +453,15 @@ impl ScalarUDFImpl for FlinkFunction {
         &self,
         args: ScalarFunctionArgs,
     ) -> datafusion_common::Result<ColumnarValue> {
-        let all_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        // Literal arguments are arrays of one row when everything is literal, else widened.
-        let rows = if all_scalar { 1 } else { args.number_rows };
-        let mut arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<datafusion_common::Result<Vec<_>>>()?;
-        if self.function == ScalarFunction::DateFormat && arrays[0].data_type() == &DataType::Utf8 {
-            arrays[0] = crate::functions::date_format_text(&arrays[0]);
-        }
-        let out = self
-            .function
-            .invoke(&arrays)
-            .map_err(|e| datafusion_common::DataFusionError::Execution(e.to_string()))?;
-        Ok(if all_scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-        } else {
-            ColumnarValue::Array(out)
+        crate::functions::on_arrays(&args, |mut arrays| {
+            if self.function == ScalarFunction::DateFormat
+                && arrays[0].data_type() == &DataType::Utf8
+            {
+                arrays[0] = crate::functions::date_format_text(&arrays[0]);
+            }
+            self.function
+                .invoke(&arrays)
+                .map_err(|e| datafusion_common::DataFusionError::Execution(e.to_string()))
         })
     }
 }

@@ -422,45 +422,51 @@ impl ScalarUDFImpl for Flink {
         &self,
         args: ScalarFunctionArgs,
     ) -> datafusion_common::Result<ColumnarValue> {
-        let all_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let literal: Vec<bool> = args
             .args
             .iter()
             .map(|a| matches!(a, ColumnarValue::Scalar(_)))
             .collect();
-        let rows = if all_scalar { 1 } else { args.number_rows };
-        let arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<datafusion_common::Result<Vec<_>>>()?;
-        let out = match self.kind {
-            Kind::TimestampAdd | Kind::TimestampDiff => {
-                let unit = match &args.args[0] {
-                    ColumnarValue::Scalar(s) => self.unit(Some(s))?,
-                    ColumnarValue::Array(_) => self.unit(None)?,
-                };
-                if self.kind == Kind::TimestampAdd {
-                    timestamp_add(unit, &arrays[1], &arrays[2], args.return_type())?
-                } else {
-                    timestamp_diff(unit, &arrays[1], &arrays[2])?
+        on_arrays(&args, |arrays| {
+            Ok(match self.kind {
+                Kind::TimestampAdd | Kind::TimestampDiff => {
+                    let unit = match &args.args[0] {
+                        ColumnarValue::Scalar(s) => self.unit(Some(s))?,
+                        ColumnarValue::Array(_) => self.unit(None)?,
+                    };
+                    if self.kind == Kind::TimestampAdd {
+                        timestamp_add(unit, &arrays[1], &arrays[2], args.return_type())?
+                    } else {
+                        timestamp_diff(unit, &arrays[1], &arrays[2])?
+                    }
                 }
-            }
-            Kind::ToTimestamp => to_timestamp(&arrays, literal.get(1) == Some(&true)),
-            Kind::FromUnixtime => from_unixtime(&arrays, literal.get(1) != Some(&false))?,
-            Kind::SplitIndex => split_index(&arrays),
-            Kind::RegexpExtract => regexp_extract(&arrays),
-            Kind::JsonValue => json_value(&arrays),
-        };
-        Ok(if all_scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-        } else {
-            ColumnarValue::Array(out)
+                Kind::ToTimestamp => to_timestamp(&arrays, literal.get(1) == Some(&true)),
+                Kind::FromUnixtime => from_unixtime(&arrays, literal.get(1) != Some(&false))?,
+                Kind::SplitIndex => split_index(&arrays),
+                Kind::RegexpExtract => regexp_extract(&arrays),
+                Kind::JsonValue => json_value(&arrays),
+            })
         })
     }
+}
+
+/// Calls `f` with a function's arguments as arrays (literals widened to the batch, or arrays of
+/// one row when every argument is literal, and then the result is a literal too).
+pub(crate) fn on_arrays(
+    args: &ScalarFunctionArgs,
+    f: impl FnOnce(Vec<ArrayRef>) -> datafusion_common::Result<ArrayRef>,
+) -> datafusion_common::Result<ColumnarValue> {
+    let all_scalar = (args.args.iter()).all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    let rows = if all_scalar { 1 } else { args.number_rows };
+    let arrays = (args.args.iter())
+        .map(|a| a.to_array(rows))
+        .collect::<datafusion_common::Result<Vec<_>>>()?;
+    let out = f(arrays)?;
+    Ok(if all_scalar {
+        ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+    } else {
+        ColumnarValue::Array(out)
+    })
 }
 
 /// A timestamp column (or DATE, at midnight) as epoch milliseconds.

@@ -114,7 +114,7 @@ impl Planner {
         // The outer WHERE: the rank's bounds, and any other condition on the ranked rows.
         let mut conditions = Vec::new();
         if let Some(w) = &select.selection {
-            conjuncts(w, &mut conditions);
+            joins::split_and(w, &mut conditions);
         }
         let (mut first, mut last) = (1u64, None::<u64>);
         let mut others = Vec::new();
@@ -199,21 +199,6 @@ fn row_number_item(select: &Select) -> Result<Option<(usize, &Function, String)>
         return Ok(Some((i, f, alias.value.clone())));
     }
     Ok(None)
-}
-
-fn conjuncts<'a>(e: &'a SqlExpr, out: &mut Vec<&'a SqlExpr>) {
-    match e {
-        SqlExpr::BinaryOp {
-            left,
-            op: BinaryOperator::And,
-            right,
-        } => {
-            conjuncts(left, out);
-            conjuncts(right, out);
-        }
-        SqlExpr::Nested(inner) => conjuncts(inner, out),
-        other => out.push(other),
-    }
 }
 
 /// The ranks `c` keeps, if it is a condition on the rank column: `rank <= N`, `< N`, `= N`,
