@@ -88,6 +88,53 @@ pub enum Window {
     },
 }
 
+impl Window {
+    /// Refuses sizes, slides and gaps that are not positive (a slide above the size), a
+    /// negative allowed lateness, and hopping or cumulative windows that are not a whole number
+    /// of slides or put a row in more than `max_windows_per_row` windows.
+    pub(crate) fn check(&self, allowed_lateness_ms: i64, max_windows_per_row: i64) -> Result<()> {
+        let bad = match *self {
+            Window::Tumbling { size_ms } => size_ms <= 0,
+            Window::Hopping { size_ms, slide_ms } => {
+                size_ms <= 0 || slide_ms <= 0 || slide_ms > size_ms
+            }
+            Window::Session { gap_ms } => gap_ms <= 0,
+            Window::Cumulative {
+                step_ms,
+                max_size_ms,
+            } => step_ms <= 0 || max_size_ms <= 0 || step_ms > max_size_ms,
+        };
+        if bad || allowed_lateness_ms < 0 {
+            return Err(Error::config(
+                "window",
+                format!("{self:?}, allowed lateness {allowed_lateness_ms} ms"),
+                "sizes, slides and gaps must be positive (a slide at most the size) and the allowed lateness not negative",
+            ));
+        }
+        match *self {
+            Window::Hopping { size_ms, slide_ms } => crate::windows::check_slides(
+                size_ms,
+                slide_ms,
+                max_windows_per_row,
+                format!("hopping {size_ms} ms windows every {slide_ms} ms"),
+                ["size", "slide", "a size of "],
+            )?,
+            Window::Cumulative {
+                step_ms,
+                max_size_ms,
+            } => crate::windows::check_slides(
+                max_size_ms,
+                step_ms,
+                max_windows_per_row,
+                format!("cumulative windows of up to {max_size_ms} ms every {step_ms} ms"),
+                ["max size", "step", ""],
+            )?,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
 /// Which part of a (possibly two-phase) aggregation an operator does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -202,71 +249,8 @@ impl WindowAggregate {
     }
 
     fn check_window(&self) -> Result<()> {
-        let bad = match self.window {
-            Window::Tumbling { size_ms } => size_ms <= 0,
-            Window::Hopping { size_ms, slide_ms } => {
-                size_ms <= 0 || slide_ms <= 0 || slide_ms > size_ms
-            }
-            Window::Session { gap_ms } => gap_ms <= 0,
-            Window::Cumulative {
-                step_ms,
-                max_size_ms,
-            } => step_ms <= 0 || max_size_ms <= 0 || step_ms > max_size_ms,
-        };
-        if bad || self.allowed_lateness_ms < 0 {
-            return Err(Error::config(
-                "window",
-                format!("{:?}, allowed lateness {} ms", self.window, self.allowed_lateness_ms),
-                "sizes, slides and gaps must be positive (a slide at most the size) and the allowed lateness not negative",
-            ));
-        }
-        if let Window::Hopping { size_ms, slide_ms } = self.window {
-            // As Flink: a hopping window's size is a whole number of slides.
-            if size_ms % slide_ms != 0 {
-                return Err(Error::config(
-                    "window",
-                    format!("hopping {size_ms} ms windows every {slide_ms} ms"),
-                    format!(
-                        "the size must be a whole multiple of the slide (as in Flink): use a size of {} ms or {} ms",
-                        size_ms / slide_ms * slide_ms,
-                        (size_ms / slide_ms + 1) * slide_ms
-                    ),
-                ));
-            }
-            crate::windows::check_windows_per_row(
-                size_ms,
-                slide_ms,
-                self.max_windows_per_row,
-                format!("hopping {size_ms} ms windows every {slide_ms} ms"),
-                ", or raise the limit ('weir.window.max-windows-per-row' in SQL)",
-            )?;
-        }
-        if let Window::Cumulative {
-            step_ms,
-            max_size_ms,
-        } = self.window
-        {
-            // As Flink: the largest window is a whole number of steps.
-            let what = format!("cumulative windows of up to {max_size_ms} ms every {step_ms} ms");
-            if max_size_ms % step_ms != 0 {
-                return Err(Error::config(
-                    "window",
-                    what,
-                    format!(
-                        "the max size must be a whole multiple of the step (as in Flink): use {} ms or {} ms",
-                        max_size_ms / step_ms * step_ms,
-                        (max_size_ms / step_ms + 1) * step_ms
-                    ),
-                ));
-            }
-            crate::windows::check_windows_per_row(
-                max_size_ms,
-                step_ms,
-                self.max_windows_per_row,
-                what,
-                ", or raise the limit ('weir.window.max-windows-per-row' in SQL)",
-            )?;
-        }
+        self.window
+            .check(self.allowed_lateness_ms, self.max_windows_per_row)?;
         if self.aggregates.is_empty() {
             return Err(Error::plan(
                 "a window aggregation needs at least one aggregate",

@@ -43,35 +43,14 @@ impl Windowed {
         }
     }
 
-    /// (size, slide) of fixed windows, or (step, max size) of cumulative ones.
+    /// The output schema and the event-time column's index.
     fn check(&self, input: &StreamInfo) -> Result<(SchemaRef, usize)> {
-        let (size, slide, what) = match self.window {
-            Window::Tumbling { size_ms } => (size_ms, size_ms, "tumbling"),
-            Window::Hopping { size_ms, slide_ms } => (size_ms, slide_ms, "hopping"),
-            Window::Cumulative {
-                step_ms,
-                max_size_ms,
-            } => (max_size_ms, step_ms, "cumulative"),
-            Window::Session { .. } => {
-                return Err(Error::plan(
-                    "the rows of SESSION windows are known only once a session ends: aggregate them (GROUP BY ..., window_start, window_end)",
-                ))
-            }
-        };
-        if size <= 0 || slide <= 0 || slide > size || size % slide != 0 {
-            return Err(Error::config(
-                "window",
-                format!("{what} {size} ms every {slide} ms"),
-                "sizes and slides must be positive, the slide at most the size and the size a whole multiple of it (as in Flink)",
+        if let Window::Session { .. } = self.window {
+            return Err(Error::plan(
+                "the rows of SESSION windows are known only once a session ends: aggregate them (GROUP BY ..., window_start, window_end)",
             ));
         }
-        windows::check_windows_per_row(
-            size,
-            slide,
-            self.max_windows_per_row,
-            format!("{what} {size} ms every {slide} ms"),
-            ", or raise the limit ('weir.window.max-windows-per-row' in SQL)",
-        )?;
+        self.window.check(0, self.max_windows_per_row)?;
         let et = input.event_time.as_ref().ok_or_else(|| {
             Error::plan(
                 "window rows need a stream with event time; declare the source's event-time column",

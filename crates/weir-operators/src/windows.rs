@@ -51,6 +51,38 @@ pub(crate) fn check_windows_per_row(
     ))
 }
 
+/// Refuses windows of `size` every `slide` (hopping windows, or cumulative ones: the max size
+/// every step) whose size is not a whole number of slides, as Flink does, naming the two
+/// nearest sizes, or in which one row falls in more than `limit` windows.
+/// `names`: what the size and the slide are called, and the words before the suggested sizes.
+pub(crate) fn check_slides(
+    size: i64,
+    slide: i64,
+    limit: i64,
+    what: String,
+    names: [&str; 3],
+) -> weir_runtime::Result<()> {
+    let [size_name, slide_name, suggest] = names;
+    if size % slide != 0 {
+        return Err(weir_runtime::Error::config(
+            "window",
+            what,
+            format!(
+                "the {size_name} must be a whole multiple of the {slide_name} (as in Flink): use {suggest}{} ms or {} ms",
+                size / slide * slide,
+                (size / slide + 1) * slide
+            ),
+        ));
+    }
+    check_windows_per_row(
+        size,
+        slide,
+        limit,
+        what,
+        ", or raise the limit ('weir.window.max-windows-per-row' in SQL)",
+    )
+}
+
 /// The windows of `size` every `slide` (`0 < slide <= size`) that hold `ts`.
 pub(crate) fn starts(ts: i64, size: i64, slide: i64) -> WindowStarts {
     let offset = ts.rem_euclid(slide);
