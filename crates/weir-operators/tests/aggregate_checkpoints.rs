@@ -23,7 +23,7 @@ use weir_operators::aggregates::{
 use weir_operators::{GroupAggregate, Phase, WindowAggregate};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{Harness, KeyedSubtasks};
+use weir_testkit::{Harness, Input, KeyedSubtasks};
 
 /// One row before it gets its time: key `k{k}`, `v` (NULL sometimes), `x` (quarters, so float
 /// sums are exact in any order) and its event time relative to the watermark.
@@ -40,13 +40,6 @@ enum RawStep {
     Rows(Vec<RawRow>),
     /// The watermark moves on this much.
     Advance(i64),
-}
-
-/// What a subtask gets: a batch whose rows carry their split's watermark, or a watermark.
-#[derive(Debug, Clone)]
-enum Input {
-    Batch(StreamBatch),
-    Watermark(i64),
 }
 
 fn raw_info() -> StreamInfo {
@@ -144,10 +137,7 @@ impl Subtasks {
     }
 
     fn feed(&mut self, input: &Input) {
-        match input {
-            Input::Watermark(w) => self.0.watermark(*w),
-            Input::Batch(b) => self.0.push(0, b.clone()),
-        }
+        self.0.feed(input)
     }
 
     fn end(&mut self) {

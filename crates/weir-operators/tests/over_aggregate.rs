@@ -16,7 +16,7 @@ use weir_operators::aggregates::{avg, count, count_values, max, median, min, sum
 use weir_operators::OverAggregate;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{sorted_lines, Harness, KeyedSubtasks};
+use weir_testkit::{sorted_lines, Harness, Input, KeyedSubtasks};
 
 /// A row: key `k{k}`, `v` (NULL sometimes), `x` (quarters: float sums are exact), `d`
 /// (DECIMAL(10, 2) cents) and its time relative to the watermark.
@@ -33,12 +33,6 @@ struct RawRow {
 enum Step {
     Rows(Vec<RawRow>),
     Advance(i64),
-}
-
-#[derive(Debug, Clone)]
-enum Input {
-    Batch(StreamBatch),
-    Watermark(i64),
 }
 
 fn info() -> StreamInfo {
@@ -265,13 +259,6 @@ fn subtasks(f: &dyn OperatorFactory, snapshots: &[Vec<RecordBatch>], p: usize) -
     KeyedSubtasks::restored(f, &[info()], &["k".to_string()], snapshots, p)
 }
 
-fn feed(s: &mut KeyedSubtasks, input: &Input) {
-    match input {
-        Input::Watermark(w) => s.watermark(*w),
-        Input::Batch(b) => s.push(0, b.clone()),
-    }
-}
-
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -289,7 +276,7 @@ fn check(
     let want = reference(&spec, &flat);
     for p in [1, 3] {
         let mut a = subtasks(&spec, &[], p);
-        inputs.iter().for_each(|i| feed(&mut a, i));
+        inputs.iter().for_each(|i| a.feed(i));
         prop_assert_eq!(a.end(), want.clone(), "at parallelism {}", p);
         // A RANGE frame's rows leave with the watermark, an unbounded frame's at once; ROWS
         // keeps a key's last rows.
@@ -302,7 +289,7 @@ fn check(
 
     let cut = cut.index(inputs.len() + 1);
     let mut b = subtasks(&spec, &[], 2);
-    inputs[..cut].iter().for_each(|i| feed(&mut b, i));
+    inputs[..cut].iter().for_each(|i| b.feed(i));
     let before = b.take();
     let snapshots = b.snapshots();
     for batch in snapshots.iter().flatten() {
@@ -319,7 +306,7 @@ fn check(
             prop_assert_eq!(g, Some(key_group(hash_key(k), DEFAULT_KEY_GROUPS)));
         }
     }
-    inputs[cut..].iter().for_each(|i| feed(&mut b, i));
+    inputs[cut..].iter().for_each(|i| b.feed(i));
     let mut went_on = before.clone();
     went_on.extend(b.end());
     prop_assert_eq!(sorted(went_on), want.clone(), "run on after a snapshot");
@@ -333,7 +320,7 @@ fn check(
         if let Some(w) = last_watermark {
             r.watermark(w);
         }
-        inputs[cut..].iter().for_each(|i| feed(&mut r, i));
+        inputs[cut..].iter().for_each(|i| r.feed(i));
         let mut got = before.clone();
         got.extend(r.end());
         prop_assert_eq!(

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use weir_operators::{Window, WindowRank, Windowed};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{rows, sorted_lines, Harness, KeyedSubtasks};
+use weir_testkit::{rows, sorted_lines, Harness, Input, KeyedSubtasks};
 
 const SIZE: i64 = 100;
 
@@ -29,12 +29,6 @@ struct RawRow {
 enum Step {
     Rows(Vec<RawRow>),
     Advance(i64),
-}
-
-#[derive(Debug, Clone)]
-enum Input {
-    Batch(StreamBatch),
-    Watermark(i64),
 }
 
 /// Rows as a window table function gives them: k, v, x, ts and the tumbling window's columns.
@@ -209,10 +203,7 @@ impl Subtasks {
     }
 
     fn feed(&mut self, input: &Input) {
-        match input {
-            Input::Watermark(w) => self.0.watermark(*w),
-            Input::Batch(b) => self.0.push(0, b.clone()),
-        }
+        self.0.feed(input)
     }
 
     fn end(&mut self) {

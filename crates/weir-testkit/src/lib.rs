@@ -328,6 +328,14 @@ impl NowMs for ManualClock {
     }
 }
 
+/// What a one-input operator subtask gets in a test script: a batch whose rows carry their
+/// split's watermarks, or a watermark.
+#[derive(Debug, Clone)]
+pub enum Input {
+    Batch(StreamBatch),
+    Watermark(i64),
+}
+
 /// The subtasks of one run of a keyed operator at some parallelism, fed as the runtime feeds
 /// them: rows to the subtask owning their key's group, watermarks to all. For tests that cut a
 /// run, snapshot it and restore it at another parallelism.
@@ -381,6 +389,14 @@ impl KeyedSubtasks {
 
     pub fn watermark(&mut self, wm: i64) {
         self.subtasks.iter_mut().for_each(|h| h.watermark(wm));
+    }
+
+    /// A step of a one-input script: its batch routed by key, or its watermark to all.
+    pub fn feed(&mut self, input: &Input) {
+        match input {
+            Input::Watermark(w) => self.watermark(*w),
+            Input::Batch(b) => self.push(0, b.clone()),
+        }
     }
 
     /// What the subtasks emitted so far on the main output and each input's late-row output
