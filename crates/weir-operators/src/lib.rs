@@ -16,6 +16,7 @@
 
 pub mod aggregates;
 pub mod count;
+pub mod deduplicate;
 pub mod group_aggregate;
 pub mod interval_join;
 pub mod join;
@@ -31,6 +32,7 @@ pub mod windowed;
 mod windows;
 
 pub use count::{Count, CountOp};
+pub use deduplicate::{Deduplicate, DeduplicateExt, DeduplicateOp, Keep};
 pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};
 pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
 pub use join::JoinType;
@@ -150,6 +152,9 @@ pub fn register(r: &mut Registry) {
     r.add_operator("count", |s| {
         Ok(Arc::new(spec_from_json::<Count>("count", s)?))
     });
+    r.add_operator("deduplicate", |s| {
+        Ok(Arc::new(spec_from_json::<Deduplicate>("deduplicate", s)?))
+    });
     r.add_operator("group_aggregate", |s| {
         Ok(Arc::new(spec_from_json::<GroupAggregate>(
             "group_aggregate",
@@ -209,6 +214,7 @@ mod tests {
         let known = format!("{r:?}");
         for kind in [
             "count",
+            "deduplicate",
             "interval_join",
             "over_aggregate",
             "regular_join",

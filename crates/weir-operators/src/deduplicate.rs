@@ -1,0 +1,834 @@
+//! `.key_by(keys).deduplicate(Deduplicate::keep_first(ttl))` (or `keep_last`): one row per key
+//! by event time, without windows (Flink's deduplication,
+//! `ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt [DESC]) ... WHERE rownum = 1`).
+//!
+//! # Results
+//!
+//! - **Keep first** (`ORDER BY rt ASC`): each key's first row by event time, emitted once, when
+//!   the watermark reaches its time (no on-time row can come before it then). Append-only; the
+//!   output keeps the input's event-time column. As Flink 2.3's insert-only deduplication.
+//! - **Keep last** (`ORDER BY rt DESC`): each key's latest row by event time so far. After each
+//!   input batch, one row for every key whose latest row that batch changed: an upsert stream
+//!   keyed by the key columns, for sinks that keep the latest row per key (`upsert-kafka`, a
+//!   `jdbc` table with a primary key); how many intermediate rows a key gets depends on
+//!   batching, its latest row does not. The output has no event time: its rows are updates.
+//!
+//! Rows at the same event time are ordered by all their columns, ascending, in Arrow's row
+//! format, so the result depends only on the rows, never on their arrival order or the
+//! parallelism (Flink keeps the earlier arrival among ties for keep-first, the later one for
+//! keep-last).
+//!
+//! # State and the TTL
+//!
+//! A key is remembered until `ttl_ms` of event time pass without a row of it (the watermark
+//! reaches its latest row's time plus the TTL), as Flink's state TTL but in event time; without
+//! a TTL the state would grow with the number of keys forever, so one is required. A key's
+//! rows form one *life* while each comes within the TTL of the one before it in event time; a
+//! row more than the TTL after its key's latest row starts a new life, whether or not the
+//! watermark has forgotten the key yet, so keep-first emits the first row of each life and the
+//! result does not depend on where batches and watermarks fall.
+//!
+//! Keep-first holds per key its life's latest time and, for rows ahead of the watermark, the
+//! first row of each run of them (a run's rows are less than the TTL apart; with a TTL longer
+//! than the watermark's delay a key has at most one); keep-last holds the latest row.
+//!
+//! # Late rows
+//!
+//! Keep-first: a row at or below the watermark (its source split's just before it, or this
+//! operator's) is late, as in Flink: it is counted (`late_rows`) and goes to the late-row
+//! output. Keep-last takes rows behind the watermark as Flink does, unless they are more than
+//! the TTL behind it: such a row might be older than a latest row already forgotten, so it is
+//! late.
+//!
+//! # Checkpoints
+//!
+//! A row per key and kind of state (its life's latest time, a pending run with its first row,
+//! the latest row), with the key and key group, so a restore at any parallelism goes on with
+//! the same results and expiries.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, UInt8Type};
+use arrow_array::{ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::batch::{event_time_index, event_times};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_runtime::{
+    Context, Error, KeyedStream, Operator, Result, Stream, StreamBatch, SubtaskInfo,
+};
+use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
+use weir_state::{ExpiryQueue, KeySlots, StateSize};
+
+/// Which row of a key a deduplication keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Keep {
+    /// The earliest by event time (`ORDER BY rt ASC`), emitted once.
+    First,
+    /// The latest by event time (`ORDER BY rt DESC`), updated as later rows come.
+    Last,
+}
+
+/// The spec of a deduplication per key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deduplicate {
+    /// The partition (set from the keyed stream).
+    #[serde(default)]
+    pub keys: Vec<String>,
+    pub keep: Keep,
+    /// A key is forgotten this long (event time) after its latest row.
+    pub ttl_ms: i64,
+}
+
+impl Deduplicate {
+    /// Keeps each key's first row by event time; keys are forgotten `ttl_ms` after their
+    /// latest row.
+    pub fn keep_first(ttl_ms: i64) -> Self {
+        Deduplicate {
+            keys: Vec::new(),
+            keep: Keep::First,
+            ttl_ms,
+        }
+    }
+
+    /// Keeps each key's latest row by event time; keys are forgotten `ttl_ms` after their
+    /// latest row.
+    pub fn keep_last(ttl_ms: i64) -> Self {
+        Deduplicate {
+            keep: Keep::Last,
+            ..Self::keep_first(ttl_ms)
+        }
+    }
+
+    fn check(&self, input: &StreamInfo) -> Result<usize> {
+        if self.ttl_ms <= 0 {
+            return Err(Error::config(
+                "ttl_ms",
+                self.ttl_ms,
+                "a deduplication remembers each key until its TTL passes; give a positive TTL",
+            ));
+        }
+        let et = input.event_time.as_ref().ok_or_else(|| {
+            Error::plan(
+                "a deduplication orders a key's rows by event time; declare the source's event-time column",
+            )
+        })?;
+        KeyEncoder::new(&input.schema, &self.keys)?;
+        Ok(event_time_index(&input.schema, et)?)
+    }
+
+    /// The layout of checkpointed state: key group, encoded key, the kind of entry
+    /// (`LIFE`, `RUN`, `LATEST`), its time and last time, then the entry's row (named
+    /// `row.<column>`; NULL for `LIFE`).
+    fn state_schema(input: &StreamInfo) -> SchemaRef {
+        let mut fields = vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt16, false),
+            Field::new("key", DataType::Binary, false),
+            Field::new("kind", DataType::UInt8, false),
+            Field::new("time", DataType::Int64, false),
+            Field::new("last", DataType::Int64, false),
+        ];
+        fields.extend(
+            input
+                .schema
+                .fields()
+                .iter()
+                .map(|f| Field::new(format!("row.{}", f.name()), f.data_type().clone(), true)),
+        );
+        Arc::new(Schema::new(fields))
+    }
+}
+
+/// Kinds of checkpointed entries.
+const LIFE: u8 = 0;
+const RUN: u8 = 1;
+const LATEST: u8 = 2;
+const STATE_PREFIX: usize = 5;
+
+impl OperatorFactory for Deduplicate {
+    fn kind(&self) -> &'static str {
+        "deduplicate"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("deduplicate spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let input = weir_runtime::ops::single_input("deduplicate", inputs)?;
+        self.check(input)?;
+        Ok(StreamInfo {
+            schema: input.schema.clone(),
+            event_time: match self.keep {
+                Keep::First => input.event_time.clone(),
+                Keep::Last => None,
+            },
+        })
+    }
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let input = weir_runtime::ops::single_input("deduplicate", inputs)?;
+        let event_time = self.check(input)?;
+        let all = RowConverter::new(
+            (input.schema.fields().iter())
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        Ok(Box::new(DeduplicateOp {
+            keep: self.keep,
+            ttl_ms: self.ttl_ms,
+            schema: input.schema.clone(),
+            state_schema: Self::state_schema(input),
+            key_groups: info.key_groups,
+            encoder: KeyEncoder::new(&input.schema, &self.keys)?,
+            event_time,
+            all,
+            keys: KeySlots::new(),
+            timers: ExpiryQueue::new(),
+            watermark: i64::MIN,
+            batches: 0,
+            touched: Vec::new(),
+            key_count: 0,
+            rows_held: 0,
+            bytes_held: 0,
+            expired: 0,
+            late: 0,
+        }))
+    }
+    fn state(&self) -> OperatorState {
+        OperatorState::Checkpointed { version: 1 }
+    }
+    fn describe(&self) -> String {
+        let keys = self.keys.join(", ");
+        match self.keep {
+            Keep::First => format!(
+                "the first row by event time per ({keys}), emitted once the watermark reaches it; keeps per key its first row until then and its latest event time until {} ms of event time pass without a row of it (TTL)",
+                self.ttl_ms
+            ),
+            Keep::Last => format!(
+                "the latest row by event time per ({keys}), an update per key and batch; keeps one row per key until {} ms of event time pass without a newer row of it (TTL)",
+                self.ttl_ms
+            ),
+        }
+    }
+}
+
+/// Builder method for deduplication on keyed streams.
+pub trait DeduplicateExt {
+    /// One row per key by event time (see the module docs).
+    #[track_caller]
+    fn deduplicate(&self, dedup: Deduplicate) -> Stream;
+}
+
+impl DeduplicateExt for KeyedStream {
+    #[track_caller]
+    fn deduplicate(&self, mut dedup: Deduplicate) -> Stream {
+        let at = weir_runtime::builder::caller_location();
+        dedup.keys = self.keys().to_vec();
+        self.apply_at("deduplicate".into(), Arc::new(dedup), at)
+    }
+}
+
+/// A row and its event time, ordered by time and then by the row's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Timed {
+    time: i64,
+    row: Box<[u8]>,
+}
+
+/// Rows of a key ahead of the watermark that chain (each within the TTL of the one before it):
+/// only the first can start a life.
+#[derive(Debug)]
+struct Run {
+    first: Timed,
+    last: i64,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    /// The latest event time of the key's current life (rows the watermark passed, and rows
+    /// ahead of it known to belong to the life); `None` before the first life.
+    life_last: Option<i64>,
+    /// Keep-first: runs ahead of the watermark, in time order, each more than the TTL after
+    /// the one before.
+    runs: Vec<Run>,
+    /// Keep-last: the latest row.
+    latest: Option<Timed>,
+    /// The earliest timer queued for the key since its last one fired.
+    timer: Option<i64>,
+    /// The number of the last batch that changed `latest`.
+    batch: u64,
+}
+
+impl KeyState {
+    fn is_empty(&self) -> bool {
+        self.life_last.is_none() && self.runs.is_empty() && self.latest.is_none()
+    }
+}
+
+const KEY_OVERHEAD: u64 = 64;
+
+/// One subtask of a deduplication.
+pub struct DeduplicateOp {
+    keep: Keep,
+    ttl_ms: i64,
+    schema: SchemaRef,
+    state_schema: SchemaRef,
+    key_groups: u16,
+    encoder: KeyEncoder,
+    event_time: usize,
+    /// Every input column, for holding rows.
+    all: RowConverter,
+    keys: KeySlots<KeyState>,
+    /// When keys have rows due (keep-first) or may expire; a key may have stale entries,
+    /// which find nothing to do.
+    timers: ExpiryQueue,
+    watermark: i64,
+    batches: u64,
+    /// Keep-last: keys whose latest row this batch changed.
+    touched: Vec<usize>,
+    key_count: u64,
+    rows_held: u64,
+    bytes_held: u64,
+    expired: u64,
+    late: u64,
+}
+
+impl DeduplicateOp {
+    fn queue(&mut self, slot: usize, at: i64) {
+        let k = self.keys.get_mut(slot);
+        if k.timer.is_none_or(|q| at < q) {
+            k.timer = Some(at);
+            self.timers.push(at, slot, 0);
+        }
+    }
+
+    fn slot(&mut self, key: &[u8]) -> usize {
+        let slot = self.keys.slot_for(hash_key(key), key);
+        if self.keys.get(slot).is_empty() {
+            self.key_count += 1;
+            self.bytes_held += KEY_OVERHEAD + key.len() as u64;
+        }
+        slot
+    }
+
+    /// Keep-first: an on-time row joins its key's life or a run ahead of the watermark.
+    fn add_first(&mut self, key: &[u8], time: i64, rows: &Rows, i: usize) {
+        let ttl = self.ttl_ms;
+        let slot = self.slot(key);
+        let k = self.keys.get_mut(slot);
+        if let Some(l) = k.life_last {
+            if time <= l.saturating_add(ttl) {
+                k.life_last = Some(l.max(time));
+                return;
+            }
+        }
+        // Runs whose rows come within the TTL of this one: they chain through it into one.
+        let lo = k
+            .runs
+            .partition_point(|r| r.last.saturating_add(ttl) < time);
+        let hi = k
+            .runs
+            .partition_point(|r| r.first.time.saturating_sub(ttl) <= time);
+        let row = rows.row(i);
+        let mut first: Option<Timed> = None;
+        let mut last = time;
+        for r in k.runs.drain(lo..hi) {
+            last = last.max(r.last);
+            self.rows_held -= 1;
+            self.bytes_held -= r.first.row.len() as u64;
+            first = Some(match first {
+                Some(f) if f <= r.first => f,
+                _ => r.first,
+            });
+        }
+        let first = match first {
+            Some(f) if (f.time, &f.row[..]) <= (time, row.as_ref()) => f,
+            _ => Timed {
+                time,
+                row: row.as_ref().into(),
+            },
+        };
+        let due = first.time;
+        self.rows_held += 1;
+        self.bytes_held += first.row.len() as u64;
+        k.runs.insert(lo, Run { first, last });
+        self.queue(slot, due);
+    }
+
+    /// Keep-last: an on-time row replaces its key's latest row if it is later.
+    fn add_last(&mut self, key: &[u8], time: i64, rows: &Rows, i: usize) {
+        let slot = self.slot(key);
+        let row = rows.row(i);
+        let k = self.keys.get_mut(slot);
+        let later = match &k.latest {
+            None => true,
+            Some(l) => match time.cmp(&l.time) {
+                Ordering::Greater => true,
+                // Among rows at the same time, the smallest (as window deduplication ranks).
+                Ordering::Equal => row.as_ref() < &l.row[..],
+                Ordering::Less => false,
+            },
+        };
+        if !later {
+            return;
+        }
+        let new = Timed {
+            time,
+            row: row.as_ref().into(),
+        };
+        match k.latest.replace(new) {
+            Some(old) => self.bytes_held -= old.row.len() as u64,
+            None => self.rows_held += 1,
+        }
+        self.bytes_held += row.as_ref().len() as u64;
+        k.life_last = Some(time);
+        if k.batch != self.batches {
+            k.batch = self.batches;
+            self.touched.push(slot);
+        }
+        let expires = time.saturating_add(self.ttl_ms);
+        self.queue(slot, expires);
+    }
+
+    /// Whether each row is late: at or below the watermark (keep-first), or more than the TTL
+    /// below it (keep-last).
+    fn late_mask(&self, batch: &StreamBatch, times: &[i64]) -> Vec<bool> {
+        let slack = match self.keep {
+            Keep::First => 0,
+            Keep::Last => self.ttl_ms,
+        };
+        (times.iter().enumerate())
+            .map(|(i, &t)| {
+                let row_wm = batch.row_watermarks.as_ref().map_or(i64::MIN, |w| w[i]);
+                t <= row_wm.max(self.watermark).saturating_sub(slack)
+            })
+            .collect()
+    }
+
+    fn emit_rows(&self, rows: &[Box<[u8]>], ctx: &mut Context) -> Result<()> {
+        let parser = self.all.parser();
+        for chunk in rows.chunks(8192) {
+            let cols = self
+                .all
+                .convert_rows(chunk.iter().map(|r| parser.parse(r)))?;
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        Ok(())
+    }
+
+    /// Forgets key `slot`.
+    fn forget(&mut self, slot: usize) {
+        let key_len = self.keys.key(slot).len() as u64;
+        let k = std::mem::take(self.keys.get_mut(slot));
+        self.rows_held -= (k.runs.len() + k.latest.is_some() as usize) as u64;
+        self.bytes_held -= KEY_OVERHEAD
+            + key_len
+            + k.runs.iter().map(|r| r.first.row.len() as u64).sum::<u64>()
+            + k.latest.map_or(0, |l| l.row.len() as u64);
+        self.keys.release(slot);
+        self.key_count -= 1;
+        self.expired += 1;
+    }
+
+    /// Emits the due first rows of key `slot` (keep-first), and forgets it once its TTL has
+    /// passed; otherwise queues its next timer.
+    fn fire(&mut self, slot: usize, wm: i64, out: &mut Vec<Box<[u8]>>) {
+        let ttl = self.ttl_ms;
+        let k = self.keys.get_mut(slot);
+        if k.is_empty() {
+            return; // a stale timer of a key forgotten since
+        }
+        k.timer = None;
+        let due = k.runs.partition_point(|r| r.first.time <= wm);
+        let mut released = 0u64;
+        let mut bytes = 0u64;
+        for r in k.runs.drain(..due) {
+            released += 1;
+            bytes += r.first.row.len() as u64;
+            let starts = k
+                .life_last
+                .is_none_or(|l| r.first.time > l.saturating_add(ttl));
+            k.life_last = Some(k.life_last.map_or(r.last, |l| l.max(r.last)));
+            if starts {
+                out.push(r.first.row);
+            }
+        }
+        self.rows_held -= released;
+        self.bytes_held -= bytes;
+        let next = match (k.runs.first(), k.life_last) {
+            (Some(r), _) => Some(r.first.time),
+            (None, Some(l)) if l.saturating_add(ttl) > wm => Some(l.saturating_add(ttl)),
+            _ => None,
+        };
+        match next {
+            Some(at) => self.queue(slot, at),
+            None => self.forget(slot),
+        }
+    }
+}
+
+impl Operator for DeduplicateOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        if batch.data.num_rows() == 0 {
+            return Ok(());
+        }
+        let times = event_times(&batch.data, self.event_time)?;
+        let late = self.late_mask(&batch, &times);
+        let (batch, times) = if late.iter().any(|&l| l) {
+            let mask: BooleanArray = late.iter().map(|&l| Some(l)).collect();
+            let late_rows = batch.filter(&mask)?;
+            self.late += late_rows.num_rows() as u64;
+            ctx.emit_late(late_rows);
+            let keep: BooleanArray = late.iter().map(|&l| Some(!l)).collect();
+            let on_time = batch.filter(&keep)?;
+            let times = event_times(&on_time.data, self.event_time)?;
+            (on_time, times)
+        } else {
+            (batch, times)
+        };
+        if batch.data.num_rows() == 0 {
+            return Ok(());
+        }
+        self.batches += 1;
+        let keys = self.encoder.encode(&batch.data)?;
+        let rows = self.all.convert_columns(batch.data.columns())?;
+        for (i, key) in keys.iter().enumerate() {
+            match self.keep {
+                Keep::First => self.add_first(key.as_ref(), times[i], &rows, i),
+                Keep::Last => self.add_last(key.as_ref(), times[i], &rows, i),
+            }
+        }
+        if self.keep == Keep::Last {
+            let touched = std::mem::take(&mut self.touched);
+            let latest: Vec<Box<[u8]>> = (touched.iter())
+                .filter_map(|&s| self.keys.get(s).latest.as_ref().map(|l| l.row.clone()))
+                .collect();
+            self.emit_rows(&latest, ctx)?;
+            self.touched = touched;
+            self.touched.clear();
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        self.watermark = self.watermark.max(watermark.0);
+        let mut due = Vec::new();
+        self.timers.pop_due(watermark.0, &mut due);
+        let mut out = Vec::new();
+        for (slot, _) in due {
+            self.fire(slot, watermark.0, &mut out);
+        }
+        self.emit_rows(&out, ctx)
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize {
+            rows: self.rows_held.max(self.key_count),
+            bytes: self.bytes_held + self.keys.index_bytes(),
+        }
+    }
+
+    /// Every key's entries: its life's latest time (`LIFE`), its pending runs (`RUN`, with the
+    /// run's first row) and its latest row (`LATEST`). Timers are not stored: a restore queues
+    /// each key again.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        let parser = self.all.parser();
+        // (key group, key, kind, time, last, row)
+        type Entry<'a> = (u16, &'a [u8], u8, i64, i64, Option<&'a [u8]>);
+        let mut entries: Vec<Entry> = Vec::new();
+        for slot in self.keys.slots() {
+            let key = self.keys.key(slot);
+            let g = key_group(hash_key(key), self.key_groups);
+            let k = self.keys.get(slot);
+            if let Some(l) = k.life_last {
+                entries.push((g, key, LIFE, l, l, None));
+            }
+            for r in &k.runs {
+                entries.push((g, key, RUN, r.first.time, r.last, Some(&r.first.row)));
+            }
+            if let Some(l) = &k.latest {
+                entries.push((g, key, LATEST, l.time, l.time, Some(&l.row)));
+            }
+        }
+        let mut rows = Vec::new();
+        let take: Vec<Option<u32>> = (entries.iter())
+            .map(|e| {
+                e.5.map(|r| {
+                    rows.push(parser.parse(r));
+                    (rows.len() - 1) as u32
+                })
+            })
+            .collect();
+        let groups = entries.iter().map(|e| e.0).collect();
+        let keys: Vec<&[u8]> = entries.iter().map(|e| e.1).collect();
+        let kinds: Vec<u8> = entries.iter().map(|e| e.2).collect();
+        let times: Vec<i64> = entries.iter().map(|e| e.3).collect();
+        let lasts: Vec<i64> = entries.iter().map(|e| e.4).collect();
+        let held = self.all.convert_rows(rows)?;
+        let take = UInt32Array::from(take);
+        let mut cols: Vec<ArrayRef> = vec![
+            key_group_column(groups),
+            Arc::new(BinaryArray::from_vec(keys)),
+            Arc::new(arrow_array::UInt8Array::from(kinds)),
+            Arc::new(Int64Array::from(times)),
+            Arc::new(Int64Array::from(lasts)),
+        ];
+        for c in held {
+            cols.push(arrow_select::take::take(&c, &take, None)?);
+        }
+        Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
+    }
+
+    /// Takes up the entries of [`snapshot`](Operator::snapshot)s and queues every key's next
+    /// timer (the watermark comes again from upstream). The late-row and expiry gauges start
+    /// again from zero.
+    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        let mut restored = Vec::new();
+        for b in &state {
+            if b.schema().fields().len() != self.state_schema.fields().len()
+                || (b.schema().fields().iter().zip(self.state_schema.fields()))
+                    .any(|(a, w)| a.name() != w.name() || a.data_type() != w.data_type())
+            {
+                return Err(Error::Internal(format!(
+                    "deduplicate state has columns {:?}, expected {:?}",
+                    b.schema(),
+                    self.state_schema
+                )));
+            }
+            if b.num_rows() == 0 {
+                continue;
+            }
+            let keys = b.column(1).as_binary::<i32>();
+            let kinds = b.column(2).as_primitive::<UInt8Type>();
+            let times = b.column(3).as_primitive::<Int64Type>();
+            let lasts = b.column(4).as_primitive::<Int64Type>();
+            let rows = self.all.convert_columns(&b.columns()[STATE_PREFIX..])?;
+            for i in 0..b.num_rows() {
+                let slot = self.slot(keys.value(i));
+                let (time, last) = (times.value(i), lasts.value(i));
+                let row = || rows.row(i).as_ref().into();
+                let k = self.keys.get_mut(slot);
+                match kinds.value(i) {
+                    LIFE => k.life_last = Some(time),
+                    RUN => {
+                        let first = Timed { time, row: row() };
+                        self.rows_held += 1;
+                        self.bytes_held += first.row.len() as u64;
+                        let at = k.runs.partition_point(|r| r.first < first);
+                        k.runs.insert(at, Run { first, last });
+                    }
+                    LATEST => {
+                        let latest = Timed { time, row: row() };
+                        self.rows_held += 1;
+                        self.bytes_held += latest.row.len() as u64;
+                        k.latest = Some(latest);
+                    }
+                    other => {
+                        return Err(Error::Internal(format!(
+                            "deduplicate state has an entry of kind {other}"
+                        )))
+                    }
+                }
+                restored.push(slot);
+            }
+        }
+        restored.sort_unstable();
+        restored.dedup();
+        for slot in restored {
+            let k = self.keys.get(slot);
+            let at = match (k.runs.first(), k.life_last) {
+                (Some(r), _) => r.first.time,
+                (None, Some(l)) => l.saturating_add(self.ttl_ms),
+                (None, None) => continue,
+            };
+            self.queue(slot, at);
+        }
+        Ok(())
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("keys", self.key_count as i64),
+            ("rows_held", self.rows_held as i64),
+            ("keys_expired_by_ttl", self.expired as i64),
+            ("late_rows", self.late as i64),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::Port;
+    use weir_testkit::{rows, sorted_lines, Harness};
+
+    fn harness(spec: Deduplicate) -> Harness {
+        let input = StreamInfo {
+            schema: rows!("user page ts\n u1 p 0").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = Deduplicate {
+            keys: vec!["user".into()],
+            ..spec
+        };
+        Harness::of(&spec, &[input])
+    }
+
+    fn out(h: &mut Harness) -> Vec<String> {
+        sorted_lines(&h.take(Port::Main))
+    }
+
+    #[test]
+    fn keep_first_emits_a_keys_earliest_row_once_the_watermark_reaches_it() {
+        let mut h = harness(Deduplicate::keep_first(60_000));
+        h.push(
+            0,
+            rows!(
+                "user page ts
+                 u1   b    2000
+                 u2   x    1500
+                 u1   a    1000"
+            ),
+        );
+        assert!(out(&mut h).is_empty());
+        h.watermark(1_000);
+        assert_eq!(out(&mut h), vec!["u1,a,1000"]);
+        h.push(0, rows!("user page ts\n u1 c 1200\n u2 y 1400"));
+        h.watermark(5_000);
+        assert_eq!(out(&mut h), vec!["u2,y,1400"]);
+        h.end();
+        assert!(out(&mut h).is_empty());
+    }
+
+    #[test]
+    fn keep_first_rows_at_or_behind_the_watermark_are_late() {
+        let mut h = harness(Deduplicate::keep_first(60_000));
+        h.watermark(1_000);
+        h.push(0, rows!("user page ts\n u1 a 1000\n u1 b 1001"));
+        h.end();
+        assert_eq!(out(&mut h), vec!["u1,b,1001"]);
+        assert_eq!(h.late_rows(), 1);
+    }
+
+    /// A row more than the TTL after its key's latest row starts a new life: its first row
+    /// comes out again, whether the watermark forgot the key before it or not.
+    #[test]
+    fn keep_first_a_key_idle_for_its_ttl_starts_again() {
+        let mut one = harness(Deduplicate::keep_first(10_000));
+        one.push(
+            0,
+            rows!("user page ts\n u1 a 1000\n u1 b 5000\n u1 c 16000"),
+        );
+        one.end();
+        let mut two = harness(Deduplicate::keep_first(10_000));
+        two.push(0, rows!("user page ts\n u1 a 1000\n u1 b 5000"));
+        two.watermark(15_500);
+        assert_eq!(two.state_size().rows, 0, "forgotten at 5000 + TTL");
+        two.push(0, rows!("user page ts\n u1 c 16000"));
+        two.end();
+        assert_eq!(out(&mut one), vec!["u1,a,1000", "u1,c,16000"]);
+        assert_eq!(out(&mut two), vec!["u1,a,1000", "u1,c,16000"]);
+    }
+
+    /// Rows ahead of the watermark chain into one run: a row within the TTL of an earlier one
+    /// is no first row, even if it came first, and it links the rows on either side of it.
+    #[test]
+    fn keep_first_rows_ahead_of_the_watermark_chain_within_the_ttl() {
+        // 1000 and 18000 are more than the TTL apart, but 9000 links them: one life.
+        let mut h = harness(Deduplicate::keep_first(10_000));
+        h.push(0, rows!("user page ts\n u1 c 18000\n u1 a 1000"));
+        h.push(0, rows!("user page ts\n u1 b 9000"));
+        h.end();
+        assert_eq!(out(&mut h), vec!["u1,a,1000"]);
+        // Each more than the TTL after the one before: three lives.
+        let mut h = harness(Deduplicate::keep_first(10_000));
+        h.push(0, rows!("user page ts\n u1 c 25000\n u1 a 1000"));
+        h.push(0, rows!("user page ts\n u1 b 14000"));
+        h.end();
+        assert_eq!(out(&mut h), vec!["u1,a,1000", "u1,b,14000", "u1,c,25000"]);
+        // A row exactly the TTL after the life's latest one still belongs to it, also when the
+        // life reaches it only after the row came.
+        let mut h = harness(Deduplicate::keep_first(10_000));
+        h.push(0, rows!("user page ts\n u1 a 1000"));
+        h.watermark(1_000);
+        h.push(0, rows!("user page ts\n u1 c 21000"));
+        h.push(0, rows!("user page ts\n u1 b 11000"));
+        h.end();
+        assert_eq!(out(&mut h), vec!["u1,a,1000"]);
+    }
+
+    #[test]
+    fn keep_last_updates_a_key_when_a_later_row_comes() {
+        let mut h = harness(Deduplicate::keep_last(60_000));
+        h.push(
+            0,
+            rows!(
+                "user page ts
+                 u1   b    2000
+                 u2   x    1500
+                 u1   a    1000"
+            ),
+        );
+        assert_eq!(out(&mut h), vec!["u1,b,2000", "u2,x,1500"]);
+        h.watermark(3_000);
+        // Behind the watermark but within the TTL: taken, as in Flink.
+        h.push(0, rows!("user page ts\n u1 c 2500\n u2 w 1000"));
+        assert_eq!(out(&mut h), vec!["u1,c,2500"]);
+        assert_eq!(h.late_rows(), 0);
+        h.end();
+        assert!(out(&mut h).is_empty());
+    }
+
+    #[test]
+    fn keep_last_rows_more_than_the_ttl_behind_the_watermark_are_late() {
+        let mut h = harness(Deduplicate::keep_last(10_000));
+        h.push(0, rows!("user page ts\n u1 a 5000"));
+        h.take(Port::Main);
+        h.watermark(15_000);
+        assert_eq!(h.state_size().rows, 0);
+        // Older than the forgotten latest row (5000): it must not come out as the latest.
+        h.push(0, rows!("user page ts\n u1 b 4000\n u1 c 5001"));
+        assert_eq!(out(&mut h), vec!["u1,c,5001"]);
+        assert_eq!(h.late_rows(), 1);
+    }
+
+    #[test]
+    fn ties_in_time_keep_the_smallest_row() {
+        for spec in [
+            Deduplicate::keep_first(60_000),
+            Deduplicate::keep_last(60_000),
+        ] {
+            let mut h = harness(spec);
+            h.push(0, rows!("user page ts\n u1 b 1000\n u1 a 1000"));
+            h.push(0, rows!("user page ts\n u1 c 1000"));
+            h.end();
+            let lines = out(&mut h);
+            assert_eq!(
+                lines.last().map(String::as_str),
+                Some("u1,a,1000"),
+                "{lines:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_ttl_is_refused_naming_the_setting() {
+        let input = StreamInfo {
+            schema: rows!("user page ts\n u1 p 0").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = Deduplicate {
+            keys: vec!["user".into()],
+            ..Deduplicate::keep_first(0)
+        };
+        let err = spec.plan(&[input]).unwrap_err().to_string();
+        assert!(err.contains("TTL"), "{err}");
+    }
+}

@@ -1,0 +1,257 @@
+//! Deduplication without windows (`deduplicate`, keep first and keep last): against a plain
+//! reference on random input, at parallelism 1 and 3, and restored from a checkpoint taken at
+//! any point (at parallelism 1, 2 and 3).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
+use arrow_buffer::ScalarBuffer;
+use arrow_schema::{DataType, Field, Schema};
+use proptest::prelude::*;
+use weir_operators::{Deduplicate, Keep};
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_runtime::StreamBatch;
+use weir_testkit::{Input, KeyedSubtasks};
+
+/// A row: key, value (NULL sometimes), time relative to the watermark.
+#[derive(Debug, Clone)]
+struct RawRow {
+    k: u8,
+    v: Option<i64>,
+    offset: i64,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Rows(Vec<RawRow>),
+    Advance(i64),
+}
+
+fn info() -> StreamInfo {
+    StreamInfo {
+        schema: Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+            Field::new("ts", DataType::Int64, false),
+        ])),
+        event_time: Some("ts".into()),
+    }
+}
+
+fn keys() -> Vec<String> {
+    vec!["k".into()]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    // Times near the watermark too, so rows exactly a TTL apart come often.
+    let offset = prop_oneof![-150i64..300, -3i64..6];
+    let row = (0u8..3, prop::option::weighted(0.9, 0i64..4), offset)
+        .prop_map(|(k, v, offset)| RawRow { k, v, offset });
+    prop_oneof![
+        3 => prop::collection::vec(row, 1..8).prop_map(Step::Rows),
+        1 => (0i64..150).prop_map(Step::Advance),
+    ]
+}
+
+/// Batches whose rows carry the watermark before them, and the watermarks.
+fn script(steps: &[Step]) -> Vec<Input> {
+    let mut wm: Option<i64> = None;
+    let mut out = Vec::new();
+    for s in steps {
+        match s {
+            Step::Rows(rows) => {
+                let base = wm.unwrap_or(0);
+                let batch = RecordBatch::try_new(
+                    info().schema,
+                    vec![
+                        Arc::new(StringArray::from_iter_values(
+                            rows.iter().map(|r| format!("k{}", r.k)),
+                        )),
+                        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+                        Arc::new(Int64Array::from_iter_values(
+                            rows.iter().map(|r| base + r.offset),
+                        )),
+                    ],
+                )
+                .unwrap();
+                let wms = ScalarBuffer::from(vec![wm.unwrap_or(i64::MIN); rows.len()]);
+                out.push(Input::Batch(StreamBatch::with_row_watermarks(batch, wms)));
+            }
+            Step::Advance(d) => {
+                let w = wm.unwrap_or(0) + d;
+                wm = Some(w);
+                out.push(Input::Watermark(w));
+            }
+        }
+    }
+    out
+}
+
+type Row = (String, Option<i64>, i64);
+
+fn line(r: &Row) -> String {
+    let v = r.1.map_or(String::new(), |v| v.to_string());
+    format!("{},{v},{}", r.0, r.2)
+}
+
+/// The input's rows, each with the watermark just before it.
+fn rows_of(inputs: &[Input]) -> Vec<(Row, i64)> {
+    let mut out = Vec::new();
+    for i in inputs {
+        let Input::Batch(b) = i else { continue };
+        let d = &b.data;
+        let k = d.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        let v = d.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let t = d.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+        for r in 0..d.num_rows() {
+            let row = (
+                k.value(r).to_string(),
+                v.is_valid(r).then(|| v.value(r)),
+                t.value(r),
+            );
+            out.push((row, b.row_watermarks.as_ref().unwrap()[r]));
+        }
+    }
+    out
+}
+
+/// Keep-first by a plain computation: each key's on-time rows in event-time order (ties by
+/// their values, NULL first), a new life at the first row and at every row more than the TTL
+/// after the one before; the first row of each life. And the number of late rows.
+fn keep_first(inputs: &[Input], ttl: i64) -> (Vec<String>, usize) {
+    let all = rows_of(inputs);
+    let late = all.iter().filter(|(r, wm)| r.2 <= *wm).count();
+    let mut by_key: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    for (r, wm) in all {
+        if r.2 > wm {
+            by_key.entry(r.0.clone()).or_default().push(r);
+        }
+    }
+    let mut out = Vec::new();
+    for rows in by_key.values_mut() {
+        rows.sort_by(|a, b| a.2.cmp(&b.2).then(a.1.cmp(&b.1)));
+        let mut last: Option<i64> = None;
+        for r in rows.iter() {
+            if last.is_none_or(|l| r.2 > l + ttl) {
+                out.push(line(r));
+            }
+            last = Some(last.map_or(r.2, |l| l.max(r.2)));
+        }
+    }
+    out.sort();
+    (out, late)
+}
+
+/// Keep-last by a plain computation: each key's latest on-time row (rows more than the TTL
+/// behind the watermark are late), the smallest among rows at the same time.
+fn keep_last(inputs: &[Input], ttl: i64) -> (Vec<String>, usize) {
+    let all = rows_of(inputs);
+    let late = all
+        .iter()
+        .filter(|(r, wm)| r.2 <= wm.saturating_sub(ttl))
+        .count();
+    let latest = latest_per_key(
+        all.into_iter()
+            .filter(|(r, wm)| r.2 > wm.saturating_sub(ttl))
+            .map(|(r, _)| r),
+    );
+    (latest, late)
+}
+
+/// The latest row per key, the smallest among rows at the same time, as lines.
+fn latest_per_key(rows: impl Iterator<Item = Row>) -> Vec<String> {
+    let mut latest: BTreeMap<String, Row> = BTreeMap::new();
+    for r in rows {
+        let e = latest.entry(r.0.clone()).or_insert_with(|| r.clone());
+        if r.2 > e.2 || (r.2 == e.2 && r.1 < e.1) {
+            *e = r;
+        }
+    }
+    latest.values().map(line).collect()
+}
+
+/// Lines back to rows (for the keep-last upserts).
+fn parse(l: &str) -> Row {
+    let f: Vec<&str> = l.split(',').collect();
+    (f[0].to_string(), f[1].parse().ok(), f[2].parse().unwrap())
+}
+
+fn spec(keep: Keep, ttl: i64) -> Deduplicate {
+    Deduplicate {
+        keys: keys(),
+        keep,
+        ttl_ms: ttl,
+    }
+}
+
+/// What a run emitted, as the reference states it: keep-first's rows; keep-last's latest row
+/// per key among its upserts (a key's upserts only ever move to a later row).
+fn result(keep: Keep, lines: Vec<String>) -> Vec<String> {
+    match keep {
+        Keep::First => {
+            let mut v = lines;
+            v.sort();
+            v
+        }
+        Keep::Last => latest_per_key(lines.iter().map(|l| parse(l))),
+    }
+}
+
+fn run(
+    spec: &Deduplicate,
+    snapshots: &[Vec<RecordBatch>],
+    p: usize,
+    inputs: &[Input],
+    end: bool,
+) -> (KeyedSubtasks, Vec<String>, usize) {
+    let mut s = KeyedSubtasks::restored(spec, &[info()], &keys(), snapshots, p);
+    inputs.iter().for_each(|i| s.feed(i));
+    let lines = if end { s.end() } else { s.take() };
+    let (late, out): (Vec<String>, Vec<String>) =
+        lines.into_iter().partition(|l| l.starts_with("late 0: "));
+    (s, out, late.len())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn deduplication_equals_a_plain_computation_at_any_parallelism_and_after_any_restore(
+        steps in prop::collection::vec(step(), 0..30),
+        first in any::<bool>(),
+        ttl in prop::sample::select(vec![1i64, 2, 40, 200, 100_000]),
+        parallelism in prop::sample::select(vec![1usize, 3]),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let keep = if first { Keep::First } else { Keep::Last };
+        let spec = spec(keep, ttl);
+        let checkpointed = matches!(spec.state(), OperatorState::Checkpointed { version: 1 });
+        prop_assert!(checkpointed);
+        let inputs = script(&steps);
+        let (want, want_late) = match keep {
+            Keep::First => keep_first(&inputs, ttl),
+            Keep::Last => keep_last(&inputs, ttl),
+        };
+
+        let (_, got, late) = run(&spec, &[], parallelism, &inputs, true);
+        prop_assert_eq!(result(keep, got), want.clone());
+        prop_assert_eq!(late, want_late);
+
+        let cut = cut.index(inputs.len() + 1);
+        let (mut before, emitted, _) = run(&spec, &[], parallelism, &inputs[..cut], false);
+        let snapshots = before.snapshots();
+        let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
+            Input::Watermark(w) => Some(*w),
+            Input::Batch(_) => None,
+        });
+        let mut rest: Vec<Input> = last_watermark.map(Input::Watermark).into_iter().collect();
+        rest.extend(inputs[cut..].iter().cloned());
+        for p in 1..=3 {
+            let (_, after, _) = run(&spec, &snapshots, p, &rest, true);
+            let mut got = emitted.clone();
+            got.extend(after);
+            prop_assert_eq!(result(keep, got), want.clone(), "restored at parallelism {} after {} of {} inputs", p, cut, inputs.len());
+        }
+    }
+}
