@@ -1,7 +1,8 @@
 //! Flink SQL coverage (issue 14): each query of `testdata/flink/coverage/queries` runs on weir
 //! over the same input Apache Flink 2.3 read, and every sink's rows equal Flink's output in
 //! `testdata/flink/coverage/expected` (made by `testdata/flink/coverage/run_flink.py`), as
-//! multisets. Rows are compared field by field, so CSV quoting may differ (Flink quotes a
+//! multisets; a sink of updates (a SQLite table with a primary key) holds the rows of Flink's
+//! changelog applied to a table of the same key. Rows are compared field by field, so CSV quoting may differ (Flink quotes a
 //! field with a space, weir only where CSV needs it) and numbers are compared as numbers
 //! (Flink writes `1` for the DECIMAL 1.00); everything else, the spelling of timestamps
 //! included, must be Flink's.
@@ -15,16 +16,47 @@ fn coverage() -> PathBuf {
 }
 
 /// The sinks a query writes: (name, format), from `'path' = '${output}/name'` and its table's
-/// `'format'`.
+/// `'format'`; a table of updates, `'url' = 'jdbc:sqlite:${output}/name.db'`, is (name,
+/// `sqlite`), and Flink's final table for it is `name.csv`.
 fn sinks(sql: &str) -> Vec<(String, String)> {
     sql.split(";\n")
         .filter_map(|stmt| {
+            if let Some(url) = stmt.split("'url' = 'jdbc:sqlite:${output}/").nth(1) {
+                let name = url.split(".db'").next()?.to_string();
+                return Some((name, "sqlite".to_string()));
+            }
             let path = stmt.split("'path' = '${output}/").nth(1)?;
             let name = path.split('\'').next()?.to_string();
             let format = stmt.split("'format' = '").nth(1)?.split('\'').next()?;
             Some((name, format.to_string()))
         })
         .collect()
+}
+
+/// The rows of table `name` in the SQLite file `name.db`, as comparable text.
+fn sqlite_rows(dir: &Path, name: &str) -> Vec<String> {
+    use rusqlite::types::ValueRef;
+    let db = rusqlite::Connection::open(dir.join(format!("{name}.db"))).unwrap();
+    let mut stmt = db.prepare(&format!("SELECT * FROM {name}")).unwrap();
+    let n = stmt.column_count();
+    let mut out: Vec<String> = stmt
+        .query_map([], |r| {
+            Ok((0..n)
+                .map(|i| match r.get_ref(i).unwrap() {
+                    ValueRef::Null => String::new(),
+                    ValueRef::Integer(v) => v.to_string(),
+                    ValueRef::Real(v) => normalise_numbers(&v.to_string()),
+                    ValueRef::Text(t) => normalise_numbers(std::str::from_utf8(t).unwrap()),
+                    ValueRef::Blob(b) => format!("{b:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" | "))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    out.sort();
+    out
 }
 
 /// A row as comparable text: CSV fields or JSON members, numbers normalised.
@@ -104,15 +136,17 @@ fn check(query: &str) {
     let sinks = sinks(&sql);
     assert!(!sinks.is_empty(), "{query} writes no sink");
     for (name, format) in sinks {
-        let want = rows(
-            &std::fs::read_to_string(coverage().join("expected").join(format!("{name}.{format}")))
-                .unwrap(),
-            &format,
-        );
-        let got = rows(
-            &std::fs::read_to_string(out.path().join(&name)).unwrap(),
-            &format,
-        );
+        let (want, got) = if format == "sqlite" {
+            let want =
+                std::fs::read_to_string(coverage().join("expected").join(format!("{name}.csv")));
+            (rows(&want.unwrap(), "csv"), sqlite_rows(out.path(), &name))
+        } else {
+            let want = std::fs::read_to_string(
+                coverage().join("expected").join(format!("{name}.{format}")),
+            );
+            let got = std::fs::read_to_string(out.path().join(&name));
+            (rows(&want.unwrap(), &format), rows(&got.unwrap(), &format))
+        };
         assert!(!want.is_empty(), "{name}: Flink wrote no row");
         let missing: Vec<&String> = want.iter().filter(|r| !got.contains(r)).take(5).collect();
         let extra: Vec<&String> = got.iter().filter(|r| !want.contains(r)).take(5).collect();
@@ -193,6 +227,11 @@ fn aggregates_over_narrower_integers_are_flinks_values() {
 #[test]
 fn window_top_n_and_window_deduplication_are_flinks() {
     check("topn");
+}
+
+#[test]
+fn deduplication_keeps_each_keys_first_or_latest_row_as_flink() {
+    check("dedup");
 }
 
 #[test]

@@ -65,9 +65,7 @@ INSERT INTO per_ad SELECT ad, COUNT(*) FROM events GROUP BY ad;"
     );
     let err = plan_job(&sql, &opts(dir.path())).unwrap_err().to_string();
     assert!(
-        err.contains(
-            "an 'upsert-kafka' or 'jdbc' table whose PRIMARY KEY takes the group keys (ad)"
-        ),
+        err.contains("an 'upsert-kafka' or 'jdbc' table whose PRIMARY KEY takes the keys (ad)"),
         "{err}"
     );
 }

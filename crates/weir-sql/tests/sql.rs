@@ -100,6 +100,27 @@ fn errors_users_meet() {
             format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum = 1"),
         ),
         (
+            "deduplication_keep_last_into_an_append_table",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt DESC) AS rownum FROM clicks) d WHERE rownum = 1"),
+        ),
+        (
+            "deduplication_keep_last_filtered_around",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt DESC) AS rownum FROM clicks) d WHERE rownum = 1 AND user_id > 3"),
+        ),
+        (
+            "deduplication_on_processing_time",
+            format!(
+                "{TABLES} CREATE TABLE visits (user_id BIGINT, page STRING, pt AS PROCTIME())
+                   WITH ('connector' = 'filesystem', 'path' = 'visits.csv', 'format' = 'csv');
+                 SET 'table.exec.state.ttl' = '1 h';
+                 INSERT INTO out2 SELECT user_id, rownum FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY pt) AS rownum FROM visits) d WHERE rownum = 1"
+            ),
+        ),
+        (
+            "top_two_without_a_window",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum <= 2"),
+        ),
+        (
             "row_number_without_a_bound",
             format!("{TABLES} INSERT INTO out2 SELECT click_id, rownum FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, ad_id ORDER BY rt) AS rownum FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) d"),
         ),
@@ -231,6 +252,32 @@ fn a_regular_join_with_a_ttl_is_planned() {
         plan.contains(
             "regular join on (ad_id) = (ad_id) with an event-time state TTL of 3600000 ms"
         ),
+        "{plan}"
+    );
+}
+
+/// Deduplication without a window: keep-first is append-only and states its bound; keep-last
+/// writes updates keyed by the partition to a table with that primary key.
+#[test]
+fn deduplication_without_a_window_is_planned_with_its_bound() {
+    let dedup = |order: &str, sink: &str| {
+        format!(
+            "{TABLES} SET 'table.exec.state.ttl' = '1 h';
+             CREATE TABLE latest (ad_id BIGINT, ts BIGINT, PRIMARY KEY (ad_id) NOT ENFORCED)
+               WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:latest.db', 'table-name' = 'latest');
+             INSERT INTO {sink} SELECT ad_id, ts FROM (
+               SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt {order}) AS rownum FROM clicks
+             ) WHERE rownum = 1"
+        )
+    };
+    let plan = explain(&dedup("ASC", "out2"));
+    assert!(
+        plan.contains("the first row by event time per (ad_id), emitted once the watermark reaches it; keeps per key its first row until then and its latest event time until 3600000 ms of event time pass without a row of it (TTL)"),
+        "{plan}"
+    );
+    let plan = explain(&dedup("DESC", "latest"));
+    assert!(
+        plan.contains("the latest row by event time per (ad_id), an update per key and batch"),
         "{plan}"
     );
 }

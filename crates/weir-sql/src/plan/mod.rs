@@ -587,7 +587,7 @@ impl Planner {
                         Some((n, _)) => named.push(n.clone()),
                         None => {
                             return Err(plan_err(format!(
-                                "view `{alias}` over a GROUP BY without a window must select its group keys as they are (missing `{k}`): its rows update their key's result"
+                                "view `{alias}` over rows that update their key's result (a GROUP BY or a keep-last deduplication without a window) must select its keys as they are (missing `{k}`)"
                             )))
                         }
                     }
@@ -626,12 +626,12 @@ fn check_upsert_sink(
     keys: &[String],
 ) -> Result<()> {
     let fix = format!(
-        "write it to an 'upsert-kafka' or 'jdbc' table whose PRIMARY KEY takes the group keys ({})",
+        "write it to an 'upsert-kafka' or 'jdbc' table whose PRIMARY KEY takes the keys ({})",
         keys.join(", ")
     );
     if !is_upsert_sink(sink) {
         return Err(plan_err(format!(
-            "INSERT INTO `{}`: a GROUP BY without a window gives updates of each key's result, which an append-only table cannot hold; {fix}",
+            "INSERT INTO `{}`: the query's rows update each key's result (a GROUP BY without a window, or the latest row per key), which an append-only table cannot hold; {fix}",
             sink.name
         )));
     }

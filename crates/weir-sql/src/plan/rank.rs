@@ -1,14 +1,15 @@
 //! Window Top-N and window deduplication: `ROW_NUMBER() OVER (PARTITION BY window_start,
 //! window_end, ... ORDER BY ...)` in a subquery of FROM, with the outer WHERE bounding the
 //! rank (`rownum <= N`, `rownum = 1`), over a window table function's rows or a window
-//! aggregation's results; and the rows of a window table function without GROUP BY.
+//! aggregation's results; and deduplication without a window (`PARTITION BY k ORDER BY rt
+//! [DESC]` with `rownum = 1`).
 
 use super::*;
 use sqlparser::ast::{Function, Value, WindowType};
-use weir_operators::{RankOrder, WindowRank, WindowRankExt};
+use weir_operators::{Deduplicate, DeduplicateExt, Keep, RankOrder, WindowRank, WindowRankExt};
 
 /// What to write instead of a ROW_NUMBER shape weir does not plan.
-const RANK_SHAPES: &str = "weir plans window Top-N and window deduplication: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end[, keys] ORDER BY x [DESC]) AS rownum FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...)) or a window aggregation) [AS] r WHERE rownum <= N";
+const RANK_SHAPES: &str = "weir plans window Top-N and window deduplication: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end[, keys] ORDER BY x [DESC]) AS rownum FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...)) or a window aggregation) [AS] r WHERE rownum <= N; and deduplication on the time attribute: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt [DESC]) AS rownum FROM t) WHERE rownum = 1, with 'table.exec.state.ttl' set";
 
 impl Planner {
     /// A SELECT over a subquery that numbers its rows with ROW_NUMBER() OVER (...): a window
@@ -81,21 +82,19 @@ impl Planner {
                 .find(|c| c.eq_ignore_ascii_case(n))
                 .cloned()
         };
-        let (Some(_), Some(window_end)) = (named("window_start"), named("window_end")) else {
-            let over_time = spec.order_by.len() == 1 && rel.is_time_attr(&spec.order_by[0].expr);
-            let what = if over_time {
-                "deduplication without a window (ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt) ... WHERE rownum = 1) is not supported yet; deduplicate per window instead"
-            } else {
-                "Top-N without a window keeps changing its result for ever and is not supported; rank per window instead"
-            };
-            return Err(plan_err(format!(
-                "ROW_NUMBER() OVER (PARTITION BY {}): {what}: PARTITION BY window_start, window_end and your keys, over a window table function or a window aggregation. {RANK_SHAPES}",
-                spec.partition_by.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
-            )));
-        };
         if spec.order_by.is_empty() {
             return Err(plan_err(format!(
                 "ROW_NUMBER() OVER (...) needs an ORDER BY; {RANK_SHAPES}"
+            )));
+        }
+        if let Some(p) = (spec.order_by.iter()).find(|o| self.is_proc_time(inner, &o.expr)) {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() OVER (... ORDER BY {}): ranking on processing time keeps whichever row arrived first, so a replay gives other rows; weir deduplicates on an event-time attribute: {}",
+                p.expr,
+                match rel.time_attr_names().as_str() {
+                    "none" => "declare a WATERMARK on the table and ORDER BY its column [DESC]".to_string(),
+                    names => format!("ORDER BY {names} [DESC]"),
+                }
             )));
         }
         let mut order_by = Vec::new();
@@ -137,6 +136,26 @@ impl Planner {
                 "WHERE on `{rank_name}` selects no rank ({first} to {last})"
             )));
         }
+        let (Some(_), Some(window_end)) = (named("window_start"), named("window_end")) else {
+            let over_time = spec.order_by.len() == 1 && rel.is_time_attr(&spec.order_by[0].expr);
+            if over_time && (first, last) == (1, 1) {
+                let descending = spec.order_by[0].options.asc == Some(false);
+                return self
+                    .deduplicate(
+                        rel, partition, descending, &rank_name, &alias, &others, select,
+                    )
+                    .map(Some);
+            }
+            let what = if over_time {
+                format!("Top-{last} without a window keeps changing its result for ever; without a window weir keeps one row per key (WHERE {rank_name} = 1), or rank per window")
+            } else {
+                "Top-N without a window keeps changing its result for ever and is not supported; rank per window instead".to_string()
+            };
+            return Err(plan_err(format!(
+                "ROW_NUMBER() OVER (PARTITION BY {}): {what}: PARTITION BY window_start, window_end and your keys, over a window table function or a window aggregation. {RANK_SHAPES}",
+                spec.partition_by.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+            )));
+        };
         let rank = WindowRank {
             window_end,
             order_by,
@@ -167,6 +186,98 @@ impl Planner {
         }
         let exprs = select_exprs(select, &out, None)?;
         Ok(Some((out, exprs)))
+    }
+}
+
+impl Planner {
+    /// Deduplication without a window: `ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt [DESC])`
+    /// bounded to rank 1 around it. Keeping the first row gives append-only rows (with the
+    /// time attribute); keeping the last gives updates keyed by the partition.
+    #[allow(clippy::too_many_arguments)]
+    fn deduplicate(
+        &self,
+        rel: Rel,
+        partition: Vec<String>,
+        descending: bool,
+        rank_name: &str,
+        alias: &str,
+        others: &[SqlExpr],
+        select: &Select,
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
+        let keep = if descending { Keep::Last } else { Keep::First };
+        let which = match keep {
+            Keep::First => "first",
+            Keep::Last => "latest",
+        };
+        if partition.is_empty() {
+            return Err(plan_err(format!(
+                "ROW_NUMBER() OVER (ORDER BY ...) without PARTITION BY: deduplication keeps the {which} row per key; PARTITION BY the columns that make rows duplicates"
+            )));
+        }
+        let Some(ttl) = self.state_ttl_ms()? else {
+            return Err(plan_err(format!(
+                "deduplication without a window (keep the {which} row per {}) remembers every key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its latest row, in event time), or deduplicate per window. {RANK_SHAPES}",
+                partition.join(", ")
+            )));
+        };
+        if keep == Keep::Last {
+            if let Some(c) = others.first() {
+                return Err(plan_err(format!(
+                    "WHERE {c} around a keep-last deduplication: its rows update each key's latest row, and weir does not filter updates (a filtered-out update would leave an older row in the sink); put the condition inside the subquery, where it filters rows before deduplication"
+                )));
+            }
+        }
+        let spec = match keep {
+            Keep::First => Deduplicate::keep_first(ttl),
+            Keep::Last => Deduplicate::keep_last(ttl),
+        };
+        let deduplicated = rel.stream.key_by(&partition).deduplicate(spec);
+        // The rank is 1 in every row.
+        let mut cols: Vec<(String, SqlScalar)> = (deduplicated.schema().fields().iter())
+            .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+            .collect();
+        cols.push((rank_name.to_string(), SqlScalar::new("CAST(1 AS BIGINT)")));
+        let stream = deduplicated.apply("calc", Arc::new(Calc::project(cols)));
+        let mut scope = rel.scope.clone();
+        scope.push(ScopeEntry {
+            qualifier: Some(alias.to_string()),
+            name: rank_name.to_string(),
+            column: rank_name.to_string(),
+        });
+        let mut out = Rel {
+            stream,
+            scope,
+            time_columns: match keep {
+                Keep::First => rel.time_columns.clone(),
+                Keep::Last => Vec::new(),
+            },
+            proc_time_attrs: Vec::new(),
+            primary_key: Vec::new(),
+            upsert_keys: (keep == Keep::Last).then_some(partition),
+            alias: alias.to_string(),
+        };
+        for c in others {
+            let predicate = scalar(c, &out)?;
+            out.stream = out.stream.apply("calc", Arc::new(Calc::filter(predicate)));
+        }
+        let exprs = select_exprs(select, &out, None)?;
+        Ok((out, exprs))
+    }
+
+    /// Whether `e` names a processing-time attribute (`x AS PROCTIME()`) of the table the
+    /// ranked rows come from.
+    fn is_proc_time(&self, inner: &Select, e: &SqlExpr) -> bool {
+        let (Some(name), [from]) = (ident_name(e), inner.from.as_slice()) else {
+            return false;
+        };
+        let TableFactor::Table { name: table, .. } = &from.relation else {
+            return false;
+        };
+        self.table(table).is_ok_and(|t| {
+            t.columns.iter().any(|c| {
+                matches!(c, ColumnDef::Computed { name: n, expr } if is_proctime(expr) && n.eq_ignore_ascii_case(&name))
+            })
+        })
     }
 }
 
