@@ -592,16 +592,7 @@ impl Operator for DeduplicateOp {
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
         let mut restored = Vec::new();
         for b in &state {
-            if b.schema().fields().len() != self.state_schema.fields().len()
-                || (b.schema().fields().iter().zip(self.state_schema.fields()))
-                    .any(|(a, w)| a.name() != w.name() || a.data_type() != w.data_type())
-            {
-                return Err(Error::Internal(format!(
-                    "deduplicate state has columns {:?}, expected {:?}",
-                    b.schema(),
-                    self.state_schema
-                )));
-            }
+            weir_state::snapshot::check_layout("deduplicate", b, &self.state_schema)?;
             if b.num_rows() == 0 {
                 continue;
             }

@@ -847,16 +847,7 @@ impl Operator for OverAggregateOp {
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
         let n = self.store.schema().fields().len();
         for b in &state {
-            let theirs = b.schema();
-            let fits = theirs.fields().len() == self.state_schema.fields().len()
-                && (theirs.fields().iter().zip(self.state_schema.fields()))
-                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-            if !fits {
-                return Err(Error::Internal(format!(
-                    "over_aggregate state of another layout: {theirs:?}, expected {:?}",
-                    self.state_schema
-                )));
-            }
+            weir_state::snapshot::check_layout("over_aggregate", b, &self.state_schema)?;
             let accs = b.column(n + 4).as_binary::<i32>();
             let lasts = b.column(n + 5).as_primitive::<Int64Type>();
             for i in (0..b.num_rows()).filter(|&i| accs.is_valid(i)) {

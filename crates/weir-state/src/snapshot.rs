@@ -74,6 +74,28 @@ pub fn rows_in_key_groups(batch: &RecordBatch, range: KeyGroupRange) -> Result<R
         .map_err(|e| Error::Internal(format!("state restore: {e}")))
 }
 
+/// Checks that a state batch an operator is restored from has its layout `expected` (column
+/// names and types, in order; nullability aside).
+///
+/// # Errors
+/// `Internal` naming `operator` and both layouts if not.
+pub fn check_layout(
+    operator: &str,
+    batch: &RecordBatch,
+    expected: &arrow_schema::Schema,
+) -> Result<()> {
+    let theirs = batch.schema();
+    let fits = theirs.fields().len() == expected.fields().len()
+        && (theirs.fields().iter().zip(expected.fields()))
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if fits {
+        return Ok(());
+    }
+    Err(Error::Internal(format!(
+        "{operator} state has columns {theirs:?}, expected {expected:?}"
+    )))
+}
+
 /// A UInt16 key-group column for [`KEY_GROUP_COLUMN`].
 pub fn key_group_column(groups: Vec<u16>) -> Arc<dyn Array> {
     Arc::new(UInt16Array::from(groups))
