@@ -253,8 +253,8 @@ struct KeyState {
     /// ahead of it known to belong to the life); `None` before the first life.
     life_last: Option<i64>,
     /// Keep-first: runs ahead of the watermark, in time order, each more than the TTL after
-    /// the one before.
-    runs: Vec<Run>,
+    /// the one before (mostly none or one: held inline).
+    runs: smallvec::SmallVec<[Run; 1]>,
     /// Keep-last: the latest row.
     latest: Option<Timed>,
     /// The earliest timer queued for the key since its last one fired.
@@ -446,20 +446,7 @@ impl DeduplicateOp {
             return; // a stale timer of a key forgotten since
         }
         k.timer = None;
-        let due = k.runs.partition_point(|r| r.first.time <= wm);
-        let mut released = 0u64;
-        let mut bytes = 0u64;
-        for r in k.runs.drain(..due) {
-            released += 1;
-            bytes += r.first.row.len() as u64;
-            let starts = k
-                .life_last
-                .is_none_or(|l| r.first.time > l.saturating_add(ttl));
-            k.life_last = Some(k.life_last.map_or(r.last, |l| l.max(r.last)));
-            if starts {
-                out.push(r.first.row);
-            }
-        }
+        let (released, bytes) = take_due(k, wm, ttl, out);
         self.rows_held -= released;
         self.bytes_held -= bytes;
         let next = match (k.runs.first(), k.life_last) {
@@ -472,6 +459,24 @@ impl DeduplicateOp {
             None => self.forget(slot),
         }
     }
+}
+
+/// Takes the runs of key `k` the watermark `wm` has reached into its life, in time order; the
+/// first row of each run that starts a new life goes to `out`. Returns the number of rows and
+/// bytes no longer held.
+fn take_due(k: &mut KeyState, wm: i64, ttl: i64, out: &mut Vec<Box<[u8]>>) -> (u64, u64) {
+    let due = k.runs.partition_point(|r| r.first.time <= wm);
+    let (mut rows, mut bytes) = (0, 0);
+    for r in k.runs.drain(..due) {
+        rows += 1;
+        bytes += r.first.row.len() as u64;
+        let starts = (k.life_last).is_none_or(|l| r.first.time > l.saturating_add(ttl));
+        k.life_last = Some(k.life_last.map_or(r.last, |l| l.max(r.last)));
+        if starts {
+            out.push(r.first.row);
+        }
+    }
+    (rows, bytes)
 }
 
 impl Operator for DeduplicateOp {
@@ -519,9 +524,20 @@ impl Operator for DeduplicateOp {
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         self.watermark = self.watermark.max(watermark.0);
+        let mut out = Vec::new();
+        if watermark == Watermark::MAX {
+            // The input ended: every pending first row is due, and all state goes at once
+            // rather than key by key.
+            for slot in self.keys.slots().collect::<Vec<_>>() {
+                take_due(self.keys.get_mut(slot), i64::MAX, self.ttl_ms, &mut out);
+            }
+            self.expired += self.key_count;
+            (self.keys, self.timers) = (KeySlots::new(), ExpiryQueue::new());
+            (self.key_count, self.rows_held, self.bytes_held) = (0, 0, 0);
+            return self.emit_rows(&out, ctx);
+        }
         let mut due = Vec::new();
         self.timers.pop_due(watermark.0, &mut due);
-        let mut out = Vec::new();
         for (slot, _) in due {
             self.fire(slot, watermark.0, &mut out);
         }
