@@ -235,6 +235,11 @@ fn deduplication_keeps_each_keys_first_or_latest_row_as_flink() {
 }
 
 #[test]
+fn smallint_tinyint_date_and_time_columns_are_read_computed_and_written_as_flink() {
+    check("types");
+}
+
+#[test]
 fn over_aggregation_over_range_and_rows_frames_is_flinks() {
     check("over");
 }

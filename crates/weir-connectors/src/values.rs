@@ -6,8 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder, Int64Builder,
-    StringBuilder, TimestampMillisecondBuilder,
+    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int16Builder,
+    Int32Builder, Int64Builder, Int8Builder, StringBuilder, Time32MillisecondBuilder,
+    Time32SecondBuilder, TimestampMillisecondBuilder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
@@ -70,6 +71,10 @@ pub(crate) fn readable(t: &DataType) -> bool {
         t,
         DataType::Int64
             | DataType::Int32
+            | DataType::Int16
+            | DataType::Int8
+            | DataType::Date32
+            | DataType::Time32(_)
             | DataType::Float64
             | DataType::Float32
             | DataType::Boolean
@@ -93,6 +98,14 @@ pub(crate) enum Value<'a> {
 enum Builder {
     Int64(Int64Builder),
     Int32(Int32Builder),
+    Int16(Int16Builder),
+    Int8(Int8Builder),
+    /// DATE: days since 1970-01-01.
+    Date(Date32Builder),
+    /// TIME(0): seconds since midnight.
+    TimeS(Time32SecondBuilder),
+    /// TIME(3): milliseconds since midnight.
+    TimeMs(Time32MillisecondBuilder),
     Float64(Float64Builder),
     Float32(Float32Builder),
     Bool(BooleanBuilder),
@@ -123,6 +136,15 @@ impl RowBuilder {
             .map(|f| match f.data_type() {
                 DataType::Int64 => Builder::Int64(Int64Builder::with_capacity(capacity)),
                 DataType::Int32 => Builder::Int32(Int32Builder::with_capacity(capacity)),
+                DataType::Int16 => Builder::Int16(Int16Builder::with_capacity(capacity)),
+                DataType::Int8 => Builder::Int8(Int8Builder::with_capacity(capacity)),
+                DataType::Date32 => Builder::Date(Date32Builder::with_capacity(capacity)),
+                DataType::Time32(TimeUnit::Second) => {
+                    Builder::TimeS(Time32SecondBuilder::with_capacity(capacity))
+                }
+                DataType::Time32(_) => {
+                    Builder::TimeMs(Time32MillisecondBuilder::with_capacity(capacity))
+                }
                 DataType::Float64 => Builder::Float64(Float64Builder::with_capacity(capacity)),
                 DataType::Float32 => Builder::Float32(Float32Builder::with_capacity(capacity)),
                 DataType::Boolean => Builder::Bool(BooleanBuilder::with_capacity(capacity)),
@@ -192,6 +214,51 @@ impl RowBuilder {
                 .parse::<i64>()
                 .map(Value::Int)
                 .map_err(|_| format!("column `{}`: {} is not an integer", name(), quoted())),
+            Builder::Int16(_) | Builder::Int8(_) => {
+                let (what, lo, hi) = self.small_int(col);
+                t.parse::<i64>()
+                    .ok()
+                    .filter(|v| (lo..=hi).contains(v))
+                    .map(Value::Int)
+                    .ok_or_else(|| {
+                        format!(
+                            "column `{}`: {} is not a {what} (an integer from {lo} to {hi})",
+                            name(),
+                            quoted()
+                        )
+                    })
+            }
+            Builder::Date(_) => chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
+                .ok()
+                .map(|d| Value::Int((d - chrono::NaiveDate::default()).num_days()))
+                .ok_or_else(|| {
+                    format!(
+                        "column `{}`: {} is not a date (`2024-01-31`)",
+                        name(),
+                        quoted()
+                    )
+                }),
+            Builder::TimeS(_) | Builder::TimeMs(_) => ["%H:%M:%S%.f", "%H:%M"]
+                .iter()
+                .find_map(|f| chrono::NaiveTime::parse_from_str(t, f).ok())
+                .map(|tm| {
+                    let ms = (tm - chrono::NaiveTime::MIN).num_milliseconds();
+                    // TIME keeps whole seconds, as Flink's TIME(0) does: the fraction is cut.
+                    let per = if matches!(self.builders[col], Builder::TimeS(_)) {
+                        1_000
+                    } else {
+                        1
+                    };
+                    Value::Int(ms / per)
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "column `{}`: {} is not a time of day (`10:30:00`, with an optional \
+                         fraction of a second)",
+                        name(),
+                        quoted()
+                    )
+                }),
             Builder::TimestampMs(..) => t
                 .parse::<i64>()
                 .ok()
@@ -242,6 +309,14 @@ impl RowBuilder {
         }
     }
 
+    /// SMALLINT or TINYINT column `col`: its SQL name and range.
+    fn small_int(&self, col: usize) -> (&'static str, i64, i64) {
+        match self.builders[col] {
+            Builder::Int8(_) => ("TINYINT", i8::MIN as i64, i8::MAX as i64),
+            _ => ("SMALLINT", i16::MIN as i64, i16::MAX as i64),
+        }
+    }
+
     /// Converts a JSON value for column `col`.
     pub(crate) fn parse_json<'a>(
         &self,
@@ -258,6 +333,17 @@ impl RowBuilder {
                 .as_i64()
                 .map(Value::Int)
                 .ok_or_else(|| format!("column `{}`: {n} is not an integer", name())),
+            (J::Number(n), Builder::Int16(_) | Builder::Int8(_)) => {
+                let (what, lo, hi) = self.small_int(col);
+                (n.as_i64().filter(|v| (lo..=hi).contains(v)))
+                    .map(Value::Int)
+                    .ok_or_else(|| {
+                        format!(
+                            "column `{}`: {n} is not a {what} (an integer from {lo} to {hi})",
+                            name()
+                        )
+                    })
+            }
             (J::Number(n), Builder::Float64(_) | Builder::Float32(_)) => n
                 .as_f64()
                 .map(Value::Float)
@@ -281,6 +367,11 @@ impl RowBuilder {
             match (b, *v) {
                 (Builder::Int64(b), Value::Int(x)) => b.append_value(x),
                 (Builder::Int32(b), Value::Int(x)) => b.append_value(x as i32),
+                (Builder::Int16(b), Value::Int(x)) => b.append_value(x as i16),
+                (Builder::Int8(b), Value::Int(x)) => b.append_value(x as i8),
+                (Builder::Date(b), Value::Int(x)) => b.append_value(x as i32),
+                (Builder::TimeS(b), Value::Int(x)) => b.append_value(x as i32),
+                (Builder::TimeMs(b), Value::Int(x)) => b.append_value(x as i32),
                 (Builder::TimestampMs(b, _), Value::Int(x)) => b.append_value(x),
                 (Builder::Float64(b), Value::Float(x)) => b.append_value(x),
                 (Builder::Float32(b), Value::Float(x)) => b.append_value(x as f32),
@@ -289,6 +380,11 @@ impl RowBuilder {
                 (Builder::Decimal(b, ..), Value::Decimal(x)) => b.append_value(x),
                 (Builder::Int64(b), _) => b.append_null(),
                 (Builder::Int32(b), _) => b.append_null(),
+                (Builder::Int16(b), _) => b.append_null(),
+                (Builder::Int8(b), _) => b.append_null(),
+                (Builder::Date(b), _) => b.append_null(),
+                (Builder::TimeS(b), _) => b.append_null(),
+                (Builder::TimeMs(b), _) => b.append_null(),
                 (Builder::TimestampMs(b, _), _) => b.append_null(),
                 (Builder::Float64(b), _) => b.append_null(),
                 (Builder::Float32(b), _) => b.append_null(),
@@ -309,6 +405,11 @@ impl RowBuilder {
                 Ok(match b {
                     Builder::Int64(b) => Arc::new(b.finish()),
                     Builder::Int32(b) => Arc::new(b.finish()),
+                    Builder::Int16(b) => Arc::new(b.finish()),
+                    Builder::Int8(b) => Arc::new(b.finish()),
+                    Builder::Date(b) => Arc::new(b.finish()),
+                    Builder::TimeS(b) => Arc::new(b.finish()),
+                    Builder::TimeMs(b) => Arc::new(b.finish()),
                     Builder::Float64(b) => Arc::new(b.finish()),
                     Builder::Float32(b) => Arc::new(b.finish()),
                     Builder::Bool(b) => Arc::new(b.finish()),
@@ -395,25 +496,50 @@ fn timestamp_ms(t: &str) -> Option<i64> {
 /// `batch` as text formats write it, spelled as Flink writes it: TIMESTAMP columns become
 /// `2024-01-01 00:00:00`, with the fraction of a second when it is not zero and without its
 /// trailing zeros (`00:00:02.12`), and `Z` after a TIMESTAMP_LTZ (a timestamp with a time
-/// zone, shown in UTC). Other columns are unchanged. The CSV and JSON writers of files, Kafka
+/// zone, shown in UTC); TIME columns `10:30:00` the same way (`10:30:00.5`). Other columns
+/// (DATE is `2024-01-31` already) are unchanged. The CSV and JSON writers of files, Kafka
 /// and stdout write what this returns, so a consumer that parses Flink's output parses weir's.
 ///
 /// # Errors
 /// A timestamp beyond what a calendar date can hold.
 pub fn flink_text(batch: &RecordBatch) -> weir_runtime::Result<RecordBatch> {
-    use arrow_array::Array;
+    use arrow_array::{Array, StringArray};
     use arrow_schema::{Field, Schema};
     if !batch
         .schema()
         .fields()
         .iter()
-        .any(|f| matches!(f.data_type(), DataType::Timestamp(..)))
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(..) | DataType::Time32(_)))
     {
         return Ok(batch.clone());
     }
     let mut fields = Vec::with_capacity(batch.num_columns());
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        if let DataType::Time32(unit) = f.data_type() {
+            let per_sec = if *unit == TimeUnit::Second { 1 } else { 1_000 };
+            let values = arrow_cast::cast(c, &DataType::Int32)?;
+            let values = values
+                .as_any()
+                .downcast_ref::<arrow_array::Int32Array>()
+                .expect("cast to Int32");
+            let text: StringArray = (values.iter())
+                .map(|v| {
+                    v.map(|v| {
+                        let (secs, sub) = (v.div_euclid(per_sec), v.rem_euclid(per_sec));
+                        let mut s =
+                            format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+                        if sub != 0 {
+                            s.push_str(format!(".{sub:03}").trim_end_matches('0'));
+                        }
+                        s
+                    })
+                })
+                .collect();
+            fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
+            columns.push(Arc::new(text) as ArrayRef);
+            continue;
+        }
         let DataType::Timestamp(unit, tz) = f.data_type() else {
             fields.push(f.as_ref().clone());
             columns.push(c.clone());
@@ -527,5 +653,63 @@ mod flink_text_tests {
             assert_eq!(timestamp_ms(text), Some(ms), "{text}");
         }
         assert_eq!(timestamp_ms("2024-13-01 00:00:00"), None);
+    }
+
+    #[test]
+    fn smaller_integers_dates_and_times_read_and_are_spelled_as_flink_writes_them() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Int16, true),
+            Field::new("t", DataType::Int8, true),
+            Field::new("d", DataType::Date32, true),
+            Field::new("tm", DataType::Time32(TimeUnit::Second), true),
+            Field::new("tm3", DataType::Time32(TimeUnit::Millisecond), true),
+        ]));
+        let mut b = RowBuilder::new(schema, 4);
+        let rows = [
+            ["-32768", "127", "2024-01-31", "23:59:59.5", "23:59:59.5"],
+            ["7", "-128", "1969-12-31", "00:00", "10:11:12"],
+            ["", "", "", "", ""],
+        ];
+        for r in rows {
+            let values: Vec<Value> = (0..5).map(|c| b.parse(c, r[c]).unwrap()).collect();
+            b.append(&values);
+        }
+        let out = flink_text(&b.finish().unwrap()).unwrap();
+        let formatted: Vec<String> = (0..3)
+            .map(|r| {
+                (0..5)
+                    .map(|c| arrow_cast::display::array_value_to_string(out.column(c), r).unwrap())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        assert_eq!(
+            formatted,
+            [
+                "-32768,127,2024-01-31,23:59:59,23:59:59.5",
+                "7,-128,1969-12-31,00:00:00,10:11:12",
+                ",,,,"
+            ]
+        );
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Int16, true),
+            Field::new("t", DataType::Int8, true),
+            Field::new("d", DataType::Date32, true),
+            Field::new("tm", DataType::Time32(TimeUnit::Second), true),
+        ]));
+        let b = RowBuilder::new(schema, 1);
+        for (col, text, why) in [
+            (
+                0,
+                "32768",
+                "is not a SMALLINT (an integer from -32768 to 32767)",
+            ),
+            (1, "200", "is not a TINYINT (an integer from -128 to 127)"),
+            (2, "2024-02-30", "is not a date"),
+            (3, "25:00:00", "is not a time of day"),
+        ] {
+            let err = b.parse(col, text).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
     }
 }

@@ -51,3 +51,19 @@ with open("input/events.csv", "w") as f:
     for r in rows:
         f.write(",".join('"' + str(x).replace('"', '""') + '"' if isinstance(x, str) and
                          any(c in x for c in ',"') else str(x) for x in r) + "\n")
+
+# typed.csv, for the narrower types (queries/types.sql), its own generator. Columns: id, s
+# (SMALLINT, to the ends of its range), t (TINYINT), d (DATE), tm (TIME, some with a fraction of a
+# second, which TIME drops), tm3 (TIME(3)), ts (epoch ms).
+rng = random.Random(15)
+rows = []
+for i in range(200):
+    s = rng.choice([-32768, 32767, rng.randint(-1000, 1000)])
+    t = rng.choice([-128, 127, rng.randint(-20, 20)])
+    d = f"{rng.randint(1960, 2030)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    frac = rng.choice(["", "", ".5", ".123", ".040"])
+    tm = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+    rows.append((i, s, t, d, tm + frac, tm + frac, base + i * 1500))
+with open("input/typed.csv", "w") as f:
+    for r in rows:
+        f.write(",".join(str(x) for x in r) + "\n")

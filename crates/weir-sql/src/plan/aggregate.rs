@@ -7,7 +7,14 @@ use sqlparser::ast::Value;
 use weir_operators::{Windowed, WindowedExt};
 
 /// A grouped relation, its keys (stream columns) and its aggregates (by their SQL text).
-pub(super) type Grouping = (Rel, Vec<String>, Vec<(String, Aggregate)>);
+/// A grouping's input, keys and aggregates, and the aggregates whose results go back to the
+/// type of their column (MIN / MAX over DATE, TIME and TIMESTAMP, aggregated as BIGINT).
+pub(super) type Grouping = (
+    Rel,
+    Vec<String>,
+    Vec<(String, Aggregate)>,
+    Vec<(String, DataType)>,
+);
 
 impl Planner {
     /// A window table function: the table it reads, the window, and the columns of
@@ -132,12 +139,12 @@ impl Planner {
                 "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
             ));
         }
-        let (rel, keys, aggs) = grouping(rel, select, false)?;
+        let (rel, keys, aggs, restore) = grouping(rel, select, false)?;
         let mut g = GroupAggregate::with_ttl(ttl);
         for (_, a) in &aggs {
             g = g.aggregate(a.clone());
         }
-        let stream = rel.stream.key_by(&keys).group_aggregate(g);
+        let stream = restore_types(rel.stream.key_by(&keys).group_aggregate(g), &restore);
         let scope = (rel.scope.iter())
             .filter(|e| keys.contains(&e.column))
             .cloned()
@@ -311,7 +318,7 @@ impl Planner {
         partition: &[String],
         select: &Select,
     ) -> Result<(Rel, Vec<SqlScalar>)> {
-        let (rel, keys, aggs) = grouping(rel, select, true)?;
+        let (rel, keys, aggs, restore) = grouping(rel, select, true)?;
         // SESSION(TABLE t PARTITION BY k, ...): weir keeps sessions per key of GROUP BY, which
         // is Flink's result when the two name the same columns.
         if !partition.is_empty() {
@@ -355,7 +362,7 @@ impl Planner {
             AggStrategy::OnePhase
         };
         let out = rel.stream.key_by(&keys).window_aggregate_with(w, strategy);
-        let stream = window_bounds_as_timestamps(&out);
+        let stream = window_bounds_as_timestamps(&restore_types(out, &restore));
         let mut scope: Vec<ScopeEntry> = rel
             .scope
             .iter()
@@ -411,6 +418,9 @@ fn window_bounds_as_timestamps(stream: &Stream) -> Stream {
 /// The keys (stream columns) and aggregates of a grouped SELECT, and the relation to aggregate
 /// (with aggregated expressions computed into columns). `windowed`: `window_start` and
 /// `window_end` in GROUP BY name the window, not keys.
+/// The key column of a window aggregation without keys: the same value in every row.
+const ALL_ROWS: &str = "__all_rows";
+
 pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grouping> {
     let GroupByExpr::Expressions(group, _) = &select.group_by else {
         return Err(plan_err("GROUP BY ALL is not supported"));
@@ -440,24 +450,31 @@ pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grou
         };
         keys.push(column);
     }
-    if keys.is_empty() {
-        return Err(plan_err(
-            "an aggregation needs at least one key column in GROUP BY (besides the window)",
-        ));
-    }
     // Aggregate calls of the select list become the operator's aggregates.
     let mut aggs: Vec<(String, Aggregate)> = Vec::new();
     let mut args: Vec<(String, SqlScalar)> = Vec::new();
+    let mut restore: Vec<(String, DataType)> = Vec::new();
+    if keys.is_empty() {
+        if !windowed {
+            return Err(plan_err(
+                "an aggregation without a window needs a key column in GROUP BY: one row for all keys would update for ever; aggregate in event-time windows (GROUP BY window_start, window_end) or by a key",
+            ));
+        }
+        // `GROUP BY window_start, window_end` alone: every row under one key, so each
+        // window's aggregate is computed in one subtask (as Flink's global window aggregation).
+        args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
+        keys.push(ALL_ROWS.to_string());
+    }
     for item in &select.projection {
         let e = match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
             _ => continue,
         };
-        collect_aggregates(e, &rel, &mut aggs, &mut args)?;
+        collect_aggregates(e, &rel, &mut aggs, &mut args, &mut restore)?;
     }
     // HAVING's aggregates are computed with the others (`HAVING COUNT(*) > 3`).
     if let Some(h) = &select.having {
-        collect_aggregates(h, &rel, &mut aggs, &mut args)?;
+        collect_aggregates(h, &rel, &mut aggs, &mut args, &mut restore)?;
     }
     // Aggregated expressions (`SUM(price * qty)`) become columns first.
     let mut rel = rel;
@@ -469,7 +486,28 @@ pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grou
         cols.extend(args);
         rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
     }
-    Ok((rel, keys, aggs))
+    Ok((rel, keys, aggs, restore))
+}
+
+/// `stream` with the columns of `restore` cast to their types (see [`Grouping`]).
+pub(super) fn restore_types(stream: Stream, restore: &[(String, DataType)]) -> Stream {
+    if restore.is_empty() {
+        return stream;
+    }
+    let cols = (stream.schema().fields().iter())
+        .map(|f| {
+            let c = SqlScalar::column(f.name());
+            match restore.iter().find(|(n, _)| n == f.name()) {
+                // DATE and TIME are 32-bit: Arrow casts them from INT, not from BIGINT.
+                Some((_, t @ (DataType::Date32 | DataType::Time32(_)))) => {
+                    (f.name().clone(), c.cast(&DataType::Int32).cast(t))
+                }
+                Some((_, t)) => (f.name().clone(), c.cast(t)),
+                None => (f.name().clone(), c),
+            }
+        })
+        .collect();
+    stream.apply("calc", Arc::new(Calc::project(cols)))
 }
 
 /// The expressions of a select list.
@@ -513,6 +551,7 @@ pub(super) fn collect_aggregates(
     rel: &Rel,
     out: &mut Vec<(String, Aggregate)>,
     args: &mut Vec<(String, SqlScalar)>,
+    restore: &mut Vec<(String, DataType)>,
 ) -> Result<()> {
     // Aggregate calls anywhere in the expression (inside CASE, IN, BETWEEN, ...).
     let mut calls = Vec::new();
@@ -525,17 +564,19 @@ pub(super) fn collect_aggregates(
         ControlFlow::<()>::Continue(())
     });
     for call in &calls {
-        add_aggregate(call, rel, out, args)?;
+        add_aggregate(call, rel, out, args, restore)?;
     }
     Ok(())
 }
 
-/// Adds aggregate call `e` to `out` (once per text).
+/// Adds aggregate call `e` to `out` (once per text), and to `restore` if its result goes back
+/// to its column's type (see [`Grouping`]).
 pub(super) fn add_aggregate(
     e: &SqlExpr,
     rel: &Rel,
     out: &mut Vec<(String, Aggregate)>,
     args: &mut Vec<(String, SqlScalar)>,
+    restore: &mut Vec<(String, DataType)>,
 ) -> Result<()> {
     match e {
         SqlExpr::Function(f) => {
@@ -587,6 +628,14 @@ pub(super) fn add_aggregate(
                     let t = e.plan(&schema).map(|p| p.data_type().clone());
                     let wide = match t {
                         Ok(t) if numeric && t.is_integer() && t != DataType::Int64 => {
+                            Some(DataType::Int64)
+                        }
+                        // MIN / MAX of a DATE, TIME or TIMESTAMP: of its number, given back
+                        // as its type.
+                        Ok(
+                            t @ (DataType::Date32 | DataType::Time32(_) | DataType::Timestamp(..)),
+                        ) if matches!(kind, "min" | "max") => {
+                            restore.push((output.clone(), t));
                             Some(DataType::Int64)
                         }
                         Ok(DataType::Float32 | DataType::Float16) if numeric => {

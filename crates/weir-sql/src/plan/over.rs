@@ -114,8 +114,9 @@ impl Planner {
         }
         let mut aggs: Vec<(String, Aggregate)> = Vec::new();
         let mut args: Vec<(String, SqlScalar)> = Vec::new();
+        let mut restore = Vec::new();
         for (call, _) in &calls {
-            add_aggregate(call, &rel, &mut aggs, &mut args)?;
+            add_aggregate(call, &rel, &mut aggs, &mut args, &mut restore)?;
         }
         if !args.is_empty() {
             let mut cols: Vec<(String, SqlScalar)> = (rel.stream.schema().fields().iter())
@@ -137,7 +138,7 @@ impl Planner {
         for (_, a) in &aggs {
             over = over.aggregate(a.clone());
         }
-        rel.stream = rel.stream.key_by(&keys).over_aggregate(over);
+        rel.stream = restore_types(rel.stream.key_by(&keys).over_aggregate(over), &restore);
         let mut exprs = Vec::new();
         for e in &items {
             match e {

@@ -22,6 +22,12 @@ pub(super) fn arrow_type(t: &sqlparser::ast::DataType) -> Result<DataType> {
     Ok(match t {
         S::BigInt(_) | S::Int8(_) | S::Int64 => DataType::Int64,
         S::Int(_) | S::Integer(_) | S::Int4(_) | S::Int32 => DataType::Int32,
+        S::SmallInt(_) | S::Int2(_) | S::Int16 => DataType::Int16,
+        S::TinyInt(_) => DataType::Int8,
+        S::Date => DataType::Date32,
+        // TIME is TIME(0), whole seconds, as in Flink; TIME(1) to TIME(3) keep milliseconds.
+        S::Time(None | Some(0), _) => DataType::Time32(TimeUnit::Second),
+        S::Time(Some(p), _) if *p <= 3 => DataType::Time32(TimeUnit::Millisecond),
         S::Double(_) | S::DoublePrecision | S::Float64 => DataType::Float64,
         S::Float(_) | S::Real | S::Float32 => DataType::Float32,
         S::Boolean | S::Bool => DataType::Boolean,
@@ -35,7 +41,7 @@ pub(super) fn arrow_type(t: &sqlparser::ast::DataType) -> Result<DataType> {
         S::Custom(name, _) if name.to_string().eq_ignore_ascii_case("TIMESTAMP_LTZ") => {
             DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()))
         }
-        other => return Err(plan_err(format!("column type {other} is not supported yet; use BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL(p, s) or TIMESTAMP(3)"))),
+        other => return Err(plan_err(format!("column type {other} is not supported yet; use BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL(p, s), DATE, TIME, TIME(3), TIMESTAMP(3) or TIMESTAMP_LTZ(3)"))),
     })
 }
 
