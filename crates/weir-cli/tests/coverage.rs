@@ -240,6 +240,11 @@ fn smallint_tinyint_date_and_time_columns_are_read_computed_and_written_as_flink
 }
 
 #[test]
+fn select_distinct_gives_each_distinct_row_once_as_flink() {
+    check("distinct");
+}
+
+#[test]
 fn over_aggregation_over_range_and_rows_frames_is_flinks() {
     check("over");
 }

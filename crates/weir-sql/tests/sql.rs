@@ -117,6 +117,14 @@ fn errors_users_meet() {
             ),
         ),
         (
+            "select_distinct_without_a_ttl",
+            format!("{TABLES} INSERT INTO out2 SELECT DISTINCT ad_id, user_id FROM clicks"),
+        ),
+        (
+            "select_distinct_on",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT DISTINCT ON (ad_id) ad_id, user_id FROM clicks"),
+        ),
+        (
             "top_two_without_a_window",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum <= 2"),
         ),

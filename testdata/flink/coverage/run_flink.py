@@ -64,10 +64,11 @@ def run(path):
                 p = stmt.split("'path' = '")[1].split("'")[0]
                 fmt = stmt.split("'format' = '")[1].split("'")[0]
                 sinks[p] = fmt
-    ss = env.create_statement_set()
-    for i in inserts:
-        ss.add_insert_sql(i)
-    ss.execute().wait()
+    if inserts:
+        ss = env.create_statement_set()
+        for i in inserts:
+            ss.add_insert_sql(i)
+        ss.execute().wait()
     for p, fmt in sinks.items():
         lines = []
         for root, _, files in os.walk(p):
@@ -96,7 +97,8 @@ def collect_upserts(env, query, key, name):
     lines = []
     for row in table.values():
         out = io.StringIO()
-        csv.writer(out, lineterminator="").writerow(["" if v is None else v for v in row])
+        values = ["" if v is None else str(v).lower() if isinstance(v, bool) else v for v in row]
+        csv.writer(out, lineterminator="").writerow(values)
         lines.append(out.getvalue())
     with open(os.path.join(here, "expected", f"{name}.csv"), "w") as f:
         f.write("".join(l + "\n" for l in sorted(lines)))

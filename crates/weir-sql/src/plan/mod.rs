@@ -408,15 +408,20 @@ impl Planner {
             ));
         };
         let select: &Select = select;
-        if select.distinct.is_some()
-            || q.order_by.is_some()
-            || q.limit_clause.is_some()
-            || q.fetch.is_some()
-            || q.with.is_some()
+        if q.order_by.is_some() || q.limit_clause.is_some() || q.fetch.is_some() || q.with.is_some()
         {
             return Err(plan_err(
-                "SELECT DISTINCT, ORDER BY, LIMIT, FETCH and WITH are not supported in a streaming query yet; use GROUP BY for distinct rows and views for WITH",
+                "ORDER BY, LIMIT, FETCH and WITH are not supported in a streaming query yet; use ROW_NUMBER() for the first rows per key or window, and views for WITH",
             ));
+        }
+        // SELECT DISTINCT: the rows without it, then each distinct row once (plan/rank.rs).
+        if let Some(d) = &select.distinct {
+            let mut plain = q.clone();
+            if let SetExpr::Select(s) = plain.body.as_mut() {
+                s.distinct = None;
+            }
+            let (rel, exprs) = self.query(&plain)?;
+            return self.distinct(d, select, rel, exprs);
         }
         if select.from.len() != 1 {
             return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));

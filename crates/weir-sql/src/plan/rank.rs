@@ -1,8 +1,8 @@
 //! Window Top-N and window deduplication: `ROW_NUMBER() OVER (PARTITION BY window_start,
 //! window_end, ... ORDER BY ...)` in a subquery of FROM, with the outer WHERE bounding the
 //! rank (`rownum <= N`, `rownum = 1`), over a window table function's rows or a window
-//! aggregation's results; and deduplication without a window (`PARTITION BY k ORDER BY rt
-//! [DESC]` with `rownum = 1`).
+//! aggregation's results; deduplication without a window (`PARTITION BY k ORDER BY rt
+//! [DESC]` with `rownum = 1`); and SELECT DISTINCT, a deduplication by all selected values.
 
 use super::*;
 use sqlparser::ast::{Function, Value, WindowType};
@@ -261,6 +261,82 @@ impl Planner {
             out.stream = out.stream.apply("calc", Arc::new(Calc::filter(predicate)));
         }
         let exprs = select_exprs(select, &out, None)?;
+        Ok((out, exprs))
+    }
+
+    /// `SELECT DISTINCT ...`: the rows of the SELECT without DISTINCT (`rel`, `exprs`), each
+    /// distinct row once, when the watermark reaches its first occurrence: a keep-first
+    /// deduplication keyed by all the selected values, bounded by the state TTL.
+    pub(super) fn distinct(
+        &self,
+        d: &sqlparser::ast::Distinct,
+        select: &Select,
+        rel: Rel,
+        exprs: Vec<SqlScalar>,
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
+        if let sqlparser::ast::Distinct::On(on) = d {
+            return Err(plan_err(format!(
+                "SELECT DISTINCT ON ({}) is not supported; keep one row per key with ROW_NUMBER() OVER (PARTITION BY ... ORDER BY rt) ... WHERE rownum = 1",
+                on.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if rel.upsert_keys.is_some() {
+            return Err(plan_err(
+                "SELECT DISTINCT over the updates of a GROUP BY without a window is not supported: its rows are already one per key",
+            ));
+        }
+        let Some(ttl) = self.state_ttl_ms()? else {
+            return Err(plan_err(
+                "SELECT DISTINCT remembers every distinct row it has seen, for ever: set 'table.exec.state.ttl' (a row is forgotten that long after it was last seen, in event time)",
+            ));
+        };
+        let Some(event_time) = rel.stream.event_time() else {
+            return Err(plan_err(
+                "SELECT DISTINCT emits a row when the watermark reaches its first occurrence: the table needs a WATERMARK",
+            ));
+        };
+        // The output names, as a view would give them (`*` is every column in scope).
+        let mut names = Vec::new();
+        for item in &select.projection {
+            match item {
+                SelectItem::ExprWithAlias { alias, .. } => names.push(alias.value.clone()),
+                SelectItem::UnnamedExpr(x) => {
+                    names.push(ident_name(x).unwrap_or_else(|| x.to_string()))
+                }
+                _ => names.extend(rel.scope.iter().map(|e| e.name.clone())),
+            }
+        }
+        let columns: Vec<String> = (0..exprs.len())
+            .map(|i| format!("__distinct_{i}"))
+            .collect();
+        let mut cols: Vec<(String, SqlScalar)> =
+            columns.iter().cloned().zip(exprs.iter().cloned()).collect();
+        cols.push((event_time.clone(), SqlScalar::column(&event_time)));
+        let stream = (rel.stream.apply("calc", Arc::new(Calc::project(cols))))
+            .key_by(&columns)
+            .deduplicate(Deduplicate::keep_first(ttl));
+        let mut time_columns = vec![event_time];
+        for (c, e) in columns.iter().zip(&exprs) {
+            if e.as_column().is_some_and(|x| rel.time_columns.contains(&x)) {
+                time_columns.push(c.clone());
+            }
+        }
+        let out = Rel {
+            stream,
+            scope: (names.into_iter().zip(&columns))
+                .map(|(name, column)| ScopeEntry {
+                    qualifier: Some(rel.alias.clone()),
+                    name,
+                    column: column.clone(),
+                })
+                .collect(),
+            time_columns,
+            proc_time_attrs: Vec::new(),
+            primary_key: Vec::new(),
+            upsert_keys: None,
+            alias: rel.alias.clone(),
+        };
+        let exprs = columns.iter().map(|c| SqlScalar::column(c)).collect();
         Ok((out, exprs))
     }
 
