@@ -17,6 +17,8 @@ use crate::types::{quote, Column, Value};
 
 /// Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
 pub(crate) const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+/// 2000-01-01 in days since 1970-01-01.
+const PG_EPOCH_DAYS: i32 = 10_957;
 
 pub struct PgConn {
     client: Client,
@@ -198,7 +200,9 @@ pub(crate) fn pg_type(t: &DataType) -> Type {
     match t {
         DataType::Int64 => Type::INT8,
         DataType::Int32 => Type::INT4,
-        DataType::Int16 => Type::INT2,
+        DataType::Int16 | DataType::Int8 => Type::INT2,
+        DataType::Date32 => Type::DATE,
+        DataType::Time32(_) => Type::TIME,
         DataType::Float64 => Type::FLOAT8,
         DataType::Float32 => Type::FLOAT4,
         DataType::Boolean => Type::BOOL,
@@ -290,6 +294,9 @@ impl ToSql for PgValue<'_> {
             Value::Text(v) => out.put_slice(v.as_bytes()),
             Value::Decimal(v, _, scale) => put_numeric(v, scale, out),
             Value::TimestampMicros(v) => out.put_i64(v.saturating_sub(PG_EPOCH_MICROS)),
+            // DATE: days since 2000-01-01; TIME: microseconds since midnight.
+            Value::Date(v) => out.put_i32(v.saturating_sub(PG_EPOCH_DAYS)),
+            Value::TimeMillis(v) => out.put_i64(i64::from(v) * 1_000),
         }
         Ok(IsNull::No)
     }

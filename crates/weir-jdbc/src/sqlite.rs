@@ -12,7 +12,7 @@ use rusqlite::{Connection, ErrorCode, ToSql, TransactionBehavior};
 
 use crate::options::TableName;
 use crate::plan::{changes, Change, DbError, Dest, Layout, Load, Param, Stmt};
-use crate::types::{decimal_text, timestamp_text, Column, Value};
+use crate::types::{date_text, decimal_text, time_text, timestamp_text, Column, Value};
 
 pub struct SqliteConn {
     conn: Arc<Mutex<Connection>>,
@@ -234,6 +234,8 @@ impl ToSql for LiteValue<'_> {
             Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
             Value::Decimal(v, _, s) => ToSqlOutput::Owned(V::Text(decimal_text(v, s))),
             Value::TimestampMicros(v) => ToSqlOutput::Owned(V::Text(timestamp_text(v))),
+            Value::Date(v) => ToSqlOutput::Owned(V::Text(date_text(v))),
+            Value::TimeMillis(v) => ToSqlOutput::Owned(V::Text(time_text(v))),
         })
     }
 }

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | Int64 (BIGINT) | `bigint` | `BIGINT`, INTEGER |
 //! | Int32 (INT) | `integer` | `INTEGER`, INTEGER |
-//! | Int16 (SMALLINT) | `smallint` | `SMALLINT`, INTEGER |
+//! | Int16 (SMALLINT), Int8 (TINYINT) | `smallint` | `SMALLINT`, INTEGER |
 //! | Float64 (DOUBLE) | `double precision` | `DOUBLE`, REAL |
 //! | Float32 (FLOAT) | `real` | `REAL`, REAL |
 //! | Boolean | `boolean` | `BOOLEAN`, NUMERIC (0 / 1) |
@@ -12,6 +12,8 @@
 //! | Utf8 (STRING) | `text` (`varchar` accepted) | `TEXT`, TEXT |
 //! | Timestamp, no zone (TIMESTAMP(3)) | `timestamp(3)` (`timestamp`, `timestamptz` accepted) | `TIMESTAMP`: TEXT in ISO 8601, UTC, `2024-01-01T00:00:00.000Z` |
 //! | Timestamp with a zone (TIMESTAMP_LTZ) | `timestamptz` | as above |
+//! | Date32 (DATE) | `date` | `DATE`: TEXT, `2024-01-31` |
+//! | Time32 (TIME, TIME(3)) | `time(0)` / `time(3)` (any `time`) | `TIME`: TEXT, `10:30:00`, `10:30:00.5` |
 //!
 //! SQLite keeps timestamps as ISO-8601 text (not INTEGER milliseconds): readable, ordered as
 //! text for years 0 to 9999, and understood by SQLite's date functions. A DECIMAL goes to
@@ -24,9 +26,9 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
-    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType,
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
+    Int8Type, Time32MillisecondType, Time32SecondType, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 use arrow_array::{Array, ArrayRef, PrimitiveArray};
 use arrow_schema::{DataType, TimeUnit};
@@ -45,8 +47,9 @@ pub fn quote(name: &str) -> String {
 }
 
 /// The Arrow types the sink writes, for error messages.
-pub const SUPPORTED: &str = "BIGINT, INT, SMALLINT, DOUBLE, FLOAT, BOOLEAN, DECIMAL(p, s), \
-                             STRING, TIMESTAMP(3), TIMESTAMP_LTZ(3)";
+pub const SUPPORTED: &str = "BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT, BOOLEAN, \
+                             DECIMAL(p, s), STRING, DATE, TIME, TIME(3), TIMESTAMP(3), \
+                             TIMESTAMP_LTZ(3)";
 
 /// The type a new table's column of Arrow type `t` gets.
 pub fn sql_type(dialect: Dialect, column: &str, t: &DataType) -> Result<String> {
@@ -54,7 +57,11 @@ pub fn sql_type(dialect: Dialect, column: &str, t: &DataType) -> Result<String> 
     Ok(match t {
         DataType::Int64 => "BIGINT".into(),
         DataType::Int32 => "INTEGER".into(),
-        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int16 | DataType::Int8 => "SMALLINT".into(),
+        DataType::Date32 => "DATE".into(),
+        DataType::Time32(TimeUnit::Second) if pg => "TIME(0)".into(),
+        DataType::Time32(_) if pg => "TIME(3)".into(),
+        DataType::Time32(_) => "TIME".into(),
         DataType::Float64 if pg => "DOUBLE PRECISION".into(),
         DataType::Float64 => "DOUBLE".into(),
         DataType::Float32 => "REAL".into(),
@@ -85,7 +92,13 @@ pub fn compatible(dialect: Dialect, t: &DataType, db: &str) -> bool {
         Dialect::Sqlite => {
             let affinity = sqlite_affinity(&db);
             match t {
-                DataType::Int64 | DataType::Int32 | DataType::Int16 => affinity == "INTEGER",
+                DataType::Int64 | DataType::Int32 | DataType::Int16 | DataType::Int8 => {
+                    affinity == "INTEGER"
+                }
+                DataType::Date32 => affinity == "TEXT" || db == "date",
+                DataType::Time32(_) => {
+                    affinity == "TEXT" || db == "time" || db.starts_with("time(")
+                }
                 DataType::Boolean => affinity == "INTEGER" || affinity == "NUMERIC",
                 DataType::Float64 | DataType::Float32 => affinity == "REAL",
                 DataType::Decimal128(_, _) => affinity == "NUMERIC" || affinity == "TEXT",
@@ -103,7 +116,12 @@ fn pg_compatible(t: &DataType, db: &str) -> bool {
     match t {
         DataType::Int64 => db == "bigint",
         DataType::Int32 => db == "integer",
-        DataType::Int16 => db == "smallint",
+        DataType::Int16 | DataType::Int8 => db == "smallint",
+        DataType::Date32 => db == "date",
+        DataType::Time32(_) => {
+            db == "time without time zone"
+                || (db.starts_with("time(") && db.ends_with(") without time zone"))
+        }
         DataType::Float64 => db == "double precision",
         DataType::Float32 => db == "real",
         DataType::Boolean => db == "boolean",
@@ -173,6 +191,10 @@ pub enum Value<'a> {
     Decimal(i128, u8, i8),
     /// Microseconds since 1970-01-01 UTC.
     TimestampMicros(i64),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Milliseconds since midnight.
+    TimeMillis(i32),
 }
 
 /// One column of a batch, downcast once, read row by row.
@@ -180,6 +202,10 @@ pub enum Column<'a> {
     I64(&'a PrimitiveArray<Int64Type>),
     I32(&'a PrimitiveArray<Int32Type>),
     I16(&'a PrimitiveArray<Int16Type>),
+    I8(&'a PrimitiveArray<Int8Type>),
+    Date(&'a PrimitiveArray<Date32Type>),
+    TimeS(&'a PrimitiveArray<Time32SecondType>),
+    TimeMs(&'a PrimitiveArray<Time32MillisecondType>),
     F64(&'a PrimitiveArray<Float64Type>),
     F32(&'a PrimitiveArray<Float32Type>),
     Bool(&'a arrow_array::BooleanArray),
@@ -209,6 +235,10 @@ impl<'a> Column<'a> {
             DataType::Int64 => Column::I64(array.as_primitive()),
             DataType::Int32 => Column::I32(array.as_primitive()),
             DataType::Int16 => Column::I16(array.as_primitive()),
+            DataType::Int8 => Column::I8(array.as_primitive()),
+            DataType::Date32 => Column::Date(array.as_primitive()),
+            DataType::Time32(TimeUnit::Second) => Column::TimeS(array.as_primitive()),
+            DataType::Time32(TimeUnit::Millisecond) => Column::TimeMs(array.as_primitive()),
             DataType::Float64 => Column::F64(array.as_primitive()),
             DataType::Float32 => Column::F32(array.as_primitive()),
             DataType::Boolean => Column::Bool(array.as_boolean()),
@@ -249,6 +279,10 @@ impl<'a> Column<'a> {
             Column::I64(a) => get!(a, Value::I64(a.value(row))),
             Column::I32(a) => get!(a, Value::I32(a.value(row))),
             Column::I16(a) => get!(a, Value::I16(a.value(row))),
+            Column::I8(a) => get!(a, Value::I16(i16::from(a.value(row)))),
+            Column::Date(a) => get!(a, Value::Date(a.value(row))),
+            Column::TimeS(a) => get!(a, Value::TimeMillis(a.value(row).saturating_mul(1_000))),
+            Column::TimeMs(a) => get!(a, Value::TimeMillis(a.value(row))),
             Column::F64(a) => get!(a, Value::F64(a.value(row))),
             Column::F32(a) => get!(a, Value::F32(a.value(row))),
             Column::Bool(a) => get!(a, Value::Bool(a.value(row))),
@@ -294,6 +328,23 @@ pub fn decimal_text(v: i128, scale: i8) -> String {
     format!("{}{int}.{frac}", if v < 0 { "-" } else { "" })
 }
 
+/// Days since 1970-01-01 as `2024-01-31`.
+pub fn date_text(days: i32) -> String {
+    let midnight = weir_core::time::format_utc(i64::from(days) * 86_400_000);
+    midnight[..midnight.find('T').unwrap_or(midnight.len())].to_string()
+}
+
+/// Milliseconds since midnight as `10:30:00`, with the fraction of a second when there is one
+/// (`10:30:00.5`).
+pub fn time_text(ms: i32) -> String {
+    let (secs, sub) = (ms.div_euclid(1_000), ms.rem_euclid(1_000));
+    let mut s = format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+    if sub != 0 {
+        s.push_str(format!(".{sub:03}").trim_end_matches('0'));
+    }
+    s
+}
+
 /// Microseconds since 1970 as ISO 8601 UTC with milliseconds (`2024-01-01T00:00:00.000Z`),
 /// or with microseconds when there are some.
 pub fn timestamp_text(micros: i64) -> String {
@@ -318,6 +369,41 @@ mod tests {
             quote("x\"; DROP TABLE t; --"),
             "\"x\"\"; DROP TABLE t; --\""
         );
+    }
+
+    #[test]
+    fn dates_and_times_are_not_taken_for_timestamps() {
+        use arrow_schema::TimeUnit::Millisecond;
+        let (p, l) = (Dialect::Postgres, Dialect::Sqlite);
+        assert!(compatible(
+            p,
+            &DataType::Time32(Millisecond),
+            "time(3) without time zone"
+        ));
+        assert!(compatible(
+            p,
+            &DataType::Time32(Millisecond),
+            "time without time zone"
+        ));
+        assert!(!compatible(
+            p,
+            &DataType::Time32(Millisecond),
+            "timestamp(3) without time zone"
+        ));
+        assert!(!compatible(
+            p,
+            &DataType::Time32(Millisecond),
+            "time(3) with time zone"
+        ));
+        assert!(compatible(p, &DataType::Date32, "date"));
+        assert!(compatible(l, &DataType::Time32(Millisecond), "TIME"));
+        assert!(!compatible(l, &DataType::Time32(Millisecond), "TIMESTAMP"));
+        assert!(compatible(l, &DataType::Date32, "DATE"));
+        assert!(!compatible(l, &DataType::Date32, "DATETIME"));
+        assert_eq!(date_text(19_782), "2024-02-29");
+        assert_eq!(date_text(-1), "1969-12-31");
+        assert_eq!(time_text(36_672_500), "10:11:12.5");
+        assert_eq!(time_text(0), "00:00:00");
     }
 
     #[test]

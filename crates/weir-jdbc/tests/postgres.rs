@@ -115,6 +115,38 @@ async fn postgres_every_type_round_trips() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: run scripts/test"]
+async fn postgres_smallint_tinyint_date_and_time_round_trip() {
+    let db = Db::postgres("calendar").await;
+    let mut lines = calendar_types(&db).await;
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "-32768|127|2024-02-29|1969-12-31|23:59:59|10:11:12.5",
+            "NULL|NULL|NULL|NULL|NULL|NULL"
+        ]
+    );
+    assert_eq!(
+        db.texts(
+            "SELECT column_name || ' ' || format_type(a.atttypid, a.atttypmod) \
+             FROM information_schema.columns c JOIN pg_attribute a \
+             ON a.attrelid = 'calendar'::regclass AND a.attname = c.column_name \
+             WHERE c.table_name = 'calendar' AND c.table_schema = current_schema()"
+        )
+        .await,
+        vec![
+            "dt date",
+            "early date",
+            "sm smallint",
+            "tm time(0) without time zone",
+            "tm3 time(3) without time zone",
+            "tn smallint"
+        ]
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run scripts/test"]
 async fn postgres_accepts_varchar_timestamptz_and_wider_numeric() {
     let db = Db::postgres("wider").await;
     db.exec(

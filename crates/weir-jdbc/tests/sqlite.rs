@@ -58,6 +58,32 @@ async fn sqlite_fresh_start_clears_staging() {
 }
 
 #[tokio::test]
+async fn sqlite_smallint_tinyint_date_and_time_round_trip() {
+    let db = Db::sqlite();
+    let mut lines = calendar_types(&db).await;
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "-32768|127|2024-02-29|1969-12-31|23:59:59|10:11:12.5",
+            "NULL|NULL|NULL|NULL|NULL|NULL"
+        ]
+    );
+    assert_eq!(
+        db.texts("SELECT name || ' ' || type FROM pragma_table_info('calendar')")
+            .await,
+        vec![
+            "dt DATE",
+            "early DATE",
+            "sm SMALLINT",
+            "tm TIME",
+            "tm3 TIME",
+            "tn SMALLINT"
+        ]
+    );
+}
+
+#[tokio::test]
 async fn sqlite_every_type_round_trips() {
     let db = Db::sqlite();
     let row = "9007199254740993|-7|1.5|0.25|1|-12.5|héllo|2024-02-29T12:34:56.789Z";

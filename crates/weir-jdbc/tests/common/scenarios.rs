@@ -252,6 +252,44 @@ pub async fn progress(db: &Db) -> Vec<String> {
 
 /// A row of every type the sink writes, and a row of NULLs, written twice (the second writer
 /// checks the table the first created); returns the table's lines.
+/// SMALLINT, TINYINT, DATE, TIME and TIME(3) columns (a row of values, a row of NULLs) written
+/// into a new table: its rows as text, and its columns' declared types.
+pub async fn calendar_types(db: &Db) -> Vec<String> {
+    use arrow_array::{
+        Date32Array, Int16Array, Int8Array, Time32MillisecondArray, Time32SecondArray,
+    };
+    use arrow_schema::TimeUnit;
+    let s = schema(&[
+        ("sm", DataType::Int16),
+        ("tn", DataType::Int8),
+        ("dt", DataType::Date32),
+        ("early", DataType::Date32),
+        ("tm", DataType::Time32(TimeUnit::Second)),
+        ("tm3", DataType::Time32(TimeUnit::Millisecond)),
+    ]);
+    let batch = RecordBatch::try_new(
+        s.clone(),
+        vec![
+            Arc::new(Int16Array::from(vec![Some(-32_768), None])) as ArrayRef,
+            Arc::new(Int8Array::from(vec![Some(127), None])),
+            // 2024-02-29 and 1969-12-31.
+            Arc::new(Date32Array::from(vec![Some(19_782), None])),
+            Arc::new(Date32Array::from(vec![Some(-1), None])),
+            // 23:59:59 and 10:11:12.5.
+            Arc::new(Time32SecondArray::from(vec![Some(86_399), None])),
+            Arc::new(Time32MillisecondArray::from(vec![Some(36_672_500), None])),
+        ],
+    )
+    .unwrap();
+    let sink = db.sink("calendar", 10);
+    let mut w = writer(&sink, &s, &info(0, 1, None));
+    w.write(batch).await.unwrap();
+    w.finish().await.unwrap();
+    w.commit().await.unwrap();
+    db.lines("calendar", &["sm", "tn", "dt", "early", "tm", "tm3"])
+        .await
+}
+
 pub async fn every_type(db: &Db) -> Vec<String> {
     use arrow_array::{
         BooleanArray, Decimal128Array, Float32Array, Float64Array, Int32Array,
