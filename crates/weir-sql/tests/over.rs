@@ -101,11 +101,13 @@ fn row_number_is_still_refused() {
 }
 
 #[test]
-fn an_over_aggregation_without_partition_by_is_refused() {
-    let err = refused(
+fn an_over_aggregation_without_partition_by_takes_all_rows_under_one_key() {
+    let p = plan(
         "SELECT id, SUM(x) OVER (ORDER BY rt ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), 0 FROM orders",
-    );
-    assert!(err.contains("needs PARTITION BY"), "{err}");
+    )
+    .unwrap();
+    assert!(p.contains("over_aggregate"), "{p}");
+    assert!(p.contains("__all_rows"), "{p}");
 }
 
 #[test]

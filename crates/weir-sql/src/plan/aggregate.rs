@@ -418,8 +418,9 @@ fn window_bounds_as_timestamps(stream: &Stream) -> Stream {
 /// The keys (stream columns) and aggregates of a grouped SELECT, and the relation to aggregate
 /// (with aggregated expressions computed into columns). `windowed`: `window_start` and
 /// `window_end` in GROUP BY name the window, not keys.
-/// The key column of a window aggregation without keys: the same value in every row.
-const ALL_ROWS: &str = "__all_rows";
+/// The key column of an aggregation without keys (a window aggregation grouped by the window
+/// alone, an OVER without PARTITION BY): the same value in every row.
+pub(super) const ALL_ROWS: &str = "__all_rows";
 
 pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grouping> {
     let GroupByExpr::Expressions(group, _) = &select.group_by else {

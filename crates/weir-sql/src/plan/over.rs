@@ -107,13 +107,13 @@ impl Planner {
                 }
             }
         }
-        if keys.is_empty() {
-            return Err(plan_err(format!(
-                "OVER ({spec}): weir needs PARTITION BY for an OVER aggregation (its rows are spread over subtasks by key; Flink runs one without it in a single task)"
-            )));
-        }
         let mut aggs: Vec<(String, Aggregate)> = Vec::new();
         let mut args: Vec<(String, SqlScalar)> = Vec::new();
+        if keys.is_empty() {
+            // Without PARTITION BY: every row under one key, in one subtask (as in Flink).
+            args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
+            keys.push(ALL_ROWS.to_string());
+        }
         let mut restore = Vec::new();
         for (call, _) in &calls {
             add_aggregate(call, &rel, &mut aggs, &mut args, &mut restore)?;

@@ -1,6 +1,6 @@
 -- Issue 14 item 9: OVER aggregation on the time attribute, RANGE and ROWS, several aggregates
 -- over one window. orders.csv has no two rows of a currency at the same time, so ROWS results
--- do not depend on the order peers arrive in.
+-- do not depend on the order peers arrive in; over_all has no PARTITION BY (all rows in one task).
 CREATE TABLE orders (order_id BIGINT, currency STRING, amount DECIMAL(10, 2), qty BIGINT, ts BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'filesystem', 'path' = '${input}/orders.csv', 'format' = 'csv');
@@ -23,3 +23,9 @@ SELECT order_id, currency, ts, qty,
   SUM(amount) OVER w, COUNT(*) OVER w, AVG(qty) OVER w, MAX(amount) OVER w, MIN(qty) OVER w
 FROM orders
 WINDOW w AS (PARTITION BY currency ORDER BY rt ROWS BETWEEN 5 PRECEDING AND CURRENT ROW);
+CREATE TABLE over_all (order_id BIGINT, ts BIGINT, total DECIMAL(38, 2), max_qty BIGINT, n BIGINT)
+WITH ('connector' = 'filesystem', 'path' = '${output}/over_all', 'format' = 'csv');
+INSERT INTO over_all
+SELECT order_id, ts, SUM(amount) OVER w, MAX(qty) OVER w, COUNT(*) OVER w
+FROM orders
+WINDOW w AS (ORDER BY rt ROWS BETWEEN 3 PRECEDING AND CURRENT ROW);
