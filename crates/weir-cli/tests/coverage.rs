@@ -245,6 +245,11 @@ fn select_distinct_gives_each_distinct_row_once_as_flink() {
 }
 
 #[test]
+fn union_all_and_union_merge_selects_as_flink() {
+    check("union");
+}
+
+#[test]
 fn over_aggregation_over_range_and_rows_frames_is_flinks() {
     check("over");
 }

@@ -125,6 +125,14 @@ fn errors_users_meet() {
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT DISTINCT ON (ad_id) ad_id, user_id FROM clicks"),
         ),
         (
+            "union_of_other_types",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks UNION ALL SELECT impression_id, CAST(ts AS STRING) FROM impressions"),
+        ),
+        (
+            "union_of_other_widths",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks UNION ALL SELECT impression_id FROM impressions"),
+        ),
+        (
             "top_two_without_a_window",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum <= 2"),
         ),

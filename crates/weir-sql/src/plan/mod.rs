@@ -31,8 +31,8 @@ use std::ops::ControlFlow;
 use sqlparser::ast::{
     BinaryOperator, DateTimeField, Expr as SqlExpr, FunctionArg, FunctionArgExpr,
     FunctionArguments, GroupByExpr, Ident, Insert, JoinConstraint, JoinOperator, ObjectName, Query,
-    Select, SelectItem, SetExpr, Statement, TableFactor, TableObject, TableVersion, VisitMut,
-    VisitorMut,
+    Select, SelectItem, SetExpr, SetOperator, Statement, TableFactor, TableObject, TableVersion,
+    VisitMut, VisitorMut,
 };
 use weir_core::watermark::WatermarkStrategy;
 use weir_operators::aggregates::{self, Aggregate};
@@ -58,6 +58,7 @@ mod rank;
 mod scope;
 mod settings;
 mod sources;
+mod union;
 
 use aggregate::*;
 use scope::*;
@@ -400,20 +401,31 @@ impl Planner {
         Ok(())
     }
 
-    /// Plans a SELECT: the relation and the output expressions over it.
+    /// Plans a SELECT (or a UNION of SELECTs): the relation and the output expressions over it.
     fn query(&self, q: &Query) -> Result<(Rel, Vec<SqlScalar>)> {
-        let SetExpr::Select(select) = q.body.as_ref() else {
-            return Err(plan_err(
-                "weir plans a plain SELECT (no UNION, VALUES or nested queries yet)",
-            ));
-        };
-        let select: &Select = select;
         if q.order_by.is_some() || q.limit_clause.is_some() || q.fetch.is_some() || q.with.is_some()
         {
             return Err(plan_err(
                 "ORDER BY, LIMIT, FETCH and WITH are not supported in a streaming query yet; use ROW_NUMBER() for the first rows per key or window, and views for WITH",
             ));
         }
+        let select = match q.body.as_ref() {
+            SetExpr::Select(select) => select,
+            // UNION ALL and UNION (plan/union.rs).
+            SetExpr::SetOperation {
+                op: SetOperator::Union,
+                set_quantifier,
+                left,
+                right,
+            } => return self.union(q, set_quantifier, left, right),
+            SetExpr::Query(inner) => return self.query(inner),
+            other => {
+                return Err(plan_err(format!(
+                    "weir plans a SELECT or a UNION [ALL] of SELECTs, not `{other}` (no INTERSECT, EXCEPT or VALUES yet)"
+                )))
+            }
+        };
+        let select: &Select = select;
         // SELECT DISTINCT: the rows without it, then each distinct row once (plan/rank.rs).
         if let Some(d) = &select.distinct {
             let mut plain = q.clone();
@@ -421,7 +433,8 @@ impl Planner {
                 s.distinct = None;
             }
             let (rel, exprs) = self.query(&plain)?;
-            return self.distinct(d, select, rel, exprs);
+            let names = output_names(select, &rel)?;
+            return self.distinct(d, names, rel, exprs);
         }
         if select.from.len() != 1 {
             return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
@@ -539,27 +552,13 @@ impl Planner {
     /// list's names. The time attribute survives when the view selects it.
     fn view(&self, q: &Query, alias: &str) -> Result<Rel> {
         let (rel, exprs) = self.query(q)?;
-        let SetExpr::Select(select) = q.body.as_ref() else {
-            return Err(plan_err("a view is a plain SELECT"));
-        };
         let mut cols: Vec<(String, SqlScalar)> = Vec::new();
         let mut time_columns = Vec::new();
-        // The output names, in the order of `exprs` (a `*` stands for every column in scope).
-        let mut names: Vec<String> = Vec::new();
-        for item in &select.projection {
-            match item {
-                SelectItem::ExprWithAlias { alias, .. } => names.push(alias.value.clone()),
-                SelectItem::UnnamedExpr(x) => {
-                    names.push(ident_name(x).unwrap_or_else(|| x.to_string()))
-                }
-                SelectItem::Wildcard(_) => names.extend(rel.scope.iter().map(|e| e.name.clone())),
-                other => {
-                    return Err(plan_err(format!(
-                        "view select item `{other}`: name it with AS"
-                    )))
-                }
-            }
-        }
+        // The output names, in the order of `exprs`: a union's are in its scope already.
+        let names = match q.body.as_ref() {
+            SetExpr::Select(select) => output_names(select, &rel)?,
+            _ => rel.scope.iter().map(|e| e.name.clone()).collect(),
+        };
         for (i, n) in names.iter().enumerate() {
             if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
                 return Err(plan_err(format!(

@@ -270,7 +270,7 @@ impl Planner {
     pub(super) fn distinct(
         &self,
         d: &sqlparser::ast::Distinct,
-        select: &Select,
+        names: Vec<String>,
         rel: Rel,
         exprs: Vec<SqlScalar>,
     ) -> Result<(Rel, Vec<SqlScalar>)> {
@@ -295,17 +295,6 @@ impl Planner {
                 "SELECT DISTINCT emits a row when the watermark reaches its first occurrence: the table needs a WATERMARK",
             ));
         };
-        // The output names, as a view would give them (`*` is every column in scope).
-        let mut names = Vec::new();
-        for item in &select.projection {
-            match item {
-                SelectItem::ExprWithAlias { alias, .. } => names.push(alias.value.clone()),
-                SelectItem::UnnamedExpr(x) => {
-                    names.push(ident_name(x).unwrap_or_else(|| x.to_string()))
-                }
-                _ => names.extend(rel.scope.iter().map(|e| e.name.clone())),
-            }
-        }
         let columns: Vec<String> = (0..exprs.len())
             .map(|i| format!("__distinct_{i}"))
             .collect();

@@ -106,6 +106,23 @@ impl Rel {
     }
 }
 
+/// The names of a SELECT's output columns, in order: an alias, a column's own name, or the
+/// expression's text; `*` stands for every column in scope.
+pub(super) fn output_names(select: &Select, rel: &Rel) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::ExprWithAlias { alias, .. } => names.push(alias.value.clone()),
+            SelectItem::UnnamedExpr(x) => {
+                names.push(ident_name(x).unwrap_or_else(|| x.to_string()))
+            }
+            SelectItem::Wildcard(_) => names.extend(rel.scope.iter().map(|e| e.name.clone())),
+            other => return Err(plan_err(format!("select item `{other}`: name it with AS"))),
+        }
+    }
+    Ok(names)
+}
+
 pub(super) fn is_proctime(e: &SqlExpr) -> bool {
     matches!(e, SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case("PROCTIME"))
 }

@@ -1,0 +1,193 @@
+//! `UNION ALL` and `UNION`: each side planned as a query of its own, its columns cast to a type
+//! both sides take and named as the first SELECT names them, the two merged into one stream
+//! (its watermark the smaller of the two, as every multi-input operator's). `UNION` then keeps
+//! each distinct row once, as `SELECT DISTINCT` does.
+
+use super::*;
+use sqlparser::ast::{Distinct, SetQuantifier};
+
+/// The column every side of a union passes its event time in.
+const UNION_EVENT_TIME: &str = "__event_time";
+
+impl Planner {
+    pub(super) fn union(
+        &self,
+        q: &Query,
+        quantifier: &SetQuantifier,
+        left: &SetExpr,
+        right: &SetExpr,
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
+        let distinct = match quantifier {
+            SetQuantifier::All => false,
+            SetQuantifier::None | SetQuantifier::Distinct => true,
+            other => {
+                return Err(plan_err(format!(
+                    "UNION {other} is not supported; write UNION ALL or UNION, the columns in the same order"
+                )))
+            }
+        };
+        let side = |body: &SetExpr| -> Result<(Rel, Vec<SqlScalar>, Vec<String>)> {
+            let mut sq = q.clone();
+            *sq.body = body.clone();
+            let (rel, exprs) = self.query(&sq)?;
+            if rel.upsert_keys.is_some() {
+                return Err(plan_err(
+                    "UNION of the updates of a GROUP BY or a keep-last deduplication without a window is not supported: they are updates, not events",
+                ));
+            }
+            let names = match body {
+                SetExpr::Select(s) => output_names(s, &rel)?,
+                _ => rel.scope.iter().map(|e| e.name.clone()).collect(),
+            };
+            Ok((rel, exprs, names))
+        };
+        let (l_rel, l_exprs, names) = side(left)?;
+        let (r_rel, r_exprs, _) = side(right)?;
+        if l_exprs.len() != r_exprs.len() {
+            return Err(plan_err(format!(
+                "UNION: the first SELECT has {} columns ({}), the second {}; select the same number of columns, in the same order",
+                l_exprs.len(),
+                names.join(", "),
+                r_exprs.len()
+            )));
+        }
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
+                return Err(plan_err(format!(
+                    "UNION: the first SELECT has two columns named `{n}`: rename one with AS"
+                )));
+            }
+        }
+        let (l_schema, r_schema) = (l_rel.stream.schema(), r_rel.stream.schema());
+        let mut types = Vec::new();
+        for (i, (l, r)) in l_exprs.iter().zip(&r_exprs).enumerate() {
+            let (lt, rt) = (l.plan(&l_schema)?, r.plan(&r_schema)?);
+            let (lt, rt) = (lt.data_type(), rt.data_type());
+            types.push(common_type(lt, rt).ok_or_else(|| {
+                plan_err(format!(
+                    "UNION: column {} (`{}`) is {lt} in the first SELECT and {rt} in the second; CAST one of them",
+                    i + 1,
+                    names[i]
+                ))
+            })?);
+        }
+        // The event time goes through in a column of its own on both sides; a user column that
+        // is the event-time column stays a time attribute when it is on both sides.
+        let event_times = (l_rel.stream.event_time()).zip(r_rel.stream.event_time());
+        let mut time_columns = Vec::new();
+        if event_times.is_some() {
+            time_columns.push(UNION_EVENT_TIME.to_string());
+            for (i, (l, r)) in l_exprs.iter().zip(&r_exprs).enumerate() {
+                let is_time = |e: &SqlScalar, rel: &Rel| {
+                    e.as_column().is_some_and(|c| rel.time_columns.contains(&c))
+                };
+                if is_time(l, &l_rel) && is_time(r, &r_rel) {
+                    time_columns.push(names[i].clone());
+                }
+            }
+        }
+        let project = |rel: &Rel, exprs: &[SqlScalar], et: Option<&String>| -> Stream {
+            let schema = rel.stream.schema();
+            let mut cols: Vec<(String, SqlScalar)> = Vec::new();
+            for ((name, e), t) in names.iter().zip(exprs).zip(&types) {
+                let same = e.plan(&schema).is_ok_and(|p| p.data_type() == t);
+                let e = if same { e.clone() } else { e.cast(t) };
+                // Not a bare column: the union's event time is its own column on both sides.
+                let e = match (e.as_column(), et) {
+                    (Some(c), Some(et)) if c == *et => SqlScalar::new(format!("({})", e.sql())),
+                    _ => e,
+                };
+                cols.push((name.clone(), e));
+            }
+            if let Some(et) = et {
+                cols.push((UNION_EVENT_TIME.into(), SqlScalar::column(et)));
+            }
+            rel.stream.apply("calc", Arc::new(Calc::project(cols)))
+        };
+        let (l_et, r_et) = match &event_times {
+            Some((l, r)) => (Some(l), Some(r)),
+            None => (None, None),
+        };
+        let stream = project(&l_rel, &l_exprs, l_et).union(&[project(&r_rel, &r_exprs, r_et)]);
+        let rel = Rel {
+            stream,
+            scope: (names.iter())
+                .map(|n| ScopeEntry {
+                    qualifier: None,
+                    name: n.clone(),
+                    column: n.clone(),
+                })
+                .collect(),
+            time_columns,
+            proc_time_attrs: Vec::new(),
+            primary_key: Vec::new(),
+            upsert_keys: None,
+            alias: l_rel.alias.clone(),
+        };
+        let exprs: Vec<SqlScalar> = names.iter().map(|n| SqlScalar::column(n)).collect();
+        if distinct {
+            return self.distinct(&Distinct::Distinct, names, rel, exprs);
+        }
+        Ok((rel, exprs))
+    }
+}
+
+/// The type a union column takes when its sides are `a` and `b`: the wider integer, DOUBLE
+/// for an integer or DECIMAL beside a floating-point number, a DECIMAL that holds both
+/// DECIMALs (an integer counts as DECIMAL(19, 0)), STRING for strings; `None` otherwise.
+fn common_type(a: &DataType, b: &DataType) -> Option<DataType> {
+    use DataType::*;
+    let decimal = |t: &DataType| match t {
+        Decimal128(p, s) => Some((*p as i16, *s as i16)),
+        t if t.is_integer() => Some((19, 0)),
+        _ => None,
+    };
+    let string = |t: &DataType| matches!(t, Utf8 | LargeUtf8 | Utf8View);
+    Some(match (a, b) {
+        _ if a == b => a.clone(),
+        (Null, t) | (t, Null) => t.clone(),
+        _ if a.is_integer() && b.is_integer() => {
+            if a.primitive_width() >= b.primitive_width() {
+                a.clone()
+            } else {
+                b.clone()
+            }
+        }
+        _ if a.is_floating() && (b.is_floating() || b.is_integer() || decimal(b).is_some()) => {
+            Float64
+        }
+        _ if b.is_floating() && (a.is_integer() || decimal(a).is_some()) => Float64,
+        (Decimal128(..), _) | (_, Decimal128(..)) => {
+            let ((p1, s1), (p2, s2)) = (decimal(a)?, decimal(b)?);
+            let s = s1.max(s2);
+            let p = ((p1 - s1).max(p2 - s2) + s).min(38);
+            Decimal128(p as u8, s as i8)
+        }
+        _ if string(a) && string(b) => Utf8,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::common_type;
+    use arrow_schema::DataType::*;
+
+    #[test]
+    fn union_columns_take_a_type_both_sides_fit_in() {
+        assert_eq!(common_type(&Int32, &Int64), Some(Int64));
+        assert_eq!(common_type(&Int16, &Int8), Some(Int16));
+        assert_eq!(common_type(&Int64, &Float32), Some(Float64));
+        assert_eq!(
+            common_type(&Decimal128(10, 2), &Decimal128(12, 4)),
+            Some(Decimal128(14, 4))
+        );
+        assert_eq!(
+            common_type(&Int64, &Decimal128(10, 2)),
+            Some(Decimal128(21, 2))
+        );
+        assert_eq!(common_type(&Utf8, &LargeUtf8), Some(Utf8));
+        assert_eq!(common_type(&Utf8, &Int64), None);
+        assert_eq!(common_type(&Date32, &Int32), None);
+    }
+}
