@@ -178,9 +178,14 @@ mod tests {
         assert_eq!(common_type(&Int32, &Int64), Some(Int64));
         assert_eq!(common_type(&Int16, &Int8), Some(Int16));
         assert_eq!(common_type(&Int64, &Float32), Some(Float64));
+        // DECIMAL(10, 2) and DECIMAL(12, 4) both have 8 digits before the point.
         assert_eq!(
             common_type(&Decimal128(10, 2), &Decimal128(12, 4)),
-            Some(Decimal128(14, 4))
+            Some(Decimal128(12, 4))
+        );
+        assert_eq!(
+            common_type(&Decimal128(10, 2), &Decimal128(12, 6)),
+            Some(Decimal128(14, 6))
         );
         assert_eq!(
             common_type(&Int64, &Decimal128(10, 2)),
