@@ -20,6 +20,7 @@ pub mod deduplicate;
 pub mod group_aggregate;
 pub mod interval_join;
 pub mod join;
+pub mod lag;
 pub mod lookup_join;
 pub mod over_aggregate;
 pub mod regular_join;
@@ -36,6 +37,7 @@ pub use deduplicate::{Deduplicate, DeduplicateExt, DeduplicateOp, Keep};
 pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};
 pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
 pub use join::JoinType;
+pub use lag::{Lag, LagExt, LagOf, LagOp};
 pub use lookup_join::{LookupCache, LookupJoin, LookupJoinExt, LookupJoinOp};
 pub use over_aggregate::{Frame, OverAggregate, OverAggregateExt, OverAggregateOp};
 pub use regular_join::{RegularJoin, RegularJoinExt};
@@ -167,6 +169,7 @@ pub fn register(r: &mut Registry) {
             s,
         )?))
     });
+    r.add_operator("lag", |s| Ok(Arc::new(spec_from_json::<Lag>("lag", s)?)));
     r.add_operator("over_aggregate", |s| {
         Ok(Arc::new(spec_from_json::<OverAggregate>(
             "over_aggregate",
@@ -216,6 +219,7 @@ mod tests {
             "count",
             "deduplicate",
             "interval_join",
+            "lag",
             "over_aggregate",
             "regular_join",
             "stream_table_join",

@@ -1,0 +1,236 @@
+//! LAG (`lag`): against a plain reference on random input, at parallelism 1 and 3, and
+//! restored from a checkpoint taken at any point (at parallelism 1, 2 and 3).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow_buffer::ScalarBuffer;
+use arrow_schema::{DataType, Field, Schema};
+use proptest::prelude::*;
+use weir_operators::Lag;
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_runtime::StreamBatch;
+use weir_testkit::{Harness, Input, KeyedSubtasks};
+
+/// A row: key, value (NULL sometimes), time relative to the watermark.
+#[derive(Debug, Clone)]
+struct RawRow {
+    k: u8,
+    v: Option<i64>,
+    offset: i64,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Rows(Vec<RawRow>),
+    Advance(i64),
+}
+
+fn info() -> StreamInfo {
+    StreamInfo {
+        schema: Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+            Field::new("ts", DataType::Int64, false),
+            Field::new("id", DataType::Int64, false),
+        ])),
+        event_time: Some("ts".into()),
+    }
+}
+
+fn keys() -> Vec<String> {
+    vec!["k".into()]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    // Times near the watermark too, so rows exactly a TTL apart come often.
+    let offset = prop_oneof![-150i64..300, -3i64..6];
+    let row = (0u8..3, prop::option::weighted(0.9, 0i64..100), offset)
+        .prop_map(|(k, v, offset)| RawRow { k, v, offset });
+    prop_oneof![
+        3 => prop::collection::vec(row, 1..8).prop_map(Step::Rows),
+        1 => (0i64..150).prop_map(Step::Advance),
+    ]
+}
+
+/// Batches whose rows carry the watermark before them (and an id: their arrival order), and
+/// the watermarks.
+fn script(steps: &[Step]) -> Vec<Input> {
+    let mut wm: Option<i64> = None;
+    let mut id = 0;
+    let mut out = Vec::new();
+    for s in steps {
+        match s {
+            Step::Rows(rows) => {
+                let base = wm.unwrap_or(0);
+                let ids: Vec<i64> = (0..rows.len() as i64).map(|i| id + i).collect();
+                id += rows.len() as i64;
+                let batch = RecordBatch::try_new(
+                    info().schema,
+                    vec![
+                        Arc::new(StringArray::from_iter_values(
+                            rows.iter().map(|r| format!("k{}", r.k)),
+                        )),
+                        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+                        Arc::new(Int64Array::from_iter_values(
+                            rows.iter().map(|r| base + r.offset),
+                        )),
+                        Arc::new(Int64Array::from(ids)),
+                    ],
+                )
+                .unwrap();
+                let wms = ScalarBuffer::from(vec![wm.unwrap_or(i64::MIN); rows.len()]);
+                out.push(Input::Batch(StreamBatch::with_row_watermarks(batch, wms)));
+            }
+            Step::Advance(d) => {
+                let w = wm.unwrap_or(0) + d;
+                wm = Some(w);
+                out.push(Input::Watermark(w));
+            }
+        }
+    }
+    out
+}
+
+/// (k, v, ts, id)
+type Row = (String, Option<i64>, i64, i64);
+
+/// A plain computation: each key's on-time rows in event-time order, rows at one time in
+/// arrival order; a row more than the TTL after the one before starts the key again; each row
+/// with v of the rows 1 and 2 before it. Lines as the operator's output prints them.
+fn reference(inputs: &[Input], ttl: i64) -> (Vec<String>, usize) {
+    let mut by_key: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    let mut late = 0;
+    for i in inputs {
+        let Input::Batch(b) = i else { continue };
+        let d = &b.data;
+        let k = d.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        let v = d.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let t = d.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+        let id = d.column(3).as_any().downcast_ref::<Int64Array>().unwrap();
+        for r in 0..d.num_rows() {
+            if t.value(r) <= b.row_watermarks.as_ref().unwrap()[r] {
+                late += 1;
+                continue;
+            }
+            let row = (k.value(r).to_string(), v.is_valid(r).then(|| v.value(r)), t.value(r), id.value(r));
+            by_key.entry(row.0.clone()).or_default().push(row);
+        }
+    }
+    let opt = |v: Option<Option<i64>>| match v {
+        Some(Some(x)) => (x.to_string(), "true"),
+        Some(None) => (String::new(), "true"),
+        None => (String::new(), "false"),
+    };
+    let mut out = Vec::new();
+    for rows in by_key.values_mut() {
+        rows.sort_by_key(|r| (r.2, r.3));
+        let mut life: Vec<Option<i64>> = Vec::new();
+        let mut last: Option<i64> = None;
+        for r in rows.iter() {
+            if last.is_some_and(|l| r.2 > l + ttl) {
+                life.clear();
+            }
+            let back = |n: usize| (life.len() >= n).then(|| life[life.len() - n]);
+            let (p1, f1) = opt(back(1));
+            let (p2, f2) = opt(back(2));
+            let v = r.1.map_or(String::new(), |v| v.to_string());
+            out.push(format!("{},{v},{},{},{p1},{f1},{p2},{f2}", r.0, r.2, r.3));
+            life.push(r.1);
+            last = Some(last.map_or(r.2, |l| l.max(r.2)));
+        }
+    }
+    out.sort();
+    (out, late)
+}
+
+fn spec(ttl: i64) -> Lag {
+    Lag {
+        keys: keys(),
+        ..Lag::with_ttl(ttl).of("v", 1, "prev").of("v", 2, "prev2")
+    }
+}
+
+fn run(
+    spec: &Lag,
+    snapshots: &[Vec<RecordBatch>],
+    p: usize,
+    inputs: &[Input],
+    end: bool,
+) -> (KeyedSubtasks, Vec<String>, usize) {
+    let mut s = KeyedSubtasks::restored(spec, &[info()], &keys(), snapshots, p);
+    inputs.iter().for_each(|i| s.feed(i));
+    let lines = if end { s.end() } else { s.take() };
+    let (late, mut out): (Vec<String>, Vec<String>) =
+        lines.into_iter().partition(|l| l.starts_with("late 0: "));
+    out.sort();
+    (s, out, late.len())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn lag_equals_a_plain_computation_at_any_parallelism_and_after_any_restore(
+        steps in prop::collection::vec(step(), 0..30),
+        ttl in prop::sample::select(vec![1i64, 2, 40, 200, 100_000]),
+        parallelism in prop::sample::select(vec![1usize, 3]),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let spec = spec(ttl);
+        let checkpointed = matches!(spec.state(), OperatorState::Checkpointed { version: 1 });
+        prop_assert!(checkpointed);
+        let inputs = script(&steps);
+        let (want, want_late) = reference(&inputs, ttl);
+
+        let (_, got, late) = run(&spec, &[], parallelism, &inputs, true);
+        prop_assert_eq!(got, want.clone());
+        prop_assert_eq!(late, want_late);
+
+        let cut = cut.index(inputs.len() + 1);
+        let (mut before, emitted, _) = run(&spec, &[], parallelism, &inputs[..cut], false);
+        let snapshots = before.snapshots();
+        let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
+            Input::Watermark(w) => Some(*w),
+            Input::Batch(_) => None,
+        });
+        let mut rest: Vec<Input> = last_watermark.map(Input::Watermark).into_iter().collect();
+        rest.extend(inputs[cut..].iter().cloned());
+        for p in 1..=3 {
+            let (_, after, _) = run(&spec, &snapshots, p, &rest, true);
+            let mut got = emitted.clone();
+            got.extend(after);
+            got.sort();
+            prop_assert_eq!(got, want.clone(), "restored at parallelism {} after {} of {} inputs", p, cut, inputs.len());
+        }
+    }
+}
+
+#[test]
+fn lag_takes_the_rows_before_in_event_time_order_with_found_flags() {
+    let mut h = Harness::of(&spec(60_000), &[info()]);
+    h.push(
+        0,
+        weir_testkit::rows!(
+            "k  v  ts    id
+             a  3  3000  0
+             a  1  1000  1
+             b  7  1500  2
+             a  2  2000  3"
+        ),
+    );
+    h.watermark(2_500);
+    let out = h.take(weir_runtime::Port::Main);
+    assert_eq!(
+        weir_testkit::sorted_lines(&out),
+        ["a,1,1000,1,,false,,false", "a,2,2000,3,1,true,,false", "b,7,1500,2,,false,,false"]
+    );
+    let found = out[0].column_by_name("prev__found").unwrap();
+    assert!(found.as_any().downcast_ref::<BooleanArray>().is_some());
+    h.end();
+    assert_eq!(
+        weir_testkit::sorted_lines(&h.take(weir_runtime::Port::Main)),
+        ["a,3,3000,0,2,true,1,true"]
+    );
+}
