@@ -250,6 +250,11 @@ fn union_all_and_union_merge_selects_as_flink() {
 }
 
 #[test]
+fn lag_gives_earlier_rows_values_as_flink() {
+    check("lag");
+}
+
+#[test]
 fn over_aggregation_over_range_and_rows_frames_is_flinks() {
     check("over");
 }

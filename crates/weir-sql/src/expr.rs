@@ -176,11 +176,18 @@ fn refuse_over_windows(ast: &sqlparser::ast::Expr) -> std::result::Result<(), St
                  TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))) r WHERE rownum <= N"
             ))
         }
+        ControlFlow::Break(name) if name.eq_ignore_ascii_case("LEAD") => Err(
+            "LEAD() OVER (...) is not supported: a row's LEAD is a row that has not come yet, so \
+             a stream cannot emit it (Flink refuses it in streaming too); LAG() OVER (...) the \
+             other way round gives the same pairs"
+                .to_string(),
+        ),
         ControlFlow::Break(name) => Err(format!(
             "{name}() OVER (...) is not supported here: weir takes the aggregates COUNT, SUM, \
              MIN, MAX and AVG over a window in a select list (SELECT k, rt, SUM(x) OVER \
              (PARTITION BY k ORDER BY rt RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT \
-             ROW) FROM t; not in WHERE or GROUP BY), and ROW_NUMBER() in a window Top-N"
+             ROW) FROM t; not in WHERE or GROUP BY), LAG(x[, n[, default]]) OVER (PARTITION BY \
+             k ORDER BY rt) alone in a select list, and ROW_NUMBER() in a window Top-N"
         )),
         ControlFlow::Continue(()) => Ok(()),
     }

@@ -244,7 +244,19 @@ fn errors_users_meet() {
         ),
         (
             "over_window_of_a_function_other_than_an_aggregate",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, NTILE(4) OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
+        ),
+        (
+            "lead",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, LEAD(ts) OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
+        ),
+        (
+            "lag_without_a_ttl",
             format!("{TABLES} INSERT INTO out2 SELECT click_id, LAG(ts) OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
+        ),
+        (
+            "lag_next_to_an_aggregate",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT LAG(ts) OVER w, SUM(ts) OVER w FROM clicks WINDOW w AS (PARTITION BY ad_id ORDER BY rt)"),
         ),
     ];
     for (name, sql) in cases {

@@ -8,21 +8,42 @@
 use sqlparser::ast::{
     Function, NamedWindowExpr, WindowFrameBound, WindowFrameUnits, WindowSpec, WindowType,
 };
-use weir_operators::{Frame, OverAggregate, OverAggregateExt};
+use weir_operators::{Frame, Lag, LagExt, OverAggregate, OverAggregateExt};
 
 use super::*;
 
-/// Whether `select` takes an aggregate OVER a window.
+/// Whether `select` takes an aggregate, or LAG, OVER a window.
 pub(super) fn has_over_aggregate(select: &Select) -> bool {
     let mut found = false;
     for item in &select.projection {
         if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
             let _ = sqlparser::ast::visit_expressions(e, |x| {
                 if let SqlExpr::Function(f) = x {
-                    if f.over.is_some() && agg_fn(&f.name.to_string()).is_some() {
+                    if f.over.is_some() && (agg_fn(&f.name.to_string()).is_some() || is_lag(f)) {
                         found = true;
                         return ControlFlow::Break(());
                     }
+                }
+                ControlFlow::Continue(())
+            });
+        }
+    }
+    found
+}
+
+fn is_lag(f: &Function) -> bool {
+    f.name.to_string().eq_ignore_ascii_case("LAG")
+}
+
+/// Whether `select` calls LAG OVER a window.
+fn has_lag(select: &Select) -> bool {
+    let mut found = false;
+    for item in &select.projection {
+        if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+            let _ = sqlparser::ast::visit_expressions(e, |x| {
+                if matches!(x, SqlExpr::Function(f) if f.over.is_some() && is_lag(f)) {
+                    found = true;
+                    return ControlFlow::Break(());
                 }
                 ControlFlow::Continue(())
             });
@@ -43,6 +64,9 @@ impl Planner {
             return Err(plan_err(
                 "HAVING needs a GROUP BY; an OVER aggregation has none",
             ));
+        }
+        if has_lag(select) {
+            return self.lag(rel, select);
         }
         // Each OVER aggregate once, its OVER taken off (the key of its output column).
         let mut calls: Vec<(SqlExpr, WindowSpec)> = Vec::new();
@@ -151,6 +175,170 @@ impl Planner {
         Ok((rel, exprs))
     }
 
+    /// A SELECT with `LAG(x[, n[, default]]) OVER (PARTITION BY k ORDER BY rt)` calls: each
+    /// row with x of the row n (1) before it in its key, in event-time order (`default`, else
+    /// NULL, when there is none), planned as weir-operators' `lag`.
+    fn lag(&self, mut rel: Rel, select: &Select) -> Result<(Rel, Vec<SqlScalar>)> {
+        let Some(ttl) = self.state_ttl_ms()? else {
+            return Err(plan_err(
+                "LAG(...) OVER (...) remembers each key's last rows for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time)",
+            ));
+        };
+        let mut spec: Option<WindowSpec> = None;
+        let mut lag = Lag::with_ttl(ttl);
+        let mut args: Vec<(String, SqlScalar)> = Vec::new();
+        let mut items: Vec<SqlExpr> = Vec::new();
+        let mut outputs: Vec<String> = Vec::new();
+        for item in &select.projection {
+            let e = match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+                SelectItem::Wildcard(_) => {
+                    items.push(SqlExpr::Wildcard(
+                        sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                    ));
+                    continue;
+                }
+                other => return Err(plan_err(format!("select item `{other}` is not supported"))),
+            };
+            let mut e = e.clone();
+            let mut err = None;
+            let _ = sqlparser::ast::visit_expressions_mut(&mut e, |x| {
+                let SqlExpr::Function(f) = &*x else {
+                    return ControlFlow::Continue(());
+                };
+                if f.over.is_none() {
+                    return ControlFlow::Continue(());
+                }
+                let call = f.to_string();
+                let result = (|| -> Result<SqlExpr> {
+                    if !is_lag(f) {
+                        return Err(plan_err(format!(
+                            "`{call}` next to LAG: weir plans LAG alone in a SELECT, not with other OVER functions; compute them in another query"
+                        )));
+                    }
+                    let w = self.window_of(f, select)?;
+                    match &spec {
+                        Some(s) if s.partition_by != w.partition_by || s.order_by != w.order_by => {
+                            return Err(plan_err(format!(
+                                "`{call}` and LAG OVER ({s}): all LAG calls of one SELECT must use the same PARTITION BY and ORDER BY"
+                            )))
+                        }
+                        Some(_) => {}
+                        None => spec = Some(w),
+                    }
+                    let fargs = function_args(&f.args)?;
+                    let (x, n, default) = match fargs.as_slice() {
+                        [x] => (x, 1, None),
+                        [x, n] => (x, offset(n, &call)?, None),
+                        [x, n, d] => (x, offset(n, &call)?, Some(d)),
+                        _ => {
+                            return Err(plan_err(format!(
+                                "`{call}`: LAG takes a column, an offset and a default: LAG(x[, n[, default]])"
+                            )))
+                        }
+                    };
+                    let column = match ident_name(x) {
+                        Some(n) => rel.resolve(a_qualifier(x).as_deref(), &n)?,
+                        None => {
+                            let name = format!("__lag_arg_{}", args.len());
+                            args.push((name.clone(), scalar(x, &rel)?));
+                            name
+                        }
+                    };
+                    let output = format!("__lag_{}", outputs.len());
+                    lag = std::mem::replace(&mut lag, Lag::with_ttl(ttl)).of(&column, n, &output);
+                    outputs.push(output.clone());
+                    let value = SqlExpr::Identifier(Ident::new(output.clone()));
+                    Ok(match default {
+                        None => value,
+                        // The default only when there is no such row: a NULL value stays NULL.
+                        Some(d) => SqlExpr::Case {
+                            case_token:
+                                sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                            end_token:
+                                sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                            operand: None,
+                            conditions: vec![sqlparser::ast::CaseWhen {
+                                condition: SqlExpr::Identifier(Ident::new(format!(
+                                    "{output}__found"
+                                ))),
+                                result: value,
+                            }],
+                            else_result: Some(Box::new(d.clone())),
+                        },
+                    })
+                })();
+                match result {
+                    Ok(replaced) => {
+                        *x = replaced;
+                        ControlFlow::Continue(())
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        ControlFlow::Break(())
+                    }
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+            items.push(e);
+        }
+        let spec = spec.expect("a LAG call");
+        let ordered = match spec.order_by.as_slice() {
+            [o] => rel.is_time_attr(&o.expr) && o.options.asc != Some(false),
+            _ => false,
+        };
+        if !ordered {
+            return Err(plan_err(format!(
+                "LAG OVER ({spec}): LAG must ORDER BY the time attribute, ascending (as in Flink); the time attribute here: {}",
+                rel.time_attr_names()
+            )));
+        }
+        let mut keys = Vec::new();
+        for p in &spec.partition_by {
+            match ident_name(p) {
+                Some(n) => keys.push(rel.resolve(a_qualifier(p).as_deref(), &n)?),
+                None => return Err(plan_err(format!(
+                    "PARTITION BY {p}: weir partitions by columns; compute `{p}` in a view first"
+                ))),
+            }
+        }
+        if keys.is_empty() {
+            args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
+            keys.push(ALL_ROWS.to_string());
+        }
+        if !args.is_empty() {
+            let mut cols: Vec<(String, SqlScalar)> = (rel.stream.schema().fields().iter())
+                .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+                .collect();
+            cols.extend(args);
+            rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
+        }
+        rel.stream = rel.stream.key_by(&keys).lag(lag);
+        // The lag columns are reached by their own names (only the rewritten calls name them).
+        let wildcard_scope = rel.scope.clone();
+        for o in &outputs {
+            for name in [o.clone(), format!("{o}__found")] {
+                rel.scope.push(ScopeEntry {
+                    qualifier: None,
+                    name: name.clone(),
+                    column: name,
+                });
+            }
+        }
+        let mut exprs = Vec::new();
+        for e in &items {
+            match e {
+                SqlExpr::Wildcard(_) => {
+                    exprs.extend(wildcard_scope.iter().map(|e| SqlScalar::column(&e.column)))
+                }
+                e => exprs.push(scalar(e, &rel)?),
+            }
+        }
+        Ok((rel, exprs))
+    }
+
     /// The window of an OVER call, a named one looked up in the SELECT's WINDOW clause.
     fn window_of(&self, f: &Function, select: &Select) -> Result<WindowSpec> {
         let mut over = f.over.clone().expect("an OVER call");
@@ -244,6 +432,22 @@ impl Planner {
             ))),
         }
     }
+}
+
+/// LAG's offset: a whole number from 1.
+fn offset(e: &SqlExpr, call: &str) -> Result<usize> {
+    match e {
+        SqlExpr::Value(v) => match &v.value {
+            sqlparser::ast::Value::Number(n, _) => n.parse::<usize>().ok().filter(|&n| n >= 1),
+            _ => None,
+        },
+        _ => None,
+    }
+    .ok_or_else(|| {
+        plan_err(format!(
+            "`{call}`: LAG's offset must be a whole number from 1"
+        ))
+    })
 }
 
 fn unbounded_without_ttl(spec: &WindowSpec) -> Error {
