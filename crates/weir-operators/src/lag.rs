@@ -45,7 +45,9 @@ use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::{Context, Error, KeyedStream, Operator, Result, Stream, StreamBatch, SubtaskInfo};
+use weir_runtime::{
+    Context, Error, KeyedStream, Operator, Result, Stream, StreamBatch, SubtaskInfo,
+};
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{ExpiryQueue, KeySlots, StateSize};
 
@@ -102,7 +104,9 @@ impl Lag {
             return Err(Error::plan("a lag operator needs at least one lag"));
         }
         let et = input.event_time.as_ref().ok_or_else(|| {
-            Error::plan("LAG orders a key's rows by event time; declare the source's event-time column")
+            Error::plan(
+                "LAG orders a key's rows by event time; declare the source's event-time column",
+            )
         })?;
         let et = event_time_index(&input.schema, et)?;
         KeyEncoder::new(&input.schema, &self.keys)?;
@@ -134,7 +138,11 @@ impl Lag {
                 input.schema.field(i).data_type().clone(),
                 true,
             ));
-            fields.push(Field::new(format!("{}__found", l.output), DataType::Boolean, false));
+            fields.push(Field::new(
+                format!("{}__found", l.output),
+                DataType::Boolean,
+                false,
+            ));
         }
         Ok((Arc::new(Schema::new(fields)), et, columns, which))
     }
@@ -154,9 +162,13 @@ impl Lag {
             Field::new("time", DataType::Int64, false),
             Field::new("order", DataType::UInt64, false),
         ];
-        fields.extend(input.schema.fields().iter().map(|f| {
-            Field::new(format!("row.{}", f.name()), f.data_type().clone(), true)
-        }));
+        fields.extend(
+            input
+                .schema
+                .fields()
+                .iter()
+                .map(|f| Field::new(format!("row.{}", f.name()), f.data_type().clone(), true)),
+        );
         fields.extend(columns.iter().map(|&c| {
             let f = input.schema.field(c);
             Field::new(format!("lag.{}", f.name()), f.data_type().clone(), true)
@@ -194,11 +206,7 @@ impl OperatorFactory for Lag {
             RowConverter::new(fields.map(|t| SortField::new(t.clone())).collect())
         };
         let all = converter(&mut input.schema.fields().iter().map(|f| f.data_type()))?;
-        let lagged = converter(
-            &mut columns
-                .iter()
-                .map(|&c| input.schema.field(c).data_type()),
-        )?;
+        let lagged = converter(&mut columns.iter().map(|&c| input.schema.field(c).data_type()))?;
         Ok(Box::new(LagOp {
             offsets: self.lags.iter().map(|l| l.offset).collect(),
             max_offset: self.max_offset(),
@@ -385,9 +393,8 @@ impl LagOp {
             None => {
                 let key_len = self.keys.key(slot).len() as u64;
                 let k = std::mem::take(self.keys.get_mut(slot));
-                self.bytes_held -= KEY_OVERHEAD
-                    + key_len
-                    + k.kept.iter().map(|v| v.len() as u64).sum::<u64>();
+                self.bytes_held -=
+                    KEY_OVERHEAD + key_len + k.kept.iter().map(|v| v.len() as u64).sum::<u64>();
                 self.keys.release(slot);
                 self.key_count -= 1;
             }
@@ -437,7 +444,11 @@ impl Operator for LagOp {
         let data = &batch.data;
         let keys = self.encoder.encode(data)?;
         let rows = self.all.convert_columns(data.columns())?;
-        let lag_cols: Vec<ArrayRef> = self.columns.iter().map(|&c| data.column(c).clone()).collect();
+        let lag_cols: Vec<ArrayRef> = self
+            .columns
+            .iter()
+            .map(|&c| data.column(c).clone())
+            .collect();
         let lagged = self.lagged.convert_columns(&lag_cols)?;
         let mut late_rows = Vec::new();
         for (i, key) in keys.iter().enumerate() {
@@ -490,7 +501,15 @@ impl Operator for LagOp {
     /// Every key's held rows (`HELD`, with arrival order), kept lag values (`KEPT`, oldest
     /// first) and last time (`LAST`). Timers are not stored: a restore queues each key again.
     fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
-        type Entry<'a> = (u16, &'a [u8], u8, i64, u64, Option<&'a [u8]>, Option<&'a [u8]>);
+        type Entry<'a> = (
+            u16,
+            &'a [u8],
+            u8,
+            i64,
+            u64,
+            Option<&'a [u8]>,
+            Option<&'a [u8]>,
+        );
         let mut entries: Vec<Entry> = Vec::new();
         for slot in self.keys.slots() {
             let key = self.keys.key(slot);
@@ -523,9 +542,15 @@ impl Operator for LagOp {
         let mut cols: Vec<ArrayRef> = vec![
             key_group_column(entries.iter().map(|e| e.0).collect()),
             Arc::new(BinaryArray::from_vec(entries.iter().map(|e| e.1).collect())),
-            Arc::new(UInt8Array::from(entries.iter().map(|e| e.2).collect::<Vec<_>>())),
-            Arc::new(Int64Array::from(entries.iter().map(|e| e.3).collect::<Vec<_>>())),
-            Arc::new(UInt64Array::from(entries.iter().map(|e| e.4).collect::<Vec<_>>())),
+            Arc::new(UInt8Array::from(
+                entries.iter().map(|e| e.2).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                entries.iter().map(|e| e.3).collect::<Vec<_>>(),
+            )),
+            Arc::new(UInt64Array::from(
+                entries.iter().map(|e| e.4).collect::<Vec<_>>(),
+            )),
         ];
         let (row_take, lag_take) = (UInt32Array::from(row_take), UInt32Array::from(lag_take));
         for c in self.all.convert_rows(rows)? {

@@ -114,7 +114,12 @@ fn reference(inputs: &[Input], ttl: i64) -> (Vec<String>, usize) {
                 late += 1;
                 continue;
             }
-            let row = (k.value(r).to_string(), v.is_valid(r).then(|| v.value(r)), t.value(r), id.value(r));
+            let row = (
+                k.value(r).to_string(),
+                v.is_valid(r).then(|| v.value(r)),
+                t.value(r),
+                id.value(r),
+            );
             by_key.entry(row.0.clone()).or_default().push(row);
         }
     }
@@ -224,7 +229,11 @@ fn lag_takes_the_rows_before_in_event_time_order_with_found_flags() {
     let out = h.take(weir_runtime::Port::Main);
     assert_eq!(
         weir_testkit::sorted_lines(&out),
-        ["a,1,1000,1,,false,,false", "a,2,2000,3,1,true,,false", "b,7,1500,2,,false,,false"]
+        [
+            "a,1,1000,1,,false,,false",
+            "a,2,2000,3,1,true,,false",
+            "b,7,1500,2,,false,,false"
+        ]
     );
     let found = out[0].column_by_name("prev__found").unwrap();
     assert!(found.as_any().downcast_ref::<BooleanArray>().is_some());
