@@ -299,9 +299,11 @@ impl Planner {
         for p in &spec.partition_by {
             match ident_name(p) {
                 Some(n) => keys.push(rel.resolve(a_qualifier(p).as_deref(), &n)?),
-                None => return Err(plan_err(format!(
+                None => {
+                    return Err(plan_err(format!(
                     "PARTITION BY {p}: weir partitions by columns; compute `{p}` in a view first"
-                ))),
+                )))
+                }
             }
         }
         if keys.is_empty() {
