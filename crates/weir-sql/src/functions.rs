@@ -1,8 +1,8 @@
 //! Flink built-ins that DataFusion lacks, with Flink's types, NULLs and spelling: TIMESTAMPADD,
 //! TIMESTAMPDIFF, TO_TIMESTAMP, FROM_UNIXTIME, SPLIT_INDEX, REGEXP_EXTRACT and JSON_VALUE
 //! ([`udfs`]), and [`prepare`], what their SQL needs before DataFusion plans it: the time unit
-//! keyword of TIMESTAMPADD and TIMESTAMPDIFF becomes a string literal, and the functions and
-//! clauses weir does not have (CURRENT_WATERMARK, JSON_VALUE's RETURNING) are refused by name.
+//! keyword of TIMESTAMPADD and TIMESTAMPDIFF becomes a string literal, JSON_VALUE's RETURNING
+//! becomes a TRY_CAST, and CURRENT_WATERMARK of anything but a time attribute is refused.
 //!
 //! Every function is NULL when an argument is NULL. Where Flink's runtime reads text
 //! (TO_TIMESTAMP, DATE_FORMAT on a STRING) it is read as Flink reads it ([`datetime`]).
@@ -54,7 +54,7 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
 ///
 /// # Errors
 /// CURRENT_WATERMARK of anything but a time attribute (the planner plans it over one first,
-/// see crate::calc), and JSON_VALUE with RETURNING; a message for the user.
+/// see crate::calc); a message for the user.
 pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
     let SqlExpr::Function(f) = e else {
         return Ok(());
@@ -81,19 +81,31 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
         "CURRENT_WATERMARK" => Err(format!(
             "{e}: CURRENT_WATERMARK takes the table's time attribute (CURRENT_WATERMARK(rt))"
         )),
-        "JSON_VALUE" => match &f.args {
-            FunctionArguments::List(l)
-                if l.clauses
-                    .iter()
-                    .any(|c| matches!(c, FunctionArgumentClause::JsonReturningClause(_))) =>
-            {
-                Err(format!(
-                    "{e}: JSON_VALUE ... RETURNING is not supported; JSON_VALUE returns STRING, \
-                     cast it instead: CAST(JSON_VALUE(json, '$.path') AS INT)"
-                ))
-            }
-            _ => Ok(()),
-        },
+        // `JSON_VALUE(json, path RETURNING t)` is `TRY_CAST(JSON_VALUE(json, path) AS t)`: a
+        // value that is not a t is NULL, as Flink's default NULL ON ERROR (Flink's own job
+        // fails on some, such as an integer read as DOUBLE).
+        "JSON_VALUE" => {
+            let FunctionArguments::List(l) = &mut f.args else {
+                return Ok(());
+            };
+            let Some(at) = (l.clauses.iter())
+                .position(|c| matches!(c, FunctionArgumentClause::JsonReturningClause(_)))
+            else {
+                return Ok(());
+            };
+            let FunctionArgumentClause::JsonReturningClause(r) = l.clauses.remove(at) else {
+                unreachable!("the clause found above");
+            };
+            let call = std::mem::replace(e, SqlExpr::value(Value::Null));
+            *e = SqlExpr::Cast {
+                kind: sqlparser::ast::CastKind::TryCast,
+                expr: Box::new(call),
+                data_type: r.data_type,
+                array: false,
+                format: None,
+            };
+            Ok(())
+        }
         _ => Ok(()),
     }
 }

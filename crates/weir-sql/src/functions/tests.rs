@@ -376,10 +376,22 @@ fn json_value_as_flink() {
         e.contains("JSON_VALUE path '$.a[*]' is not supported"),
         "{e}"
     );
-    let e = plan_error("JSON_VALUE(`s`, '$.a' RETURNING INT)");
-    assert!(
-        e.contains("RETURNING is not supported") && e.contains("CAST(JSON_VALUE"),
-        "{e}"
+    // RETURNING: the value as that type, NULL when it is not one.
+    assert_eq!(
+        one("JSON_VALUE('{\"a\": 7}', '$.a' RETURNING INT) + 1"),
+        "8"
+    );
+    assert_eq!(
+        one("JSON_VALUE('{\"a\": \"x\"}', '$.a' RETURNING INT)"),
+        "NULL"
+    );
+    assert_eq!(
+        one("JSON_VALUE('{\"a\": true}', '$.a' RETURNING BOOLEAN)"),
+        "true"
+    );
+    assert_eq!(
+        one("JSON_VALUE('{\"a\": 2}', '$.a' RETURNING DOUBLE)"),
+        "2.0"
     );
 }
 

@@ -56,3 +56,9 @@ SELECT currency, TIMESTAMPADD(SECOND, 1, window_start),
   COUNT(*)
 FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(rt), INTERVAL '10' MINUTE))
 GROUP BY currency, window_start, window_end;
+CREATE TABLE fn_json_returning (id BIGINT, tier INT, ok BOOLEAN, tier_s STRING, missing INT)
+WITH ('connector' = 'filesystem', 'path' = '${output}/fn_json_returning', 'format' = 'csv');
+INSERT INTO fn_json_returning
+SELECT id, JSON_VALUE(js, '$.user.tier' RETURNING INT), JSON_VALUE(js, '$.ok' RETURNING BOOLEAN),
+  JSON_VALUE(js, '$.user.tier' RETURNING STRING), JSON_VALUE(js, '$.nope' RETURNING INT)
+FROM events;
