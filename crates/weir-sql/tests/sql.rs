@@ -255,8 +255,8 @@ fn errors_users_meet() {
             format!("{TABLES} INSERT INTO out2 SELECT click_id, LAG(ts) OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
         ),
         (
-            "lag_next_to_an_aggregate",
-            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT LAG(ts) OVER w, SUM(ts) OVER w FROM clicks WINDOW w AS (PARTITION BY ad_id ORDER BY rt)"),
+            "lag_next_to_another_window_function",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT LAG(ts) OVER w, NTILE(2) OVER w FROM clicks WINDOW w AS (PARTITION BY ad_id ORDER BY rt)"),
         ),
     ];
     for (name, sql) in cases {

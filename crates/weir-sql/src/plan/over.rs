@@ -134,8 +134,11 @@ impl Planner {
         let mut aggs: Vec<(String, Aggregate)> = Vec::new();
         let mut args: Vec<(String, SqlScalar)> = Vec::new();
         if keys.is_empty() {
-            // Without PARTITION BY: every row under one key, in one subtask (as in Flink).
-            args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
+            // Without PARTITION BY: every row under one key, in one subtask (as in Flink); a
+            // LAG before may have added the column.
+            if rel.stream.schema().index_of(ALL_ROWS).is_err() {
+                args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
+            }
             keys.push(ALL_ROWS.to_string());
         }
         let mut restore = Vec::new();
@@ -212,8 +215,12 @@ impl Planner {
                 let call = f.to_string();
                 let result = (|| -> Result<SqlExpr> {
                     if !is_lag(f) {
+                        if agg_fn(&f.name.to_string()).is_some() {
+                            // An OVER aggregate: planned after the lags, over their rows.
+                            return Ok(SqlExpr::Function(f.clone()));
+                        }
                         return Err(plan_err(format!(
-                            "`{call}` next to LAG: weir plans LAG alone in a SELECT, not with other OVER functions; compute them in another query"
+                            "`{call}` next to LAG: weir takes LAG and the aggregates COUNT, SUM, MIN, MAX and AVG over a window"
                         )));
                     }
                     let w = self.window_of(f, select)?;
@@ -328,6 +335,28 @@ impl Planner {
                     column: name,
                 });
             }
+        }
+        // OVER aggregates beside the lags: an OVER aggregation over the lags' rows, whose
+        // select list is the one with the lags' columns in place of their calls.
+        let mut rewritten = select.clone();
+        rewritten.projection = Vec::new();
+        for e in &items {
+            match e {
+                SqlExpr::Wildcard(_) => rewritten.projection.push(SelectItem::Wildcard(
+                    sqlparser::ast::WildcardAdditionalOptions::default(),
+                )),
+                e => rewritten
+                    .projection
+                    .push(SelectItem::UnnamedExpr(e.clone())),
+            }
+        }
+        if has_over_aggregate(&rewritten) {
+            if items.iter().any(|e| matches!(e, SqlExpr::Wildcard(_))) {
+                return Err(plan_err(
+                    "SELECT * with LAG and OVER aggregates: name the columns",
+                ));
+            }
+            return self.over_aggregate(rel, &rewritten);
         }
         let mut exprs = Vec::new();
         for e in &items {
