@@ -442,8 +442,10 @@ impl DeduplicateOp {
     fn fire(&mut self, slot: usize, wm: i64, out: &mut Vec<Box<[u8]>>) {
         let ttl = self.ttl_ms;
         let k = self.keys.get_mut(slot);
-        if k.is_empty() {
-            return; // a stale timer of a key forgotten since
+        // A stale entry: of a key forgotten since, or one queued before an earlier timer
+        // took over (the key's live entry is at `k.timer`, the earliest it needs).
+        if k.is_empty() || k.timer.is_some_and(|t| t > wm) {
+            return;
         }
         k.timer = None;
         let (released, bytes) = take_due(k, wm, ttl, out);

@@ -353,8 +353,10 @@ impl LagOp {
     fn fire(&mut self, slot: usize, wm: i64, out: &mut Vec<Out>, values: &mut Vec<Box<[u8]>>) {
         let ttl = self.ttl_ms;
         let k = self.keys.get_mut(slot);
-        if k.is_empty() {
-            return; // a stale timer of a key forgotten since
+        // A stale entry: of a key forgotten since, or one queued before an earlier timer
+        // took over (the key's live entry is at `k.timer`, the earliest it needs).
+        if k.is_empty() || k.timer.is_some_and(|t| t > wm) {
+            return;
         }
         k.timer = None;
         k.held.sort_unstable_by_key(|h| (h.time, h.arrival));
@@ -567,6 +569,7 @@ impl Operator for LagOp {
     /// restored. The late-row gauge starts again from zero.
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
         let mut restored = Vec::new();
+        let mut counted = std::collections::HashSet::new();
         let mut kept: Vec<(usize, u64, Box<[u8]>)> = Vec::new();
         for b in &state {
             weir_state::snapshot::check_layout("lag", b, &self.state_schema)?;
@@ -587,7 +590,8 @@ impl Operator for LagOp {
             for i in 0..b.num_rows() {
                 let key = keys.value(i);
                 let slot = self.keys.slot_for(hash_key(key), key);
-                if self.keys.get(slot).is_empty() {
+                // A key's kept values are attached after the loop: count it at its first entry.
+                if self.keys.get(slot).is_empty() && counted.insert(slot) {
                     self.key_count += 1;
                     self.bytes_held += KEY_OVERHEAD + key.len() as u64;
                 }

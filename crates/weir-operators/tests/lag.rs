@@ -243,3 +243,23 @@ fn lag_takes_the_rows_before_in_event_time_order_with_found_flags() {
         ["a,3,3000,0,2,true,1,true"]
     );
 }
+
+#[test]
+fn a_restored_key_counts_once() {
+    let spec = spec(60_000);
+    let mut h = Harness::of(&spec, &[info()]);
+    h.push(
+        0,
+        weir_testkit::rows!(
+            "k  v  ts    id
+             a  1  1000  0
+             a  2  2000  1"
+        ),
+    );
+    h.watermark(2_500);
+    h.take(weir_runtime::Port::Main);
+    let snapshot = h.snapshot();
+    let r = Harness::restored(&spec, &[info()], &[snapshot], 0, 1);
+    assert_eq!(r.gauges()["keys"], 1);
+    assert_eq!(r.state_size().rows, 0);
+}
