@@ -149,10 +149,21 @@ impl OperatorFactory for Calc {
     fn plan(&self, inputs: &[StreamInfo]) -> weir_runtime::Result<StreamInfo> {
         let input = weir_runtime::ops::single_input(KIND, inputs)?;
         let (_, _, schema) = self.planned(&input.schema)?;
-        // Event time survives when a column passes it through, under its name or another.
+        // Event time survives when a column passes it through, under its name or another, or
+        // as its epoch milliseconds (a TIMESTAMP(3) cast to BIGINT: a union of tables whose
+        // event times have different types).
         let named = self.columns(&input.schema);
         let event_time = input.event_time.as_ref().and_then(|et| {
-            let passes = |e: &SqlScalar| e.as_column().is_some_and(|c| c == *et);
+            let millis = input.schema.field_with_name(et).is_ok_and(|f| {
+                matches!(
+                    f.data_type(),
+                    DataType::Int64 | DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, _)
+                )
+            });
+            let as_millis = SqlScalar::column(et).cast(&DataType::Int64);
+            let passes = |e: &SqlScalar| {
+                e.as_column().is_some_and(|c| c == *et) || (millis && e.sql() == as_millis.sql())
+            };
             (named.iter().find(|(n, e)| n == et && passes(e)))
                 .or_else(|| named.iter().find(|(_, e)| passes(e)))
                 .map(|(n, _)| n.clone())

@@ -255,6 +255,10 @@ fn errors_users_meet() {
             format!("{TABLES} INSERT INTO out2 SELECT click_id, LAG(ts) OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
         ),
         (
+            "lag_ignore_nulls",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, LAG(ts) IGNORE NULLS OVER (PARTITION BY ad_id ORDER BY rt) FROM clicks"),
+        ),
+        (
             "lag_next_to_another_window_function",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT LAG(ts) OVER w, NTILE(2) OVER w FROM clicks WINDOW w AS (PARTITION BY ad_id ORDER BY rt)"),
         ),
@@ -308,6 +312,26 @@ fn deduplication_without_a_window_is_planned_with_its_bound() {
         plan.contains("the latest row by event time per (ad_id), an update per key and batch"),
         "{plan}"
     );
+}
+
+/// A union of tables whose event times have different types (epoch milliseconds under a
+/// computed TIMESTAMP_LTZ, and a physical TIMESTAMP_LTZ) keeps its time attribute: a window
+/// over it plans.
+#[test]
+fn a_union_of_event_times_of_different_types_keeps_its_time_attribute() {
+    let sql = format!(
+        "{TABLES}
+         CREATE TABLE views (view_id BIGINT, rt TIMESTAMP_LTZ(3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND)
+           WITH ('connector' = 'filesystem', 'path' = 'views.csv', 'format' = 'csv');
+         CREATE VIEW both_sides AS
+           SELECT view_id AS id, rt FROM views UNION ALL SELECT click_id, rt FROM clicks;
+         INSERT INTO out2 SELECT COUNT(*), 0
+         FROM TABLE(TUMBLE(TABLE both_sides, DESCRIPTOR(rt), INTERVAL '1' MINUTE))
+         GROUP BY window_start, window_end"
+    );
+    let plan = explain(&sql);
+    assert!(plan.contains("union"), "{plan}");
+    assert!(plan.contains("window_aggregate"), "{plan}");
 }
 
 /// A view feeding a join: clicks filtered and renamed in a view (or a subquery in FROM), then

@@ -223,6 +223,21 @@ impl Planner {
                             "`{call}` next to LAG: weir takes LAG and the aggregates COUNT, SUM, MIN, MAX and AVG over a window"
                         )));
                     }
+                    let clauses = match &f.args {
+                        FunctionArguments::List(l) => {
+                            l.duplicate_treatment.is_some() || !l.clauses.is_empty()
+                        }
+                        _ => false,
+                    };
+                    if f.null_treatment.is_some()
+                        || f.filter.is_some()
+                        || !f.within_group.is_empty()
+                        || clauses
+                    {
+                        return Err(plan_err(format!(
+                            "`{call}`: weir takes LAG(x[, n[, default]]) without IGNORE NULLS, DISTINCT, FILTER or other clauses"
+                        )));
+                    }
                     let w = self.window_of(f, select)?;
                     match &spec {
                         Some(s) if s.partition_by != w.partition_by || s.order_by != w.order_by => {

@@ -86,6 +86,18 @@ impl Planner {
                 }
             }
         }
+        // Event times of different types (BIGINT epoch milliseconds, a TIMESTAMP, a
+        // TIMESTAMP_LTZ) meet as epoch milliseconds.
+        let event_time_type = |rel: &Rel, et: &String| {
+            let schema = rel.stream.schema();
+            schema
+                .field_with_name(et)
+                .map(|f| f.data_type().clone())
+                .ok()
+        };
+        let same_event_time_type = event_times
+            .as_ref()
+            .is_none_or(|(l, r)| event_time_type(&l_rel, l) == event_time_type(&r_rel, r));
         let project = |rel: &Rel, exprs: &[SqlScalar], et: Option<&String>| -> Stream {
             let schema = rel.stream.schema();
             let mut cols: Vec<(String, SqlScalar)> = Vec::new();
@@ -100,7 +112,13 @@ impl Planner {
                 cols.push((name.clone(), e));
             }
             if let Some(et) = et {
-                cols.push((UNION_EVENT_TIME.into(), SqlScalar::column(et)));
+                let c = SqlScalar::column(et);
+                let c = if same_event_time_type {
+                    c
+                } else {
+                    c.cast(&DataType::Int64)
+                };
+                cols.push((UNION_EVENT_TIME.into(), c));
             }
             rel.stream.apply("calc", Arc::new(Calc::project(cols)))
         };
