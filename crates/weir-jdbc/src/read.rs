@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder,
-    StringBuilder,
+    BooleanBuilder, Date32Builder, Float32Builder, Float64Builder, Int16Builder, Int32Builder,
+    Int64Builder, Int8Builder, StringBuilder,
 };
 use arrow_array::{ArrayRef, Decimal128Array, PrimitiveArray, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
@@ -90,7 +90,9 @@ pub(crate) fn pg_type_name(t: &DataType) -> &'static str {
     match t {
         DataType::Int64 => "int8",
         DataType::Int32 => "int4",
-        DataType::Int16 => "int2",
+        DataType::Int16 | DataType::Int8 => "int2",
+        DataType::Date32 => "date",
+        DataType::Time32(_) => "time",
         DataType::Float64 => "float8",
         DataType::Float32 => "float4",
         DataType::Boolean => "bool",
@@ -113,12 +115,20 @@ pub(crate) enum Cell<'a> {
     Numeric(i128, i32),
     /// Microseconds since 1970 UTC.
     Micros(i64),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Microseconds since midnight.
+    TimeMicros(i64),
 }
 
 enum Builder {
     I64(Int64Builder),
     I32(Int32Builder),
     I16(Int16Builder),
+    I8(Int8Builder),
+    Date(Date32Builder),
+    /// TIME(0) in seconds, or TIME(3) in milliseconds (`true`).
+    Time(Vec<Option<i32>>, bool),
     F64(Float64Builder),
     F32(Float32Builder),
     Bool(BooleanBuilder),
@@ -144,6 +154,9 @@ impl Rows {
                     DataType::Int64 => Builder::I64(Int64Builder::new()),
                     DataType::Int32 => Builder::I32(Int32Builder::new()),
                     DataType::Int16 => Builder::I16(Int16Builder::new()),
+                    DataType::Int8 => Builder::I8(Int8Builder::new()),
+                    DataType::Date32 => Builder::Date(Date32Builder::new()),
+                    DataType::Time32(u) => Builder::Time(Vec::new(), *u == TimeUnit::Millisecond),
                     DataType::Float64 => Builder::F64(Float64Builder::new()),
                     DataType::Float32 => Builder::F32(Float32Builder::new()),
                     DataType::Boolean => Builder::Bool(BooleanBuilder::new()),
@@ -209,6 +222,31 @@ impl Rows {
             Builder::I64(b) => prim!(b, int(cell), "BIGINT"),
             Builder::I32(b) => prim!(b, int(cell).and_then(|v| i32::try_from(v).ok()), "INT"),
             Builder::I16(b) => prim!(b, int(cell).and_then(|v| i16::try_from(v).ok()), "SMALLINT"),
+            Builder::I8(b) => prim!(b, int(cell).and_then(|v| i8::try_from(v).ok()), "TINYINT"),
+            Builder::Date(b) => prim!(
+                b,
+                match cell {
+                    Cell::Date(d) => Some(d),
+                    Cell::Text(t) if t.trim().len() == 10 => parse_timestamp(t)
+                        .and_then(|us| i32::try_from(us.div_euclid(86_400_000_000)).ok()),
+                    _ => None,
+                },
+                "DATE"
+            ),
+            Builder::Time(b, millis) => {
+                let micros = match cell {
+                    Cell::Null => None,
+                    Cell::TimeMicros(v) => Some(v),
+                    Cell::Text(t) => Some(
+                        parse_timestamp(&format!("1970-01-01 {}", t.trim()))
+                            .filter(|us| (0..86_400_000_000).contains(us))
+                            .ok_or_else(|| bad("TIME"))?,
+                    ),
+                    _ => return Err(bad("TIME")),
+                };
+                let per = if *millis { 1_000 } else { 1_000_000 };
+                b.push(micros.map(|v| (v / per) as i32));
+            }
             Builder::F64(b) => prim!(b, float(cell), "DOUBLE"),
             Builder::F32(b) => prim!(b, float(cell).map(|v| v as f32), "FLOAT"),
             Builder::Bool(b) => prim!(
@@ -236,6 +274,8 @@ impl Rows {
                     b.append_value(crate::types::decimal_text(v, s))
                 }
                 Cell::Micros(v) => b.append_value(crate::types::timestamp_text(v)),
+                Cell::Date(d) => b.append_value(crate::types::date_text(d)),
+                Cell::TimeMicros(v) => b.append_value(crate::types::time_text((v / 1_000) as i32)),
             },
             Builder::Decimal(b, p, s) => {
                 let s = i32::from(*s);
@@ -289,6 +329,18 @@ impl Rows {
                     Builder::I64(b) => Arc::new(b.finish()),
                     Builder::I32(b) => Arc::new(b.finish()),
                     Builder::I16(b) => Arc::new(b.finish()),
+                    Builder::I8(b) => Arc::new(b.finish()),
+                    Builder::Date(b) => Arc::new(b.finish()),
+                    Builder::Time(v, true) => Arc::new(
+                        PrimitiveArray::<arrow_array::types::Time32MillisecondType>::from(
+                            std::mem::take(v),
+                        ),
+                    ),
+                    Builder::Time(v, false) => Arc::new(
+                        PrimitiveArray::<arrow_array::types::Time32SecondType>::from(
+                            std::mem::take(v),
+                        ),
+                    ),
                     Builder::F64(b) => Arc::new(b.finish()),
                     Builder::F32(b) => Arc::new(b.finish()),
                     Builder::Bool(b) => Arc::new(b.finish()),
@@ -443,6 +495,15 @@ pub(crate) fn pg_cell<'a>(
             Cell::Micros(v.saturating_add(PG_EPOCH_MICROS))
         }
         Type::NUMERIC => numeric(b)?,
+        // DATE: days since 2000-01-01; TIME: microseconds since midnight.
+        Type::DATE => {
+            let d = i32::from_be_bytes(fixed(4)?.try_into().expect("4 bytes"));
+            if d == i32::MAX || d == i32::MIN {
+                return Err(format!("{ty} 'infinity' has no DATE value"));
+            }
+            Cell::Date(d.saturating_add(10_957))
+        }
+        Type::TIME => Cell::TimeMicros(i64::from_be_bytes(fixed(8)?.try_into().expect("8 bytes"))),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
             Cell::Text(std::str::from_utf8(b).map_err(|_| format!("{ty} value that is not UTF-8"))?)
         }

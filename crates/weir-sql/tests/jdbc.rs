@@ -430,3 +430,46 @@ INSERT INTO priced SELECT o.id, r.rate FROM orders o
         vec!["1,1.1000", "2,1.2000", "3,1.5000", "4,1.4000", "5,1.2000"]
     );
 }
+
+/// SMALLINT, TINYINT, DATE, TIME and TIME(3) columns written to a database table by one job and
+/// read back by another as a jdbc source give the same rows.
+fn calendar_round_trip(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = [
+        "1,-32768,127,2024-02-29,23:59:59,10:11:12.5",
+        "2,7,-128,1969-12-31,00:00:00,00:00:00.001",
+        "3,,,,,",
+    ];
+    std::fs::write(dir.path().join("in.csv"), rows.join("\n") + "\n").unwrap();
+    let columns = "id BIGINT, s SMALLINT, t TINYINT, d DATE, tm TIME, tm3 TIME(3)";
+    let table = format!(
+        "CREATE TABLE cal ({columns}) WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = 'calendar');"
+    );
+    let write = format!(
+        "CREATE TABLE input ({columns}) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/in.csv', 'format' = 'csv');
+         {table}
+         INSERT INTO cal SELECT * FROM input;"
+    );
+    run(&write, dir.path());
+    let read = format!(
+        "{table}
+         CREATE TABLE copy ({columns}) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/copy.csv', 'format' = 'csv');
+         INSERT INTO copy SELECT * FROM cal;"
+    );
+    run(&read, dir.path());
+    assert_eq!(lines(&dir.path().join("copy.csv")), rows);
+}
+
+#[test]
+fn smallint_tinyint_date_and_time_round_trip_through_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    calendar_round_trip(&format!("jdbc:sqlite:{}/cal.db", dir.path().display()));
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: run with scripts/test"]
+fn smallint_tinyint_date_and_time_round_trip_through_postgresql() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let schema = rt.block_on(weir_testkit::postgres::fresh_schema("calendar_sql"));
+    calendar_round_trip(&schema.url);
+}
