@@ -299,11 +299,8 @@ pub struct DeduplicateOp {
 
 impl DeduplicateOp {
     fn queue(&mut self, slot: usize, at: i64) {
-        let k = self.keys.get_mut(slot);
-        if k.timer.is_none_or(|q| at < q) {
-            k.timer = Some(at);
-            self.timers.push(at, slot, 0);
-        }
+        let timer = &mut self.keys.get_mut(slot).timer;
+        self.timers.push_earlier(timer, at, slot);
     }
 
     fn slot(&mut self, key: &[u8]) -> usize {

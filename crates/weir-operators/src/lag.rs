@@ -328,11 +328,8 @@ struct Out {
 
 impl LagOp {
     fn queue(&mut self, slot: usize, at: i64) {
-        let k = self.keys.get_mut(slot);
-        if k.timer.is_none_or(|q| at < q) {
-            k.timer = Some(at);
-            self.timers.push(at, slot, 0);
-        }
+        let timer = &mut self.keys.get_mut(slot).timer;
+        self.timers.push_earlier(timer, at, slot);
     }
 
     fn hold(&mut self, key: &[u8], held: Held) {

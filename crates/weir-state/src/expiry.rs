@@ -20,6 +20,17 @@ impl ExpiryQueue {
         self.staged.push((expiry, slot as u32, tag));
     }
 
+    /// Queues `slot` at `at` if that is earlier than `timer`, the earliest time queued for it
+    /// since its last entry fired (kept by the caller, one per slot), and records it there. An
+    /// entry that pops while its slot's `timer` is still later than the watermark was queued
+    /// before an earlier one took over: it is stale, and the caller does nothing for it.
+    pub fn push_earlier(&mut self, timer: &mut Option<i64>, at: i64, slot: usize) {
+        if timer.is_none_or(|q| at < q) {
+            *timer = Some(at);
+            self.push(at, slot, 0);
+        }
+    }
+
     /// Files staged entries into their buckets.
     pub fn flush(&mut self) {
         if self.staged.is_empty() {

@@ -120,27 +120,9 @@ impl Planner {
             )));
         }
         let frame = self.frame(&spec, &rel)?;
-        let mut keys = Vec::new();
-        for p in &spec.partition_by {
-            match ident_name(p) {
-                Some(n) => keys.push(rel.resolve(a_qualifier(p).as_deref(), &n)?),
-                None => {
-                    return Err(plan_err(format!(
-                    "PARTITION BY {p}: weir partitions by columns; compute `{p}` in a view first"
-                )))
-                }
-            }
-        }
         let mut aggs: Vec<(String, Aggregate)> = Vec::new();
         let mut args: Vec<(String, SqlScalar)> = Vec::new();
-        if keys.is_empty() {
-            // Without PARTITION BY: every row under one key, in one subtask (as in Flink); a
-            // LAG before may have added the column.
-            if rel.stream.schema().index_of(ALL_ROWS).is_err() {
-                args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
-            }
-            keys.push(ALL_ROWS.to_string());
-        }
+        let keys = partition_keys(&spec, &rel, &mut args)?;
         let mut restore = Vec::new();
         for (call, _) in &calls {
             add_aggregate(call, &rel, &mut aggs, &mut args, &mut restore)?;
@@ -317,21 +299,7 @@ impl Planner {
                 rel.time_attr_names()
             )));
         }
-        let mut keys = Vec::new();
-        for p in &spec.partition_by {
-            match ident_name(p) {
-                Some(n) => keys.push(rel.resolve(a_qualifier(p).as_deref(), &n)?),
-                None => {
-                    return Err(plan_err(format!(
-                    "PARTITION BY {p}: weir partitions by columns; compute `{p}` in a view first"
-                )))
-                }
-            }
-        }
-        if keys.is_empty() {
-            args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
-            keys.push(ALL_ROWS.to_string());
-        }
+        let keys = partition_keys(&spec, &rel, &mut args)?;
         if !args.is_empty() {
             let mut cols: Vec<(String, SqlScalar)> = (rel.stream.schema().fields().iter())
                 .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
@@ -478,6 +446,33 @@ impl Planner {
             ))),
         }
     }
+}
+
+/// The PARTITION BY columns of an OVER window; without any, every row under one key, in one
+/// subtask (as in Flink), its column added to `args` unless the stream has it already.
+fn partition_keys(
+    spec: &WindowSpec,
+    rel: &Rel,
+    args: &mut Vec<(String, SqlScalar)>,
+) -> Result<Vec<String>> {
+    let mut keys = Vec::new();
+    for p in &spec.partition_by {
+        match ident_name(p) {
+            Some(n) => keys.push(rel.resolve(a_qualifier(p).as_deref(), &n)?),
+            None => {
+                return Err(plan_err(format!(
+                    "PARTITION BY {p}: weir partitions by columns; compute `{p}` in a view first"
+                )))
+            }
+        }
+    }
+    if keys.is_empty() {
+        if rel.stream.schema().index_of(ALL_ROWS).is_err() {
+            args.push((ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
+        }
+        keys.push(ALL_ROWS.to_string());
+    }
+    Ok(keys)
 }
 
 /// LAG's offset: a whole number from 1.
