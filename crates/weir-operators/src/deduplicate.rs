@@ -51,7 +51,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, UInt8Type};
-use arrow_array::{ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_array::{ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
@@ -554,7 +554,6 @@ impl Operator for DeduplicateOp {
     /// run's first row) and its latest row (`LATEST`). Timers are not stored: a restore queues
     /// each key again.
     fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
-        let parser = self.all.parser();
         // (key group, key, kind, time, last, row)
         type Entry<'a> = (u16, &'a [u8], u8, i64, i64, Option<&'a [u8]>);
         let mut entries: Vec<Entry> = Vec::new();
@@ -572,22 +571,12 @@ impl Operator for DeduplicateOp {
                 entries.push((g, key, LATEST, l.time, l.time, Some(&l.row)));
             }
         }
-        let mut rows = Vec::new();
-        let take: Vec<Option<u32>> = (entries.iter())
-            .map(|e| {
-                e.5.map(|r| {
-                    rows.push(parser.parse(r));
-                    (rows.len() - 1) as u32
-                })
-            })
-            .collect();
         let groups = entries.iter().map(|e| e.0).collect();
         let keys: Vec<&[u8]> = entries.iter().map(|e| e.1).collect();
         let kinds: Vec<u8> = entries.iter().map(|e| e.2).collect();
         let times: Vec<i64> = entries.iter().map(|e| e.3).collect();
         let lasts: Vec<i64> = entries.iter().map(|e| e.4).collect();
-        let held = self.all.convert_rows(rows)?;
-        let take = UInt32Array::from(take);
+        let rows: Vec<Option<&[u8]>> = entries.iter().map(|e| e.5).collect();
         let mut cols: Vec<ArrayRef> = vec![
             key_group_column(groups),
             Arc::new(BinaryArray::from_vec(keys)),
@@ -595,9 +584,7 @@ impl Operator for DeduplicateOp {
             Arc::new(Int64Array::from(times)),
             Arc::new(Int64Array::from(lasts)),
         ];
-        for c in held {
-            cols.push(arrow_select::take::take(&c, &take, None)?);
-        }
+        cols.extend(crate::held_rows::columns_with_gaps(&self.all, &rows)?);
         Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
     }
 

@@ -524,20 +524,6 @@ impl Operator for LagOp {
                 entries.push((g, key, LAST, l, 0, None, None));
             }
         }
-        let (parser, lag_parser) = (self.all.parser(), self.lagged.parser());
-        let (mut rows, mut lags) = (Vec::new(), Vec::new());
-        let mut row_take: Vec<Option<u32>> = Vec::new();
-        let mut lag_take: Vec<Option<u32>> = Vec::new();
-        for e in &entries {
-            row_take.push(e.5.map(|r| {
-                rows.push(parser.parse(r));
-                (rows.len() - 1) as u32
-            }));
-            lag_take.push(e.6.map(|v| {
-                lags.push(lag_parser.parse(v));
-                (lags.len() - 1) as u32
-            }));
-        }
         let mut cols: Vec<ArrayRef> = vec![
             key_group_column(entries.iter().map(|e| e.0).collect()),
             Arc::new(BinaryArray::from_vec(entries.iter().map(|e| e.1).collect())),
@@ -551,13 +537,10 @@ impl Operator for LagOp {
                 entries.iter().map(|e| e.4).collect::<Vec<_>>(),
             )),
         ];
-        let (row_take, lag_take) = (UInt32Array::from(row_take), UInt32Array::from(lag_take));
-        for c in self.all.convert_rows(rows)? {
-            cols.push(arrow_select::take::take(&c, &row_take, None)?);
-        }
-        for c in self.lagged.convert_rows(lags)? {
-            cols.push(arrow_select::take::take(&c, &lag_take, None)?);
-        }
+        let rows: Vec<Option<&[u8]>> = entries.iter().map(|e| e.5).collect();
+        let lags: Vec<Option<&[u8]>> = entries.iter().map(|e| e.6).collect();
+        cols.extend(crate::held_rows::columns_with_gaps(&self.all, &rows)?);
+        cols.extend(crate::held_rows::columns_with_gaps(&self.lagged, &lags)?);
         Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
     }
 

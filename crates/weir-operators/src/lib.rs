@@ -18,6 +18,7 @@ pub mod aggregates;
 pub mod count;
 pub mod deduplicate;
 pub mod group_aggregate;
+mod held_rows;
 pub mod interval_join;
 pub mod join;
 pub mod lag;
