@@ -6,13 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
-use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use weir_operators::{Deduplicate, Keep};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::StreamBatch;
-use weir_testkit::{Input, KeyedSubtasks};
+use weir_testkit::{watermarked_script, Input, KeyedSubtasks};
 
 /// A row: key, value (NULL sometimes), time relative to the watermark.
 #[derive(Debug, Clone)]
@@ -22,11 +20,7 @@ struct RawRow {
     offset: i64,
 }
 
-#[derive(Debug, Clone)]
-enum Step {
-    Rows(Vec<RawRow>),
-    Advance(i64),
-}
+type Step = weir_testkit::Step<RawRow>;
 
 fn info() -> StreamInfo {
     StreamInfo {
@@ -56,36 +50,21 @@ fn step() -> impl Strategy<Value = Step> {
 
 /// Batches whose rows carry the watermark before them, and the watermarks.
 fn script(steps: &[Step]) -> Vec<Input> {
-    let mut wm: Option<i64> = None;
-    let mut out = Vec::new();
-    for s in steps {
-        match s {
-            Step::Rows(rows) => {
-                let base = wm.unwrap_or(0);
-                let batch = RecordBatch::try_new(
-                    info().schema,
-                    vec![
-                        Arc::new(StringArray::from_iter_values(
-                            rows.iter().map(|r| format!("k{}", r.k)),
-                        )),
-                        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
-                        Arc::new(Int64Array::from_iter_values(
-                            rows.iter().map(|r| base + r.offset),
-                        )),
-                    ],
-                )
-                .unwrap();
-                let wms = ScalarBuffer::from(vec![wm.unwrap_or(i64::MIN); rows.len()]);
-                out.push(Input::Batch(StreamBatch::with_row_watermarks(batch, wms)));
-            }
-            Step::Advance(d) => {
-                let w = wm.unwrap_or(0) + d;
-                wm = Some(w);
-                out.push(Input::Watermark(w));
-            }
-        }
-    }
-    out
+    watermarked_script(steps, |rows, base| {
+        RecordBatch::try_new(
+            info().schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| format!("k{}", r.k)),
+                )),
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+                Arc::new(Int64Array::from_iter_values(
+                    rows.iter().map(|r| base + r.offset),
+                )),
+            ],
+        )
+        .unwrap()
+    })
 }
 
 type Row = (String, Option<i64>, i64);

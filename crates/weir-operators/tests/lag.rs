@@ -5,13 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray};
-use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use weir_operators::Lag;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::StreamBatch;
-use weir_testkit::{Harness, Input, KeyedSubtasks};
+use weir_testkit::{watermarked_script, Harness, Input, KeyedSubtasks};
 
 /// A row: key, value (NULL sometimes), time relative to the watermark.
 #[derive(Debug, Clone)]
@@ -21,11 +19,7 @@ struct RawRow {
     offset: i64,
 }
 
-#[derive(Debug, Clone)]
-enum Step {
-    Rows(Vec<RawRow>),
-    Advance(i64),
-}
+type Step = weir_testkit::Step<RawRow>;
 
 fn info() -> StreamInfo {
     StreamInfo {
@@ -57,40 +51,25 @@ fn step() -> impl Strategy<Value = Step> {
 /// Batches whose rows carry the watermark before them (and an id: their arrival order), and
 /// the watermarks.
 fn script(steps: &[Step]) -> Vec<Input> {
-    let mut wm: Option<i64> = None;
     let mut id = 0;
-    let mut out = Vec::new();
-    for s in steps {
-        match s {
-            Step::Rows(rows) => {
-                let base = wm.unwrap_or(0);
-                let ids: Vec<i64> = (0..rows.len() as i64).map(|i| id + i).collect();
-                id += rows.len() as i64;
-                let batch = RecordBatch::try_new(
-                    info().schema,
-                    vec![
-                        Arc::new(StringArray::from_iter_values(
-                            rows.iter().map(|r| format!("k{}", r.k)),
-                        )),
-                        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
-                        Arc::new(Int64Array::from_iter_values(
-                            rows.iter().map(|r| base + r.offset),
-                        )),
-                        Arc::new(Int64Array::from(ids)),
-                    ],
-                )
-                .unwrap();
-                let wms = ScalarBuffer::from(vec![wm.unwrap_or(i64::MIN); rows.len()]);
-                out.push(Input::Batch(StreamBatch::with_row_watermarks(batch, wms)));
-            }
-            Step::Advance(d) => {
-                let w = wm.unwrap_or(0) + d;
-                wm = Some(w);
-                out.push(Input::Watermark(w));
-            }
-        }
-    }
-    out
+    watermarked_script(steps, |rows, base| {
+        let ids: Vec<i64> = (0..rows.len() as i64).map(|i| id + i).collect();
+        id += rows.len() as i64;
+        RecordBatch::try_new(
+            info().schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| format!("k{}", r.k)),
+                )),
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+                Arc::new(Int64Array::from_iter_values(
+                    rows.iter().map(|r| base + r.offset),
+                )),
+                Arc::new(Int64Array::from(ids)),
+            ],
+        )
+        .unwrap()
+    })
 }
 
 /// (k, v, ts, id)

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use weir_operators::{Window, WindowRank, Windowed};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
-use weir_testkit::{rows, sorted_lines, Harness, Input, KeyedSubtasks};
+use weir_testkit::{rows, sorted_lines, watermarked_script, Harness, Input, KeyedSubtasks};
 
 const SIZE: i64 = 100;
 
@@ -25,11 +25,7 @@ struct RawRow {
     offset: i64,
 }
 
-#[derive(Debug, Clone)]
-enum Step {
-    Rows(Vec<RawRow>),
-    Advance(i64),
-}
+type Step = weir_testkit::Step<RawRow>;
 
 /// Rows as a window table function gives them: k, v, x, ts and the tumbling window's columns.
 fn info() -> StreamInfo {
@@ -66,44 +62,29 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn script(steps: &[Step]) -> Vec<Input> {
-    let mut wm: Option<i64> = None;
-    let mut out = Vec::new();
-    for s in steps {
-        match s {
-            Step::Rows(rows) => {
-                let base = wm.unwrap_or(0);
-                let ts: Vec<i64> = rows.iter().map(|r| base + r.offset).collect();
-                let start: Vec<i64> = ts.iter().map(|t| t - t.rem_euclid(SIZE)).collect();
-                let batch = RecordBatch::try_new(
-                    info().schema,
-                    vec![
-                        Arc::new(StringArray::from_iter_values(
-                            rows.iter().map(|r| format!("k{}", r.k)),
-                        )),
-                        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
-                        Arc::new(Float64Array::from_iter_values(
-                            rows.iter().map(|r| r.x as f64 / 2.0),
-                        )),
-                        Arc::new(Int64Array::from(ts.clone())),
-                        Arc::new(Int64Array::from(start.clone())),
-                        Arc::new(Int64Array::from_iter_values(start.iter().map(|s| s + SIZE))),
-                        Arc::new(Int64Array::from_iter_values(
-                            start.iter().map(|s| s + SIZE - 1),
-                        )),
-                    ],
-                )
-                .unwrap();
-                let wms = ScalarBuffer::from(vec![wm.unwrap_or(i64::MIN); rows.len()]);
-                out.push(Input::Batch(StreamBatch::with_row_watermarks(batch, wms)));
-            }
-            Step::Advance(d) => {
-                let w = wm.unwrap_or(0) + d;
-                wm = Some(w);
-                out.push(Input::Watermark(w));
-            }
-        }
-    }
-    out
+    watermarked_script(steps, |rows, base| {
+        let ts: Vec<i64> = rows.iter().map(|r| base + r.offset).collect();
+        let start: Vec<i64> = ts.iter().map(|t| t - t.rem_euclid(SIZE)).collect();
+        RecordBatch::try_new(
+            info().schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| format!("k{}", r.k)),
+                )),
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+                Arc::new(Float64Array::from_iter_values(
+                    rows.iter().map(|r| r.x as f64 / 2.0),
+                )),
+                Arc::new(Int64Array::from(ts.clone())),
+                Arc::new(Int64Array::from(start.clone())),
+                Arc::new(Int64Array::from_iter_values(start.iter().map(|s| s + SIZE))),
+                Arc::new(Int64Array::from_iter_values(
+                    start.iter().map(|s| s + SIZE - 1),
+                )),
+            ],
+        )
+        .unwrap()
+    })
 }
 
 fn spec(n: u64, descending: bool) -> WindowRank {

@@ -336,6 +336,43 @@ pub enum Input {
     Watermark(i64),
 }
 
+/// A step of a random one-input test script: rows (whose times the test gives relative to the
+/// watermark so far), or the watermark moving on by some milliseconds.
+#[derive(Debug, Clone)]
+pub enum Step<R> {
+    Rows(Vec<R>),
+    Advance(i64),
+}
+
+/// The [`Input`]s of `steps`: each step's rows as the batch `batch` makes of them, given the
+/// watermark so far (0 before the first), every row carrying that watermark as its split's
+/// (`i64::MIN` before the first); and each watermark, the last moved on by the step's amount.
+pub fn watermarked_script<R>(
+    steps: &[Step<R>],
+    mut batch: impl FnMut(&[R], i64) -> RecordBatch,
+) -> Vec<Input> {
+    let mut wm: Option<i64> = None;
+    let mut out = Vec::new();
+    for s in steps {
+        match s {
+            Step::Rows(rows) => {
+                let data = batch(rows, wm.unwrap_or(0));
+                let wms = vec![wm.unwrap_or(i64::MIN); data.num_rows()];
+                out.push(Input::Batch(StreamBatch::with_row_watermarks(
+                    data,
+                    wms.into(),
+                )));
+            }
+            Step::Advance(d) => {
+                let w = wm.unwrap_or(0) + d;
+                wm = Some(w);
+                out.push(Input::Watermark(w));
+            }
+        }
+    }
+    out
+}
+
 /// The subtasks of one run of a keyed operator at some parallelism, fed as the runtime feeds
 /// them: rows to the subtask owning their key's group, watermarks to all. For tests that cut a
 /// run, snapshot it and restore it at another parallelism.
