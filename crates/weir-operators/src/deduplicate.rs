@@ -51,7 +51,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, UInt8Type};
-use arrow_array::{ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch};
+use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
@@ -391,21 +391,6 @@ impl DeduplicateOp {
         self.queue(slot, expires);
     }
 
-    /// Whether each row is late: at or below the watermark (keep-first), or more than the TTL
-    /// below it (keep-last).
-    fn late_mask(&self, batch: &StreamBatch, times: &[i64]) -> Vec<bool> {
-        let slack = match self.keep {
-            Keep::First => 0,
-            Keep::Last => self.ttl_ms,
-        };
-        (times.iter().enumerate())
-            .map(|(i, &t)| {
-                let row_wm = batch.row_watermarks.as_ref().map_or(i64::MIN, |w| w[i]);
-                t <= row_wm.max(self.watermark).saturating_sub(slack)
-            })
-            .collect()
-    }
-
     fn emit_rows(&self, rows: &[Box<[u8]>], ctx: &mut Context) -> Result<()> {
         let parser = self.all.parser();
         for chunk in rows.chunks(8192) {
@@ -484,19 +469,17 @@ impl Operator for DeduplicateOp {
             return Ok(());
         }
         let times = event_times(&batch.data, self.event_time)?;
-        let late = self.late_mask(&batch, &times);
-        let (batch, times) = if late.iter().any(|&l| l) {
-            let mask: BooleanArray = late.iter().map(|&l| Some(l)).collect();
-            let late_rows = batch.filter(&mask)?;
-            self.late += late_rows.num_rows() as u64;
-            ctx.emit_late(late_rows);
-            let keep: BooleanArray = late.iter().map(|&l| Some(!l)).collect();
-            let on_time = batch.filter(&keep)?;
-            let times = event_times(&on_time.data, self.event_time)?;
-            (on_time, times)
-        } else {
-            (batch, times)
+        // Keep-last takes rows behind the watermark up to the TTL behind it.
+        let slack = match self.keep {
+            Keep::First => 0,
+            Keep::Last => self.ttl_ms,
         };
+        let (batch, times, late) =
+            crate::held_rows::split_late(batch, &times, self.watermark, slack)?;
+        if let Some(late) = late {
+            self.late += late.num_rows() as u64;
+            ctx.emit_late(late);
+        }
         if batch.data.num_rows() == 0 {
             return Ok(());
         }

@@ -432,14 +432,11 @@ impl Operator for LagOp {
             return Ok(());
         }
         let times = event_times(&batch.data, self.event_time)?;
-        let op_wm = self.watermark;
-        let (batch, late) = batch.split_late(&times, |t, wm| t <= wm.max(op_wm))?;
+        let (batch, times, late) = crate::held_rows::split_late(batch, &times, self.watermark, 0)?;
         if let Some(late) = late {
             self.late += late.num_rows() as u64;
             ctx.emit_late(late);
         }
-        // Rows behind this operator's watermark without per-row watermarks are late too.
-        let times = event_times(&batch.data, self.event_time)?;
         let data = &batch.data;
         let keys = self.encoder.encode(data)?;
         let rows = self.all.convert_columns(data.columns())?;
@@ -449,12 +446,7 @@ impl Operator for LagOp {
             .map(|&c| data.column(c).clone())
             .collect();
         let lagged = self.lagged.convert_columns(&lag_cols)?;
-        let mut late_rows = Vec::new();
         for (i, key) in keys.iter().enumerate() {
-            if times[i] <= op_wm {
-                late_rows.push(i as u32);
-                continue;
-            }
             self.arrivals += 1;
             let held = Held {
                 time: times[i],
@@ -463,13 +455,6 @@ impl Operator for LagOp {
                 lagged: lagged.row(i).as_ref().into(),
             };
             self.hold(key.as_ref(), held);
-        }
-        if !late_rows.is_empty() {
-            let idx = UInt32Array::from(late_rows);
-            self.late += idx.len() as u64;
-            ctx.emit_late(StreamBatch::new(arrow_select::take::take_record_batch(
-                data, &idx,
-            )?));
         }
         Ok(())
     }
