@@ -263,3 +263,13 @@ fn over_aggregation_over_range_and_rows_frames_is_flinks() {
 fn over_aggregation_over_an_unbounded_frame_is_flinks() {
     check("over_unbounded");
 }
+
+#[test]
+fn session_windows_that_merge_keep_every_aggregate_of_both_sides() {
+    check("session_distinct");
+}
+
+#[test]
+fn concat_is_null_with_a_null_argument_and_text_casts_to_integers_truncate() {
+    check("text_casts");
+}

@@ -749,9 +749,9 @@ impl WindowAggregateOp {
             s.update(v, i);
         }
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
-        self.values_held += held(&states).0;
-        // The bytes of the sessions merged into this row's.
-        let mut merged_bytes = 0;
+        // The values and bytes of the sessions merged into this row's (a merge of distinct
+        // sets holds fewer values than its parts).
+        let (mut merged_values, mut merged_bytes) = (0, 0);
         let sessions = self.sessions.get_mut(slot);
         // Merge every session this row's window [ts, ts + gap) overlaps.
         let mut k = 0;
@@ -765,7 +765,9 @@ impl WindowAggregateOp {
                 let s = sessions.swap_remove(k);
                 start = start.min(s.start);
                 end = end.max(s.end);
-                merged_bytes += GROUP_OVERHEAD + held(&s.states).1;
+                let (values, bytes) = held(&s.states);
+                merged_values += values;
+                merged_bytes += GROUP_OVERHEAD + bytes;
                 for (a, b) in states.iter_mut().zip(s.states) {
                     a.merge(b);
                 }
@@ -774,7 +776,9 @@ impl WindowAggregateOp {
                 k += 1;
             }
         }
-        self.state_bytes += GROUP_OVERHEAD + held(&states).1;
+        let (values, bytes) = held(&states);
+        self.values_held = self.values_held + values - merged_values;
+        self.state_bytes += GROUP_OVERHEAD + bytes;
         self.state_bytes -= merged_bytes;
         sessions.push(Session { start, end, states });
         self.group_count = self.group_count + 1 - merged;

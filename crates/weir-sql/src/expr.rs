@@ -119,6 +119,7 @@ impl SqlScalar {
                 .build(),
         );
         let coerced = simplifier.coerce(logical, &df_schema).map_err(fail)?;
+        let coerced = crate::functions::flink_casts(coerced, &df_schema).map_err(fail)?;
         let simplified = simplifier.simplify(coerced).map_err(fail)?;
         let physical = datafusion_physical_expr::create_physical_expr(
             &simplified,

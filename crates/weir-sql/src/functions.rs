@@ -1,6 +1,7 @@
 //! Flink built-ins that DataFusion lacks, with Flink's types, NULLs and spelling: TIMESTAMPADD,
 //! TIMESTAMPDIFF, TO_TIMESTAMP, FROM_UNIXTIME, SPLIT_INDEX, REGEXP_EXTRACT and JSON_VALUE
-//! ([`udfs`]), and [`prepare`], what their SQL needs before DataFusion plans it: the time unit
+//! ([`udfs`]); Flink's CONCAT and casts of text to integers where DataFusion's differ
+//! ([`text`]); and [`prepare`], what their SQL needs before DataFusion plans it: the time unit
 //! keyword of TIMESTAMPADD and TIMESTAMPDIFF becomes a string literal, JSON_VALUE's RETURNING
 //! becomes a TRY_CAST, and CURRENT_WATERMARK of anything but a time attribute is refused.
 //!
@@ -9,6 +10,9 @@
 
 mod datetime;
 mod json;
+mod text;
+
+pub(crate) use text::flink_casts;
 
 use std::sync::Arc;
 
@@ -45,7 +49,9 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
             signature: Signature::user_defined(Volatility::Immutable),
         }))
     })
-    .into()
+    .into_iter()
+    .chain([text::Concat::udf()])
+    .collect()
 }
 
 /// Rewrites one expression node (not its children) for DataFusion: the unit of TIMESTAMPADD

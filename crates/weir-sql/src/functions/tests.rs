@@ -403,3 +403,46 @@ fn current_watermark_outside_a_table_with_a_time_attribute_is_refused_by_name() 
         "{e}"
     );
 }
+
+#[test]
+fn concat_is_null_when_an_argument_is_null_and_concat_ws_skips_nulls() {
+    // Flink: CONCAT returns NULL if any argument is NULL; CONCAT_WS skips NULL arguments and
+    // is NULL only for a NULL separator.
+    assert_eq!(
+        eval("CONCAT('x', s, '-')"),
+        (DataType::Utf8, vec!["xa,b,c-".into(), "NULL".into()])
+    );
+    assert_eq!(eval("CONCAT(s)").1, vec!["a,b,c", "NULL"]);
+    assert_eq!(eval("CONCAT('n=', n)").1, vec!["n=2", "NULL"]);
+    assert_eq!(
+        eval("CONCAT_WS('/', 'x', s, 'y')").1,
+        vec!["x/a,b,c/y", "x/y"]
+    );
+    assert_eq!(eval("CONCAT_WS(s, 'x', 'y')").1, vec!["xa,b,cy", "NULL"]);
+    assert_eq!(eval("'x' || s").1, vec!["xa,b,c", "NULL"]);
+}
+
+#[test]
+fn text_cast_to_an_integer_type_truncates_a_fraction_as_flink() {
+    // Flink reads the integral part and checks the fraction is digits (BinaryStringDataUtil).
+    for (sql, want) in [
+        ("CAST('3.5' AS INT)", "3"),
+        ("CAST('-3.9' AS BIGINT)", "-3"),
+        ("CAST(' 42 ' AS SMALLINT)", "42"),
+        ("CAST('.5' AS TINYINT)", "0"),
+        ("TRY_CAST('7.25' AS INT)", "7"),
+        ("TRY_CAST('7.2x' AS INT)", "NULL"),
+        ("TRY_CAST('1e3' AS INT)", "NULL"),
+        ("TRY_CAST('99999999999.5' AS INT)", "NULL"),
+        ("TRY_CAST('99999999999.5' AS BIGINT)", "99999999999"),
+        ("CAST('3.5' AS DOUBLE)", "3.5"),
+        ("CAST(CONCAT(CAST(n AS STRING), '.9') AS INT)", "2"),
+    ] {
+        assert_eq!(one(sql), want, "{sql}");
+    }
+    // Text Flink cannot read as an integer still fails a CAST: a dead letter at run time.
+    let p = SqlScalar::new("CAST(CONCAT(s, '.5') AS INT)")
+        .plan(&batch().schema())
+        .unwrap();
+    assert!(p.evaluate(&batch()).is_err());
+}

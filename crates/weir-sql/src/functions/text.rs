@@ -1,0 +1,212 @@
+//! Where Flink's text functions and casts give other values than DataFusion's: CONCAT is NULL
+//! when any argument is NULL (DataFusion's skips NULLs; CONCAT_WS skips them in both), and text
+//! cast to an integer type is read as Flink reads it, a fraction truncated (`CAST('3.5' AS INT)`
+//! is 3; Arrow's cast fails on it).
+
+use std::sync::Arc;
+
+use arrow_array::builder::StringBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, StringArray};
+use arrow_schema::DataType;
+use datafusion_common::tree_node::{Transformed, TreeNode};
+use datafusion_common::DFSchema;
+use datafusion_expr::expr::{Cast, ScalarFunction, TryCast};
+use datafusion_expr::{
+    ColumnarValue, Expr, ExprSchemable, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
+
+use super::on_arrays;
+
+/// Flink's CONCAT: the arguments' text joined, NULL when any is NULL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Concat {
+    signature: Signature,
+}
+
+impl Concat {
+    pub(crate) fn udf() -> Arc<ScalarUDF> {
+        Arc::new(ScalarUDF::new_from_impl(Concat {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }))
+    }
+}
+
+impl ScalarUDFImpl for Concat {
+    fn name(&self) -> &str {
+        "concat"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
+        if arg_types.is_empty() {
+            return datafusion_common::plan_err!(
+                "CONCAT takes at least one argument: CONCAT(STRING, ...)"
+            );
+        }
+        // Any argument as its text, as DataFusion's CONCAT takes them.
+        Ok(vec![DataType::Utf8; arg_types.len()])
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        on_arrays(&args, |arrays| {
+            let parts: Vec<&StringArray> = arrays.iter().map(|a| a.as_string::<i32>()).collect();
+            let rows = arrays.first().map_or(0, |a| a.len());
+            let mut out = StringBuilder::with_capacity(rows, 0);
+            let mut text = String::new();
+            for i in 0..rows {
+                if parts.iter().any(|p| p.is_null(i)) {
+                    out.append_null();
+                    continue;
+                }
+                text.clear();
+                for p in &parts {
+                    text.push_str(p.value(i));
+                }
+                out.append_value(&text);
+            }
+            Ok(Arc::new(out.finish()) as ArrayRef)
+        })
+    }
+}
+
+/// Text as Flink's cast to an integer type reads it, handed on to Arrow's cast: spaces around
+/// it dropped and a fraction of digits cut (`' -3.9 '` is `-3`, `'.5'` is `0`, as Flink's
+/// `BinaryStringDataUtil.toLong`). Text Flink does not read as an integer is passed on as it
+/// is, so the cast fails on it (a dead letter) or, in TRY_CAST, is NULL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct IntegralText {
+    signature: Signature,
+}
+
+fn integral_text(s: &str) -> Option<String> {
+    let t = s.trim_matches(' ');
+    let (negative, body) = match t.as_bytes().first()? {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if body.is_empty() {
+        return None;
+    }
+    let (whole, fraction) = body.split_once('.').unwrap_or((body, ""));
+    let digits = |x: &str| x.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole = if whole.is_empty() { "0" } else { whole };
+    Some(format!("{}{whole}", if negative { "-" } else { "" }))
+}
+
+impl ScalarUDFImpl for IntegralText {
+    fn name(&self) -> &str {
+        "flink_integral_text"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        on_arrays(&args, |arrays| {
+            let text = arrays[0].as_string::<i32>();
+            let out: StringArray = text
+                .iter()
+                .map(|t| t.map(|t| integral_text(t).unwrap_or_else(|| t.to_string())))
+                .collect();
+            Ok(Arc::new(out) as ArrayRef)
+        })
+    }
+}
+
+/// `e` with Flink's casts where they differ from Arrow's: every CAST and TRY_CAST of text to
+/// an integer type reads the text as Flink does (see [`IntegralText`]). Runs on the coerced
+/// expression, before constant folding would cast a literal the Arrow way.
+///
+/// # Errors
+/// An expression whose type cannot be resolved over `schema`.
+pub(crate) fn flink_casts(e: Expr, schema: &DFSchema) -> datafusion_common::Result<Expr> {
+    let udf = Arc::new(ScalarUDF::new_from_impl(IntegralText {
+        signature: Signature::exact(vec![DataType::Utf8], Volatility::Immutable),
+    }));
+    let read = |inner: Box<Expr>| -> datafusion_common::Result<Box<Expr>> {
+        let inner = match inner.get_type(schema)? {
+            DataType::Utf8 => *inner,
+            _ => inner.cast_to(&DataType::Utf8, schema)?,
+        };
+        Ok(Box::new(Expr::ScalarFunction(ScalarFunction::new_udf(
+            udf.clone(),
+            vec![inner],
+        ))))
+    };
+    let text = |inner: &Expr| -> datafusion_common::Result<bool> {
+        Ok(matches!(
+            inner.get_type(schema)?,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ))
+    };
+    e.transform_up(|e| {
+        Ok(match e {
+            Expr::Cast(Cast { expr, field }) if field.data_type().is_integer() && text(&expr)? => {
+                Transformed::yes(Expr::Cast(Cast {
+                    expr: read(expr)?,
+                    field,
+                }))
+            }
+            Expr::TryCast(TryCast { expr, field })
+                if field.data_type().is_integer() && text(&expr)? =>
+            {
+                Transformed::yes(Expr::TryCast(TryCast {
+                    expr: read(expr)?,
+                    field,
+                }))
+            }
+            e => Transformed::no(e),
+        })
+    })
+    .map(|t| t.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::integral_text;
+
+    #[test]
+    fn integral_text_reads_as_flinks_cast() {
+        for (text, want) in [
+            ("3.5", Some("3")),
+            ("-3.9", Some("-3")),
+            (" 42 ", Some("42")),
+            ("+7.", Some("7")),
+            (".5", Some("0")),
+            ("-.5", Some("-0")),
+            ("12", Some("12")),
+            ("", None),
+            ("-", None),
+            ("1e3", None),
+            ("3.5x", None),
+            ("3,5", None),
+            ("\t3", None),
+        ] {
+            assert_eq!(integral_text(text).as_deref(), want, "{text:?}");
+        }
+    }
+}
