@@ -1220,6 +1220,11 @@ impl GeneratorReader {
 }
 
 impl SourceReader for GeneratorReader {
+    /// A generator split makes rows until its end (at its rate, if it has one): never idle.
+    fn has_ready_rows(&self, split: usize) -> bool {
+        self.splits.get(split).is_some_and(|g| !g.is_done())
+    }
+
     fn position(&self, split: usize) -> Option<serde_json::Value> {
         Some(self.splits.get(split)?.position(&self.plan))
     }

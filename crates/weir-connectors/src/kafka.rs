@@ -835,6 +835,19 @@ impl SourceReader for KafkaReader {
         Some(at.to_json())
     }
 
+    /// A bounded partition before its end, or one behind the end offset last fetched (every
+    /// few seconds, for the lag), has records: it is never idle.
+    fn has_ready_rows(&self, split: usize) -> bool {
+        if self.finished.get(split).copied().unwrap_or(true) {
+            return false;
+        }
+        if self.source.spec.bounded || !self.buffers[split].is_empty() {
+            return true;
+        }
+        let high = self.ctx.split_metrics[split].progress_total.load(Relaxed) as i64;
+        self.next[split] >= 0 && self.next[split] < high
+    }
+
     fn set_paused(&mut self, split: usize, paused: bool) -> bool {
         if self.finished[split] {
             // Not assigned when restored finished; nothing more to read anyway.

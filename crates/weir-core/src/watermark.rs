@@ -83,10 +83,11 @@ pub struct Observed {
 }
 
 impl SplitWatermarks {
+    /// A split's watermarks; `idle_timeout_ms` of `None` or 0 means it never goes idle.
     pub fn new(strategy: WatermarkStrategy, idle_timeout_ms: Option<i64>) -> Self {
         SplitWatermarks {
             strategy,
-            idle_timeout_ms,
+            idle_timeout_ms: idle_timeout_ms.filter(|&ms| ms > 0),
             max_seen: EventTime::MIN,
             last_row_at: None,
             idle: false,

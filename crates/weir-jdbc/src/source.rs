@@ -559,6 +559,12 @@ fn lite_scan(
 }
 
 impl SourceReader for JdbcReader {
+    /// A scan is bounded and read one split after another: a split not scanned to its end
+    /// has rows, and is never idle.
+    fn has_ready_rows(&self, split: usize) -> bool {
+        !self.finished.get(split).copied().unwrap_or(true)
+    }
+
     fn poll(&mut self) -> Result<SourcePoll> {
         loop {
             if let Some(run) = &mut self.current {

@@ -80,8 +80,12 @@ impl SourceOptions {
         self
     }
 
+    /// A split with no rows for `ms` of processing time stops holding the watermark back; 0
+    /// turns idleness off, as in Flink. Time the source spends blocked (by backpressure, by
+    /// barriers) does not count, and a split with rows ready is never idle
+    /// ([`SourceReader::has_ready_rows`](crate::SourceReader::has_ready_rows)).
     pub fn idle_timeout_ms(mut self, ms: i64) -> Self {
-        self.watermarks.idle_timeout_ms = Some(ms);
+        self.watermarks.idle_timeout_ms = (ms > 0).then_some(ms);
         self
     }
 

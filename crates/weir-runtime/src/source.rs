@@ -52,6 +52,15 @@ pub trait SourceReader: Send {
         false
     }
 
+    /// Whether split `split` has rows ready that [`poll`](SourceReader::poll) has not returned
+    /// yet: a file not read to its end, a bounded split of any kind before its end, a Kafka
+    /// partition behind its end offset. Such a split is never idle, however long the reader
+    /// spends on other splits, so on a bounded replay idleness never changes a result. The
+    /// default, `false`, lets a split go idle after the idle timeout without rows.
+    fn has_ready_rows(&self, _split: usize) -> bool {
+        false
+    }
+
     /// Where split `split` stands: just after the last row [`poll`](SourceReader::poll)
     /// returned for it, as JSON that a reader of the same source takes back through
     /// [`ReaderContext::start_positions`] to go on from there (a checkpoint records it). `None`

@@ -112,6 +112,12 @@ impl SourceReader for VecReader {
         true
     }
 
+    /// Every split is bounded: one not at its end has rows.
+    fn has_ready_rows(&self, split: usize) -> bool {
+        let (batch, _) = self.pos.get(split).copied().unwrap_or((0, 0));
+        batch < self.all[self.splits[split]].len()
+    }
+
     fn position(&self, split: usize) -> Option<serde_json::Value> {
         let (batch, row) = self.pos.get(split).copied().unwrap_or((0, 0));
         Some(serde_json::json!({ "batch": batch, "row": row }))

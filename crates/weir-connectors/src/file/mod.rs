@@ -723,6 +723,11 @@ impl FileReader {
 }
 
 impl SourceReader for FileReader {
+    /// A file not read to its end has rows: it is never idle.
+    fn has_ready_rows(&self, split: usize) -> bool {
+        !self.done.get(split).copied().unwrap_or(true)
+    }
+
     fn set_paused(&mut self, split: usize, paused: bool) -> bool {
         self.paused.resize(self.files.len(), false);
         self.paused[split] = paused;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{Array, BooleanArray};
-use weir_core::time::{Clock, Stopwatch, Watermark};
+use weir_core::time::{Clock, ProcTime, Stopwatch, Watermark};
 use weir_core::watermark::{SplitWatermarks, WatermarkTracker};
 
 use crate::error::{Error, Result};
@@ -229,13 +229,22 @@ impl SourceTask {
         let mut tracker = WatermarkTracker::new(n);
         let mut idle_out = false;
         let mut sent_wm = Watermark::MIN;
+        // Idleness runs on a clock that stops while the task waits to send (backpressure, a
+        // barrier's credit): a split is idle when it had no rows while the source could read,
+        // never because the job downstream was slow.
+        let mut blocked_ms = 0i64;
+        let clock = self.clock.clone();
+        let idle_clock = |blocked_ms: i64| ProcTime(clock.now().0 - blocked_ms);
+        let idle_timeout = self.watermarks.idle_timeout_ms.filter(|&ms| ms > 0);
         loop {
             if let Some(c) = checkpoints.as_deref_mut() {
                 while let Ok(epoch) = c.triggers.try_recv() {
                     let positions =
                         self.checkpoint(epoch, reader.as_ref(), &gens, &c.to_coordinator)?;
                     c.reported.insert(epoch.0, positions);
+                    let sent = self.clock.now().0;
                     self.outputs.broadcast(Message::Barrier(epoch)).await?;
+                    blocked_ms += self.clock.now().0 - sent;
                 }
                 let done = *c.completed.borrow();
                 let completed: Vec<u64> = c.reported.range(..=done).map(|(e, _)| *e).collect();
@@ -285,17 +294,22 @@ impl SourceTask {
                 // Paused splits are waiting, not idle.
                 for (k, g) in gens.iter_mut().enumerate() {
                     if al.paused[k] {
-                        g.touch(self.clock.now());
+                        g.touch(idle_clock(blocked_ms));
                     }
                 }
                 if al.whole_reader_paused {
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
                     // The splits that are not what holds the reader may still go idle; else a
                     // quiet one would hold the group, and so the paused reader, for ever.
-                    let now = self.clock.now();
+                    let now = idle_clock(blocked_ms);
                     let mut advanced = None;
                     for (i, g) in gens.iter_mut().enumerate() {
-                        if !al.paused[i] && g.check_idle(now) {
+                        if al.paused[i] || finished[i] {
+                            continue;
+                        }
+                        if reader.has_ready_rows(i) {
+                            g.touch(now);
+                        } else if g.check_idle(now) {
                             self.split_metrics[i].idle.store(true, Relaxed);
                             if let Some(w) = tracker.set_idle(i, true) {
                                 advanced = Some(w);
@@ -305,7 +319,9 @@ impl SourceTask {
                     if let Some(w) = advanced.filter(|w| *w > sent_wm) {
                         sent_wm = w;
                         m.watermark.store(w.0, Relaxed);
+                        let sent = self.clock.now().0;
                         self.outputs.broadcast(Message::Watermark(w)).await?;
+                        blocked_ms += self.clock.now().0 - sent;
                     }
                     let wait = (al.next_sample - self.clock.now().0).clamp(1, 100);
                     tokio::time::sleep(Duration::from_millis(wait as u64)).await;
@@ -327,7 +343,8 @@ impl SourceTask {
                             let batch = self.without_null_event_times(batch, et, split)?;
                             let times = weir_core::batch::event_times(&batch, et)?;
                             let mut row_wms = Vec::new();
-                            let obs = gens[split].observe(&times, self.clock.now(), &mut row_wms);
+                            let obs =
+                                gens[split].observe(&times, idle_clock(blocked_ms), &mut row_wms);
                             if let Some(&last) = times.last() {
                                 sm.last_event_time.store(last, Relaxed);
                             }
@@ -341,11 +358,13 @@ impl SourceTask {
                         }
                     };
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    let sent = self.clock.now().0;
                     self.outputs.emit(Port::Main, sb).await?;
                     if idle_out && !tracker.all_idle() {
                         idle_out = false;
                         self.outputs.broadcast(Message::Active).await?;
                     }
+                    blocked_ms += self.clock.now().0 - sent;
                 }
                 SourcePoll::NewSplit(sm) => {
                     tracing::info!(source = %self.name, split = %sm.split, "reading a new split");
@@ -385,11 +404,17 @@ impl SourceTask {
                 SourcePoll::Finished => break,
             }
             // A split with no rows for its idle timeout stops holding the watermark back, even
-            // while the other splits are busy (so checked on every pass, not only when waiting).
-            if self.watermarks.idle_timeout_ms.is_some() {
-                let now = self.clock.now();
+            // while the other splits are busy (so checked on every pass, not only when waiting),
+            // unless the reader has rows ready for it.
+            if idle_timeout.is_some() {
+                let now = idle_clock(blocked_ms);
                 for (i, g) in gens.iter_mut().enumerate() {
-                    if !finished[i] && g.check_idle(now) {
+                    if finished[i] {
+                        continue;
+                    }
+                    if reader.has_ready_rows(i) {
+                        g.touch(now);
+                    } else if g.check_idle(now) {
                         self.split_metrics[i].idle.store(true, Relaxed);
                         if let Some(w) = tracker.set_idle(i, true) {
                             advanced = advanced.max(Some(w));
@@ -398,13 +423,17 @@ impl SourceTask {
                 }
                 if tracker.all_idle() && !idle_out {
                     idle_out = true;
+                    let sent = self.clock.now().0;
                     self.outputs.broadcast(Message::Idle).await?;
+                    blocked_ms += self.clock.now().0 - sent;
                 }
             }
             if let Some(w) = advanced.filter(|w| *w > sent_wm) {
                 sent_wm = w;
                 m.watermark.store(w.0, Relaxed);
+                let sent = self.clock.now().0;
                 self.outputs.broadcast(Message::Watermark(w)).await?;
+                blocked_ms += self.clock.now().0 - sent;
             }
         }
         let last = match checkpoints {
