@@ -221,6 +221,8 @@ pub struct StateFileInfo {
     pub name: String,
     pub rows: u64,
     pub bytes: u64,
+    /// `weir_state::checkpoint::checksum` of the file's bytes.
+    pub checksum: String,
 }
 
 /// Where one split stands at a checkpoint.

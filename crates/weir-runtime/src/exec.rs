@@ -295,6 +295,7 @@ impl RunningJob {
                                     name: f.name,
                                     rows: f.rows,
                                     bytes: f.bytes,
+                                    checksum: Some(f.checksum),
                                 })
                                 .collect(),
                         });

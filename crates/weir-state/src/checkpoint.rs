@@ -144,6 +144,16 @@ pub struct StateFile {
     pub rows: u64,
     /// As [`CheckpointStorage::write_file`] returned; checked by `complete`.
     pub bytes: u64,
+    /// [`checksum`] of the file's bytes, checked when it is read back
+    /// ([`CheckpointStorage::read_state_file`]); absent in checkpoints of older weirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+}
+
+/// The checksum a manifest records for a state file: `xxh3:` and the 64-bit XXH3 hash of its
+/// bytes in hex.
+pub fn checksum(bytes: &[u8]) -> String {
+    format!("xxh3:{:016x}", twox_hash::XxHash3_64::oneshot(bytes))
 }
 
 /// Where one source split stands.
@@ -333,6 +343,40 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// `Internal` for a name that is not a plain file name; `Io` naming the file if it cannot
     /// be read.
     fn read_file(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>>;
+
+    /// The bytes of state file `file` of a complete checkpoint, checked against the size and
+    /// checksum its manifest records: a file that was changed, truncated or swapped for
+    /// another (another subtask's, another checkpoint's) is never restored.
+    ///
+    /// # Errors
+    /// As [`CheckpointStorage::read_file`]; `CorruptCheckpoint` naming the file, what the
+    /// manifest says and what was found, if they differ.
+    fn read_state_file(&self, checkpoint: &CheckpointHandle, file: &StateFile) -> Result<Vec<u8>> {
+        let bytes = self.read_file(checkpoint, &file.name)?;
+        let corrupt = |message: String| Error::CorruptCheckpoint {
+            path: checkpoint.location.join(&file.name),
+            message,
+        };
+        if bytes.len() as u64 != file.bytes {
+            return Err(corrupt(format!(
+                "it has {} bytes and the manifest of checkpoint {} says {}",
+                bytes.len(),
+                checkpoint.epoch.0,
+                file.bytes
+            )));
+        }
+        if let Some(want) = &file.checksum {
+            let found = checksum(&bytes);
+            if &found != want {
+                return Err(corrupt(format!(
+                    "its checksum is {found} and the manifest of checkpoint {} says {want}: the \
+                     file was changed or replaced after the checkpoint was taken",
+                    checkpoint.epoch.0
+                )));
+            }
+        }
+        Ok(bytes)
+    }
 
     /// Keeps the newest `keep` complete checkpoints (at least one) and removes older complete
     /// ones and every incomplete one older than the newest complete; savepoints are never

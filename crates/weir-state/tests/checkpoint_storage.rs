@@ -43,6 +43,7 @@ fn take(s: &LocalDirStorage, epoch: u64, subtasks: usize, savepoint: bool) -> Ma
                 name,
                 rows: 3,
                 bytes: written,
+                checksum: Some(weir_state::checkpoint::checksum(&bytes)),
             }],
         });
     }
@@ -238,6 +239,7 @@ fn concurrent_write_file_from_many_threads_all_land() {
                 name,
                 rows: 1,
                 bytes,
+                checksum: None,
             }],
         });
     }
@@ -285,6 +287,7 @@ fn a_corrupt_manifest_is_an_error_naming_it() {
                     name: "../../etc/passwd".into(),
                     rows: 0,
                     bytes: 0,
+                    checksum: None,
                 }],
             }],
         },
@@ -429,6 +432,7 @@ fn complete_refuses_a_manifest_that_does_not_match_the_files() {
                         name: name.into(),
                         rows: 1,
                         bytes,
+                        checksum: None,
                     }],
                 }],
             },
@@ -463,4 +467,42 @@ fn abort_removes_an_incomplete_checkpoint_only() {
     take(&s, 2, 1, false);
     assert!(s.abort(Epoch(2)).is_err());
     assert_eq!(latest_epoch(&s), Some(2));
+}
+
+/// A state file changed after its checkpoint completed (bytes flipped, or swapped for another
+/// subtask's file of the same size) is refused when read back, naming the file; the manifest's
+/// checksum is what tells (issue #25 item 5).
+#[test]
+fn a_state_file_changed_after_its_checkpoint_is_refused_when_read() {
+    let (_tmp, s) = storage();
+    let m = take(&s, 1, 3, false);
+    let handle = s.latest().unwrap().unwrap();
+    let files: Vec<StateFile> = m.state_files().map(|(_, f)| f.clone()).collect();
+    for f in &files {
+        assert_eq!(
+            s.read_state_file(&handle, f).unwrap(),
+            s.read_file(&handle, &f.name).unwrap()
+        );
+    }
+    // Flipped bytes, same size.
+    let path = handle.location.join(&files[1].name);
+    let mut bytes = fs::read(&path).unwrap();
+    for b in bytes.iter_mut().take(16) {
+        *b ^= 0xff;
+    }
+    fs::write(&path, &bytes).unwrap();
+    let err = s.read_state_file(&handle, &files[1]).unwrap_err();
+    assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err}");
+    assert!(err.to_string().contains(&files[1].name), "{err}");
+    assert!(err.to_string().contains("checksum"), "{err}");
+    // Another subtask's file in its place (another size here).
+    fs::copy(handle.location.join(&files[0].name), &path).unwrap();
+    let err = s.read_state_file(&handle, &files[1]).unwrap_err();
+    assert!(err.to_string().contains("bytes"), "{err}");
+    // A manifest of an older weir has no checksums: only the size is checked.
+    let old = StateFile {
+        checksum: None,
+        ..files[0].clone()
+    };
+    assert!(s.read_state_file(&handle, &old).is_ok());
 }

@@ -237,21 +237,24 @@ impl OperatorTask {
         };
         let batches = op.snapshot()?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let bytes = storage.write_file(epoch, name, &weir_state::snapshot::encode(&batches)?)?;
+        let encoded = weir_state::snapshot::encode(&batches)?;
+        let bytes = storage.write_file(epoch, name, &encoded)?;
         let mut files = vec![crate::checkpoint::StateFileInfo {
             name: name.clone(),
             rows,
             bytes,
+            checksum: weir_state::checkpoint::checksum(&encoded),
         }];
         if !self.timers.is_empty() {
             let timers = self.timers.snapshot(self.info.key_groups)?;
             let name = timers_file(name);
-            let bytes =
-                storage.write_file(epoch, &name, &weir_state::snapshot::encode(&[timers])?)?;
+            let encoded = weir_state::snapshot::encode(&[timers])?;
+            let bytes = storage.write_file(epoch, &name, &encoded)?;
             files.push(crate::checkpoint::StateFileInfo {
                 name,
                 rows: self.timers.len() as u64,
                 bytes,
+                checksum: weir_state::checkpoint::checksum(&encoded),
             });
         }
         Ok(files)

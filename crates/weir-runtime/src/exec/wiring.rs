@@ -588,13 +588,65 @@ impl CheckpointWiring {
 
 /// Refuses a restore whose checkpoint holds state or positions of nodes this job does not
 /// have: they would be dropped without a word (Flink refuses the same, unless told to allow
-/// non-restored state).
+/// non-restored state). Refuses, whatever is allowed, a checkpoint of another job: `--restore
+/// latest` finding one that another job wrote (the job's name differs), or any checkpoint whose
+/// sources read other inputs (none of a source's recorded splits, files or partitions, is one
+/// this job reads): its positions and state would give another job's answer.
 fn check_restorable(
     graph: &JobGraph,
     ids: &[String],
     restored: &crate::checkpoint::Restored,
 ) -> Result<()> {
     let m = &restored.manifest;
+    let latest = graph
+        .config
+        .checkpointing
+        .as_ref()
+        .and_then(|c| c.restore.as_deref())
+        == Some(weir_state::checkpoint::RESTORE_LATEST);
+    if latest && m.job != graph.name {
+        return Err(Error::plan(format!(
+            "--restore latest found checkpoint {} ({}), written by job `{}`, and this job is \
+             `{}`: another job's positions and state would give a wrong answer. Give each job \
+             its own folder (SET 'execution.checkpointing.dir' or --checkpoint-dir), restore a \
+             checkpoint of this job by its path, or name the job as before with SET \
+             'pipeline.name' = '{}' if only its file was renamed",
+            m.epoch.0,
+            restored.handle.location.display(),
+            m.job,
+            graph.name,
+            m.job
+        )));
+    }
+    for (n, id) in graph.nodes.iter().zip(ids) {
+        let NodeKind::Source { factory, .. } = &n.kind else {
+            continue;
+        };
+        let Some(recorded) = m.sources.get(id).filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let now = factory.splits()?;
+        if !recorded.keys().any(|s| now.contains(s)) {
+            let list = |names: Vec<&String>| {
+                let mut v: Vec<String> = names.iter().take(3).map(|s| format!("`{s}`")).collect();
+                if names.len() > 3 {
+                    v.push(format!("and {} more", names.len() - 3));
+                }
+                v.join(", ")
+            };
+            return Err(Error::plan(format!(
+                "checkpoint {} ({}) was taken while source `{}` read {}, and it reads {} now: \
+                 its positions and state belong to another input. Restore a checkpoint taken on \
+                 this input, or start without --restore (--allow-non-restored-state does not \
+                 apply: this is not a change of the job but of what it reads)",
+                m.epoch.0,
+                restored.handle.location.display(),
+                n.name,
+                list(recorded.keys().collect()),
+                list(now.iter().collect())
+            )));
+        }
+    }
     let unknown: Vec<&String> = (m.sources.keys())
         .chain(
             m.nodes
@@ -703,7 +755,7 @@ fn restored_state(
             } else {
                 &mut state.operator
             };
-            let bytes = storage.read_file(&r.handle, &f.name)?;
+            let bytes = storage.read_state_file(&r.handle, f)?;
             for b in weir_state::snapshot::decode(&bytes, &r.handle.location.join(&f.name))? {
                 let keyed = b
                     .schema()

@@ -1,0 +1,149 @@
+//! What a restore refuses (issue #25 items 4 and 5): the latest checkpoint of another job, a
+//! checkpoint of this job taken on another input, and a checkpoint whose state files were
+//! changed after it completed. Each was restored without a word before, and gave another
+//! answer.
+
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use arrow_schema::DataType;
+use weir_connectors::file::{FileFormat, FileSource, FileSourceSpec};
+use weir_core::SystemClock;
+use weir_operators::KeyedStreamExt;
+use weir_runtime::checkpoint::CheckpointConfig;
+use weir_runtime::{
+    exec, CollectSink, JobBuilder, JobConfig, RateLimitHandle, RateLimitedSink, SourceOptions,
+};
+
+/// `key,ts` rows: 200 keys, one row per millisecond.
+fn input(path: &Path, rows: usize) {
+    let mut text = String::from("key,ts\n");
+    for i in 0..rows {
+        text.push_str(&format!("k{},{}\n", i % 200, 1_704_067_200_000 + i as i64));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// A keyed count of `file` into a slow sink, checkpointed into `dir`.
+fn job(name: &str, file: &Path, dir: &Path, restore: bool) -> JobBuilder {
+    let mut checkpoints = CheckpointConfig::new(20, dir);
+    if restore {
+        checkpoints.restore = Some("latest".into());
+    }
+    let job = JobBuilder::with_config(
+        name,
+        JobConfig {
+            batch_rows: 100,
+            checkpointing: Some(checkpoints),
+            ..Default::default()
+        },
+    );
+    let spec = FileSourceSpec::new(
+        file.display().to_string(),
+        FileFormat::Csv,
+        vec![("key", DataType::Utf8), ("ts", DataType::Int64)],
+    );
+    job.source(
+        "events",
+        FileSource::new(spec).unwrap(),
+        SourceOptions::event_time("ts", 1_000),
+    )
+    .key_by(&["key"])
+    .count()
+    .sink(
+        "out",
+        RateLimitedSink::new(Arc::new(CollectSink::new()), RateLimitHandle::new(5_000)),
+    );
+    job
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runs `job` until two checkpoints have completed, then stops it.
+fn checkpoint_and_stop(job: JobBuilder) {
+    rt().block_on(async {
+        let running = exec::start(job.build().unwrap(), Arc::new(SystemClock)).unwrap();
+        let stop = running.stop_handle();
+        let metrics = running.metrics.clone();
+        tokio::spawn(async move {
+            while metrics.checkpoints.completed.load(Relaxed) < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            stop.stop();
+        });
+        let report = tokio::time::timeout(std::time::Duration::from_secs(120), running.wait())
+            .await
+            .expect("two checkpoints within 120 s")
+            .unwrap();
+        assert!(report.stopped, "the job ended before two checkpoints");
+    });
+}
+
+/// Starts `job`, which restores the latest checkpoint, and returns why it was refused.
+fn refused(job: JobBuilder) -> String {
+    rt().block_on(async {
+        match exec::start(job.build().unwrap(), Arc::new(SystemClock)) {
+            Ok(running) => match running.wait().await {
+                Ok(_) => panic!("the restore was taken"),
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        }
+    })
+}
+
+#[test]
+fn a_restore_refuses_another_jobs_checkpoint_another_input_and_a_changed_state_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, dir) = (
+        tmp.path().join("a.csv"),
+        tmp.path().join("b.csv"),
+        tmp.path().join("checkpoints"),
+    );
+    input(&a, 20_000);
+    input(&b, 20_000);
+    checkpoint_and_stop(job("counts", &a, &dir, false));
+
+    // Another job finding this one's checkpoint through `latest`.
+    let err = refused(job("other counts", &a, &dir, true));
+    assert!(
+        err.contains("written by job `counts`") && err.contains("this job is `other counts`"),
+        "{err}"
+    );
+
+    // The same job over another input.
+    let err = refused(job("counts", &b, &dir, true));
+    assert!(
+        err.contains("source `events` read") && err.contains("a.csv") && err.contains("b.csv"),
+        "{err}"
+    );
+
+    // 16 bytes of a state file flipped after the checkpoint completed.
+    let newest = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("_manifest.json").exists())
+        .max()
+        .unwrap();
+    let state = std::fs::read_dir(&newest)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "arrow"))
+        .expect("a state file");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let at = bytes.len() / 2;
+    for byte in &mut bytes[at..at + 16] {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&state, &bytes).unwrap();
+    let err = refused(job("counts", &a, &dir, true));
+    let name = state.file_name().unwrap().to_string_lossy().to_string();
+    assert!(err.contains(&name) && err.contains("checksum"), "{err}");
+}
