@@ -15,7 +15,7 @@ use weir_core::SystemClock;
 use weir_runtime::metrics::SplitMetrics;
 use weir_runtime::source::{DeadLetters, ReaderContext};
 use weir_runtime::{exec, JobBuilder, SourceFactory, SourceOptions, SourcePoll, SourceReader};
-use weir_testkit::kafka::{bootstrap, rt, topic};
+use weir_testkit::kafka::{bootstrap, rt, topic, within};
 
 /// Writes generator rows to a topic (JSON, keyed by `key`).
 fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec) {
@@ -39,8 +39,12 @@ fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec) {
             },
         },
     );
-    rt.block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
-        .unwrap();
+    within(
+        rt,
+        &format!("writing rows to topic {topic}"),
+        exec::run(job.build().unwrap(), Arc::new(SystemClock)),
+    )
+    .unwrap();
 }
 
 fn source(topic: &str, start: StartPosition, group: &str) -> KafkaSource {

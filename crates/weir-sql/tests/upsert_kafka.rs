@@ -10,7 +10,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use weir_sql::{plan_job, PlanOptions};
-use weir_testkit::kafka::{bootstrap, rt, topic};
+use weir_testkit::kafka::{bootstrap, rt, topic, within};
 use weir_testkit::{fixtures, normalise_numbers};
 
 /// Every record of a one-partition topic: (key, value), a tombstone's value `None`.
@@ -76,22 +76,26 @@ fn upsert_kafka_versions_and_tombstones_drive_a_temporal_join() {
         .set("bootstrap.servers", bootstrap())
         .create()
         .unwrap();
-    rt.block_on(async {
-        for (i, (currency, rate, ts)) in rows.iter().enumerate() {
-            let value = format!(r#"{{"currency":"{currency}","rate":"{rate}","ts":{ts}}}"#);
-            let rec = FutureRecord::to(&rates_topic)
-                .key(currency)
-                .payload(&value)
-                .timestamp(*ts);
-            producer.send(rec, Duration::from_secs(10)).await.unwrap();
-            if i == last {
-                let tomb: FutureRecord<String, ()> = FutureRecord::to(&rates_topic)
-                    .key(&deleted)
-                    .timestamp(delete_at);
-                producer.send(tomb, Duration::from_secs(10)).await.unwrap();
+    within(
+        &rt,
+        &format!("writing the rates to topic {rates_topic}"),
+        async {
+            for (i, (currency, rate, ts)) in rows.iter().enumerate() {
+                let value = format!(r#"{{"currency":"{currency}","rate":"{rate}","ts":{ts}}}"#);
+                let rec = FutureRecord::to(&rates_topic)
+                    .key(currency)
+                    .payload(&value)
+                    .timestamp(*ts);
+                producer.send(rec, Duration::from_secs(10)).await.unwrap();
+                if i == last {
+                    let tomb: FutureRecord<String, ()> = FutureRecord::to(&rates_topic)
+                        .key(&deleted)
+                        .timestamp(delete_at);
+                    producer.send(tomb, Duration::from_secs(10)).await.unwrap();
+                }
             }
-        }
-    });
+        },
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let sql = format!(
@@ -123,10 +127,11 @@ INSERT INTO priced_upserts SELECT order_id, currency, rate FROM priced_now;",
     let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
     let plan = graph.to_string();
     assert!(plan.contains("temporal_join"), "{plan}");
-    rt.block_on(weir_runtime::exec::run(
-        graph,
-        Arc::new(weir_core::SystemClock),
-    ))
+    within(
+        &rt,
+        "the job over upsert-kafka tables",
+        weir_runtime::exec::run(graph, Arc::new(weir_core::SystemClock)),
+    )
     .unwrap();
 
     // Flink's prices, without the orders of `deleted` at or after the delete.
@@ -257,10 +262,11 @@ INSERT INTO clicks_per_ad SELECT ad_id, COUNT(*), MAX(user_id) FROM clicks GROUP
         plan.contains("group_aggregate") && plan.contains("TTL"),
         "{plan}"
     );
-    rt.block_on(weir_runtime::exec::run(
-        graph,
-        Arc::new(weir_core::SystemClock),
-    ))
+    within(
+        &rt,
+        "the job over upsert-kafka tables",
+        weir_runtime::exec::run(graph, Arc::new(weir_core::SystemClock)),
+    )
     .unwrap();
 
     let mut want: BTreeMap<i64, (i64, i64)> = BTreeMap::new();

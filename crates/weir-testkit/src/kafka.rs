@@ -1,6 +1,12 @@
 //! Helpers for tests against a Kafka-protocol broker: `scripts/test` starts one (tansu) and
 //! names it in `WEIR_KAFKA_BOOTSTRAP`; such tests are `#[ignore]`d for a plain `cargo test`.
+//!
+//! A broker on a slow or loaded machine can be many times slower than on a quiet one, and a
+//! stuck one never answers: every wait on the broker goes through [`within`], which fails the
+//! test after [`BROKER_PATIENCE`] saying what it waited for, instead of running until CI's own
+//! limit stops everything.
 
+use std::future::Future;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -23,6 +29,27 @@ pub fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a tokio runtime")
+}
+
+/// How long a test waits for one step against the broker (producing or reading a topic, a job
+/// over it) before it fails. Generous: the steps take seconds on a quiet machine.
+pub const BROKER_PATIENCE: Duration = Duration::from_secs(180);
+
+/// Runs `step` on `rt`, failing the test if it takes longer than [`BROKER_PATIENCE`].
+///
+/// # Panics
+/// After [`BROKER_PATIENCE`], naming `what` (the step: "reading 3,000 records of topic t") and
+/// the broker.
+pub fn within<T>(rt: &tokio::runtime::Runtime, what: &str, step: impl Future<Output = T>) -> T {
+    rt.block_on(async { tokio::time::timeout(BROKER_PATIENCE, step).await })
+        .unwrap_or_else(|_| {
+            panic!(
+                "gave up after {} s waiting for {what} against the broker at {}: it is stuck or \
+                 far slower than expected (scripts/test keeps its log)",
+                BROKER_PATIENCE.as_secs(),
+                bootstrap()
+            )
+        })
 }
 
 /// A fresh topic with `partitions` partitions, named `name` plus a suffix unique to the run.
