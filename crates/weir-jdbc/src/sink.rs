@@ -12,7 +12,7 @@ use weir_core::time::{Epoch, Watermark};
 use weir_runtime::sink::{BoxFuture, Delivery};
 use weir_runtime::{Error, Registry, Result, SinkFactory, SinkWriter, SubtaskInfo};
 
-use crate::options::JdbcOptions;
+use crate::options::{Database, JdbcOptions};
 use crate::plan::{Conn, DbError, Dest, Layout, Load, Stmt, EPOCH, SUBTASK};
 pub use crate::plan::{PROGRESS_TABLE, STAGING_SUFFIX};
 use crate::types::{compatible, Dialect};
@@ -129,6 +129,27 @@ impl SinkFactory for JdbcSinkFactory {
             Delivery::AtLeastOnce
         }
     }
+    /// The table, so that two sinks of a job writing it are refused (their staging and
+    /// progress would be one).
+    fn writes(&self, _parallelism: usize) -> Vec<weir_runtime::Location> {
+        let database = match &self.options.database {
+            Database::Sqlite { path } => format!(
+                "sqlite {}",
+                weir_runtime::location::normalise_path(std::path::Path::new(path)).display()
+            ),
+            other => other.to_string(),
+        };
+        let table = match (&self.options.table.schema, &self.options.database) {
+            (Some(_), _) => self.options.table.to_string(),
+            (None, Database::Postgres(p)) => match &p.current_schema {
+                Some(s) => format!("{s}.{}", self.options.table.name),
+                None => self.options.table.name.clone(),
+            },
+            (None, Database::Sqlite { .. }) => self.options.table.name.clone(),
+        };
+        vec![weir_runtime::Location::Table { database, table }]
+    }
+
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
         let layout = Arc::new(Layout::new(
             &self.options,

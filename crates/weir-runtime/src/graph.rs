@@ -521,24 +521,36 @@ impl JobGraph {
     }
 
     /// Refuses a job whose sink writes a file or topic one of its sources reads: the sink
-    /// would truncate (or feed back into) the job's own input; and two sinks writing one
-    /// file, where the last to finish would replace the other's rows.
+    /// would truncate (or feed back into) the job's own input; two sinks writing one file,
+    /// where the last to finish would replace the other's rows; and two sinks writing one
+    /// database table, whose exactly-once staging would move each other's rows (every row
+    /// twice).
     fn check_no_sink_overwrites_a_source(&self) -> Result<()> {
-        let mut files: Vec<(std::path::PathBuf, &Node)> = Vec::new();
+        let mut owned: Vec<(crate::Location, &Node)> = Vec::new();
         for sink in &self.nodes {
             let NodeKind::Sink { factory } = &sink.kind else {
                 continue;
             };
             for place in factory.writes(sink.parallelism) {
-                if let crate::Location::File(path) = &place {
-                    if let Some((_, other)) = files.iter().find(|(p, _)| p == path) {
+                if matches!(
+                    place,
+                    crate::Location::File(_) | crate::Location::Table { .. }
+                ) {
+                    if let Some((_, other)) = owned.iter().find(|(p, _)| *p == place) {
+                        let fix = match place {
+                            crate::Location::File(_) => "give each its own path",
+                            _ => {
+                                "write both into it from one INSERT (SELECT ... UNION ALL \
+                                 SELECT ...), or give each its own table"
+                            }
+                        };
                         return Err(Error::plan(format!(
                             "sinks `{}` (created at {}) and `{}` (created at {}) both write {place}: \
-                             one would replace the other's rows; give each its own path",
+                             one would replace or repeat the other's rows; {fix}",
                             other.name, other.created_at, sink.name, sink.created_at
                         )));
                     }
-                    files.push((path.clone(), sink));
+                    owned.push((place.clone(), sink));
                 }
                 for source in &self.nodes {
                     let NodeKind::Source { factory: src, .. } = &source.kind else {

@@ -13,6 +13,9 @@ pub enum Location {
         bootstrap_servers: String,
         topic: String,
     },
+    /// A table of a database: where the database is (never a password) and the table's name
+    /// as the sink resolves it.
+    Table { database: String, table: String },
 }
 
 impl std::fmt::Display for Location {
@@ -23,6 +26,7 @@ impl std::fmt::Display for Location {
                 bootstrap_servers,
                 topic,
             } => write!(f, "topic `{topic}` on {bootstrap_servers}"),
+            Location::Table { database, table } => write!(f, "table `{table}` in {database}"),
         }
     }
 }
@@ -44,7 +48,7 @@ impl Location {
                         .any(|b| mine.contains(&b))
                 }
             }
-            Location::File(_) => false,
+            Location::File(_) | Location::Table { .. } => false,
         }
     }
 }

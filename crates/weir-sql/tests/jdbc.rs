@@ -473,3 +473,50 @@ fn smallint_tinyint_date_and_time_round_trip_through_postgresql() {
     let schema = rt.block_on(weir_testkit::postgres::fresh_schema("calendar_sql"));
     calendar_round_trip(&schema.url);
 }
+
+/// Two INSERTs of one job into one database table shared the table's exactly-once staging and
+/// progress rows, so with checkpoints every row was written twice (issue #25 item 2): the job
+/// is refused, naming both sinks and the fix. The same table spelt with its schema, or through
+/// two table definitions, is the same table.
+#[test]
+fn two_inserts_into_one_database_table_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (second, url) in [
+        ("out", "jdbc:sqlite:${dir}/shop.db"),
+        ("out2", "jdbc:sqlite:${dir}/./shop.db"),
+        (
+            "out2",
+            "jdbc:postgresql://127.0.0.1:5432/shop?currentSchema=sales",
+        ),
+    ] {
+        let first_url = if url.starts_with("jdbc:postgresql") {
+            "jdbc:postgresql://127.0.0.1:5432/shop"
+        } else {
+            "jdbc:sqlite:${dir}/shop.db"
+        };
+        let first_table = if url.starts_with("jdbc:postgresql") {
+            "sales.out"
+        } else {
+            "out"
+        };
+        let second_def = if second == "out" {
+            String::new()
+        } else {
+            format!(
+                "CREATE TABLE out2 (id BIGINT, ad STRING) WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = 'out');"
+            )
+        };
+        let sql = format!(
+            "{EVENTS}
+CREATE TABLE out (id BIGINT, ad STRING) WITH ('connector' = 'jdbc', 'url' = '{first_url}', 'table-name' = '{first_table}');
+{second_def}
+INSERT INTO out SELECT id, ad FROM events WHERE id < 50;
+INSERT INTO {second} SELECT id, ad FROM events WHERE id >= 50;"
+        );
+        let err = plan_job(&sql, &opts(dir.path())).unwrap_err().to_string();
+        assert!(
+            err.contains("both write table") && err.contains("UNION ALL"),
+            "{url}: {err}"
+        );
+    }
+}
