@@ -147,3 +147,35 @@ fn a_restore_refuses_another_jobs_checkpoint_another_input_and_a_changed_state_f
     let name = state.file_name().unwrap().to_string_lossy().to_string();
     assert!(err.contains(&name) && err.contains("checksum"), "{err}");
 }
+
+/// A checkpoint folder belongs to one running job (issue #25 item 3): a second job on it is
+/// refused at start, naming the one that holds it; once that one has ended, the folder is free.
+#[test]
+fn a_second_job_on_a_checkpoint_folder_in_use_is_refused_naming_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, dir) = (tmp.path().join("a.csv"), tmp.path().join("checkpoints"));
+    input(&a, 20_000);
+    rt().block_on(async {
+        let first = exec::start(
+            job("counts", &a, &dir, false).build().unwrap(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        let err = exec::start(
+            job("other", &a, &dir, false).build().unwrap(),
+            Arc::new(SystemClock),
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("is in use by job `counts` (process")
+                && err.contains(&std::process::id().to_string()),
+            "{err}"
+        );
+        first.stop_handle().stop();
+        first.wait().await.unwrap();
+    });
+    // Free again.
+    checkpoint_and_stop(job("other", &a, &dir, false));
+}

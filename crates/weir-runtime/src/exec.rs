@@ -52,6 +52,8 @@ pub struct RunningJob {
 
 /// The checkpoint coordinator of a running job and its channels to the subtasks.
 struct CheckpointRun {
+    /// The checkpoint folder's lock, released when the run ends.
+    _lock: Option<weir_state::checkpoint::DirLock>,
     coordinator: crate::checkpoint::Coordinator,
     config: crate::checkpoint::CheckpointConfig,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,

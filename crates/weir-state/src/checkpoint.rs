@@ -19,6 +19,7 @@
 //!     .node-<stable id>-subtask-0.arrow.<pid>-<n>.tmp   a write cut short
 //!   savepoints/
 //!     chk-5/                            a savepoint: never removed by retain
+//!   _lock                               locked by the running job (who holds it, inside)
 //! ```
 //!
 //! Every file is written under a hidden temporary name, fsynced and renamed into place, so a
@@ -401,6 +402,16 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     }
 }
 
+/// The file in a checkpoint directory that a running job locks (see [`LocalDirStorage::lock`]).
+pub const LOCK_FILE: &str = "_lock";
+
+/// A running job's hold on its checkpoint directory: an advisory lock on [`LOCK_FILE`], released
+/// when this is dropped or the process ends (by the OS, after a kill -9 too).
+#[derive(Debug)]
+pub struct DirLock {
+    _file: fs::File,
+}
+
 /// Checkpoints in a directory on local disk; see the [module docs](self) for the layout.
 #[derive(Debug)]
 pub struct LocalDirStorage {
@@ -419,6 +430,49 @@ struct Found {
 }
 
 impl LocalDirStorage {
+    /// Takes the directory for one running job: an exclusive advisory lock on [`LOCK_FILE`]
+    /// in it (the directory is created if missing), with `holder` (who: the job, its process)
+    /// written into the file for whoever tries next.
+    ///
+    /// # Errors
+    /// `InUse` naming the holder if another job (in this process or another) holds it; `Io`
+    /// if the directory or the file cannot be created or locked.
+    pub fn lock(&self, holder: &str) -> Result<DirLock> {
+        use std::io::{Read, Seek, Write};
+        fs::create_dir_all(&self.dir).map_err(|e| Error::io("create", &self.dir, e))?;
+        let path = self.dir.join(LOCK_FILE);
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        match file.try_lock() {
+            Ok(()) => {
+                let wrote = file
+                    .set_len(0)
+                    .and_then(|()| file.rewind())
+                    .and_then(|()| file.write_all(holder.as_bytes()));
+                wrote.map_err(|e| Error::io("write", &path, e))?;
+                Ok(DirLock { _file: file })
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                let mut who = String::new();
+                let _ = file.read_to_string(&mut who);
+                Err(Error::InUse {
+                    path: self.dir.clone(),
+                    holder: if who.trim().is_empty() {
+                        "another job".into()
+                    } else {
+                        who.trim().to_string()
+                    },
+                })
+            }
+            Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
+        }
+    }
+
     /// Checkpoints under `dir`, which is created by the first `begin`. Does no I/O.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         LocalDirStorage {

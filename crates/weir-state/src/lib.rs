@@ -80,6 +80,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A checkpoint folder a running job holds (see `LocalDirStorage::lock`).
+    #[error(
+        "checkpoint folder {} is in use by {holder}: two jobs on one folder restore and \
+         overwrite each other's checkpoints (and so their output); stop that job, or give this \
+         one its own folder (SET 'execution.checkpointing.dir' or --checkpoint-dir)",
+        path.display()
+    )]
+    InUse { path: PathBuf, holder: String },
     /// A broken invariant inside weir: this is a bug, please report it.
     #[error("internal error (this is a bug in weir): {0}")]
     Internal(String),

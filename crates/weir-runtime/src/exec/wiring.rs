@@ -33,6 +33,19 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     }
     let cfg = graph.config.clone();
     let dead_letters = DeadLetters::new(cfg.dead_letter_path.clone());
+    // The checkpoint folder is this job's while it runs: taken before anything is restored
+    // from it, so that two processes never both restore and write it.
+    let folder_lock = match &cfg.checkpointing {
+        Some(c) => Some(
+            weir_state::checkpoint::LocalDirStorage::new(&c.dir).lock(&format!(
+                "job `{}` (process {}, since {})",
+                graph.name,
+                std::process::id(),
+                weir_core::time::EventTime(clock.now().0)
+            ))?,
+        ),
+        None => None,
+    };
     let restored = match &cfg.checkpointing {
         Some(c) => crate::checkpoint::Restored::resolve(c)?,
         None => None,
@@ -187,7 +200,10 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let mut tasks = JoinSet::new();
     let verdict = Verdict::new();
     let mut checkpoints = match &cfg.checkpointing {
-        Some(c) => Some(CheckpointWiring::new(&graph, c, cfg.key_groups)?),
+        Some(c) => Some(CheckpointWiring {
+            lock: folder_lock,
+            ..CheckpointWiring::new(&graph, c, cfg.key_groups)?
+        }),
         None => None,
     };
     let mut sink_subtasks = 0;
@@ -467,6 +483,8 @@ struct CheckpointWiring {
     to_coordinator: tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>,
     from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
     subtasks: Vec<(usize, usize)>,
+    /// The job's hold on the checkpoint folder, for as long as it runs.
+    lock: Option<weir_state::checkpoint::DirLock>,
 }
 
 impl CheckpointWiring {
@@ -530,6 +548,7 @@ impl CheckpointWiring {
             to_coordinator,
             from_subtasks,
             subtasks: Vec::new(),
+            lock: None,
         })
     }
 
@@ -582,6 +601,7 @@ impl CheckpointWiring {
             sinks_committed: self.sinks_committed,
             savepoint: None,
             stop_after: None,
+            _lock: self.lock,
         })
     }
 }
