@@ -160,8 +160,13 @@ where
 {
     let started = Stopwatch::start();
     loop {
-        if let Some(v) = probe().await? {
-            return Ok(v);
+        match probe().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            // The page re-renders its tables every second: an element found a moment ago may
+            // be gone. Look again.
+            Err(e) if format!("{e:#}").contains("stale element") => {}
+            Err(e) => return Err(e),
         }
         if elapsed(&started) > within {
             bail!("waited {} s for {what}", within.as_secs());
@@ -568,21 +573,30 @@ async fn a_split_paused_by_watermark_alignment_is_shown_and_savepoint_and_stop_w
     let url = weir.url.clone();
     with_browser("alignment", |c| async move {
         c.goto(&url).await?;
-        let paused = wait_for("a paused split", Duration::from_secs(60), || async {
-            let p = attrs(&c, "#splits tbody tr[data-paused=\"true\"]", "data-source").await?;
-            Ok((!p.is_empty()).then_some(p))
-        })
+        // One reading of the page: the paused and the reading splits, and the alerts.
+        let (paused, reading, alert) = wait_for(
+            "a paused split and its alert",
+            Duration::from_secs(60),
+            || async {
+                let p = attrs(&c, "#splits tbody tr[data-paused=\"true\"]", "data-source").await?;
+                if p.is_empty() {
+                    return Ok(None);
+                }
+                let r = attrs(&c, "#splits tbody tr[data-paused=\"false\"]", "data-source").await?;
+                let a = c.find(Locator::Css("#alerts")).await?.text().await?;
+                Ok(a.contains("paused by watermark alignment")
+                    .then_some((p, r, a)))
+            },
+        )
         .await?;
         ensure!(
             paused.iter().all(|s| s.contains("ahead")),
             "paused: {paused:?}"
         );
-        let reading = attrs(&c, "#splits tbody tr[data-paused=\"false\"]", "data-source").await?;
         ensure!(
             reading.iter().any(|s| s.contains("behind")),
             "reading: {reading:?}"
         );
-        let alert = c.find(Locator::Css("#alerts")).await?.text().await?;
         ensure!(
             alert.contains("paused by watermark alignment"),
             "alerts: {alert}"
