@@ -267,11 +267,27 @@ pub async fn run_restarting(
                     error: format!("{e:#}"),
                 });
                 tokio::time::sleep(delay).await;
+                let name = graph.name.clone();
                 if let Some(c) = graph.config.checkpointing.as_mut() {
-                    c.restore = Some("latest".into());
+                    // From the newest checkpoint this job wrote; until it has written one, from
+                    // what it started from (a checkpoint or savepoint given by its path, which
+                    // may be another job's).
+                    if own_checkpoint(&c.dir, &name) {
+                        c.restore = Some("latest".into());
+                    }
                 }
             }
         }
+    }
+}
+
+/// Whether the newest complete checkpoint in `dir` is one job `name` wrote.
+fn own_checkpoint(dir: &Path, name: &str) -> bool {
+    use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
+    let storage = LocalDirStorage::new(dir);
+    match storage.latest() {
+        Ok(Some(h)) => storage.read_manifest(&h).is_ok_and(|m| m.job == name),
+        _ => false,
     }
 }
 

@@ -835,17 +835,15 @@ impl SourceReader for KafkaReader {
         Some(at.to_json())
     }
 
-    /// A bounded partition before its end, or one behind the end offset last fetched (every
-    /// few seconds, for the lag), has records: it is never idle.
+    /// A bounded partition before its end, or one with records taken from the consumer and
+    /// not yet returned, has records: it is never idle. (The end offset of an unbounded
+    /// partition does not tell: a transactional producer's commit markers sit after its last
+    /// record and are never delivered, so such a partition would never go idle.)
     fn has_ready_rows(&self, split: usize) -> bool {
         if self.finished.get(split).copied().unwrap_or(true) {
             return false;
         }
-        if self.source.spec.bounded || !self.buffers[split].is_empty() {
-            return true;
-        }
-        let high = self.ctx.split_metrics[split].progress_total.load(Relaxed) as i64;
-        self.next[split] >= 0 && self.next[split] < high
+        self.source.spec.bounded || !self.buffers[split].is_empty()
     }
 
     fn set_paused(&mut self, split: usize, paused: bool) -> bool {

@@ -522,9 +522,9 @@ impl JobGraph {
 
     /// Refuses a job whose sink writes a file or topic one of its sources reads: the sink
     /// would truncate (or feed back into) the job's own input; two sinks writing one file,
-    /// where the last to finish would replace the other's rows; and two sinks writing one
-    /// database table, whose exactly-once staging would move each other's rows (every row
-    /// twice).
+    /// where the last to finish would replace the other's rows; and, with checkpoints, two
+    /// sinks writing one database table, whose exactly-once staging would move each other's
+    /// rows (every row twice).
     fn check_no_sink_overwrites_a_source(&self) -> Result<()> {
         let mut owned: Vec<(crate::Location, &Node)> = Vec::new();
         for sink in &self.nodes {
@@ -532,10 +532,13 @@ impl JobGraph {
                 continue;
             };
             for place in factory.writes(sink.parallelism) {
-                if matches!(
-                    place,
-                    crate::Location::File(_) | crate::Location::Table { .. }
-                ) {
+                let owned_alone = match place {
+                    crate::Location::File(_) => true,
+                    // Without checkpoints each writer inserts into the table itself.
+                    crate::Location::Table { .. } => self.config.checkpointing.is_some(),
+                    crate::Location::Topic { .. } => false,
+                };
+                if owned_alone {
                     if let Some((_, other)) = owned.iter().find(|(p, _)| *p == place) {
                         let fix = match place {
                             crate::Location::File(_) => "give each its own path",

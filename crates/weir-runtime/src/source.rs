@@ -53,8 +53,8 @@ pub trait SourceReader: Send {
     }
 
     /// Whether split `split` has rows ready that [`poll`](SourceReader::poll) has not returned
-    /// yet: a file not read to its end, a bounded split of any kind before its end, a Kafka
-    /// partition behind its end offset. Such a split is never idle, however long the reader
+    /// yet: a file not read to its end, a bounded split of any kind before its end, Kafka
+    /// records fetched and not yet returned. Such a split is never idle, however long the reader
     /// spends on other splits, so on a bounded replay idleness never changes a result. The
     /// default, `false`, lets a split go idle after the idle timeout without rows.
     fn has_ready_rows(&self, _split: usize) -> bool {

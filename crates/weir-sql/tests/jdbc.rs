@@ -477,7 +477,8 @@ fn smallint_tinyint_date_and_time_round_trip_through_postgresql() {
 /// Two INSERTs of one job into one database table shared the table's exactly-once staging and
 /// progress rows, so with checkpoints every row was written twice (issue #25 item 2): the job
 /// is refused, naming both sinks and the fix. The same table spelt with its schema, or through
-/// two table definitions, is the same table.
+/// two table definitions, is the same table. Without checkpoints each writes the table itself,
+/// at least once, and the job is taken.
 #[test]
 fn two_inserts_into_one_database_table_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -512,6 +513,12 @@ CREATE TABLE out (id BIGINT, ad STRING) WITH ('connector' = 'jdbc', 'url' = '{fi
 {second_def}
 INSERT INTO out SELECT id, ad FROM events WHERE id < 50;
 INSERT INTO {second} SELECT id, ad FROM events WHERE id >= 50;"
+        );
+        plan_job(&sql, &opts(dir.path())).unwrap();
+        let sql = format!(
+            "SET 'execution.checkpointing.interval' = '1 s';
+SET 'execution.checkpointing.dir' = '${{dir}}/checkpoints';
+{sql}"
         );
         let err = plan_job(&sql, &opts(dir.path())).unwrap_err().to_string();
         assert!(
