@@ -446,3 +446,18 @@ fn text_cast_to_an_integer_type_truncates_a_fraction_as_flink() {
         .unwrap();
     assert!(p.evaluate(&batch()).is_err());
 }
+
+#[test]
+fn concat_of_bytes_is_bytes_and_casts_coercion_adds_are_not_flinks_text_casts() {
+    assert_eq!(
+        eval("CONCAT(X'61', X'6263')"),
+        (DataType::Binary, vec!["616263".into(), "616263".into()])
+    );
+    // Text compared with a number is coerced by DataFusion, not read as Flink's CAST reads
+    // text: '2.5' is no BIGINT, and the comparison fails rather than becoming n >= 2.
+    let b = batch();
+    let compared = SqlScalar::new("n >= '2.5'")
+        .plan(&b.schema())
+        .and_then(|p| p.evaluate(&b));
+    assert!(compared.is_err(), "{compared:?}");
+}

@@ -48,12 +48,27 @@ impl ScalarUDFImpl for Concat {
                 "CONCAT takes at least one argument: CONCAT(STRING, ...)"
             );
         }
-        // Any argument as its text, as DataFusion's CONCAT takes them.
-        Ok(vec![DataType::Utf8; arg_types.len()])
+        // BYTES joined are BYTES, as in Flink; otherwise any argument as its text, as
+        // DataFusion's CONCAT takes them.
+        let binary = |t: &DataType| {
+            matches!(
+                t,
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+            )
+        };
+        let to = if arg_types.iter().all(binary) {
+            DataType::Binary
+        } else {
+            DataType::Utf8
+        };
+        Ok(vec![to; arg_types.len()])
     }
 
-    fn return_type(&self, _: &[DataType]) -> datafusion_common::Result<DataType> {
-        Ok(DataType::Utf8)
+    fn return_type(&self, arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(match arg_types.first() {
+            Some(DataType::Binary) => DataType::Binary,
+            _ => DataType::Utf8,
+        })
     }
 
     fn invoke_with_args(
@@ -61,8 +76,29 @@ impl ScalarUDFImpl for Concat {
         args: ScalarFunctionArgs,
     ) -> datafusion_common::Result<ColumnarValue> {
         on_arrays(&args, |arrays| {
-            let parts: Vec<&StringArray> = arrays.iter().map(|a| a.as_string::<i32>()).collect();
             let rows = arrays.first().map_or(0, |a| a.len());
+            if arrays
+                .first()
+                .is_some_and(|a| a.data_type() == &DataType::Binary)
+            {
+                let parts: Vec<&arrow_array::BinaryArray> =
+                    arrays.iter().map(|a| a.as_binary::<i32>()).collect();
+                let mut out = arrow_array::builder::BinaryBuilder::with_capacity(rows, 0);
+                let mut bytes = Vec::new();
+                for i in 0..rows {
+                    if parts.iter().any(|p| p.is_null(i)) {
+                        out.append_null();
+                        continue;
+                    }
+                    bytes.clear();
+                    for p in &parts {
+                        bytes.extend_from_slice(p.value(i));
+                    }
+                    out.append_value(&bytes);
+                }
+                return Ok(Arc::new(out.finish()) as ArrayRef);
+            }
+            let parts: Vec<&StringArray> = arrays.iter().map(|a| a.as_string::<i32>()).collect();
             let mut out = StringBuilder::with_capacity(rows, 0);
             let mut text = String::new();
             for i in 0..rows {
@@ -138,8 +174,9 @@ impl ScalarUDFImpl for IntegralText {
 }
 
 /// `e` with Flink's casts where they differ from Arrow's: every CAST and TRY_CAST of text to
-/// an integer type reads the text as Flink does (see [`IntegralText`]). Runs on the coerced
-/// expression, before constant folding would cast a literal the Arrow way.
+/// an integer type reads the text as Flink does (see [`IntegralText`]). Runs on the expression
+/// as planned, before type coercion (whose own casts, of text compared with a number, are not
+/// Flink's to change) and constant folding (which would cast a literal the Arrow way).
 ///
 /// # Errors
 /// An expression whose type cannot be resolved over `schema`.
@@ -157,10 +194,11 @@ pub(crate) fn flink_casts(e: Expr, schema: &DFSchema) -> datafusion_common::Resu
             vec![inner],
         ))))
     };
+    // An argument whose type does not resolve yet is left to the planner's own checks.
     let text = |inner: &Expr| -> datafusion_common::Result<bool> {
         Ok(matches!(
-            inner.get_type(schema)?,
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            inner.get_type(schema),
+            Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
         ))
     };
     e.transform_up(|e| {
