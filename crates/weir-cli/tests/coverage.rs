@@ -273,3 +273,8 @@ fn session_windows_that_merge_keep_every_aggregate_of_both_sides() {
 fn concat_is_null_with_a_null_argument_and_text_casts_to_integers_truncate() {
     check("text_casts");
 }
+
+#[test]
+fn decimal_division_has_flinks_types_and_rounds_half_up() {
+    check("decimal_division");
+}

@@ -110,6 +110,10 @@ impl SqlScalar {
         let logical = planner
             .sql_to_expr(ast, &df_schema, &mut PlannerContext::new())
             .map_err(fail)?;
+        // Before coercion: only the casts the user wrote, not those coercion adds (text compared
+        // with a number).
+        let logical = crate::functions::flink_casts(logical, &df_schema).map_err(fail)?;
+        let logical = crate::functions::flink_division(logical, &df_schema).map_err(fail)?;
         // As DataFusion's own sessions do: implicit casts, then the rewrites its physical
         // planner relies on (`coalesce` to CASE, `arrow_cast` to CAST, constant folding).
         let df_schema = Arc::new(df_schema);
@@ -119,7 +123,6 @@ impl SqlScalar {
                 .build(),
         );
         let coerced = simplifier.coerce(logical, &df_schema).map_err(fail)?;
-        let coerced = crate::functions::flink_casts(coerced, &df_schema).map_err(fail)?;
         let simplified = simplifier.simplify(coerced).map_err(fail)?;
         let physical = datafusion_physical_expr::create_physical_expr(
             &simplified,

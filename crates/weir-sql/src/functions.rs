@@ -1,7 +1,7 @@
 //! Flink built-ins that DataFusion lacks, with Flink's types, NULLs and spelling: TIMESTAMPADD,
 //! TIMESTAMPDIFF, TO_TIMESTAMP, FROM_UNIXTIME, SPLIT_INDEX, REGEXP_EXTRACT and JSON_VALUE
-//! ([`udfs`]); Flink's CONCAT and casts of text to integers where DataFusion's differ
-//! ([`text`]); and [`prepare`], what their SQL needs before DataFusion plans it: the time unit
+//! ([`udfs`]); Flink's CONCAT and casts of text to integers ([`text`]) and DECIMAL division
+//! ([`decimal`]) where DataFusion's differ; and [`prepare`], what their SQL needs before DataFusion plans it: the time unit
 //! keyword of TIMESTAMPADD and TIMESTAMPDIFF becomes a string literal, JSON_VALUE's RETURNING
 //! becomes a TRY_CAST, and CURRENT_WATERMARK of anything but a time attribute is refused.
 //!
@@ -9,9 +9,11 @@
 //! (TO_TIMESTAMP, DATE_FORMAT on a STRING) it is read as Flink reads it ([`datetime`]).
 
 mod datetime;
+mod decimal;
 mod json;
 mod text;
 
+pub(crate) use decimal::flink_division;
 pub(crate) use text::flink_casts;
 
 use std::sync::Arc;
