@@ -340,6 +340,52 @@ fn a_misspelt_setting_is_refused_and_a_flink_one_weir_does_not_read_is_not() {
     .unwrap();
 }
 
+/// A Flink setting weir does not implement that changes results is refused, not ignored with
+/// a warning (issue #24 item 6): the time zone, batch mode, any unknown `table.*` or
+/// `execution.*` key. Settings that change no result, and these at the value weir behaves by,
+/// are taken.
+#[test]
+fn flink_settings_that_would_change_results_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |set: &str| {
+        format!(
+            "{set}
+CREATE TABLE events (key STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events', 'generator.rows' = '10');
+CREATE TABLE out1 (id STRING) WITH ('connector' = 'blackhole');
+INSERT INTO out1 SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') FROM events;"
+        )
+    };
+    for (set, says) in [
+        (
+            "SET 'table.local-time-zone' = 'Europe/Berlin';",
+            "in UTC, so this setting would change results",
+        ),
+        ("SET 'execution.runtime-mode' = 'batch';", "streaming mode"),
+        (
+            "SET 'table.exec.emit.early-fire.enabled' = 'true';",
+            "weir does not implement this Flink setting",
+        ),
+        (
+            "SET 'table.exec.sink.not-null-enforcer' = 'DROP';",
+            "may change results",
+        ),
+    ] {
+        let err = plan_error(&job(set), dir.path());
+        assert!(err.contains(says), "{set}: {err}");
+    }
+    for set in [
+        "SET 'table.local-time-zone' = 'UTC';",
+        "SET 'execution.checkpointing.mode' = 'EXACTLY_ONCE';",
+        "SET 'table.exec.mini-batch.enabled' = 'true';",
+        "SET 'table.exec.source.idle-timeout' = '5 s';",
+        "SET 'state.backend.type' = 'rocksdb';",
+    ] {
+        plan_job(&job(set), &opts(dir.path())).unwrap_or_else(|e| panic!("{set}: {e}"));
+    }
+}
+
 #[test]
 fn csv_options_on_a_table_of_another_format_are_refused() {
     let dir = tempfile::tempdir().unwrap();

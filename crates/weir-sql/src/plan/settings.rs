@@ -14,6 +14,7 @@ pub(super) const SETTINGS: &[&str] = &[
     "weir.max-dead-letter-share",
     "weir.slo.time-lag",
     "scan.watermark.idle-timeout",
+    "table.exec.source.idle-timeout",
     "scan.watermark.alignment.group",
     "scan.watermark.alignment.max-drift",
     "scan.watermark.alignment.update-interval",
@@ -32,12 +33,83 @@ pub(super) const SETTINGS: &[&str] = &[
     "restart-strategy.exponential-delay.attempts",
 ];
 
+/// Flink `table.*` and `execution.*` settings weir does not read that change no result (how
+/// often, how fast, with what resources): ignored with a warning.
+const WITHOUT_EFFECT_ON_RESULTS: &[&str] = &[
+    "execution.checkpointing.mode",
+    "execution.checkpointing.timeout",
+    "execution.checkpointing.min-pause",
+    "execution.checkpointing.max-concurrent-checkpoints",
+    "execution.checkpointing.tolerable-failed-checkpoints",
+    "execution.checkpointing.externalized-checkpoint-retention",
+    "execution.checkpointing.unaligned",
+    "execution.checkpointing.unaligned.enabled",
+    "execution.checkpointing.aligned-checkpoint-timeout",
+    "execution.checkpointing.incremental",
+    "execution.buffer-timeout",
+    "execution.buffer-timeout.enabled",
+    "execution.buffer-timeout.interval",
+    "execution.target",
+    "execution.attached",
+    "table.exec.mini-batch.enabled",
+    "table.exec.mini-batch.allow-latency",
+    "table.exec.mini-batch.size",
+    "table.exec.resource.default-parallelism",
+    "table.exec.async-lookup.buffer-capacity",
+    "table.exec.async-lookup.timeout",
+    "table.optimizer.distinct-agg.split.enabled",
+    "table.optimizer.distinct-agg.split.bucket-num",
+    "table.optimizer.join-reorder-enabled",
+    "table.optimizer.reuse-source-enabled",
+    "table.optimizer.reuse-sub-plan-enabled",
+    "table.dynamic-table-options.enabled",
+    "table.display.max-column-width",
+];
+
+/// Flink settings weir takes only at the value that is its own behaviour (Flink's default):
+/// any other value would change results, so it is refused.
+const ONLY_AT: &[(&str, &[&str], &str)] = &[
+    (
+        "table.local-time-zone",
+        &["utc", "etc/utc", "gmt", "z", "+00:00", "utc+00:00"],
+        "weir computes TIMESTAMP_LTZ text, DATE_FORMAT, casts and day windows in UTC",
+    ),
+    (
+        "execution.runtime-mode",
+        &["streaming"],
+        "weir runs every job in streaming mode",
+    ),
+    (
+        "table.exec.legacy-cast-behaviour",
+        &["disabled"],
+        "weir's casts are Flink's current ones",
+    ),
+];
+
 /// Refuses a `SET` key weir does not read that is a misspelling of one it does (or any
-/// unknown `weir.` key): it would be ignored without a word. Other keys (Flink settings a job
-/// carries, such as `execution.runtime-mode`) are ignored with a warning.
+/// unknown `weir.` key): it would be ignored without a word. A Flink `table.*` or
+/// `execution.*` key weir does not read is refused too, unless it changes no result (a list
+/// of them is ignored with a warning) or has the value weir behaves by (`table.local-time-zone`
+/// = 'UTC', `execution.runtime-mode` = 'streaming'): ignoring it would give another answer than
+/// Flink's without a word. Other keys (`state.backend.type`, `python.*`) are ignored with a
+/// warning.
 pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> {
-    for key in settings.keys() {
+    for (key, value) in settings {
         if SETTINGS.contains(&key.as_str()) {
+            continue;
+        }
+        if let Some((_, allowed, behaviour)) = ONLY_AT.iter().find(|(k, _, _)| *k == key) {
+            if allowed.contains(&value.trim().to_lowercase().as_str()) {
+                continue;
+            }
+            return Err(plan_err(format!(
+                "SET '{key}' = '{value}': {behaviour}, so this setting would change results \
+                 without being applied; remove it (or set it to '{}')",
+                allowed[0].to_uppercase()
+            )));
+        }
+        if WITHOUT_EFFECT_ON_RESULTS.contains(&key.as_str()) {
+            tracing::warn!(key = %key, "SET '{key}' changes no result in weir; ignored");
             continue;
         }
         let nearest = SETTINGS
@@ -48,6 +120,13 @@ pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> 
         if key.starts_with("weir.") || nearest.is_some_and(|(d, _)| d <= 2) {
             return Err(plan_err(format!(
                 "SET '{key}': not a setting weir reads{hint}"
+            )));
+        }
+        if key.starts_with("table.") || key.starts_with("execution.") {
+            return Err(plan_err(format!(
+                "SET '{key}' = '{value}': weir does not implement this Flink setting, and it may \
+                 change results, so it is not ignored; remove it to run as Flink does by \
+                 default{hint}"
             )));
         }
         tracing::warn!(key = %key, "SET '{key}' is not a setting weir reads; ignored");

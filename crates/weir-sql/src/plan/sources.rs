@@ -152,8 +152,17 @@ impl Planner {
                 )
             }
         };
-        if let Some(v) = self.setting("scan.watermark.idle-timeout", t) {
-            opts = opts.idle_timeout_ms(duration_ms("scan.watermark.idle-timeout", &v)?);
+        // A table's own timeout, else the job's (Flink's table.exec.source.idle-timeout is
+        // the job-wide one).
+        let idle = self
+            .setting("scan.watermark.idle-timeout", t)
+            .map(|v| ("scan.watermark.idle-timeout", v))
+            .or_else(|| {
+                (self.settings.get("table.exec.source.idle-timeout"))
+                    .map(|v| ("table.exec.source.idle-timeout", v.clone()))
+            });
+        if let Some((key, v)) = idle {
+            opts = opts.idle_timeout_ms(duration_ms(key, &v)?);
         }
         if let Some(group) = self.setting("scan.watermark.alignment.group", t) {
             let drift = self
