@@ -193,7 +193,52 @@ fn read_job(
     Ok(graph)
 }
 
-fn main() -> Result<()> {
+/// Runs the command; an error is printed as its message and causes, with a backtrace (when
+/// RUST_BACKTRACE asks for one) only for an internal error, a bug in weir: a user's mistake is
+/// not a crash.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("Error: {e:#}");
+        let internal = e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<weir_runtime::Error>(),
+                Some(weir_runtime::Error::Internal(_))
+            )
+        });
+        if internal && e.backtrace().status() == std::backtrace::BacktraceStatus::Captured {
+            eprintln!("\nStack backtrace:\n{}", e.backtrace());
+        }
+        std::process::exit(1);
+    }
+}
+
+/// Refuses an output of the run (the dead-letter file, the metrics file, the checkpoint
+/// folder) that is a file one of the job's sources reads: writing it would destroy the input
+/// the job is reading (a truncated input read to its new end, exit 0).
+fn check_outputs_are_not_inputs(
+    graph: &weir_runtime::JobGraph,
+    outputs: &[(&str, Option<&std::path::Path>)],
+) -> Result<()> {
+    for (what, path) in outputs {
+        let Some(path) = path else { continue };
+        let place = weir_runtime::Location::File(weir_runtime::location::normalise_path(path));
+        for n in &graph.nodes {
+            if let weir_runtime::graph::NodeKind::Source { factory, .. } = &n.kind {
+                if factory.reads(&place) {
+                    anyhow::bail!(
+                        "{what} {} is what source `{}` reads: writing it would destroy the job's \
+                         input; give another path",
+                        path.display(),
+                        n.name
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run() -> Result<()> {
     tracing_subscriber::fmt()
         // Colour only for a terminal: piped and CI logs get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -257,6 +302,16 @@ fn main() -> Result<()> {
             if graph.config.dead_letter_path.is_none() {
                 graph.config.dead_letter_path = Some(PathBuf::from("weir-dead-letters.jsonl"));
             }
+            let dead_letter_path = graph.config.dead_letter_path.clone();
+            let checkpoint_dir = graph.config.checkpointing.as_ref().map(|c| c.dir.clone());
+            check_outputs_are_not_inputs(
+                &graph,
+                &[
+                    ("--dead-letters", dead_letter_path.as_deref()),
+                    ("--metrics-out", metrics_out.as_deref()),
+                    ("the checkpoint folder", checkpoint_dir.as_deref()),
+                ],
+            )?;
             let exit_code = rt.block_on(async {
                 let web = web::Web::start(&http, &graph).await?;
                 let result = supervise::run_restarting(

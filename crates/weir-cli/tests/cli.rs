@@ -297,3 +297,58 @@ fn run_serves_http_unless_told_off_and_refuses_an_address_in_use() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("HOST:PORT"), "{stderr}");
 }
+
+/// Outputs of a run that name an input are refused before anything is written (issue #25 item
+/// 7: `--dead-letters` naming the input truncated it and the job read what was left, exit 0);
+/// a user's mistake prints its message without a Rust backtrace, even with RUST_BACKTRACE=1
+/// (item 20).
+#[test]
+fn run_refuses_outputs_that_are_inputs_and_prints_user_errors_without_a_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = "key,ts\na,1\nb,2\n";
+    std::fs::write(d.join("in.csv"), input).unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "CREATE TABLE t (key STRING, ts BIGINT) WITH ('connector' = 'filesystem',
+           'path' = 'in.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE o (key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+         INSERT INTO o SELECT key FROM t;",
+    )
+    .unwrap();
+    for flag in ["--dead-letters", "--metrics-out"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "job.sql", "--http", "off", flag, "./in.csv"])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag} ./in.csv is what source `t` reads")),
+            "{flag}: {stderr}"
+        );
+        assert_eq!(std::fs::read_to_string(d.join("in.csv")).unwrap(), input);
+    }
+    std::fs::write(
+        d.join("bad.sql"),
+        "CREATE TABLE t (key STRING, ts BIGINT) WITH ('connector' = 'filesystem',
+           'path' = 'in.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE o (key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+         INSERT INTO o SELECT nope FROM t;",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "bad.sql", "--http", "off"])
+        .env("RUST_BACKTRACE", "1")
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nope"), "{stderr}");
+    assert!(
+        !stderr.contains("backtrace") && !stderr.contains("main.rs"),
+        "{stderr}"
+    );
+}
