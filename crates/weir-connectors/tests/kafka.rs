@@ -257,9 +257,11 @@ fn kafka_align_replay_incident_bounds_join_state() {
     eprintln!("kafka incident: peak buffered clicks unaligned {free_peak}, aligned {aligned_peak}");
     assert_eq!(aligned, free);
     assert!(!free.is_empty());
-    // Aligned: about 32 clicks/s x (10 s drift + 5 s delay + 2 s disorder) = 540, plus a few
-    // 50-row batches in flight. Unaligned: most of the 6.3 k clicks wait for the impressions.
-    assert!(aligned_peak < 1_500, "aligned {aligned_peak}");
+    // Aligned: about 32 clicks/s x (10 s drift + 5 s delay + 2 s disorder) = 540, plus the
+    // 50-row batches in flight (4 channels x 4 buffers into the join's clicks side: 800) and
+    // what runs ahead between alignment samples: 1,280 to 1,560 seen. Unaligned: all 6.3 k
+    // clicks wait for the impressions (6,294 seen).
+    assert!(aligned_peak < 2_500, "aligned {aligned_peak}");
     assert!(
         free_peak > 2 * aligned_peak,
         "aligned {aligned_peak}, unaligned {free_peak}"
