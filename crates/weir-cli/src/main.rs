@@ -147,7 +147,8 @@ fn parse_duration_ms(s: &str) -> Result<i64, String> {
             ))
         }
     };
-    Ok(n * f)
+    n.checked_mul(f)
+        .ok_or_else(|| format!("`{s}`: longer than weir can count in milliseconds"))
 }
 
 fn parse_var(s: &str) -> Result<(String, String), String> {
@@ -160,6 +161,7 @@ fn read_job(
     path: &PathBuf,
     vars: &[(String, String)],
     parallelism: Option<usize>,
+    checkpoint_interval_ms: Option<i64>,
 ) -> Result<weir_runtime::JobGraph> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading job file {}", path.display()))?;
@@ -168,6 +170,7 @@ fn read_job(
             vars: vars.iter().cloned().collect(),
             parallelism,
             name: path.file_stem().map(|s| s.to_string_lossy().into_owned()),
+            checkpoint_interval_ms,
         };
         return weir_sql::plan_job(&text, &opts).with_context(|| format!("in {}", path.display()));
     }
@@ -268,7 +271,9 @@ fn run() -> Result<()> {
             http,
         } => {
             let restore = restore.or(from_savepoint.map(|p| p.display().to_string()));
-            let mut graph = read_job(&job, &vars, parallelism)?;
+            // The interval is planned into the job, so its other checkpoint and restart SETs
+            // apply; for a JSON job it is set below.
+            let mut graph = read_job(&job, &vars, parallelism, checkpoint_interval)?;
             graph.config.allow_misaligned_start |= allow_misaligned_start;
             graph.config.max_dead_letter_share = max_dead_letter_share
                 .or(graph.config.max_dead_letter_share)
@@ -337,7 +342,7 @@ fn run() -> Result<()> {
                 std::process::exit(code);
             }
         }
-        Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None)?),
+        Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None, None)?),
         Command::Gen(args) => rt.block_on(gen::run(args))?,
         Command::Demo(args) => rt.block_on(demo::run(args))?,
         Command::Bench(args) => rt.block_on(bench::run(args))?,

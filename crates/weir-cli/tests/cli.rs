@@ -352,3 +352,57 @@ fn run_refuses_outputs_that_are_inputs_and_prints_user_errors_without_a_backtrac
         "{stderr}"
     );
 }
+
+/// `--checkpoint-interval` turns checkpoints on with the job's own checkpoint and restart SETs
+/// (they were dropped when the job set no interval itself), and a duration too long to count
+/// is refused, not wrapped around (issue #25 item 13).
+#[test]
+fn the_checkpoint_interval_on_the_command_line_keeps_the_jobs_other_checkpoint_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("job.sql"),
+        "SET 'execution.checkpointing.dir' = 'mine';
+         SET 'state.checkpoints.num-retained' = '2';
+         CREATE TABLE t (key STRING, ts BIGINT) WITH ('connector' = 'weir-generator',
+           'generator.scenario' = 'events', 'generator.rows' = '20000', 'generator.rate' = '20000');
+         CREATE TABLE o (key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+         INSERT INTO o SELECT key FROM t;",
+    )
+    .unwrap();
+    weir(
+        &[
+            "run",
+            "job.sql",
+            "--http",
+            "off",
+            "--checkpoint-interval",
+            "100ms",
+        ],
+        d,
+    );
+    let kept: Vec<_> = std::fs::read_dir(d.join("mine"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("chk-"))
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(!d.join("weir-checkpoints").exists());
+    for too_long in ["9999999999999999h", "144115188075855873h"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "run",
+                "job.sql",
+                "--http",
+                "off",
+                "--checkpoint-interval",
+                too_long,
+            ])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("longer than weir can count"), "{stderr}");
+    }
+}

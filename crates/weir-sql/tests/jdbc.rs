@@ -11,6 +11,7 @@ fn opts(dir: &Path) -> PlanOptions {
         vars: BTreeMap::from([("dir".to_string(), dir.display().to_string())]),
         parallelism: Some(1),
         name: Some("jdbc-test".into()),
+        ..Default::default()
     }
 }
 

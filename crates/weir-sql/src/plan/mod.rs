@@ -77,6 +77,11 @@ pub struct PlanOptions {
     /// name); "sql job" when neither does. Sinks that remember what they committed per job
     /// (jdbc) go by it.
     pub name: Option<String>,
+    /// Overrides `SET 'execution.checkpointing.interval'` (the command line's
+    /// `--checkpoint-interval`): checkpoints on, with the job's other checkpoint and restart
+    /// settings (`execution.checkpointing.dir`, `state.checkpoints.num-retained`,
+    /// `restart-strategy.*`) as the job sets them.
+    pub checkpoint_interval_ms: Option<i64>,
 }
 
 pub(crate) fn plan_err(m: impl Into<String>) -> Error {
@@ -168,10 +173,25 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         })?),
         None => None,
     };
-    let checkpointing = match settings.get("execution.checkpointing.interval") {
-        Some(v) => {
+    let interval = match (
+        opts.checkpoint_interval_ms,
+        settings.get("execution.checkpointing.interval"),
+    ) {
+        (Some(ms), set) => {
+            if let Some(v) = set {
+                tracing::warn!(
+                    "--checkpoint-interval {ms} ms overrides SET 'execution.checkpointing.interval' = '{v}'"
+                );
+            }
+            Some(ms)
+        }
+        (None, Some(v)) => Some(duration_ms("execution.checkpointing.interval", v)?),
+        (None, None) => None,
+    };
+    let checkpointing = match interval {
+        Some(interval_ms) => {
             let mut c = weir_runtime::checkpoint::CheckpointConfig::new(
-                duration_ms("execution.checkpointing.interval", v)?,
+                interval_ms,
                 settings
                     .get("execution.checkpointing.dir")
                     .or_else(|| settings.get("state.checkpoints.dir"))

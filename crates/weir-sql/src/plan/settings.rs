@@ -199,7 +199,13 @@ pub(super) fn interval_ms(e: &SqlExpr) -> Result<i64> {
             )))
         }
     };
-    Ok((n * unit) as i64)
+    let ms = n * unit;
+    if !ms.is_finite() || ms.abs() >= i64::MAX as f64 {
+        return Err(plan_err(format!(
+            "`{e}`: longer than weir can count in milliseconds"
+        )));
+    }
+    Ok(ms as i64)
 }
 
 /// A duration setting such as `5 s`, `100 ms`, `1 min`.
@@ -226,5 +232,12 @@ pub(super) fn duration_ms(key: &str, v: &str) -> Result<i64> {
             )))
         }
     };
-    Ok((n * f) as i64)
+    let ms = n * f;
+    // Not saturated into a number of another meaning.
+    if !ms.is_finite() || ms >= i64::MAX as f64 {
+        return Err(plan_err(format!(
+            "setting `{key}` = '{v}': longer than weir can count in milliseconds"
+        )));
+    }
+    Ok(ms as i64)
 }
