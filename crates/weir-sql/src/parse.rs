@@ -45,11 +45,35 @@ pub enum JobStatement {
 }
 
 /// Replaces `${name}` with its value; an unknown variable is an error naming it, and so is an
-/// empty one (`--var output=` would turn `${output}/x.csv` into `/x.csv`).
+/// empty one (`--var output=` would turn `${output}/x.csv` into `/x.csv`). Inside a string
+/// literal the value's quotes are escaped as SQL escapes them (`'` as `''`), so a value never
+/// ends the literal and adds options; in a `--` comment any value without a line break
+/// stands; elsewhere (a bare `${n}`) only a plain name, number or path may stand, and any
+/// other value is refused, naming the variable.
 pub fn substitute(sql: &str, vars: &BTreeMap<String, String>) -> Result<String> {
     let mut out = String::with_capacity(sql.len());
     let mut rest = sql;
+    let (mut in_literal, mut in_comment) = (false, false);
     while let Some(i) = rest.find("${") {
+        // Where the text before the variable leaves us: in a literal, a comment, or neither.
+        let mut chars = rest[..i].chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\n' if in_comment => in_comment = false,
+                '-' if !in_literal && !in_comment && chars.peek() == Some(&'-') => {
+                    chars.next();
+                    in_comment = true;
+                }
+                '\'' if !in_comment => {
+                    if in_literal && chars.peek() == Some(&'\'') {
+                        chars.next();
+                    } else {
+                        in_literal = !in_literal;
+                    }
+                }
+                _ => {}
+            }
+        }
         out.push_str(&rest[..i]);
         let after = &rest[i + 2..];
         let end = after
@@ -66,7 +90,23 @@ pub fn substitute(sql: &str, vars: &BTreeMap<String, String>) -> Result<String> 
                 "the job file uses `${{{name}}}` and its value is empty: pass --var {name}=... with a value"
             )));
         }
-        out.push_str(value);
+        if in_literal {
+            out.push_str(&value.replace('\'', "''"));
+        } else if in_comment && !value.contains(['\n', '\r']) {
+            // A comment ends only at a line's end.
+            out.push_str(value);
+        } else if value
+            .chars()
+            .all(|c| c.is_alphanumeric() || "_.-/:+@~".contains(c))
+        {
+            out.push_str(value);
+        } else {
+            return Err(Error::Parse(format!(
+                "the job file uses `${{{name}}}` outside a string literal, where only a plain \
+                 name, number or path may stand, and its value is {value:?}: quote it in the job \
+                 file ('${{{name}}}') or pass a plain value"
+            )));
+        }
         rest = &after[end + 1..];
     }
     out.push_str(rest);

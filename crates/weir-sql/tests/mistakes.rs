@@ -400,3 +400,34 @@ fn csv_options_on_a_table_of_another_format_are_refused() {
         "{err}"
     );
 }
+
+/// A `--var` value cannot break out of the string literal it stands in and add options
+/// (issue #25 item 21: a quote in the value ended the literal and set a CSV delimiter); a bare
+/// `${name}` takes only a plain name, number or path.
+#[test]
+fn a_variable_stays_inside_its_string_literal() {
+    use weir_sql::parse::substitute;
+    let vars = |v: &str| BTreeMap::from([("input".to_string(), v.to_string())]);
+    let sql = "CREATE TABLE t (a BIGINT) WITH ('path' = '${input}', 'format' = 'csv'); -- it's '${input}'";
+    let got = substitute(sql, &vars("/data' , 'csv.field-delimiter' = ';")).unwrap();
+    assert_eq!(
+        got,
+        "CREATE TABLE t (a BIGINT) WITH ('path' = '/data'' , ''csv.field-delimiter'' = '';', 'format' = 'csv'); -- it's '/data' , 'csv.field-delimiter' = ';'"
+    );
+    // A literal with an escaped quote before the variable is still a literal.
+    let got = substitute("SELECT 'it''s ${input}'", &vars("a'b")).unwrap();
+    assert_eq!(got, "SELECT 'it''s a''b'");
+    // Outside a literal: plain values only.
+    assert_eq!(
+        substitute(
+            "SET 'parallelism.default' = '2'; SELECT ${input}",
+            &vars("data/in_1.csv")
+        )
+        .unwrap(),
+        "SET 'parallelism.default' = '2'; SELECT data/in_1.csv"
+    );
+    let err = substitute("SELECT ${input} FROM t", &vars("1; DROP"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`${input}` outside a string literal"), "{err}");
+}
