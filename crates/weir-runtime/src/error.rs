@@ -71,8 +71,8 @@ pub enum Error {
 
 impl Error {
     /// Whether the failure may pass when the job starts again (from a checkpoint): not a
-    /// refused plan, a bad setting, a bad record with the `fail` policy or too many dead
-    /// letters, which would happen again.
+    /// refused plan, a bad setting, a bad record with the `fail` policy, too many dead
+    /// letters, a corrupt checkpoint or a checkpoint folder in use, which would happen again.
     pub fn may_pass_on_restart(&self) -> bool {
         match self {
             Error::Operator { source, .. } => source.may_pass_on_restart(),
@@ -80,6 +80,14 @@ impl Error {
             | Error::Config { .. }
             | Error::BadRecord { .. }
             | Error::TooManyDeadLetters { .. } => false,
+            // A checkpoint that is corrupt, of a newer format or not one, and a folder another
+            // job holds, are what they are on every try: restarting only delays the failure.
+            Error::State(
+                weir_state::Error::CorruptCheckpoint { .. }
+                | weir_state::Error::UnsupportedFormat { .. }
+                | weir_state::Error::NotACheckpoint { .. }
+                | weir_state::Error::InUse { .. },
+            ) => false,
             _ => true,
         }
     }
@@ -105,3 +113,37 @@ impl Error {
 
 /// `Result` with the runtime's [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_corrupt_checkpoint_or_a_folder_in_use_fails_at_once() {
+        let corrupt = Error::State(weir_state::Error::CorruptCheckpoint {
+            path: "chk-3/_manifest.json".into(),
+            message: "not a manifest".into(),
+        });
+        let in_use = Error::State(weir_state::Error::InUse {
+            path: "checkpoints".into(),
+            holder: "job `a`".into(),
+        });
+        for e in [corrupt, in_use] {
+            assert!(!e.may_pass_on_restart(), "{e}");
+            let wrapped = Error::Operator {
+                operator: "join".into(),
+                subtask: 0,
+                parallelism: 1,
+                created_at: "here".into(),
+                source: Box::new(e),
+            };
+            assert!(!wrapped.may_pass_on_restart());
+        }
+        let io = Error::State(weir_state::Error::io(
+            "write",
+            "chk-3/state.arrow",
+            std::io::Error::other("disk full"),
+        ));
+        assert!(io.may_pass_on_restart());
+    }
+}
