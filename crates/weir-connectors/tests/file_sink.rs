@@ -183,3 +183,24 @@ fn a_rate_limited_file_sink_publishes_its_output() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "x\n1\n2\n3\n");
     assert_eq!(names(dir.path()), vec!["in.csv", "out.csv"]);
 }
+
+/// A sink path that is a FIFO (or a socket, or a device) is refused: the sink would replace it
+/// with a regular file when the job completes (issue #25 item 10); it stays a FIFO.
+#[test]
+fn a_file_sink_refuses_a_path_that_is_a_fifo() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.csv");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("mkfifo (coreutils)");
+    assert!(made.success());
+    let err = FileSink::new(&path, FileFormat::Csv)
+        .create_writer(batch().schema(), &info())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is a FIFO, socket or device"), "{err}");
+    assert!(std::fs::metadata(&path).unwrap().file_type().is_fifo());
+}

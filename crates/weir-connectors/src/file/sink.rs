@@ -112,6 +112,24 @@ impl SinkFactory for FileSink {
             .collect()
     }
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
+        // The output replaces what is at its path when the job completes: a FIFO, socket or
+        // device there would be replaced by a regular file (as root, `/dev/null` itself).
+        for path in [
+            std::path::PathBuf::from(&self.spec.path),
+            self.subtask_path(info.subtask, info.parallelism),
+        ] {
+            if let Ok(m) = std::fs::metadata(&path) {
+                if !m.is_file() && !m.is_dir() {
+                    return Err(weir_runtime::Error::config(
+                        "path",
+                        path.display(),
+                        "is a FIFO, socket or device, not a file: a file sink replaces its output \
+                         file when the job completes; give the path of a file (or use the print \
+                         connector for standard output)",
+                    ));
+                }
+            }
+        }
         if let Some(c) = info.checkpoints {
             return Ok(Box::new(PartsWriter::open(
                 &self.spec,
