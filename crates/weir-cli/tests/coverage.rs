@@ -278,3 +278,8 @@ fn concat_is_null_with_a_null_argument_and_text_casts_to_integers_truncate() {
 fn decimal_division_has_flinks_types_and_rounds_half_up() {
     check("decimal_division");
 }
+
+#[test]
+fn lag_and_over_aggregates_take_rows_of_one_time_together_as_flink() {
+    check("lag_ties");
+}

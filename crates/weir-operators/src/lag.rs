@@ -7,9 +7,11 @@
 //! Every on-time input row comes out once, when the watermark reaches its time, with its
 //! columns and then, for each lag, the value of the lag's column in the key's row `offset` rows
 //! before it and a BOOLEAN `<output>__found` saying whether there is such a row (false: the
-//! value is NULL, and SQL's default applies). A key's rows are taken in event-time order, rows
-//! at the same time in the order they came (as Flink; with one source split, the split's
-//! order). The output is append-only and keeps the input's event-time column.
+//! value is NULL, and SQL's default applies). A key's rows are taken in event-time order; rows
+//! at the same time (peers) are taken together, as Flink's RANGE frame for `ORDER BY rt` takes
+//! them: in the order they came (with one source split, the split's order), and every peer gets
+//! the values the last of them gets (the row `offset` rows before the last peer). The output is
+//! append-only and keeps the input's event-time column.
 //!
 //! # State and the TTL
 //!
@@ -359,12 +361,30 @@ impl LagOp {
         k.held.sort_unstable_by_key(|h| (h.time, h.arrival));
         let due = k.held.partition_point(|h| h.time <= wm);
         let mut freed = 0u64;
-        for h in k.held.drain(..due) {
-            if k.last.is_some_and(|l| h.time > l.saturating_add(ttl)) {
+        let max_offset = self.max_offset;
+        // Keeps a row's lag columns, the newest last, at most the largest offset of them.
+        let keep = |kept: &mut VecDeque<Box<[u8]>>, lagged: Box<[u8]>, freed: &mut u64| {
+            kept.push_back(lagged);
+            if kept.len() > max_offset {
+                *freed += kept.pop_front().map_or(0, |v| v.len() as u64);
+            }
+        };
+        let mut due: VecDeque<Held> = k.held.drain(..due).collect();
+        while let Some(first) = due.front() {
+            // The rows of one time (peers), in arrival order.
+            let time = first.time;
+            let n = due.iter().take_while(|h| h.time == time).count();
+            let mut peers: Vec<Held> = due.drain(..n).collect();
+            if k.last.is_some_and(|l| time > l.saturating_add(ttl)) {
                 freed += k.kept.iter().map(|v| v.len() as u64).sum::<u64>();
                 k.kept.clear();
             }
-            let lags = (self.offsets.iter())
+            // Every peer takes the values of the last one: the others come before it.
+            let last = peers.pop().expect("a time has a row");
+            for h in &mut peers {
+                keep(&mut k.kept, std::mem::take(&mut h.lagged), &mut freed);
+            }
+            let lags: Vec<Option<u32>> = (self.offsets.iter())
                 .map(|&n| {
                     (k.kept.len() >= n).then(|| {
                         values.push(k.kept[k.kept.len() - n].clone());
@@ -372,14 +392,21 @@ impl LagOp {
                     })
                 })
                 .collect();
-            freed += h.row.len() as u64;
-            self.rows_held -= 1;
-            out.push(Out { row: h.row, lags });
-            k.kept.push_back(h.lagged);
-            if k.kept.len() > self.max_offset {
-                freed += k.kept.pop_front().map_or(0, |v| v.len() as u64);
+            let Held {
+                row: last_row,
+                lagged: last_lagged,
+                ..
+            } = last;
+            for row in peers.into_iter().map(|h| h.row).chain(Some(last_row)) {
+                freed += row.len() as u64;
+                self.rows_held -= 1;
+                out.push(Out {
+                    row,
+                    lags: lags.clone(),
+                });
             }
-            k.last = Some(k.last.map_or(h.time, |l| l.max(h.time)));
+            keep(&mut k.kept, last_lagged, &mut freed);
+            k.last = Some(k.last.map_or(time, |l| l.max(time)));
         }
         self.bytes_held -= freed;
         let next = match (k.held.iter().map(|h| h.time).min(), k.last) {

@@ -112,17 +112,26 @@ fn reference(inputs: &[Input], ttl: i64) -> (Vec<String>, usize) {
         rows.sort_by_key(|r| (r.2, r.3));
         let mut life: Vec<Option<i64>> = Vec::new();
         let mut last: Option<i64> = None;
-        for r in rows.iter() {
-            if last.is_some_and(|l| r.2 > l + ttl) {
+        // Rows of one time (peers) are taken together, as Flink's RANGE frame: every peer gets
+        // the values the last of them (in arrival order) gets.
+        let mut i = 0;
+        while i < rows.len() {
+            let t = rows[i].2;
+            let j = i + rows[i..].iter().take_while(|r| r.2 == t).count();
+            if last.is_some_and(|l| t > l + ttl) {
                 life.clear();
             }
+            life.extend(rows[i..j - 1].iter().map(|r| r.1));
             let back = |n: usize| (life.len() >= n).then(|| life[life.len() - n]);
             let (p1, f1) = opt(back(1));
             let (p2, f2) = opt(back(2));
-            let v = r.1.map_or(String::new(), |v| v.to_string());
-            out.push(format!("{},{v},{},{},{p1},{f1},{p2},{f2}", r.0, r.2, r.3));
-            life.push(r.1);
-            last = Some(last.map_or(r.2, |l| l.max(r.2)));
+            for r in &rows[i..j] {
+                let v = r.1.map_or(String::new(), |v| v.to_string());
+                out.push(format!("{},{v},{},{},{p1},{f1},{p2},{f2}", r.0, r.2, r.3));
+            }
+            life.push(rows[j - 1].1);
+            last = Some(last.map_or(t, |l| l.max(t)));
+            i = j;
         }
     }
     out.sort();

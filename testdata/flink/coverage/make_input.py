@@ -67,3 +67,16 @@ for i in range(200):
 with open("input/typed.csv", "w") as f:
     for r in rows:
         f.write(",".join(str(x) for x in r) + "\n")
+# ties.csv, for rows of one key at the same event time (queries/lag_ties.sql), its own
+# generator. Columns: id, k (5 keys), x, ts (whole seconds over one minute, so a key has several
+# rows at most times); arrival order up to 1.5 s out of event-time order.
+rng = random.Random(24)
+rows = []
+for i in range(400):
+    k = f"k{rng.randint(0, 4)}"
+    ts = base + 1000 * rng.randint(0, 60)
+    rows.append((i, k, rng.randint(1, 50), ts))
+rows.sort(key=lambda r: r[3] + rng.randint(0, 1500))
+with open("input/ties.csv", "w") as f:
+    for r in rows:
+        f.write(",".join(str(x) for x in r) + "\n")
