@@ -270,12 +270,66 @@ impl FileSource {
 /// # Errors
 /// `Config` if nothing matches (naming the pattern), or if a path without a glob is a broken
 /// symbolic link (naming its target).
+/// Refuses a glob whose folder holds file names that are not UTF-8: the glob crate cannot match
+/// them and skips them without a word, so their rows would be lost. Checked in the folder of
+/// the pattern's last part when only that part has wildcards (`data/*.csv`), the usual case.
+fn refuse_names_a_glob_skips(pattern: &str) -> Result<()> {
+    let path = std::path::Path::new(pattern);
+    let glob_chars = |s: &str| s.contains(['*', '?', '[']);
+    let Some(dir) = path.parent() else {
+        return Ok(());
+    };
+    if glob_chars(&dir.to_string_lossy()) {
+        return Ok(());
+    }
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let odd: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_str().is_none())
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .collect();
+    if odd.is_empty() {
+        return Ok(());
+    }
+    Err(Error::config(
+        "path",
+        pattern,
+        format!(
+            "{} holds file names that are not UTF-8, which the pattern cannot match and would \
+             skip without a word: {}; rename them, or name a file by its path",
+            dir.display(),
+            odd.join(", ")
+        ),
+    ))
+}
+
 pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
     let has_glob = pattern.contains(['*', '?', '[']);
     let files: Vec<PathBuf> = if has_glob {
-        let mut v: Vec<PathBuf> = glob::glob(pattern)
-            .map_err(|e| Error::config("path", pattern, format!("not a valid glob pattern: {e}")))?
-            .filter_map(|p| p.ok())
+        refuse_names_a_glob_skips(pattern)?;
+        let matched = glob::glob(pattern).map_err(|e| {
+            Error::config("path", pattern, format!("not a valid glob pattern: {e}"))
+        })?;
+        let mut v: Vec<PathBuf> = Vec::new();
+        for p in matched {
+            // A folder the pattern goes through that cannot be read would hide its files.
+            v.push(p.map_err(|e| {
+                Error::config(
+                    "path",
+                    pattern,
+                    format!("cannot read {}: {}", e.path().display(), e.error()),
+                )
+            })?);
+        }
+        let mut v: Vec<PathBuf> = v
+            .into_iter()
             .filter(|p| {
                 if let Some((target, err)) = broken_symlink(p) {
                     tracing::warn!(
