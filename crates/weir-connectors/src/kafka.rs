@@ -311,9 +311,8 @@ impl KafkaSource {
         self.consumer_committing(true)
     }
 
-    /// A consumer of the topic; `auto_commit` off when checkpoints record the offsets (they
-    /// are committed to the group when a checkpoint holding them completes, never for records
-    /// still in the job's state).
+    /// A consumer of the topic; `auto_commit` is off for every reader (see `create_reader`),
+    /// on only for the metadata look-ups that read no records.
     fn consumer_committing(&self, auto_commit: bool) -> Result<BaseConsumer> {
         let mut cfg = ClientConfig::new();
         cfg.set("bootstrap.servers", &self.spec.bootstrap_servers)
@@ -392,7 +391,12 @@ impl SourceFactory for KafkaSource {
         splits: Vec<usize>,
         ctx: ReaderContext,
     ) -> Result<Box<dyn SourceReader>> {
-        let consumer = self.consumer_committing(!ctx.checkpointing)?;
+        // Never committed automatically: the consumer's own commits would cover records still
+        // in the job's state (a join's or a window's), lost if the job then dies. Offsets are
+        // committed when a checkpoint holding them completes, and at the end of a bounded read;
+        // without checkpoints an unbounded job commits none, so a restart from the group's
+        // offsets reads those records again (at least once, never lost).
+        let consumer = self.consumer_committing(false)?;
         let all = self.partitions(&consumer)?;
         let partitions: Vec<i32> = splits.iter().map(|&i| all[i]).collect();
         let topic = &self.spec.topic;
@@ -956,15 +960,8 @@ impl SourceReader for KafkaReader {
     }
 }
 
-impl Drop for KafkaReader {
-    fn drop(&mut self) {
-        // With checkpoints only a complete checkpoint commits offsets: a stopped or failed
-        // job's records may still have been in its state.
-        if !self.ctx.checkpointing {
-            let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
-        }
-    }
-}
+// No commit when a reader is dropped: a stopped or failed job's records may still have been
+// in its state, or in a file sink's output that a run ending badly does not publish.
 
 /// Settings of a Kafka sink.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -450,3 +450,55 @@ fn the_test_broker_cannot_commit_a_kafka_transaction() {
         .expect_err("the broker committed a transaction: build the transactional sink");
     assert!(err.to_string().contains("not supported by broker"), "{err}");
 }
+
+/// Without checkpoints, a job reading an unbounded topic commits no offsets for the group
+/// (issue #25 item 19): the consumer's automatic commits covered records still in the job's
+/// state, lost if the job then died. A restart from the group's offsets reads them again.
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn without_checkpoints_an_unbounded_read_commits_no_offsets() {
+    let rt = rt();
+    let t = topic(&rt, "uncommitted", 2);
+    produce(&rt, &t, GeneratorSpec::events(600), "key");
+    let mut spec = KafkaSourceSpec::new(
+        &bootstrap(),
+        &t,
+        KafkaFormat::Json,
+        vec![("key", DataType::Utf8), ("ts", DataType::Int64)],
+    );
+    spec.group_id = Some("uncommitted".into());
+    // librdkafka would commit every 20 ms if automatic commits were on.
+    spec.properties
+        .insert("auto.commit.interval.ms".into(), "20".into());
+    let job = JobBuilder::with_config(
+        "uncommitted",
+        JobConfig {
+            parallelism: 2,
+            ..Default::default()
+        },
+    );
+    let out = CollectSink::new();
+    job.source(
+        "kafka",
+        KafkaSource::new(spec).unwrap(),
+        SourceOptions::event_time("ts", 5_000),
+    )
+    .sink("out", out.clone());
+    let report = within(&rt, &format!("an unbounded read of topic {t}"), async {
+        let running = exec::start(job.build().unwrap(), Arc::new(SystemClock)).unwrap();
+        let stop = running.stop_handle();
+        let seen = out.clone();
+        tokio::spawn(async move {
+            while seen.rows() < 600 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            // Fifteen automatic commit intervals with every row read.
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            stop.stop();
+        });
+        running.wait().await.unwrap()
+    });
+    assert!(report.stopped);
+    assert_eq!(out.rows(), 600);
+    assert_eq!(committed_rows(&t, "uncommitted")(), 0);
+}
