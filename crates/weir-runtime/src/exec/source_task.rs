@@ -230,11 +230,13 @@ impl SourceTask {
         let mut idle_out = false;
         let mut sent_wm = Watermark::MIN;
         // Idleness runs on a clock that stops while the task waits to send (backpressure, a
-        // barrier's credit): a split is idle when it had no rows while the source could read,
-        // never because the job downstream was slow.
-        let mut blocked_ms = 0i64;
+        // barrier's credit: the outputs count it as backpressured time): a split is idle when
+        // it had no rows while the source could read, never because the job downstream was slow.
         let clock = self.clock.clone();
-        let idle_clock = |blocked_ms: i64| ProcTime(clock.now().0 - blocked_ms);
+        let idle_clock = || {
+            let blocked_ms = m.backpressured_ns.load(Relaxed) / 1_000_000;
+            ProcTime(clock.now().0 - blocked_ms as i64)
+        };
         let idle_timeout = self.watermarks.idle_timeout_ms.filter(|&ms| ms > 0);
         loop {
             if let Some(c) = checkpoints.as_deref_mut() {
@@ -242,9 +244,7 @@ impl SourceTask {
                     let positions =
                         self.checkpoint(epoch, reader.as_ref(), &gens, &c.to_coordinator)?;
                     c.reported.insert(epoch.0, positions);
-                    let sent = self.clock.now().0;
                     self.outputs.broadcast(Message::Barrier(epoch)).await?;
-                    blocked_ms += self.clock.now().0 - sent;
                 }
                 let done = *c.completed.borrow();
                 let completed: Vec<u64> = c.reported.range(..=done).map(|(e, _)| *e).collect();
@@ -294,14 +294,14 @@ impl SourceTask {
                 // Paused splits are waiting, not idle.
                 for (k, g) in gens.iter_mut().enumerate() {
                     if al.paused[k] {
-                        g.touch(idle_clock(blocked_ms));
+                        g.touch(idle_clock());
                     }
                 }
                 if al.whole_reader_paused {
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
                     // The splits that are not what holds the reader may still go idle; else a
                     // quiet one would hold the group, and so the paused reader, for ever.
-                    let now = idle_clock(blocked_ms);
+                    let now = idle_clock();
                     let mut advanced = None;
                     for (i, g) in gens.iter_mut().enumerate() {
                         if al.paused[i] || finished[i] {
@@ -319,9 +319,7 @@ impl SourceTask {
                     if let Some(w) = advanced.filter(|w| *w > sent_wm) {
                         sent_wm = w;
                         m.watermark.store(w.0, Relaxed);
-                        let sent = self.clock.now().0;
                         self.outputs.broadcast(Message::Watermark(w)).await?;
-                        blocked_ms += self.clock.now().0 - sent;
                     }
                     let wait = (al.next_sample - self.clock.now().0).clamp(1, 100);
                     tokio::time::sleep(Duration::from_millis(wait as u64)).await;
@@ -343,8 +341,7 @@ impl SourceTask {
                             let batch = self.without_null_event_times(batch, et, split)?;
                             let times = weir_core::batch::event_times(&batch, et)?;
                             let mut row_wms = Vec::new();
-                            let obs =
-                                gens[split].observe(&times, idle_clock(blocked_ms), &mut row_wms);
+                            let obs = gens[split].observe(&times, idle_clock(), &mut row_wms);
                             if let Some(&last) = times.last() {
                                 sm.last_event_time.store(last, Relaxed);
                             }
@@ -358,13 +355,11 @@ impl SourceTask {
                         }
                     };
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
-                    let sent = self.clock.now().0;
                     self.outputs.emit(Port::Main, sb).await?;
                     if idle_out && !tracker.all_idle() {
                         idle_out = false;
                         self.outputs.broadcast(Message::Active).await?;
                     }
-                    blocked_ms += self.clock.now().0 - sent;
                 }
                 SourcePoll::NewSplit(sm) => {
                     tracing::info!(source = %self.name, split = %sm.split, "reading a new split");
@@ -407,7 +402,7 @@ impl SourceTask {
             // while the other splits are busy (so checked on every pass, not only when waiting),
             // unless the reader has rows ready for it.
             if idle_timeout.is_some() {
-                let now = idle_clock(blocked_ms);
+                let now = idle_clock();
                 for (i, g) in gens.iter_mut().enumerate() {
                     if finished[i] {
                         continue;
@@ -423,17 +418,13 @@ impl SourceTask {
                 }
                 if tracker.all_idle() && !idle_out {
                     idle_out = true;
-                    let sent = self.clock.now().0;
                     self.outputs.broadcast(Message::Idle).await?;
-                    blocked_ms += self.clock.now().0 - sent;
                 }
             }
             if let Some(w) = advanced.filter(|w| *w > sent_wm) {
                 sent_wm = w;
                 m.watermark.store(w.0, Relaxed);
-                let sent = self.clock.now().0;
                 self.outputs.broadcast(Message::Watermark(w)).await?;
-                blocked_ms += self.clock.now().0 - sent;
             }
         }
         let last = match checkpoints {
