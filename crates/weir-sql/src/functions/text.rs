@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::StringBuilder;
+use arrow_array::builder::BinaryBuilder;
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, StringArray};
+use arrow_array::{Array, ArrayRef, BinaryArray, StringArray};
 use arrow_schema::DataType;
 use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::DFSchema;
@@ -76,43 +76,30 @@ impl ScalarUDFImpl for Concat {
         args: ScalarFunctionArgs,
     ) -> datafusion_common::Result<ColumnarValue> {
         on_arrays(&args, |arrays| {
-            let rows = arrays.first().map_or(0, |a| a.len());
-            if arrays
+            // Text is joined as its bytes (UTF-8 joined is UTF-8) and read back as text.
+            let out_type = arrays
                 .first()
-                .is_some_and(|a| a.data_type() == &DataType::Binary)
-            {
-                let parts: Vec<&arrow_array::BinaryArray> =
-                    arrays.iter().map(|a| a.as_binary::<i32>()).collect();
-                let mut out = arrow_array::builder::BinaryBuilder::with_capacity(rows, 0);
-                let mut bytes = Vec::new();
-                for i in 0..rows {
-                    if parts.iter().any(|p| p.is_null(i)) {
-                        out.append_null();
-                        continue;
-                    }
-                    bytes.clear();
-                    for p in &parts {
-                        bytes.extend_from_slice(p.value(i));
-                    }
-                    out.append_value(&bytes);
-                }
-                return Ok(Arc::new(out.finish()) as ArrayRef);
-            }
-            let parts: Vec<&StringArray> = arrays.iter().map(|a| a.as_string::<i32>()).collect();
-            let mut out = StringBuilder::with_capacity(rows, 0);
-            let mut text = String::new();
+                .map_or(DataType::Utf8, |a| a.data_type().clone());
+            let parts = (arrays.iter())
+                .map(|a| arrow_cast::cast(a, &DataType::Binary))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let parts: Vec<&BinaryArray> = parts.iter().map(|a| a.as_binary::<i32>()).collect();
+            let rows = parts.first().map_or(0, |a| a.len());
+            let mut out = BinaryBuilder::with_capacity(rows, 0);
+            let mut bytes = Vec::new();
             for i in 0..rows {
                 if parts.iter().any(|p| p.is_null(i)) {
                     out.append_null();
                     continue;
                 }
-                text.clear();
+                bytes.clear();
                 for p in &parts {
-                    text.push_str(p.value(i));
+                    bytes.extend_from_slice(p.value(i));
                 }
-                out.append_value(&text);
+                out.append_value(&bytes);
             }
-            Ok(Arc::new(out.finish()) as ArrayRef)
+            let joined: ArrayRef = Arc::new(out.finish());
+            Ok(arrow_cast::cast(&joined, &out_type)?)
         })
     }
 }
