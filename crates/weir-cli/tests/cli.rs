@@ -308,14 +308,15 @@ fn run_refuses_outputs_that_are_inputs_and_prints_user_errors_without_a_backtrac
     let d = dir.path();
     let input = "key,ts\na,1\nb,2\n";
     std::fs::write(d.join("in.csv"), input).unwrap();
-    std::fs::write(
-        d.join("job.sql"),
-        "CREATE TABLE t (key STRING, ts BIGINT) WITH ('connector' = 'filesystem',
-           'path' = 'in.csv', 'format' = 'csv', 'csv.header' = 'true');
-         CREATE TABLE o (key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
-         INSERT INTO o SELECT key FROM t;",
-    )
-    .unwrap();
+    let job = |column: &str| {
+        format!(
+            "CREATE TABLE t (key STRING, ts BIGINT) WITH ('connector' = 'filesystem',
+               'path' = 'in.csv', 'format' = 'csv', 'csv.header' = 'true');
+             CREATE TABLE o (key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+             INSERT INTO o SELECT {column} FROM t;"
+        )
+    };
+    std::fs::write(d.join("job.sql"), job("key")).unwrap();
     for flag in ["--dead-letters", "--metrics-out"] {
         let out = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["run", "job.sql", "--http", "off", flag, "./in.csv"])
@@ -330,14 +331,7 @@ fn run_refuses_outputs_that_are_inputs_and_prints_user_errors_without_a_backtrac
         );
         assert_eq!(std::fs::read_to_string(d.join("in.csv")).unwrap(), input);
     }
-    std::fs::write(
-        d.join("bad.sql"),
-        "CREATE TABLE t (key STRING, ts BIGINT) WITH ('connector' = 'filesystem',
-           'path' = 'in.csv', 'format' = 'csv', 'csv.header' = 'true');
-         CREATE TABLE o (key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
-         INSERT INTO o SELECT nope FROM t;",
-    )
-    .unwrap();
+    std::fs::write(d.join("bad.sql"), job("nope")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", "bad.sql", "--http", "off"])
         .env("RUST_BACKTRACE", "1")

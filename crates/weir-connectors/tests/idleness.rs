@@ -67,11 +67,7 @@ fn joined(run: &Run) -> Vec<String> {
         ),
         None => joined.sink("out", out.clone()),
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    weir_testkit::kafka::rt()
         .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
         .unwrap();
     sorted_lines(&out.batches())

@@ -47,7 +47,8 @@ fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec, key: 
     .unwrap();
 }
 
-fn events_source(topic: &str, start: StartPosition, group: &str) -> KafkaSource {
+/// A bounded read of `topic`'s events (key, ts, and the record's key and timestamp) by `group`.
+fn events_spec(topic: &str, start: StartPosition, group: &str) -> KafkaSourceSpec {
     let mut spec = KafkaSourceSpec::new(
         &bootstrap(),
         topic,
@@ -59,7 +60,11 @@ fn events_source(topic: &str, start: StartPosition, group: &str) -> KafkaSource 
     spec.group_id = Some(group.into());
     spec.key_column = Some("record_key".into());
     spec.timestamp_column = Some("record_ts".into());
-    KafkaSource::new(spec).unwrap()
+    spec
+}
+
+fn events_source(topic: &str, start: StartPosition, group: &str) -> KafkaSource {
+    KafkaSource::new(events_spec(topic, start, group)).unwrap()
 }
 
 fn read(rt: &tokio::runtime::Runtime, source: KafkaSource) -> Vec<arrow_array::RecordBatch> {
@@ -347,13 +352,9 @@ fn kafka_offsets_are_committed_when_a_checkpoint_completes() {
     let t = topic(&rt, "checkpointed", 2);
     produce(&rt, &t, GeneratorSpec::events(600), "key");
     let dir = tempfile::tempdir().unwrap();
-    let mut unbounded = events_source(&t, StartPosition::Earliest, "checkpointed");
-    unbounded = {
-        let mut spec: weir_connectors::kafka::KafkaSourceSpec =
-            serde_json::from_value(weir_runtime::SourceFactory::spec(&unbounded)).unwrap();
-        spec.bounded = false;
-        KafkaSource::new(spec).unwrap()
-    };
+    let mut spec = events_spec(&t, StartPosition::Earliest, "checkpointed");
+    spec.bounded = false;
+    let unbounded = KafkaSource::new(spec).unwrap();
     let job = JobBuilder::with_config(
         "checkpointed",
         JobConfig {
@@ -460,13 +461,8 @@ fn without_checkpoints_an_unbounded_read_commits_no_offsets() {
     let rt = rt();
     let t = topic(&rt, "uncommitted", 2);
     produce(&rt, &t, GeneratorSpec::events(600), "key");
-    let mut spec = KafkaSourceSpec::new(
-        &bootstrap(),
-        &t,
-        KafkaFormat::Json,
-        vec![("key", DataType::Utf8), ("ts", DataType::Int64)],
-    );
-    spec.group_id = Some("uncommitted".into());
+    let mut spec = events_spec(&t, StartPosition::Earliest, "uncommitted");
+    spec.bounded = false;
     // librdkafka would commit every 20 ms if automatic commits were on.
     spec.properties
         .insert("auto.commit.interval.ms".into(), "20".into());

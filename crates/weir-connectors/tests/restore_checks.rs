@@ -15,6 +15,7 @@ use weir_runtime::checkpoint::CheckpointConfig;
 use weir_runtime::{
     exec, CollectSink, JobBuilder, JobConfig, RateLimitHandle, RateLimitedSink, SourceOptions,
 };
+use weir_testkit::kafka::rt;
 
 /// `key,ts` rows: 200 keys, one row per millisecond.
 fn input(path: &Path, rows: usize) {
@@ -56,14 +57,6 @@ fn job(name: &str, file: &Path, dir: &Path, restore: bool) -> JobBuilder {
         RateLimitedSink::new(Arc::new(CollectSink::new()), RateLimitHandle::new(5_000)),
     );
     job
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Runs `job` until two checkpoints have completed, then stops it.
