@@ -536,3 +536,71 @@ fn a_position_in_a_file_that_changed_since_is_an_error_naming_the_file() {
         );
     }
 }
+
+/// Issue #25 item 6: a file a writer is appending to ends, when the reader gets there, in the
+/// middle of a line (`3,c,17` of `3,c,1700`). That line is a dead letter naming it, not a row
+/// with a wrong value; the rows before it are read, and the position is past it. A file that
+/// did not grow while it was read may end without a line break: its last line is a row. (A
+/// JSON line is held to the same rule, even when it parses: its writer has not ended it.)
+#[test]
+fn a_torn_last_line_of_a_file_growing_while_read_is_a_dead_letter_not_a_row() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, head, appended, spec) in [
+        (
+            "a.csv",
+            &b"id,name,v\n1,a,10\n"[..],
+            &b"2,b,20\n3,c,17"[..],
+            csv_spec as fn(&Path) -> _,
+        ),
+        (
+            "b.jsonl",
+            &b"{\"id\": 1, \"name\": \"a\", \"v\": 10}\n"[..],
+            &b"{\"id\": 2, \"name\": \"b\", \"v\": 20}\n{\"id\": 3, \"name\": \"c\", \"v\": 17}"[..],
+            json_spec,
+        ),
+    ] {
+        let path = write(dir.path(), name, head);
+        let source = FileSource::new(spec(&path)).unwrap();
+        let (mut r, dead) = open(&source, 0, 1, None);
+        let first = read(&mut *r, &dead, Some(1));
+        assert_eq!(first.rows, ["id=1, name=a, v=10"], "{name}");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(appended)
+            .unwrap();
+        let rest = read(&mut *r, &dead, None);
+        assert_eq!(
+            rest.rows,
+            ["id=2, name=b, v=20"],
+            "{name}: the torn line is no row"
+        );
+        let torn = std::str::from_utf8(appended)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap();
+        let line = if name.ends_with(".csv") { 4 } else { 3 };
+        assert_eq!(
+            rest.dead,
+            [(format!("line {line}"), torn.to_string())],
+            "{name}"
+        );
+        let kept = dead.kept();
+        assert!(
+            kept[0].reason.contains("the file grew while it was read"),
+            "{}",
+            kept[0].reason
+        );
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(r.position(0).unwrap(), json!({ "finished": true }));
+        // The same file, read again now that it does not grow: its last line is a row.
+        let (mut r, dead) = open(&source, 0, 10, None);
+        let again = read(&mut *r, &dead, None);
+        assert_eq!(again.rows.len(), 3, "{name}: {again:?}");
+        assert!(again.dead.is_empty(), "{name}");
+        assert_eq!(len, std::fs::metadata(&path).unwrap().len());
+    }
+}

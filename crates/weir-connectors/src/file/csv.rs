@@ -21,8 +21,6 @@
 //! read as a record of its own. (A record on one line keeps the lenient reading above: it costs
 //! no other line.)
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use arrow_array::RecordBatch;
@@ -30,7 +28,8 @@ use arrow_schema::SchemaRef;
 use weir_runtime::{Error, Result};
 
 use super::{
-    append_record, io_err, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
+    append_record, io_err, BadRecords, FilePosition, FileSourceSpec, FormatReader, LineRead,
+    TextInput, TextPosition,
 };
 use crate::values::{recycle, Excerpt, RowBuilder, Value};
 
@@ -201,7 +200,7 @@ enum Split {
 
 pub(super) struct CsvReader {
     path: std::path::PathBuf,
-    input: BufReader<File>,
+    input: TextInput,
     syntax: CsvSyntax,
     /// Lines read and not yet consumed, with their line breaks, back to back: the lines of the
     /// record being split, and after an unclosed quote the lines to split again.
@@ -213,6 +212,9 @@ pub(super) struct CsvReader {
     /// The line number (from 1) of `starts[0]`.
     first_line: u64,
     eof: bool,
+    /// A torn last line (see [`TextInput`]): its line number and bytes, set aside once the
+    /// lines before it are read.
+    torn: Option<(u64, Vec<u8>)>,
     fields: Fields,
     /// For each schema column, the field index in the file.
     field_of: Vec<usize>,
@@ -239,9 +241,8 @@ impl CsvReader {
         start: Option<TextPosition>,
     ) -> Result<Self> {
         let syntax = CsvSyntax::of(spec)?;
-        let file = File::open(path).map_err(|e| io_err(path, e))?;
-        let mut input = BufReader::with_capacity(1 << 20, file);
-        let bom = super::skip_utf8_bom(&mut input).map_err(|e| io_err(path, e))?;
+        let mut input = TextInput::open(path)?;
+        let bom = super::skip_utf8_bom(&mut input.input).map_err(|e| io_err(path, e))?;
         let n = schema.fields().len();
         let mut reader = CsvReader {
             path: path.to_path_buf(),
@@ -252,6 +253,7 @@ impl CsvReader {
             head: 0,
             first_line: 1,
             eof: false,
+            torn: None,
             fields: Fields::default(),
             field_of: (0..n).collect(),
             fields_expected: n,
@@ -303,7 +305,7 @@ impl CsvReader {
         }
         if let Some(at) = start.filter(|at| at.byte > 0) {
             debug_assert!(reader.starts.is_empty(), "the header is consumed whole");
-            super::seek_text(&mut reader.input, path, at, reader.bytes)?;
+            super::seek_text(&mut reader.input.input, path, at, reader.bytes)?;
             reader.bytes = at.byte;
             reader.first_line = at.line;
         }
@@ -316,16 +318,26 @@ impl CsvReader {
             return Ok(false);
         }
         let start = self.lines.len();
-        let n = self
+        match self
             .input
-            .read_until(b'\n', &mut self.lines)
-            .map_err(|e| io_err(&self.path, e))?;
-        if n == 0 {
-            self.eof = true;
-            return Ok(false);
+            .read_line(&mut self.lines)
+            .map_err(|e| io_err(&self.path, e))?
+        {
+            LineRead::Whole(_) => {
+                self.starts.push(start);
+                Ok(true)
+            }
+            LineRead::Torn(_) => {
+                let line = self.first_line + self.starts.len() as u64;
+                self.torn = Some((line, self.lines.split_off(start)));
+                self.eof = true;
+                Ok(false)
+            }
+            LineRead::End => {
+                self.eof = true;
+                Ok(false)
+            }
         }
-        self.starts.push(start);
-        Ok(true)
     }
 
     /// Line `k` of `lines` as (text, line break).
@@ -491,6 +503,11 @@ impl FormatReader for CsvReader {
         while !self.done && self.builder.rows() < self.batch_rows {
             let (line, lines) = match self.split_record(Some(self.fields_expected))? {
                 Split::End => {
+                    if let Some((line, bytes)) = self.torn.take() {
+                        bad.report(line, super::torn_line_reason(line), &bytes)?;
+                        self.bytes += bytes.len() as u64;
+                        self.first_line += 1;
+                    }
                     self.done = true;
                     break;
                 }

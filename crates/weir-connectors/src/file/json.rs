@@ -2,8 +2,6 @@
 //! are blank (whitespace only) are skipped; a line that is not UTF-8 is a bad record. A UTF-8
 //! byte order mark at the start of the file is skipped.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use arrow_array::RecordBatch;
@@ -11,13 +9,14 @@ use arrow_schema::SchemaRef;
 use weir_runtime::Result;
 
 use super::{
-    append_record, io_err, BadRecords, FilePosition, FileSourceSpec, FormatReader, TextPosition,
+    append_record, io_err, BadRecords, FilePosition, FileSourceSpec, FormatReader, LineRead,
+    TextInput, TextPosition,
 };
 use crate::values::{recycle, RowBuilder, Value};
 
 pub(super) struct JsonReader {
     path: std::path::PathBuf,
-    reader: BufReader<File>,
+    reader: TextInput,
     line: Vec<u8>,
     /// The line number (from 1) of the line last read.
     line_no: u64,
@@ -38,12 +37,11 @@ impl JsonReader {
         batch_rows: usize,
         start: Option<TextPosition>,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(|e| io_err(path, e))?;
-        let mut reader = BufReader::with_capacity(1 << 20, file);
-        let mut bytes = super::skip_utf8_bom(&mut reader).map_err(|e| io_err(path, e))?;
+        let mut reader = TextInput::open(path)?;
+        let mut bytes = super::skip_utf8_bom(&mut reader.input).map_err(|e| io_err(path, e))?;
         let mut line_no = 0;
         if let Some(at) = start.filter(|at| at.byte > 0) {
-            super::seek_text(&mut reader, path, at, bytes)?;
+            super::seek_text(&mut reader.input, path, at, bytes)?;
             bytes = at.byte;
             line_no = at.line - 1;
         }
@@ -67,16 +65,24 @@ impl FormatReader for JsonReader {
         let mut buf: Vec<Value<'static>> = Vec::with_capacity(self.names.len());
         while !self.done && self.builder.rows() < self.batch_rows {
             self.line.clear();
-            let n = self
+            let read = self
                 .reader
-                .read_until(b'\n', &mut self.line)
+                .read_line(&mut self.line)
                 .map_err(|e| io_err(&self.path, e))?;
-            if n == 0 {
-                self.done = true;
-                break;
-            }
+            let n = match read {
+                LineRead::Whole(n) | LineRead::Torn(n) => n,
+                LineRead::End => {
+                    self.done = true;
+                    break;
+                }
+            };
             self.bytes += n as u64;
             self.line_no += 1;
+            if read == LineRead::Torn(n) {
+                let reason = super::torn_line_reason(self.line_no);
+                bad.report(self.line_no, reason, &self.line)?;
+                continue;
+            }
             let raw = match self.line.as_slice() {
                 [rest @ .., b'\r', b'\n'] | [rest @ .., b'\n'] => rest,
                 all => all,

@@ -28,6 +28,16 @@
 //!   file is one row group past the last, row 0.
 //! - A split that finished: `{"finished": true}`; restored, it finishes at once.
 //!
+//! # Files still being written
+//!
+//! A file source reads each file once, to the end it has when the reader gets there. A last
+//! line without its line break is a whole record when the file did not grow while it was read
+//! (many files end that way); when the file grew, a writer is appending to it and the line is
+//! torn (`3796,170000000` of `3796,1700000000123`), so it is not read as a row: it is a dead
+//! letter saying so, and the rows before it are read. Read the file again once its writer has
+//! finished, or write files under another name and rename them into place (as weir's file sink
+//! does).
+//!
 //! A position that cannot be in the file as it is now (past its end, not at the start of a
 //! line, in a row group it does not have) is an error naming the file: the file changed since
 //! the position was taken.
@@ -685,6 +695,69 @@ impl BadRecords<'_> {
             Some(&self.ctx.split_metrics[self.split]),
         )
     }
+}
+
+/// A text file read line by line, which tells a last line that lacks its line break because a
+/// writer is still appending to the file from one that simply has none (see the module doc).
+struct TextInput {
+    input: std::io::BufReader<std::fs::File>,
+    /// The file's length when it was opened.
+    opened_len: u64,
+}
+
+/// What [`TextInput::read_line`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineRead {
+    /// A line of this many bytes, its line break included (none at the end of the file).
+    Whole(usize),
+    /// The file's last bytes, this many, without a line break, in a file that grew while it
+    /// was read: a line its writer has not finished.
+    Torn(usize),
+    End,
+}
+
+impl TextInput {
+    fn open(path: &Path) -> Result<TextInput> {
+        let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+        let opened_len = file.metadata().map_err(|e| io_err(path, e))?.len();
+        Ok(TextInput {
+            input: std::io::BufReader::with_capacity(1 << 20, file),
+            opened_len,
+        })
+    }
+
+    /// Appends the next line, with its line break, to `buf`.
+    fn read_line(&mut self, buf: &mut Vec<u8>) -> std::io::Result<LineRead> {
+        use std::io::BufRead;
+        let mut n = self.input.read_until(b'\n', buf)?;
+        if n == 0 {
+            return Ok(LineRead::End);
+        }
+        if buf.ends_with(b"\n") {
+            return Ok(LineRead::Whole(n));
+        }
+        // The end of the file in the middle of a line: its writer may have written more since.
+        n += self.input.read_until(b'\n', buf)?;
+        if buf.ends_with(b"\n") {
+            return Ok(LineRead::Whole(n));
+        }
+        let len = self.input.get_ref().metadata()?.len();
+        Ok(if len == self.opened_len {
+            LineRead::Whole(n)
+        } else {
+            LineRead::Torn(n)
+        })
+    }
+}
+
+/// The reason of a dead letter for a torn last line.
+fn torn_line_reason(line: u64) -> String {
+    format!(
+        "line {line} is the last of the file and has no line break, and the file grew while it \
+         was read: a writer is still appending to it, so the line may be cut short and is not \
+         read as a row; read the file again once its writer has finished (or have the writer \
+         rename finished files into place)"
+    )
 }
 
 /// Where a bad record is in its file.
