@@ -69,17 +69,27 @@ async fn tables(schema: &str) -> (Vec<String>, Vec<String>, i64) {
     ))
     .await;
     let per_ad = lines(format!("SELECT ad_id, clicks FROM {schema}.clicks_per_ad")).await;
-    let staged: i64 = client
-        .query_one(
-            &format!(
-                "SELECT (SELECT count(*) FROM {schema}.attributed__weir_staging) + \
-                 (SELECT count(*) FROM {schema}.clicks_per_ad__weir_staging)"
-            ),
-            &[],
+    // Each sink's staging table (named with a hash of the job's and the sink's names).
+    let staging = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = $1 AND table_name LIKE '%\\_\\_weir\\_staging\\_%' \
+             ORDER BY table_name",
+            &[&schema],
         )
         .await
-        .unwrap()
-        .get(0);
+        .unwrap();
+    let staging: Vec<String> = staging.iter().map(|r| r.get(0)).collect();
+    assert_eq!(staging.len(), 2, "one staging table per sink: {staging:?}");
+    let mut staged = 0;
+    for t in &staging {
+        let n: i64 = client
+            .query_one(&format!("SELECT count(*) FROM {schema}.\"{t}\""), &[])
+            .await
+            .unwrap()
+            .get(0);
+        staged += n;
+    }
     (attributed, per_ad, staged)
 }
 

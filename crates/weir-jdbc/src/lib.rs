@@ -91,7 +91,9 @@
 //! Without checkpoints each flush goes straight into the target table: a failed run leaves the
 //! rows flushed so far, and running again writes them again (at least once). With checkpoints:
 //!
-//! 1. Rows are flushed into the staging table `<table>__weir_staging` (the sink's columns plus
+//! 1. Rows are flushed into the writer's staging table `<table>__weir_staging_<8 hex digits>`
+//!    (the digits hash the job's and the sink's names, so every job writing a table stages in
+//!    a table of its own and none settles or deletes another's rows; the sink's columns plus
 //!    `__weir_epoch`, `__weir_subtask`, `__weir_seq`, and `__weir_delete` with a change
 //!    column), each tagged with the epoch it belongs to: the checkpoint whose barrier comes
 //!    after it (the last barrier's number plus one).
@@ -139,5 +141,7 @@ pub use options::{
     check_known, Database, JdbcOptions, Password, PostgresUrl, TableName, CONNECTION_OPTIONS,
     KNOWN_OPTIONS, LOOKUP_OPTIONS, SCAN_OPTIONS, SINK_OPTIONS,
 };
-pub use sink::{register, JdbcSinkFactory, JdbcSinkSpec, PROGRESS_TABLE, STAGING_SUFFIX};
+pub use sink::{
+    register, staging_table_name, JdbcSinkFactory, JdbcSinkSpec, PROGRESS_TABLE, STAGING_SUFFIX,
+};
 pub use source::{JdbcSource, JdbcSourceSpec, ScanOptions, ScanPartition};

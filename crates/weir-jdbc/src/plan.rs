@@ -11,8 +11,11 @@ use weir_runtime::{Error, Result};
 use crate::options::{Database, JdbcOptions, TableName};
 use crate::types::{quote, sql_type, Dialect};
 
-/// The staging table of `t` is `t` with this suffix.
-pub const STAGING_SUFFIX: &str = "__weir_staging";
+/// The staging table of target `t` is `t` with this suffix and 8 hex digits naming the writer
+/// ([`staging_table_name`]).
+pub const STAGING_SUFFIX: &str = "__weir_staging_";
+/// The length of a staging table's name beyond its target's.
+const STAGING_EXTRA: usize = STAGING_SUFFIX.len() + 8;
 /// The table recording each sink subtask's last committed checkpoint.
 pub const PROGRESS_TABLE: &str = "weir_sink_progress";
 pub const EPOCH: &str = "__weir_epoch";
@@ -24,6 +27,19 @@ const RN: &str = "__weir_rn";
 const FLUSH: &str = "__weir_flush";
 /// PostgreSQL cuts longer identifiers silently.
 const PG_MAX_IDENTIFIER: usize = 63;
+
+/// The staging table of sink `sink` of job `job` writing table `table` (unqualified): the
+/// table's name, [`STAGING_SUFFIX`] and 8 hex digits of the xxh3 hash of the job's and the
+/// sink's names. Each writer of a table stages its rows in a table of its own, so jobs writing
+/// one table never settle or delete each other's staged rows.
+pub fn staging_table_name(table: &str, job: &str, sink: &str) -> String {
+    let mut writer = Vec::with_capacity(job.len() + sink.len() + 1);
+    writer.extend_from_slice(job.as_bytes());
+    writer.push(0);
+    writer.extend_from_slice(sink.as_bytes());
+    let hash = twox_hash::XxHash3_64::oneshot(&writer);
+    format!("{table}{STAGING_SUFFIX}{:08x}", hash >> 32)
+}
 
 /// A column the sink writes.
 #[derive(Debug, Clone)]
@@ -65,6 +81,7 @@ impl Layout {
     /// column that is not in it, or a column of a type the sink cannot write.
     pub fn new(
         options: &JdbcOptions,
+        writer: (&str, &str),
         schema: &SchemaRef,
         key: &[String],
         op: Option<&str>,
@@ -135,20 +152,21 @@ impl Layout {
             })
             .collect::<Result<Vec<_>>>()?;
         let t = &options.table;
-        if dialect == Dialect::Postgres && t.name.len() + STAGING_SUFFIX.len() > PG_MAX_IDENTIFIER {
+        if dialect == Dialect::Postgres && t.name.len() + STAGING_EXTRA > PG_MAX_IDENTIFIER {
             return Err(Error::config(
                 "table-name",
                 &t.name,
                 format!(
                     "PostgreSQL names have at most {PG_MAX_IDENTIFIER} bytes, and the staging \
-                     table adds `{STAGING_SUFFIX}`: use a name of at most {} bytes",
-                    PG_MAX_IDENTIFIER - STAGING_SUFFIX.len()
+                     table adds `{STAGING_SUFFIX}` and 8 hex digits: use a name of at most {} \
+                     bytes",
+                    PG_MAX_IDENTIFIER - STAGING_EXTRA
                 ),
             ));
         }
         let staging_name = TableName {
             schema: t.schema.clone(),
-            name: format!("{}{STAGING_SUFFIX}", t.name),
+            name: staging_table_name(&t.name, writer.0, writer.1),
         };
         let qualify = |name: &str| match &t.schema {
             Some(s) => format!("{}.{}", quote(s), quote(name)),

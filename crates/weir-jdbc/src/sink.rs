@@ -13,8 +13,8 @@ use weir_runtime::sink::{BoxFuture, Delivery};
 use weir_runtime::{Error, Registry, Result, SinkFactory, SinkWriter, SubtaskInfo};
 
 use crate::options::{Database, JdbcOptions};
+pub use crate::plan::{staging_table_name, PROGRESS_TABLE, STAGING_SUFFIX};
 use crate::plan::{Conn, DbError, Dest, Layout, Load, Stmt, EPOCH, SUBTASK};
-pub use crate::plan::{PROGRESS_TABLE, STAGING_SUFFIX};
 use crate::types::{compatible, Dialect};
 
 /// What a JDBC sink stores in a job graph: never a password (`password-env` is kept).
@@ -103,6 +103,17 @@ impl JdbcSinkFactory {
     pub fn sink_spec(&self) -> &JdbcSinkSpec {
         &self.spec
     }
+
+    /// The table this sink stages its rows in with checkpoints ([`staging_table_name`]),
+    /// qualified by the target's schema when it has one.
+    pub fn staging_table(&self) -> String {
+        let t = &self.options.table;
+        crate::options::TableName {
+            schema: t.schema.clone(),
+            name: staging_table_name(&t.name, &self.spec.job, &self.spec.sink),
+        }
+        .to_string()
+    }
 }
 
 /// Adds the `jdbc` sink and source to a registry, so job graphs with them read back from JSON.
@@ -153,6 +164,7 @@ impl SinkFactory for JdbcSinkFactory {
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
         let layout = Arc::new(Layout::new(
             &self.options,
+            (&self.spec.job, &self.spec.sink),
             &schema,
             &self.spec.primary_key,
             self.spec.op_column.as_deref(),
@@ -377,7 +389,7 @@ impl Ctx {
     ) -> Result<()> {
         let name = match what {
             "table" => self.options.table.to_string(),
-            _ => format!("{}{STAGING_SUFFIX}", self.options.table),
+            _ => self.layout.staging_name.to_string(),
         };
         for (col, t) in want {
             let Some((_, db)) = existing.iter().find(|(n, _)| n == col) else {

@@ -41,7 +41,7 @@ async fn job_writes_every_row_once(db: &Db, checkpoints: bool) {
             "{:?}",
             report.metrics.checkpoints
         );
-        assert_eq!(db.count("numbers__weir_staging").await, 0);
+        assert_eq!(db.count(&staged_in("numbers")).await, 0);
     }
     assert_eq!(db.count("numbers").await, 2_000);
     assert_eq!(

@@ -182,6 +182,16 @@ async fn postgres_current_schema_in_the_url_places_the_tables() {
     w.commit().await.unwrap();
     let db = Db::Postgres(schema);
     assert_eq!(db.lines("placed", &["id", "tag"]).await, vec!["1|a"]);
-    assert_eq!(db.count("placed__weir_staging").await, 0);
+    assert_eq!(
+        db.count(&weir_jdbc::staging_table_name("placed", "j", "s"))
+            .await,
+        0
+    );
     assert_eq!(progress(&db).await, vec!["j|s|0|1"]);
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run scripts/test"]
+async fn postgres_two_jobs_with_checkpoints_write_one_table() {
+    two_jobs_with_checkpoints_write_one_table(&Db::postgres("shared").await).await;
 }

@@ -109,3 +109,8 @@ async fn sqlite_every_type_round_trips() {
         ]
     );
 }
+
+#[tokio::test]
+async fn sqlite_two_jobs_with_checkpoints_write_one_table() {
+    two_jobs_with_checkpoints_write_one_table(&Db::sqlite()).await;
+}

@@ -227,5 +227,10 @@ pub async fn restore_and_replay(db: &Db, table: &str, restored: u64) {
         db.lines(table, &["id", "tag"]).await,
         expect(&[(1..=3, "e1"), (4..=6, "e2"), (7..=8, "e3")])
     );
-    assert_eq!(db.count(&format!("{table}__weir_staging")).await, 0);
+    assert_eq!(db.count(&staged_in(table)).await, 0);
+}
+
+/// The staging table of the sink [`Db::sink`] makes for `table`.
+pub fn staged_in(table: &str) -> String {
+    weir_jdbc::staging_table_name(table, "test-job", "out")
 }

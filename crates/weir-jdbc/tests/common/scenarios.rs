@@ -223,7 +223,7 @@ pub async fn restore_at_another_parallelism(db: &Db) {
         vec!["1|s0", "2|s0", "3|s1", "4|s1"]
     );
     w.commit().await.unwrap();
-    assert_eq!(db.count("rescaled__weir_staging").await, 0);
+    assert_eq!(db.count(&super::staged_in("rescaled")).await, 0);
 }
 
 /// A fresh start with checkpoints deletes what an earlier run left in staging.
@@ -340,4 +340,36 @@ pub async fn every_type(db: &Db) -> Vec<String> {
     }
     db.lines("types", &["b", "i", "d", "f", "ok", "amount", "s", "ts"])
         .await
+}
+
+/// Issue #25 item 2: two jobs with checkpoints writing one table. Job `a` stages a checkpoint's
+/// rows; job `b` starts fresh (settling its own leftovers) and writes; `a`'s checkpoint then
+/// completes. Every row of both jobs is in the table once: each writer stages in a table of
+/// its own (before, `b`'s start deleted `a`'s staged rows).
+pub async fn two_jobs_with_checkpoints_write_one_table(db: &Db) {
+    let s = id_tag_schema();
+    let opts = db.options("shared", 1);
+    let a = weir_jdbc::JdbcSinkFactory::from_options(&opts, "job-a", "out").unwrap();
+    let b = weir_jdbc::JdbcSinkFactory::from_options(&opts, "job-b", "out").unwrap();
+    assert_ne!(a.staging_table(), b.staging_table());
+    let mut wa = writer(&a, &s, &info(0, 1, Some(None)));
+    wa.write(id_tag(&s, &[(1, "a"), (2, "a")])).await.unwrap();
+    wa.pre_commit(Epoch(1)).await.unwrap();
+    let mut wb = writer(&b, &s, &info(0, 1, Some(None)));
+    wb.write(id_tag(&s, &[(3, "b")])).await.unwrap();
+    wb.pre_commit(Epoch(1)).await.unwrap();
+    wa.commit_checkpoint(Epoch(1)).await.unwrap();
+    wb.commit_checkpoint(Epoch(1)).await.unwrap();
+    wa.write(id_tag(&s, &[(4, "a")])).await.unwrap();
+    wa.finish().await.unwrap();
+    wa.commit().await.unwrap();
+    wb.finish().await.unwrap();
+    wb.commit().await.unwrap();
+    assert_eq!(
+        db.lines("shared", &["id", "tag"]).await,
+        vec!["1|a", "2|a", "3|b", "4|a"]
+    );
+    let mut done = progress(db).await;
+    done.sort();
+    assert_eq!(done, vec!["job-a|out|0|2", "job-b|out|0|2"]);
 }
