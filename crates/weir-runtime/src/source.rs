@@ -21,6 +21,53 @@ use weir_core::time::Clock;
 use crate::error::{Error, Result};
 use crate::metrics::SplitMetrics;
 
+/// Rewrites the dead-letter file at `path`, if there is one, without its lines of epochs after
+/// `upto` (lines without an epoch, or that are not JSON, are kept); returns whether it exists.
+fn keep_epochs_up_to(path: &std::path::Path, upto: u64) -> Result<bool> {
+    use std::io::BufRead;
+    let err = |e: std::io::Error| Error::io(format!("dead-letter file {}", path.display()), e);
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(err(e)),
+    };
+    let tmp = path.with_extension("restoring");
+    let mut out = BufWriter::new(File::create(&tmp).map_err(err)?);
+    let mut dropped = 0u64;
+    let mut input = std::io::BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line).map_err(err)? == 0 {
+            break;
+        }
+        let whole = line.ends_with(b"\n");
+        let parsed = serde_json::from_slice::<serde_json::Value>(&line).ok();
+        let epoch = (parsed.as_ref()).and_then(|v| v.get("epoch").and_then(|e| e.as_u64()));
+        // A last line cut short was being written when the job died: after every complete
+        // checkpoint's lines, so it is read again too.
+        if epoch.is_some_and(|e| e > upto) || (!whole && parsed.is_none()) {
+            dropped += 1;
+            continue;
+        }
+        out.write_all(&line).map_err(err)?;
+        if !whole {
+            out.write_all(b"\n").map_err(err)?;
+        }
+    }
+    out.into_inner()
+        .map_err(|e| err(e.into_error()))?
+        .sync_all()
+        .map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)?;
+    tracing::info!(
+        path = %path.display(),
+        dropped,
+        "dead letters after checkpoint {upto} dropped: the restored job reads their records again"
+    );
+    Ok(true)
+}
+
 /// What a reader returns from [`SourceReader::poll`].
 #[derive(Debug)]
 pub enum SourcePoll {
@@ -188,17 +235,43 @@ pub struct DeadLetter {
 }
 
 /// The job's dead-letter output: a JSON-lines file, opened at the first bad record.
+///
+/// With checkpoints the file follows the checkpoint protocol, so a restore neither loses nor
+/// repeats a dead letter: each line carries `"epoch": n`, the checkpoint whose barrier came
+/// after it in the subtask that set it aside ([`DeadLetters::set_epoch`]); a subtask flushes
+/// the file before it reports a checkpoint, so the lines of a complete checkpoint are in the
+/// file; and a job restored from checkpoint `N` keeps the file's lines of epochs up to `N` (the
+/// replay does not read their records again) and drops the later ones (it does), then
+/// appends. A line without an epoch (a run without checkpoints) is kept.
 #[derive(Debug, Clone)]
 pub struct DeadLetters {
     inner: Arc<Mutex<DeadLetterFile>>,
+    /// The epoch of what this subtask sets aside now (shared by the clones of one subtask's
+    /// handle; see [`DeadLetters::subtask`]).
+    epoch: Arc<std::sync::atomic::AtomicU64>,
 }
 
 #[derive(Debug)]
 struct DeadLetterFile {
     path: Option<PathBuf>,
     out: Option<BufWriter<File>>,
+    /// Open the file to append (a restore kept its earlier lines) rather than truncate it.
+    append: bool,
+    /// Write each line's epoch (checkpoints are on).
+    epochs: bool,
+    /// The epoch a new subtask handle starts in.
+    first_epoch: u64,
     count: u64,
     kept: Vec<DeadLetter>,
+}
+
+/// A dead letter as a line of the file.
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(flatten)]
+    letter: &'a DeadLetter,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<u64>,
 }
 
 /// Dead letters kept in memory when no file is configured (returned in the job report).
@@ -212,10 +285,58 @@ impl DeadLetters {
             inner: Arc::new(Mutex::new(DeadLetterFile {
                 path,
                 out: None,
+                append: false,
+                epochs: false,
+                first_epoch: 1,
                 count: 0,
                 kept: Vec::new(),
             })),
+            epoch: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         }
+    }
+
+    /// The dead letters of a job with checkpoints (see the type's doc): a fresh start
+    /// (`restored` is `None`) truncates the file at its first dead letter as
+    /// [`DeadLetters::new`] does; a restore from checkpoint `N` first drops the file's lines of
+    /// epochs after `N`.
+    ///
+    /// # Errors
+    /// An I/O error reading or rewriting the file.
+    pub fn with_checkpoints(path: Option<PathBuf>, restored: Option<u64>) -> Result<Self> {
+        let letters = DeadLetters::new(path);
+        {
+            let mut f = letters.inner.lock().expect("dead letters lock");
+            f.epochs = true;
+            if let Some(n) = restored {
+                f.first_epoch = n + 1;
+                if let Some(path) = &f.path {
+                    f.append = keep_epochs_up_to(path, n)?;
+                }
+            }
+        }
+        letters.epoch.store(restored.unwrap_or(0) + 1, Relaxed);
+        Ok(letters)
+    }
+
+    /// A handle for one subtask: the same output, with an epoch of its own.
+    pub fn subtask(&self) -> DeadLetters {
+        let first = self.inner.lock().expect("dead letters lock").first_epoch;
+        DeadLetters {
+            inner: self.inner.clone(),
+            epoch: Arc::new(std::sync::atomic::AtomicU64::new(first)),
+        }
+    }
+
+    /// The subtask passed the barrier of checkpoint `passed`: flushes what it set aside before
+    /// (so a complete checkpoint's dead letters are in the file), and what it sets aside from
+    /// now on belongs to the next epoch.
+    ///
+    /// # Errors
+    /// An I/O error flushing the file.
+    pub fn set_epoch(&self, passed: u64) -> Result<()> {
+        self.flush()?;
+        self.epoch.store(passed + 1, Relaxed);
+        Ok(())
     }
 
     /// Records a dead letter and counts it on `split`.
@@ -233,13 +354,23 @@ impl DeadLetters {
                         std::fs::create_dir_all(dir)
                             .map_err(|e| Error::io(path.display().to_string(), e))?;
                     }
-                    let file = File::create(path).map_err(|e| {
-                        Error::io(format!("dead-letter file {}", path.display()), e)
-                    })?;
+                    let file = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .append(f.append)
+                        .truncate(!f.append)
+                        .open(path)
+                        .map_err(|e| {
+                            Error::io(format!("dead-letter file {}", path.display()), e)
+                        })?;
                     f.out = Some(BufWriter::new(file));
                 }
+                let line = Line {
+                    letter: &letter,
+                    epoch: f.epochs.then(|| self.epoch.load(Relaxed)),
+                };
                 let out = f.out.as_mut().expect("opened above");
-                serde_json::to_writer(&mut *out, &letter)
+                serde_json::to_writer(&mut *out, &line)
                     .map_err(|e| Error::io("dead-letter file", e))?;
                 out.write_all(b"\n")
                     .map_err(|e| Error::io("dead-letter file", e))?;

@@ -415,6 +415,7 @@ impl OperatorTask {
                         crate::checkpoint::Report::Sink
                     }
                 };
+                self.dead_letters.set_epoch(epoch.0)?;
                 if let Some(to) = &self.checkpoints {
                     let _ = to.send(crate::checkpoint::ToCoordinator::Ack(
                         crate::checkpoint::Ack {

@@ -241,6 +241,7 @@ impl SourceTask {
         loop {
             if let Some(c) = checkpoints.as_deref_mut() {
                 while let Ok(epoch) = c.triggers.try_recv() {
+                    self.dead_letters.set_epoch(epoch.0)?;
                     let positions =
                         self.checkpoint(epoch, reader.as_ref(), &gens, &c.to_coordinator)?;
                     c.reported.insert(epoch.0, positions);

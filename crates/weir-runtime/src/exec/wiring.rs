@@ -32,7 +32,6 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         check_aligned_start(&graph)?;
     }
     let cfg = graph.config.clone();
-    let dead_letters = DeadLetters::new(cfg.dead_letter_path.clone());
     // The checkpoint folder is this job's while it runs: taken before anything is restored
     // from it, so that two processes never both restore and write it.
     let folder_lock = match &cfg.checkpointing {
@@ -51,6 +50,13 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         None => None,
     };
     let restored_epoch = restored.as_ref().map(|r| r.manifest.epoch);
+    let dead_letters = match &cfg.checkpointing {
+        Some(_) => DeadLetters::with_checkpoints(
+            cfg.dead_letter_path.clone(),
+            restored_epoch.map(|e| e.0),
+        )?,
+        None => DeadLetters::new(cfg.dead_letter_path.clone()),
+    };
     let stable_ids = graph.stable_ids();
     if let Some(r) = &restored {
         check_restorable(&graph, &stable_ids, r)?;
@@ -286,7 +292,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             metrics.nodes[n.id].subtasks[s].clone(),
                         ),
                         clock: clock.clone(),
-                        dead_letters: dead_letters.clone(),
+                        dead_letters: dead_letters.subtask(),
                         name: n.name.clone(),
                         subtask: s,
                         parallelism: n.parallelism,
@@ -397,7 +403,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         out_buf: Vec::new(),
                         watermark: Watermark::MIN,
                         calls: 0,
-                        dead_letters: dead_letters.clone(),
+                        dead_letters: dead_letters.subtask(),
                         verdict: verdict.clone(),
                         checkpoints: checkpoints.as_mut().map(|c| c.other((n.id, s))),
                         state_files: match (&n.kind, &checkpoints) {
