@@ -70,6 +70,7 @@ impl SourceOptions {
                 strategy: WatermarkStrategy::bounded(max_delay_ms),
                 idle_timeout_ms: None,
                 alignment: None,
+                range: Default::default(),
             },
             parallelism: None,
         }

@@ -169,6 +169,29 @@ pub struct SourceWatermarks {
     /// Watermark alignment with other sources of a group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alignment: Option<WatermarkAlignment>,
+    /// The event times the source reads (a backfill's range); all by default.
+    #[serde(default, skip_serializing_if = "EventTimeRange::is_all")]
+    pub range: EventTimeRange,
+}
+
+/// The event times a source reads, from `from_ms` (inclusive) until `until_ms` (exclusive), as
+/// a backfill reads its inputs: a row before `from_ms` is skipped before it reaches its split's
+/// watermark; a row at or after `until_ms` still moves the watermark but is not emitted; and a
+/// split whose watermark reaches `until_ms` is finished, because any later row of it before
+/// `until_ms` would be late. Skipped rows are counted per split (`outside_range`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventTimeRange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<i64>,
+}
+
+impl EventTimeRange {
+    /// Every event time.
+    pub fn is_all(&self) -> bool {
+        self.from_ms.is_none() && self.until_ms.is_none()
+    }
 }
 
 /// Watermark alignment (Flink's `scan.watermark.alignment.*`): the splits of every source in

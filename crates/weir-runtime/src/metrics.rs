@@ -82,6 +82,8 @@ pub struct SplitMetrics {
     pub paused: AtomicBool,
     /// The alignment group's minimum watermark when last sampled (`i64::MIN`: none).
     pub group_min_watermark: AtomicI64,
+    /// Rows read outside the source's event-time range (a backfill's), not emitted.
+    pub outside_range: AtomicU64,
 }
 
 impl SplitMetrics {
@@ -100,6 +102,7 @@ impl SplitMetrics {
             progress_total: AtomicU64::new(0),
             paused: AtomicBool::new(false),
             group_min_watermark: AtomicI64::new(i64::MIN),
+            outside_range: AtomicU64::new(0),
         }
     }
 }
@@ -396,6 +399,13 @@ pub struct SplitSnapshot {
     pub group_min_watermark: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift_ms: Option<i64>,
+    /// Rows read outside the source's event-time range (a backfill's), not emitted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outside_range: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn known(v: i64) -> Option<i64> {
@@ -490,6 +500,7 @@ impl MetricsReporter {
                             (t > 0).then(|| t.saturating_sub(d))
                         },
                         paused: sp.paused.load(Relaxed),
+                        outside_range: sp.outside_range.load(Relaxed),
                         group_min_watermark: known(sp.group_min_watermark.load(Relaxed)),
                         drift_ms: known(sp.group_min_watermark.load(Relaxed))
                             .zip(wm)

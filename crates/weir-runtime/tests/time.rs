@@ -477,3 +477,99 @@ fn a_split_added_while_running_is_read_and_joins_the_alignment_group() {
     assert_eq!(splits[1].split, "second");
     assert_eq!(splits[1].rows_read, 20);
 }
+
+/// A source of two endless splits: split `k`'s row `n` is `(k, n * 100 + k)`, ten rows a
+/// batch, in event-time order; each split pauses.
+#[derive(Debug)]
+struct Endless;
+
+impl SourceFactory for Endless {
+    fn kind(&self) -> &'static str {
+        "endless"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn schema(&self) -> SchemaRef {
+        schema()
+    }
+    fn splits(&self) -> Result<Vec<String>> {
+        Ok(vec!["s0".into(), "s1".into()])
+    }
+    fn create_reader(
+        &self,
+        splits: Vec<usize>,
+        _ctx: ReaderContext,
+    ) -> Result<Box<dyn SourceReader>> {
+        Ok(Box::new(EndlessReader {
+            next: vec![0; splits.len()],
+            paused: vec![false; splits.len()],
+            turn: 0,
+        }))
+    }
+}
+
+struct EndlessReader {
+    next: Vec<i64>,
+    paused: Vec<bool>,
+    turn: usize,
+}
+
+impl SourceReader for EndlessReader {
+    fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        self.paused[split] = paused;
+        true
+    }
+    fn poll(&mut self) -> Result<SourcePoll> {
+        let n = self.next.len();
+        for _ in 0..n {
+            let k = self.turn % n;
+            self.turn += 1;
+            if self.paused[k] {
+                continue;
+            }
+            let first = self.next[k];
+            self.next[k] += 10;
+            let batch = RecordBatch::try_new(
+                schema(),
+                vec![
+                    Arc::new(Int64Array::from(vec![k as i64; 10])),
+                    Arc::new(Int64Array::from_iter_values(
+                        (first..first + 10).map(|i| i * 100 + k as i64),
+                    )),
+                ],
+            )
+            .unwrap();
+            return Ok(SourcePoll::Batch { split: k, batch });
+        }
+        Ok(SourcePoll::Pending { wait_ms: 1 })
+    }
+}
+
+/// A source read over an event-time range (a backfill's) emits exactly the rows in it, and
+/// ends once every split's watermark has reached its end, even a split that never ends.
+#[test]
+fn a_source_with_an_event_time_range_emits_the_range_and_ends_there() {
+    let job = JobBuilder::new("range");
+    let sink = CollectSink::new();
+    let mut opts = SourceOptions::event_time("b", 250);
+    opts.watermarks.range = weir_runtime::graph::EventTimeRange {
+        from_ms: Some(2_000),
+        until_ms: Some(6_000),
+    };
+    job.source("endless", Endless, opts)
+        .sink("out", sink.clone());
+    let report = run_within(&job, LIMIT).unwrap();
+    let mut got = rows(&sink);
+    got.sort();
+    let want: Vec<(i64, i64)> = (0..2)
+        .flat_map(|k| (20..60).map(move |n| (k, n * 100 + k)))
+        .collect();
+    assert_eq!(got, want);
+    // Before the range: 20 rows a split; after it, what was read until the watermark (250 ms
+    // behind) passed its end: at least the rows up to 6,250.
+    let source = &report.metrics.nodes[0];
+    let outside: u64 = source.splits.iter().map(|s| s.outside_range).sum();
+    assert!(outside >= 2 * (20 + 3), "{outside}");
+    assert!(source.splits.iter().all(|s| s.finished));
+}

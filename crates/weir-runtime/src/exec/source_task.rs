@@ -190,6 +190,14 @@ impl SourceTask {
             Some(c) => Some(weir_core::batch::event_time_index(&schema, c)?),
             None => None,
         };
+        let range = self.watermarks.range;
+        if !range.is_all() && et_idx.is_none() {
+            return Err(Error::plan(format!(
+                "source `{}` is given an event-time range but has no event-time column: give \
+                 its table a WATERMARK",
+                self.name
+            )));
+        }
         let mut reader = self.factory.create_reader(
             self.assigned.clone(),
             ReaderContext {
@@ -336,10 +344,20 @@ impl SourceTask {
                     m.rows_in.fetch_add(rows as u64, Relaxed);
                     let sm = &self.split_metrics[split];
                     sm.rows_read.fetch_add(rows as u64, Relaxed);
+                    if finished[split] {
+                        // Past the end of the range, read before the reader paused the split.
+                        sm.outside_range.fetch_add(rows as u64, Relaxed);
+                        m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                        continue;
+                    }
                     let sb = match et_idx {
                         None => StreamBatch::new(batch),
                         Some(et) => {
                             let batch = self.without_null_event_times(batch, et, split)?;
+                            let batch = match range.from_ms {
+                                Some(from) => keep_rows(batch, et, sm, |t| t >= from)?,
+                                None => batch,
+                            };
                             let times = weir_core::batch::event_times(&batch, et)?;
                             let mut row_wms = Vec::new();
                             let obs = gens[split].observe(&times, idle_clock(), &mut row_wms);
@@ -352,11 +370,24 @@ impl SourceTask {
                             sm.late_rows.fetch_add(obs.late_rows as u64, Relaxed);
                             sm.idle.store(false, Relaxed);
                             advanced = tracker.update(split, gens[split].watermark());
-                            StreamBatch::with_row_watermarks(batch, row_wms.into())
+                            let mut sb = StreamBatch::with_row_watermarks(batch, row_wms.into());
+                            if let Some(until) = range.until_ms {
+                                sb = keep_stream_rows(sb, et, sm, |t| t < until)?;
+                                if gens[split].watermark().0 >= until {
+                                    // Every later row of the split before `until` is late.
+                                    finished[split] = true;
+                                    sm.finished.store(true, Relaxed);
+                                    advanced = advanced.max(tracker.finish(split));
+                                    reader.set_paused(split, true);
+                                }
+                            }
+                            sb
                         }
                     };
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
-                    self.outputs.emit(Port::Main, sb).await?;
+                    if sb.num_rows() > 0 || range.is_all() {
+                        self.outputs.emit(Port::Main, sb).await?;
+                    }
                     if idle_out && !tracker.all_idle() {
                         idle_out = false;
                         self.outputs.broadcast(Message::Active).await?;
@@ -387,6 +418,10 @@ impl SourceTask {
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
                 }
                 SourcePoll::SplitFinished(split) => {
+                    if finished[split] {
+                        // Finished at the end of the range already.
+                        continue;
+                    }
                     finished[split] = true;
                     self.split_metrics[split].finished.store(true, Relaxed);
                     advanced = tracker.finish(split);
@@ -426,6 +461,10 @@ impl SourceTask {
                 sent_wm = w;
                 m.watermark.store(w.0, Relaxed);
                 self.outputs.broadcast(Message::Watermark(w)).await?;
+            }
+            if range.until_ms.is_some() && finished.iter().all(|f| *f) {
+                tracing::info!(source = %self.name, subtask = self.subtask, "every split reached the end of the range");
+                break;
             }
         }
         let last = match checkpoints {
@@ -483,4 +522,46 @@ impl SourceTask {
         let keep = BooleanArray::new(col.nulls().expect("has nulls").inner().clone(), None);
         Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
     }
+}
+
+/// The rows of `batch` whose event time (column `et`, without NULLs) passes `keep`; the others
+/// are counted on the split as outside its range.
+fn keep_rows(
+    batch: arrow_array::RecordBatch,
+    et: usize,
+    sm: &SplitMetrics,
+    keep: impl Fn(i64) -> bool,
+) -> Result<arrow_array::RecordBatch> {
+    let times = weir_core::batch::event_times(&batch, et)?;
+    if times.iter().all(|&t| keep(t)) {
+        return Ok(batch);
+    }
+    let mask: BooleanArray = times.iter().map(|&t| Some(keep(t))).collect();
+    let out = arrow_select::filter::filter_record_batch(&batch, &mask)?;
+    sm.outside_range
+        .fetch_add((batch.num_rows() - out.num_rows()) as u64, Relaxed);
+    Ok(out)
+}
+
+/// [`keep_rows`] for a batch with its row watermarks.
+fn keep_stream_rows(
+    sb: StreamBatch,
+    et: usize,
+    sm: &SplitMetrics,
+    keep: impl Fn(i64) -> bool,
+) -> Result<StreamBatch> {
+    let times = weir_core::batch::event_times(&sb.data, et)?;
+    if times.iter().all(|&t| keep(t)) {
+        return Ok(sb);
+    }
+    let wms = sb
+        .row_watermarks
+        .as_ref()
+        .expect("a source's batches have row watermarks");
+    let kept_wms: Vec<i64> = (times.iter().zip(wms.iter()))
+        .filter(|(t, _)| keep(**t))
+        .map(|(_, w)| *w)
+        .collect();
+    let data = keep_rows(sb.data, et, sm, keep)?;
+    Ok(StreamBatch::with_row_watermarks(data, kept_wms.into()))
 }
