@@ -234,7 +234,7 @@ pub async fn run(a: DemoArgs) -> Result<()> {
     let result = crate::supervise::run_restarting(
         graph,
         a.metrics_out.as_deref(),
-        true,
+        crate::supervise::Progress::Input,
         web.as_ref().map(crate::web::Web::view),
     )
     .await

@@ -94,7 +94,7 @@ pub async fn run(a: GenArgs) -> Result<()> {
         job.source(name, GeneratorSource::new(spec)?, SourceOptions::none())
             .sink(format!("{name} file"), sink);
     }
-    let report = crate::supervise::run(job.build()?, None, true, None)
+    let report = crate::supervise::run(job.build()?, None, crate::supervise::Progress::Input, None)
         .await?
         .finished();
     let rows: u64 = report

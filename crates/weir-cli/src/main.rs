@@ -28,52 +28,16 @@ struct Cli {
 enum Command {
     /// Run a job to the end of its input: SQL in the Flink dialect (`.sql`) or a job graph
     /// (JSON, as written by `weir demo --write-job`).
-    Run {
-        /// The job file.
-        job: PathBuf,
-        /// `name=value` for `${name}` in a SQL job (repeatable).
-        #[arg(long = "var", value_parser = parse_var)]
-        vars: Vec<(String, String)>,
-        /// Override the parallelism of every node.
-        #[arg(long)]
-        parallelism: Option<usize>,
-        /// Write metrics as JSON to this file every second and at the end.
-        #[arg(long)]
-        metrics_out: Option<PathBuf>,
-        /// Where malformed records go (JSON lines).
-        #[arg(long)]
-        dead_letters: Option<PathBuf>,
-        /// Start even when the inputs of a time-bounded join begin far apart in event time.
-        #[arg(long)]
-        allow_misaligned_start: bool,
-        /// Fail when dead letters are more than this share of the records read (0 to 1;
-        /// default 0.1, or the job's SET 'weir.max-dead-letter-share').
-        #[arg(long)]
-        max_dead_letter_share: Option<f64>,
-        /// Take a checkpoint this often (`10s`, `500ms`; SQL: SET
-        /// 'execution.checkpointing.interval'). Checkpoints record where every source split
-        /// stands and every operator's state.
-        #[arg(long, value_parser = parse_duration_ms)]
-        checkpoint_interval: Option<i64>,
-        /// Where checkpoints go (default `weir-checkpoints`, or SET
-        /// 'execution.checkpointing.dir').
-        #[arg(long)]
-        checkpoint_dir: Option<PathBuf>,
-        /// Start from a checkpoint: `latest` (the newest in the checkpoint directory, or from
-        /// the beginning when there is none, so one command line serves the first start and
-        /// every restart) or a checkpoint folder.
-        #[arg(long)]
-        restore: Option<String>,
-        /// Start from a savepoint (a folder SIGTERM or SIGUSR1 wrote; the same as --restore
-        /// with that folder).
-        #[arg(long, conflicts_with = "restore")]
-        from_savepoint: Option<PathBuf>,
-        /// On a restore, drop the state of operators the job no longer has or whose settings
-        /// changed, instead of refusing to start.
-        #[arg(long)]
-        allow_non_restored_state: bool,
+    Run(RunArgs),
+    /// Run a SQL job again over history as a separate job: its own name, checkpoints, Kafka
+    /// consumer groups and state; every output redirected (`--suffix`, `--sink-map`); every
+    /// input from one event-time point (`--from`), aligned, until `--until` (or on, as the
+    /// next live job); the sinks rate limited (`--rate`). Takes every option of `weir run`.
+    Backfill {
         #[command(flatten)]
-        http: web::HttpArgs,
+        run: RunArgs,
+        #[command(flatten)]
+        backfill: BackfillArgs,
     },
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
@@ -94,6 +58,121 @@ enum Command {
     Top(top::TopArgs),
 }
 
+/// What `weir run` takes (and `weir backfill`).
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The job file.
+    job: PathBuf,
+    /// `name=value` for `${name}` in a SQL job (repeatable).
+    #[arg(long = "var", value_parser = parse_var)]
+    vars: Vec<(String, String)>,
+    /// Override the parallelism of every node.
+    #[arg(long)]
+    parallelism: Option<usize>,
+    /// Write metrics as JSON to this file every second and at the end.
+    #[arg(long)]
+    metrics_out: Option<PathBuf>,
+    /// Where malformed records go (JSON lines).
+    #[arg(long)]
+    dead_letters: Option<PathBuf>,
+    /// Start even when the inputs of a time-bounded join begin far apart in event time.
+    #[arg(long)]
+    allow_misaligned_start: bool,
+    /// Fail when dead letters are more than this share of the records read (0 to 1;
+    /// default 0.1, or the job's SET 'weir.max-dead-letter-share').
+    #[arg(long)]
+    max_dead_letter_share: Option<f64>,
+    /// Take a checkpoint this often (`10s`, `500ms`; SQL: SET
+    /// 'execution.checkpointing.interval'). Checkpoints record where every source split
+    /// stands and every operator's state.
+    #[arg(long, value_parser = parse_duration_ms)]
+    checkpoint_interval: Option<i64>,
+    /// Where checkpoints go (default `weir-checkpoints`, or SET
+    /// 'execution.checkpointing.dir').
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Start from a checkpoint: `latest` (the newest in the checkpoint directory, or from
+    /// the beginning when there is none, so one command line serves the first start and
+    /// every restart) or a checkpoint folder.
+    #[arg(long)]
+    restore: Option<String>,
+    /// Start from a savepoint (a folder SIGTERM or SIGUSR1 wrote; the same as --restore
+    /// with that folder).
+    #[arg(long, conflicts_with = "restore")]
+    from_savepoint: Option<PathBuf>,
+    /// On a restore, drop the state of operators the job no longer has or whose settings
+    /// changed, instead of refusing to start.
+    #[arg(long)]
+    allow_non_restored_state: bool,
+    #[command(flatten)]
+    http: web::HttpArgs,
+}
+
+/// What makes `weir backfill` a backfill.
+#[derive(clap::Args)]
+struct BackfillArgs {
+    /// The event time every input starts at: epoch milliseconds or ISO-8601 in UTC
+    /// (`2024-01-01`, `2024-01-01T10:00:00Z`, `2024-01-01 10:00:00.250`, or with an offset).
+    #[arg(long, value_parser = parse_event_time)]
+    from: i64,
+    /// The event time the backfill ends at (exclusive); without it, it runs on past the
+    /// present and becomes the next live job.
+    #[arg(long, value_parser = parse_event_time)]
+    until: Option<i64>,
+    /// Added to the job's name, its checkpoint folder, its Kafka consumer groups, its
+    /// dead-letter file and every output (before a file's extension: out/a.csv → out/a_v2.csv;
+    /// after a table's or topic's name).
+    #[arg(long)]
+    suffix: String,
+    /// `old=new`: write this output (a sink table's name, or its path, table or topic) to
+    /// `new` instead of its name with the suffix (repeatable).
+    #[arg(long = "sink-map", value_parser = parse_var)]
+    sink_map: Vec<(String, String)>,
+    /// Rows per second each sink writes at most (SQL: SET 'weir.sink.rate-limit').
+    #[arg(long)]
+    rate: Option<u64>,
+    /// How far one input may run ahead of the slowest in event time (watermark alignment of
+    /// every source without an alignment group of its own).
+    #[arg(long, value_parser = parse_duration_ms, default_value = "1min")]
+    align_drift: i64,
+    /// Run lookup joins, whose answers depend on when they run, rather than refuse them.
+    #[arg(long)]
+    allow_lookup: bool,
+}
+
+/// An event time on the command line: epoch milliseconds, or ISO-8601 (UTC unless it gives an
+/// offset).
+fn parse_event_time(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    if let Ok(ms) = t.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(d) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Ok(d.timestamp_millis());
+    }
+    for f in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(d) = chrono::NaiveDateTime::parse_from_str(t, f) {
+            return Ok(d.and_utc().timestamp_millis());
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        return Ok(d
+            .and_hms_opt(0, 0, 0)
+            .expect("midnight")
+            .and_utc()
+            .timestamp_millis());
+    }
+    Err(format!(
+        "`{s}`: expected an event time as epoch milliseconds or ISO-8601, such as \
+         2024-01-01T10:00:00Z or 2024-01-01"
+    ))
+}
+
 /// `weir run` fails when more than this share of the records read are dead letters, unless
 /// the job or the command line says otherwise.
 const DEFAULT_MAX_DEAD_LETTER_SHARE: f64 = 0.1;
@@ -104,8 +183,8 @@ fn registry() -> weir_runtime::Registry {
     weir_connectors::register(&mut r);
     weir_sql::register(&mut r);
     weir_jdbc::register(&mut r);
-    // A sink of any kind held to a rate: `{"rows_per_sec": N, "inner": {"kind", "spec"}}`, as
-    // `RateLimitedSink` writes itself into a job graph.
+    // A sink of any kind held to a rate: `{"rows_per_sec": N, "per_sink": b, "inner": {"kind",
+    // "spec"}}`, as `RateLimitedSink` writes itself into a job graph.
     r.add_sink("rate_limited", |spec| {
         #[derive(serde::Deserialize)]
         struct Inner {
@@ -116,14 +195,18 @@ fn registry() -> weir_runtime::Registry {
         #[derive(serde::Deserialize)]
         struct RateLimited {
             rows_per_sec: u64,
+            #[serde(default)]
+            per_sink: bool,
             inner: Inner,
         }
         let s: RateLimited = weir_runtime::graph::spec_from_json("rate_limited", spec)?;
         let inner = registry().sink(&s.inner.kind, &s.inner.spec)?;
-        Ok(std::sync::Arc::new(weir_runtime::RateLimitedSink::new(
-            inner,
-            weir_runtime::RateLimitHandle::new(s.rows_per_sec),
-        )))
+        let rate = weir_runtime::RateLimitHandle::new(s.rows_per_sec);
+        Ok(std::sync::Arc::new(if s.per_sink {
+            weir_runtime::RateLimitedSink::per_sink(inner, rate)
+        } else {
+            weir_runtime::RateLimitedSink::new(inner, rate)
+        }))
     });
     r
 }
@@ -157,12 +240,15 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("`{s}`: expected name=value"))
 }
 
+/// The job in the file at `path`, planned as a backfill of itself when `backfill` says so
+/// (then with what the backfill does differently).
 fn read_job(
     path: &PathBuf,
     vars: &[(String, String)],
     parallelism: Option<usize>,
     checkpoint_interval_ms: Option<i64>,
-) -> Result<weir_runtime::JobGraph> {
+    backfill: Option<&weir_sql::BackfillOptions>,
+) -> Result<(weir_runtime::JobGraph, Option<weir_sql::BackfillPlan>)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading job file {}", path.display()))?;
     if path.extension().is_some_and(|e| e == "sql") {
@@ -171,8 +257,24 @@ fn read_job(
             parallelism,
             name: path.file_stem().map(|s| s.to_string_lossy().into_owned()),
             checkpoint_interval_ms,
+            backfill: backfill.cloned(),
         };
-        return weir_sql::plan_job(&text, &opts).with_context(|| format!("in {}", path.display()));
+        let in_file = || format!("in {}", path.display());
+        if backfill.is_some() {
+            let (graph, plan) = weir_sql::plan_backfill(&text, &opts).with_context(in_file)?;
+            return Ok((graph, Some(plan)));
+        }
+        return Ok((
+            weir_sql::plan_job(&text, &opts).with_context(in_file)?,
+            None,
+        ));
+    }
+    if backfill.is_some() {
+        anyhow::bail!(
+            "weir backfill takes a SQL job (.sql): it redirects the outputs its CREATE TABLE \
+             statements name; {} is a job graph",
+            path.display()
+        );
     }
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
@@ -193,7 +295,7 @@ fn read_job(
             }
         }
     }
-    Ok(graph)
+    Ok((graph, None))
 }
 
 /// Runs the command; an error is printed as its message and causes, with a backtrace (when
@@ -255,98 +357,186 @@ fn run() -> Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Run {
-            job,
-            vars,
-            parallelism,
-            metrics_out,
-            dead_letters,
-            allow_misaligned_start,
-            max_dead_letter_share,
-            checkpoint_interval,
-            checkpoint_dir,
-            restore,
-            from_savepoint,
-            allow_non_restored_state,
-            http,
-        } => {
-            let restore = restore.or(from_savepoint.map(|p| p.display().to_string()));
-            // The interval is planned into the job, so its other checkpoint and restart SETs
-            // apply; for a JSON job it is set below.
-            let mut graph = read_job(&job, &vars, parallelism, checkpoint_interval)?;
-            graph.config.allow_misaligned_start |= allow_misaligned_start;
-            graph.config.max_dead_letter_share = max_dead_letter_share
-                .or(graph.config.max_dead_letter_share)
-                .or(Some(DEFAULT_MAX_DEAD_LETTER_SHARE));
-            if checkpoint_interval.is_some() || checkpoint_dir.is_some() {
-                let c = graph.config.checkpointing.get_or_insert_with(|| {
-                    weir_runtime::checkpoint::CheckpointConfig::new(10_000, "weir-checkpoints")
-                });
-                if let Some(ms) = checkpoint_interval {
-                    c.interval_ms = ms;
-                }
-                if let Some(dir) = checkpoint_dir {
-                    c.dir = dir;
-                }
-            }
-            let restore_asked = restore.clone();
-            if let Some(r) = restore {
-                let Some(c) = graph.config.checkpointing.as_mut() else {
-                    anyhow::bail!(
-                        "--restore {r}: the job takes no checkpoints; give --checkpoint-interval \
-                         (or SET 'execution.checkpointing.interval' in the job)"
-                    );
-                };
-                c.restore = Some(r);
-                c.allow_non_restored_state = allow_non_restored_state;
-            }
-            graph.validate()?;
-            if dead_letters.is_some() {
-                graph.config.dead_letter_path = dead_letters;
-            }
-            if graph.config.dead_letter_path.is_none() {
-                graph.config.dead_letter_path = Some(PathBuf::from("weir-dead-letters.jsonl"));
-            }
-            let dead_letter_path = graph.config.dead_letter_path.clone();
-            let checkpoint_dir = graph.config.checkpointing.as_ref().map(|c| c.dir.clone());
-            check_outputs_are_not_inputs(
-                &graph,
-                &[
-                    ("--dead-letters", dead_letter_path.as_deref()),
-                    ("--metrics-out", metrics_out.as_deref()),
-                    ("the checkpoint folder", checkpoint_dir.as_deref()),
-                ],
-            )?;
-            let exit_code = rt.block_on(async {
-                let web = web::Web::start(&http, &graph).await?;
-                let result = supervise::run_restarting(
-                    graph,
-                    metrics_out.as_deref(),
-                    true,
-                    web.as_ref().map(web::Web::view),
-                )
-                .await
-                .map(supervise::Supervised::ended);
-                if let Ok((report, None)) = &result {
-                    eprint!("{}", supervise::summary(report));
-                    if let (Some(r), None) = (&restore_asked, &report.restored) {
-                        eprintln!("restored:       nothing (--restore {r}: no checkpoint yet), started from the beginning");
-                    }
-                }
-                if let Some(web) = web {
-                    web.finish().await;
-                }
-                result.map(|(_, code)| code)
-            })?;
-            if let Some(code) = exit_code {
-                std::process::exit(code);
-            }
-        }
-        Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None, None)?),
+        Command::Run(args) => run_job(&rt, args, None)?,
+        Command::Backfill { run, backfill } => run_job(&rt, run, Some(backfill))?,
+        Command::Explain { job, vars } => print!("{}", read_job(&job, &vars, None, None, None)?.0),
         Command::Gen(args) => rt.block_on(gen::run(args))?,
         Command::Demo(args) => rt.block_on(demo::run(args))?,
         Command::Bench(args) => rt.block_on(bench::run(args))?,
         Command::Top(args) => top::run(args)?,
     }
     Ok(())
+}
+
+/// `weir run` and `weir backfill`.
+fn run_job(
+    rt: &tokio::runtime::Runtime,
+    args: RunArgs,
+    backfill: Option<BackfillArgs>,
+) -> Result<()> {
+    let RunArgs {
+        job,
+        vars,
+        parallelism,
+        metrics_out,
+        dead_letters,
+        allow_misaligned_start,
+        max_dead_letter_share,
+        checkpoint_interval,
+        checkpoint_dir,
+        restore,
+        from_savepoint,
+        allow_non_restored_state,
+        http,
+    } = args;
+    let backfill = backfill.map(|b| weir_sql::BackfillOptions {
+        range: weir_runtime::backfill::BackfillRange {
+            from_ms: b.from,
+            until_ms: b.until,
+        },
+        suffix: b.suffix,
+        sink_map: b.sink_map.into_iter().collect(),
+        rate: b.rate,
+        align_drift_ms: b.align_drift,
+        allow_lookup: b.allow_lookup,
+    });
+    let restore = restore.or(from_savepoint.map(|p| p.display().to_string()));
+    // The interval is planned into the job, so its other checkpoint and restart SETs
+    // apply; for a JSON job it is set below.
+    let (mut graph, backfill_plan) = read_job(
+        &job,
+        &vars,
+        parallelism,
+        checkpoint_interval,
+        backfill.as_ref(),
+    )?;
+    graph.config.allow_misaligned_start |= allow_misaligned_start;
+    graph.config.max_dead_letter_share = max_dead_letter_share
+        .or(graph.config.max_dead_letter_share)
+        .or(Some(DEFAULT_MAX_DEAD_LETTER_SHARE));
+    if checkpoint_interval.is_some() || checkpoint_dir.is_some() {
+        let c = graph.config.checkpointing.get_or_insert_with(|| {
+            weir_runtime::checkpoint::CheckpointConfig::new(10_000, "weir-checkpoints")
+        });
+        if let Some(ms) = checkpoint_interval {
+            c.interval_ms = ms;
+        }
+        if let Some(dir) = checkpoint_dir {
+            c.dir = dir;
+        }
+    }
+    let restore_asked = restore.clone();
+    if let Some(r) = restore {
+        let Some(c) = graph.config.checkpointing.as_mut() else {
+            anyhow::bail!(
+                "--restore {r}: the job takes no checkpoints; give --checkpoint-interval \
+                 (or SET 'execution.checkpointing.interval' in the job)"
+            );
+        };
+        c.restore = Some(r);
+        c.allow_non_restored_state = allow_non_restored_state;
+    }
+    graph.validate()?;
+    let dead_letters_given = dead_letters.is_some();
+    if dead_letters.is_some() {
+        graph.config.dead_letter_path = dead_letters;
+    }
+    if graph.config.dead_letter_path.is_none() {
+        graph.config.dead_letter_path = Some(PathBuf::from("weir-dead-letters.jsonl"));
+    }
+    if let (Some(b), false) = (&backfill, dead_letters_given) {
+        // Never the live job's dead letters.
+        let live = graph.config.dead_letter_path.take().unwrap_or_default();
+        graph.config.dead_letter_path = Some(PathBuf::from(weir_sql::with_suffix(
+            "filesystem",
+            &live.to_string_lossy(),
+            &b.suffix,
+        )));
+    }
+    let dead_letter_path = graph.config.dead_letter_path.clone();
+    let checkpoint_dir = graph.config.checkpointing.as_ref().map(|c| c.dir.clone());
+    check_outputs_are_not_inputs(
+        &graph,
+        &[
+            ("--dead-letters", dead_letter_path.as_deref()),
+            ("--metrics-out", metrics_out.as_deref()),
+            ("the checkpoint folder", checkpoint_dir.as_deref()),
+        ],
+    )?;
+    let progress = match &backfill {
+        Some(b) => supervise::Progress::Range(b.range),
+        None => supervise::Progress::Input,
+    };
+    if let (Some(b), Some(plan)) = (&backfill, &backfill_plan) {
+        eprint!(
+            "{}",
+            describe_backfill(b, plan, dead_letter_path.as_deref())
+        );
+    }
+    let exit_code = rt.block_on(async {
+        let web = web::Web::start(&http, &graph).await?;
+        let result = supervise::run_restarting(
+            graph,
+            metrics_out.as_deref(),
+            progress,
+            web.as_ref().map(web::Web::view),
+        )
+        .await
+        .map(supervise::Supervised::ended);
+        if let Ok((report, None)) = &result {
+            eprint!("{}", supervise::summary(report));
+            if let (Some(r), None) = (&restore_asked, &report.restored) {
+                eprintln!("restored:       nothing (--restore {r}: no checkpoint yet), started from the beginning");
+            }
+        }
+        if let Some(web) = web {
+            web.finish().await;
+        }
+        result.map(|(_, code)| code)
+    })?;
+    if let Some(code) = exit_code {
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
+/// What a backfill does differently from its job, printed before it starts.
+fn describe_backfill(
+    b: &weir_sql::BackfillOptions,
+    plan: &weir_sql::BackfillPlan,
+    dead_letters: Option<&std::path::Path>,
+) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "backfill `{}`: event time from {} {}",
+        plan.job,
+        weir_core::time::format_utc(b.range.from_ms),
+        b.range.until_ms.map_or(
+            "on past the present (it becomes the next live job)".to_string(),
+            |u| format!("until {}", weir_core::time::format_utc(u))
+        )
+    );
+    for (table, old, new) in &plan.sinks {
+        let _ = writeln!(out, "  output {table}: {new} (the live job writes {old})");
+    }
+    for s in &plan.sources {
+        let _ = writeln!(out, "  input {}: {}", s.source, s.note);
+    }
+    if let Some(dir) = &plan.checkpoints {
+        let _ = writeln!(out, "  checkpoints: {dir}");
+    }
+    if let Some(p) = dead_letters {
+        let _ = writeln!(out, "  dead letters: {}", p.display());
+    }
+    match b.rate {
+        Some(r) => {
+            let _ = writeln!(out, "  rate: at most {r} rows/s into each sink");
+        }
+        None => {
+            let _ = writeln!(out, "  rate: not limited (--rate)");
+        }
+    }
+    out
 }

@@ -19,13 +19,24 @@ fn stopped_by_first(cell: &StoppedByCell, by: StoppedBy) {
     cell.lock().expect("stop cause lock").get_or_insert(by);
 }
 
-/// Runs `graph` to the end; shows progress on bounded inputs when `progress` and stderr is a
+/// What the progress bar shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Off,
+    /// Bytes or rows read of bounded inputs.
+    Input,
+    /// A backfill's event time: the sources' watermark within the range (to now without an
+    /// end), rows per second, the time left, and when it has caught up.
+    Range(weir_runtime::backfill::BackfillRange),
+}
+
+/// Runs `graph` to the end; shows progress when `progress` asks and stderr is a
 /// terminal; writes metrics to `metrics_out` and publishes them to `view` (the HTTP server's)
 /// every second and at the end. The view's actions are this job's savepoint and stop.
 pub async fn run(
     graph: JobGraph,
     metrics_out: Option<&Path>,
-    progress: bool,
+    progress: Progress,
     view: Option<&Arc<JobView>>,
 ) -> Result<Supervised> {
     let sinks: Vec<(String, String)> = (graph.nodes.iter())
@@ -43,6 +54,7 @@ pub async fn run(
     let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
     let mut usr1 = signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?;
     let checkpointing = graph.config.checkpointing.is_some();
+    let slo_ms = graph.config.slo_time_lag_ms.unwrap_or(DEFAULT_CAUGHT_UP_MS);
     let job = exec::start(graph, Arc::new(SystemClock))?;
     let stop = job.stop_handle();
     let savepoints = job.savepoint_handle();
@@ -89,7 +101,7 @@ pub async fn run(
     let metrics = job.metrics.clone();
     let mut reporter = job.reporter();
     let started = job.started;
-    let bar = progress.then(|| {
+    let bar = (progress != Progress::Off).then(|| {
         let b = indicatif::ProgressBar::new(0);
         b.set_style(
             indicatif::ProgressStyle::with_template(
@@ -105,10 +117,13 @@ pub async fn run(
         let view = view.cloned();
         tokio::spawn(async move {
             let mut tick = 0u64;
+            let mut rates = std::collections::VecDeque::new();
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 tick += 1;
-                if let Some(bar) = &bar {
+                if let (Some(bar), Progress::Range(range)) = (&bar, progress) {
+                    range_progress(bar, &metrics, range, slo_ms, &mut rates);
+                } else if let Some(bar) = &bar {
                     let (mut done, mut total, mut rows) = (0, 0, 0);
                     for n in &metrics.nodes {
                         for s in n.splits.lock().expect("metrics lock").iter() {
@@ -215,7 +230,7 @@ fn api_actions(
 pub async fn run_restarting(
     mut graph: JobGraph,
     metrics_out: Option<&Path>,
-    progress: bool,
+    progress: Progress,
     view: Option<&Arc<JobView>>,
 ) -> Result<Supervised> {
     let strategy = graph.config.checkpointing.as_ref().map(|c| c.restart);
@@ -279,6 +294,94 @@ pub async fn run_restarting(
             }
         }
     }
+}
+
+/// A backfill without an end has caught up once its watermark is this close to now, unless
+/// the job sets `weir.slo.time-lag`.
+pub const DEFAULT_CAUGHT_UP_MS: i64 = 60_000;
+
+/// The sources' watermark: the least over splits still reading (finished and idle ones hold
+/// nothing back), `None` before any has one.
+pub fn sources_watermark(metrics: &weir_runtime::metrics::JobMetrics) -> Option<i64> {
+    let mut least: Option<i64> = None;
+    let mut any_open = false;
+    for n in &metrics.nodes {
+        for s in n.splits.lock().expect("metrics lock").iter() {
+            if s.finished.load(Relaxed) || s.idle.load(Relaxed) {
+                continue;
+            }
+            any_open = true;
+            let w = s.watermark.load(Relaxed);
+            least = Some(least.map_or(w, |l: i64| l.min(w)));
+        }
+    }
+    if !any_open {
+        return None;
+    }
+    least.filter(|w| *w != i64::MIN)
+}
+
+/// Shows a backfill's progress on `bar`: the event time reached within the range, rows per
+/// second over the last ten seconds (`rates` keeps the samples), the time left at that pace in
+/// event time, and "caught up" once an open-ended backfill's watermark is within `slo_ms` of
+/// now.
+fn range_progress(
+    bar: &indicatif::ProgressBar,
+    metrics: &weir_runtime::metrics::JobMetrics,
+    range: weir_runtime::backfill::BackfillRange,
+    slo_ms: i64,
+    rates: &mut std::collections::VecDeque<(i64, i64, u64)>,
+) {
+    use weir_core::time::Clock;
+    let now_ms = SystemClock.now().0;
+    let end = range.until_ms.unwrap_or(now_ms);
+    let span = (end - range.from_ms).max(1);
+    let wm = sources_watermark(metrics);
+    let rows: u64 = (metrics.nodes.iter())
+        .flat_map(|n| {
+            let splits = n.splits.lock().expect("metrics lock");
+            splits
+                .iter()
+                .map(|s| s.rows_read.load(Relaxed))
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    let at = wm.unwrap_or(range.from_ms).clamp(range.from_ms, end);
+    rates.push_back((now_ms, at, rows));
+    while rates.len() > 2 && now_ms - rates[0].0 > 10_000 {
+        rates.pop_front();
+    }
+    let (t0, at0, rows0) = rates[0];
+    let secs = (now_ms - t0) as f64 / 1000.0;
+    let rows_per_sec = if secs > 0.0 {
+        (rows - rows0) as f64 / secs
+    } else {
+        0.0
+    };
+    let event_per_sec = if secs > 0.0 {
+        (at - at0) as f64 / secs
+    } else {
+        0.0
+    };
+    bar.set_length(span as u64);
+    bar.set_position((at - range.from_ms) as u64);
+    let caught_up = range.until_ms.is_none() && wm.is_some_and(|w| now_ms - w <= slo_ms);
+    let left = if caught_up {
+        "caught up".to_string()
+    } else if event_per_sec > 0.0 {
+        let s = ((end - at) as f64 / event_per_sec) as u64;
+        format!("about {}h{:02}m{:02}s left", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        "time left unknown".to_string()
+    };
+    bar.set_message(format!(
+        "event time {} of {}..{}, {rows} rows read, {rows_per_sec:.0} rows/s, {left}",
+        wm.map_or("none yet".to_string(), weir_core::time::format_utc),
+        weir_core::time::format_utc(range.from_ms),
+        range
+            .until_ms
+            .map_or("now".to_string(), weir_core::time::format_utc),
+    ));
 }
 
 /// Whether the newest complete checkpoint in `dir` is one job `name` wrote.

@@ -380,6 +380,16 @@ impl SourceFactory for KafkaSource {
             .map(|p| format!("{}-{p}", self.spec.topic))
             .collect())
     }
+    /// The first record of each partition at or after `event_time_ms` by its Kafka timestamp;
+    /// an upsert topic is a changelog, read whole as a table.
+    fn starting_at(&self, event_time_ms: i64) -> Result<Option<Arc<dyn SourceFactory>>> {
+        if self.spec.upsert.is_some() {
+            return Ok(None);
+        }
+        let mut spec = self.spec.clone();
+        spec.start = StartPosition::Timestamp(event_time_ms);
+        Ok(Some(Arc::new(KafkaSource::new(spec)?)))
+    }
     fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {
         Ok(match self.spec.start {
             StartPosition::Timestamp(t) => Some(t),

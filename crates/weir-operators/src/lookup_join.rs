@@ -187,6 +187,10 @@ impl OperatorFactory for LookupJoin {
     fn kind(&self) -> &'static str {
         "lookup_join"
     }
+    /// The table as it is when a row comes.
+    fn replays_deterministically(&self) -> bool {
+        false
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({
             "table": { "kind": self.table.kind(), "spec": self.table.spec() },

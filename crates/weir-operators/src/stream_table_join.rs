@@ -162,6 +162,9 @@ impl OperatorFactory for StreamTableJoin {
     fn in_event_time_spread(&self, input: usize) -> bool {
         input == 0
     }
+    fn versioned_input(&self, input: usize) -> bool {
+        input == 1
+    }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, _, op) = self.check(inputs)?;
         Ok(Box::new(StreamTableJoinOp {

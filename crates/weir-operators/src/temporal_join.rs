@@ -185,6 +185,9 @@ impl OperatorFactory for TemporalJoin {
     fn in_event_time_spread(&self, input: usize) -> bool {
         input == 0
     }
+    fn versioned_input(&self, input: usize) -> bool {
+        input == 1
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("temporal join spec serialises")
     }

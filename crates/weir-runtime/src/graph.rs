@@ -62,6 +62,19 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn in_event_time_spread(&self, _input: usize) -> bool {
         true
     }
+    /// Whether logical input `input` is a versioned table whose rows from before any start
+    /// point still matter (the version valid then): a temporal join's or a stream-table join's
+    /// table side. A backfill reads such an input from its configured start, not from the
+    /// backfill's start.
+    fn versioned_input(&self, _input: usize) -> bool {
+        false
+    }
+    /// Whether the operator's output depends only on its input, so a replay gives the same
+    /// answer; a lookup join (the table as it is when a row comes) does not, and a backfill
+    /// refuses it unless told otherwise.
+    fn replays_deterministically(&self) -> bool {
+        true
+    }
     /// For operators joining streams within a time bound (interval, window, regular joins):
     /// the bound in ms. The misaligned-start guard uses it; `None` means the inputs may
     /// legitimately start far apart (a temporal join's table history).

@@ -25,6 +25,7 @@
 //! assert_eq!(out.rows(), 5);
 //! ```
 
+pub mod backfill;
 pub mod builder;
 pub mod channel;
 pub mod checkpoint;

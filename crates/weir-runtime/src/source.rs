@@ -199,6 +199,16 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
         splits: Vec<usize>,
         ctx: ReaderContext,
     ) -> Result<Box<dyn SourceReader>>;
+    /// This source starting at the first rows at or after event time `event_time_ms`, for a
+    /// backfill, when it must seek there (an unbounded log: Kafka by its records' timestamps);
+    /// `None` when reading from the configured start is right (a bounded source: the
+    /// backfill's event-time range skips the rows before anyway).
+    ///
+    /// # Errors
+    /// A source that cannot start there.
+    fn starting_at(&self, _event_time_ms: i64) -> Result<Option<Arc<dyn SourceFactory>>> {
+        Ok(None)
+    }
     /// The event time the source starts reading from (the earliest over its splits), when it
     /// can tell without reading: for the misaligned-start guard.
     fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {

@@ -16,7 +16,7 @@ mod functions;
 pub mod parse;
 pub mod plan;
 
-pub use plan::{plan_job, PlanOptions};
+pub use plan::{plan_backfill, plan_job, with_suffix, BackfillOptions, BackfillPlan, PlanOptions};
 
 /// Adds the SQL front end's operators to a registry, for job graphs read back from JSON.
 pub fn register(r: &mut weir_runtime::Registry) {

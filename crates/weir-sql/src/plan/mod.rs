@@ -52,6 +52,7 @@ use crate::parse::{parse_job, substitute, ColumnDef, JobStatement, TableDef};
 use crate::{Error, Result};
 
 mod aggregate;
+mod backfill;
 mod joins;
 mod over;
 mod rank;
@@ -64,6 +65,7 @@ use aggregate::*;
 use scope::*;
 use settings::*;
 
+pub use backfill::{with_suffix, BackfillOptions, BackfillPlan};
 pub(crate) use sources::physical_columns;
 
 /// Settings from the command line.
@@ -82,6 +84,8 @@ pub struct PlanOptions {
     /// settings (`execution.checkpointing.dir`, `state.checkpoints.num-retained`,
     /// `restart-strategy.*`) as the job sets them.
     pub checkpoint_interval_ms: Option<i64>,
+    /// Plan the job as a backfill of itself ([`plan_backfill`]).
+    pub backfill: Option<BackfillOptions>,
 }
 
 pub(crate) fn plan_err(m: impl Into<String>) -> Error {
@@ -94,6 +98,27 @@ pub(crate) fn plan_err(m: impl Into<String>) -> Error {
 /// Syntax errors with line and column; unknown tables and columns with the nearest name;
 /// unbounded joins and unsupported shapes with what to write instead.
 pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
+    Ok(plan_job_on_its_thread(sql, opts)?.0)
+}
+
+/// Plans the job file `sql` as a backfill of itself (`opts.backfill`, see [`BackfillOptions`]):
+/// the graph, and what the backfill does differently from the job, to tell the user.
+///
+/// # Errors
+/// As [`plan_job`]; also a lookup join (unless allowed), a source without event time, a sink
+/// without a new target.
+pub fn plan_backfill(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, BackfillPlan)> {
+    if opts.backfill.is_none() {
+        return Err(plan_err("plan_backfill needs PlanOptions::backfill"));
+    }
+    let (graph, plan) = plan_job_on_its_thread(sql, opts)?;
+    Ok((graph, plan.unwrap_or_default()))
+}
+
+fn plan_job_on_its_thread(
+    sql: &str,
+    opts: &PlanOptions,
+) -> Result<(JobGraph, Option<BackfillPlan>)> {
     // Planning recurses along expressions (up to `parse::MAX_EXPRESSION_DEPTH` deep, in
     // sqlparser and DataFusion): on a thread of its own with a stack that takes it, whatever
     // the caller's stack is.
@@ -112,7 +137,7 @@ pub fn plan_job(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
 /// builds and several times that in debug builds.
 const PLANNING_STACK_BYTES: usize = 256 << 20;
 
-fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
+fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<BackfillPlan>)> {
     let sql = substitute(sql, &opts.vars)?;
     let statements = parse_job(&sql)?;
     let mut tables: HashMap<String, TableDef> = HashMap::new();
@@ -150,6 +175,30 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         return Err(plan_err(
             "the job has no INSERT INTO statement, so nothing would run",
         ));
+    }
+    let mut backfill_plan = None;
+    if let Some(b) = &opts.backfill {
+        // Every table the job writes: INSERT targets and late-row tables.
+        let mut written: Vec<String> = inserts
+            .iter()
+            .filter_map(|i| match &i.table {
+                TableObject::TableName(n) => Some(unquote(&n.to_string()).to_lowercase()),
+                _ => None,
+            })
+            .collect();
+        written.extend(
+            tables
+                .values()
+                .filter_map(|t| t.options.get(connectors::LATE_ROWS))
+                .map(|n| n.to_lowercase()),
+        );
+        written.sort();
+        written.dedup();
+        let sinks = backfill::redirect(&mut tables, &written, &mut settings, b)?;
+        backfill_plan = Some(BackfillPlan {
+            sinks,
+            ..Default::default()
+        });
     }
     check_settings(&settings)?;
     let parallelism = match opts.parallelism {
@@ -198,6 +247,11 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
                     .map_or("weir-checkpoints", String::as_str),
             );
             c.restart = restart_strategy(&settings)?;
+            if let Some(b) = &opts.backfill {
+                let mut dir = c.dir.clone().into_os_string();
+                dir.push(&b.suffix);
+                c.dir = dir.into();
+            }
             if let Some(n) = settings.get("state.checkpoints.num-retained") {
                 c.keep = n.parse().map_err(|_| {
                     plan_err(format!(
@@ -209,11 +263,15 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
         }
         None => None,
     };
-    let name = settings
+    let mut name = settings
         .get("pipeline.name")
         .cloned()
         .or_else(|| opts.name.clone())
         .unwrap_or_else(|| "sql job".into());
+    if let Some(b) = &opts.backfill {
+        name.push_str(&b.suffix);
+    }
+    let checkpoint_dir = checkpointing.as_ref().map(|c| c.dir.display().to_string());
     let job = JobBuilder::with_config(
         name,
         JobConfig {
@@ -264,7 +322,12 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<JobGraph> {
             graph.nodes[id].created_at = made.clone();
         }
     }
-    Ok(graph)
+    if let (Some(b), Some(plan)) = (&opts.backfill, &mut backfill_plan) {
+        plan.sources = weir_runtime::backfill::limit_to_range(&mut graph, b.range, b.allow_lookup)?;
+        plan.job = graph.name.clone();
+        plan.checkpoints = checkpoint_dir;
+    }
+    Ok((graph, backfill_plan))
 }
 
 /// An error of an operator the planner built, told in terms of the SQL statement: the Rust
@@ -360,6 +423,30 @@ impl Planner {
         })
     }
 
+    /// The sink writing table `t`, held to `SET 'weir.sink.rate-limit'` when the job sets one.
+    fn sink_factory(
+        &self,
+        t: &TableDef,
+    ) -> Result<(Arc<dyn weir_runtime::SinkFactory>, Option<usize>)> {
+        let (factory, parallelism) = connectors::sink_factory(t, &self.job.name())?;
+        let Some(v) = self.settings.get("weir.sink.rate-limit") else {
+            return Ok((factory, parallelism));
+        };
+        let rate: u64 = v.trim().parse().ok().filter(|r| *r > 0).ok_or_else(|| {
+            plan_err(format!(
+                "SET 'weir.sink.rate-limit' = '{v}': rows per second each sink writes at most, \
+                 a whole number above 0"
+            ))
+        })?;
+        Ok((
+            Arc::new(weir_runtime::RateLimitedSink::per_sink(
+                factory,
+                weir_runtime::RateLimitHandle::new(rate),
+            )),
+            parallelism,
+        ))
+    }
+
     fn setting(&self, key: &str, table: &TableDef) -> Option<String> {
         table
             .options
@@ -408,7 +495,7 @@ impl Planner {
             let same = planned.data_type() == t;
             out.push((name.clone(), if same { e } else { e.cast(t) }));
         }
-        let (factory, parallelism) = connectors::sink_factory(sink, &self.job.name())?;
+        let (factory, parallelism) = self.sink_factory(sink)?;
         let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
         if is_upsert_sink(sink) {
             // A key's updates must reach the topic in order: one sink subtask per key.

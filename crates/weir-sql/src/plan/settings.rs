@@ -13,6 +13,7 @@ pub(super) const SETTINGS: &[&str] = &[
     "weir.window.max-windows-per-row",
     "weir.max-dead-letter-share",
     "weir.slo.time-lag",
+    "weir.sink.rate-limit",
     "scan.watermark.idle-timeout",
     "table.exec.source.idle-timeout",
     "scan.watermark.alignment.group",

@@ -97,7 +97,7 @@ impl Planner {
         let mut names = Vec::new();
         for (key, (name, streams)) in self.late_rows.borrow().iter() {
             let t = &self.tables[key];
-            let (factory, parallelism) = connectors::sink_factory(t, &self.job.name())?;
+            let (factory, parallelism) = self.sink_factory(t)?;
             let rows = match streams.as_slice() {
                 [one] => one.clone(),
                 [first, rest @ ..] => first.union(rest),

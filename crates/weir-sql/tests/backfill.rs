@@ -1,0 +1,191 @@
+//! A job planned as a backfill of itself (`weir backfill`, issue #20): which sources start at
+//! the backfill's start and which keep theirs, redirected outputs, Kafka groups and seeks,
+//! rate limits, and what is refused.
+
+use weir_runtime::backfill::BackfillRange;
+use weir_runtime::graph::{EventTimeRange, NodeKind};
+use weir_runtime::JobGraph;
+use weir_sql::{plan_backfill, BackfillOptions, PlanOptions};
+
+const FROM: i64 = 1_704_067_800_000;
+const UNTIL: i64 = 1_704_069_600_000;
+
+fn options(until: Option<i64>) -> PlanOptions {
+    PlanOptions {
+        name: Some("pricing".into()),
+        backfill: Some(BackfillOptions {
+            range: BackfillRange {
+                from_ms: FROM,
+                until_ms: until,
+            },
+            suffix: "_v2".into(),
+            sink_map: Default::default(),
+            rate: Some(500),
+            align_drift_ms: 30_000,
+            allow_lookup: false,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Each source's name, event-time range and spec.
+fn sources(graph: &JobGraph) -> Vec<(String, EventTimeRange, serde_json::Value)> {
+    (graph.nodes.iter())
+        .filter_map(|n| match &n.kind {
+            NodeKind::Source {
+                factory,
+                watermarks,
+            } => Some((n.name.clone(), watermarks.range, factory.spec())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn sinks(graph: &JobGraph) -> Vec<serde_json::Value> {
+    (graph.nodes.iter())
+        .filter_map(|n| match &n.kind {
+            NodeKind::Sink { factory } => Some(serde_json::json!({
+                "kind": factory.kind(), "spec": factory.spec()
+            })),
+            _ => None,
+        })
+        .collect()
+}
+
+const TEMPORAL: &str = "
+CREATE TABLE orders (order_id BIGINT, currency STRING, amount DOUBLE, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'orders', 'properties.bootstrap.servers' = 'localhost:9092',
+        'format' = 'json', 'scan.startup.mode' = 'group-offsets', 'properties.group.id' = 'pricing');
+CREATE TABLE rates (currency STRING, rate DOUBLE, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND,
+  PRIMARY KEY (currency) NOT ENFORCED
+) WITH ('connector' = 'filesystem', 'path' = 'rates.csv', 'format' = 'csv');
+CREATE TABLE priced (order_id BIGINT, price DOUBLE)
+WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:prices.db', 'table-name' = 'priced');
+CREATE TABLE priced_topic (order_id BIGINT, price DOUBLE)
+WITH ('connector' = 'kafka', 'topic' = 'priced', 'properties.bootstrap.servers' = 'localhost:9092', 'format' = 'json');
+CREATE VIEW p AS SELECT o.order_id, o.amount * r.rate AS price
+FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.rt AS r ON o.currency = r.currency;
+INSERT INTO priced SELECT * FROM p;
+INSERT INTO priced_topic SELECT * FROM p;
+";
+
+#[test]
+fn the_streams_start_at_the_backfill_and_the_versioned_table_keeps_its_history() {
+    let (graph, plan) = plan_backfill(TEMPORAL, &options(Some(UNTIL))).unwrap();
+    assert_eq!(graph.name, "pricing_v2");
+    assert_eq!(plan.job, "pricing_v2");
+    let sources = sources(&graph);
+    let orders = sources.iter().find(|s| s.0 == "orders").unwrap();
+    assert_eq!(
+        orders.1,
+        EventTimeRange {
+            from_ms: Some(FROM),
+            until_ms: Some(UNTIL)
+        }
+    );
+    // Kafka seeks to the start less the watermark delay, in a consumer group of its own.
+    assert_eq!(
+        orders.2["start"],
+        serde_json::json!({ "from": "timestamp", "event_time_ms": FROM - 5_000 }),
+        "{}",
+        orders.2
+    );
+    assert_eq!(orders.2["group_id"], "pricing_v2", "{}", orders.2);
+    let rates = sources.iter().find(|s| s.0 == "rates").unwrap();
+    assert_eq!(
+        rates.1,
+        EventTimeRange {
+            from_ms: None,
+            until_ms: Some(UNTIL)
+        },
+        "the rate valid at the start was set before it"
+    );
+    let note = &plan
+        .sources
+        .iter()
+        .find(|s| s.source == "rates")
+        .unwrap()
+        .note;
+    assert!(note.contains("versioned side"), "{note}");
+    // Outputs: a table and a topic of their own, each held to the rate.
+    let sinks = sinks(&graph);
+    let text = serde_json::to_string(&sinks).unwrap();
+    assert!(text.contains("\"table-name\":\"priced_v2\""), "{text}");
+    assert!(text.contains("\"topic\":\"priced_v2\""), "{text}");
+    assert!(
+        sinks
+            .iter()
+            .all(|s| s["kind"] == "rate_limited" && s["spec"]["rows_per_sec"] == 500),
+        "{text}"
+    );
+    assert_eq!(
+        plan.sinks,
+        vec![
+            ("priced".into(), "priced".into(), "priced_v2".into()),
+            ("priced_topic".into(), "priced".into(), "priced_v2".into()),
+        ]
+    );
+    // The jdbc sink's progress rows are the backfill's own.
+    assert!(text.contains("\"job\":\"pricing_v2\""), "{text}");
+}
+
+#[test]
+fn the_backfill_aligns_its_sources_and_checkpoints_apart() {
+    let sql = format!(
+        "SET 'execution.checkpointing.interval' = '10 s';
+         SET 'execution.checkpointing.dir' = 'ckpt';
+         {TEMPORAL}"
+    );
+    let (graph, plan) = plan_backfill(&sql, &options(None)).unwrap();
+    let dir = graph.config.checkpointing.as_ref().unwrap().dir.clone();
+    assert_eq!(dir, std::path::PathBuf::from("ckpt_v2"));
+    assert_eq!(plan.checkpoints.as_deref(), Some("ckpt_v2"));
+    for n in &graph.nodes {
+        if let NodeKind::Source { watermarks, .. } = &n.kind {
+            let al = watermarks.alignment.as_ref().expect("aligned");
+            assert_eq!(
+                (al.group.as_str(), al.max_drift_ms),
+                ("weir-backfill", 30_000)
+            );
+            assert_eq!(watermarks.range.until_ms, None);
+        }
+    }
+}
+
+#[test]
+fn a_lookup_join_and_a_source_without_event_time_are_refused() {
+    let lookup = "
+CREATE TABLE orders (order_id BIGINT, currency STRING, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), pt AS PROCTIME(), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = 'orders.csv', 'format' = 'csv');
+CREATE TABLE rates (currency STRING, rate DOUBLE)
+WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:rates.db', 'table-name' = 'rates');
+CREATE TABLE priced (order_id BIGINT, rate DOUBLE) WITH ('connector' = 'blackhole');
+INSERT INTO priced SELECT o.order_id, r.rate FROM orders o
+JOIN rates FOR SYSTEM_TIME AS OF o.pt AS r ON o.currency = r.currency;";
+    let err = plan_backfill(lookup, &options(None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("answers with its table as it is when a row comes")
+            && err.contains("--allow-lookup"),
+        "{err}"
+    );
+    let mut allowed = options(None);
+    allowed.backfill.as_mut().unwrap().allow_lookup = true;
+    plan_backfill(lookup, &allowed).unwrap();
+
+    let untimed = "
+CREATE TABLE orders (order_id BIGINT) WITH ('connector' = 'filesystem', 'path' = 'o.csv', 'format' = 'csv');
+CREATE TABLE out (order_id BIGINT) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+INSERT INTO out SELECT * FROM orders;";
+    let err = plan_backfill(untimed, &options(None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("source `orders` has no event time") && err.contains("WATERMARK"),
+        "{err}"
+    );
+}
