@@ -389,10 +389,31 @@ fn run_job(
         allow_non_restored_state,
         http,
     } = args;
+    if let Some(b) = &backfill {
+        if b.suffix.trim().is_empty() {
+            anyhow::bail!(
+                "--suffix '': a backfill is a separate job, and the suffix is what keeps its \
+                 name, checkpoints, consumer groups and outputs apart from the live job's; give \
+                 one, such as _v2"
+            );
+        }
+        for (given, what) in [
+            (checkpoint_dir.is_some(), "--checkpoint-dir"),
+            (dead_letters.is_some(), "--dead-letters"),
+        ] {
+            if given {
+                anyhow::bail!(
+                    "{what}: a backfill names its own (the live job's with --suffix), so that it \
+                     never restores or overwrites the live job's; leave {what} out"
+                );
+            }
+        }
+    }
     let backfill = backfill.map(|b| weir_sql::BackfillOptions {
         range: weir_runtime::backfill::BackfillRange {
             from_ms: b.from,
             until_ms: b.until,
+            now_ms: weir_core::time::Clock::now(&weir_core::SystemClock).0,
         },
         suffix: b.suffix,
         sink_map: b.sink_map.into_iter().collect(),

@@ -390,6 +390,14 @@ impl SourceFactory for KafkaSource {
         spec.start = StartPosition::Timestamp(event_time_ms);
         Ok(Some(Arc::new(KafkaSource::new(spec)?)))
     }
+    fn bounded_to_present(&self) -> Result<Option<Arc<dyn SourceFactory>>> {
+        let mut spec = self.spec.clone();
+        spec.bounded = true;
+        Ok(Some(Arc::new(KafkaSource::new(spec)?)))
+    }
+    fn changelog(&self) -> bool {
+        self.spec.upsert.is_some()
+    }
     fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {
         Ok(match self.spec.start {
             StartPosition::Timestamp(t) => Some(t),

@@ -424,15 +424,20 @@ fn a_split_resumed_at_the_end_of_its_file_finishes_at_once() {
     ] {
         let path = write(dir.path(), name, bytes);
         let source = FileSource::new(spec(&path)).unwrap();
-        // The last batch reaches the end; the split has not said it finished yet.
+        // The last batch reaches the end: the split has not said it finished yet, but its
+        // position says so (a file that grows later has no byte to go on at).
         let (mut r, dead) = open(&source, 0, 10, None);
         let first = read(&mut *r, &dead, Some(1));
         assert_eq!(first.rows.len(), 2);
         let at = r.position(0).unwrap();
-        assert_eq!(at["byte"], json!(bytes.len()), "{name}");
-        let (mut r, _) = open(&source, 0, 10, Some(at));
-        assert!(matches!(r.poll().unwrap(), SourcePoll::SplitFinished(0)));
-        assert!(matches!(r.poll().unwrap(), SourcePoll::Finished));
+        assert_eq!(at, json!({ "finished": true }), "{name}");
+        // A position at the last byte (as checkpoints before that said) finishes at once too.
+        let at_end = json!({ "byte": bytes.len(), "line": 3 });
+        for at in [at, at_end] {
+            let (mut r, _) = open(&source, 0, 10, Some(at));
+            assert!(matches!(r.poll().unwrap(), SourcePoll::SplitFinished(0)));
+            assert!(matches!(r.poll().unwrap(), SourcePoll::Finished));
+        }
     }
     let path = parquet_file(dir.path(), &[false; 4], 2);
     let source = FileSource::new(parquet_spec(&path)).unwrap();
@@ -603,4 +608,35 @@ fn a_torn_last_line_of_a_file_growing_while_read_is_a_dead_letter_not_a_row() {
         assert!(again.dead.is_empty(), "{name}");
         assert_eq!(len, std::fs::metadata(&path).unwrap().len());
     }
+}
+
+/// A record spanning lines in a quoted field, torn mid-field by its writer, is one dead letter
+/// from its first line to the end, not its first line set aside and the rest of its field read
+/// as records.
+#[test]
+fn a_torn_record_spanning_lines_is_one_dead_letter() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "a.csv", b"id,name,v\n1,a,10\n");
+    let source = FileSource::new(csv_spec(&path)).unwrap();
+    let (mut r, dead) = open(&source, 0, 1, None);
+    assert_eq!(read(&mut *r, &dead, Some(1)).rows.len(), 1);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"2,\"b\n7,x,70\nde")
+        .unwrap();
+    let rest = read(&mut *r, &dead, None);
+    assert!(rest.rows.is_empty(), "{rest:?}");
+    assert_eq!(
+        rest.dead,
+        [("line 3".to_string(), "2,\"b\n7,x,70\nde".to_string())]
+    );
+    let reason = &dead.kept()[0].reason;
+    assert!(
+        reason.contains("from line 3") && reason.contains("line, 5"),
+        "{reason}"
+    );
+    assert_eq!(r.position(0).unwrap(), json!({ "finished": true }));
 }

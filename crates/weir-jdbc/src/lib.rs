@@ -112,9 +112,13 @@
 //! 5. At the end of a bounded input, `finish` flushes and `commit` moves everything left.
 //!    `abort` leaves staging as it is: the next start cleans it up.
 //!
-//! The staging table belongs to its target table: two jobs (or two sinks) writing one table
-//! with checkpoints would clean up each other's staging rows. A restore from a checkpoint older
-//! than the last one committed cannot take back rows already moved; the writer logs a warning.
+//! The staging table belongs to one writer (job and sink) of its target table, so several jobs
+//! may write one table with checkpoints; two sinks of one job writing one table are refused
+//! when the job is planned, and two runs of one job at once must not share a table. Rows
+//! staged by a weir before this naming (in `<table>__weir_staging`) are not settled by a
+//! restore: move them by hand, or restart such a job without `--restore`. A restore from a
+//! checkpoint older than the last one committed cannot take back rows already moved; the
+//! writer logs a warning.
 //!
 //! # Errors and retries
 //!

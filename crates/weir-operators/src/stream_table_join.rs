@@ -165,6 +165,10 @@ impl OperatorFactory for StreamTableJoin {
     fn versioned_input(&self, input: usize) -> bool {
         input == 1
     }
+    /// Rows meet the table as far as it has been read when they come.
+    fn replays_deterministically(&self) -> bool {
+        false
+    }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, _, op) = self.check(inputs)?;
         Ok(Box::new(StreamTableJoinOp {

@@ -23,6 +23,11 @@ pub struct BackfillRange {
     pub from_ms: i64,
     /// `None`: on past the present (the backfill becomes the live job).
     pub until_ms: Option<i64>,
+    /// When the backfill is planned (wall clock, epoch ms): an end before it is in the past,
+    /// and a source that can read to its present end does so
+    /// ([`SourceFactory::bounded_to_present`](crate::SourceFactory::bounded_to_present)), so
+    /// that a split with nothing after the end still ends.
+    pub now_ms: i64,
 }
 
 /// How a source of the graph reads in a backfill.
@@ -80,6 +85,7 @@ pub fn limit_to_range(
         };
         let name = graph.nodes[id].name.clone();
         let uses = uses(graph, id);
+        let has_time = watermarks.event_time.is_some();
         if uses.versioned.is_some() && uses.stream {
             return Err(Error::plan(format!(
                 "source `{name}` is read both as a stream and as the versioned side of `{}`, \
@@ -90,18 +96,33 @@ pub fn limit_to_range(
         }
         let mut watermarks = watermarks.clone();
         let mut factory = factory.clone();
-        let source = if let Some(join) = uses.versioned {
+        // An end in the past: read what the source holds now, so that every split ends.
+        if range.until_ms.is_some_and(|u| u <= range.now_ms) {
+            if let Some(bounded) = factory.bounded_to_present()? {
+                factory = bounded;
+            }
+        }
+        let whole = match (&uses.versioned, factory.changelog()) {
+            (Some(join), _) => Some(format!(
+                "the versioned side of `{join}`, whose version valid at the backfill's start is \
+                 older than the start"
+            )),
+            (None, true) => Some(
+                "a changelog (the latest row per key is the table, whenever it was written)"
+                    .to_string(),
+            ),
+            (None, false) => None,
+        };
+        let source = if let Some(why) = whole {
+            // Without event time the end cannot apply: the source is read as it is.
             watermarks.range = EventTimeRange {
                 from_ms: None,
-                until_ms: range.until_ms,
+                until_ms: range.until_ms.filter(|_| has_time),
             };
             BackfillSource {
                 source: name.clone(),
                 from_start_of_range: false,
-                note: format!(
-                    "read from its configured start: it is the versioned side of `{join}`, \
-                     whose version valid at the backfill's start is older than the start"
-                ),
+                note: format!("read from its configured start: it is {why}"),
             }
         } else {
             if watermarks.event_time.is_none() {

@@ -267,21 +267,23 @@ impl SinkWriter for RateLimitedWriter {
             // Write in slices so a slow rate still makes steady progress within a batch.
             let mut offset = 0;
             while offset < batch.num_rows() {
-                let rate = self.rate.get().div_ceil(self.share);
-                if rate == 0 {
+                // This subtask's share: a fraction of a row a second is a row every few.
+                let rate = self.rate.get() as f64 / self.share as f64;
+                if rate <= 0.0 {
                     self.next_free = None;
                     self.inner
                         .write(batch.slice(offset, batch.num_rows() - offset))
                         .await?;
                     break;
                 }
-                let n = ((rate / 20).max(1) as usize).min(batch.num_rows() - offset);
+                let n = ((rate / 20.0) as usize)
+                    .max(1)
+                    .min(batch.num_rows() - offset);
                 let now = tokio::time::Instant::now();
                 let start = self.next_free.filter(|t| *t > now).unwrap_or(now);
                 tokio::time::sleep_until(start).await;
                 self.inner.write(batch.slice(offset, n)).await?;
-                self.next_free =
-                    Some(start + std::time::Duration::from_secs_f64(n as f64 / rate as f64));
+                self.next_free = Some(start + std::time::Duration::from_secs_f64(n as f64 / rate));
                 offset += n;
             }
             Ok(())

@@ -209,6 +209,20 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     fn starting_at(&self, _event_time_ms: i64) -> Result<Option<Arc<dyn SourceFactory>>> {
         Ok(None)
     }
+    /// This source reading only what its splits hold now (Kafka: to the end offsets taken at
+    /// start), for a backfill whose end is in the past, so that a split with no record after
+    /// the end still ends; `None` when it ends anyway (files) or cannot.
+    ///
+    /// # Errors
+    /// A source that cannot be made so.
+    fn bounded_to_present(&self) -> Result<Option<Arc<dyn SourceFactory>>> {
+        Ok(None)
+    }
+    /// Whether the source is a changelog (an upsert topic: the latest row per key is the
+    /// table), read whole to be right: a backfill does not skip its rows before its start.
+    fn changelog(&self) -> bool {
+        false
+    }
     /// The event time the source starts reading from (the earliest over its splits), when it
     /// can tell without reading: for the misaligned-start guard.
     fn start_event_time(&self, _event_time_column: &str) -> Result<Option<i64>> {
@@ -306,9 +320,9 @@ impl DeadLetters {
     }
 
     /// The dead letters of a job with checkpoints (see the type's doc): a fresh start
-    /// (`restored` is `None`) truncates the file at its first dead letter as
-    /// [`DeadLetters::new`] does; a restore from checkpoint `N` first drops the file's lines of
-    /// epochs after `N`.
+    /// (`restored` is `None`) deletes an earlier run's file (a restore must not take its lines
+    /// for this run's); a restore from checkpoint `N` first drops the file's lines of epochs
+    /// after `N`. Call it only once the restore is known to go ahead.
     ///
     /// # Errors
     /// An I/O error reading or rewriting the file.
@@ -317,11 +331,21 @@ impl DeadLetters {
         {
             let mut f = letters.inner.lock().expect("dead letters lock");
             f.epochs = true;
-            if let Some(n) = restored {
-                f.first_epoch = n + 1;
-                if let Some(path) = &f.path {
-                    f.append = keep_epochs_up_to(path, n)?;
+            match (restored, f.path.clone()) {
+                (Some(n), Some(path)) => {
+                    f.first_epoch = n + 1;
+                    f.append = keep_epochs_up_to(&path, n)?;
                 }
+                (Some(n), None) => f.first_epoch = n + 1,
+                // A fresh start: an earlier run's lines would pass for this run's on a restore.
+                (None, Some(path)) => match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(Error::io(format!("dead-letter file {}", path.display()), e))
+                    }
+                },
+                (None, None) => {}
             }
         }
         letters.epoch.store(restored.unwrap_or(0) + 1, Relaxed);

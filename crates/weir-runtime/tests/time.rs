@@ -479,9 +479,13 @@ fn a_split_added_while_running_is_read_and_joins_the_alignment_group() {
 }
 
 /// A source of two endless splits: split `k`'s row `n` is `(k, n * 100 + k)`, ten rows a
-/// batch, in event-time order; each split pauses.
+/// batch, in event-time order; each split pauses, and its position is its next row.
 #[derive(Debug)]
-struct Endless;
+struct Endless {
+    /// Rows per split, after which the split has nothing more (as a quiet Kafka partition):
+    /// `Pending`, never its end.
+    rows: i64,
+}
 
 impl SourceFactory for Endless {
     fn kind(&self) -> &'static str {
@@ -499,10 +503,13 @@ impl SourceFactory for Endless {
     fn create_reader(
         &self,
         splits: Vec<usize>,
-        _ctx: ReaderContext,
+        ctx: ReaderContext,
     ) -> Result<Box<dyn SourceReader>> {
         Ok(Box::new(EndlessReader {
-            next: vec![0; splits.len()],
+            rows: self.rows,
+            next: (0..splits.len())
+                .map(|k| ctx.start_position(k).and_then(|v| v.as_i64()).unwrap_or(0))
+                .collect(),
             paused: vec![false; splits.len()],
             turn: 0,
         }))
@@ -510,12 +517,16 @@ impl SourceFactory for Endless {
 }
 
 struct EndlessReader {
+    rows: i64,
     next: Vec<i64>,
     paused: Vec<bool>,
     turn: usize,
 }
 
 impl SourceReader for EndlessReader {
+    fn position(&self, split: usize) -> Option<serde_json::Value> {
+        Some(serde_json::json!(self.next[split]))
+    }
     fn set_paused(&mut self, split: usize, paused: bool) -> bool {
         self.paused[split] = paused;
         true
@@ -525,7 +536,7 @@ impl SourceReader for EndlessReader {
         for _ in 0..n {
             let k = self.turn % n;
             self.turn += 1;
-            if self.paused[k] {
+            if self.paused[k] || self.next[k] >= self.rows {
                 continue;
             }
             let first = self.next[k];
@@ -557,7 +568,7 @@ fn a_source_with_an_event_time_range_emits_the_range_and_ends_there() {
         from_ms: Some(2_000),
         until_ms: Some(6_000),
     };
-    job.source("endless", Endless, opts)
+    job.source("endless", Endless { rows: i64::MAX }, opts)
         .sink("out", sink.clone());
     let report = run_within(&job, LIMIT).unwrap();
     let mut got = rows(&sink);
@@ -572,4 +583,48 @@ fn a_source_with_an_event_time_range_emits_the_range_and_ends_there() {
     let outside: u64 = source.splits.iter().map(|s| s.outside_range).sum();
     assert!(outside >= 2 * (20 + 3), "{outside}");
     assert!(source.splits.iter().all(|s| s.finished));
+}
+
+/// A split restored with its watermark past the end of the range is finished from the start:
+/// it would otherwise wait for a row that never comes (a quiet partition) and the job would
+/// not end.
+#[test]
+fn a_split_restored_past_the_end_of_its_range_stays_finished() {
+    use weir_runtime::checkpoint::CheckpointConfig;
+    use weir_runtime::{RateLimitHandle, RateLimitedSink};
+    let dir = tempfile::tempdir().unwrap();
+    let run = |restore: Option<&str>| {
+        let mut cfg = CheckpointConfig::new(20, dir.path());
+        cfg.restore = restore.map(str::to_string);
+        let job = JobBuilder::with_config(
+            "range restore",
+            JobConfig {
+                checkpointing: Some(cfg),
+                ..Default::default()
+            },
+        );
+        let sink = CollectSink::new();
+        let mut opts = SourceOptions::event_time("b", 0);
+        opts.watermarks.range = weir_runtime::graph::EventTimeRange {
+            from_ms: None,
+            until_ms: Some(3_000),
+        };
+        // 40 rows a split, the last 10 past the end; the sink slow enough that checkpoints
+        // complete after the source has ended.
+        job.source("endless", Endless { rows: 40 }, opts).sink_arc(
+            "out",
+            Arc::new(RateLimitedSink::new(
+                Arc::new(sink.clone()),
+                RateLimitHandle::new(200),
+            )),
+            Some(1),
+        );
+        let report = run_within(&job, LIMIT).unwrap();
+        (rows(&sink), report)
+    };
+    let (first, _) = run(None);
+    assert_eq!(first.len(), 60, "rows 0..30 of each split");
+    let (again, report) = run(Some("latest"));
+    assert!(report.restored.is_some(), "no checkpoint to restore");
+    assert!(again.is_empty(), "{again:?}");
 }

@@ -17,6 +17,7 @@ fn options(until: Option<i64>) -> PlanOptions {
             range: BackfillRange {
                 from_ms: FROM,
                 until_ms: until,
+                now_ms: UNTIL + 60_000,
             },
             suffix: "_v2".into(),
             sink_map: Default::default(),
@@ -93,6 +94,9 @@ fn the_streams_start_at_the_backfill_and_the_versioned_table_keeps_its_history()
         orders.2
     );
     assert_eq!(orders.2["group_id"], "pricing_v2", "{}", orders.2);
+    // The end is in the past: each partition is read to its end offset taken at the start, so
+    // a partition with nothing after the end still ends.
+    assert_eq!(orders.2["bounded"], true, "{}", orders.2);
     let rates = sources.iter().find(|s| s.0 == "rates").unwrap();
     assert_eq!(
         rates.1,

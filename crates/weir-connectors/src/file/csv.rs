@@ -504,12 +504,27 @@ impl FormatReader for CsvReader {
             let (line, lines) = match self.split_record(Some(self.fields_expected))? {
                 Split::End => {
                     if let Some((line, bytes)) = self.torn.take() {
-                        bad.report(line, super::torn_line_reason(line), &bytes)?;
+                        bad.report(line, super::torn_line_reason(line, line), &bytes)?;
                         self.bytes += bytes.len() as u64;
                         self.first_line += 1;
                     }
                     self.done = true;
                     break;
+                }
+                Split::Unclosed { line, .. } if self.torn.is_some() => {
+                    // A record still open when the file ended torn: everything from its first
+                    // line on is what the writer had not finished, in one dead letter.
+                    let (last, torn) = self.torn.take().expect("checked");
+                    let n = self.starts.len() - self.head;
+                    let mut record = self.raw(n).to_vec();
+                    let (_, line_break) = self.line(self.head + n - 1);
+                    record.extend_from_slice(line_break);
+                    record.extend_from_slice(&torn);
+                    bad.report(line, super::torn_line_reason(line, last), &record)?;
+                    self.consume(n);
+                    self.bytes += torn.len() as u64;
+                    self.first_line += 1;
+                    continue;
                 }
                 Split::Unclosed { line, reason } => {
                     bad.report(line, reason, self.raw(1))?;
@@ -574,6 +589,11 @@ impl FormatReader for CsvReader {
     }
 
     fn position(&self) -> FilePosition {
+        if self.done {
+            // Every record was returned (a torn last line set aside): nothing to go on with,
+            // and no byte to seek to in a file that has grown since.
+            return FilePosition::Finished;
+        }
         // Lines after the head may be read already (after an unclosed quote), but the head is
         // where splitting goes on, from a fresh state.
         FilePosition::Text(TextPosition {

@@ -79,7 +79,7 @@ impl FormatReader for JsonReader {
             self.bytes += n as u64;
             self.line_no += 1;
             if read == LineRead::Torn(n) {
-                let reason = super::torn_line_reason(self.line_no);
+                let reason = super::torn_line_reason(self.line_no, self.line_no);
                 bad.report(self.line_no, reason, &self.line)?;
                 continue;
             }
@@ -149,6 +149,9 @@ impl FormatReader for JsonReader {
     }
 
     fn position(&self) -> FilePosition {
+        if self.done {
+            return FilePosition::Finished;
+        }
         FilePosition::Text(TextPosition {
             byte: self.bytes,
             line: self.line_no + 1,

@@ -751,12 +751,19 @@ impl TextInput {
 }
 
 /// The reason of a dead letter for a torn last line.
-fn torn_line_reason(line: u64) -> String {
+fn torn_line_reason(first: u64, last: u64) -> String {
+    let what = if first == last {
+        format!("line {last} is the last of the file and has no line break")
+    } else {
+        format!(
+            "the record from line {first} runs in a quoted field to the file's last line, {last}, \
+             which has no line break"
+        )
+    };
     format!(
-        "line {line} is the last of the file and has no line break, and the file grew while it \
-         was read: a writer is still appending to it, so the line may be cut short and is not \
-         read as a row; read the file again once its writer has finished (or have the writer \
-         rename finished files into place)"
+        "{what}, and the file grew while it was read: a writer is still appending to it, so the \
+         record may be cut short and is not read as a row; read the file again once its writer \
+         has finished (or have the writer rename finished files into place)"
     )
 }
 

@@ -223,6 +223,18 @@ impl SourceTask {
             }
         }
         let mut finished = vec![false; n];
+        let mut tracker = WatermarkTracker::new(n);
+        if let Some(until) = range.until_ms {
+            // Splits restored past the end of the range stay finished.
+            for (k, g) in gens.iter().enumerate() {
+                if g.watermark().0 >= until {
+                    finished[k] = true;
+                    self.split_metrics[k].finished.store(true, Relaxed);
+                    tracker.finish(k);
+                    reader.set_paused(k, true);
+                }
+            }
+        }
         let mut aligner = match (&self.watermarks.alignment, &self.group) {
             (Some(settings), Some(group)) => Some(Aligner {
                 settings: settings.clone(),
@@ -234,7 +246,6 @@ impl SourceTask {
             }),
             _ => None,
         };
-        let mut tracker = WatermarkTracker::new(n);
         let mut idle_out = false;
         let mut sent_wm = Watermark::MIN;
         // Idleness runs on a clock that stops while the task waits to send (backpressure, a

@@ -50,6 +50,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         None => None,
     };
     let restored_epoch = restored.as_ref().map(|r| r.manifest.epoch);
+    let stable_ids = graph.stable_ids();
+    if let Some(r) = &restored {
+        check_restorable(&graph, &stable_ids, r)?;
+    }
+    // Only once the restore goes ahead: a refused one leaves the file as it was.
     let dead_letters = match &cfg.checkpointing {
         Some(_) => DeadLetters::with_checkpoints(
             cfg.dead_letter_path.clone(),
@@ -57,10 +62,6 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         )?,
         None => DeadLetters::new(cfg.dead_letter_path.clone()),
     };
-    let stable_ids = graph.stable_ids();
-    if let Some(r) = &restored {
-        check_restorable(&graph, &stable_ids, r)?;
-    }
 
     // One mailbox per operator/sink subtask; channels from every upstream subtask into it.
     let mut mailboxes: Vec<Vec<Mailbox>> = Vec::new();

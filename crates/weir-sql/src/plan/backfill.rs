@@ -78,6 +78,12 @@ pub(super) fn redirect(
     settings: &mut BTreeMap<String, String>,
     b: &BackfillOptions,
 ) -> Result<Vec<(String, String, String)>> {
+    if b.suffix.trim().is_empty() {
+        return Err(plan_err(
+            "a backfill needs a suffix: it keeps the backfill's name, checkpoints, consumer \
+             groups and outputs apart from the live job's",
+        ));
+    }
     let mut map = b.sink_map.clone();
     let mut sinks = Vec::new();
     for key in written {
@@ -98,13 +104,6 @@ pub(super) fn redirect(
         });
         let new = match mapped {
             Some(new) => new,
-            None if b.suffix.is_empty() => {
-                return Err(plan_err(format!(
-                    "a backfill writes new outputs, never the live job's: give --suffix, or \
-                     --sink-map {old}=NEW for table `{}`",
-                    t.name
-                )))
-            }
             None => with_suffix(&connector, &old, &b.suffix),
         };
         if new == old {

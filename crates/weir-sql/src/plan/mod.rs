@@ -248,9 +248,9 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
             );
             c.restart = restart_strategy(&settings)?;
             if let Some(b) = &opts.backfill {
-                let mut dir = c.dir.clone().into_os_string();
-                dir.push(&b.suffix);
-                c.dir = dir.into();
+                // Beside the live job's folder, never inside it (`ckpt/` is `ckpt_v2`).
+                let live = c.dir.display().to_string();
+                c.dir = format!("{}{}", live.trim_end_matches('/'), b.suffix).into();
             }
             if let Some(n) = settings.get("state.checkpoints.num-retained") {
                 c.keep = n.parse().map_err(|_| {
