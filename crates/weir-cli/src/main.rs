@@ -6,6 +6,7 @@ mod gen;
 mod procstat;
 mod supervise;
 mod top;
+mod validate;
 mod web;
 
 use std::path::PathBuf;
@@ -39,6 +40,12 @@ enum Command {
         #[command(flatten)]
         backfill: BackfillArgs,
     },
+    /// Compare a backfill's output with the live one: row counts, rows on one side only
+    /// (by key or as multisets), sums of numeric columns, the first differences side by side.
+    /// Tables of PostgreSQL or SQLite, or files (CSV, JSON lines, Parquet, folders of part
+    /// files), in bounded memory. Exit 0 when equal (within tolerances), 1 when not, 2 on
+    /// errors.
+    Validate(validate::ValidateArgs),
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
     Explain {
@@ -142,7 +149,7 @@ struct BackfillArgs {
 
 /// An event time on the command line: epoch milliseconds, or ISO-8601 (UTC unless it gives an
 /// offset).
-fn parse_event_time(s: &str) -> Result<i64, String> {
+pub(crate) fn parse_event_time(s: &str) -> Result<i64, String> {
     let t = s.trim();
     if let Ok(ms) = t.parse::<i64>() {
         return Ok(ms);
@@ -364,6 +371,16 @@ fn run() -> Result<()> {
         Command::Demo(args) => rt.block_on(demo::run(args))?,
         Command::Bench(args) => rt.block_on(bench::run(args))?,
         Command::Top(args) => top::run(args)?,
+        Command::Validate(args) => match validate::run(&rt, &args) {
+            Ok(outcome) => {
+                print!("{}", outcome.report);
+                std::process::exit(if outcome.equal { 0 } else { 1 });
+            }
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                std::process::exit(2);
+            }
+        },
     }
     Ok(())
 }

@@ -26,6 +26,8 @@
 //! - [`JdbcSource`] is a bounded scan (source kind `jdbc`), split by `scan.partition.*` as
 //!   Flink splits it, fetching `scan.fetch-size` rows at a time on a background task, with
 //!   positions for checkpoints; [`ScanOptions`] reads the options. See [`source`].
+//! - [`scan_text`] reads a whole table as text, a bounded number of rows at a time (for
+//!   `weir validate`).
 //! - [`types`] maps Arrow types to the databases' and back; an existing table is checked
 //!   against the declared columns (the sink creates a missing one; a lookup or scan refuses
 //!   it), naming the column and both types.
@@ -138,6 +140,7 @@ mod roles;
 mod sink;
 pub mod source;
 mod sqlite;
+mod text;
 pub mod types;
 
 pub use lookup::{JdbcLookupSpec, JdbcLookupTable, LookupOptions, PartialCache};
@@ -149,3 +152,4 @@ pub use sink::{
     register, staging_table_name, JdbcSinkFactory, JdbcSinkSpec, PROGRESS_TABLE, STAGING_SUFFIX,
 };
 pub use source::{JdbcSource, JdbcSourceSpec, ScanOptions, ScanPartition};
+pub use text::scan_text;
