@@ -1,6 +1,7 @@
 //! `weir`: run, inspect and benchmark stream jobs.
 
 mod bench;
+mod cutover;
 mod demo;
 mod gen;
 mod procstat;
@@ -46,6 +47,11 @@ enum Command {
     /// files), in bounded memory. Exit 0 when equal (within tolerances), 1 when not, 2 on
     /// errors.
     Validate(validate::ValidateArgs),
+    /// Switch readers from the live job's table to a backfill's: re-point the view they read,
+    /// in one transaction recorded in `weir_cutovers`, once the backfill has caught up (its
+    /// watermark at or past the live job's) and its output validates; `--rollback` points the
+    /// view back.
+    Cutover(cutover::CutoverArgs),
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
     Explain {
@@ -371,6 +377,7 @@ fn run() -> Result<()> {
         Command::Demo(args) => rt.block_on(demo::run(args))?,
         Command::Bench(args) => rt.block_on(bench::run(args))?,
         Command::Top(args) => top::run(args)?,
+        Command::Cutover(args) => print!("{}", cutover::run(&rt, &args)?),
         Command::Validate(args) => match validate::run(&rt, &args) {
             Ok(outcome) => {
                 print!("{}", outcome.report);

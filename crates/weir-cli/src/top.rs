@@ -71,7 +71,7 @@ fn fetch(addr: &str) -> Result<(Value, Value)> {
 }
 
 /// GET `path` from `addr` (HTTP/1.1, on this machine), as JSON.
-fn get(addr: &str, path: &str) -> Result<Value> {
+pub(crate) fn get(addr: &str, path: &str) -> Result<Value> {
     let mut s = TcpStream::connect(addr).with_context(|| {
         format!("no weir job answers at {addr}: start one with weir run (its HTTP address is printed at start), or give --http")
     })?;

@@ -71,7 +71,7 @@ pub struct ValidateArgs {
     pub partitions: usize,
 }
 
-fn parse_tolerance(s: &str) -> Result<(String, f64), String> {
+pub(crate) fn parse_tolerance(s: &str) -> Result<(String, f64), String> {
     let (c, v) = s
         .split_once('=')
         .ok_or_else(|| format!("`{s}`: expected column=amount"))?;

@@ -27,7 +27,8 @@
 //!   Flink splits it, fetching `scan.fetch-size` rows at a time on a background task, with
 //!   positions for checkpoints; [`ScanOptions`] reads the options. See [`source`].
 //! - [`scan_text`] reads a whole table as text, a bounded number of rows at a time (for
-//!   `weir validate`).
+//!   `weir validate`); [`repoint_view`] switches a view to another table in one transaction
+//!   recorded in `weir_cutovers` (for `weir cutover`). See [`text`](crate::text).
 //! - [`types`] maps Arrow types to the databases' and back; an existing table is checked
 //!   against the declared columns (the sink creates a missing one; a lookup or scan refuses
 //!   it), naming the column and both types.
@@ -140,7 +141,7 @@ mod roles;
 mod sink;
 pub mod source;
 mod sqlite;
-mod text;
+pub mod text;
 pub mod types;
 
 pub use lookup::{JdbcLookupSpec, JdbcLookupTable, LookupOptions, PartialCache};
@@ -152,4 +153,6 @@ pub use sink::{
     register, staging_table_name, JdbcSinkFactory, JdbcSinkSpec, PROGRESS_TABLE, STAGING_SUFFIX,
 };
 pub use source::{JdbcSource, JdbcSourceSpec, ScanOptions, ScanPartition};
-pub use text::scan_text;
+pub use text::{
+    cutovers, repoint_view, scan_text, table_name, view_target, Cutover, ViewTarget, CUTOVERS_TABLE,
+};
