@@ -114,28 +114,15 @@ fn watermark(
         )));
     }
     if let Some(addr) = http {
-        let metrics = crate::top::get(addr, "/api/v1/metrics")?;
-        let mut least: Option<i64> = None;
-        let mut all_finished = true;
-        for node in metrics["nodes"].as_array().into_iter().flatten() {
-            for s in node["splits"].as_array().into_iter().flatten() {
-                if s["finished"].as_bool() == Some(true) {
-                    continue;
-                }
-                all_finished = false;
-                if s["idle"].as_bool() == Some(true) {
-                    continue;
-                }
-                let w = s["watermark"].as_i64().unwrap_or(i64::MIN);
-                least = Some(least.map_or(w, |l| l.min(w)));
-            }
-        }
-        let w = match least {
-            Some(w) => w,
-            None if all_finished => i64::MAX,
-            None => i64::MIN,
-        };
-        return Ok(Some((w, format!("the job at http://{addr}"))));
+        let job = crate::top::get(addr, "/api/v1/job")?;
+        let w = job["progress"]["watermark"].as_i64().unwrap_or(i64::MIN);
+        return Ok(Some((
+            w,
+            format!(
+                "job `{}` at http://{addr}",
+                job["name"].as_str().unwrap_or("?")
+            ),
+        )));
     }
     Ok(None)
 }

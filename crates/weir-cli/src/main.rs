@@ -5,6 +5,7 @@ mod cutover;
 mod demo;
 mod gen;
 mod procstat;
+mod status;
 mod supervise;
 mod top;
 mod validate;
@@ -52,6 +53,9 @@ enum Command {
     /// watermark at or past the live job's) and its output validates; `--rollback` points the
     /// view back.
     Cutover(cutover::CutoverArgs),
+    /// Where running jobs are in event time: each one's watermark, time lag and whether it has
+    /// caught up, and how far each is behind the first (from their HTTP APIs or checkpoints).
+    Status(status::StatusArgs),
     /// Print the physical plan: nodes, the state bound of every stateful operator, the
     /// partitioning of every edge, schemas.
     Explain {
@@ -378,6 +382,7 @@ fn run() -> Result<()> {
         Command::Bench(args) => rt.block_on(bench::run(args))?,
         Command::Top(args) => top::run(args)?,
         Command::Cutover(args) => print!("{}", cutover::run(&rt, &args)?),
+        Command::Status(args) => print!("{}", status::run(&args)?),
         Command::Validate(args) => match validate::run(&rt, &args) {
             Ok(outcome) => {
                 print!("{}", outcome.report);

@@ -54,7 +54,10 @@ pub async fn run(
     let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
     let mut usr1 = signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?;
     let checkpointing = graph.config.checkpointing.is_some();
-    let slo_ms = graph.config.slo_time_lag_ms.unwrap_or(DEFAULT_CAUGHT_UP_MS);
+    let slo_ms = graph
+        .config
+        .slo_time_lag_ms
+        .unwrap_or(weir_http::CAUGHT_UP_MS);
     let job = exec::start(graph, Arc::new(SystemClock))?;
     let stop = job.stop_handle();
     let savepoints = job.savepoint_handle();
@@ -295,10 +298,6 @@ pub async fn run_restarting(
         }
     }
 }
-
-/// A backfill without an end has caught up once its watermark is this close to now, unless
-/// the job sets `weir.slo.time-lag`.
-pub const DEFAULT_CAUGHT_UP_MS: i64 = 60_000;
 
 /// The sources' watermark: the least over splits still reading (finished and idle ones hold
 /// nothing back), `None` before any has one.

@@ -237,3 +237,74 @@ fn postgres_cutover_waits_for_the_backfill_validates_and_rolls_back() {
     let schema = rt.block_on(weir_testkit::postgres::fresh_schema("cutover"));
     the_cutover_protocol(&Pg { rt, schema });
 }
+
+/// `weir status` from two jobs' checkpoint folders says where each is and how far the second
+/// is behind the first; from a job's HTTP API, that a finished job is at the end of its input
+/// and caught up.
+#[test]
+fn status_tells_how_far_a_backfill_is_behind_the_live_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    checkpoint(&d.join("live"), "attribution", 7, 1_704_070_800_000);
+    checkpoint(&d.join("cand"), "attribution_v2", 3, 1_704_067_200_000);
+    let (ok, out) = weir(
+        d,
+        &["status", "--checkpoints", "live", "--checkpoints", "cand"],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("job `attribution` (checkpoint 7 in live)")
+            && out.contains("watermark: 2024-01-01T01:00:00.000Z"),
+        "{out}"
+    );
+    assert!(out.contains("1h00m00s behind the first job"), "{out}");
+    checkpoint(&d.join("cand"), "attribution_v2", 4, 1_704_070_800_000);
+    let (ok, out) = weir(
+        d,
+        &["status", "--checkpoints", "live", "--checkpoints", "cand"],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("at or past the first job"), "{out}");
+
+    // A job that has finished, its HTTP server lingering.
+    std::fs::write(d.join("events.csv"), "k1,1000\nk2,2000\n").unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "CREATE TABLE events (key STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+           WATERMARK FOR rt AS rt - INTERVAL '1' SECOND)
+         WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut job = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--http", &addr, "--http-linger", "60"])
+        .current_dir(d)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut last = String::new();
+    for _ in 0..600 {
+        let (ok, out) = weir(d, &["status", "--http", &addr]);
+        if ok && out.contains(": finished") {
+            last = out;
+            break;
+        }
+        last = out;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    job.kill().unwrap();
+    job.wait().unwrap();
+    assert!(
+        last.contains("job `job`") && last.contains(": finished"),
+        "{last}"
+    );
+    assert!(
+        last.contains("watermark: the end of its input, caught up"),
+        "{last}"
+    );
+}

@@ -32,6 +32,23 @@ pub struct JobDoc<'a> {
     pub bottleneck_rule: &'static str,
     /// Which actions the API offers now.
     pub actions: Actions,
+    /// How far the job is in event time.
+    pub progress: ProgressDoc,
+}
+
+/// How far a job is in event time, from its newest sample.
+#[derive(Debug, Serialize)]
+pub struct ProgressDoc {
+    /// The least watermark of the source splits still reading (idle and finished ones hold
+    /// nothing back), epoch ms; `i64::MAX` once every split has finished; `null` before one has
+    /// a watermark.
+    pub watermark: Option<i64>,
+    /// The sample's wall-clock time minus the watermark, ms (`null` without a finite one).
+    pub time_lag_ms: Option<i64>,
+    /// The watermark is within `caught_up_within_ms` of the sample's time, or every split has
+    /// finished.
+    pub caught_up: bool,
+    pub caught_up_within_ms: i64,
 }
 
 /// Which of the POST endpoints can act.
@@ -59,6 +76,21 @@ pub fn job(view: &JobView) -> serde_json::Value {
         actions: Actions {
             savepoint: !ended && actions.savepoint().is_some(),
             stop: !ended && actions.stop().is_some(),
+        },
+        progress: {
+            let within = view.graph.caught_up_within_ms;
+            let snap = st.latest.as_deref();
+            let watermark = snap.and_then(|s| s.sources_watermark());
+            let lag = match (snap, watermark) {
+                (Some(s), Some(w)) if w != i64::MAX => Some(s.at.saturating_sub(w)),
+                _ => None,
+            };
+            ProgressDoc {
+                watermark,
+                time_lag_ms: lag,
+                caught_up: watermark == Some(i64::MAX) || lag.is_some_and(|l| l <= within),
+                caught_up_within_ms: within,
+            }
         },
     };
     serde_json::to_value(doc).expect("documents serialise")

@@ -163,6 +163,10 @@ pub struct AlignmentInfo {
 }
 
 /// What the view knows of the job graph.
+/// A job is caught up when its watermark is this close to now, unless it sets
+/// `weir.slo.time-lag`.
+pub const CAUGHT_UP_MS: i64 = 60_000;
+
 #[derive(Debug, Clone)]
 pub(crate) struct GraphInfo {
     pub name: String,
@@ -171,6 +175,8 @@ pub(crate) struct GraphInfo {
     pub nodes: Vec<NodeInfo>,
     pub spread_alert_ms: i64,
     pub checkpoint_interval_ms: Option<i64>,
+    /// Caught up means a watermark this close to now (`weir.slo.time-lag`, else a minute).
+    pub caught_up_within_ms: i64,
 }
 
 impl GraphInfo {
@@ -227,6 +233,7 @@ impl GraphInfo {
             nodes,
             spread_alert_ms: graph.config.spread_alert_ms,
             checkpoint_interval_ms: graph.config.checkpointing.as_ref().map(|c| c.interval_ms),
+            caught_up_within_ms: graph.config.slo_time_lag_ms.unwrap_or(CAUGHT_UP_MS),
         }
     }
 

@@ -270,6 +270,21 @@ async fn json_endpoints_answer_what_their_openapi_schemas_say() {
 
     let m = check_against_openapi(addr, "GET", "/api/v1/metrics", &[], "").await;
     let newest = f.samples.last().unwrap();
+    // Progress: the least watermark of the splits still reading, and its lag at the sample.
+    let open: Vec<_> = (newest.nodes.iter())
+        .flat_map(|n| &n.splits)
+        .filter(|s| !s.finished && !s.idle)
+        .collect();
+    let p = &job["progress"];
+    assert_eq!(p["caught_up_within_ms"], 60_000);
+    if !open.is_empty() && open.iter().all(|s| s.watermark.is_some()) {
+        let least = open.iter().filter_map(|s| s.watermark).min().unwrap();
+        assert_eq!(p["watermark"], least, "{p}");
+        assert_eq!(p["time_lag_ms"], newest.at - least, "{p}");
+        assert_eq!(p["caught_up"], newest.at - least <= 60_000, "{p}");
+    } else {
+        assert!(open.is_empty() || p["watermark"].is_null(), "{p}");
+    }
     assert_eq!(m, serde_json::to_value(newest).unwrap());
 
     let h = check_against_openapi(addr, "GET", "/api/v1/metrics/history", &[], "").await;

@@ -270,6 +270,32 @@ pub struct MetricsSnapshot {
     pub slo: Option<SloSnapshot>,
 }
 
+impl MetricsSnapshot {
+    /// The job's progress in event time: the least watermark of its source splits still
+    /// reading (idle and finished ones hold nothing back), `i64::MAX` once every split has
+    /// finished, `None` before any has a watermark.
+    pub fn sources_watermark(&self) -> Option<i64> {
+        let mut least: Option<i64> = None;
+        let mut open = false;
+        for s in self.nodes.iter().flat_map(|n| &n.splits) {
+            if s.finished {
+                continue;
+            }
+            open = true;
+            if s.idle {
+                continue;
+            }
+            let w = s.watermark?;
+            least = Some(least.map_or(w, |l| l.min(w)));
+        }
+        match (least, open) {
+            (Some(w), _) => Some(w),
+            (None, false) if self.nodes.iter().any(|n| !n.splits.is_empty()) => Some(i64::MAX),
+            (None, _) => None,
+        }
+    }
+}
+
 /// The time-lag objective: how often and how far source splits' time lag went beyond it.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct SloSnapshot {
