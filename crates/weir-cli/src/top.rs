@@ -75,13 +75,19 @@ pub(crate) fn get(addr: &str, path: &str) -> Result<Value> {
     let mut s = TcpStream::connect(addr).with_context(|| {
         format!("no weir job answers at {addr}: start one with weir run (its HTTP address is printed at start), or give --http")
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // A job busy on every core answers late, not never.
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    s.read_to_end(&mut raw).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            anyhow::anyhow!("the weir job at {addr} did not answer {path} within 30 s")
+        }
+        _ => anyhow::Error::new(e).context(format!("reading {path} from {addr}")),
+    })?;
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").context("not an HTTP answer")?;
     let status = head.lines().next().unwrap_or_default();

@@ -224,6 +224,17 @@ impl SourceTask {
         }
         let mut finished = vec![false; n];
         let mut tracker = WatermarkTracker::new(n);
+        // A restored split is where its checkpoint left it: its watermark holds now, not once
+        // a new row comes (which may be never), for the operators after it and the metrics.
+        let mut restored_wm = None;
+        for (k, g) in gens.iter().enumerate() {
+            if self.start_watermarks.get(k).copied().flatten().is_some() {
+                self.split_metrics[k]
+                    .watermark
+                    .store(g.watermark().0, Relaxed);
+                restored_wm = restored_wm.max(tracker.update(k, g.watermark()));
+            }
+        }
         if let Some(until) = range.until_ms {
             // Splits restored past the end of the range stay finished.
             for (k, g) in gens.iter().enumerate() {
@@ -248,6 +259,11 @@ impl SourceTask {
         };
         let mut idle_out = false;
         let mut sent_wm = Watermark::MIN;
+        if let Some(w) = restored_wm.filter(|w| *w > sent_wm && *w != Watermark::MAX) {
+            sent_wm = w;
+            m.watermark.store(w.0, Relaxed);
+            self.outputs.broadcast(Message::Watermark(w)).await?;
+        }
         // Idleness runs on a clock that stops while the task waits to send (backpressure, a
         // barrier's credit: the outputs count it as backpressured time): a split is idle when
         // it had no rows while the source could read, never because the job downstream was slow.
