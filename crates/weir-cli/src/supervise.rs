@@ -72,6 +72,7 @@ pub async fn run(
     let signals = {
         let stopped_by = stopped_by.clone();
         tokio::spawn(async move {
+            let mut signalled = false;
             loop {
                 let which = tokio::select! {
                     _ = term.recv() => Signal::Term,
@@ -88,16 +89,31 @@ pub async fn run(
                         continue;
                     }
                 };
+                if std::mem::replace(&mut signalled, true) {
+                    // A second signal: whatever the first is waiting on (a savepoint behind a
+                    // locked table, a sink blocked on a stalled pipe), stop now.
+                    eprintln!(
+                        "weir: {} again: stopping at once (exit {}); what the sinks have not \
+                         published stays unpublished",
+                        which.name(),
+                        which.exit_code()
+                    );
+                    std::process::exit(which.exit_code());
+                }
                 stopped_by_first(&stopped_by, StoppedBy::Signal(which));
                 if which == Signal::Term && checkpointing {
                     // Stop with a savepoint: the job goes on from it with --from-savepoint.
-                    match savepoints.take(true).await {
-                        Ok(_) => return,
-                        Err(e) => eprintln!("weir: no savepoint, stopping without one: {e}"),
-                    }
+                    // Taken aside, so a second signal is still heard while it is written.
+                    let (savepoints, stop) = (savepoints.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = savepoints.take(true).await {
+                            eprintln!("weir: no savepoint, stopping without one: {e}");
+                            stop.stop();
+                        }
+                    });
+                    continue;
                 }
                 stop.stop();
-                return;
             }
         })
     };
@@ -284,7 +300,28 @@ pub async fn run_restarting(
                     restarts,
                     error: format!("{e:#}"),
                 });
-                tokio::time::sleep(delay).await;
+                // The wait is the job's too: a signal during it stops the job.
+                let waited = {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    let mut term =
+                        signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+                    let mut int =
+                        signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => None,
+                        _ = term.recv() => Some(Signal::Term),
+                        _ = int.recv() => Some(Signal::Int),
+                    }
+                };
+                if let Some(s) = waited {
+                    set_status(JobStatus::Stopped);
+                    eprintln!(
+                        "weir: stopped by signal ({}) while waiting to restart after a failure; \
+                         the newest checkpoint is where --restore latest goes on",
+                        s.name()
+                    );
+                    std::process::exit(s.exit_code());
+                }
                 let name = graph.name.clone();
                 if let Some(c) = graph.config.checkpointing.as_mut() {
                     // From the newest checkpoint this job wrote; until it has written one, from

@@ -378,3 +378,116 @@ fn a_job_that_keeps_failing_is_shown_failed_while_its_server_lingers() {
         "{stderr}"
     );
 }
+
+/// Waits for `child` to exit, for at most about 60 s (it would otherwise wait an hour): a
+/// hang detector, not a timing assertion.
+fn exit_of(child: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..600 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    panic!("the job did not act on the signal");
+}
+
+/// Issue #25 item 11: SIGTERM while the job waits (an hour) to restart after a failure stops
+/// it at once, exit 143.
+#[test]
+fn a_signal_stops_a_job_waiting_to_restart() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("events.csv"), "k1,1\nk2,2\n").unwrap();
+    std::fs::write(d.join("blocked"), "a file").unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "SET 'execution.checkpointing.interval' = '1 s';
+         SET 'restart-strategy.type' = 'fixed-delay';
+         SET 'restart-strategy.fixed-delay.attempts' = '2';
+         SET 'restart-strategy.fixed-delay.delay' = '1 h';
+         CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'blocked/out', 'format' = 'csv');
+         INSERT INTO out1 SELECT ts, key FROM events;",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--http", "off"])
+        .current_dir(d)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if line.contains("restart 1 from the newest checkpoint") {
+            break;
+        }
+        line.clear();
+    }
+    assert!(seen.contains("restart 1"), "{seen}");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let code = exit_of(&mut child).code();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(code, Some(143), "{seen}{rest}");
+    assert!(
+        rest.contains("stopped by signal (SIGTERM) while waiting to restart"),
+        "{rest}"
+    );
+}
+
+/// Issue #25 item 11: a second SIGTERM stops at once while the first waits on a savepoint that
+/// cannot complete (the print sink is blocked on a pipe nobody reads).
+#[test]
+fn a_second_signal_stops_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("job.sql"),
+        "SET 'execution.checkpointing.interval' = '1 h';
+         CREATE TABLE events (key STRING, ts BIGINT)
+           WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events');
+         CREATE TABLE out1 (key STRING, ts BIGINT) WITH ('connector' = 'print');
+         INSERT INTO out1 SELECT key, ts FROM events;",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--http", "off"])
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The pipe fills within moments; then the print sink blocks, and so does the savepoint.
+    std::thread::sleep(Duration::from_secs(2));
+    let kill = |child: &std::process::Child| {
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    kill(&child);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first signal should wait for the savepoint, which the blocked sink holds up"
+    );
+    kill(&child);
+    let code = exit_of(&mut child).code();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code, Some(143), "{stderr}");
+    assert!(
+        stderr.contains("SIGTERM again: stopping at once"),
+        "{stderr}"
+    );
+}
