@@ -3,7 +3,8 @@
 //! with `--rollback`.
 //!
 //! Caught up means the candidate job's watermark is at or past the live job's, each read from
-//! the job's HTTP API (`--live-http`, the least watermark of its splits still reading) or its
+//! the job's HTTP API (`--live-http`: with checkpoints, the least split watermark of its newest
+//! completed checkpoint, which its committed output has reached; without, its sources') or its
 //! newest complete checkpoint (`--live-checkpoints`, the least watermark of its splits). Then,
 //! unless `--no-validate`, `weir validate` compares what the view shows now with the candidate
 //! table (with its options: `--key`, `--tolerance`, `--range`); a difference stops the cutover.
@@ -115,11 +116,21 @@ fn watermark(
     }
     if let Some(addr) = http {
         let job = crate::top::get(addr, "/api/v1/job")?;
-        let w = job["progress"]["watermark"].as_i64().unwrap_or(i64::MIN);
+        let p = &job["progress"];
+        // With checkpoints, what its committed output has reached; the sources run ahead of
+        // it while the sinks catch up.
+        let (w, what) = match p["committed_watermark"].as_i64() {
+            Some(w) => (w, "its newest completed checkpoint"),
+            None if job["checkpoint_interval_ms"].is_number() => (i64::MIN, "no checkpoint yet"),
+            None => (
+                p["watermark"].as_i64().unwrap_or(i64::MIN),
+                "its sources (no checkpoints: nothing says what its output has committed)",
+            ),
+        };
         return Ok(Some((
             w,
             format!(
-                "job `{}` at http://{addr}",
+                "job `{}` at http://{addr}, {what}",
                 job["name"].as_str().unwrap_or("?")
             ),
         )));

@@ -238,13 +238,32 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
     backfill.kill().unwrap();
     backfill.wait().unwrap();
     let mut backfill = spawn(d, &backfill_args, "backfill2.log");
-    wait_for(d, "the backfill to catch up with the live job", || {
-        watermark(d, &backfill_http).is_some_and(|w| w >= live_before)
+    // The cutover goes through once the backfill's committed output (its newest completed
+    // checkpoint) has reached the live job's: refused until then.
+    let mut refusals = 0;
+    wait_for(d, "the cutover once the backfill has caught up", || {
+        let (code, out) = cutover(&watermarks);
+        if code != 0 {
+            assert!(
+                out.contains("has not caught up")
+                    || out.contains("did not answer")
+                    || out.contains("no weir job answers"),
+                "{out}"
+            );
+            refusals += 1;
+        }
+        code == 0
     });
+    println!("the cutover was refused {refusals} times before the backfill caught up");
     // The live job went on undisturbed: its watermark where it was (no input came since).
     assert_eq!(watermark(d, &live_http), Some(live_before));
 
-    // The backfill's rows are the live job's without the fixed-away clicks, each once.
+    // The backfill's rows are the live job's without the fixed-away clicks, each once (its
+    // sinks commit a checkpoint's rows right after the checkpoint completes: a moment).
+    let expected = count("SELECT count(*) FROM attributed_v1 WHERE user_id % 10 <> 0");
+    wait_for(d, "the last checkpoint's rows", || {
+        count("SELECT count(*) FROM attributed_v2") >= expected
+    });
     let (live_rows, removed, v2_rows) = (
         count("SELECT count(*) FROM attributed_v1"),
         count("SELECT count(*) FROM attributed_v1 WHERE user_id % 10 = 0"),
@@ -283,9 +302,7 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
     assert!(out.contains("only in candidate: 0\n"), "{out}");
     assert!(out.contains("differing by key:  0\n"), "{out}");
 
-    // Caught up: the view switches, and back.
-    let (code, out) = cutover(&watermarks);
-    assert_eq!(code, 0, "{out}");
+    // The view reads the backfill's table; and back.
     assert_eq!(count("SELECT count(*) FROM attributed"), v2_rows);
     let (code, out) = cutover(&["--rollback"]);
     assert_eq!(code, 0, "{out}");

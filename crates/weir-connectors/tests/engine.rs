@@ -424,3 +424,68 @@ fn misaligned_start_is_refused_and_the_spread_alert_fires() {
     rt().block_on(exec::run(job(0, false), Arc::new(SystemClock)))
         .unwrap();
 }
+
+/// Issue #20 item 7: sources that cannot say where they begin (files, earliest offsets) are
+/// peeked at on a fresh start: a join over a file of clicks three days behind its file of
+/// impressions is refused, naming where each begins; limited to one event-time range (a
+/// backfill's), the same files start together and the job runs.
+#[test]
+fn a_peek_at_files_finds_a_misaligned_start() {
+    use weir_operators::{IntervalJoin, IntervalJoinExt};
+    let dir = tempfile::tempdir().unwrap();
+    let day = 24 * 3_600_000i64;
+    let base = 1_704_067_200_000i64;
+    let write = |name: &str, start: i64| {
+        let lines: String = (0..2_000i64)
+            .map(|i| format!("{},{},{},{}\n", i, i % 7, i % 11, start + i * 1_000))
+            .collect();
+        let path = dir.path().join(name);
+        std::fs::write(&path, lines).unwrap();
+        path
+    };
+    let imps = write("impressions.csv", base);
+    let clicks = write("clicks.csv", base - 3 * day);
+    let job = |range: Option<i64>| {
+        let job = JobBuilder::new("replay from files");
+        let source = |path: &std::path::Path| {
+            let mut spec = FileSourceSpec::new(
+                path.to_string_lossy(),
+                FileFormat::Csv,
+                vec![
+                    ("id", arrow_schema::DataType::Int64),
+                    ("ad_id", arrow_schema::DataType::Int64),
+                    ("user_id", arrow_schema::DataType::Int64),
+                    ("ts", arrow_schema::DataType::Int64),
+                ],
+            );
+            spec.header = false;
+            let mut opts = SourceOptions::event_time("ts", 5_000);
+            opts.watermarks.range.from_ms = range;
+            (FileSource::new(spec).unwrap(), opts)
+        };
+        let (cs, co) = source(&clicks);
+        let (is, io) = source(&imps);
+        let c = job.source("clicks", cs, co);
+        let i = job.source("impressions", is, io);
+        c.key_by(&["ad_id", "user_id"])
+            .interval_join(
+                &i.key_by(&["ad_id", "user_id"]),
+                IntervalJoin::between(-10_000, 0),
+            )
+            .sink("out", CollectSink::new());
+        job.build().unwrap()
+    };
+    let err = rt()
+        .block_on(async { exec::start(job(None), Arc::new(SystemClock)).map(|_| ()) })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("refusing to start")
+            && err.contains("input 0 `clicks` starts at 2023-12-29T00:00:00")
+            && err.contains("input 1 `impressions` starts at 2024-01-01T00:00:00"),
+        "{err}"
+    );
+    // Both from one point (the impressions' first hour): they start together.
+    rt().block_on(exec::run(job(Some(base)), Arc::new(SystemClock)))
+        .unwrap();
+}

@@ -49,6 +49,10 @@ pub struct ProgressDoc {
     /// finished.
     pub caught_up: bool,
     pub caught_up_within_ms: i64,
+    /// With checkpoints: the least source-split watermark of the newest completed checkpoint,
+    /// what the committed output has reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub committed_watermark: Option<i64>,
 }
 
 /// Which of the POST endpoints can act.
@@ -90,6 +94,7 @@ pub fn job(view: &JobView) -> serde_json::Value {
                 time_lag_ms: lag,
                 caught_up: watermark == Some(i64::MAX) || lag.is_some_and(|l| l <= within),
                 caught_up_within_ms: within,
+                committed_watermark: snap.and_then(|s| s.checkpoints.last_watermark),
             }
         },
     };

@@ -332,9 +332,12 @@ impl RunningJob {
             removed = removed.len(),
             "checkpoint complete"
         );
+        let watermark = (m.sources.values().flat_map(|s| s.values()))
+            .map(|s| s.watermark.map_or(i64::MIN, |w| w.0))
+            .min();
         self.metrics
             .checkpoints
-            .record(done.epoch.0, took_ms, bytes);
+            .record(done.epoch.0, took_ms, bytes, watermark);
         Ok(())
     }
 

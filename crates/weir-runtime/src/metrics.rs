@@ -217,10 +217,15 @@ pub struct CheckpointMetrics {
     pub max_duration_ms: AtomicI64,
     /// Bytes of the last completed checkpoint (state files and manifest).
     pub last_bytes: AtomicU64,
+    /// The least source-split watermark the last completed checkpoint recorded (`i64::MIN`:
+    /// none): what the job's committed output has reached.
+    pub last_watermark: AtomicI64,
 }
 
 impl CheckpointMetrics {
-    pub fn record(&self, id: u64, duration_ms: i64, bytes: u64) {
+    pub fn record(&self, id: u64, duration_ms: i64, bytes: u64, watermark: Option<i64>) {
+        self.last_watermark
+            .store(watermark.unwrap_or(i64::MIN), Relaxed);
         self.completed.fetch_add(1, Relaxed);
         self.last_id.store(id, Relaxed);
         self.last_duration_ms.store(duration_ms, Relaxed);
@@ -235,6 +240,8 @@ impl CheckpointMetrics {
             last_duration_ms: self.last_duration_ms.load(Relaxed),
             max_duration_ms: self.max_duration_ms.load(Relaxed),
             last_bytes: self.last_bytes.load(Relaxed),
+            last_watermark: Some(self.last_watermark.load(Relaxed))
+                .filter(|w| *w != i64::MIN && self.completed.load(Relaxed) > 0),
         }
     }
 }
@@ -247,6 +254,9 @@ pub struct CheckpointSnapshot {
     pub last_duration_ms: i64,
     pub max_duration_ms: i64,
     pub last_bytes: u64,
+    /// The least source-split watermark the last completed checkpoint recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_watermark: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]

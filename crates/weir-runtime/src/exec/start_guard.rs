@@ -1,13 +1,130 @@
 //! The misaligned-start guard: refuses a time-bounded join whose inputs begin days apart.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weir_core::time::Clock;
+
 use crate::error::{Error, Result};
-use crate::graph::{JobGraph, NodeKind};
+use crate::graph::{JobGraph, NodeKind, SourceWatermarks};
+use crate::source::{DeadLetters, ReaderContext, SourceFactory, SourcePoll};
+
+/// A peek at where a source begins polls its reader at most this often, and waits at most
+/// this long in all for splits that have no row yet (an empty topic): then its start is
+/// unknown and the guard leaves the join alone.
+const PEEK_POLLS: usize = 10_000;
+const PEEK_WAIT_MS: u64 = 2_000;
+
+/// Where a source begins in event time: what it can tell without reading (a Kafka timestamp
+/// start), else, on a fresh start, the least event time of the first rows of each of its
+/// splits (a bounded peek); never before the start of its event-time range (a backfill's).
+fn start_of(
+    name: &str,
+    factory: &Arc<dyn SourceFactory>,
+    watermarks: &SourceWatermarks,
+    peek: bool,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<i64>> {
+    let Some(col) = &watermarks.event_time else {
+        return Ok(None);
+    };
+    let mut t = factory.start_event_time(col)?;
+    if t.is_none() && peek {
+        t = peek_start(name, factory, col, clock)?;
+    }
+    Ok(match (t, watermarks.range.from_ms) {
+        (Some(t), Some(from)) => Some(t.max(from)),
+        (None, Some(from)) => Some(from),
+        (t, None) => t,
+    })
+}
+
+/// The least event time of the first rows of each split of `factory`, read by a reader of its
+/// own that is dropped after (it commits nothing); `None` when a split has no row within the
+/// peek's bounds.
+fn peek_start(
+    name: &str,
+    factory: &Arc<dyn SourceFactory>,
+    col: &str,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<i64>> {
+    let splits = factory.splits()?;
+    let n = splits.len();
+    if n == 0 {
+        return Ok(None);
+    }
+    let et = weir_core::batch::event_time_index(&factory.schema(), col)?;
+    let ctx = ReaderContext {
+        source: name.to_string(),
+        subtask: 0,
+        parallelism: 1,
+        batch_rows: 1024,
+        clock: clock.clone(),
+        dead_letters: DeadLetters::new(None),
+        split_metrics: splits
+            .iter()
+            .map(|s| Arc::new(crate::metrics::SplitMetrics::new(s.clone())))
+            .collect(),
+        start_positions: Vec::new(),
+        checkpointing: false,
+    };
+    let mut reader = factory.create_reader((0..n).collect(), ctx)?;
+    let mut first: Vec<Option<i64>> = vec![None; n];
+    let mut done = vec![false; n];
+    let mut waited_ms = 0;
+    for _ in 0..PEEK_POLLS {
+        match reader.poll()? {
+            SourcePoll::Batch { split, batch } if split < n && !done[split] => {
+                let col = batch.column(et);
+                let times = weir_core::batch::event_times(&batch, et)?;
+                let least = (0..batch.num_rows())
+                    .filter(|&i| !col.is_null(i))
+                    .map(|i| times[i])
+                    .min();
+                if least.is_some() {
+                    first[split] = least;
+                    done[split] = true;
+                }
+            }
+            SourcePoll::SplitFinished(split) if split < n => done[split] = true,
+            SourcePoll::Finished => break,
+            SourcePoll::Pending { wait_ms } => {
+                if waited_ms >= PEEK_WAIT_MS {
+                    break;
+                }
+                let ms = wait_ms.clamp(1, 20);
+                waited_ms += ms;
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            _ => {}
+        }
+        if done.iter().all(|d| *d) {
+            break;
+        }
+    }
+    if !done.iter().all(|d| *d) {
+        tracing::debug!(
+            source = name,
+            "no first rows within the peek: its start is unknown"
+        );
+        return Ok(None);
+    }
+    Ok(first.into_iter().flatten().min())
+}
 
 /// The misaligned-start guard: refuses to start a time-bounded join whose inputs would begin
 /// further apart in event time than its bound plus the alignment drift (at least an hour).
+/// Where a source begins is what it can tell (a Kafka start at a timestamp) or, on a `fresh`
+/// start, what a bounded peek at its splits' first rows finds (files, earliest or committed
+/// offsets); a restore goes on from its checkpoint and is not peeked at.
 /// The earlier side's rows would wait in state for the later side to catch up: the replay
 /// incident (one consumer reset days back, state grows until the job dies).
-pub(super) fn check_aligned_start(graph: &JobGraph) -> Result<()> {
+pub(super) fn check_aligned_start(
+    graph: &JobGraph,
+    fresh: bool,
+    clock: &Arc<dyn Clock>,
+) -> Result<()> {
+    let mut known_starts: HashMap<usize, Option<i64>> = HashMap::new();
     // Sources feeding `node`, following edges back.
     pub(super) fn sources(graph: &JobGraph, node: usize, out: &mut Vec<usize>) {
         if matches!(graph.nodes[node].kind, NodeKind::Source { .. }) {
@@ -41,9 +158,13 @@ pub(super) fn check_aligned_start(graph: &JobGraph) -> Result<()> {
                     continue;
                 };
                 drift = drift.max(watermarks.alignment.as_ref().map_or(0, |a| a.max_drift_ms));
-                let t = match &watermarks.event_time {
-                    Some(col) => factory.start_event_time(col)?,
-                    None => None,
+                let t = match known_starts.get(&s) {
+                    Some(t) => *t,
+                    None => {
+                        let t = start_of(&graph.nodes[s].name, factory, watermarks, fresh, clock)?;
+                        known_starts.insert(s, t);
+                        t
+                    }
                 };
                 match t {
                     Some(t) if input_start.as_ref().is_none_or(|x| t < x.1) => {

@@ -28,9 +28,6 @@ use crate::source::{AlignmentGroup, DeadLetters};
 /// `Plan` if the graph is invalid; errors of sources that cannot list their splits.
 pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     graph.validate()?;
-    if !graph.config.allow_misaligned_start {
-        check_aligned_start(&graph)?;
-    }
     let cfg = graph.config.clone();
     // The checkpoint folder is this job's while it runs: taken before anything is restored
     // from it, so that two processes never both restore and write it.
@@ -49,6 +46,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         Some(c) => crate::checkpoint::Restored::resolve(c)?,
         None => None,
     };
+    if !graph.config.allow_misaligned_start {
+        // A fresh start peeks at where sources that cannot tell begin; a restore goes on
+        // from the positions and state of its checkpoint.
+        check_aligned_start(&graph, restored.is_none(), &clock)?;
+    }
     let restored_epoch = restored.as_ref().map(|r| r.manifest.epoch);
     let stable_ids = graph.stable_ids();
     if let Some(r) = &restored {
