@@ -491,3 +491,37 @@ fn a_second_signal_stops_at_once() {
         "{stderr}"
     );
 }
+
+/// Issue #25 item 12: a NULL in an upsert table's key is the database's final answer (a NOT
+/// NULL constraint), not a transient failure: the job fails at once, without the restart
+/// strategy's ten tries over minutes.
+#[test]
+fn a_null_upsert_key_fails_the_job_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("events.csv"), "k1,1\n,2\nk3,3\n").unwrap();
+    std::fs::write(
+        d.join("job.sql"),
+        "SET 'execution.checkpointing.interval' = '1 s';
+         SET 'restart-strategy.type' = 'fixed-delay';
+         SET 'restart-strategy.fixed-delay.attempts' = '3';
+         SET 'restart-strategy.fixed-delay.delay' = '1 h';
+         CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+         CREATE TABLE latest (key STRING, ts BIGINT, PRIMARY KEY (key) NOT ENFORCED)
+           WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:out.db', 'table-name' = 'latest');
+         INSERT INTO latest SELECT key, ts FROM events;",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--http", "off"])
+        .current_dir(d)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let code = exit_of(&mut child).code();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("NOT NULL"), "{stderr}");
+    assert!(!stderr.contains("restart 1"), "{stderr}");
+}

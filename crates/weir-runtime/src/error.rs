@@ -31,6 +31,8 @@ pub enum Error {
     External {
         system: String,
         message: String,
+        /// Whether trying again may pass (a lost connection, a full disk); when the system's
+        /// answer is final (a constraint the rows break), the job fails without a restart.
         retryable: bool,
     },
     /// More of the input went to the dead letters than the job allows.
@@ -88,6 +90,11 @@ impl Error {
                 | weir_state::Error::NotACheckpoint { .. }
                 | weir_state::Error::InUse { .. },
             ) => false,
+            // An outside system's answer that trying again cannot change (a constraint the
+            // rows break, a table whose columns do not fit): the system says so.
+            Error::External {
+                retryable: false, ..
+            } => false,
             _ => true,
         }
     }
@@ -102,11 +109,13 @@ impl Error {
             hint: hint.into(),
         }
     }
+    /// A failure of file or network I/O: the outside world, which may be different on the
+    /// next try (a full disk, a folder in the way), so retryable.
     pub fn io(system: impl Into<String>, err: impl std::fmt::Display) -> Self {
         Error::External {
             system: system.into(),
             message: err.to_string(),
-            retryable: false,
+            retryable: true,
         }
     }
 }
