@@ -73,6 +73,7 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
                 "format",
                 "scan.startup.mode",
                 "scan.startup.timestamp-millis",
+                "scan.bounded.mode",
                 "weir.bounded",
                 "weir.on-bad-record",
             ]);
@@ -86,6 +87,7 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
                 "key.format",
                 "value.format",
                 "value.fields-include",
+                "scan.bounded.mode",
                 "weir.bounded",
                 "weir.on-bad-record",
             ]);
@@ -344,6 +346,43 @@ fn kafka_properties(t: &TableDef) -> Result<std::collections::HashMap<String, St
 }
 
 /// Refuses `csv.*` options on a file table of another format: they would do nothing.
+/// Where a Kafka read ends: Flink's `scan.bounded.mode` (`unbounded`, or `latest-offset`: the
+/// end offsets taken at start), or weir's `weir.bounded` (the same as `latest-offset`).
+fn kafka_bounded(t: &TableDef) -> Result<bool> {
+    let alias = bool_option(t, "weir.bounded")?;
+    let mode = match opt(t, "scan.bounded.mode").as_deref().map(str::trim) {
+        None => None,
+        Some(m) if m.eq_ignore_ascii_case("unbounded") => Some(false),
+        Some(m) if m.eq_ignore_ascii_case("latest-offset") => Some(true),
+        Some(m)
+            if ["group-offsets", "timestamp", "specific-offsets"]
+                .iter()
+                .any(|x| m.eq_ignore_ascii_case(x)) =>
+        {
+            return Err(plan_err(format!(
+                "table `{}`: 'scan.bounded.mode' = '{m}' is not supported yet: weir ends a bounded \
+                 Kafka read at the end offsets taken when it starts ('latest-offset'), or reads on \
+                 ('unbounded'); for an end in event time, weir backfill --until ends each \
+                 partition where its watermark reaches it",
+                t.name
+            )))
+        }
+        Some(m) => {
+            return Err(plan_err(format!(
+                "table `{}`: 'scan.bounded.mode' = '{m}': use 'unbounded' or 'latest-offset'",
+                t.name
+            )))
+        }
+    };
+    match (mode, alias) {
+        (Some(m), Some(a)) if m != a => Err(plan_err(format!(
+            "table `{}`: 'scan.bounded.mode' and 'weir.bounded' disagree; give one of them",
+            t.name
+        ))),
+        (m, a) => Ok(m.or(a).unwrap_or(false)),
+    }
+}
+
 fn csv_options_only_for_csv(t: &TableDef, format: FileFormat) -> Result<()> {
     if format == FileFormat::Csv {
         return Ok(());
@@ -454,7 +493,7 @@ pub(crate) fn source_factory(
                 columns,
             );
             spec.group_id = opt(t, "properties.group.id");
-            spec.bounded = bool_option(t, "weir.bounded")?.unwrap_or(false);
+            spec.bounded = kafka_bounded(t)?;
             spec.on_bad_record = bad_record_policy(t)?;
             spec.properties = kafka_properties(t)?;
             if upsert {

@@ -193,3 +193,39 @@ INSERT INTO out SELECT * FROM orders;";
         "{err}"
     );
 }
+
+/// Flink's `scan.bounded.mode` ends a Kafka read: `latest-offset` at the end offsets taken at
+/// start (weir's `weir.bounded`); the modes weir cannot honour yet are refused, not ignored.
+#[test]
+fn scan_bounded_mode_ends_a_kafka_read_or_is_refused() {
+    let sql = |mode: &str| {
+        format!(
+            "CREATE TABLE clicks (id BIGINT, ts BIGINT) WITH ('connector' = 'kafka', 'topic' = 'c',
+               'properties.bootstrap.servers' = 'localhost:9092', 'format' = 'json',
+               'scan.bounded.mode' = '{mode}');
+             CREATE TABLE out (id BIGINT) WITH ('connector' = 'blackhole');
+             INSERT INTO out SELECT id FROM clicks;"
+        )
+    };
+    let bounded = |mode: &str| {
+        let graph = weir_sql::plan_job(&sql(mode), &PlanOptions::default()).unwrap();
+        sources(&graph)[0].2["bounded"].clone()
+    };
+    assert_eq!(bounded("latest-offset"), true);
+    assert_eq!(bounded("unbounded"), false);
+    for mode in ["timestamp", "group-offsets", "specific-offsets"] {
+        let err = weir_sql::plan_job(&sql(mode), &PlanOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "'scan.bounded.mode' = '{mode}' is not supported yet"
+            )),
+            "{err}"
+        );
+    }
+    let err = weir_sql::plan_job(&sql("later"), &PlanOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("use 'unbounded' or 'latest-offset'"), "{err}");
+}
