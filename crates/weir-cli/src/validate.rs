@@ -1,8 +1,10 @@
 //! `weir validate`: a backfill's output compared with the live one, row by row, in bounded
 //! memory.
 //!
-//! Each side is a table of a database (`--url`, PostgreSQL or SQLite) or a file or folder of
-//! part files (CSV, JSON lines, Parquet, as weir's file sinks write them), read as text. Values
+//! Each side is a table of a database (`--url`, PostgreSQL or SQLite), a file or folder of
+//! part files (CSV, JSON lines, Parquet, as weir's file sinks write them), or a Kafka topic of
+//! JSON objects (`kafka://HOST:PORT/TOPIC`, read to the end offsets taken at start), read as
+//! text. Values
 //! are compared as the text they are, after two normalisations that make the same value the
 //! same text across writers: a decimal number loses trailing zeros (`12.50` is `12.5`, `3.0` is
 //! `3`), and a timestamp is `yyyy-MM-dd HH:mm:ss[.fff]` without trailing zeros in its fraction.
@@ -29,7 +31,8 @@ use weir_core::time::Clock;
 /// What `weir validate` takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ValidateArgs {
-    /// The live output: a table (with --url) or a file or folder of part files.
+    /// The live output: a table (with --url), a file or folder of part files, or a Kafka
+    /// topic of JSON objects (kafka://HOST:PORT/TOPIC).
     #[arg(long)]
     pub live: String,
     /// The candidate (the backfill's output), as --live.
@@ -244,6 +247,18 @@ fn read_side(
     what: &str,
     out: &mut Spiller,
 ) -> Result<Side> {
+    if let Some(rest) = what.strip_prefix("kafka://") {
+        let (servers, topic) = rest
+            .split_once('/')
+            .with_context(|| format!("{what}: expected kafka://HOST:PORT/TOPIC"))?;
+        let columns = read_topic(servers, topic, out)?;
+        out.finish()?;
+        return Ok(Side {
+            label: format!("topic {topic} ({servers})"),
+            columns,
+            named: true,
+        });
+    }
     if let Some(url) = &args.url {
         let mut options: std::collections::BTreeMap<String, String> = [
             ("url".to_string(), url.clone()),
@@ -305,6 +320,85 @@ fn read_side(
         columns,
         named,
     })
+}
+
+/// Every record of a Kafka topic of JSON objects, from the earliest offsets to the end offsets
+/// taken when the read starts, into `out` (columns by the first record's fields, as for JSON
+/// lines). Read in a consumer group of its own, which commits nothing another group reads.
+fn read_topic(servers: &str, topic: &str, out: &mut Spiller) -> Result<Vec<String>> {
+    use weir_connectors::kafka::{KafkaFormat, KafkaSource, KafkaSourceSpec};
+    use weir_runtime::source::{DeadLetters, ReaderContext};
+    use weir_runtime::{SourceFactory, SourcePoll};
+    let mut spec = KafkaSourceSpec::new(
+        servers,
+        topic,
+        KafkaFormat::Raw,
+        vec![("value", arrow_schema::DataType::Utf8)],
+    );
+    spec.bounded = true;
+    spec.group_id = Some(format!("weir-validate-{}", std::process::id()));
+    let source = KafkaSource::new(spec)?;
+    let splits = source.splits()?;
+    let dead = DeadLetters::new(None);
+    let ctx = ReaderContext {
+        source: topic.to_string(),
+        subtask: 0,
+        parallelism: 1,
+        batch_rows: 4096,
+        clock: std::sync::Arc::new(weir_core::SystemClock),
+        dead_letters: dead.clone(),
+        split_metrics: splits
+            .iter()
+            .map(|s| std::sync::Arc::new(weir_runtime::metrics::SplitMetrics::new(s.clone())))
+            .collect(),
+        start_positions: Vec::new(),
+        checkpointing: false,
+    };
+    let mut reader = source.create_reader((0..splits.len()).collect(), ctx)?;
+    let mut columns: Vec<String> = Vec::new();
+    loop {
+        match reader.poll()? {
+            SourcePoll::Batch { batch, .. } => {
+                let values = batch.column(0);
+                let text = arrow_array::cast::AsArray::as_string::<i32>(values);
+                for i in 0..batch.num_rows() {
+                    if values.is_null(i) {
+                        continue;
+                    }
+                    let v: serde_json::Value = serde_json::from_str(text.value(i))
+                        .with_context(|| format!("topic {topic}: a record is not JSON"))?;
+                    let serde_json::Value::Object(o) = v else {
+                        bail!("topic {topic}: a record is not a JSON object");
+                    };
+                    if columns.is_empty() {
+                        columns = o.keys().cloned().collect();
+                    }
+                    out.push(0, &json_row(&columns, &o))?;
+                }
+            }
+            SourcePoll::Pending { wait_ms } => {
+                std::thread::sleep(std::time::Duration::from_millis(wait_ms.clamp(1, 50)))
+            }
+            SourcePoll::Finished => break,
+            _ => {}
+        }
+    }
+    if dead.count() > 0 {
+        bail!("topic {topic}: {} records could not be read", dead.count());
+    }
+    Ok(columns)
+}
+
+/// An object's values for `columns`, as text (strings as they are, NULL as `None`).
+fn json_row(columns: &[String], o: &serde_json::Map<String, serde_json::Value>) -> Row {
+    columns
+        .iter()
+        .map(|c| match o.get(c) {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(other) => Some(other.to_string()),
+        })
+        .collect()
 }
 
 /// A file, or the finished part files of a folder (names not starting with `.`), sorted.
@@ -371,15 +465,7 @@ fn read_json(path: &Path, out: &mut Spiller) -> Result<Vec<String>> {
         if columns.is_empty() {
             columns = o.keys().cloned().collect();
         }
-        let row: Row = columns
-            .iter()
-            .map(|c| match o.get(c) {
-                None | Some(serde_json::Value::Null) => None,
-                Some(serde_json::Value::String(s)) => Some(s.clone()),
-                Some(other) => Some(other.to_string()),
-            })
-            .collect();
-        out.push(0, &row)?;
+        out.push(0, &json_row(&columns, &o))?;
     }
     Ok(columns)
 }
