@@ -178,12 +178,26 @@ pub fn run(rt: &tokio::runtime::Runtime, a: &CutoverArgs) -> Result<String> {
     };
     if a.rollback {
         let history = rt.block_on(weir_jdbc::cutovers(&view))?;
-        let last = history.last().with_context(|| {
-            format!(
-                "--rollback: no cutover of view `{}` is recorded in weir_cutovers",
-                a.view
-            )
-        })?;
+        let last = history
+            .iter()
+            .rev()
+            .find(|c| c.kind == "cutover")
+            .with_context(|| {
+                format!(
+                    "--rollback: no cutover of view `{}` is recorded in weir_cutovers",
+                    a.view
+                )
+            })?;
+        // Only the cutover the view still reads: a rollback run twice must not flip back.
+        if current.as_deref() != Some(last.to.as_str()) {
+            bail!(
+                "--rollback: view `{}` reads {} now, not {} (the last cutover's table): it was \
+                 rolled back already",
+                a.view,
+                current.as_deref().unwrap_or("a table weir did not record"),
+                last.to
+            );
+        }
         let back = last.from.clone().with_context(|| {
             format!(
                 "--rollback: the last cutover of `{}` ({} to {}) records no table it read before",
@@ -218,6 +232,11 @@ pub fn run(rt: &tokio::runtime::Runtime, a: &CutoverArgs) -> Result<String> {
         "--candidate-checkpoints",
     )?;
     let (live_w, cand_w) = match (live, cand) {
+        (Some((l, lf)), Some(_)) if l == i64::MIN && !a.skip_caught_up_check => bail!(
+            "the live job's watermark is not known ({lf}: no completed checkpoint, or a split \
+             without a watermark), so nothing says the candidate has caught up with it; wait for \
+             its next checkpoint and run weir cutover again"
+        ),
         (Some((l, lf)), Some((c, cf))) => {
             out.push_str(&format!(
                 "live watermark:      {} ({lf})\ncandidate watermark: {} ({cf})\n",

@@ -102,6 +102,23 @@ struct Side {
     columns: Vec<String>,
     /// Whether the names are the source's own (not positions).
     named: bool,
+    /// Rows were staged as JSON objects (one cell each), their columns the union of all their
+    /// fields (a writer leaves NULL fields out).
+    json: bool,
+}
+
+impl Side {
+    /// A staged row as the side's columns.
+    fn expand(&self, row: Row) -> Result<Row> {
+        if !self.json {
+            return Ok(row);
+        }
+        let text = row.into_iter().next().flatten().unwrap_or_default();
+        let serde_json::Value::Object(o) = serde_json::from_str(&text)? else {
+            bail!("a staged row is not a JSON object");
+        };
+        Ok(json_row(&self.columns, &o))
+    }
 }
 
 /// Runs `weir validate`.
@@ -130,8 +147,8 @@ pub fn run(rt: &tokio::runtime::Runtime, args: &ValidateArgs) -> Result<Outcome>
     let mut stats = [Stats::new(&plan), Stats::new(&plan)];
     let mut a = Spiller::new(spill.path(), "live-p", parts)?;
     let mut b = Spiller::new(spill.path(), "cand-p", parts)?;
-    live.replay(|row| plan.place(0, row, &mut stats[0], &mut a))?;
-    cand.replay(|row| plan.place(1, row, &mut stats[1], &mut b))?;
+    live.replay(|row| plan.place(0, live_side.expand(row)?, &mut stats[0], &mut a))?;
+    cand.replay(|row| plan.place(1, cand_side.expand(row)?, &mut stats[1], &mut b))?;
     drop((live, cand));
     a.finish()?;
     b.finish()?;
@@ -140,7 +157,10 @@ pub fn run(rt: &tokio::runtime::Runtime, args: &ValidateArgs) -> Result<Outcome>
         plan.compare(&a.path(p), &b.path(p), &mut diff, args.show)?;
     }
     let took_ms = (weir_core::SystemClock.now().0 - started).max(1);
-    let equal = diff.only_live == 0 && diff.only_candidate == 0 && diff.differing == 0;
+    // Columns on one side only change what readers see: not equal, whatever the rows say.
+    let same_columns = plan.only.iter().all(Vec::is_empty);
+    let equal =
+        same_columns && diff.only_live == 0 && diff.only_candidate == 0 && diff.differing == 0;
     let _ = writeln!(
         report,
         "live:      {} ({} rows compared)",
@@ -164,7 +184,7 @@ pub fn run(rt: &tokio::runtime::Runtime, args: &ValidateArgs) -> Result<Outcome>
         if !cols.is_empty() {
             let _ = writeln!(
                 report,
-                "columns only in {side} (not compared): {}",
+                "columns only in {side} (not compared; the sides are not equal): {}",
                 cols.join(", ")
             );
         }
@@ -237,7 +257,13 @@ fn parse_range(s: &str) -> Result<(Option<i64>, Option<i64>)> {
             .map(Some)
             .map_err(|e| anyhow::anyhow!("--range: {e}"))
     };
-    Ok((end(a)?, end(b)?))
+    let (from, until) = (end(a)?, end(b)?);
+    if let (Some(f), Some(u)) = (from, until) {
+        if f >= u {
+            bail!("--range {s}: the range ends before it starts");
+        }
+    }
+    Ok((from, until))
 }
 
 /// Reads the side named `what` into `out` (rows as read); returns its label and columns.
@@ -251,12 +277,14 @@ fn read_side(
         let (servers, topic) = rest
             .split_once('/')
             .with_context(|| format!("{what}: expected kafka://HOST:PORT/TOPIC"))?;
-        let columns = read_topic(servers, topic, out)?;
+        let mut keys = std::collections::BTreeSet::new();
+        read_topic(servers, topic, out, &mut keys)?;
         out.finish()?;
         return Ok(Side {
             label: format!("topic {topic} ({servers})"),
-            columns,
+            columns: keys.into_iter().collect(),
             named: true,
+            json: true,
         });
     }
     if let Some(url) = &args.url {
@@ -283,17 +311,35 @@ fn read_side(
             label: format!("table {what} ({})", options.database),
             columns,
             named: true,
+            json: false,
         });
     }
     let path = Path::new(what);
     let files = files_of(path)?;
     let mut columns: Vec<String> = Vec::new();
     let mut named = true;
+    let mut keys = std::collections::BTreeSet::new();
+    let json = files.iter().any(|f| {
+        matches!(
+            f.extension().and_then(|e| e.to_str()),
+            Some("json" | "jsonl" | "ndjson")
+        )
+    });
     for f in &files {
         let ext = f.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        let is_json = matches!(ext, "json" | "jsonl" | "ndjson");
+        if is_json != json {
+            bail!(
+                "{} mixes JSON lines with other formats: the files of one side must agree",
+                path.display()
+            );
+        }
         let cols = match ext {
             "csv" => read_csv(f, args.csv_header, out)?,
-            "json" | "jsonl" | "ndjson" => read_json(f, out)?,
+            _ if is_json => {
+                read_json(f, out, &mut keys)?;
+                Vec::new()
+            }
             "parquet" => read_parquet(f, out)?,
             other => bail!(
                 "{}: cannot tell its format from its extension `{other}`; weir validate reads \
@@ -315,17 +361,26 @@ fn read_side(
         }
     }
     out.finish()?;
+    if json {
+        columns = keys.into_iter().collect();
+    }
     Ok(Side {
         label: what.to_string(),
         columns,
         named,
+        json,
     })
 }
 
 /// Every record of a Kafka topic of JSON objects, from the earliest offsets to the end offsets
 /// taken when the read starts, into `out` (columns by the first record's fields, as for JSON
 /// lines). Read in a consumer group of its own, which commits nothing another group reads.
-fn read_topic(servers: &str, topic: &str, out: &mut Spiller) -> Result<Vec<String>> {
+fn read_topic(
+    servers: &str,
+    topic: &str,
+    out: &mut Spiller,
+    keys: &mut std::collections::BTreeSet<String>,
+) -> Result<()> {
     use weir_connectors::kafka::{KafkaFormat, KafkaSource, KafkaSourceSpec};
     use weir_runtime::source::{DeadLetters, ReaderContext};
     use weir_runtime::{SourceFactory, SourcePoll};
@@ -355,7 +410,6 @@ fn read_topic(servers: &str, topic: &str, out: &mut Spiller) -> Result<Vec<Strin
         checkpointing: false,
     };
     let mut reader = source.create_reader((0..splits.len()).collect(), ctx)?;
-    let mut columns: Vec<String> = Vec::new();
     loop {
         match reader.poll()? {
             SourcePoll::Batch { batch, .. } => {
@@ -370,10 +424,8 @@ fn read_topic(servers: &str, topic: &str, out: &mut Spiller) -> Result<Vec<Strin
                     let serde_json::Value::Object(o) = v else {
                         bail!("topic {topic}: a record is not a JSON object");
                     };
-                    if columns.is_empty() {
-                        columns = o.keys().cloned().collect();
-                    }
-                    out.push(0, &json_row(&columns, &o))?;
+                    keys.extend(o.keys().cloned());
+                    out.push(0, &vec![Some(text.value(i).to_string())])?;
                 }
             }
             SourcePoll::Pending { wait_ms } => {
@@ -386,7 +438,7 @@ fn read_topic(servers: &str, topic: &str, out: &mut Spiller) -> Result<Vec<Strin
     if dead.count() > 0 {
         bail!("topic {topic}: {} records could not be read", dead.count());
     }
-    Ok(columns)
+    Ok(())
 }
 
 /// An object's values for `columns`, as text (strings as they are, NULL as `None`).
@@ -449,9 +501,13 @@ fn read_csv(path: &Path, header: bool, out: &mut Spiller) -> Result<Vec<String>>
     Ok(columns)
 }
 
-fn read_json(path: &Path, out: &mut Spiller) -> Result<Vec<String>> {
+/// Stages every object of a JSON-lines file whole, adding its fields to `keys`.
+fn read_json(
+    path: &Path,
+    out: &mut Spiller,
+    keys: &mut std::collections::BTreeSet<String>,
+) -> Result<()> {
     let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-    let mut columns: Vec<String> = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
@@ -462,12 +518,10 @@ fn read_json(path: &Path, out: &mut Spiller) -> Result<Vec<String>> {
         let serde_json::Value::Object(o) = v else {
             bail!("{}:{}: not a JSON object", path.display(), i + 1);
         };
-        if columns.is_empty() {
-            columns = o.keys().cloned().collect();
-        }
-        out.push(0, &json_row(&columns, &o))?;
+        keys.extend(o.keys().cloned());
+        out.push(0, &vec![Some(line)])?;
     }
-    Ok(columns)
+    Ok(())
 }
 
 fn read_parquet(path: &Path, out: &mut Spiller) -> Result<Vec<String>> {
@@ -758,7 +812,7 @@ fn event_time_of(v: &str) -> Option<i64> {
 
 /// The text a value is compared as (see the module doc).
 fn normalise(v: &str) -> String {
-    let t = v.trim();
+    let t = v;
     let b = t.as_bytes();
     // A timestamp: yyyy-MM-dd[ T]HH:mm:ss[.fff][Z]
     if b.len() >= 19
@@ -770,8 +824,12 @@ fn normalise(v: &str) -> String {
         && b[..4].iter().all(u8::is_ascii_digit)
     {
         let mut s = format!("{} {}", &t[..10], &t[11..]);
-        if s.ends_with('Z') {
-            s.pop();
+        // UTC spelled as `Z`, `+00` or `+00:00` (PostgreSQL's timestamptz).
+        for utc in ["Z", "+00:00", "+00"] {
+            if let Some(rest) = s.strip_suffix(utc) {
+                s = rest.to_string();
+                break;
+            }
         }
         if s.contains('.') {
             while s.ends_with('0') {
@@ -906,6 +964,11 @@ mod tests {
         assert_eq!(normalise("-0.0"), "0");
         assert_eq!(normalise("100"), "100");
         assert_eq!(normalise("2024-01-01T00:10:00.000Z"), "2024-01-01 00:10:00");
+        assert_eq!(
+            normalise("2024-01-01 00:10:00.5+00"),
+            "2024-01-01 00:10:00.5"
+        );
+        assert_eq!(normalise(" a"), " a");
         assert_eq!(
             normalise("2024-01-01 00:10:00.250"),
             "2024-01-01 00:10:00.25"

@@ -195,6 +195,10 @@ fn the_cutover_protocol(db: &dyn Db) {
         db.lines("SELECT clicks FROM per_ad WHERE minute = 120000"),
         ["9"]
     );
+    // A rollback run again does not flip back to the table it left.
+    let (ok, out) = cutover(&["--rollback"]);
+    assert!(!ok);
+    assert!(out.contains("rolled back already"), "{out}");
     assert_eq!(
         db.lines(
             "SELECT seq, COALESCE(from_table, '-'), to_table, kind, \

@@ -287,3 +287,34 @@ fn kafka_topics_are_compared_read_to_their_end() {
     assert!(report.contains("only in live:      1\n"), "{report}");
     assert!(report.contains("only in candidate: 0\n"), "{report}");
 }
+
+/// JSON writers leave NULL fields out: a side's columns are every field of every row, so a
+/// first row without a field still compares it; a column only one side has makes the sides
+/// different, whatever their rows.
+#[test]
+fn json_columns_are_every_rows_fields_and_a_column_on_one_side_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("a.jsonl"), "{\"k\":1}\n{\"k\":2,\"v\":\"x\"}\n").unwrap();
+    std::fs::write(
+        d.join("b.jsonl"),
+        "{\"k\":1,\"v\":null}\n{\"k\":2,\"v\":\"x\"}\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("c.jsonl"), "{\"k\":1}\n{\"k\":2,\"v\":\"y\"}\n").unwrap();
+    std::fs::write(
+        d.join("wide.jsonl"),
+        "{\"k\":1,\"w\":0}\n{\"k\":2,\"v\":\"x\",\"w\":0}\n",
+    )
+    .unwrap();
+    let (code, report) = validate(d, &["--live", "a.jsonl", "--candidate", "b.jsonl"]);
+    assert_eq!(code, 0, "{report}");
+    let (code, report) = validate(d, &["--live", "a.jsonl", "--candidate", "c.jsonl"]);
+    assert_eq!(code, 1, "{report}");
+    let (code, report) = validate(d, &["--live", "a.jsonl", "--candidate", "wide.jsonl"]);
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report.contains("columns only in candidate (not compared; the sides are not equal): w"),
+        "{report}"
+    );
+}

@@ -37,6 +37,12 @@ pub(crate) fn pg_err(e: tokio_postgres::Error) -> DbError {
                 || *c == SqlState::CRASH_SHUTDOWN
                 || *c == SqlState::CANNOT_CONNECT_NOW
                 || *c == SqlState::TOO_MANY_CONNECTIONS
+                // Out of disk or memory, read-only after a failover, a cancelled statement, a
+                // lock not had: the server may say otherwise on the next try.
+                || c.code().starts_with("53")
+                || *c == SqlState::READ_ONLY_SQL_TRANSACTION
+                || *c == SqlState::QUERY_CANCELED
+                || *c == SqlState::LOCK_NOT_AVAILABLE
         });
     let message = match e.as_db_error() {
         Some(db) => {

@@ -21,7 +21,14 @@ pub struct SqliteConn {
 pub(crate) fn lite_err(e: rusqlite::Error) -> DbError {
     let retryable = matches!(
         e.sqlite_error_code(),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        Some(
+            ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::CannotOpen
+                | ErrorCode::OutOfMemory
+        )
     );
     DbError {
         message: e.to_string(),

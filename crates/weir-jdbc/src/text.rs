@@ -368,7 +368,7 @@ pub async fn view_target(options: &JdbcOptions) -> Result<ViewTarget> {
             .query(
                 options,
                 &format!(
-                    "SELECT type FROM sqlite_master WHERE name = {}",
+                    "SELECT type FROM sqlite_master WHERE name = {} COLLATE NOCASE",
                     sql_text(&options.table.name)
                 ),
             )
@@ -401,23 +401,38 @@ pub async fn repoint_view(options: &JdbcOptions, c: &Cutover) -> Result<()> {
         schema: options.table.schema.clone(),
         name: CUTOVERS_TABLE.to_string(),
     });
-    let stmts = vec![
-        cutovers_ddl(&recorded),
-        format!("DROP VIEW IF EXISTS {view}"),
-        format!("CREATE VIEW {view} AS SELECT * FROM {}", qualified(&to)),
-        format!(
-            "INSERT INTO {recorded} (seq, view_name, from_table, to_table, kind, at, \
+    let select = format!("SELECT * FROM {}", qualified(&to));
+    let mut stmts = vec![cutovers_ddl(&recorded)];
+    match &session {
+        // Replaced where the columns allow it, which keeps the view's grants and owner; else
+        // dropped and created. Waiting at most 10 s for readers' locks.
+        Session::Postgres(_) => stmts.extend([
+            "SET LOCAL lock_timeout = '10s'".to_string(),
+            format!(
+                "DO $weir$ BEGIN EXECUTE {}; EXCEPTION WHEN OTHERS THEN EXECUTE {}; EXECUTE {}; \
+                 END $weir$",
+                sql_text(&format!("CREATE OR REPLACE VIEW {view} AS {select}")),
+                sql_text(&format!("DROP VIEW IF EXISTS {view}")),
+                sql_text(&format!("CREATE VIEW {view} AS {select}")),
+            ),
+        ]),
+        Session::Sqlite(_) => stmts.extend([
+            format!("DROP VIEW IF EXISTS {view}"),
+            format!("CREATE VIEW {view} AS {select}"),
+        ]),
+    }
+    stmts.push(format!(
+        "INSERT INTO {recorded} (seq, view_name, from_table, to_table, kind, at, \
              live_watermark, candidate_watermark, validation) SELECT COALESCE(MAX(seq), 0) + \
              1, {}, {}, {}, {}, {}, {}, {}, {} FROM {recorded}",
-            sql_text(&options.table.to_string()),
-            sql_opt_text(c.from.as_deref()),
-            sql_text(&c.to),
-            sql_text(&c.kind),
-            sql_text(&c.at),
-            sql_opt_i64(c.live_watermark),
-            sql_opt_i64(c.candidate_watermark),
-            sql_text(&c.validation),
-        ),
-    ];
+        sql_text(&options.table.to_string()),
+        sql_opt_text(c.from.as_deref()),
+        sql_text(&c.to),
+        sql_text(&c.kind),
+        sql_text(&c.at),
+        sql_opt_i64(c.live_watermark),
+        sql_opt_i64(c.candidate_watermark),
+        sql_text(&c.validation),
+    ));
     session.transaction(options, &stmts).await
 }

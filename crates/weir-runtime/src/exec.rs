@@ -70,6 +70,9 @@ struct CheckpointRun {
     savepoint: Option<SavepointWanted>,
     /// Stop once every sink has published this savepoint.
     stop_after: Option<(u64, std::path::PathBuf)>,
+    /// Completed checkpoints not yet published by every sink, with their least split
+    /// watermark.
+    unpublished: std::collections::VecDeque<(u64, Option<i64>)>,
 }
 
 /// Savepoints asked for through a [`SavepointHandle`].
@@ -335,9 +338,11 @@ impl RunningJob {
         let watermark = (m.sources.values().flat_map(|s| s.values()))
             .map(|s| s.watermark.map_or(i64::MIN, |w| w.0))
             .min();
+        // Shown as what the output has reached once every sink has published it.
+        run.unpublished.push_back((done.epoch.0, watermark));
         self.metrics
             .checkpoints
-            .record(done.epoch.0, took_ms, bytes, watermark);
+            .record(done.epoch.0, took_ms, bytes);
         Ok(())
     }
 
@@ -418,6 +423,28 @@ impl RunningJob {
                 }
                 _ = checkpoint_tick.tick(), if checkpoints.is_some() && reports_open && first_err.is_none() && !stopped => {
                     let c = checkpoints.as_mut().expect("checked");
+                    if !c.unpublished.is_empty() {
+                        let committed = c.sinks_committed.lock().expect("sink commits lock");
+                        let all = if self.sink_subtasks == 0 {
+                            Some(u64::MAX)
+                        } else if committed.len() >= self.sink_subtasks {
+                            committed.values().min().copied()
+                        } else {
+                            None
+                        };
+                        drop(committed);
+                        let mut newest = None;
+                        while let Some(&(e, w)) = c.unpublished.front() {
+                            if all.is_none_or(|a| e > a) {
+                                break;
+                            }
+                            newest = Some(w);
+                            c.unpublished.pop_front();
+                        }
+                        if let Some(w) = newest {
+                            self.metrics.checkpoints.published(w);
+                        }
+                    }
                     if let Some((epoch, _)) = &c.stop_after {
                         let committed = c.sinks_committed.lock().expect("sink commits lock");
                         if committed.values().filter(|e| **e >= *epoch).count() >= self.sink_subtasks {

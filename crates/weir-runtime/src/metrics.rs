@@ -217,20 +217,25 @@ pub struct CheckpointMetrics {
     pub max_duration_ms: AtomicI64,
     /// Bytes of the last completed checkpoint (state files and manifest).
     pub last_bytes: AtomicU64,
-    /// The least source-split watermark the last completed checkpoint recorded (`i64::MIN`:
-    /// none): what the job's committed output has reached.
+    /// The least source-split watermark of the newest checkpoint every sink has published
+    /// (`i64::MIN`: none): what the job's committed output has reached.
     pub last_watermark: AtomicI64,
 }
 
 impl CheckpointMetrics {
-    pub fn record(&self, id: u64, duration_ms: i64, bytes: u64, watermark: Option<i64>) {
-        self.last_watermark
-            .store(watermark.unwrap_or(i64::MIN), Relaxed);
+    pub fn record(&self, id: u64, duration_ms: i64, bytes: u64) {
         self.completed.fetch_add(1, Relaxed);
         self.last_id.store(id, Relaxed);
         self.last_duration_ms.store(duration_ms, Relaxed);
         self.max_duration_ms.fetch_max(duration_ms, Relaxed);
         self.last_bytes.store(bytes, Relaxed);
+    }
+
+    /// Every sink has published a checkpoint whose least source-split watermark is
+    /// `watermark` (`None`: a split without one).
+    pub fn published(&self, watermark: Option<i64>) {
+        self.last_watermark
+            .store(watermark.unwrap_or(i64::MIN), Relaxed);
     }
 
     pub fn snapshot(&self) -> CheckpointSnapshot {
@@ -254,7 +259,7 @@ pub struct CheckpointSnapshot {
     pub last_duration_ms: i64,
     pub max_duration_ms: i64,
     pub last_bytes: u64,
-    /// The least source-split watermark the last completed checkpoint recorded.
+    /// The least source-split watermark of the newest checkpoint every sink has published.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_watermark: Option<i64>,
 }

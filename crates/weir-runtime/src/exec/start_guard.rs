@@ -84,6 +84,8 @@ fn peek_start(
                 if least.is_some() {
                     first[split] = least;
                     done[split] = true;
+                    // Enough of this split: read the others (a scan reads its splits in turn).
+                    reader.set_paused(split, true);
                 }
             }
             SourcePoll::SplitFinished(split) if split < n => done[split] = true,

@@ -610,6 +610,7 @@ impl CheckpointWiring {
             sinks_committed: self.sinks_committed,
             savepoint: None,
             stop_after: None,
+            unpublished: Default::default(),
             _lock: self.lock,
         })
     }
