@@ -288,16 +288,49 @@ impl Ctx {
         let target_cols: Vec<_> = (l.columns.iter())
             .map(|c| (c.name.clone(), c.data_type.clone()))
             .collect();
-        if let Some(existing) = conn.columns(&l.target_name).await? {
-            self.check(&existing, &target_cols, "table")?;
+        let target = conn.columns(&l.target_name).await?;
+        if let Some(existing) = &target {
+            self.check(existing, &target_cols, "table")?;
         }
+        // Only what is missing is created: a role that may write an existing table need not
+        // be one that may create tables.
         let mut ddl = lock.clone();
-        ddl.push(l.create_target().into());
-        if staged.is_some() {
-            ddl.push(l.create_staging().into());
-            ddl.push(l.create_progress().into());
+        if target.is_none() {
+            ddl.push(l.create_target().into());
         }
-        conn.transaction(l, None, &ddl).await?;
+        if staged.is_some() {
+            let progress = crate::options::TableName {
+                schema: l.target_name.schema.clone(),
+                name: crate::plan::PROGRESS_TABLE.to_string(),
+            };
+            if conn.columns(&l.staging_name).await?.is_none() {
+                ddl.push(l.create_staging().into());
+            }
+            if conn.columns(&progress).await?.is_none() {
+                ddl.push(l.create_progress().into());
+            }
+        }
+        if ddl.len() > lock.len() {
+            conn.transaction(l, None, &ddl).await.map_err(|e| {
+                if e.message.contains("permission denied") {
+                    return Failure::Other(Error::config(
+                        "table-name",
+                        &self.options.table,
+                        format!(
+                            "{}; the sink creates what is missing ({}): create it beforehand, \
+                             or give the role the CREATE privilege on the schema",
+                            e.message,
+                            ddl[lock.len()..]
+                                .iter()
+                                .map(|s| s.sql.split('(').next().unwrap_or("").trim().to_string())
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        ),
+                    ));
+                }
+                Failure::Db(e)
+            })?;
+        }
         // The database checks the upsert's ON CONFLICT against the table's keys.
         let source = if staged.is_some() {
             Dest::Staging

@@ -195,3 +195,47 @@ async fn postgres_current_schema_in_the_url_places_the_tables() {
 async fn postgres_two_jobs_with_checkpoints_write_one_table() {
     two_jobs_with_checkpoints_write_one_table(&Db::postgres("shared").await).await;
 }
+
+/// Issue #25 item 14: a role that may INSERT into an existing table but not CREATE in its
+/// schema writes it (the sink no longer issues CREATE TABLE IF NOT EXISTS for a table that
+/// is there); with checkpoints, where the staging table is missing, the refusal names the
+/// privilege and what to create.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run scripts/test"]
+async fn postgres_a_role_that_may_insert_but_not_create_writes_an_existing_table() {
+    let schema = weir_testkit::postgres::fresh_schema("insert_only").await;
+    let role = format!("weir_insert_only_{}", std::process::id());
+    let db = Db::Postgres(schema.clone());
+    db.exec(&format!(
+        "CREATE TABLE placed (id BIGINT, tag TEXT);
+         DROP ROLE IF EXISTS {role};
+         CREATE ROLE {role} LOGIN;
+         GRANT USAGE ON SCHEMA {s} TO {role};
+         GRANT SELECT, INSERT ON placed TO {role};",
+        s = schema.name
+    ))
+    .await;
+    let url = format!(
+        "jdbc:{}",
+        schema.url.replacen("postgres@", &format!("{role}@"), 1)
+    );
+    let options = [("url", url), ("table-name", "placed".to_string())]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let sink = weir_jdbc::JdbcSinkFactory::from_options(&options, "j", "s").unwrap();
+    let s = id_tag_schema();
+    let mut w = writer(&sink, &s, &info(0, 1, None));
+    w.write(id_tag(&s, &[(1, "a"), (2, "b")])).await.unwrap();
+    w.finish().await.unwrap();
+    w.commit().await.unwrap();
+    assert_eq!(db.lines("placed", &["id", "tag"]).await, vec!["1|a", "2|b"]);
+
+    let mut w = writer(&sink, &s, &info(0, 1, Some(None)));
+    w.write(id_tag(&s, &[(3, "c")])).await.unwrap();
+    let err = w.finish().await.unwrap_err().to_string();
+    assert!(
+        err.contains("permission denied") && err.contains("CREATE privilege"),
+        "{err}"
+    );
+}
