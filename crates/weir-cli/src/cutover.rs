@@ -68,19 +68,7 @@ pub struct CutoverArgs {
 }
 
 fn options(a: &CutoverArgs, table: &str) -> Result<weir_jdbc::JdbcOptions> {
-    let mut o: std::collections::BTreeMap<String, String> = [
-        ("url".to_string(), a.url.clone()),
-        ("table-name".to_string(), table.to_string()),
-    ]
-    .into_iter()
-    .collect();
-    if let Some(u) = &a.username {
-        o.insert("username".into(), u.clone());
-    }
-    if let Some(p) = &a.password_env {
-        o.insert("password-env".into(), p.clone());
-    }
-    Ok(weir_jdbc::JdbcOptions::from_options(&o)?)
+    crate::validate::jdbc_options(&a.url, table, &a.username, &a.password_env)
 }
 
 /// A job's watermark from its checkpoints or HTTP API, and where it came from.
@@ -96,12 +84,7 @@ fn watermark(
             .latest()?
             .with_context(|| format!("{which}: no complete checkpoint in {}", dir.display()))?;
         let m = storage.read_manifest(&handle)?;
-        let mut least: Option<i64> = None;
-        for split in m.sources.values().flat_map(|s| s.values()) {
-            let w = split.watermark.map_or(i64::MIN, |w| w.0);
-            least = Some(least.map_or(w, |l| l.min(w)));
-        }
-        let w = least.with_context(|| {
+        let w = m.least_watermark().with_context(|| {
             format!("{which}: checkpoint {} records no source split", m.epoch.0)
         })?;
         return Ok(Some((
@@ -136,12 +119,6 @@ fn watermark(
         )));
     }
     Ok(None)
-}
-
-/// `ms` as hours, minutes and seconds.
-fn behind(ms: i64) -> String {
-    let s = ms / 1000;
-    format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
 }
 
 fn show_watermark(w: i64) -> String {
@@ -247,7 +224,7 @@ pub fn run(rt: &tokio::runtime::Runtime, a: &CutoverArgs) -> Result<String> {
                 bail!(
                     "{out}the candidate has not caught up: its watermark is {} behind the live \
                      job's; wait, and run weir cutover again (weir status shows both)",
-                    behind(l.saturating_sub(c))
+                    crate::supervise::hms(l.saturating_sub(c))
                 );
             }
             (Some(l), Some(c))

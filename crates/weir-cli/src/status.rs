@@ -39,7 +39,7 @@ fn span(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     match s {
         s if s >= 86_400 => format!("{}d{:02}h{:02}m", s / 86_400, s / 3600 % 24, s / 60 % 60),
-        s if s >= 3600 => format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60),
+        s if s >= 3600 => crate::supervise::hms(ms),
         s => format!("{}m{:02}s", s / 60, s % 60),
     }
 }
@@ -85,9 +85,7 @@ pub fn run(a: &StatusArgs) -> Result<String> {
             anyhow::bail!("{}: no complete checkpoint", dir.display());
         };
         let m = storage.read_manifest(&handle)?;
-        let least = (m.sources.values().flat_map(|s| s.values()))
-            .map(|s| s.watermark.map_or(i64::MIN, |w| w.0))
-            .min();
+        let least = m.least_watermark();
         places.push(Place {
             what: format!(
                 "job `{}` (checkpoint {} in {})",

@@ -339,22 +339,19 @@ pub async fn run_restarting(
 /// The sources' watermark: the least over splits still reading (finished and idle ones hold
 /// nothing back), `None` before any has one.
 pub fn sources_watermark(metrics: &weir_runtime::metrics::JobMetrics) -> Option<i64> {
-    let mut least: Option<i64> = None;
-    let mut any_open = false;
+    let mut splits = Vec::new();
     for n in &metrics.nodes {
         for s in n.splits.lock().expect("metrics lock").iter() {
-            if s.finished.load(Relaxed) || s.idle.load(Relaxed) {
-                continue;
-            }
-            any_open = true;
             let w = s.watermark.load(Relaxed);
-            least = Some(least.map_or(w, |l: i64| l.min(w)));
+            splits.push((
+                s.finished.load(Relaxed),
+                s.idle.load(Relaxed),
+                (w != i64::MIN).then_some(w),
+            ));
         }
     }
-    if !any_open {
-        return None;
-    }
-    least.filter(|w| *w != i64::MIN)
+    // The progress bar shows a range's end itself: all finished reads as no watermark.
+    weir_runtime::metrics::least_open_watermark(splits).filter(|w| *w != i64::MAX)
 }
 
 /// Shows a backfill's progress on `bar`: the event time reached within the range, rows per
@@ -405,8 +402,8 @@ fn range_progress(
     let left = if caught_up {
         "caught up".to_string()
     } else if event_per_sec > 0.0 {
-        let s = ((end - at) as f64 / event_per_sec) as u64;
-        format!("about {}h{:02}m{:02}s left", s / 3600, s / 60 % 60, s % 60)
+        let ms = ((end - at) as f64 / event_per_sec * 1000.0) as i64;
+        format!("about {} left", hms(ms))
     } else {
         "time left unknown".to_string()
     };
@@ -418,6 +415,12 @@ fn range_progress(
             .until_ms
             .map_or("now".to_string(), weir_core::time::format_utc),
     ));
+}
+
+/// `ms` as hours, minutes and seconds: `0h10m00s`.
+pub fn hms(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
 }
 
 /// Whether the newest complete checkpoint in `dir` is one job `name` wrote.

@@ -136,8 +136,8 @@ pub fn run(rt: &tokio::runtime::Runtime, args: &ValidateArgs) -> Result<Outcome>
     };
     let parts = args.partitions.clamp(1, 4096);
     let spill = tempfile::tempdir().context("creating a folder for spill files")?;
-    let mut live = Spiller::new(spill.path(), "live", parts)?;
-    let mut cand = Spiller::new(spill.path(), "candidate", parts)?;
+    let mut live = Spiller::new(spill.path(), "live", 1)?;
+    let mut cand = Spiller::new(spill.path(), "candidate", 1)?;
     // Columns are known only once a side is open: rows are staged per side as read, then the
     // second pass projects them onto the common columns.
     let live_side = read_side(rt, args, &args.live, &mut live)?;
@@ -288,19 +288,7 @@ fn read_side(
         });
     }
     if let Some(url) = &args.url {
-        let mut options: std::collections::BTreeMap<String, String> = [
-            ("url".to_string(), url.clone()),
-            ("table-name".to_string(), what.to_string()),
-        ]
-        .into_iter()
-        .collect();
-        if let Some(u) = &args.username {
-            options.insert("username".into(), u.clone());
-        }
-        if let Some(p) = &args.password_env {
-            options.insert("password-env".into(), p.clone());
-        }
-        let options = weir_jdbc::JdbcOptions::from_options(&options)?;
+        let options = jdbc_options(url, what, &args.username, &args.password_env)?;
         let mut each = |row: Row| -> weir_runtime::Result<()> {
             out.push(0, &row)
                 .map_err(|e| weir_runtime::Error::io("spill file", e))
@@ -382,7 +370,7 @@ fn read_topic(
     keys: &mut std::collections::BTreeSet<String>,
 ) -> Result<()> {
     use weir_connectors::kafka::{KafkaFormat, KafkaSource, KafkaSourceSpec};
-    use weir_runtime::source::{DeadLetters, ReaderContext};
+    use weir_runtime::source::ReaderContext;
     use weir_runtime::{SourceFactory, SourcePoll};
     let mut spec = KafkaSourceSpec::new(
         servers,
@@ -394,21 +382,13 @@ fn read_topic(
     spec.group_id = Some(format!("weir-validate-{}", std::process::id()));
     let source = KafkaSource::new(spec)?;
     let splits = source.splits()?;
-    let dead = DeadLetters::new(None);
-    let ctx = ReaderContext {
-        source: topic.to_string(),
-        subtask: 0,
-        parallelism: 1,
-        batch_rows: 4096,
-        clock: std::sync::Arc::new(weir_core::SystemClock),
-        dead_letters: dead.clone(),
-        split_metrics: splits
-            .iter()
-            .map(|s| std::sync::Arc::new(weir_runtime::metrics::SplitMetrics::new(s.clone())))
-            .collect(),
-        start_positions: Vec::new(),
-        checkpointing: false,
-    };
+    let ctx = ReaderContext::standalone(
+        topic,
+        &splits,
+        4096,
+        std::sync::Arc::new(weir_core::SystemClock),
+    );
+    let dead = ctx.dead_letters.clone();
     let mut reader = source.create_reader((0..splits.len()).collect(), ctx)?;
     loop {
         match reader.poll()? {
@@ -451,6 +431,28 @@ fn json_row(columns: &[String], o: &serde_json::Map<String, serde_json::Value>) 
             Some(other) => Some(other.to_string()),
         })
         .collect()
+}
+
+/// Table `table` of the database at `url`, as weir's jdbc options name it.
+pub(crate) fn jdbc_options(
+    url: &str,
+    table: &str,
+    username: &Option<String>,
+    password_env: &Option<String>,
+) -> Result<weir_jdbc::JdbcOptions> {
+    let mut o: std::collections::BTreeMap<String, String> = [
+        ("url".to_string(), url.to_string()),
+        ("table-name".to_string(), table.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    if let Some(u) = username {
+        o.insert("username".into(), u.clone());
+    }
+    if let Some(p) = password_env {
+        o.insert("password-env".into(), p.clone());
+    }
+    Ok(weir_jdbc::JdbcOptions::from_options(&o)?)
 }
 
 /// A file, or the finished part files of a folder (names not starting with `.`), sorted.

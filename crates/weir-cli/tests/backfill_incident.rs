@@ -57,28 +57,9 @@ fn watermark(dir: &Path, addr: &str) -> Option<i64> {
 
 /// Epoch ms of `2024-01-01T00:00:00.000Z`.
 fn chrono_ms(s: &str) -> Option<i64> {
-    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    let (hms, ms) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms
-        .split(':')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    // Days from 1970-01-01 (civil calendar).
-    let (y, m) = if d[1] <= 2 {
-        (d[0] - 1, d[1] + 9)
-    } else {
-        (d[0], d[1] - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d[2] - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + t[0]) * 60 + t[1]) * 60_000 + t[2] * 1000 + ms.parse::<i64>().ok()?)
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|d| d.timestamp_millis())
 }
 
 /// Waits for `f` (3,000 tries 100 ms apart, over 5 minutes); on giving up, shows the jobs'

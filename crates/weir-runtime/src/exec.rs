@@ -335,9 +335,7 @@ impl RunningJob {
             removed = removed.len(),
             "checkpoint complete"
         );
-        let watermark = (m.sources.values().flat_map(|s| s.values()))
-            .map(|s| s.watermark.map_or(i64::MIN, |w| w.0))
-            .min();
+        let watermark = m.least_watermark();
         // Shown as what the output has reached once every sink has published it.
         run.unpublished.push_back((done.epoch.0, watermark));
         self.metrics

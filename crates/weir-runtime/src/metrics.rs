@@ -290,24 +290,36 @@ impl MetricsSnapshot {
     /// reading (idle and finished ones hold nothing back), `i64::MAX` once every split has
     /// finished, `None` before any has a watermark.
     pub fn sources_watermark(&self) -> Option<i64> {
-        let mut least: Option<i64> = None;
-        let mut open = false;
-        for s in self.nodes.iter().flat_map(|n| &n.splits) {
-            if s.finished {
-                continue;
-            }
-            open = true;
-            if s.idle {
-                continue;
-            }
-            let w = s.watermark?;
-            least = Some(least.map_or(w, |l| l.min(w)));
+        least_open_watermark(
+            (self.nodes.iter().flat_map(|n| &n.splits)).map(|s| (s.finished, s.idle, s.watermark)),
+        )
+    }
+}
+
+/// The least watermark of the splits still reading, given each split's (finished, idle,
+/// watermark): idle and finished splits hold nothing back; `i64::MAX` once every split has
+/// finished; `None` without splits or while a reading split has no watermark.
+pub fn least_open_watermark(
+    splits: impl IntoIterator<Item = (bool, bool, Option<i64>)>,
+) -> Option<i64> {
+    let mut least: Option<i64> = None;
+    let (mut any, mut open) = (false, false);
+    for (finished, idle, watermark) in splits {
+        any = true;
+        if finished {
+            continue;
         }
-        match (least, open) {
-            (Some(w), _) => Some(w),
-            (None, false) if self.nodes.iter().any(|n| !n.splits.is_empty()) => Some(i64::MAX),
-            (None, _) => None,
+        open = true;
+        if idle {
+            continue;
         }
+        let w = watermark?;
+        least = Some(least.map_or(w, |l| l.min(w)));
+    }
+    match (least, open) {
+        (Some(w), _) => Some(w),
+        (None, false) if any => Some(i64::MAX),
+        (None, _) => None,
     }
 }
 

@@ -176,6 +176,30 @@ pub struct ReaderContext {
 }
 
 impl ReaderContext {
+    /// A context for a reader outside a running job (a peek at where a source begins, a tool
+    /// reading a topic): subtask 0 of 1 reading `splits` from their start, without
+    /// checkpoints, its dead letters kept in memory.
+    pub fn standalone(
+        source: &str,
+        splits: &[String],
+        batch_rows: usize,
+        clock: Arc<dyn Clock>,
+    ) -> ReaderContext {
+        ReaderContext {
+            source: source.to_string(),
+            subtask: 0,
+            parallelism: 1,
+            batch_rows,
+            clock,
+            dead_letters: DeadLetters::new(None),
+            split_metrics: (splits.iter())
+                .map(|s| Arc::new(SplitMetrics::new(s.clone())))
+                .collect(),
+            start_positions: Vec::new(),
+            checkpointing: false,
+        }
+    }
+
     /// Where split `split` (an index into the reader's splits) starts; see
     /// [`ReaderContext::start_positions`].
     pub fn start_position(&self, split: usize) -> Option<&serde_json::Value> {

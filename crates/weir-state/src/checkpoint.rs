@@ -184,6 +184,14 @@ impl Manifest {
         }
     }
 
+    /// The least watermark of the source splits the checkpoint records (`i64::MIN` for a split
+    /// without one), `None` when it records no split: where the job's output stands.
+    pub fn least_watermark(&self) -> Option<i64> {
+        (self.sources.values().flat_map(|s| s.values()))
+            .map(|s| s.watermark.map_or(i64::MIN, |w| w.0))
+            .min()
+    }
+
     /// Every state file, with the node id it belongs to.
     pub fn state_files(&self) -> impl Iterator<Item = (&str, &StateFile)> {
         (self.nodes.iter())

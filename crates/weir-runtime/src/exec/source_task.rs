@@ -551,23 +551,34 @@ impl SourceTask {
     }
 }
 
-/// The rows of `batch` whose event time (column `et`, without NULLs) passes `keep`; the others
-/// are counted on the split as outside its range.
+/// The mask of the rows of `batch` whose event time (column `et`, without NULLs) passes
+/// `keep`, `None` when all do; the others are counted on the split as outside its range.
+fn range_mask(
+    batch: &arrow_array::RecordBatch,
+    et: usize,
+    sm: &SplitMetrics,
+    keep: impl Fn(i64) -> bool,
+) -> Result<Option<BooleanArray>> {
+    let times = weir_core::batch::event_times(batch, et)?;
+    let outside = times.iter().filter(|&&t| !keep(t)).count();
+    if outside == 0 {
+        return Ok(None);
+    }
+    sm.outside_range.fetch_add(outside as u64, Relaxed);
+    Ok(Some(times.iter().map(|&t| Some(keep(t))).collect()))
+}
+
+/// The rows of `batch` whose event time passes `keep` (see [`range_mask`]).
 fn keep_rows(
     batch: arrow_array::RecordBatch,
     et: usize,
     sm: &SplitMetrics,
     keep: impl Fn(i64) -> bool,
 ) -> Result<arrow_array::RecordBatch> {
-    let times = weir_core::batch::event_times(&batch, et)?;
-    if times.iter().all(|&t| keep(t)) {
-        return Ok(batch);
-    }
-    let mask: BooleanArray = times.iter().map(|&t| Some(keep(t))).collect();
-    let out = arrow_select::filter::filter_record_batch(&batch, &mask)?;
-    sm.outside_range
-        .fetch_add((batch.num_rows() - out.num_rows()) as u64, Relaxed);
-    Ok(out)
+    Ok(match range_mask(&batch, et, sm, keep)? {
+        Some(mask) => arrow_select::filter::filter_record_batch(&batch, &mask)?,
+        None => batch,
+    })
 }
 
 /// [`keep_rows`] for a batch with its row watermarks.
@@ -577,18 +588,17 @@ fn keep_stream_rows(
     sm: &SplitMetrics,
     keep: impl Fn(i64) -> bool,
 ) -> Result<StreamBatch> {
-    let times = weir_core::batch::event_times(&sb.data, et)?;
-    if times.iter().all(|&t| keep(t)) {
+    let Some(mask) = range_mask(&sb.data, et, sm, keep)? else {
         return Ok(sb);
-    }
+    };
     let wms = sb
         .row_watermarks
         .as_ref()
         .expect("a source's batches have row watermarks");
-    let kept_wms: Vec<i64> = (times.iter().zip(wms.iter()))
-        .filter(|(t, _)| keep(**t))
-        .map(|(_, w)| *w)
+    let kept_wms: Vec<i64> = (wms.iter().zip(mask.values().iter()))
+        .filter(|(_, k)| *k)
+        .map(|(w, _)| *w)
         .collect();
-    let data = keep_rows(sb.data, et, sm, keep)?;
+    let data = arrow_select::filter::filter_record_batch(&sb.data, &mask)?;
     Ok(StreamBatch::with_row_watermarks(data, kept_wms.into()))
 }

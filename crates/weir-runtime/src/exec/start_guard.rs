@@ -7,7 +7,7 @@ use weir_core::time::Clock;
 
 use crate::error::{Error, Result};
 use crate::graph::{JobGraph, NodeKind, SourceWatermarks};
-use crate::source::{DeadLetters, ReaderContext, SourceFactory, SourcePoll};
+use crate::source::{ReaderContext, SourceFactory, SourcePoll};
 
 /// A peek at where a source begins polls its reader at most this often, and waits at most
 /// this long in all for splits that have no row yet (an empty topic): then its start is
@@ -54,20 +54,7 @@ fn peek_start(
         return Ok(None);
     }
     let et = weir_core::batch::event_time_index(&factory.schema(), col)?;
-    let ctx = ReaderContext {
-        source: name.to_string(),
-        subtask: 0,
-        parallelism: 1,
-        batch_rows: 1024,
-        clock: clock.clone(),
-        dead_letters: DeadLetters::new(None),
-        split_metrics: splits
-            .iter()
-            .map(|s| Arc::new(crate::metrics::SplitMetrics::new(s.clone())))
-            .collect(),
-        start_positions: Vec::new(),
-        checkpointing: false,
-    };
+    let ctx = ReaderContext::standalone(name, &splits, 1024, clock.clone());
     let mut reader = factory.create_reader((0..n).collect(), ctx)?;
     let mut first: Vec<Option<i64>> = vec![None; n];
     let mut done = vec![false; n];
