@@ -208,7 +208,14 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
         backfill_http.as_str(),
         "--no-validate",
     ];
-    let (code, out) = cutover(&watermarks);
+    // Once the live job's committed output is known (its first checkpoint every sink has
+    // published), the cutover is refused for being behind.
+    let mut last = (0, String::new());
+    wait_for(d, "the live job's committed watermark", || {
+        last = cutover(&watermarks);
+        !last.1.contains("watermark is not known")
+    });
+    let (code, out) = last;
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("has not caught up"), "{out}");
     // Killed on the way, and started again with the same command line.
