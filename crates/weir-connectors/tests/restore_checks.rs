@@ -172,3 +172,108 @@ fn a_second_job_on_a_checkpoint_folder_in_use_is_refused_naming_the_first() {
     // Free again.
     checkpoint_and_stop(job("other", &a, &dir, false));
 }
+
+/// A keyed count of `file` into the CSV file `out` at parallelism 2 (a folder of part files
+/// per subtask), slowed down, with its dead letters in `dead` and checkpoints in `dir`.
+fn file_job(name: &str, file: &Path, dir: &Path, out: &Path, dead: &Path) -> JobBuilder {
+    let job = JobBuilder::with_config(
+        name,
+        JobConfig {
+            batch_rows: 100,
+            parallelism: 2,
+            checkpointing: Some(CheckpointConfig::new(20, dir)),
+            dead_letter_path: Some(dead.to_path_buf()),
+            ..Default::default()
+        },
+    );
+    let spec = FileSourceSpec::new(
+        file.display().to_string(),
+        FileFormat::Csv,
+        vec![("key", DataType::Utf8), ("ts", DataType::Int64)],
+    );
+    job.source(
+        "events",
+        FileSource::new(spec).unwrap(),
+        SourceOptions::event_time("ts", 1_000),
+    )
+    .key_by(&["key"])
+    .count()
+    .sink(
+        "out",
+        RateLimitedSink::new(
+            Arc::new(weir_connectors::file::FileSink::new(out, FileFormat::Csv)),
+            RateLimitHandle::new(5_000),
+        ),
+    );
+    job
+}
+
+/// An output belongs to one running job too (issue #25 item 3): a second job writing the same
+/// file sink, or the same dead-letter file, from a checkpoint folder of its own is refused at
+/// start naming the first (before, a restore of either deleted the other's part files as its
+/// own uncommitted ones). Once the first has ended, the outputs are free; the lock files are
+/// hidden, so a glob over the output folder does not read them.
+#[test]
+fn a_second_job_writing_an_output_in_use_is_refused_naming_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a.csv");
+    input(&a, 20_000);
+    let out = tmp.path().join("out").join("counts.csv");
+    let dead = tmp.path().join("out").join("dead.jsonl");
+    let (dir1, dir2) = (tmp.path().join("cp1"), tmp.path().join("cp2"));
+    let other_out = tmp.path().join("out").join("other.csv");
+    let other_dead = tmp.path().join("out").join("other-dead.jsonl");
+    rt().block_on(async {
+        let first = exec::start(
+            file_job("counts", &a, &dir1, &out, &dead).build().unwrap(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        for (out, dead, what) in [
+            (
+                &out,
+                &other_dead,
+                format!(
+                    "output of sink `out` {}",
+                    out.with_file_name("counts-0.csv").display()
+                ),
+            ),
+            (
+                &other_out,
+                &dead,
+                format!("dead-letter file {}", dead.display()),
+            ),
+        ] {
+            let err = exec::start(
+                file_job("other", &a, &dir2, out, dead).build().unwrap(),
+                Arc::new(SystemClock),
+            )
+            .map(|_| ())
+            .unwrap_err();
+            assert!(
+                matches!(err, weir_runtime::Error::OutputInUse { .. })
+                    && !err.may_pass_on_restart(),
+                "{err}"
+            );
+            let err = err.to_string();
+            assert!(
+                err.contains(&what)
+                    && err.contains("is written by job `counts` (process")
+                    && err.contains(&std::process::id().to_string()),
+                "{err}"
+            );
+        }
+        first.stop_handle().stop();
+        first.wait().await.unwrap();
+    });
+    // Free again.
+    checkpoint_and_stop(file_job("other", &a, &dir2, &out, &dead));
+    // The lock files went with the job that held them; a glob skips hidden files anyway.
+    assert!(!tmp.path().join("out").join(".counts-0.csv.lock").exists());
+    std::fs::write(tmp.path().join("out").join(".hidden.csv"), "key\n").unwrap();
+    let notes = tmp.path().join("out").join("notes.txt");
+    std::fs::write(&notes, "n\n").unwrap();
+    let glob = tmp.path().join("out").join("*");
+    let read = weir_connectors::file::expand(&glob.display().to_string()).unwrap();
+    assert_eq!(read, vec![notes]);
+}

@@ -35,6 +35,21 @@ pub enum Error {
         /// answer is final (a constraint the rows break), the job fails without a restart.
         retryable: bool,
     },
+    /// An output (a sink's file or folder of part files, the dead-letter file) that another
+    /// running job writes.
+    #[error(
+        "{what} {} is written by {holder}: two jobs on one output overwrite and delete each \
+         other's rows; stop that job, or give this one another path{hint}",
+        path.display()
+    )]
+    OutputInUse {
+        /// Which output: `output of sink `out``, `dead-letter file`.
+        what: String,
+        path: std::path::PathBuf,
+        holder: String,
+        /// How to give another path, or nothing.
+        hint: String,
+    },
     /// More of the input went to the dead letters than the job allows.
     #[error(
         "{dead_letters} of {records} records read ({:.1} %) are dead letters, more than the \
@@ -81,7 +96,8 @@ impl Error {
             Error::Plan(_)
             | Error::Config { .. }
             | Error::BadRecord { .. }
-            | Error::TooManyDeadLetters { .. } => false,
+            | Error::TooManyDeadLetters { .. }
+            | Error::OutputInUse { .. } => false,
             // A checkpoint that is corrupt, of a newer format or not one, and a folder another
             // job holds, are what they are on every try: restarting only delays the failure.
             Error::State(

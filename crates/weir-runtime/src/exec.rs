@@ -48,6 +48,8 @@ pub struct RunningJob {
         tokio::sync::mpsc::UnboundedSender<SavepointRequest>,
         tokio::sync::mpsc::UnboundedReceiver<SavepointRequest>,
     ),
+    /// The job's hold on its file outputs, released when it ends.
+    _output_locks: Vec<weir_state::checkpoint::FileLock>,
 }
 
 /// The checkpoint coordinator of a running job and its channels to the subtasks.

@@ -53,6 +53,39 @@ impl Location {
     }
 }
 
+/// Takes `path`, an output file or folder (as [`normalise_path`] spells it), for this running
+/// job: an exclusive advisory lock on a hidden file beside it (`out.csv` → `.out.csv.lock`), with
+/// `holder` written in it, released (and the file deleted) when the lock is dropped; the OS
+/// releases it when the process ends (a kill -9 leaves the hidden file, taken by the next job). A path that
+/// exists and is neither a regular file nor a folder (a FIFO, a device) is not locked: the sink
+/// refuses it.
+///
+/// # Errors
+/// `OutputInUse` naming the holder if another job (in this process or another) holds it; an I/O
+/// error if the lock file cannot be created.
+pub(crate) fn lock_output(
+    path: &Path,
+    holder: &str,
+    what: &str,
+    hint: &str,
+) -> crate::Result<Option<weir_state::checkpoint::FileLock>> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return Ok(None);
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(None);
+    };
+    let lock = dir.join(format!(".{}.lock", name.to_string_lossy()));
+    weir_state::checkpoint::lock_file(&lock, holder, true)?
+        .map(Some)
+        .map_err(|holder| crate::Error::OutputInUse {
+            what: what.to_string(),
+            path: path.to_path_buf(),
+            holder,
+            hint: hint.to_string(),
+        })
+}
+
 /// `path` made absolute, with symbolic links in the part that exists resolved (as the OS
 /// resolves them, `..` after a link included) and `.` and `..` taken out of the rest, so that
 /// two spellings of one file compare equal. Reads the file system; never fails (a part that

@@ -415,9 +415,102 @@ pub const LOCK_FILE: &str = "_lock";
 
 /// A running job's hold on its checkpoint directory: an advisory lock on [`LOCK_FILE`], released
 /// when this is dropped or the process ends (by the OS, after a kill -9 too).
+pub type DirLock = FileLock;
+
+/// An exclusive advisory lock on a file (see [`lock_file`]), released when this is dropped or
+/// the process ends (by the OS, after a kill -9 too).
 #[derive(Debug)]
-pub struct DirLock {
-    _file: fs::File,
+pub struct FileLock {
+    file: Option<fs::File>,
+    /// Deleted on release (while still locked), if the lock file is to leave no trace.
+    remove: Option<PathBuf>,
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        if let Some(path) = &self.remove {
+            // Whoever opened this file before it is gone finds, once it has the lock, that the
+            // path no longer names it, and tries again (see `lock_file`).
+            let _ = fs::remove_file(path);
+        }
+        drop(self.file.take());
+    }
+}
+
+/// Takes an exclusive advisory lock on the file at `path` (created, with its folder, if
+/// missing) and writes `holder` (who: the job, its process) into it for whoever tries next.
+/// Locks are per open file, so a second lock in the same process is refused too. With
+/// `remove_on_release`, the file is deleted when the lock is released (not after a kill -9:
+/// the next job takes the file left behind).
+///
+/// Returns `Ok(Err(who))` when someone else holds it, `who` being what they wrote (or
+/// "another job").
+///
+/// # Errors
+/// `Io` if the file cannot be created, locked or written.
+pub fn lock_file(
+    path: &Path,
+    holder: &str,
+    remove_on_release: bool,
+) -> Result<std::result::Result<FileLock, String>> {
+    use std::io::{Read, Seek, Write};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+    }
+    loop {
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::io("open", path, e))?;
+        match file.try_lock() {
+            Ok(()) => {
+                // A holder that deletes the file on release may have done so between our open
+                // and our lock: then the lock is on a file nobody else will find.
+                if !names_file(path, &file) {
+                    continue;
+                }
+                let wrote = file
+                    .set_len(0)
+                    .and_then(|()| file.rewind())
+                    .and_then(|()| file.write_all(holder.as_bytes()));
+                wrote.map_err(|e| Error::io("write", path, e))?;
+                return Ok(Ok(FileLock {
+                    file: Some(file),
+                    remove: remove_on_release.then(|| path.to_path_buf()),
+                }));
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                let mut who = String::new();
+                let _ = file.read_to_string(&mut who);
+                return Ok(Err(if who.trim().is_empty() {
+                    "another job".into()
+                } else {
+                    who.trim().to_string()
+                }));
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", path, e)),
+        }
+    }
+}
+
+/// Whether `path` still names the open `file`.
+fn names_file(path: &Path, file: &fs::File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (fs::metadata(path), file.metadata()) {
+            (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, file);
+        true
+    }
 }
 
 /// Checkpoints in a directory on local disk; see the [module docs](self) for the layout.
@@ -446,39 +539,10 @@ impl LocalDirStorage {
     /// `InUse` naming the holder if another job (in this process or another) holds it; `Io`
     /// if the directory or the file cannot be created or locked.
     pub fn lock(&self, holder: &str) -> Result<DirLock> {
-        use std::io::{Read, Seek, Write};
-        fs::create_dir_all(&self.dir).map_err(|e| Error::io("create", &self.dir, e))?;
-        let path = self.dir.join(LOCK_FILE);
-        let mut file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io("open", &path, e))?;
-        match file.try_lock() {
-            Ok(()) => {
-                let wrote = file
-                    .set_len(0)
-                    .and_then(|()| file.rewind())
-                    .and_then(|()| file.write_all(holder.as_bytes()));
-                wrote.map_err(|e| Error::io("write", &path, e))?;
-                Ok(DirLock { _file: file })
-            }
-            Err(fs::TryLockError::WouldBlock) => {
-                let mut who = String::new();
-                let _ = file.read_to_string(&mut who);
-                Err(Error::InUse {
-                    path: self.dir.clone(),
-                    holder: if who.trim().is_empty() {
-                        "another job".into()
-                    } else {
-                        who.trim().to_string()
-                    },
-                })
-            }
-            Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
-        }
+        lock_file(&self.dir.join(LOCK_FILE), holder, false)?.map_err(|holder| Error::InUse {
+            path: self.dir.clone(),
+            holder,
+        })
     }
 
     /// Checkpoints under `dir`, which is created by the first `begin`. Does no I/O.
@@ -828,6 +892,27 @@ impl CheckpointStorage for LocalDirStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_lock_is_refused_to_a_second_holder_and_its_file_removed_on_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub").join(".out.csv.lock");
+        let first = lock_file(&path, "job a", true).unwrap().unwrap();
+        // A handle opened before the release keeps the old file; the next lock takes a new one.
+        let stale = fs::File::open(&path).unwrap();
+        assert_eq!(
+            lock_file(&path, "job b", true).unwrap().unwrap_err(),
+            "job a"
+        );
+        drop(first);
+        assert!(!path.exists());
+        stale.try_lock().unwrap();
+        let second = lock_file(&path, "job b", false).unwrap().unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "job b");
+        drop(second);
+        assert!(path.exists(), "kept when not asked to remove it");
+        let _again = lock_file(&path, "job c", false).unwrap().unwrap();
+    }
 
     #[test]
     fn folder_names_are_chk_and_digits_only() {

@@ -274,7 +274,8 @@ impl FileSource {
 }
 
 /// The files a path, folder or glob pattern names, sorted (a folder: the files in it that are
-/// not hidden). A glob skips what is not a file; a broken
+/// not hidden; a glob: what it matches, a wildcard matching no leading dot, as in a shell). A
+/// glob skips what is not a file; a broken
 /// symbolic link among its matches is skipped with a warning naming the link and its target.
 ///
 /// # Errors
@@ -324,7 +325,13 @@ pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
     let has_glob = pattern.contains(['*', '?', '[']);
     let files: Vec<PathBuf> = if has_glob {
         refuse_names_a_glob_skips(pattern)?;
-        let matched = glob::glob(pattern).map_err(|e| {
+        // As a shell (and Flink's file source) does, `*` does not match a leading dot: hidden
+        // files are parts in progress and lock files of a running job's output.
+        let options = glob::MatchOptions {
+            require_literal_leading_dot: true,
+            ..Default::default()
+        };
+        let matched = glob::glob_with(pattern, options).map_err(|e| {
             Error::config("path", pattern, format!("not a valid glob pattern: {e}"))
         })?;
         let mut v: Vec<PathBuf> = Vec::new();
@@ -446,6 +453,7 @@ impl SourceFactory for FileSource {
         let full = format!("{base}/{}", globbed.to_string_lossy());
         let options = glob::MatchOptions {
             require_literal_separator: true,
+            require_literal_leading_dot: true,
             ..Default::default()
         };
         glob::Pattern::new(&full).is_ok_and(|p| p.matches_path_with(written, options))

@@ -31,17 +31,19 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let cfg = graph.config.clone();
     // The checkpoint folder is this job's while it runs: taken before anything is restored
     // from it, so that two processes never both restore and write it.
+    let holder = format!(
+        "job `{}` (process {}, since {})",
+        graph.name,
+        std::process::id(),
+        weir_core::time::EventTime(clock.now().0)
+    );
     let folder_lock = match &cfg.checkpointing {
-        Some(c) => Some(
-            weir_state::checkpoint::LocalDirStorage::new(&c.dir).lock(&format!(
-                "job `{}` (process {}, since {})",
-                graph.name,
-                std::process::id(),
-                weir_core::time::EventTime(clock.now().0)
-            ))?,
-        ),
+        Some(c) => Some(weir_state::checkpoint::LocalDirStorage::new(&c.dir).lock(&holder)?),
         None => None,
     };
+    // So are its outputs: a second job would overwrite them, and a restore of either would
+    // delete the other's part files as its own uncommitted ones.
+    let output_locks = lock_outputs(&graph, &holder)?;
     let restored = match &cfg.checkpointing {
         Some(c) => crate::checkpoint::Restored::resolve(c)?,
         None => None,
@@ -467,6 +469,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         sink_subtasks,
         checkpoints,
         savepoints: tokio::sync::mpsc::unbounded_channel(),
+        _output_locks: output_locks,
         restored: restored.map(|r| {
             (
                 r.manifest.epoch.0,
@@ -614,6 +617,35 @@ impl CheckpointWiring {
             _lock: self.lock,
         })
     }
+}
+
+/// Locks every file output of the job (the sinks' files or folders of part files, the
+/// dead-letter file) for as long as it runs; see [`crate::location::lock_output`].
+fn lock_outputs(graph: &JobGraph, holder: &str) -> Result<Vec<weir_state::checkpoint::FileLock>> {
+    let mut paths = Vec::new();
+    for n in &graph.nodes {
+        if let NodeKind::Sink { factory } = &n.kind {
+            for place in factory.writes(n.parallelism) {
+                if let crate::Location::File(path) = place {
+                    paths.push((path, format!("output of sink `{}`", n.name), ""));
+                }
+            }
+        }
+    }
+    if let Some(p) = &graph.config.dead_letter_path {
+        paths.push((
+            crate::location::normalise_path(p),
+            "dead-letter file".into(),
+            " (--dead-letters on the command line)",
+        ));
+    }
+    paths.sort_by(|a, b| a.0.cmp(&b.0));
+    paths.dedup_by(|a, b| a.0 == b.0);
+    let mut locks = Vec::new();
+    for (path, what, hint) in paths {
+        locks.extend(crate::location::lock_output(&path, holder, &what, hint)?);
+    }
+    Ok(locks)
 }
 
 /// Refuses a restore whose checkpoint holds state or positions of nodes this job does not
