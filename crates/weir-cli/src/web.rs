@@ -25,6 +25,99 @@ pub struct HttpArgs {
     /// (Ctrl-C ends the wait).
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     pub http_linger: u64,
+    /// The token that actions (POST stop, savepoint) must carry as `Authorization: Bearer
+    /// TOKEN`: at least 16 printable characters. Other users see a command line in the process
+    /// list: prefer the WEIR_HTTP_TOKEN environment variable. Without either, one is generated
+    /// and written into a file only this user can read (the path is printed at start).
+    #[arg(long, value_name = "TOKEN")]
+    pub http_token: Option<String>,
+    /// Also answer requests for this host name (with or without :PORT), as when the job is
+    /// reached through a DNS name or a proxy; on an address that is not loopback, giving any
+    /// means only those (and loopback names) are answered. Repeatable.
+    #[arg(long, value_name = "HOST")]
+    pub http_allowed_host: Vec<String>,
+}
+
+/// The environment variable that sets the action token (see [`HttpArgs::http_token`]).
+pub const TOKEN_ENV: &str = "WEIR_HTTP_TOKEN";
+
+/// The action token of one server: given, or generated and written into a file only this user
+/// can read, deleted when the server stops.
+struct Token {
+    access: weir_http::Access,
+    file: Option<TokenFile>,
+}
+
+/// A generated token's file, deleted when dropped (the server has stopped, or never started).
+struct TokenFile(std::path::PathBuf);
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl Token {
+    fn given(args: &HttpArgs) -> Result<Option<weir_http::Access>> {
+        let given = match (&args.http_token, std::env::var(TOKEN_ENV)) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Ok(t)) if !t.is_empty() => Some(t),
+            _ => None,
+        };
+        let Some(token) = given else { return Ok(None) };
+        Ok(Some(weir_http::Access::new(token)?.with_token_hint(
+            "the one given to the job (--http-token or WEIR_HTTP_TOKEN)",
+        )))
+    }
+
+    /// `access` (a generated token) written into `http-PID.token` in this user's runtime
+    /// folder ($XDG_RUNTIME_DIR/weir, else ~/.local/state/weir), created readable by this
+    /// user only.
+    fn write(access: weir_http::Access) -> Result<Token> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        let dir = match (
+            std::env::var_os("XDG_RUNTIME_DIR"),
+            std::env::var_os("HOME"),
+        ) {
+            (Some(run), _) if !run.is_empty() => std::path::PathBuf::from(run).join("weir"),
+            (_, Some(home)) if !home.is_empty() => {
+                std::path::PathBuf::from(home).join(".local/state/weir")
+            }
+            _ => anyhow::bail!(
+                "no private folder for the web UI's action token: neither XDG_RUNTIME_DIR nor \
+                 HOME is set; give a token with {TOKEN_ENV} (or --http-token), or --http off"
+            ),
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+        let file = dir.join(format!("http-{}.token", std::process::id()));
+        // A new file, never one left behind with other permissions.
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => anyhow::bail!("removing the old token file {}: {e}", file.display()),
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)
+            .map_err(|e| anyhow::anyhow!("creating the token file {}: {e}", file.display()))?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        writeln!(f, "{}", access.token())?;
+        let hint = format!(
+            "in {} (readable only by the user who runs the job)",
+            file.display()
+        );
+        Ok(Token {
+            access: access.with_token_hint(hint),
+            file: Some(TokenFile(file)),
+        })
+    }
 }
 
 /// The server of one `weir run` or `weir demo`, with the view it shows.
@@ -32,6 +125,8 @@ pub struct Web {
     server: HttpServer,
     view: Arc<JobView>,
     linger: Duration,
+    /// The generated token's file, deleted when the server stops.
+    _token_file: Option<TokenFile>,
 }
 
 impl Web {
@@ -48,10 +143,21 @@ impl Web {
             return Ok(None);
         };
         let view = Arc::new(JobView::new(graph, Arc::new(SystemClock)));
+        let token = match Token::given(args)? {
+            Some(access) => Token { access, file: None },
+            None => Token::write(weir_http::Access::generate()?)?,
+        };
+        let mut access = token.access;
+        for host in &args.http_allowed_host {
+            access = access.allow_host(host.clone());
+        }
         let (server, bound) = if explicit {
-            HttpServer::start(addr, view.clone()).await?
+            match HttpServer::start(addr, view.clone(), access.clone()).await {
+                Ok(started) => started,
+                Err(e) => return Err(e.into()),
+            }
         } else {
-            match start_near(addr, view.clone()).await {
+            match start_near(addr, view.clone(), &access).await {
                 Ok(started) => {
                     if started.1 != addr {
                         eprintln!(
@@ -67,11 +173,27 @@ impl Web {
                 }
             }
         };
+        let token_file = token.file;
         eprintln!("web UI and metrics: http://{bound}/");
+        match &token_file {
+            Some(f) => eprintln!(
+                "weir: actions (stop, savepoint) need the token in {} (open \
+                 http://{bound}/#token=TOKEN, or send Authorization: Bearer TOKEN)",
+                f.0.display()
+            ),
+            None => eprintln!("weir: actions (stop, savepoint) need the token given to the job"),
+        }
+        if !bound.ip().is_loopback() && args.http_allowed_host.is_empty() {
+            eprintln!(
+                "weir: serving on {bound}, not loopback: any host name is answered (give \
+                 --http-allowed-host to keep to yours); actions still need the token"
+            );
+        }
         Ok(Some(Web {
             server,
             view,
             linger: Duration::from_secs(args.http_linger),
+            _token_file: token_file,
         }))
     }
 
@@ -137,6 +259,7 @@ impl Signals {
 async fn start_near(
     addr: SocketAddr,
     view: Arc<JobView>,
+    access: &weir_http::Access,
 ) -> weir_http::Result<(HttpServer, SocketAddr)> {
     let mut candidates: Vec<SocketAddr> = (0..DEFAULT_PORT_TRIES)
         .filter_map(|i| addr.port().checked_add(i))
@@ -145,7 +268,7 @@ async fn start_near(
     candidates.push(SocketAddr::new(addr.ip(), 0));
     let mut first_error = None;
     for a in candidates {
-        match HttpServer::start(a, view.clone()).await {
+        match HttpServer::start(a, view.clone(), access.clone()).await {
             Ok(started) => return Ok(started),
             Err(weir_http::Error::Bind { source, .. })
                 if source.kind() == std::io::ErrorKind::AddrInUse =>

@@ -205,6 +205,8 @@ fn a_job_that_keeps_failing_is_restarted_as_its_strategy_says_then_fails_saying_
 struct Served {
     child: std::process::Child,
     addr: String,
+    /// Where the process writes its generated action token.
+    token_file: std::path::PathBuf,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
     reader: std::thread::JoinHandle<()>,
 }
@@ -212,13 +214,19 @@ struct Served {
 impl Served {
     fn start(dir: &Path, args: &[&str]) -> Served {
         use std::io::BufRead;
+        // The generated action token goes into $XDG_RUNTIME_DIR/weir/http-PID.token.
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(args)
             .current_dir(dir)
+            .env("XDG_RUNTIME_DIR", dir.join("run"))
+            .env_remove("WEIR_HTTP_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let token_file = dir
+            .join("run/weir")
+            .join(format!("http-{}.token", child.id()));
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let pipe = child.stderr.take().unwrap();
@@ -242,6 +250,7 @@ impl Served {
         Served {
             child,
             addr,
+            token_file,
             stderr,
             reader,
         }
@@ -261,13 +270,25 @@ impl Served {
         panic!("no `{text}` in: {}", self.stderr());
     }
 
-    /// One HTTP/1.1 request on a new connection; the whole answer.
+    /// One HTTP/1.1 request on a new connection, with the job's action token; the whole answer.
     fn request(&self, method: &str, path: &str) -> String {
+        let token = std::fs::read_to_string(&self.token_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.token_file.display()));
+        self.request_as(method, path, &format!("Bearer {}", token.trim()))
+    }
+
+    /// One HTTP/1.1 request with `authorization` (none when empty).
+    fn request_as(&self, method: &str, path: &str, authorization: &str) -> String {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&self.addr).unwrap();
+        let auth = if authorization.is_empty() {
+            String::new()
+        } else {
+            format!("Authorization: {authorization}\r\n")
+        };
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n",
             self.addr
         )
         .unwrap();
@@ -308,10 +329,38 @@ fn a_stop_through_the_http_api_ends_the_job_as_sigterm_does() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Without the token nobody may stop it (another local user, issue #25 item 17); the
+    // token is in a file only the job's user can read, named on stderr.
+    let refused = weir.request_as("POST", "/api/v1/stop", "");
+    assert!(
+        refused.starts_with("HTTP/1.1 401")
+            && refused.contains(&*weir.token_file.to_string_lossy()),
+        "{refused}"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&weir.token_file)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        let folder = weir.token_file.parent().unwrap();
+        let mode = std::fs::metadata(folder).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
+    }
     let answer = weir.request("POST", "/api/v1/stop");
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    let token_file = weir.token_file.clone();
     let (status, stderr) = weir.wait();
     assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "actions (stop, savepoint) need the token in {}",
+            token_file.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!token_file.exists(), "the token file goes with the job");
     assert!(
         stderr.contains("stopped through the HTTP API before the end of the input")
             && stderr.contains("rows in:")

@@ -185,6 +185,24 @@ async fn attrs(client: &Client, css: &str, attr: &str) -> Result<Vec<String>> {
 }
 
 /// Clicks the button `css` and accepts the confirmation it asks for.
+/// Answers the UI's question for the action token (asked when an action is refused for want
+/// of it) with `token`.
+async fn give_token(client: &Client, token: &str) -> Result<()> {
+    wait_for(
+        "the question for the token",
+        Duration::from_secs(10),
+        || async {
+            let Ok(text) = client.get_alert_text().await else {
+                return Ok(None);
+            };
+            ensure!(text.contains("need its token"), "asked: {text}");
+            client.send_alert_text(token).await?;
+            Ok(Some(client.accept_alert().await?))
+        },
+    )
+    .await
+}
+
 async fn click_and_confirm(client: &Client, css: &str) -> Result<()> {
     let button = wait_for(
         &format!("{css} to be enabled"),
@@ -209,6 +227,8 @@ struct Weir {
     child: Child,
     /// `http://127.0.0.1:PORT/`, as printed.
     url: String,
+    /// Where the process writes its generated action token.
+    token_file: std::path::PathBuf,
     stderr: Arc<Mutex<String>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
@@ -216,9 +236,12 @@ struct Weir {
 impl Weir {
     /// Starts `weir args` in `dir` and waits for the address it serves on.
     fn start(dir: &Path, args: &[&str]) -> Weir {
+        // The generated action token goes into $XDG_RUNTIME_DIR/weir/http-PID.token.
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(args)
             .current_dir(dir)
+            .env("XDG_RUNTIME_DIR", dir.join("run"))
+            .env_remove("WEIR_HTTP_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -254,9 +277,13 @@ impl Weir {
             url.starts_with("http://127.0.0.1:") && url.ends_with('/'),
             "{url}"
         );
+        let token_file = dir
+            .join("run/weir")
+            .join(format!("http-{}.token", child.id()));
         Weir {
             child,
             url,
+            token_file,
             stderr,
             reader: Some(reader),
         }
@@ -264,6 +291,14 @@ impl Weir {
 
     fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The job's action token, as its user reads it from the file.
+    fn token(&self) -> String {
+        std::fs::read_to_string(&self.token_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.token_file.display()))
+            .trim()
+            .to_string()
     }
 
     /// Waits for the process to exit; returns its status and whole stderr.
@@ -476,6 +511,7 @@ async fn a_rate_limited_sink_is_shown_as_the_bottleneck_and_the_stop_button_stop
         ],
     );
     let url = weir.url.clone();
+    let token = weir.token();
     with_browser("backpressure", |c| async move {
         c.goto(&url).await?;
         let bottleneck = wait_for("a bottleneck", Duration::from_secs(60), || async {
@@ -505,7 +541,10 @@ async fn a_rate_limited_sink_is_shown_as_the_bottleneck_and_the_stop_button_stop
         )
         .await?;
         ensure!(state == ["busy"], "the sink is drawn {state:?}");
+        // Opened without the token: the stop is refused once, the UI asks for the token (the
+        // user reads it from the file only they can read) and sends it again.
         click_and_confirm(&c, "#stop").await?;
+        give_token(&c, &token).await?;
         wait_for("the job to stop", Duration::from_secs(30), || async {
             let s = c.find(Locator::Css("#job-status")).await?;
             Ok((s.attr("data-state").await?.as_deref() == Some("stopped")).then_some(()))
@@ -570,9 +609,16 @@ async fn a_split_paused_by_watermark_alignment_is_shown_and_savepoint_and_stop_w
             "30",
         ],
     );
-    let url = weir.url.clone();
+    // Opened through a link carrying the token in its fragment, which the page then drops
+    // from its address.
+    let url = format!("{}#token={}", weir.url, weir.token());
     with_browser("alignment", |c| async move {
         c.goto(&url).await?;
+        let shown = c.current_url().await?;
+        ensure!(
+            !shown.as_str().contains("token"),
+            "the address shows {shown}"
+        );
         // One reading of the page: the paused and the reading splits, and the alerts.
         let (paused, reading, alert) = wait_for(
             "a paused split and its alert",

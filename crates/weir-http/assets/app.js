@@ -732,14 +732,40 @@
     replace(r, content);
   }
 
+  // Actions need the job's token (weir run writes it into a file only its user can read). It
+  // comes from a link (`#token=...`, a fragment: never sent to the server or in a Referer) or
+  // is asked for once, and is kept for this tab only.
+  const TOKEN_KEY = 'weir-token';
+  function tokenFromLink() {
+    const m = /(?:^#|&)token=([^&]+)/.exec(window.location.hash);
+    if (!m) return;
+    try { window.sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1])); } catch (e) { /* storage off */ }
+    window.history.replaceState(null, '', window.location.pathname + window.location.search);
+  }
+
+  function storedToken() {
+    try { return window.sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; }
+  }
+
   async function post(path, body) {
-    const r = await fetch(path, {
+    const send = (token) => fetch(path, {
       method: 'POST',
-      headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+      headers: { 'Content-Type': 'application/json', Accept: 'application/json', Authorization: 'Bearer ' + token },
       body: body === undefined ? '' : JSON.stringify(body),
     });
+    let r = await send(storedToken());
     let doc = {};
     try { doc = await r.json(); } catch (e) { /* no body */ }
+    if (r.status === 401) {
+      const token = window.prompt((doc.error || 'This action needs the job\'s token.') + '\n\nToken:');
+      if (!token) throw new Error(doc.error || 'no token');
+      r = await send(token.trim());
+      doc = {};
+      try { doc = await r.json(); } catch (e) { /* no body */ }
+      if (r.ok) {
+        try { window.sessionStorage.setItem(TOKEN_KEY, token.trim()); } catch (e) { /* storage off */ }
+      }
+    }
     if (!r.ok) throw new Error(doc.error || (path + ': ' + r.status));
     return doc;
   }
@@ -784,6 +810,7 @@
   }
 
   async function init() {
+    tokenFromLink();
     $('savepoint').addEventListener('click', () => takeSavepoint(false));
     $('savepoint-stop').addEventListener('click', () => takeSavepoint(true));
     $('stop').addEventListener('click', stopJob);

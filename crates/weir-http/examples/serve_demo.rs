@@ -115,8 +115,12 @@ async fn main() -> anyhow::Result<()> {
     let graph = job.build()?;
 
     let view = Arc::new(JobView::new(&graph, Arc::new(SystemClock)));
-    let (server, bound) = HttpServer::start(addr, view.clone()).await?;
-    eprintln!("weir: web UI and metrics on http://{bound}/");
+    let access = weir_http::Access::generate()?;
+    let token = access.token().to_string();
+    let (server, bound) = HttpServer::start(addr, view.clone(), access).await?;
+    // An example on the developer's own machine: the link carries the token for the UI's
+    // buttons (weir run writes it into a file only its user can read instead).
+    eprintln!("weir: web UI and metrics on http://{bound}/#token={token}");
     let running = exec::start(graph, Arc::new(SystemClock))?;
     let savepoints = running.savepoint_handle();
     let stop = running.stop_handle();

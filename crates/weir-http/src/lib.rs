@@ -10,7 +10,8 @@
 //! - `/metrics` — every metric in the Prometheus text format ([`prometheus`]).
 //! - `/api/v1/...` — a JSON API described by `/api/v1/openapi.json`: the job and its graph,
 //!   the newest metrics and their history, source splits, checkpoints; `POST` a savepoint
-//!   or a stop; `/api/v1/events` streams every change as server-sent events.
+//!   or a stop (with the job's token: [`Access`]); `/api/v1/events` streams every change as
+//!   server-sent events.
 //!
 //! It sits above weir-runtime, whose [`MetricsSnapshot`](weir_runtime::metrics::MetricsSnapshot)
 //! it shows, and below the binary, which owns the job: the binary builds a [`JobView`] of
@@ -20,7 +21,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use weir_core::SystemClock;
-//! use weir_http::{HttpServer, JobActions, JobView};
+//! use weir_http::{Access, HttpServer, JobActions, JobView};
 //! use weir_runtime::testing::VecSource;
 //! use weir_runtime::{exec, CollectSink, JobBuilder, SourceOptions};
 //!
@@ -31,9 +32,11 @@
 //! let rt = tokio::runtime::Runtime::new().unwrap();
 //! rt.block_on(async {
 //!     let view = Arc::new(JobView::new(&graph, Arc::new(SystemClock)));
-//!     let (server, addr) = HttpServer::start("127.0.0.1:0".parse().unwrap(), view.clone())
-//!         .await
-//!         .unwrap();
+//!     let access = Access::generate().unwrap(); // POSTs carry `Authorization: Bearer TOKEN`
+//!     let (server, addr) =
+//!         HttpServer::start("127.0.0.1:0".parse().unwrap(), view.clone(), access)
+//!             .await
+//!             .unwrap();
 //!     assert!(addr.port() > 0);
 //!     let running = exec::start(graph, Arc::new(SystemClock)).unwrap();
 //!     let stop = running.stop_handle();
@@ -47,6 +50,7 @@
 //! });
 //! ```
 
+mod access;
 mod api;
 mod assets;
 mod error;
@@ -54,6 +58,7 @@ pub mod prometheus;
 mod server;
 mod view;
 
+pub use access::{Access, DEFAULT_SAVEPOINT_INTERVAL};
 pub use api::BOTTLENECK_RULE;
 pub use error::{Error, Result};
 pub use server::{parse_http_setting, HttpServer, DEFAULT_ADDR};

@@ -16,6 +16,7 @@ use axum::Router;
 use futures_util::Stream;
 use tokio::sync::{broadcast, watch};
 
+use crate::access::Access;
 use crate::api::{self, ErrorDoc};
 use crate::error::{Error, Result};
 use crate::view::{JobView, ViewEvent};
@@ -55,19 +56,35 @@ pub struct HttpServer {
 #[derive(Clone)]
 struct App {
     view: Arc<JobView>,
-    /// Bound to a loopback address: only requests naming a loopback host are answered.
+    access: Arc<Access>,
+    /// Bound to a loopback address: only requests naming a loopback host (or an allowed one)
+    /// are answered.
     loopback: bool,
+    savepoints: Arc<std::sync::Mutex<SavepointGate>>,
     shutdown: watch::Receiver<bool>,
+}
+
+/// Savepoints asked through the API: one at a time, and those that let the job go on no more
+/// often than the access rules allow.
+#[derive(Default)]
+struct SavepointGate {
+    in_flight: bool,
+    /// When the last one that let the job go on was asked for, ms.
+    last_going_on: Option<i64>,
 }
 
 impl HttpServer {
     /// Listens on `addr` (port 0: any free port) and serves `view` from a task on the current
-    /// tokio runtime until shut down or dropped. Returns the server and the address it
-    /// listens on.
+    /// tokio runtime until shut down or dropped, under the `access` rules (actions need its
+    /// token). Returns the server and the address it listens on.
     ///
     /// # Errors
     /// `Bind` when the address cannot be listened on.
-    pub async fn start(addr: SocketAddr, view: Arc<JobView>) -> Result<(HttpServer, SocketAddr)> {
+    pub async fn start(
+        addr: SocketAddr,
+        view: Arc<JobView>,
+        access: Access,
+    ) -> Result<(HttpServer, SocketAddr)> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Bind { addr, source })?;
@@ -77,7 +94,9 @@ impl HttpServer {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let app = App {
             view,
+            access: Arc::new(access),
             loopback: bound.ip().is_loopback(),
+            savepoints: Default::default(),
             shutdown: shutdown_rx.clone(),
         };
         let mut signal = shutdown_rx;
@@ -153,10 +172,14 @@ fn router(app: App) -> Router {
         .with_state(app)
 }
 
-/// Refuses requests another site could make through the user's browser:
-/// - on a loopback address, requests whose `Host` is not a loopback name or address (a page
-///   whose own domain was pointed at 127.0.0.1 to reach the job, DNS rebinding);
-/// - POSTs whose `Origin` is not the server's own (cross-site request forgery).
+/// Refuses requests another site could make through the user's browser, and actions without
+/// the job's token:
+/// - requests whose `Host` is neither a loopback name or address nor an allowed host, on a
+///   loopback address or when allowed hosts are given (a page whose own domain was pointed at
+///   the job's address to reach it, DNS rebinding);
+/// - POSTs whose `Origin` is not the server's own (cross-site request forgery);
+/// - POSTs without the token in `Authorization: Bearer` (another local user, or a page that got
+///   past the checks above).
 async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
     let host = req
         .headers()
@@ -164,12 +187,20 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("")
         .to_string();
-    if app.loopback && !is_loopback_host(&host) {
+    let known_host = is_loopback_host(&host) || app.access.allows_host(&host);
+    if !known_host && app.loopback {
         return error(
             StatusCode::MISDIRECTED_REQUEST,
             format!(
-                "this server listens on a loopback address and answers requests for \
-                 localhost or 127.0.0.1 only, not for `{host}`"
+                "this server listens on a loopback address and answers requests for                  localhost or 127.0.0.1 only, not for `{host}` (a name it should answer too:                  --http-allowed-host)"
+            ),
+        );
+    }
+    if !known_host && app.access.has_allowed_hosts() {
+        return error(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "this server answers requests for its allowed hosts (--http-allowed-host) and                  loopback names only, not for `{host}`"
             ),
         );
     }
@@ -186,6 +217,24 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
                     "requests from another site's page may not act on the job".into(),
                 );
             }
+        }
+        let authorization = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok());
+        if !app.access.authorises(authorization) {
+            let mut r = error(
+                StatusCode::UNAUTHORIZED,
+                format!(
+                    "actions on the job need its token, sent as `Authorization: Bearer TOKEN`;                      the token is {}",
+                    app.access.token_hint()
+                ),
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"weir\""),
+            );
+            return r;
         }
     }
     next.run(req).await
@@ -205,6 +254,16 @@ fn is_loopback_host(host: &str) -> bool {
 fn error(status: StatusCode, message: String) -> Response {
     let mut r = (status, axum::Json(ErrorDoc { error: message })).into_response();
     no_store(&mut r);
+    r
+}
+
+/// 429 with `Retry-After` in whole seconds.
+fn too_many(message: String, retry_after_secs: i64) -> Response {
+    let mut r = error(StatusCode::TOO_MANY_REQUESTS, message);
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(retry_after_secs.max(1)),
+    );
     r
 }
 
@@ -352,12 +411,45 @@ async fn savepoint(State(app): State<App>, body: Bytes) -> Response {
             "this job takes no savepoints: it runs without checkpoints".into(),
         );
     };
+    {
+        let now = app.view.clock.now().0;
+        let mut gate = app.savepoints.lock().expect("savepoint gate lock");
+        if gate.in_flight {
+            return too_many(
+                "a savepoint is being taken; ask again once it is written".into(),
+                1,
+            );
+        }
+        let interval =
+            i64::try_from(app.access.savepoint_interval().as_millis()).unwrap_or(i64::MAX);
+        if let (false, Some(last)) = (then_stop, gate.last_going_on) {
+            let wait_ms = last.saturating_add(interval).saturating_sub(now);
+            if wait_ms > 0 {
+                return too_many(
+                    format!(
+                        "the last savepoint was asked for {} ms ago; savepoints that let the \
+                         job go on are taken at most once every {} ms (a savepoint that \
+                         stops the job is always taken)",
+                        now - last,
+                        interval
+                    ),
+                    (wait_ms + 999) / 1_000,
+                );
+            }
+        }
+        gate.in_flight = true;
+        if !then_stop {
+            gate.last_going_on = Some(now);
+        }
+    }
     let id = app.view.savepoint_requested(then_stop);
     // On a task of its own, so that the savepoint is recorded even when the client goes away.
     let view = app.view.clone();
+    let gate = app.savepoints.clone();
     let task = tokio::spawn(async move {
         let result = take(then_stop).await;
         view.savepoint_done(id, &result);
+        gate.lock().expect("savepoint gate lock").in_flight = false;
         result
     });
     let result = task

@@ -428,9 +428,13 @@ async fn unknown_paths_get_a_json_404() {
 async fn the_history_keeps_the_newest_samples_only() {
     let f = fixture();
     let view = Arc::new(JobView::new(&f.graph, Arc::new(SystemClock)).with_history(2));
-    let (_server, addr) = HttpServer::start("127.0.0.1:0".parse().unwrap(), view.clone())
-        .await
-        .unwrap();
+    let (_server, addr) = HttpServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        view.clone(),
+        common::access(),
+    )
+    .await
+    .unwrap();
     let mut snaps = vec![f.samples[0].clone(); 4];
     for (i, s) in snaps.iter_mut().enumerate() {
         s.at += i as i64;
@@ -666,7 +670,31 @@ async fn requests_for_other_hosts_and_posts_from_other_sites_are_refused() {
     .await;
     assert_eq!(r.status, 403);
     assert!(!stopped.load(std::sync::atomic::Ordering::SeqCst));
-    // The UI itself (same origin) and clients without an Origin may.
+    // Without the job's token, or with another, nobody may act (another local user, issue
+    // #25 item 17); the answer says where the token is.
+    for authorization in [
+        "",
+        "Bearer wrong-token-0123456789",
+        "test-token-0123456789abcdef",
+    ] {
+        let r = request(
+            addr,
+            "POST",
+            "/api/v1/stop",
+            &[("authorization", authorization)],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 401, "{authorization}");
+        assert!(r.header("www-authenticate").starts_with("Bearer"));
+        let e = r.json()["error"].as_str().unwrap().to_string();
+        assert!(
+            e.contains("Authorization: Bearer") && e.contains("in the test's TOKEN"),
+            "{e}"
+        );
+    }
+    assert!(!stopped.load(std::sync::atomic::Ordering::SeqCst));
+    // The UI itself (same origin) and clients without an Origin may, with the token.
     let origin = format!("http://{addr}");
     let r = request(addr, "POST", "/api/v1/stop", &[("origin", &origin)], "").await;
     assert_eq!(r.status, 202, "{}", r.body);
@@ -676,10 +704,108 @@ async fn requests_for_other_hosts_and_posts_from_other_sites_are_refused() {
     assert_eq!(r.status, 409);
 }
 
+/// On an address that is not loopback (`--http 0.0.0.0:PORT`), a request naming a foreign host
+/// cannot act without the token (DNS rebinding, issue #25 item 18); with allowed hosts given,
+/// only they and loopback names are answered at all.
+#[tokio::test]
+async fn on_every_interface_actions_need_the_token_and_allowed_hosts_are_kept_to() {
+    let f = fixture();
+    for allowed in [None, Some("weir.example.com")] {
+        let view = Arc::new(JobView::new(&f.graph, Arc::new(SystemClock)));
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stopped.clone();
+        view.set_actions(JobActions::new().on_stop(move || {
+            s.store(true, std::sync::atomic::Ordering::SeqCst);
+        }));
+        let mut access = common::access();
+        if let Some(host) = allowed {
+            access = access.allow_host(host);
+        }
+        let (_server, bound) = HttpServer::start("0.0.0.0:0".parse().unwrap(), view, access)
+            .await
+            .unwrap();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], bound.port()));
+        let evil = [
+            ("host", "attacker.example:8081"),
+            ("origin", "http://attacker.example:8081"),
+        ];
+        let r = request(addr, "GET", "/api/v1/job", &evil[..1], "").await;
+        assert_eq!(r.status, if allowed.is_some() { 421 } else { 200 });
+        let r = request(
+            addr,
+            "POST",
+            "/api/v1/stop",
+            &[evil[0], evil[1], ("authorization", "")],
+            "",
+        )
+        .await;
+        assert_eq!(
+            r.status,
+            if allowed.is_some() { 421 } else { 401 },
+            "{}",
+            r.body
+        );
+        assert!(!stopped.load(std::sync::atomic::Ordering::SeqCst));
+        let host = allowed.unwrap_or("attacker.example:8081");
+        let origin = format!("http://{host}");
+        let r = request(
+            addr,
+            "POST",
+            "/api/v1/stop",
+            &[("host", host), ("origin", &origin)],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 202, "{}", r.body);
+        assert!(stopped.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}
+
+/// Savepoints are taken one at a time (issue #25 item 17): while one is being written another
+/// is refused with 429 and `Retry-After`, even one that would stop the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_savepoint_asked_while_one_is_written_is_refused() {
+    let (_server, addr, view) = serve(&[]).await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let r = release.clone();
+    view.set_actions(JobActions::new().on_savepoint(move |_| {
+        let r = r.clone();
+        async move {
+            r.notified().await;
+            Ok(std::path::PathBuf::from("sp-1"))
+        }
+    }));
+    let json = [("content-type", "application/json")];
+    let first =
+        tokio::spawn(async move { request(addr, "POST", "/api/v1/savepoint", &json, "").await });
+    // The first is in flight once the view records it.
+    let mut waited = 0;
+    while common::get(addr, "/api/v1/checkpoints").await.json()["savepoints"]
+        .as_array()
+        .is_none_or(|s| s.is_empty())
+    {
+        waited += 1;
+        assert!(waited < 1_000, "the first savepoint was never asked for");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for body in ["", "{\"stop\": true}"] {
+        let r = request(addr, "POST", "/api/v1/savepoint", &json, body).await;
+        assert_eq!(r.status, 429, "{}", r.body);
+        assert_eq!(r.header("retry-after"), "1");
+        assert!(r.json()["error"].as_str().unwrap().contains("being taken"));
+    }
+    release.notify_one();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.json()["path"], "sp-1");
+}
+
 #[tokio::test]
 async fn an_address_in_use_is_a_bind_error_with_a_hint() {
     let (_server, addr, view) = serve(&[]).await;
-    let e = HttpServer::start(addr, view).await.unwrap_err();
+    let e = HttpServer::start(addr, view, common::access())
+        .await
+        .unwrap_err();
     assert!(matches!(e, weir_http::Error::Bind { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(
@@ -696,9 +822,13 @@ async fn stop_through_the_api_stops_a_running_job() {
     // Slow enough to run for a minute unless stopped.
     let (graph, _rate) = common::job(&dir, 200, 1);
     let view = Arc::new(JobView::new(&graph, Arc::new(SystemClock)));
-    let (server, addr) = HttpServer::start("127.0.0.1:0".parse().unwrap(), view.clone())
-        .await
-        .unwrap();
+    let (server, addr) = HttpServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        view.clone(),
+        common::access(),
+    )
+    .await
+    .unwrap();
     let running = weir_runtime::exec::start(graph, Arc::new(SystemClock)).unwrap();
     let stop = running.stop_handle();
     view.set_actions(JobActions::new().on_stop(move || stop.stop()));
@@ -735,9 +865,13 @@ async fn savepoints_through_the_api_are_written_and_can_stop_the_job() {
     // flight before it in a fraction of a second.
     let (graph, _rate) = common::job(&dir, 1_000, 5);
     let view = Arc::new(JobView::new(&graph, Arc::new(SystemClock)));
-    let (server, addr) = HttpServer::start("127.0.0.1:0".parse().unwrap(), view.clone())
-        .await
-        .unwrap();
+    let (server, addr) = HttpServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        view.clone(),
+        common::access(),
+    )
+    .await
+    .unwrap();
     let running = weir_runtime::exec::start(graph, Arc::new(SystemClock)).unwrap();
     let savepoints = running.savepoint_handle();
     let stop = running.stop_handle();
@@ -768,6 +902,19 @@ async fn savepoints_through_the_api_are_written_and_can_stop_the_job() {
     let path = std::path::PathBuf::from(first["path"].as_str().unwrap());
     assert!(path.starts_with(&dir) && path.is_dir(), "{path:?}");
     assert_eq!(first["stopping"], false);
+    // Another that lets the job go on, at once: refused, saying when to ask again (issue #25
+    // item 17: a client asking in a loop would fill the disk); one that stops is taken.
+    let again = request(addr, "POST", "/api/v1/savepoint", &json, "").await;
+    assert_eq!(again.status, 429, "{}", again.body);
+    assert!(
+        (1..=10).contains(&again.header("retry-after").parse::<u64>().unwrap()),
+        "{:?}",
+        again.headers
+    );
+    assert!(again.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("at most once every 10000 ms"));
 
     let second =
         check_against_openapi(addr, "POST", "/api/v1/savepoint", &json, "{\"stop\": true}").await;

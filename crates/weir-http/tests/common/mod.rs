@@ -202,6 +202,16 @@ pub fn fixture() -> &'static Fixture {
     })
 }
 
+/// The action token of the servers the tests start.
+pub const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// Access rules with [`TOKEN`].
+pub fn access() -> weir_http::Access {
+    weir_http::Access::new(TOKEN)
+        .unwrap()
+        .with_token_hint("in the test's TOKEN")
+}
+
 /// A view of the fixture's graph with `snapshots` published, served on a free port.
 pub async fn serve(snapshots: &[MetricsSnapshot]) -> (HttpServer, SocketAddr, Arc<JobView>) {
     let f = fixture();
@@ -209,7 +219,7 @@ pub async fn serve(snapshots: &[MetricsSnapshot]) -> (HttpServer, SocketAddr, Ar
     for s in snapshots {
         view.publish(s.clone());
     }
-    let (server, addr) = HttpServer::start("127.0.0.1:0".parse().unwrap(), view.clone())
+    let (server, addr) = HttpServer::start("127.0.0.1:0".parse().unwrap(), view.clone(), access())
         .await
         .unwrap();
     (server, addr, view)
@@ -237,7 +247,7 @@ impl Answer {
 }
 
 /// Sends one request on a new connection; `Host` is the server's address unless `headers`
-/// gives one.
+/// gives one, and a POST carries [`TOKEN`] unless `headers` gives an `Authorization`.
 pub async fn send(
     addr: SocketAddr,
     method: &str,
@@ -253,6 +263,13 @@ pub async fn send(
     let mut req = hyper::Request::builder().method(method).uri(path);
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req = req.header("host", addr.to_string());
+    }
+    if method == "POST"
+        && !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+    {
+        req = req.header("authorization", format!("Bearer {TOKEN}"));
     }
     for (k, v) in headers {
         req = req.header(*k, *v);
