@@ -261,6 +261,9 @@ impl CalcOp {
         let cols = (self.columns.iter())
             .map(|e| e.evaluate(&batch.data))
             .collect::<crate::Result<Vec<_>>>()?;
+        for (col, field) in cols.iter().zip(self.schema.fields()) {
+            check_calendar(col, field.name())?;
+        }
         let data = RecordBatch::try_new_with_options(
             self.schema.clone(),
             cols,
@@ -269,6 +272,59 @@ impl CalcOp {
         .map_err(|e| crate::Error::Runtime(e.into()))?;
         Ok(Some(batch.with_data(data)))
     }
+}
+
+/// Refuses a TIMESTAMP column holding a value beyond the calendar (years -262143 to 262142,
+/// the range dates are written in: `TO_TIMESTAMP_LTZ(8210266876800000, 3)`): such a row
+/// cannot be written by any sink, and would fail the whole job there instead of being a dead
+/// letter here. Nanoseconds never are (an i64 of them spans 1677 to 2262).
+fn check_calendar(col: &arrow_array::ArrayRef, name: &str) -> crate::Result<()> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampSecondType,
+    };
+    use arrow_schema::TimeUnit;
+    let DataType::Timestamp(unit, _) = col.data_type() else {
+        return Ok(());
+    };
+    let (per_sec, values): (i64, Box<dyn Iterator<Item = Option<i64>>>) = match unit {
+        TimeUnit::Second => (
+            1,
+            Box::new(col.as_primitive::<TimestampSecondType>().iter()),
+        ),
+        TimeUnit::Millisecond => (
+            1_000,
+            Box::new(col.as_primitive::<TimestampMillisecondType>().iter()),
+        ),
+        TimeUnit::Microsecond => (
+            1_000_000,
+            Box::new(col.as_primitive::<TimestampMicrosecondType>().iter()),
+        ),
+        TimeUnit::Nanosecond => return Ok(()),
+    };
+    let Some((min, max)) = values
+        .flatten()
+        .fold(None, |acc: Option<(i64, i64)>, v| match acc {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+        })
+    else {
+        return Ok(());
+    };
+    for v in [min, max] {
+        if chrono::DateTime::from_timestamp(v.div_euclid(per_sec), 0).is_none() {
+            let unit = match unit {
+                TimeUnit::Second => "s",
+                TimeUnit::Millisecond => "ms",
+                _ => "µs",
+            };
+            return Err(crate::Error::Plan(format!(
+                "column `{name}`: the TIMESTAMP {v} {unit} since 1970 is beyond the calendar \
+                 (years -262143 to 262142): no sink can write it"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A row as `name=value, ...`, for a dead letter.

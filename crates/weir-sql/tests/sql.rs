@@ -662,3 +662,45 @@ fn rows_an_expression_cannot_compute_are_dead_letters_of_the_job() {
     let letter = &report.kept_dead_letters[0];
     assert!(letter.record.contains("k=seven"), "{letter:?}");
 }
+
+/// A TIMESTAMP beyond the calendar (issue #25 item 15: a BIGINT time of 8210266876800000 ms
+/// and up, past the year 262142) is a dead letter of the expression that made it, not a
+/// failure of the whole job when the CSV sink cannot write it; the other rows are written.
+#[test]
+fn a_timestamp_beyond_the_calendar_is_a_dead_letter_not_a_failed_job() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("in.csv"),
+        "k,t\na,1000\nb,8210266876800000\nc,8210266876799999\nd,-9223372036854775807\n",
+    )
+    .unwrap();
+    let sql = format!(
+        "CREATE TABLE t (k STRING, t BIGINT) WITH ('connector' = 'filesystem', 'path' = '{d}/in.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE o (k STRING, ts TIMESTAMP_LTZ(3)) WITH ('connector' = 'filesystem', 'path' = '{d}/out.csv', 'format' = 'csv', 'csv.header' = 'true');
+         INSERT INTO o SELECT k, TO_TIMESTAMP_LTZ(t, 3) FROM t;",
+        d = dir.path().display()
+    );
+    let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
+    let report = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(weir_runtime::exec::run(
+            graph,
+            std::sync::Arc::new(weir_core::SystemClock),
+        ))
+        .unwrap();
+    assert_eq!(
+        output_lines(dir.path(), "out.csv"),
+        vec!["a,1970-01-01 00:00:01Z", "c,+262142-12-31 23:59:59.999Z"]
+    );
+    assert_eq!(report.dead_letters, 2);
+    let mut letters: Vec<_> = report.kept_dead_letters.iter().collect();
+    letters.sort_by(|a, b| a.record.cmp(&b.record));
+    assert!(letters[0].record.contains("k=b"), "{letters:?}");
+    assert!(letters[1].record.contains("k=d"), "{letters:?}");
+    assert!(
+        letters[0].reason.contains("column `ts`")
+            && letters[0].reason.contains("8210266876800000 ms")
+            && letters[0].reason.contains("beyond the calendar"),
+        "{letters:?}"
+    );
+}
