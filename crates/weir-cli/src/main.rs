@@ -1,6 +1,7 @@
 //! `weir`: run, inspect and benchmark stream jobs.
 
 mod bench;
+mod control;
 mod cutover;
 mod demo;
 mod gen;

@@ -49,10 +49,17 @@ pub async fn run(
         .collect();
     // Installed before the job starts, so that a signal from the first moment on stops it
     // cleanly; what stopped it is known before the stop takes effect.
+    // On the control runtime: the job's own runtime may be too busy to hear them.
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
-    let mut usr1 = signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?;
+    let control = crate::control::handle();
+    let (mut term, mut int, mut usr1) = {
+        let _in_control = control.enter();
+        (
+            signal(SignalKind::terminate()).context("installing a SIGTERM handler")?,
+            signal(SignalKind::interrupt()).context("installing a SIGINT handler")?,
+            signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?,
+        )
+    };
     let checkpointing = graph.config.checkpointing.is_some();
     let slo_ms = graph
         .config
@@ -71,7 +78,7 @@ pub async fn run(
     }
     let signals = {
         let stopped_by = stopped_by.clone();
-        tokio::spawn(async move {
+        control.spawn(async move {
             let mut signalled = false;
             loop {
                 let which = tokio::select! {

@@ -149,15 +149,22 @@ impl Web {
         };
         let mut access = token.access;
         for host in &args.http_allowed_host {
+            if host.matches(':').count() > 1 && !host.starts_with('[') {
+                anyhow::bail!(
+                    "--http-allowed-host {host}: an IPv6 address is written in brackets, as a \
+                     Host header names it ([{host}] or [{host}]:PORT)"
+                );
+            }
             access = access.allow_host(host.clone());
         }
         let (server, bound) = if explicit {
-            match HttpServer::start(addr, view.clone(), access.clone()).await {
+            match on_control(HttpServer::start(addr, view.clone(), access.clone())).await {
                 Ok(started) => started,
                 Err(e) => return Err(e.into()),
             }
         } else {
-            match start_near(addr, view.clone(), &access).await {
+            let near = start_near(addr, view.clone(), access.clone());
+            match on_control(near).await {
                 Ok(started) => {
                     if started.1 != addr {
                         eprintln!(
@@ -185,8 +192,8 @@ impl Web {
         }
         if !bound.ip().is_loopback() && args.http_allowed_host.is_empty() {
             eprintln!(
-                "weir: serving on {bound}, not loopback: any host name is answered (give \
-                 --http-allowed-host to keep to yours); actions still need the token"
+                "weir: serving on {bound}, not loopback: requests naming this machine by an IP \
+                 address are answered; give --http-allowed-host for each name it is reached by"
             );
         }
         Ok(Some(Web {
@@ -255,11 +262,24 @@ impl Signals {
     }
 }
 
+/// Starts the server on the control runtime (see [`crate::control`]): its requests are
+/// answered while the job's subtasks keep the job's runtime busy.
+async fn on_control(
+    start: impl std::future::Future<Output = weir_http::Result<(HttpServer, SocketAddr)>>
+        + Send
+        + 'static,
+) -> weir_http::Result<(HttpServer, SocketAddr)> {
+    crate::control::handle()
+        .spawn(start)
+        .await
+        .map_err(|e| weir_http::Error::Internal(format!("starting the HTTP server: {e}")))?
+}
+
 /// `addr`, else one of the next ports when it is taken, else any free port.
 async fn start_near(
     addr: SocketAddr,
     view: Arc<JobView>,
-    access: &weir_http::Access,
+    access: weir_http::Access,
 ) -> weir_http::Result<(HttpServer, SocketAddr)> {
     let mut candidates: Vec<SocketAddr> = (0..DEFAULT_PORT_TRIES)
         .filter_map(|i| addr.port().checked_add(i))

@@ -1019,7 +1019,7 @@ impl SinkFactory for KafkaSink {
     fn delivery(&self, _checkpoints: bool) -> Delivery {
         Delivery::AtLeastOnce
     }
-    fn writes(&self, _parallelism: usize) -> Vec<weir_runtime::Location> {
+    fn writes(&self, _parallelism: usize, _checkpoints: bool) -> Vec<weir_runtime::Location> {
         vec![weir_runtime::Location::Topic {
             bootstrap_servers: self.spec.bootstrap_servers.clone(),
             topic: self.spec.topic.clone(),

@@ -173,14 +173,21 @@ fn a_second_job_on_a_checkpoint_folder_in_use_is_refused_naming_the_first() {
     checkpoint_and_stop(job("other", &a, &dir, false));
 }
 
-/// A keyed count of `file` into the CSV file `out` at parallelism 2 (a folder of part files
-/// per subtask), slowed down, with its dead letters in `dead` and checkpoints in `dir`.
-fn file_job(name: &str, file: &Path, dir: &Path, out: &Path, dead: &Path) -> JobBuilder {
+/// A keyed count of `file` into the CSV file `out` at `parallelism` (a folder of part files,
+/// a part per subtask), slowed down, with its dead letters in `dead` and checkpoints in `dir`.
+fn file_job(
+    name: &str,
+    parallelism: usize,
+    file: &Path,
+    dir: &Path,
+    out: &Path,
+    dead: &Path,
+) -> JobBuilder {
     let job = JobBuilder::with_config(
         name,
         JobConfig {
             batch_rows: 100,
-            parallelism: 2,
+            parallelism,
             checkpointing: Some(CheckpointConfig::new(20, dir)),
             dead_letter_path: Some(dead.to_path_buf()),
             ..Default::default()
@@ -225,27 +232,28 @@ fn a_second_job_writing_an_output_in_use_is_refused_naming_the_first() {
     let other_dead = tmp.path().join("out").join("other-dead.jsonl");
     rt().block_on(async {
         let first = exec::start(
-            file_job("counts", &a, &dir1, &out, &dead).build().unwrap(),
+            file_job("counts", 2, &a, &dir1, &out, &dead)
+                .build()
+                .unwrap(),
             Arc::new(SystemClock),
         )
         .unwrap();
-        for (out, dead, what) in [
+        // At any parallelism: every subtask writes into the folder at the path.
+        let sink = format!("output of sink `out` {}", out.display());
+        for (parallelism, out, dead, what) in [
+            (2, &out, &other_dead, sink.clone()),
+            (1, &out, &other_dead, sink.clone()),
             (
-                &out,
-                &other_dead,
-                format!(
-                    "output of sink `out` {}",
-                    out.with_file_name("counts-0.csv").display()
-                ),
-            ),
-            (
+                1,
                 &other_out,
                 &dead,
                 format!("dead-letter file {}", dead.display()),
             ),
         ] {
             let err = exec::start(
-                file_job("other", &a, &dir2, out, dead).build().unwrap(),
+                file_job("other", parallelism, &a, &dir2, out, dead)
+                    .build()
+                    .unwrap(),
                 Arc::new(SystemClock),
             )
             .map(|_| ())
@@ -267,9 +275,9 @@ fn a_second_job_writing_an_output_in_use_is_refused_naming_the_first() {
         first.wait().await.unwrap();
     });
     // Free again.
-    checkpoint_and_stop(file_job("other", &a, &dir2, &out, &dead));
+    checkpoint_and_stop(file_job("other", 1, &a, &dir2, &out, &dead));
     // The lock files went with the job that held them; a glob skips hidden files anyway.
-    assert!(!tmp.path().join("out").join(".counts-0.csv.lock").exists());
+    assert!(!tmp.path().join("out").join(".counts.csv.lock").exists());
     std::fs::write(tmp.path().join("out").join(".hidden.csv"), "key\n").unwrap();
     let notes = tmp.path().join("out").join("notes.txt");
     std::fs::write(&notes, "n\n").unwrap();

@@ -762,9 +762,10 @@
       r = await send(token.trim());
       doc = {};
       try { doc = await r.json(); } catch (e) { /* no body */ }
-      if (r.ok) {
-        try { window.sessionStorage.setItem(TOKEN_KEY, token.trim()); } catch (e) { /* storage off */ }
-      }
+      try {
+        if (r.ok) window.sessionStorage.setItem(TOKEN_KEY, token.trim());
+        else if (r.status === 401) window.sessionStorage.removeItem(TOKEN_KEY);
+      } catch (e) { /* storage off */ }
     }
     if (!r.ok) throw new Error(doc.error || (path + ': ' + r.status));
     return doc;

@@ -64,6 +64,17 @@ struct App {
     shutdown: watch::Receiver<bool>,
 }
 
+/// A savepoint being taken: the gate opens again when this is dropped, however the task ends.
+struct InFlight(Arc<std::sync::Mutex<SavepointGate>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut gate) = self.0.lock() {
+            gate.in_flight = false;
+        }
+    }
+}
+
 /// Savepoints asked through the API: one at a time, and those that let the job go on no more
 /// often than the access rules allow.
 #[derive(Default)]
@@ -192,7 +203,9 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         return error(
             StatusCode::MISDIRECTED_REQUEST,
             format!(
-                "this server listens on a loopback address and answers requests for                  localhost or 127.0.0.1 only, not for `{host}` (a name it should answer too:                  --http-allowed-host)"
+                "this server listens on a loopback address and answers requests for \
+                 localhost or 127.0.0.1 only, not for `{host}` (a name it should answer too: \
+                 --http-allowed-host)"
             ),
         );
     }
@@ -200,7 +213,19 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         return error(
             StatusCode::MISDIRECTED_REQUEST,
             format!(
-                "this server answers requests for its allowed hosts (--http-allowed-host) and                  loopback names only, not for `{host}`"
+                "this server answers requests for its allowed hosts (--http-allowed-host) and \
+                 loopback names only, not for `{host}`"
+            ),
+        );
+    }
+    // Without allowed hosts, an address: a name could be one an attacker's page pointed here
+    // (DNS rebinding) to read the job through the user's browser.
+    if !known_host && !is_ip_host(&host) {
+        return error(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "this server answers requests for an IP address or a loopback name, not for \
+                 `{host}`: give the names it should answer with --http-allowed-host"
             ),
         );
     }
@@ -226,7 +251,8 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
             let mut r = error(
                 StatusCode::UNAUTHORIZED,
                 format!(
-                    "actions on the job need its token, sent as `Authorization: Bearer TOKEN`;                      the token is {}",
+                    "actions on the job need its token, sent as `Authorization: Bearer TOKEN`; \
+                     the token is {}",
                     app.access.token_hint()
                 ),
             );
@@ -238,6 +264,11 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         }
     }
     next.run(req).await
+}
+
+/// An IP address, with or without a port (`10.0.0.5:8081`, `[fd00::1]`).
+fn is_ip_host(host: &str) -> bool {
+    crate::access::split_host(host).0.parse::<IpAddr>().is_ok()
 }
 
 /// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
@@ -429,7 +460,7 @@ async fn savepoint(State(app): State<App>, body: Bytes) -> Response {
                     format!(
                         "the last savepoint was asked for {} ms ago; savepoints that let the \
                          job go on are taken at most once every {} ms (a savepoint that \
-                         stops the job is always taken)",
+                         stops the job is never refused for coming too soon)",
                         now - last,
                         interval
                     ),
@@ -442,14 +473,22 @@ async fn savepoint(State(app): State<App>, body: Bytes) -> Response {
             gate.last_going_on = Some(now);
         }
     }
+    let in_flight = InFlight(app.savepoints.clone());
     let id = app.view.savepoint_requested(then_stop);
     // On a task of its own, so that the savepoint is recorded even when the client goes away.
     let view = app.view.clone();
-    let gate = app.savepoints.clone();
     let task = tokio::spawn(async move {
         let result = take(then_stop).await;
         view.savepoint_done(id, &result);
-        gate.lock().expect("savepoint gate lock").in_flight = false;
+        if result.is_err() {
+            // One that failed wrote nothing: the next may come at once.
+            in_flight
+                .0
+                .lock()
+                .expect("savepoint gate lock")
+                .last_going_on = None;
+        }
+        drop(in_flight);
         result
     });
     let result = task

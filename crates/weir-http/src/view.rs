@@ -185,11 +185,12 @@ impl GraphInfo {
         for n in &graph.nodes {
             *count.entry(n.name.as_str()).or_default() += 1;
         }
+        let inputs_by_node = graph.inputs_by_node();
         let nodes = graph
             .nodes
             .iter()
             .map(|n| {
-                let inputs = graph.inputs_of(n.id);
+                let inputs = &inputs_by_node[n.id];
                 let keys = inputs
                     .iter()
                     .find_map(|e| match &e.partitioning {

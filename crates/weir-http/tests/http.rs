@@ -705,8 +705,9 @@ async fn requests_for_other_hosts_and_posts_from_other_sites_are_refused() {
 }
 
 /// On an address that is not loopback (`--http 0.0.0.0:PORT`), a request naming a foreign host
-/// cannot act without the token (DNS rebinding, issue #25 item 18); with allowed hosts given,
-/// only they and loopback names are answered at all.
+/// is not answered (DNS rebinding, issue #25 item 18): without allowed hosts only IP addresses
+/// and loopback names are, with them only they and loopback names; and nothing acts without the
+/// token.
 #[tokio::test]
 async fn on_every_interface_actions_need_the_token_and_allowed_hosts_are_kept_to() {
     let f = fixture();
@@ -730,23 +731,37 @@ async fn on_every_interface_actions_need_the_token_and_allowed_hosts_are_kept_to
             ("origin", "http://attacker.example:8081"),
         ];
         let r = request(addr, "GET", "/api/v1/job", &evil[..1], "").await;
-        assert_eq!(r.status, if allowed.is_some() { 421 } else { 200 });
-        let r = request(
-            addr,
-            "POST",
-            "/api/v1/stop",
-            &[evil[0], evil[1], ("authorization", "")],
-            "",
-        )
-        .await;
-        assert_eq!(
-            r.status,
-            if allowed.is_some() { 421 } else { 401 },
+        assert_eq!(r.status, 421);
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("--http-allowed-host"),
             "{}",
             r.body
         );
+        let r = request(addr, "POST", "/api/v1/stop", &evil, "").await;
+        assert_eq!(r.status, 421, "{}", r.body);
+        // An address the job is reached at: answered, but no action without the token.
+        let ip = [
+            ("host", "10.0.0.5:8081"),
+            ("origin", "http://10.0.0.5:8081"),
+        ];
+        let r = request(addr, "GET", "/api/v1/job", &ip[..1], "").await;
+        assert_eq!(r.status, if allowed.is_some() { 421 } else { 200 });
+        if allowed.is_none() {
+            let r = request(
+                addr,
+                "POST",
+                "/api/v1/stop",
+                &[ip[0], ip[1], ("authorization", "")],
+                "",
+            )
+            .await;
+            assert_eq!(r.status, 401, "{}", r.body);
+        }
         assert!(!stopped.load(std::sync::atomic::Ordering::SeqCst));
-        let host = allowed.unwrap_or("attacker.example:8081");
+        let host = allowed.unwrap_or("10.0.0.5:8081");
         let origin = format!("http://{host}");
         let r = request(
             addr,

@@ -142,7 +142,7 @@ impl SinkFactory for JdbcSinkFactory {
     }
     /// The table, so that two sinks of a job writing it are refused (their staging and
     /// progress would be one).
-    fn writes(&self, _parallelism: usize) -> Vec<weir_runtime::Location> {
+    fn writes(&self, _parallelism: usize, _checkpoints: bool) -> Vec<weir_runtime::Location> {
         let database = match &self.options.database {
             Database::Sqlite { path } => format!(
                 "sqlite {}",

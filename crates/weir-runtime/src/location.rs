@@ -4,7 +4,7 @@
 use std::path::{Component, Path, PathBuf};
 
 /// A place a sink writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Location {
     /// A file, as [`normalise_path`] spells it.
     File(PathBuf),
@@ -53,6 +53,48 @@ impl Location {
     }
 }
 
+/// The places a job's sinks write, indexed so that a source can look up what it reads
+/// ([`crate::SourceFactory::reads_any`]) rather than test every place: a statement set of
+/// 10 000 INSERTs has as many sinks as sources.
+#[derive(Debug, Default)]
+pub struct Written {
+    places: Vec<Location>,
+    files: std::collections::BTreeMap<PathBuf, usize>,
+}
+
+impl Written {
+    pub fn new(places: Vec<Location>) -> Self {
+        let files = places
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                Location::File(f) => Some((f.clone(), i)),
+                _ => None,
+            })
+            .collect();
+        Written { places, files }
+    }
+
+    pub fn places(&self) -> &[Location] {
+        &self.places
+    }
+
+    /// The place that is the file `path` (as [`normalise_path`] spells it).
+    pub fn file(&self, path: &Path) -> Option<usize> {
+        self.files.get(path).copied()
+    }
+
+    /// A place that is a file inside the folder `dir` (as [`normalise_path`] spells it), at
+    /// any depth. Paths order by components, so a folder's files follow it in the index.
+    pub fn file_under(&self, dir: &Path) -> Option<usize> {
+        self.files
+            .range(dir.to_path_buf()..)
+            .take_while(|(p, _)| p.starts_with(dir))
+            .find(|(p, _)| p.as_path() != dir)
+            .map(|(_, &i)| i)
+    }
+}
+
 /// Takes `path`, an output file or folder (as [`normalise_path`] spells it), for this running
 /// job: an exclusive advisory lock on a hidden file beside it (`out.csv` → `.out.csv.lock`), with
 /// `holder` written in it, released (and the file deleted) when the lock is dropped; the OS
@@ -76,7 +118,10 @@ pub(crate) fn lock_output(
         return Ok(None);
     };
     let lock = dir.join(format!(".{}.lock", name.to_string_lossy()));
-    weir_state::checkpoint::lock_file(&lock, holder, true)?
+    // A lock file that cannot be made (a file in the way of its folder) is the outside world,
+    // which may be put right before the next try, as for the sink's own files.
+    weir_state::checkpoint::lock_file(&lock, holder, true)
+        .map_err(|e| crate::Error::io(format!("{what} {}", path.display()), e))?
         .map(Some)
         .map_err(|holder| crate::Error::OutputInUse {
             what: what.to_string(),
@@ -122,6 +167,32 @@ pub fn normalise_path(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_files_are_found_by_path_and_under_their_folders_only() {
+        let w = Written::new(vec![
+            Location::Topic {
+                bootstrap_servers: "b:9092".into(),
+                topic: "t".into(),
+            },
+            Location::File("/data/out/a.csv".into()),
+            Location::File("/data/out-2/b.csv".into()),
+            Location::File("/data/deep/x/y/c.csv".into()),
+        ]);
+        assert_eq!(w.file(Path::new("/data/out/a.csv")), Some(1));
+        assert_eq!(w.file(Path::new("/data/out")), None);
+        assert_eq!(w.file_under(Path::new("/data/out")), Some(1));
+        assert_eq!(w.file_under(Path::new("/data/out-2")), Some(2));
+        assert_eq!(w.file_under(Path::new("/data/deep")), Some(3));
+        assert_eq!(w.file_under(Path::new("/data/deep/x/y/c.csv")), None);
+        assert_eq!(w.file_under(Path::new("/data/ou")), None);
+        assert_eq!(w.file_under(Path::new("/elsewhere")), None);
+        assert_eq!(
+            w.file_under(Path::new("/")),
+            Some(3),
+            "the first in path order"
+        );
+    }
 
     #[test]
     fn two_spellings_of_one_file_are_one_location() {

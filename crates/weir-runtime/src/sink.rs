@@ -81,9 +81,10 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
     /// that does not complete. `weir explain` prints it.
     fn delivery(&self, checkpoints: bool) -> Delivery;
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>>;
-    /// The places the sink's `parallelism` subtasks write, so that a job whose sink would
-    /// overwrite one of its sources' inputs is refused (see [`crate::SourceFactory::reads`]).
-    fn writes(&self, _parallelism: usize) -> Vec<crate::Location> {
+    /// The places the sink's `parallelism` subtasks write (in a job with `checkpoints` or
+    /// without), so that a job whose sink would overwrite one of its sources' inputs is
+    /// refused (see [`crate::SourceFactory::reads`]) and a running job holds its outputs.
+    fn writes(&self, _parallelism: usize, _checkpoints: bool) -> Vec<crate::Location> {
         Vec::new()
     }
 }
@@ -236,8 +237,8 @@ impl SinkFactory for RateLimitedSink {
     fn delivery(&self, checkpoints: bool) -> Delivery {
         self.inner.delivery(checkpoints)
     }
-    fn writes(&self, parallelism: usize) -> Vec<crate::Location> {
-        self.inner.writes(parallelism)
+    fn writes(&self, parallelism: usize, checkpoints: bool) -> Vec<crate::Location> {
+        self.inner.writes(parallelism, checkpoints)
     }
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(RateLimitedWriter {

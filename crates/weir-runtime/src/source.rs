@@ -257,6 +257,12 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     fn reads(&self, _location: &crate::Location) -> bool {
         false
     }
+    /// The first of `written` (by index) that the source reads, as [`SourceFactory::reads`]
+    /// says; a source whose inputs can be looked up (a file, a folder) does so instead of
+    /// testing every place.
+    fn reads_any(&self, written: &crate::location::Written) -> Option<usize> {
+        written.places().iter().position(|p| self.reads(p))
+    }
 }
 
 /// What to do with a malformed record.

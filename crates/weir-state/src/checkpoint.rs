@@ -428,10 +428,13 @@ pub struct FileLock {
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        if let Some(path) = &self.remove {
+        if let (Some(path), Some(file)) = (&self.remove, &self.file) {
             // Whoever opened this file before it is gone finds, once it has the lock, that the
-            // path no longer names it, and tries again (see `lock_file`).
-            let _ = fs::remove_file(path);
+            // path no longer names it, and tries again (see `lock_file`). A path that names
+            // another file by now (ours deleted by hand, a new one locked) is not ours to delete.
+            if names_file(path, file) {
+                let _ = fs::remove_file(path);
+            }
         }
         drop(self.file.take());
     }
@@ -457,7 +460,9 @@ pub fn lock_file(
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
     }
-    loop {
+    // Each retry follows a holder's release; a file system whose file ids do not hold still
+    // (some FUSE mounts) would otherwise retry for ever.
+    for _ in 0..1_000 {
         let mut file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -494,6 +499,13 @@ pub fn lock_file(
             Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", path, e)),
         }
     }
+    Err(Error::io(
+        "lock",
+        path,
+        std::io::Error::other(
+            "the lock file keeps changing under the lock; is it on a local disk?",
+        ),
+    ))
 }
 
 /// Whether `path` still names the open `file`.

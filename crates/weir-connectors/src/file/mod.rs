@@ -362,6 +362,20 @@ pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
             })
             .collect();
         v.sort();
+        // Said once, at planning: rows a user may have expected.
+        let hidden = glob::glob(pattern)
+            .map(|all| all.flatten().filter(|p| p.is_file()).count())
+            .unwrap_or(0)
+            .saturating_sub(v.len());
+        if hidden > 0 {
+            tracing::warn!(
+                pattern,
+                hidden,
+                "{pattern} leaves out {hidden} hidden file(s) (names starting with `.`: parts \
+                 in progress, lock files), as a shell does; a pattern whose part starts with \
+                 `.` reads them"
+            );
+        }
         v
     } else {
         let p = PathBuf::from(pattern);
@@ -417,6 +431,21 @@ fn broken_symlink(path: &Path) -> Option<(PathBuf, std::io::Error)> {
 impl SourceFactory for FileSource {
     fn kind(&self) -> &'static str {
         "file"
+    }
+    fn reads_any(&self, written: &weir_runtime::location::Written) -> Option<usize> {
+        if self.spec.path.contains(['*', '?', '[']) {
+            return written.places().iter().position(|p| self.reads(p));
+        }
+        // A file or folder: normalised once, then looked up.
+        let pattern = Path::new(&self.spec.path);
+        let mine = weir_runtime::location::normalise_path(pattern);
+        written.file(&mine).or_else(|| {
+            if pattern.is_dir() {
+                written.file_under(&mine)
+            } else {
+                None
+            }
+        })
     }
     fn reads(&self, location: &weir_runtime::Location) -> bool {
         let weir_runtime::Location::File(written) = location else {

@@ -102,7 +102,14 @@ impl SinkFactory for FileSink {
             Delivery::AtMostOnce
         }
     }
-    fn writes(&self, parallelism: usize) -> Vec<weir_runtime::Location> {
+    /// With checkpoints every subtask writes into the folder at the path; without, each its
+    /// own file.
+    fn writes(&self, parallelism: usize, checkpoints: bool) -> Vec<weir_runtime::Location> {
+        if checkpoints {
+            return vec![weir_runtime::Location::File(
+                weir_runtime::location::normalise_path(&self.spec.path),
+            )];
+        }
         (0..parallelism)
             .map(|i| {
                 weir_runtime::Location::File(weir_runtime::location::normalise_path(

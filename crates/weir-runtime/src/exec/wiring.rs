@@ -162,19 +162,19 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let in_flight_bound_rows = (channels.len() * cfg.channel_buffers * cfg.batch_rows) as i64;
     let exchanges: Vec<Arc<ExchangeMetrics>> = exchanges.into_values().collect();
 
+    let inputs_by_node = graph.inputs_by_node();
     let mut node_metrics = Vec::new();
     for n in &graph.nodes {
         node_metrics.push(Arc::new(NodeMetrics {
             name: n.name.clone(),
-            upstream: graph.inputs_of(n.id).iter().map(|e| e.from).collect(),
+            upstream: inputs_by_node[n.id].iter().map(|e| e.from).collect(),
             kind: format!("{} {}", n.kind.role(), n.kind.kind()),
             subtasks: (0..n.parallelism)
                 .map(|_| Arc::new(SubtaskMetrics::default()))
                 .collect(),
             splits: Default::default(),
             inputs: {
-                let n_inputs = graph
-                    .inputs_of(n.id)
+                let n_inputs = inputs_by_node[n.id]
                     .iter()
                     .map(|e| e.input + 1)
                     .max()
@@ -224,8 +224,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     for n in graph.nodes.iter().rev() {
         let node_mailboxes = std::mem::take(&mut mailboxes[n.id]);
         let node_outputs = std::mem::take(&mut outputs[n.id]);
-        let input_streams: Vec<_> = graph
-            .inputs_of(n.id)
+        let input_streams: Vec<_> = inputs_by_node[n.id]
             .iter()
             .map(|e| graph.nodes[e.from].output.clone())
             .collect();
@@ -625,7 +624,7 @@ fn lock_outputs(graph: &JobGraph, holder: &str) -> Result<Vec<weir_state::checkp
     let mut paths = Vec::new();
     for n in &graph.nodes {
         if let NodeKind::Sink { factory } = &n.kind {
-            for place in factory.writes(n.parallelism) {
+            for place in factory.writes(n.parallelism, graph.config.checkpointing.is_some()) {
                 if let crate::Location::File(path) = place {
                     paths.push((path, format!("output of sink `{}`", n.name), ""));
                 }
