@@ -430,14 +430,19 @@ pub fn hms(ms: i64) -> String {
     format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// Whether the newest complete checkpoint in `dir` is one job `name` wrote.
+/// Whether the newest complete checkpoint in `dir` whose manifest reads is one job `name`
+/// wrote (a corrupt one is passed over, as the restore passes over it).
 fn own_checkpoint(dir: &Path, name: &str) -> bool {
     use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
     let storage = LocalDirStorage::new(dir);
-    match storage.latest() {
-        Ok(Some(h)) => storage.read_manifest(&h).is_ok_and(|m| m.job == name),
-        _ => false,
-    }
+    let folders = storage.complete_newest_first().unwrap_or_default();
+    folders
+        .iter()
+        .find_map(|f| {
+            let h = storage.open(&f.to_string_lossy()).ok()?;
+            storage.read_manifest(&h).ok()
+        })
+        .is_some_and(|m| m.job == name)
 }
 
 /// A signal that stopped a job.

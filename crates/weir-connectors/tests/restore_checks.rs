@@ -1,7 +1,7 @@
 //! What a restore refuses (issue #25 items 4 and 5): the latest checkpoint of another job, a
 //! checkpoint of this job taken on another input, and a checkpoint whose state files were
-//! changed after it completed. Each was restored without a word before, and gave another
-//! answer.
+//! changed after it completed (passed over for the one before it, refused when none is good).
+//! Each was restored without a word before, and gave another answer.
 
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
@@ -118,14 +118,53 @@ fn a_restore_refuses_another_jobs_checkpoint_another_input_and_a_changed_state_f
         "{err}"
     );
 
-    // 16 bytes of a state file flipped after the checkpoint completed.
-    let newest = std::fs::read_dir(&dir)
+    // 16 bytes of a state file of the newest checkpoint flipped after it completed: passed
+    // over, with a warning, for the one before it.
+    let complete = complete_checkpoints(&dir);
+    assert!(complete.len() >= 2, "{complete:?}");
+    let (newest, before) = (&complete[complete.len() - 1], &complete[complete.len() - 2]);
+    flip_a_state_file(&newest.1);
+    let report = restored_run(job("counts", &a, &dir, true));
+    assert_eq!(report.restored.as_ref().map(|r| r.0), Some(before.0));
+
+    // Every checkpoint corrupt (a state file flipped, a manifest cut short): refused, naming
+    // the newest's bad file.
+    let complete = complete_checkpoints(&dir);
+    let newest = complete.last().unwrap().clone();
+    let state = flip_a_state_file(&newest.1);
+    for (_, folder) in &complete[..complete.len() - 1] {
+        let manifest = folder.join("_manifest.json");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        std::fs::write(&manifest, &text[..text.len() / 2]).unwrap();
+    }
+    let err = refused(job("counts", &a, &dir, true));
+    let name = state.file_name().unwrap().to_string_lossy().to_string();
+    assert!(err.contains(&name) && err.contains("checksum"), "{err}");
+}
+
+/// The complete checkpoints in `dir` (number, folder), oldest first.
+fn complete_checkpoints(dir: &Path) -> Vec<(u64, std::path::PathBuf)> {
+    let mut v: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("_manifest.json").exists())
-        .max()
-        .unwrap();
-    let state = std::fs::read_dir(&newest)
+        .filter_map(|p| {
+            let n = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("chk-")?
+                .parse()
+                .ok()?;
+            Some((n, p))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Flips 16 bytes in the middle of a state file of the checkpoint in `folder`; returns it.
+fn flip_a_state_file(folder: &Path) -> std::path::PathBuf {
+    let state = std::fs::read_dir(folder)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "arrow"))
@@ -136,9 +175,27 @@ fn a_restore_refuses_another_jobs_checkpoint_another_input_and_a_changed_state_f
         *byte ^= 0x5a;
     }
     std::fs::write(&state, &bytes).unwrap();
-    let err = refused(job("counts", &a, &dir, true));
-    let name = state.file_name().unwrap().to_string_lossy().to_string();
-    assert!(err.contains(&name) && err.contains("checksum"), "{err}");
+    state
+}
+
+/// Runs `job`, which restores the latest checkpoint, until it has taken a checkpoint of its
+/// own, then stops it; its report.
+fn restored_run(job: JobBuilder) -> weir_runtime::exec::JobReport {
+    rt().block_on(async {
+        let running = exec::start(job.build().unwrap(), Arc::new(SystemClock)).unwrap();
+        let stop = running.stop_handle();
+        let metrics = running.metrics.clone();
+        tokio::spawn(async move {
+            while metrics.checkpoints.completed.load(Relaxed) < 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            stop.stop();
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(120), running.wait())
+            .await
+            .expect("a checkpoint within 120 s")
+            .unwrap()
+    })
 }
 
 /// A checkpoint folder belongs to one running job (issue #25 item 3): a second job on it is

@@ -332,6 +332,15 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// `Io` if the directory cannot be listed.
     fn latest(&self) -> Result<Option<CheckpointHandle>>;
 
+    /// The number of the newest complete checkpoint or savepoint, without reading its manifest
+    /// (which may be corrupt): new checkpoints are numbered past it.
+    ///
+    /// # Errors
+    /// `Io` if the directory cannot be listed.
+    fn newest_epoch(&self) -> Result<Option<Epoch>> {
+        Ok(self.latest()?.map(|h| h.epoch))
+    }
+
     /// The complete checkpoint at `location` (for a local directory, a path to a checkpoint
     /// folder or to its `_manifest.json`, anywhere on disk).
     ///
@@ -385,6 +394,22 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
             }
         }
         Ok(bytes)
+    }
+
+    /// Checks every state file of a complete checkpoint against `manifest` (its own), as
+    /// [`CheckpointStorage::read_state_file`] does: reads them all.
+    ///
+    /// # Errors
+    /// As [`CheckpointStorage::read_state_file`], for the first file that fails.
+    fn verify(&self, checkpoint: &CheckpointHandle, manifest: &Manifest) -> Result<()> {
+        for node in manifest.nodes.values() {
+            for subtask in &node.subtasks {
+                for file in &subtask.files {
+                    self.read_state_file(checkpoint, file)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Keeps the newest `keep` complete checkpoints (at least one) and removes older complete
@@ -567,6 +592,22 @@ impl LocalDirStorage {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The folders of the complete checkpoints and savepoints, newest first: where
+    /// [`CheckpointStorage::latest`] looks, and where a restore looks on when the newest is
+    /// corrupt.
+    ///
+    /// # Errors
+    /// `Io` if the directory cannot be listed.
+    pub fn complete_newest_first(&self) -> Result<Vec<PathBuf>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter(|f| f.complete)
+            .rev()
+            .map(|f| f.path)
+            .collect())
     }
 
     /// The folder of checkpoint `epoch` while it is taken, and after if it is no savepoint.
@@ -856,6 +897,15 @@ impl CheckpointStorage for LocalDirStorage {
             Some(found) => self.open_path(&found.path).map(Some),
             None => Ok(None),
         }
+    }
+
+    fn newest_epoch(&self) -> Result<Option<Epoch>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter(|f| f.complete)
+            .map(|f| f.epoch)
+            .max())
     }
 
     fn open(&self, location: &str) -> Result<CheckpointHandle> {

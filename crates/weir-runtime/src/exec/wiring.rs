@@ -591,7 +591,7 @@ impl CheckpointWiring {
         restored: Option<weir_core::time::Epoch>,
     ) -> Result<super::CheckpointRun> {
         // Numbered on past every checkpoint in the directory and the one restored.
-        let newest = self.storage.latest()?.map(|h| h.epoch.0).unwrap_or(0);
+        let newest = self.storage.newest_epoch()?.map_or(0, |e| e.0);
         let first = newest.max(restored.map_or(0, |e| e.0)) + 1;
         tracing::debug!(dir = %self.dir.display(), first, "checkpoints on");
         Ok(super::CheckpointRun {
