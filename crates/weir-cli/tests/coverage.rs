@@ -283,3 +283,10 @@ fn decimal_division_has_flinks_types_and_rounds_half_up() {
 fn lag_and_over_aggregates_take_rows_of_one_time_together_as_flink() {
     check("lag_ties");
 }
+
+/// WITH (#24 item 7): named queries in a window table function, one on another, one used
+/// twice, inside a view, and one hiding a table of its name.
+#[test]
+fn with_queries_are_planned_where_they_are_used_as_flink() {
+    check("with");
+}

@@ -704,3 +704,38 @@ fn a_timestamp_beyond_the_calendar_is_a_dead_letter_not_a_failed_job() {
         "{letters:?}"
     );
 }
+
+/// What WITH refuses (#24 item 7), each saying what to write instead.
+#[test]
+fn with_refuses_recursion_a_name_twice_column_lists_and_a_temporal_join_on_it() {
+    let cases = [
+        (
+            "WITH RECURSIVE c AS (SELECT click_id, ts FROM clicks) SELECT click_id, ts FROM c",
+            "WITH RECURSIVE",
+        ),
+        (
+            "WITH c AS (SELECT click_id, ts FROM clicks), C AS (SELECT click_id, ts FROM clicks) SELECT click_id, ts FROM c",
+            "names `C` twice",
+        ),
+        (
+            "WITH c(a, b) AS (SELECT click_id, ts FROM clicks) SELECT a, b FROM c",
+            "name the columns in the query's SELECT list",
+        ),
+        (
+            "WITH i AS (SELECT * FROM impressions) SELECT c.click_id, c.ts FROM clicks c JOIN i FOR SYSTEM_TIME AS OF c.rt ON c.ad_id = i.ad_id",
+            "make it a view (CREATE VIEW i AS ...)",
+        ),
+    ];
+    for (query, says) in cases {
+        let e = error(&format!("{TABLES} INSERT INTO out2 {query}"));
+        assert!(e.contains(says), "{query}\n{e}");
+    }
+    // A WITH query does not see itself: `clicks` in its body is the table.
+    plan_job(
+        &format!(
+            "{TABLES} INSERT INTO out2 WITH clicks AS (SELECT click_id, ts FROM clicks WHERE ad_id > 3) SELECT click_id, ts FROM clicks"
+        ),
+        &opts(),
+    )
+    .unwrap();
+}

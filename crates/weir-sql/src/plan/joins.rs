@@ -24,6 +24,7 @@ impl Planner {
         if self
             .views
             .contains_key(&unquote(&name.to_string()).to_lowercase())
+            || self.is_named_query(name)
         {
             return Ok(None);
         }

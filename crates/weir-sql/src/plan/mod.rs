@@ -60,6 +60,7 @@ mod scope;
 mod settings;
 mod sources;
 mod union;
+mod with;
 
 use aggregate::*;
 use scope::*;
@@ -289,6 +290,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         job: job.clone(),
         late_rows: RefCell::default(),
         late_routed: RefCell::default(),
+        ctes: RefCell::default(),
     };
     let mut made_by = Vec::new();
     for ins in &inserts {
@@ -404,6 +406,8 @@ struct Planner {
     late_rows: RefCell<BTreeMap<String, (String, Vec<Stream>)>>,
     /// Source tables (lower case) whose late rows are routed already.
     late_routed: RefCell<std::collections::BTreeSet<String>>,
+    /// The WITH queries in scope, outermost first (plan/with.rs).
+    ctes: RefCell<Vec<with::Named>>,
 }
 
 impl Planner {
@@ -510,10 +514,13 @@ impl Planner {
 
     /// Plans a SELECT (or a UNION of SELECTs): the relation and the output expressions over it.
     fn query(&self, q: &Query) -> Result<(Rel, Vec<SqlScalar>)> {
-        if q.order_by.is_some() || q.limit_clause.is_some() || q.fetch.is_some() || q.with.is_some()
-        {
+        // WITH: its named queries in scope for the body (plan/with.rs).
+        if let Some(w) = &q.with {
+            return self.query_with(q, w);
+        }
+        if q.order_by.is_some() || q.limit_clause.is_some() || q.fetch.is_some() {
             return Err(plan_err(
-                "ORDER BY, LIMIT, FETCH and WITH are not supported in a streaming query yet; use ROW_NUMBER() for the first rows per key or window, and views for WITH",
+                "ORDER BY, LIMIT and FETCH are not supported in a streaming query yet; use ROW_NUMBER() for the first rows per key or window",
             ));
         }
         let select = match q.body.as_ref() {
@@ -606,8 +613,19 @@ impl Planner {
     /// A view or table by name (`versioned`: read as a temporal join's versioned table).
     fn named(&self, name: &ObjectName, alias: Option<String>, versioned: bool) -> Result<Rel> {
         let key = unquote(&name.to_string()).to_lowercase();
+        if name.0.len() == 1 {
+            let written = unquote(&name.to_string());
+            let alias = alias.clone().unwrap_or(written);
+            if let Some(planned) = self.named_query(&key, &alias, versioned) {
+                return planned;
+            }
+        }
         if let Some((view_name, q)) = self.views.get(&key) {
-            return self.view(q, &alias.unwrap_or_else(|| view_name.clone()));
+            // A view's names are the job's, whatever WITH queries are in scope where it is used.
+            let hidden = std::mem::take(&mut *self.ctes.borrow_mut());
+            let planned = self.view(q, &alias.unwrap_or_else(|| view_name.clone()));
+            *self.ctes.borrow_mut() = hidden;
+            return planned;
         }
         let t = self.table(name)?;
         if is_upsert(t) && !versioned {

@@ -338,6 +338,9 @@ impl Planner {
         let TableFactor::Table { name: table, .. } = &from.relation else {
             return false;
         };
+        if self.is_named_query(table) {
+            return false;
+        }
         self.table(table).is_ok_and(|t| {
             t.columns.iter().any(|c| {
                 matches!(c, ColumnDef::Computed { name: n, expr } if is_proctime(expr) && n.eq_ignore_ascii_case(&name))
