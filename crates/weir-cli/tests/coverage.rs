@@ -290,3 +290,10 @@ fn lag_and_over_aggregates_take_rows_of_one_time_together_as_flink() {
 fn with_queries_are_planned_where_they_are_used_as_flink() {
     check("with");
 }
+
+/// A window table function named with AS (#24 item 10): `c.col` in WHERE, GROUP BY and the
+/// select list.
+#[test]
+fn a_window_table_function_named_with_as_is_read_through_its_name_as_flink() {
+    check("tvf_alias");
+}

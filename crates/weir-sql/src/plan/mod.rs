@@ -560,8 +560,10 @@ impl Planner {
         let from = &select.from[0];
         let (mut rel, window) = match &from.relation {
             TableFactor::TableFunction { expr, alias } => {
+                if let Some(a) = alias {
+                    return self.query(&with::unalias_window_tvf(q, a, &from.joins)?);
+                }
                 let (rel, w, partition) = self.window_tvf(expr)?;
-                let _ = alias;
                 (rel, Some((w, partition)))
             }
             other => (self.table_factor(other)?.0, None),

@@ -3,10 +3,17 @@
 //! selects kept; in FROM, in a join, in a window table function's `TABLE name`). A named query
 //! sees the ones before it; a name it uses that is its own or a later one's is a table or view,
 //! as in a WITH that is not RECURSIVE. An inner WITH's names hide the outer ones.
+//!
+//! Also the other name a query gives in FROM that is not a table's: a window table function's
+//! (`FROM TABLE(TUMBLE(...)) AS c`).
 
 use std::collections::HashSet;
 
-use sqlparser::ast::{Query, With};
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    Expr as SqlExpr, Join, Query, SetExpr, TableAlias, TableFactor, VisitMut, VisitorMut, With,
+};
 
 use super::{plan_err, Planner, Rel, SqlScalar};
 use crate::Result;
@@ -96,4 +103,65 @@ impl Planner {
         self.ctes.borrow_mut().extend(hidden);
         Some(planned)
     }
+}
+
+/// `q`, whose single FROM item is a window table function named with AS (`FROM
+/// TABLE(TUMBLE(...)) AS c`), with the name taken off and `c.col` read as `col`: the window
+/// function's columns are all its FROM has, so they are the same columns.
+///
+/// # Errors
+/// `Plan` for column names after the alias, or joins after the window function.
+pub(super) fn unalias_window_tvf(q: &Query, alias: &TableAlias, joins: &[Join]) -> Result<Query> {
+    if !alias.columns.is_empty() {
+        return Err(plan_err(format!(
+            "TABLE(...) AS {alias}: name the columns in the SELECT list (col AS name) rather than \
+             after the alias"
+        )));
+    }
+    if !joins.is_empty() {
+        return Err(plan_err(format!(
+            "TABLE(...) AS {}: a window table function joined in FROM is not planned; join \
+             windowed subqueries on window_start and window_end (a window join)",
+            alias.name
+        )));
+    }
+    let name = alias.name.value.clone();
+    let mut out = q.clone();
+    let SetExpr::Select(select) = out.body.as_mut() else {
+        return Err(plan_err("a window table function is read by a SELECT"));
+    };
+    if let Some(TableFactor::TableFunction { alias, .. }) =
+        select.from.first_mut().map(|f| &mut f.relation)
+    {
+        *alias = None;
+    }
+    /// `alias.col` as `col`, outside subqueries (depth 0): those have FROM items of their own.
+    struct Unqualify {
+        alias: String,
+        depth: usize,
+    }
+    impl VisitorMut for Unqualify {
+        type Break = ();
+        fn pre_visit_query(&mut self, _q: &mut Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _q: &mut Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<()> {
+            if let (0, SqlExpr::CompoundIdentifier(parts)) = (self.depth, &*e) {
+                if parts.len() == 2 && parts[0].value.eq_ignore_ascii_case(&self.alias) {
+                    *e = SqlExpr::Identifier(parts[1].clone());
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = select.visit(&mut Unqualify {
+        alias: name,
+        depth: 0,
+    });
+    Ok(out)
 }
