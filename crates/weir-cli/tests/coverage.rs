@@ -297,3 +297,9 @@ fn with_queries_are_planned_where_they_are_used_as_flink() {
 fn a_window_table_function_named_with_as_is_read_through_its_name_as_flink() {
     check("tvf_alias");
 }
+
+/// MOD, SIGN, TRUNCATE and FLOOR / CEIL TO a unit (#24 item 9): Flink's values and types.
+#[test]
+fn mod_sign_truncate_and_floor_ceil_to_a_unit_are_flinks() {
+    check("numeric_functions");
+}

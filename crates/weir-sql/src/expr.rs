@@ -211,7 +211,29 @@ fn datafusion_message(e: datafusion_common::DataFusionError) -> String {
         .or_else(|| e.strip_prefix("This feature is not implemented: "))
         .or_else(|| e.strip_prefix("Schema error: "))
         .unwrap_or(&e);
-    e.lines().next().unwrap_or_default().to_string()
+    let first = e.lines().next().unwrap_or_default();
+    // DataFusion's "Invalid function 'mod'.": say it as for any unknown function, with the
+    // nearest names weir has.
+    if let Some(name) = first
+        .strip_prefix("Invalid function '")
+        .and_then(|r| r.split('\'').next())
+    {
+        return unknown_function(name);
+    }
+    first.to_string()
+}
+
+/// "unknown function `name`", the nearest name weir has, and what it has besides DataFusion's.
+pub(crate) fn unknown_function(name: &str) -> String {
+    let names = scalar_function_names();
+    let hint = crate::plan::did_you_mean(&name.to_lowercase(), names.iter().map(String::as_str));
+    format!(
+        "unknown function `{name}`{hint}; weir has DataFusion's functions, Flink's \
+         TO_TIMESTAMP_LTZ, TO_TIMESTAMP, DATE_FORMAT, UNIX_TIMESTAMP, FROM_UNIXTIME, \
+         TIMESTAMPADD, TIMESTAMPDIFF, SPLIT_INDEX, REGEXP_EXTRACT, JSON_VALUE, IF, MOD, SIGN, \
+         TRUNCATE and FLOOR / CEIL(t TO unit), and the aggregates COUNT, SUM, MIN, MAX, AVG, \
+         APPROX_COUNT_DISTINCT, MEDIAN"
+    )
 }
 
 /// A planned expression, ready to evaluate on batches of the schema it was planned for.

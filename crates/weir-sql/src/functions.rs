@@ -11,6 +11,7 @@
 mod datetime;
 mod decimal;
 mod json;
+mod numeric;
 mod text;
 
 pub(crate) use decimal::flink_division;
@@ -53,6 +54,7 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
     })
     .into_iter()
     .chain([text::Concat::udf()])
+    .chain(numeric::Numeric::udfs())
     .collect()
 }
 
@@ -64,6 +66,9 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
 /// CURRENT_WATERMARK of anything but a time attribute (the planner plans it over one first,
 /// see crate::calc); a message for the user.
 pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
+    if let SqlExpr::Floor { .. } | SqlExpr::Ceil { .. } = e {
+        return datetime::floor_ceil_to_unit(e);
+    }
     let SqlExpr::Function(f) = e else {
         return Ok(());
     };
@@ -84,6 +89,25 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
                     }
                 }
             }
+            Ok(())
+        }
+        // Flink's MOD is the remainder of a division toward zero (negative only when the
+        // dividend is): `%`.
+        "MOD" => {
+            let args = match &f.args {
+                FunctionArguments::List(l) if l.clauses.is_empty() => l.args.clone(),
+                _ => Vec::new(),
+            };
+            let [FunctionArg::Unnamed(FunctionArgExpr::Expr(a)), FunctionArg::Unnamed(FunctionArgExpr::Expr(b))] =
+                args.as_slice()
+            else {
+                return Err(format!("{e}: expected MOD(numeric, numeric)"));
+            };
+            *e = SqlExpr::BinaryOp {
+                left: Box::new(SqlExpr::Nested(Box::new(a.clone()))),
+                op: sqlparser::ast::BinaryOperator::Modulo,
+                right: Box::new(SqlExpr::Nested(Box::new(b.clone()))),
+            };
             Ok(())
         }
         "CURRENT_WATERMARK" => Err(format!(

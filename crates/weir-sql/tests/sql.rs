@@ -739,3 +739,17 @@ fn with_refuses_recursion_a_name_twice_column_lists_and_a_temporal_join_on_it() 
     )
     .unwrap();
 }
+
+/// An unknown function is named as such with the nearest name weir has (#24 item 9), whichever
+/// planner finds it (here DataFusion's, which said "Invalid function 'signn'").
+#[test]
+fn an_unknown_function_is_named_with_the_nearest_one() {
+    let e = error(&format!(
+        "{TABLES} INSERT INTO out2 SELECT click_id, SIGNN(ts) FROM clicks"
+    ));
+    assert!(
+        e.contains("unknown function `signn`; did you mean `sign`?")
+            && !e.contains("Invalid function"),
+        "{e}"
+    );
+}

@@ -445,6 +445,108 @@ pub(super) fn parse_simple_date_format(text: &str) -> Option<i64> {
     lenient(v[0], v[1], v[2], v[3], v[4], v[5], 0)
 }
 
+/// `FLOOR(t TO unit)` / `CEIL(t TO unit)` of a TIMESTAMP as Flink computes them, rewritten for
+/// DataFusion: the floor is `DATE_TRUNC('unit', t)`; the ceiling is `t` when that is `t`, else
+/// the floor and one unit (for MONTH, QUARTER and YEAR, of `t`'s date, as Flink's). Units
+/// MILLISECOND to YEAR; WEEK is refused (Flink's week may not start on the Monday DATE_TRUNC
+/// takes). Other FLOOR / CEIL calls are left as they are.
+///
+/// # Errors
+/// A unit weir does not floor to, named.
+pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), String> {
+    use sqlparser::ast::{
+        BinaryOperator, CeilFloorKind, DateTimeField as F, Expr, Function, FunctionArg,
+        FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, Interval, ObjectName,
+        Value,
+    };
+    let written = e.to_string();
+    let (ceil, expr, field) = match &*e {
+        Expr::Floor { expr, field } => (false, expr.clone(), field.clone()),
+        Expr::Ceil { expr, field } => (true, expr.clone(), field.clone()),
+        _ => return Ok(()),
+    };
+    let CeilFloorKind::DateTimeField(field) = field else {
+        return Ok(());
+    };
+    let unit = match field {
+        F::NoDateTime => return Ok(()),
+        F::Millisecond | F::Milliseconds => "MILLISECOND",
+        F::Second | F::Seconds => "SECOND",
+        F::Minute | F::Minutes => "MINUTE",
+        F::Hour | F::Hours => "HOUR",
+        F::Day | F::Days => "DAY",
+        F::Month | F::Months => "MONTH",
+        F::Quarter => "QUARTER",
+        F::Year | F::Years => "YEAR",
+        other => {
+            return Err(format!(
+            "{written}: weir floors and ceils a TIMESTAMP to MILLISECOND, SECOND, MINUTE, HOUR, \
+                 DAY, MONTH, QUARTER or YEAR, not {other}"
+        ))
+        }
+    };
+    let t = Expr::Nested(expr);
+    let date_trunc = |unit: &str, t: Expr| {
+        Expr::Function(Function {
+            name: ObjectName::from(vec![Ident::new("date_trunc")]),
+            uses_odbc_syntax: false,
+            parameters: FunctionArguments::None,
+            args: FunctionArguments::List(FunctionArgumentList {
+                duplicate_treatment: None,
+                args: vec![
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::value(
+                        Value::SingleQuotedString(unit.to_lowercase()),
+                    ))),
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(t)),
+                ],
+                clauses: Vec::new(),
+            }),
+            filter: None,
+            null_treatment: None,
+            over: None,
+            within_group: Vec::new(),
+        })
+    };
+    // Flink (Calcite) ceils MONTH, QUARTER and YEAR on the date alone: the time of day is
+    // dropped first, so CEIL(2024-01-01 00:00:01 TO YEAR) is 2024-01-01 00:00:00.
+    let t = if ceil && matches!(unit, "MONTH" | "QUARTER" | "YEAR") {
+        date_trunc("DAY", t)
+    } else {
+        t
+    };
+    let trunc = date_trunc(unit, t.clone());
+    *e = if !ceil {
+        trunc
+    } else {
+        let one = Expr::Interval(Interval {
+            value: Box::new(Expr::value(Value::SingleQuotedString("1".into()))),
+            leading_field: Some(field),
+            leading_precision: None,
+            last_field: None,
+            fractional_seconds_precision: None,
+        });
+        Expr::Case {
+            case_token: sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+            end_token: sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+            operand: None,
+            conditions: vec![sqlparser::ast::CaseWhen {
+                condition: Expr::BinaryOp {
+                    left: Box::new(trunc.clone()),
+                    op: BinaryOperator::Eq,
+                    right: Box::new(t.clone()),
+                },
+                result: t,
+            }],
+            else_result: Some(Box::new(Expr::BinaryOp {
+                left: Box::new(trunc),
+                op: BinaryOperator::Plus,
+                right: Box::new(one),
+            })),
+        }
+    };
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,17 +247,7 @@ pub(super) fn scalar_with_aggs(
                     // column named SECOND.
                     let unknown = self.calls.iter().find(|(_, known)| !known);
                     self.error = Some(match unknown {
-                        Some((name, _)) => {
-                            let hint = did_you_mean(
-                                &name.to_lowercase(),
-                                crate::expr::scalar_function_names()
-                                    .iter()
-                                    .map(String::as_str),
-                            );
-                            plan_err(format!(
-                                "unknown function `{name}`{hint}; weir has DataFusion's functions, Flink's TO_TIMESTAMP_LTZ, TO_TIMESTAMP, DATE_FORMAT, UNIX_TIMESTAMP, FROM_UNIXTIME, TIMESTAMPADD, TIMESTAMPDIFF, SPLIT_INDEX, REGEXP_EXTRACT, JSON_VALUE and IF, and the aggregates COUNT, SUM, MIN, MAX, AVG, APPROX_COUNT_DISTINCT, MEDIAN"
-                            ))
-                        }
+                        Some((name, _)) => plan_err(crate::expr::unknown_function(name)),
                         None => err,
                     });
                     ControlFlow::Break(())
