@@ -303,3 +303,10 @@ fn a_window_table_function_named_with_as_is_read_through_its_name_as_flink() {
 fn mod_sign_truncate_and_floor_ceil_to_a_unit_are_flinks() {
     check("numeric_functions");
 }
+
+/// Conditions in ON besides keys and time bounds (#24 item 8): inner interval and window joins
+/// filter the joined rows; a LEFT join's condition on its right side filters the right rows.
+#[test]
+fn join_conditions_besides_keys_and_time_bounds_are_flinks() {
+    check("join_conditions");
+}

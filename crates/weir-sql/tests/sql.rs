@@ -231,7 +231,7 @@ fn errors_users_meet() {
             format!(
                 "{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id
                  FROM (SELECT * FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) c
-                 JOIN (SELECT * FROM TABLE(TUMBLE(TABLE impressions, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) i
+                 FULL JOIN (SELECT * FROM TABLE(TUMBLE(TABLE impressions, DESCRIPTOR(rt), INTERVAL '1' MINUTE))) i
                  ON c.ad_id = i.ad_id AND c.window_start = i.window_start AND c.window_end = i.window_end AND c.ts > i.ts"
             ),
         ),
@@ -752,4 +752,38 @@ fn an_unknown_function_is_named_with_the_nearest_one() {
             && !e.contains("Invalid function"),
         "{e}"
     );
+}
+
+/// An outer join's conditions besides keys and time bounds (#24 item 8): on the side that may
+/// go unmatched they are planned (a filter on that side); on the side kept whole, on both
+/// sides, or on a versioned table they are refused saying what to write instead.
+#[test]
+fn an_outer_joins_other_conditions_are_planned_where_exact_and_refused_elsewhere() {
+    let interval = |kind: &str, cond: &str| {
+        format!(
+            "{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id FROM clicks c {kind} JOIN impressions i
+             ON c.ad_id = i.ad_id AND i.rt BETWEEN c.rt - INTERVAL '1' MINUTE AND c.rt AND {cond}"
+        )
+    };
+    for ok in [
+        interval("LEFT", "i.user_id > 3"),
+        interval("RIGHT", "c.user_id > 3"),
+        interval("", "c.user_id > i.user_id"),
+    ] {
+        plan_job(&ok, &opts()).unwrap_or_else(|e| panic!("{ok}\n{e}"));
+    }
+    for (refused, says) in [
+        (
+            interval("LEFT", "c.user_id > 3"),
+            "LEFT JOIN ... ON `c.user_id > 3`",
+        ),
+        (
+            interval("LEFT", "c.user_id > i.user_id"),
+            "move the condition to WHERE",
+        ),
+        (interval("FULL", "i.user_id > 3"), "time bounds only"),
+    ] {
+        let e = error(&refused);
+        assert!(e.contains(says), "{refused}\n{e}");
+    }
 }

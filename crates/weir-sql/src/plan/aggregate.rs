@@ -131,7 +131,7 @@ impl Planner {
     ) -> Result<(Rel, Vec<SqlScalar>)> {
         let Some(ttl) = self.state_ttl_ms()? else {
             return Err(plan_err(
-                "GROUP BY without a window keeps a group per key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time) and write to an 'upsert-kafka' table, or aggregate in event-time windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
+                "GROUP BY without a window keeps a group per key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time) and write to a table with a PRIMARY KEY on the group keys ('jdbc' or 'upsert-kafka'), or aggregate in event-time windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
             ));
         };
         if rel.upsert_keys.is_some() {

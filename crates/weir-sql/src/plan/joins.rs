@@ -123,6 +123,20 @@ impl Planner {
                 "join ON {on}: weir needs at least one key equality between the two sides"
             )));
         }
+        // What ON says besides keys (and, for interval and regular joins, time bounds).
+        let window = window_keys(&lkeys, &rkeys);
+        let (bounds, residual) = if version.is_none() && window.is_none() {
+            time_bounds(&rest, &left, &right)?
+        } else {
+            (None, rest)
+        };
+        let (left, right, post) = place_residual(
+            jt,
+            left,
+            right,
+            residual,
+            version.is_some() || jdbc.is_some(),
+        )?;
         let aliases = (left.alias.clone(), right.alias.clone());
         let rschema = match jdbc {
             Some(t) => connectors::columns_schema(&physical_columns(t)?),
@@ -137,12 +151,6 @@ impl Planner {
             })
         });
         let out = if lookup {
-            if !rest.is_empty() {
-                return Err(plan_err(format!(
-                    "lookup join: only key equalities are supported in ON, not `{}`",
-                    rest[0]
-                )));
-            }
             if let Some(t) = jdbc {
                 if !matches!(jt, JoinType::Inner | JoinType::Left) {
                     return Err(plan_err(format!(
@@ -172,12 +180,6 @@ impl Planner {
                     left.time_attr_names()
                 )));
             }
-            if !rest.is_empty() {
-                return Err(plan_err(format!(
-                    "temporal join: only key equalities are supported in ON, not `{}`",
-                    rest[0]
-                )));
-            }
             // The versions are keyed by the PRIMARY KEY: ON equates exactly it (another
             // equality would look versions up per a different key).
             let pk_ok = right.primary_key.is_empty()
@@ -201,13 +203,8 @@ impl Planner {
             stream
                 .key_by(&lkeys)
                 .temporal_join(&right.stream.key_by(&rkeys), t)
-        } else if let Some((lk, rk)) = window_keys(&lkeys, &rkeys) {
+        } else if let Some((lk, rk)) = window {
             // Flink's window join: both sides' rows carry their windows, equated in ON.
-            if let Some(c) = rest.first() {
-                return Err(plan_err(format!(
-                    "window join: only key equalities besides the window's are supported in ON, not `{c}`"
-                )));
-            }
             if lk.is_empty() {
                 return Err(plan_err(
                     "window join: ON equates only the windows; weir needs a key equality too (all rows of a window would meet in one subtask)",
@@ -218,7 +215,7 @@ impl Planner {
                 .aliases(&aliases.0, &aliases.1);
             stream.key_by(&lk).window_join(&right.stream.key_by(&rk), j)
         } else {
-            match time_bounds(&rest, &left, &right)? {
+            match bounds {
                 Some((lower, upper)) => {
                     let j = IntervalJoin::between(lower, upper)
                         .join_type(jt)
@@ -276,7 +273,7 @@ impl Planner {
             .unwrap_or_else(|| vec![et]),
             None => Vec::new(),
         };
-        Ok(Rel {
+        let mut joined = Rel {
             primary_key: Vec::new(),
             upsert_keys: None,
             proc_time_attrs: {
@@ -288,7 +285,22 @@ impl Planner {
             scope,
             time_columns,
             alias: format!("{}_{}", aliases.0, aliases.1),
-        })
+        };
+        // An inner join's other conditions: a filter on the joined rows.
+        if let Some(first) = post.first() {
+            let all = post[1..]
+                .iter()
+                .fold(first.clone(), |acc, c| SqlExpr::BinaryOp {
+                    left: Box::new(acc),
+                    op: BinaryOperator::And,
+                    right: Box::new(c.clone()),
+                });
+            let pred = scalar(&all, &joined)?;
+            joined.stream = joined
+                .stream
+                .apply("calc", Arc::new(crate::calc::Calc::filter(pred)));
+        }
+        Ok(joined)
     }
 }
 
@@ -382,11 +394,17 @@ pub(super) fn time_term(e: &SqlExpr, left: &Rel, right: &Rel) -> Option<(usize, 
 
 /// Time bounds of a join condition as `right.ts - left.ts ∈ [lower, upper]`, if the
 /// conditions bound both ways.
+/// Bounds on `right.t - left.t` in ms: (lower, upper), both included.
+pub(super) type TimeBounds = (i64, i64);
+
+/// The bounds on `right.t - left.t` that `conds` set, and the conditions that are not such
+/// bounds.
 pub(super) fn time_bounds(
     conds: &[SqlExpr],
     left: &Rel,
     right: &Rel,
-) -> Result<Option<(i64, i64)>> {
+) -> Result<(Option<TimeBounds>, Vec<SqlExpr>)> {
+    let mut other = Vec::new();
     let (mut lower, mut upper): (Option<i64>, Option<i64>) = (None, None);
     // Records `a_side.t + a_off  OP  b_side.t + b_off`.
     let mut add = |a: (usize, i64), op: &str, b: (usize, i64)| -> bool {
@@ -457,12 +475,10 @@ pub(super) fn time_bounds(
             _ => false,
         };
         if !ok {
-            return Err(plan_err(format!(
-                "join condition `{c}`: weir takes key equalities and bounds between the two sides' time attributes (e.g. a.rt BETWEEN b.rt AND b.rt + INTERVAL '10' SECOND)"
-            )));
+            other.push(c.clone());
         }
     }
-    Ok(match (lower, upper) {
+    let bounds = match (lower, upper) {
         (Some(l), Some(u)) if l <= u => Some((l, u)),
         (Some(l), Some(u)) => {
             return Err(plan_err(format!(
@@ -470,5 +486,74 @@ pub(super) fn time_bounds(
             )))
         }
         _ => None,
-    })
+    };
+    Ok((bounds, other))
+}
+
+/// Which sides (0 left, 1 right) the columns of `e` are on; 2 for a name on neither or both.
+fn sides_of(e: &SqlExpr, left: &Rel, right: &Rel) -> std::collections::BTreeSet<usize> {
+    use std::ops::ControlFlow;
+    let mut sides = std::collections::BTreeSet::new();
+    let _ = sqlparser::ast::visit_expressions(e, |x| {
+        if matches!(x, SqlExpr::Identifier(_) | SqlExpr::CompoundIdentifier(_)) {
+            sides.insert(side_of(x, left, right).map_or(2, |(s, _)| s));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    sides
+}
+
+/// Places the conditions of ON besides key equalities and time bounds. For an inner join they
+/// filter the joined rows (returned, for after the join). For an outer join, a condition on the
+/// side whose rows only ever appear matched (the right of a LEFT JOIN, the left of a RIGHT
+/// JOIN) filters that side's rows before the join: the same rows match, and the others go
+/// unmatched as they would. Any other condition of an outer join is refused, as is one on a
+/// versioned or looked-up table (a filter there would pick another version).
+fn place_residual(
+    jt: JoinType,
+    mut left: Rel,
+    mut right: Rel,
+    residual: Vec<SqlExpr>,
+    versioned: bool,
+) -> Result<(Rel, Rel, Vec<SqlExpr>)> {
+    if residual.is_empty() || jt == JoinType::Inner {
+        return Ok((left, right, residual));
+    }
+    for c in residual {
+        let sides = sides_of(&c, &left, &right);
+        let only = |side: usize| sides.len() == 1 && sides.contains(&side);
+        let target = match jt {
+            JoinType::Left if only(1) && !versioned => &mut right,
+            JoinType::Right if only(0) => &mut left,
+            _ => {
+                let kind = match jt {
+                    JoinType::Left => "LEFT",
+                    JoinType::Right => "RIGHT",
+                    _ => "FULL",
+                };
+                let takes = match (jt, versioned) {
+                    (JoinType::Full, _) => "key equalities and time bounds only",
+                    (_, true) => {
+                        "key equalities only (a filter on the versioned or \
+                                  looked-up table would pick other versions)"
+                    }
+                    _ => {
+                        "key equalities, time bounds and conditions on the side whose rows \
+                          appear only when matched"
+                    }
+                };
+                return Err(plan_err(format!(
+                    "{kind} JOIN ... ON `{c}`: this outer join's ON takes {takes}; with this \
+                     condition the rows of the other side would still come out, unmatched: \
+                     filter them in a subquery of that side, or move the condition to WHERE \
+                     (which drops the unmatched rows too)"
+                )));
+            }
+        };
+        let pred = scalar(&c, target)?;
+        target.stream = target
+            .stream
+            .apply("calc", Arc::new(crate::calc::Calc::filter(pred)));
+    }
+    Ok((left, right, Vec::new()))
 }
