@@ -406,6 +406,11 @@ INSERT INTO priced SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM
 
 /// Plans and runs `sql` to its end.
 fn run(sql: &str) {
+    run_report(sql);
+}
+
+/// Plans and runs `sql` to its end; its report.
+fn run_report(sql: &str) -> weir_runtime::exec::JobReport {
     let graph = plan_job(sql, &PlanOptions::default()).unwrap();
     tokio::runtime::Runtime::new()
         .unwrap()
@@ -413,7 +418,7 @@ fn run(sql: &str) {
             graph,
             std::sync::Arc::new(weir_core::SystemClock),
         ))
-        .unwrap();
+        .unwrap()
 }
 
 /// The lines of output `file` in `dir` (header skipped), sorted.
@@ -649,14 +654,7 @@ fn rows_an_expression_cannot_compute_are_dead_letters_of_the_job() {
          INSERT INTO o SELECT CAST(k AS BIGINT) + 1 FROM t;",
         d = dir.path().display()
     );
-    let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
-    let report = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(weir_runtime::exec::run(
-            graph,
-            std::sync::Arc::new(weir_core::SystemClock),
-        ))
-        .unwrap();
+    let report = run_report(&sql);
     assert_eq!(output_lines(dir.path(), "out.csv"), vec!["10", "8"]);
     assert_eq!(report.dead_letters, 1);
     let letter = &report.kept_dead_letters[0];
@@ -680,14 +678,7 @@ fn a_timestamp_beyond_the_calendar_is_a_dead_letter_not_a_failed_job() {
          INSERT INTO o SELECT k, TO_TIMESTAMP_LTZ(t, 3) FROM t;",
         d = dir.path().display()
     );
-    let graph = plan_job(&sql, &PlanOptions::default()).unwrap();
-    let report = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(weir_runtime::exec::run(
-            graph,
-            std::sync::Arc::new(weir_core::SystemClock),
-        ))
-        .unwrap();
+    let report = run_report(&sql);
     assert_eq!(
         output_lines(dir.path(), "out.csv"),
         vec!["a,1970-01-01 00:00:01Z", "c,+262142-12-31 23:59:59.999Z"]
