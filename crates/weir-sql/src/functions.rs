@@ -55,6 +55,7 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
     .into_iter()
     .chain([text::Concat::udf()])
     .chain(numeric::Numeric::udfs())
+    .chain([numeric::FloorCeilArg::udf()])
     .collect()
 }
 

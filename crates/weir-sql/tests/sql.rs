@@ -778,3 +778,44 @@ fn an_outer_joins_other_conditions_are_planned_where_exact_and_refused_elsewhere
         assert!(e.contains(says), "{refused}\n{e}");
     }
 }
+
+/// A time condition that bounds a join one way only (`i.ts <= c.ts`) is no interval: it
+/// filters the joined rows as any other condition does (it was dropped, and the join gave
+/// pairs it excludes); in an outer join it is refused, reading both sides.
+#[test]
+fn a_one_sided_time_condition_filters_the_join_and_is_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("c.csv"), "id,ad,ts\n1,7,1000\n2,7,5000\n").unwrap();
+    std::fs::write(d.join("i.csv"), "id,ad,ts\n10,7,2000\n11,7,6000\n").unwrap();
+    let tables = format!(
+        "SET 'table.exec.state.ttl' = '1 h';
+         CREATE TABLE c (id BIGINT, ad BIGINT, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt)
+           WITH ('connector' = 'filesystem', 'path' = '{d}/c.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE i (id BIGINT, ad BIGINT, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt)
+           WITH ('connector' = 'filesystem', 'path' = '{d}/i.csv', 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE o (c BIGINT, i BIGINT)
+           WITH ('connector' = 'filesystem', 'path' = '{d}/o.csv', 'format' = 'csv', 'csv.header' = 'true');",
+        d = d.display()
+    );
+    let lines = run_to_lines(
+        &format!("{tables} INSERT INTO o SELECT c.id, i.id FROM c JOIN i ON c.ad = i.ad AND i.rt <= c.rt"),
+        d,
+        "o.csv",
+    );
+    assert_eq!(lines, vec!["2,10"]);
+    let e = error(&format!(
+        "{tables} INSERT INTO o SELECT c.id, i.id FROM c LEFT JOIN i ON c.ad = i.ad AND i.rt <= c.rt"
+    ));
+    assert!(e.contains("LEFT JOIN ... ON `i.rt <= c.rt`"), "{e}");
+}
+
+/// FLOOR / CEIL(x TO unit) of a DATE is refused (DataFusion would make it a TIMESTAMP; Flink's
+/// stays a DATE), saying what to write.
+#[test]
+fn floor_of_a_date_to_a_unit_is_refused() {
+    let e = error(&format!(
+        "{TABLES} INSERT INTO out2 SELECT click_id, CAST(FLOOR(CAST(rt AS DATE) TO MONTH) AS BIGINT) FROM clicks"
+    ));
+    assert!(e.contains("takes a TIMESTAMP in weir, not Date32"), "{e}");
+}

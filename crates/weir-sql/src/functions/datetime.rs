@@ -485,7 +485,6 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
         ))
         }
     };
-    let t = Expr::Nested(expr);
     let date_trunc = |unit: &str, t: Expr| {
         Expr::Function(Function {
             name: ObjectName::from(vec![Ident::new("date_trunc")]),
@@ -507,6 +506,20 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
             within_group: Vec::new(),
         })
     };
+    let t = Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(super::numeric::FLOOR_CEIL_ARG)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(*expr))],
+            clauses: Vec::new(),
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: Vec::new(),
+    });
     // Flink (Calcite) ceils MONTH, QUARTER and YEAR on the date alone: the time of day is
     // dropped first, so CEIL(2024-01-01 00:00:01 TO YEAR) is 2024-01-01 00:00:00.
     let t = if ceil && matches!(unit, "MONTH" | "QUARTER" | "YEAR") {

@@ -126,6 +126,7 @@ impl ScalarUDFImpl for Numeric {
         args: ScalarFunctionArgs,
     ) -> datafusion_common::Result<ColumnarValue> {
         let op = self.op;
+        let returns = args.return_field.data_type().clone();
         on_arrays(&args, |arrays| {
             let value = &arrays[0];
             let t = value.data_type().clone();
@@ -148,13 +149,8 @@ impl ScalarUDFImpl for Numeric {
                         })
                         .collect();
                     let out = out.with_precision_and_scale(*p, *s)?;
-                    match (op, digits.first().copied().flatten()) {
-                        // At the scale of Flink's type: the digits cut are zeros.
-                        (Op::Truncate, Some(d)) => {
-                            arrow_cast::cast(&out, &truncated_decimal(*p, *s, d))?
-                        }
-                        _ => Arc::new(out),
-                    }
+                    // At the scale of Flink's type: the digits cut are zeros.
+                    arrow_cast::cast(&out, &returns)?
                 }
                 DataType::Float32 | DataType::Float64 => {
                     let f = arrow_cast::cast(value, &DataType::Float64)?;
@@ -239,11 +235,16 @@ fn truncate_double(v: f64, digits: i64) -> f64 {
     } else {
         let zeros = usize::try_from(-digits).unwrap_or(usize::MAX);
         if zeros >= int.len() {
-            return 0.0 * v.signum();
+            return 0.0;
         }
         format!("{sign}{}{}", &int[..int.len() - zeros], "0".repeat(zeros))
     };
-    cut.parse().unwrap_or(v)
+    // A zero has no sign in Flink (a BigDecimal's): never -0.0.
+    match cut.parse::<f64>() {
+        Ok(0.0) => 0.0,
+        Ok(r) => r,
+        Err(_) => v,
+    }
 }
 
 #[cfg(test)]
@@ -262,5 +263,59 @@ mod tests {
         assert_eq!(truncate_double(1234.5, -2), 1200.0);
         assert_eq!(truncate_double(12.5, -3), 0.0);
         assert_eq!(truncate_double(7.0, 3), 7.0);
+        for zero in [truncate_double(-0.004, 2), truncate_double(-12.5, -3)] {
+            assert!(zero == 0.0 && zero.is_sign_positive(), "{zero}");
+        }
+    }
+}
+
+/// What FLOOR / CEIL(t TO unit) is rewritten over (see `datetime::floor_ceil_to_unit`): `t` as
+/// it is when it is a TIMESTAMP; a DATE or TIME is refused, since DATE_TRUNC would make a
+/// TIMESTAMP of a DATE where Flink's FLOOR keeps the DATE.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FloorCeilArg {
+    signature: Signature,
+}
+
+/// The name [`FloorCeilArg`] is called by.
+pub(crate) const FLOOR_CEIL_ARG: &str = "weir_floor_ceil_arg";
+
+impl FloorCeilArg {
+    pub(crate) fn udf() -> Arc<ScalarUDF> {
+        Arc::new(ScalarUDF::new_from_impl(FloorCeilArg {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }))
+    }
+}
+
+impl ScalarUDFImpl for FloorCeilArg {
+    fn name(&self) -> &str {
+        FLOOR_CEIL_ARG
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
+        match arg_types {
+            [t @ (DataType::Timestamp(..) | DataType::Null)] => Ok(vec![t.clone()]),
+            [t] => plan_err!(
+                "FLOOR / CEIL(x TO unit) takes a TIMESTAMP in weir, not {t}; for a DATE, floor \
+                 CAST(x AS TIMESTAMP(3))"
+            ),
+            _ => plan_err!("FLOOR / CEIL(x TO unit) takes one TIMESTAMP"),
+        }
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(arg_types[0].clone())
+    }
+
+    fn invoke_with_args(
+        &self,
+        mut args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        Ok(args.args.remove(0))
     }
 }

@@ -440,6 +440,9 @@ pub(super) fn time_bounds(
         }
         true
     };
+    // The conditions taken as bounds: kept, in case they bound one way only (then they are no
+    // interval, and filter as any other condition does).
+    let mut taken = Vec::new();
     for c in conds {
         let ok = match c {
             SqlExpr::Between {
@@ -474,7 +477,9 @@ pub(super) fn time_bounds(
             }
             _ => false,
         };
-        if !ok {
+        if ok {
+            taken.push(c.clone());
+        } else {
             other.push(c.clone());
         }
     }
@@ -485,7 +490,10 @@ pub(super) fn time_bounds(
                 "the join's time bounds are empty: right - left in [{l}, {u}] ms"
             )))
         }
-        _ => None,
+        _ => {
+            other.extend(taken);
+            None
+        }
     };
     Ok((bounds, other))
 }
