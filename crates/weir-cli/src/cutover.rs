@@ -258,6 +258,8 @@ pub fn run(rt: &tokio::runtime::Runtime, a: &CutoverArgs) -> Result<String> {
             csv_header: false,
             show: 10,
             partitions: 64,
+            // One database: one writer's text on both sides.
+            normalise: false,
         };
         let outcome = crate::validate::run(rt, &args)?;
         out.push_str(&outcome.report);

@@ -4,10 +4,12 @@
 //! Each side is a table of a database (`--url`, PostgreSQL or SQLite), a file or folder of
 //! part files (CSV, JSON lines, Parquet, as weir's file sinks write them), or a Kafka topic of
 //! JSON objects (`kafka://HOST:PORT/TOPIC`, read to the end offsets taken at start), read as
-//! text. Values
-//! are compared as the text they are, after two normalisations that make the same value the
-//! same text across writers: a decimal number loses trailing zeros (`12.50` is `12.5`, `3.0` is
-//! `3`), and a timestamp is `yyyy-MM-dd HH:mm:ss[.fff]` without trailing zeros in its fraction.
+//! text. Values are compared as the text they are. Between sides of different writers (a
+//! database table and a file, CSV and Parquet; or with `--normalise`) two normalisations first
+//! make the same value the same text: a decimal number loses trailing zeros (`12.50` is `12.5`,
+//! `3.0` is `3`), and a timestamp is `yyyy-MM-dd HH:mm:ss[.fff]` without trailing zeros in its
+//! fraction. Sides of one writer are compared exactly, so that `2.10` and `2.1` in a STRING
+//! column differ.
 //! The sides' columns are matched by name (CSV without a header: by position); columns only on
 //! one side are reported and not compared.
 //!
@@ -31,6 +33,11 @@ use weir_core::time::Clock;
 /// What `weir validate` takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ValidateArgs {
+    /// Compare numbers and timestamps after normalising their text (`12.50` as `12.5`) even
+    /// when both sides were written alike (by default only sides of different writers are:
+    /// a database table and a file, CSV and Parquet).
+    #[arg(long)]
+    pub normalise: bool,
     /// The live output: a table (with --url), a file or folder of part files, or a Kafka
     /// topic of JSON objects (kafka://HOST:PORT/TOPIC).
     #[arg(long)]
@@ -105,6 +112,9 @@ struct Side {
     /// Rows were staged as JSON objects (one cell each), their columns the union of all their
     /// fields (a writer leaves NULL fields out).
     json: bool,
+    /// What wrote the values' text (`csv`, `json`, `parquet`, `postgresql`, `sqlite`, `kafka
+    /// json`): sides of one writer are compared as their text is.
+    writer: String,
 }
 
 impl Side {
@@ -195,6 +205,21 @@ pub fn run(rt: &tokio::runtime::Runtime, args: &ValidateArgs) -> Result<Outcome>
         format!("by key ({})", args.key.join(", "))
     };
     let _ = writeln!(report, "compared:  {matched}");
+    let _ = if plan.normalise {
+        writeln!(
+            report,
+            "values:    as text after normalising numbers and timestamps (12.50 is 12.5), the \
+             sides being written by {} and {}",
+            live_side.writer, cand_side.writer
+        )
+    } else {
+        writeln!(
+            report,
+            "values:    as their text (both sides written by {}; --normalise to compare 12.50 \
+             and 12.5 as one)",
+            live_side.writer
+        )
+    };
     let _ = writeln!(report, "only in live:      {}", diff.only_live);
     let _ = writeln!(report, "only in candidate: {}", diff.only_candidate);
     if !args.key.is_empty() {
@@ -285,6 +310,7 @@ fn read_side(
             columns: keys.into_iter().collect(),
             named: true,
             json: true,
+            writer: "kafka json".into(),
         });
     }
     if let Some(url) = &args.url {
@@ -300,6 +326,10 @@ fn read_side(
             columns,
             named: true,
             json: false,
+            writer: match options.database {
+                weir_jdbc::options::Database::Sqlite { .. } => "sqlite".into(),
+                _ => "postgresql".into(),
+            },
         });
     }
     let path = Path::new(what);
@@ -307,6 +337,7 @@ fn read_side(
     let mut columns: Vec<String> = Vec::new();
     let mut named = true;
     let mut keys = std::collections::BTreeSet::new();
+    let mut writers = std::collections::BTreeSet::new();
     let json = files.iter().any(|f| {
         matches!(
             f.extension().and_then(|e| e.to_str()),
@@ -336,6 +367,7 @@ fn read_side(
             ),
         };
         named &= ext != "csv" || args.csv_header;
+        writers.insert(if is_json { "json" } else { ext });
         if columns.is_empty() {
             columns = cols;
         } else if cols != columns && !cols.is_empty() {
@@ -357,6 +389,7 @@ fn read_side(
         columns,
         named,
         json,
+        writer: writers.into_iter().collect::<Vec<_>>().join(" and "),
     })
 }
 
@@ -583,6 +616,10 @@ struct Plan {
     /// The range rows must be in, when given.
     time: Option<TimeFilter>,
     parts: u64,
+    /// The sides were written by different writers: numbers and timestamps are compared after
+    /// the normalisations of the module doc. One writer's text is compared as it is (`2.10`
+    /// and `2.1` differ: in a STRING column they are different values).
+    normalise: bool,
 }
 
 impl Plan {
@@ -673,6 +710,7 @@ impl Plan {
             tolerance,
             time,
             parts: args.partitions.clamp(1, 4096) as u64,
+            normalise: args.normalise || live.writer != cand.writer,
         })
     }
 
@@ -699,7 +737,12 @@ impl Plan {
         }
         let projected: Row = self.index[side]
             .iter()
-            .map(|&i| row.get(i).cloned().flatten().map(|v| normalise(&v)))
+            .map(|&i| {
+                row.get(i)
+                    .cloned()
+                    .flatten()
+                    .map(|v| if self.normalise { normalise(&v) } else { v })
+            })
             .collect();
         stats.add(&projected);
         let p = self.partition(&projected);

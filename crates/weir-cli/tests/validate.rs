@@ -318,3 +318,61 @@ fn json_columns_are_every_rows_fields_and_a_column_on_one_side_differs() {
         "{report}"
     );
 }
+
+/// Sides of one writer are compared as their text is: `2.10` and `2.1` in a STRING column are
+/// different values, and two CSV files holding them differ (before, both were normalised to
+/// `2.1` and called equal). `--normalise` compares them as numbers; sides of different writers
+/// (CSV and JSON lines) are normalised anyway, so `12.50` and `12.5` are one value there.
+#[test]
+fn one_writers_text_is_compared_exactly_and_different_writers_after_normalising() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("live.csv"),
+        "id,version,amount\n1,2.10,12.50\n2,3.0,1.00\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("cand.csv"),
+        "id,version,amount\n1,2.1,12.50\n2,3.0,1.00\n",
+    )
+    .unwrap();
+    let (code, report) = validate(d, &["--live", "live.csv", "--candidate", "cand.csv"]);
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report.contains("as their text (both sides written by csv"),
+        "{report}"
+    );
+    let (code, report) = validate(
+        d,
+        &[
+            "--live",
+            "live.csv",
+            "--candidate",
+            "cand.csv",
+            "--normalise",
+        ],
+    );
+    assert_eq!(code, 0, "{report}");
+    std::fs::write(
+        d.join("cand.jsonl"),
+        "{\"id\": 1, \"version\": \"2.10\", \"amount\": 12.5}\n{\"id\": 2, \"version\": \"3.0\", \"amount\": 1}\n",
+    )
+    .unwrap();
+    let (code, report) = validate(
+        d,
+        &[
+            "--live",
+            "live.csv",
+            "--candidate",
+            "cand.jsonl",
+            "--csv-header",
+        ],
+    );
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        report.contains("after normalising numbers and timestamps")
+            && report.contains("written by csv and json"),
+        "{report}"
+    );
+}
