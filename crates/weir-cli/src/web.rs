@@ -94,6 +94,10 @@ impl Token {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+        // A folder there already keeps its mode: made this user's alone.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| anyhow::anyhow!("making {} private: {e}", dir.display()))?;
+        remove_tokens_of_ended_processes(&dir);
         let file = dir.join(format!("http-{}.token", std::process::id()));
         // A new file, never one left behind with other permissions.
         match std::fs::remove_file(&file) {
@@ -117,6 +121,31 @@ impl Token {
             access: access.with_token_hint(hint),
             file: Some(TokenFile(file)),
         })
+    }
+}
+
+/// Deletes the token files in `dir` of processes that have ended (a job killed with -9 leaves
+/// its file): `http-PID.token` with no `/proc/PID`. Nothing where there is no `/proc`.
+fn remove_tokens_of_ended_processes(dir: &std::path::Path) {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("http-")?.strip_suffix(".token"))
+            .filter(|p| p.parse::<u32>().is_ok())
+        else {
+            continue;
+        };
+        if !proc.join(pid).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

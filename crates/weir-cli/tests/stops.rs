@@ -311,6 +311,15 @@ fn a_stop_through_the_http_api_ends_the_job_as_sigterm_does() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     write_job(d);
+    // A token file left by a process that has ended (no such PID can run: past pid_max) goes
+    // when the next job writes its own; a running process's stays.
+    std::fs::create_dir_all(d.join("run/weir")).unwrap();
+    let stale = d.join("run/weir/http-999999999.token");
+    let running = d
+        .join("run/weir")
+        .join(format!("http-{}.token", std::process::id()));
+    std::fs::write(&stale, "old\n").unwrap();
+    std::fs::write(&running, "this test's\n").unwrap();
     let weir = Served::start(
         d,
         &[
@@ -329,6 +338,7 @@ fn a_stop_through_the_http_api_ends_the_job_as_sigterm_does() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(!stale.exists() && running.exists());
     // Without the token nobody may stop it (another local user, issue #25 item 17); the
     // token is in a file only the job's user can read, named on stderr.
     let refused = weir.request_as("POST", "/api/v1/stop", "");
