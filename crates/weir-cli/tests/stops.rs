@@ -21,6 +21,36 @@ fn write_job(dir: &Path) {
     std::fs::write(dir.join("out/out.csv"), PREVIOUS).unwrap();
 }
 
+/// A job whose sink fails on every start: its folder cannot be made (a file is in the way), a
+/// failure of the outside world, which a restart may get past. It is restarted `attempts`
+/// times, `delay` apart.
+fn write_failing_job(dir: &Path, attempts: u32, delay: &str) {
+    std::fs::write(dir.join("events.csv"), "k1,1\nk2,2\n").unwrap();
+    std::fs::write(dir.join("blocked"), "a file").unwrap();
+    std::fs::write(
+        dir.join("job.sql"),
+        format!(
+            "SET 'execution.checkpointing.interval' = '1 s';
+             SET 'restart-strategy.type' = 'fixed-delay';
+             SET 'restart-strategy.fixed-delay.attempts' = '{attempts}';
+             SET 'restart-strategy.fixed-delay.delay' = '{delay}';
+             CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
+             CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'blocked/out', 'format' = 'csv');
+             INSERT INTO out1 SELECT ts, key FROM events;"
+        ),
+    )
+    .unwrap();
+}
+
+/// Sends `signal` (`TERM`, `INT`) to process `pid`.
+fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
 /// Starts the unbounded job, lets it write for a while, sends `signal`, and waits.
 fn run_and_signal(dir: &Path, signal: &str) -> Output {
     let child = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -39,11 +69,7 @@ fn run_and_signal(dir: &Path, signal: &str) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(inprogress.exists(), "the job never started writing");
-    let status = Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    send_signal(child.id(), signal);
     child.wait_with_output().unwrap()
 }
 
@@ -158,21 +184,7 @@ fn an_input_of_mostly_dead_letters_fails_the_run_and_says_so() {
 fn a_job_that_keeps_failing_is_restarted_as_its_strategy_says_then_fails_saying_so() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("events.csv"), "k1,1\nk2,2\n").unwrap();
-    // The sink's folder cannot be made (a file is in the way): a failure of the outside
-    // world, which a restart may get past.
-    std::fs::write(d.join("blocked"), "a file").unwrap();
-    std::fs::write(
-        d.join("job.sql"),
-        "SET 'execution.checkpointing.interval' = '1 s';
-         SET 'restart-strategy.type' = 'fixed-delay';
-         SET 'restart-strategy.fixed-delay.attempts' = '2';
-         SET 'restart-strategy.fixed-delay.delay' = '10 ms';
-         CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
-         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'blocked/out', 'format' = 'csv');
-         INSERT INTO out1 SELECT ts, key FROM events;",
-    )
-    .unwrap();
+    write_failing_job(d, 2, "10 ms");
     let out = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", "job.sql"])
         .current_dir(d)
@@ -392,19 +404,7 @@ fn a_stop_through_the_http_api_ends_the_job_as_sigterm_does() {
 fn a_job_that_keeps_failing_is_shown_failed_while_its_server_lingers() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("events.csv"), "k1,1\nk2,2\n").unwrap();
-    std::fs::write(d.join("blocked"), "a file").unwrap();
-    std::fs::write(
-        d.join("job.sql"),
-        "SET 'execution.checkpointing.interval' = '1 s';
-         SET 'restart-strategy.type' = 'fixed-delay';
-         SET 'restart-strategy.fixed-delay.attempts' = '1';
-         SET 'restart-strategy.fixed-delay.delay' = '10 ms';
-         CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
-         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'blocked/out', 'format' = 'csv');
-         INSERT INTO out1 SELECT ts, key FROM events;",
-    )
-    .unwrap();
+    write_failing_job(d, 1, "10 ms");
     let weir = Served::start(
         d,
         &[
@@ -424,12 +424,7 @@ fn a_job_that_keeps_failing_is_shown_failed_while_its_server_lingers() {
     );
     let stop = weir.request("POST", "/api/v1/stop");
     assert!(stop.starts_with("HTTP/1.1 409"), "{stop}");
-    let ok = Command::new("kill")
-        .args(["-INT", &weir.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    send_signal(weir.child.id(), "INT");
     let (status, stderr) = weir.wait();
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
@@ -458,19 +453,7 @@ fn a_signal_stops_a_job_waiting_to_restart() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("events.csv"), "k1,1\nk2,2\n").unwrap();
-    std::fs::write(d.join("blocked"), "a file").unwrap();
-    std::fs::write(
-        d.join("job.sql"),
-        "SET 'execution.checkpointing.interval' = '1 s';
-         SET 'restart-strategy.type' = 'fixed-delay';
-         SET 'restart-strategy.fixed-delay.attempts' = '2';
-         SET 'restart-strategy.fixed-delay.delay' = '1 h';
-         CREATE TABLE events (key STRING, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = 'events.csv', 'format' = 'csv');
-         CREATE TABLE out1 (ts BIGINT, key STRING) WITH ('connector' = 'filesystem', 'path' = 'blocked/out', 'format' = 'csv');
-         INSERT INTO out1 SELECT ts, key FROM events;",
-    )
-    .unwrap();
+    write_failing_job(d, 2, "1 h");
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", "job.sql", "--http", "off"])
         .current_dir(d)
@@ -488,11 +471,7 @@ fn a_signal_stops_a_job_waiting_to_restart() {
         line.clear();
     }
     assert!(seen.contains("restart 1"), "{seen}");
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    send_signal(child.id(), "TERM");
     let code = exit_of(&mut child).code();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
@@ -527,20 +506,13 @@ fn a_second_signal_stops_at_once() {
         .unwrap();
     // The pipe fills within moments; then the print sink blocks, and so does the savepoint.
     std::thread::sleep(Duration::from_secs(2));
-    let kill = |child: &std::process::Child| {
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
-    kill(&child);
+    send_signal(child.id(), "TERM");
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         child.try_wait().unwrap().is_none(),
         "the first signal should wait for the savepoint, which the blocked sink holds up"
     );
-    kill(&child);
+    send_signal(child.id(), "TERM");
     let code = exit_of(&mut child).code();
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();

@@ -177,10 +177,26 @@ impl OperatorFactory for Calc {
     ) -> weir_runtime::Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input(KIND, inputs)?;
         let (filter, columns, schema) = self.planned(&input.schema)?;
+        // Only a computed TIMESTAMP can newly be beyond the calendar: a column passed through
+        // was checked where it was made (or read).
+        let calendar_checked = match &self.columns {
+            Some(named) => (named.iter().enumerate())
+                .filter(|(i, (_, e))| {
+                    e.as_column().is_none()
+                        && matches!(
+                            schema.field(*i).data_type(),
+                            DataType::Timestamp(u, _) if *u != arrow_schema::TimeUnit::Nanosecond
+                        )
+                })
+                .map(|(i, _)| i)
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Box::new(CalcOp {
             filter,
             columns,
             schema,
+            calendar_checked,
             bad_rows: 0,
             reads_watermark: self.reads_watermark(),
             watermark: None,
@@ -210,6 +226,9 @@ pub struct CalcOp {
     filter: Option<PlannedScalar>,
     columns: Vec<PlannedScalar>,
     schema: SchemaRef,
+    /// The output columns checked against the calendar: computed TIMESTAMPs of seconds to
+    /// microseconds (see [`check_calendar`]).
+    calendar_checked: Vec<usize>,
     /// Rows sent to the dead letters so far.
     bad_rows: u64,
     /// An expression reads [`CURRENT_WATERMARK`].
@@ -261,8 +280,8 @@ impl CalcOp {
         let cols = (self.columns.iter())
             .map(|e| e.evaluate(&batch.data))
             .collect::<crate::Result<Vec<_>>>()?;
-        for (col, field) in cols.iter().zip(self.schema.fields()) {
-            check_calendar(col, field.name())?;
+        for &i in &self.calendar_checked {
+            check_calendar(&cols[i], self.schema.field(i).name())?;
         }
         let data = RecordBatch::try_new_with_options(
             self.schema.clone(),
@@ -279,52 +298,36 @@ impl CalcOp {
 /// cannot be written by any sink, and would fail the whole job there instead of being a dead
 /// letter here. Nanoseconds never are (an i64 of them spans 1677 to 2262).
 fn check_calendar(col: &arrow_array::ArrayRef, name: &str) -> crate::Result<()> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{
-        TimestampMicrosecondType, TimestampMillisecondType, TimestampSecondType,
-    };
     use arrow_schema::TimeUnit;
-    let DataType::Timestamp(unit, _) = col.data_type() else {
-        return Ok(());
+    let (per_sec, unit) = match col.data_type() {
+        DataType::Timestamp(TimeUnit::Second, _) => (1, "s"),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => (1_000, "ms"),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => (1_000_000, "µs"),
+        _ => return Ok(()),
     };
-    let (per_sec, values): (i64, Box<dyn Iterator<Item = Option<i64>>>) = match unit {
-        TimeUnit::Second => (
-            1,
-            Box::new(col.as_primitive::<TimestampSecondType>().iter()),
-        ),
-        TimeUnit::Millisecond => (
-            1_000,
-            Box::new(col.as_primitive::<TimestampMillisecondType>().iter()),
-        ),
-        TimeUnit::Microsecond => (
-            1_000_000,
-            Box::new(col.as_primitive::<TimestampMicrosecondType>().iter()),
-        ),
-        TimeUnit::Nanosecond => return Ok(()),
-    };
-    let Some((min, max)) = values
+    // Every unit's values are i64s: read them as such.
+    let values = arrow_array::Int64Array::from(
+        col.to_data()
+            .into_builder()
+            .data_type(DataType::Int64)
+            .build()
+            .map_err(|e| crate::Error::Runtime(e.into()))?,
+    );
+    let (lo, hi) = (
+        chrono::DateTime::<chrono::Utc>::MIN_UTC.timestamp(),
+        chrono::DateTime::<chrono::Utc>::MAX_UTC.timestamp(),
+    );
+    match values
+        .iter()
         .flatten()
-        .fold(None, |acc: Option<(i64, i64)>, v| match acc {
-            None => Some((v, v)),
-            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
-        })
-    else {
-        return Ok(());
-    };
-    for v in [min, max] {
-        if chrono::DateTime::from_timestamp(v.div_euclid(per_sec), 0).is_none() {
-            let unit = match unit {
-                TimeUnit::Second => "s",
-                TimeUnit::Millisecond => "ms",
-                _ => "µs",
-            };
-            return Err(crate::Error::Plan(format!(
-                "column `{name}`: the TIMESTAMP {v} {unit} since 1970 is beyond the calendar \
-                 (years -262143 to 262142): no sink can write it"
-            )));
-        }
+        .find(|v| !(lo..=hi).contains(&v.div_euclid(per_sec)))
+    {
+        Some(v) => Err(crate::Error::Plan(format!(
+            "column `{name}`: the TIMESTAMP {v} {unit} since 1970 is beyond the calendar \
+             (years -262143 to 262142): no sink can write it"
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A row as `name=value, ...`, for a dead letter.

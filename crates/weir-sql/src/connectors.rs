@@ -345,7 +345,6 @@ fn kafka_properties(t: &TableDef) -> Result<std::collections::HashMap<String, St
     Ok(out)
 }
 
-/// Refuses `csv.*` options on a file table of another format: they would do nothing.
 /// Where a Kafka read ends: Flink's `scan.bounded.mode` (`unbounded`, or `latest-offset`: the
 /// end offsets taken at start), or weir's `weir.bounded` (the same as `latest-offset`).
 fn kafka_bounded(t: &TableDef) -> Result<bool> {
@@ -383,6 +382,7 @@ fn kafka_bounded(t: &TableDef) -> Result<bool> {
     }
 }
 
+/// Refuses `csv.*` options on a file table of another format: they would do nothing.
 fn csv_options_only_for_csv(t: &TableDef, format: FileFormat) -> Result<()> {
     if format == FileFormat::Csv {
         return Ok(());

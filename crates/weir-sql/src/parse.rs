@@ -380,7 +380,8 @@ fn balance_and_or(e: &mut SqlExpr) {
     *e = balanced(terms, &op);
 }
 
-fn balanced(mut terms: Vec<SqlExpr>, op: &sqlparser::ast::BinaryOperator) -> SqlExpr {
+/// `terms` joined by `op` as a balanced tree (no deeper than log2 of their number).
+pub(crate) fn balanced(mut terms: Vec<SqlExpr>, op: &sqlparser::ast::BinaryOperator) -> SqlExpr {
     if terms.len() == 1 {
         return terms.pop().expect("one term");
     }

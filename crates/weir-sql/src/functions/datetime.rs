@@ -485,19 +485,18 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
         ))
         }
     };
-    let date_trunc = |unit: &str, t: Expr| {
+    // `name(args...)`.
+    let call = |name: &str, args: Vec<Expr>| {
         Expr::Function(Function {
-            name: ObjectName::from(vec![Ident::new("date_trunc")]),
+            name: ObjectName::from(vec![Ident::new(name)]),
             uses_odbc_syntax: false,
             parameters: FunctionArguments::None,
             args: FunctionArguments::List(FunctionArgumentList {
                 duplicate_treatment: None,
-                args: vec![
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::value(
-                        Value::SingleQuotedString(unit.to_lowercase()),
-                    ))),
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(t)),
-                ],
+                args: args
+                    .into_iter()
+                    .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                    .collect(),
                 clauses: Vec::new(),
             }),
             filter: None,
@@ -506,20 +505,11 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
             within_group: Vec::new(),
         })
     };
-    let t = Expr::Function(Function {
-        name: ObjectName::from(vec![Ident::new(super::numeric::FLOOR_CEIL_ARG)]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(*expr))],
-            clauses: Vec::new(),
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: Vec::new(),
-    });
+    let date_trunc = |unit: &str, t: Expr| {
+        let unit = Expr::value(Value::SingleQuotedString(unit.to_lowercase()));
+        call("date_trunc", vec![unit, t])
+    };
+    let t = call(super::numeric::FLOOR_CEIL_ARG, vec![*expr]);
     // Flink (Calcite) ceils MONTH, QUARTER and YEAR on the date alone: the time of day is
     // dropped first, so CEIL(2024-01-01 00:00:01 TO YEAR) is 2024-01-01 00:00:00.
     let t = if ceil && matches!(unit, "MONTH" | "QUARTER" | "YEAR") {
@@ -531,6 +521,8 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
     *e = if !ceil {
         trunc
     } else {
+        // The CASE evaluates `t` and the floor more than once per row (no common subexpression
+        // is shared); cheap next to a row's other work, and it keeps this a rewrite.
         let one = Expr::Interval(Interval {
             value: Box::new(Expr::value(Value::SingleQuotedString("1".into()))),
             leading_field: Some(field),

@@ -287,14 +287,8 @@ impl Planner {
             alias: format!("{}_{}", aliases.0, aliases.1),
         };
         // An inner join's other conditions: a filter on the joined rows.
-        if let Some(first) = post.first() {
-            let all = post[1..]
-                .iter()
-                .fold(first.clone(), |acc, c| SqlExpr::BinaryOp {
-                    left: Box::new(acc),
-                    op: BinaryOperator::And,
-                    right: Box::new(c.clone()),
-                });
+        if !post.is_empty() {
+            let all = crate::parse::balanced(post, &BinaryOperator::And);
             let pred = scalar(&all, &joined)?;
             joined.stream = joined
                 .stream
@@ -392,8 +386,6 @@ pub(super) fn time_term(e: &SqlExpr, left: &Rel, right: &Rel) -> Option<(usize, 
     }
 }
 
-/// Time bounds of a join condition as `right.ts - left.ts ∈ [lower, upper]`, if the
-/// conditions bound both ways.
 /// Bounds on `right.t - left.t` in ms: (lower, upper), both included.
 pub(super) type TimeBounds = (i64, i64);
 
@@ -498,17 +490,22 @@ pub(super) fn time_bounds(
     Ok((bounds, other))
 }
 
-/// Which sides (0 left, 1 right) the columns of `e` are on; 2 for a name on neither or both.
-fn sides_of(e: &SqlExpr, left: &Rel, right: &Rel) -> std::collections::BTreeSet<usize> {
+/// The side (0 left, 1 right) every column of `e` is on; `None` when they are on both, when a
+/// name is on neither or both, or when `e` reads no column.
+fn side_of_all(e: &SqlExpr, left: &Rel, right: &Rel) -> Option<usize> {
     use std::ops::ControlFlow;
-    let mut sides = std::collections::BTreeSet::new();
-    let _ = sqlparser::ast::visit_expressions(e, |x| {
+    let mut side = None;
+    let mixed = sqlparser::ast::visit_expressions(e, |x| {
         if matches!(x, SqlExpr::Identifier(_) | SqlExpr::CompoundIdentifier(_)) {
-            sides.insert(side_of(x, left, right).map_or(2, |(s, _)| s));
+            match (side_of(x, left, right), side) {
+                (Some((s, _)), None) => side = Some(s),
+                (Some((s, _)), Some(t)) if s == t => {}
+                _ => return ControlFlow::Break(()),
+            }
         }
-        ControlFlow::<()>::Continue(())
+        ControlFlow::Continue(())
     });
-    sides
+    side.filter(|_| mixed.is_continue())
 }
 
 /// Places the conditions of ON besides key equalities and time bounds. For an inner join they
@@ -528,11 +525,9 @@ fn place_residual(
         return Ok((left, right, residual));
     }
     for c in residual {
-        let sides = sides_of(&c, &left, &right);
-        let only = |side: usize| sides.len() == 1 && sides.contains(&side);
-        let target = match jt {
-            JoinType::Left if only(1) && !versioned => &mut right,
-            JoinType::Right if only(0) => &mut left,
+        let target = match (jt, side_of_all(&c, &left, &right)) {
+            (JoinType::Left, Some(1)) if !versioned => &mut right,
+            (JoinType::Right, Some(0)) => &mut left,
             _ => {
                 let kind = match jt {
                     JoinType::Left => "LEFT",
