@@ -430,19 +430,12 @@ pub fn hms(ms: i64) -> String {
     format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// Whether the newest complete checkpoint in `dir` whose manifest reads is one job `name`
-/// wrote (a corrupt one is passed over, as the restore passes over it).
+/// Whether the checkpoint a restore of `latest` in `dir` takes (the newest good one, see
+/// `LocalDirStorage::latest_good`) is one job `name` wrote.
 fn own_checkpoint(dir: &Path, name: &str) -> bool {
-    use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
-    let storage = LocalDirStorage::new(dir);
-    let folders = storage.complete_newest_first().unwrap_or_default();
-    folders
-        .iter()
-        .find_map(|f| {
-            let h = storage.open(&f.to_string_lossy()).ok()?;
-            storage.read_manifest(&h).ok()
-        })
-        .is_some_and(|m| m.job == name)
+    weir_state::checkpoint::LocalDirStorage::new(dir)
+        .latest_good()
+        .is_ok_and(|g| g.is_some_and(|g| g.manifest.job == name))
 }
 
 /// A signal that stopped a job.

@@ -199,35 +199,31 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         .unwrap_or("")
         .to_string();
     let known_host = is_loopback_host(&host) || app.access.allows_host(&host);
-    if !known_host && app.loopback {
-        return error(
-            StatusCode::MISDIRECTED_REQUEST,
-            format!(
-                "this server listens on a loopback address and answers requests for \
-                 localhost or 127.0.0.1 only, not for `{host}` (a name it should answer too: \
-                 --http-allowed-host)"
-            ),
-        );
-    }
-    if !known_host && app.access.has_allowed_hosts() {
-        return error(
-            StatusCode::MISDIRECTED_REQUEST,
-            format!(
-                "this server answers requests for its allowed hosts (--http-allowed-host) and \
-                 loopback names only, not for `{host}`"
-            ),
-        );
-    }
-    // Without allowed hosts, an address: a name could be one an attacker's page pointed here
-    // (DNS rebinding) to read the job through the user's browser.
-    if !known_host && !is_ip_host(&host) {
-        return error(
-            StatusCode::MISDIRECTED_REQUEST,
-            format!(
-                "this server answers requests for an IP address or a loopback name, not for \
-                 `{host}`: give the names it should answer with --http-allowed-host"
-            ),
-        );
+    let refused = if known_host {
+        None
+    } else if app.loopback {
+        Some(format!(
+            "this server listens on a loopback address and answers requests for localhost or \
+             127.0.0.1 only, not for `{host}` (a name it should answer too: \
+             --http-allowed-host)"
+        ))
+    } else if app.access.has_allowed_hosts() {
+        Some(format!(
+            "this server answers requests for its allowed hosts (--http-allowed-host) and \
+             loopback names only, not for `{host}`"
+        ))
+    } else if !is_ip_host(&host) {
+        // Without allowed hosts, an address: a name could be one an attacker's page pointed
+        // here (DNS rebinding) to read the job through the user's browser.
+        Some(format!(
+            "this server answers requests for an IP address or a loopback name, not for \
+             `{host}`: give the names it should answer with --http-allowed-host"
+        ))
+    } else {
+        None
+    };
+    if let Some(message) = refused {
+        return error(StatusCode::MISDIRECTED_REQUEST, message);
     }
     if req.method() == Method::POST {
         if let Some(origin) = req.headers().get(header::ORIGIN) {
@@ -273,11 +269,7 @@ fn is_ip_host(host: &str) -> bool {
 
 /// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
 fn is_loopback_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
+    let name = crate::access::split_host(host).0;
     name.eq_ignore_ascii_case("localhost")
         || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }

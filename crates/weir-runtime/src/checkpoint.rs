@@ -129,42 +129,26 @@ impl Restored {
         // The newest good one: a corrupt checkpoint (its manifest, or a state file changed,
         // truncated or swapped after it completed) is passed over for the one before it, with
         // a warning; refused when none is good.
-        let mut first_bad: Option<weir_state::Error> = None;
-        for folder in storage.complete_newest_first()? {
-            let found = storage.open(&folder.to_string_lossy()).and_then(|handle| {
-                let manifest = storage.read_manifest(&handle)?;
-                storage.verify(&handle, &manifest)?;
-                Ok(Restored { handle, manifest })
-            });
-            match found {
-                Ok(r) => {
-                    if let Some(bad) = &first_bad {
-                        tracing::warn!(
-                            restored = r.manifest.epoch.0,
-                            "restoring checkpoint {} ({}), older than the newest, which is \
-                             corrupt: {bad}; what the job wrote after it is written again (a \
-                             jdbc table in append mode may hold those rows twice)",
-                            r.manifest.epoch.0,
-                            r.handle.location.display()
-                        );
-                    }
-                    return Ok(Some(r));
-                }
-                Err(e @ weir_state::Error::CorruptCheckpoint { .. }) => {
-                    tracing::warn!(
-                        checkpoint = %folder.display(),
-                        "checkpoint {} is corrupt, trying the one before it: {e}",
-                        folder.display()
-                    );
-                    first_bad.get_or_insert(e);
-                }
-                Err(e) => return Err(e.into()),
-            }
+        let Some(good) = storage.latest_good()? else {
+            return Ok(None);
+        };
+        for bad in &good.passed_over {
+            tracing::warn!("a checkpoint is corrupt, passed over for the one before it: {bad}");
         }
-        match first_bad {
-            Some(e) => Err(e.into()),
-            None => Ok(None),
+        if let Some(newest) = good.passed_over.first() {
+            tracing::warn!(
+                restored = good.manifest.epoch.0,
+                "restoring checkpoint {} ({}), older than the newest, which is corrupt: \
+                 {newest}; what the job wrote after it is written again (a jdbc table in append \
+                 mode may hold those rows twice)",
+                good.manifest.epoch.0,
+                good.handle.location.display()
+            );
         }
+        Ok(Some(Restored {
+            handle: good.handle,
+            manifest: good.manifest,
+        }))
     }
 
     /// Where split `split` of source node `node` (a stable id) stood.

@@ -207,7 +207,7 @@ pub struct AlertState {
 }
 
 /// Checkpoints of a job: how many completed, how long they took, how large they are.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CheckpointMetrics {
     pub completed: AtomicU64,
     /// Id of the last completed checkpoint (0: none).
@@ -220,6 +220,20 @@ pub struct CheckpointMetrics {
     /// The least source-split watermark of the newest checkpoint every sink has published
     /// (`i64::MIN`: none): what the job's committed output has reached.
     pub last_watermark: AtomicI64,
+}
+
+impl Default for CheckpointMetrics {
+    fn default() -> Self {
+        CheckpointMetrics {
+            completed: AtomicU64::new(0),
+            last_id: AtomicU64::new(0),
+            last_duration_ms: AtomicI64::new(0),
+            max_duration_ms: AtomicI64::new(0),
+            last_bytes: AtomicU64::new(0),
+            // Nothing published yet: a checkpoint completes before the sinks publish it.
+            last_watermark: AtomicI64::new(i64::MIN),
+        }
+    }
 }
 
 impl CheckpointMetrics {
@@ -245,8 +259,7 @@ impl CheckpointMetrics {
             last_duration_ms: self.last_duration_ms.load(Relaxed),
             max_duration_ms: self.max_duration_ms.load(Relaxed),
             last_bytes: self.last_bytes.load(Relaxed),
-            last_watermark: Some(self.last_watermark.load(Relaxed))
-                .filter(|w| *w != i64::MIN && self.completed.load(Relaxed) > 0),
+            last_watermark: Some(self.last_watermark.load(Relaxed)).filter(|w| *w != i64::MIN),
         }
     }
 }
@@ -744,4 +757,20 @@ fn bottleneck(nodes: &[NodeSnapshot], job: &JobMetrics) -> Option<String> {
 /// their greatest (a sum would mean nothing).
 pub fn gauge_is_max(name: &str) -> bool {
     name.ends_with("_max") || name.ends_with("_p50_us") || name.ends_with("_p99_us")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint completes before every sink has published it: until then the committed
+    /// watermark is unknown, not 0 (which `weir cutover` would read as a watermark).
+    #[test]
+    fn the_committed_watermark_is_unknown_until_a_checkpoint_is_published() {
+        let m = CheckpointMetrics::default();
+        m.record(1, 10, 100);
+        assert_eq!(m.snapshot().last_watermark, None);
+        m.published(Some(5_000));
+        assert_eq!(m.snapshot().last_watermark, Some(5_000));
+    }
 }

@@ -435,6 +435,15 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     }
 }
 
+/// A checkpoint [`LocalDirStorage::latest_good`] found.
+#[derive(Debug)]
+pub struct Good {
+    pub handle: CheckpointHandle,
+    pub manifest: Manifest,
+    /// Why each newer complete checkpoint was passed over (newest first).
+    pub passed_over: Vec<Error>,
+}
+
 /// The file in a checkpoint directory that a running job locks (see [`LocalDirStorage::lock`]).
 pub const LOCK_FILE: &str = "_lock";
 
@@ -446,22 +455,22 @@ pub type DirLock = FileLock;
 /// the process ends (by the OS, after a kill -9 too).
 #[derive(Debug)]
 pub struct FileLock {
-    file: Option<fs::File>,
+    // Dropped after `drop` has run: the file is deleted while still locked.
+    file: fs::File,
     /// Deleted on release (while still locked), if the lock file is to leave no trace.
     remove: Option<PathBuf>,
 }
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        if let (Some(path), Some(file)) = (&self.remove, &self.file) {
+        if let Some(path) = &self.remove {
             // Whoever opened this file before it is gone finds, once it has the lock, that the
             // path no longer names it, and tries again (see `lock_file`). A path that names
             // another file by now (ours deleted by hand, a new one locked) is not ours to delete.
-            if names_file(path, file) {
+            if names_file(path, &self.file) {
                 let _ = fs::remove_file(path);
             }
         }
-        drop(self.file.take());
     }
 }
 
@@ -508,7 +517,7 @@ pub fn lock_file(
                     .and_then(|()| file.write_all(holder.as_bytes()));
                 wrote.map_err(|e| Error::io("write", path, e))?;
                 return Ok(Ok(FileLock {
-                    file: Some(file),
+                    file,
                     remove: remove_on_release.then(|| path.to_path_buf()),
                 }));
             }
@@ -594,20 +603,42 @@ impl LocalDirStorage {
         &self.dir
     }
 
-    /// The folders of the complete checkpoints and savepoints, newest first: where
-    /// [`CheckpointStorage::latest`] looks, and where a restore looks on when the newest is
-    /// corrupt.
+    /// The newest complete checkpoint or savepoint that is good: its manifest reads and every
+    /// state file matches it (see [`CheckpointStorage::verify`]; all are read). A corrupt one
+    /// is passed over for the one before it and returned in [`Good::passed_over`]. `None` when
+    /// there is none.
     ///
     /// # Errors
-    /// `Io` if the directory cannot be listed.
-    pub fn complete_newest_first(&self) -> Result<Vec<PathBuf>> {
-        Ok(self
-            .scan()?
-            .into_iter()
-            .filter(|f| f.complete)
-            .rev()
-            .map(|f| f.path)
-            .collect())
+    /// The newest one's `CorruptCheckpoint` when none is good; `UnsupportedFormat` (a newer
+    /// weir's, not to be passed over) and `Io` as they come.
+    pub fn latest_good(&self) -> Result<Option<Good>> {
+        let mut passed_over = Vec::new();
+        for found in self.scan()?.into_iter().filter(|f| f.complete).rev() {
+            let checked = read_manifest_in(&found.path).and_then(|manifest| {
+                let handle = CheckpointHandle {
+                    epoch: manifest.epoch,
+                    savepoint: manifest.savepoint,
+                    location: found.path.clone(),
+                };
+                self.verify(&handle, &manifest)?;
+                Ok((handle, manifest))
+            });
+            match checked {
+                Ok((handle, manifest)) => {
+                    return Ok(Some(Good {
+                        handle,
+                        manifest,
+                        passed_over,
+                    }))
+                }
+                Err(e @ Error::CorruptCheckpoint { .. }) => passed_over.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        match passed_over.into_iter().next() {
+            Some(newest_bad) => Err(newest_bad),
+            None => Ok(None),
+        }
     }
 
     /// The folder of checkpoint `epoch` while it is taken, and after if it is no savepoint.

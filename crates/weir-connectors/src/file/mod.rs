@@ -282,8 +282,9 @@ impl FileSource {
 /// `Config` if nothing matches (naming the pattern), or if a path without a glob is a broken
 /// symbolic link (naming its target).
 /// Refuses a glob whose folder holds file names that are not UTF-8: the glob crate cannot match
-/// them and skips them without a word, so their rows would be lost. Checked in the folder of
-/// the pattern's last part when only that part has wildcards (`data/*.csv`), the usual case.
+/// them and skips them without a word, so their rows would be lost; and warns of hidden files
+/// the pattern leaves out. Checked in the folder of the pattern's last part when only that
+/// part has wildcards (`data/*.csv`), the usual case.
 fn refuse_names_a_glob_skips(pattern: &str) -> Result<()> {
     let path = std::path::Path::new(pattern);
     let glob_chars = |s: &str| s.contains(['*', '?', '[']);
@@ -301,8 +302,26 @@ fn refuse_names_a_glob_skips(pattern: &str) -> Result<()> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
     };
-    let odd: Vec<String> = entries
-        .filter_map(|e| e.ok())
+    let entries: Vec<std::fs::DirEntry> = entries.filter_map(|e| e.ok()).collect();
+    // Hidden files the last part would match but for their leading dot: said, since a user
+    // may have expected their rows.
+    let last = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    if let Some(last) = last.and_then(|l| glob::Pattern::new(&l).ok()) {
+        let hidden = (entries.iter())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| n.starts_with('.') && last.matches(n))
+            .count();
+        if hidden > 0 {
+            tracing::warn!(
+                pattern,
+                hidden,
+                "{pattern} leaves out {hidden} hidden file(s) (names starting with `.`: parts \
+                 in progress, lock files), as a shell does; a pattern whose part starts with \
+                 `.` reads them"
+            );
+        }
+    }
+    let odd: Vec<String> = (entries.iter())
         .filter(|e| e.file_name().to_str().is_none())
         .map(|e| e.path().to_string_lossy().into_owned())
         .collect();
@@ -319,6 +338,53 @@ fn refuse_names_a_glob_skips(pattern: &str) -> Result<()> {
             odd.join(", ")
         ),
     ))
+}
+
+/// What a glob source reads, worked out once for testing many places: the files it matches now
+/// (symbolic links resolved) and its pattern with the folder part resolved, for files it would
+/// match once written (`*` stays within one folder).
+struct GlobReads {
+    matched: Vec<PathBuf>,
+    pattern: Option<glob::Pattern>,
+}
+
+impl GlobReads {
+    /// `None` for a path without wildcards.
+    fn of(path: &str) -> Option<GlobReads> {
+        use weir_runtime::location::normalise_path;
+        if !path.contains(['*', '?', '[']) {
+            return None;
+        }
+        let matched = (expand(path).unwrap_or_default().iter())
+            .map(|f| normalise_path(f))
+            .collect();
+        let mut literal = PathBuf::new();
+        let mut globbed = PathBuf::new();
+        for c in Path::new(path).components() {
+            let text = c.as_os_str().to_string_lossy();
+            if globbed.as_os_str().is_empty() && !text.contains(['*', '?', '[']) {
+                literal.push(c);
+            } else {
+                globbed.push(c);
+            }
+        }
+        let base = glob::Pattern::escape(&normalise_path(&literal).to_string_lossy());
+        let pattern = glob::Pattern::new(&format!("{base}/{}", globbed.to_string_lossy())).ok();
+        Some(GlobReads { matched, pattern })
+    }
+
+    fn reads(&self, location: &weir_runtime::Location) -> bool {
+        let weir_runtime::Location::File(written) = location else {
+            return false;
+        };
+        let options = glob::MatchOptions {
+            require_literal_separator: true,
+            require_literal_leading_dot: true,
+            ..Default::default()
+        };
+        self.matched.contains(written)
+            || (self.pattern.as_ref()).is_some_and(|p| p.matches_path_with(written, options))
+    }
 }
 
 pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
@@ -362,20 +428,6 @@ pub fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
             })
             .collect();
         v.sort();
-        // Said once, at planning: rows a user may have expected.
-        let hidden = glob::glob(pattern)
-            .map(|all| all.flatten().filter(|p| p.is_file()).count())
-            .unwrap_or(0)
-            .saturating_sub(v.len());
-        if hidden > 0 {
-            tracing::warn!(
-                pattern,
-                hidden,
-                "{pattern} leaves out {hidden} hidden file(s) (names starting with `.`: parts \
-                 in progress, lock files), as a shell does; a pattern whose part starts with \
-                 `.` reads them"
-            );
-        }
         v
     } else {
         let p = PathBuf::from(pattern);
@@ -433,8 +485,8 @@ impl SourceFactory for FileSource {
         "file"
     }
     fn reads_any(&self, written: &weir_runtime::location::Written) -> Option<usize> {
-        if self.spec.path.contains(['*', '?', '[']) {
-            return written.places().iter().position(|p| self.reads(p));
+        if let Some(glob) = GlobReads::of(&self.spec.path) {
+            return written.places().iter().position(|p| glob.reads(p));
         }
         // A file or folder: normalised once, then looked up.
         let pattern = Path::new(&self.spec.path);
@@ -448,44 +500,16 @@ impl SourceFactory for FileSource {
         })
     }
     fn reads(&self, location: &weir_runtime::Location) -> bool {
+        if let Some(glob) = GlobReads::of(&self.spec.path) {
+            return glob.reads(location);
+        }
         let weir_runtime::Location::File(written) = location else {
             return false;
         };
-        use weir_runtime::location::normalise_path;
+        // A folder is read whole: a file written in it is read too.
         let pattern = Path::new(&self.spec.path);
-        if !self.spec.path.contains(['*', '?', '[']) {
-            // A folder is read whole: a file written in it is read too.
-            let mine = normalise_path(pattern);
-            return &mine == written || (pattern.is_dir() && written.starts_with(&mine));
-        }
-        // A file the glob matches now (a symbolic link to it included)...
-        if expand(&self.spec.path)
-            .unwrap_or_default()
-            .iter()
-            .any(|f| &normalise_path(f) == written)
-        {
-            return true;
-        }
-        // ... or would match once written: the folder part resolved, its name matched as the
-        // glob crate matches it (`*` stays within one folder).
-        let mut literal = PathBuf::new();
-        let mut globbed = PathBuf::new();
-        for c in pattern.components() {
-            let text = c.as_os_str().to_string_lossy();
-            if globbed.as_os_str().is_empty() && !text.contains(['*', '?', '[']) {
-                literal.push(c);
-            } else {
-                globbed.push(c);
-            }
-        }
-        let base = glob::Pattern::escape(&normalise_path(&literal).to_string_lossy());
-        let full = format!("{base}/{}", globbed.to_string_lossy());
-        let options = glob::MatchOptions {
-            require_literal_separator: true,
-            require_literal_leading_dot: true,
-            ..Default::default()
-        };
-        glob::Pattern::new(&full).is_ok_and(|p| p.matches_path_with(written, options))
+        let mine = weir_runtime::location::normalise_path(pattern);
+        &mine == written || (pattern.is_dir() && written.starts_with(&mine))
     }
     fn spec(&self) -> serde_json::Value {
         let mut spec = self.spec.clone();
