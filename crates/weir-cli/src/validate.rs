@@ -113,11 +113,20 @@ struct Side {
     /// fields (a writer leaves NULL fields out).
     json: bool,
     /// What wrote the values' text (`csv`, `json`, `parquet`, `postgresql`, `sqlite`, `kafka
-    /// json`): sides of one writer are compared as their text is.
-    writer: String,
+    /// json`; a folder may hold several): sides of one and the same writer are compared as
+    /// their text is.
+    writers: std::collections::BTreeSet<&'static str>,
 }
 
 impl Side {
+    fn writer_names(&self) -> String {
+        self.writers
+            .iter()
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
+
     /// A staged row as the side's columns.
     fn expand(&self, row: Row) -> Result<Row> {
         if !self.json {
@@ -210,14 +219,15 @@ pub fn run(rt: &tokio::runtime::Runtime, args: &ValidateArgs) -> Result<Outcome>
             report,
             "values:    as text after normalising numbers and timestamps (12.50 is 12.5), the \
              sides being written by {} and {}",
-            live_side.writer, cand_side.writer
+            live_side.writer_names(),
+            cand_side.writer_names()
         )
     } else {
         writeln!(
             report,
             "values:    as their text (both sides written by {}; --normalise to compare 12.50 \
              and 12.5 as one)",
-            live_side.writer
+            live_side.writer_names()
         )
     };
     let _ = writeln!(report, "only in live:      {}", diff.only_live);
@@ -310,7 +320,7 @@ fn read_side(
             columns: keys.into_iter().collect(),
             named: true,
             json: true,
-            writer: "kafka json".into(),
+            writers: ["kafka json"].into(),
         });
     }
     if let Some(url) = &args.url {
@@ -326,10 +336,11 @@ fn read_side(
             columns,
             named: true,
             json: false,
-            writer: match options.database {
-                weir_jdbc::options::Database::Sqlite { .. } => "sqlite".into(),
-                _ => "postgresql".into(),
-            },
+            writers: [match options.database {
+                weir_jdbc::options::Database::Sqlite { .. } => "sqlite",
+                _ => "postgresql",
+            }]
+            .into(),
         });
     }
     let path = Path::new(what);
@@ -367,7 +378,11 @@ fn read_side(
             ),
         };
         named &= ext != "csv" || args.csv_header;
-        writers.insert(if is_json { "json" } else { ext });
+        writers.insert(match ext {
+            "csv" => "csv",
+            "parquet" => "parquet",
+            _ => "json",
+        });
         if columns.is_empty() {
             columns = cols;
         } else if cols != columns && !cols.is_empty() {
@@ -389,7 +404,7 @@ fn read_side(
         columns,
         named,
         json,
-        writer: writers.into_iter().collect::<Vec<_>>().join(" and "),
+        writers,
     })
 }
 
@@ -710,7 +725,7 @@ impl Plan {
             tolerance,
             time,
             parts: args.partitions.clamp(1, 4096) as u64,
-            normalise: args.normalise || live.writer != cand.writer,
+            normalise: args.normalise || live.writers != cand.writers || live.writers.len() > 1,
         })
     }
 
@@ -856,8 +871,7 @@ fn event_time_of(v: &str) -> Option<i64> {
 }
 
 /// The text a value is compared as (see the module doc).
-fn normalise(v: &str) -> String {
-    let t = v;
+fn normalise(t: &str) -> String {
     let b = t.as_bytes();
     // A timestamp: yyyy-MM-dd[ T]HH:mm:ss[.fff][Z]
     if b.len() >= 19

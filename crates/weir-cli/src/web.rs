@@ -111,7 +111,6 @@ impl Token {
             .mode(0o600)
             .open(&file)
             .map_err(|e| anyhow::anyhow!("creating the token file {}: {e}", file.display()))?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         writeln!(f, "{}", access.token())?;
         let hint = format!(
             "in {} (readable only by the user who runs the job)",
@@ -187,10 +186,7 @@ impl Web {
             access = access.allow_host(host.clone());
         }
         let (server, bound) = if explicit {
-            match on_control(HttpServer::start(addr, view.clone(), access.clone())).await {
-                Ok(started) => started,
-                Err(e) => return Err(e.into()),
-            }
+            on_control(HttpServer::start(addr, view.clone(), access.clone())).await?
         } else {
             let near = start_near(addr, view.clone(), access.clone());
             match on_control(near).await {

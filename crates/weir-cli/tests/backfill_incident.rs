@@ -18,17 +18,8 @@ fn free_port() -> String {
     l.local_addr().unwrap().to_string()
 }
 
-fn weir(dir: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
+mod common;
+use common::weir_out as weir;
 
 fn spawn(dir: &Path, args: &[&str], log: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_weir"))

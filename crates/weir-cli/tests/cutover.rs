@@ -9,16 +9,11 @@ use std::process::Command;
 use weir_core::time::{Epoch, ProcTime, Watermark};
 use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage, Manifest, SplitPosition};
 
+mod common;
+
 fn weir(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
+    let (code, out) = common::weir_out(dir, args);
+    (code == 0, out)
 }
 
 /// A complete checkpoint of job `job` in `dir` whose two source splits stand at watermarks

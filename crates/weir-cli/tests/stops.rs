@@ -504,16 +504,29 @@ fn a_second_signal_stops_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The pipe fills within moments; then the print sink blocks, and so does the savepoint.
-    std::thread::sleep(Duration::from_secs(2));
+    // Once the sink prints, the job runs; nothing reads on, so the pipe fills with the rows
+    // ahead of any barrier: the print sink blocks, and so does the savepoint.
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
     send_signal(child.id(), "TERM");
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         child.try_wait().unwrap().is_none(),
         "the first signal should wait for the savepoint, which the blocked sink holds up"
     );
-    send_signal(child.id(), "TERM");
-    let code = exit_of(&mut child).code();
+    // Again until it ends: two signals sent before the first is taken would count as one.
+    let mut exited = None;
+    for _ in 0..120 {
+        send_signal(child.id(), "TERM");
+        std::thread::sleep(Duration::from_millis(500));
+        if let Some(status) = child.try_wait().unwrap() {
+            exited = Some(status);
+            break;
+        }
+    }
+    let code = exited
+        .expect("the job did not act on a second signal")
+        .code();
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert_eq!(code, Some(143), "{stderr}");

@@ -5,17 +5,10 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 fn validate(dir: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("validate")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
+    common::weir_out(dir, &[&["validate"], args].concat())
 }
 
 /// Rows `(ad, minute, clicks, revenue)` for 20 ads × 500 minutes; the candidate's differ in

@@ -1,11 +1,26 @@
-//! What the crash-recovery tests share: `weir run job.sql --restore latest` in a folder, killed
-//! with SIGKILL at seeded moments and run again.
+//! What the CLI tests share: `weir ARGS` in a folder, its exit code and output; and for the
+//! crash-recovery tests `weir run job.sql --restore latest` in a folder, killed with SIGKILL at
+//! seeded moments and run again. Each test binary uses some of these.
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
+
+/// `weir args` in `dir`, to its end: its exit code (-1 for a signal) and its stdout and stderr.
+pub fn weir_out(dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
 
 /// `weir run job.sql --restore latest` in `dir`, stderr piped.
 pub fn weir(dir: &Path) -> Command {
