@@ -310,3 +310,11 @@ fn mod_sign_truncate_and_floor_ceil_to_a_unit_are_flinks() {
 fn join_conditions_besides_keys_and_time_bounds_are_flinks() {
     check("join_conditions");
 }
+
+/// The session time zone with DST (#24 item 6): TIMESTAMP_LTZ values read as local times in
+/// America/New_York and local times read as instants, in the skipped and the repeated hour too;
+/// windows over a TIMESTAMP time attribute stay where they are.
+#[test]
+fn the_session_time_zone_applies_as_flinks() {
+    check("time_zone");
+}

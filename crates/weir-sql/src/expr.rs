@@ -86,9 +86,13 @@ impl SqlScalar {
             .map_err(|m| Error::Plan(format!("`{}`: {m}", self.sql)))
     }
 
-    /// [`plan`](Self::plan), failing with DataFusion's reason alone, for callers that name
-    /// the expression as the user wrote it.
-    pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
+    /// The expression as DataFusion plans it over `schema`, implicit casts added (constants
+    /// not folded yet), with the schema it is planned over: what [`try_plan`](Self::try_plan)
+    /// simplifies and makes physical, for checks of the whole expression (crate::zone).
+    pub(crate) fn logical(
+        &self,
+        schema: &SchemaRef,
+    ) -> std::result::Result<(datafusion_expr::Expr, Arc<DFSchema>), String> {
         let fail = datafusion_message;
         // CURRENT_WATERMARK(rt) reads a column the Calc evaluating it adds (crate::calc).
         let extended;
@@ -114,16 +118,22 @@ impl SqlScalar {
         // with a number).
         let logical = crate::functions::flink_casts(logical, &df_schema).map_err(fail)?;
         let logical = crate::functions::flink_division(logical, &df_schema).map_err(fail)?;
-        // As DataFusion's own sessions do: implicit casts, then the rewrites its physical
-        // planner relies on (`coalesce` to CASE, `arrow_cast` to CAST, constant folding).
+        // As DataFusion's own sessions do: implicit casts first.
         let df_schema = Arc::new(df_schema);
-        let simplifier = ExprSimplifier::new(
-            SimplifyContext::builder()
-                .with_schema(df_schema.clone())
-                .build(),
-        );
-        let coerced = simplifier.coerce(logical, &df_schema).map_err(fail)?;
-        let simplified = simplifier.simplify(coerced).map_err(fail)?;
+        let coerced = simplifier(&df_schema)
+            .coerce(logical, &df_schema)
+            .map_err(fail)?;
+        Ok((coerced, df_schema))
+    }
+
+    /// [`plan`](Self::plan), failing with DataFusion's reason alone, for callers that name
+    /// the expression as the user wrote it.
+    pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
+        let fail = datafusion_message;
+        let (coerced, df_schema) = self.logical(schema)?;
+        // The rewrites DataFusion's physical planner relies on (`coalesce` to CASE,
+        // `arrow_cast` to CAST, constant folding).
+        let simplified = simplifier(&df_schema).simplify(coerced).map_err(fail)?;
         let physical = datafusion_physical_expr::create_physical_expr(
             &simplified,
             &df_schema,
@@ -131,13 +141,21 @@ impl SqlScalar {
             &PhysicalPlanningContext::default(),
         )
         .map_err(fail)?;
-        let field = physical.return_field(schema).map_err(fail)?;
+        let field = physical.return_field(df_schema.as_arrow()).map_err(fail)?;
         Ok(PlannedScalar {
             expr: physical,
             field,
             sql: self.sql.clone(),
         })
     }
+}
+
+fn simplifier(schema: &Arc<DFSchema>) -> ExprSimplifier {
+    ExprSimplifier::new(
+        SimplifyContext::builder()
+            .with_schema(schema.clone())
+            .build(),
+    )
 }
 
 impl std::fmt::Display for SqlScalar {
@@ -299,6 +317,7 @@ fn functions() -> &'static Functions {
             .chain(flink)
             .chain([flink_if])
             .chain(crate::functions::udfs())
+            .chain(crate::zone::ZoneFunction::udfs())
         {
             for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(|a| a.as_str()))
             {

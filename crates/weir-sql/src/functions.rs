@@ -15,6 +15,7 @@ mod numeric;
 mod text;
 
 pub(crate) use decimal::flink_division;
+pub(crate) use numeric::FLOOR_CEIL_ARG;
 pub(crate) use text::flink_casts;
 
 use std::sync::Arc;

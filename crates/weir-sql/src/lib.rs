@@ -15,6 +15,7 @@ pub mod expr;
 mod functions;
 pub mod parse;
 pub mod plan;
+pub mod zone;
 
 pub use plan::{plan_backfill, plan_job, with_suffix, BackfillOptions, BackfillPlan, PlanOptions};
 

@@ -341,8 +341,8 @@ fn a_misspelt_setting_is_refused_and_a_flink_one_weir_does_not_read_is_not() {
 }
 
 /// A Flink setting weir does not implement that changes results is refused, not ignored with
-/// a warning (issue #24 item 6): the time zone, batch mode, any unknown `table.*` or
-/// `execution.*` key. Settings that change no result, and these at the value weir behaves by,
+/// a warning (issue #24 item 6): batch mode, any unknown `table.*` or `execution.*` key, a time
+/// zone Flink does not take either. Settings that change no result, and these at the value weir behaves by,
 /// are taken.
 #[test]
 fn flink_settings_that_would_change_results_are_refused() {
@@ -358,9 +358,10 @@ INSERT INTO out1 SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') FROM events;"
         )
     };
     for (set, says) in [
+        ("SET 'table.local-time-zone' = 'PST';", "short zone id"),
         (
-            "SET 'table.local-time-zone' = 'Europe/Berlin';",
-            "in UTC, so this setting would change results",
+            "SET 'table.local-time-zone' = 'Europe/Berln';",
+            "'Europe/Berln': not a time zone",
         ),
         ("SET 'execution.runtime-mode' = 'batch';", "streaming mode"),
         (
@@ -377,6 +378,7 @@ INSERT INTO out1 SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') FROM events;"
     }
     for set in [
         "SET 'table.local-time-zone' = 'UTC';",
+        "SET 'table.local-time-zone' = 'Europe/Berlin';",
         "SET 'execution.checkpointing.mode' = 'EXACTLY_ONCE';",
         "SET 'table.exec.mini-batch.enabled' = 'true';",
         "SET 'table.exec.source.idle-timeout' = '5 s';",
@@ -384,6 +386,68 @@ INSERT INTO out1 SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') FROM events;"
     ] {
         plan_job(&job(set), &opts(dir.path())).unwrap_or_else(|e| panic!("{set}: {e}"));
     }
+}
+
+/// In a session time zone other than UTC, what would read a TIMESTAMP_LTZ as a local time
+/// without the zone is refused (issue #24 item 6): windows over it (Flink aligns them to local
+/// time), an implicit conversion between TIMESTAMP and TIMESTAMP_LTZ, FLOOR / CEIL TO a unit, a
+/// UNION of the two. The same jobs in UTC plan (but the UNION).
+#[test]
+fn what_would_ignore_the_session_time_zone_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |zone: &str, query: &str| {
+        format!(
+            "SET 'table.local-time-zone' = '{zone}';
+CREATE TABLE events (key STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events', 'generator.rows' = '10');
+CREATE TABLE walls (key STRING, wt TIMESTAMP(3), WATERMARK FOR wt AS wt - INTERVAL '5' SECOND)
+WITH ('connector' = 'filesystem', 'path' = '${{dir}}/walls.csv', 'format' = 'csv');
+CREATE TABLE out1 (a STRING, b TIMESTAMP(3), n BIGINT) WITH ('connector' = 'blackhole');
+INSERT INTO out1 {query};"
+        )
+    };
+    std::fs::write(dir.path().join("walls.csv"), "k,2024-01-01 00:00:00\n").unwrap();
+    for (query, says) in [
+        (
+            "SELECT key, window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE events, \
+             DESCRIPTOR(rt), INTERVAL '1' DAY)) GROUP BY key, window_start, window_end",
+            "aligns these windows to local time",
+        ),
+        (
+            "SELECT key, TUMBLE_START(rt, INTERVAL '1' HOUR), COUNT(*) FROM events \
+             GROUP BY key, TUMBLE(rt, INTERVAL '1' HOUR)",
+            "aligns these windows to local time",
+        ),
+        (
+            "SELECT key, CAST(rt AS TIMESTAMP(3)), 1 FROM events \
+             WHERE rt > TIMESTAMP '2024-01-01 00:00:00'",
+            "converting TIMESTAMP to a TIMESTAMP_LTZ",
+        ),
+        (
+            "SELECT key, CAST(FLOOR(rt TO DAY) AS TIMESTAMP(3)), 1 FROM events",
+            "FLOOR / CEIL(x TO unit) of a TIMESTAMP_LTZ depends on the session time zone",
+        ),
+        (
+            "SELECT key, rt, 1 FROM events UNION ALL SELECT key, wt, 1 FROM walls",
+            "meet only by a conversion in the session time zone",
+        ),
+    ] {
+        let err = plan_error(&job("America/New_York", query), dir.path());
+        assert!(
+            err.contains(says) && err.contains("America/New_York"),
+            "{query}: {err}"
+        );
+        // (In UTC too, a UNION of the two types is refused, for want of a common type.)
+        if !query.contains("UNION") {
+            plan_job(&job("UTC", query), &opts(dir.path()))
+                .unwrap_or_else(|e| panic!("{query}: {e}"));
+        }
+    }
+    // A window over a TIMESTAMP time attribute holds local times already: not refused.
+    let walls = "SELECT key, window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE walls, \
+                 DESCRIPTOR(wt), INTERVAL '1' DAY)) GROUP BY key, window_start, window_end";
+    plan_job(&job("America/New_York", walls), &opts(dir.path())).unwrap();
 }
 
 #[test]

@@ -80,3 +80,20 @@ rows.sort(key=lambda r: r[3] + rng.randint(0, 1500))
 with open("input/ties.csv", "w") as f:
     for r in rows:
         f.write(",".join(str(x) for x in r) + "\n")
+
+# zoned.csv, for the session time zone (queries/time_zone.sql, run in America/New_York), its own
+# generator. Columns: id, ts (epoch ms, every 20 minutes across both 2024 DST changes there, and
+# a few others; -1 for NULL), wall (a local date-time text, in the skipped and the repeated
+# hour too), d (a date text, '-' for NULL).
+import datetime as _dt
+spring, autumn = 1710054000000, 1730613600000  # 2024-03-10 07:00Z, 2024-11-03 06:00Z
+stamps = [t + k * 1_200_000 for t in (spring, autumn) for k in range(-6, 7)]
+stamps += [1704067201675, -14182940000, 0]
+walls = ["2024-03-10 01:30:00", "2024-03-10 02:00:00", "2024-03-10 02:30:00",
+         "2024-03-10 03:00:00", "2024-11-03 00:59:59", "2024-11-03 01:00:00",
+         "2024-11-03 01:30:00", "2024-11-03 02:00:00", "2024-01-01 00:00:01.675",
+         "1969-12-31 19:00:00", "2024-06-30 23:59:59"]
+dates = ["2024-03-10", "2024-11-03", "2024-03-09", "-", "1969-12-31", "2024-11-04"]
+with open("input/zoned.csv", "w") as f:
+    for i, ts in enumerate(stamps + [None]):
+        f.write(f"{i},{-1 if ts is None else ts},{walls[i % len(walls)]},{dates[i % len(dates)]}\n")

@@ -58,6 +58,7 @@ impl Planner {
                 primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
                 upsert_keys: None,
                 alias,
+                zone: left.zone.clone(),
             },
             t,
             v.clone(),
@@ -285,6 +286,7 @@ impl Planner {
             scope,
             time_columns,
             alias: format!("{}_{}", aliases.0, aliases.1),
+            zone: left.zone.clone(),
         };
         // An inner join's other conditions: a filter on the joined rows.
         if !post.is_empty() {

@@ -49,6 +49,7 @@ use crate::connectors::{self, is_upsert, is_upsert_sink, primary_key_columns, OP
 use crate::dialect::TABLE_ARG;
 use crate::expr::SqlScalar;
 use crate::parse::{parse_job, substitute, ColumnDef, JobStatement, TableDef};
+use crate::zone::{SessionZone, LOCAL_TIME_ZONE};
 use crate::{Error, Result};
 
 mod aggregate;
@@ -283,10 +284,15 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
             ..Default::default()
         },
     );
+    let zone = match settings.get(LOCAL_TIME_ZONE) {
+        Some(v) => SessionZone::parse(v).map_err(plan_err)?,
+        None => SessionZone::utc(),
+    };
     let planner = Planner {
         tables,
         views,
         settings,
+        zone,
         job: job.clone(),
         late_rows: RefCell::default(),
         late_routed: RefCell::default(),
@@ -400,6 +406,8 @@ struct Planner {
     /// Views by lower-case name: (name, query). Each use plans the query again.
     views: HashMap<String, (String, Query)>,
     settings: BTreeMap<String, String>,
+    /// `SET 'table.local-time-zone'` (UTC when not set).
+    zone: SessionZone,
     job: JobBuilder,
     /// Late rows of sources with 'weir.late-rows', by the lower-case name of the table they go
     /// to: (its name, the rows of each source read, already in that table's columns).
@@ -497,7 +505,14 @@ impl Planner {
         for ((name, t), e) in sink_cols.iter().zip(exprs) {
             let planned = e.plan(&schema)?;
             let same = planned.data_type() == t;
-            out.push((name.clone(), if same { e } else { e.cast(t) }));
+            out.push((
+                name.clone(),
+                if same {
+                    e
+                } else {
+                    crate::zone::cast_for_sink(e, planned.data_type(), t, &self.zone)
+                },
+            ));
         }
         let (factory, parallelism) = self.sink_factory(sink)?;
         let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
@@ -744,6 +759,7 @@ impl Planner {
             scope,
             time_columns,
             alias: alias.to_string(),
+            zone: rel.zone.clone(),
         })
     }
 }

@@ -179,6 +179,7 @@ impl Planner {
             primary_key: Vec::new(),
             upsert_keys: None,
             alias,
+            zone: rel.zone.clone(),
         };
         for c in &others {
             let predicate = scalar(c, &out)?;
@@ -255,6 +256,7 @@ impl Planner {
             primary_key: Vec::new(),
             upsert_keys: (keep == Keep::Last).then_some(partition),
             alias: alias.to_string(),
+            zone: rel.zone.clone(),
         };
         for c in others {
             let predicate = scalar(c, &out)?;
@@ -324,6 +326,7 @@ impl Planner {
             primary_key: Vec::new(),
             upsert_keys: None,
             alias: rel.alias.clone(),
+            zone: rel.zone.clone(),
         };
         let exprs = columns.iter().map(|c| SqlScalar::column(c)).collect();
         Ok((out, exprs))

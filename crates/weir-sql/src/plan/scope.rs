@@ -29,6 +29,8 @@ pub(super) struct Rel {
     /// of a key replaces the earlier one).
     pub(super) upsert_keys: Option<Vec<String>>,
     pub(super) alias: String,
+    /// The session time zone, in which its TIMESTAMP_LTZ values read as local times.
+    pub(super) zone: SessionZone,
 }
 
 impl Rel {
@@ -266,8 +268,16 @@ pub(super) fn scalar_with_aggs(
     if let Some(err) = v.error {
         return Err(err);
     }
+    let schema = rel.stream.schema();
+    let type_of = |x: &SqlExpr| {
+        let planned = SqlScalar::new(x.to_string()).try_plan(&schema).ok()?;
+        Some(planned.data_type().clone())
+    };
+    let fail = |m: String| plan_err(format!("`{e}`: {m}"));
+    crate::zone::localize(&mut resolved, &rel.zone, &type_of).map_err(fail)?;
     let s = SqlScalar::new(resolved.to_string());
-    s.try_plan(&rel.stream.schema())
-        .map_err(|m| plan_err(format!("`{e}`: {m}")))?;
+    s.try_plan(&schema).map_err(fail)?;
+    let (logical, df_schema) = s.logical(&schema).map_err(fail)?;
+    crate::zone::refuse_zone_dependent(&logical, &df_schema, &rel.zone).map_err(fail)?;
     Ok(s)
 }

@@ -7,6 +7,7 @@ pub(super) const SETTINGS: &[&str] = &[
     "parallelism.default",
     "pipeline.name",
     "table.exec.state.ttl",
+    crate::zone::LOCAL_TIME_ZONE,
     "table.optimizer.agg-phase-strategy",
     "weir.aggregation.salts",
     "weir.aggregation.hot-key-share",
@@ -71,11 +72,6 @@ const WITHOUT_EFFECT_ON_RESULTS: &[&str] = &[
 /// any other value would change results, so it is refused.
 const ONLY_AT: &[(&str, &[&str], &str)] = &[
     (
-        "table.local-time-zone",
-        &["utc", "etc/utc", "gmt", "z", "+00:00", "utc+00:00"],
-        "weir computes TIMESTAMP_LTZ text, DATE_FORMAT, casts and day windows in UTC",
-    ),
-    (
         "execution.runtime-mode",
         &["streaming"],
         "weir runs every job in streaming mode",
@@ -90,8 +86,8 @@ const ONLY_AT: &[(&str, &[&str], &str)] = &[
 /// Refuses a `SET` key weir does not read that is a misspelling of one it does (or any
 /// unknown `weir.` key): it would be ignored without a word. A Flink `table.*` or
 /// `execution.*` key weir does not read is refused too, unless it changes no result (a list
-/// of them is ignored with a warning) or has the value weir behaves by (`table.local-time-zone`
-/// = 'UTC', `execution.runtime-mode` = 'streaming'): ignoring it would give another answer than
+/// of them is ignored with a warning) or has the value weir behaves by
+/// (`execution.runtime-mode` = 'streaming'): ignoring it would give another answer than
 /// Flink's without a word. Other keys (`state.backend.type`, `python.*`) are ignored with a
 /// warning.
 pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> {

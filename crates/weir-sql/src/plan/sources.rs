@@ -237,6 +237,7 @@ impl Planner {
                 .collect(),
             time_columns: time_columns.clone(),
             alias: alias.to_string(),
+            zone: self.zone.clone(),
         };
         let computed: Vec<(String, SqlScalar)> = t
             .columns
@@ -272,6 +273,7 @@ impl Planner {
             scope,
             time_columns,
             alias: alias.to_string(),
+            zone: self.zone.clone(),
         })
     }
 }

@@ -63,6 +63,21 @@ impl Planner {
         for (i, (l, r)) in l_exprs.iter().zip(&r_exprs).enumerate() {
             let (lt, rt) = (l.plan(&l_schema)?, r.plan(&r_schema)?);
             let (lt, rt) = (lt.data_type(), rt.data_type());
+            // A TIMESTAMP and a TIMESTAMP_LTZ meet only by a conversion in the session zone.
+            if !l_rel.zone.is_utc() && crate::zone::is_ltz(lt) != crate::zone::is_ltz(rt) {
+                let timestamp = |t: &DataType| matches!(t, DataType::Timestamp(..));
+                if timestamp(lt) && timestamp(rt) {
+                    return Err(plan_err(format!(
+                        "UNION: column {} (`{}`) is {lt} in the first SELECT and {rt} in the \
+                         second, a TIMESTAMP_LTZ and a TIMESTAMP, which meet only by a \
+                         conversion in the session time zone ('{}'); CAST one of them (CAST(x \
+                         AS TIMESTAMP(3)) is a TIMESTAMP_LTZ's local time)",
+                        i + 1,
+                        names[i],
+                        l_rel.zone
+                    )));
+                }
+            }
             types.push(common_type(lt, rt).ok_or_else(|| {
                 plan_err(format!(
                     "UNION: column {} (`{}`) is {lt} in the first SELECT and {rt} in the second; CAST one of them",
@@ -98,6 +113,27 @@ impl Planner {
         let same_event_time_type = event_times
             .as_ref()
             .is_none_or(|(l, r)| event_time_type(&l_rel, l) == event_time_type(&r_rel, r));
+        // A TIMESTAMP event time is a local time: meeting a TIMESTAMP_LTZ's instants as epoch
+        // milliseconds would shift one side's watermarks by the zone's offset.
+        if let Some((l, r)) = &event_times {
+            let ltz = |rel: &Rel, et: &String| {
+                event_time_type(rel, et).is_some_and(|t| crate::zone::is_ltz(&t))
+            };
+            let timestamp = |rel: &Rel, et: &String| {
+                matches!(event_time_type(rel, et), Some(DataType::Timestamp(_, None)))
+            };
+            let mixed = (ltz(&l_rel, l) && timestamp(&r_rel, r))
+                || (timestamp(&l_rel, l) && ltz(&r_rel, r));
+            if mixed && !l_rel.zone.is_utc() {
+                return Err(plan_err(format!(
+                    "UNION of a stream whose event time is a TIMESTAMP_LTZ and one whose event \
+                     time is a TIMESTAMP: their times meet only by a conversion in the session \
+                     time zone ('{}'), which weir does not make for event times; declare both \
+                     tables' time attributes of one type",
+                    l_rel.zone
+                )));
+            }
+        }
         let project = |rel: &Rel, exprs: &[SqlScalar], et: Option<&String>| -> Stream {
             let schema = rel.stream.schema();
             let mut cols: Vec<(String, SqlScalar)> = Vec::new();
@@ -141,6 +177,7 @@ impl Planner {
             primary_key: Vec::new(),
             upsert_keys: None,
             alias: l_rel.alias.clone(),
+            zone: l_rel.zone.clone(),
         };
         let exprs: Vec<SqlScalar> = names.iter().map(|n| SqlScalar::column(n)).collect();
         if distinct {

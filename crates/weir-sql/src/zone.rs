@@ -1,0 +1,762 @@
+//! The session time zone (`SET 'table.local-time-zone'`) and what depends on it, as in Flink: a
+//! TIMESTAMP_LTZ is an instant (epoch milliseconds, an Arrow timestamp with a time zone) and
+//! reads as a local date and time in the session's zone wherever it becomes one — CAST to
+//! TIMESTAMP, DATE, TIME or STRING, DATE_FORMAT, EXTRACT — and a local date and time becomes an
+//! instant in it: CAST(... AS TIMESTAMP_LTZ(3)), UNIX_TIMESTAMP(text); FROM_UNIXTIME formats in
+//! it. DST included, with Java's rules where a local time is missing (it is moved on by the
+//! gap) or repeated (the earlier instant).
+//!
+//! [`localize`] rewrites an expression so that each of these names the zone: the stored SQL
+//! text is then the same in every subtask, whatever the session. [`refuse_zone_dependent`]
+//! checks what is left, in a zone other than UTC: any other use of a TIMESTAMP_LTZ that could
+//! read it as a local time (a function weir has not made zone-aware, an implicit conversion
+//! between TIMESTAMP and TIMESTAMP_LTZ) is refused, never computed in UTC without a word.
+
+use std::ops::ControlFlow;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::timezone::Tz;
+use arrow_array::types::{Int64Type, TimestampMillisecondType};
+use arrow_array::{ArrayRef, Int64Array, TimestampMillisecondArray};
+use arrow_schema::{DataType, TimeUnit};
+
+use crate::expr::SqlScalar;
+use chrono::{DateTime, LocalResult, Offset, TimeZone};
+use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion_common::{plan_err, DFSchema, ScalarValue};
+use datafusion_expr::expr::{Cast, ScalarFunction, TryCast};
+use datafusion_expr::{
+    ColumnarValue, Expr, ExprSchemable, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
+};
+use sqlparser::ast::{
+    DataType as SqlType, Expr as SqlExpr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, Value, VisitMut, VisitorMut,
+};
+
+/// The session's time zone: a region (`America/New_York`, DST included) or a fixed offset.
+#[derive(Debug, Clone)]
+pub struct SessionZone {
+    /// As Arrow and the zone functions read it: a region name or `+hh:mm`.
+    name: Arc<str>,
+}
+
+/// The setting's key.
+pub const LOCAL_TIME_ZONE: &str = "table.local-time-zone";
+
+impl SessionZone {
+    /// UTC, Flink's default.
+    pub fn utc() -> SessionZone {
+        SessionZone::parse("UTC").expect("UTC is a zone")
+    }
+
+    /// A zone as Flink takes it: a region name (`Europe/Berlin`), `UTC`, `GMT` or `Z`, or an
+    /// offset (`GMT+08:00`, `+08:00`).
+    ///
+    /// # Errors
+    /// A message naming the value and the forms weir takes: an unknown region, a short id
+    /// (`PST`, which Flink refuses as ambiguous) or `UTC+08:00` (Flink refuses it too).
+    pub fn parse(value: &str) -> Result<SessionZone, String> {
+        let v = value.trim();
+        let bad = |why: &str| {
+            Err(format!(
+                "SET '{LOCAL_TIME_ZONE}' = '{value}': {why}; use a region name such as \
+                 'America/New_York' or 'Asia/Shanghai', 'UTC', or an offset such as 'GMT+08:00'"
+            ))
+        };
+        let upper = v.to_ascii_uppercase();
+        let name: String =
+            if ["UTC", "GMT", "Z", "UT", "ETC/UTC", "ETC/GMT"].contains(&upper.as_str()) {
+                "+00:00".into()
+            } else if let Some(offset) = upper
+                .strip_prefix("GMT")
+                .filter(|r| r.starts_with(['+', '-']))
+                .or_else(|| v.starts_with(['+', '-']).then_some(v))
+            {
+                match fixed_offset(offset) {
+                    Some(o) => o,
+                    None => return bad("not an offset of the form +hh:mm"),
+                }
+            } else if upper.starts_with("UTC+") || upper.starts_with("UTC-") {
+                return bad("Flink refuses the UTC+hh:mm form (write GMT+hh:mm)");
+            } else if SHORT_IDS.contains(&upper.as_str()) {
+                return bad("a short zone id is ambiguous, and Flink refuses it");
+            } else {
+                match chrono_tz::Tz::from_str(v) {
+                    Ok(tz) => tz.name().to_string(),
+                    Err(_) => {
+                        let hint = (chrono_tz::TZ_VARIANTS.iter())
+                            .find(|tz| tz.name().eq_ignore_ascii_case(v))
+                            .map(|tz| format!(" (did you mean '{}'?)", tz.name()))
+                            .unwrap_or_default();
+                        return bad(&format!("not a time zone{hint}"));
+                    }
+                }
+            };
+        if let Err(e) = Tz::from_str(&name) {
+            return bad(&e.to_string());
+        }
+        Ok(SessionZone { name: name.into() })
+    }
+
+    /// Whether every instant reads as its UTC date and time here.
+    pub fn is_utc(&self) -> bool {
+        &*self.name == "+00:00"
+    }
+
+    /// The zone as the zone functions take it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the zone is a fixed offset (no DST or other changes): its offset in
+    /// milliseconds.
+    pub fn fixed_offset_ms(&self) -> Option<i64> {
+        parse_offset_ms(&self.name)
+    }
+}
+
+impl std::fmt::Display for SessionZone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_utc() { "UTC" } else { &self.name })
+    }
+}
+
+/// Java's `ZoneId.SHORT_IDS`, which Flink refuses.
+const SHORT_IDS: &[&str] = &[
+    "ACT", "AET", "AGT", "ART", "AST", "BET", "BST", "CAT", "CNT", "CST", "CTT", "EAT", "ECT",
+    "IET", "IST", "JST", "MIT", "NET", "NST", "PLT", "PNT", "PRT", "PST", "SST", "VST", "EST",
+    "MST", "HST",
+];
+
+/// `+h[h][:mm]` as `+hh:mm`, within ±18 hours (Java's range).
+fn fixed_offset(s: &str) -> Option<String> {
+    let (sign, rest) = s.split_at(1);
+    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
+    let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
+    if h > 18 || m > 59 || (h == 18 && m > 0) || rest.is_empty() {
+        return None;
+    }
+    Some(format!("{sign}{h:02}:{m:02}"))
+}
+
+fn parse_offset_ms(name: &str) -> Option<i64> {
+    let sign = match name.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let (h, m) = name[1..].split_once(':')?;
+    Some(sign * (h.parse::<i64>().ok()? * 3_600_000 + m.parse::<i64>().ok()? * 60_000))
+}
+
+/// The local date and time of an instant, as milliseconds since the local epoch.
+pub(crate) fn local_ms(tz: &Tz, epoch_ms: i64) -> Option<i64> {
+    let utc = DateTime::from_timestamp_millis(epoch_ms)?.naive_utc();
+    let offset = tz.offset_from_utc_datetime(&utc).fix().local_minus_utc();
+    epoch_ms.checked_add(i64::from(offset) * 1000)
+}
+
+/// Which instant a local time that a change of offset repeats is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repeated {
+    /// The first (Java's `LocalDateTime.atZone`: Flink's casts).
+    Earlier,
+    /// The second (Java's `SimpleDateFormat`: Flink's UNIX_TIMESTAMP).
+    Later,
+}
+
+/// The instant of a local date and time (milliseconds since the local epoch): a time that a
+/// change of offset skips is moved on by the gap (the offset before the change applies), as
+/// both of Java's ways do; a time it repeats is the instant `repeated` says.
+pub(crate) fn epoch_ms(tz: &Tz, local_ms: i64, repeated: Repeated) -> Option<i64> {
+    let local = DateTime::from_timestamp_millis(local_ms)?.naive_utc();
+    let offset = match tz.offset_from_local_datetime(&local) {
+        LocalResult::Single(o) => o.fix(),
+        LocalResult::Ambiguous(a, b) => {
+            let (a, b) = (a.fix(), b.fix());
+            // The earlier instant is the one of the larger offset.
+            let earlier_first = a.local_minus_utc() >= b.local_minus_utc();
+            match (repeated, earlier_first) {
+                (Repeated::Earlier, true) | (Repeated::Later, false) => a,
+                _ => b,
+            }
+        }
+        // In a gap: the offset before it, the offset of an instant 14 hours (more than any
+        // offset) before the local time read as UTC.
+        LocalResult::None => {
+            let before = local.checked_sub_signed(chrono::TimeDelta::hours(14))?;
+            tz.offset_from_utc_datetime(&before).fix()
+        }
+    };
+    local_ms.checked_sub(i64::from(offset.local_minus_utc()) * 1000)
+}
+
+/// What a zone function does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// TIMESTAMP_LTZ → its local TIMESTAMP.
+    LocalTime,
+    /// TIMESTAMP → the TIMESTAMP_LTZ of that local time.
+    ZonedTime,
+    /// Epoch seconds → local seconds (what FROM_UNIXTIME formats).
+    LocalSeconds,
+    /// Local seconds (what UNIX_TIMESTAMP reads from text) → epoch seconds; a repeated local
+    /// time is the later instant, as Flink's UNIX_TIMESTAMP reads it.
+    ZonedSeconds,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::LocalTime => LOCAL_TIME,
+            Kind::ZonedTime => ZONED_TIME,
+            Kind::LocalSeconds => "weir_local_seconds",
+            Kind::ZonedSeconds => "weir_zoned_seconds",
+        }
+    }
+}
+
+/// The name of the function giving a TIMESTAMP_LTZ's local TIMESTAMP in a zone.
+pub(crate) const LOCAL_TIME: &str = "weir_local_time";
+/// The name of the function giving the TIMESTAMP_LTZ of a local TIMESTAMP in a zone.
+pub(crate) const ZONED_TIME: &str = "weir_zoned_time";
+
+const TIMESTAMP_MS: DataType = DataType::Timestamp(TimeUnit::Millisecond, None);
+
+fn ltz() -> DataType {
+    DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()))
+}
+
+/// One zone function: `(value, 'zone')`, the zone a literal string.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ZoneFunction {
+    kind: Kind,
+    signature: Signature,
+}
+
+impl ZoneFunction {
+    pub(crate) fn udfs() -> [Arc<ScalarUDF>; 4] {
+        [
+            Kind::LocalTime,
+            Kind::ZonedTime,
+            Kind::LocalSeconds,
+            Kind::ZonedSeconds,
+        ]
+        .map(|kind| {
+            Arc::new(ScalarUDF::new_from_impl(ZoneFunction {
+                kind,
+                signature: Signature::user_defined(Volatility::Immutable),
+            }))
+        })
+    }
+}
+
+impl ScalarUDFImpl for ZoneFunction {
+    fn name(&self) -> &str {
+        self.kind.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
+        let [value, zone] = arg_types else {
+            return plan_err!("{} takes a value and a time zone", self.name());
+        };
+        let value = match (self.kind, value) {
+            (Kind::LocalTime, DataType::Timestamp(_, Some(_)) | DataType::Null) => ltz(),
+            (Kind::ZonedTime, DataType::Timestamp(_, None) | DataType::Null) => TIMESTAMP_MS,
+            (Kind::LocalSeconds | Kind::ZonedSeconds, t) if t.is_integer() || t.is_null() => {
+                DataType::Int64
+            }
+            (_, t) => return plan_err!("{}: unexpected argument type {t}", self.name()),
+        };
+        if !matches!(zone, DataType::Utf8) {
+            return plan_err!("{}: the time zone is a string", self.name());
+        }
+        Ok(vec![value, DataType::Utf8])
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(match self.kind {
+            Kind::LocalTime => TIMESTAMP_MS,
+            Kind::ZonedTime => ltz(),
+            Kind::LocalSeconds | Kind::ZonedSeconds => DataType::Int64,
+        })
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        let zone = match &args.args[1] {
+            ColumnarValue::Scalar(ScalarValue::Utf8(Some(z))) => z.clone(),
+            _ => return plan_err!("{}: the time zone must be a literal", self.name()),
+        };
+        let tz = Tz::from_str(&zone)?;
+        let kind = self.kind;
+        crate::functions::on_arrays(&args, |arrays| {
+            Ok(match kind {
+                Kind::LocalTime | Kind::ZonedTime => {
+                    let a = arrays[0].as_primitive::<TimestampMillisecondType>();
+                    let out: TimestampMillisecondArray = if kind == Kind::LocalTime {
+                        a.unary_opt(|ms| local_ms(&tz, ms))
+                    } else {
+                        a.unary_opt(|ms| epoch_ms(&tz, ms, Repeated::Earlier))
+                    };
+                    Arc::new(out.with_timezone_opt(match kind {
+                        Kind::LocalTime => None,
+                        _ => Some("+00:00"),
+                    })) as ArrayRef
+                }
+                Kind::LocalSeconds | Kind::ZonedSeconds => {
+                    let a = arrays[0].as_primitive::<Int64Type>();
+                    let out: Int64Array = a.unary_opt(|s| {
+                        let ms = s.checked_mul(1000)?;
+                        let moved = if kind == Kind::LocalSeconds {
+                            local_ms(&tz, ms)?
+                        } else {
+                            epoch_ms(&tz, ms, Repeated::Later)?
+                        };
+                        Some(moved.div_euclid(1000))
+                    });
+                    Arc::new(out) as ArrayRef
+                }
+            })
+        })
+    }
+}
+
+/// `name(args...)` as SQL.
+fn call(name: &str, args: Vec<SqlExpr>) -> SqlExpr {
+    SqlExpr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
+            clauses: Vec::new(),
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: Vec::new(),
+    })
+}
+
+fn text(s: &str) -> SqlExpr {
+    SqlExpr::value(Value::SingleQuotedString(s.to_string()))
+}
+
+/// Whether a SQL type is Flink's TIMESTAMP_LTZ (or its long name).
+pub(crate) fn is_ltz_type(t: &SqlType) -> bool {
+    match t {
+        SqlType::Custom(name, _) => name.to_string().eq_ignore_ascii_case("TIMESTAMP_LTZ"),
+        _ => false,
+    }
+}
+
+fn is_text_type(t: &SqlType) -> bool {
+    matches!(
+        t,
+        SqlType::String(_)
+            | SqlType::Varchar(_)
+            | SqlType::Char(_)
+            | SqlType::Text
+            | SqlType::CharacterVarying(_)
+            | SqlType::Character(_)
+    )
+}
+
+/// Whether an Arrow type is a TIMESTAMP_LTZ (a timestamp with a time zone).
+pub(crate) fn is_ltz(t: &DataType) -> bool {
+    matches!(t, DataType::Timestamp(_, Some(_)))
+}
+
+/// How Flink writes a TIMESTAMP(3) or TIMESTAMP_LTZ(3) as STRING (the latter in local time).
+const TIMESTAMP_TEXT: &str = "yyyy-MM-dd HH:mm:ss.SSS";
+
+/// Rewrites `e` (its names already the stream's columns) so that what reads a TIMESTAMP_LTZ as
+/// a local time, or makes one of a local time, names `zone` (see the module doc): CAST from and
+/// to TIMESTAMP_LTZ, DATE_FORMAT and EXTRACT of one, UNIX_TIMESTAMP and FROM_UNIXTIME. A CAST of
+/// a TIMESTAMP or TIMESTAMP_LTZ to STRING writes Flink's text (`2024-01-01 00:00:00.000`).
+/// `type_of` gives the type of a sub-expression (None when it does not plan; it is then left to
+/// the planner to report).
+///
+/// # Errors
+/// A CAST to TIMESTAMP_LTZ of a type it cannot take: a message for the user.
+pub(crate) fn localize(
+    e: &mut SqlExpr,
+    zone: &SessionZone,
+    type_of: &dyn Fn(&SqlExpr) -> Option<DataType>,
+) -> Result<(), String> {
+    struct Localize<'a> {
+        zone: &'a SessionZone,
+        type_of: &'a dyn Fn(&SqlExpr) -> Option<DataType>,
+    }
+    impl Localize<'_> {
+        fn local(&self, x: SqlExpr) -> SqlExpr {
+            call(LOCAL_TIME, vec![x, text(self.zone.name())])
+        }
+        fn zoned(&self, x: SqlExpr) -> SqlExpr {
+            call(ZONED_TIME, vec![x, text(self.zone.name())])
+        }
+        fn is_ltz(&self, x: &SqlExpr) -> bool {
+            (self.type_of)(x).as_ref().is_some_and(is_ltz)
+        }
+        fn rewrite(&self, e: &mut SqlExpr) -> Result<(), String> {
+            let taken = || SqlExpr::value(Value::Null);
+            match e {
+                SqlExpr::Cast {
+                    kind,
+                    expr,
+                    data_type,
+                    ..
+                } if is_ltz_type(data_type) => {
+                    let x = std::mem::replace(&mut **expr, taken());
+                    *e = match (self.type_of)(&x) {
+                        Some(t) if is_ltz(&t) => x,
+                        Some(DataType::Timestamp(_, None)) => self.zoned(x),
+                        Some(DataType::Date32 | DataType::Utf8 | DataType::Null) => {
+                            self.zoned(SqlExpr::Cast {
+                                kind: kind.clone(),
+                                expr: Box::new(x),
+                                data_type: SqlType::Timestamp(
+                                    Some(3),
+                                    sqlparser::ast::TimezoneInfo::None,
+                                ),
+                                array: false,
+                                format: None,
+                            })
+                        }
+                        Some(t) => {
+                            return Err(format!(
+                                "CAST({x} AS TIMESTAMP_LTZ): weir casts a TIMESTAMP, DATE or \
+                                 STRING to TIMESTAMP_LTZ (a local time in the session time \
+                                 zone), not {t}; for epoch seconds or milliseconds use \
+                                 TO_TIMESTAMP_LTZ(x, 0) or TO_TIMESTAMP_LTZ(x, 3)"
+                            ))
+                        }
+                        None => SqlExpr::Cast {
+                            kind: kind.clone(),
+                            expr: Box::new(x),
+                            data_type: data_type.clone(),
+                            array: false,
+                            format: None,
+                        },
+                    };
+                }
+                SqlExpr::Cast {
+                    kind,
+                    expr,
+                    data_type,
+                    ..
+                } if is_text_type(data_type) => {
+                    let t = (self.type_of)(expr);
+                    if let Some(DataType::Timestamp(..)) = t {
+                        let x = std::mem::replace(&mut **expr, taken());
+                        let x = if t.as_ref().is_some_and(is_ltz) {
+                            self.local(x)
+                        } else {
+                            x
+                        };
+                        let formatted = call("DATE_FORMAT", vec![x, text(TIMESTAMP_TEXT)]);
+                        // A STRING needs no cast; a CHAR(n) or VARCHAR(n) keeps its own.
+                        *e = if matches!(data_type, SqlType::String(_) | SqlType::Text) {
+                            formatted
+                        } else {
+                            SqlExpr::Cast {
+                                kind: kind.clone(),
+                                expr: Box::new(formatted),
+                                data_type: data_type.clone(),
+                                array: false,
+                                format: None,
+                            }
+                        };
+                    }
+                }
+                SqlExpr::Cast { expr, .. } | SqlExpr::Extract { expr, .. } if self.is_ltz(expr) => {
+                    let x = std::mem::replace(&mut **expr, taken());
+                    **expr = self.local(x);
+                }
+                SqlExpr::Function(f) => {
+                    let name = f.name.to_string().to_ascii_uppercase();
+                    let FunctionArguments::List(l) = &mut f.args else {
+                        return Ok(());
+                    };
+                    let first = match l.args.first_mut() {
+                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(a))) => a,
+                        _ => return Ok(()),
+                    };
+                    match name.as_str() {
+                        "DATE_FORMAT" if self.is_ltz(first) => {
+                            let x = std::mem::replace(first, taken());
+                            *first = self.local(x);
+                        }
+                        "FROM_UNIXTIME" => {
+                            let x = std::mem::replace(first, taken());
+                            *first =
+                                call(Kind::LocalSeconds.name(), vec![x, text(self.zone.name())]);
+                        }
+                        "UNIX_TIMESTAMP" => {
+                            let parsed = std::mem::replace(e, taken());
+                            *e = call(
+                                Kind::ZonedSeconds.name(),
+                                vec![parsed, text(self.zone.name())],
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+    impl VisitorMut for Localize<'_> {
+        type Break = String;
+        fn post_visit_expr(&mut self, e: &mut SqlExpr) -> ControlFlow<String> {
+            match self.rewrite(e) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(m) => ControlFlow::Break(m),
+            }
+        }
+    }
+    match e.visit(&mut Localize { zone, type_of }) {
+        ControlFlow::Break(m) => Err(m),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// `e` (of type `from`) as a sink column of type `to` takes it: between TIMESTAMP_LTZ and
+/// TIMESTAMP, DATE or TIME in the session zone, as Flink's implicit casts; other types by
+/// Arrow's cast.
+pub(crate) fn cast_for_sink(
+    e: SqlScalar,
+    from: &DataType,
+    to: &DataType,
+    zone: &SessionZone,
+) -> SqlScalar {
+    let local_kind = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Timestamp(_, None) | DataType::Date32 | DataType::Time32(_)
+        )
+    };
+    let zone_arg = format!("'{}'", zone.name());
+    let e = if is_ltz(from) && local_kind(to) {
+        SqlScalar::new(format!("{LOCAL_TIME}({e}, {zone_arg})"))
+    } else if matches!(from, DataType::Timestamp(_, None)) && is_ltz(to) {
+        SqlScalar::new(format!("{ZONED_TIME}({e}, {zone_arg})"))
+    } else {
+        e
+    };
+    e.cast(to)
+}
+
+/// In a zone other than UTC, refuses what in `e` (planned, implicit casts added) would read a
+/// TIMESTAMP_LTZ as a local time without the zone, or make one of a local time: every use of a
+/// TIMESTAMP_LTZ value but comparing it, adding an interval, choosing among values (CASE,
+/// COALESCE, ...) and what [`localize`] made zone-aware. `written`: the expression as the user
+/// wrote it, for the message.
+///
+/// # Errors
+/// The message for the user, naming the function or conversion and how to say what is meant.
+pub(crate) fn refuse_zone_dependent(
+    e: &Expr,
+    schema: &DFSchema,
+    zone: &SessionZone,
+) -> Result<(), String> {
+    if zone.is_utc() {
+        return Ok(());
+    }
+    let type_of = |x: &Expr| x.get_type(schema).ok();
+    let ltz_in = |x: &Expr| type_of(x).as_ref().is_some_and(is_ltz);
+    let mut refused: Option<String> = None;
+    let _ = e.apply(|node| {
+        let why = match node {
+            Expr::ScalarFunction(ScalarFunction { func, args }) => {
+                let name = func.name();
+                let neutral = [
+                    LOCAL_TIME,
+                    "coalesce",
+                    "nullif",
+                    "greatest",
+                    "least",
+                    "if",
+                    "timestampadd",
+                    "timestampdiff",
+                ];
+                (args.iter().any(ltz_in) && !neutral.contains(&name)).then(|| {
+                    if name == crate::functions::FLOOR_CEIL_ARG || name == "date_trunc" {
+                        "FLOOR / CEIL(x TO unit) of a TIMESTAMP_LTZ".to_string()
+                    } else {
+                        format!("{}() of a TIMESTAMP_LTZ", name.to_uppercase())
+                    }
+                })
+            }
+            Expr::BinaryExpr(b) => {
+                let (l, r) = (type_of(&b.left), type_of(&b.right));
+                let ltz_side = l.as_ref().is_some_and(is_ltz) || r.as_ref().is_some_and(is_ltz);
+                let arithmetic = matches!(b.op, Operator::Plus | Operator::Minus);
+                let interval = |t: &Option<DataType>| {
+                    matches!(t, Some(DataType::Interval(_) | DataType::Duration(_)))
+                };
+                let fine = !ltz_side
+                    || matches!(
+                        b.op,
+                        Operator::Eq
+                            | Operator::NotEq
+                            | Operator::Lt
+                            | Operator::LtEq
+                            | Operator::Gt
+                            | Operator::GtEq
+                            | Operator::IsDistinctFrom
+                            | Operator::IsNotDistinctFrom
+                    )
+                    || (arithmetic && (interval(&l) || interval(&r)))
+                    || (b.op == Operator::Minus && l == r);
+                (!fine).then(|| format!("`{}` on a TIMESTAMP_LTZ", b.op))
+            }
+            Expr::Cast(Cast { expr, field }) => cast_reads_zone(type_of(expr), field.data_type()),
+            Expr::TryCast(TryCast { expr, field }) => {
+                cast_reads_zone(type_of(expr), field.data_type())
+            }
+            _ => None,
+        };
+        match why {
+            Some(w) => {
+                refused = Some(w);
+                Ok(TreeNodeRecursion::Stop)
+            }
+            None => Ok(TreeNodeRecursion::Continue),
+        }
+    });
+    match refused {
+        Some(what) => Err(format!(
+            "{what} depends on the session time zone ('{zone}'), and weir does not apply the \
+             zone there yet, so it is refused rather than computed in UTC; say which local \
+             time is meant: CAST(x AS TIMESTAMP(3)) is a TIMESTAMP_LTZ's local time in the \
+             session zone, CAST(y AS TIMESTAMP_LTZ(3)) a local TIMESTAMP's instant (weir applies \
+             the zone in CAST, DATE_FORMAT, EXTRACT, UNIX_TIMESTAMP and FROM_UNIXTIME)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Why a cast from `from` to `to` would convert between an instant and a local time without the
+/// zone: an implicit one (a TIMESTAMP compared with a TIMESTAMP_LTZ) or one weir added.
+fn cast_reads_zone(from: Option<DataType>, to: &DataType) -> Option<String> {
+    let from = from?;
+    match (is_ltz(&from), is_ltz(to)) {
+        (true, true) | (false, false) => None,
+        (false, true) if from.is_integer() || from.is_null() => None,
+        (true, false) => Some(format!("converting a TIMESTAMP_LTZ to {}", sql_name(to))),
+        (false, true) => Some(format!(
+            "converting {} to a TIMESTAMP_LTZ (as when a TIMESTAMP is compared with a \
+             TIMESTAMP_LTZ)",
+            sql_name(&from)
+        )),
+    }
+}
+
+/// A type as SQL names it, for messages.
+fn sql_name(t: &DataType) -> String {
+    match t {
+        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
+        DataType::Timestamp(_, Some(_)) => "TIMESTAMP_LTZ".into(),
+        DataType::Date32 | DataType::Date64 => "DATE".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "TIME".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "STRING".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(s: &str) -> i64 {
+        chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S")
+            .unwrap()
+            .and_utc()
+            .timestamp_millis()
+    }
+
+    #[test]
+    fn local_times_follow_dst_as_java_does() {
+        let tz = |z: &str| Tz::from_str(SessionZone::parse(z).unwrap().name()).unwrap();
+        let ny = tz("America/New_York");
+        // 2024-03-10 07:00Z: 02:00 EST becomes 03:00 EDT.
+        assert_eq!(
+            local_ms(&ny, ms("2024-03-10 06:59:59")),
+            Some(ms("2024-03-10 01:59:59"))
+        );
+        assert_eq!(
+            local_ms(&ny, ms("2024-03-10 07:00:00")),
+            Some(ms("2024-03-10 03:00:00"))
+        );
+        // A skipped local time is moved on by the gap: 02:30 is 03:30 EDT (07:30Z), as Flink's
+        // UNIX_TIMESTAMP('2024-03-10 02:30:00') gives.
+        let earlier = Repeated::Earlier;
+        assert_eq!(
+            epoch_ms(&ny, ms("2024-03-10 02:30:00"), earlier),
+            Some(ms("2024-03-10 07:30:00"))
+        );
+        // A repeated one is the earlier instant, 01:30 EDT (05:30Z), for a CAST; the later,
+        // 01:30 EST (06:30Z), for UNIX_TIMESTAMP.
+        let repeated = ms("2024-11-03 01:30:00");
+        assert_eq!(
+            epoch_ms(&ny, repeated, earlier),
+            Some(ms("2024-11-03 05:30:00"))
+        );
+        assert_eq!(
+            epoch_ms(&ny, repeated, Repeated::Later),
+            Some(ms("2024-11-03 06:30:00"))
+        );
+        assert_eq!(
+            epoch_ms(&ny, ms("2024-11-03 02:30:00"), earlier),
+            Some(ms("2024-11-03 07:30:00"))
+        );
+        assert_eq!(
+            SessionZone::parse("GMT+05:30").unwrap().fixed_offset_ms(),
+            Some(19_800_000)
+        );
+        let kolkata = tz("GMT+05:30");
+        assert_eq!(local_ms(&kolkata, 0), Some(19_800_000));
+        assert_eq!(epoch_ms(&kolkata, 19_800_000, Repeated::Later), Some(0));
+    }
+
+    #[test]
+    fn zones_are_read_as_flink_reads_them() {
+        for (value, name) in [
+            ("UTC", "+00:00"),
+            ("utc", "+00:00"),
+            ("Z", "+00:00"),
+            ("GMT+8", "+08:00"),
+            ("GMT-08:00", "-08:00"),
+            ("+05:30", "+05:30"),
+            ("Europe/Berlin", "Europe/Berlin"),
+        ] {
+            assert_eq!(SessionZone::parse(value).unwrap().name(), name, "{value}");
+        }
+        for (value, says) in [
+            ("PST", "short zone id"),
+            ("UTC+08:00", "GMT+hh:mm"),
+            ("europe/berlin", "did you mean 'Europe/Berlin'"),
+            ("Mars/Olympus", "not a time zone"),
+            ("GMT+19", "not an offset"),
+        ] {
+            let e = SessionZone::parse(value).unwrap_err();
+            assert!(e.contains(says) && e.contains(value), "{value}: {e}");
+        }
+    }
+}
