@@ -403,7 +403,11 @@ pub(crate) fn localize(
         type_of: &'a dyn Fn(&SqlExpr) -> Option<DataType>,
     }
     impl Localize<'_> {
+        /// `x`'s local time (in UTC, the cast to TIMESTAMP or the formatting does it alone).
         fn local(&self, x: SqlExpr) -> SqlExpr {
+            if self.zone.is_utc() {
+                return x;
+            }
             call(LOCAL_TIME, vec![x, text(self.zone.name())])
         }
         fn zoned(&self, x: SqlExpr) -> SqlExpr {
@@ -501,6 +505,7 @@ pub(crate) fn localize(
                             let x = std::mem::replace(first, taken());
                             *first = self.local(x);
                         }
+                        "FROM_UNIXTIME" | "UNIX_TIMESTAMP" if self.zone.is_utc() => {}
                         "FROM_UNIXTIME" => {
                             let x = std::mem::replace(first, taken());
                             *first =
@@ -552,7 +557,10 @@ pub(crate) fn cast_for_sink(
         )
     };
     let zone_arg = format!("'{}'", zone.name());
-    let e = if is_ltz(from) && local_kind(to) {
+    // In UTC, Arrow's casts between the two are the local times already.
+    let e = if zone.is_utc() {
+        e
+    } else if is_ltz(from) && local_kind(to) {
         SqlScalar::new(format!("{LOCAL_TIME}({e}, {zone_arg})"))
     } else if matches!(from, DataType::Timestamp(_, None)) && is_ltz(to) {
         SqlScalar::new(format!("{ZONED_TIME}({e}, {zone_arg})"))
