@@ -13,8 +13,9 @@
 //! the job goes and at the end (at most once for rows still in the job's state on a crash).
 //! With checkpoints, nothing is committed automatically: a checkpoint's offsets go to the group
 //! when it completes ([`SourceReader::checkpoint_complete`]), so the group never runs ahead of
-//! what a restore would replay. With `bounded`, each partition is read up to its end at start,
-//! and the source then finishes (backfills and tests).
+//! what a restore would replay. With `bounded`, each partition is read up to an end (Flink's
+//! `scan.bounded.mode`, [`EndPosition`]: its end at start, the group's committed offsets, the
+//! offsets for a time, or given offsets), and the source then finishes (backfills and tests).
 //!
 //! A partition's position ([`SourceReader::position`]) is `{"offset": n}`, the offset of the
 //! next record not yet returned (with `"end": e`, where a bounded source stops, and
@@ -80,6 +81,23 @@ pub enum StartPosition {
     Timestamp(i64),
 }
 
+/// Where a bounded read of each partition stops (Flink's `scan.bounded.mode`): the offset of
+/// the first record not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "at", content = "value")]
+pub enum EndPosition {
+    /// The partition's end when the source starts (`latest-offset`).
+    #[default]
+    Latest,
+    /// The group's committed offsets (`group-offsets`); a partition without one is refused.
+    Committed,
+    /// The first record at or after this Kafka timestamp, in epoch milliseconds
+    /// (`timestamp`); the partition's end when it has none yet.
+    Timestamp(i64),
+    /// Offsets by partition (`specific-offsets`); a partition not given is refused.
+    Offsets(std::collections::BTreeMap<i32, i64>),
+}
+
 /// How records are read and written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -109,9 +127,12 @@ pub struct KafkaSourceSpec {
     /// A BIGINT column to hold the record timestamp (epoch ms).
     #[serde(default)]
     pub timestamp_column: Option<String>,
-    /// Read each partition up to its end at start, then finish.
+    /// Read each partition up to [`bounded_end`](Self::bounded_end), then finish.
     #[serde(default)]
     pub bounded: bool,
+    /// Where a bounded read stops (its end at start by default).
+    #[serde(default, skip_serializing_if = "is_latest")]
+    pub bounded_end: EndPosition,
     #[serde(default)]
     pub on_bad_record: BadRecordPolicy,
     /// More librdkafka settings.
@@ -199,6 +220,10 @@ fn tombstone_values<'a>(
     Ok(values)
 }
 
+fn is_latest(e: &EndPosition) -> bool {
+    *e == EndPosition::Latest
+}
+
 fn default_discovery() -> Option<i64> {
     Some(10_000)
 }
@@ -220,6 +245,7 @@ impl KafkaSourceSpec {
             key_column: None,
             timestamp_column: None,
             bounded: false,
+            bounded_end: EndPosition::Latest,
             on_bad_record: BadRecordPolicy::DeadLetter,
             properties: HashMap::new(),
             partition_discovery_ms: default_discovery(),
@@ -444,6 +470,9 @@ impl SourceFactory for KafkaSource {
             lows.push(low);
             ends.push(high);
         }
+        if self.spec.bounded {
+            self.bounded_ends(&consumer, &partitions, &mut ends)?;
+        }
         // Where each partition starts, as an offset (so that a position taken before its first
         // record is right), and how it is assigned: where no offset is known, from the
         // beginning.
@@ -546,6 +575,76 @@ impl SourceFactory for KafkaSource {
             known: all.len(),
             next_discovery: i64::MIN,
         }))
+    }
+}
+
+impl KafkaSource {
+    /// Where a bounded read of each partition stops, when not at its end at start (`ends` on
+    /// entry): the group's committed offsets, the offsets for a time, or given offsets.
+    fn bounded_ends(
+        &self,
+        consumer: &BaseConsumer,
+        partitions: &[i32],
+        ends: &mut [i64],
+    ) -> Result<()> {
+        let topic = &self.spec.topic;
+        let missing = |p: i32, what: &str| {
+            Error::config(
+                "scan.bounded.mode",
+                format!("{:?} of topic {topic}", self.spec.bounded_end),
+                format!(
+                    "partition {topic}-{p} has no {what}, so where its bounded read ends is not \
+                     known; give one, or end at the partitions' ends ('latest-offset')"
+                ),
+            )
+        };
+        let looked_up = |offset: Offset| -> Result<TopicPartitionList> {
+            let mut tpl = TopicPartitionList::new();
+            for &p in partitions {
+                tpl.add_partition_offset(topic, p, offset)
+                    .map_err(|e| kafka_err("assign", e))?;
+            }
+            Ok(tpl)
+        };
+        let found = |tpl: &TopicPartitionList, p: i32| {
+            (tpl.elements_for_topic(topic).iter())
+                .find(|e| e.partition() == p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Some(o),
+                    _ => None,
+                })
+        };
+        match &self.spec.bounded_end {
+            EndPosition::Latest => {}
+            EndPosition::Committed => {
+                let committed = consumer
+                    .committed_offsets(looked_up(Offset::Invalid)?, METADATA_TIMEOUT)
+                    .map_err(|e| kafka_err("committed offsets", e))?;
+                for (k, &p) in partitions.iter().enumerate() {
+                    ends[k] = found(&committed, p)
+                        .ok_or_else(|| missing(p, "offset committed by its consumer group"))?;
+                }
+            }
+            EndPosition::Timestamp(t) => {
+                let offsets = consumer
+                    .offsets_for_times(looked_up(Offset::Offset(*t))?, METADATA_TIMEOUT)
+                    .map_err(|e| kafka_err("offsets for times", e))?;
+                // No record at or after the time yet: the partition's end now.
+                for (k, &p) in partitions.iter().enumerate() {
+                    if let Some(o) = found(&offsets, p) {
+                        ends[k] = o;
+                    }
+                }
+            }
+            EndPosition::Offsets(given) => {
+                for (k, &p) in partitions.iter().enumerate() {
+                    ends[k] = *given
+                        .get(&p)
+                        .ok_or_else(|| missing(p, "offset in 'scan.bounded.specific-offsets'"))?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -899,7 +998,19 @@ impl SourceReader for KafkaReader {
             return Ok(SourcePoll::SplitFinished(k));
         }
         if bounded && self.reported.iter().all(|r| *r) {
-            let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
+            // Where each partition ended, not the consumer's own position: it may have fetched
+            // records past the end, which a next read from the group's offsets must get.
+            let mut tpl = TopicPartitionList::new();
+            for (k, &p) in self.partitions.iter().enumerate() {
+                let end = self.ends[k].max(self.next[k]);
+                if end >= 0 {
+                    tpl.add_partition_offset(&self.source.spec.topic, p, Offset::Offset(end))
+                        .map_err(|e| kafka_err("commit", e))?;
+                }
+            }
+            if tpl.count() > 0 {
+                let _ = self.consumer.commit(&tpl, CommitMode::Sync);
+            }
             return Ok(SourcePoll::Finished);
         }
         let now = self.ctx.clock.now().0;
@@ -936,6 +1047,9 @@ impl SourceReader for KafkaReader {
                         continue;
                     };
                     if bounded && m.offset() >= self.ends[k] {
+                        // Everything before the end has come (offsets only grow), also where
+                        // the end itself is no record (a transaction marker, compaction).
+                        self.next[k] = self.next[k].max(self.ends[k]);
                         continue;
                     }
                     self.next[k] = m.offset() + 1;

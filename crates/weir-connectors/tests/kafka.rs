@@ -3,12 +3,13 @@
 //! `scripts/test` runs them.
 #![cfg(feature = "kafka")]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_schema::DataType;
 use weir_connectors::generator::{GeneratorSource, GeneratorSpec};
 use weir_connectors::kafka::{
-    KafkaFormat, KafkaSink, KafkaSinkSpec, KafkaSource, KafkaSourceSpec, StartPosition,
+    EndPosition, KafkaFormat, KafkaSink, KafkaSinkSpec, KafkaSource, KafkaSourceSpec, StartPosition,
 };
 use weir_core::SystemClock;
 use weir_operators::{IntervalJoin, IntervalJoinExt};
@@ -497,4 +498,79 @@ fn without_checkpoints_an_unbounded_read_commits_no_offsets() {
     assert!(report.stopped);
     assert_eq!(out.rows(), 600);
     assert_eq!(committed_rows(&t, "uncommitted")(), 0);
+}
+
+/// The event times read from `topic` with `spec`'s bounded end, sorted.
+fn bounded_times(rt: &tokio::runtime::Runtime, spec: KafkaSourceSpec) -> Vec<i64> {
+    let mut ts: Vec<i64> = sorted_lines(&read(rt, KafkaSource::new(spec).unwrap()))
+        .iter()
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    ts.sort();
+    ts
+}
+
+/// Flink's `scan.bounded.mode` beyond `latest-offset`: a bounded read ends at given offsets
+/// (which a bounded read then commits to its group, not the consumer's own position past
+/// them), at the group's committed offsets, and at the first record of a time; a partition
+/// without an end to go by is refused.
+#[test]
+#[ignore = "needs a Kafka broker: scripts/test starts one"]
+fn kafka_bounded_reads_end_at_offsets_a_group_or_a_time() {
+    let rt = rt();
+    let t = topic(&rt, "bounded-ends", 2);
+    let gen = GeneratorSpec {
+        disorder_ms: 0,
+        ..GeneratorSpec::events(1_000)
+    };
+    produce(&rt, &t, gen.clone(), "key");
+    let all = bounded_times(&rt, events_spec(&t, StartPosition::Earliest, "all"));
+    assert_eq!(all.len(), 1_000);
+
+    // Given offsets: 10 records of partition 0 and 20 of partition 1.
+    let mut spec = events_spec(&t, StartPosition::Earliest, "given");
+    spec.bounded_end = EndPosition::Offsets(BTreeMap::from([(0, 10), (1, 20)]));
+    assert_eq!(bounded_times(&rt, spec.clone()).len(), 30);
+
+    // The group `given` committed where that read ended (10 and 20): a read ending at its
+    // offsets takes the same 30 records.
+    let mut committed = events_spec(&t, StartPosition::Earliest, "given");
+    committed.bounded_end = EndPosition::Committed;
+    assert_eq!(
+        bounded_times(&rt, committed),
+        bounded_times(&rt, spec.clone())
+    );
+
+    // A time: every record before it (offsets follow time: no disorder), none at or after.
+    let until = gen.start_ms + 400;
+    let mut timed = events_spec(&t, StartPosition::Earliest, "timed");
+    timed.bounded_end = EndPosition::Timestamp(until);
+    let before: Vec<i64> = all.iter().copied().filter(|&ts| ts < until).collect();
+    assert!(!before.is_empty() && before.len() < all.len());
+    assert_eq!(bounded_times(&rt, timed), before);
+
+    // A partition with no offset given, and a group that committed none, are refused.
+    spec.bounded_end = EndPosition::Offsets(BTreeMap::from([(0, 10)]));
+    let mut fresh = events_spec(&t, StartPosition::Earliest, "never-committed");
+    fresh.bounded_end = EndPosition::Committed;
+    for (spec, says) in [
+        (spec, "offset in 'scan.bounded.specific-offsets'"),
+        (fresh, "offset committed by its consumer group"),
+    ] {
+        let job = JobBuilder::new("refused");
+        job.source(
+            "kafka",
+            KafkaSource::new(spec).unwrap(),
+            SourceOptions::none(),
+        )
+        .sink("out", CollectSink::new());
+        let err = within(
+            &rt,
+            "a bounded read refused",
+            exec::run(job.build().unwrap(), Arc::new(SystemClock)),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(says) && err.contains(&t), "{err}");
+    }
 }

@@ -74,6 +74,8 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
                 "scan.startup.mode",
                 "scan.startup.timestamp-millis",
                 "scan.bounded.mode",
+                "scan.bounded.timestamp-millis",
+                "scan.bounded.specific-offsets",
                 "weir.bounded",
                 "weir.on-bad-record",
             ]);
@@ -88,6 +90,8 @@ fn known(connector: &str, role: Role) -> Option<(Vec<&'static str>, &'static [&'
                 "value.format",
                 "value.fields-include",
                 "scan.bounded.mode",
+                "scan.bounded.timestamp-millis",
+                "scan.bounded.specific-offsets",
                 "weir.bounded",
                 "weir.on-bad-record",
             ]);
@@ -345,41 +349,101 @@ fn kafka_properties(t: &TableDef) -> Result<std::collections::HashMap<String, St
     Ok(out)
 }
 
-/// Where a Kafka read ends: Flink's `scan.bounded.mode` (`unbounded`, or `latest-offset`: the
-/// end offsets taken at start), or weir's `weir.bounded` (the same as `latest-offset`).
-fn kafka_bounded(t: &TableDef) -> Result<bool> {
+/// Where a Kafka read ends: Flink's `scan.bounded.mode` (`unbounded`; `latest-offset`, the end
+/// offsets taken at start; `group-offsets`, the group's committed offsets; `timestamp`, the
+/// offsets for `scan.bounded.timestamp-millis`; `specific-offsets`, those of
+/// `scan.bounded.specific-offsets`), or weir's `weir.bounded` (the same as `latest-offset`).
+/// `None`: read on.
+fn kafka_bounded(t: &TableDef) -> Result<Option<weir_connectors::kafka::EndPosition>> {
+    use weir_connectors::kafka::EndPosition;
     let alias = bool_option(t, "weir.bounded")?;
-    let mode = match opt(t, "scan.bounded.mode").as_deref().map(str::trim) {
-        None => None,
-        Some(m) if m.eq_ignore_ascii_case("unbounded") => Some(false),
-        Some(m) if m.eq_ignore_ascii_case("latest-offset") => Some(true),
-        Some(m)
-            if ["group-offsets", "timestamp", "specific-offsets"]
-                .iter()
-                .any(|x| m.eq_ignore_ascii_case(x)) =>
-        {
-            return Err(plan_err(format!(
-                "table `{}`: 'scan.bounded.mode' = '{m}' is not supported yet: weir ends a bounded \
-                 Kafka read at the end offsets taken when it starts ('latest-offset'), or reads on \
-                 ('unbounded'); for an end in event time, weir backfill --until ends each \
-                 partition where its watermark reaches it",
-                t.name
-            )))
+    let mode = opt(t, "scan.bounded.mode").map(|m| m.trim().to_ascii_lowercase());
+    let end = match mode.as_deref() {
+        None => alias.unwrap_or(false).then_some(EndPosition::Latest),
+        Some("unbounded") => None,
+        Some("latest-offset") => Some(EndPosition::Latest),
+        Some("group-offsets") => {
+            if opt(t, "properties.group.id").is_none() {
+                return Err(plan_err(format!(
+                    "table `{}`: 'scan.bounded.mode' = 'group-offsets' ends at the offsets a \
+                     consumer group committed: give it as 'properties.group.id'",
+                    t.name
+                )));
+            }
+            Some(EndPosition::Committed)
+        }
+        Some("timestamp") => {
+            let ms = need(t, "scan.bounded.timestamp-millis")?;
+            Some(EndPosition::Timestamp(ms.trim().parse().map_err(|_| {
+                plan_err(format!(
+                    "table `{}`: 'scan.bounded.timestamp-millis' = '{ms}': not epoch \
+                     milliseconds",
+                    t.name
+                ))
+            })?))
+        }
+        Some("specific-offsets") => {
+            let given = need(t, "scan.bounded.specific-offsets")?;
+            Some(EndPosition::Offsets(specific_offsets(t, &given)?))
         }
         Some(m) => {
             return Err(plan_err(format!(
-                "table `{}`: 'scan.bounded.mode' = '{m}': use 'unbounded' or 'latest-offset'",
+                "table `{}`: 'scan.bounded.mode' = '{m}': use 'unbounded', 'latest-offset', \
+                 'group-offsets', 'timestamp' or 'specific-offsets'",
                 t.name
             )))
         }
     };
-    match (mode, alias) {
-        (Some(m), Some(a)) if m != a => Err(plan_err(format!(
+    for key in [
+        "scan.bounded.timestamp-millis",
+        "scan.bounded.specific-offsets",
+    ] {
+        let wanted = match key {
+            "scan.bounded.timestamp-millis" => "timestamp",
+            _ => "specific-offsets",
+        };
+        if opt(t, key).is_some() && mode.as_deref() != Some(wanted) {
+            return Err(plan_err(format!(
+                "table `{}`: '{key}' is read only with 'scan.bounded.mode' = '{wanted}'",
+                t.name
+            )));
+        }
+    }
+    match (mode.is_some(), alias) {
+        (true, Some(a)) if a != end.is_some() => Err(plan_err(format!(
             "table `{}`: 'scan.bounded.mode' and 'weir.bounded' disagree; give one of them",
             t.name
         ))),
-        (m, a) => Ok(m.or(a).unwrap_or(false)),
+        _ => Ok(end),
     }
+}
+
+/// Flink's `'partition:0,offset:42;partition:1,offset:300'`.
+fn specific_offsets(t: &TableDef, given: &str) -> Result<std::collections::BTreeMap<i32, i64>> {
+    let bad = || {
+        plan_err(format!(
+            "table `{}`: 'scan.bounded.specific-offsets' = '{given}': expected \
+             'partition:0,offset:42;partition:1,offset:300'",
+            t.name
+        ))
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for part in given.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (p, o) = part.split_once(',').ok_or_else(bad)?;
+        let p = p.trim().strip_prefix("partition:").ok_or_else(bad)?;
+        let o = o.trim().strip_prefix("offset:").ok_or_else(bad)?;
+        let (p, o): (i32, i64) = (
+            p.trim().parse().map_err(|_| bad())?,
+            o.trim().parse().map_err(|_| bad())?,
+        );
+        if p < 0 || o < 0 || out.insert(p, o).is_some() {
+            return Err(bad());
+        }
+    }
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(out)
 }
 
 /// Refuses `csv.*` options on a file table of another format: they would do nothing.
@@ -493,7 +557,10 @@ pub(crate) fn source_factory(
                 columns,
             );
             spec.group_id = opt(t, "properties.group.id");
-            spec.bounded = kafka_bounded(t)?;
+            if let Some(end) = kafka_bounded(t)? {
+                spec.bounded = true;
+                spec.bounded_end = end;
+            }
             spec.on_bad_record = bad_record_policy(t)?;
             spec.properties = kafka_properties(t)?;
             if upsert {

@@ -2,6 +2,7 @@
 //! the backfill's start and which keep theirs, redirected outputs, Kafka groups and seeks,
 //! rate limits, and what is refused.
 
+use serde_json::json;
 use weir_runtime::backfill::BackfillRange;
 use weir_runtime::graph::{EventTimeRange, NodeKind};
 use weir_runtime::JobGraph;
@@ -195,37 +196,89 @@ INSERT INTO out SELECT * FROM orders;";
 }
 
 /// Flink's `scan.bounded.mode` ends a Kafka read: `latest-offset` at the end offsets taken at
-/// start (weir's `weir.bounded`); the modes weir cannot honour yet are refused, not ignored.
+/// start (weir's `weir.bounded`), `group-offsets`, `timestamp` and `specific-offsets` where their
+/// options say; a mode without its option, or an option without its mode, is refused.
 #[test]
-fn scan_bounded_mode_ends_a_kafka_read_or_is_refused() {
-    let sql = |mode: &str| {
+fn scan_bounded_mode_ends_a_kafka_read_where_flinks_options_say() {
+    let sql = |options: &str| {
         format!(
             "CREATE TABLE clicks (id BIGINT, ts BIGINT) WITH ('connector' = 'kafka', 'topic' = 'c',
-               'properties.bootstrap.servers' = 'localhost:9092', 'format' = 'json',
-               'scan.bounded.mode' = '{mode}');
+               'properties.bootstrap.servers' = 'localhost:9092', 'format' = 'json'{options});
              CREATE TABLE out (id BIGINT) WITH ('connector' = 'blackhole');
              INSERT INTO out SELECT id FROM clicks;"
         )
     };
-    let bounded = |mode: &str| {
-        let graph = weir_sql::plan_job(&sql(mode), &PlanOptions::default()).unwrap();
-        sources(&graph)[0].2["bounded"].clone()
+    let spec = |options: &str| {
+        let graph = weir_sql::plan_job(&sql(options), &PlanOptions::default())
+            .unwrap_or_else(|e| panic!("{options}: {e}"));
+        let s = sources(&graph)[0].2.clone();
+        (s["bounded"].clone(), s.get("bounded_end").cloned())
     };
-    assert_eq!(bounded("latest-offset"), true);
-    assert_eq!(bounded("unbounded"), false);
-    for mode in ["timestamp", "group-offsets", "specific-offsets"] {
-        let err = weir_sql::plan_job(&sql(mode), &PlanOptions::default())
+    let mode = |m: &str| format!(", 'scan.bounded.mode' = '{m}'");
+    assert_eq!(spec(&mode("latest-offset")), (json!(true), None));
+    assert_eq!(spec(", 'weir.bounded' = 'true'"), (json!(true), None));
+    assert_eq!(spec(&mode("unbounded")), (json!(false), None));
+    assert_eq!(spec(""), (json!(false), None));
+    assert_eq!(
+        spec(&format!(
+            "{}, 'properties.group.id' = 'g'",
+            mode("group-offsets")
+        )),
+        (json!(true), Some(json!({"at": "committed"})))
+    );
+    assert_eq!(
+        spec(&format!(
+            "{}, 'scan.bounded.timestamp-millis' = '1704067200000'",
+            mode("timestamp")
+        )),
+        (
+            json!(true),
+            Some(json!({"at": "timestamp", "value": 1704067200000i64}))
+        )
+    );
+    assert_eq!(
+        spec(&format!(
+            "{}, 'scan.bounded.specific-offsets' = 'partition:0,offset:42;partition:1,offset:300'",
+            mode("specific-offsets")
+        )),
+        (
+            json!(true),
+            Some(json!({"at": "offsets", "value": {"0": 42, "1": 300}}))
+        )
+    );
+    for (options, says) in [
+        (mode("group-offsets"), "give it as 'properties.group.id'"),
+        (mode("timestamp"), "scan.bounded.timestamp-millis"),
+        (
+            format!(
+                "{}, 'scan.bounded.timestamp-millis' = 'noon'",
+                mode("timestamp")
+            ),
+            "not epoch milliseconds",
+        ),
+        (
+            format!(
+                "{}, 'scan.bounded.specific-offsets' = 'partition:0;offset:4'",
+                mode("specific-offsets")
+            ),
+            "expected 'partition:0,offset:42;partition:1,offset:300'",
+        ),
+        (
+            ", 'scan.bounded.timestamp-millis' = '5'".to_string(),
+            "read only with 'scan.bounded.mode' = 'timestamp'",
+        ),
+        (
+            format!("{}, 'weir.bounded' = 'false'", mode("latest-offset")),
+            "disagree",
+        ),
+        (
+            mode("later"),
+            "use 'unbounded', 'latest-offset', 'group-offsets'",
+        ),
+    ] {
+        let err = weir_sql::plan_job(&sql(&options), &PlanOptions::default())
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains(&format!(
-                "'scan.bounded.mode' = '{mode}' is not supported yet"
-            )),
-            "{err}"
-        );
+        assert!(err.contains(says), "{options}: {err}");
     }
-    let err = weir_sql::plan_job(&sql("later"), &PlanOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("use 'unbounded' or 'latest-offset'"), "{err}");
 }
