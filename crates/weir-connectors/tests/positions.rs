@@ -411,6 +411,46 @@ fn a_parquet_position_is_the_row_group_and_row_of_the_next_row() {
     assert_eq!(rest.dead[0].0, "row 8");
 }
 
+/// A backfill from an event time skips a Parquet file's row groups that lie before it, by the
+/// event-time column's statistics (rows 0..10 at 1 s apart in groups of 4): from 5 s the first
+/// group (0..4 s) is not read, the second (4..8 s) is, its 4 s row included (the range skips
+/// it); a group with a NULL event time is read (its dead letter stands), and from past the end
+/// nothing is read. Positions count the skipped rows.
+#[test]
+fn a_parquet_read_from_an_event_time_skips_the_row_groups_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let from = |path: &Path, ms: i64| {
+        let source = FileSource::new(parquet_spec(path)).unwrap();
+        source
+            .starting_at(ms)
+            .unwrap()
+            .expect("a Parquet source seeks")
+    };
+    let path = parquet_file(dir.path(), &[false; 10], 4);
+    let (mut r, dead) = open(&*from(&path, 5_000), 0, 2, None);
+    let first = read(&mut *r, &dead, Some(1));
+    assert_eq!(first.rows, vec!["id=4, ts=4000", "id=5, ts=5000"]);
+    assert_eq!(r.position(0), Some(json!({ "row_group": 1, "row": 2 })));
+    assert_eq!(read(&mut *r, &dead, None).rows.len(), 4);
+    // Before its first row: every group read.
+    let (mut r, dead) = open(&*from(&path, 0), 0, 100, None);
+    assert_eq!(read(&mut *r, &dead, None).rows.len(), 10);
+    // Past its last row: nothing read, the split finished.
+    let (mut r, dead) = open(&*from(&path, 60_000), 0, 100, None);
+    let none = read(&mut *r, &dead, None);
+    assert!(none.rows.is_empty() && none.finished);
+    // A NULL event time in the first group: it is read, its row a dead letter.
+    let mut nulls = [false; 10];
+    nulls[1] = true;
+    let path = parquet_file(dir.path(), &nulls, 4);
+    let (mut r, dead) = open(&*from(&path, 5_000), 0, 100, None);
+    let all = read(&mut *r, &dead, None);
+    assert_eq!((all.rows.len(), all.dead.len()), (9, 1));
+    // CSV cannot tell without reading: no seeking source.
+    let csv = FileSource::new(csv_spec(&write(dir.path(), "in.csv", b"id,ts\n1,1\n"))).unwrap();
+    assert!(csv.starting_at(5_000).unwrap().is_none());
+}
+
 #[test]
 fn a_split_resumed_at_the_end_of_its_file_finishes_at_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -167,6 +167,12 @@ pub struct FileSourceSpec {
     pub event_time_column: Option<String>,
     #[serde(default)]
     pub on_bad_record: BadRecordPolicy,
+    /// A read from this event time (epoch ms, a backfill's start): Parquet row groups at the
+    /// start of a file whose event times all lie before it, by the column's statistics, are not
+    /// read (nor a file all of whose row groups do). Rows before it in the groups read still
+    /// come, for the source's event-time range to skip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_before_ms: Option<i64>,
 }
 
 fn yes() -> bool {
@@ -205,6 +211,7 @@ impl FileSourceSpec {
             max_quoted_field_bytes: max_quoted_field_bytes(),
             event_time_column: None,
             on_bad_record: BadRecordPolicy::DeadLetter,
+            skip_before_ms: None,
         }
     }
 }
@@ -520,6 +527,16 @@ impl SourceFactory for FileSource {
     }
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+    /// Parquet files skip their row groups that lie before the time, by statistics; CSV and
+    /// JSON cannot tell without reading (the backfill's range skips their rows).
+    fn starting_at(&self, event_time_ms: i64) -> Result<Option<Arc<dyn SourceFactory>>> {
+        if self.spec.format != FileFormat::Parquet || self.spec.event_time_column.is_none() {
+            return Ok(None);
+        }
+        let mut source = self.clone();
+        source.spec.skip_before_ms = Some(event_time_ms);
+        Ok(Some(Arc::new(source)))
     }
     fn splits(&self) -> Result<Vec<String>> {
         Ok(expand(&self.spec.path)?

@@ -46,6 +46,36 @@ pub(super) fn file_schema(path: &Path) -> Result<SchemaRef> {
     Ok(builder(path)?.schema().clone())
 }
 
+/// For a read from an event time ([`FileSourceSpec::skip_before_ms`]): the first row group
+/// that may hold a row at or after it, by the event-time column's statistics (the number of
+/// groups when none does). The row groups before it are skipped only while they are known to
+/// hold no such row and no NULL event time (a dead letter wherever it lies); `None` when no
+/// group is skipped.
+fn first_group_from(
+    b: &ParquetRecordBatchReaderBuilder<File>,
+    spec: &FileSourceSpec,
+) -> Option<usize> {
+    use parquet::file::statistics::Statistics;
+    let from = spec.skip_before_ms?;
+    let column = spec.event_time_column.as_deref()?;
+    let leaf = (b.parquet_schema().columns().iter())
+        .position(|c| c.path().parts() == [column.to_string()])?;
+    let groups = b.metadata().row_groups();
+    let first = groups
+        .iter()
+        .position(|g| {
+            let before = match g.column(leaf).statistics() {
+                Some(Statistics::Int64(st)) => {
+                    st.null_count_opt() == Some(0) && st.max_opt().is_some_and(|&max| max < from)
+                }
+                _ => false,
+            };
+            !before
+        })
+        .unwrap_or(groups.len());
+    (first > 0).then_some(first)
+}
+
 pub(super) struct ParquetReader {
     path: std::path::PathBuf,
     reader: ParquetRecordBatchReader,
@@ -106,6 +136,13 @@ impl ParquetReader {
             .iter()
             .map(|g| g.num_rows().max(0) as u64)
             .collect();
+        let start = start.or_else(|| {
+            let first = first_group_from(&b, spec)?;
+            Some(RowPosition {
+                row_group: first,
+                row: 0,
+            })
+        });
         let mut rows_read = 0;
         if let Some(at) = start.filter(|at| at.row_group > 0 || at.row > 0) {
             let groups = group_rows.len();
