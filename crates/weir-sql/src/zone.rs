@@ -47,7 +47,7 @@ pub struct SessionZone {
 pub const LOCAL_TIME_ZONE: &str = "table.local-time-zone";
 
 impl SessionZone {
-    /// UTC, Flink's default.
+    /// UTC, weir's default (Flink's is the zone of the machine, which weir does not read).
     pub fn utc() -> SessionZone {
         SessionZone::parse("UTC").expect("UTC is a zone")
     }
@@ -67,34 +67,39 @@ impl SessionZone {
             ))
         };
         let upper = v.to_ascii_uppercase();
-        let name: String =
-            if ["UTC", "GMT", "Z", "UT", "ETC/UTC", "ETC/GMT"].contains(&upper.as_str()) {
-                "+00:00".into()
-            } else if let Some(offset) = upper
-                .strip_prefix("GMT")
-                .filter(|r| r.starts_with(['+', '-']))
-                .or_else(|| v.starts_with(['+', '-']).then_some(v))
-            {
-                match fixed_offset(offset) {
-                    Some(o) => o,
-                    None => return bad("not an offset of the form +hh:mm"),
+        if upper == "DEFAULT" {
+            return bad(
+                "Flink's 'default' is the zone of the machine the job runs on, which would make \
+                 results depend on the machine; weir takes the zone by name",
+            );
+        }
+        let name: String = if UTC_NAMES.contains(&upper.as_str()) {
+            "+00:00".into()
+        } else if let Some(offset) = upper
+            .strip_prefix("GMT")
+            .filter(|r| r.starts_with(['+', '-']))
+            .or_else(|| v.starts_with(['+', '-']).then_some(v))
+        {
+            match fixed_offset(offset) {
+                Some(o) => o,
+                None => return bad("not an offset of the form +hh:mm"),
+            }
+        } else if upper.starts_with("UTC+") || upper.starts_with("UTC-") {
+            return bad("Flink refuses the UTC+hh:mm form (write GMT+hh:mm)");
+        } else if SHORT_IDS.contains(&upper.as_str()) {
+            return bad("a short zone id is ambiguous, and Flink refuses it");
+        } else {
+            match chrono_tz::Tz::from_str(v) {
+                Ok(tz) => tz.name().to_string(),
+                Err(_) => {
+                    let hint = (chrono_tz::TZ_VARIANTS.iter())
+                        .find(|tz| tz.name().eq_ignore_ascii_case(v))
+                        .map(|tz| format!(" (did you mean '{}'?)", tz.name()))
+                        .unwrap_or_default();
+                    return bad(&format!("not a time zone{hint}"));
                 }
-            } else if upper.starts_with("UTC+") || upper.starts_with("UTC-") {
-                return bad("Flink refuses the UTC+hh:mm form (write GMT+hh:mm)");
-            } else if SHORT_IDS.contains(&upper.as_str()) {
-                return bad("a short zone id is ambiguous, and Flink refuses it");
-            } else {
-                match chrono_tz::Tz::from_str(v) {
-                    Ok(tz) => tz.name().to_string(),
-                    Err(_) => {
-                        let hint = (chrono_tz::TZ_VARIANTS.iter())
-                            .find(|tz| tz.name().eq_ignore_ascii_case(v))
-                            .map(|tz| format!(" (did you mean '{}'?)", tz.name()))
-                            .unwrap_or_default();
-                        return bad(&format!("not a time zone{hint}"));
-                    }
-                }
-            };
+            }
+        };
         if let Err(e) = Tz::from_str(&name) {
             return bad(&e.to_string());
         }
@@ -124,6 +129,30 @@ impl std::fmt::Display for SessionZone {
     }
 }
 
+/// Names of UTC (upper case).
+const UTC_NAMES: &[&str] = &[
+    "UTC",
+    "UCT",
+    "GMT",
+    "Z",
+    "UT",
+    "ZULU",
+    "UNIVERSAL",
+    "GREENWICH",
+    "GMT0",
+    "GMT+0",
+    "GMT-0",
+    "ETC/UTC",
+    "ETC/UCT",
+    "ETC/GMT",
+    "ETC/GMT0",
+    "ETC/GMT+0",
+    "ETC/GMT-0",
+    "ETC/UNIVERSAL",
+    "ETC/ZULU",
+    "ETC/GREENWICH",
+];
+
 /// Java's `ZoneId.SHORT_IDS`, which Flink refuses.
 const SHORT_IDS: &[&str] = &[
     "ACT", "AET", "AGT", "ART", "AST", "BET", "BST", "CAT", "CNT", "CST", "CTT", "EAT", "ECT",
@@ -138,6 +167,9 @@ fn fixed_offset(s: &str) -> Option<String> {
     let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
     if h > 18 || m > 59 || (h == 18 && m > 0) || rest.is_empty() {
         return None;
+    }
+    if h == 0 && m == 0 {
+        return Some("+00:00".into());
     }
     Some(format!("{sign}{h:02}:{m:02}"))
 }
@@ -352,6 +384,12 @@ fn call(name: &str, args: Vec<SqlExpr>) -> SqlExpr {
     })
 }
 
+/// `x`, a TIMESTAMP_LTZ holding local times (the watermark of a TIMESTAMP attribute), as the
+/// TIMESTAMP of the same milliseconds.
+pub(crate) fn as_local(x: SqlExpr) -> SqlExpr {
+    call(LOCAL_TIME, vec![x, text("+00:00")])
+}
+
 fn text(s: &str) -> SqlExpr {
     SqlExpr::value(Value::SingleQuotedString(s.to_string()))
 }
@@ -379,6 +417,29 @@ fn is_text_type(t: &SqlType) -> bool {
 /// Whether an Arrow type is a TIMESTAMP_LTZ (a timestamp with a time zone).
 pub(crate) fn is_ltz(t: &DataType) -> bool {
     matches!(t, DataType::Timestamp(_, Some(_)))
+}
+
+/// Functions of the time now (Flink's and DataFusion's names).
+const PROCESSING_TIME: &[&str] = &[
+    "NOW",
+    "CURRENT_DATE",
+    "CURRENT_TIME",
+    "CURRENT_TIMESTAMP",
+    "CURRENT_ROW_TIMESTAMP",
+    "LOCALTIME",
+    "LOCALTIMESTAMP",
+    "UNIX_TIMESTAMP_NOW",
+];
+
+/// Whether a SQL type is a local date or time (what a TIMESTAMP_LTZ casts to as local time).
+fn is_local_type(t: &SqlType) -> bool {
+    matches!(
+        t,
+        SqlType::Timestamp(_, sqlparser::ast::TimezoneInfo::None)
+            | SqlType::Datetime(_)
+            | SqlType::Date
+            | SqlType::Time(..)
+    )
 }
 
 /// How Flink writes a TIMESTAMP(3) or TIMESTAMP_LTZ(3) as STRING (the latter in local time).
@@ -487,9 +548,33 @@ pub(crate) fn localize(
                         };
                     }
                 }
-                SqlExpr::Cast { expr, .. } | SqlExpr::Extract { expr, .. } if self.is_ltz(expr) => {
+                SqlExpr::Cast {
+                    expr, data_type, ..
+                } if is_local_type(data_type) && self.is_ltz(expr) => {
                     let x = std::mem::replace(&mut **expr, taken());
                     **expr = self.local(x);
+                }
+                SqlExpr::Extract { expr, .. } if self.is_ltz(expr) => {
+                    let x = std::mem::replace(&mut **expr, taken());
+                    **expr = self.local(x);
+                }
+                SqlExpr::AtTimeZone { .. } if !self.zone.is_utc() => {
+                    return Err(format!(
+                        "{e}: AT TIME ZONE is not Flink SQL, and next to the session time zone \
+                         ('{}') it would be read in two zones; CAST(x AS TIMESTAMP(3)) gives a \
+                         TIMESTAMP_LTZ's local time in the session zone",
+                        self.zone
+                    ));
+                }
+                SqlExpr::Function(f)
+                    if PROCESSING_TIME
+                        .contains(&f.name.to_string().to_ascii_uppercase().as_str()) =>
+                {
+                    return Err(format!(
+                        "{e}: the time of day now is processing time, which weir does not read \
+                         in expressions (a replay would give other answers); use the rows' event \
+                         time, or a PROCTIME() column for a lookup join"
+                    ));
                 }
                 SqlExpr::Function(f) => {
                     let name = f.name.to_string().to_ascii_uppercase();
@@ -544,12 +629,16 @@ pub(crate) fn localize(
 /// `e` (of type `from`) as a sink column of type `to` takes it: between TIMESTAMP_LTZ and
 /// TIMESTAMP, DATE or TIME in the session zone, as Flink's implicit casts; other types by
 /// Arrow's cast.
+///
+/// # Errors
+/// In a zone other than UTC, another conversion to or from a TIMESTAMP_LTZ (a STRING, a
+/// number): it would be read in UTC.
 pub(crate) fn cast_for_sink(
     e: SqlScalar,
     from: &DataType,
     to: &DataType,
     zone: &SessionZone,
-) -> SqlScalar {
+) -> Result<SqlScalar, String> {
     let local_kind = |t: &DataType| {
         matches!(
             t,
@@ -564,10 +653,18 @@ pub(crate) fn cast_for_sink(
         SqlScalar::new(format!("{LOCAL_TIME}({e}, {zone_arg})"))
     } else if matches!(from, DataType::Timestamp(_, None)) && is_ltz(to) {
         SqlScalar::new(format!("{ZONED_TIME}({e}, {zone_arg})"))
+    } else if (is_ltz(from) || is_ltz(to)) && !from.is_null() {
+        return Err(format!(
+            "{} into a {} column depends on the session time zone ('{zone}'), and weir \
+             converts only between TIMESTAMP_LTZ and TIMESTAMP, DATE or TIME there; CAST it in \
+             the SELECT (CAST(x AS TIMESTAMP(3)) is a TIMESTAMP_LTZ's local time)",
+            sql_name(from),
+            sql_name(to)
+        ));
     } else {
         e
     };
-    e.cast(to)
+    Ok(e.cast(to))
 }
 
 /// In a zone other than UTC, refuses what in `e` (planned, implicit casts added) would read a
@@ -591,6 +688,14 @@ pub(crate) fn refuse_zone_dependent(
     let mut refused: Option<String> = None;
     let _ = e.apply(|node| {
         let why = match node {
+            Expr::ScalarFunction(ScalarFunction { func, .. })
+                if EPOCH_AS_LOCAL.contains(&func.name()) =>
+            {
+                Some(format!(
+                    "{}(), which reads epoch numbers as UTC date and time (or back),",
+                    func.name().to_uppercase()
+                ))
+            }
             Expr::ScalarFunction(ScalarFunction { func, args }) => {
                 let name = func.name();
                 let neutral = [
@@ -660,10 +765,31 @@ pub(crate) fn refuse_zone_dependent(
     }
 }
 
+/// DataFusion's functions between epoch numbers and local dates and times (which read the
+/// numbers in UTC).
+const EPOCH_AS_LOCAL: &[&str] = &[
+    "to_timestamp_seconds",
+    "to_timestamp_millis",
+    "to_timestamp_micros",
+    "to_timestamp_nanos",
+    "to_unixtime",
+    "to_local_time",
+];
+
 /// Why a cast from `from` to `to` would convert between an instant and a local time without the
-/// zone: an implicit one (a TIMESTAMP compared with a TIMESTAMP_LTZ) or one weir added.
+/// zone: an implicit one (a TIMESTAMP compared with a TIMESTAMP_LTZ) or one weir added; or
+/// between epoch numbers and a TIMESTAMP (read in UTC: Flink refuses such casts).
 fn cast_reads_zone(from: Option<DataType>, to: &DataType) -> Option<String> {
     let from = from?;
+    let local = |t: &DataType| matches!(t, DataType::Timestamp(_, None));
+    if (from.is_integer() && local(to)) || (local(&from) && to.is_integer()) {
+        return Some(format!(
+            "converting {} to {} (epoch numbers read as UTC date and time, or back; Flink \
+             refuses it)",
+            sql_name(&from),
+            sql_name(to)
+        ));
+    }
     match (is_ltz(&from), is_ltz(to)) {
         (true, true) | (false, false) => None,
         (false, true) if from.is_integer() || from.is_null() => None,
@@ -753,6 +879,9 @@ mod tests {
             ("GMT-08:00", "-08:00"),
             ("+05:30", "+05:30"),
             ("Europe/Berlin", "Europe/Berlin"),
+            ("Etc/UCT", "+00:00"),
+            ("GMT-0", "+00:00"),
+            ("-00:00", "+00:00"),
         ] {
             assert_eq!(SessionZone::parse(value).unwrap().name(), name, "{value}");
         }
@@ -762,6 +891,7 @@ mod tests {
             ("europe/berlin", "did you mean 'Europe/Berlin'"),
             ("Mars/Olympus", "not a time zone"),
             ("GMT+19", "not an offset"),
+            ("default", "zone of the machine"),
         ] {
             let e = SessionZone::parse(value).unwrap_err();
             assert!(e.contains(says) && e.contains(value), "{value}: {e}");

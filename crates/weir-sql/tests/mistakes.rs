@@ -432,8 +432,34 @@ INSERT INTO out1 {query};"
             "SELECT key, rt, 1 FROM events UNION ALL SELECT key, wt, 1 FROM walls",
             "meet only by a conversion in the session time zone",
         ),
+        // The BIGINT epoch milliseconds behind a TIMESTAMP_LTZ are instants too.
+        (
+            "SELECT key, window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE events, \
+             DESCRIPTOR(ts), INTERVAL '1' DAY)) GROUP BY key, window_start, window_end",
+            "aligns these windows to local time",
+        ),
+        (
+            "SELECT e.key, w.wt, 1 FROM events e JOIN walls w ON e.key = w.key \
+             AND w.wt BETWEEN e.rt - INTERVAL '1' MINUTE AND e.rt",
+            "whose times meet only by a conversion in the session time zone",
+        ),
+        (
+            "SELECT key, CAST(ts AS TIMESTAMP(3)), 1 FROM events",
+            "epoch numbers read as UTC date and time",
+        ),
+        (
+            "SELECT key, CAST(rt AT TIME ZONE 'Asia/Tokyo' AS TIMESTAMP(3)), 1 FROM events",
+            "AT TIME ZONE is not Flink SQL",
+        ),
+        (
+            "SELECT rt, CAST(rt AS TIMESTAMP(3)), ts FROM events",
+            "into a STRING column depends on the session time zone",
+        ),
     ] {
-        let err = plan_error(&job("America/New_York", query), dir.path());
+        let err = plan_job(&job("America/New_York", query), &opts(dir.path()))
+            .map(|_| ())
+            .expect_err(query)
+            .to_string();
         assert!(
             err.contains(says) && err.contains("America/New_York"),
             "{query}: {err}"
@@ -444,10 +470,49 @@ INSERT INTO out1 {query};"
                 .unwrap_or_else(|e| panic!("{query}: {e}"));
         }
     }
+    // The time now is refused in any zone (it failed on every row).
+    let now = "SELECT key, CURRENT_TIMESTAMP, 1 FROM events";
+    for zone in ["UTC", "America/New_York"] {
+        let err = plan_job(&job(zone, now), &opts(dir.path()))
+            .map(|_| ())
+            .expect_err(zone)
+            .to_string();
+        assert!(err.contains("processing time"), "{zone}: {err}");
+    }
     // A window over a TIMESTAMP time attribute holds local times already: not refused.
     let walls = "SELECT key, window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE walls, \
                  DESCRIPTOR(wt), INTERVAL '1' DAY)) GROUP BY key, window_start, window_end";
     plan_job(&job("America/New_York", walls), &opts(dir.path())).unwrap();
+}
+
+/// CURRENT_WATERMARK of a TIMESTAMP attribute is a TIMESTAMP of the attribute's own (local)
+/// times, in any session zone: not an instant to read in the zone again (issue #24 item 6).
+#[test]
+fn the_watermark_of_a_timestamp_attribute_is_a_local_time_in_any_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("walls.csv"),
+        "k,2024-01-01 00:00:00\nk,2024-01-01 00:00:10\n",
+    )
+    .unwrap();
+    let sql = "SET 'table.local-time-zone' = 'America/New_York';
+CREATE TABLE walls (key STRING, wt TIMESTAMP(3), WATERMARK FOR wt AS wt - INTERVAL '5' SECOND)
+WITH ('connector' = 'filesystem', 'path' = '${dir}/walls.csv', 'format' = 'csv');
+CREATE TABLE out1 (wt TIMESTAMP(3), wm TIMESTAMP(3), wm_text STRING, late BOOLEAN)
+WITH ('connector' = 'filesystem', 'path' = '${dir}/out.csv', 'format' = 'csv');
+INSERT INTO out1 SELECT wt, CURRENT_WATERMARK(wt), DATE_FORMAT(CURRENT_WATERMARK(wt), 'HH:mm:ss'),
+  wt <= CURRENT_WATERMARK(wt) FROM walls;";
+    run(sql, dir.path());
+    let out = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
+    let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            "2024-01-01 00:00:00,,,".to_string(),
+            "2024-01-01 00:00:10,2023-12-31 23:59:55,23:59:55,false".to_string(),
+        ]
+    );
 }
 
 #[test]

@@ -96,14 +96,13 @@ impl Planner {
             }
             _ => return Ok(()),
         }?;
-        let schema = rel.stream.schema();
-        let ltz = (schema.field_with_name(&column).ok())
-            .is_some_and(|f| crate::zone::is_ltz(f.data_type()));
-        if !ltz {
+        // A TIMESTAMP_LTZ attribute, or the BIGINT epoch milliseconds behind one.
+        if !rel.instant_column(&column) {
             return Ok(());
         }
         Err(plan_err(format!(
-            "{window} over `{attr}`, a TIMESTAMP_LTZ, in the session time zone '{}': Flink \
+            "{window} over `{attr}`, a TIMESTAMP_LTZ (or its epoch milliseconds), in the \
+             session time zone '{}': Flink \
              aligns these windows to local time (a day window starts at local midnight, and \
              one across a DST change is an hour shorter or longer), which weir does not do yet, \
              so the query is refused rather than windowed in UTC; run it with the session \

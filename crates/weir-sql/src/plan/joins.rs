@@ -124,6 +124,30 @@ impl Planner {
                 "join ON {on}: weir needs at least one key equality between the two sides"
             )));
         }
+        // Event times of two kinds (instants, local times) meet only through the zone; Flink
+        // refuses such interval and temporal joins in any zone.
+        if let (Some(l), Some(r)) = (left.local_event_time(), right.local_event_time()) {
+            if l != r && !left.zone.is_utc() {
+                let kind = |local: bool| {
+                    if local {
+                        "a TIMESTAMP"
+                    } else {
+                        "a TIMESTAMP_LTZ"
+                    }
+                };
+                return Err(plan_err(format!(
+                    "join ON {on}: `{}`'s time attribute is {} and `{}`'s {}, whose times meet \
+                     only by a conversion in the session time zone ('{}'), which weir does not \
+                     make for event times (Flink refuses such joins); declare both tables' time \
+                     attributes of one type",
+                    left.alias,
+                    kind(l),
+                    right.alias,
+                    kind(r),
+                    left.zone
+                )));
+            }
+        }
         // What ON says besides keys (and, for interval and regular joins, time bounds).
         let window = window_keys(&lkeys, &rkeys);
         let (bounds, residual) = if version.is_none() && window.is_none() {

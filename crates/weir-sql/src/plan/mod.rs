@@ -510,7 +510,9 @@ impl Planner {
                 if same {
                     e
                 } else {
-                    crate::zone::cast_for_sink(e, planned.data_type(), t, &self.zone)
+                    crate::zone::cast_for_sink(e, planned.data_type(), t, &self.zone).map_err(
+                        |m| plan_err(format!("INSERT INTO `{}`, column `{name}`: {m}", sink.name)),
+                    )?
                 },
             ));
         }

@@ -34,6 +34,25 @@ pub(super) struct Rel {
 }
 
 impl Rel {
+    /// Whether the stream's event time is a local time (a TIMESTAMP attribute): `Some(false)`
+    /// for instants (a TIMESTAMP_LTZ, or the BIGINT epoch milliseconds behind one), `None`
+    /// without event time.
+    pub(super) fn local_event_time(&self) -> Option<bool> {
+        let et = self.stream.event_time()?;
+        let schema = self.stream.schema();
+        let f = schema.field_with_name(&et).ok()?;
+        Some(matches!(f.data_type(), DataType::Timestamp(_, None)))
+    }
+
+    /// Whether `column` (a time attribute) holds instants: a TIMESTAMP_LTZ, or BIGINT epoch
+    /// milliseconds.
+    pub(super) fn instant_column(&self, column: &str) -> bool {
+        let schema = self.stream.schema();
+        schema
+            .field_with_name(column)
+            .is_ok_and(|f| crate::zone::is_ltz(f.data_type()) || f.data_type() == &DataType::Int64)
+    }
+
     pub(super) fn resolve(&self, qualifier: Option<&str>, name: &str) -> Result<String> {
         let hits: Vec<&ScopeEntry> = self
             .scope
@@ -267,6 +286,17 @@ pub(super) fn scalar_with_aggs(
     let _ = resolved.visit(&mut v);
     if let Some(err) = v.error {
         return Err(err);
+    }
+    // The watermark is in the event time's own kind: for a TIMESTAMP attribute, local times
+    // (the same milliseconds, as a TIMESTAMP).
+    if rel.local_event_time() == Some(true) {
+        let _ = sqlparser::ast::visit_expressions_mut(&mut resolved, |x| {
+            if matches!(x, SqlExpr::Identifier(i) if i.value == crate::calc::CURRENT_WATERMARK) {
+                let column = std::mem::replace(x, SqlExpr::value(sqlparser::ast::Value::Null));
+                *x = crate::zone::as_local(column);
+            }
+            ControlFlow::<()>::Continue(())
+        });
     }
     let schema = rel.stream.schema();
     let type_of = |x: &SqlExpr| {

@@ -115,19 +115,12 @@ impl Planner {
             .is_none_or(|(l, r)| event_time_type(&l_rel, l) == event_time_type(&r_rel, r));
         // A TIMESTAMP event time is a local time: meeting a TIMESTAMP_LTZ's instants as epoch
         // milliseconds would shift one side's watermarks by the zone's offset.
-        if let Some((l, r)) = &event_times {
-            let ltz = |rel: &Rel, et: &String| {
-                event_time_type(rel, et).is_some_and(|t| crate::zone::is_ltz(&t))
-            };
-            let timestamp = |rel: &Rel, et: &String| {
-                matches!(event_time_type(rel, et), Some(DataType::Timestamp(_, None)))
-            };
-            let mixed = (ltz(&l_rel, l) && timestamp(&r_rel, r))
-                || (timestamp(&l_rel, l) && ltz(&r_rel, r));
+        if event_times.is_some() {
+            let mixed = l_rel.local_event_time() != r_rel.local_event_time();
             if mixed && !l_rel.zone.is_utc() {
                 return Err(plan_err(format!(
-                    "UNION of a stream whose event time is a TIMESTAMP_LTZ and one whose event \
-                     time is a TIMESTAMP: their times meet only by a conversion in the session \
+                    "UNION of a stream whose event time is a TIMESTAMP_LTZ (or epoch \
+                     milliseconds) and one whose event time is a TIMESTAMP: their times meet only by a conversion in the session \
                      time zone ('{}'), which weir does not make for event times; declare both \
                      tables' time attributes of one type",
                     l_rel.zone
