@@ -72,14 +72,18 @@ impl Planner {
                 )));
             };
             let e = SqlScalar::column(field.name());
-            cols.push((
-                name,
-                if field.data_type() == &ty {
-                    e
-                } else {
-                    e.cast(&ty)
-                },
-            ));
+            let e = if field.data_type() == &ty {
+                e
+            } else {
+                // As INSERT converts: in the session zone, between TIMESTAMP_LTZ and local times.
+                crate::zone::cast_for_sink(e, field.data_type(), &ty, &self.zone).map_err(|m| {
+                    plan_err(format!(
+                        "table `{}`: its late rows into `{late_table}`, column `{name}`: {m}",
+                        t.name
+                    ))
+                })?
+            };
+            cols.push((name, e));
         }
         let rows = stream.apply("calc", Arc::new(Calc::project(cols)));
         self.late_rows
