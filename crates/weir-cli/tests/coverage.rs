@@ -318,3 +318,11 @@ fn join_conditions_besides_keys_and_time_bounds_are_flinks() {
 fn the_session_time_zone_applies_as_flinks() {
     check("time_zone");
 }
+
+/// STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP, STDDEV and VARIANCE (#24 item 9), reduced to SUM
+/// and COUNT as Flink does: its values and types for DECIMAL, BIGINT, INT and DOUBLE, in
+/// tumbling windows, merged sessions and HAVING.
+#[test]
+fn standard_deviations_and_variances_are_flinks() {
+    check("statistics");
+}

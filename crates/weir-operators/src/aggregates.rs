@@ -42,6 +42,10 @@ pub enum AggregateFn {
     /// The exact number of distinct values (COUNT(DISTINCT x)); keeps every distinct value, so
     /// it is taken in windows, one phase.
     CountDistinct(String),
+    /// The sum of squared differences from the mean (M2), by Welford's online algorithm over
+    /// the values as DOUBLE, as Flink's `WELFORD_M2` (what its VAR_POP, VAR_SAMP, STDDEV_POP and
+    /// STDDEV_SAMP divide); combinable.
+    WelfordM2(String),
 }
 
 /// An aggregate with the name of its output column.
@@ -101,6 +105,13 @@ pub fn count_distinct(column: &str, output: &str) -> Aggregate {
         output: output.into(),
     }
 }
+/// Welford's M2 of `column` (see [`AggregateFn::WelfordM2`]).
+pub fn welford_m2(column: &str, output: &str) -> Aggregate {
+    Aggregate {
+        function: AggregateFn::WelfordM2(column.into()),
+        output: output.into(),
+    }
+}
 pub fn median(column: &str, output: &str) -> Aggregate {
     Aggregate {
         function: AggregateFn::Median(column.into()),
@@ -136,7 +147,8 @@ impl Aggregate {
             | AggregateFn::Avg(c)
             | AggregateFn::ApproxCountDistinct(c)
             | AggregateFn::Median(c)
-            | AggregateFn::CountDistinct(c) => Some(c),
+            | AggregateFn::CountDistinct(c)
+            | AggregateFn::WelfordM2(c) => Some(c),
         }
     }
 
@@ -151,6 +163,7 @@ impl Aggregate {
             AggregateFn::ApproxCountDistinct(c) => format!("approx_count_distinct({c})"),
             AggregateFn::Median(c) => format!("median({c})"),
             AggregateFn::CountDistinct(c) => format!("count(distinct {c})"),
+            AggregateFn::WelfordM2(c) => format!("welford_m2({c})"),
         };
         format!("{f} AS {}", self.output)
     }
@@ -215,6 +228,12 @@ pub(crate) enum State {
     Median(Vec<f64>),
     /// Every distinct value, encoded (Arrow's row format).
     Distinct(hashbrown::HashSet<Box<[u8]>>),
+    /// Welford's count, mean and M2 (see [`AggregateFn::WelfordM2`]).
+    Welford {
+        n: i64,
+        mean: f64,
+        m2: f64,
+    },
 }
 
 /// One input column, read once per batch.
@@ -301,7 +320,7 @@ impl Bound {
                 | AggregateFn::CountDistinct(_),
                 _,
             ) => DataType::Int64,
-            (AggregateFn::Median(_), _) => DataType::Float64,
+            (AggregateFn::Median(_) | AggregateFn::WelfordM2(_), _) => DataType::Float64,
             (AggregateFn::Avg(_), Num::Decimal(_, s)) => DataType::Decimal128(38, avg_scale(s)),
             (AggregateFn::Sum(_), Num::Decimal(_, s)) => DataType::Decimal128(38, s),
             (_, Num::Decimal(p, s)) => DataType::Decimal128(p, s),
@@ -330,6 +349,11 @@ impl Bound {
             AggregateFn::ApproxCountDistinct(_) => {
                 vec![Field::new(name("hll"), DataType::Binary, false)]
             }
+            AggregateFn::WelfordM2(_) => vec![
+                Field::new(name("n"), DataType::Int64, false),
+                Field::new(name("mean"), DataType::Float64, false),
+                Field::new(name("m2"), DataType::Float64, false),
+            ],
             _ => {
                 let mut f = self.output_field();
                 f = f.with_name(name("partial"));
@@ -356,6 +380,11 @@ impl Bound {
             (AggregateFn::ApproxCountDistinct(_), _) => State::Hll(Box::new([0; HLL_REGISTERS])),
             (AggregateFn::Median(_), _) => State::Median(Vec::new()),
             (AggregateFn::CountDistinct(_), _) => State::Distinct(Default::default()),
+            (AggregateFn::WelfordM2(_), _) => State::Welford {
+                n: 0,
+                mean: 0.0,
+                m2: 0.0,
+            },
         }
     }
 
@@ -409,6 +438,7 @@ impl State {
                         *n += 1;
                     }
                     State::Median(vs) => vs.push(v as f64),
+                    State::Welford { n, mean, m2 } => welford_add(n, mean, m2, v as f64),
                     _ => {}
                 }
             }
@@ -426,6 +456,9 @@ impl State {
                         *n += 1;
                     }
                     State::Median(vs) => vs.push(v as f64 / 10f64.powi(*scale as i32)),
+                    State::Welford { n, mean, m2 } => {
+                        welford_add(n, mean, m2, decimal_to_f64(v, *scale))
+                    }
                     _ => {}
                 }
             }
@@ -443,6 +476,7 @@ impl State {
                         *n += 1;
                     }
                     State::Median(vs) => vs.push(v),
+                    State::Welford { n, mean, m2 } => welford_add(n, mean, m2, v),
                     _ => {}
                 }
             }
@@ -499,6 +533,14 @@ impl State {
                 *s = s.wrapping_add(s2);
                 *n += n2;
             }
+            (
+                State::Welford { n, mean, m2 },
+                State::Welford {
+                    n: n2,
+                    mean: mean2,
+                    m2: m2_2,
+                },
+            ) => welford_merge(n, mean, m2, n2, mean2, m2_2),
             (State::Hll(a), State::Hll(b)) => {
                 for (x, y) in a.iter_mut().zip(b.iter()) {
                     *x = (*x).max(*y);
@@ -553,6 +595,8 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
                 b.append_option(match s {
                     State::Avg(sum, n) => (*n > 0).then(|| sum / *n as f64),
                     State::Median(v) => median_of(v),
+                    // As Flink's WELFORD_M2: NULL without values (or for a negative M2).
+                    State::Welford { n, m2, .. } => (*n > 0 && *m2 >= 0.0).then_some(*m2),
                     State::SumFloat(x) | State::MinFloat(x) | State::MaxFloat(x) => *x,
                     _ => None,
                 });
@@ -596,6 +640,44 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
             Arc::new(b.finish())
         }
     }
+}
+
+/// Adds `value` to Welford's count, mean and M2 as Flink's WELFORD_M2 accumulates.
+fn welford_add(n: &mut i64, mean: &mut f64, m2: &mut f64, value: f64) {
+    *n += 1;
+    let delta = value - *mean;
+    *mean += delta / *n as f64;
+    let delta2 = value - *mean;
+    *m2 += delta * delta2;
+}
+
+/// Merges another Welford state into one, as Flink's WELFORD_M2 merges (Chan et al.).
+fn welford_merge(n: &mut i64, mean: &mut f64, m2: &mut f64, n2: i64, mean2: f64, m2_2: f64) {
+    if n2 <= 0 {
+        return;
+    }
+    if *n == 0 {
+        (*n, *mean, *m2) = (n2, mean2, m2_2);
+        return;
+    }
+    let count = *n + n2;
+    let delta = mean2 - *mean;
+    let new_mean = *mean + n2 as f64 / count as f64 * delta;
+    let new_m2 = *m2 + m2_2 + *n as f64 * n2 as f64 / count as f64 * delta * delta;
+    (*n, *mean, *m2) = (count, new_mean, new_m2);
+}
+
+/// A DECIMAL's unscaled value and scale as the nearest DOUBLE (as Java's
+/// `BigDecimal.doubleValue`): one correctly rounded division where both operands are exact
+/// doubles, else through the decimal text, which Rust reads correctly rounded.
+fn decimal_to_f64(unscaled: i128, scale: i8) -> f64 {
+    const EXACT: i128 = 1 << 53;
+    if (0..=22).contains(&scale) && unscaled.abs() <= EXACT {
+        return unscaled as f64 / 10f64.powi(scale as i32);
+    }
+    format!("{unscaled}e{}", -(scale as i32))
+        .parse()
+        .unwrap_or(f64::NAN)
 }
 
 /// `sum / n` with `extra` more decimal places than `sum`, rounded half up (away from zero at
@@ -655,6 +737,28 @@ pub(crate) fn partials(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
             };
             vec![sums, Arc::new(n.finish())]
         }
+        AggregateFn::WelfordM2(_) => {
+            let mut n = Int64Builder::with_capacity(states.len());
+            let mut mean = Float64Builder::with_capacity(states.len());
+            let mut m2 = Float64Builder::with_capacity(states.len());
+            for st in states {
+                if let State::Welford {
+                    n: c,
+                    mean: u,
+                    m2: m,
+                } = st
+                {
+                    n.append_value(*c);
+                    mean.append_value(*u);
+                    m2.append_value(*m);
+                }
+            }
+            vec![
+                Arc::new(n.finish()),
+                Arc::new(mean.finish()),
+                Arc::new(m2.finish()),
+            ]
+        }
         AggregateFn::ApproxCountDistinct(_) => {
             let mut b = BinaryBuilder::with_capacity(states.len(), states.len() * HLL_REGISTERS);
             for st in states {
@@ -712,6 +816,11 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
         }
         (AggregateFn::Median(_), _) => State::Median(Vec::new()),
         (AggregateFn::CountDistinct(_), _) => State::Distinct(Default::default()),
+        (AggregateFn::WelfordM2(_), _) => State::Welford {
+            n: int(&cols[0]).unwrap_or(0),
+            mean: float(&cols[1]).unwrap_or(0.0),
+            m2: float(&cols[2]).unwrap_or(0.0),
+        },
     }
 }
 

@@ -515,6 +515,45 @@ INSERT INTO out1 SELECT wt, CURRENT_WATERMARK(wt), DATE_FORMAT(CURRENT_WATERMARK
     );
 }
 
+/// Standard deviations and variances of what is no number, with DISTINCT or OVER, are refused
+/// by name (issue #24 item 9).
+#[test]
+fn statistics_weir_cannot_compute_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |select: &str| {
+        format!(
+            "CREATE TABLE events (key STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events', 'generator.rows' = '10');
+CREATE TABLE out1 (key STRING, v DOUBLE) WITH ('connector' = 'blackhole');
+INSERT INTO out1 {select};"
+        )
+    };
+    let windowed = |agg: &str| {
+        format!(
+            "SELECT key, {agg} FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), INTERVAL '1' \
+             MINUTE)) GROUP BY key, window_start, window_end"
+        )
+    };
+    for (select, says) in [
+        (windowed("STDDEV_POP(key)"), "STDDEV_POP takes a number"),
+        (
+            windowed("VAR_SAMP(DISTINCT ts)"),
+            "VAR_SAMP(DISTINCT ...) is not supported",
+        ),
+        (
+            "SELECT key, STDDEV(ts) OVER (PARTITION BY key ORDER BY rt ROWS BETWEEN 2 \
+             PRECEDING AND CURRENT ROW) FROM events"
+                .to_string(),
+            "STDDEV() OVER (...) is not supported",
+        ),
+    ] {
+        let err = plan_error(&job(&select), dir.path());
+        assert!(err.contains(says), "{select}: {err}");
+    }
+    plan_job(&job(&windowed("STDDEV_POP(ts)")), &opts(dir.path())).unwrap();
+}
+
 #[test]
 fn csv_options_on_a_table_of_another_format_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -169,6 +169,8 @@ impl Planner {
                 "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
             ));
         }
+        let expanded = variance::expand(select, &rel)?;
+        let select = expanded.as_ref().unwrap_or(select);
         let (rel, keys, aggs, restore) = grouping(rel, select, false)?;
         let mut g = GroupAggregate::with_ttl(ttl);
         for (_, a) in &aggs {
@@ -350,6 +352,8 @@ impl Planner {
         partition: &[String],
         select: &Select,
     ) -> Result<(Rel, Vec<SqlScalar>)> {
+        let expanded = variance::expand(select, &rel)?;
+        let select = expanded.as_ref().unwrap_or(select);
         let (rel, keys, aggs, restore) = grouping(rel, select, true)?;
         // SESSION(TABLE t PARTITION BY k, ...): weir keeps sessions per key of GROUP BY, which
         // is Flink's result when the two name the same columns.
@@ -574,6 +578,8 @@ pub(super) fn agg_fn(name: &str) -> Option<&'static str> {
         "AVG" => Some("avg"),
         "APPROX_COUNT_DISTINCT" => Some("approx_count_distinct"),
         "MEDIAN" => Some("median"),
+        // What STDDEV_* and VAR_* are planned over (plan/variance.rs).
+        "WEIR_WELFORD_M2" => Some("welford_m2"),
         _ => None,
     }
 }
@@ -702,6 +708,7 @@ pub(super) fn add_aggregate(
                     "approx_count_distinct" => {
                         aggregates::approx_count_distinct(&column()?, &output)
                     }
+                    "welford_m2" => aggregates::welford_m2(&column()?, &output),
                     _ => aggregates::median(&column()?, &output),
                 };
                 out.push((key, agg));

@@ -61,6 +61,7 @@ mod scope;
 mod settings;
 mod sources;
 mod union;
+mod variance;
 mod with;
 
 use aggregate::*;
