@@ -462,16 +462,30 @@ impl SourceFactory for KafkaSource {
             .collect::<Result<Vec<_>>>()?;
         // Each partition's first and next offsets now; bounded reading stops at the latter.
         let mut lows = Vec::with_capacity(n);
-        let mut ends = Vec::with_capacity(n);
+        let mut highs = Vec::with_capacity(n);
         for &p in &partitions {
             let (low, high) = consumer
                 .fetch_watermarks(topic, p, METADATA_TIMEOUT)
                 .map_err(|e| kafka_err("watermarks", e))?;
             lows.push(low);
-            ends.push(high);
+            highs.push(high);
         }
+        // Where a bounded read of each partition ends: its end now, or what the table's
+        // `scan.bounded.mode` says (looked up only for partitions not restored with theirs).
+        let mut ends = highs.clone();
         if self.spec.bounded {
-            self.bounded_ends(&consumer, &partitions, &mut ends)?;
+            let known: Vec<bool> = (restored.iter())
+                .map(|r| {
+                    matches!(
+                        r,
+                        Some(
+                            KafkaPosition::At { end: Some(_), .. }
+                                | KafkaPosition::Finished { end: Some(_) }
+                        )
+                    )
+                })
+                .collect();
+            self.bounded_ends(&consumer, &partitions, &known, &mut ends)?;
         }
         // Where each partition starts, as an offset (so that a position taken before its first
         // record is right), and how it is assigned: where no offset is known, from the
@@ -483,18 +497,25 @@ impl SourceFactory for KafkaSource {
         let mut configured = TopicPartitionList::new();
         for (k, &p) in partitions.iter().enumerate() {
             match restored[k] {
-                Some(KafkaPosition::Finished) => finished[k] = true,
+                Some(KafkaPosition::Finished { end }) => {
+                    finished[k] = true;
+                    // Without its end (a position of an older weir), -1: nothing is committed
+                    // for the partition.
+                    let end = end.unwrap_or(-1);
+                    ends[k] = end;
+                    next[k] = end;
+                }
                 Some(KafkaPosition::At {
                     offset,
                     end,
                     started: s,
                 }) => {
-                    if offset > ends[k] {
+                    if offset > highs[k] {
                         return Err(Error::plan(format!(
                             "source `{}`: cannot go on at offset {offset} of partition \
                              {topic}-{p}, whose end is {}: was the topic deleted and made \
                              again since the position was taken?",
-                            ctx.source, ends[k]
+                            ctx.source, highs[k]
                         )));
                     }
                     if offset < lows[k] {
@@ -515,7 +536,7 @@ impl SourceFactory for KafkaSource {
                 None => {
                     let offset = match self.spec.start {
                         StartPosition::Earliest => Offset::Beginning,
-                        StartPosition::Latest => Offset::Offset(ends[k]),
+                        StartPosition::Latest => Offset::Offset(highs[k]),
                         StartPosition::Committed => Offset::Invalid,
                         StartPosition::Timestamp(t) => Offset::Offset(t),
                     };
@@ -585,13 +606,26 @@ impl KafkaSource {
         &self,
         consumer: &BaseConsumer,
         partitions: &[i32],
+        known: &[bool],
         ends: &mut [i64],
     ) -> Result<()> {
+        if known.iter().all(|&k| k) {
+            return Ok(());
+        }
         let topic = &self.spec.topic;
         let missing = |p: i32, what: &str| {
+            let mode = match &self.spec.bounded_end {
+                EndPosition::Latest => "latest-offset".to_string(),
+                EndPosition::Committed => format!(
+                    "group-offsets (group {})",
+                    self.spec.group_id.as_deref().unwrap_or("none")
+                ),
+                EndPosition::Timestamp(t) => format!("timestamp {t}"),
+                EndPosition::Offsets(_) => "specific-offsets".to_string(),
+            };
             Error::config(
                 "scan.bounded.mode",
-                format!("{:?} of topic {topic}", self.spec.bounded_end),
+                format!("{mode} of topic {topic}"),
                 format!(
                     "partition {topic}-{p} has no {what}, so where its bounded read ends is not \
                      known; give one, or end at the partitions' ends ('latest-offset')"
@@ -621,8 +655,10 @@ impl KafkaSource {
                     .committed_offsets(looked_up(Offset::Invalid)?, METADATA_TIMEOUT)
                     .map_err(|e| kafka_err("committed offsets", e))?;
                 for (k, &p) in partitions.iter().enumerate() {
-                    ends[k] = found(&committed, p)
-                        .ok_or_else(|| missing(p, "offset committed by its consumer group"))?;
+                    if !known[k] {
+                        ends[k] = found(&committed, p)
+                            .ok_or_else(|| missing(p, "offset committed by its consumer group"))?;
+                    }
                 }
             }
             EndPosition::Timestamp(t) => {
@@ -631,16 +667,18 @@ impl KafkaSource {
                     .map_err(|e| kafka_err("offsets for times", e))?;
                 // No record at or after the time yet: the partition's end now.
                 for (k, &p) in partitions.iter().enumerate() {
-                    if let Some(o) = found(&offsets, p) {
+                    if let (false, Some(o)) = (known[k], found(&offsets, p)) {
                         ends[k] = o;
                     }
                 }
             }
             EndPosition::Offsets(given) => {
                 for (k, &p) in partitions.iter().enumerate() {
-                    ends[k] = *given
-                        .get(&p)
-                        .ok_or_else(|| missing(p, "offset in 'scan.bounded.specific-offsets'"))?;
+                    if !known[k] {
+                        ends[k] = *given.get(&p).ok_or_else(|| {
+                            missing(p, "offset in 'scan.bounded.specific-offsets'")
+                        })?;
+                    }
                 }
             }
         }
@@ -654,7 +692,9 @@ impl KafkaSource {
 /// `{"finished": true}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KafkaPosition {
-    Finished,
+    /// Read to its end: where a bounded read ended (`None` in positions taken before weir
+    /// kept it).
+    Finished { end: Option<i64> },
     At {
         offset: i64,
         end: Option<i64>,
@@ -665,7 +705,13 @@ enum KafkaPosition {
 impl KafkaPosition {
     fn to_json(self) -> serde_json::Value {
         match self {
-            KafkaPosition::Finished => serde_json::json!({ "finished": true }),
+            KafkaPosition::Finished { end } => {
+                let mut v = serde_json::json!({ "finished": true });
+                if let Some(end) = end {
+                    v["end"] = end.into();
+                }
+                v
+            }
             KafkaPosition::At {
                 offset,
                 end,
@@ -686,7 +732,9 @@ impl KafkaPosition {
     fn from_json(v: &serde_json::Value) -> Option<KafkaPosition> {
         let o = v.as_object()?;
         if o.get("finished").and_then(serde_json::Value::as_bool) == Some(true) {
-            return Some(KafkaPosition::Finished);
+            return Some(KafkaPosition::Finished {
+                end: o.get("end").and_then(serde_json::Value::as_i64),
+            });
         }
         Some(KafkaPosition::At {
             offset: o.get("offset")?.as_i64().filter(|&n| n >= 0)?,
@@ -915,12 +963,17 @@ impl SourceReader for KafkaReader {
     /// Commits the checkpoint's offsets to the consumer group, so a job started from the
     /// group's offsets begins where the checkpoint stood.
     fn checkpoint_complete(&mut self, positions: &[(usize, serde_json::Value)]) -> Result<()> {
+        // A read that ends at the group's own offsets leaves them as they are until it ends.
+        if self.source.spec.bounded && self.source.spec.bounded_end == EndPosition::Committed {
+            return Ok(());
+        }
         let mut tpl = rdkafka::TopicPartitionList::new();
         for (k, p) in positions {
             let offset = match KafkaPosition::from_json(p) {
                 Some(KafkaPosition::At { offset, .. }) => offset,
-                Some(KafkaPosition::Finished) => self.ends[*k].max(self.next[*k]),
-                None => continue,
+                Some(KafkaPosition::Finished { end: Some(end) }) => end,
+                // Where it ended is not known: the group keeps what it has.
+                Some(KafkaPosition::Finished { end: None }) | None => continue,
             };
             if offset < 0 {
                 continue;
@@ -942,7 +995,8 @@ impl SourceReader for KafkaReader {
 
     fn position(&self, split: usize) -> Option<serde_json::Value> {
         if *self.finished.get(split)? {
-            return Some(KafkaPosition::Finished.to_json());
+            let end = self.source.spec.bounded.then_some(self.ends[split]);
+            return Some(KafkaPosition::Finished { end }.to_json());
         }
         let at = KafkaPosition::At {
             // Records taken from the consumer but not yet returned come again.
@@ -984,6 +1038,23 @@ impl SourceReader for KafkaReader {
 
     fn poll(&mut self) -> Result<SourcePoll> {
         let bounded = self.source.spec.bounded;
+        // A bounded partition whose consumer position is at its end with no record to come
+        // before it (the end a transaction marker) is at its end too.
+        if bounded
+            && (0..self.partitions.len()).any(|k| {
+                !self.finished[k] && self.next[k] < self.ends[k] && self.buffers[k].is_empty()
+            })
+        {
+            if let Ok(positions) = self.consumer.position() {
+                for e in positions.elements_for_topic(&self.source.spec.topic) {
+                    if let (Some(k), Offset::Offset(o)) = (self.index(e.partition()), e.offset()) {
+                        if o >= self.ends[k] && self.buffers[k].is_empty() {
+                            self.next[k] = self.next[k].max(self.ends[k]);
+                        }
+                    }
+                }
+            }
+        }
         // Bounded partitions at their end finish.
         if bounded {
             for k in 0..self.partitions.len() {
@@ -1014,7 +1085,12 @@ impl SourceReader for KafkaReader {
             return Ok(SourcePoll::Finished);
         }
         let now = self.ctx.clock.now().0;
-        if let Some(every) = self.source.spec.partition_discovery_ms {
+        // A bounded read takes the partitions there are when it starts (as Flink's): one
+        // found later has no end the table's bound gives.
+        if let (Some(every), false) = (
+            self.source.spec.partition_discovery_ms,
+            self.source.spec.bounded,
+        ) {
             if now >= self.next_discovery {
                 self.next_discovery = now + every.max(10);
                 if let Some(sm) = self.discover()? {

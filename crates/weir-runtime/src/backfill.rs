@@ -140,8 +140,9 @@ pub fn limit_to_range(
                 Some(seeking) => {
                     factory = seeking;
                     format!(
-                        "starts at {} (its records from {}, the start less its watermark \
-                         delay), rows before the start skipped",
+                        "starts at {} (seeking to {}, the start less its watermark delay, \
+                         where it can: Kafka's offsets for that time, Parquet row groups by \
+                         their statistics), rows before the start skipped",
                         weir_core::time::format_utc(range.from_ms),
                         weir_core::time::format_utc(seek)
                     )

@@ -224,9 +224,10 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
         ctx: ReaderContext,
     ) -> Result<Box<dyn SourceReader>>;
     /// This source starting at the first rows at or after event time `event_time_ms`, for a
-    /// backfill, when it must seek there (an unbounded log: Kafka by its records' timestamps);
-    /// `None` when reading from the configured start is right (a bounded source: the
-    /// backfill's event-time range skips the rows before anyway).
+    /// backfill, when it can seek there or skip what lies before (Kafka by its records'
+    /// timestamps; Parquet files by their row groups' statistics); `None` when reading from
+    /// the configured start is right (the backfill's event-time range skips the rows before
+    /// anyway). A source may still return rows before the time.
     ///
     /// # Errors
     /// A source that cannot start there.

@@ -374,13 +374,14 @@ fn kafka_bounded(t: &TableDef) -> Result<Option<weir_connectors::kafka::EndPosit
         }
         Some("timestamp") => {
             let ms = need(t, "scan.bounded.timestamp-millis")?;
-            Some(EndPosition::Timestamp(ms.trim().parse().map_err(|_| {
+            let at: i64 = ms.trim().parse().ok().filter(|&v| v >= 0).ok_or_else(|| {
                 plan_err(format!(
                     "table `{}`: 'scan.bounded.timestamp-millis' = '{ms}': not epoch \
-                     milliseconds",
+                     milliseconds (0 or more)",
                     t.name
                 ))
-            })?))
+            })?;
+            Some(EndPosition::Timestamp(at))
         }
         Some("specific-offsets") => {
             let given = need(t, "scan.bounded.specific-offsets")?;
@@ -594,6 +595,28 @@ pub(crate) fn source_factory(
                 }
                 other => return Err(plan_err(format!("table `{}`: scan.startup.mode '{other}': use earliest-offset, latest-offset, group-offsets or timestamp", t.name))),
             };
+            // A bounded read that can only be empty is a mistake, not a job.
+            if spec.bounded {
+                use weir_connectors::kafka::EndPosition;
+                let empty = match (&spec.start, &spec.bounded_end) {
+                    (StartPosition::Committed, EndPosition::Committed) => Some(
+                        "it starts and ends at the group's offsets ('scan.startup.mode' is \
+                         'group-offsets' by default); give 'scan.startup.mode'",
+                    ),
+                    (StartPosition::Timestamp(from), EndPosition::Timestamp(until))
+                        if from >= until =>
+                    {
+                        Some("its start time is not before its end time")
+                    }
+                    _ => None,
+                };
+                if let Some(why) = empty {
+                    return Err(plan_err(format!(
+                        "table `{}`: this bounded read reads nothing: {why}",
+                        t.name
+                    )));
+                }
+            }
             Ok(Arc::new(KafkaSource::new(spec)?))
         }
         other => unreachable!("check_options refuses connector {other}"),

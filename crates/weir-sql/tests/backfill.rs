@@ -193,6 +193,23 @@ INSERT INTO out SELECT * FROM orders;";
         err.contains("source `orders` has no event time") && err.contains("WATERMARK"),
         "{err}"
     );
+
+    // A table ending at its group's offsets: the backfill's own group has other offsets.
+    let by_group = "
+CREATE TABLE clicks (id BIGINT, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'c', 'properties.bootstrap.servers' = 'localhost:9092',
+  'format' = 'json', 'properties.group.id' = 'live', 'scan.startup.mode' = 'earliest-offset',
+  'scan.bounded.mode' = 'group-offsets');
+CREATE TABLE out (id BIGINT) WITH ('connector' = 'filesystem', 'path' = 'out.csv', 'format' = 'csv');
+INSERT INTO out SELECT id FROM clicks;";
+    let err = plan_backfill(by_group, &options(None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ends at its consumer group's offsets") && err.contains("--until"),
+        "{err}"
+    );
 }
 
 /// Flink's `scan.bounded.mode` ends a Kafka read: `latest-offset` at the end offsets taken at
@@ -221,7 +238,7 @@ fn scan_bounded_mode_ends_a_kafka_read_where_flinks_options_say() {
     assert_eq!(spec(""), (json!(false), None));
     assert_eq!(
         spec(&format!(
-            "{}, 'properties.group.id' = 'g'",
+            "{}, 'properties.group.id' = 'g', 'scan.startup.mode' = 'earliest-offset'",
             mode("group-offsets")
         )),
         (json!(true), Some(json!({"at": "committed"})))
@@ -248,6 +265,26 @@ fn scan_bounded_mode_ends_a_kafka_read_where_flinks_options_say() {
     );
     for (options, says) in [
         (mode("group-offsets"), "give it as 'properties.group.id'"),
+        // Flink's default start is the group's offsets too: nothing between them.
+        (
+            format!("{}, 'properties.group.id' = 'g'", mode("group-offsets")),
+            "reads nothing: it starts and ends at the group's offsets",
+        ),
+        (
+            format!(
+                "{}, 'scan.bounded.timestamp-millis' = '-2'",
+                mode("timestamp")
+            ),
+            "not epoch milliseconds (0 or more)",
+        ),
+        (
+            format!(
+                "{}, 'scan.bounded.timestamp-millis' = '100', 'scan.startup.mode' = \
+                 'timestamp', 'scan.startup.timestamp-millis' = '100'",
+                mode("timestamp")
+            ),
+            "its start time is not before its end time",
+        ),
         (mode("timestamp"), "scan.bounded.timestamp-millis"),
         (
             format!(

@@ -58,6 +58,16 @@ fn first_group_from(
     use parquet::file::statistics::Statistics;
     let from = spec.skip_before_ms?;
     let column = spec.event_time_column.as_deref()?;
+    // Statistics compare with milliseconds only where the column holds milliseconds: BIGINT
+    // epoch milliseconds (as weir reads a BIGINT event time) or a TIMESTAMP(3).
+    let field = b.schema().field_with_name(column).ok()?;
+    if !matches!(
+        field.data_type(),
+        arrow_schema::DataType::Int64
+            | arrow_schema::DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, _)
+    ) {
+        return None;
+    }
     let leaf = (b.parquet_schema().columns().iter())
         .position(|c| c.path().parts() == [column.to_string()])?;
     let groups = b.metadata().row_groups();
@@ -74,6 +84,14 @@ fn first_group_from(
         })
         .unwrap_or(groups.len());
     (first > 0).then_some(first)
+}
+
+/// The bytes of a file of `file_len` bytes and `total_rows` rows that `rows_read` rows stand for
+/// (in u128: their product overflows u64 for files of many gigabytes and rows).
+fn bytes_read(file_len: u64, rows_read: u64, total_rows: u64) -> u64 {
+    (u128::from(file_len) * u128::from(rows_read))
+        .checked_div(u128::from(total_rows))
+        .map_or(0, |b| u64::try_from(b).unwrap_or(u64::MAX))
 }
 
 pub(super) struct ParquetReader {
@@ -136,13 +154,16 @@ impl ParquetReader {
             .iter()
             .map(|g| g.num_rows().max(0) as u64)
             .collect();
-        let start = start.or_else(|| {
-            let first = first_group_from(&b, spec)?;
-            Some(RowPosition {
-                row_group: first,
-                row: 0,
-            })
-        });
+        // A split restored before its first row (a file not opened yet) skips as a fresh one.
+        let start = start
+            .filter(|at| at.row_group > 0 || at.row > 0)
+            .or_else(|| {
+                let first = first_group_from(&b, spec)?;
+                Some(RowPosition {
+                    row_group: first,
+                    row: 0,
+                })
+            });
         let mut rows_read = 0;
         if let Some(at) = start.filter(|at| at.row_group > 0 || at.row > 0) {
             let groups = group_rows.len();
@@ -184,9 +205,7 @@ impl ParquetReader {
             reader,
             event_time: super::event_time_index(spec, &schema),
             schema,
-            bytes: (file_len * rows_read)
-                .checked_div(total_rows)
-                .unwrap_or_default(),
+            bytes: bytes_read(file_len, rows_read, total_rows),
             rows_read,
             total_rows,
             group_rows,
@@ -235,8 +254,8 @@ impl FormatReader for ParquetReader {
             };
             let first_row = self.rows_read;
             self.rows_read += b.num_rows() as u64;
-            if let Some(b) = (self.file_len * self.rows_read).checked_div(self.total_rows) {
-                self.bytes = b;
+            if self.total_rows > 0 {
+                self.bytes = bytes_read(self.file_len, self.rows_read, self.total_rows);
             }
             // Columns come in file order; put them in the declared order.
             let cols = self

@@ -133,6 +133,17 @@ pub(super) fn redirect(
         }
         let connector = t.options.get("connector").cloned().unwrap_or_default();
         if matches!(connector.as_str(), "kafka" | "upsert-kafka") {
+            let by_group = (t.options.get("scan.bounded.mode"))
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("group-offsets"));
+            if by_group {
+                return Err(plan_err(format!(
+                    "table `{}` ends at its consumer group's offsets ('scan.bounded.mode' = \
+                     'group-offsets'), but a backfill reads with a consumer group of its own \
+                     (suffixed), whose offsets are not the live job's; end it with --until, or \
+                     'timestamp' or 'specific-offsets'",
+                    t.name
+                )));
+            }
             let topic = t.options.get("topic").cloned().unwrap_or_default();
             let group = t
                 .options
