@@ -158,37 +158,9 @@ struct BackfillArgs {
     allow_lookup: bool,
 }
 
-/// An event time on the command line: epoch milliseconds, or ISO-8601 (UTC unless it gives an
-/// offset).
+/// An event time on the command line (see [`weir_core::time::parse_event_time`]).
 pub(crate) fn parse_event_time(s: &str) -> Result<i64, String> {
-    let t = s.trim();
-    if let Ok(ms) = t.parse::<i64>() {
-        return Ok(ms);
-    }
-    if let Ok(d) = chrono::DateTime::parse_from_rfc3339(t) {
-        return Ok(d.timestamp_millis());
-    }
-    for f in [
-        "%Y-%m-%dT%H:%M:%S%.f",
-        "%Y-%m-%d %H:%M:%S%.f",
-        "%Y-%m-%dT%H:%M",
-        "%Y-%m-%d %H:%M",
-    ] {
-        if let Ok(d) = chrono::NaiveDateTime::parse_from_str(t, f) {
-            return Ok(d.and_utc().timestamp_millis());
-        }
-    }
-    if let Ok(d) = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d") {
-        return Ok(d
-            .and_hms_opt(0, 0, 0)
-            .expect("midnight")
-            .and_utc()
-            .timestamp_millis());
-    }
-    Err(format!(
-        "`{s}`: expected an event time as epoch milliseconds or ISO-8601, such as \
-         2024-01-01T10:00:00Z or 2024-01-01"
-    ))
+    weir_core::time::parse_event_time(s)
 }
 
 /// `weir run` fails when more than this share of the records read are dead letters, unless

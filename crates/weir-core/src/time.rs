@@ -81,6 +81,42 @@ fn fmt_millis(ms: i64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     write!(f, "{ms}ms")
 }
 
+/// An event time as a user writes it: epoch milliseconds, or ISO-8601 (UTC unless it gives an
+/// offset; a date alone is its midnight).
+///
+/// # Errors
+/// A message naming the text and the forms taken.
+pub fn parse_event_time(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    if let Ok(ms) = t.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(d) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Ok(d.timestamp_millis());
+    }
+    for f in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(d) = chrono::NaiveDateTime::parse_from_str(t, f) {
+            return Ok(d.and_utc().timestamp_millis());
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        return Ok(d
+            .and_hms_opt(0, 0, 0)
+            .expect("midnight")
+            .and_utc()
+            .timestamp_millis());
+    }
+    Err(format!(
+        "`{s}`: expected an event time as epoch milliseconds or ISO-8601, such as \
+         2024-01-01T10:00:00Z or 2024-01-01"
+    ))
+}
+
 /// Epoch milliseconds as an ISO 8601 UTC time, e.g. `2024-01-01T00:00:00.000Z`.
 pub fn format_utc(ms: i64) -> String {
     let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));

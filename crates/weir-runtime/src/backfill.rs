@@ -113,12 +113,15 @@ pub fn limit_to_range(
             ),
             (None, false) => None,
         };
+        // A source may read a range of its own already (a hybrid table's files up to its switch
+        // time, its topic from it): the backfill's applies within it.
+        let own = watermarks.range;
         let source = if let Some(why) = whole {
             // Without event time the end cannot apply: the source is read as it is.
-            watermarks.range = EventTimeRange {
+            watermarks.range = own.intersect(&EventTimeRange {
                 from_ms: None,
                 until_ms: range.until_ms.filter(|_| has_time),
-            };
+            });
             BackfillSource {
                 source: name.clone(),
                 from_start_of_range: false,
@@ -135,7 +138,8 @@ pub fn limit_to_range(
                 WatermarkStrategy::BoundedOutOfOrderness { max_delay_ms } => max_delay_ms,
                 WatermarkStrategy::Monotonous => 0,
             };
-            let seek = range.from_ms.saturating_sub(delay.max(0));
+            let from_ms = own.from_ms.map_or(range.from_ms, |f| f.max(range.from_ms));
+            let seek = from_ms.saturating_sub(delay.max(0));
             let note = match factory.starting_at(seek)? {
                 Some(seeking) => {
                     factory = seeking;
@@ -143,19 +147,19 @@ pub fn limit_to_range(
                         "starts at {} (seeking to {}, the start less its watermark delay, \
                          where it can: Kafka's offsets for that time, Parquet row groups by \
                          their statistics), rows before the start skipped",
-                        weir_core::time::format_utc(range.from_ms),
+                        weir_core::time::format_utc(from_ms),
                         weir_core::time::format_utc(seek)
                     )
                 }
                 None => format!(
                     "read from its start, rows before {} skipped",
-                    weir_core::time::format_utc(range.from_ms)
+                    weir_core::time::format_utc(from_ms)
                 ),
             };
-            watermarks.range = EventTimeRange {
+            watermarks.range = own.intersect(&EventTimeRange {
                 from_ms: Some(range.from_ms),
                 until_ms: range.until_ms,
-            };
+            });
             BackfillSource {
                 source: name.clone(),
                 from_start_of_range: true,

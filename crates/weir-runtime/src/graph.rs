@@ -205,6 +205,18 @@ impl EventTimeRange {
     pub fn is_all(&self) -> bool {
         self.from_ms.is_none() && self.until_ms.is_none()
     }
+
+    /// The event times in both ranges.
+    pub fn intersect(&self, other: &EventTimeRange) -> EventTimeRange {
+        let bound = |a: Option<i64>, b: Option<i64>, pick: fn(i64, i64) -> i64| match (a, b) {
+            (Some(a), Some(b)) => Some(pick(a, b)),
+            (a, b) => a.or(b),
+        };
+        EventTimeRange {
+            from_ms: bound(self.from_ms, other.from_ms, i64::max),
+            until_ms: bound(self.until_ms, other.until_ms, i64::min),
+        }
+    }
 }
 
 /// Watermark alignment (Flink's `scan.watermark.alignment.*`): the splits of every source in

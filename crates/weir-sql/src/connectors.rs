@@ -139,7 +139,7 @@ pub(crate) fn check_options(t: &TableDef, role: Role) -> Result<()> {
         let (what, list) = match role {
             Role::Source => (
                 "a source",
-                "'filesystem', 'kafka', 'upsert-kafka', 'jdbc' and 'weir-generator'",
+                "'filesystem', 'kafka', 'upsert-kafka', 'jdbc', 'weir-generator' and 'hybrid'",
             ),
             Role::Sink => (
                 "a sink",

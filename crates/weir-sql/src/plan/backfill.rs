@@ -153,6 +153,16 @@ pub(super) fn redirect(
             t.options
                 .insert("properties.group.id".into(), format!("{group}{}", b.suffix));
         }
+        // A hybrid table's topic is read in a group of the backfill's own too.
+        if connector.eq_ignore_ascii_case("hybrid") {
+            let topic = t.options.get("live.topic").cloned().unwrap_or_default();
+            let group = (t.options.get("live.properties.group.id").cloned())
+                .unwrap_or_else(|| format!("weir-{topic}"));
+            t.options.insert(
+                "live.properties.group.id".into(),
+                format!("{group}{}", b.suffix),
+            );
+        }
         let grouped = t.options.contains_key("scan.watermark.alignment.group")
             || settings.contains_key("scan.watermark.alignment.group");
         if t.watermark.is_some() && !grouped {

@@ -54,6 +54,7 @@ use crate::{Error, Result};
 
 mod aggregate;
 mod backfill;
+mod hybrid;
 mod joins;
 mod over;
 mod rank;

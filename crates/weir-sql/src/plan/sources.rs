@@ -207,8 +207,14 @@ impl Planner {
             })
             .collect();
         let event_time_column = opts.watermarks.event_time.clone();
-        let factory = connectors::source_factory(t, &physical, event_time_column.as_deref())?;
-        let mut stream = self.job.source_arc(t.name.clone(), factory, opts);
+        let mut stream = match hybrid::parts(t)? {
+            Some(parts) => self.hybrid_stream(t, parts, &physical, opts)?,
+            None => {
+                let factory =
+                    connectors::source_factory(t, &physical, event_time_column.as_deref())?;
+                self.job.source_arc(t.name.clone(), factory, opts)
+            }
+        };
         if let Some(late_table) = t.options.get(connectors::LATE_ROWS) {
             if event_time_column.is_none() {
                 return Err(plan_err(format!(
