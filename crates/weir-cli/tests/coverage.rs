@@ -326,3 +326,10 @@ fn the_session_time_zone_applies_as_flinks() {
 fn standard_deviations_and_variances_are_flinks() {
     check("statistics");
 }
+
+/// FIRST_VALUE, LAST_VALUE and LISTAGG (#24 item 9) in windows: the first and last values that
+/// are not NULL and the values joined, in the order rows come, as Flink's.
+#[test]
+fn first_value_last_value_and_listagg_are_flinks() {
+    check("first_last_listagg");
+}

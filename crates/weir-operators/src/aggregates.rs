@@ -46,6 +46,14 @@ pub enum AggregateFn {
     /// the values as DOUBLE, as Flink's `WELFORD_M2` (what its VAR_POP, VAR_SAMP, STDDEV_POP and
     /// STDDEV_SAMP divide); combinable.
     WelfordM2(String),
+    /// The first value that is not NULL, in the order rows come (Flink's FIRST_VALUE, of any
+    /// type); partial states merge keeping the earlier one's.
+    FirstValue(String),
+    /// The last value that is not NULL, in the order rows come (Flink's LAST_VALUE).
+    LastValue(String),
+    /// The values that are not NULL, as text joined by the separator (the second), in the
+    /// order rows come (Flink's LISTAGG of a STRING).
+    ListAgg(String, String),
 }
 
 /// An aggregate with the name of its output column.
@@ -105,6 +113,27 @@ pub fn count_distinct(column: &str, output: &str) -> Aggregate {
         output: output.into(),
     }
 }
+/// `FIRST_VALUE(column) AS output` (see [`AggregateFn::FirstValue`]).
+pub fn first_value(column: &str, output: &str) -> Aggregate {
+    Aggregate {
+        function: AggregateFn::FirstValue(column.into()),
+        output: output.into(),
+    }
+}
+/// `LAST_VALUE(column) AS output` (see [`AggregateFn::LastValue`]).
+pub fn last_value(column: &str, output: &str) -> Aggregate {
+    Aggregate {
+        function: AggregateFn::LastValue(column.into()),
+        output: output.into(),
+    }
+}
+/// `LISTAGG(column, separator) AS output` (see [`AggregateFn::ListAgg`]).
+pub fn list_agg(column: &str, separator: &str, output: &str) -> Aggregate {
+    Aggregate {
+        function: AggregateFn::ListAgg(column.into(), separator.into()),
+        output: output.into(),
+    }
+}
 /// Welford's M2 of `column` (see [`AggregateFn::WelfordM2`]).
 pub fn welford_m2(column: &str, output: &str) -> Aggregate {
     Aggregate {
@@ -119,10 +148,26 @@ pub fn median(column: &str, output: &str) -> Aggregate {
     }
 }
 
+impl AggregateFn {
+    /// Whether the result depends on the order rows come in (FIRST_VALUE, LAST_VALUE, LISTAGG).
+    pub fn in_arrival_order(&self) -> bool {
+        matches!(
+            self,
+            AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) | AggregateFn::ListAgg(..)
+        )
+    }
+}
+
 impl Aggregate {
     /// Whether partial states of this aggregate merge exactly; `Err` says why not.
     pub fn combinable(&self) -> std::result::Result<(), String> {
         match &self.function {
+            f if f.in_arrival_order() => Err(format!(
+                "`{}` takes rows in the order they come, which partial states from several \
+                 subtasks do not keep, so it cannot be pre-aggregated or salted; use a one-phase \
+                 aggregation",
+                self.output
+            )),
             AggregateFn::Median(c) => Err(format!(
                 "`{}` (median of {c}) is not combinable: the median of partial medians is not the \
                  median, so it cannot be pre-aggregated or salted; use a one-phase aggregation",
@@ -148,7 +193,10 @@ impl Aggregate {
             | AggregateFn::ApproxCountDistinct(c)
             | AggregateFn::Median(c)
             | AggregateFn::CountDistinct(c)
-            | AggregateFn::WelfordM2(c) => Some(c),
+            | AggregateFn::WelfordM2(c)
+            | AggregateFn::FirstValue(c)
+            | AggregateFn::LastValue(c)
+            | AggregateFn::ListAgg(c, _) => Some(c),
         }
     }
 
@@ -164,6 +212,9 @@ impl Aggregate {
             AggregateFn::Median(c) => format!("median({c})"),
             AggregateFn::CountDistinct(c) => format!("count(distinct {c})"),
             AggregateFn::WelfordM2(c) => format!("welford_m2({c})"),
+            AggregateFn::FirstValue(c) => format!("first_value({c})"),
+            AggregateFn::LastValue(c) => format!("last_value({c})"),
+            AggregateFn::ListAgg(c, sep) => format!("listagg({c}, '{sep}')"),
         };
         format!("{f} AS {}", self.output)
     }
@@ -197,8 +248,12 @@ pub(crate) struct Bound {
     agg: Aggregate,
     column: Option<usize>,
     num: Num,
-    /// Encodes the column for distinct counting (any type).
+    /// Encodes the column for distinct counting, FIRST_VALUE and LAST_VALUE (any type).
     distinct: Option<RowConverter>,
+    /// The column's type (what FIRST_VALUE and LAST_VALUE give back).
+    value_type: DataType,
+    /// A NULL of the column, encoded: FIRST_VALUE and LAST_VALUE of no value.
+    null_row: Option<Box<[u8]>>,
 }
 
 const HLL_BITS: u32 = 12;
@@ -234,6 +289,12 @@ pub(crate) enum State {
         mean: f64,
         m2: f64,
     },
+    /// FIRST_VALUE's value so far, encoded (Arrow's row format).
+    First(Option<Box<[u8]>>),
+    /// LAST_VALUE's value so far, encoded.
+    Last(Option<Box<[u8]>>),
+    /// LISTAGG's text so far, and its separator.
+    Text(Option<String>, Arc<str>),
 }
 
 /// One input column, read once per batch.
@@ -246,8 +307,10 @@ pub(crate) enum Values<'a> {
     Hashes(Vec<u64>, Option<arrow_buffer::NullBuffer>),
     /// Which rows are NULL (COUNT(x) reads nothing else).
     Nulls(Option<arrow_buffer::NullBuffer>),
-    /// The values encoded, for exact distinct counts.
+    /// The values encoded, for exact distinct counts, FIRST_VALUE and LAST_VALUE.
     Rows(arrow_row::Rows, Option<arrow_buffer::NullBuffer>),
+    /// Text, for LISTAGG, and its separator.
+    Text(&'a arrow_array::StringArray, Arc<str>),
 }
 
 impl Bound {
@@ -257,6 +320,7 @@ impl Bound {
     /// `Plan` for a missing column (naming those that exist) or a type the aggregate cannot
     /// read (with the cast to use).
     pub(crate) fn new(agg: &Aggregate, schema: &arrow_schema::SchemaRef) -> Result<Bound> {
+        let mut value_type = DataType::Null;
         let (column, num, distinct) = match agg.column() {
             None => (None, Num::Int, None),
             Some(c) => {
@@ -268,7 +332,25 @@ impl Bound {
                     ))
                 })?;
                 let t = schema.field(i).data_type();
-                if let AggregateFn::CountValues(_) = agg.function {
+                value_type = t.clone();
+                if let AggregateFn::ListAgg(..) = agg.function {
+                    if t != &DataType::Utf8 {
+                        return Err(Error::plan(format!(
+                            "aggregate `{}`: LISTAGG takes text, and `{c}` is {t}; cast it to \
+                             STRING first",
+                            agg.output
+                        )));
+                    }
+                    (Some(i), Num::Int, None)
+                } else if let AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) =
+                    agg.function
+                {
+                    (
+                        Some(i),
+                        Num::Int,
+                        Some(RowConverter::new(vec![SortField::new(t.clone())])?),
+                    )
+                } else if let AggregateFn::CountValues(_) = agg.function {
                     (Some(i), Num::Int, None)
                 } else if let AggregateFn::ApproxCountDistinct(_) | AggregateFn::CountDistinct(_) =
                     agg.function
@@ -295,11 +377,21 @@ impl Bound {
                 }
             }
         };
+        let null_row = match (&agg.function, &distinct) {
+            (AggregateFn::FirstValue(_) | AggregateFn::LastValue(_), Some(conv)) => {
+                let null = arrow_array::new_null_array(&value_type, 1);
+                let rows = conv.convert_columns(&[null])?;
+                Some(rows.row(0).as_ref().into())
+            }
+            _ => None,
+        };
         Ok(Bound {
             agg: agg.clone(),
             column,
             num,
             distinct,
+            value_type,
+            null_row,
         })
     }
 
@@ -321,6 +413,8 @@ impl Bound {
                 _,
             ) => DataType::Int64,
             (AggregateFn::Median(_) | AggregateFn::WelfordM2(_), _) => DataType::Float64,
+            (AggregateFn::FirstValue(_) | AggregateFn::LastValue(_), _) => self.value_type.clone(),
+            (AggregateFn::ListAgg(..), _) => DataType::Utf8,
             (AggregateFn::Avg(_), Num::Decimal(_, s)) => DataType::Decimal128(38, avg_scale(s)),
             (AggregateFn::Sum(_), Num::Decimal(_, s)) => DataType::Decimal128(38, s),
             (_, Num::Decimal(p, s)) => DataType::Decimal128(p, s),
@@ -348,6 +442,9 @@ impl Bound {
             ],
             AggregateFn::ApproxCountDistinct(_) => {
                 vec![Field::new(name("hll"), DataType::Binary, false)]
+            }
+            AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) => {
+                vec![Field::new(name("value"), DataType::Binary, true)]
             }
             AggregateFn::WelfordM2(_) => vec![
                 Field::new(name("n"), DataType::Int64, false),
@@ -385,6 +482,9 @@ impl Bound {
                 mean: 0.0,
                 m2: 0.0,
             },
+            (AggregateFn::FirstValue(_), _) => State::First(None),
+            (AggregateFn::LastValue(_), _) => State::Last(None),
+            (AggregateFn::ListAgg(_, sep), _) => State::Text(None, sep.as_str().into()),
         }
     }
 
@@ -397,9 +497,15 @@ impl Bound {
         if let AggregateFn::CountValues(_) = self.agg.function {
             return Ok(Values::Nulls(col.logical_nulls()));
         }
+        if let AggregateFn::ListAgg(_, separator) = &self.agg.function {
+            return Ok(Values::Text(col.as_string::<i32>(), separator.as_str().into()));
+        }
         if let Some(conv) = &self.distinct {
             let rows = conv.convert_columns(std::slice::from_ref(col))?;
-            if let AggregateFn::CountDistinct(_) = self.agg.function {
+            if let AggregateFn::CountDistinct(_)
+            | AggregateFn::FirstValue(_)
+            | AggregateFn::LastValue(_) = self.agg.function
+            {
                 return Ok(Values::Rows(rows, col.logical_nulls()));
             }
             let hashes = rows.iter().map(|r| hash_key(r.as_ref())).collect();
@@ -480,6 +586,29 @@ impl State {
                     _ => {}
                 }
             }
+            (State::First(v), Values::Rows(rows, nulls)) => {
+                if v.is_none() && !nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                    *v = Some(rows.row(i).as_ref().into());
+                }
+            }
+            (State::Last(v), Values::Rows(rows, nulls)) => {
+                if !nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                    *v = Some(rows.row(i).as_ref().into());
+                }
+            }
+            (State::Text(t, _), Values::Text(a, separator)) => {
+                if a.is_null(i) {
+                    return;
+                }
+                let v = a.value(i);
+                match t {
+                    Some(t) => {
+                        t.push_str(separator);
+                        t.push_str(v);
+                    }
+                    None => *t = Some(v.to_string()),
+                }
+            }
             (State::Distinct(set), Values::Rows(rows, nulls)) => {
                 if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                     return;
@@ -541,6 +670,29 @@ impl State {
                     m2: m2_2,
                 },
             ) => welford_merge(n, mean, m2, n2, mean2, m2_2),
+            // As Flink's: the earlier state's first value, the later state's last, the texts
+            // joined.
+            (State::First(a), State::First(b)) => {
+                if a.is_none() {
+                    *a = b;
+                }
+            }
+            (State::Last(a), State::Last(b)) => {
+                if b.is_some() {
+                    *a = b;
+                }
+            }
+            (State::Text(a, separator), State::Text(b, _)) => {
+                if let Some(b) = b {
+                    match a {
+                        Some(a) => {
+                            a.push_str(separator);
+                            a.push_str(&b);
+                        }
+                        None => *a = Some(b),
+                    }
+                }
+            }
             (State::Hll(a), State::Hll(b)) => {
                 for (x, y) in a.iter_mut().zip(b.iter()) {
                     *x = (*x).max(*y);
@@ -581,6 +733,8 @@ impl State {
             State::Hll(_) => HLL_REGISTERS,
             State::Median(v) => v.capacity() * 8,
             State::Distinct(v) => v.iter().map(|k| k.len() + 24).sum(),
+            State::First(Some(v)) | State::Last(Some(v)) => v.len(),
+            State::Text(Some(t), _) => t.capacity(),
             _ => 0,
         }
     }
@@ -588,6 +742,19 @@ impl State {
 
 /// Builds the result column of one aggregate from the states of many groups.
 pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
+    match &bound.agg.function {
+        AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) => return values_of(bound, states),
+        AggregateFn::ListAgg(..) => {
+            let texts: arrow_array::StringArray = (states.iter())
+                .map(|s| match s {
+                    State::Text(t, _) => t.as_deref(),
+                    _ => None,
+                })
+                .collect();
+            return Arc::new(texts);
+        }
+        _ => {}
+    }
     match bound.output_field().data_type() {
         DataType::Float64 => {
             let mut b = Float64Builder::with_capacity(states.len());
@@ -640,6 +807,32 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
             Arc::new(b.finish())
         }
     }
+}
+
+/// FIRST_VALUE's or LAST_VALUE's values of many groups, decoded to the column's type (NULL
+/// where a group had none).
+fn values_of(bound: &Bound, states: &[&State]) -> ArrayRef {
+    let conv = (bound.distinct.as_ref()).expect("FIRST_VALUE and LAST_VALUE encode their values");
+    let null = bound.null_row.as_deref().expect("the encoded NULL of the column");
+    let parser = conv.parser();
+    let rows = states.iter().map(|s| match s {
+        State::First(Some(v)) | State::Last(Some(v)) => parser.parse(v),
+        _ => parser.parse(null),
+    });
+    conv.convert_rows(rows)
+        .expect("rows encoded by this converter decode")
+        .remove(0)
+}
+
+/// Encoded values of FIRST_VALUE or LAST_VALUE states, for partial and checkpoint columns.
+fn encoded_values(states: &[&State]) -> ArrayRef {
+    let values: BinaryArray = (states.iter())
+        .map(|s| match s {
+            State::First(v) | State::Last(v) => v.as_deref(),
+            _ => None,
+        })
+        .collect();
+    Arc::new(values)
 }
 
 /// Adds `value` to Welford's count, mean and M2 as Flink's WELFORD_M2 accumulates.
@@ -737,6 +930,7 @@ pub(crate) fn partials(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
             };
             vec![sums, Arc::new(n.finish())]
         }
+        AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) => vec![encoded_values(states)],
         AggregateFn::WelfordM2(_) => {
             let mut n = Int64Builder::with_capacity(states.len());
             let mut mean = Float64Builder::with_capacity(states.len());
@@ -816,6 +1010,21 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
         }
         (AggregateFn::Median(_), _) => State::Median(Vec::new()),
         (AggregateFn::CountDistinct(_), _) => State::Distinct(Default::default()),
+        (AggregateFn::FirstValue(_) | AggregateFn::LastValue(_), _) => {
+            let a = cols[0].as_binary::<i32>();
+            let v = (!a.is_null(i)).then(|| a.value(i).into());
+            match bound.agg.function {
+                AggregateFn::FirstValue(_) => State::First(v),
+                _ => State::Last(v),
+            }
+        }
+        (AggregateFn::ListAgg(_, sep), _) => {
+            let a = cols[0].as_string::<i32>();
+            State::Text(
+                (!a.is_null(i)).then(|| a.value(i).to_string()),
+                sep.as_str().into(),
+            )
+        }
         (AggregateFn::WelfordM2(_), _) => State::Welford {
             n: int(&cols[0]).unwrap_or(0),
             mean: float(&cols[1]).unwrap_or(0.0),

@@ -80,11 +80,13 @@ impl GroupAggregate {
         if let Some(a) = (self.aggregates.iter()).find(|a| {
             matches!(
                 a.function,
-                aggregates::AggregateFn::Median(_) | aggregates::AggregateFn::CountDistinct(_)
+                aggregates::AggregateFn::Median(_)
+                    | aggregates::AggregateFn::CountDistinct(_)
+                    | aggregates::AggregateFn::ListAgg(..)
             )
         }) {
             return Err(Error::plan(format!(
-                "`{}`: a median or an exact distinct count keeps every value, so without a window its state would only grow; take it in event-time windows (or APPROX_COUNT_DISTINCT)",
+                "`{}`: a median, an exact distinct count or a LISTAGG keeps every value, so without a window its state would only grow; take it in event-time windows (or APPROX_COUNT_DISTINCT)",
                 a.output
             )));
         }

@@ -374,6 +374,17 @@ impl OperatorFactory for WindowAggregate {
         if self.phase != Phase::Final && input.event_time.is_none() {
             return Err(Error::plan("a window aggregation needs a stream with event time; declare the source's event-time column"));
         }
+        if let (Window::Session { .. }, Some(a)) = (
+            &self.window,
+            (self.aggregates.iter()).find(|a| a.function.in_arrival_order()),
+        ) {
+            return Err(Error::plan(format!(
+                "`{}`: FIRST_VALUE, LAST_VALUE and LISTAGG take rows in the order they come, which \
+                 sessions merged by a late-coming row do not keep; take them in tumbling, hopping \
+                 or cumulative windows",
+                a.output
+            )));
+        }
         let (schema, event_time) = self.output(input)?;
         Ok(StreamInfo { schema, event_time })
     }
@@ -426,10 +437,12 @@ impl OperatorFactory for WindowAggregate {
             group_count: 0,
             state_bytes: 0,
             holds_values: (self.aggregates.iter()).any(|a| {
-                matches!(
-                    a.function,
-                    aggregates::AggregateFn::Median(_) | aggregates::AggregateFn::CountDistinct(_)
-                )
+                a.function.in_arrival_order()
+                    || matches!(
+                        a.function,
+                        aggregates::AggregateFn::Median(_)
+                            | aggregates::AggregateFn::CountDistinct(_)
+                    )
             }),
             values_held: 0,
             late: 0,
@@ -545,7 +558,8 @@ pub struct WindowAggregateOp {
     group_count: u64,
     /// Bytes of open groups and sessions: overhead, keys of fixed-window groups, states' heaps.
     state_bytes: u64,
-    /// Some aggregate keeps its input values (MEDIAN).
+    /// Some aggregate's state grows with its input (MEDIAN, COUNT(DISTINCT), FIRST_VALUE,
+    /// LAST_VALUE, LISTAGG): its bytes are counted as it changes.
     holds_values: bool,
     /// The input values held by open groups' states.
     values_held: u64,
@@ -625,9 +639,10 @@ impl WindowAggregateOp {
             s.update(v, i);
         }
         if self.holds_values {
+            // (A LAST_VALUE may hold fewer bytes after than before.)
             let after = held(states);
-            self.values_held += after.0 - before.0;
-            self.state_bytes += after.1 - before.1;
+            self.values_held = (self.values_held + after.0).saturating_sub(before.0);
+            self.state_bytes = (self.state_bytes + after.1).saturating_sub(before.1);
         }
     }
 

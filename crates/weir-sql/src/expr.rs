@@ -251,7 +251,7 @@ pub(crate) fn unknown_function(name: &str) -> String {
          TIMESTAMPADD, TIMESTAMPDIFF, SPLIT_INDEX, REGEXP_EXTRACT, JSON_VALUE, IF, MOD, SIGN, \
          TRUNCATE and FLOOR / CEIL(t TO unit), and the aggregates COUNT, SUM, MIN, MAX, AVG, \
          APPROX_COUNT_DISTINCT, MEDIAN, STDDEV_POP, STDDEV_SAMP, STDDEV, VAR_POP, VAR_SAMP, \
-         VARIANCE"
+         VARIANCE, FIRST_VALUE, LAST_VALUE, LISTAGG"
     )
 }
 

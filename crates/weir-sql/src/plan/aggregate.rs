@@ -580,6 +580,9 @@ pub(super) fn agg_fn(name: &str) -> Option<&'static str> {
         "MEDIAN" => Some("median"),
         // What STDDEV_* and VAR_* are planned over (plan/variance.rs).
         "WEIR_WELFORD_M2" => Some("welford_m2"),
+        "FIRST_VALUE" => Some("first_value"),
+        "LAST_VALUE" => Some("last_value"),
+        "LISTAGG" => Some("listagg"),
         _ => None,
     }
 }
@@ -651,7 +654,10 @@ pub(super) fn add_aggregate(
                 let output = key.clone();
                 // Numbers are aggregated as BIGINT, DOUBLE or DECIMAL: narrower integers and
                 // FLOAT are widened first (weir's SUM of an INT is a BIGINT).
-                let numeric = !matches!(kind, "count" | "approx_count_distinct");
+                let numeric = !matches!(
+                    kind,
+                    "count" | "approx_count_distinct" | "first_value" | "last_value" | "listagg"
+                );
                 let schema = rel.stream.schema();
                 let mut column = || -> Result<String> {
                     let Some(a) = &arg else {
@@ -709,6 +715,28 @@ pub(super) fn add_aggregate(
                         aggregates::approx_count_distinct(&column()?, &output)
                     }
                     "welford_m2" => aggregates::welford_m2(&column()?, &output),
+                    "first_value" => aggregates::first_value(&column()?, &output),
+                    "last_value" => aggregates::last_value(&column()?, &output),
+                    "listagg" => {
+                        // LISTAGG(x[, 'separator']): a literal separator, ',' by default.
+                        let separator = match fargs.get(1) {
+                            None => ",".to_string(),
+                            Some(SqlExpr::Value(v)) => match &v.value {
+                                Value::SingleQuotedString(s) => s.clone(),
+                                _ => {
+                                    return Err(plan_err(format!(
+                                        "`{key}`: LISTAGG's separator is a string literal"
+                                    )))
+                                }
+                            },
+                            Some(_) => {
+                                return Err(plan_err(format!(
+                                    "`{key}`: LISTAGG's separator is a string literal"
+                                )))
+                            }
+                        };
+                        aggregates::list_agg(&column()?, &separator, &output)
+                    }
                     _ => aggregates::median(&column()?, &output),
                 };
                 out.push((key, agg));
