@@ -319,8 +319,8 @@ fn the_session_time_zone_applies_as_flinks() {
     check("time_zone");
 }
 
-/// STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP, STDDEV and VARIANCE (#24 item 9), reduced to SUM
-/// and COUNT as Flink does: its values and types for DECIMAL, BIGINT, INT and DOUBLE, in
+/// STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP, STDDEV and VARIANCE (#24 item 9), over Welford's
+/// M2 and COUNT as Flink 2.3 plans them: its values and types for DECIMAL, BIGINT, INT and DOUBLE, in
 /// tumbling windows, merged sessions and HAVING.
 #[test]
 fn standard_deviations_and_variances_are_flinks() {

@@ -133,6 +133,11 @@ pub struct KafkaSourceSpec {
     /// Where a bounded read stops (its end at start by default).
     #[serde(default, skip_serializing_if = "is_latest")]
     pub bounded_end: EndPosition,
+    /// Starting at an event time (a backfill's start, a hybrid table's switch), refuse a
+    /// partition whose retention may have deleted records from that time: its first kept
+    /// record is the first at or after it, and records before that are gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_history: bool,
     #[serde(default)]
     pub on_bad_record: BadRecordPolicy,
     /// More librdkafka settings.
@@ -246,6 +251,7 @@ impl KafkaSourceSpec {
             timestamp_column: None,
             bounded: false,
             bounded_end: EndPosition::Latest,
+            require_history: false,
             on_bad_record: BadRecordPolicy::DeadLetter,
             properties: HashMap::new(),
             partition_discovery_ms: default_discovery(),
@@ -414,6 +420,7 @@ impl SourceFactory for KafkaSource {
         }
         let mut spec = self.spec.clone();
         spec.start = StartPosition::Timestamp(event_time_ms);
+        spec.require_history = true;
         Ok(Some(Arc::new(KafkaSource::new(spec)?)))
     }
     fn bounded_to_present(&self) -> Result<Option<Arc<dyn SourceFactory>>> {
@@ -563,6 +570,25 @@ impl SourceFactory for KafkaSource {
                 e.offset(),
                 partitions.iter().position(|&p| p == e.partition()),
             ) {
+                if let (StartPosition::Timestamp(t), true) =
+                    (self.spec.start, self.spec.require_history)
+                {
+                    if o >= 0 && o == lows[k] && lows[k] > 0 {
+                        return Err(Error::config(
+                            "start",
+                            format!("event time {}", weir_core::time::format_utc(t)),
+                            format!(
+                                "partition {topic}-{} keeps records only from offset {o} on \
+                                 (older ones were deleted, by retention), and that first kept \
+                                 record is already at or after the start, so records from the \
+                                 start may be gone; start later (where the topic still has \
+                                 records), or read the earlier part from files (a 'hybrid' \
+                                 table whose switch time the topic still holds)",
+                                e.partition()
+                            ),
+                        ));
+                    }
+                }
                 if o >= 0 {
                     next[k] = o;
                     assign[k] = Offset::Offset(o);

@@ -342,8 +342,7 @@ impl Bound {
                         )));
                     }
                     (Some(i), Num::Int, None)
-                } else if let AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) =
-                    agg.function
+                } else if let AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) = agg.function
                 {
                     (
                         Some(i),
@@ -498,7 +497,10 @@ impl Bound {
             return Ok(Values::Nulls(col.logical_nulls()));
         }
         if let AggregateFn::ListAgg(_, separator) = &self.agg.function {
-            return Ok(Values::Text(col.as_string::<i32>(), separator.as_str().into()));
+            return Ok(Values::Text(
+                col.as_string::<i32>(),
+                separator.as_str().into(),
+            ));
         }
         if let Some(conv) = &self.distinct {
             let rows = conv.convert_columns(std::slice::from_ref(col))?;
@@ -586,15 +588,15 @@ impl State {
                     _ => {}
                 }
             }
-            (State::First(v), Values::Rows(rows, nulls)) => {
-                if v.is_none() && !nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-                    *v = Some(rows.row(i).as_ref().into());
-                }
+            (State::First(v), Values::Rows(rows, nulls))
+                if v.is_none() && !nulls.as_ref().is_some_and(|n| n.is_null(i)) =>
+            {
+                *v = Some(rows.row(i).as_ref().into());
             }
-            (State::Last(v), Values::Rows(rows, nulls)) => {
-                if !nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-                    *v = Some(rows.row(i).as_ref().into());
-                }
+            (State::Last(v), Values::Rows(rows, nulls))
+                if !nulls.as_ref().is_some_and(|n| n.is_null(i)) =>
+            {
+                *v = Some(rows.row(i).as_ref().into());
             }
             (State::Text(t, _), Values::Text(a, separator)) => {
                 if a.is_null(i) {
@@ -813,7 +815,10 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
 /// where a group had none).
 fn values_of(bound: &Bound, states: &[&State]) -> ArrayRef {
     let conv = (bound.distinct.as_ref()).expect("FIRST_VALUE and LAST_VALUE encode their values");
-    let null = bound.null_row.as_deref().expect("the encoded NULL of the column");
+    let null = bound
+        .null_row
+        .as_deref()
+        .expect("the encoded NULL of the column");
     let parser = conv.parser();
     let rows = states.iter().map(|s| match s {
         State::First(Some(v)) | State::Last(Some(v)) => parser.parse(v),

@@ -27,7 +27,7 @@ pub(crate) enum Role {
 }
 
 /// Options every source reads: watermark idleness and alignment, and where late rows go.
-const SOURCE_OPTIONS: &[&str] = &[
+pub(crate) const SOURCE_OPTIONS: &[&str] = &[
     "scan.watermark.idle-timeout",
     "scan.watermark.alignment.group",
     "scan.watermark.alignment.max-drift",

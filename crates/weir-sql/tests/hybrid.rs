@@ -23,8 +23,7 @@ CREATE TABLE clicks (id BIGINT, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
 ) WITH ('connector' = 'hybrid', 'hybrid.switch-time' = '{SWITCH}',
   'history.connector' = 'filesystem', 'history.path' = '{history}', 'history.format' = 'csv',
   'live.connector' = 'kafka', 'live.topic' = '{topic}', 'live.format' = 'json',
-  'live.properties.bootstrap.servers' = '{kafka}', 'live.scan.startup.mode' = 'earliest-offset',
-  'live.scan.bounded.mode' = 'latest-offset');
+  'live.properties.bootstrap.servers' = '{kafka}', 'live.scan.bounded.mode' = 'latest-offset');
 CREATE TABLE out1 (id BIGINT, ts BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}',
   'format' = 'csv');
 CREATE TABLE counts (window_start TIMESTAMP(3), n BIGINT) WITH ('connector' = 'filesystem',
@@ -57,15 +56,11 @@ fn a_hybrid_table_is_its_history_then_its_topic_aligned() {
         .collect();
     // (Each INSERT reads the table: two of each.)
     let names: Vec<&str> = sources.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "clicks.history",
-            "clicks.live",
-            "clicks.history",
-            "clicks.live"
-        ]
+    let (history, live) = (
+        format!("clicks.history-until-{SWITCH}"),
+        format!("clicks.live-from-{SWITCH}"),
     );
+    assert_eq!(names, [&history, &live, &history, &live]);
     assert_eq!(
         sources[0].1["range"],
         serde_json::json!({ "until_ms": SWITCH })
@@ -131,6 +126,29 @@ fn a_hybrid_table_is_its_history_then_its_topic_aligned() {
             "'connector' = 'hybrid', 'hybrid.switch-time' = '5', 'topic' = 't', \
              'history.connector' = 'filesystem', 'live.connector' = 'kafka'",
             "'topic' is no option of a hybrid table",
+        ),
+        (
+            "'connector' = 'hybrid', 'hybrid.switch-time' = '5', 'weir.late-rows' = 'l', \
+             'history.connector' = 'filesystem', 'live.connector' = 'kafka'",
+            "'weir.late-rows' is not supported on a hybrid table yet",
+        ),
+        (
+            "'connector' = 'hybrid', 'hybrid.switch-time' = '5', \
+             'live.scan.watermark.idle-timeout' = '1 s', \
+             'history.connector' = 'filesystem', 'live.connector' = 'kafka'",
+            "give 'scan.watermark.idle-timeout' on the table itself",
+        ),
+        (
+            "'connector' = 'hybrid', 'hybrid.switch-time' = '5', \
+             'live.scan.startup.mode' = 'earliest-offset', \
+             'history.connector' = 'filesystem', 'live.connector' = 'kafka'",
+            "read from its switch time",
+        ),
+        (
+            "'connector' = 'hybrid', 'hybrid.switch-time' = '5', \
+             'scan.watermark.idle-timout' = '1 s', \
+             'history.connector' = 'filesystem', 'live.connector' = 'kafka'",
+            "did you mean",
         ),
     ] {
         let sql = format!(

@@ -516,7 +516,8 @@ INSERT INTO out1 SELECT wt, CURRENT_WATERMARK(wt), DATE_FORMAT(CURRENT_WATERMARK
 }
 
 /// Standard deviations and variances of what is no number, with DISTINCT or OVER, are refused
-/// by name (issue #24 item 9).
+/// by name, and so are FIRST_VALUE, LAST_VALUE and LISTAGG where rows do not keep their order
+/// (sessions, two phases) (issue #24 item 9); FILTER is taken.
 #[test]
 fn statistics_weir_cannot_compute_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -552,6 +553,37 @@ INSERT INTO out1 {select};"
         assert!(err.contains(says), "{select}: {err}");
     }
     plan_job(&job(&windowed("STDDEV_POP(ts)")), &opts(dir.path())).unwrap();
+    plan_job(
+        &job(&windowed("VAR_POP(ts) FILTER (WHERE ts > 0)")),
+        &opts(dir.path()),
+    )
+    .unwrap();
+    let session = |agg: &str| {
+        format!(
+            "SELECT key, {agg} FROM TABLE(SESSION(TABLE events PARTITION BY key, \
+             DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY key, window_start, window_end"
+        )
+    };
+    for (sql, says) in [
+        (
+            job("SELECT key, STDDEV_POP(ts) FROM events"),
+            "outside a windowed GROUP BY",
+        ),
+        (
+            job(&session("LAST_VALUE(key)")),
+            "take rows in the order they come, which sessions merged",
+        ),
+        (
+            format!(
+                "SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE';\n{}",
+                job(&windowed("LISTAGG(key)"))
+            ),
+            "cannot be pre-aggregated or salted",
+        ),
+    ] {
+        let err = plan_error(&sql, dir.path());
+        assert!(err.contains(says), "{sql}: {err}");
+    }
 }
 
 #[test]

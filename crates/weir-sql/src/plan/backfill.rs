@@ -132,36 +132,27 @@ pub(super) fn redirect(
             continue;
         }
         let connector = t.options.get("connector").cloned().unwrap_or_default();
-        if matches!(connector.as_str(), "kafka" | "upsert-kafka") {
-            let by_group = (t.options.get("scan.bounded.mode"))
+        if matches!(connector.as_str(), "kafka" | "upsert-kafka" | "hybrid") {
+            // A hybrid table's topic options are its `live.` ones.
+            let prefix = if connector == "hybrid" { "live." } else { "" };
+            let by_group = (t.options.get(&format!("{prefix}scan.bounded.mode")))
                 .is_some_and(|m| m.trim().eq_ignore_ascii_case("group-offsets"));
             if by_group {
                 return Err(plan_err(format!(
-                    "table `{}` ends at its consumer group's offsets ('scan.bounded.mode' = \
-                     'group-offsets'), but a backfill reads with a consumer group of its own \
+                    "table `{}` ends at its consumer group's offsets ('{prefix}scan.bounded.mode' \
+                     = 'group-offsets'), but a backfill reads with a consumer group of its own \
                      (suffixed), whose offsets are not the live job's; end it with --until, or \
                      'timestamp' or 'specific-offsets'",
                     t.name
                 )));
             }
-            let topic = t.options.get("topic").cloned().unwrap_or_default();
-            let group = t
-                .options
-                .get("properties.group.id")
+            let topic = (t.options.get(&format!("{prefix}topic")))
                 .cloned()
-                .unwrap_or_else(|| format!("weir-{topic}"));
-            t.options
-                .insert("properties.group.id".into(), format!("{group}{}", b.suffix));
-        }
-        // A hybrid table's topic is read in a group of the backfill's own too.
-        if connector.eq_ignore_ascii_case("hybrid") {
-            let topic = t.options.get("live.topic").cloned().unwrap_or_default();
-            let group = (t.options.get("live.properties.group.id").cloned())
-                .unwrap_or_else(|| format!("weir-{topic}"));
-            t.options.insert(
-                "live.properties.group.id".into(),
-                format!("{group}{}", b.suffix),
-            );
+                .unwrap_or_default();
+            let group_key = format!("{prefix}properties.group.id");
+            let group =
+                (t.options.get(&group_key).cloned()).unwrap_or_else(|| format!("weir-{topic}"));
+            t.options.insert(group_key, format!("{group}{}", b.suffix));
         }
         let grouped = t.options.contains_key("scan.watermark.alignment.group")
             || settings.contains_key("scan.watermark.alignment.group");

@@ -62,7 +62,34 @@ pub(super) fn parts(t: &TableDef) -> Result<Option<Parts>> {
         }
         p
     };
-    let (history, live) = (part("history."), part("live."));
+    if t.options.contains_key(connectors::LATE_ROWS) {
+        return Err(plan_err(format!(
+            "table `{}`: '{}' is not supported on a hybrid table yet",
+            t.name,
+            connectors::LATE_ROWS
+        )));
+    }
+    // The table's watermark options are the table's; the topic starts where the switch time
+    // says.
+    for k in t.options.keys() {
+        let own = (k.strip_prefix("history.")).or_else(|| k.strip_prefix("live."));
+        let Some(own) = own else { continue };
+        if connectors::SOURCE_OPTIONS.contains(&own) {
+            return Err(plan_err(format!(
+                "table `{}`: '{k}': a hybrid table's watermark options apply to both parts; \
+                 give '{own}' on the table itself",
+                t.name
+            )));
+        }
+        if k.starts_with("live.scan.startup.") {
+            return Err(plan_err(format!(
+                "table `{}`: '{k}': the topic of a hybrid table is read from its switch time \
+                 ('{SWITCH_TIME}'); leave out the start",
+                t.name
+            )));
+        }
+    }
+    let (mut history, mut live) = (part("history."), part("live."));
     let connector = |p: &TableDef| p.options.get("connector").cloned().unwrap_or_default();
     if connector(&history) != "filesystem" || connector(&live) != "kafka" {
         return Err(plan_err(format!(
@@ -74,25 +101,29 @@ pub(super) fn parts(t: &TableDef) -> Result<Option<Parts>> {
             connector(&live)
         )));
     }
+    let own: Vec<&str> = ["connector", SWITCH_TIME, ALIGN_DRIFT]
+        .into_iter()
+        .chain(connectors::SOURCE_OPTIONS.iter().copied())
+        .collect();
     if let Some(k) = (t.options.keys()).find(|k| {
-        !k.starts_with("history.")
-            && !k.starts_with("live.")
-            && !["connector", SWITCH_TIME, ALIGN_DRIFT].contains(&k.as_str())
-            && !k.starts_with("scan.watermark.")
-            && k.as_str() != "pipeline.watermark-alignment.allow-unaligned-source-splits"
+        !k.starts_with("history.") && !k.starts_with("live.") && !own.contains(&k.as_str())
     }) {
         return Err(plan_err(format!(
-            "table `{}`: '{k}' is no option of a hybrid table: a part's options go with its \
+            "table `{}`: '{k}' is no option of a hybrid table{}: a part's options go with its \
              prefix ('history.{k}' or 'live.{k}'); the table's own are '{SWITCH_TIME}', \
              '{ALIGN_DRIFT}' and the watermark's",
-            t.name
+            t.name,
+            did_you_mean(k, own.iter().copied())
         )));
     }
-    if t.options.contains_key(connectors::LATE_ROWS) {
+    if t.options.contains_key(ALIGN_DRIFT)
+        && t.options.contains_key("scan.watermark.alignment.group")
+    {
         return Err(plan_err(format!(
-            "table `{}`: '{}' is not supported on a hybrid table yet",
-            t.name,
-            connectors::LATE_ROWS
+            "table `{}`: '{ALIGN_DRIFT}' is the drift of the group weir makes for a hybrid \
+             table; with 'scan.watermark.alignment.group' give \
+             'scan.watermark.alignment.max-drift' instead",
+            t.name
         )));
     }
     let switch = t.options.get(SWITCH_TIME).ok_or_else(|| {
@@ -105,6 +136,11 @@ pub(super) fn parts(t: &TableDef) -> Result<Option<Parts>> {
     })?;
     let switch_ms = weir_core::time::parse_event_time(switch)
         .map_err(|m| plan_err(format!("table `{}`: '{SWITCH_TIME}' = {m}", t.name)))?;
+    // The switch is part of each part's name, so a restore with another switch time starts
+    // them afresh rather than going on from positions taken for the old one (which would lose
+    // or repeat the rows between the two).
+    history.name = format!("{}.history-until-{switch_ms}", t.name);
+    live.name = format!("{}.live-from-{switch_ms}", t.name);
     let drift_ms = match t.options.get(ALIGN_DRIFT) {
         Some(d) => duration_ms(ALIGN_DRIFT, d)?,
         None => 60_000,

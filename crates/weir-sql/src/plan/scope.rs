@@ -237,7 +237,7 @@ pub(super) fn scalar_with_aggs(
             }
             if let SqlExpr::Function(f) = e {
                 let name = f.name.to_string();
-                if agg_fn(&name).is_none() {
+                if agg_fn(&name).is_none() && !variance::is_statistic(&name) {
                     let known = crate::expr::is_scalar_function(&name);
                     self.calls.push((name, known));
                 }
@@ -247,7 +247,10 @@ pub(super) fn scalar_with_aggs(
                 SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
                     self.rel.resolve(Some(&p[0].value), &p[1].value)
                 }
-                SqlExpr::Function(f) if agg_fn(&f.name.to_string()).is_some() => {
+                SqlExpr::Function(f)
+                    if agg_fn(&f.name.to_string()).is_some()
+                        || (variance::is_statistic(&f.name.to_string()) && f.over.is_none()) =>
+                {
                     let key = e.to_string();
                     match self.aggs.and_then(|a| a.iter().find(|(k, _)| *k == key)) {
                         Some((_, a)) => Ok(a.output.clone()),

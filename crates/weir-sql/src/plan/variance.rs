@@ -25,6 +25,11 @@ const FUNCTIONS: &[(&str, bool, bool)] = &[
     ("STDDEV", true, true),
 ];
 
+/// Whether `name` is one of the statistics this module expands.
+pub(super) fn is_statistic(name: &str) -> bool {
+    variance_fn(name).is_some()
+}
+
 fn variance_fn(name: &str) -> Option<(bool, bool)> {
     let upper = name.to_ascii_uppercase();
     (FUNCTIONS.iter())
@@ -107,9 +112,6 @@ fn expansion(
              aggregations"
         ));
     }
-    if f.filter.is_some() {
-        return refuse("FILTER is not supported here");
-    }
     let FunctionArguments::List(list) = &f.args else {
         return refuse(&format!("{name} takes one numeric argument"));
     };
@@ -118,6 +120,24 @@ fn expansion(
     }
     let [FunctionArg::Unnamed(FunctionArgExpr::Expr(x))] = list.args.as_slice() else {
         return refuse(&format!("{name} takes one numeric argument"));
+    };
+    // `agg(x) FILTER (WHERE c)` is `agg(CASE WHEN c THEN x END)`, in the M2 and the count.
+    let filtered;
+    let x = match &f.filter {
+        Some(c) => {
+            filtered = SqlExpr::Case {
+                case_token: sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                end_token: sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                operand: None,
+                conditions: vec![sqlparser::ast::CaseWhen {
+                    condition: SqlExpr::Nested(c.clone()),
+                    result: x.clone(),
+                }],
+                else_result: None,
+            };
+            &filtered
+        }
+        None => x,
     };
     let t = scalar(x, rel)?
         .plan(&rel.stream.schema())?
@@ -153,7 +173,14 @@ fn expansion(
     } else {
         variance
     };
-    let sql = format!("CAST({value} AS {result})");
+    // A DECIMAL result that does not fit is NULL, as Flink's cast gives; an integer one fails
+    // its row (a dead letter naming the cast), where Java's narrowing would wrap silently.
+    let cast = if result.starts_with("DECIMAL") {
+        "TRY_CAST"
+    } else {
+        "CAST"
+    };
+    let sql = format!("{cast}({value} AS {result})");
     sqlparser::parser::Parser::new(&crate::dialect::FlinkDialect)
         .try_with_sql(&sql)
         .and_then(|mut p| p.parse_expr())
