@@ -15,7 +15,7 @@ mod numeric;
 mod text;
 
 pub(crate) use decimal::flink_division;
-pub(crate) use numeric::FLOOR_CEIL_ARG;
+pub(crate) use numeric::{FLOOR_CEIL_ARG, FLOOR_CEIL_OF};
 pub(crate) use text::flink_casts;
 
 use std::sync::Arc;
@@ -56,7 +56,7 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
     .into_iter()
     .chain([text::Concat::udf()])
     .chain(numeric::Numeric::udfs())
-    .chain([numeric::FloorCeilArg::udf()])
+    .chain([numeric::FloorCeilArg::udf(), numeric::FloorCeilOf::udf()])
     .collect()
 }
 

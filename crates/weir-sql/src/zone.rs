@@ -235,6 +235,9 @@ enum Kind {
     ZonedTime,
     /// Epoch seconds → local seconds (what FROM_UNIXTIME formats).
     LocalSeconds,
+    /// A local time computed from an instant (its floor in local time) → an instant, by the
+    /// offset at that instant: `(local, instant, zone)`, as Flink floors a TIMESTAMP_LTZ.
+    InstantOf,
     /// Local seconds (what UNIX_TIMESTAMP reads from text) → epoch seconds; a repeated local
     /// time is the later instant, as Flink's UNIX_TIMESTAMP reads it.
     ZonedSeconds,
@@ -246,6 +249,7 @@ impl Kind {
             Kind::LocalTime => LOCAL_TIME,
             Kind::ZonedTime => ZONED_TIME,
             Kind::LocalSeconds => "weir_local_seconds",
+            Kind::InstantOf => INSTANT_OF,
             Kind::ZonedSeconds => "weir_zoned_seconds",
         }
     }
@@ -255,6 +259,8 @@ impl Kind {
 pub(crate) const LOCAL_TIME: &str = "weir_local_time";
 /// The name of the function giving the TIMESTAMP_LTZ of a local TIMESTAMP in a zone.
 pub(crate) const ZONED_TIME: &str = "weir_zoned_time";
+/// The name of the function giving the instant of a local time by another instant's offset.
+const INSTANT_OF: &str = "weir_instant_of";
 
 const TIMESTAMP_MS: DataType = DataType::Timestamp(TimeUnit::Millisecond, None);
 
@@ -270,12 +276,13 @@ pub(crate) struct ZoneFunction {
 }
 
 impl ZoneFunction {
-    pub(crate) fn udfs() -> [Arc<ScalarUDF>; 4] {
+    pub(crate) fn udfs() -> [Arc<ScalarUDF>; 5] {
         [
             Kind::LocalTime,
             Kind::ZonedTime,
             Kind::LocalSeconds,
             Kind::ZonedSeconds,
+            Kind::InstantOf,
         ]
         .map(|kind| {
             Arc::new(ScalarUDF::new_from_impl(ZoneFunction {
@@ -296,6 +303,14 @@ impl ScalarUDFImpl for ZoneFunction {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
+        if self.kind == Kind::InstantOf {
+            return match arg_types {
+                [DataType::Timestamp(_, None) | DataType::Null, t, DataType::Utf8] if is_ltz(t) => {
+                    Ok(vec![TIMESTAMP_MS, ltz(), DataType::Utf8])
+                }
+                _ => plan_err!("{INSTANT_OF} takes a local time, an instant and a time zone"),
+            };
+        }
         let [value, zone] = arg_types else {
             return plan_err!("{} takes a value and a time zone", self.name());
         };
@@ -316,7 +331,7 @@ impl ScalarUDFImpl for ZoneFunction {
     fn return_type(&self, _arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
         Ok(match self.kind {
             Kind::LocalTime => TIMESTAMP_MS,
-            Kind::ZonedTime => ltz(),
+            Kind::ZonedTime | Kind::InstantOf => ltz(),
             Kind::LocalSeconds | Kind::ZonedSeconds => DataType::Int64,
         })
     }
@@ -325,7 +340,8 @@ impl ScalarUDFImpl for ZoneFunction {
         &self,
         args: ScalarFunctionArgs,
     ) -> datafusion_common::Result<ColumnarValue> {
-        let zone = match &args.args[1] {
+        let zone_at = if self.kind == Kind::InstantOf { 2 } else { 1 };
+        let zone = match &args.args[zone_at] {
             ColumnarValue::Scalar(ScalarValue::Utf8(Some(z))) => z.clone(),
             _ => return plan_err!("{}: the time zone must be a literal", self.name()),
         };
@@ -333,6 +349,14 @@ impl ScalarUDFImpl for ZoneFunction {
         let kind = self.kind;
         crate::functions::on_arrays(&args, |arrays| {
             Ok(match kind {
+                Kind::InstantOf => {
+                    let local = arrays[0].as_primitive::<TimestampMillisecondType>();
+                    let at = arrays[1].as_primitive::<TimestampMillisecondType>();
+                    let out: TimestampMillisecondArray = (local.iter().zip(at.iter()))
+                        .map(|(l, t)| l?.checked_sub(local_ms(&tz, t?)?.checked_sub(t?)?))
+                        .collect();
+                    Arc::new(out.with_timezone("+00:00")) as ArrayRef
+                }
                 Kind::LocalTime | Kind::ZonedTime => {
                     let a = arrays[0].as_primitive::<TimestampMillisecondType>();
                     let out: TimestampMillisecondArray = if kind == Kind::LocalTime {
@@ -596,6 +620,46 @@ pub(crate) fn localize(
                             *first =
                                 call(Kind::LocalSeconds.name(), vec![x, text(self.zone.name())]);
                         }
+                        n if n.eq_ignore_ascii_case(crate::functions::FLOOR_CEIL_OF)
+                            && !self.zone.is_utc() =>
+                        {
+                            // FLOOR / CEIL of a TIMESTAMP_LTZ, as Flink's: of its local time,
+                            // back to an instant by the offset at the value floored.
+                            let args: Vec<SqlExpr> = (l.args.iter())
+                                .filter_map(|a| match a {
+                                    FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => Some(x.clone()),
+                                    _ => None,
+                                })
+                                .collect();
+                            if let [done, x] = args.as_slice() {
+                                if self.is_ltz(x) {
+                                    let mut local = done.clone();
+                                    let _ = sqlparser::ast::visit_expressions_mut(&mut local, |n| {
+                                        if let SqlExpr::Function(g) = n {
+                                            let arg_name = g.name.to_string();
+                                            if arg_name.eq_ignore_ascii_case(
+                                                crate::functions::FLOOR_CEIL_ARG,
+                                            ) {
+                                                if let FunctionArguments::List(gl) = &mut g.args {
+                                                    if let Some(FunctionArg::Unnamed(
+                                                        FunctionArgExpr::Expr(a),
+                                                    )) = gl.args.first_mut()
+                                                    {
+                                                        let inner = std::mem::replace(a, taken());
+                                                        *a = self.local(inner);
+                                                    }
+                                                }
+                                            }
+                                        }
+                                        ControlFlow::<()>::Continue(())
+                                    });
+                                    *e = call(
+                                        INSTANT_OF,
+                                        vec![local, x.clone(), text(self.zone.name())],
+                                    );
+                                }
+                            }
+                        }
                         "UNIX_TIMESTAMP" => {
                             let parsed = std::mem::replace(e, taken());
                             *e = call(
@@ -700,6 +764,7 @@ pub(crate) fn refuse_zone_dependent(
                 let name = func.name();
                 let neutral = [
                     LOCAL_TIME,
+                    INSTANT_OF,
                     "coalesce",
                     "nullif",
                     "greatest",

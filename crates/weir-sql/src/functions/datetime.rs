@@ -509,6 +509,7 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
         let unit = Expr::value(Value::SingleQuotedString(unit.to_lowercase()));
         call("date_trunc", vec![unit, t])
     };
+    let original = (*expr).clone();
     let t = call(super::numeric::FLOOR_CEIL_ARG, vec![*expr]);
     // Flink (Calcite) ceils MONTH, QUARTER and YEAR on the date alone: the time of day is
     // dropped first, so CEIL(2024-01-01 00:00:01 TO YEAR) is 2024-01-01 00:00:00.
@@ -549,6 +550,10 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
             })),
         }
     };
+    // Marked with what it floors or ceils, for the session time zone (crate::zone): of a
+    // TIMESTAMP_LTZ it is taken in local time.
+    let done = std::mem::replace(e, Expr::value(Value::Null));
+    *e = call(super::numeric::FLOOR_CEIL_OF, vec![done, original]);
     Ok(())
 }
 

@@ -280,6 +280,53 @@ pub(crate) struct FloorCeilArg {
 /// The name [`FloorCeilArg`] is called by.
 pub(crate) const FLOOR_CEIL_ARG: &str = "weir_floor_ceil_arg";
 
+/// The name [`FloorCeilOf`] is called by.
+pub(crate) const FLOOR_CEIL_OF: &str = "weir_floor_ceil_of";
+
+/// `weir_floor_ceil_of(result, t)`: FLOOR / CEIL(t TO unit)'s rewrite (the first argument,
+/// given back as it is) marked with the value it floors or ceils, which crate::zone reads to take
+/// the floor of a TIMESTAMP_LTZ in local time.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FloorCeilOf {
+    signature: Signature,
+}
+
+impl FloorCeilOf {
+    pub(crate) fn udf() -> Arc<ScalarUDF> {
+        Arc::new(ScalarUDF::new_from_impl(FloorCeilOf {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }))
+    }
+}
+
+impl ScalarUDFImpl for FloorCeilOf {
+    fn name(&self) -> &str {
+        FLOOR_CEIL_OF
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
+        match arg_types {
+            [r, t] => Ok(vec![r.clone(), t.clone()]),
+            _ => plan_err!("{FLOOR_CEIL_OF} takes the result and the value floored"),
+        }
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(arg_types[0].clone())
+    }
+
+    fn invoke_with_args(
+        &self,
+        mut args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        Ok(args.args.remove(0))
+    }
+}
+
 impl FloorCeilArg {
     pub(crate) fn udf() -> Arc<ScalarUDF> {
         Arc::new(ScalarUDF::new_from_impl(FloorCeilArg {

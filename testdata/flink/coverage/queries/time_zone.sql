@@ -10,7 +10,8 @@ CREATE TABLE zoned_walls (id BIGINT, ts BIGINT, wt TIMESTAMP(3), d STRING,
 WITH ('connector' = 'filesystem', 'path' = '${input}/zoned.csv', 'format' = 'csv');
 CREATE TABLE local_times (id BIGINT, rt TIMESTAMP_LTZ(3), rt_text STRING, rt_local TIMESTAMP(3),
   rt_date DATE, rt_time TIME, formatted STRING, hr BIGINT, dy BIGINT, from_unix STRING,
-  rt_in_timestamp TIMESTAMP(3), next_day TIMESTAMP_LTZ(3), hours_to INT, local_text STRING)
+  rt_in_timestamp TIMESTAMP(3), next_day TIMESTAMP_LTZ(3), hours_to INT, local_text STRING,
+  floor_day STRING, ceil_day STRING, floor_hour TIMESTAMP_LTZ(3), ceil_month STRING)
 WITH ('connector' = 'filesystem', 'path' = '${output}/local_times', 'format' = 'csv');
 CREATE TABLE instants (id BIGINT, wall STRING, unix BIGINT, wall_ltz TIMESTAMP_LTZ(3),
   text_ltz TIMESTAMP_LTZ(3), date_ltz TIMESTAMP_LTZ(3), round_trip BOOLEAN)
@@ -24,7 +25,13 @@ SELECT id, rt, CAST(rt AS STRING), CAST(rt AS TIMESTAMP(3)), CAST(rt AS DATE), C
   CASE WHEN ts > 86400000 THEN EXTRACT(DAY FROM rt) END,
   FROM_UNIXTIME(NULLIF(ts, -1) / 1000), rt, rt + INTERVAL '1' DAY,
   TIMESTAMPDIFF(HOUR, rt, TO_TIMESTAMP_LTZ(1710144000000, 3)),
-  CAST(CAST(rt AS TIMESTAMP(3)) AS STRING)
+  CAST(CAST(rt AS TIMESTAMP(3)) AS STRING),
+  -- FLOOR / CEIL of a TIMESTAMP_LTZ: of its local time, back by the offset at rt (so across a
+  -- DST change the day's floor is an hour off midnight, as Flink's).
+  CASE WHEN ts > 86400000 THEN CAST(FLOOR(rt TO DAY) AS STRING) END,
+  CASE WHEN ts > 86400000 THEN CAST(CEIL(rt TO DAY) AS STRING) END,
+  CASE WHEN ts > 86400000 THEN FLOOR(rt TO HOUR) END,
+  CASE WHEN ts > 86400000 THEN CAST(CEIL(rt TO MONTH) AS STRING) END
 FROM zoned;
 INSERT INTO instants
 SELECT id, wall, UNIX_TIMESTAMP(wall), CAST(CAST(wall AS TIMESTAMP(3)) AS TIMESTAMP_LTZ(3)),
