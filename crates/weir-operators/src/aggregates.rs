@@ -442,8 +442,10 @@ impl Bound {
             AggregateFn::ApproxCountDistinct(_) => {
                 vec![Field::new(name("hll"), DataType::Binary, false)]
             }
+            // The value in its own type: a restore over a column of another type is refused
+            // by the state's type check, never decoded as the wrong bytes.
             AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) => {
-                vec![Field::new(name("value"), DataType::Binary, true)]
+                vec![Field::new(name("value"), self.value_type.clone(), true)]
             }
             AggregateFn::WelfordM2(_) => vec![
                 Field::new(name("n"), DataType::Int64, false),
@@ -829,17 +831,6 @@ fn values_of(bound: &Bound, states: &[&State]) -> ArrayRef {
         .remove(0)
 }
 
-/// Encoded values of FIRST_VALUE or LAST_VALUE states, for partial and checkpoint columns.
-fn encoded_values(states: &[&State]) -> ArrayRef {
-    let values: BinaryArray = (states.iter())
-        .map(|s| match s {
-            State::First(v) | State::Last(v) => v.as_deref(),
-            _ => None,
-        })
-        .collect();
-    Arc::new(values)
-}
-
 /// Adds `value` to Welford's count, mean and M2 as Flink's WELFORD_M2 accumulates.
 fn welford_add(n: &mut i64, mean: &mut f64, m2: &mut f64, value: f64) {
     *n += 1;
@@ -935,7 +926,7 @@ pub(crate) fn partials(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
             };
             vec![sums, Arc::new(n.finish())]
         }
-        AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) => vec![encoded_values(states)],
+        AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) => vec![values_of(bound, states)],
         AggregateFn::WelfordM2(_) => {
             let mut n = Int64Builder::with_capacity(states.len());
             let mut mean = Float64Builder::with_capacity(states.len());
@@ -1016,8 +1007,13 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
         (AggregateFn::Median(_), _) => State::Median(Vec::new()),
         (AggregateFn::CountDistinct(_), _) => State::Distinct(Default::default()),
         (AggregateFn::FirstValue(_) | AggregateFn::LastValue(_), _) => {
-            let a = cols[0].as_binary::<i32>();
-            let v = (!a.is_null(i)).then(|| a.value(i).into());
+            let v = (!cols[0].is_null(i)).then(|| {
+                let conv = (bound.distinct.as_ref()).expect("FIRST_VALUE and LAST_VALUE encode");
+                let rows = conv
+                    .convert_columns(&[cols[0].slice(i, 1)])
+                    .expect("a value of the column's own type encodes");
+                rows.row(0).as_ref().into()
+            });
             match bound.agg.function {
                 AggregateFn::FirstValue(_) => State::First(v),
                 _ => State::Last(v),

@@ -627,32 +627,37 @@ pub(crate) fn localize(
                             // back to an instant by the offset at the value floored.
                             let args: Vec<SqlExpr> = (l.args.iter())
                                 .filter_map(|a| match a {
-                                    FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => Some(x.clone()),
+                                    FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => {
+                                        Some(x.clone())
+                                    }
                                     _ => None,
                                 })
                                 .collect();
                             if let [done, x] = args.as_slice() {
                                 if self.is_ltz(x) {
                                     let mut local = done.clone();
-                                    let _ = sqlparser::ast::visit_expressions_mut(&mut local, |n| {
-                                        if let SqlExpr::Function(g) = n {
-                                            let arg_name = g.name.to_string();
-                                            if arg_name.eq_ignore_ascii_case(
-                                                crate::functions::FLOOR_CEIL_ARG,
-                                            ) {
-                                                if let FunctionArguments::List(gl) = &mut g.args {
-                                                    if let Some(FunctionArg::Unnamed(
-                                                        FunctionArgExpr::Expr(a),
-                                                    )) = gl.args.first_mut()
+                                    let _ =
+                                        sqlparser::ast::visit_expressions_mut(&mut local, |n| {
+                                            if let SqlExpr::Function(g) = n {
+                                                let arg_name = g.name.to_string();
+                                                if arg_name.eq_ignore_ascii_case(
+                                                    crate::functions::FLOOR_CEIL_ARG,
+                                                ) {
+                                                    if let FunctionArguments::List(gl) = &mut g.args
                                                     {
-                                                        let inner = std::mem::replace(a, taken());
-                                                        *a = self.local(inner);
+                                                        if let Some(FunctionArg::Unnamed(
+                                                            FunctionArgExpr::Expr(a),
+                                                        )) = gl.args.first_mut()
+                                                        {
+                                                            let inner =
+                                                                std::mem::replace(a, taken());
+                                                            *a = self.local(inner);
+                                                        }
                                                     }
                                                 }
                                             }
-                                        }
-                                        ControlFlow::<()>::Continue(())
-                                    });
+                                            ControlFlow::<()>::Continue(())
+                                        });
                                     *e = call(
                                         INSTANT_OF,
                                         vec![local, x.clone(), text(self.zone.name())],

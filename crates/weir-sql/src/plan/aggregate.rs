@@ -634,7 +634,36 @@ pub(super) fn add_aggregate(
                 if out.iter().any(|(k, _)| *k == key) {
                     return Ok(());
                 }
+                // What weir would not apply is refused, not ignored: an order within the
+                // aggregate (weir's order is the rows'), RESPECT NULLS (weir skips NULLs), and
+                // arguments beyond those the aggregate takes.
+                let clauses =
+                    matches!(&f.args, FunctionArguments::List(l) if !l.clauses.is_empty());
+                if !f.within_group.is_empty() || clauses {
+                    return Err(plan_err(format!(
+                        "`{key}`: WITHIN GROUP, ORDER BY and other clauses inside an aggregate \
+                         are not supported: FIRST_VALUE, LAST_VALUE and LISTAGG take rows in the \
+                         order they come"
+                    )));
+                }
+                if f.null_treatment == Some(sqlparser::ast::NullTreatment::RespectNulls) {
+                    return Err(plan_err(format!(
+                        "`{key}`: RESPECT NULLS is not supported: weir's aggregates skip NULLs"
+                    )));
+                }
                 let fargs = function_args(&f.args)?;
+                let most = if kind == "listagg" { 2 } else { 1 };
+                if fargs.len() > most {
+                    return Err(plan_err(format!(
+                        "`{key}`: {} takes {}",
+                        f.name,
+                        if most == 2 {
+                            "a value and a separator"
+                        } else {
+                            "one argument"
+                        }
+                    )));
+                }
                 let counts_rows = kind == "count"
                     && !distinct
                     && match fargs.first() {

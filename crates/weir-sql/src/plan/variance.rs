@@ -174,7 +174,8 @@ fn expansion(
         variance
     };
     // A DECIMAL result that does not fit is NULL, as Flink's cast gives; an integer one fails
-    // its row (a dead letter naming the cast), where Java's narrowing would wrap silently.
+    // its row (a dead letter naming the cast), where Flink's Java cast saturates an INT or
+    // BIGINT and wraps a SMALLINT or TINYINT.
     let cast = if result.starts_with("DECIMAL") {
         "TRY_CAST"
     } else {
