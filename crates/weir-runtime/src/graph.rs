@@ -840,6 +840,23 @@ impl fmt::Display for JobGraph {
                             None => writeln!(f)?,
                         }
                     }
+                    let r = &watermarks.range;
+                    if !r.is_all() {
+                        let at = |t: Option<i64>| t.map(weir_core::time::format_utc);
+                        writeln!(
+                            f,
+                            "      reads event times from {} until {}",
+                            at(r.from_ms).unwrap_or_else(|| "the start".into()),
+                            at(r.until_ms).unwrap_or_else(|| "the end".into())
+                        )?;
+                    }
+                    if let Some(a) = &watermarks.alignment {
+                        writeln!(
+                            f,
+                            "      aligned in group `{}`, at most {} ms ahead",
+                            a.group, a.max_drift_ms
+                        )?;
+                    }
                 }
                 NodeKind::Sink { factory } => {
                     let checkpoints = self.config.checkpointing.is_some();

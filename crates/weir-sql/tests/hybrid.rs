@@ -72,6 +72,16 @@ fn a_hybrid_table_is_its_history_then_its_topic_aligned() {
     for (_, w) in &sources {
         assert_eq!(w["alignment"]["group"], "weir-hybrid-clicks", "{w}");
     }
+    // EXPLAIN shows each part's range and the group.
+    let plan = graph.to_string();
+    let switch = weir_core::time::format_utc(SWITCH);
+    for says in [
+        format!("reads event times from the start until {switch}"),
+        format!("reads event times from {switch} until the end"),
+        "aligned in group `weir-hybrid-clicks`, at most 60000 ms ahead".to_string(),
+    ] {
+        assert!(plan.contains(&says), "{says}: {plan}");
+    }
     // A backfill from before the switch: the files from its start, the topic from the switch.
     let options = PlanOptions {
         backfill: Some(BackfillOptions {
