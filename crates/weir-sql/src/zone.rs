@@ -388,7 +388,7 @@ impl ScalarUDFImpl for ZoneFunction {
 }
 
 /// `name(args...)` as SQL.
-fn call(name: &str, args: Vec<SqlExpr>) -> SqlExpr {
+pub(crate) fn call(name: &str, args: Vec<SqlExpr>) -> SqlExpr {
     SqlExpr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,

@@ -455,9 +455,7 @@ pub(super) fn parse_simple_date_format(text: &str) -> Option<i64> {
 /// A unit weir does not floor to, named.
 pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), String> {
     use sqlparser::ast::{
-        BinaryOperator, CeilFloorKind, DateTimeField as F, Expr, Function, FunctionArg,
-        FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, Interval, ObjectName,
-        Value,
+        BinaryOperator, CeilFloorKind, DateTimeField as F, Expr, Interval, Value,
     };
     let written = e.to_string();
     let (ceil, expr, field) = match &*e {
@@ -485,26 +483,7 @@ pub(super) fn floor_ceil_to_unit(e: &mut sqlparser::ast::Expr) -> Result<(), Str
         ))
         }
     };
-    // `name(args...)`.
-    let call = |name: &str, args: Vec<Expr>| {
-        Expr::Function(Function {
-            name: ObjectName::from(vec![Ident::new(name)]),
-            uses_odbc_syntax: false,
-            parameters: FunctionArguments::None,
-            args: FunctionArguments::List(FunctionArgumentList {
-                duplicate_treatment: None,
-                args: args
-                    .into_iter()
-                    .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
-                    .collect(),
-                clauses: Vec::new(),
-            }),
-            filter: None,
-            null_treatment: None,
-            over: None,
-            within_group: Vec::new(),
-        })
-    };
+    let call = crate::zone::call;
     let date_trunc = |unit: &str, t: Expr| {
         let unit = Expr::value(Value::SingleQuotedString(unit.to_lowercase()));
         call("date_trunc", vec![unit, t])
