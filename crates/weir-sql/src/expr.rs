@@ -89,7 +89,7 @@ impl SqlScalar {
     /// The expression as DataFusion plans it over `schema`, implicit casts added (constants
     /// not folded yet), with the schema it is planned over: what [`try_plan`](Self::try_plan)
     /// simplifies and makes physical, for checks of the whole expression (crate::zone).
-    pub(crate) fn logical(
+    fn logical(
         &self,
         schema: &SchemaRef,
     ) -> std::result::Result<(datafusion_expr::Expr, Arc<DFSchema>), String> {
@@ -129,8 +129,19 @@ impl SqlScalar {
     /// [`plan`](Self::plan), failing with DataFusion's reason alone, for callers that name
     /// the expression as the user wrote it.
     pub fn try_plan(&self, schema: &SchemaRef) -> std::result::Result<PlannedScalar, String> {
+        self.try_plan_checked(schema, |_, _| Ok(()))
+    }
+
+    /// [`try_plan`](Self::try_plan), with `check` run on the expression as planned (implicit
+    /// casts added, constants not folded yet) before it is made physical.
+    pub(crate) fn try_plan_checked(
+        &self,
+        schema: &SchemaRef,
+        check: impl FnOnce(&datafusion_expr::Expr, &DFSchema) -> std::result::Result<(), String>,
+    ) -> std::result::Result<PlannedScalar, String> {
         let fail = datafusion_message;
         let (coerced, df_schema) = self.logical(schema)?;
+        check(&coerced, &df_schema)?;
         // The rewrites DataFusion's physical planner relies on (`coalesce` to CASE,
         // `arrow_cast` to CAST, constant folding).
         let simplified = simplifier(&df_schema).simplify(coerced).map_err(fail)?;

@@ -56,7 +56,7 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
     .into_iter()
     .chain([text::Concat::udf()])
     .chain(numeric::Numeric::udfs())
-    .chain([numeric::FloorCeilArg::udf(), numeric::FloorCeilOf::udf()])
+    .chain(numeric::FloorCeil::udfs())
     .collect()
 }
 

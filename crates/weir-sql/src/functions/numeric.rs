@@ -269,89 +269,60 @@ mod tests {
     }
 }
 
-/// What FLOOR / CEIL(t TO unit) is rewritten over (see `datetime::floor_ceil_to_unit`): `t` as
-/// it is when it is a TIMESTAMP; a DATE or TIME is refused, since DATE_TRUNC would make a
-/// TIMESTAMP of a DATE where Flink's FLOOR keeps the DATE.
+/// The two markers of FLOOR / CEIL(t TO unit)'s rewrite (see `datetime::floor_ceil_to_unit`),
+/// each giving its first argument back as it is:
+/// - `weir_floor_ceil_arg(t)`: what the rewrite floors, `t`, when it is a TIMESTAMP; a DATE or
+///   TIME is refused, since DATE_TRUNC would make a TIMESTAMP of a DATE where Flink's FLOOR
+///   keeps the DATE;
+/// - `weir_floor_ceil_of(result, t)`: the rewrite's result, marked with the value it floors,
+///   which crate::zone reads to take the floor of a TIMESTAMP_LTZ in local time.
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub(crate) struct FloorCeilArg {
+pub(crate) struct FloorCeil {
+    /// The result marker (else the argument's).
+    of: bool,
     signature: Signature,
 }
 
-/// The name [`FloorCeilArg`] is called by.
+/// The name of the argument's marker.
 pub(crate) const FLOOR_CEIL_ARG: &str = "weir_floor_ceil_arg";
 
-/// The name [`FloorCeilOf`] is called by.
+/// The name of the result's marker.
 pub(crate) const FLOOR_CEIL_OF: &str = "weir_floor_ceil_of";
 
-/// `weir_floor_ceil_of(result, t)`: FLOOR / CEIL(t TO unit)'s rewrite (the first argument,
-/// given back as it is) marked with the value it floors or ceils, which crate::zone reads to take
-/// the floor of a TIMESTAMP_LTZ in local time.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub(crate) struct FloorCeilOf {
-    signature: Signature,
-}
-
-impl FloorCeilOf {
-    pub(crate) fn udf() -> Arc<ScalarUDF> {
-        Arc::new(ScalarUDF::new_from_impl(FloorCeilOf {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }))
+impl FloorCeil {
+    pub(crate) fn udfs() -> [Arc<ScalarUDF>; 2] {
+        [false, true].map(|of| {
+            Arc::new(ScalarUDF::new_from_impl(FloorCeil {
+                of,
+                signature: Signature::user_defined(Volatility::Immutable),
+            }))
+        })
     }
 }
 
-impl ScalarUDFImpl for FloorCeilOf {
+impl ScalarUDFImpl for FloorCeil {
     fn name(&self) -> &str {
-        FLOOR_CEIL_OF
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
-        match arg_types {
-            [r, t] => Ok(vec![r.clone(), t.clone()]),
-            _ => plan_err!("{FLOOR_CEIL_OF} takes the result and the value floored"),
+        if self.of {
+            FLOOR_CEIL_OF
+        } else {
+            FLOOR_CEIL_ARG
         }
     }
 
-    fn return_type(&self, arg_types: &[DataType]) -> datafusion_common::Result<DataType> {
-        Ok(arg_types[0].clone())
-    }
-
-    fn invoke_with_args(
-        &self,
-        mut args: ScalarFunctionArgs,
-    ) -> datafusion_common::Result<ColumnarValue> {
-        Ok(args.args.remove(0))
-    }
-}
-
-impl FloorCeilArg {
-    pub(crate) fn udf() -> Arc<ScalarUDF> {
-        Arc::new(ScalarUDF::new_from_impl(FloorCeilArg {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }))
-    }
-}
-
-impl ScalarUDFImpl for FloorCeilArg {
-    fn name(&self) -> &str {
-        FLOOR_CEIL_ARG
-    }
-
     fn signature(&self) -> &Signature {
         &self.signature
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> datafusion_common::Result<Vec<DataType>> {
-        match arg_types {
-            [t @ (DataType::Timestamp(..) | DataType::Null)] => Ok(vec![t.clone()]),
-            [t] => plan_err!(
+        match (self.of, arg_types) {
+            (true, [r, t]) => Ok(vec![r.clone(), t.clone()]),
+            (true, _) => plan_err!("{FLOOR_CEIL_OF} takes the result and the value floored"),
+            (false, [t @ (DataType::Timestamp(..) | DataType::Null)]) => Ok(vec![t.clone()]),
+            (false, [t]) => plan_err!(
                 "FLOOR / CEIL(x TO unit) takes a TIMESTAMP in weir, not {t}; for a DATE, floor \
                  CAST(x AS TIMESTAMP(3))"
             ),
-            _ => plan_err!("FLOOR / CEIL(x TO unit) takes one TIMESTAMP"),
+            (false, _) => plan_err!("FLOOR / CEIL(x TO unit) takes one TIMESTAMP"),
         }
     }
 

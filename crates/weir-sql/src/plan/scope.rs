@@ -309,8 +309,9 @@ pub(super) fn scalar_with_aggs(
     let fail = |m: String| plan_err(format!("`{e}`: {m}"));
     crate::zone::localize(&mut resolved, &rel.zone, &type_of).map_err(fail)?;
     let s = SqlScalar::new(resolved.to_string());
-    s.try_plan(&schema).map_err(fail)?;
-    let (logical, df_schema) = s.logical(&schema).map_err(fail)?;
-    crate::zone::refuse_zone_dependent(&logical, &df_schema, &rel.zone).map_err(fail)?;
+    s.try_plan_checked(&schema, |logical, df_schema| {
+        crate::zone::refuse_zone_dependent(logical, df_schema, &rel.zone)
+    })
+    .map_err(fail)?;
     Ok(s)
 }
