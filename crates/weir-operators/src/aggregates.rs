@@ -249,7 +249,7 @@ pub(crate) struct Bound {
     column: Option<usize>,
     num: Num,
     /// Encodes the column for distinct counting, FIRST_VALUE and LAST_VALUE (any type).
-    distinct: Option<RowConverter>,
+    rows: Option<RowConverter>,
     /// The column's type (what FIRST_VALUE and LAST_VALUE give back).
     value_type: DataType,
     /// A NULL of the column, encoded: FIRST_VALUE and LAST_VALUE of no value.
@@ -321,7 +321,7 @@ impl Bound {
     /// read (with the cast to use).
     pub(crate) fn new(agg: &Aggregate, schema: &arrow_schema::SchemaRef) -> Result<Bound> {
         let mut value_type = DataType::Null;
-        let (column, num, distinct) = match agg.column() {
+        let (column, num, rows) = match agg.column() {
             None => (None, Num::Int, None),
             Some(c) => {
                 let i = schema.index_of(c).map_err(|_| {
@@ -376,7 +376,7 @@ impl Bound {
                 }
             }
         };
-        let null_row = match (&agg.function, &distinct) {
+        let null_row = match (&agg.function, &rows) {
             (AggregateFn::FirstValue(_) | AggregateFn::LastValue(_), Some(conv)) => {
                 let null = arrow_array::new_null_array(&value_type, 1);
                 let rows = conv.convert_columns(&[null])?;
@@ -388,7 +388,7 @@ impl Bound {
             agg: agg.clone(),
             column,
             num,
-            distinct,
+            rows,
             value_type,
             null_row,
         })
@@ -504,7 +504,7 @@ impl Bound {
                 separator.as_str().into(),
             ));
         }
-        if let Some(conv) = &self.distinct {
+        if let Some(conv) = &self.rows {
             let rows = conv.convert_columns(std::slice::from_ref(col))?;
             if let AggregateFn::CountDistinct(_)
             | AggregateFn::FirstValue(_)
@@ -816,7 +816,7 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
 /// FIRST_VALUE's or LAST_VALUE's values of many groups, decoded to the column's type (NULL
 /// where a group had none).
 fn values_of(bound: &Bound, states: &[&State]) -> ArrayRef {
-    let conv = (bound.distinct.as_ref()).expect("FIRST_VALUE and LAST_VALUE encode their values");
+    let conv = (bound.rows.as_ref()).expect("FIRST_VALUE and LAST_VALUE encode their values");
     let null = bound
         .null_row
         .as_deref()
@@ -1008,7 +1008,7 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
         (AggregateFn::CountDistinct(_), _) => State::Distinct(Default::default()),
         (AggregateFn::FirstValue(_) | AggregateFn::LastValue(_), _) => {
             let v = (!cols[0].is_null(i)).then(|| {
-                let conv = (bound.distinct.as_ref()).expect("FIRST_VALUE and LAST_VALUE encode");
+                let conv = (bound.rows.as_ref()).expect("FIRST_VALUE and LAST_VALUE encode");
                 let rows = conv
                     .convert_columns(&[cols[0].slice(i, 1)])
                     .expect("a value of the column's own type encodes");

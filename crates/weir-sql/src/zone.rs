@@ -498,6 +498,29 @@ pub(crate) fn localize(
         fn zoned(&self, x: SqlExpr) -> SqlExpr {
             call(ZONED_TIME, vec![x, text(self.zone.name())])
         }
+        /// `done` (FLOOR / CEIL's rewrite over `weir_floor_ceil_arg(x)`) taken of `x`'s local
+        /// time, then back to an instant by the offset at `x`.
+        fn floor_ceil_in_local_time(&self, done: &SqlExpr, x: &SqlExpr) -> SqlExpr {
+            let mut local = done.clone();
+            let _ = sqlparser::ast::visit_expressions_mut(&mut local, |n| {
+                let SqlExpr::Function(g) = n else {
+                    return ControlFlow::<()>::Continue(());
+                };
+                let marker = g.name.to_string();
+                if !marker.eq_ignore_ascii_case(crate::functions::FLOOR_CEIL_ARG) {
+                    return ControlFlow::Continue(());
+                }
+                if let FunctionArguments::List(l) = &mut g.args {
+                    if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(a))) = l.args.first_mut()
+                    {
+                        let inner = std::mem::replace(a, SqlExpr::value(Value::Null));
+                        *a = self.local(inner);
+                    }
+                }
+                ControlFlow::Continue(())
+            });
+            call(INSTANT_OF, vec![local, x.clone(), text(self.zone.name())])
+        }
         fn is_ltz(&self, x: &SqlExpr) -> bool {
             (self.type_of)(x).as_ref().is_some_and(is_ltz)
         }
@@ -635,33 +658,7 @@ pub(crate) fn localize(
                                 .collect();
                             if let [done, x] = args.as_slice() {
                                 if self.is_ltz(x) {
-                                    let mut local = done.clone();
-                                    let _ =
-                                        sqlparser::ast::visit_expressions_mut(&mut local, |n| {
-                                            if let SqlExpr::Function(g) = n {
-                                                let arg_name = g.name.to_string();
-                                                if arg_name.eq_ignore_ascii_case(
-                                                    crate::functions::FLOOR_CEIL_ARG,
-                                                ) {
-                                                    if let FunctionArguments::List(gl) = &mut g.args
-                                                    {
-                                                        if let Some(FunctionArg::Unnamed(
-                                                            FunctionArgExpr::Expr(a),
-                                                        )) = gl.args.first_mut()
-                                                        {
-                                                            let inner =
-                                                                std::mem::replace(a, taken());
-                                                            *a = self.local(inner);
-                                                        }
-                                                    }
-                                                }
-                                            }
-                                            ControlFlow::<()>::Continue(())
-                                        });
-                                    *e = call(
-                                        INSTANT_OF,
-                                        vec![local, x.clone(), text(self.zone.name())],
-                                    );
+                                    *e = self.floor_ceil_in_local_time(done, x);
                                 }
                             }
                         }

@@ -54,12 +54,6 @@ pub(super) fn parts(t: &TableDef) -> Result<Option<Parts>> {
         p.options = (t.options.iter())
             .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
             .collect();
-        // The table's own source options (alignment, idleness) apply to both parts.
-        for k in ["scan.watermark.idle-timeout"] {
-            if let Some(v) = t.options.get(k) {
-                p.options.insert(k.into(), v.clone());
-            }
-        }
         p
     };
     if t.options.contains_key(connectors::LATE_ROWS) {
