@@ -103,8 +103,9 @@ fn rows(text: &str, format: &str) -> Vec<String> {
     out
 }
 
-fn run(query: &Path, output: &Path) {
-    let sql = std::fs::read_to_string(query).unwrap();
+/// Runs the query file `query` after the statements `before`, writing into `output`.
+fn run(query: &Path, before: &str, output: &Path) -> weir_runtime::exec::JobReport {
+    let sql = before.to_string() + &std::fs::read_to_string(query).unwrap();
     let opts = weir_sql::PlanOptions {
         vars: [
             (
@@ -125,13 +126,18 @@ fn run(query: &Path, output: &Path) {
             graph,
             std::sync::Arc::new(weir_core::SystemClock),
         ))
-        .unwrap_or_else(|e| panic!("{}: {e}", query.display()));
+        .unwrap_or_else(|e| panic!("{}: {e}", query.display()))
 }
 
 fn check(query: &str) {
+    check_after(query, "");
+}
+
+/// [`check`], the query's statements run after `before`.
+fn check_after(query: &str, before: &str) -> weir_runtime::exec::JobReport {
     let path = coverage().join("queries").join(format!("{query}.sql"));
     let out = tempfile::tempdir().unwrap();
-    run(&path, out.path());
+    let report = run(&path, before, out.path());
     let sql = std::fs::read_to_string(&path).unwrap();
     let sinks = sinks(&sql);
     assert!(!sinks.is_empty(), "{query} writes no sink");
@@ -157,6 +163,7 @@ fn check(query: &str) {
             want.len()
         );
     }
+    report
 }
 
 #[test]
@@ -332,4 +339,38 @@ fn standard_deviations_and_variances_are_flinks() {
 #[test]
 fn first_value_last_value_and_listagg_are_flinks() {
     check("first_last_listagg");
+}
+
+#[test]
+fn batch_execution_counts_the_rows_a_stream_finds_late_as_flinks_batch_does() {
+    check("batch");
+}
+
+#[test]
+fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
+    let spill = tempfile::tempdir().unwrap();
+    let report = check_after(
+        "batch",
+        &format!(
+            "SET 'weir.batch.sort-memory' = '64 kb';\nSET 'weir.batch.spill-dir' = '{}';\n",
+            spill.path().display()
+        ),
+    );
+    let spilled: i64 = (report.metrics.nodes.iter())
+        .filter_map(|n| n.gauges.get("sort_spilled_bytes"))
+        .sum();
+    assert!(spilled > 1 << 20, "the sorts spilled {spilled} bytes");
+    // Each source's sort holds about its share of the memory: 64 KiB over 3 sources of 2
+    // subtasks, and one batch over it.
+    let most = (report.metrics.nodes.iter())
+        .filter(|n| n.gauges.contains_key("sort_spilled_bytes"))
+        .map(|n| n.peak_state_bytes)
+        .max()
+        .unwrap();
+    assert!(most < 2 << 20, "a source's sort held {most} bytes");
+    assert_eq!(
+        std::fs::read_dir(spill.path()).unwrap().count(),
+        0,
+        "the spill files are removed"
+    );
 }

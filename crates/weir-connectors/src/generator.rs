@@ -458,6 +458,9 @@ impl SourceFactory for GeneratorSource {
     fn kind(&self) -> &'static str {
         KIND
     }
+    fn bounded(&self) -> bool {
+        self.plan.spec.rows.is_some()
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(&self.plan.spec).expect("generator settings serialise")
     }

@@ -395,6 +395,9 @@ impl SourceFactory for KafkaSource {
     fn kind(&self) -> &'static str {
         "kafka"
     }
+    fn bounded(&self) -> bool {
+        self.spec.bounded
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).expect("kafka spec serialises")
     }

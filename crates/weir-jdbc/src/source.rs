@@ -318,6 +318,9 @@ impl SourceFactory for JdbcSource {
     fn kind(&self) -> &'static str {
         "jdbc"
     }
+    fn bounded(&self) -> bool {
+        true
+    }
 
     fn spec(&self) -> serde_json::Value {
         let s = &self.shared;

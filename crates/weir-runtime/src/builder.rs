@@ -71,6 +71,7 @@ impl SourceOptions {
                 idle_timeout_ms: None,
                 alignment: None,
                 range: Default::default(),
+                batch: None,
             },
             parallelism: None,
         }

@@ -10,6 +10,7 @@
 mod barriers;
 mod operator_task;
 mod output;
+mod sorted_source;
 mod source_task;
 mod start_guard;
 mod wiring;

@@ -185,6 +185,43 @@ pub struct SourceWatermarks {
     /// The event times the source reads (a backfill's range); all by default.
     #[serde(default, skip_serializing_if = "EventTimeRange::is_all")]
     pub range: EventTimeRange,
+    /// Batch execution ([`crate::batch`]): the source reads all its rows, sorts them by event
+    /// time, then sends them in that order; `None` in streaming execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchRead>,
+}
+
+impl SourceWatermarks {
+    /// The alignment group the source reports its watermarks to: its own, or in batch
+    /// execution the job's ([`BatchRead::GROUP`]) when it has an event time.
+    pub fn alignment_group(&self) -> Option<&str> {
+        match (&self.alignment, &self.batch, &self.event_time) {
+            (Some(a), _, _) => Some(&a.group),
+            (None, Some(_), Some(_)) => Some(BatchRead::GROUP),
+            _ => None,
+        }
+    }
+}
+
+/// How a source reads in batch execution: every split to its end, its rows sorted by event
+/// time in at most `sort_memory_bytes` (spilling sorted runs into `spill_dir`), then sent in
+/// event-time order with a watermark that follows them exactly (the greatest time sent − 1
+/// ms), so that no row is late. The sources of a job send in step: a source subtask sends its
+/// next batch only while its watermark is at most the minimum over all of them (group
+/// [`BatchRead::GROUP`]), so what an operator holds for a time bound stays as in a streaming
+/// run without delay, whatever the sources' sizes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRead {
+    /// The memory of one source subtask's sort.
+    pub sort_memory_bytes: u64,
+    /// Where sorted runs spill; the system's temporary folder when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spill_dir: Option<PathBuf>,
+}
+
+impl BatchRead {
+    /// The alignment group of a batch job's sources.
+    pub const GROUP: &'static str = "weir-batch";
 }
 
 /// The event times a source reads, from `from_ms` (inclusive) until `until_ms` (exclusive), as

@@ -26,6 +26,7 @@
 //! ```
 
 pub mod backfill;
+pub mod batch;
 pub mod builder;
 pub mod channel;
 pub mod checkpoint;
@@ -41,6 +42,7 @@ pub mod metrics;
 pub mod operator;
 pub mod ops;
 pub mod sink;
+pub mod sort;
 pub mod source;
 pub mod testing;
 

@@ -131,6 +131,8 @@ pub trait SourceReader: Send {
 #[derive(Debug, Default)]
 pub struct AlignmentGroup {
     splits: Mutex<std::collections::HashMap<(usize, usize), Option<i64>>>,
+    /// Woken at every report.
+    reported: tokio::sync::Notify,
 }
 
 impl AlignmentGroup {
@@ -141,6 +143,21 @@ impl AlignmentGroup {
             .lock()
             .expect("alignment lock")
             .insert((node, split), watermark);
+        self.reported.notify_waiters();
+    }
+
+    /// Waits until the group's minimum is at least `watermark`, or no split is active.
+    pub async fn wait_for_minimum(&self, watermark: i64) {
+        loop {
+            // Registered before the check, so a report between the two is not missed.
+            let reported = self.reported.notified();
+            tokio::pin!(reported);
+            reported.as_mut().enable();
+            if self.minimum().is_none_or(|m| m >= watermark) {
+                return;
+            }
+            reported.await;
+        }
     }
 
     /// The minimum watermark over the active splits, if any.
@@ -242,6 +259,11 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     /// A source that cannot be made so.
     fn bounded_to_present(&self) -> Result<Option<Arc<dyn SourceFactory>>> {
         Ok(None)
+    }
+    /// Whether every split of the source ends (a file, a bounded Kafka read, a generator with
+    /// a row count): a batch job reads only such sources. The default is `false`.
+    fn bounded(&self) -> bool {
+        false
     }
     /// Whether the source is a changelog (an upsert topic: the latest row per key is the
     /// table), read whole to be right: a backfill does not skip its rows before its start.

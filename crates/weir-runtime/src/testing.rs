@@ -55,6 +55,9 @@ impl SourceFactory for VecSource {
     fn kind(&self) -> &'static str {
         "memory"
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({ "splits": self.splits.len() })
     }

@@ -341,7 +341,7 @@ fn a_misspelt_setting_is_refused_and_a_flink_one_weir_does_not_read_is_not() {
 }
 
 /// A Flink setting weir does not implement that changes results is refused, not ignored with
-/// a warning (issue #24 item 6): batch mode, any unknown `table.*` or `execution.*` key, a time
+/// a warning (issue #24 item 6): a runtime mode other than streaming or batch, any unknown `table.*` or `execution.*` key, a time
 /// zone Flink does not take either. Settings that change no result, and these at the value weir behaves by,
 /// are taken.
 #[test]
@@ -363,7 +363,10 @@ INSERT INTO out1 SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') FROM events;"
             "SET 'table.local-time-zone' = 'Europe/Berln';",
             "'Europe/Berln': not a time zone",
         ),
-        ("SET 'execution.runtime-mode' = 'batch';", "streaming mode"),
+        (
+            "SET 'execution.runtime-mode' = 'automatic';",
+            "'streaming' (the default) or 'batch'",
+        ),
         (
             "SET 'table.exec.emit.early-fire.enabled' = 'true';",
             "weir does not implement this Flink setting",
@@ -633,4 +636,49 @@ fn a_variable_stays_inside_its_string_literal() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("`${input}` outside a string literal"), "{err}");
+}
+
+/// Batch execution (issue #20 item 5) reads every input to its end and takes no checkpoints:
+/// a source that does not end and a checkpoint interval are refused, as are the batch settings
+/// in a streaming job (they would do nothing) and a size that is not one.
+#[test]
+fn batch_jobs_refuse_what_they_cannot_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |set: &str, rows: &str| {
+        format!(
+            "{set}
+CREATE TABLE events (key STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events'{rows});
+CREATE TABLE out1 (key STRING) WITH ('connector' = 'blackhole');
+INSERT INTO out1 SELECT key FROM events;"
+        )
+    };
+    let batch = "SET 'execution.runtime-mode' = 'batch';";
+    let bounded = ", 'generator.rows' = '10'";
+    for (sql, says) in [
+        (job(batch, ""), "source `events` (generator) does not end, and a batch job reads its inputs to their end: give it a number of rows ('generator.rows')"),
+        (
+            job(
+                &format!("{batch} SET 'execution.checkpointing.interval' = '10 s';"),
+                bounded,
+            ),
+            "a batch job takes no checkpoints",
+        ),
+        (
+            job("SET 'weir.batch.sort-memory' = '1 gb';", bounded),
+            "applies to batch jobs only",
+        ),
+        (
+            job(
+                &format!("{batch} SET 'weir.batch.sort-memory' = '12 parsecs';"),
+                bounded,
+            ),
+            "'12 parsecs': unknown unit `parsecs`",
+        ),
+    ] {
+        let err = plan_error(&sql, dir.path());
+        assert!(err.contains(says), "{sql}\n→ {err}");
+    }
+    plan_job(&job(batch, bounded), &opts(dir.path())).unwrap();
 }

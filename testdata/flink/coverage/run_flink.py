@@ -1,4 +1,5 @@
-"""Runs the coverage queries on Apache Flink 2.3 (PyFlink, local mini-cluster, streaming mode)
+"""Runs the coverage queries on Apache Flink 2.3 (PyFlink, local mini-cluster, streaming mode, or
+batch mode for a query that sets 'execution.runtime-mode' = 'batch')
 and writes Flink's output as expected/<sink>.<format>: the lines of the sink's part files.
 
     pip install apache-flink==2.3.0     # once, with Java 17
@@ -30,7 +31,11 @@ def run(path):
     out = tempfile.mkdtemp()
     sql = open(path).read()
     sql = sql.replace("${input}", os.path.join(here, "input")).replace("${output}", out)
-    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    # Flink takes the runtime mode when the environment is made, not from a SET.
+    batch = re.search(r"SET 'execution.runtime-mode' = 'batch'", sql) is not None
+    env = TableEnvironment.create(
+        EnvironmentSettings.in_batch_mode() if batch else EnvironmentSettings.in_streaming_mode()
+    )
     env.get_config().set("parallelism.default", "2")
     inserts = []
     sinks = {}
@@ -49,7 +54,8 @@ def run(path):
                 inserts.append(stmt)
         elif stmt.upper().startswith("SET"):
             key, value = [p.strip().strip("'") for p in stmt[3:].split("=", 1)]
-            env.get_config().set(key, value)
+            if key != "execution.runtime-mode":
+                env.get_config().set(key, value)
         elif "'url' = 'jdbc:sqlite:" + out + "/" in stmt:
             table = stmt.split()[2].lower()
             name = stmt.split("'url' = 'jdbc:sqlite:" + out + "/")[1].split(".db'")[0]

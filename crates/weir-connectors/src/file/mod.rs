@@ -491,6 +491,9 @@ impl SourceFactory for FileSource {
     fn kind(&self) -> &'static str {
         "file"
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn reads_any(&self, written: &weir_runtime::location::Written) -> Option<usize> {
         if let Some(glob) = GlobReads::of(&self.spec.path) {
             return written.places().iter().position(|p| glob.reads(p));

@@ -105,6 +105,16 @@ impl SourceTask {
     pub(super) async fn run(mut self) -> Result<()> {
         let mut checkpoints = self.checkpoints.take();
         let (node, subtask) = (self.node, self.subtask);
+        if let Some(batch) = self.watermarks.batch.clone() {
+            if checkpoints.is_some() {
+                return Err(Error::plan(format!(
+                    "source `{}` reads as in batch execution, which takes no checkpoints: a \
+                     failed batch job runs again from the start; turn checkpointing off",
+                    self.name
+                )));
+            }
+            return self.read_sorted(batch).await;
+        }
         let r = self.read(checkpoints.as_mut()).await;
         if let (Ok(last), Some(c)) = (&r, checkpoints) {
             // After End: later checkpoints hold where its splits ended.
@@ -170,6 +180,24 @@ impl SourceTask {
         Ok(positions)
     }
 
+    /// The reader of the subtask's splits.
+    pub(super) fn create_reader(&self) -> Result<Box<dyn crate::source::SourceReader>> {
+        self.factory.create_reader(
+            self.assigned.clone(),
+            ReaderContext {
+                source: self.name.clone(),
+                subtask: self.subtask,
+                parallelism: self.parallelism,
+                batch_rows: self.batch_rows,
+                clock: self.clock.clone(),
+                dead_letters: self.dead_letters.clone(),
+                split_metrics: self.split_metrics.clone(),
+                start_positions: self.start_positions.clone(),
+                checkpointing: self.checkpoints_on,
+            },
+        )
+    }
+
     /// Reads the splits to their end; with checkpoints, returns where they ended.
     async fn read(
         &mut self,
@@ -198,20 +226,7 @@ impl SourceTask {
                 self.name
             )));
         }
-        let mut reader = self.factory.create_reader(
-            self.assigned.clone(),
-            ReaderContext {
-                source: self.name.clone(),
-                subtask: self.subtask,
-                parallelism: self.parallelism,
-                batch_rows: self.batch_rows,
-                clock: self.clock.clone(),
-                dead_letters: self.dead_letters.clone(),
-                split_metrics: self.split_metrics.clone(),
-                start_positions: self.start_positions.clone(),
-                checkpointing: self.checkpoints_on,
-            },
-        )?;
+        let mut reader = self.create_reader()?;
         let mut gens =
             vec![
                 SplitWatermarks::new(self.watermarks.strategy, self.watermarks.idle_timeout_ms);
@@ -569,7 +584,7 @@ fn range_mask(
 }
 
 /// The rows of `batch` whose event time passes `keep` (see [`range_mask`]).
-fn keep_rows(
+pub(super) fn keep_rows(
     batch: arrow_array::RecordBatch,
     et: usize,
     sm: &SplitMetrics,

@@ -220,6 +220,28 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let mut sink_subtasks = 0;
     let mut task_names = HashMap::new();
     let mut groups: HashMap<String, Arc<AlignmentGroup>> = HashMap::new();
+    // Every split of an aligned source holds its group back from the start, before any source
+    // runs, so a source that starts late is not left behind.
+    // Each source's splits, listed once.
+    let mut source_splits: Vec<Option<Result<Vec<String>>>> = Vec::new();
+    for n in &graph.nodes {
+        source_splits.push(match &n.kind {
+            NodeKind::Source {
+                factory,
+                watermarks,
+            } => {
+                let splits = factory.splits();
+                if let (Some(name), Ok(splits)) = (watermarks.alignment_group(), &splits) {
+                    let g = groups.entry(name.to_string()).or_default();
+                    for i in 0..splits.len() {
+                        g.report(n.id, i, Some(i64::MIN));
+                    }
+                }
+                Some(splits)
+            }
+            _ => None,
+        });
+    }
     let started = clock.now();
     for n in graph.nodes.iter().rev() {
         let node_mailboxes = std::mem::take(&mut mailboxes[n.id]);
@@ -252,15 +274,9 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 factory,
                 watermarks,
             } => {
-                let split_names = factory.splits().map_err(|e| wrap(0, e))?;
-                if let Some(a) = &watermarks.alignment {
-                    // Every split of an aligned source holds the group back from the start,
-                    // so a source that starts late is not left behind.
-                    let g = groups.entry(a.group.clone()).or_default();
-                    for i in 0..split_names.len() {
-                        g.report(n.id, i, Some(i64::MIN));
-                    }
-                }
+                let split_names = (source_splits[n.id].take())
+                    .expect("listed for every source")
+                    .map_err(|e| wrap(0, e))?;
                 for (s, outs) in node_outputs.into_iter().enumerate() {
                     let assigned: Vec<usize> = (0..split_names.len())
                         .filter(|i| i % n.parallelism == s)
@@ -303,9 +319,8 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         batch_rows: cfg.batch_rows,
                         node: n.id,
                         group: watermarks
-                            .alignment
-                            .as_ref()
-                            .map(|a| groups.entry(a.group.clone()).or_default().clone()),
+                            .alignment_group()
+                            .map(|g| groups.entry(g.to_string()).or_default().clone()),
                         checkpoints: checkpoints.as_mut().map(|c| c.source((n.id, s))),
                         checkpoints_on: cfg.checkpointing.is_some(),
                         start_positions: starts

@@ -290,7 +290,9 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         Some(v) => SessionZone::parse(v).map_err(plan_err)?,
         None => SessionZone::utc(),
     };
+    let batch = batch_options(&settings)?;
     let planner = Planner {
+        batch: batch.clone(),
         tables,
         views,
         settings,
@@ -336,6 +338,9 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         plan.sources = weir_runtime::backfill::limit_to_range(&mut graph, b.range, b.allow_lookup)?;
         plan.job = graph.name.clone();
         plan.checkpoints = checkpoint_dir;
+    }
+    if let Some(b) = &batch {
+        weir_runtime::batch::run_as_batch(&mut graph, b)?;
     }
     Ok((graph, backfill_plan))
 }
@@ -418,6 +423,8 @@ struct Planner {
     late_routed: RefCell<std::collections::BTreeSet<String>>,
     /// The WITH queries in scope, outermost first (plan/with.rs).
     ctes: RefCell<Vec<with::Named>>,
+    /// `SET 'execution.runtime-mode' = 'batch'`: how the job runs as a batch job.
+    batch: Option<weir_runtime::batch::BatchOptions>,
 }
 
 impl Planner {
@@ -624,8 +631,12 @@ impl Planner {
         }
     }
 
-    /// `SET 'table.exec.state.ttl'`, if given.
+    /// `SET 'table.exec.state.ttl'`, if given. A batch job has none, as in Flink's batch
+    /// execution: its state lives to the end of the input (see [`settings::batch_options`]).
     fn state_ttl_ms(&self) -> Result<Option<i64>> {
+        if self.batch.is_some() {
+            return Ok(Some(BATCH_STATE_TTL_MS));
+        }
         (self.settings.get("table.exec.state.ttl"))
             .map(|v| duration_ms("table.exec.state.ttl", v))
             .transpose()

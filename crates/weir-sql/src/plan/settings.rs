@@ -15,6 +15,9 @@ pub(super) const SETTINGS: &[&str] = &[
     "weir.max-dead-letter-share",
     "weir.slo.time-lag",
     "weir.sink.rate-limit",
+    "execution.runtime-mode",
+    "weir.batch.sort-memory",
+    "weir.batch.spill-dir",
     "scan.watermark.idle-timeout",
     "table.exec.source.idle-timeout",
     "scan.watermark.alignment.group",
@@ -70,25 +73,18 @@ const WITHOUT_EFFECT_ON_RESULTS: &[&str] = &[
 
 /// Flink settings weir takes only at the value that is its own behaviour (Flink's default):
 /// any other value would change results, so it is refused.
-const ONLY_AT: &[(&str, &[&str], &str)] = &[
-    (
-        "execution.runtime-mode",
-        &["streaming"],
-        "weir runs every job in streaming mode",
-    ),
-    (
-        "table.exec.legacy-cast-behaviour",
-        &["disabled"],
-        "weir's casts are Flink's current ones",
-    ),
-];
+const ONLY_AT: &[(&str, &[&str], &str)] = &[(
+    "table.exec.legacy-cast-behaviour",
+    &["disabled"],
+    "weir's casts are Flink's current ones",
+)];
 
 /// Refuses a `SET` key weir does not read that is a misspelling of one it does (or any
 /// unknown `weir.` key): it would be ignored without a word. A Flink `table.*` or
 /// `execution.*` key weir does not read is refused too, unless it changes no result (a list
 /// of them is ignored with a warning) or has the value weir behaves by
-/// (`execution.runtime-mode` = 'streaming'): ignoring it would give another answer than
-/// Flink's without a word. Other keys (`state.backend.type`, `python.*`) are ignored with a
+/// (`table.exec.legacy-cast-behaviour` = 'disabled'): ignoring it would give another answer
+/// than Flink's without a word. Other keys (`state.backend.type`, `python.*`) are ignored with a
 /// warning.
 pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> {
     for (key, value) in settings {
@@ -129,6 +125,85 @@ pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> 
         tracing::warn!(key = %key, "SET '{key}' is not a setting weir reads; ignored");
     }
     Ok(())
+}
+
+/// A batch job's state lives to the end of its input: no TTL (Flink's batch execution has
+/// none, whatever `table.exec.state.ttl` says). Far enough from the ends of `i64` that adding
+/// it to an event time does not overflow.
+pub(super) const BATCH_STATE_TTL_MS: i64 = i64::MAX / 4;
+
+/// `SET 'execution.runtime-mode'`: `None` for 'streaming' (the default), the batch run's
+/// settings for 'batch' (`weir.batch.sort-memory`, `weir.batch.spill-dir`).
+pub(super) fn batch_options(
+    settings: &BTreeMap<String, String>,
+) -> Result<Option<weir_runtime::batch::BatchOptions>> {
+    let mode = settings.get("execution.runtime-mode");
+    match mode.map(|m| m.trim().to_lowercase()).as_deref() {
+        None | Some("streaming") => {
+            for key in ["weir.batch.sort-memory", "weir.batch.spill-dir"] {
+                if settings.contains_key(key) {
+                    return Err(plan_err(format!(
+                        "SET '{key}' applies to batch jobs only: add SET \
+                         'execution.runtime-mode' = 'batch', or remove it"
+                    )));
+                }
+            }
+            return Ok(None);
+        }
+        Some("batch") => {}
+        Some(_) => {
+            return Err(plan_err(format!(
+                "SET 'execution.runtime-mode' = '{}': 'streaming' (the default) or 'batch'",
+                mode.map_or("", |m| m.as_str())
+            )))
+        }
+    }
+    if let Some(ttl) = settings.get("table.exec.state.ttl") {
+        tracing::warn!(
+            "SET 'table.exec.state.ttl' = '{ttl}' does not apply to a batch job: as in Flink's \
+             batch execution, its state lives to the end of the input"
+        );
+    }
+    let mut options = weir_runtime::batch::BatchOptions::default();
+    if let Some(v) = settings.get("weir.batch.sort-memory") {
+        options.sort_memory_bytes = bytes("weir.batch.sort-memory", v)?;
+    }
+    if let Some(v) = settings.get("weir.batch.spill-dir") {
+        options.spill_dir = Some(v.trim().into());
+    }
+    Ok(Some(options))
+}
+
+/// A size setting such as `256 mb`, `1 gb`, `65536` (bytes).
+pub(super) fn bytes(key: &str, v: &str) -> Result<u64> {
+    let t = v.trim();
+    let (num, unit) = t.split_at(
+        t.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(t.len()),
+    );
+    let n: f64 = num.parse().map_err(|_| {
+        plan_err(format!(
+            "SET '{key}' = '{v}': expected a size such as '256 mb'"
+        ))
+    })?;
+    let f = match unit.trim().to_lowercase().as_str() {
+        "" | "b" | "bytes" => 1.0,
+        "kb" | "k" | "kib" => 1024.0,
+        "mb" | "m" | "mib" => 1024.0 * 1024.0,
+        "gb" | "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(plan_err(format!(
+                "SET '{key}' = '{v}': unknown unit `{other}` (b, kb, mb or gb)"
+            )))
+        }
+    };
+    let b = n * f;
+    if !b.is_finite() || b < 1.0 || b >= u64::MAX as f64 {
+        return Err(plan_err(format!(
+            "SET '{key}' = '{v}': a size of at least one byte"
+        )));
+    }
+    Ok(b as u64)
 }
 
 /// Flink's `restart-strategy.*` settings (the default when none is given).

@@ -1,0 +1,89 @@
+//! Batch execution: a job over bounded inputs, computed over the whole input, as Flink's
+//! `execution.runtime-mode` = 'batch'.
+//!
+//! [`run_as_batch`] turns a planned graph into its batch run. Every source reads all its rows
+//! and sorts them by event time ([`BatchRead`], an external sort in bounded memory); then the
+//! sources send their rows in event-time order, in step (the source furthest behind sends
+//! next), with a watermark that follows the rows exactly. The operators are the streaming ones,
+//! unchanged: they see each input in order and never a late row, so a window holds only its
+//! own rows and a time-bounded join only its bound's worth, and the result is what Flink's
+//! batch execution computes over the whole input: the streaming result plus the rows a
+//! streaming run finds late. A batch job takes no checkpoints (a failed one runs again), and
+//! every source must end.
+
+use crate::error::{Error, Result};
+use crate::graph::{BatchRead, JobGraph, NodeKind};
+use weir_core::watermark::WatermarkStrategy;
+
+/// The settings of a batch run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// The memory of every source's sort together; each source subtask gets its share.
+    pub sort_memory_bytes: u64,
+    /// Where sorts spill; the system's temporary folder when `None`.
+    pub spill_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            sort_memory_bytes: 256 << 20,
+            spill_dir: None,
+        }
+    }
+}
+
+/// Makes `graph` run as a batch job (see the module doc).
+///
+/// # Errors
+/// `Plan` when the job takes checkpoints, or a source does not end (an unbounded Kafka topic,
+/// a generator without a row count).
+pub fn run_as_batch(graph: &mut JobGraph, options: &BatchOptions) -> Result<()> {
+    if graph.config.checkpointing.is_some() {
+        return Err(Error::plan(
+            "a batch job takes no checkpoints (a failed batch job runs again from the start): \
+             remove 'execution.checkpointing.interval' (or --checkpoint-interval), or run in \
+             streaming mode",
+        ));
+    }
+    let mut sorting_subtasks = 0u64;
+    for n in &graph.nodes {
+        let NodeKind::Source {
+            factory,
+            watermarks,
+        } = &n.kind
+        else {
+            continue;
+        };
+        if !factory.bounded() {
+            let how = match factory.kind() {
+                "kafka" => "give it an end ('scan.bounded.mode' = 'latest-offset', or another",
+                "generator" => "give it a number of rows ('generator.rows'",
+                _ => "give it an end (see its connector's options",
+            };
+            return Err(Error::plan(format!(
+                "source `{}` ({}) does not end, and a batch job reads its inputs to their end: \
+                 {how}), or run the job in streaming mode",
+                n.name,
+                factory.kind()
+            )));
+        }
+        if watermarks.event_time.is_some() {
+            sorting_subtasks += n.parallelism as u64;
+        }
+    }
+    let share = options.sort_memory_bytes / sorting_subtasks.max(1);
+    for n in &mut graph.nodes {
+        if let NodeKind::Source { watermarks, .. } = &mut n.kind {
+            // The sorted rows make the watermark exact; nothing waits on a delay or idleness.
+            watermarks.strategy = WatermarkStrategy::Monotonous;
+            watermarks.idle_timeout_ms = None;
+            watermarks.alignment = None;
+            watermarks.batch = Some(BatchRead {
+                sort_memory_bytes: share,
+                spill_dir: options.spill_dir.clone(),
+            });
+        }
+    }
+    Ok(())
+}

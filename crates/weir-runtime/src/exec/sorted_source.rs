@@ -1,0 +1,175 @@
+//! A source subtask in batch execution ([`BatchRead`]): reads every split to its end into an
+//! external sort by event time, then sends the rows in that order, in step with the job's
+//! other sources.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use weir_core::time::{Stopwatch, Watermark};
+
+use super::source_task::SourceTask;
+use crate::error::{Error, Result};
+use crate::graph::BatchRead;
+use crate::message::{Message, StreamBatch};
+use crate::operator::Port;
+use crate::sort::EventTimeSort;
+use crate::source::SourcePoll;
+
+impl SourceTask {
+    /// Reads the subtask's splits in batch execution (see [`BatchRead`]).
+    pub(super) async fn read_sorted(&mut self, batch: BatchRead) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let schema = self.factory.schema();
+        let et = match &self.watermarks.event_time {
+            Some(c) => Some(weir_core::batch::event_time_index(&schema, c)?),
+            None => None,
+        };
+        let range = self.watermarks.range;
+        let mut sort = et.map(|et| {
+            EventTimeSort::new(
+                schema.clone(),
+                et,
+                self.batch_rows,
+                batch.sort_memory_bytes as usize,
+                batch.spill_dir.clone(),
+            )
+        });
+        let mut reader = if self.assigned.is_empty() {
+            None
+        } else {
+            Some(self.create_reader()?)
+        };
+        // Without an event time the rows go on as they come: nothing downstream orders them.
+        while let Some(r) = reader.as_mut() {
+            let mut sw = Stopwatch::start();
+            match r.poll()? {
+                SourcePoll::Batch { split, batch } => {
+                    let rows = batch.num_rows() as u64;
+                    m.rows_in.fetch_add(rows, Relaxed);
+                    let sm = &self.split_metrics[split];
+                    sm.rows_read.fetch_add(rows, Relaxed);
+                    match (et, sort.as_mut()) {
+                        (Some(et), Some(sort)) => {
+                            let batch = self.without_null_event_times(batch, et, split)?;
+                            let batch = super::source_task::keep_rows(batch, et, sm, |t| {
+                                range.from_ms.is_none_or(|f| t >= f)
+                                    && range.until_ms.is_none_or(|u| t < u)
+                            })?;
+                            let times = weir_core::batch::event_times(&batch, et)?;
+                            if let Some(&last) = times.last() {
+                                sm.last_event_time.store(last, Relaxed);
+                            }
+                            if let Some(&max) = times.iter().max() {
+                                sm.max_event_time.fetch_max(max, Relaxed);
+                            }
+                            sort.push(batch)?;
+                            // What the sort holds is the subtask's state; what it spilled, a
+                            // gauge.
+                            let (rows, bytes) = sort.buffered();
+                            m.set_state(rows, bytes);
+                            *m.gauges.lock().expect("metrics lock") =
+                                vec![("sort_spilled_bytes", sort.spilled_bytes() as i64)];
+                            m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                        }
+                        _ => {
+                            m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                            self.outputs
+                                .emit(Port::Main, StreamBatch::new(batch))
+                                .await?;
+                        }
+                    }
+                }
+                SourcePoll::SplitFinished(split) => {
+                    self.split_metrics[split].finished.store(true, Relaxed);
+                }
+                SourcePoll::Pending { wait_ms } => {
+                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
+                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                }
+                SourcePoll::NewSplit(sm) => {
+                    return Err(Error::plan(format!(
+                        "source `{}` found a new split `{}` while reading in batch execution, \
+                         which reads only bounded sources; make the source bounded",
+                        self.name, sm.split
+                    )));
+                }
+                SourcePoll::Finished => break,
+            }
+        }
+        drop(reader);
+        for sm in &self.split_metrics {
+            sm.finished.store(true, Relaxed);
+        }
+        if let (Some(sort), Some(et)) = (sort, et) {
+            if sort.spilled_bytes() > 0 {
+                tracing::info!(
+                    source = %self.name,
+                    subtask = self.subtask,
+                    spilled_bytes = sort.spilled_bytes(),
+                    "sorted by event time, spilling past the sort memory"
+                );
+            }
+            m.set_state(0, 0);
+            self.send_sorted(sort, et).await?;
+        }
+        m.watermark.store(i64::MAX, Relaxed);
+        self.outputs
+            .broadcast(Message::Watermark(Watermark::MAX))
+            .await?;
+        self.outputs.broadcast(Message::End).await?;
+        self.report_to_group(None);
+        m.finished.store(true, Relaxed);
+        Ok(())
+    }
+
+    /// Sends the sorted rows, each batch once the subtask's watermark is the group's minimum,
+    /// with the watermark after it: its last event time − 1 ms.
+    async fn send_sorted(&mut self, sort: EventTimeSort, et: usize) -> Result<()> {
+        let m = self.outputs.metrics.clone();
+        let mut rows = sort.finish()?;
+        let mut watermark = i64::MIN;
+        loop {
+            let mut sw = Stopwatch::start();
+            if let Some(group) = self.group.clone() {
+                group.wait_for_minimum(watermark).await;
+                m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+            }
+            let Some(batch) = rows.next_batch()? else {
+                break;
+            };
+            let times = weir_core::batch::event_times(&batch, et)?;
+            let last = *times.last().expect("sorted batches have rows");
+            // Every row is after the watermark before it: none is late.
+            let row_wms = vec![watermark; batch.num_rows()];
+            m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+            self.outputs
+                .emit(
+                    Port::Main,
+                    StreamBatch::with_row_watermarks(batch, row_wms.into()),
+                )
+                .await?;
+            if last - 1 > watermark {
+                watermark = last - 1;
+                m.watermark.store(watermark, Relaxed);
+                for sm in &self.split_metrics {
+                    sm.watermark.store(watermark, Relaxed);
+                }
+                self.outputs
+                    .broadcast(Message::Watermark(Watermark(watermark)))
+                    .await?;
+                self.report_to_group(Some(watermark));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports the subtask's watermark for each of its splits (`None`: it has finished).
+    fn report_to_group(&self, watermark: Option<i64>) {
+        if let Some(g) = &self.group {
+            for &split in &self.assigned {
+                g.report(self.node, split, watermark);
+            }
+        }
+    }
+}
