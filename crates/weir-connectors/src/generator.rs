@@ -1389,6 +1389,7 @@ mod tests {
             split_metrics: metrics.clone(),
             start_positions: Vec::new(),
             checkpointing: false,
+            commit_at_end: true,
         };
         (src.create_reader(splits, ctx).unwrap(), metrics)
     }

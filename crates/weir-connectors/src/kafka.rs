@@ -15,7 +15,8 @@
 //! when it completes ([`SourceReader::checkpoint_complete`]), so the group never runs ahead of
 //! what a restore would replay. With `bounded`, each partition is read up to an end (Flink's
 //! `scan.bounded.mode`, [`EndPosition`]: its end at start, the group's committed offsets, the
-//! offsets for a time, or given offsets), and the source then finishes (backfills and tests).
+//! offsets for a time, or given offsets), and the source then finishes (backfills and tests);
+//! it commits where it ended, except in a batch job ([`ReaderContext::commit_at_end`]).
 //!
 //! A partition's position ([`SourceReader::position`]) is `{"offset": n}`, the offset of the
 //! next record not yet returned (with `"end": e`, where a bounded source stops, and
@@ -1108,7 +1109,7 @@ impl SourceReader for KafkaReader {
                         .map_err(|e| kafka_err("commit", e))?;
                 }
             }
-            if tpl.count() > 0 {
+            if tpl.count() > 0 && self.ctx.commit_at_end {
                 let _ = self.consumer.commit(&tpl, CommitMode::Sync);
             }
             return Ok(SourcePoll::Finished);

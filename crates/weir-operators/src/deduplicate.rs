@@ -205,12 +205,12 @@ impl OperatorFactory for Deduplicate {
         let keys = self.keys.join(", ");
         match self.keep {
             Keep::First => format!(
-                "the first row by event time per ({keys}), emitted once the watermark reaches it; keeps per key its first row until then and its latest event time until {} ms of event time pass without a row of it (TTL)",
-                self.ttl_ms
+                "the first row by event time per ({keys}), emitted once the watermark reaches it; keeps per key its first row until then and its latest event time {}",
+                crate::kept_until(self.ttl_ms, "a row of it")
             ),
             Keep::Last => format!(
-                "the latest row by event time per ({keys}), an update per key and batch; keeps one row per key until {} ms of event time pass without a newer row of it (TTL)",
-                self.ttl_ms
+                "the latest row by event time per ({keys}), an update per key and batch; keeps one row per key {}",
+                crate::kept_until(self.ttl_ms, "a newer row of it")
             ),
         }
     }

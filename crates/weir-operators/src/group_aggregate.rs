@@ -147,10 +147,10 @@ impl OperatorFactory for GroupAggregate {
     }
     fn describe(&self) -> String {
         format!(
-            "{} per ({}), an update per key and batch; keeps one group per key until {} ms of event time pass without a row of it (TTL)",
+            "{} per ({}), an update per key and batch; keeps one group per key {}",
             aggregates::describe(&self.aggregates),
             self.keys.join(", "),
-            self.ttl_ms
+            crate::kept_until(self.ttl_ms, "a row of it")
         )
     }
 }

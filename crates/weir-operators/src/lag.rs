@@ -241,11 +241,11 @@ impl OperatorFactory for Lag {
             .map(|l| format!("LAG({}, {})", l.column, l.offset))
             .collect();
         format!(
-            "{} per ({}), each row emitted when the watermark reaches it; keeps per key its rows until then and its last {} rows' values until {} ms of event time pass without a row of it (TTL)",
+            "{} per ({}), each row emitted when the watermark reaches it; keeps per key its rows until then and its last {} rows' values {}",
             lags.join(", "),
             self.keys.join(", "),
             self.max_offset(),
-            self.ttl_ms
+            crate::kept_until(self.ttl_ms, "a row of it")
         )
     }
 }

@@ -151,6 +151,17 @@ fn aggregate_at(
 }
 
 /// Registers this crate's operators, so job graphs using them can be read from JSON.
+/// How long a key's state lives after its last row, for a plan: `until <ttl> ms of event time
+/// pass without <without> (TTL)`, or to the end of the input for a batch job's
+/// ([`weir_core::time::TTL_END_OF_INPUT_MS`]).
+pub(crate) fn kept_until(ttl_ms: i64, without: &str) -> String {
+    if ttl_ms >= weir_core::time::TTL_END_OF_INPUT_MS {
+        "to the end of the input (a batch job has no TTL)".into()
+    } else {
+        format!("until {ttl_ms} ms of event time pass without {without} (TTL)")
+    }
+}
+
 pub fn register(r: &mut Registry) {
     r.add_operator("count", |s| {
         Ok(Arc::new(spec_from_json::<Count>("count", s)?))

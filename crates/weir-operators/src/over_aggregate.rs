@@ -149,14 +149,20 @@ impl OverAggregate {
             Frame::Rows { preceding } => format!(
                 "keeps the last {preceding} rows per key{}, plus the rows the watermark has not reached",
                 match self.state_ttl_ms {
+                    Some(t) if t >= weir_core::time::TTL_END_OF_INPUT_MS => {
+                        " (to the end of the input: a batch job has no TTL)".into()
+                    }
                     Some(t) => format!(" (a key forgotten {} after its last row)", human_ms(t)),
                     None => String::new(),
                 }
             ),
-            Frame::RangeUnbounded | Frame::RowsUnbounded => format!(
-                "keeps a running aggregate per key, forgotten {} after the key's last row (event time), plus the rows the watermark has not reached",
-                human_ms(self.state_ttl_ms.unwrap_or(0))
-            ),
+            Frame::RangeUnbounded | Frame::RowsUnbounded => match self.state_ttl_ms {
+                Some(t) if t >= weir_core::time::TTL_END_OF_INPUT_MS => "keeps a running aggregate per key to the end of the input (a batch job has no TTL), plus the rows the watermark has not reached".into(),
+                t => format!(
+                    "keeps a running aggregate per key, forgotten {} after the key's last row (event time), plus the rows the watermark has not reached",
+                    human_ms(t.unwrap_or(0))
+                ),
+            },
         }
     }
 

@@ -126,6 +126,13 @@ impl OperatorFactory for RegularJoin {
     }
     fn describe(&self) -> String {
         match self.ttl_ms {
+            Some(ttl) if ttl >= weir_core::time::TTL_END_OF_INPUT_MS => format!(
+                "{:?} regular join on ({}) = ({}) without a state TTL (a batch job): keeps every \
+                 row to the end of the input, per key",
+                self.join_type,
+                self.left_keys.join(", "),
+                self.right_keys.join(", ")
+            ),
             Some(ttl) => format!(
                 "{:?} regular join on ({}) = ({}) with an event-time state TTL of {ttl} ms; keeps \
                  each row {ttl} ms past its event time plus the watermark delay, per key",

@@ -36,8 +36,11 @@ impl Default for BatchOptions {
 /// Makes `graph` run as a batch job (see the module doc).
 ///
 /// # Errors
-/// `Plan` when the job takes checkpoints, or a source does not end (an unbounded Kafka topic,
-/// a generator without a row count).
+/// `Plan` when the job takes checkpoints, a source does not end (an unbounded Kafka topic, a
+/// generator without a row count), or a join takes its table side as it stands when a row
+/// comes (a processing-time join over a stream: its answer would depend on how the sources'
+/// reads interleave; a lookup join that queries a database is run, as Flink's batch
+/// execution does).
 pub fn run_as_batch(graph: &mut JobGraph, options: &BatchOptions) -> Result<()> {
     if graph.config.checkpointing.is_some() {
         return Err(Error::plan(
@@ -72,7 +75,29 @@ pub fn run_as_batch(graph: &mut JobGraph, options: &BatchOptions) -> Result<()> 
             sorting_subtasks += n.parallelism as u64;
         }
     }
+    for n in &graph.nodes {
+        let NodeKind::Operator { factory } = &n.kind else {
+            continue;
+        };
+        let table_side = (graph.edges.iter())
+            .filter(|e| e.to == n.id)
+            .any(|e| !factory.holds_watermark(e.input));
+        if table_side {
+            return Err(Error::plan(format!(
+                "`{}` ({}, {}) joins each row with its table as the table stands when the row \
+                 comes, which in a batch job depends on how far the table's source has read: \
+                 join FOR SYSTEM_TIME AS OF the event time (a temporal join), or run in \
+                 streaming mode",
+                n.name,
+                n.kind.kind(),
+                n.created_at
+            )));
+        }
+    }
     let share = options.sort_memory_bytes / sorting_subtasks.max(1);
+    // The sources send in step whatever their first rows' times, so inputs that begin far apart
+    // cannot make a join's state grow: the misaligned-start guard has nothing to guard.
+    graph.config.allow_misaligned_start = true;
     for n in &mut graph.nodes {
         if let NodeKind::Source { watermarks, .. } = &mut n.kind {
             // The sorted rows make the watermark exact; nothing waits on a delay or idleness.

@@ -866,7 +866,18 @@ impl fmt::Display for JobGraph {
             match &n.kind {
                 NodeKind::Operator { factory } => writeln!(f, "      {}", factory.describe())?,
                 NodeKind::Source { watermarks, .. } => {
-                    if let Some(et) = &watermarks.event_time {
+                    match (&watermarks.batch, &watermarks.event_time) {
+                        (Some(b), Some(et)) => writeln!(
+                            f,
+                            "      batch: read to the end, sorted by event time `{et}` in {:.1} MiB \
+                             a subtask (spilling past it), sent in step with the job's other \
+                             sources, watermark = max({et}) - 1 ms: no row is late",
+                            b.sort_memory_bytes as f64 / (1 << 20) as f64
+                        )?,
+                        (Some(_), None) => writeln!(f, "      batch: read to the end")?,
+                        _ => {}
+                    }
+                    if let (None, Some(et)) = (&watermarks.batch, &watermarks.event_time) {
                         write!(
                             f,
                             "      event time `{et}`, watermark = max({et}) - {} ms",

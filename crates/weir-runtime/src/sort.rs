@@ -37,6 +37,8 @@ pub struct EventTimeSort {
     buffered_bytes: usize,
     dir: Option<tempfile::TempDir>,
     runs: Vec<PathBuf>,
+    /// Spill files made so far (their names' numbers).
+    files: usize,
     spilled_bytes: u64,
 }
 
@@ -62,6 +64,7 @@ impl EventTimeSort {
             buffered_bytes: 0,
             dir: None,
             runs: Vec::new(),
+            files: 0,
             spilled_bytes: 0,
         }
     }
@@ -98,40 +101,74 @@ impl EventTimeSort {
     /// # Errors
     /// An I/O error reading a spill file back.
     pub fn finish(mut self) -> Result<SortedRows> {
-        let memory = sorted_run(std::mem::take(&mut self.buffered), self.et, self.batch_rows)?;
+        let buffered = std::mem::take(&mut self.buffered);
+        let mut memory = Vec::new();
+        sorted_run(buffered, self.et, self.batch_rows, &mut |b| {
+            memory.push(b);
+            Ok(())
+        })?;
         if self.runs.is_empty() {
             return Ok(SortedRows {
                 runs: Vec::new(),
                 sorted: Some(memory.into_iter()),
                 heap: BinaryHeap::new(),
-                schema: self.schema.clone(),
                 et: self.et,
                 batch_rows: self.batch_rows,
                 _dir: None,
             });
         }
-        let mut runs = Vec::with_capacity(self.runs.len() + 1);
-        for path in &self.runs {
+        // At most MAX_MERGED files open at once: the oldest runs merged into one first, in
+        // their place, so that ties keep their order.
+        while self.runs.len() + 1 > MAX_MERGED {
+            let oldest: Vec<PathBuf> = self.runs.drain(..MAX_MERGED).collect();
+            let mut merged =
+                SortedRows::merging(self.open(&oldest)?, self.et, self.batch_rows, None)?;
+            let path = self.write_run(|write| {
+                while let Some(b) = merged.next_batch()? {
+                    write(b)?;
+                }
+                Ok(())
+            })?;
+            drop(merged);
+            for p in &oldest {
+                std::fs::remove_file(p).map_err(|e| spill_error(p, e))?;
+            }
+            self.runs.insert(0, path);
+        }
+        let mut runs = self.open(&self.runs)?;
+        // The rows still in memory came last: last among equal times.
+        runs.push(Run::memory(memory));
+        SortedRows::merging(runs, self.et, self.batch_rows, self.dir)
+    }
+
+    /// The spilled runs at `paths`, to merge.
+    fn open(&self, paths: &[PathBuf]) -> Result<Vec<Run>> {
+        let mut runs = Vec::with_capacity(paths.len() + 1);
+        for path in paths {
             let file = File::open(path).map_err(|e| spill_error(path, e))?;
             let reader = StreamReader::try_new(BufReader::new(file), None)?;
             runs.push(Run::file(reader, path.clone()));
         }
-        // The rows still in memory came last: last among equal times.
-        runs.push(Run::memory(memory));
-        SortedRows::merging(
-            runs,
-            self.schema.clone(),
-            self.et,
-            self.batch_rows,
-            self.dir,
-        )
+        Ok(runs)
     }
 
     /// Writes the buffer, sorted, to a new spill file.
     fn spill(&mut self) -> Result<()> {
-        let sorted = sorted_run(std::mem::take(&mut self.buffered), self.et, self.batch_rows)?;
+        let buffered = std::mem::take(&mut self.buffered);
         self.buffered_bytes = 0;
         self.buffered_rows = 0;
+        let (et, batch_rows) = (self.et, self.batch_rows);
+        let path = self.write_run(|write| sorted_run(buffered, et, batch_rows, write))?;
+        tracing::debug!(run = %path.display(), "sort spilled a run");
+        self.runs.push(path);
+        Ok(())
+    }
+
+    /// A new spill file holding the batches `fill` writes, in the sort's folder.
+    fn write_run(
+        &mut self,
+        fill: impl FnOnce(&mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()>,
+    ) -> Result<PathBuf> {
         if self.dir.is_none() {
             let root = self.spill_root.clone().unwrap_or_else(std::env::temp_dir);
             let dir = tempfile::Builder::new()
@@ -141,30 +178,36 @@ impl EventTimeSort {
             self.dir = Some(dir);
         }
         let dir = self.dir.as_ref().expect("made above").path();
-        let path = dir.join(format!("run-{}.arrow", self.runs.len()));
+        self.files += 1;
+        let path = dir.join(format!("run-{}.arrow", self.files));
         let file = File::create(&path).map_err(|e| spill_error(&path, e))?;
         let mut writer = StreamWriter::try_new(BufWriter::new(file), &self.schema)?;
-        for b in &sorted {
-            writer.write(b)?;
-        }
+        fill(&mut |b: RecordBatch| Ok(writer.write(&b)?))?;
         writer.finish()?;
         let file = writer
             .into_inner()?
             .into_inner()
             .map_err(|e| spill_error(&path, e.into_error()))?;
         self.spilled_bytes += file.metadata().map_err(|e| spill_error(&path, e))?.len();
-        tracing::debug!(run = %path.display(), "sort spilled a run");
-        self.runs.push(path);
-        Ok(())
+        Ok(path)
     }
 }
+
+/// The most runs merged at once (spill files open, a batch of each in memory).
+const MAX_MERGED: usize = 64;
 
 fn spill_error(path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("sort spill file {}", path.display()), e)
 }
 
-/// `batches` as batches of `batch_rows` in event-time order (ties in the order they came).
-fn sorted_run(batches: Vec<RecordBatch>, et: usize, batch_rows: usize) -> Result<Vec<RecordBatch>> {
+/// `batches` in event-time order (ties in the order they came), handed to `out` in batches of
+/// `batch_rows`, each built when it is handed on.
+fn sorted_run(
+    batches: Vec<RecordBatch>,
+    et: usize,
+    batch_rows: usize,
+    out: &mut dyn FnMut(RecordBatch) -> Result<()>,
+) -> Result<()> {
     let mut keys: Vec<(i64, u32, u32)> = Vec::new();
     for (b, batch) in batches.iter().enumerate() {
         let times = weir_core::batch::event_times(batch, et)?;
@@ -178,17 +221,16 @@ fn sorted_run(batches: Vec<RecordBatch>, et: usize, batch_rows: usize) -> Result
     // The batch and row numbers make every key distinct and ordered as the rows came.
     keys.sort_unstable();
     let refs: Vec<&RecordBatch> = batches.iter().collect();
-    let mut out = Vec::with_capacity(keys.len().div_ceil(batch_rows));
     for chunk in keys.chunks(batch_rows) {
         let indices: Vec<(usize, usize)> = chunk
             .iter()
             .map(|&(_, b, r)| (b as usize, r as usize))
             .collect();
-        out.push(arrow_select::interleave::interleave_record_batch(
+        out(arrow_select::interleave::interleave_record_batch(
             &refs, &indices,
-        )?);
+        )?)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// One sorted run being merged: its batches in memory or in a spill file.
@@ -257,7 +299,6 @@ pub struct SortedRows {
     sorted: Option<std::vec::IntoIter<RecordBatch>>,
     /// `(time, run)` of each run's next row.
     heap: BinaryHeap<Reverse<(i64, usize)>>,
-    schema: SchemaRef,
     et: usize,
     batch_rows: usize,
     /// Holds the spill folder until the rows are read.
@@ -267,7 +308,6 @@ pub struct SortedRows {
 impl SortedRows {
     fn merging(
         mut runs: Vec<Run>,
-        schema: SchemaRef,
         et: usize,
         batch_rows: usize,
         dir: Option<tempfile::TempDir>,
@@ -282,16 +322,10 @@ impl SortedRows {
             runs,
             sorted: None,
             heap,
-            schema,
             et,
             batch_rows,
             _dir: dir,
         })
-    }
-
-    /// The schema of the rows.
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
     }
 
     /// The next batch of at most the batch rows, in event-time order; `None` after the last.
@@ -404,6 +438,31 @@ mod tests {
             expected.sort_by_key(|r| r.1);
             prop_assert_eq!(drain(sort.finish().expect("finishes")), expected);
         }
+    }
+
+    /// More runs than are merged at once: the oldest are merged into one first, and ties
+    /// still leave in the order they came.
+    #[test]
+    fn many_runs_merge_in_passes_stably() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut sort = EventTimeSort::new(schema(), 1, 3, 0, Some(root.path().to_path_buf()));
+        let mut expected = Vec::new();
+        for i in 0..(2 * MAX_MERGED as i64 + 5) {
+            let rows = [(2 * i, 100 - i % 7), (2 * i + 1, i % 3)];
+            expected.extend(rows);
+            sort.push(batch(&rows)).expect("pushes");
+        }
+        expected.sort_by_key(|r| r.1);
+        let rows = sort.finish().expect("finishes");
+        let files = std::fs::read_dir(root.path())
+            .expect("lists")
+            .next()
+            .expect("a folder");
+        let open = std::fs::read_dir(files.expect("an entry").path())
+            .expect("lists")
+            .count();
+        assert!(open <= MAX_MERGED, "{open} runs left to merge");
+        assert_eq!(drain(rows), expected);
     }
 
     #[test]

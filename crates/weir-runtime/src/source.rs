@@ -190,6 +190,10 @@ pub struct ReaderContext {
     /// The job takes checkpoints: positions are recorded by them
     /// ([`SourceReader::checkpoint_complete`]), not by the source on its own.
     pub checkpointing: bool,
+    /// At the end of a bounded read the source may record where it ended outside the job (a
+    /// Kafka consumer group's offsets). A batch job's sources do not: a failed batch job runs
+    /// again from the start, so it must find the group where it was.
+    pub commit_at_end: bool,
 }
 
 impl ReaderContext {
@@ -214,6 +218,7 @@ impl ReaderContext {
                 .collect(),
             start_positions: Vec::new(),
             checkpointing: false,
+            commit_at_end: true,
         }
     }
 

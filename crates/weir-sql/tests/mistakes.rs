@@ -676,6 +676,10 @@ INSERT INTO out1 SELECT key FROM events;"
             ),
             "'12 parsecs': unknown unit `parsecs`",
         ),
+        (
+            job(batch, bounded).replace("SELECT key", "SELECT CAST(CURRENT_WATERMARK(rt) AS STRING)"),
+            "CURRENT_WATERMARK: a batch job has no watermarks",
+        ),
     ] {
         let err = plan_error(&sql, dir.path());
         assert!(err.contains(says), "{sql}\n→ {err}");

@@ -402,6 +402,17 @@ INSERT INTO priced SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM
         plan.contains("stream-table join") && plan.contains("NOT deterministic on replay"),
         "{plan}"
     );
+    // In a batch job its answer would depend on how far the table's source has read before the
+    // orders come (issue #20 item 5): refused.
+    let batch = format!("SET 'execution.runtime-mode' = 'batch';\n{sql}");
+    let err = weir_sql::plan_job(&batch, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("joins each row with its table as the table stands when the row comes")
+            && err.contains("FOR SYSTEM_TIME AS OF the event time"),
+        "{err}"
+    );
 }
 
 /// Plans and runs `sql` to its end.

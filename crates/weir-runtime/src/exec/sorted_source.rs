@@ -25,6 +25,13 @@ impl SourceTask {
             None => None,
         };
         let range = self.watermarks.range;
+        if !range.is_all() && et.is_none() {
+            return Err(Error::plan(format!(
+                "source `{}` is given an event-time range but has no event-time column: give \
+                 its table a WATERMARK",
+                self.name
+            )));
+        }
         let mut sort = et.map(|et| {
             EventTimeSort::new(
                 schema.clone(),
@@ -70,6 +77,9 @@ impl SourceTask {
                             *m.gauges.lock().expect("metrics lock") =
                                 vec![("sort_spilled_bytes", sort.spilled_bytes() as i64)];
                             m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                            // A reader of files is never pending: other tasks get the thread
+                            // between its batches.
+                            tokio::task::yield_now().await;
                         }
                         _ => {
                             m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
@@ -149,8 +159,8 @@ impl SourceTask {
                     StreamBatch::with_row_watermarks(batch, row_wms.into()),
                 )
                 .await?;
-            if last - 1 > watermark {
-                watermark = last - 1;
+            if last.saturating_sub(1) > watermark {
+                watermark = last.saturating_sub(1);
                 m.watermark.store(watermark, Relaxed);
                 for sm in &self.split_metrics {
                     sm.watermark.store(watermark, Relaxed);

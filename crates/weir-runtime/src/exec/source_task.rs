@@ -194,6 +194,7 @@ impl SourceTask {
                 split_metrics: self.split_metrics.clone(),
                 start_positions: self.start_positions.clone(),
                 checkpointing: self.checkpoints_on,
+                commit_at_end: self.watermarks.batch.is_none(),
             },
         )
     }

@@ -205,6 +205,10 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         });
     }
     check_settings(&settings)?;
+    let batch = batch_options(&settings)?;
+    if batch.is_some() {
+        refuse_watermark_reads(&inserts, &views)?;
+    }
     let parallelism = match opts.parallelism {
         Some(p) => p,
         None => match settings.get("parallelism.default") {
@@ -290,7 +294,6 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         Some(v) => SessionZone::parse(v).map_err(plan_err)?,
         None => SessionZone::utc(),
     };
-    let batch = batch_options(&settings)?;
     let planner = Planner {
         batch: batch.clone(),
         tables,
@@ -343,6 +346,32 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         weir_runtime::batch::run_as_batch(&mut graph, b)?;
     }
     Ok((graph, backfill_plan))
+}
+
+/// A batch job has no watermarks (Flink's batch execution refuses `CURRENT_WATERMARK` too: its
+/// time attributes are plain timestamps there).
+fn refuse_watermark_reads(
+    inserts: &[Insert],
+    views: &HashMap<String, (String, Query)>,
+) -> Result<()> {
+    fn found<V: sqlparser::ast::Visit>(v: &V) -> bool {
+        sqlparser::ast::visit_expressions(v, |e| match e {
+            SqlExpr::Function(f)
+                if f.name.to_string().eq_ignore_ascii_case("CURRENT_WATERMARK") =>
+            {
+                std::ops::ControlFlow::Break(())
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        })
+        .is_break()
+    }
+    if inserts.iter().any(found) || views.values().any(|(_, q)| found(q)) {
+        return Err(plan_err(
+            "CURRENT_WATERMARK: a batch job has no watermarks (as in Flink's batch execution, \
+             which refuses it too); run the job in streaming mode, or leave it out",
+        ));
+    }
+    Ok(())
 }
 
 /// An error of an operator the planner built, told in terms of the SQL statement: the Rust
@@ -635,7 +664,7 @@ impl Planner {
     /// execution: its state lives to the end of the input (see [`settings::batch_options`]).
     fn state_ttl_ms(&self) -> Result<Option<i64>> {
         if self.batch.is_some() {
-            return Ok(Some(BATCH_STATE_TTL_MS));
+            return Ok(Some(weir_core::time::TTL_END_OF_INPUT_MS));
         }
         (self.settings.get("table.exec.state.ttl"))
             .map(|v| duration_ms("table.exec.state.ttl", v))

@@ -127,11 +127,6 @@ pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> 
     Ok(())
 }
 
-/// A batch job's state lives to the end of its input: no TTL (Flink's batch execution has
-/// none, whatever `table.exec.state.ttl` says). Far enough from the ends of `i64` that adding
-/// it to an event time does not overflow.
-pub(super) const BATCH_STATE_TTL_MS: i64 = i64::MAX / 4;
-
 /// `SET 'execution.runtime-mode'`: `None` for 'streaming' (the default), the batch run's
 /// settings for 'batch' (`weir.batch.sort-memory`, `weir.batch.spill-dir`).
 pub(super) fn batch_options(
