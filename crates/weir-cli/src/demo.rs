@@ -230,7 +230,7 @@ pub async fn run(a: DemoArgs) -> Result<()> {
         return Ok(());
     }
     eprint!("{graph}");
-    let web = crate::web::Web::start(&a.http, &graph).await?;
+    let web = crate::web::Web::start(&a.http, &graph, None).await?;
     let result = crate::supervise::run_restarting(
         graph,
         a.metrics_out.as_deref(),

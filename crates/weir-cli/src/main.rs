@@ -497,7 +497,7 @@ fn run_job(
         );
     }
     let exit_code = rt.block_on(async {
-        let web = web::Web::start(&http, &graph).await?;
+        let web = web::Web::start(&http, &graph, backfill.as_ref().map(|b| b.range)).await?;
         let result = supervise::run_restarting(
             graph,
             metrics_out.as_deref(),

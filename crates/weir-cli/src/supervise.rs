@@ -143,12 +143,12 @@ pub async fn run(
         let view = view.cloned();
         tokio::spawn(async move {
             let mut tick = 0u64;
-            let mut rates = std::collections::VecDeque::new();
+            let mut pace = weir_runtime::backfill::RangePace::default();
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 tick += 1;
                 if let (Some(bar), Progress::Range(range)) = (&bar, progress) {
-                    range_progress(bar, &metrics, range, slo_ms, &mut rates);
+                    range_progress(bar, &metrics, range, slo_ms, &mut pace);
                 } else if let Some(bar) = &bar {
                     let (mut done, mut total, mut rows) = (0, 0, 0);
                     for n in &metrics.nodes {
@@ -344,8 +344,8 @@ pub async fn run_restarting(
 }
 
 /// The sources' watermark: the least over splits still reading (finished and idle ones hold
-/// nothing back), `None` before any has one.
-pub fn sources_watermark(metrics: &weir_runtime::metrics::JobMetrics) -> Option<i64> {
+/// nothing back), `None` before any has one, `i64::MAX` once all have finished.
+fn sources_watermark(metrics: &weir_runtime::metrics::JobMetrics) -> Option<i64> {
     let mut splits = Vec::new();
     for n in &metrics.nodes {
         for s in n.splits.lock().expect("metrics lock").iter() {
@@ -357,26 +357,21 @@ pub fn sources_watermark(metrics: &weir_runtime::metrics::JobMetrics) -> Option<
             ));
         }
     }
-    // The progress bar shows a range's end itself: all finished reads as no watermark.
-    weir_runtime::metrics::least_open_watermark(splits).filter(|w| *w != i64::MAX)
+    weir_runtime::metrics::least_open_watermark(splits)
 }
 
-/// Shows a backfill's progress on `bar`: the event time reached within the range, rows per
-/// second over the last ten seconds (`rates` keeps the samples), the time left at that pace in
-/// event time, and "caught up" once an open-ended backfill's watermark is within `slo_ms` of
-/// now.
+/// Shows a backfill's progress on `bar` (see [`weir_runtime::backfill::RangePace`]): the event
+/// time reached within the range, rows per second, the time left at that pace in event time,
+/// and "caught up" once an open-ended backfill's watermark is within `slo_ms` of now.
 fn range_progress(
     bar: &indicatif::ProgressBar,
     metrics: &weir_runtime::metrics::JobMetrics,
     range: weir_runtime::backfill::BackfillRange,
     slo_ms: i64,
-    rates: &mut std::collections::VecDeque<(i64, i64, u64)>,
+    pace: &mut weir_runtime::backfill::RangePace,
 ) {
     use weir_core::time::Clock;
     let now_ms = SystemClock.now().0;
-    let end = range.until_ms.unwrap_or(now_ms);
-    let span = (end - range.from_ms).max(1);
-    let wm = sources_watermark(metrics);
     let rows: u64 = (metrics.nodes.iter())
         .flat_map(|n| {
             let splits = n.splits.lock().expect("metrics lock");
@@ -386,41 +381,29 @@ fn range_progress(
                 .collect::<Vec<_>>()
         })
         .sum();
-    let at = wm.unwrap_or(range.from_ms).clamp(range.from_ms, end);
-    rates.push_back((now_ms, at, rows));
-    while rates.len() > 2 && now_ms - rates[0].0 > 10_000 {
-        rates.pop_front();
-    }
-    let (t0, at0, rows0) = rates[0];
-    let secs = (now_ms - t0) as f64 / 1000.0;
-    let rows_per_sec = if secs > 0.0 {
-        (rows - rows0) as f64 / secs
-    } else {
-        0.0
-    };
-    let event_per_sec = if secs > 0.0 {
-        (at - at0) as f64 / secs
-    } else {
-        0.0
-    };
+    let p = pace.sample(&range, now_ms, sources_watermark(metrics), rows, slo_ms);
+    let span = range
+        .until_ms
+        .unwrap_or(now_ms)
+        .saturating_sub(range.from_ms)
+        .max(1);
     bar.set_length(span as u64);
-    bar.set_position((at - range.from_ms) as u64);
-    let caught_up = range.until_ms.is_none() && wm.is_some_and(|w| now_ms - w <= slo_ms);
-    let left = if caught_up {
-        "caught up".to_string()
-    } else if event_per_sec > 0.0 {
-        let ms = ((end - at) as f64 / event_per_sec * 1000.0) as i64;
-        format!("about {} left", hms(ms))
-    } else {
-        "time left unknown".to_string()
+    bar.set_position((p.done * span as f64) as u64);
+    let left = match p.time_left_ms {
+        _ if p.caught_up => "caught up".to_string(),
+        Some(ms) => format!("about {} left", hms(ms)),
+        None => "time left unknown".to_string(),
     };
     bar.set_message(format!(
-        "event time {} of {}..{}, {rows} rows read, {rows_per_sec:.0} rows/s, {left}",
-        wm.map_or("none yet".to_string(), weir_core::time::format_utc),
+        "event time {} of {}..{}, {rows} rows read, {:.0} rows/s, {left}",
+        p.watermark
+            .filter(|w| *w != i64::MAX)
+            .map_or("none yet".to_string(), weir_core::time::format_utc),
         weir_core::time::format_utc(range.from_ms),
         range
             .until_ms
             .map_or("now".to_string(), weir_core::time::format_utc),
+        p.rows_per_s,
     ));
 }
 

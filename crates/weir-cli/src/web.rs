@@ -158,19 +158,28 @@ pub struct Web {
 }
 
 impl Web {
-    /// Starts serving a view of `graph` and says where on stderr; `None` with `--http off`.
+    /// Starts serving a view of `graph` (a backfill over `range`) and says where on stderr;
+    /// `None` with `--http off`.
     ///
     /// # Errors
     /// An unreadable `--http`, or an address given with `--http` that cannot be listened on.
     /// When the default address is taken, the next ports are tried, then any free one; when
     /// none can be had the job runs without the server.
-    pub async fn start(args: &HttpArgs, graph: &JobGraph) -> Result<Option<Web>> {
+    pub async fn start(
+        args: &HttpArgs,
+        graph: &JobGraph,
+        range: Option<weir_runtime::backfill::BackfillRange>,
+    ) -> Result<Option<Web>> {
         let explicit = args.http.is_some();
         let setting = args.http.as_deref().unwrap_or(weir_http::DEFAULT_ADDR);
         let Some(addr) = weir_http::parse_http_setting(setting)? else {
             return Ok(None);
         };
-        let view = Arc::new(JobView::new(graph, Arc::new(SystemClock)));
+        let mut view = JobView::new(graph, Arc::new(SystemClock));
+        if let Some(range) = range {
+            view = view.with_range(range);
+        }
+        let view = Arc::new(view);
         let token = match Token::given(args)? {
             Some(access) => Token { access, file: None },
             None => Token::write(weir_http::Access::generate()?)?,

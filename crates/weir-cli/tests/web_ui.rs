@@ -671,3 +671,90 @@ async fn a_split_paused_by_watermark_alignment_is_shown_and_savepoint_and_stop_w
     );
     assert!(d.join(savepoint).is_dir(), "{savepoint}");
 }
+
+/// `weir backfill` (#20): the page shows how far through its range the backfill is, with its
+/// pace, and "caught up" with a full bar once it has read to the end of the range.
+#[tokio::test]
+#[ignore = "needs Chromium: run with scripts/test"]
+async fn a_backfill_shows_its_progress_through_its_range() {
+    browser_binaries();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("job.sql"),
+        "CREATE TABLE events (key STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+           WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+         ) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events',
+                 'generator.rows' = '20000');
+         CREATE TABLE copied (key STRING, ts BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = 'copied.csv', 'format' = 'csv');
+         INSERT INTO copied SELECT key, ts FROM events;",
+    )
+    .unwrap();
+    let weir = Weir::start(
+        d,
+        &[
+            "backfill",
+            "job.sql",
+            "--from",
+            "2023-12-31T23:59:00Z",
+            "--until",
+            "2024-01-01T00:01:00Z",
+            "--suffix",
+            "_v2",
+            "--rate",
+            "4000",
+            "--http",
+            "127.0.0.1:0",
+            "--http-linger",
+            "30",
+        ],
+    );
+    let url = weir.url.clone();
+    with_browser("backfill", |c| async move {
+        c.goto(&url).await?;
+        let first = wait_for(
+            "the backfill's progress",
+            Duration::from_secs(60),
+            || async {
+                let b = c.find(Locator::Css("#backfill")).await?;
+                Ok(b.is_displayed().await?.then_some(()))
+            },
+        )
+        .await;
+        first?;
+        let text = c.find(Locator::Css("#backfill-text")).await?.text().await?;
+        ensure!(
+            text.starts_with("Backfill 2023-12-31 23:59:00 .. 2024-01-01 00:01:00: ")
+                && text.contains("% done")
+                && text.contains("rows/s"),
+            "the progress reads {text:?}"
+        );
+        let (text, width) = wait_for("the end of the range", Duration::from_secs(60), || async {
+            let b = c.find(Locator::Css("#backfill")).await?;
+            if b.attr("data-caught-up").await?.as_deref() != Some("true") {
+                return Ok(None);
+            }
+            let text = c.find(Locator::Css("#backfill-text")).await?.text().await?;
+            let bar = c.find(Locator::Css("#backfill-done")).await?;
+            Ok(Some((text, bar.css_value("width").await?)))
+        })
+        .await?;
+        ensure!(
+            text.contains("100 % done") && text.contains("caught up"),
+            "at the end the progress reads {text:?}"
+        );
+        let full = c
+            .find(Locator::Css(".range-bar"))
+            .await?
+            .css_value("width")
+            .await?;
+        ensure!(width == full, "the bar is {width} of {full}");
+        Ok(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nweir's stderr:\n{}", weir.stderr()));
+    weir.signal("INT");
+    let (_, stderr) = weir.wait(Duration::from_secs(30));
+    assert!(stderr.contains("rows in:"), "{stderr}");
+}

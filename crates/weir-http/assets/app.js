@@ -511,6 +511,23 @@
     $('updated').textContent = 'sampled ' + new Date(m.at).toLocaleTimeString();
   }
 
+  // A backfill's progress through its event-time range (weir backfill only).
+  function renderRange(ev) {
+    const r = ev.range;
+    const box = $('backfill');
+    box.hidden = !r;
+    if (!r) return;
+    box.setAttribute('data-caught-up', r.caught_up ? 'true' : 'false');
+    $('backfill-done').style.width = (Math.max(0, Math.min(1, r.done)) * 100).toFixed(1) + '%';
+    const reached = r.watermark === null ? 'no watermark yet'
+      : r.watermark >= 9223372036854775000 ? 'every input read' : 'at ' + fmtEventTime(r.watermark);
+    const left = r.caught_up ? 'caught up'
+      : r.time_left_ms === null ? 'time left unknown' : 'about ' + fmtDuration(r.time_left_ms) + ' left';
+    $('backfill-text').textContent = 'Backfill ' + fmtEventTime(r.from_ms) + ' .. '
+      + (r.until_ms === null ? 'now' : fmtEventTime(r.until_ms)) + ': ' + fmtPct(r.done) + ' done, '
+      + reached + ', ' + fmtCompact(r.rows_per_s) + ' rows/s, ' + left;
+  }
+
   function shares(busy, bp, idle) {
     const bar = el('span', { class: 'shares' });
     for (const [cls, v] of [['busy', busy], ['backpressured', bp], ['idle', idle]]) {
@@ -704,6 +721,7 @@
     }
     renderStatus(ev.status);
     renderHeader(ev);
+    renderRange(ev);
     updateGraph(ev);
     renderAlerts(ev);
     renderSplits(ev);

@@ -53,6 +53,9 @@ pub struct ProgressDoc {
     /// what the committed output has reached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub committed_watermark: Option<i64>,
+    /// A backfill's progress through its event-time range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<weir_runtime::backfill::RangeProgress>,
 }
 
 /// Which of the POST endpoints can act.
@@ -95,6 +98,7 @@ pub fn job(view: &JobView) -> serde_json::Value {
                 caught_up: watermark == Some(i64::MAX) || lag.is_some_and(|l| l <= within),
                 caught_up_within_ms: within,
                 committed_watermark: snap.and_then(|s| s.checkpoints.last_watermark),
+                range: st.range.as_ref().and_then(|r| r.progress.clone()),
             }
         },
     };

@@ -400,6 +400,16 @@ pub(crate) struct ViewState {
     pub checkpoints: VecDeque<CheckpointRecord>,
     pub savepoints: VecDeque<SavepointRecord>,
     pub savepoints_requested: u64,
+    /// A backfill's progress through its range, from the newest sample.
+    pub range: Option<RangeState>,
+}
+
+/// A backfill's range, its pace and its progress at the newest sample.
+#[derive(Debug, Clone)]
+pub(crate) struct RangeState {
+    pub range: weir_runtime::backfill::BackfillRange,
+    pub pace: weir_runtime::backfill::RangePace,
+    pub progress: Option<weir_runtime::backfill::RangeProgress>,
 }
 
 /// Everything the server shows of one job. Shared (`Arc`) between the one who runs the job,
@@ -440,11 +450,23 @@ impl JobView {
                 checkpoints: VecDeque::new(),
                 savepoints: VecDeque::new(),
                 savepoints_requested: 0,
+                range: None,
             }),
             actions: Mutex::new(JobActions::default()),
             events: broadcast::channel(64).0,
             history_len: DEFAULT_HISTORY,
         }
+    }
+
+    /// The view of a backfill over `range`: the API and the UI show how far through it the job
+    /// is (see [`weir_runtime::backfill::RangePace`]).
+    pub fn with_range(self, range: weir_runtime::backfill::BackfillRange) -> Self {
+        self.state.write().expect("view lock").range = Some(RangeState {
+            range,
+            pace: Default::default(),
+            progress: None,
+        });
+        self
     }
 
     /// Keeps the last `samples` samples for charts (at least one).
@@ -511,6 +533,19 @@ impl JobView {
                 if st.checkpoints.len() > RECENT_CHECKPOINTS {
                     st.checkpoints.pop_front();
                 }
+            }
+            if let Some(r) = &mut st.range {
+                let rows = (snapshot.nodes.iter())
+                    .flat_map(|n| &n.splits)
+                    .map(|s| s.rows_read)
+                    .sum();
+                r.progress = Some(r.pace.sample(
+                    &r.range,
+                    snapshot.at,
+                    snapshot.sources_watermark(),
+                    rows,
+                    self.graph.caught_up_within_ms,
+                ));
             }
             st.history.push_back(sample.clone());
             while st.history.len() > self.history_len {
@@ -613,7 +648,7 @@ impl JobView {
     }
 
     fn snapshot_event(&self, st: &ViewState) -> ViewEvent {
-        let data = serde_json::json!({
+        let mut data = serde_json::json!({
             "seq": st.seq,
             "status": st.status,
             "metrics": st.latest,
@@ -624,6 +659,9 @@ impl JobView {
                 serde_json::json!({ "node": i, "operator": self.graph.nodes[i].label })
             }),
         });
+        if let Some(p) = st.range.as_ref().and_then(|r| r.progress.as_ref()) {
+            data["range"] = serde_json::json!(p);
+        }
         ViewEvent {
             name: "snapshot",
             id: st.seq,

@@ -208,3 +208,106 @@ fn uses(graph: &JobGraph, source: usize) -> Uses {
     }
     uses
 }
+
+/// How far a backfill is through its range: for the terminal and the web UI.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RangeProgress {
+    pub from_ms: i64,
+    /// `None`: the backfill goes on past the present.
+    pub until_ms: Option<i64>,
+    /// The sources' watermark (see `MetricsSnapshot::sources_watermark`), `None` before one
+    /// has a watermark; `i64::MAX` once every split has finished.
+    pub watermark: Option<i64>,
+    /// The share of the range's event time done, 0 to 1 (of the range up to now without an
+    /// end).
+    pub done: f64,
+    /// Rows the sources read per second, over the last ten seconds.
+    pub rows_per_s: f64,
+    /// The time left at the pace of the last ten seconds in event time; `None` when there is
+    /// no pace yet, or when caught up.
+    pub time_left_ms: Option<i64>,
+    /// A backfill without an end whose watermark is within the job's time-lag objective of now
+    /// (it has become the live job), or one that reached its end.
+    pub caught_up: bool,
+}
+
+/// Samples of a backfill's sources over the last ten seconds, for its pace.
+#[derive(Debug, Clone, Default)]
+pub struct RangePace {
+    /// (wall clock, event time reached, rows read), oldest first.
+    samples: std::collections::VecDeque<(i64, i64, u64)>,
+}
+
+impl RangePace {
+    /// Takes a sample at wall-clock `now_ms`: the sources' `watermark` and the `rows` they have
+    /// read; says how far `range` is done, caught up meaning within `slo_ms` of now.
+    pub fn sample(
+        &mut self,
+        range: &BackfillRange,
+        now_ms: i64,
+        watermark: Option<i64>,
+        rows: u64,
+        slo_ms: i64,
+    ) -> RangeProgress {
+        let end = range.until_ms.unwrap_or(now_ms).max(range.from_ms);
+        let at = watermark.unwrap_or(range.from_ms).clamp(range.from_ms, end);
+        self.samples.push_back((now_ms, at, rows));
+        while self.samples.len() > 2 && now_ms - self.samples[0].0 > 10_000 {
+            self.samples.pop_front();
+        }
+        let (t0, at0, rows0) = self.samples[0];
+        let secs = (now_ms - t0) as f64 / 1000.0;
+        let per_sec = |d: f64| if secs > 0.0 { d / secs } else { 0.0 };
+        let event_per_sec = per_sec((at - at0) as f64);
+        let finished = watermark == Some(i64::MAX);
+        let caught_up = finished
+            || (range.until_ms.is_none() && watermark.is_some_and(|w| now_ms - w <= slo_ms));
+        RangeProgress {
+            from_ms: range.from_ms,
+            until_ms: range.until_ms,
+            watermark,
+            done: if finished {
+                1.0
+            } else {
+                (at - range.from_ms) as f64 / (end - range.from_ms).max(1) as f64
+            },
+            rows_per_s: per_sec(rows.saturating_sub(rows0) as f64),
+            time_left_ms: (!caught_up && event_per_sec > 0.0)
+                .then(|| ((end - at) as f64 / event_per_sec * 1000.0) as i64),
+            caught_up,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pace is the last ten seconds' event time and rows; an open-ended backfill is caught
+    /// up within its objective of now.
+    #[test]
+    fn a_backfills_pace_gives_its_share_done_and_time_left() {
+        let range = BackfillRange {
+            from_ms: 0,
+            until_ms: Some(100_000),
+            now_ms: 0,
+        };
+        let mut pace = RangePace::default();
+        let p = pace.sample(&range, 1_000, None, 0, 60_000);
+        assert_eq!((p.done, p.time_left_ms, p.caught_up), (0.0, None, false));
+        let p = pace.sample(&range, 3_000, Some(20_000), 4_000, 60_000);
+        assert_eq!(p.done, 0.2);
+        assert_eq!(p.rows_per_s, 2_000.0);
+        // 20 s of event time in 2 s: the 80 s left take 8 s.
+        assert_eq!(p.time_left_ms, Some(8_000));
+        let p = pace.sample(&range, 20_000, Some(i64::MAX), 9_000, 60_000);
+        assert_eq!((p.done, p.time_left_ms, p.caught_up), (1.0, None, true));
+        let open = BackfillRange {
+            until_ms: None,
+            ..range
+        };
+        let mut pace = RangePace::default();
+        let p = pace.sample(&open, 1_000_000, Some(950_000), 1, 60_000);
+        assert!(p.caught_up && p.time_left_ms.is_none(), "{p:?}");
+    }
+}
