@@ -1,5 +1,6 @@
 //! `weir`: run, inspect and benchmark stream jobs.
 
+#![warn(clippy::unwrap_used)]
 mod bench;
 mod control;
 mod cutover;

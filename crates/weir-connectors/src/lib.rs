@@ -17,6 +17,7 @@
 //! # Ok::<(), weir_runtime::Error>(())
 //! ```
 
+#![warn(clippy::unwrap_used)]
 pub mod file;
 pub mod generator;
 #[cfg(feature = "kafka")]

@@ -17,6 +17,7 @@
 //! assert_eq!(t.set_idle(1, true), Some(Watermark(10_000)));
 //! ```
 
+#![warn(clippy::unwrap_used)]
 pub mod batch;
 pub mod error;
 pub mod expr;

@@ -50,6 +50,7 @@
 //! });
 //! ```
 
+#![warn(clippy::unwrap_used)]
 mod access;
 mod api;
 mod assets;

@@ -131,6 +131,7 @@
 //! the file: never the password) and the table. A table whose columns do not fit the sink's
 //! schema is refused at start, naming the column and both types.
 
+#![warn(clippy::unwrap_used)]
 pub mod lookup;
 pub mod options;
 mod plan;

@@ -14,6 +14,7 @@
 //! # job.build().unwrap();
 //! ```
 
+#![warn(clippy::unwrap_used)]
 pub mod aggregates;
 pub mod count;
 pub mod deduplicate;

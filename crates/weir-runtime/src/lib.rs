@@ -25,6 +25,7 @@
 //! assert_eq!(out.rows(), 5);
 //! ```
 
+#![warn(clippy::unwrap_used)]
 pub mod backfill;
 pub mod batch;
 pub mod builder;

@@ -8,6 +8,7 @@
 //! DataFusion ([`expr`]) in the [`calc`] operator, which this crate registers
 //! ([`register`]) so that SQL jobs written out as JSON read back.
 
+#![warn(clippy::unwrap_used)]
 pub mod calc;
 mod connectors;
 pub mod dialect;

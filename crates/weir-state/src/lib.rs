@@ -32,6 +32,7 @@
 //! assert_eq!(counts.size().rows, 2);
 //! ```
 
+#![warn(clippy::unwrap_used)]
 use std::path::PathBuf;
 
 use hashbrown::HashTable;
