@@ -1,7 +1,6 @@
 //! Expressions a generator writes: thousands of terms, deep or wide.
 
 use std::collections::BTreeMap;
-use weir_core::time::Stopwatch;
 
 use weir_sql::{plan_job, PlanOptions};
 
@@ -69,24 +68,24 @@ fn an_in_list_of_a_hundred_thousand_values_plans() {
     plan(&in_list_of(100_000)).unwrap();
 }
 
-/// Planning time as expressions grow (printed with --nocapture, for the notes; the machine is
-/// shared, so nothing here is timed against a limit).
+/// Large expressions plan whole: the plan keeps their last term. (How long planning takes is
+/// not a test's business: the machines are shared and their speed varies.)
 #[test]
-fn planning_time_by_expression_size() {
+fn large_expressions_plan_with_every_term() {
     for n in [250usize, 1_000, 4_000] {
-        let t = Stopwatch::start();
-        plan(&or_of(n)).unwrap();
-        println!("{n} ORs: {:.1} ms", t.elapsed_nanos() as f64 / 1e6);
+        let plan = plan(&or_of(n)).unwrap().to_string();
+        assert!(plan.contains(&format!("= {}", n - 1)), "{n} ORs: {plan}");
     }
-    for n in [50usize, 100, 200] {
-        let t = Stopwatch::start();
-        plan(&sum_of(n)).unwrap();
-        println!("{n} + terms: {:.1} ms", t.elapsed_nanos() as f64 / 1e6);
+    for n in [50usize, 200] {
+        let plan = plan(&sum_of(n)).unwrap().to_string();
+        assert!(
+            plan.contains(&format!("* {}", n - 1)),
+            "{n} + terms: {plan}"
+        );
     }
-    for n in [10_000usize, 40_000, 160_000] {
-        let t = Stopwatch::start();
-        plan(&in_list_of(n)).unwrap();
-        println!("IN list of {n}: {:.1} ms", t.elapsed_nanos() as f64 / 1e6);
+    for n in [10_000usize, 160_000] {
+        let plan = plan(&in_list_of(n)).unwrap().to_string();
+        assert!(plan.contains(&(n - 1).to_string()), "IN list of {n}");
     }
 }
 

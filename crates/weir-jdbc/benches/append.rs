@@ -1,9 +1,10 @@
 //! Append throughput: rows of 5 columns (BIGINT, INT, DOUBLE, STRING, TIMESTAMP(3)) through
 //! the sink, printed, never asserted. 1,000,000 rows in a release build (100,000 in a debug
-//! one, as scripts/test runs it) unless WEIR_JDBC_BENCH_ROWS says:
+//! one) unless WEIR_JDBC_BENCH_ROWS says (a benchmark, not a test: CI does not run it):
 //!
-//!     WEIR_POSTGRES_URL=… cargo test --release -p weir-jdbc --test bench -- --ignored --nocapture
+//!     WEIR_POSTGRES_URL=… cargo bench -p weir-jdbc --bench append
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -88,8 +89,15 @@ async fn run(db: &Db, table: &str, input: &[RecordBatch], checkpoints: bool) -> 
     n as f64 / secs
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs PostgreSQL: run scripts/test, or the command in this file's docs"]
+fn main() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(append_rows_per_second());
+}
+
 async fn append_rows_per_second() {
     let n = rows();
     let input = batches(n);
