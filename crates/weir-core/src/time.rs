@@ -117,12 +117,12 @@ pub fn parse_event_time(s: &str) -> Result<i64, String> {
     ))
 }
 
-/// Epoch milliseconds as an ISO 8601 UTC time, e.g. `2024-01-01T00:00:00.000Z`.
 /// A state TTL so long that the state lives to the end of the input: a batch job's, which has
 /// none (as in Flink's batch execution). Far enough from the ends of `i64` that adding it to an
 /// event time does not overflow.
 pub const TTL_END_OF_INPUT_MS: i64 = i64::MAX / 4;
 
+/// Epoch milliseconds as an ISO 8601 UTC time, e.g. `2024-01-01T00:00:00.000Z`.
 pub fn format_utc(ms: i64) -> String {
     let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
     // Days to a civil date (Howard Hinnant's algorithm).

@@ -117,23 +117,30 @@ impl EventTimeSort {
                 _dir: None,
             });
         }
-        // At most MAX_MERGED files open at once: the oldest runs merged into one first, in
-        // their place, so that ties keep their order.
+        // At most MAX_MERGED files open at once: while there are more runs, each group of
+        // MAX_MERGED neighbours is merged into one, in its place, so that ties keep their order
+        // (each row is rewritten once per pass).
         while self.runs.len() + 1 > MAX_MERGED {
-            let oldest: Vec<PathBuf> = self.runs.drain(..MAX_MERGED).collect();
-            let mut merged =
-                SortedRows::merging(self.open(&oldest)?, self.et, self.batch_rows, None)?;
-            let path = self.write_run(|write| {
-                while let Some(b) = merged.next_batch()? {
-                    write(b)?;
+            let runs = std::mem::take(&mut self.runs);
+            for group in runs.chunks(MAX_MERGED) {
+                if let [one] = group {
+                    self.runs.push(one.clone());
+                    continue;
                 }
-                Ok(())
-            })?;
-            drop(merged);
-            for p in &oldest {
-                std::fs::remove_file(p).map_err(|e| spill_error(p, e))?;
+                let mut merged =
+                    SortedRows::merging(self.open(group)?, self.et, self.batch_rows, None)?;
+                let path = self.write_run(|write| {
+                    while let Some(b) = merged.next_batch()? {
+                        write(b)?;
+                    }
+                    Ok(())
+                })?;
+                drop(merged);
+                for p in group {
+                    std::fs::remove_file(p).map_err(|e| spill_error(p, e))?;
+                }
+                self.runs.push(path);
             }
-            self.runs.insert(0, path);
         }
         let mut runs = self.open(&self.runs)?;
         // The rows still in memory came last: last among equal times.

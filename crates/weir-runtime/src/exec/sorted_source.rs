@@ -89,9 +89,9 @@ impl SourceTask {
                         }
                     }
                 }
-                SourcePoll::SplitFinished(split) => {
-                    self.split_metrics[split].finished.store(true, Relaxed);
-                }
+                // A split's rows are sent once all are sorted: it finishes then (the progress of
+                // a backfill follows the watermark the sending gives the splits).
+                SourcePoll::SplitFinished(_) => {}
                 SourcePoll::Pending { wait_ms } => {
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
                     tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
@@ -108,9 +108,6 @@ impl SourceTask {
             }
         }
         drop(reader);
-        for sm in &self.split_metrics {
-            sm.finished.store(true, Relaxed);
-        }
         if let (Some(sort), Some(et)) = (sort, et) {
             if sort.spilled_bytes() > 0 {
                 tracing::info!(
@@ -122,6 +119,9 @@ impl SourceTask {
             }
             m.set_state(0, 0);
             self.send_sorted(sort, et).await?;
+        }
+        for sm in &self.split_metrics {
+            sm.finished.store(true, Relaxed);
         }
         m.watermark.store(i64::MAX, Relaxed);
         self.outputs
@@ -137,7 +137,12 @@ impl SourceTask {
     /// with the watermark after it: its last event time − 1 ms.
     async fn send_sorted(&mut self, sort: EventTimeSort, et: usize) -> Result<()> {
         let m = self.outputs.metrics.clone();
-        let mut rows = sort.finish()?;
+        // Merging spilled runs reads and writes files for a while: off the tasks' threads.
+        let mut rows = match tokio::task::spawn_blocking(move || sort.finish()).await {
+            Ok(rows) => rows?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => return Err(Error::Cancelled),
+        };
         let mut watermark = i64::MIN;
         loop {
             let mut sw = Stopwatch::start();
