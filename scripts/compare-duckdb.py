@@ -49,8 +49,13 @@ COPY (
   SELECT o.order_id, o.currency, o.amount, r.rate, o.amount * r.rate AS converted
   FROM read_csv('{data}/orders.csv', header = true, columns = {{
          'order_id': 'BIGINT', 'currency': 'VARCHAR', 'amount': 'DECIMAL(12, 2)', 'ts': 'BIGINT'}}) o
-  ASOF JOIN read_csv('{data}/rates.csv', header = true, columns = {{
-         'currency': 'VARCHAR', 'rate': 'DECIMAL(12, 6)', 'ts': 'BIGINT'}}) r
+  ASOF JOIN (
+    -- Two versions of a currency at one instant: weir takes the greater row (docs/sql.md).
+    SELECT currency, ts, max(rate) AS rate
+    FROM read_csv('{data}/rates.csv', header = true, columns = {{
+           'currency': 'VARCHAR', 'rate': 'DECIMAL(12, 6)', 'ts': 'BIGINT'}})
+    GROUP BY currency, ts
+  ) r
     ON o.currency = r.currency AND o.ts >= r.ts
 ) TO '{out}/temporal_join.csv' (HEADER)""",
     "window_count": """

@@ -236,13 +236,13 @@ pub fn run(rt: &tokio::runtime::Runtime, args: &ValidateArgs) -> Result<Outcome>
         let _ = writeln!(report, "differing by key:  {}", diff.differing);
     }
     for (i, c) in plan.common.iter().enumerate() {
-        if let (Some(x), Some(y)) = (stats[0].sums[i], stats[1].sums[i]) {
+        if let (Some(x), Some(y)) = (&stats[0].sums[i], &stats[1].sums[i]) {
             let _ = writeln!(
                 report,
                 "sum of {c}: live {} candidate {} (difference {})",
-                fmt_num(x),
-                fmt_num(y),
-                fmt_num(y - x)
+                x.text(),
+                y.text(),
+                y.minus(x).text()
             );
         }
     }
@@ -923,14 +923,14 @@ fn normalise(t: &str) -> String {
 struct Stats {
     rows: u64,
     /// Per common column: the sum while every value is a number.
-    sums: Vec<Option<f64>>,
+    sums: Vec<Option<Sum>>,
 }
 
 impl Stats {
     fn new(plan: &Plan) -> Stats {
         Stats {
             rows: 0,
-            sums: vec![Some(0.0); plan.common.len()],
+            sums: vec![Some(Sum::Exact { units: 0, scale: 0 }); plan.common.len()],
         }
     }
 
@@ -938,13 +938,135 @@ impl Stats {
         self.rows += 1;
         for (s, v) in self.sums.iter_mut().zip(row) {
             if let (Some(sum), Some(v)) = (s.as_mut(), v) {
-                match v.parse::<f64>() {
-                    Ok(x) if x.is_finite() => *sum += x,
-                    _ => *s = None,
+                if !sum.add(v) {
+                    *s = None;
                 }
             }
         }
     }
+}
+
+/// A column's sum: exact while every value is a whole or decimal number and the sum fits 38
+/// digits (two sums of epoch milliseconds that differ by 10 ms must not print as equal, as
+/// they would in a double past 2^53), else in floating point.
+#[derive(Debug, Clone, PartialEq)]
+enum Sum {
+    /// `units` × 10^-`scale`.
+    Exact {
+        units: i128,
+        scale: u32,
+    },
+    Float(f64),
+}
+
+impl Sum {
+    /// Adds the number `text`; `false` when it is not one.
+    fn add(&mut self, text: &str) -> bool {
+        if let Sum::Exact { units, scale } = self {
+            if let Some((v, s)) = decimal(text) {
+                let to = (*scale).max(s);
+                let sum = rescale(*units, *scale, to)
+                    .zip(rescale(v, s, to))
+                    .and_then(|(a, b)| a.checked_add(b));
+                if let Some(sum) = sum {
+                    *self = Sum::Exact {
+                        units: sum,
+                        scale: to,
+                    };
+                    return true;
+                }
+            }
+            *self = Sum::Float(self.as_f64());
+        }
+        let Sum::Float(sum) = self else {
+            unreachable!("made a float above")
+        };
+        match text.parse::<f64>() {
+            Ok(x) if x.is_finite() => {
+                *sum += x;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn as_f64(&self) -> f64 {
+        match *self {
+            Sum::Exact { units, scale } => units as f64 / 10f64.powi(scale as i32),
+            Sum::Float(x) => x,
+        }
+    }
+
+    /// `self - other`, exact when both are.
+    fn minus(&self, other: &Sum) -> Sum {
+        if let (
+            Sum::Exact {
+                units: a,
+                scale: sa,
+            },
+            Sum::Exact {
+                units: b,
+                scale: sb,
+            },
+        ) = (self, other)
+        {
+            let to = (*sa).max(*sb);
+            if let Some(d) = rescale(*a, *sa, to)
+                .zip(rescale(*b, *sb, to))
+                .and_then(|(a, b)| a.checked_sub(b))
+            {
+                return Sum::Exact {
+                    units: d,
+                    scale: to,
+                };
+            }
+        }
+        Sum::Float(self.as_f64() - other.as_f64())
+    }
+
+    fn text(&self) -> String {
+        match *self {
+            Sum::Exact { units, scale: 0 } => units.to_string(),
+            Sum::Exact { units, scale } => {
+                let p = 10i128.pow(scale);
+                let sign = if units < 0 { "-" } else { "" };
+                let frac = format!("{:0w$}", (units % p).unsigned_abs(), w = scale as usize);
+                let frac = frac.trim_end_matches('0');
+                let whole = (units / p).unsigned_abs();
+                if frac.is_empty() {
+                    format!("{sign}{whole}")
+                } else {
+                    format!("{sign}{whole}.{frac}")
+                }
+            }
+            Sum::Float(x) => fmt_num(x),
+        }
+    }
+}
+
+/// `text` as `units` × 10^-scale when it is a plain decimal number (`-12`, `3.50`), with at
+/// most 18 decimals.
+fn decimal(text: &str) -> Option<(i128, u32)> {
+    let t = text.trim();
+    let (neg, digits) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && frac.is_empty()) || !all_digits(whole) || !all_digits(frac) {
+        return None;
+    }
+    if frac.len() > 18 || whole.len() + frac.len() > 38 {
+        return None;
+    }
+    let units: i128 = format!("{whole}{frac}").parse().ok()?;
+    Some((if neg { -units } else { units }, frac.len() as u32))
+}
+
+/// `units` × 10^-`from` with `to` (≥ `from`) decimals; `None` past 38 digits.
+fn rescale(units: i128, from: u32, to: u32) -> Option<i128> {
+    units.checked_mul(10i128.checked_pow(to - from)?)
 }
 
 #[derive(Default)]
@@ -1014,7 +1136,34 @@ impl Spiller {
 
 #[cfg(test)]
 mod tests {
-    use super::normalise;
+    use super::{normalise, Sum};
+
+    /// Sums of epoch milliseconds over millions of rows pass 2^63 and lose their last digits
+    /// in a double: a difference of 10 ms must still show (it printed as 0).
+    #[test]
+    fn sums_are_exact_for_whole_and_decimal_numbers() {
+        let sum = |values: &[&str]| {
+            let mut s = Sum::Exact { units: 0, scale: 0 };
+            for v in values {
+                assert!(s.add(v), "{v}");
+            }
+            s
+        };
+        let big = ["1704075828022"; 10_000_000 / 1_000_000];
+        let mut live: Vec<&str> = big.to_vec();
+        live.extend(["9223372036854775807", "9223372036854775807"]);
+        let mut candidate = live.clone();
+        candidate[0] = "1704075828012";
+        let (l, c) = (sum(&live), sum(&candidate));
+        assert_eq!(c.minus(&l).text(), "-10");
+        assert_eq!(sum(&["12.50", "-0.25", "3"]).text(), "15.25");
+        assert_eq!(sum(&["-1.5", "0.5"]).text(), "-1");
+        assert_eq!(sum(&["-0.5"]).text(), "-0.5");
+        // Exponents and other spellings go on in floating point.
+        assert_eq!(sum(&["1", "1e3"]).text(), "1001");
+        let mut s = Sum::Exact { units: 0, scale: 0 };
+        assert!(!s.add("abc"));
+    }
 
     #[test]
     fn numbers_and_timestamps_compare_as_one_spelling() {
