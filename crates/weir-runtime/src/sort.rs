@@ -2,7 +2,8 @@
 //! each source to its end through it (see [`crate::graph::BatchRead`]).
 //!
 //! Rows are buffered until the buffer holds `budget_bytes`; then the buffer is sorted and
-//! written to a spill file (Arrow IPC) as one sorted run. [`EventTimeSort::finish`] merges the
+//! written to a spill file (Arrow IPC) as one sorted run. The buffer is sorted by its rows'
+//! order, not copied: an output batch is built from it when it is written or sent. [`EventTimeSort::finish`] merges the
 //! runs and what is still buffered into batches in event-time order. The sort is stable: rows
 //! with the same event time leave in the order they came, so a batch run sees ties as the
 //! streaming run does. Memory holds the buffer, and while merging one batch per run. The
@@ -101,16 +102,12 @@ impl EventTimeSort {
     /// # Errors
     /// An I/O error reading a spill file back.
     pub fn finish(mut self) -> Result<SortedRows> {
-        let buffered = std::mem::take(&mut self.buffered);
-        let mut memory = Vec::new();
-        sorted_run(buffered, self.et, self.batch_rows, &mut |b| {
-            memory.push(b);
-            Ok(())
-        })?;
+        // The rows in memory are sorted in place (their order, not a copy of them).
+        let memory = MemoryRun::new(std::mem::take(&mut self.buffered), self.et, self.batch_rows)?;
         if self.runs.is_empty() {
             return Ok(SortedRows {
                 runs: Vec::new(),
-                sorted: Some(memory.into_iter()),
+                sorted: Some(memory),
                 heap: BinaryHeap::new(),
                 et: self.et,
                 batch_rows: self.batch_rows,
@@ -165,7 +162,13 @@ impl EventTimeSort {
         self.buffered_bytes = 0;
         self.buffered_rows = 0;
         let (et, batch_rows) = (self.et, self.batch_rows);
-        let path = self.write_run(|write| sorted_run(buffered, et, batch_rows, write))?;
+        let path = self.write_run(|write| {
+            let mut run = MemoryRun::new(buffered, et, batch_rows)?;
+            while let Some(b) = run.next_batch()? {
+                write(b)?;
+            }
+            Ok(())
+        })?;
         tracing::debug!(run = %path.display(), "sort spilled a run");
         self.runs.push(path);
         Ok(())
@@ -207,37 +210,56 @@ fn spill_error(path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("sort spill file {}", path.display()), e)
 }
 
-/// `batches` in event-time order (ties in the order they came), handed to `out` in batches of
-/// `batch_rows`, each built when it is handed on.
-fn sorted_run(
+/// Rows in memory in event-time order (ties in the order they came): the batches as they came
+/// and the order of their rows, each output batch built when it is asked for.
+struct MemoryRun {
     batches: Vec<RecordBatch>,
-    et: usize,
+    /// (event time, batch, row), sorted; the batch and row numbers make every key distinct
+    /// and ordered as the rows came.
+    keys: Vec<(i64, u32, u32)>,
+    at: usize,
     batch_rows: usize,
-    out: &mut dyn FnMut(RecordBatch) -> Result<()>,
-) -> Result<()> {
-    let mut keys: Vec<(i64, u32, u32)> = Vec::new();
-    for (b, batch) in batches.iter().enumerate() {
-        let times = weir_core::batch::event_times(batch, et)?;
-        keys.extend(
-            times
-                .iter()
-                .enumerate()
-                .map(|(r, &t)| (t, b as u32, r as u32)),
-        );
+}
+
+impl MemoryRun {
+    fn new(batches: Vec<RecordBatch>, et: usize, batch_rows: usize) -> Result<Self> {
+        let mut keys: Vec<(i64, u32, u32)> = Vec::new();
+        for (b, batch) in batches.iter().enumerate() {
+            let times = weir_core::batch::event_times(batch, et)?;
+            keys.extend(
+                times
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &t)| (t, b as u32, r as u32)),
+            );
+        }
+        keys.sort_unstable();
+        Ok(MemoryRun {
+            batches,
+            keys,
+            at: 0,
+            batch_rows,
+        })
     }
-    // The batch and row numbers make every key distinct and ordered as the rows came.
-    keys.sort_unstable();
-    let refs: Vec<&RecordBatch> = batches.iter().collect();
-    for chunk in keys.chunks(batch_rows) {
-        let indices: Vec<(usize, usize)> = chunk
+
+    /// The next `batch_rows` rows in order; `None` after the last.
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if self.at >= self.keys.len() {
+            // What is read is no longer held.
+            self.batches = Vec::new();
+            return Ok(None);
+        }
+        let end = (self.at + self.batch_rows).min(self.keys.len());
+        let indices: Vec<(usize, usize)> = self.keys[self.at..end]
             .iter()
             .map(|&(_, b, r)| (b as usize, r as usize))
             .collect();
-        out(arrow_select::interleave::interleave_record_batch(
+        self.at = end;
+        let refs: Vec<&RecordBatch> = self.batches.iter().collect();
+        Ok(Some(arrow_select::interleave::interleave_record_batch(
             &refs, &indices,
-        )?)?;
+        )?))
     }
-    Ok(())
 }
 
 /// One sorted run being merged: its batches in memory or in a spill file.
@@ -249,14 +271,14 @@ struct Run {
 }
 
 enum RunSource {
-    Memory(std::vec::IntoIter<RecordBatch>),
+    Memory(MemoryRun),
     File(Box<StreamReader<BufReader<File>>>, PathBuf),
 }
 
 impl Run {
-    fn memory(batches: Vec<RecordBatch>) -> Self {
+    fn memory(rows: MemoryRun) -> Self {
         Run {
-            source: RunSource::Memory(batches.into_iter()),
+            source: RunSource::Memory(rows),
             batch: None,
             times: Vec::new(),
             row: 0,
@@ -276,7 +298,7 @@ impl Run {
     fn advance(&mut self, et: usize) -> Result<bool> {
         loop {
             let next = match &mut self.source {
-                RunSource::Memory(it) => it.next(),
+                RunSource::Memory(rows) => rows.next_batch()?,
                 RunSource::File(reader, path) => reader
                     .next()
                     .transpose()
@@ -303,7 +325,7 @@ impl Run {
 pub struct SortedRows {
     runs: Vec<Run>,
     /// Nothing was spilled: the rows, sorted in memory, need no merge.
-    sorted: Option<std::vec::IntoIter<RecordBatch>>,
+    sorted: Option<MemoryRun>,
     /// `(time, run)` of each run's next row.
     heap: BinaryHeap<Reverse<(i64, usize)>>,
     et: usize,
@@ -341,7 +363,7 @@ impl SortedRows {
     /// An I/O error reading a spill file.
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         if let Some(sorted) = &mut self.sorted {
-            return Ok(sorted.next());
+            return sorted.next_batch();
         }
         let heap = &mut self.heap;
         // The batches the output's rows come from, and each run's batch among them.
