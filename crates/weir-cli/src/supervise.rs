@@ -343,25 +343,21 @@ pub async fn run_restarting(
     }
 }
 
-/// The sources' watermark: the least over splits still reading (finished and idle ones hold
-/// nothing back), `None` before any has one, `i64::MAX` once all have finished.
-fn sources_watermark(metrics: &weir_runtime::metrics::JobMetrics) -> Option<i64> {
-    let mut splits = Vec::new();
-    for n in &metrics.nodes {
-        for s in n.splits.lock().expect("metrics lock").iter() {
-            let w = s.watermark.load(Relaxed);
-            splits.push((
-                s.finished.load(Relaxed),
-                s.idle.load(Relaxed),
-                (w != i64::MIN).then_some(w),
-            ));
-        }
-    }
-    weir_runtime::metrics::least_open_watermark(splits)
+/// What the job has written, in event time (see `MetricsSnapshot::sinks_watermark`).
+fn sinks_watermark(metrics: &weir_runtime::metrics::JobMetrics) -> Option<i64> {
+    weir_runtime::metrics::least_watermark(
+        (metrics.nodes.iter())
+            .filter(|n| n.kind.starts_with("sink"))
+            .flat_map(|n| n.subtasks.iter())
+            .map(|s| match s.finished.load(Relaxed) {
+                true => Some(i64::MAX),
+                false => Some(s.watermark.load(Relaxed)).filter(|w| *w != i64::MIN),
+            }),
+    )
 }
 
 /// Shows a backfill's progress on `bar` (see [`weir_runtime::backfill::RangePace`]): the event
-/// time reached within the range, rows per second, the time left at that pace in event time,
+/// time its sinks have reached within the range, rows per second, the time left at that pace in event time,
 /// and "caught up" once an open-ended backfill's watermark is within `slo_ms` of now.
 fn range_progress(
     bar: &indicatif::ProgressBar,
@@ -381,7 +377,7 @@ fn range_progress(
                 .collect::<Vec<_>>()
         })
         .sum();
-    let p = pace.sample(&range, now_ms, sources_watermark(metrics), rows, slo_ms);
+    let p = pace.sample(&range, now_ms, sinks_watermark(metrics), rows, slo_ms);
     let span = range
         .until_ms
         .unwrap_or(now_ms)

@@ -754,7 +754,12 @@ async fn a_backfill_shows_its_progress_through_its_range() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}\nweir's stderr:\n{}", weir.stderr()));
+    // Caught up means written: the job has ended by then, and SIGINT ends the linger.
+    weir.wait_for_line("the web UI stays up for 30 s", Duration::from_secs(10));
     weir.signal("INT");
     let (_, stderr) = weir.wait(Duration::from_secs(30));
-    assert!(stderr.contains("rows in:"), "{stderr}");
+    assert!(
+        stderr.contains("rows out:       20000") && !stderr.contains("before the end of the input"),
+        "{stderr}"
+    );
 }

@@ -542,7 +542,7 @@ impl JobView {
                 r.progress = Some(r.pace.sample(
                     &r.range,
                     snapshot.at,
-                    snapshot.sources_watermark(),
+                    snapshot.sinks_watermark(),
                     rows,
                     self.graph.caught_up_within_ms,
                 ));

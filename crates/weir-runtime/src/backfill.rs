@@ -215,8 +215,8 @@ pub struct RangeProgress {
     pub from_ms: i64,
     /// `None`: the backfill goes on past the present.
     pub until_ms: Option<i64>,
-    /// The sources' watermark (see `MetricsSnapshot::sources_watermark`), `None` before one
-    /// has a watermark; `i64::MAX` once every split has finished.
+    /// The event time written: the sinks' watermark (see `MetricsSnapshot::sinks_watermark`),
+    /// `None` before every sink has one; `i64::MAX` once all have ended.
     pub watermark: Option<i64>,
     /// The share of the range's event time done, 0 to 1 (of the range up to now without an
     /// end).
@@ -239,8 +239,8 @@ pub struct RangePace {
 }
 
 impl RangePace {
-    /// Takes a sample at wall-clock `now_ms`: the sources' `watermark` and the `rows` they have
-    /// read; says how far `range` is done, caught up meaning within `slo_ms` of now.
+    /// Takes a sample at wall-clock `now_ms`: the sinks' `watermark` and the `rows` the sources
+    /// have read; says how far `range` is done, caught up meaning within `slo_ms` of now.
     pub fn sample(
         &mut self,
         range: &BackfillRange,

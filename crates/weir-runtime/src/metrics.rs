@@ -307,6 +307,33 @@ impl MetricsSnapshot {
             (self.nodes.iter().flat_map(|n| &n.splits)).map(|s| (s.finished, s.idle, s.watermark)),
         )
     }
+
+    /// What the job has written, in event time: the least watermark of its sinks' subtasks
+    /// (`i64::MAX` once all have ended), `None` while one has none. Behind the sources'
+    /// watermark by what is in flight and in the operators.
+    pub fn sinks_watermark(&self) -> Option<i64> {
+        least_watermark(
+            (self.nodes.iter())
+                .filter(|n| n.kind.starts_with("sink"))
+                .flat_map(|n| &n.subtasks)
+                .map(|s| {
+                    if s.finished {
+                        Some(i64::MAX)
+                    } else {
+                        s.watermark
+                    }
+                }),
+        )
+    }
+}
+
+/// The least of `watermarks`; `None` when one is `None`, or there are none.
+pub fn least_watermark(watermarks: impl IntoIterator<Item = Option<i64>>) -> Option<i64> {
+    let mut least = None;
+    for w in watermarks {
+        least = Some(w?.min(least.unwrap_or(i64::MAX)));
+    }
+    least
 }
 
 /// The least watermark of the splits still reading, given each split's (finished, idle,
