@@ -310,42 +310,50 @@ fn window_count_matches_flink_on_small_and_late_in_every_strategy() {
     }
 }
 
+/// Runs fixture query `query` through `weir run` on `set`'s input at `parallelism`, with
+/// `before` ahead of its statements; its output rows, sorted and normalised.
+fn weir_run(set: &str, query: &str, before: &str, parallelism: &str) -> Vec<String> {
+    let out = tempfile::tempdir().unwrap();
+    let sql =
+        std::fs::read_to_string(fixtures().join("queries").join(format!("{query}.sql"))).unwrap();
+    let job = out.path().join(format!("{query}.sql"));
+    std::fs::write(&job, format!("{before}{sql}")).unwrap();
+    let input = fixtures().join(set).join("input");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("run")
+        .arg(&job)
+        .arg("--var")
+        .arg(format!("input={}", input.display()))
+        .arg("--var")
+        .arg(format!("output={}", out.path().display()))
+        .args(["--parallelism", parallelism])
+        .current_dir(out.path())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{query}: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = std::fs::read_to_string(out.path().join(format!("{query}.csv"))).unwrap();
+    let mut got: Vec<String> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(normalise)
+        .collect();
+    got.sort();
+    got
+}
+
 /// The fixture queries unchanged through `weir run`, on small/ and late/.
 #[test]
 fn fixture_queries_run_unchanged_through_weir_run() {
     for set in ["small", "late"] {
         for p in ["1", "2"] {
-            let out = tempfile::tempdir().unwrap();
             for query in ["interval_join", "temporal_join", "window_count"] {
-                let sql = fixtures().join("queries").join(format!("{query}.sql"));
-                let input = fixtures().join(set).join("input");
-                let run = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-                    .arg("run")
-                    .arg(&sql)
-                    .arg("--var")
-                    .arg(format!("input={}", input.display()))
-                    .arg("--var")
-                    .arg(format!("output={}", out.path().display()))
-                    .args(["--parallelism", p])
-                    .current_dir(out.path())
-                    .output()
-                    .unwrap();
-                assert!(
-                    run.status.success(),
-                    "{query}: {}",
-                    String::from_utf8_lossy(&run.stderr)
-                );
-                let text =
-                    std::fs::read_to_string(out.path().join(format!("{query}.csv"))).unwrap();
-                let mut got: Vec<String> = text
-                    .lines()
-                    .skip(1)
-                    .filter(|l| !l.is_empty())
-                    .map(normalise)
-                    .collect();
-                got.sort();
                 assert_same_rows(
-                    &got,
+                    &weir_run(set, query, "", p),
                     &expected(set, query),
                     &format!("{set}/{query} at parallelism {p} via weir run"),
                 );
@@ -363,44 +371,9 @@ fn fixture_queries_run_unchanged_through_weir_run() {
 #[test]
 fn fixture_queries_in_batch_execution_count_every_row() {
     for set in ["small", "late"] {
-        let out = tempfile::tempdir().unwrap();
         for query in ["interval_join", "temporal_join", "window_count"] {
-            let sql =
-                std::fs::read_to_string(fixtures().join("queries").join(format!("{query}.sql")))
-                    .unwrap();
-            let job = out.path().join(format!("{query}.sql"));
-            std::fs::write(
-                &job,
-                format!("SET 'execution.runtime-mode' = 'batch';\n{sql}"),
-            )
-            .unwrap();
-            let input = fixtures().join(set).join("input");
-            let run = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-                .arg("run")
-                .arg(&job)
-                .arg("--var")
-                .arg(format!("input={}", input.display()))
-                .arg("--var")
-                .arg(format!("output={}", out.path().display()))
-                .args(["--parallelism", "2"])
-                .current_dir(out.path())
-                .output()
-                .unwrap();
-            assert!(
-                run.status.success(),
-                "{query}: {}",
-                String::from_utf8_lossy(&run.stderr)
-            );
-            let text = std::fs::read_to_string(out.path().join(format!("{query}.csv"))).unwrap();
-            let mut got: Vec<String> = text
-                .lines()
-                .skip(1)
-                .filter(|l| !l.is_empty())
-                .map(normalise)
-                .collect();
-            got.sort();
             assert_same_rows(
-                &got,
+                &weir_run(set, query, "SET 'execution.runtime-mode' = 'batch';\n", "2"),
                 &expected("small", query),
                 &format!("{set}/{query} in batch execution"),
             );

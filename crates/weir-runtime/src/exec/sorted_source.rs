@@ -20,18 +20,8 @@ impl SourceTask {
     pub(super) async fn read_sorted(&mut self, batch: BatchRead) -> Result<()> {
         let m = self.outputs.metrics.clone();
         let schema = self.factory.schema();
-        let et = match &self.watermarks.event_time {
-            Some(c) => Some(weir_core::batch::event_time_index(&schema, c)?),
-            None => None,
-        };
+        let et = self.event_time_index()?;
         let range = self.watermarks.range;
-        if !range.is_all() && et.is_none() {
-            return Err(Error::plan(format!(
-                "source `{}` is given an event-time range but has no event-time column: give \
-                 its table a WATERMARK",
-                self.name
-            )));
-        }
         let mut sort = et.map(|et| {
             EventTimeSort::new(
                 schema.clone(),

@@ -180,6 +180,28 @@ impl SourceTask {
         Ok(positions)
     }
 
+    /// The index of the event-time column in the source's rows, if it has one.
+    ///
+    /// # Errors
+    /// A source given an event-time range without one; a column that is not a time.
+    pub(super) fn event_time_index(&self) -> Result<Option<usize>> {
+        let et = match &self.watermarks.event_time {
+            Some(c) => Some(weir_core::batch::event_time_index(
+                &self.factory.schema(),
+                c,
+            )?),
+            None => None,
+        };
+        if !self.watermarks.range.is_all() && et.is_none() {
+            return Err(Error::plan(format!(
+                "source `{}` is given an event-time range but has no event-time column: give \
+                 its table a WATERMARK",
+                self.name
+            )));
+        }
+        Ok(et)
+    }
+
     /// The reader of the subtask's splits.
     pub(super) fn create_reader(&self) -> Result<Box<dyn crate::source::SourceReader>> {
         self.factory.create_reader(
@@ -214,19 +236,8 @@ impl SourceTask {
             m.finished.store(true, Relaxed);
             return Ok(checkpoints.map(|_| Vec::new()));
         }
-        let schema = self.factory.schema();
-        let et_idx = match &self.watermarks.event_time {
-            Some(c) => Some(weir_core::batch::event_time_index(&schema, c)?),
-            None => None,
-        };
+        let et_idx = self.event_time_index()?;
         let range = self.watermarks.range;
-        if !range.is_all() && et_idx.is_none() {
-            return Err(Error::plan(format!(
-                "source `{}` is given an event-time range but has no event-time column: give \
-                 its table a WATERMARK",
-                self.name
-            )));
-        }
         let mut reader = self.create_reader()?;
         let mut gens =
             vec![

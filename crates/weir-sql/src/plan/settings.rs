@@ -169,19 +169,24 @@ pub(super) fn batch_options(
     Ok(Some(options))
 }
 
+/// `5 s` as (5.0, "s"): a number and its unit in lower case (empty when there is none).
+fn number_and_unit(v: &str) -> Option<(f64, String)> {
+    let v = v.trim();
+    let (num, unit) = v.split_at(
+        v.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(v.len()),
+    );
+    Some((num.parse().ok()?, unit.trim().to_lowercase()))
+}
+
 /// A size setting such as `256 mb`, `1 gb`, `65536` (bytes).
 pub(super) fn bytes(key: &str, v: &str) -> Result<u64> {
-    let t = v.trim();
-    let (num, unit) = t.split_at(
-        t.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(t.len()),
-    );
-    let n: f64 = num.parse().map_err(|_| {
+    let (n, unit) = number_and_unit(v).ok_or_else(|| {
         plan_err(format!(
             "SET '{key}' = '{v}': expected a size such as '256 mb'"
         ))
     })?;
-    let f = match unit.trim().to_lowercase().as_str() {
+    let f = match unit.as_str() {
         "" | "b" | "bytes" => 1.0,
         "kb" | "k" | "kib" => 1024.0,
         "mb" | "m" | "mib" => 1024.0 * 1024.0,
@@ -278,16 +283,12 @@ pub(super) fn interval_ms(e: &SqlExpr) -> Result<i64> {
 /// A duration setting such as `5 s`, `100 ms`, `1 min`.
 pub(super) fn duration_ms(key: &str, v: &str) -> Result<i64> {
     let v = v.trim();
-    let (num, unit) = v.split_at(
-        v.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(v.len()),
-    );
-    let n: f64 = num.parse().map_err(|_| {
+    let (n, unit) = number_and_unit(v).ok_or_else(|| {
         plan_err(format!(
             "setting `{key}` = '{v}': expected a duration such as '5 s'"
         ))
     })?;
-    let f = match unit.trim().to_lowercase().as_str() {
+    let f = match unit.as_str() {
         "" | "ms" | "milli" | "millis" => 1.0,
         "s" | "sec" | "second" | "seconds" => 1_000.0,
         "min" | "minute" | "minutes" => 60_000.0,
