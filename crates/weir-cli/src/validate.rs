@@ -981,7 +981,7 @@ impl Sum {
         let Sum::Float(sum) = self else {
             unreachable!("made a float above")
         };
-        match text.parse::<f64>() {
+        match text.trim().parse::<f64>() {
             Ok(x) if x.is_finite() => {
                 *sum += x;
                 true

@@ -236,6 +236,9 @@ pub struct RangeProgress {
 pub struct RangePace {
     /// (wall clock, event time reached, rows read), oldest first.
     samples: std::collections::VecDeque<(i64, i64, u64)>,
+    /// The greatest watermark sampled: a sink that has ended may read as having none until
+    /// the whole job has, and the progress must not fall back meanwhile.
+    reached: Option<i64>,
 }
 
 impl RangePace {
@@ -249,6 +252,8 @@ impl RangePace {
         rows: u64,
         slo_ms: i64,
     ) -> RangeProgress {
+        let watermark = watermark.max(self.reached);
+        self.reached = watermark;
         let end = range.until_ms.unwrap_or(now_ms).max(range.from_ms);
         let at = watermark.unwrap_or(range.from_ms).clamp(range.from_ms, end);
         self.samples.push_back((now_ms, at, rows));
@@ -302,6 +307,10 @@ mod tests {
         assert_eq!(p.time_left_ms, Some(8_000));
         let p = pace.sample(&range, 20_000, Some(i64::MAX), 9_000, 60_000);
         assert_eq!((p.done, p.time_left_ms, p.caught_up), (1.0, None, true));
+        // A sample without a watermark (a sink that has ended, read before the job has) keeps
+        // what was reached.
+        let p = pace.sample(&range, 21_000, None, 9_000, 60_000);
+        assert_eq!((p.done, p.watermark), (1.0, Some(i64::MAX)));
         let open = BackfillRange {
             until_ms: None,
             ..range

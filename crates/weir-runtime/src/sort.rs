@@ -78,7 +78,8 @@ impl EventTimeSort {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        self.buffered_bytes += batch.get_array_memory_size();
+        // With the 16 bytes a row's sort key will take.
+        self.buffered_bytes += batch.get_array_memory_size() + 16 * batch.num_rows();
         self.buffered_rows += batch.num_rows();
         self.buffered.push(batch);
         if self.buffered_bytes > self.budget_bytes {
@@ -223,7 +224,8 @@ struct MemoryRun {
 
 impl MemoryRun {
     fn new(batches: Vec<RecordBatch>, et: usize, batch_rows: usize) -> Result<Self> {
-        let mut keys: Vec<(i64, u32, u32)> = Vec::new();
+        let rows = batches.iter().map(RecordBatch::num_rows).sum();
+        let mut keys: Vec<(i64, u32, u32)> = Vec::with_capacity(rows);
         for (b, batch) in batches.iter().enumerate() {
             let times = weir_core::batch::event_times(batch, et)?;
             keys.extend(
@@ -247,6 +249,7 @@ impl MemoryRun {
         if self.at >= self.keys.len() {
             // What is read is no longer held.
             self.batches = Vec::new();
+            self.keys = Vec::new();
             return Ok(None);
         }
         let end = (self.at + self.batch_rows).min(self.keys.len());
