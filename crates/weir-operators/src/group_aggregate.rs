@@ -139,6 +139,7 @@ impl OperatorFactory for GroupAggregate {
             touched: Vec::new(),
             batches: 0,
             group_count: 0,
+            heap_bytes: 0,
             expired: 0,
         }))
     }
@@ -180,6 +181,19 @@ struct Group {
     queued: bool,
     /// The number of the last batch with a row of this group.
     batch: u64,
+    /// What its states hold beyond their own size (a sketch's registers, a first value's
+    /// bytes), as last counted.
+    heap_bytes: u64,
+}
+
+impl Group {
+    /// Counts the states' heap bytes again; returns them less what was counted before.
+    fn recount(&mut self) -> i64 {
+        let now: u64 = self.states.iter().map(|s| s.heap_bytes() as u64).sum();
+        let change = now as i64 - self.heap_bytes as i64;
+        self.heap_bytes = now;
+        change
+    }
 }
 
 /// One subtask of a continuous aggregation.
@@ -200,6 +214,8 @@ pub struct GroupAggregateOp {
     /// Batches seen so far.
     batches: u64,
     group_count: u64,
+    /// The groups' heap bytes (see [`Group::heap_bytes`]).
+    heap_bytes: u64,
     expired: u64,
 }
 
@@ -240,6 +256,7 @@ impl Operator for GroupAggregateOp {
         }
         for &slot in &self.touched {
             let g = self.groups.get_mut(slot);
+            self.heap_bytes = self.heap_bytes.saturating_add_signed(g.recount());
             if !g.queued {
                 g.queued = true;
                 let at = g.last_event_time.saturating_add(self.ttl_ms);
@@ -266,7 +283,9 @@ impl Operator for GroupAggregateOp {
                 self.expiry.push(at, slot, 0);
                 continue;
             }
-            *self.groups.get_mut(slot) = Group::default();
+            let g = self.groups.get_mut(slot);
+            self.heap_bytes = self.heap_bytes.saturating_sub(g.heap_bytes);
+            *g = Group::default();
             self.groups.release(slot);
             self.group_count -= 1;
             self.expired += 1;
@@ -278,7 +297,7 @@ impl Operator for GroupAggregateOp {
         let per_group = (self.bound.len() * std::mem::size_of::<State>()) as u64 + 48;
         StateSize {
             rows: self.group_count,
-            bytes: self.group_count * per_group + self.groups.index_bytes(),
+            bytes: self.group_count * per_group + self.groups.index_bytes() + self.heap_bytes,
         }
     }
 
@@ -314,12 +333,15 @@ impl Operator for GroupAggregateOp {
                 if g.states.is_empty() {
                     self.group_count += 1;
                 }
+                self.heap_bytes = self.heap_bytes.saturating_sub(g.heap_bytes);
                 *g = Group {
                     states,
                     last_event_time: last[0],
                     queued: true,
                     batch: 0,
+                    heap_bytes: 0,
                 };
+                self.heap_bytes = self.heap_bytes.saturating_add_signed(g.recount());
                 self.expiry
                     .push(last[0].saturating_add(self.ttl_ms), slot, 0);
             }
@@ -392,6 +414,31 @@ mod tests {
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,2,3", "a2,1,5"]);
         h.push(0, rows!("ad clicks ts\n a1 4 3000"));
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,3,7"]);
+    }
+
+    /// What a group's states hold beyond their size counts in the state's bytes, while the
+    /// group lives: an approximate distinct count's registers.
+    #[test]
+    fn state_bytes_count_what_states_hold() {
+        let input = StreamInfo {
+            schema: rows!("ad clicks ts\n a1 1 0").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = GroupAggregate {
+            keys: vec!["ad".into()],
+            ..GroupAggregate::with_ttl(10_000)
+                .aggregate(crate::aggregates::approx_count_distinct("clicks", "d"))
+        };
+        let mut h = Harness::of(&spec, &[input]);
+        h.push(0, rows!("ad clicks ts\n a1 2 1000\n a2 5 1500"));
+        let two = h.state_size().bytes;
+        assert!(two > 2 * 1024, "{two} bytes for two sketches");
+        h.watermark(11_200);
+        let one = h.state_size().bytes;
+        assert!(
+            one < two && one > 1024,
+            "{one} bytes for one sketch (two: {two})"
+        );
     }
 
     #[test]
