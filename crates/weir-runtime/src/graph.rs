@@ -243,6 +243,11 @@ impl EventTimeRange {
         self.from_ms.is_none() && self.until_ms.is_none()
     }
 
+    /// No event time (a hybrid table's part outside a backfill's range).
+    pub fn is_empty(&self) -> bool {
+        matches!((self.from_ms, self.until_ms), (Some(f), Some(u)) if f >= u)
+    }
+
     /// The event times in both ranges.
     pub fn intersect(&self, other: &EventTimeRange) -> EventTimeRange {
         let bound = |a: Option<i64>, b: Option<i64>, pick: fn(i64, i64) -> i64| match (a, b) {

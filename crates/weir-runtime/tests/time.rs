@@ -585,6 +585,87 @@ fn a_source_with_an_event_time_range_emits_the_range_and_ends_there() {
     assert!(source.splits.iter().all(|s| s.finished));
 }
 
+/// A source whose reader cannot be made: a test that one is not opened.
+#[derive(Debug)]
+struct Unopenable;
+
+impl SourceFactory for Unopenable {
+    fn kind(&self) -> &'static str {
+        "unopenable"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn schema(&self) -> SchemaRef {
+        schema()
+    }
+    fn splits(&self) -> Result<Vec<String>> {
+        Ok(vec!["s0".into(), "s1".into()])
+    }
+    fn bounded(&self) -> bool {
+        true
+    }
+    fn create_reader(&self, _: Vec<usize>, _: ReaderContext) -> Result<Box<dyn SourceReader>> {
+        Err(weir_runtime::Error::plan("the source was opened"))
+    }
+}
+
+/// A source over an empty event-time range (a hybrid table's part outside a backfill's range)
+/// opens no split and ends at once, without holding its alignment group back, in streaming and
+/// batch execution; a source beside it in the group is read whole.
+#[test]
+fn a_source_over_an_empty_range_opens_nothing_and_releases_its_group() {
+    for batch in [false, true] {
+        let job = JobBuilder::new("empty range");
+        let sink = CollectSink::new();
+        let mut opts = SourceOptions::event_time("b", 0);
+        opts.watermarks.range = weir_runtime::graph::EventTimeRange {
+            from_ms: Some(5_000),
+            until_ms: Some(5_000),
+        };
+        opts.watermarks.alignment =
+            Some(weir_runtime::graph::WatermarkAlignment::new("parts", 1_000));
+        let mut other = SourceOptions::event_time("b", 0);
+        other.watermarks.alignment = opts.watermarks.alignment.clone();
+        let rows_before = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..50)),
+                Arc::new(Int64Array::from_iter_values((0..50).map(|i| i * 100))),
+            ],
+        )
+        .unwrap();
+        let before = VecSource::new(schema(), vec![vec![rows_before]]).unwrap();
+        let empty = job.source("empty", Unopenable, opts);
+        job.source("before", before, other)
+            .union(&[empty])
+            .sink("out", sink.clone());
+        let mut graph = job.build().unwrap();
+        if batch {
+            weir_runtime::batch::run_as_batch(&mut graph, &Default::default()).unwrap();
+        }
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let report = rt
+            .block_on(async {
+                tokio::time::timeout(
+                    LIMIT,
+                    weir_runtime::exec::run(graph, Arc::new(weir_core::SystemClock)),
+                )
+                .await
+            })
+            .expect("the job ends in time")
+            .unwrap_or_else(|e| panic!("batch {batch}: {e}"));
+        assert_eq!(rows(&sink).len(), 50, "batch {batch}");
+        let empty = report
+            .metrics
+            .nodes
+            .iter()
+            .find(|n| n.name == "empty")
+            .unwrap();
+        assert!(empty.splits.iter().all(|s| s.finished && s.rows_read == 0));
+    }
+}
+
 /// A split restored with its watermark past the end of the range is finished from the start:
 /// it would otherwise wait for a row that never comes (a quiet partition) and the job would
 /// not end.

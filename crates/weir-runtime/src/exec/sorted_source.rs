@@ -31,7 +31,7 @@ impl SourceTask {
                 batch.spill_dir.clone(),
             )
         });
-        let mut reader = if self.assigned.is_empty() {
+        let mut reader = if self.assigned.is_empty() || range.is_empty() {
             None
         } else {
             Some(self.create_reader()?)

@@ -202,6 +202,17 @@ impl SourceTask {
         Ok(et)
     }
 
+    /// Marks the subtask's splits finished without reading them, in the metrics and in its
+    /// alignment group.
+    pub(super) fn finish_unread(&self) {
+        for (k, sm) in self.split_metrics.iter().enumerate() {
+            sm.finished.store(true, Relaxed);
+            if let Some(g) = &self.group {
+                g.report(self.node, self.assigned[k], None);
+            }
+        }
+    }
+
     /// The reader of the subtask's splits.
     pub(super) fn create_reader(&self) -> Result<Box<dyn crate::source::SourceReader>> {
         self.factory.create_reader(
@@ -228,7 +239,13 @@ impl SourceTask {
     ) -> Result<Option<Vec<crate::checkpoint::SplitPosition>>> {
         let m = self.outputs.metrics.clone();
         let n = self.assigned.len();
-        if n == 0 {
+        // An empty range has nothing to read: no split is opened. (With checkpoints the splits
+        // are read, their rows skipped, so that checkpoints hold where each ended.)
+        let unread = self.watermarks.range.is_empty() && checkpoints.is_none();
+        if unread {
+            self.finish_unread();
+        }
+        if n == 0 || unread {
             self.outputs
                 .broadcast(Message::Watermark(Watermark::MAX))
                 .await?;
