@@ -680,6 +680,14 @@ INSERT INTO out1 SELECT key FROM events;"
             job(batch, bounded).replace("SELECT key", "SELECT CAST(CURRENT_WATERMARK(rt) AS STRING)"),
             "CURRENT_WATERMARK: a batch job has no watermarks",
         ),
+        // Not a batch matter, but the same check: weir's own aggregate is not the job's.
+        (
+            job("", bounded).replace(
+                "INSERT INTO out1 SELECT key FROM events",
+                "INSERT INTO out1 SELECT CAST(weir_welford_m2(ts) AS STRING) FROM events GROUP BY key",
+            ),
+            "WEIR_WELFORD_M2: not a function of the job's to call",
+        ),
     ] {
         let err = plan_error(&sql, dir.path());
         assert!(err.contains(says), "{sql}\n→ {err}");

@@ -206,9 +206,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
     }
     check_settings(&settings)?;
     let batch = batch_options(&settings)?;
-    if batch.is_some() {
-        refuse_watermark_reads(&inserts, &views)?;
-    }
+    refuse_calls(&inserts, &views, batch.is_some())?;
     let parallelism = match opts.parallelism {
         Some(p) => p,
         None => match settings.get("parallelism.default") {
@@ -348,28 +346,41 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
     Ok((graph, backfill_plan))
 }
 
-/// A batch job has no watermarks (Flink's batch execution refuses `CURRENT_WATERMARK` too: its
-/// time attributes are plain timestamps there).
-fn refuse_watermark_reads(
-    inserts: &[Insert],
-    views: &HashMap<String, (String, Query)>,
-) -> Result<()> {
-    fn found<V: sqlparser::ast::Visit>(v: &V) -> bool {
+/// Whether the job's statements call function `name` (any case).
+fn job_calls(inserts: &[Insert], views: &HashMap<String, (String, Query)>, name: &str) -> bool {
+    fn calls<V: sqlparser::ast::Visit>(v: &V, name: &str) -> bool {
         sqlparser::ast::visit_expressions(v, |e| match e {
-            SqlExpr::Function(f)
-                if f.name.to_string().eq_ignore_ascii_case("CURRENT_WATERMARK") =>
-            {
+            SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case(name) => {
                 std::ops::ControlFlow::Break(())
             }
             _ => std::ops::ControlFlow::Continue(()),
         })
         .is_break()
     }
-    if inserts.iter().any(found) || views.values().any(|(_, q)| found(q)) {
+    inserts.iter().any(|i| calls(i, name)) || views.values().any(|(_, q)| calls(q, name))
+}
+
+/// Refuses calls the job may not make: `CURRENT_WATERMARK` in a batch job, which has no
+/// watermarks (Flink's batch execution refuses it too: its time attributes are plain
+/// timestamps there), and the functions weir's own rewrites call (`WEIR_WELFORD_M2`, which
+/// STDDEV and VAR expand to).
+fn refuse_calls(
+    inserts: &[Insert],
+    views: &HashMap<String, (String, Query)>,
+    batch: bool,
+) -> Result<()> {
+    if batch && job_calls(inserts, views, "CURRENT_WATERMARK") {
         return Err(plan_err(
             "CURRENT_WATERMARK: a batch job has no watermarks (as in Flink's batch execution, \
              which refuses it too); run the job in streaming mode, or leave it out",
         ));
+    }
+    if job_calls(inserts, views, variance::WELFORD_M2) {
+        return Err(plan_err(format!(
+            "{}: not a function of the job's to call (weir computes STDDEV and VAR with it); \
+             use STDDEV_POP, STDDEV_SAMP, VAR_POP or VAR_SAMP",
+            variance::WELFORD_M2
+        )));
     }
     Ok(())
 }

@@ -14,6 +14,9 @@ use std::ops::ControlFlow;
 
 use super::*;
 
+/// The aggregate STDDEV and VAR expand to (Flink's WELFORD_M2): weir's own, not the job's.
+pub(super) const WELFORD_M2: &str = "WEIR_WELFORD_M2";
+
 /// The functions this module expands, upper case, and whether each is a sample (not
 /// population) statistic and a standard deviation (not a variance).
 const FUNCTIONS: &[(&str, bool, bool)] = &[
@@ -167,7 +170,7 @@ fn expansion(
     } else {
         format!("COUNT({x})")
     };
-    let variance = format!("WEIR_WELFORD_M2({x}) / {count}");
+    let variance = format!("{WELFORD_M2}({x}) / {count}");
     let value = if stddev {
         format!("SQRT({variance})")
     } else {
