@@ -46,6 +46,11 @@ pub struct GroupAggregate {
     pub aggregates: Vec<Aggregate>,
     /// A key's state is dropped this long (event time) after its last row.
     pub ttl_ms: i64,
+    /// Emit each key's final result once, at the end of the input, instead of an update per
+    /// batch: a batch job's GROUP BY, whose rows are then events (as Flink's batch execution
+    /// writes them), not updates.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub final_only: bool,
 }
 
 impl GroupAggregate {
@@ -55,7 +60,15 @@ impl GroupAggregate {
             keys: Vec::new(),
             aggregates: Vec::new(),
             ttl_ms,
+            final_only: false,
         }
+    }
+
+    /// Emits each key's final result once, at the end of the input (see
+    /// [`GroupAggregate::final_only`]).
+    pub fn final_only(mut self) -> Self {
+        self.final_only = true;
+        self
     }
 
     /// Adds an aggregate.
@@ -131,6 +144,7 @@ impl OperatorFactory for GroupAggregate {
             key_groups: info.key_groups,
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             ttl_ms: self.ttl_ms,
+            final_only: self.final_only,
             schema,
             bound,
             event_time,
@@ -148,9 +162,14 @@ impl OperatorFactory for GroupAggregate {
     }
     fn describe(&self) -> String {
         format!(
-            "{} per ({}), an update per key and batch; keeps one group per key {}",
+            "{} per ({}), {}; keeps one group per key {}",
             aggregates::describe(&self.aggregates),
             self.keys.join(", "),
+            if self.final_only {
+                "each key's final result at the end of the input"
+            } else {
+                "an update per key and batch"
+            },
             crate::kept_until(self.ttl_ms, "a row of it")
         )
     }
@@ -213,6 +232,8 @@ pub struct GroupAggregateOp {
     touched: Vec<usize>,
     /// Batches seen so far.
     batches: u64,
+    /// See [`GroupAggregate::final_only`].
+    final_only: bool,
     group_count: u64,
     /// The groups' heap bytes (see [`Group::heap_bytes`]).
     heap_bytes: u64,
@@ -263,12 +284,21 @@ impl Operator for GroupAggregateOp {
                 self.expiry.push(at, slot, 0);
             }
         }
-        self.emit(&self.touched, ctx)?;
+        if !self.final_only {
+            self.emit(&self.touched, ctx)?;
+        }
         self.touched.clear();
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        if self.final_only && watermark == Watermark::MAX {
+            // The end of the input: every key's result, before the keys expire.
+            let live: Vec<usize> = (self.groups.slots())
+                .filter(|&s| !self.groups.get(s).states.is_empty())
+                .collect();
+            self.emit(&live, ctx)?;
+        }
         let mut due = Vec::new();
         self.expiry.pop_due(watermark.0, &mut due);
         for (slot, _) in due {
@@ -414,6 +444,29 @@ mod tests {
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,2,3", "a2,1,5"]);
         h.push(0, rows!("ad clicks ts\n a1 4 3000"));
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,3,7"]);
+    }
+
+    /// In a batch job each key's result comes once, final, at the end of the input.
+    #[test]
+    fn final_only_emits_each_keys_result_once_at_the_end() {
+        let input = StreamInfo {
+            schema: rows!("ad clicks ts\n a1 1 0").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = GroupAggregate {
+            keys: vec!["ad".into()],
+            ..GroupAggregate::with_ttl(weir_core::time::TTL_END_OF_INPUT_MS)
+                .final_only()
+                .aggregate(count("n"))
+                .aggregate(sum("clicks", "total"))
+        };
+        let mut h = Harness::of(&spec, &[input]);
+        h.push(0, rows!("ad clicks ts\n a1 2 1000\n a2 5 1500"));
+        h.watermark(2_000);
+        h.push(0, rows!("ad clicks ts\n a1 4 3000"));
+        assert!(h.take(Port::Main).is_empty(), "nothing before the end");
+        h.watermark(i64::MAX);
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,2,6", "a2,1,5"]);
     }
 
     /// What a group's states hold beyond their size counts in the state's bytes, while the

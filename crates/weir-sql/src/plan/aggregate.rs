@@ -173,6 +173,10 @@ impl Planner {
         let select = expanded.as_ref().unwrap_or(select);
         let (rel, keys, aggs, restore) = grouping(rel, select, false)?;
         let mut g = GroupAggregate::with_ttl(ttl);
+        if self.batch.is_some() {
+            // As Flink's batch execution: each key's final result, a row like any other.
+            g = g.final_only();
+        }
         for (_, a) in &aggs {
             g = g.aggregate(a.clone());
         }
@@ -187,7 +191,7 @@ impl Planner {
             time_columns: Vec::new(),
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
-            upsert_keys: Some(keys),
+            upsert_keys: self.batch.is_none().then_some(keys),
             alias: rel.alias.clone(),
             zone: rel.zone.clone(),
         };
