@@ -4,10 +4,12 @@
 //! # Results
 //!
 //! After each input batch, one row `key columns..., aggregates...` for every key the batch
-//! touched: the key's result so far. The output is an upsert stream keyed by the key columns (a
-//! later row of a key replaces the earlier one), for sinks that keep the latest row per key
+//! touched: the key's result so far. The output is an upsert stream keyed by the key columns
+//! (a later row of a key replaces the earlier one), for sinks that keep the latest row per key
 //! (`upsert-kafka`); how many intermediate rows a key gets depends on batching, its latest row
-//! does not. The output has no event time: its rows are updates, not events.
+//! does not. The output has no event time: its rows are updates, not events. With
+//! `final_only` (a batch job's) each key's final result comes once, when the input ends, a row
+//! like any other, and no key expires before.
 //!
 //! # State
 //!
@@ -260,7 +262,7 @@ impl Operator for GroupAggregateOp {
                 g.states = self.bound.iter().map(Bound::init).collect();
                 g.last_event_time = i64::MIN;
                 self.group_count += 1;
-            } else if times[i] > g.last_event_time.saturating_add(self.ttl_ms) {
+            } else if !self.final_only && times[i] > g.last_event_time.saturating_add(self.ttl_ms) {
                 // Past its TTL whether or not a watermark said so yet: the result does not
                 // depend on where batches and watermarks fall.
                 g.states = self.bound.iter().map(Bound::init).collect();
@@ -292,8 +294,12 @@ impl Operator for GroupAggregateOp {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
-        if self.final_only && watermark == Watermark::MAX {
-            // The end of the input: every key's result, before the keys expire.
+        if self.final_only {
+            // Keys live to the end of the input, whatever their times; there, every key's
+            // result, before the keys go.
+            if watermark != Watermark::MAX {
+                return Ok(());
+            }
             let live: Vec<usize> = (self.groups.slots())
                 .filter(|&s| !self.groups.get(s).states.is_empty())
                 .collect();
