@@ -962,27 +962,17 @@ enum Sum {
 impl Sum {
     /// Adds the number `text`; `false` when it is not one.
     fn add(&mut self, text: &str) -> bool {
-        if let Sum::Exact { units, scale } = self {
-            if let Some((v, s)) = decimal(text) {
-                let to = (*scale).max(s);
-                let sum = rescale(*units, *scale, to)
-                    .zip(rescale(v, s, to))
-                    .and_then(|(a, b)| a.checked_add(b));
-                if let Some(sum) = sum {
-                    *self = Sum::Exact {
-                        units: sum,
-                        scale: to,
-                    };
-                    return true;
-                }
+        if let Sum::Exact { units, scale } = *self {
+            if let Some(sum) =
+                decimal(text).and_then(|v| exact((units, scale), v, i128::checked_add))
+            {
+                *self = sum;
+                return true;
             }
             *self = Sum::Float(self.as_f64());
         }
-        let Sum::Float(sum) = self else {
-            unreachable!("made a float above")
-        };
-        match text.trim().parse::<f64>() {
-            Ok(x) if x.is_finite() => {
+        match (&mut *self, text.trim().parse::<f64>()) {
+            (Sum::Float(sum), Ok(x)) if x.is_finite() => {
                 *sum += x;
                 true
             }
@@ -1000,25 +990,18 @@ impl Sum {
     /// `self - other`, exact when both are.
     fn minus(&self, other: &Sum) -> Sum {
         if let (
-            Sum::Exact {
+            &Sum::Exact {
                 units: a,
                 scale: sa,
             },
-            Sum::Exact {
+            &Sum::Exact {
                 units: b,
                 scale: sb,
             },
         ) = (self, other)
         {
-            let to = (*sa).max(*sb);
-            if let Some(d) = rescale(*a, *sa, to)
-                .zip(rescale(*b, *sb, to))
-                .and_then(|(a, b)| a.checked_sub(b))
-            {
-                return Sum::Exact {
-                    units: d,
-                    scale: to,
-                };
+            if let Some(d) = exact((a, sa), (b, sb), i128::checked_sub) {
+                return d;
             }
         }
         Sum::Float(self.as_f64() - other.as_f64())
@@ -1062,6 +1045,13 @@ fn decimal(text: &str) -> Option<(i128, u32)> {
     }
     let units: i128 = format!("{whole}{frac}").parse().ok()?;
     Some((if neg { -units } else { units }, frac.len() as u32))
+}
+
+/// `op` of two exact numbers (units, scale) at the greater scale; `None` past 38 digits.
+fn exact(a: (i128, u32), b: (i128, u32), op: fn(i128, i128) -> Option<i128>) -> Option<Sum> {
+    let to = a.1.max(b.1);
+    let units = op(rescale(a.0, a.1, to)?, rescale(b.0, b.1, to)?)?;
+    Some(Sum::Exact { units, scale: to })
 }
 
 /// `units` × 10^-`from` with `to` (≥ `from`) decimals; `None` past 38 digits.

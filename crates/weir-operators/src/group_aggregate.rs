@@ -422,15 +422,22 @@ mod tests {
     use weir_testkit::{rows, sorted_lines, Harness};
 
     fn harness() -> Harness {
+        harness_of(
+            GroupAggregate::with_ttl(10_000)
+                .aggregate(count("n"))
+                .aggregate(sum("clicks", "total")),
+        )
+    }
+
+    /// `spec` keyed by `ad` over rows `ad clicks ts`.
+    fn harness_of(spec: GroupAggregate) -> Harness {
         let input = StreamInfo {
             schema: rows!("ad clicks ts\n a1 1 0").schema(),
             event_time: Some("ts".into()),
         };
         let spec = GroupAggregate {
             keys: vec!["ad".into()],
-            ..GroupAggregate::with_ttl(10_000)
-                .aggregate(count("n"))
-                .aggregate(sum("clicks", "total"))
+            ..spec
         };
         Harness::of(&spec, &[input])
     }
@@ -455,18 +462,12 @@ mod tests {
     /// In a batch job each key's result comes once, final, at the end of the input.
     #[test]
     fn final_only_emits_each_keys_result_once_at_the_end() {
-        let input = StreamInfo {
-            schema: rows!("ad clicks ts\n a1 1 0").schema(),
-            event_time: Some("ts".into()),
-        };
-        let spec = GroupAggregate {
-            keys: vec!["ad".into()],
-            ..GroupAggregate::with_ttl(weir_core::time::TTL_END_OF_INPUT_MS)
+        let mut h = harness_of(
+            GroupAggregate::with_ttl(weir_core::time::TTL_END_OF_INPUT_MS)
                 .final_only()
                 .aggregate(count("n"))
-                .aggregate(sum("clicks", "total"))
-        };
-        let mut h = Harness::of(&spec, &[input]);
+                .aggregate(sum("clicks", "total")),
+        );
         h.push(0, rows!("ad clicks ts\n a1 2 1000\n a2 5 1500"));
         h.watermark(2_000);
         h.push(0, rows!("ad clicks ts\n a1 4 3000"));
@@ -479,16 +480,10 @@ mod tests {
     /// group lives: an approximate distinct count's registers.
     #[test]
     fn state_bytes_count_what_states_hold() {
-        let input = StreamInfo {
-            schema: rows!("ad clicks ts\n a1 1 0").schema(),
-            event_time: Some("ts".into()),
-        };
-        let spec = GroupAggregate {
-            keys: vec!["ad".into()],
-            ..GroupAggregate::with_ttl(10_000)
-                .aggregate(crate::aggregates::approx_count_distinct("clicks", "d"))
-        };
-        let mut h = Harness::of(&spec, &[input]);
+        let mut h = harness_of(
+            GroupAggregate::with_ttl(10_000)
+                .aggregate(crate::aggregates::approx_count_distinct("clicks", "d")),
+        );
         h.push(0, rows!("ad clicks ts\n a1 2 1000\n a2 5 1500"));
         let two = h.state_size().bytes;
         assert!(two > 2 * 1024, "{two} bytes for two sketches");

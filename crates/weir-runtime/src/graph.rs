@@ -243,6 +243,11 @@ impl EventTimeRange {
         self.from_ms.is_none() && self.until_ms.is_none()
     }
 
+    /// Whether event time `t` is in the range.
+    pub fn contains(&self, t: i64) -> bool {
+        self.from_ms.is_none_or(|f| t >= f) && self.until_ms.is_none_or(|u| t < u)
+    }
+
     /// No event time (a hybrid table's part outside a backfill's range).
     pub fn is_empty(&self) -> bool {
         matches!((self.from_ms, self.until_ms), (Some(f), Some(u)) if f >= u)

@@ -176,7 +176,14 @@ pub fn run_within(
     job: &crate::JobBuilder,
     limit: std::time::Duration,
 ) -> Result<crate::exec::JobReport> {
-    let graph = job.build()?;
+    run_graph_within(job.build()?, limit)
+}
+
+/// [`run_within`] for a graph already built (and perhaps changed: a backfill's, a batch job's).
+pub fn run_graph_within(
+    graph: crate::JobGraph,
+    limit: std::time::Duration,
+) -> Result<crate::exec::JobReport> {
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime for the job");
     rt.block_on(async {
         tokio::time::timeout(

@@ -644,16 +644,7 @@ fn a_source_over_an_empty_range_opens_nothing_and_releases_its_group() {
         if batch {
             weir_runtime::batch::run_as_batch(&mut graph, &Default::default()).unwrap();
         }
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let report = rt
-            .block_on(async {
-                tokio::time::timeout(
-                    LIMIT,
-                    weir_runtime::exec::run(graph, Arc::new(weir_core::SystemClock)),
-                )
-                .await
-            })
-            .expect("the job ends in time")
+        let report = weir_runtime::testing::run_graph_within(graph, LIMIT)
             .unwrap_or_else(|e| panic!("batch {batch}: {e}"));
         assert_eq!(rows(&sink).len(), 50, "batch {batch}");
         let empty = report

@@ -22,14 +22,16 @@ impl SourceTask {
         let schema = self.factory.schema();
         let et = self.event_time_index()?;
         let range = self.watermarks.range;
+        // The event-time column and the sort by it, for a source that has one.
         let mut sort = et.map(|et| {
-            EventTimeSort::new(
+            let sort = EventTimeSort::new(
                 schema.clone(),
                 et,
                 self.batch_rows,
                 batch.sort_memory_bytes as usize,
                 batch.spill_dir.clone(),
-            )
+            );
+            (et, sort)
         });
         let mut reader = if self.assigned.is_empty() || range.is_empty() {
             None
@@ -45,12 +47,12 @@ impl SourceTask {
                     m.rows_in.fetch_add(rows, Relaxed);
                     let sm = &self.split_metrics[split];
                     sm.rows_read.fetch_add(rows, Relaxed);
-                    match (et, sort.as_mut()) {
-                        (Some(et), Some(sort)) => {
+                    match sort.as_mut() {
+                        Some((et, sort)) => {
+                            let et = *et;
                             let batch = self.without_null_event_times(batch, et, split)?;
                             let batch = super::source_task::keep_rows(batch, et, sm, |t| {
-                                range.from_ms.is_none_or(|f| t >= f)
-                                    && range.until_ms.is_none_or(|u| t < u)
+                                range.contains(t)
                             })?;
                             let times = weir_core::batch::event_times(&batch, et)?;
                             if let Some(&last) = times.last() {
@@ -71,7 +73,7 @@ impl SourceTask {
                             // between its batches.
                             tokio::task::yield_now().await;
                         }
-                        _ => {
+                        None => {
                             m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
                             self.outputs
                                 .emit(Port::Main, StreamBatch::new(batch))
@@ -98,7 +100,7 @@ impl SourceTask {
             }
         }
         drop(reader);
-        if let (Some(sort), Some(et)) = (sort, et) {
+        if let Some((et, sort)) = sort {
             if sort.spilled_bytes() > 0 {
                 tracing::info!(
                     source = %self.name,
