@@ -211,14 +211,17 @@
       const x1 = a.x + BOX_W, y1 = a.y + BOX_H / 2, x2 = b.x - 2, y2 = b.y + BOX_H / 2;
       const mx = (x1 + x2) / 2;
       const late = e.port && typeof e.port === 'object';
+      // An operator chained into the node before it runs in that node's subtasks.
+      const to = nodes.find((n) => n.id === e.to);
+      const chained = to && to.chained_into !== undefined && to.chained_into !== null;
       edgeGroup.appendChild(svg('path', {
-        class: 'edge' + (late ? ' late' : ''),
+        class: 'edge' + (late ? ' late' : '') + (chained ? ' chained' : ''),
         d: 'M ' + x1 + ' ' + y1 + ' C ' + mx + ' ' + y1 + ', ' + mx + ' ' + y2 + ', ' + x2 + ' ' + y2,
         'marker-end': 'url(#arrow)',
         'data-from': nodeLabel(e.from),
         'data-to': nodeLabel(e.to),
       }));
-      const label = (late ? 'late · ' : '') + edgeLabel(e.partitioning);
+      const label = (late ? 'late · ' : '') + (chained ? 'chained' : edgeLabel(e.partitioning));
       if (label) {
         edgeGroup.appendChild(svg('text', {
           class: 'edge-label', x: mx, y: (y1 + y2) / 2 - 4, 'text-anchor': 'middle', text: truncate(label, 26),

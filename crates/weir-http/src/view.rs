@@ -153,6 +153,10 @@ pub struct NodeInfo {
     /// A source's watermark alignment group and its drift bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alignment: Option<AlignmentInfo>,
+    /// The node whose subtasks this one runs in, when it is chained into it (no channel
+    /// between them: see `weir_runtime::physical::Chains`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chained_into: Option<usize>,
 }
 
 /// A source's watermark alignment settings.
@@ -186,6 +190,7 @@ impl GraphInfo {
             *count.entry(n.name.as_str()).or_default() += 1;
         }
         let inputs_by_node = graph.inputs_by_node();
+        let chains = weir_runtime::physical::Chains::of(graph);
         let nodes = graph
             .nodes
             .iter()
@@ -224,6 +229,7 @@ impl GraphInfo {
                     upstream: inputs.iter().map(|e| e.from).collect(),
                     keys,
                     alignment,
+                    chained_into: chains.is_chained(n.id).then(|| chains.head(n.id)),
                 }
             })
             .collect();

@@ -8,6 +8,8 @@
 //! error names the operator, the subtask and where the operator was created.
 
 mod barriers;
+mod chain;
+mod host;
 mod operator_task;
 mod output;
 mod sorted_source;

@@ -401,6 +401,9 @@ pub struct JobConfig {
     /// than this, in wall-clock time, breaches it; breaches are counted in the metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo_time_lag_ms: Option<i64>,
+    /// Run an operator inside the subtask of the node before it where the edge between them
+    /// allows (see [`crate::physical::Chains`]); Flink's `pipeline.operator-chaining`.
+    pub operator_chaining: bool,
 }
 
 impl Default for JobConfig {
@@ -416,6 +419,7 @@ impl Default for JobConfig {
             max_dead_letter_share: None,
             checkpointing: None,
             slo_time_lag_ms: None,
+            operator_chaining: true,
         }
     }
 }
@@ -848,6 +852,7 @@ impl fmt::Display for JobGraph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "job `{}`", self.name)?;
         let inputs = self.inputs_by_node();
+        let chains = crate::physical::Chains::of(self);
         for n in &self.nodes {
             write!(
                 f,
@@ -867,7 +872,12 @@ impl fmt::Display for JobGraph {
                             Port::Late(i) => format!(".late{i}"),
                             Port::Main => String::new(),
                         };
-                        format!("[{}]{} {}", e.from, port, e.partitioning)
+                        let chained = if chains.is_chained(n.id) {
+                            ", chained"
+                        } else {
+                            ""
+                        };
+                        format!("[{}]{} {}{chained}", e.from, port, e.partitioning)
                     })
                     .collect();
                 write!(f, " <- {}", from.join(", "))?;

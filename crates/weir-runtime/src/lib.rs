@@ -42,6 +42,7 @@ pub mod message;
 pub mod metrics;
 pub mod operator;
 pub mod ops;
+pub mod physical;
 pub mod sink;
 pub mod sort;
 pub mod source;

@@ -126,6 +126,9 @@ pub struct NodeMetrics {
     pub spread_alerts: AtomicU64,
     /// The greatest spread seen.
     pub peak_spread_ms: AtomicI64,
+    /// The node whose subtasks this one runs in, when it is chained
+    /// ([`crate::physical::Chains`]).
+    pub chained_into: Option<usize>,
 }
 
 /// Event-time progress of one input of a multi-input operator.
@@ -447,6 +450,11 @@ pub struct NodeSnapshot {
     pub subtasks: Vec<SubtaskSnapshot>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<SplitSnapshot>,
+    /// The node (by index) whose subtasks this one runs in, when it is chained into it: no
+    /// channel between them, its busy time its own, the time its output spends in the
+    /// operators after it counted as backpressured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chained_into: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -688,6 +696,7 @@ impl MetricsReporter {
                 peak_state_bytes: peak(|s| s.peak_state_bytes.load(Relaxed)),
                 subtasks: subs,
                 splits,
+                chained_into: n.chained_into,
             });
         }
         self.last = last;

@@ -351,3 +351,174 @@ fn a_given_uid_names_a_node_in_checkpoints_through_renames_and_json() {
         .to_string();
     assert!(err.contains("has uid \"no/slashes\""), "{err}");
 }
+
+/// Passes each row's `n` on at once (`fired` = 0) and registers an event-time timer under it,
+/// due at the end of input, that emits it again (`fired` = 1).
+#[derive(Debug)]
+struct EchoReminders;
+
+impl OperatorFactory for EchoReminders {
+    fn kind(&self) -> &'static str {
+        "echo_reminders"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn plan(&self, _inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        Ok(StreamInfo {
+            schema: echo_schema(),
+            event_time: None,
+        })
+    }
+    fn create(&self, _inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(EchoRemindersOp))
+    }
+    fn state(&self) -> weir_runtime::graph::OperatorState {
+        weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
+    }
+}
+
+fn echo_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("n", DataType::Int64, false),
+        Field::new("fired", DataType::Int64, false),
+    ]))
+}
+
+struct EchoRemindersOp;
+
+impl Operator for EchoRemindersOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let ns = batch
+            .data
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .clone();
+        for n in ns.values() {
+            ctx.register_event_timer(i64::MAX - 1, &n.to_be_bytes());
+        }
+        let zeros = Int64Array::from(vec![0; ns.len()]);
+        let b = RecordBatch::try_new(echo_schema(), vec![Arc::new(ns), Arc::new(zeros)])?;
+        ctx.emit(StreamBatch::new(b));
+        Ok(())
+    }
+    fn on_timer(&mut self, timer: weir_runtime::operator::Timer, ctx: &mut Context) -> Result<()> {
+        let n = i64::from_be_bytes(timer.key.as_ref().try_into().unwrap());
+        let b = RecordBatch::try_new(
+            echo_schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![n])),
+                Arc::new(Int64Array::from(vec![1])),
+            ],
+        )?;
+        ctx.emit(StreamBatch::new(b));
+        Ok(())
+    }
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+        Ok(Vec::new())
+    }
+    fn restore(&mut self, _state: Vec<RecordBatch>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// `source(2_000)` through a projection and `EchoReminders`, both chained into the source,
+/// into a slow sink that paces the job so that checkpoints happen.
+fn chained_reminders(
+    parallelism: usize,
+    config: CheckpointConfig,
+    out: &CollectSink,
+) -> JobBuilder {
+    let job = JobBuilder::with_config(
+        "chained reminders",
+        JobConfig {
+            parallelism,
+            checkpointing: Some(config),
+            ..self::config(std::path::Path::new("unused"))
+        },
+    );
+    job.source("numbers", source(2_000), SourceOptions::event_time("ts", 0))
+        .project([("n", col("n")), ("ts", col("ts"))])
+        .apply("remind", Arc::new(EchoReminders))
+        .sink_arc(
+            "out",
+            Arc::new(RateLimitedSink::new(
+                Arc::new(out.clone()),
+                RateLimitHandle::new(4_000),
+            )),
+            None,
+        );
+    job
+}
+
+#[test]
+fn a_chained_operator_checkpoints_its_timers_and_they_fire_after_a_restore_at_any_parallelism() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let fired = |out: &CollectSink, flag: i64| -> Vec<i64> {
+        let mut v: Vec<i64> = out
+            .batches()
+            .iter()
+            .flat_map(|b| {
+                let n = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                let f = b.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+                (0..b.num_rows())
+                    .filter(|&i| f.value(i) == flag)
+                    .map(|i| n.value(i))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    for restore_parallelism in [2, 1, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CheckpointConfig::new(30, dir.path());
+        let first = CollectSink::new();
+        let graph = chained_reminders(2, config.clone(), &first)
+            .build()
+            .unwrap();
+        let chains = weir_runtime::physical::Chains::of(&graph);
+        let remind = graph.nodes.iter().find(|n| n.name == "remind").unwrap();
+        assert!(chains.is_chained(remind.id), "{graph}");
+        assert_eq!(chains.head(remind.id), 0, "chained into the source");
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let report = rt.block_on(async {
+            let running =
+                weir_runtime::exec::start(graph, Arc::new(weir_core::SystemClock)).unwrap();
+            let stop = running.stop_handle();
+            let metrics = running.metrics.clone();
+            tokio::spawn(async move {
+                while metrics.checkpoints.completed.load(Relaxed) < 3 {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                stop.stop();
+            });
+            running.wait().await.unwrap()
+        });
+        assert!(report.stopped);
+        assert!(
+            fired(&first, 1).is_empty(),
+            "timers are due at the end only"
+        );
+        assert!(!fired(&first, 0).is_empty(), "rows passed before the stop");
+
+        let mut config = config;
+        config.restore = Some("latest".into());
+        let second = CollectSink::new();
+        let report = run_within(
+            &chained_reminders(restore_parallelism, config, &second),
+            LIMIT,
+        )
+        .unwrap();
+        assert!(report.restored.is_some());
+        let mut want: Vec<i64> = (0..2_000).chain(1_000_000..1_002_000).collect();
+        want.sort_unstable();
+        assert_eq!(
+            fired(&second, 1),
+            want,
+            "every row's timer fires once, restored at parallelism {restore_parallelism}"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! barrier alignment, timers and the end of input.
 
 use super::barriers::BarrierAligner;
+use super::host::{OperatorHost, StateFiles};
 use super::output::Outputs;
 use super::Verdict;
 use std::sync::atomic::Ordering::Relaxed;
@@ -15,14 +16,12 @@ use crate::channel::{Envelope, Mailbox};
 use crate::error::{Error, Result};
 use crate::message::{Message, StreamBatch};
 use crate::metrics::NodeMetrics;
-use crate::operator::{
-    AsyncOperator, Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService,
-};
+use crate::operator::{AsyncOperator, Context, Operator, Port, SubtaskInfo};
 use crate::sink::SinkWriter;
 use crate::source::DeadLetters;
 
 pub(super) enum Processor {
-    Operator(Box<dyn Operator>),
+    Operator(Box<OperatorHost>),
     Async(Box<dyn AsyncOperator>),
     Sink(Box<dyn SinkWriter>),
 }
@@ -40,21 +39,13 @@ pub(super) struct OperatorTask {
     pub(super) outputs: Outputs,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) info: SubtaskInfo,
-    pub(super) timers: TimerService,
-    pub(super) out_buf: Vec<(Port, StreamBatch)>,
-    pub(super) watermark: Watermark,
-    /// Operator calls so far (gauges are refreshed every few).
-    pub(super) calls: u64,
     pub(super) dead_letters: DeadLetters,
     pub(super) verdict: Verdict,
     /// Where checkpoint reports go, when the job takes checkpoints.
     pub(super) checkpoints:
         Option<tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>>,
     /// Operators with checkpointed state: where their snapshots go, and the file name.
-    pub(super) state_files: Option<(
-        std::sync::Arc<dyn weir_state::checkpoint::CheckpointStorage>,
-        String,
-    )>,
+    pub(super) state_files: Option<StateFiles>,
     /// The subtask's (node, index), for checkpoint reports.
     pub(super) id: (usize, usize),
     /// Sinks of a job with checkpoints: the newest complete checkpoint.
@@ -66,7 +57,7 @@ pub(super) struct OperatorTask {
 }
 
 impl OperatorTask {
-    /// Calls the operator with a context, counting busy time, then sends what it emitted.
+    /// Calls the operator (busy time counted), then sends what it emitted.
     pub(super) async fn call(
         &mut self,
         f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
@@ -80,33 +71,15 @@ impl OperatorTask {
         f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
         report: bool,
     ) -> Result<()> {
-        let m = self.outputs.metrics.clone();
-        let sw = Stopwatch::start();
-        if let Processor::Operator(op) = &mut self.processor {
-            let mut ctx = Context {
-                output: &mut self.out_buf,
-                timers: &mut self.timers,
-                clock: self.clock.as_ref(),
-                metrics: &m,
-                info: &self.info,
-                watermark: self.watermark,
-                dead_letters: Vec::new(),
-            };
-            f(op.as_mut(), &mut ctx)?;
-            for letter in ctx.take_dead_letters() {
-                self.dead_letters.send(letter, None)?;
-            }
-            let size = op.state_size();
-            m.set_state(size.rows, size.bytes);
-            self.calls += 1;
-            if report || self.calls.is_multiple_of(32) {
-                let mut g = m.gauges.lock().expect("metrics lock");
-                g.clear();
-                op.gauges(&mut g);
-            }
+        let mut out = Vec::new();
+        if let Processor::Operator(host) = &mut self.processor {
+            host.call(&self.dead_letters, &mut out, report, f)?;
         }
-        m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
-        for (port, batch) in std::mem::take(&mut self.out_buf) {
+        self.send(out).await
+    }
+
+    async fn send(&mut self, out: Vec<(Port, StreamBatch)>) -> Result<()> {
+        for (port, batch) in out {
             self.outputs.emit(port, batch).await?;
         }
         Ok(())
@@ -201,15 +174,12 @@ impl OperatorTask {
     }
 
     pub(super) async fn on_watermark(&mut self, wm: Watermark) -> Result<()> {
-        self.watermark = wm;
         self.outputs.metrics.watermark.store(wm.0, Relaxed);
         match &mut self.processor {
-            Processor::Operator(_) => {
-                while let Some(t) = self.timers.pop_due(TimeDomain::EventTime, wm.0) {
-                    self.call(|op, ctx| op.on_timer(t, ctx)).await?;
-                }
-                self.call_and_report(|op, ctx| op.on_watermark(wm, ctx), true)
-                    .await?;
+            Processor::Operator(host) => {
+                let mut out = Vec::new();
+                host.on_watermark(wm, &self.dead_letters, &mut out)?;
+                self.send(out).await?;
             }
             Processor::Async(_) => {}
             Processor::Sink(w) => w.on_watermark(wm).await?,
@@ -218,46 +188,24 @@ impl OperatorTask {
     }
 
     pub(super) async fn fire_proc_timers(&mut self) -> Result<()> {
-        let now = self.clock.now().0;
-        while let Some(t) = self.timers.pop_due(TimeDomain::ProcTime, now) {
-            self.call(|op, ctx| op.on_timer(t, ctx)).await?;
+        if let Processor::Operator(host) = &mut self.processor {
+            let mut out = Vec::new();
+            host.fire_proc_timers(&self.dead_letters, &mut out)?;
+            self.send(out).await?;
         }
-        Ok(())
+        self.outputs.fire_chained_timers().await
     }
 
-    /// Writes the operator's state for checkpoint `epoch` (nothing for a stateless one).
-    fn snapshot(
-        &mut self,
-        epoch: weir_core::time::Epoch,
-    ) -> Result<Vec<crate::checkpoint::StateFileInfo>> {
-        let (Some((storage, name)), Processor::Operator(op)) =
-            (&self.state_files, &mut self.processor)
-        else {
-            return Ok(Vec::new());
+    /// When the next processing-time timer of this subtask or an operator chained after it
+    /// is due.
+    fn next_proc_time(&self) -> Option<weir_core::time::ProcTime> {
+        let own = match &self.processor {
+            Processor::Operator(host) => host.timers.next_proc_time(),
+            _ => None,
         };
-        let batches = op.snapshot()?;
-        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let encoded = weir_state::snapshot::encode(&batches)?;
-        let bytes = storage.write_file(epoch, name, &encoded)?;
-        let mut files = vec![crate::checkpoint::StateFileInfo {
-            name: name.clone(),
-            rows,
-            bytes,
-            checksum: weir_state::checkpoint::checksum(&encoded),
-        }];
-        if !self.timers.is_empty() {
-            let timers = self.timers.snapshot(self.info.key_groups)?;
-            let name = timers_file(name);
-            let encoded = weir_state::snapshot::encode(&[timers])?;
-            let bytes = storage.write_file(epoch, &name, &encoded)?;
-            files.push(crate::checkpoint::StateFileInfo {
-                name,
-                rows: self.timers.len() as u64,
-                bytes,
-                checksum: weir_state::checkpoint::checksum(&encoded),
-            });
-        }
-        Ok(files)
+        own.into_iter()
+            .chain(self.outputs.next_chained_timer())
+            .min()
     }
 
     /// Tells the sink that checkpoints up to the newest complete one are complete.
@@ -295,7 +243,6 @@ impl OperatorTask {
         let m = self.outputs.metrics.clone();
         let sw = Stopwatch::start();
         let wait = self
-            .timers
             .next_proc_time()
             .map(|t| Duration::from_millis((t.0 - self.clock.now().0).max(0) as u64));
         let completed = async {
@@ -337,6 +284,7 @@ impl OperatorTask {
         let mut barriers: BarrierAligner<Envelope> = BarrierAligner::new(n);
 
         self.call(|op, ctx| op.open(ctx)).await?;
+        self.outputs.open_chain().await?;
         while n_ended < n {
             let env = match barriers.next_released() {
                 Some(e) => e,
@@ -401,11 +349,14 @@ impl OperatorTask {
             }
             if let Some(epoch) = barriers.aligned() {
                 let report = match &mut self.processor {
-                    Processor::Operator(_) => {
-                        self.call(|op, ctx| op.on_barrier(epoch, ctx)).await?;
-                        crate::checkpoint::Report::Operator {
-                            state: self.snapshot(epoch)?,
-                        }
+                    Processor::Operator(host) => {
+                        let mut out = Vec::new();
+                        host.call(&self.dead_letters, &mut out, false, |op, ctx| {
+                            op.on_barrier(epoch, ctx)
+                        })?;
+                        let state = host.snapshot(epoch, self.state_files.as_ref())?;
+                        self.send(out).await?;
+                        crate::checkpoint::Report::Operator { state }
                     }
                     Processor::Async(_) => {
                         crate::checkpoint::Report::Operator { state: Vec::new() }
@@ -427,7 +378,7 @@ impl OperatorTask {
                 }
                 self.outputs.broadcast(Message::Barrier(epoch)).await?;
             }
-            if !self.timers.is_empty() {
+            if self.next_proc_time().is_some() {
                 self.fire_proc_timers().await?;
             }
         }
@@ -455,14 +406,4 @@ impl OperatorTask {
         m.finished.store(true, Relaxed);
         Ok(())
     }
-}
-
-/// The checkpoint file of a subtask's timers, beside its operator state file `state`.
-pub(super) fn timers_file(state: &str) -> String {
-    format!("{}.timers.arrow", state.trim_end_matches(".arrow"))
-}
-
-/// Whether a checkpoint file holds timers (see [`timers_file`]).
-pub(super) fn is_timers_file(name: &str) -> bool {
-    name.ends_with(".timers.arrow")
 }

@@ -14,6 +14,8 @@ use crate::message::{Message, StreamBatch};
 use crate::metrics::SubtaskMetrics;
 use crate::operator::Port;
 
+use super::chain::{Chain, Item};
+
 pub(super) enum Route {
     Forward,
     Rebalance {
@@ -44,11 +46,15 @@ pub(super) struct OutputEdge {
     pub(super) senders: Vec<ChannelSender>,
 }
 
-/// The output side of a subtask: routes batches over its edges, waiting for credit.
+/// The output side of a subtask: runs batches and control messages through the operators
+/// chained after it, if any, then routes them over the edges (the last chained operator's),
+/// waiting for credit.
 pub(super) struct Outputs {
     pub(super) edges: Vec<OutputEdge>,
     pub(super) batch_rows: usize,
+    /// The emitting subtask's metrics.
     pub(super) metrics: Arc<SubtaskMetrics>,
+    pub(super) chain: Chain,
 }
 
 impl Outputs {
@@ -61,98 +67,185 @@ impl Outputs {
             edges,
             batch_rows,
             metrics,
+            chain: Chain::default(),
         }
     }
 
+    /// Sends `batch` on `port`: through the chained operators (whose input is the emitting
+    /// operator's main output alone), or over the edges that take `port`.
     pub(super) async fn emit(&mut self, port: Port, batch: StreamBatch) -> Result<()> {
         let n = batch.num_rows();
         if n == 0 {
             return Ok(());
         }
-        if port == Port::Main {
-            self.metrics.rows_out.fetch_add(n as u64, Relaxed);
+        if self.chain.is_empty() {
+            let m = self.metrics.clone();
+            return route(&mut self.edges, self.batch_rows, &m, port, batch).await;
         }
-        let metrics = self.metrics.clone();
-        let batch_rows = self.batch_rows;
-        for edge in self.edges.iter_mut().filter(|e| e.port == port) {
-            match &mut edge.route {
-                Route::Forward => {
-                    send_rows(&edge.senders[0], batch.clone(), batch_rows, &metrics).await?
-                }
-                Route::Rebalance { next } => {
-                    let s = &edge.senders[*next % edge.senders.len()];
-                    *next += 1;
-                    send_rows(s, batch.clone(), batch_rows, &metrics).await?
-                }
-                Route::Broadcast => {
-                    for s in &edge.senders {
-                        send_rows(s, batch.clone(), batch_rows, &metrics).await?
-                    }
-                }
-                Route::Keyed {
-                    encoder,
-                    key_groups,
-                    salting,
-                    sketch,
-                    exchange,
-                    subtask,
-                } => {
-                    let p = edge.senders.len();
-                    let rows = encoder.encode(&batch.data)?;
-                    for row in rows.iter() {
-                        sketch.offer(row.as_ref());
-                    }
-                    exchange.publish(*subtask, sketch);
-                    if p == 1 {
-                        send_rows(&edge.senders[0], batch.clone(), batch_rows, &metrics).await?;
-                        continue;
-                    }
-                    let mut idx: Vec<Vec<u32>> =
-                        (0..p).map(|_| Vec::with_capacity(n / p + 16)).collect();
-                    for (i, row) in rows.iter().enumerate() {
-                        let kg = key_group(hash_key(row.as_ref()), *key_groups);
-                        let home = subtask_for_key_group(kg, *key_groups, p);
-                        let target = match salting {
-                            None => home,
-                            Some(s) => {
-                                let salt_it =
-                                    s.hot_share.is_none_or(|t| sketch.share(row.as_ref()) >= t);
-                                if salt_it {
-                                    s.next += 1;
-                                    (home + (s.next % s.salts.max(1) as u64) as usize) % p
-                                } else {
-                                    home
-                                }
-                            }
-                        };
-                        idx[target].push(i as u32);
-                    }
-                    for (j, ix) in idx.into_iter().enumerate() {
-                        if ix.is_empty() {
-                            continue;
-                        }
-                        let part = if ix.len() == n {
-                            batch.clone()
-                        } else {
-                            batch.take(&arrow_array::UInt32Array::from(ix))?
-                        };
-                        send_rows(&edge.senders[j], part, batch_rows, &metrics).await?;
-                    }
-                }
-            }
+        if port != Port::Main {
+            return Ok(());
         }
+        self.metrics.rows_out.fetch_add(n as u64, Relaxed);
+        self.through_chain(Item::Data(port, batch)).await
+    }
+
+    /// Sends a control message on every channel of every edge (through the chained
+    /// operators first).
+    pub(super) async fn broadcast(&mut self, msg: Message) -> Result<()> {
+        if self.chain.is_empty() {
+            return send_all(&self.edges, msg, &self.metrics).await;
+        }
+        self.through_chain(Item::Control(msg)).await
+    }
+
+    /// Runs an item through the chain and sends what leaves it; the emitting subtask counts
+    /// the time as backpressured, as it would count a wait for a channel's credit.
+    async fn through_chain(&mut self, item: Item) -> Result<()> {
+        let sw = Stopwatch::start();
+        let leaving = self.chain.run(0, vec![item]).await?;
+        self.send_leaving(leaving).await?;
+        self.metrics
+            .backpressured_ns
+            .fetch_add(sw.elapsed_nanos(), Relaxed);
         Ok(())
     }
 
-    /// Sends a control message on every channel of every edge.
-    pub(super) async fn broadcast(&mut self, msg: Message) -> Result<()> {
-        for edge in &self.edges {
-            for s in &edge.senders {
-                send(s, msg.clone(), &self.metrics).await?;
+    async fn send_leaving(&mut self, leaving: Vec<Item>) -> Result<()> {
+        let tail = self.chain.tail_metrics().unwrap_or(&self.metrics).clone();
+        for item in leaving {
+            match item {
+                Item::Data(port, batch) => {
+                    route(&mut self.edges, self.batch_rows, &tail, port, batch).await?
+                }
+                Item::Control(msg) => send_all(&self.edges, msg, &tail).await?,
             }
         }
+        self.chain.settle();
         Ok(())
     }
+
+    /// When the next processing-time timer of a chained operator is due.
+    pub(super) fn next_chained_timer(&self) -> Option<weir_core::time::ProcTime> {
+        self.chain.next_proc_time()
+    }
+
+    /// Opens the chained operators (before the emitting subtask sends anything) and sends
+    /// what they emit.
+    pub(super) async fn open_chain(&mut self) -> Result<()> {
+        if self.chain.is_empty() {
+            return Ok(());
+        }
+        let leaving = self.chain.open().await?;
+        self.send_leaving(leaving).await
+    }
+
+    /// Fires the chained operators' processing-time timers that are due and sends what they
+    /// emit.
+    pub(super) async fn fire_chained_timers(&mut self) -> Result<()> {
+        if !self.chain.has_proc_timers() {
+            return Ok(());
+        }
+        let sw = Stopwatch::start();
+        let leaving = self.chain.fire_proc_timers().await?;
+        self.send_leaving(leaving).await?;
+        self.metrics
+            .backpressured_ns
+            .fetch_add(sw.elapsed_nanos(), Relaxed);
+        Ok(())
+    }
+}
+
+/// Sends a control message on every channel of every edge.
+async fn send_all(edges: &[OutputEdge], msg: Message, metrics: &SubtaskMetrics) -> Result<()> {
+    for edge in edges {
+        for s in &edge.senders {
+            send(s, msg.clone(), metrics).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Routes `batch` over the edges that take `port`, counting it as the output of the subtask
+/// whose `metrics` these are.
+async fn route(
+    edges: &mut [OutputEdge],
+    batch_rows: usize,
+    metrics: &SubtaskMetrics,
+    port: Port,
+    batch: StreamBatch,
+) -> Result<()> {
+    let n = batch.num_rows();
+    if port == Port::Main {
+        metrics.rows_out.fetch_add(n as u64, Relaxed);
+    }
+    for edge in edges.iter_mut().filter(|e| e.port == port) {
+        match &mut edge.route {
+            Route::Forward => {
+                send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics).await?
+            }
+            Route::Rebalance { next } => {
+                let s = &edge.senders[*next % edge.senders.len()];
+                *next += 1;
+                send_rows(s, batch.clone(), batch_rows, metrics).await?
+            }
+            Route::Broadcast => {
+                for s in &edge.senders {
+                    send_rows(s, batch.clone(), batch_rows, metrics).await?
+                }
+            }
+            Route::Keyed {
+                encoder,
+                key_groups,
+                salting,
+                sketch,
+                exchange,
+                subtask,
+            } => {
+                let p = edge.senders.len();
+                let rows = encoder.encode(&batch.data)?;
+                for row in rows.iter() {
+                    sketch.offer(row.as_ref());
+                }
+                exchange.publish(*subtask, sketch);
+                if p == 1 {
+                    send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics).await?;
+                    continue;
+                }
+                let mut idx: Vec<Vec<u32>> =
+                    (0..p).map(|_| Vec::with_capacity(n / p + 16)).collect();
+                for (i, row) in rows.iter().enumerate() {
+                    let kg = key_group(hash_key(row.as_ref()), *key_groups);
+                    let home = subtask_for_key_group(kg, *key_groups, p);
+                    let target = match salting {
+                        None => home,
+                        Some(s) => {
+                            let salt_it =
+                                s.hot_share.is_none_or(|t| sketch.share(row.as_ref()) >= t);
+                            if salt_it {
+                                s.next += 1;
+                                (home + (s.next % s.salts.max(1) as u64) as usize) % p
+                            } else {
+                                home
+                            }
+                        }
+                    };
+                    idx[target].push(i as u32);
+                }
+                for (j, ix) in idx.into_iter().enumerate() {
+                    if ix.is_empty() {
+                        continue;
+                    }
+                    let part = if ix.len() == n {
+                        batch.clone()
+                    } else {
+                        batch.take(&arrow_array::UInt32Array::from(ix))?
+                    };
+                    send_rows(&edge.senders[j], part, batch_rows, metrics).await?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(super) async fn send_rows(

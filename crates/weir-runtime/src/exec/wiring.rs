@@ -1,5 +1,7 @@
 //! Wiring a job: channels between subtasks, their metrics, and one tokio task per subtask.
 
+use super::chain::{ChainMember, Chained, Identity};
+use super::host::{OperatorHost, StateFiles};
 use super::operator_task::{OperatorTask, Processor};
 use super::output::{OutputEdge, Outputs, Route, Salting};
 use super::source_task::SourceTask;
@@ -10,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 use weir_core::keys::KeyEncoder;
-use weir_core::time::{Clock, Watermark};
+use weir_core::time::Clock;
 
 use crate::channel::Mailbox;
 use crate::error::{Error, Result};
@@ -67,6 +69,8 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         None => DeadLetters::new(cfg.dead_letter_path.clone()),
     };
 
+    // Operators chained into the node before them run in its subtasks, with no channel.
+    let chains = crate::physical::Chains::of(&graph);
     // One mailbox per operator/sink subtask; channels from every upstream subtask into it.
     let mut mailboxes: Vec<Vec<Mailbox>> = Vec::new();
     let mut channel_inputs: Vec<Vec<Vec<usize>>> = Vec::new();
@@ -74,7 +78,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     for n in &graph.nodes {
         let is_source = matches!(n.kind, NodeKind::Source { .. });
         let p = n.parallelism;
-        mailboxes.push(if is_source {
+        mailboxes.push(if is_source || chains.is_chained(n.id) {
             Vec::new()
         } else {
             (0..p).map(|_| Mailbox::new()).collect()
@@ -104,7 +108,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             ex.insert((e.from, e.to), x.clone());
             Ok(x)
         };
-    for e in &graph.edges {
+    for e in graph.edges.iter().filter(|e| !chains.is_chained(e.to)) {
         let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
         for (i, node_outputs) in outputs[e.from].iter_mut().enumerate() {
             let targets: Vec<usize> = match e.partitioning {
@@ -197,6 +201,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             spread_alert: Default::default(),
             spread_alerts: Default::default(),
             peak_spread_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
+            chained_into: chains.is_chained(n.id).then(|| chains.head(n.id)),
         }));
     }
     let metrics = Arc::new(JobMetrics {
@@ -244,8 +249,60 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     }
     let started = clock.now();
     for n in graph.nodes.iter().rev() {
+        if chains.is_chained(n.id) {
+            // Made with the subtasks of its chain's head.
+            continue;
+        }
         let node_mailboxes = std::mem::take(&mut mailboxes[n.id]);
-        let node_outputs = std::mem::take(&mut outputs[n.id]);
+        // A chain sends on its last operator's edges.
+        let node_outputs = std::mem::take(&mut outputs[chains.tail(n.id)]);
+        let followers = chains.followers(n.id);
+        let outputs_of = |s: usize,
+                          edges: Vec<OutputEdge>,
+                          checkpoints: &mut Option<CheckpointWiring>|
+         -> Result<Outputs> {
+            let mut out = Outputs::new(
+                edges,
+                cfg.batch_rows,
+                metrics.nodes[n.id].subtasks[s].clone(),
+            );
+            for &f in &followers {
+                let node = &graph.nodes[f];
+                let NodeKind::Operator { factory } = &node.kind else {
+                    return Err(Error::Internal(format!(
+                        "node `{}` is chained but is no operator",
+                        node.name
+                    )));
+                };
+                let made = create_operator(
+                    &graph,
+                    node,
+                    factory.as_ref(),
+                    subtask_info(&cfg, node, s, restored_epoch),
+                    restored.as_ref(),
+                    &stable_ids[f],
+                    metrics.nodes[f].subtasks[s].clone(),
+                    clock.clone(),
+                )?;
+                let mut member = ChainMember::new(
+                    made,
+                    metrics.nodes[f].subtasks[s].clone(),
+                    dead_letters.subtask(),
+                    (f, s),
+                    Identity {
+                        operator: node.name.clone(),
+                        subtask: s,
+                        parallelism: node.parallelism,
+                        created_at: node.created_at.clone(),
+                    },
+                );
+                member.checkpoints = checkpoints.as_mut().map(|c| c.other((f, s)));
+                member.state_files =
+                    state_files(node, factory.as_ref(), s, checkpoints, &stable_ids);
+                out.chain.members.push(member);
+            }
+            Ok(out)
+        };
         let input_streams: Vec<_> = inputs_by_node[n.id]
             .iter()
             .map(|e| graph.nodes[e.from].output.clone())
@@ -306,11 +363,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         assigned,
                         split_metrics,
                         node_metrics: metrics.nodes[n.id].clone(),
-                        outputs: Outputs::new(
-                            outs,
-                            cfg.batch_rows,
-                            metrics.nodes[n.id].subtasks[s].clone(),
-                        ),
+                        outputs: outputs_of(s, outs, &mut checkpoints)?,
                         clock: clock.clone(),
                         dead_letters: dead_letters.subtask(),
                         name: n.name.clone(),
@@ -342,17 +395,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     node_mailboxes.into_iter().zip(node_outputs).enumerate()
                 {
                     mailbox.seal();
-                    let info = SubtaskInfo {
-                        checkpoints: cfg.checkpointing.as_ref().map(|_| {
-                            crate::operator::CheckpointInfo {
-                                restored: restored_epoch,
-                            }
-                        }),
-                        operator: n.name.clone(),
-                        subtask: s,
-                        parallelism: n.parallelism,
-                        key_groups: cfg.key_groups,
-                    };
+                    let info = subtask_info(&cfg, n, s, restored_epoch);
                     let inputs = std::mem::take(&mut channel_inputs[n.id][s]);
                     let holds: Vec<bool> = match &n.kind {
                         NodeKind::Operator { factory } => {
@@ -360,36 +403,22 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         }
                         _ => vec![true; inputs.len()],
                     };
-                    let mut timers = TimerService::default();
                     let processor = match &n.kind {
-                        NodeKind::Operator { factory } => {
-                            if let Some(op) = factory.create_async(&input_streams, &info) {
-                                Processor::Async(op.map_err(|e| wrap(s, e))?)
-                            } else {
-                                let mut op = factory
-                                    .create(&input_streams, &info)
-                                    .map_err(|e| wrap(s, e))?;
-                                if let (
-                                    Some(r),
-                                    crate::graph::OperatorState::Checkpointed { version },
-                                ) = (&restored, factory.state())
-                                {
-                                    let state = restored_state(
-                                        r,
-                                        &stable_ids[n.id],
-                                        version,
-                                        &factory.state_signature(),
-                                        &info,
-                                    )
-                                    .map_err(|e| wrap(s, e))?;
-                                    op.restore(state.operator).map_err(|e| wrap(s, e))?;
-                                    for t in &state.timers {
-                                        timers.restore(t).map_err(|e| wrap(s, e))?;
-                                    }
-                                }
-                                Processor::Operator(op)
-                            }
-                        }
+                        NodeKind::Operator { factory } => match create_operator(
+                            &graph,
+                            n,
+                            factory.as_ref(),
+                            info.clone(),
+                            restored.as_ref(),
+                            &stable_ids[n.id],
+                            metrics.nodes[n.id].subtasks[s].clone(),
+                            clock.clone(),
+                        )
+                        .map_err(|e| wrap(s, e))?
+                        {
+                            Chained::Sync(host) => Processor::Operator(Box::new(host)),
+                            Chained::Async(op) => Processor::Async(op),
+                        },
                         NodeKind::Sink { factory } => Processor::Sink(
                             factory
                                 .create_writer(n.output.schema.clone(), &info)
@@ -411,28 +440,15 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             })
                             .collect(),
                         mailbox,
-                        outputs: Outputs::new(
-                            outs,
-                            cfg.batch_rows,
-                            metrics.nodes[n.id].subtasks[s].clone(),
-                        ),
+                        outputs: outputs_of(s, outs, &mut checkpoints).map_err(|e| wrap(s, e))?,
                         clock: clock.clone(),
                         info,
-                        timers,
-                        out_buf: Vec::new(),
-                        watermark: Watermark::MIN,
-                        calls: 0,
                         dead_letters: dead_letters.subtask(),
                         verdict: verdict.clone(),
                         checkpoints: checkpoints.as_mut().map(|c| c.other((n.id, s))),
-                        state_files: match (&n.kind, &checkpoints) {
-                            (NodeKind::Operator { factory }, Some(c))
-                                if matches!(
-                                    factory.state(),
-                                    crate::graph::OperatorState::Checkpointed { .. }
-                                ) =>
-                            {
-                                Some((c.storage.clone(), format!("{}-{s}.arrow", stable_ids[n.id])))
+                        state_files: match &n.kind {
+                            NodeKind::Operator { factory } => {
+                                state_files(n, factory.as_ref(), s, &checkpoints, &stable_ids)
                             }
                             _ => None,
                         },
@@ -491,6 +507,80 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 r.manifest.sources.values().map(|s| s.len()).sum(),
             )
         }),
+    })
+}
+
+/// Where subtask `s` of `node` sits in the job.
+fn subtask_info(
+    cfg: &crate::graph::JobConfig,
+    node: &crate::graph::Node,
+    s: usize,
+    restored: Option<weir_core::time::Epoch>,
+) -> SubtaskInfo {
+    SubtaskInfo {
+        checkpoints: (cfg.checkpointing.as_ref())
+            .map(|_| crate::operator::CheckpointInfo { restored }),
+        operator: node.name.clone(),
+        subtask: s,
+        parallelism: node.parallelism,
+        key_groups: cfg.key_groups,
+    }
+}
+
+/// Subtask `info.subtask` of an operator, with its state and timers when the job is restored.
+#[allow(clippy::too_many_arguments)]
+fn create_operator(
+    graph: &JobGraph,
+    node: &crate::graph::Node,
+    factory: &dyn crate::graph::OperatorFactory,
+    info: SubtaskInfo,
+    restored: Option<&crate::checkpoint::Restored>,
+    stable_id: &str,
+    metrics: Arc<SubtaskMetrics>,
+    clock: Arc<dyn Clock>,
+) -> Result<Chained> {
+    let inputs = graph.inputs_by_node();
+    let input_streams: Vec<_> = inputs[node.id]
+        .iter()
+        .map(|e| graph.nodes[e.from].output.clone())
+        .collect();
+    if let Some(op) = factory.create_async(&input_streams, &info) {
+        return Ok(Chained::Async(op?));
+    }
+    let mut op = factory.create(&input_streams, &info)?;
+    let mut timers = TimerService::default();
+    if let (Some(r), crate::graph::OperatorState::Checkpointed { version }) =
+        (restored, factory.state())
+    {
+        let state = restored_state(r, stable_id, version, &factory.state_signature(), &info)?;
+        op.restore(state.operator)?;
+        for t in &state.timers {
+            timers.restore(t)?;
+        }
+    }
+    Ok(Chained::Sync(OperatorHost::new(
+        op, timers, info, metrics, clock,
+    )))
+}
+
+/// Where a checkpointed operator subtask's snapshots go, when the job takes checkpoints.
+fn state_files(
+    node: &crate::graph::Node,
+    factory: &dyn crate::graph::OperatorFactory,
+    s: usize,
+    checkpoints: &Option<CheckpointWiring>,
+    stable_ids: &[String],
+) -> Option<StateFiles> {
+    let c = checkpoints.as_ref()?;
+    matches!(
+        factory.state(),
+        crate::graph::OperatorState::Checkpointed { .. }
+    )
+    .then(|| {
+        (
+            c.storage.clone(),
+            format!("{}-{s}.arrow", stable_ids[node.id]),
+        )
     })
 }
 
@@ -826,7 +916,7 @@ fn restored_state(
     let mut state = RestoredState::default();
     for sub in &node.subtasks {
         for f in &sub.files {
-            let out = if super::operator_task::is_timers_file(&f.name) {
+            let out = if super::host::is_timers_file(&f.name) {
                 &mut state.timers
             } else {
                 &mut state.operator

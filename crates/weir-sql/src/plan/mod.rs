@@ -285,6 +285,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
             max_dead_letter_share,
             slo_time_lag_ms,
             checkpointing,
+            operator_chaining: operator_chaining(&settings)?,
             ..Default::default()
         },
     );

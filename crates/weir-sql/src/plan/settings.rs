@@ -6,6 +6,8 @@ use super::*;
 pub(super) const SETTINGS: &[&str] = &[
     "parallelism.default",
     "pipeline.name",
+    "pipeline.operator-chaining",
+    "pipeline.operator-chaining.enabled",
     "table.exec.state.ttl",
     crate::zone::LOCAL_TIME_ZONE,
     "table.optimizer.agg-phase-strategy",
@@ -125,6 +127,30 @@ pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> 
         tracing::warn!(key = %key, "SET '{key}' is not a setting weir reads; ignored");
     }
     Ok(())
+}
+
+/// `SET 'pipeline.operator-chaining.enabled'` (Flink 2's name) or
+/// `'pipeline.operator-chaining'` (Flink 1's): whether operators run chained into the node
+/// before them where they can (the default). Changes no result, only how many subtasks run.
+pub(super) fn operator_chaining(settings: &BTreeMap<String, String>) -> Result<bool> {
+    let mut on = true;
+    for key in [
+        "pipeline.operator-chaining",
+        "pipeline.operator-chaining.enabled",
+    ] {
+        if let Some(v) = settings.get(key) {
+            on = match v.trim().to_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(plan_err(format!(
+                        "SET '{key}' = '{v}': use 'true' or 'false'"
+                    )))
+                }
+            };
+        }
+    }
+    Ok(on)
 }
 
 /// `SET 'execution.runtime-mode'`: `None` for 'streaming' (the default), the batch run's

@@ -1,0 +1,332 @@
+//! Operators chained after a subtask (see [`crate::physical::Chains`]): what the subtask
+//! emits runs through them in order, in its own task, before it reaches the channels of the
+//! last one's output edges.
+//!
+//! Each chained operator does what its own subtask would do with one input channel: it counts
+//! its rows, follows the watermark (timers first), passes idleness on, snapshots and reports
+//! at a barrier, and flushes at the end after a last `Watermark::MAX`; everything it emits
+//! while handling a message goes on before the message. Its metrics stay its own: busy time is
+//! the time in its calls, backpressured time the time its output spent in the operators after
+//! it and waiting for the channels' credit, idle time the rest.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use weir_core::time::{ProcTime, Stopwatch, Watermark};
+
+use super::host::{OperatorHost, StateFiles};
+use crate::checkpoint::{Ack, Report, ToCoordinator};
+use crate::error::{Error, Result};
+use crate::message::{Message, StreamBatch};
+use crate::metrics::SubtaskMetrics;
+use crate::operator::{AsyncOperator, Port};
+use crate::source::DeadLetters;
+
+/// A batch on a port, or a control message, between two operators of a chain.
+pub(super) enum Item {
+    Data(Port, StreamBatch),
+    Control(Message),
+}
+
+pub(super) enum Chained {
+    Sync(OperatorHost),
+    Async(Box<dyn AsyncOperator>),
+}
+
+/// Who a chained operator is, for its errors.
+pub(super) struct Identity {
+    pub(super) operator: String,
+    pub(super) subtask: usize,
+    pub(super) parallelism: usize,
+    pub(super) created_at: String,
+}
+
+pub(super) struct ChainMember {
+    pub(super) op: Chained,
+    pub(super) metrics: Arc<SubtaskMetrics>,
+    pub(super) dead_letters: DeadLetters,
+    /// Where checkpoint reports go, when the job takes checkpoints.
+    pub(super) checkpoints: Option<tokio::sync::mpsc::UnboundedSender<ToCoordinator>>,
+    pub(super) state_files: Option<StateFiles>,
+    /// The subtask's (node, index), for checkpoint reports.
+    pub(super) id: (usize, usize),
+    pub(super) identity: Identity,
+    watermark: Watermark,
+    /// Time since its idle, busy or backpressured time was last counted.
+    lap: Stopwatch,
+    /// Whether it handled anything in the current pass.
+    touched: bool,
+}
+
+impl ChainMember {
+    pub(super) fn new(
+        op: Chained,
+        metrics: Arc<SubtaskMetrics>,
+        dead_letters: DeadLetters,
+        id: (usize, usize),
+        identity: Identity,
+    ) -> Self {
+        ChainMember {
+            op,
+            metrics,
+            dead_letters,
+            checkpoints: None,
+            state_files: None,
+            id,
+            identity,
+            watermark: Watermark::MIN,
+            lap: Stopwatch::start(),
+            touched: false,
+        }
+    }
+
+    fn wrap(&self, e: Error) -> Error {
+        match e {
+            Error::Cancelled | Error::Operator { .. } => e,
+            e => Error::Operator {
+                operator: self.identity.operator.clone(),
+                subtask: self.identity.subtask,
+                parallelism: self.identity.parallelism,
+                created_at: self.identity.created_at.clone(),
+                source: Box::new(e),
+            },
+        }
+    }
+
+    fn report(&self, msg: ToCoordinator) {
+        if let Some(to) = &self.checkpoints {
+            let _ = to.send(msg);
+        }
+    }
+
+    /// Handles one item; what it emits, then the item if it goes on, are appended to `next`.
+    /// Only the chain's last operator has outputs other than its main one.
+    async fn handle(&mut self, item: Item, last: bool, next: &mut Vec<Item>) -> Result<()> {
+        let mut out = Vec::new();
+        match item {
+            Item::Data(_, batch) | Item::Control(Message::Data(batch)) => {
+                self.metrics
+                    .rows_in
+                    .fetch_add(batch.num_rows() as u64, Relaxed);
+                match &mut self.op {
+                    Chained::Sync(host) => {
+                        host.call(&self.dead_letters, &mut out, false, |op, ctx| {
+                            op.on_batch(0, batch, ctx)
+                        })?
+                    }
+                    Chained::Async(op) => {
+                        let sw = Stopwatch::start();
+                        let batches = op.on_batch(0, batch).await?;
+                        let size = op.state_size();
+                        self.metrics.set_state(size.rows, size.bytes);
+                        {
+                            let mut g = self.metrics.gauges.lock().expect("metrics lock");
+                            g.clear();
+                            op.gauges(&mut g);
+                        }
+                        self.metrics.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                        out.extend(batches.into_iter().map(|b| (Port::Main, b)));
+                    }
+                }
+                self.pass_on(out, last, next);
+            }
+            Item::Control(Message::Watermark(w)) => self.advance(w, last, next)?,
+            Item::Control(Message::Barrier(epoch)) => {
+                let state = match &mut self.op {
+                    Chained::Sync(host) => {
+                        host.call(&self.dead_letters, &mut out, false, |op, ctx| {
+                            op.on_barrier(epoch, ctx)
+                        })?;
+                        host.snapshot(epoch, self.state_files.as_ref())?
+                    }
+                    Chained::Async(_) => Vec::new(),
+                };
+                self.pass_on(out, last, next);
+                self.dead_letters.set_epoch(epoch.0)?;
+                self.report(ToCoordinator::Ack(Ack {
+                    subtask: self.id,
+                    epoch,
+                    report: Report::Operator { state },
+                }));
+                next.push(Item::Control(Message::Barrier(epoch)));
+            }
+            Item::Control(Message::End) => {
+                // As a channel's end does: the watermark reaches its end first.
+                self.advance(Watermark::MAX, last, next)?;
+                if let Chained::Sync(host) = &mut self.op {
+                    host.call(&self.dead_letters, &mut out, true, |op, ctx| op.on_end(ctx))?;
+                }
+                self.pass_on(out, last, next);
+                self.report(ToCoordinator::Ended(self.id, None));
+                self.metrics.finished.store(true, Relaxed);
+                next.push(Item::Control(Message::End));
+            }
+            Item::Control(m @ (Message::Idle | Message::Active)) => next.push(Item::Control(m)),
+        }
+        Ok(())
+    }
+
+    /// The watermark advanced to `w` (nothing when it did not).
+    fn advance(&mut self, w: Watermark, last: bool, next: &mut Vec<Item>) -> Result<()> {
+        if w <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = w;
+        self.metrics.watermark.store(w.0, Relaxed);
+        if let Chained::Sync(host) = &mut self.op {
+            let mut out = Vec::new();
+            host.on_watermark(w, &self.dead_letters, &mut out)?;
+            self.pass_on(out, last, next);
+        }
+        next.push(Item::Control(Message::Watermark(w)));
+        Ok(())
+    }
+
+    fn pass_on(&self, out: Vec<(Port, StreamBatch)>, last: bool, next: &mut Vec<Item>) {
+        for (port, batch) in out {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            if !last {
+                // Its only output is the next operator's input.
+                if port != Port::Main {
+                    continue;
+                }
+                self.metrics
+                    .rows_out
+                    .fetch_add(batch.num_rows() as u64, Relaxed);
+            }
+            next.push(Item::Data(port, batch));
+        }
+    }
+}
+
+/// The operators chained after a subtask, in order (empty when none are).
+#[derive(Default)]
+pub(super) struct Chain {
+    pub(super) members: Vec<ChainMember>,
+}
+
+impl Chain {
+    pub(super) fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The metrics of the last operator, whose output edges the subtask sends on.
+    pub(super) fn tail_metrics(&self) -> Option<&Arc<SubtaskMetrics>> {
+        self.members.last().map(|m| &m.metrics)
+    }
+
+    /// Runs `items` through the operators from the `from`th on; returns what leaves the
+    /// last one.
+    pub(super) async fn run(&mut self, from: usize, mut items: Vec<Item>) -> Result<Vec<Item>> {
+        let last = self.members.len().saturating_sub(1);
+        for (k, m) in self.members.iter_mut().enumerate().skip(from) {
+            if items.is_empty() {
+                break;
+            }
+            m.metrics.idle_ns.fetch_add(m.lap.lap_nanos(), Relaxed);
+            m.touched = true;
+            let mut next = Vec::with_capacity(items.len());
+            for item in items {
+                if let Err(e) = m.handle(item, k == last, &mut next).await {
+                    return Err(m.wrap(e));
+                }
+            }
+            // Its busy time is counted in its calls.
+            m.lap.lap_nanos();
+            items = next;
+        }
+        Ok(items)
+    }
+
+    /// After a pass has been sent on: the time since each operator that took part finished
+    /// its share was spent downstream of it, backpressured (the last one's wait for credit is
+    /// counted as it sends).
+    pub(super) fn settle(&mut self) {
+        let last = self.members.len().saturating_sub(1);
+        for (k, m) in self.members.iter_mut().enumerate() {
+            if !std::mem::take(&mut m.touched) {
+                continue;
+            }
+            let ns = m.lap.lap_nanos();
+            if k != last {
+                m.metrics.backpressured_ns.fetch_add(ns, Relaxed);
+            }
+        }
+    }
+
+    /// When the next processing-time timer of a chained operator is due.
+    pub(super) fn next_proc_time(&self) -> Option<ProcTime> {
+        (self.members.iter())
+            .filter_map(|m| match &m.op {
+                Chained::Sync(h) => h.timers.next_proc_time(),
+                Chained::Async(_) => None,
+            })
+            .min()
+    }
+
+    /// Fires the chained operators' processing-time timers that are due; returns what leaves
+    /// the chain.
+    pub(super) async fn fire_proc_timers(&mut self) -> Result<Vec<Item>> {
+        self.each(|host, dead_letters, out| {
+            let due = (host.timers.next_proc_time()).is_some_and(|t| t <= host.clock.now());
+            if due {
+                host.fire_proc_timers(dead_letters, out)?;
+            }
+            Ok(due)
+        })
+        .await
+    }
+
+    /// Opens the chained operators, in order, before any input; returns what leaves the
+    /// chain.
+    pub(super) async fn open(&mut self) -> Result<Vec<Item>> {
+        self.each(|host, dead_letters, out| {
+            host.call(dead_letters, out, false, |op, ctx| op.open(ctx))?;
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Calls `f` on each synchronous chained operator in order (it says whether it called
+    /// the operator), running what the operator emits through the rest of the chain; returns
+    /// what leaves the chain.
+    async fn each(
+        &mut self,
+        mut f: impl FnMut(
+            &mut OperatorHost,
+            &DeadLetters,
+            &mut Vec<(Port, StreamBatch)>,
+        ) -> Result<bool>,
+    ) -> Result<Vec<Item>> {
+        let mut leaving = Vec::new();
+        let n = self.members.len();
+        for k in 0..n {
+            let m = &mut self.members[k];
+            let Chained::Sync(host) = &mut m.op else {
+                continue;
+            };
+            let idle = m.lap.lap_nanos();
+            let mut out = Vec::new();
+            let called = f(host, &m.dead_letters, &mut out).map_err(|e| m.wrap(e))?;
+            if !called {
+                // Not its time yet: the lap goes on as idle time.
+                m.metrics.idle_ns.fetch_add(idle, Relaxed);
+                continue;
+            }
+            m.touched = true;
+            m.metrics.idle_ns.fetch_add(idle, Relaxed);
+            m.lap.lap_nanos();
+            let mut items = Vec::new();
+            m.pass_on(out, k + 1 == n, &mut items);
+            leaving.extend(self.run(k + 1, items).await?);
+        }
+        Ok(leaving)
+    }
+
+    /// Processing-time timers registered by the chained operators (for the idle loop).
+    pub(super) fn has_proc_timers(&self) -> bool {
+        self.next_proc_time().is_some()
+    }
+}

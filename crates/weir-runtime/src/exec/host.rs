@@ -1,0 +1,163 @@
+//! One synchronous operator subtask and what its calls work with, driven the same way whether
+//! it has a subtask of its own (`operator_task.rs`) or runs in a chain (`chain.rs`): the
+//! order of timers and `on_watermark`, busy time, state size and gauges, dead letters, and
+//! the snapshot at a barrier.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use weir_core::time::{Clock, Epoch, Stopwatch, Watermark};
+
+use crate::checkpoint::StateFileInfo;
+use crate::error::Result;
+use crate::message::StreamBatch;
+use crate::metrics::SubtaskMetrics;
+use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
+use crate::source::DeadLetters;
+
+/// Where a checkpointed operator's snapshots go, and its file's name.
+pub(super) type StateFiles = (Arc<dyn weir_state::checkpoint::CheckpointStorage>, String);
+
+pub(super) struct OperatorHost {
+    pub(super) op: Box<dyn Operator>,
+    pub(super) timers: TimerService,
+    pub(super) info: SubtaskInfo,
+    pub(super) metrics: Arc<SubtaskMetrics>,
+    pub(super) clock: Arc<dyn Clock>,
+    /// The operator's watermark (the minimum over its inputs).
+    pub(super) watermark: Watermark,
+    /// Operator calls so far (gauges are refreshed every few).
+    calls: u64,
+}
+
+impl OperatorHost {
+    pub(super) fn new(
+        op: Box<dyn Operator>,
+        timers: TimerService,
+        info: SubtaskInfo,
+        metrics: Arc<SubtaskMetrics>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        OperatorHost {
+            op,
+            timers,
+            info,
+            metrics,
+            clock,
+            watermark: Watermark::MIN,
+            calls: 0,
+        }
+    }
+
+    /// Calls the operator with a context, counting busy time; what it emits is appended to
+    /// `out` and its dead letters sent. Refreshes its gauges when `report` (and every 32
+    /// calls).
+    pub(super) fn call(
+        &mut self,
+        dead_letters: &DeadLetters,
+        out: &mut Vec<(Port, StreamBatch)>,
+        report: bool,
+        f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
+    ) -> Result<()> {
+        let m = &self.metrics;
+        let sw = Stopwatch::start();
+        let mut ctx = Context {
+            output: out,
+            timers: &mut self.timers,
+            clock: self.clock.as_ref(),
+            metrics: m,
+            info: &self.info,
+            watermark: self.watermark,
+            dead_letters: Vec::new(),
+        };
+        let r = f(self.op.as_mut(), &mut ctx);
+        for letter in ctx.take_dead_letters() {
+            dead_letters.send(letter, None)?;
+        }
+        r?;
+        let size = self.op.state_size();
+        m.set_state(size.rows, size.bytes);
+        self.calls += 1;
+        if report || self.calls.is_multiple_of(32) {
+            let mut g = m.gauges.lock().expect("metrics lock");
+            g.clear();
+            self.op.gauges(&mut g);
+        }
+        m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+        Ok(())
+    }
+
+    /// The operator's watermark advanced to `wm`: its event-time timers up to it fire, then
+    /// `on_watermark`.
+    pub(super) fn on_watermark(
+        &mut self,
+        wm: Watermark,
+        dead_letters: &DeadLetters,
+        out: &mut Vec<(Port, StreamBatch)>,
+    ) -> Result<()> {
+        self.watermark = wm;
+        self.metrics.watermark.store(wm.0, Relaxed);
+        while let Some(t) = self.timers.pop_due(TimeDomain::EventTime, wm.0) {
+            self.call(dead_letters, out, false, |op, ctx| op.on_timer(t, ctx))?;
+        }
+        self.call(dead_letters, out, true, |op, ctx| op.on_watermark(wm, ctx))
+    }
+
+    /// Fires the processing-time timers due by the clock.
+    pub(super) fn fire_proc_timers(
+        &mut self,
+        dead_letters: &DeadLetters,
+        out: &mut Vec<(Port, StreamBatch)>,
+    ) -> Result<()> {
+        let now = self.clock.now().0;
+        while let Some(t) = self.timers.pop_due(TimeDomain::ProcTime, now) {
+            self.call(dead_letters, out, false, |op, ctx| op.on_timer(t, ctx))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the operator's state and timers for checkpoint `epoch` (nothing for a
+    /// stateless one).
+    pub(super) fn snapshot(
+        &mut self,
+        epoch: Epoch,
+        state_files: Option<&StateFiles>,
+    ) -> Result<Vec<StateFileInfo>> {
+        let Some((storage, name)) = state_files else {
+            return Ok(Vec::new());
+        };
+        let batches = self.op.snapshot()?;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let encoded = weir_state::snapshot::encode(&batches)?;
+        let bytes = storage.write_file(epoch, name, &encoded)?;
+        let mut files = vec![StateFileInfo {
+            name: name.clone(),
+            rows,
+            bytes,
+            checksum: weir_state::checkpoint::checksum(&encoded),
+        }];
+        if !self.timers.is_empty() {
+            let timers = self.timers.snapshot(self.info.key_groups)?;
+            let name = timers_file(name);
+            let encoded = weir_state::snapshot::encode(&[timers])?;
+            let bytes = storage.write_file(epoch, &name, &encoded)?;
+            files.push(StateFileInfo {
+                name,
+                rows: self.timers.len() as u64,
+                bytes,
+                checksum: weir_state::checkpoint::checksum(&encoded),
+            });
+        }
+        Ok(files)
+    }
+}
+
+/// The checkpoint file of a subtask's timers, beside its operator state file `state`.
+pub(super) fn timers_file(state: &str) -> String {
+    format!("{}.timers.arrow", state.trim_end_matches(".arrow"))
+}
+
+/// Whether a checkpoint file holds timers (see [`timers_file`]).
+pub(super) fn is_timers_file(name: &str) -> bool {
+    name.ends_with(".timers.arrow")
+}
