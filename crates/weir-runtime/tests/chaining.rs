@@ -266,3 +266,85 @@ impl Operator for AtTheEndOp {
         Ok(())
     }
 }
+
+/// Emits one row (`n` = -1) when it opens, then passes its input on; refuses input before it
+/// was opened.
+#[derive(Debug)]
+struct Announces;
+
+impl OperatorFactory for Announces {
+    fn kind(&self) -> &'static str {
+        "announces"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        Ok(inputs[0].clone())
+    }
+    fn create(&self, inputs: &[StreamInfo], _info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(AnnouncesOp {
+            schema: inputs[0].schema.clone(),
+            open: false,
+        }))
+    }
+}
+
+struct AnnouncesOp {
+    schema: arrow_schema::SchemaRef,
+    open: bool,
+}
+
+impl Operator for AnnouncesOp {
+    fn open(&mut self, ctx: &mut Context) -> Result<()> {
+        self.open = true;
+        let b = RecordBatch::try_new(
+            self.schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![-1])),
+                Arc::new(Int64Array::from(vec![0])),
+            ],
+        )?;
+        ctx.emit(StreamBatch::new(b));
+        Ok(())
+    }
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        if !self.open {
+            return Err(weir_runtime::Error::plan("a batch before open"));
+        }
+        ctx.emit(batch);
+        Ok(())
+    }
+}
+
+#[test]
+fn every_chained_operator_is_open_before_any_of_them_gets_a_row() {
+    for chaining in [true, false] {
+        let job = JobBuilder::with_config(
+            "open",
+            JobConfig {
+                operator_chaining: chaining,
+                ..Default::default()
+            },
+        );
+        let out = CollectSink::new();
+        job.source(
+            "numbers",
+            VecSource::numbers(10),
+            SourceOptions::event_time("ts", 0),
+        )
+        .apply("first", Arc::new(Announces))
+        .apply("second", Arc::new(Announces))
+        .sink("out", out.clone());
+        let graph = job.build().unwrap();
+        assert_eq!(
+            Chains::of(&graph).followers(0).len(),
+            if chaining { 2 } else { 0 }
+        );
+        rt().block_on(exec::run(graph, Arc::new(SystemClock)))
+            .unwrap();
+        let mut want: Vec<i64> = vec![-1, -1];
+        want.extend(0..10);
+        assert_eq!(values(&out), want, "chaining {chaining}");
+    }
+}

@@ -41,6 +41,22 @@ pub(super) struct Identity {
     pub(super) created_at: String,
 }
 
+impl Identity {
+    /// `e` as an error of this operator subtask (unless it already names one).
+    pub(super) fn wrap(&self, e: Error) -> Error {
+        match e {
+            Error::Cancelled | Error::Operator { .. } => e,
+            e => Error::Operator {
+                operator: self.operator.clone(),
+                subtask: self.subtask,
+                parallelism: self.parallelism,
+                created_at: self.created_at.clone(),
+                source: Box::new(e),
+            },
+        }
+    }
+}
+
 pub(super) struct ChainMember {
     pub(super) op: Chained,
     pub(super) metrics: Arc<SubtaskMetrics>,
@@ -80,17 +96,8 @@ impl ChainMember {
         }
     }
 
-    fn wrap(&self, e: Error) -> Error {
-        match e {
-            Error::Cancelled | Error::Operator { .. } => e,
-            e => Error::Operator {
-                operator: self.identity.operator.clone(),
-                subtask: self.identity.subtask,
-                parallelism: self.identity.parallelism,
-                created_at: self.identity.created_at.clone(),
-                source: Box::new(e),
-            },
-        }
+    pub(super) fn wrap(&self, e: Error) -> Error {
+        self.identity.wrap(e)
     }
 
     fn report(&self, msg: ToCoordinator) {
@@ -202,9 +209,10 @@ impl ChainMember {
 }
 
 /// The operators chained after a subtask, in order (empty when none are).
-#[derive(Default)]
 pub(super) struct Chain {
     pub(super) members: Vec<ChainMember>,
+    /// Most rows per batch an operator gets, as through a channel.
+    pub(super) batch_rows: usize,
 }
 
 impl Chain {
@@ -228,7 +236,7 @@ impl Chain {
             m.metrics.idle_ns.fetch_add(m.lap.lap_nanos(), Relaxed);
             m.touched = true;
             let mut next = Vec::with_capacity(items.len());
-            for item in items {
+            for item in sliced(items, self.batch_rows) {
                 if let Err(e) = m.handle(item, k == last, &mut next).await {
                     return Err(m.wrap(e));
                 }
@@ -279,14 +287,27 @@ impl Chain {
         .await
     }
 
-    /// Opens the chained operators, in order, before any input; returns what leaves the
-    /// chain.
+    /// Opens every chained operator, in order, before any of them gets input (what one emits
+    /// while it opens reaches the next once all are open); returns what leaves the chain.
     pub(super) async fn open(&mut self) -> Result<Vec<Item>> {
-        self.each(|host, dead_letters, out| {
-            host.call(dead_letters, out, false, |op, ctx| op.open(ctx))?;
-            Ok(true)
-        })
-        .await
+        let n = self.members.len();
+        let mut emitted = Vec::with_capacity(n);
+        for k in 0..n {
+            let m = &mut self.members[k];
+            let mut items = Vec::new();
+            if let Chained::Sync(host) = &mut m.op {
+                let mut out = Vec::new();
+                host.call(&m.dead_letters, &mut out, false, |op, ctx| op.open(ctx))
+                    .map_err(|e| m.wrap(e))?;
+                m.pass_on(out, k + 1 == n, &mut items);
+            }
+            emitted.push(items);
+        }
+        let mut leaving = Vec::new();
+        for (k, items) in emitted.into_iter().enumerate() {
+            leaving.extend(self.run(k + 1, items).await?);
+        }
+        Ok(leaving)
     }
 
     /// Calls `f` on each synchronous chained operator in order (it says whether it called
@@ -325,8 +346,33 @@ impl Chain {
         Ok(leaving)
     }
 
+    /// Wraps an error of sending what leaves the chain (a key that cannot be encoded) with the
+    /// name of the last operator, whose edges those are.
+    pub(super) fn wrap_tail(&self, e: Error) -> Error {
+        match self.members.last() {
+            Some(m) => m.wrap(e),
+            None => e,
+        }
+    }
+
     /// Processing-time timers registered by the chained operators (for the idle loop).
     pub(super) fn has_proc_timers(&self) -> bool {
         self.next_proc_time().is_some()
     }
+}
+
+/// `items` with every batch cut to at most `batch_rows` rows, as a channel cuts them.
+fn sliced(items: Vec<Item>, batch_rows: usize) -> impl Iterator<Item = Item> {
+    items.into_iter().flat_map(move |item| -> Vec<Item> {
+        match item {
+            Item::Data(port, b) if batch_rows > 0 && b.num_rows() > batch_rows => {
+                let n = b.num_rows();
+                (0..n)
+                    .step_by(batch_rows)
+                    .map(|off| Item::Data(port, b.slice(off, batch_rows.min(n - off))))
+                    .collect()
+            }
+            item => vec![item],
+        }
+    })
 }

@@ -283,8 +283,9 @@ impl OperatorTask {
         let mut idle_out = false;
         let mut barriers: BarrierAligner<Envelope> = BarrierAligner::new(n);
 
-        self.call(|op, ctx| op.open(ctx)).await?;
+        // The operators chained after it are open before it emits anything.
         self.outputs.open_chain().await?;
+        self.call(|op, ctx| op.open(ctx)).await?;
         while n_ended < n {
             let env = match barriers.next_released() {
                 Some(e) => e,

@@ -67,7 +67,10 @@ impl Outputs {
             edges,
             batch_rows,
             metrics,
-            chain: Chain::default(),
+            chain: Chain {
+                members: Vec::new(),
+                batch_rows,
+            },
         }
     }
 
@@ -113,12 +116,13 @@ impl Outputs {
     async fn send_leaving(&mut self, leaving: Vec<Item>) -> Result<()> {
         let tail = self.chain.tail_metrics().unwrap_or(&self.metrics).clone();
         for item in leaving {
-            match item {
+            let sent = match item {
                 Item::Data(port, batch) => {
-                    route(&mut self.edges, self.batch_rows, &tail, port, batch).await?
+                    route(&mut self.edges, self.batch_rows, &tail, port, batch).await
                 }
-                Item::Control(msg) => send_all(&self.edges, msg, &tail).await?,
-            }
+                Item::Control(msg) => send_all(&self.edges, msg, &tail).await,
+            };
+            sent.map_err(|e| self.chain.wrap_tail(e))?;
         }
         self.chain.settle();
         Ok(())

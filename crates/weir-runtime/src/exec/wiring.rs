@@ -274,8 +274,15 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         node.name
                     )));
                 };
+                let identity = Identity {
+                    operator: node.name.clone(),
+                    subtask: s,
+                    parallelism: node.parallelism,
+                    created_at: node.created_at.clone(),
+                };
                 let made = create_operator(
                     &graph,
+                    &inputs_by_node,
                     node,
                     factory.as_ref(),
                     subtask_info(&cfg, node, s, restored_epoch),
@@ -283,18 +290,14 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     &stable_ids[f],
                     metrics.nodes[f].subtasks[s].clone(),
                     clock.clone(),
-                )?;
+                )
+                .map_err(|e| identity.wrap(e))?;
                 let mut member = ChainMember::new(
                     made,
                     metrics.nodes[f].subtasks[s].clone(),
                     dead_letters.subtask(),
                     (f, s),
-                    Identity {
-                        operator: node.name.clone(),
-                        subtask: s,
-                        parallelism: node.parallelism,
-                        created_at: node.created_at.clone(),
-                    },
+                    identity,
                 );
                 member.checkpoints = checkpoints.as_mut().map(|c| c.other((f, s)));
                 member.state_files =
@@ -307,9 +310,17 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             .iter()
             .map(|e| graph.nodes[e.from].output.clone())
             .collect();
+        let chained_names: Vec<String> = (chains.followers(n.id).iter())
+            .map(|&f| format!("`{}`", graph.nodes[f].name))
+            .collect();
         let describe = |s: usize| {
+            let with = if chained_names.is_empty() {
+                String::new()
+            } else {
+                format!(", with {} chained after it", chained_names.join(", "))
+            };
             format!(
-                "operator `{}` (subtask {s} of {}, created at {})",
+                "operator `{}` (subtask {s} of {}, created at {}{with})",
                 n.name, n.parallelism, n.created_at
             )
         };
@@ -406,6 +417,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     let processor = match &n.kind {
                         NodeKind::Operator { factory } => match create_operator(
                             &graph,
+                            &inputs_by_node,
                             n,
                             factory.as_ref(),
                             info.clone(),
@@ -531,6 +543,7 @@ fn subtask_info(
 #[allow(clippy::too_many_arguments)]
 fn create_operator(
     graph: &JobGraph,
+    inputs_by_node: &[Vec<&crate::graph::Edge>],
     node: &crate::graph::Node,
     factory: &dyn crate::graph::OperatorFactory,
     info: SubtaskInfo,
@@ -539,8 +552,7 @@ fn create_operator(
     metrics: Arc<SubtaskMetrics>,
     clock: Arc<dyn Clock>,
 ) -> Result<Chained> {
-    let inputs = graph.inputs_by_node();
-    let input_streams: Vec<_> = inputs[node.id]
+    let input_streams: Vec<_> = inputs_by_node[node.id]
         .iter()
         .map(|e| graph.nodes[e.from].output.clone())
         .collect();
