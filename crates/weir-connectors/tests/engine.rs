@@ -489,3 +489,86 @@ fn a_peek_at_files_finds_a_misaligned_start() {
     rt().block_on(exec::run(job(Some(base)), Arc::new(SystemClock)))
         .unwrap();
 }
+
+/// A CSV file read by a job in byte ranges parsed ahead on a second thread gives the rows, in
+/// order, and the dead letters (with their file line numbers) that reading it line by line
+/// gives, at any range size, with late rows decided the same way.
+#[test]
+fn a_csv_file_read_in_byte_ranges_gives_what_reading_it_line_by_line_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.csv");
+    let mut text = String::from("n,ts\n");
+    for i in 0..20_000i64 {
+        match i % 1_013 {
+            7 => text.push_str(&format!("{i}\n")),
+            8 => text.push_str(&format!("{i},not a time\n")),
+            // Behind the watermark (5 s): late.
+            9 => text.push_str(&format!("{i},{}\n", (i - 9_000).max(0) * 10)),
+            _ => text.push_str(&format!("{i},{}\n", i * 10)),
+        }
+    }
+    std::fs::write(&path, text).unwrap();
+    let read = |range_bytes: u64| {
+        let spec = FileSourceSpec {
+            parse_range_bytes: range_bytes,
+            event_time_column: Some("ts".into()),
+            ..FileSourceSpec::new(
+                path.to_string_lossy(),
+                FileFormat::Csv,
+                vec![
+                    ("n", arrow_schema::DataType::Int64),
+                    ("ts", arrow_schema::DataType::Int64),
+                ],
+            )
+        };
+        let job = JobBuilder::with_config(
+            "ranges",
+            JobConfig {
+                batch_rows: 500,
+                ..Default::default()
+            },
+        );
+        let (kept, late) = (CollectSink::new(), CollectSink::new());
+        let rows = job
+            .source(
+                "events",
+                FileSource::new(spec).unwrap(),
+                SourceOptions::event_time("ts", 5_000),
+            )
+            .drop_late();
+        rows.sink("kept", kept.clone());
+        rows.late_rows().sink("late", late.clone());
+        let report = rt()
+            .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+            .unwrap();
+        let n = |sink: &CollectSink| -> Vec<i64> {
+            sink.batches()
+                .iter()
+                .flat_map(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<arrow_array::Int64Array>()
+                        .unwrap()
+                        .values()
+                        .to_vec()
+                })
+                .collect()
+        };
+        let dead: Vec<(String, String)> = report
+            .kept_dead_letters
+            .iter()
+            .map(|d| (d.position.clone(), d.reason.clone()))
+            .collect();
+        (n(&kept), n(&late), dead)
+    };
+    let line_by_line = read(0);
+    assert_eq!(line_by_line.2.len(), 40, "{:?}", line_by_line.2);
+    assert!(!line_by_line.1.is_empty(), "some rows are late");
+    for range_bytes in [100, 4_096, 50_000] {
+        assert_eq!(
+            read(range_bytes),
+            line_by_line,
+            "ranges of {range_bytes} bytes"
+        );
+    }
+}

@@ -312,6 +312,48 @@ impl CsvReader {
         Ok(reader)
     }
 
+    /// A reader of `bytes`, whole lines of this reader's file after its header, with this
+    /// reader's settings and columns: its lines and bytes are counted from the first of them.
+    pub(super) fn over(&self, bytes: Vec<u8>) -> CsvReader {
+        CsvReader {
+            path: self.path.clone(),
+            input: TextInput::memory(bytes),
+            syntax: self.syntax,
+            lines: Vec::new(),
+            starts: Vec::new(),
+            head: 0,
+            first_line: 1,
+            eof: false,
+            torn: None,
+            fields: Fields::default(),
+            field_of: self.field_of.clone(),
+            fields_expected: self.fields_expected,
+            builder: RowBuilder::new(self.builder.schema().clone(), self.batch_rows),
+            batch_rows: self.batch_rows,
+            allow_comments: self.allow_comments,
+            ignore_parse_errors: self.ignore_parse_errors,
+            null_literal: self.null_literal.clone(),
+            max_quoted_field_lines: self.max_quoted_field_lines,
+            max_quoted_field_bytes: self.max_quoted_field_bytes,
+            event_time: self.event_time,
+            bytes: 0,
+            done: false,
+        }
+    }
+
+    /// The quote character.
+    pub(super) fn quote(&self) -> u8 {
+        self.syntax.quote
+    }
+
+    /// Where the next record starts (at the end: just past the last line read).
+    pub(super) fn text_position(&self) -> TextPosition {
+        TextPosition {
+            byte: self.bytes,
+            line: self.first_line + self.head as u64,
+        }
+    }
+
     /// Appends the next line of the file to `lines`; `false` at the end of the file.
     fn read_line(&mut self) -> Result<bool> {
         if self.eof {
@@ -596,9 +638,6 @@ impl FormatReader for CsvReader {
         }
         // Lines after the head may be read already (after an unclosed quote), but the head is
         // where splitting goes on, from a fresh state.
-        FilePosition::Text(TextPosition {
-            byte: self.bytes,
-            line: self.first_line + self.head as u64,
-        })
+        FilePosition::Text(self.text_position())
     }
 }
