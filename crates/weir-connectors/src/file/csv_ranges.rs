@@ -166,15 +166,12 @@ impl Plan {
             };
             let parsed = self.parse(i);
             let mut st = self.state.lock().expect("range claims");
-            if !matches!(parsed, Ok(Some(Range { quoted: false, .. }))) {
-                st.over = true;
-            }
-            st.parsed.insert(i, parsed);
-            self.ready.notify_all();
+            self.store(&mut st, i, parsed);
         }
     }
 
-    /// Range `i`, parsed by whichever thread gets to it first.
+    /// Range `i`, parsed by whichever thread gets to it first. While the helper parses it,
+    /// the reading thread parses the next unclaimed range within reach instead of waiting.
     fn take(&self, i: usize) -> Result<Option<Range>> {
         let mut st = self.state.lock().expect("range claims");
         st.reading = i;
@@ -188,8 +185,27 @@ impl Plan {
                 drop(st);
                 return self.parse(i);
             }
+            if !st.over && st.unclaimed <= i + AHEAD {
+                let j = st.unclaimed;
+                st.unclaimed += 1;
+                drop(st);
+                let parsed = self.parse(j);
+                st = self.state.lock().expect("range claims");
+                self.store(&mut st, j, parsed);
+                continue;
+            }
             st = self.ready.wait(st).expect("range claims");
         }
+    }
+
+    /// Keeps parsed range `j` for the reader; no range after one that ends the ranges (the
+    /// end, a quote, an error) is claimed.
+    fn store(&self, st: &mut Claims, j: usize, parsed: Result<Option<Range>>) {
+        if !matches!(parsed, Ok(Some(Range { quoted: false, .. }))) {
+            st.over = true;
+        }
+        st.parsed.insert(j, parsed);
+        self.ready.notify_all();
     }
 
     /// The first line start at or after byte `at` (`end` past the last line).
