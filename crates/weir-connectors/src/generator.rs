@@ -1390,6 +1390,7 @@ mod tests {
             start_positions: Vec::new(),
             checkpointing: false,
             commit_at_end: true,
+            read_all_first: false,
         };
         (src.create_reader(splits, ctx).unwrap(), metrics)
     }

@@ -510,7 +510,7 @@ fn a_csv_file_read_in_byte_ranges_gives_what_reading_it_line_by_line_gives() {
     std::fs::write(&path, text).unwrap();
     let read = |range_bytes: u64| {
         let spec = FileSourceSpec {
-            parse_range_bytes: range_bytes,
+            parse_range_bytes: Some(range_bytes),
             event_time_column: Some("ts".into()),
             ..FileSourceSpec::new(
                 path.to_string_lossy(),

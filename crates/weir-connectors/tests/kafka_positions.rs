@@ -78,6 +78,7 @@ fn open(
         start_positions: vec![start],
         checkpointing: false,
         commit_at_end: true,
+        read_all_first: false,
     };
     source.create_reader(vec![split], ctx).unwrap()
 }
@@ -176,6 +177,7 @@ fn a_kafka_position_before_the_first_record_is_the_start_offset() {
         start_positions: vec![Some(json!({ "offset": 1000 }))],
         checkpointing: false,
         commit_at_end: true,
+        read_all_first: false,
     };
     let err = earliest.create_reader(vec![0], ctx).err().expect("refused");
     assert!(err.to_string().contains(&format!("{t}-0")), "{err}");

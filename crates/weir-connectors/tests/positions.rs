@@ -37,6 +37,7 @@ fn open(
         start_positions: vec![start],
         checkpointing: false,
         commit_at_end: true,
+        read_all_first: false,
     };
     (source.create_reader(vec![split], ctx).unwrap(), dead)
 }
@@ -529,6 +530,7 @@ fn a_generator_position_is_the_next_row_index_of_its_split() {
             start_positions: vec![Some(at.clone())],
             checkpointing: false,
             commit_at_end: true,
+            read_all_first: false,
         };
         let err = source.create_reader(vec![2], ctx).err().expect("refused");
         assert!(err.to_string().contains("not a position"), "{at}: {err}");

@@ -166,6 +166,7 @@ fn ctx(n: usize, starts: Vec<Option<serde_json::Value>>) -> ReaderContext {
         start_positions: starts,
         checkpointing: true,
         commit_at_end: true,
+        read_all_first: false,
     }
 }
 

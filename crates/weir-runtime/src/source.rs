@@ -194,6 +194,12 @@ pub struct ReaderContext {
     /// Kafka consumer group's offsets). A batch job's sources do not: a failed batch job runs
     /// again from the start, so it must find the group where it was.
     pub commit_at_end: bool,
+    /// The runtime reads every row of the reader's splits before it sends any (batch
+    /// execution, which sorts them): reading ahead grows no state downstream, so the reader may
+    /// read as fast as it can (a CSV file parsed in byte ranges on a second thread). In
+    /// streaming, a source that reads ahead of the job's other sources makes an unaligned join
+    /// hold more rows.
+    pub read_all_first: bool,
 }
 
 impl ReaderContext {
@@ -219,6 +225,7 @@ impl ReaderContext {
             start_positions: Vec::new(),
             checkpointing: false,
             commit_at_end: true,
+            read_all_first: false,
         }
     }
 

@@ -40,11 +40,12 @@ pub(super) fn open(
     spec: &FileSourceSpec,
     batch_rows: usize,
     start: Option<TextPosition>,
+    range_bytes: u64,
 ) -> Result<Box<dyn FormatReader>> {
     let reader = CsvReader::open(path, schema.clone(), spec, batch_rows, start)?;
     let at = reader.text_position();
     let len = std::fs::metadata(path).map_err(|e| io_err(path, e))?.len();
-    let range_bytes = spec.parse_range_bytes.max(1);
+    let range_bytes = range_bytes.max(1);
     if len.saturating_sub(at.byte) < 2 * range_bytes {
         return Ok(Box::new(reader));
     }
@@ -426,7 +427,7 @@ mod tests {
 
     fn spec(path: &Path, range_bytes: u64) -> FileSourceSpec {
         FileSourceSpec {
-            parse_range_bytes: range_bytes,
+            parse_range_bytes: Some(range_bytes),
             ..FileSourceSpec::new(
                 path.to_string_lossy(),
                 super::super::FileFormat::Csv,
@@ -476,8 +477,15 @@ mod tests {
                     CsvReader::open(&path, schema(), &spec(&path, 0), 100, None).unwrap();
                 let (want_rows, want_dead, _) = read_all(&mut lines, &path);
                 assert!(want_dead.len() > 50);
-                let mut ranges =
-                    open(&path, schema(), &spec(&path, range_bytes), 100, None).unwrap();
+                let mut ranges = open(
+                    &path,
+                    schema(),
+                    &spec(&path, range_bytes),
+                    100,
+                    None,
+                    range_bytes,
+                )
+                .unwrap();
                 let (rows, dead, positions) = read_all(ranges.as_mut(), &path);
                 assert_eq!(
                     rows, want_rows,
@@ -509,7 +517,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.csv");
         std::fs::write(&path, file(10, None)).unwrap();
-        let mut r = open(&path, schema(), &spec(&path, 1 << 20), 100, None).unwrap();
+        let mut r = open(&path, schema(), &spec(&path, 1 << 20), 100, None, 1 << 20).unwrap();
         let (rows, _, _) = read_all(r.as_mut(), &path);
         assert_eq!(rows, (0..10).collect::<Vec<_>>());
     }

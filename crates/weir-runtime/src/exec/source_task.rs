@@ -229,6 +229,7 @@ impl SourceTask {
                 start_positions: self.start_positions.clone(),
                 checkpointing: self.checkpoints_on,
                 commit_at_end: self.watermarks.batch.is_none(),
+                read_all_first: self.watermarks.batch.is_some(),
             },
         )
     }
