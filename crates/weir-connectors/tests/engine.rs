@@ -55,8 +55,8 @@ fn slow_sink_stalls_the_source_within_the_in_flight_bound_and_loses_nothing() {
         let bound = running.in_flight_bound_rows();
         assert_eq!(
             bound,
-            2 * BATCH as i64,
-            "1 channel (the filter runs chained into the source) x 2 buffers x 100 rows"
+            2 * 2 * BATCH as i64,
+            "2 channels x 2 buffers x 100 rows"
         );
         let mut reporter = running.reporter();
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -86,8 +86,8 @@ fn slow_sink_stalls_the_source_within_the_in_flight_bound_and_loses_nothing() {
             );
         }
         // The generator reads only what the sink has taken plus what may be in flight: the
-        // channel, one batch held by the source and one by the filter chained into it while
-        // they wait for credit, and the batch inside the sink.
+        // channels, one batch held by the source and one by the filter while they wait for
+        // credit, and the batch inside the sink.
         let read = source.splits[0].rows_read as i64;
         let written = sink.rows_out as i64;
         assert!(

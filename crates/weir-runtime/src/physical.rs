@@ -1,12 +1,15 @@
 //! The physical plan's chains: which operators run inside the subtask of the node before them.
 //!
 //! An operator is chained into its upstream node when the one edge into it is a `Forward`
-//! edge on the main port, from a source or operator of the same parallelism whose only output
-//! it is, into its logical input 0, and that input holds its watermark. Its subtask i then
+//! edge on the main port, from an operator of the same parallelism whose only output it is,
+//! into its logical input 0, and that input holds its watermark. Its subtask i then
 //! runs in upstream subtask i: its input is called with the upstream's output as it is
 //! emitted, with no channel, no credit and no copy, and watermarks, idleness, barriers and the
 //! end of input reach it in the same order they would through a channel. Sinks are never
-//! chained (their writes and commits wait on the outside world). A job's
+//! chained (their writes and commits wait on the outside world), and nothing is chained into a
+//! source: reading and decoding keep a subtask of their own, so that they overlap with the
+//! per-row work after them (a single CSV file chained with its Calc and the hash routing after
+//! it took 17 % more wall time for the same CPU on two cores). A job's
 //! `operator_chaining = false` (SQL: Flink's `pipeline.operator-chaining`) runs every node in
 //! subtasks of its own.
 
@@ -47,7 +50,7 @@ impl Chains {
                     && factory.holds_watermark(0)
                     && up.parallelism == node.parallelism
                     && outputs[e.from] == 1
-                    && !matches!(up.kind, NodeKind::Sink { .. });
+                    && matches!(up.kind, NodeKind::Operator { .. });
                 if chainable {
                     next[e.from] = Some(node.id);
                 }

@@ -67,7 +67,8 @@ struct Sinks {
     counted: CollectSink,
 }
 
-/// numbers → filter → project → double → drop_late, then sink `kept`, its late rows into
+/// numbers → filter → project → double → drop_late (the last three chained into the filter),
+/// then sink `kept`, its late rows into
 /// sink `late`, and again → at the end (a count at the end of input, by an event-time timer
 /// registered when it opens) → sink `counted`.
 fn job(parallelism: usize, chaining: bool) -> (JobGraph, Sinks) {
@@ -130,16 +131,22 @@ fn id(graph: &JobGraph, name: &str) -> usize {
 fn operators_chain_into_the_node_before_them_over_a_forward_edge_it_alone_takes() {
     let (graph, _) = job(2, true);
     let chains = Chains::of(&graph);
-    let source = id(&graph, "numbers");
-    let chained: Vec<usize> = ["filter", "project", "double", "drop_late"]
+    // Nothing runs in a source's subtasks: reading keeps a subtask of its own.
+    assert!(
+        chains.followers(id(&graph, "numbers")).is_empty(),
+        "{graph}"
+    );
+    let filter = id(&graph, "filter");
+    assert!(!chains.is_chained(filter));
+    let chained: Vec<usize> = ["project", "double", "drop_late"]
         .iter()
         .map(|n| id(&graph, n))
         .collect();
-    assert_eq!(chains.followers(source), chained, "{graph}");
+    assert_eq!(chains.followers(filter), chained, "{graph}");
     let drop_late = id(&graph, "drop_late");
-    assert_eq!(chains.head(drop_late), source);
+    assert_eq!(chains.head(drop_late), filter);
     // Its late rows leave the chain from it, as its main output does.
-    assert_eq!(chains.tail(source), drop_late);
+    assert_eq!(chains.tail(filter), drop_late);
     // `drop_late` has three consumers: none of them runs in its subtasks.
     let again = id(&graph, "again");
     assert!(!chains.is_chained(again), "{graph}");
@@ -150,7 +157,8 @@ fn operators_chain_into_the_node_before_them_over_a_forward_edge_it_alone_takes(
         }
     }
     let plan = graph.to_string();
-    assert!(plan.contains("<- [0] forward, chained"), "{plan}");
+    assert!(plan.contains("<- [0] forward\n"), "{plan}");
+    assert!(plan.contains("<- [1] forward, chained"), "{plan}");
 
     let (unchained, _) = job(2, false);
     let none = Chains::of(&unchained);
@@ -198,7 +206,7 @@ fn a_chained_job_gives_what_it_gives_unchained_with_each_operators_own_metrics()
             );
             assert!(b.chained_into.is_none());
         }
-        assert_eq!(chained.node("drop_late").unwrap().chained_into, Some(0));
+        assert_eq!(chained.node("drop_late").unwrap().chained_into, Some(1));
         assert_eq!(chained.node("drop_late").unwrap().late_rows, 2);
         assert!(chained.node("at the end").unwrap().chained_into.is_some());
         assert!(
@@ -335,15 +343,16 @@ fn every_chained_operator_is_open_before_any_of_them_gets_a_row() {
         )
         .apply("first", Arc::new(Announces))
         .apply("second", Arc::new(Announces))
+        .apply("third", Arc::new(Announces))
         .sink("out", out.clone());
         let graph = job.build().unwrap();
         assert_eq!(
-            Chains::of(&graph).followers(0).len(),
+            Chains::of(&graph).followers(1).len(),
             if chaining { 2 } else { 0 }
         );
         rt().block_on(exec::run(graph, Arc::new(SystemClock)))
             .unwrap();
-        let mut want: Vec<i64> = vec![-1, -1];
+        let mut want: Vec<i64> = vec![-1, -1, -1];
         want.extend(0..10);
         assert_eq!(values(&out), want, "chaining {chaining}");
     }

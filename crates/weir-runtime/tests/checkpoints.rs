@@ -424,8 +424,8 @@ impl Operator for EchoRemindersOp {
     }
 }
 
-/// `source(2_000)` through a projection and `EchoReminders`, both chained into the source,
-/// into a slow sink that paces the job so that checkpoints happen.
+/// `source(2_000)` through a projection and `EchoReminders`, chained into it, into a slow sink
+/// that paces the job so that checkpoints happen.
 fn chained_reminders(
     parallelism: usize,
     config: CheckpointConfig,
@@ -481,8 +481,13 @@ fn a_chained_operator_checkpoints_its_timers_and_they_fire_after_a_restore_at_an
             .unwrap();
         let chains = weir_runtime::physical::Chains::of(&graph);
         let remind = graph.nodes.iter().find(|n| n.name == "remind").unwrap();
+        let project = graph.nodes.iter().find(|n| n.name == "project").unwrap();
         assert!(chains.is_chained(remind.id), "{graph}");
-        assert_eq!(chains.head(remind.id), 0, "chained into the source");
+        assert_eq!(
+            chains.head(remind.id),
+            project.id,
+            "chained into the projection"
+        );
         let rt = tokio::runtime::Runtime::new().unwrap();
         let report = rt.block_on(async {
             let running =
