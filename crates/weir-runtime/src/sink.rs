@@ -280,6 +280,9 @@ impl SinkWriter for RateLimitedWriter {
                 let n = ((rate / 20.0) as usize)
                     .max(1)
                     .min(batch.num_rows() - offset);
+                // A deadline for tokio's sleep_until, on tokio's clock (which paused-time tests
+                // drive), not a processing time an operator sees.
+                #[allow(clippy::disallowed_methods)]
                 let now = tokio::time::Instant::now();
                 let start = self.next_free.filter(|t| *t > now).unwrap_or(now);
                 tokio::time::sleep_until(start).await;
@@ -334,6 +337,8 @@ mod rate_tests {
         let collected = CollectSink::new();
         let sink =
             RateLimitedSink::per_sink(Arc::new(collected.clone()), RateLimitHandle::new(1_000));
+        // Tokio's clock, which this test pauses: the elapsed time is the sleeps' own.
+        #[allow(clippy::disallowed_methods)]
         let started = tokio::time::Instant::now();
         let mut tasks = Vec::new();
         for s in 0..2 {

@@ -331,6 +331,8 @@ impl SseReader {
 
     /// The next event (comments and keep-alives skipped), or `None` when the stream ends.
     pub async fn next(&mut self, within: Duration) -> Option<SseEvent> {
+        // A deadline for tokio's timeout, on its clock.
+        #[allow(clippy::disallowed_methods)]
         let deadline = tokio::time::Instant::now() + within;
         loop {
             while let Some(end) = self.buf.find("\n\n") {
