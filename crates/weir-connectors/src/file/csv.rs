@@ -341,6 +341,28 @@ impl CsvReader {
         }
     }
 
+    /// The file it reads, opened anew on the same open file (so a file renamed or deleted
+    /// meanwhile is still the one read); `None` for bytes in memory.
+    pub(super) fn file(&self) -> Option<std::io::Result<std::fs::File>> {
+        match self.input.input.get_ref() {
+            super::Input::File(f) => Some(f.try_clone()),
+            super::Input::Memory(_) => None,
+        }
+    }
+
+    /// Goes on at `at`, a record start past what it has read (the header), as a reader
+    /// opened there would.
+    ///
+    /// # Errors
+    /// As a reader opened at `at`: the file changed, or cannot be read.
+    pub(super) fn seek_to(&mut self, at: TextPosition) -> Result<()> {
+        debug_assert!(self.starts.is_empty(), "nothing read past the header");
+        super::seek_text(&mut self.input.input, &self.path, at, self.bytes)?;
+        self.bytes = at.byte;
+        self.first_line = at.line;
+        Ok(())
+    }
+
     /// The quote character.
     pub(super) fn quote(&self) -> u8 {
         self.syntax.quote

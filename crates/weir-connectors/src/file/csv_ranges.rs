@@ -7,7 +7,10 @@
 //! of the whole file would parse those lines — if no record spans two ranges. Without a quote
 //! character every record is one line, so the first range that holds a quote (and everything
 //! after it) is read line by line from its start instead, as is the file past its last line
-//! break (a last line without one, which may be torn). The rows, the dead letters (sent as
+//! break (a last line without one, which may be torn), by the reader that read the header: one
+//! open file serves every range and the rest, so a file renamed or deleted meanwhile is read
+//! whole, and a last line still being written is told as line-by-line reading tells it. A
+//! panic while parsing a range is that range's error. The rows, the dead letters (sent as
 //! their range is handed out, with the file's line numbers) and the positions are what
 //! reading the file line by line gives; only where batches end may differ.
 
@@ -18,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use weir_runtime::Result;
+use weir_runtime::{Error, Result};
 
 use super::csv::CsvReader;
 use super::{
@@ -42,16 +45,22 @@ pub(super) fn open(
     start: Option<TextPosition>,
     range_bytes: u64,
 ) -> Result<Box<dyn FormatReader>> {
-    let reader = CsvReader::open(path, schema.clone(), spec, batch_rows, start)?;
+    let reader = CsvReader::open(path, schema, spec, batch_rows, start)?;
     let at = reader.text_position();
-    let len = std::fs::metadata(path).map_err(|e| io_err(path, e))?.len();
+    // One open file for everything: the ranges, the end and the rest read line by line.
+    let Some(file) = reader.file() else {
+        return Ok(Box::new(reader));
+    };
+    let file = file.map_err(|e| io_err(path, e))?;
+    let len = file.metadata().map_err(|e| io_err(path, e))?.len();
     let range_bytes = range_bytes.max(1);
-    if len.saturating_sub(at.byte) < 2 * range_bytes {
+    if len.saturating_sub(at.byte) < range_bytes.saturating_mul(2) {
         return Ok(Box::new(reader));
     }
-    let end = after_last_line_break(path, at.byte, len)?;
+    let end = after_last_line_break(&file, path, at.byte, len)?;
     let plan = Arc::new(Plan {
         path: path.to_path_buf(),
+        file,
         template: Mutex::new(reader.over(Vec::new())),
         quote: reader.quote(),
         start: at.byte,
@@ -70,24 +79,22 @@ pub(super) fn open(
     Ok(Box::new(RangeReader {
         plan,
         helper: Some(helper),
-        spec: spec.clone(),
-        schema,
-        batch_rows,
         next_range: 0,
         line: at.line,
         range_start: at.byte,
         range_line: at.line,
         pieces: VecDeque::new(),
         at,
+        opened: Some(reader),
         rest: None,
+        failed: None,
     }))
 }
 
 /// Where the file's whole lines after `from` end: just past its last line break (`from` if
 /// it has none after it).
-fn after_last_line_break(path: &Path, from: u64, len: u64) -> Result<u64> {
+fn after_last_line_break(file: &std::fs::File, path: &Path, from: u64, len: u64) -> Result<u64> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     let mut end = len;
     let mut buf = vec![0u8; 64 << 10];
     while end > from {
@@ -106,6 +113,8 @@ fn after_last_line_break(path: &Path, from: u64, len: u64) -> Result<u64> {
 /// What both threads share: how the file is cut, and the ranges claimed and parsed.
 struct Plan {
     path: PathBuf,
+    /// The file, as the reader opened it.
+    file: std::fs::File,
     /// A reader with the file's settings and columns (its header read), to copy per range.
     template: Mutex<CsvReader>,
     quote: u8,
@@ -165,7 +174,15 @@ impl Plan {
                 st.unclaimed += 1;
                 st.unclaimed - 1
             };
-            let parsed = self.parse(i);
+            // A panic would leave range `i` claimed and never stored, and the reader waiting
+            // for it for ever: it becomes the range's error.
+            let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.parse(i)))
+                .unwrap_or_else(|_| {
+                    Err(Error::Internal(format!(
+                        "parsing {} in byte ranges: the parsing thread panicked at range {i}",
+                        self.path.display()
+                    )))
+                });
             let mut st = self.state.lock().expect("range claims");
             self.store(&mut st, i, parsed);
         }
@@ -210,16 +227,18 @@ impl Plan {
     }
 
     /// The first line start at or after byte `at` (`end` past the last line).
-    fn line_start(&self, file: &std::fs::File, at: u64) -> Result<u64> {
+    fn line_start(&self, at: u64) -> Result<u64> {
         use std::os::unix::fs::FileExt;
         if at <= self.start {
             return Ok(self.start);
         }
         let mut pos = at - 1;
-        let mut buf = vec![0u8; 64 << 10];
+        // Lines are short: a few KiB find the next line break, and tiny ranges stay cheap.
+        let mut buf = vec![0u8; 4 << 10];
         while pos < self.end {
             let n = (self.end - pos).min(buf.len() as u64) as usize;
-            file.read_exact_at(&mut buf[..n], pos)
+            self.file
+                .read_exact_at(&mut buf[..n], pos)
                 .map_err(|e| io_err(&self.path, e))?;
             if let Some(i) = buf[..n].iter().position(|&b| b == b'\n') {
                 return Ok(pos + i as u64 + 1);
@@ -232,18 +251,18 @@ impl Plan {
     /// Reads and parses range `i`; `None` past the last.
     fn parse(&self, i: usize) -> Result<Option<Range>> {
         use std::os::unix::fs::FileExt;
-        let file = std::fs::File::open(&self.path).map_err(|e| io_err(&self.path, e))?;
         let nominal = |i: usize| {
             self.start
                 .saturating_add(self.range_bytes.saturating_mul(i as u64))
         };
-        let from = self.line_start(&file, nominal(i))?;
+        let from = self.line_start(nominal(i))?;
         if from >= self.end {
             return Ok(None);
         }
-        let to = self.line_start(&file, nominal(i + 1))?.max(from);
+        let to = self.line_start(nominal(i + 1))?.max(from);
         let mut bytes = vec![0u8; (to - from) as usize];
-        file.read_exact_at(&mut bytes, from)
+        self.file
+            .read_exact_at(&mut bytes, from)
             .map_err(|e| io_err(&self.path, e))?;
         if bytes.contains(&self.quote) {
             return Ok(Some(Range {
@@ -287,9 +306,6 @@ impl Plan {
 struct RangeReader {
     plan: Arc<Plan>,
     helper: Option<std::thread::JoinHandle<()>>,
-    spec: FileSourceSpec,
-    schema: SchemaRef,
-    batch_rows: usize,
     /// The next range to hand out.
     next_range: usize,
     /// The file's line number of the next range's first line.
@@ -301,22 +317,26 @@ struct RangeReader {
     pieces: VecDeque<Piece>,
     /// Where the next record starts.
     at: TextPosition,
+    /// The reader that read the header, on the file as it was opened (so a last line the
+    /// writer has not finished is told as line-by-line reading tells it): it reads the rest.
+    opened: Option<CsvReader>,
     /// The rest of the file, read line by line (from a range with a quote, or past the
     /// ranges).
     rest: Option<CsvReader>,
+    /// The error that ended the read.
+    failed: Option<String>,
 }
 
 impl RangeReader {
     /// Reads the file line by line from `at` on.
     fn read_rest_from(&mut self, at: TextPosition) -> Result<()> {
         self.stop_helper();
-        self.rest = Some(CsvReader::open(
-            &self.plan.path,
-            self.schema.clone(),
-            &self.spec,
-            self.batch_rows,
-            Some(at),
-        )?);
+        let mut rest = self
+            .opened
+            .take()
+            .ok_or_else(|| Error::Internal("the rest of a CSV file read twice".into()))?;
+        rest.seek_to(at)?;
+        self.rest = Some(rest);
         Ok(())
     }
 
@@ -325,6 +345,36 @@ impl RangeReader {
         self.plan.ready.notify_all();
         if let Some(h) = self.helper.take() {
             let _ = h.join();
+        }
+        // Ranges parsed ahead that will not be handed out.
+        self.plan.state.lock().expect("range claims").parsed.clear();
+    }
+
+    fn next_range(&mut self) -> Result<()> {
+        match self.plan.take(self.next_range)? {
+            None => {
+                // Past the last line break: the rest (a last line without one) line by line.
+                let at = TextPosition {
+                    byte: self.plan.end,
+                    line: self.line,
+                };
+                self.read_rest_from(at)
+            }
+            Some(r) if r.quoted => {
+                let at = TextPosition {
+                    byte: r.start,
+                    line: self.line,
+                };
+                self.read_rest_from(at)
+            }
+            Some(r) => {
+                self.next_range += 1;
+                self.range_start = r.start;
+                self.range_line = self.line;
+                self.line += r.lines;
+                self.pieces = r.pieces;
+                Ok(())
+            }
         }
     }
 }
@@ -355,30 +405,12 @@ impl FormatReader for RangeReader {
                     None => continue,
                 }
             }
-            match self.plan.take(self.next_range)? {
-                None => {
-                    // Past the last line break: the rest (a last line without one) line by
-                    // line.
-                    let at = TextPosition {
-                        byte: self.plan.end,
-                        line: self.line,
-                    };
-                    self.read_rest_from(at)?;
-                }
-                Some(r) if r.quoted => {
-                    let at = TextPosition {
-                        byte: r.start,
-                        line: self.line,
-                    };
-                    self.read_rest_from(at)?;
-                }
-                Some(r) => {
-                    self.next_range += 1;
-                    self.range_start = r.start;
-                    self.range_line = self.line;
-                    self.line += r.lines;
-                    self.pieces = r.pieces;
-                }
+            if let Some(why) = &self.failed {
+                return Err(Error::Internal(format!("reading on after an error: {why}")));
+            }
+            if let Err(e) = self.next_range() {
+                self.failed = Some(e.to_string());
+                return Err(e);
             }
         }
     }
@@ -508,6 +540,86 @@ mod tests {
                     let before = want_dead.iter().filter(|(l, _)| *l < at.line).count();
                     assert_eq!(rest_dead, want_dead[before..], "from {at:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_last_line_a_writer_is_still_appending_is_set_aside_as_line_by_line_reading_does() {
+        use std::io::Write;
+        let bytes = file(3_000, None);
+        let mut results = Vec::new();
+        for range_bytes in [0u64, 64, 1_000] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("in.csv");
+            std::fs::write(&path, &bytes).unwrap();
+            // Ends with a line break after this append; a writer then adds a line without one.
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap()
+                .write_all(b"\n")
+                .unwrap();
+            let spec = spec(&path, range_bytes);
+            let mut r: Box<dyn FormatReader> = if range_bytes == 0 {
+                Box::new(CsvReader::open(&path, schema(), &spec, 100, None).unwrap())
+            } else {
+                open(&path, schema(), &spec, 100, None, range_bytes).unwrap()
+            };
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap()
+                .write_all(b"3000,unfinish")
+                .unwrap();
+            let (rows, dead, _) = read_all(r.as_mut(), &path);
+            let torn = dead.last().unwrap();
+            assert!(torn.1.contains("still appending"), "{torn:?}");
+            results.push((rows, dead));
+        }
+        assert_eq!(results[0], results[1]);
+        assert_eq!(results[0], results[2]);
+    }
+
+    #[test]
+    fn without_a_header_with_a_byte_order_mark_comments_and_a_restore_the_same_as_line_by_line() {
+        let mut bytes = b"\xef\xbb\xbf".to_vec();
+        for i in 0..2_000 {
+            if i % 50 == 3 {
+                bytes.extend_from_slice(format!("# comment {i}\n").as_bytes());
+            }
+            bytes.extend_from_slice(format!("{i},v{i}\n").as_bytes());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        std::fs::write(&path, &bytes).unwrap();
+        let spec_of = |range_bytes: u64| FileSourceSpec {
+            header: false,
+            allow_comments: true,
+            ..spec(&path, range_bytes)
+        };
+        let mut lines = CsvReader::open(&path, schema(), &spec_of(0), 100, None).unwrap();
+        let (want, want_dead, positions) = read_all(&mut lines, &path);
+        assert_eq!(want.len(), 2_000);
+        assert!(want_dead.is_empty());
+        let FilePosition::Text(middle) = positions[7].1 else {
+            panic!("{:?}", positions[7]);
+        };
+        for range_bytes in [1, 77, 3_000] {
+            for start in [None, Some(middle)] {
+                let mut r = open(
+                    &path,
+                    schema(),
+                    &spec_of(range_bytes),
+                    100,
+                    start,
+                    range_bytes,
+                )
+                .unwrap();
+                let (rows, dead, _) = read_all(r.as_mut(), &path);
+                let skip = if start.is_some() { positions[7].0 } else { 0 };
+                assert_eq!(rows, want[skip..], "range {range_bytes}, from {start:?}");
+                assert!(dead.is_empty());
             }
         }
     }
