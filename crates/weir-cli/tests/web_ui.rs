@@ -431,6 +431,13 @@ async fn the_demo_graph_has_an_element_per_operator() {
         })
         .await?;
         ensure!(got == want, "the graph shows {got:?}, the job has {want:?}");
+        // The projection after the first temporal join runs chained into it: its edge is
+        // drawn as a chain.
+        let chained = attrs(&c, "#graph path.edge.chained", "data-to").await?;
+        ensure!(
+            !chained.is_empty() && chained.iter().all(|to| to.starts_with("project")),
+            "chained edges into {chained:?}"
+        );
         for node in c.find_all(Locator::Css("#graph g.node")).await? {
             let (_, _, w, h) = node.rectangle().await?;
             ensure!(w > 20.0 && h > 20.0, "a node drawn {w} x {h}");
