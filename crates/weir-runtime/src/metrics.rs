@@ -771,21 +771,62 @@ const MOSTLY_MS_PER_SEC: f64 = 500.0;
 /// How [`MetricsSnapshot::bottleneck`] is found, in words for users (the UI shows it).
 pub const BOTTLENECK_RULE: &str = "the first operator, in graph order, whose busiest subtask is \
     busy more than 500 ms per second while an operator feeding it is backpressured more than \
-    500 ms per second: the first busy operator downstream of a backpressured chain";
+    500 ms per second: the first busy operator downstream of a backpressured chain. Operators \
+    chained into one subtask count as one: their busy times add up, what feeds the first of \
+    them counts, and the busiest of them is named";
 
 /// The first node, in graph order, that is busy most of the time while a node feeding it is
 /// backpressured: the one that limits the job (see [`BOTTLENECK_RULE`]).
 fn bottleneck(nodes: &[NodeSnapshot], job: &JobMetrics) -> Option<String> {
-    let max = |n: &NodeSnapshot, f: fn(&SubtaskSnapshot) -> f64| {
-        n.subtasks.iter().map(f).fold(0.0, f64::max)
-    };
-    nodes.iter().enumerate().find_map(|(i, n)| {
-        let busy = max(n, |s| s.busy_ms_per_sec) > MOSTLY_MS_PER_SEC;
-        let fed_by_backpressured = job.nodes[i]
-            .upstream
+    let loads: Vec<Load> = (nodes.iter().zip(&job.nodes))
+        .map(|(n, m)| Load {
+            busy: n.subtasks.iter().map(|s| s.busy_ms_per_sec).collect(),
+            backpressured: (n.subtasks.iter())
+                .map(|s| s.backpressured_ms_per_sec)
+                .fold(0.0, f64::max),
+            upstream: m.upstream.clone(),
+            chained_into: n.chained_into,
+        })
+        .collect();
+    bottleneck_of(&loads).map(|i| nodes[i].name.clone())
+}
+
+/// What the bottleneck rule looks at of a node.
+struct Load {
+    /// Busy ms per second of each subtask.
+    busy: Vec<f64>,
+    /// Of its most backpressured subtask.
+    backpressured: f64,
+    upstream: Vec<usize>,
+    /// The node whose subtasks it runs in.
+    chained_into: Option<usize>,
+}
+
+fn bottleneck_of(loads: &[Load]) -> Option<usize> {
+    let head = |i: usize| loads[i].chained_into.unwrap_or(i);
+    let own_busy = |i: usize| loads[i].busy.iter().copied().fold(0.0, f64::max);
+    (0..loads.len()).find(|&i| {
+        let h = head(i);
+        let chain: Vec<usize> = (0..loads.len()).filter(|&j| head(j) == h).collect();
+        // A chain is named by its busiest operator (the first of equals).
+        let busiest = chain
             .iter()
-            .any(|&u| max(&nodes[u], |s| s.backpressured_ms_per_sec) > MOSTLY_MS_PER_SEC);
-        (busy && fed_by_backpressured).then(|| n.name.clone())
+            .copied()
+            .fold(i, |b, j| if own_busy(j) > own_busy(b) { j } else { b });
+        if busiest != i {
+            return false;
+        }
+        // Its subtasks' busy time, all its operators together.
+        let busy = (0..loads[h].busy.len())
+            .map(|s| {
+                (chain.iter())
+                    .map(|&j| loads[j].busy.get(s).copied().unwrap_or(0.0))
+                    .sum::<f64>()
+            })
+            .fold(0.0, f64::max);
+        let fed_by_backpressured =
+            (loads[h].upstream.iter()).any(|&u| loads[u].backpressured > MOSTLY_MS_PER_SEC);
+        busy > MOSTLY_MS_PER_SEC && fed_by_backpressured
     })
 }
 
@@ -798,6 +839,44 @@ pub fn gauge_is_max(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn load(
+        busy: f64,
+        backpressured: f64,
+        upstream: &[usize],
+        chained_into: Option<usize>,
+    ) -> Load {
+        Load {
+            busy: vec![busy, busy / 2.0],
+            backpressured,
+            upstream: upstream.to_vec(),
+            chained_into,
+        }
+    }
+
+    /// A source backpressured by a chain of two operators that are each busy less than half
+    /// the time but fill their subtask together: the busier of them is the bottleneck; alone,
+    /// neither would be.
+    #[test]
+    fn operators_chained_into_one_subtask_are_a_bottleneck_together() {
+        let loads = vec![
+            load(100.0, 900.0, &[], None),
+            load(300.0, 600.0, &[0], None),
+            load(400.0, 0.0, &[1], Some(1)),
+            load(50.0, 0.0, &[2], None),
+        ];
+        assert_eq!(bottleneck_of(&loads), Some(2));
+        let unchained: Vec<Load> = (loads.into_iter())
+            .map(|l| Load {
+                chained_into: None,
+                ..l
+            })
+            .collect();
+        assert_eq!(bottleneck_of(&unchained), None);
+        // One busy operator after a backpressured one, as before.
+        let plain = vec![load(100.0, 900.0, &[], None), load(800.0, 0.0, &[0], None)];
+        assert_eq!(bottleneck_of(&plain), Some(1));
+    }
 
     /// A checkpoint completes before every sink has published it: until then the committed
     /// watermark is unknown, not 0 (which `weir cutover` would read as a watermark).
