@@ -9,7 +9,7 @@
 
 mod barriers;
 mod chain;
-mod host;
+pub mod host;
 mod operator_task;
 mod output;
 mod sorted_source;

@@ -24,10 +24,12 @@ use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::{DataType, Field, Schema};
 use weir_core::time::{ManualClock, ProcTime, Watermark};
+use weir_runtime::exec::host::OperatorHost;
 use weir_runtime::metrics::SubtaskMetrics;
 use weir_runtime::operator::TimerService;
+use weir_runtime::source::DeadLetters;
 use weir_runtime::{
-    Context, Operator, OperatorFactory, Port, StreamBatch, StreamInfo, SubtaskInfo, TimeDomain,
+    Context, Operator, OperatorFactory, Port, StreamBatch, StreamInfo, SubtaskInfo,
 };
 
 /// A batch from a text table: a header line of column names, then whitespace-separated rows.
@@ -151,16 +153,15 @@ pub fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
     out
 }
 
-/// Drives one operator subtask by hand.
+/// Drives one operator subtask by hand, through the runtime's own driver
+/// ([`OperatorHost`]): timers fire and calls are made in the order a running job makes them.
 pub struct Harness {
-    op: Box<dyn Operator>,
-    timers: TimerService,
+    host: OperatorHost,
     clock: ManualClock,
-    metrics: SubtaskMetrics,
-    info: SubtaskInfo,
-    watermark: Watermark,
     out: Vec<(Port, StreamBatch)>,
-    dead_letters: Vec<weir_runtime::source::DeadLetter>,
+    /// Where the operator's dead letters go (kept in memory), and how many were taken.
+    dead_letters: DeadLetters,
+    taken: usize,
 }
 
 /// The one subtask a harness drives.
@@ -184,40 +185,43 @@ impl Harness {
     }
 
     pub fn new(op: Box<dyn Operator>) -> Self {
+        Harness::with_info(op, harness_subtask())
+    }
+
+    fn with_info(op: Box<dyn Operator>, info: SubtaskInfo) -> Self {
+        let clock = ManualClock::new(ProcTime(0));
         let mut h = Harness {
-            op,
-            timers: TimerService::default(),
-            clock: ManualClock::new(ProcTime(0)),
-            metrics: SubtaskMetrics::default(),
-            info: harness_subtask(),
-            watermark: Watermark::MIN,
+            host: OperatorHost::new(
+                op,
+                TimerService::default(),
+                info,
+                Arc::new(SubtaskMetrics::default()),
+                Arc::new(clock.clone()),
+            ),
+            clock,
             out: Vec::new(),
-            dead_letters: Vec::new(),
+            dead_letters: DeadLetters::new(None),
+            taken: 0,
         };
-        h.with_ctx(|op, ctx| op.open(ctx));
+        h.call(|op, ctx| op.open(ctx));
         h
     }
 
-    fn with_ctx(
+    fn call(
         &mut self,
         f: impl FnOnce(&mut dyn Operator, &mut Context) -> weir_runtime::Result<()>,
     ) {
-        let mut ctx = Context::new(
-            &mut self.out,
-            &mut self.timers,
-            &self.clock,
-            &self.metrics,
-            &self.info,
-            self.watermark,
-        );
-        f(self.op.as_mut(), &mut ctx).expect("operator call failed");
-        let dead = ctx.take_dead_letters();
-        self.dead_letters.extend(dead);
+        self.host
+            .call(&self.dead_letters, &mut self.out, false, f)
+            .expect("operator call failed");
     }
 
     /// The dead letters the operator sent so far, taken.
     pub fn take_dead_letters(&mut self) -> Vec<weir_runtime::source::DeadLetter> {
-        std::mem::take(&mut self.dead_letters)
+        let kept = self.dead_letters.kept();
+        let new = kept[self.taken.min(kept.len())..].to_vec();
+        self.taken = kept.len();
+        new
     }
 
     /// Feeds rows (never late) on `input`.
@@ -226,31 +230,28 @@ impl Harness {
     }
 
     pub fn push_batch(&mut self, input: usize, batch: StreamBatch) {
-        self.with_ctx(|op, ctx| op.on_batch(input, batch, ctx));
+        self.call(|op, ctx| op.on_batch(input, batch, ctx));
     }
 
     /// Advances the watermark: fires due event-time timers, then `on_watermark`.
     pub fn watermark(&mut self, wm: i64) {
-        self.watermark = Watermark(wm);
-        while let Some(t) = self.timers.pop_due(TimeDomain::EventTime, wm) {
-            self.with_ctx(|op, ctx| op.on_timer(t, ctx));
-        }
-        self.with_ctx(|op, ctx| op.on_watermark(Watermark(wm), ctx));
+        self.host
+            .on_watermark(Watermark(wm), &self.dead_letters, &mut self.out)
+            .expect("operator call failed");
     }
 
     /// Moves processing time on and fires due processing-time timers.
     pub fn advance_proc_time(&mut self, ms: i64) {
         self.clock.advance(ms);
-        let now = self.clock.now_ms();
-        while let Some(t) = self.timers.pop_due(TimeDomain::ProcTime, now) {
-            self.with_ctx(|op, ctx| op.on_timer(t, ctx));
-        }
+        self.host
+            .fire_proc_timers(&self.dead_letters, &mut self.out)
+            .expect("operator call failed");
     }
 
     /// Ends the input: a final `Watermark::MAX`, then `on_end`.
     pub fn end(&mut self) {
         self.watermark(i64::MAX);
-        self.with_ctx(|op, ctx| op.on_end(ctx));
+        self.call(|op, ctx| op.on_end(ctx));
     }
 
     /// Takes what the operator emitted on `port` so far.
@@ -263,13 +264,13 @@ impl Harness {
     }
 
     pub fn state_size(&self) -> weir_state::StateSize {
-        self.op.state_size()
+        self.host.operator_ref().state_size()
     }
 
     /// The operator's checkpointed state now (as the runtime takes it at a barrier), through
     /// Arrow IPC as a checkpoint stores it.
     pub fn snapshot(&mut self) -> Vec<RecordBatch> {
-        let batches = self.op.snapshot().expect("snapshot failed");
+        let batches = self.host.operator().snapshot().expect("snapshot failed");
         let bytes = weir_state::snapshot::encode(&batches).expect("state encodes");
         weir_state::snapshot::decode(&bytes, std::path::Path::new("snapshot"))
             .expect("state decodes")
@@ -300,31 +301,21 @@ impl Harness {
             .map(|b| weir_state::snapshot::rows_in_key_groups(b, range).expect("keyed state"))
             .collect();
         op.restore(mine).expect("restore failed");
-        let mut h = Harness::new(op);
-        h.info = info;
-        h
+        Harness::with_info(op, info)
     }
 
     /// The operator's gauges now.
     pub fn gauges(&self) -> std::collections::BTreeMap<&'static str, i64> {
         let mut v = Vec::new();
-        self.op.gauges(&mut v);
+        self.host.operator_ref().gauges(&mut v);
         v.into_iter().collect()
     }
 
     pub fn late_rows(&self) -> u64 {
-        self.metrics
+        self.host
+            .metrics()
             .late_rows
             .load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-trait NowMs {
-    fn now_ms(&self) -> i64;
-}
-impl NowMs for ManualClock {
-    fn now_ms(&self) -> i64 {
-        weir_core::Clock::now(self).0
     }
 }
 

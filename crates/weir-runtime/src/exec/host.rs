@@ -1,7 +1,7 @@
 //! One synchronous operator subtask and what its calls work with, driven the same way whether
-//! it has a subtask of its own (`operator_task.rs`) or runs in a chain (`chain.rs`): the
-//! order of timers and `on_watermark`, busy time, state size and gauges, dead letters, and
-//! the snapshot at a barrier.
+//! it has a subtask of its own (`operator_task.rs`), runs in a chain (`chain.rs`) or is driven
+//! by hand in a test (weir-testkit's `Harness`): the order of timers and `on_watermark`, busy
+//! time, state size and gauges, dead letters, and the snapshot at a barrier.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -16,22 +16,22 @@ use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerSer
 use crate::source::DeadLetters;
 
 /// Where a checkpointed operator's snapshots go, and its file's name.
-pub(super) type StateFiles = (Arc<dyn weir_state::checkpoint::CheckpointStorage>, String);
+pub(crate) type StateFiles = (Arc<dyn weir_state::checkpoint::CheckpointStorage>, String);
 
-pub(super) struct OperatorHost {
-    pub(super) op: Box<dyn Operator>,
-    pub(super) timers: TimerService,
-    pub(super) info: SubtaskInfo,
-    pub(super) metrics: Arc<SubtaskMetrics>,
-    pub(super) clock: Arc<dyn Clock>,
+pub struct OperatorHost {
+    pub(crate) op: Box<dyn Operator>,
+    pub(crate) timers: TimerService,
+    pub(crate) info: SubtaskInfo,
+    pub(crate) metrics: Arc<SubtaskMetrics>,
+    pub(crate) clock: Arc<dyn Clock>,
     /// The operator's watermark (the minimum over its inputs).
-    pub(super) watermark: Watermark,
+    pub(crate) watermark: Watermark,
     /// Operator calls so far (gauges are refreshed every few).
     calls: u64,
 }
 
 impl OperatorHost {
-    pub(super) fn new(
+    pub fn new(
         op: Box<dyn Operator>,
         timers: TimerService,
         info: SubtaskInfo,
@@ -49,10 +49,30 @@ impl OperatorHost {
         }
     }
 
+    /// The operator (for its snapshot).
+    pub fn operator(&mut self) -> &mut dyn Operator {
+        self.op.as_mut()
+    }
+
+    /// The operator (for its state size and gauges).
+    pub fn operator_ref(&self) -> &dyn Operator {
+        self.op.as_ref()
+    }
+
+    /// Its subtask's metrics.
+    pub fn metrics(&self) -> &SubtaskMetrics {
+        &self.metrics
+    }
+
+    /// The operator's watermark.
+    pub fn current_watermark(&self) -> Watermark {
+        self.watermark
+    }
+
     /// Calls the operator with a context, counting busy time; what it emits is appended to
     /// `out` and its dead letters sent. Refreshes its gauges when `report` (and every 32
     /// calls).
-    pub(super) fn call(
+    pub fn call(
         &mut self,
         dead_letters: &DeadLetters,
         out: &mut Vec<(Port, StreamBatch)>,
@@ -89,7 +109,7 @@ impl OperatorHost {
 
     /// The operator's watermark advanced to `wm`: its event-time timers up to it fire, then
     /// `on_watermark`.
-    pub(super) fn on_watermark(
+    pub fn on_watermark(
         &mut self,
         wm: Watermark,
         dead_letters: &DeadLetters,
@@ -104,7 +124,7 @@ impl OperatorHost {
     }
 
     /// Fires the processing-time timers due by the clock.
-    pub(super) fn fire_proc_timers(
+    pub fn fire_proc_timers(
         &mut self,
         dead_letters: &DeadLetters,
         out: &mut Vec<(Port, StreamBatch)>,
@@ -118,7 +138,7 @@ impl OperatorHost {
 
     /// Writes the operator's state and timers for checkpoint `epoch` (nothing for a
     /// stateless one).
-    pub(super) fn snapshot(
+    pub(crate) fn snapshot(
         &mut self,
         epoch: Epoch,
         state_files: Option<&StateFiles>,
@@ -153,11 +173,11 @@ impl OperatorHost {
 }
 
 /// The checkpoint file of a subtask's timers, beside its operator state file `state`.
-pub(super) fn timers_file(state: &str) -> String {
+pub(crate) fn timers_file(state: &str) -> String {
     format!("{}.timers.arrow", state.trim_end_matches(".arrow"))
 }
 
 /// Whether a checkpoint file holds timers (see [`timers_file`]).
-pub(super) fn is_timers_file(name: &str) -> bool {
+pub(crate) fn is_timers_file(name: &str) -> bool {
     name.ends_with(".timers.arrow")
 }
