@@ -1389,8 +1389,7 @@ mod tests {
             split_metrics: metrics.clone(),
             start_positions: Vec::new(),
             checkpointing: false,
-            commit_at_end: true,
-            read_all_first: false,
+            batch_execution: false,
         };
         (src.create_reader(splits, ctx).unwrap(), metrics)
     }

@@ -16,7 +16,7 @@
 //! what a restore would replay. With `bounded`, each partition is read up to an end (Flink's
 //! `scan.bounded.mode`, [`EndPosition`]: its end at start, the group's committed offsets, the
 //! offsets for a time, or given offsets), and the source then finishes (backfills and tests);
-//! it commits where it ended, except in a batch job ([`ReaderContext::commit_at_end`]).
+//! it commits where it ended, except in a batch job ([`ReaderContext::batch_execution`]).
 //!
 //! A partition's position ([`SourceReader::position`]) is `{"offset": n}`, the offset of the
 //! next record not yet returned (with `"end": e`, where a bounded source stops, and
@@ -1109,7 +1109,7 @@ impl SourceReader for KafkaReader {
                         .map_err(|e| kafka_err("commit", e))?;
                 }
             }
-            if tpl.count() > 0 && self.ctx.commit_at_end {
+            if tpl.count() > 0 && !self.ctx.batch_execution {
                 let _ = self.consumer.commit(&tpl, CommitMode::Sync);
             }
             return Ok(SourcePoll::Finished);

@@ -77,8 +77,7 @@ fn open(
         split_metrics: vec![Arc::new(SplitMetrics::new(format!("split {split}")))],
         start_positions: vec![start],
         checkpointing: false,
-        commit_at_end: true,
-        read_all_first: false,
+        batch_execution: false,
     };
     source.create_reader(vec![split], ctx).unwrap()
 }
@@ -176,8 +175,7 @@ fn a_kafka_position_before_the_first_record_is_the_start_offset() {
         split_metrics: vec![Arc::new(SplitMetrics::new("s".into()))],
         start_positions: vec![Some(json!({ "offset": 1000 }))],
         checkpointing: false,
-        commit_at_end: true,
-        read_all_first: false,
+        batch_execution: false,
     };
     let err = earliest.create_reader(vec![0], ctx).err().expect("refused");
     assert!(err.to_string().contains(&format!("{t}-0")), "{err}");

@@ -36,8 +36,7 @@ fn open(
         split_metrics: vec![Arc::new(SplitMetrics::new(format!("split {split}")))],
         start_positions: vec![start],
         checkpointing: false,
-        commit_at_end: true,
-        read_all_first: false,
+        batch_execution: false,
     };
     (source.create_reader(vec![split], ctx).unwrap(), dead)
 }
@@ -529,8 +528,7 @@ fn a_generator_position_is_the_next_row_index_of_its_split() {
             split_metrics: vec![Arc::new(SplitMetrics::new("s".into()))],
             start_positions: vec![Some(at.clone())],
             checkpointing: false,
-            commit_at_end: true,
-            read_all_first: false,
+            batch_execution: false,
         };
         let err = source.create_reader(vec![2], ctx).err().expect("refused");
         assert!(err.to_string().contains("not a position"), "{at}: {err}");

@@ -165,8 +165,7 @@ fn ctx(n: usize, starts: Vec<Option<serde_json::Value>>) -> ReaderContext {
             .collect(),
         start_positions: starts,
         checkpointing: true,
-        commit_at_end: true,
-        read_all_first: false,
+        batch_execution: false,
     }
 }
 

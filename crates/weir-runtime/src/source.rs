@@ -190,16 +190,15 @@ pub struct ReaderContext {
     /// The job takes checkpoints: positions are recorded by them
     /// ([`SourceReader::checkpoint_complete`]), not by the source on its own.
     pub checkpointing: bool,
-    /// At the end of a bounded read the source may record where it ended outside the job (a
-    /// Kafka consumer group's offsets). A batch job's sources do not: a failed batch job runs
-    /// again from the start, so it must find the group where it was.
-    pub commit_at_end: bool,
-    /// The runtime reads every row of the reader's splits before it sends any (batch
-    /// execution, which sorts them): reading ahead grows no state downstream, so the reader may
-    /// read as fast as it can (a CSV file parsed in byte ranges on a second thread). In
-    /// streaming, a source that reads ahead of the job's other sources makes an unaligned join
-    /// hold more rows.
-    pub read_all_first: bool,
+    /// The job runs in batch execution: the runtime reads every row of the reader's splits
+    /// before it sends any (it sorts them). So reading ahead grows no state downstream, and
+    /// the reader may read as fast as it can (a CSV file parsed in byte ranges on a second
+    /// thread; in streaming, a source that reads ahead of the job's other sources makes an
+    /// unaligned join hold more rows). And at the end of a bounded read the source records
+    /// nowhere outside the job where it ended (a Kafka consumer group's offsets, which a
+    /// streaming job's bounded read commits): a failed batch job runs again from the start, so
+    /// it must find the group where it was.
+    pub batch_execution: bool,
 }
 
 impl ReaderContext {
@@ -224,8 +223,7 @@ impl ReaderContext {
                 .collect(),
             start_positions: Vec::new(),
             checkpointing: false,
-            commit_at_end: true,
-            read_all_first: false,
+            batch_execution: false,
         }
     }
 

@@ -988,7 +988,7 @@ impl FileReader {
     fn range_bytes(&self) -> u64 {
         match self.spec.parse_range_bytes {
             Some(n) => n,
-            None if self.ctx.read_all_first => csv_ranges::RANGE_BYTES,
+            None if self.ctx.batch_execution => csv_ranges::RANGE_BYTES,
             None => 0,
         }
     }

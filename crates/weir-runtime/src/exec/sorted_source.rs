@@ -142,7 +142,6 @@ impl SourceTask {
                 group.wait_for_minimum(watermark).await;
                 m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
             }
-            self.outputs.fire_chained_timers().await?;
             let Some(batch) = rows.next_batch()? else {
                 break;
             };

@@ -105,7 +105,6 @@ impl SourceTask {
     pub(super) async fn run(mut self) -> Result<()> {
         let mut checkpoints = self.checkpoints.take();
         let (node, subtask) = (self.node, self.subtask);
-        self.outputs.open_chain().await?;
         if let Some(batch) = self.watermarks.batch.clone() {
             if checkpoints.is_some() {
                 return Err(Error::plan(format!(
@@ -228,8 +227,7 @@ impl SourceTask {
                 split_metrics: self.split_metrics.clone(),
                 start_positions: self.start_positions.clone(),
                 checkpointing: self.checkpoints_on,
-                commit_at_end: self.watermarks.batch.is_none(),
-                read_all_first: self.watermarks.batch.is_some(),
+                batch_execution: self.watermarks.batch.is_some(),
             },
         )
     }
@@ -338,8 +336,6 @@ impl SourceTask {
                     }
                 }
             }
-            // Processing-time timers of the operators chained after the source.
-            self.outputs.fire_chained_timers().await?;
             let mut sw = Stopwatch::start();
             if let Some(al) = &mut aligner {
                 let now = self.clock.now().0;
@@ -504,9 +500,6 @@ impl SourceTask {
                 }
                 SourcePoll::Pending { wait_ms } => {
                     m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
-                    let timer_ms = (self.outputs.next_chained_timer())
-                        .map(|t| (t.0 - self.clock.now().0).max(0) as u64);
-                    let wait_ms = timer_ms.map_or(wait_ms, |t| t.min(wait_ms));
                     tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
                     m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
                 }

@@ -342,6 +342,13 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 factory,
                 watermarks,
             } => {
+                if !followers.is_empty() {
+                    // The source task would neither open them nor fire their timers.
+                    return Err(Error::Internal(format!(
+                        "operators are chained into source `{}`",
+                        n.name
+                    )));
+                }
                 let split_names = (source_splits[n.id].take())
                     .expect("listed for every source")
                     .map_err(|e| wrap(0, e))?;
