@@ -625,7 +625,7 @@ mod tests {
     }
 
     #[test]
-    fn a_small_file_is_read_line_by_line() {
+    fn a_file_smaller_than_two_ranges_gives_its_rows() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.csv");
         std::fs::write(&path, file(10, None)).unwrap();
