@@ -410,8 +410,9 @@ pub fn hms(ms: i64) -> String {
 }
 
 /// Whether the checkpoint a restore of `latest` in `dir` takes (the newest good one, see
-/// `LocalDirStorage::latest_good`) is one job `name` wrote.
+/// `CheckpointStorage::latest_good`) is one job `name` wrote.
 fn own_checkpoint(dir: &Path, name: &str) -> bool {
+    use weir_state::checkpoint::CheckpointStorage;
     weir_state::checkpoint::LocalDirStorage::new(dir)
         .latest_good()
         .is_ok_and(|g| g.is_some_and(|g| g.manifest.job == name))

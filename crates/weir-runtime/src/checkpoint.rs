@@ -20,6 +20,13 @@ use weir_core::time::Epoch;
 
 use crate::error::{Error, Result};
 
+mod driver;
+mod restore;
+
+pub(crate) use driver::{Driver, SavepointRequest, Tick};
+pub use restore::Restored;
+pub(crate) use restore::{check_restorable, restored_state};
+
 /// Checkpointing settings of a job (Flink's `execution.checkpointing.*`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointConfig {
@@ -96,64 +103,6 @@ impl RestartStrategy {
                 std::time::Duration::from_millis(ms.min(max_ms as f64) as u64)
             }),
         }
-    }
-}
-
-/// A complete checkpoint a job starts from.
-#[derive(Debug, Clone)]
-pub struct Restored {
-    pub handle: weir_state::checkpoint::CheckpointHandle,
-    pub manifest: weir_state::checkpoint::Manifest,
-}
-
-impl Restored {
-    /// Resolves `config.restore`: `None` when nothing is to be restored (not asked, or
-    /// `latest` with no checkpoint yet).
-    ///
-    /// # Errors
-    /// A path that is not a complete checkpoint, or a manifest that does not read.
-    pub fn resolve(config: &CheckpointConfig) -> Result<Option<Restored>> {
-        use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
-        let Some(what) = &config.restore else {
-            return Ok(None);
-        };
-        let storage = LocalDirStorage::new(&config.dir);
-        if what != weir_state::checkpoint::RESTORE_LATEST {
-            // The one asked for, or nothing.
-            let Some(handle) = storage.resolve_restore(what)? else {
-                return Ok(None);
-            };
-            let manifest = storage.read_manifest(&handle)?;
-            return Ok(Some(Restored { handle, manifest }));
-        }
-        // The newest good one: a corrupt checkpoint (its manifest, or a state file changed,
-        // truncated or swapped after it completed) is passed over for the one before it, with
-        // a warning; refused when none is good.
-        let Some(good) = storage.latest_good()? else {
-            return Ok(None);
-        };
-        for bad in &good.passed_over {
-            tracing::warn!("a checkpoint is corrupt, passed over for the one before it: {bad}");
-        }
-        if let Some(newest) = good.passed_over.first() {
-            tracing::warn!(
-                restored = good.manifest.epoch.0,
-                "restoring checkpoint {} ({}), older than the newest, which is corrupt: \
-                 {newest}; what the job wrote after it is written again (a jdbc table in append \
-                 mode may hold those rows twice)",
-                good.manifest.epoch.0,
-                good.handle.location.display()
-            );
-        }
-        Ok(Some(Restored {
-            handle: good.handle,
-            manifest: good.manifest,
-        }))
-    }
-
-    /// Where split `split` of source node `node` (a stable id) stood.
-    pub fn split(&self, node: &str, split: &str) -> Option<&weir_state::checkpoint::SplitPosition> {
-        self.manifest.sources.get(node)?.get(split)
     }
 }
 

@@ -19,6 +19,8 @@ mod wiring;
 
 pub use wiring::start;
 
+use crate::checkpoint::SavepointRequest;
+
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -45,7 +47,7 @@ pub struct RunningJob {
     max_dead_letter_share: Option<f64>,
     verdict: Verdict,
     sink_subtasks: usize,
-    checkpoints: Option<CheckpointRun>,
+    checkpoints: Option<crate::checkpoint::Driver>,
     restored: Option<(u64, std::path::PathBuf, usize)>,
     savepoints: (
         tokio::sync::mpsc::UnboundedSender<SavepointRequest>,
@@ -55,55 +57,11 @@ pub struct RunningJob {
     _output_locks: Vec<weir_state::checkpoint::FileLock>,
 }
 
-/// The checkpoint coordinator of a running job and its channels to the subtasks.
-struct CheckpointRun {
-    /// The checkpoint folder's lock, released when the run ends.
-    _lock: Option<weir_state::checkpoint::DirLock>,
-    coordinator: crate::checkpoint::Coordinator,
-    config: crate::checkpoint::CheckpointConfig,
-    storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
-    job: String,
-    nodes: Vec<CheckpointedNode>,
-    key_groups: u16,
-    triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
-    from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
-    /// Tells the sinks the newest complete checkpoint.
-    completed_to_sinks: tokio::sync::watch::Sender<u64>,
-    /// The checkpoint each sink subtask has published (`SinkWriter::commit_checkpoint`).
-    sinks_committed: crate::checkpoint::SinkCommits,
-    /// A savepoint asked for: the requests waiting for it, and its epoch once started.
-    savepoint: Option<SavepointWanted>,
-    /// Stop once every sink has published this savepoint.
-    stop_after: Option<(u64, std::path::PathBuf)>,
-    /// Completed checkpoints not yet published by every sink, with their least split
-    /// watermark.
-    unpublished: std::collections::VecDeque<(u64, Option<i64>)>,
-}
-
-/// Savepoints asked for through a [`SavepointHandle`].
-struct SavepointWanted {
-    epoch: Option<weir_core::time::Epoch>,
-    then_stop: bool,
-    replies: Vec<tokio::sync::oneshot::Sender<Result<std::path::PathBuf>>>,
-}
-
-/// A savepoint request.
-struct SavepointRequest {
-    then_stop: bool,
-    reply: tokio::sync::oneshot::Sender<Result<std::path::PathBuf>>,
-}
-
 /// Takes savepoints of a running job with checkpoints: a checkpoint taken now, kept in the
 /// checkpoint directory's `savepoints/` (never removed by retention), to restore from later
 /// (`--from-savepoint`), at another parallelism too.
 #[derive(Debug, Clone)]
 pub struct SavepointHandle(tokio::sync::mpsc::UnboundedSender<SavepointRequest>);
-
-impl std::fmt::Debug for SavepointRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SavepointRequest {{ then_stop: {} }}", self.then_stop)
-    }
-}
 
 impl SavepointHandle {
     /// Takes a savepoint; with `then_stop`, the job stops once every sink has published
@@ -119,18 +77,6 @@ impl SavepointHandle {
         rx.await
             .map_err(|_| Error::plan("the job ended before the savepoint was complete"))?
     }
-}
-
-/// What a checkpoint's manifest says of a node.
-struct CheckpointedNode {
-    /// The stable id (`JobGraph::stable_ids`).
-    id: String,
-    kind: &'static str,
-    parallelism: usize,
-    /// `OperatorFactory::state_signature` (operators only).
-    signature: String,
-    /// The state layout version (0: no checkpointed state).
-    version: u32,
 }
 
 /// Whether the job completed, told to its sink subtasks: each finishes (flushes) at the end
@@ -249,106 +195,6 @@ impl RunningJob {
         Ok(())
     }
 
-    /// Every subtask reported checkpoint `done`: it is complete once its manifest is written.
-    fn checkpoint_completed(
-        &self,
-        run: &mut CheckpointRun,
-        done: crate::checkpoint::Completed,
-    ) -> Result<()> {
-        use crate::checkpoint::Report;
-        use weir_state::checkpoint::{Manifest, NodeState, SplitPosition, StateFile, SubtaskState};
-        let now = self.clock.now();
-        let mut m = Manifest::new(&run.job, done.epoch, now);
-        let mut bytes = 0;
-        for ((node, subtask), report) in done.reports {
-            let CheckpointedNode {
-                id,
-                kind,
-                parallelism,
-                signature,
-                version,
-            } = &run.nodes[node];
-            match report {
-                Report::Source { positions } => {
-                    let splits = m.sources.entry(id.clone()).or_default();
-                    for p in positions {
-                        splits.insert(
-                            p.split,
-                            SplitPosition {
-                                position: p.position,
-                                watermark: Some(weir_core::time::Watermark(p.watermark)),
-                            },
-                        );
-                    }
-                }
-                Report::Operator { state } => {
-                    bytes += state.iter().map(|f| f.bytes).sum::<u64>();
-                    m.nodes
-                        .entry(id.clone())
-                        .or_insert_with(|| NodeState {
-                            kind: kind.to_string(),
-                            signature: signature.clone(),
-                            state_version: *version,
-                            subtasks: Vec::new(),
-                        })
-                        .subtasks
-                        .push(SubtaskState {
-                            subtask,
-                            parallelism: *parallelism,
-                            key_groups: weir_core::keys::KeyGroupRange::for_subtask(
-                                subtask,
-                                *parallelism,
-                                run.key_groups,
-                            ),
-                            files: (state.into_iter())
-                                .map(|f| StateFile {
-                                    name: f.name,
-                                    rows: f.rows,
-                                    bytes: f.bytes,
-                                    checksum: Some(f.checksum),
-                                })
-                                .collect(),
-                        });
-                }
-                Report::Sink => {}
-            }
-        }
-        let savepoint = run
-            .savepoint
-            .as_ref()
-            .is_some_and(|w| w.epoch == Some(done.epoch));
-        m.savepoint = savepoint;
-        let handle = run.storage.complete(done.epoch, &m)?;
-        if savepoint {
-            let w = run.savepoint.take().expect("checked");
-            tracing::info!(at = %handle.location.display(), "savepoint complete");
-            if w.then_stop {
-                run.stop_after = Some((done.epoch.0, handle.location.clone()));
-            }
-            for r in w.replies {
-                let _ = r.send(Ok(handle.location.clone()));
-            }
-        }
-        run.completed_to_sinks.send_replace(done.epoch.0);
-        let removed = run.storage.retain(run.config.keep)?;
-        let took_ms = now.0 - done.started_ms;
-        tracing::debug!(
-            checkpoint = done.epoch.0,
-            took_ms,
-            bytes,
-            at = %handle.location.display(),
-            removed = removed.len(),
-            "checkpoint complete"
-        );
-        let watermark = m.least_watermark();
-        // Shown as what the output has reached once every sink has published it.
-        run.unpublished.push_back((done.epoch.0, watermark));
-        self.metrics
-            .checkpoints
-            .record(done.epoch.0, took_ms, bytes);
-        Ok(())
-    }
-
     /// A handle that takes savepoints (see [`SavepointHandle`]).
     pub fn savepoint_handle(&self) -> SavepointHandle {
         SavepointHandle(self.savepoints.0.clone())
@@ -369,12 +215,9 @@ impl RunningJob {
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut completed = false;
         let mut checkpoints = self.checkpoints.take();
-        let mut reports_open = true;
-        let mut checkpoint_tick = tokio::time::interval(Duration::from_millis(
-            checkpoints
-                .as_ref()
-                .map_or(1_000, |c| (c.config.interval_ms / 4).clamp(5, 1_000) as u64),
-        ));
+        let mut checkpoint_tick = tokio::time::interval(
+            (checkpoints.as_ref()).map_or(Duration::from_secs(1), |c| c.tick_period()),
+        );
         checkpoint_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Every subtask but the sinks has ended and every sink has flushed: the job is
@@ -405,102 +248,38 @@ impl RunningJob {
                 _ = self.verdict.ready_changed.notified() => continue,
                 req = self.savepoints.1.recv(), if !stopped && first_err.is_none() => {
                     let Some(req) = req else { continue };
-                    let Some(c) = checkpoints.as_mut().filter(|_| reports_open) else {
+                    let Some(c) = checkpoints.as_mut() else {
                         let _ = req.reply.send(Err(Error::plan(
-                            "the job takes no checkpoints (or has ended), so it cannot take a savepoint",
+                            "the job takes no checkpoints, so it cannot take a savepoint",
                         )));
                         continue;
                     };
-                    let w = c.savepoint.get_or_insert_with(|| SavepointWanted {
-                        epoch: None,
-                        then_stop: false,
-                        replies: Vec::new(),
-                    });
-                    w.then_stop |= req.then_stop;
-                    w.replies.push(req.reply);
-                    if let Err(e) = start_savepoint(c, self.clock.now().0) {
+                    if let Err(e) = c.request_savepoint(req, self.clock.now().0) {
                         first_err = Some(e);
                         self.tasks.abort_all();
                     }
                     continue;
                 }
-                _ = checkpoint_tick.tick(), if checkpoints.is_some() && reports_open && first_err.is_none() && !stopped => {
+                _ = checkpoint_tick.tick(), if checkpoints.as_ref().is_some_and(|c| c.is_open()) && first_err.is_none() && !stopped => {
                     let c = checkpoints.as_mut().expect("checked");
-                    if !c.unpublished.is_empty() {
-                        let committed = c.sinks_committed.lock().expect("sink commits lock");
-                        let all = if self.sink_subtasks == 0 {
-                            Some(u64::MAX)
-                        } else if committed.len() >= self.sink_subtasks {
-                            committed.values().min().copied()
-                        } else {
-                            None
-                        };
-                        drop(committed);
-                        let mut newest = None;
-                        while let Some(&(e, w)) = c.unpublished.front() {
-                            if all.is_none_or(|a| e > a) {
-                                break;
-                            }
-                            newest = Some(w);
-                            c.unpublished.pop_front();
-                        }
-                        if let Some(w) = newest {
-                            self.metrics.checkpoints.published(w);
-                        }
-                    }
-                    if let Some((epoch, _)) = &c.stop_after {
-                        let committed = c.sinks_committed.lock().expect("sink commits lock");
-                        if committed.values().filter(|e| **e >= *epoch).count() >= self.sink_subtasks {
-                            drop(committed);
-                            tracing::info!("stopped with a savepoint");
+                    match c.tick(self.clock.now().0, &self.metrics) {
+                        Ok(crate::checkpoint::Tick::Go) => {}
+                        Ok(crate::checkpoint::Tick::Stop) => {
                             stopped = true;
                             self.tasks.abort_all();
                         }
-                        continue;
-                    }
-                    if let Some(epoch) = c.coordinator.due(self.clock.now().0) {
-                        tracing::debug!(checkpoint = epoch.0, "checkpoint started");
-                        if let Err(e) = c.storage.begin(epoch) {
-                            first_err = Some(e.into());
-                            self.tasks.abort_all();
-                            continue;
-                        }
-                        for t in &c.triggers {
-                            // A source subtask that has ended no longer listens; it counts as
-                            // reported.
-                            let _ = t.send(epoch);
-                        }
-                    }
-                    continue;
-                }
-                msg = recv_checkpoint(&mut checkpoints), if checkpoints.is_some() && reports_open => {
-                    let c = checkpoints.as_mut().expect("checked");
-                    let done = match msg {
-                        Some(crate::checkpoint::ToCoordinator::Ack(a)) => c.coordinator.ack(a),
-                        Some(crate::checkpoint::ToCoordinator::Ended(id, last)) => {
-                            Ok(c.coordinator.ended(id, last))
-                        }
-                        None => {
-                            // Every subtask has gone: no more checkpoints.
-                            reports_open = false;
-                            continue;
-                        }
-                    };
-                    match done {
-                        Ok(Some(done)) => {
-                            if let Err(e) = self.checkpoint_completed(c, done) {
-                                first_err = Some(e);
-                                self.tasks.abort_all();
-                            } else if let Err(e) = start_savepoint(c, self.clock.now().0) {
-                                first_err = Some(e);
-                                self.tasks.abort_all();
-                            }
-                        }
-                        Ok(None) => {}
                         Err(e) => {
                             first_err = Some(e);
                             self.tasks.abort_all();
                         }
+                    }
+                    continue;
+                }
+                report = next_report(&mut checkpoints) => {
+                    let c = checkpoints.as_mut().expect("never ready without checkpoints");
+                    if let Err(e) = c.on_report(report, self.clock.now().0, &self.metrics) {
+                        first_err = Some(e);
+                        self.tasks.abort_all();
                     }
                     continue;
                 }
@@ -544,14 +323,8 @@ impl RunningJob {
             self.tasks.abort_all();
         }
         self.dead_letters.flush()?;
-        if let Some(c) = &checkpoints {
-            // A checkpoint the job ended (or failed) before completing is not one.
-            if let Some(epoch) = c.coordinator.pending() {
-                if let Err(e) = c.storage.abort(epoch) {
-                    tracing::warn!(checkpoint = epoch.0, error = %e, "cannot remove an incomplete checkpoint");
-                }
-            }
-        }
+        // A checkpoint the job ended (or failed) before completing is not one.
+        let savepoint = checkpoints.and_then(|c| c.end());
         if first_err.is_none() && !stopped {
             first_err = self.check_dead_letter_share(0).err();
         }
@@ -570,35 +343,17 @@ impl RunningJob {
             kept_dead_letters: self.dead_letters.kept(),
             stopped,
             restored: self.restored.clone(),
-            savepoint: checkpoints
-                .and_then(|c| c.stop_after.map(|(_, p)| p))
-                .filter(|_| stopped),
+            savepoint: savepoint.filter(|_| stopped),
         })
     }
 }
 
-/// The next message to the checkpoint coordinator (never ready without checkpoints).
-async fn recv_checkpoint(
-    run: &mut Option<CheckpointRun>,
+/// The next report to the checkpoint driver (never ready without checkpoints).
+async fn next_report(
+    driver: &mut Option<crate::checkpoint::Driver>,
 ) -> Option<crate::checkpoint::ToCoordinator> {
-    match run {
-        Some(r) => r.from_subtasks.recv().await,
+    match driver {
+        Some(d) => d.next_report().await,
         None => std::future::pending().await,
     }
-}
-
-/// Starts the savepoint asked for, unless a checkpoint is being taken (then it starts when that
-/// one completes) or it has started already.
-fn start_savepoint(c: &mut CheckpointRun, now_ms: i64) -> Result<()> {
-    let Some(w) = c.savepoint.as_mut().filter(|w| w.epoch.is_none()) else {
-        return Ok(());
-    };
-    if let Some(epoch) = c.coordinator.start_now(now_ms) {
-        c.storage.begin(epoch)?;
-        w.epoch = Some(epoch);
-        for t in &c.triggers {
-            let _ = t.send(epoch);
-        }
-    }
-    Ok(())
 }

@@ -341,6 +341,16 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
         Ok(self.latest()?.map(|h| h.epoch))
     }
 
+    /// The newest complete checkpoint or savepoint that is good: its manifest reads and every
+    /// state file matches it (see [`CheckpointStorage::verify`]; all are read). A corrupt one
+    /// is passed over for the one before it and returned in [`Good::passed_over`]. `None` when
+    /// there is none.
+    ///
+    /// # Errors
+    /// The newest one's `CorruptCheckpoint` when none is good; `UnsupportedFormat` (a newer
+    /// weir's, not to be passed over) and `Io` as they come.
+    fn latest_good(&self) -> Result<Option<Good>>;
+
     /// The complete checkpoint at `location` (for a local directory, a path to a checkpoint
     /// folder or to its `_manifest.json`, anywhere on disk).
     ///
@@ -435,7 +445,7 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     }
 }
 
-/// A checkpoint [`LocalDirStorage::latest_good`] found.
+/// A checkpoint [`CheckpointStorage::latest_good`] found.
 #[derive(Debug)]
 pub struct Good {
     pub handle: CheckpointHandle,
@@ -603,44 +613,6 @@ impl LocalDirStorage {
         &self.dir
     }
 
-    /// The newest complete checkpoint or savepoint that is good: its manifest reads and every
-    /// state file matches it (see [`CheckpointStorage::verify`]; all are read). A corrupt one
-    /// is passed over for the one before it and returned in [`Good::passed_over`]. `None` when
-    /// there is none.
-    ///
-    /// # Errors
-    /// The newest one's `CorruptCheckpoint` when none is good; `UnsupportedFormat` (a newer
-    /// weir's, not to be passed over) and `Io` as they come.
-    pub fn latest_good(&self) -> Result<Option<Good>> {
-        let mut passed_over = Vec::new();
-        for found in self.scan()?.into_iter().filter(|f| f.complete).rev() {
-            let checked = read_manifest_in(&found.path).and_then(|manifest| {
-                let handle = CheckpointHandle {
-                    epoch: manifest.epoch,
-                    savepoint: manifest.savepoint,
-                    location: found.path.clone(),
-                };
-                self.verify(&handle, &manifest)?;
-                Ok((handle, manifest))
-            });
-            match checked {
-                Ok((handle, manifest)) => {
-                    return Ok(Some(Good {
-                        handle,
-                        manifest,
-                        passed_over,
-                    }))
-                }
-                Err(e @ Error::CorruptCheckpoint { .. }) => passed_over.push(e),
-                Err(e) => return Err(e),
-            }
-        }
-        match passed_over.into_iter().next() {
-            Some(newest_bad) => Err(newest_bad),
-            None => Ok(None),
-        }
-    }
-
     /// The folder of checkpoint `epoch` while it is taken, and after if it is no savepoint.
     pub fn checkpoint_path(&self, epoch: Epoch) -> PathBuf {
         self.dir.join(folder_name(epoch))
@@ -792,6 +764,36 @@ fn check_name(epoch: Epoch, name: &str) -> Result<()> {
 }
 
 impl CheckpointStorage for LocalDirStorage {
+    fn latest_good(&self) -> Result<Option<Good>> {
+        let mut passed_over = Vec::new();
+        for found in self.scan()?.into_iter().filter(|f| f.complete).rev() {
+            let checked = read_manifest_in(&found.path).and_then(|manifest| {
+                let handle = CheckpointHandle {
+                    epoch: manifest.epoch,
+                    savepoint: manifest.savepoint,
+                    location: found.path.clone(),
+                };
+                self.verify(&handle, &manifest)?;
+                Ok((handle, manifest))
+            });
+            match checked {
+                Ok((handle, manifest)) => {
+                    return Ok(Some(Good {
+                        handle,
+                        manifest,
+                        passed_over,
+                    }))
+                }
+                Err(e @ Error::CorruptCheckpoint { .. }) => passed_over.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        match passed_over.into_iter().next() {
+            Some(newest_bad) => Err(newest_bad),
+            None => Ok(None),
+        }
+    }
+
     fn begin(&self, epoch: Epoch) -> Result<()> {
         let folders = [self.checkpoint_path(epoch), self.savepoint_path(epoch)];
         if let Some(done) = folders.iter().find(|f| has_manifest(f)) {

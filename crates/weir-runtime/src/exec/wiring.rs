@@ -13,8 +13,10 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 use weir_core::keys::KeyEncoder;
 use weir_core::time::Clock;
+use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
 
 use crate::channel::Mailbox;
+use crate::checkpoint::Driver;
 use crate::error::{Error, Result};
 use crate::graph::{JobGraph, NodeKind, Partitioning};
 use crate::hotkeys::{ExchangeMetrics, SpaceSaving};
@@ -40,15 +42,20 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         weir_core::time::EventTime(clock.now().0)
     );
     let folder_lock = match &cfg.checkpointing {
-        Some(c) => Some(weir_state::checkpoint::LocalDirStorage::new(&c.dir).lock(&holder)?),
+        Some(c) => Some(LocalDirStorage::new(&c.dir).lock(&holder)?),
         None => None,
     };
     // So are its outputs: a second job would overwrite them, and a restore of either would
     // delete the other's part files as its own uncommitted ones.
     let output_locks = lock_outputs(&graph, &holder)?;
-    let restored = match &cfg.checkpointing {
-        Some(c) => crate::checkpoint::Restored::resolve(c)?,
-        None => None,
+    // Where checkpoints are written and restored from.
+    let storage: Option<Arc<dyn CheckpointStorage>> = cfg
+        .checkpointing
+        .as_ref()
+        .map(|c| Arc::new(LocalDirStorage::new(&c.dir)) as Arc<dyn CheckpointStorage>);
+    let restored = match (&cfg.checkpointing, &storage) {
+        (Some(c), Some(s)) => crate::checkpoint::Restored::resolve(c, s.as_ref())?,
+        _ => None,
     };
     if !graph.config.allow_misaligned_start {
         // A fresh start peeks at where sources that cannot tell begin; a restore goes on
@@ -58,7 +65,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let restored_epoch = restored.as_ref().map(|r| r.manifest.epoch);
     let stable_ids = graph.stable_ids();
     if let Some(r) = &restored {
-        check_restorable(&graph, &stable_ids, r)?;
+        crate::checkpoint::check_restorable(&graph, &stable_ids, r)?;
     }
     // Only once the restore goes ahead: a refused one leaves the file as it was.
     let dead_letters = match &cfg.checkpointing {
@@ -215,13 +222,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
 
     let mut tasks = JoinSet::new();
     let verdict = Verdict::new();
-    let mut checkpoints = match &cfg.checkpointing {
-        Some(c) => Some(CheckpointWiring {
-            lock: folder_lock,
-            ..CheckpointWiring::new(&graph, c, cfg.key_groups)?
-        }),
-        None => None,
+    let mut checkpoints = match (&cfg.checkpointing, &storage) {
+        (Some(c), Some(s)) => Some(Driver::new(&graph, c, s.clone(), folder_lock)?),
+        _ => None,
     };
+    let restore = restored.as_ref().zip(storage.as_deref());
     let mut sink_subtasks = 0;
     let mut task_names = HashMap::new();
     let mut groups: HashMap<String, Arc<AlignmentGroup>> = HashMap::new();
@@ -259,7 +264,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         let followers = chains.followers(n.id);
         let outputs_of = |s: usize,
                           edges: Vec<OutputEdge>,
-                          checkpoints: &mut Option<CheckpointWiring>|
+                          checkpoints: &mut Option<Driver>|
          -> Result<Outputs> {
             let mut out = Outputs::new(
                 edges,
@@ -286,7 +291,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     node,
                     factory.as_ref(),
                     subtask_info(&cfg, node, s, restored_epoch),
-                    restored.as_ref(),
+                    restore,
                     &stable_ids[f],
                     metrics.nodes[f].subtasks[s].clone(),
                     clock.clone(),
@@ -299,7 +304,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     (f, s),
                     identity,
                 );
-                member.checkpoints = checkpoints.as_mut().map(|c| c.other((f, s)));
+                member.checkpoints = checkpoints.as_mut().map(|c| c.operator((f, s)));
                 member.state_files =
                     state_files(node, factory.as_ref(), s, checkpoints, &stable_ids);
                 out.chain.members.push(member);
@@ -428,7 +433,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             n,
                             factory.as_ref(),
                             info.clone(),
-                            restored.as_ref(),
+                            restore,
                             &stable_ids[n.id],
                             metrics.nodes[n.id].subtasks[s].clone(),
                             clock.clone(),
@@ -445,6 +450,15 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         ),
                         NodeKind::Source { .. } => unreachable!("handled above"),
                     };
+                    let (to_coordinator, completed, sinks_committed) =
+                        match (&n.kind, checkpoints.as_mut()) {
+                            (NodeKind::Sink { .. }, Some(c)) => {
+                                let (to, completed, committed) = c.sink((n.id, s));
+                                (Some(to), Some(completed), Some(committed))
+                            }
+                            (_, Some(c)) => (Some(c.operator((n.id, s))), None, None),
+                            (_, None) => (None, None, None),
+                        };
                     let task = OperatorTask {
                         processor,
                         channel_inputs: inputs,
@@ -464,7 +478,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         info,
                         dead_letters: dead_letters.subtask(),
                         verdict: verdict.clone(),
-                        checkpoints: checkpoints.as_mut().map(|c| c.other((n.id, s))),
+                        checkpoints: to_coordinator,
                         state_files: match &n.kind {
                             NodeKind::Operator { factory } => {
                                 state_files(n, factory.as_ref(), s, &checkpoints, &stable_ids)
@@ -472,15 +486,9 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             _ => None,
                         },
                         id: (n.id, s),
-                        completed: match (&n.kind, &checkpoints) {
-                            (NodeKind::Sink { .. }, Some(c)) => Some(c.completed.subscribe()),
-                            _ => None,
-                        },
+                        completed,
                         committed: restored_epoch.map_or(0, |e| e.0),
-                        sinks_committed: checkpoints
-                            .as_ref()
-                            .filter(|_| matches!(n.kind, NodeKind::Sink { .. }))
-                            .map(|c| c.sinks_committed.clone()),
+                        sinks_committed,
                     };
                     if matches!(n.kind, NodeKind::Sink { .. }) {
                         sink_subtasks += 1;
@@ -493,10 +501,9 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         }
     }
     tracing::info!(job = %graph.name, subtasks = tasks.len(), "job started");
-    let checkpoints = match checkpoints {
-        Some(c) => Some(c.run(clock.now().0, restored_epoch)?),
-        None => None,
-    };
+    if let Some(c) = checkpoints.as_mut() {
+        c.start(clock.now().0, restored_epoch)?;
+    }
     if let Some(r) = &restored {
         tracing::info!(
             checkpoint = r.manifest.epoch.0,
@@ -554,7 +561,7 @@ fn create_operator(
     node: &crate::graph::Node,
     factory: &dyn crate::graph::OperatorFactory,
     info: SubtaskInfo,
-    restored: Option<&crate::checkpoint::Restored>,
+    restore: Option<(&crate::checkpoint::Restored, &dyn CheckpointStorage)>,
     stable_id: &str,
     metrics: Arc<SubtaskMetrics>,
     clock: Arc<dyn Clock>,
@@ -568,10 +575,17 @@ fn create_operator(
     }
     let mut op = factory.create(&input_streams, &info)?;
     let mut timers = TimerService::default();
-    if let (Some(r), crate::graph::OperatorState::Checkpointed { version }) =
-        (restored, factory.state())
+    if let (Some((r, storage)), crate::graph::OperatorState::Checkpointed { version }) =
+        (restore, factory.state())
     {
-        let state = restored_state(r, stable_id, version, &factory.state_signature(), &info)?;
+        let state = crate::checkpoint::restored_state(
+            storage,
+            r,
+            stable_id,
+            version,
+            &factory.state_signature(),
+            &info,
+        )?;
         op.restore(state.operator)?;
         for t in &state.timers {
             timers.restore(t)?;
@@ -587,7 +601,7 @@ fn state_files(
     node: &crate::graph::Node,
     factory: &dyn crate::graph::OperatorFactory,
     s: usize,
-    checkpoints: &Option<CheckpointWiring>,
+    checkpoints: &Option<Driver>,
     stable_ids: &[String],
 ) -> Option<StateFiles> {
     let c = checkpoints.as_ref()?;
@@ -597,149 +611,10 @@ fn state_files(
     )
     .then(|| {
         (
-            c.storage.clone(),
+            c.storage().clone(),
             format!("{}-{s}.arrow", stable_ids[node.id]),
         )
     })
-}
-
-/// Channels between the subtasks and the checkpoint coordinator, while the job is wired.
-struct CheckpointWiring {
-    dir: std::path::PathBuf,
-    sinks_committed: crate::checkpoint::SinkCommits,
-    /// The newest complete checkpoint, for the sinks.
-    completed: tokio::sync::watch::Sender<u64>,
-    storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
-    job: String,
-    nodes: Vec<super::CheckpointedNode>,
-    key_groups: u16,
-    config: crate::checkpoint::CheckpointConfig,
-    triggers: Vec<tokio::sync::mpsc::UnboundedSender<weir_core::time::Epoch>>,
-    to_coordinator: tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>,
-    from_subtasks: tokio::sync::mpsc::UnboundedReceiver<crate::checkpoint::ToCoordinator>,
-    subtasks: Vec<(usize, usize)>,
-    /// The job's hold on the checkpoint folder, for as long as it runs.
-    lock: Option<weir_state::checkpoint::DirLock>,
-}
-
-impl CheckpointWiring {
-    /// # Errors
-    /// `Plan` naming every operator whose state checkpoints do not capture yet.
-    fn new(
-        graph: &JobGraph,
-        config: &crate::checkpoint::CheckpointConfig,
-        key_groups: u16,
-    ) -> Result<Self> {
-        let not_yet: Vec<String> = (graph.nodes.iter())
-            .filter_map(|n| match &n.kind {
-                NodeKind::Operator { factory }
-                    if factory.state() == crate::graph::OperatorState::NotCheckpointed =>
-                {
-                    Some(format!("`{}` (created at {})", n.name, n.created_at))
-                }
-                _ => None,
-            })
-            .collect();
-        if !not_yet.is_empty() {
-            return Err(Error::plan(format!(
-                "checkpoints are on, but the state of {} cannot be checkpointed (the operator \
-                 declares no snapshot): a restore would lose it. Run the job without checkpoints",
-                not_yet.join(", ")
-            )));
-        }
-        let (to_coordinator, from_subtasks) = tokio::sync::mpsc::unbounded_channel();
-        let ids = graph.stable_ids();
-        Ok(CheckpointWiring {
-            sinks_committed: Arc::default(),
-            completed: tokio::sync::watch::channel(0).0,
-            dir: config.dir.clone(),
-            storage: Arc::new(weir_state::checkpoint::LocalDirStorage::new(&config.dir)),
-            job: graph.name.clone(),
-            nodes: (graph.nodes.iter())
-                .zip(ids)
-                .map(|(n, id)| {
-                    let (signature, version) = match &n.kind {
-                        NodeKind::Operator { factory } => (
-                            factory.state_signature(),
-                            match factory.state() {
-                                crate::graph::OperatorState::Checkpointed { version } => version,
-                                _ => 0,
-                            },
-                        ),
-                        _ => (String::new(), 0),
-                    };
-                    super::CheckpointedNode {
-                        id,
-                        kind: n.kind.kind(),
-                        parallelism: n.parallelism,
-                        signature,
-                        version,
-                    }
-                })
-                .collect(),
-            key_groups,
-            config: config.clone(),
-            triggers: Vec::new(),
-            to_coordinator,
-            from_subtasks,
-            subtasks: Vec::new(),
-            lock: None,
-        })
-    }
-
-    fn source(&mut self, id: (usize, usize)) -> crate::checkpoint::SourceCheckpoints {
-        let (tx, triggers) = tokio::sync::mpsc::unbounded_channel();
-        self.triggers.push(tx);
-        self.subtasks.push(id);
-        crate::checkpoint::SourceCheckpoints {
-            triggers,
-            to_coordinator: self.to_coordinator.clone(),
-            completed: self.completed.subscribe(),
-            reported: Default::default(),
-        }
-    }
-
-    fn other(
-        &mut self,
-        id: (usize, usize),
-    ) -> tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator> {
-        self.subtasks.push(id);
-        self.to_coordinator.clone()
-    }
-
-    /// # Errors
-    /// The checkpoint directory cannot be read.
-    fn run(
-        self,
-        now_ms: i64,
-        restored: Option<weir_core::time::Epoch>,
-    ) -> Result<super::CheckpointRun> {
-        // Numbered on past every checkpoint in the directory and the one restored.
-        let newest = self.storage.newest_epoch()?.map_or(0, |e| e.0);
-        let first = newest.max(restored.map_or(0, |e| e.0)) + 1;
-        tracing::debug!(dir = %self.dir.display(), first, "checkpoints on");
-        Ok(super::CheckpointRun {
-            coordinator: crate::checkpoint::Coordinator::new(
-                self.config.interval_ms,
-                now_ms,
-                first,
-                self.subtasks,
-            ),
-            config: self.config,
-            storage: self.storage,
-            job: self.job,
-            nodes: self.nodes,
-            key_groups: self.key_groups,
-            triggers: self.triggers,
-            from_subtasks: self.from_subtasks,
-            completed_to_sinks: self.completed,
-            sinks_committed: self.sinks_committed,
-            savepoint: None,
-            stop_after: None,
-            unpublished: Default::default(),
-            _lock: self.lock,
-        })
-    }
 }
 
 /// Locks every file output of the job (the sinks' files or folders of part files, the
@@ -769,196 +644,4 @@ fn lock_outputs(graph: &JobGraph, holder: &str) -> Result<Vec<weir_state::checkp
         locks.extend(crate::location::lock_output(&path, holder, &what, hint)?);
     }
     Ok(locks)
-}
-
-/// Refuses a restore whose checkpoint holds state or positions of nodes this job does not
-/// have: they would be dropped without a word (Flink refuses the same, unless told to allow
-/// non-restored state). Refuses, whatever is allowed, a checkpoint of another job: `--restore
-/// latest` finding one that another job wrote (the job's name differs), or any checkpoint whose
-/// sources read other inputs (none of a source's recorded splits, files or partitions, is one
-/// this job reads): its positions and state would give another job's answer.
-fn check_restorable(
-    graph: &JobGraph,
-    ids: &[String],
-    restored: &crate::checkpoint::Restored,
-) -> Result<()> {
-    let m = &restored.manifest;
-    let latest = graph
-        .config
-        .checkpointing
-        .as_ref()
-        .and_then(|c| c.restore.as_deref())
-        == Some(weir_state::checkpoint::RESTORE_LATEST);
-    if latest && m.job != graph.name {
-        return Err(Error::plan(format!(
-            "--restore latest found checkpoint {} ({}), written by job `{}`, and this job is \
-             `{}`: another job's positions and state would give a wrong answer. Give each job \
-             its own folder (SET 'execution.checkpointing.dir' or --checkpoint-dir), restore a \
-             checkpoint of this job by its path, or name the job as before with SET \
-             'pipeline.name' = '{}' if only its file was renamed",
-            m.epoch.0,
-            restored.handle.location.display(),
-            m.job,
-            graph.name,
-            m.job
-        )));
-    }
-    for (n, id) in graph.nodes.iter().zip(ids) {
-        let NodeKind::Source { factory, .. } = &n.kind else {
-            continue;
-        };
-        let Some(recorded) = m.sources.get(id).filter(|s| !s.is_empty()) else {
-            continue;
-        };
-        let now = factory.splits()?;
-        if !recorded.keys().any(|s| now.contains(s)) {
-            let list = |names: Vec<&String>| {
-                let mut v: Vec<String> = names.iter().take(3).map(|s| format!("`{s}`")).collect();
-                if names.len() > 3 {
-                    v.push(format!("and {} more", names.len() - 3));
-                }
-                v.join(", ")
-            };
-            return Err(Error::plan(format!(
-                "checkpoint {} ({}) was taken while source `{}` read {}, and it reads {} now: \
-                 its positions and state belong to another input. Restore a checkpoint taken on \
-                 this input, or start without --restore (--allow-non-restored-state does not \
-                 apply: this is not a change of the job but of what it reads)",
-                m.epoch.0,
-                restored.handle.location.display(),
-                n.name,
-                list(recorded.keys().collect()),
-                list(now.iter().collect())
-            )));
-        }
-    }
-    let unknown: Vec<&String> = (m.sources.keys())
-        .chain(
-            m.nodes
-                .iter()
-                .filter(|(_, n)| n.subtasks.iter().any(|s| !s.files.is_empty()))
-                .map(|(id, _)| id),
-        )
-        .filter(|id| !ids.contains(id))
-        .collect();
-    let allow = restored_allows_dropping(graph);
-    if !unknown.is_empty() && !allow {
-        let names: Vec<String> = unknown.iter().map(|s| format!("`{s}`")).collect();
-        return Err(Error::plan(format!(
-            "checkpoint {} ({}) holds the state of {} that job `{}` does not have (the job changed \
-             since: a node's id follows its kind, its name and what feeds it); restore it with the \
-             job that wrote it, or drop that state with --allow-non-restored-state",
-            m.epoch.0,
-            restored.handle.location.display(),
-            names.join(", "),
-            graph.name
-        )));
-    }
-    // An operator whose settings its state depends on changed: its state does not fit.
-    for (n, id) in graph.nodes.iter().zip(ids) {
-        let NodeKind::Operator { factory } = &n.kind else {
-            continue;
-        };
-        // A stateless operator (a filter, a select list) may change freely.
-        if !matches!(
-            factory.state(),
-            crate::graph::OperatorState::Checkpointed { .. }
-        ) {
-            continue;
-        }
-        let Some(old) = m.nodes.get(id) else {
-            continue;
-        };
-        let new = factory.state_signature();
-        if !old.signature.is_empty() && old.signature != new && !allow {
-            return Err(Error::plan(format!(
-                "checkpoint {} holds the state of `{}` (created at {}) with other settings than the \
-                 job has now, which its state depends on: then {}, now {}; restore it with the job \
-                 that wrote it, or start that operator empty with --allow-non-restored-state",
-                m.epoch.0, n.name, n.created_at, old.signature, new
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// `--allow-non-restored-state`: state the job cannot take up is dropped.
-fn restored_allows_dropping(graph: &JobGraph) -> bool {
-    graph
-        .config
-        .checkpointing
-        .as_ref()
-        .is_some_and(|c| c.allow_non_restored_state)
-}
-
-/// What a subtask of an operator takes up from a checkpoint.
-#[derive(Default)]
-struct RestoredState {
-    /// For `Operator::restore`.
-    operator: Vec<arrow_array::RecordBatch>,
-    /// Its timers.
-    timers: Vec<arrow_array::RecordBatch>,
-}
-
-/// The state batches of node `id` in checkpoint `r` for the subtask `info` describes: every
-/// subtask's files of the node (the parallelism may have changed), keyed rows limited to the
-/// subtask's key groups.
-fn restored_state(
-    r: &crate::checkpoint::Restored,
-    id: &str,
-    version: u32,
-    signature: &str,
-    info: &SubtaskInfo,
-) -> Result<RestoredState> {
-    use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
-    let Some(node) = r.manifest.nodes.get(id) else {
-        return Ok(RestoredState::default());
-    };
-    if !node.signature.is_empty() && node.signature != signature {
-        // Only reached with --allow-non-restored-state (checked at start): start empty.
-        tracing::warn!(operator = %info.operator, "state of other settings dropped");
-        return Ok(RestoredState::default());
-    }
-    if node.state_version != version {
-        return Err(Error::plan(format!(
-            "checkpoint {} holds the state of `{}` in layout version {}, and this weir reads \
-             version {version}; restore it with the weir that wrote it",
-            r.manifest.epoch.0, info.operator, node.state_version
-        )));
-    }
-    let storage = LocalDirStorage::new(&r.handle.location);
-    let range = weir_core::keys::KeyGroupRange::for_subtask(
-        info.subtask,
-        info.parallelism,
-        info.key_groups,
-    );
-    let mut state = RestoredState::default();
-    for sub in &node.subtasks {
-        for f in &sub.files {
-            let out = if super::host::is_timers_file(&f.name) {
-                &mut state.timers
-            } else {
-                &mut state.operator
-            };
-            let bytes = storage.read_state_file(&r.handle, f)?;
-            for b in weir_state::snapshot::decode(&bytes, &r.handle.location.join(&f.name))? {
-                let keyed = b
-                    .schema()
-                    .index_of(weir_state::snapshot::KEY_GROUP_COLUMN)
-                    .is_ok();
-                if keyed {
-                    out.push(weir_state::snapshot::rows_in_key_groups(&b, range)?);
-                } else if sub.parallelism == info.parallelism && sub.subtask == info.subtask {
-                    out.push(b);
-                } else if sub.parallelism != info.parallelism {
-                    return Err(Error::plan(format!(
-                        "the state of `{}` is not keyed and was taken at parallelism {}; \
-                         restore it at that parallelism",
-                        info.operator, sub.parallelism
-                    )));
-                }
-            }
-        }
-    }
-    Ok(state)
 }

@@ -1,0 +1,259 @@
+//! Starting from a checkpoint: which one, whether this job may take it up, and the state
+//! each subtask takes from it.
+
+use weir_state::checkpoint::CheckpointStorage;
+
+use super::CheckpointConfig;
+use crate::error::{Error, Result};
+use crate::graph::{JobGraph, NodeKind};
+use crate::operator::SubtaskInfo;
+
+/// A complete checkpoint a job starts from.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub handle: weir_state::checkpoint::CheckpointHandle,
+    pub manifest: weir_state::checkpoint::Manifest,
+}
+
+impl Restored {
+    /// Resolves `config.restore`: `None` when nothing is to be restored (not asked, or
+    /// `latest` with no checkpoint yet).
+    ///
+    /// # Errors
+    /// A path that is not a complete checkpoint, or a manifest that does not read.
+    pub fn resolve(
+        config: &CheckpointConfig,
+        storage: &dyn CheckpointStorage,
+    ) -> Result<Option<Restored>> {
+        let Some(what) = &config.restore else {
+            return Ok(None);
+        };
+        if what != weir_state::checkpoint::RESTORE_LATEST {
+            // The one asked for, or nothing.
+            let Some(handle) = storage.resolve_restore(what)? else {
+                return Ok(None);
+            };
+            let manifest = storage.read_manifest(&handle)?;
+            return Ok(Some(Restored { handle, manifest }));
+        }
+        // The newest good one: a corrupt checkpoint (its manifest, or a state file changed,
+        // truncated or swapped after it completed) is passed over for the one before it, with
+        // a warning; refused when none is good.
+        let Some(good) = storage.latest_good()? else {
+            return Ok(None);
+        };
+        for bad in &good.passed_over {
+            tracing::warn!("a checkpoint is corrupt, passed over for the one before it: {bad}");
+        }
+        if let Some(newest) = good.passed_over.first() {
+            tracing::warn!(
+                restored = good.manifest.epoch.0,
+                "restoring checkpoint {} ({}), older than the newest, which is corrupt: \
+                 {newest}; what the job wrote after it is written again (a jdbc table in append \
+                 mode may hold those rows twice)",
+                good.manifest.epoch.0,
+                good.handle.location.display()
+            );
+        }
+        Ok(Some(Restored {
+            handle: good.handle,
+            manifest: good.manifest,
+        }))
+    }
+
+    /// Where split `split` of source node `node` (a stable id) stood.
+    pub fn split(&self, node: &str, split: &str) -> Option<&weir_state::checkpoint::SplitPosition> {
+        self.manifest.sources.get(node)?.get(split)
+    }
+}
+
+/// Refuses a restore whose checkpoint holds state or positions of nodes this job does not
+/// have: they would be dropped without a word (Flink refuses the same, unless told to allow
+/// non-restored state). Refuses, whatever is allowed, a checkpoint of another job: `--restore
+/// latest` finding one that another job wrote (the job's name differs), or any checkpoint whose
+/// sources read other inputs (none of a source's recorded splits, files or partitions, is one
+/// this job reads): its positions and state would give another job's answer.
+pub(crate) fn check_restorable(
+    graph: &JobGraph,
+    ids: &[String],
+    restored: &Restored,
+) -> Result<()> {
+    let m = &restored.manifest;
+    let latest = graph
+        .config
+        .checkpointing
+        .as_ref()
+        .and_then(|c| c.restore.as_deref())
+        == Some(weir_state::checkpoint::RESTORE_LATEST);
+    if latest && m.job != graph.name {
+        return Err(Error::plan(format!(
+            "--restore latest found checkpoint {} ({}), written by job `{}`, and this job is \
+             `{}`: another job's positions and state would give a wrong answer. Give each job \
+             its own folder (SET 'execution.checkpointing.dir' or --checkpoint-dir), restore a \
+             checkpoint of this job by its path, or name the job as before with SET \
+             'pipeline.name' = '{}' if only its file was renamed",
+            m.epoch.0,
+            restored.handle.location.display(),
+            m.job,
+            graph.name,
+            m.job
+        )));
+    }
+    for (n, id) in graph.nodes.iter().zip(ids) {
+        let NodeKind::Source { factory, .. } = &n.kind else {
+            continue;
+        };
+        let Some(recorded) = m.sources.get(id).filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let now = factory.splits()?;
+        if !recorded.keys().any(|s| now.contains(s)) {
+            let list = |names: Vec<&String>| {
+                let mut v: Vec<String> = names.iter().take(3).map(|s| format!("`{s}`")).collect();
+                if names.len() > 3 {
+                    v.push(format!("and {} more", names.len() - 3));
+                }
+                v.join(", ")
+            };
+            return Err(Error::plan(format!(
+                "checkpoint {} ({}) was taken while source `{}` read {}, and it reads {} now: \
+                 its positions and state belong to another input. Restore a checkpoint taken on \
+                 this input, or start without --restore (--allow-non-restored-state does not \
+                 apply: this is not a change of the job but of what it reads)",
+                m.epoch.0,
+                restored.handle.location.display(),
+                n.name,
+                list(recorded.keys().collect()),
+                list(now.iter().collect())
+            )));
+        }
+    }
+    let unknown: Vec<&String> = (m.sources.keys())
+        .chain(
+            m.nodes
+                .iter()
+                .filter(|(_, n)| n.subtasks.iter().any(|s| !s.files.is_empty()))
+                .map(|(id, _)| id),
+        )
+        .filter(|id| !ids.contains(id))
+        .collect();
+    let allow = restored_allows_dropping(graph);
+    if !unknown.is_empty() && !allow {
+        let names: Vec<String> = unknown.iter().map(|s| format!("`{s}`")).collect();
+        return Err(Error::plan(format!(
+            "checkpoint {} ({}) holds the state of {} that job `{}` does not have (the job changed \
+             since: a node's id follows its kind, its name and what feeds it); restore it with the \
+             job that wrote it, or drop that state with --allow-non-restored-state",
+            m.epoch.0,
+            restored.handle.location.display(),
+            names.join(", "),
+            graph.name
+        )));
+    }
+    // An operator whose settings its state depends on changed: its state does not fit.
+    for (n, id) in graph.nodes.iter().zip(ids) {
+        let NodeKind::Operator { factory } = &n.kind else {
+            continue;
+        };
+        // A stateless operator (a filter, a select list) may change freely.
+        if !matches!(
+            factory.state(),
+            crate::graph::OperatorState::Checkpointed { .. }
+        ) {
+            continue;
+        }
+        let Some(old) = m.nodes.get(id) else {
+            continue;
+        };
+        let new = factory.state_signature();
+        if !old.signature.is_empty() && old.signature != new && !allow {
+            return Err(Error::plan(format!(
+                "checkpoint {} holds the state of `{}` (created at {}) with other settings than the \
+                 job has now, which its state depends on: then {}, now {}; restore it with the job \
+                 that wrote it, or start that operator empty with --allow-non-restored-state",
+                m.epoch.0, n.name, n.created_at, old.signature, new
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `--allow-non-restored-state`: state the job cannot take up is dropped.
+fn restored_allows_dropping(graph: &JobGraph) -> bool {
+    graph
+        .config
+        .checkpointing
+        .as_ref()
+        .is_some_and(|c| c.allow_non_restored_state)
+}
+
+/// What a subtask of an operator takes up from a checkpoint.
+#[derive(Default)]
+pub(crate) struct RestoredState {
+    /// For `Operator::restore`.
+    pub operator: Vec<arrow_array::RecordBatch>,
+    /// Its timers.
+    pub timers: Vec<arrow_array::RecordBatch>,
+}
+
+/// The state batches of node `id` in checkpoint `r` for the subtask `info` describes: every
+/// subtask's files of the node (the parallelism may have changed), keyed rows limited to the
+/// subtask's key groups.
+pub(crate) fn restored_state(
+    storage: &dyn CheckpointStorage,
+    r: &Restored,
+    id: &str,
+    version: u32,
+    signature: &str,
+    info: &SubtaskInfo,
+) -> Result<RestoredState> {
+    let Some(node) = r.manifest.nodes.get(id) else {
+        return Ok(RestoredState::default());
+    };
+    if !node.signature.is_empty() && node.signature != signature {
+        // Only reached with --allow-non-restored-state (checked at start): start empty.
+        tracing::warn!(operator = %info.operator, "state of other settings dropped");
+        return Ok(RestoredState::default());
+    }
+    if node.state_version != version {
+        return Err(Error::plan(format!(
+            "checkpoint {} holds the state of `{}` in layout version {}, and this weir reads \
+             version {version}; restore it with the weir that wrote it",
+            r.manifest.epoch.0, info.operator, node.state_version
+        )));
+    }
+    let range = weir_core::keys::KeyGroupRange::for_subtask(
+        info.subtask,
+        info.parallelism,
+        info.key_groups,
+    );
+    let mut state = RestoredState::default();
+    for sub in &node.subtasks {
+        for f in &sub.files {
+            let out = if crate::exec::host::is_timers_file(&f.name) {
+                &mut state.timers
+            } else {
+                &mut state.operator
+            };
+            let bytes = storage.read_state_file(&r.handle, f)?;
+            for b in weir_state::snapshot::decode(&bytes, &r.handle.location.join(&f.name))? {
+                let keyed = b
+                    .schema()
+                    .index_of(weir_state::snapshot::KEY_GROUP_COLUMN)
+                    .is_ok();
+                if keyed {
+                    out.push(weir_state::snapshot::rows_in_key_groups(&b, range)?);
+                } else if sub.parallelism == info.parallelism && sub.subtask == info.subtask {
+                    out.push(b);
+                } else if sub.parallelism != info.parallelism {
+                    return Err(Error::plan(format!(
+                        "the state of `{}` is not keyed and was taken at parallelism {}; \
+                         restore it at that parallelism",
+                        info.operator, sub.parallelism
+                    )));
+                }
+            }
+        }
+    }
+    Ok(state)
+}
