@@ -39,7 +39,7 @@ fn browser_binaries() -> (PathBuf, PathBuf) {
 }
 
 fn elapsed(since: &Stopwatch) -> Duration {
-    Duration::from_nanos(since.elapsed_nanos())
+    Duration::from_nanos(since.elapsed_nanos(&weir_core::SystemClock))
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked; taken by whoever binds it next).
@@ -75,7 +75,7 @@ impl Chromedriver {
             child,
             url: format!("http://127.0.0.1:{port}"),
         };
-        let started = Stopwatch::start();
+        let started = Stopwatch::start(&weir_core::SystemClock);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
                 elapsed(&started) < Duration::from_secs(30),
@@ -158,7 +158,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
 {
-    let started = Stopwatch::start();
+    let started = Stopwatch::start(&weir_core::SystemClock);
     loop {
         match probe().await {
             Ok(Some(v)) => return Ok(v),
@@ -303,7 +303,7 @@ impl Weir {
 
     /// Waits for the process to exit; returns its status and whole stderr.
     fn wait(mut self, within: Duration) -> (ExitStatus, String) {
-        let started = Stopwatch::start();
+        let started = Stopwatch::start(&weir_core::SystemClock);
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break status;
@@ -324,7 +324,7 @@ impl Weir {
 
     /// Waits until stderr has a line containing `text`.
     fn wait_for_line(&self, text: &str, within: Duration) {
-        let started = Stopwatch::start();
+        let started = Stopwatch::start(&weir_core::SystemClock);
         while !self.stderr().contains(text) {
             assert!(
                 elapsed(&started) < within,

@@ -11,6 +11,7 @@ use weir_core::SystemClock;
 use weir_operators::KeyedStreamExt;
 use weir_runtime::{
     exec, CollectSink, JobBuilder, JobConfig, RateLimitHandle, RateLimitedSink, SourceOptions,
+    TokioClock,
 };
 use weir_testkit::sorted_lines;
 
@@ -25,6 +26,10 @@ fn rt() -> tokio::runtime::Runtime {
 /// An unthrottled generator into a sink slowed to about 1,000 rows/s: in-flight rows stay
 /// within the bound, the generator stops reading ahead, the sink is busy and the operator
 /// feeding it backpressured (not idle); once the sink speeds up every row arrives.
+///
+/// On tokio's paused time, with the job on the `TokioClock`: the sink's waits, the test's
+/// sleeps and the measured busy, backpressured and idle time are all the time the test
+/// drives, so the shares are the same however loaded the machine is.
 #[test]
 fn slow_sink_stalls_the_source_within_the_in_flight_bound_and_loses_nothing() {
     const ROWS: u64 = 20_000;
@@ -49,9 +54,14 @@ fn slow_sink_stalls_the_source_within_the_in_flight_bound_and_loses_nothing() {
     );
     let graph = job.build().unwrap();
 
-    let rt = rt();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
     rt.block_on(async {
-        let running = exec::start(graph, Arc::new(SystemClock)).unwrap();
+        let clock = TokioClock::starting_at(weir_core::time::ProcTime(1_700_000_000_000));
+        let running = exec::start(graph, Arc::new(clock)).unwrap();
         let bound = running.in_flight_bound_rows();
         assert_eq!(
             bound,
@@ -99,21 +109,11 @@ fn slow_sink_stalls_the_source_within_the_in_flight_bound_and_loses_nothing() {
             "the generator should be held back, read {read}"
         );
         let (s, f) = (&sink.subtasks[0], &filter.subtasks[0]);
-        assert!(
-            s.busy_ms_per_sec > 700.0,
-            "sink busy {} ms/s",
-            s.busy_ms_per_sec
-        );
-        assert!(
-            f.backpressured_ms_per_sec > 500.0,
-            "filter backpressured {} ms/s",
-            f.backpressured_ms_per_sec
-        );
-        assert!(
-            f.idle_ms_per_sec < 300.0,
-            "filter idle {} ms/s",
-            f.idle_ms_per_sec
-        );
+        // A second of the sink's time was all spent writing (waiting on its rate), and all
+        // the filter's waiting for the sink's credit: on paused time, exactly.
+        assert_eq!(s.busy_ms_per_sec, 1000.0, "sink busy");
+        assert_eq!(f.backpressured_ms_per_sec, 1000.0, "filter backpressured");
+        assert_eq!(f.idle_ms_per_sec, 0.0, "filter idle");
         assert_eq!(snap.bottleneck.as_deref(), Some("slow sink"));
 
         rate.set(0); // the sink speeds up

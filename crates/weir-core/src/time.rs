@@ -168,6 +168,10 @@ pub struct Epoch(pub u64);
 pub trait Clock: Send + Sync + fmt::Debug {
     /// Wall-clock time now.
     fn now(&self) -> ProcTime;
+
+    /// A monotonic reading in nanoseconds from an arbitrary start, for durations only (busy,
+    /// backpressured and idle time, through a [`Stopwatch`]); never a time of day.
+    fn monotonic_nanos(&self) -> u64;
 }
 
 /// The machine's clock.
@@ -181,6 +185,15 @@ impl Clock for SystemClock {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         ProcTime(d.as_millis() as i64)
+    }
+
+    #[allow(clippy::disallowed_methods)] // durations only; never used as a time of day
+    fn monotonic_nanos(&self) -> u64 {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
     }
 }
 
@@ -210,29 +223,35 @@ impl Clock for ManualClock {
     fn now(&self) -> ProcTime {
         ProcTime(self.now.load(Ordering::SeqCst))
     }
+
+    /// Moves with [`ManualClock::now`]: work takes no time on a clock driven by hand.
+    fn monotonic_nanos(&self) -> u64 {
+        (self.now.load(Ordering::SeqCst).max(0) as u64).saturating_mul(1_000_000)
+    }
 }
 
-/// A monotonic stopwatch for measuring durations (busy / backpressured / idle time).
+/// Measures how long something took, on a [`Clock`]'s monotonic reading (so that a test on
+/// a clock it drives, or on tokio's paused time, measures the time it drives, not the
+/// machine's speed). Pass the same clock to every call.
 ///
 /// It is not a clock: it cannot tell what time it is, only how long something took.
 #[derive(Debug, Clone, Copy)]
-pub struct Stopwatch(std::time::Instant);
+pub struct Stopwatch(u64);
 
 impl Stopwatch {
-    #[allow(clippy::disallowed_methods)] // durations only; never used as a time of day
-    pub fn start() -> Self {
-        Stopwatch(std::time::Instant::now())
+    pub fn start(clock: &dyn Clock) -> Self {
+        Stopwatch(clock.monotonic_nanos())
     }
 
-    pub fn elapsed_nanos(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
+    pub fn elapsed_nanos(&self, clock: &dyn Clock) -> u64 {
+        clock.monotonic_nanos().saturating_sub(self.0)
     }
 
     /// Nanoseconds since the start, and restart.
-    pub fn lap_nanos(&mut self) -> u64 {
-        let now = Self::start();
-        let d = now.0.duration_since(self.0).as_nanos() as u64;
-        *self = now;
+    pub fn lap_nanos(&mut self, clock: &dyn Clock) -> u64 {
+        let now = clock.monotonic_nanos();
+        let d = now.saturating_sub(self.0);
+        self.0 = now;
         d
     }
 }

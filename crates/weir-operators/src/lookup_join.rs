@@ -459,13 +459,14 @@ impl LookupJoinOp {
                 let table = self.table.clone();
                 let columns = self.table_keys.clone();
                 let (retries, timeout) = (self.max_retries, self.timeout);
+                let clock = self.clock.clone();
                 set.spawn(async move {
                     let mut attempt = 0u32;
                     loop {
-                        let sw = weir_core::time::Stopwatch::start();
+                        let sw = weir_core::time::Stopwatch::start(clock.as_ref());
                         let r = tokio::time::timeout(timeout, table.lookup(&columns, chunk.clone()))
                             .await;
-                        let took = Duration::from_nanos(sw.elapsed_nanos());
+                        let took = Duration::from_nanos(sw.elapsed_nanos(clock.as_ref()));
                         let e = match r {
                             Ok(Ok(rows)) => return Ok((rows, took, attempt)),
                             Ok(Err(e)) => e.to_string(),

@@ -31,6 +31,7 @@ pub mod batch;
 pub mod builder;
 pub mod channel;
 pub mod checkpoint;
+pub mod clock;
 pub mod display;
 pub mod error;
 pub mod exec;
@@ -49,6 +50,7 @@ pub mod source;
 pub mod testing;
 
 pub use builder::{JobBuilder, KeyedStream, SourceOptions, Stream};
+pub use clock::TokioClock;
 pub use error::{Error, Result};
 pub use graph::{JobConfig, JobGraph, OperatorFactory, Partitioning, Registry, StreamInfo};
 pub use location::Location;

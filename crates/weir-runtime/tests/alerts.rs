@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use weir_core::SystemClock;
+use weir_core::time::ProcTime;
 use weir_runtime::sink::{RateLimitHandle, RateLimitedSink};
 use weir_runtime::testing::VecSource;
-use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, SourceOptions};
+use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, SourceOptions, TokioClock};
 
 /// Two splits of 2,000 rows `(n, ts)`: the first from epoch ms `first`, the second `ahead_ms`
 /// later, a row every 10 ms of event time, in batches of 50.
@@ -51,11 +51,18 @@ fn samples(config: JobConfig, source: VecSource) -> Vec<weir_runtime::metrics::M
             )),
             Some(1),
         );
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    // On tokio's paused time, with the job on the `TokioClock`: the sink's pace and the
+    // samples are the time the test drives, whatever the machine's speed.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
     rt.block_on(async {
-        let running = exec::start(job.build().unwrap(), Arc::new(SystemClock)).unwrap();
+        let clock = Arc::new(TokioClock::starting_at(ProcTime(1_764_000_000_000)));
+        let running = exec::start(job.build().unwrap(), clock.clone()).unwrap();
         let mut reporter = running.reporter();
-        let started = weir_core::time::Clock::now(&SystemClock);
+        let started = weir_core::time::Clock::now(clock.as_ref());
         let sampler = tokio::spawn(async move {
             let mut out = Vec::new();
             for _ in 0..8 {

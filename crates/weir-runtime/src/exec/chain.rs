@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use weir_core::time::{ProcTime, Stopwatch, Watermark};
+use weir_core::time::{Clock, ProcTime, Stopwatch, Watermark};
 
 use super::host::{OperatorHost, StateFiles};
 use crate::checkpoint::{Ack, Report, ToCoordinator};
@@ -70,6 +70,8 @@ pub(super) struct ChainMember {
     watermark: Watermark,
     /// Time since its idle, busy or backpressured time was last counted.
     lap: Stopwatch,
+    /// What its times are measured on.
+    clock: Arc<dyn Clock>,
     /// Whether it handled anything in the current pass.
     touched: bool,
 }
@@ -81,6 +83,7 @@ impl ChainMember {
         dead_letters: DeadLetters,
         id: (usize, usize),
         identity: Identity,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         ChainMember {
             op,
@@ -91,7 +94,8 @@ impl ChainMember {
             id,
             identity,
             watermark: Watermark::MIN,
-            lap: Stopwatch::start(),
+            lap: Stopwatch::start(clock.as_ref()),
+            clock,
             touched: false,
         }
     }
@@ -122,7 +126,7 @@ impl ChainMember {
                         })?
                     }
                     Chained::Async(op) => {
-                        let sw = Stopwatch::start();
+                        let sw = Stopwatch::start(self.clock.as_ref());
                         let batches = op.on_batch(0, batch).await?;
                         let size = op.state_size();
                         self.metrics.set_state(size.rows, size.bytes);
@@ -131,7 +135,9 @@ impl ChainMember {
                             g.clear();
                             op.gauges(&mut g);
                         }
-                        self.metrics.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                        self.metrics
+                            .busy_ns
+                            .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
                         out.extend(batches.into_iter().map(|b| (Port::Main, b)));
                     }
                 }
@@ -233,7 +239,9 @@ impl Chain {
             if items.is_empty() {
                 break;
             }
-            m.metrics.idle_ns.fetch_add(m.lap.lap_nanos(), Relaxed);
+            m.metrics
+                .idle_ns
+                .fetch_add(m.lap.lap_nanos(m.clock.as_ref()), Relaxed);
             m.touched = true;
             let mut next = Vec::with_capacity(items.len());
             for item in sliced(items, self.batch_rows) {
@@ -242,7 +250,7 @@ impl Chain {
                 }
             }
             // Its busy time is counted in its calls.
-            m.lap.lap_nanos();
+            m.lap.lap_nanos(m.clock.as_ref());
             items = next;
         }
         Ok(items)
@@ -257,7 +265,7 @@ impl Chain {
             if !std::mem::take(&mut m.touched) {
                 continue;
             }
-            let ns = m.lap.lap_nanos();
+            let ns = m.lap.lap_nanos(m.clock.as_ref());
             if k != last {
                 m.metrics.backpressured_ns.fetch_add(ns, Relaxed);
             }
@@ -328,7 +336,7 @@ impl Chain {
             let Chained::Sync(host) = &mut m.op else {
                 continue;
             };
-            let idle = m.lap.lap_nanos();
+            let idle = m.lap.lap_nanos(m.clock.as_ref());
             let mut out = Vec::new();
             let called = f(host, &m.dead_letters, &mut out).map_err(|e| m.wrap(e))?;
             if !called {
@@ -338,7 +346,7 @@ impl Chain {
             }
             m.touched = true;
             m.metrics.idle_ns.fetch_add(idle, Relaxed);
-            m.lap.lap_nanos();
+            m.lap.lap_nanos(m.clock.as_ref());
             let mut items = Vec::new();
             m.pass_on(out, k + 1 == n, &mut items);
             leaving.extend(self.run(k + 1, items).await?);

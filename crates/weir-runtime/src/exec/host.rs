@@ -80,7 +80,7 @@ impl OperatorHost {
         f: impl FnOnce(&mut dyn Operator, &mut Context) -> Result<()>,
     ) -> Result<()> {
         let m = &self.metrics;
-        let sw = Stopwatch::start();
+        let sw = Stopwatch::start(self.clock.as_ref());
         let mut ctx = Context {
             output: out,
             timers: &mut self.timers,
@@ -103,7 +103,8 @@ impl OperatorHost {
             g.clear();
             self.op.gauges(&mut g);
         }
-        m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+        m.busy_ns
+            .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
         Ok(())
     }
 

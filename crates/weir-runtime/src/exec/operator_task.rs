@@ -147,7 +147,7 @@ impl OperatorTask {
         match &mut self.processor {
             Processor::Operator(_) => self.call(|op, ctx| op.on_batch(input, batch, ctx)).await,
             Processor::Async(op) => {
-                let sw = Stopwatch::start();
+                let sw = Stopwatch::start(self.clock.as_ref());
                 let out = op.on_batch(input, batch).await?;
                 let size = op.state_size();
                 m.set_state(size.rows, size.bytes);
@@ -156,18 +156,20 @@ impl OperatorTask {
                     g.clear();
                     op.gauges(&mut g);
                 }
-                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                m.busy_ns
+                    .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
                 for b in out {
                     self.outputs.emit(Port::Main, b).await?;
                 }
                 Ok(())
             }
             Processor::Sink(w) => {
-                let sw = Stopwatch::start();
+                let sw = Stopwatch::start(self.clock.as_ref());
                 let n = batch.num_rows() as u64;
                 w.write(batch.data).await?;
                 m.rows_out.fetch_add(n, Relaxed);
-                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                m.busy_ns
+                    .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
                 Ok(())
             }
         }
@@ -241,7 +243,7 @@ impl OperatorTask {
             return None;
         }
         let m = self.outputs.metrics.clone();
-        let sw = Stopwatch::start();
+        let sw = Stopwatch::start(self.clock.as_ref());
         let wait = self
             .next_proc_time()
             .map(|t| Duration::from_millis((t.0 - self.clock.now().0).max(0) as u64));
@@ -265,7 +267,8 @@ impl OperatorTask {
                 }
             } => None,
         };
-        m.idle_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+        m.idle_ns
+            .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
         got
     }
 
@@ -395,9 +398,10 @@ impl OperatorTask {
             }
             Processor::Async(_) => ended(&self.checkpoints, self.id),
             Processor::Sink(w) => {
-                let sw = Stopwatch::start();
+                let sw = Stopwatch::start(self.clock.as_ref());
                 w.finish().await?;
-                m.busy_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+                m.busy_ns
+                    .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
                 ended(&self.checkpoints, self.id);
                 self.verdict.ready_then_wait().await;
                 w.commit().await?;

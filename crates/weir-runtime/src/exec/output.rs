@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder};
-use weir_core::time::Stopwatch;
+use weir_core::time::{Clock, Stopwatch};
 
 use crate::channel::{ChannelSender, SendError};
 use crate::error::{Error, Result};
@@ -55,6 +55,8 @@ pub(super) struct Outputs {
     /// The emitting subtask's metrics.
     pub(super) metrics: Arc<SubtaskMetrics>,
     pub(super) chain: Chain,
+    /// What its busy and backpressured time is measured on.
+    pub(super) clock: Arc<dyn Clock>,
 }
 
 impl Outputs {
@@ -62,11 +64,13 @@ impl Outputs {
         edges: Vec<OutputEdge>,
         batch_rows: usize,
         metrics: Arc<SubtaskMetrics>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         Outputs {
             edges,
             batch_rows,
             metrics,
+            clock,
             chain: Chain {
                 members: Vec::new(),
                 batch_rows,
@@ -83,7 +87,15 @@ impl Outputs {
         }
         if self.chain.is_empty() {
             let m = self.metrics.clone();
-            return route(&mut self.edges, self.batch_rows, &m, port, batch).await;
+            return route(
+                &mut self.edges,
+                self.batch_rows,
+                &m,
+                self.clock.as_ref(),
+                port,
+                batch,
+            )
+            .await;
         }
         if port != Port::Main {
             return Ok(());
@@ -96,7 +108,7 @@ impl Outputs {
     /// operators first).
     pub(super) async fn broadcast(&mut self, msg: Message) -> Result<()> {
         if self.chain.is_empty() {
-            return send_all(&self.edges, msg, &self.metrics).await;
+            return send_all(&self.edges, msg, &self.metrics, self.clock.as_ref()).await;
         }
         self.through_chain(Item::Control(msg)).await
     }
@@ -104,12 +116,12 @@ impl Outputs {
     /// Runs an item through the chain and sends what leaves it; the emitting subtask counts
     /// the time as backpressured, as it would count a wait for a channel's credit.
     async fn through_chain(&mut self, item: Item) -> Result<()> {
-        let sw = Stopwatch::start();
+        let sw = Stopwatch::start(self.clock.as_ref());
         let leaving = self.chain.run(0, vec![item]).await?;
         self.send_leaving(leaving).await?;
         self.metrics
             .backpressured_ns
-            .fetch_add(sw.elapsed_nanos(), Relaxed);
+            .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
         Ok(())
     }
 
@@ -118,9 +130,17 @@ impl Outputs {
         for item in leaving {
             let sent = match item {
                 Item::Data(port, batch) => {
-                    route(&mut self.edges, self.batch_rows, &tail, port, batch).await
+                    route(
+                        &mut self.edges,
+                        self.batch_rows,
+                        &tail,
+                        self.clock.as_ref(),
+                        port,
+                        batch,
+                    )
+                    .await
                 }
-                Item::Control(msg) => send_all(&self.edges, msg, &tail).await,
+                Item::Control(msg) => send_all(&self.edges, msg, &tail, self.clock.as_ref()).await,
             };
             sent.map_err(|e| self.chain.wrap_tail(e))?;
         }
@@ -149,21 +169,26 @@ impl Outputs {
         if !self.chain.has_proc_timers() {
             return Ok(());
         }
-        let sw = Stopwatch::start();
+        let sw = Stopwatch::start(self.clock.as_ref());
         let leaving = self.chain.fire_proc_timers().await?;
         self.send_leaving(leaving).await?;
         self.metrics
             .backpressured_ns
-            .fetch_add(sw.elapsed_nanos(), Relaxed);
+            .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
         Ok(())
     }
 }
 
 /// Sends a control message on every channel of every edge.
-async fn send_all(edges: &[OutputEdge], msg: Message, metrics: &SubtaskMetrics) -> Result<()> {
+async fn send_all(
+    edges: &[OutputEdge],
+    msg: Message,
+    metrics: &SubtaskMetrics,
+    clock: &dyn Clock,
+) -> Result<()> {
     for edge in edges {
         for s in &edge.senders {
-            send(s, msg.clone(), metrics).await?;
+            send(s, msg.clone(), metrics, clock).await?;
         }
     }
     Ok(())
@@ -175,6 +200,7 @@ async fn route(
     edges: &mut [OutputEdge],
     batch_rows: usize,
     metrics: &SubtaskMetrics,
+    clock: &dyn Clock,
     port: Port,
     batch: StreamBatch,
 ) -> Result<()> {
@@ -185,16 +211,16 @@ async fn route(
     for edge in edges.iter_mut().filter(|e| e.port == port) {
         match &mut edge.route {
             Route::Forward => {
-                send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics).await?
+                send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics, clock).await?
             }
             Route::Rebalance { next } => {
                 let s = &edge.senders[*next % edge.senders.len()];
                 *next += 1;
-                send_rows(s, batch.clone(), batch_rows, metrics).await?
+                send_rows(s, batch.clone(), batch_rows, metrics, clock).await?
             }
             Route::Broadcast => {
                 for s in &edge.senders {
-                    send_rows(s, batch.clone(), batch_rows, metrics).await?
+                    send_rows(s, batch.clone(), batch_rows, metrics, clock).await?
                 }
             }
             Route::Keyed {
@@ -212,7 +238,7 @@ async fn route(
                 }
                 exchange.publish(*subtask, sketch);
                 if p == 1 {
-                    send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics).await?;
+                    send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics, clock).await?;
                     continue;
                 }
                 let mut idx: Vec<Vec<u32>> =
@@ -244,7 +270,7 @@ async fn route(
                     } else {
                         batch.take(&arrow_array::UInt32Array::from(ix))?
                     };
-                    send_rows(&edge.senders[j], part, batch_rows, metrics).await?;
+                    send_rows(&edge.senders[j], part, batch_rows, metrics, clock).await?;
                 }
             }
         }
@@ -257,28 +283,35 @@ pub(super) async fn send_rows(
     batch: StreamBatch,
     batch_rows: usize,
     m: &SubtaskMetrics,
+    clock: &dyn Clock,
 ) -> Result<()> {
     let n = batch.num_rows();
     if n <= batch_rows {
-        return send(s, Message::Data(batch), m).await;
+        return send(s, Message::Data(batch), m, clock).await;
     }
     let mut off = 0;
     while off < n {
         let len = batch_rows.min(n - off);
-        send(s, Message::Data(batch.slice(off, len)), m).await?;
+        send(s, Message::Data(batch.slice(off, len)), m, clock).await?;
         off += len;
     }
     Ok(())
 }
 
 /// Sends, counting the wait for credit as backpressured time.
-pub(super) async fn send(s: &ChannelSender, msg: Message, m: &SubtaskMetrics) -> Result<()> {
+pub(super) async fn send(
+    s: &ChannelSender,
+    msg: Message,
+    m: &SubtaskMetrics,
+    clock: &dyn Clock,
+) -> Result<()> {
     match s.try_send(msg) {
         Ok(()) => Ok(()),
         Err(SendError(msg)) => {
-            let sw = Stopwatch::start();
+            let sw = Stopwatch::start(clock);
             let r = s.send(msg).await;
-            m.backpressured_ns.fetch_add(sw.elapsed_nanos(), Relaxed);
+            m.backpressured_ns
+                .fetch_add(sw.elapsed_nanos(clock), Relaxed);
             r.map_err(|_| Error::Cancelled)
         }
     }

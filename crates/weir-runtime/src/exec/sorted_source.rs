@@ -40,7 +40,7 @@ impl SourceTask {
         };
         // Without an event time the rows go on as they come: nothing downstream orders them.
         while let Some(r) = reader.as_mut() {
-            let mut sw = Stopwatch::start();
+            let mut sw = Stopwatch::start(self.clock.as_ref());
             match r.poll()? {
                 SourcePoll::Batch { split, batch } => {
                     let rows = batch.num_rows() as u64;
@@ -68,13 +68,15 @@ impl SourceTask {
                             m.set_state(rows, bytes);
                             *m.gauges.lock().expect("metrics lock") =
                                 vec![("sort_spilled_bytes", sort.spilled_bytes() as i64)];
-                            m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                            m.busy_ns
+                                .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
                             // A reader of files is never pending: other tasks get the thread
                             // between its batches.
                             tokio::task::yield_now().await;
                         }
                         None => {
-                            m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                            m.busy_ns
+                                .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
                             self.outputs
                                 .emit(Port::Main, StreamBatch::new(batch))
                                 .await?;
@@ -85,9 +87,11 @@ impl SourceTask {
                 // a backfill follows the watermark the sending gives the splits).
                 SourcePoll::SplitFinished(_) => {}
                 SourcePoll::Pending { wait_ms } => {
-                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.busy_ns
+                        .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
                     tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
-                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.idle_ns
+                        .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
                 }
                 SourcePoll::NewSplit(sm) => {
                     return Err(Error::plan(format!(
@@ -137,10 +141,11 @@ impl SourceTask {
         };
         let mut watermark = i64::MIN;
         loop {
-            let mut sw = Stopwatch::start();
+            let mut sw = Stopwatch::start(self.clock.as_ref());
             if let Some(group) = self.group.clone() {
                 group.wait_for_minimum(watermark).await;
-                m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                m.idle_ns
+                    .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
             }
             let Some(batch) = rows.next_batch()? else {
                 break;
@@ -149,7 +154,8 @@ impl SourceTask {
             let last = *times.last().expect("sorted batches have rows");
             // Every row is after the watermark before it: none is late.
             let row_wms = vec![watermark; batch.num_rows()];
-            m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+            m.busy_ns
+                .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
             self.outputs
                 .emit(
                     Port::Main,

@@ -336,7 +336,7 @@ impl SourceTask {
                     }
                 }
             }
-            let mut sw = Stopwatch::start();
+            let mut sw = Stopwatch::start(clock.as_ref());
             if let Some(al) = &mut aligner {
                 let now = self.clock.now().0;
                 if now >= al.next_sample {
@@ -378,7 +378,7 @@ impl SourceTask {
                     }
                 }
                 if al.whole_reader_paused {
-                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                     // The splits that are not what holds the reader may still go idle; else a
                     // quiet one would hold the group, and so the paused reader, for ever.
                     let now = idle_clock();
@@ -403,7 +403,7 @@ impl SourceTask {
                     }
                     let wait = (al.next_sample - self.clock.now().0).clamp(1, 100);
                     tokio::time::sleep(Duration::from_millis(wait as u64)).await;
-                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.idle_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                     continue;
                 }
             }
@@ -418,7 +418,7 @@ impl SourceTask {
                     if finished[split] {
                         // Past the end of the range, read before the reader paused the split.
                         sm.outside_range.fetch_add(rows as u64, Relaxed);
-                        m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                        m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                         continue;
                     }
                     let sb = match et_idx {
@@ -455,7 +455,7 @@ impl SourceTask {
                             sb
                         }
                     };
-                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                     if sb.num_rows() > 0 || range.is_all() {
                         self.outputs.emit(Port::Main, sb).await?;
                     }
@@ -486,7 +486,7 @@ impl SourceTask {
                         .expect("metrics lock")
                         .push(sm.clone());
                     self.split_metrics.push(sm);
-                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                 }
                 SourcePoll::SplitFinished(split) => {
                     if finished[split] {
@@ -496,12 +496,12 @@ impl SourceTask {
                     finished[split] = true;
                     self.split_metrics[split].finished.store(true, Relaxed);
                     advanced = tracker.finish(split);
-                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                 }
                 SourcePoll::Pending { wait_ms } => {
-                    m.busy_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                     tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
-                    m.idle_ns.fetch_add(sw.lap_nanos(), Relaxed);
+                    m.idle_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                 }
                 SourcePoll::Finished => break,
             }

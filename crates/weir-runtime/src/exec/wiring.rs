@@ -270,6 +270,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 edges,
                 cfg.batch_rows,
                 metrics.nodes[n.id].subtasks[s].clone(),
+                clock.clone(),
             );
             for &f in &followers {
                 let node = &graph.nodes[f];
@@ -303,6 +304,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     dead_letters.subtask(),
                     (f, s),
                     identity,
+                    clock.clone(),
                 );
                 member.checkpoints = checkpoints.as_mut().map(|c| c.operator((f, s)));
                 member.state_files =
