@@ -949,7 +949,20 @@ impl fmt::Display for JobGraph {
                 .collect();
             writeln!(f, "      ({}) created at {}", cols.join(", "), n.created_at)?;
         }
-        Ok(())
+        let plan = crate::physical::PhysicalPlan::of(self);
+        let chained = (0..self.nodes.len())
+            .filter(|&n| plan.chains.is_chained(n))
+            .count();
+        writeln!(
+            f,
+            "  runs as {} tasks ({chained} operator{} chained into them), {} channels of {} \
+             buffers: at most {} rows in flight",
+            plan.tasks,
+            if chained == 1 { "" } else { "s" },
+            plan.channels.len(),
+            self.config.channel_buffers,
+            plan.in_flight_bound_rows(self)
+        )
     }
 }
 

@@ -76,8 +76,10 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         None => DeadLetters::new(cfg.dead_letter_path.clone()),
     };
 
-    // Operators chained into the node before them run in its subtasks, with no channel.
-    let chains = crate::physical::Chains::of(&graph);
+    // What runs: the chains (operators run inside the subtasks of the node before them, with
+    // no channel), the tasks and every channel between them.
+    let plan = crate::physical::PhysicalPlan::of(&graph);
+    let chains = &plan.chains;
     // One mailbox per operator/sink subtask; channels from every upstream subtask into it.
     let mut mailboxes: Vec<Vec<Mailbox>> = Vec::new();
     let mut channel_inputs: Vec<Vec<Vec<usize>>> = Vec::new();
@@ -115,62 +117,64 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             ex.insert((e.from, e.to), x.clone());
             Ok(x)
         };
-    for e in graph.edges.iter().filter(|e| !chains.is_chained(e.to)) {
+    // A credit channel for every channel of the plan, grouped by sending subtask and edge.
+    for group in plan
+        .channels
+        .chunk_by(|a, b| (a.edge, a.from) == (b.edge, b.from))
+    {
+        let first = group[0];
+        let e = &graph.edges[first.edge];
         let (up, down) = (&graph.nodes[e.from], &graph.nodes[e.to]);
-        for (i, node_outputs) in outputs[e.from].iter_mut().enumerate() {
-            let targets: Vec<usize> = match e.partitioning {
-                Partitioning::Forward => vec![i],
-                _ => (0..down.parallelism).collect(),
-            };
-            let mut senders = Vec::new();
-            for j in targets {
-                let s = mailboxes[e.to][j].channel(cfg.channel_buffers);
-                channel_inputs[e.to][j].push(e.input);
-                channels.push(ChannelMetrics {
-                    from: format!("{}[{i}]", up.name),
-                    to: format!("{}[{j}]", down.name),
-                    stats: s.stats().clone(),
-                });
-                senders.push(s);
-            }
-            let route = match &e.partitioning {
-                Partitioning::Forward => Route::Forward,
-                Partitioning::Rebalance => Route::Rebalance { next: i },
-                Partitioning::Broadcast => Route::Broadcast,
-                Partitioning::Hash { keys, key_groups } => Route::Keyed {
-                    encoder: KeyEncoder::new(&up.output.schema, keys)?,
-                    key_groups: *key_groups,
-                    salting: None,
-                    sketch: SpaceSaving::default(),
-                    exchange: exchange_for(&mut exchanges, e, keys)?,
-                    subtask: i,
-                },
-                Partitioning::Salted {
-                    keys,
-                    key_groups,
-                    salts,
-                    hot_share,
-                } => Route::Keyed {
-                    encoder: KeyEncoder::new(&up.output.schema, keys)?,
-                    key_groups: *key_groups,
-                    salting: Some(Salting {
-                        salts: *salts,
-                        hot_share: *hot_share,
-                        next: i as u64,
-                    }),
-                    sketch: SpaceSaving::default(),
-                    exchange: exchange_for(&mut exchanges, e, keys)?,
-                    subtask: i,
-                },
-            };
-            node_outputs.push(OutputEdge {
-                port: e.port,
-                route,
-                senders,
+        let i = first.from.1;
+        let mut senders = Vec::new();
+        for ch in group {
+            let j = ch.to.1;
+            let s = mailboxes[e.to][j].channel(cfg.channel_buffers);
+            channel_inputs[e.to][j].push(ch.input);
+            channels.push(ChannelMetrics {
+                from: format!("{}[{i}]", up.name),
+                to: format!("{}[{j}]", down.name),
+                stats: s.stats().clone(),
             });
+            senders.push(s);
         }
+        let route = match &e.partitioning {
+            Partitioning::Forward => Route::Forward,
+            Partitioning::Rebalance => Route::Rebalance { next: i },
+            Partitioning::Broadcast => Route::Broadcast,
+            Partitioning::Hash { keys, key_groups } => Route::Keyed {
+                encoder: KeyEncoder::new(&up.output.schema, keys)?,
+                key_groups: *key_groups,
+                salting: None,
+                sketch: SpaceSaving::default(),
+                exchange: exchange_for(&mut exchanges, e, keys)?,
+                subtask: i,
+            },
+            Partitioning::Salted {
+                keys,
+                key_groups,
+                salts,
+                hot_share,
+            } => Route::Keyed {
+                encoder: KeyEncoder::new(&up.output.schema, keys)?,
+                key_groups: *key_groups,
+                salting: Some(Salting {
+                    salts: *salts,
+                    hot_share: *hot_share,
+                    next: i as u64,
+                }),
+                sketch: SpaceSaving::default(),
+                exchange: exchange_for(&mut exchanges, e, keys)?,
+                subtask: i,
+            },
+        };
+        outputs[e.from][i].push(OutputEdge {
+            port: e.port,
+            route,
+            senders,
+        });
     }
-    let in_flight_bound_rows = (channels.len() * cfg.channel_buffers * cfg.batch_rows) as i64;
+    let in_flight_bound_rows = plan.in_flight_bound_rows(&graph);
     let exchanges: Vec<Arc<ExchangeMetrics>> = exchanges.into_values().collect();
 
     let inputs_by_node = graph.inputs_by_node();
