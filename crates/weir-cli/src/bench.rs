@@ -22,6 +22,8 @@ use weir_runtime::{
 
 use crate::procstat;
 
+mod latency;
+
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum BenchJob {
     /// Events (80 % one hot key) counted per key.
@@ -40,6 +42,10 @@ pub enum BenchJob {
     /// every row, DATE_FORMAT / UNIX_TIMESTAMP on every result), planned by weir-sql with
     /// DataFusion expressions: what the SQL front end costs over `window-count`.
     SqlWindowCount,
+    /// End-to-end latency of the interval join at a fixed rate (`--rate`, default 10 k and
+    /// 100 k impressions/s), without and with checkpoints: p50 / p99 / max from a row's read
+    /// to the sink, the watermark's delay apart. Not part of `all`.
+    Latency,
     All,
 }
 
@@ -81,6 +87,13 @@ pub struct BenchArgs {
     /// cost.
     #[arg(long)]
     pub checkpoint_interval_ms: Option<i64>,
+    /// `--job latency`: impressions a second (clicks follow at about 0.32 of it); default
+    /// 10,000 and 100,000, one run each.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// `--job latency`: how long each run reads, in seconds (the first is left out).
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
     /// Print one measurement as JSON (used for the child processes).
     #[arg(long, hide = true)]
     pub json: bool,
@@ -148,7 +161,7 @@ fn tables(job: BenchJob, rows: u64, splits: usize) -> Vec<(&'static str, Generat
                 ),
             ]
         }
-        BenchJob::All => vec![],
+        BenchJob::Latency | BenchJob::All => vec![],
     }
 }
 
@@ -206,7 +219,7 @@ fn build(
             &streams[1].key_by(&["currency"]),
             TemporalJoin::new().aliases("o", "r"),
         ),
-        BenchJob::SqlWindowCount | BenchJob::All => bail!("not a builder job"),
+        BenchJob::SqlWindowCount | BenchJob::Latency | BenchJob::All => bail!("not a builder job"),
     };
     out.sink("out", BlackholeSink);
     Ok(b.build()?)
@@ -372,6 +385,15 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
 }
 
 pub async fn run(a: BenchArgs) -> Result<()> {
+    if a.job == BenchJob::Latency {
+        if a.json {
+            let rate = a.rate.context("--rate is set for a latency run")?;
+            let m = latency::measure(&a, rate).await?;
+            println!("{}", serde_json::to_string(&m)?);
+            return Ok(());
+        }
+        return latency::run(&a).await;
+    }
     let jobs = match a.job {
         BenchJob::All => vec![
             BenchJob::Count,

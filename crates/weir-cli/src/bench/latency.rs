@@ -1,0 +1,433 @@
+//! `weir bench --job latency`: how long a row takes from its source to the sink, at a fixed
+//! input rate, through the interval join.
+//!
+//! Impressions and their clicks come from the generator at `--rate` impressions a second
+//! (clicks at their share of it), with event time following the wall clock. Each source
+//! stamps every row with the moment it was read (a `read_ns` column on the clock's
+//! monotonic reading); the sink takes, for every joined row, the time since the later of its
+//! two rows was read: the join emits a pair as soon as its second row arrives, so that is the
+//! time the engine held the row (channels, the exchange, the join, the sink), not the time
+//! the rows waited for each other. The watermark's own delay (wall clock minus the sink's
+//! watermark: the out-of-orderness bound, plus how far behind the slower input is) is
+//! reported apart, since an inner interval join never waits for it. The first second (the
+//! job starting) is left out.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_connectors::generator::{GeneratorSource, GeneratorSpec};
+use weir_core::time::{Clock, Watermark};
+use weir_core::SystemClock;
+use weir_operators::{IntervalJoin, IntervalJoinExt};
+use weir_runtime::sink::{BoxFuture, Delivery};
+use weir_runtime::source::{ReaderContext, SourcePoll};
+use weir_runtime::{
+    JobBuilder, JobConfig, SinkFactory, SinkWriter, SourceFactory, SourceOptions, SourceReader,
+    SubtaskInfo,
+};
+
+use super::BenchArgs;
+
+/// The column each source adds: when the row was read, ns on the clock's monotonic reading.
+const READ_NS: &str = "read_ns";
+/// Clicks per impression in the generator's default settings (a click on 30 % of them, and
+/// orphan clicks on top).
+const CLICKS_PER_IMPRESSION: f64 = 0.32;
+/// Left out at the start: tasks starting, the first batches.
+const WARM_UP_NS: i64 = 1_000_000_000;
+
+/// One latency measurement.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LatencyMeasured {
+    pub rate: u64,
+    pub checkpoint_interval_ms: Option<i64>,
+    pub seconds: u64,
+    pub rows_in: u64,
+    /// Joined rows measured (after the warm-up).
+    pub rows_measured: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Wall clock minus the sink's watermark, over the run after the warm-up.
+    pub watermark_delay_p50_ms: f64,
+    pub watermark_delay_max_ms: f64,
+    pub checkpoints: u64,
+    pub cpu_s: f64,
+}
+
+/// The latency job at `rate` impressions a second for `seconds`, measured in this process.
+pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
+    if rate == 0 {
+        bail!("--rate must be at least 1 impression a second");
+    }
+    let clock = SystemClock;
+    let seconds = a.seconds;
+    let impressions = rate * seconds;
+    let base = GeneratorSpec {
+        start_ms: clock.now().0,
+        events_per_sec: rate,
+        ..GeneratorSpec::impressions(impressions).with_splits(a.parallelism)
+    };
+    let clicks_rate = ((rate as f64 * CLICKS_PER_IMPRESSION).round() as u64).max(1);
+    let sources: [(&str, GeneratorSpec); 2] = [
+        (
+            "clicks",
+            GeneratorSpec {
+                scenario: weir_connectors::generator::Scenario::Clicks,
+                ..base.clone()
+            }
+            .with_rate(clicks_rate),
+        ),
+        ("impressions", base.with_rate(rate)),
+    ];
+    let cfg = JobConfig {
+        parallelism: a.parallelism,
+        batch_rows: a.batch_rows,
+        checkpointing: a.checkpoint_interval_ms.map(|ms| {
+            weir_runtime::checkpoint::CheckpointConfig::new(
+                ms,
+                std::env::temp_dir().join(format!("weir-bench-latency-{}", std::process::id())),
+            )
+        }),
+        ..Default::default()
+    };
+    let checkpoint_dir = cfg.checkpointing.as_ref().map(|c| c.dir.clone());
+    let job = JobBuilder::with_config("bench latency", cfg);
+    let mut streams = Vec::new();
+    for (name, spec) in sources {
+        let stamped = Stamped::new(Arc::new(GeneratorSource::new(spec)?));
+        streams.push(job.source_arc(
+            name,
+            Arc::new(stamped),
+            SourceOptions::event_time("ts", 5_000),
+        ));
+    }
+    let sink = LatencySink::default();
+    streams[0]
+        .key_by(&["ad_id", "user_id"])
+        .interval_join(
+            &streams[1].key_by(&["ad_id", "user_id"]),
+            IntervalJoin::between(-10_000, 0).aliases("c", "i"),
+        )
+        .sink("latency", sink.clone());
+    let graph = job.build()?;
+    let cpu0 = crate::procstat::cpu_seconds();
+    let report = weir_runtime::exec::run(graph, Arc::new(clock)).await?;
+    let cpu_s = crate::procstat::cpu_seconds() - cpu0;
+    if let Some(d) = checkpoint_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let m = &report.metrics;
+    let rows_in = (m.nodes.iter())
+        .filter(|n| n.kind.starts_with("source"))
+        .map(|n| n.rows_out)
+        .sum();
+    let seen = std::mem::take(&mut *sink.seen.lock().expect("latency lock"));
+    let first_read = seen.first_read_ns.unwrap_or(0);
+    let mut lat: Vec<i64> = (seen.rows.iter())
+        .filter(|(read, _)| *read >= first_read + WARM_UP_NS)
+        .map(|(_, l)| *l)
+        .collect();
+    if lat.is_empty() {
+        bail!("no joined row was read after the first second; run for longer (--seconds)");
+    }
+    lat.sort_unstable();
+    let mut wm: Vec<i64> = seen.watermark_delays_ms;
+    wm.sort_unstable();
+    let ms = |ns: i64| ns as f64 / 1e6;
+    Ok(LatencyMeasured {
+        rate,
+        checkpoint_interval_ms: a.checkpoint_interval_ms,
+        seconds,
+        rows_in,
+        rows_measured: lat.len() as u64,
+        p50_ms: ms(percentile(&lat, 0.50)),
+        p99_ms: ms(percentile(&lat, 0.99)),
+        max_ms: ms(*lat.last().expect("not empty")),
+        watermark_delay_p50_ms: percentile(&wm, 0.50) as f64,
+        watermark_delay_max_ms: wm.last().copied().unwrap_or(0) as f64,
+        checkpoints: m.checkpoints.completed,
+        cpu_s,
+    })
+}
+
+/// The value at quantile `q` of sorted `v` (nearest rank); 0 when empty.
+fn percentile(v: &[i64], q: f64) -> i64 {
+    if v.is_empty() {
+        return 0;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Runs each measurement in a fresh process and prints the table.
+pub async fn run(a: &BenchArgs) -> Result<()> {
+    let rates = match a.rate {
+        Some(r) => vec![r],
+        None => vec![10_000, 100_000],
+    };
+    let intervals = match a.checkpoint_interval_ms {
+        Some(ms) => vec![None, Some(ms)],
+        None => vec![None, Some(1_000)],
+    };
+    let exe = std::env::current_exe()?;
+    let mut results = Vec::new();
+    for &rate in &rates {
+        for interval in &intervals {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["bench", "--json", "--job", "latency"]);
+            cmd.args(["--rate", &rate.to_string()]);
+            cmd.args(["--seconds", &a.seconds.to_string()]);
+            cmd.args(["--parallelism", &a.parallelism.to_string()]);
+            cmd.args(["--batch-rows", &a.batch_rows.to_string()]);
+            if let Some(ms) = interval {
+                cmd.args(["--checkpoint-interval-ms", &ms.to_string()]);
+            }
+            let out = cmd.output().context("running a benchmark process")?;
+            if !out.status.success() {
+                bail!(
+                    "the latency benchmark at {rate} rows/s failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let line = String::from_utf8_lossy(&out.stdout);
+            results.push(
+                serde_json::from_str::<LatencyMeasured>(line.trim())
+                    .context("reading a benchmark result")?,
+            );
+        }
+    }
+    println!(
+        "weir bench --job latency: interval join, generator input, parallelism {}, {} s a run \
+         (the first left out), {} cores; each line a fresh process",
+        a.parallelism,
+        a.seconds,
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    println!(
+        "{:>14} {:>18} {:>10} {:>10} {:>8} {:>8} {:>8} {:>14} {:>8}",
+        "impressions/s",
+        "checkpoints",
+        "rows in",
+        "measured",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "watermark ms",
+        "cpu s"
+    );
+    for r in &results {
+        let every = match r.checkpoint_interval_ms {
+            Some(ms) => format!("{} every {ms} ms", r.checkpoints),
+            None => "off".to_string(),
+        };
+        println!(
+            "{:>14} {:>18} {:>10} {:>10} {:>8.1} {:>8.1} {:>8.1} {:>6.0} / {:>5.0} {:>8.2}",
+            r.rate,
+            every,
+            r.rows_in,
+            r.rows_measured,
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.watermark_delay_p50_ms,
+            r.watermark_delay_max_ms,
+            r.cpu_s
+        );
+    }
+    println!(
+        "watermark ms: wall clock minus the sink's watermark, median / max (not in the latency)"
+    );
+    Ok(())
+}
+
+/// A source whose rows carry the moment they were read ([`READ_NS`]).
+#[derive(Debug)]
+struct Stamped {
+    inner: Arc<dyn SourceFactory>,
+    schema: SchemaRef,
+}
+
+impl Stamped {
+    fn new(inner: Arc<dyn SourceFactory>) -> Self {
+        let mut fields: Vec<Field> = (inner.schema().fields().iter())
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(READ_NS, DataType::Int64, false));
+        Stamped {
+            inner,
+            schema: Arc::new(Schema::new(fields)),
+        }
+    }
+}
+
+impl SourceFactory for Stamped {
+    fn kind(&self) -> &'static str {
+        "bench_stamped"
+    }
+    fn spec(&self) -> serde_json::Value {
+        self.inner.spec()
+    }
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn splits(&self) -> weir_runtime::Result<Vec<String>> {
+        self.inner.splits()
+    }
+    fn bounded(&self) -> bool {
+        self.inner.bounded()
+    }
+    fn create_reader(
+        &self,
+        splits: Vec<usize>,
+        ctx: ReaderContext,
+    ) -> weir_runtime::Result<Box<dyn SourceReader>> {
+        Ok(Box::new(StampedReader {
+            inner: self.inner.create_reader(splits, ctx)?,
+            schema: self.schema.clone(),
+        }))
+    }
+}
+
+struct StampedReader {
+    inner: Box<dyn SourceReader>,
+    schema: SchemaRef,
+}
+
+impl SourceReader for StampedReader {
+    fn poll(&mut self) -> weir_runtime::Result<SourcePoll> {
+        match self.inner.poll()? {
+            SourcePoll::Batch { split, batch } => {
+                let now = SystemClock.monotonic_nanos() as i64;
+                let read: ArrayRef = Arc::new(Int64Array::from_value(now, batch.num_rows()));
+                let mut columns = batch.columns().to_vec();
+                columns.push(read);
+                let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+                Ok(SourcePoll::Batch { split, batch })
+            }
+            other => Ok(other),
+        }
+    }
+    fn set_paused(&mut self, split: usize, paused: bool) -> bool {
+        self.inner.set_paused(split, paused)
+    }
+    fn has_ready_rows(&self, split: usize) -> bool {
+        self.inner.has_ready_rows(split)
+    }
+    fn position(&self, split: usize) -> Option<serde_json::Value> {
+        self.inner.position(split)
+    }
+    fn checkpoint_complete(
+        &mut self,
+        positions: &[(usize, serde_json::Value)],
+    ) -> weir_runtime::Result<()> {
+        self.inner.checkpoint_complete(positions)
+    }
+}
+
+/// What the sink saw: per joined row, when its later row was read and how long ago that was;
+/// the watermark's delays.
+#[derive(Debug, Default)]
+struct Seen {
+    first_read_ns: Option<i64>,
+    rows: Vec<(i64, i64)>,
+    watermark_delays_ms: Vec<i64>,
+}
+
+/// Takes each joined row's latency; writes nothing.
+#[derive(Debug, Clone, Default)]
+struct LatencySink {
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl SinkFactory for LatencySink {
+    fn kind(&self) -> &'static str {
+        "bench_latency"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn delivery(&self, _checkpoints: bool) -> Delivery {
+        Delivery::AtMostOnce
+    }
+    fn create_writer(
+        &self,
+        schema: SchemaRef,
+        _info: &SubtaskInfo,
+    ) -> weir_runtime::Result<Box<dyn SinkWriter>> {
+        let read: Vec<usize> = (schema.fields().iter().enumerate())
+            .filter(|(_, f)| f.name().ends_with(READ_NS))
+            .map(|(i, _)| i)
+            .collect();
+        if read.len() != 2 {
+            return Err(weir_runtime::Error::plan(format!(
+                "the latency sink needs both inputs' `{READ_NS}` columns, found {}",
+                read.len()
+            )));
+        }
+        Ok(Box::new(LatencyWriter {
+            seen: self.seen.clone(),
+            read,
+        }))
+    }
+}
+
+struct LatencyWriter {
+    seen: Arc<Mutex<Seen>>,
+    read: Vec<usize>,
+}
+
+impl SinkWriter for LatencyWriter {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, weir_runtime::Result<()>> {
+        let now = SystemClock.monotonic_nanos() as i64;
+        let cols: Vec<&Int64Array> = (self.read.iter())
+            .filter_map(|&i| batch.column(i).as_any().downcast_ref::<Int64Array>())
+            .collect();
+        let mut seen = self.seen.lock().expect("latency lock");
+        for row in 0..batch.num_rows() {
+            let read = cols
+                .iter()
+                .filter(|c| c.is_valid(row))
+                .map(|c| c.value(row))
+                .max()
+                .unwrap_or(now);
+            seen.first_read_ns = Some(seen.first_read_ns.map_or(read, |f| f.min(read)));
+            seen.rows.push((read, now - read));
+        }
+        Box::pin(async { Ok(()) })
+    }
+    fn on_watermark(&mut self, watermark: Watermark) -> BoxFuture<'_, weir_runtime::Result<()>> {
+        if watermark != Watermark::MAX && watermark != Watermark::MIN {
+            let delay = SystemClock.now().0 - watermark.0;
+            let now = SystemClock.monotonic_nanos() as i64;
+            let mut seen = self.seen.lock().expect("latency lock");
+            if seen.first_read_ns.is_some_and(|f| now >= f + WARM_UP_NS) {
+                seen.watermark_delays_ms.push(delay);
+            }
+        }
+        Box::pin(async { Ok(()) })
+    }
+    fn finish(&mut self) -> BoxFuture<'_, weir_runtime::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.50), 50);
+        assert_eq!(percentile(&v, 0.99), 99);
+        assert_eq!(percentile(&v, 1.0), 100);
+        assert_eq!(percentile(&[7], 0.99), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+    }
+}
