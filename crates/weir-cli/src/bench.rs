@@ -54,6 +54,9 @@ pub enum BenchInput {
     Generator,
     Csv,
     Both,
+    /// `--job latency` only: the generator writes topics on the broker at `--bootstrap`
+    /// while the job reads them.
+    Kafka,
 }
 
 #[derive(clap::Args, Debug)]
@@ -94,6 +97,10 @@ pub struct BenchArgs {
     /// `--job latency`: how long each run reads, in seconds (the first is left out).
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
+    /// `--input kafka`: the broker, which must allow creating topics (default
+    /// `WEIR_KAFKA_BOOTSTRAP`, else 127.0.0.1:9092).
+    #[arg(long)]
+    pub bootstrap: Option<String>,
     /// Print one measurement as JSON (used for the child processes).
     #[arg(long, hide = true)]
     pub json: bool,
@@ -408,6 +415,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     };
     let inputs = match a.input {
         BenchInput::Both => vec![BenchInput::Generator, BenchInput::Csv],
+        BenchInput::Kafka => bail!("--input kafka is for --job latency only"),
         i => vec![i],
     };
     if a.json {

@@ -64,7 +64,15 @@ pub struct Timer {
     pub key: Box<[u8]>,
 }
 
-/// Timers of one subtask, per key, at most one per (domain, time, key).
+/// Timers of one subtask, per key, at most one per (domain, time, key): what
+/// [`Context::register_event_timer`] and [`Context::register_proc_timer`] register and
+/// [`Operator::on_timer`] receives, checkpointed with the operator's state.
+///
+/// It is the timer API of operators written with the builder (Flink's process functions):
+/// one callback per key and time, the only way to be called on processing time. weir's own
+/// stateful operators do not use it: what they keep expires with the watermark in bulk, so
+/// they file it in weir-state's `ExpiryQueue` (256 ms buckets taken whole, no entry per key
+/// and time) beside the state it expires.
 #[derive(Debug, Default)]
 pub struct TimerService {
     event: BTreeSet<(i64, Box<[u8]>)>,

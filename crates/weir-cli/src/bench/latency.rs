@@ -11,6 +11,11 @@
 //! watermark: the out-of-orderness bound, plus how far behind the slower input is) is
 //! reported apart, since an inner interval join never waits for it. The first second (the
 //! job starting) is left out.
+//!
+//! With `--input kafka` a second job in the same process writes the generator's rows at that
+//! rate into two fresh topics on the broker while the measured job reads them; the sink then
+//! also takes the time since each row's Kafka timestamp (when it was produced), which adds
+//! the producer and the broker to the engine.
 
 use std::sync::{Arc, Mutex};
 
@@ -19,20 +24,23 @@ use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_connectors::generator::{GeneratorSource, GeneratorSpec};
+use weir_connectors::kafka::{KafkaFormat, KafkaSink, KafkaSinkSpec, KafkaSource, KafkaSourceSpec};
 use weir_core::time::{Clock, Watermark};
 use weir_core::SystemClock;
 use weir_operators::{IntervalJoin, IntervalJoinExt};
 use weir_runtime::sink::{BoxFuture, Delivery};
 use weir_runtime::source::{ReaderContext, SourcePoll};
 use weir_runtime::{
-    JobBuilder, JobConfig, SinkFactory, SinkWriter, SourceFactory, SourceOptions, SourceReader,
-    SubtaskInfo,
+    JobBuilder, JobConfig, JobGraph, SinkFactory, SinkWriter, SourceFactory, SourceOptions,
+    SourceReader, SubtaskInfo,
 };
 
-use super::BenchArgs;
+use super::{BenchArgs, BenchInput};
 
 /// The column each source adds: when the row was read, ns on the clock's monotonic reading.
 const READ_NS: &str = "read_ns";
+/// `--input kafka`: the column holding each record's Kafka timestamp (epoch ms).
+const KAFKA_MS: &str = "kafka_ms";
 /// Clicks per impression in the generator's default settings (a click on 30 % of them, and
 /// orphan clicks on top).
 const CLICKS_PER_IMPRESSION: f64 = 0.32;
@@ -54,6 +62,11 @@ pub struct LatencyMeasured {
     /// Wall clock minus the sink's watermark, over the run after the warm-up.
     pub watermark_delay_p50_ms: f64,
     pub watermark_delay_max_ms: f64,
+    /// `--input kafka`: from the later row's Kafka timestamp (produced) to the sink.
+    #[serde(default)]
+    pub produced_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub produced_p99_ms: Option<f64>,
     pub checkpoints: u64,
     pub cpu_s: f64,
 }
@@ -72,7 +85,7 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
         ..GeneratorSpec::impressions(impressions).with_splits(a.parallelism)
     };
     let clicks_rate = ((rate as f64 * CLICKS_PER_IMPRESSION).round() as u64).max(1);
-    let sources: [(&str, GeneratorSpec); 2] = [
+    let generated: [(&str, GeneratorSpec); 2] = [
         (
             "clicks",
             GeneratorSpec {
@@ -95,13 +108,21 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
         ..Default::default()
     };
     let checkpoint_dir = cfg.checkpointing.as_ref().map(|c| c.dir.clone());
+    let kafka = match a.input {
+        BenchInput::Kafka => Some(Feed::create(a, &generated).await?),
+        BenchInput::Generator => None,
+        other => bail!("--job latency reads the generator or Kafka, not {other:?}"),
+    };
     let job = JobBuilder::with_config("bench latency", cfg);
     let mut streams = Vec::new();
-    for (name, spec) in sources {
-        let stamped = Stamped::new(Arc::new(GeneratorSource::new(spec)?));
+    for (k, (name, spec)) in generated.iter().enumerate() {
+        let source: Arc<dyn SourceFactory> = match &kafka {
+            Some(feed) => feed.source(k)?,
+            None => Arc::new(GeneratorSource::new(spec.clone())?),
+        };
         streams.push(job.source_arc(
-            name,
-            Arc::new(stamped),
+            *name,
+            Arc::new(Stamped::new(source)),
             SourceOptions::event_time("ts", 5_000),
         ));
     }
@@ -115,8 +136,14 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
         .sink("latency", sink.clone());
     let graph = job.build()?;
     let cpu0 = crate::procstat::cpu_seconds();
-    let report = weir_runtime::exec::run(graph, Arc::new(clock)).await?;
+    let report = match &kafka {
+        None => weir_runtime::exec::run(graph, Arc::new(clock)).await?,
+        Some(feed) => feed.run_beside(graph).await?,
+    };
     let cpu_s = crate::procstat::cpu_seconds() - cpu0;
+    if let Some(feed) = kafka {
+        feed.delete_topics().await;
+    }
     if let Some(d) = checkpoint_dir {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -137,7 +164,13 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
     lat.sort_unstable();
     let mut wm: Vec<i64> = seen.watermark_delays_ms;
     wm.sort_unstable();
+    let mut produced: Vec<i64> = (seen.produced.iter())
+        .filter(|(read, _)| *read >= first_read + WARM_UP_NS)
+        .map(|(_, l)| *l)
+        .collect();
+    produced.sort_unstable();
     let ms = |ns: i64| ns as f64 / 1e6;
+    let produced_q = |q: f64| (!produced.is_empty()).then(|| ms(percentile(&produced, q)));
     Ok(LatencyMeasured {
         rate,
         checkpoint_interval_ms: a.checkpoint_interval_ms,
@@ -151,6 +184,8 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
         watermark_delay_max_ms: wm.last().copied().unwrap_or(0) as f64,
         checkpoints: m.checkpoints.completed,
         cpu_s,
+        produced_p50_ms: produced_q(0.50),
+        produced_p99_ms: produced_q(0.99),
     })
 }
 
@@ -183,6 +218,14 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             cmd.args(["--seconds", &a.seconds.to_string()]);
             cmd.args(["--parallelism", &a.parallelism.to_string()]);
             cmd.args(["--batch-rows", &a.batch_rows.to_string()]);
+            let input = match a.input {
+                BenchInput::Kafka => "kafka",
+                _ => "generator",
+            };
+            cmd.args(["--input", input]);
+            if let Some(b) = &a.bootstrap {
+                cmd.args(["--bootstrap", b]);
+            }
             if let Some(ms) = interval {
                 cmd.args(["--checkpoint-interval-ms", &ms.to_string()]);
             }
@@ -201,8 +244,12 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
         }
     }
     println!(
-        "weir bench --job latency: interval join, generator input, parallelism {}, {} s a run \
+        "weir bench --job latency: interval join, {} input, parallelism {}, {} s a run \
          (the first left out), {} cores; each line a fresh process",
+        match a.input {
+            BenchInput::Kafka => "Kafka",
+            _ => "generator",
+        },
         a.parallelism,
         a.seconds,
         std::thread::available_parallelism()
@@ -238,6 +285,16 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             r.watermark_delay_p50_ms,
             r.watermark_delay_max_ms,
             r.cpu_s
+        );
+    }
+    for r in results.iter().filter(|r| r.produced_p50_ms.is_some()) {
+        println!(
+            "{:>14} {:>18} from the Kafka timestamp (producer and broker included): p50 {:.1} ms, p99 {:.1} ms",
+            r.rate,
+            r.checkpoint_interval_ms
+                .map_or("off".to_string(), |ms| format!("every {ms} ms")),
+            r.produced_p50_ms.unwrap_or_default(),
+            r.produced_p99_ms.unwrap_or_default()
         );
     }
     println!(
@@ -336,6 +393,9 @@ impl SourceReader for StampedReader {
 struct Seen {
     first_read_ns: Option<i64>,
     rows: Vec<(i64, i64)>,
+    /// `--input kafka`: per joined row, when its later row was read and how long ago (ns) its
+    /// later Kafka timestamp was.
+    produced: Vec<(i64, i64)>,
     watermark_delays_ms: Vec<i64>,
 }
 
@@ -370,9 +430,14 @@ impl SinkFactory for LatencySink {
                 read.len()
             )));
         }
+        let produced: Vec<usize> = (schema.fields().iter().enumerate())
+            .filter(|(_, f)| f.name().ends_with(KAFKA_MS))
+            .map(|(i, _)| i)
+            .collect();
         Ok(Box::new(LatencyWriter {
             seen: self.seen.clone(),
             read,
+            produced,
         }))
     }
 }
@@ -380,24 +445,36 @@ impl SinkFactory for LatencySink {
 struct LatencyWriter {
     seen: Arc<Mutex<Seen>>,
     read: Vec<usize>,
+    /// The inputs' Kafka timestamp columns (`--input kafka`).
+    produced: Vec<usize>,
 }
 
 impl SinkWriter for LatencyWriter {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, weir_runtime::Result<()>> {
         let now = SystemClock.monotonic_nanos() as i64;
-        let cols: Vec<&Int64Array> = (self.read.iter())
-            .filter_map(|&i| batch.column(i).as_any().downcast_ref::<Int64Array>())
-            .collect();
-        let mut seen = self.seen.lock().expect("latency lock");
-        for row in 0..batch.num_rows() {
-            let read = cols
-                .iter()
+        let now_ms = SystemClock.now().0;
+        let int64 = |idx: &[usize]| -> Vec<Int64Array> {
+            (idx.iter())
+                .filter_map(|&i| batch.column(i).as_any().downcast_ref::<Int64Array>())
+                .cloned()
+                .collect()
+        };
+        let (read_cols, produced_cols) = (int64(&self.read), int64(&self.produced));
+        let later = |cols: &[Int64Array], row: usize| {
+            (cols.iter())
                 .filter(|c| c.is_valid(row))
                 .map(|c| c.value(row))
                 .max()
-                .unwrap_or(now);
+        };
+        let mut seen = self.seen.lock().expect("latency lock");
+        for row in 0..batch.num_rows() {
+            let read = later(&read_cols, row).unwrap_or(now);
             seen.first_read_ns = Some(seen.first_read_ns.map_or(read, |f| f.min(read)));
             seen.rows.push((read, now - read));
+            if let Some(produced_ms) = later(&produced_cols, row) {
+                seen.produced
+                    .push((read, (now_ms - produced_ms).saturating_mul(1_000_000)));
+            }
         }
         Box::pin(async { Ok(()) })
     }
@@ -414,6 +491,141 @@ impl SinkWriter for LatencyWriter {
     }
     fn finish(&mut self) -> BoxFuture<'_, weir_runtime::Result<()>> {
         Box::pin(async { Ok(()) })
+    }
+}
+
+/// `--input kafka`: two fresh topics, and the job that writes the generator's rows into them.
+struct Feed {
+    bootstrap: String,
+    topics: Vec<String>,
+    writer: JobGraph,
+    specs: Vec<GeneratorSpec>,
+}
+
+impl Feed {
+    /// Makes the topics (one partition per subtask) and the writing job.
+    async fn create(a: &BenchArgs, generated: &[(&str, GeneratorSpec)]) -> Result<Feed> {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let bootstrap = (a.bootstrap.clone())
+            .or_else(|| std::env::var("WEIR_KAFKA_BOOTSTRAP").ok())
+            .unwrap_or_else(|| "127.0.0.1:9092".to_string());
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .create()
+                .context("a Kafka admin client")?;
+        let topics: Vec<String> = (generated.iter())
+            .map(|(name, _)| format!("weir-bench-latency-{name}-{}", std::process::id()))
+            .collect();
+        let new: Vec<NewTopic> = (topics.iter())
+            .map(|t| NewTopic::new(t, a.parallelism as i32, TopicReplication::Fixed(1)))
+            .collect();
+        let options =
+            AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(10)));
+        for r in (admin.create_topics(new.iter(), &options).await)
+            .with_context(|| format!("creating the bench topics on {bootstrap}"))?
+        {
+            r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t} on {bootstrap}: {e}"))?;
+        }
+        let writer = JobBuilder::with_config(
+            "bench latency feed",
+            JobConfig {
+                parallelism: a.parallelism,
+                batch_rows: a.batch_rows,
+                ..Default::default()
+            },
+        );
+        for ((name, spec), topic) in generated.iter().zip(&topics) {
+            writer
+                .source(
+                    *name,
+                    GeneratorSource::new(spec.clone())?,
+                    SourceOptions::event_time("ts", 5_000),
+                )
+                .sink(
+                    format!("{name} topic"),
+                    KafkaSink {
+                        spec: KafkaSinkSpec {
+                            bootstrap_servers: bootstrap.clone(),
+                            topic: topic.clone(),
+                            format: KafkaFormat::Json,
+                            key_column: None,
+                            timestamp_column: None,
+                            properties: [("linger.ms".to_string(), "0".to_string())].into(),
+                            upsert_key: None,
+                        },
+                    },
+                );
+        }
+        Ok(Feed {
+            bootstrap,
+            topics,
+            writer: writer.build()?,
+            specs: generated.iter().map(|(_, s)| s.clone()).collect(),
+        })
+    }
+
+    /// A source reading topic `k` from its start, each record's Kafka timestamp in
+    /// [`KAFKA_MS`].
+    fn source(&self, k: usize) -> Result<Arc<dyn SourceFactory>> {
+        let mut spec =
+            KafkaSourceSpec::new(&self.bootstrap, &self.topics[k], KafkaFormat::Json, vec![]);
+        spec.columns = weir_connectors::file::ColumnSpec::of_schema(
+            &weir_connectors::generator::schema_for(self.specs[k].scenario),
+        );
+        spec.timestamp_column = Some(KAFKA_MS.to_string());
+        spec.properties
+            .insert("fetch.wait.max.ms".to_string(), "5".to_string());
+        Ok(Arc::new(KafkaSource::new(spec)?))
+    }
+
+    /// Runs the writing job beside `graph` (which reads what it writes), then stops `graph`
+    /// once it has read every row written, or 30 s after the writer ended.
+    async fn run_beside(&self, graph: JobGraph) -> Result<weir_runtime::exec::JobReport> {
+        let running = weir_runtime::exec::start(graph, Arc::new(SystemClock))?;
+        let (metrics, stop) = (running.metrics.clone(), running.stop_handle());
+        let reading = tokio::spawn(running.wait());
+        let written = weir_runtime::exec::run(self.writer.clone(), Arc::new(SystemClock)).await?;
+        let rows_written: u64 = (written.metrics.nodes.iter())
+            .filter(|n| n.kind.starts_with("sink"))
+            .map(|n| n.rows_in)
+            .sum();
+        let read = || -> u64 {
+            (metrics.nodes.iter())
+                .filter(|n| n.upstream.is_empty())
+                .flat_map(|n| n.subtasks.iter())
+                .map(|s| s.rows_out.load(std::sync::atomic::Ordering::Relaxed))
+                .sum()
+        };
+        let mut waited_ms = 0;
+        while read() < rows_written && waited_ms < 30_000 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            waited_ms += 50;
+        }
+        if read() < rows_written {
+            tracing::warn!(
+                read = read(),
+                rows_written,
+                "the job did not read every row written"
+            );
+        }
+        // The last rows read are joined within a few batches.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        stop.stop();
+        Ok(reading.await??)
+    }
+
+    async fn delete_topics(&self) {
+        use rdkafka::admin::{AdminClient, AdminOptions};
+        let admin: Option<AdminClient<rdkafka::client::DefaultClientContext>> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &self.bootstrap)
+                .create()
+                .ok();
+        if let Some(admin) = admin {
+            let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+            let _ = admin.delete_topics(&names, &AdminOptions::new()).await;
+        }
     }
 }
 
