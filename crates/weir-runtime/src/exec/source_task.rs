@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{Array, BooleanArray};
-use weir_core::time::{Clock, ProcTime, Stopwatch, Watermark};
+use weir_core::time::{Clock, Epoch, ProcTime, Stopwatch, Watermark};
 use weir_core::watermark::{SplitWatermarks, WatermarkTracker};
 
 use crate::error::{Error, Result};
@@ -317,9 +317,11 @@ impl SourceTask {
             ProcTime(clock.now().0 - blocked_ms as i64)
         };
         let idle_timeout = self.watermarks.idle_timeout_ms.filter(|&ms| ms > 0);
+        // A checkpoint trigger that ended a wait.
+        let mut woken: Option<Epoch> = None;
         loop {
             if let Some(c) = checkpoints.as_deref_mut() {
-                while let Ok(epoch) = c.triggers.try_recv() {
+                while let Some(epoch) = woken.take().or_else(|| c.triggers.try_recv().ok()) {
                     self.dead_letters.set_epoch(epoch.0)?;
                     let positions =
                         self.checkpoint(epoch, reader.as_ref(), &gens, &c.to_coordinator)?;
@@ -402,7 +404,7 @@ impl SourceTask {
                         self.outputs.broadcast(Message::Watermark(w)).await?;
                     }
                     let wait = (al.next_sample - self.clock.now().0).clamp(1, 100);
-                    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+                    woken = wait_or_trigger(wait as u64, checkpoints.as_deref_mut()).await;
                     m.idle_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                     continue;
                 }
@@ -500,7 +502,7 @@ impl SourceTask {
                 }
                 SourcePoll::Pending { wait_ms } => {
                     m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
-                    tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
+                    woken = wait_or_trigger(wait_ms, checkpoints.as_deref_mut()).await;
                     m.idle_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
                 }
                 SourcePoll::Finished => break,
@@ -645,4 +647,24 @@ fn keep_stream_rows(
         .collect();
     let data = arrow_select::filter::filter_record_batch(&sb.data, &mask)?;
     Ok(StreamBatch::with_row_watermarks(data, kept_wms.into()))
+}
+
+/// Waits `wait_ms` (at least 1), or until a checkpoint is triggered: its barrier then leaves at
+/// once, not after the wait, since a barrier held back holds back the other inputs of every
+/// operator that aligns it (and so the rows on them). Returns the trigger that ended the wait.
+async fn wait_or_trigger(
+    wait_ms: u64,
+    checkpoints: Option<&mut crate::checkpoint::SourceCheckpoints>,
+) -> Option<Epoch> {
+    let sleep = tokio::time::sleep(Duration::from_millis(wait_ms.max(1)));
+    match checkpoints {
+        Some(c) => tokio::select! {
+            _ = sleep => None,
+            Some(epoch) = c.triggers.recv() => Some(epoch),
+        },
+        None => {
+            sleep.await;
+            None
+        }
+    }
 }
