@@ -59,8 +59,9 @@
 //!
 //! With `rate` set, split `s` may have emitted `rate * elapsed_ms / (1000 * splits)` rows
 //! (clicks: click rows), counted from the reader's first poll on the job's clock. A reader
-//! ahead of that returns [`SourcePoll::Pending`] with the time until about 100 ms worth of
-//! rows are due (at most one batch); it never sleeps.
+//! ahead of that returns [`SourcePoll::Pending`] with the time until about 10 ms worth of
+//! rows are due (at most one batch); it never sleeps. So a row waits at most about 10 ms
+//! behind its due time, as a row of a real stream waits for nothing before it is read.
 //!
 //! # Positions
 //!
@@ -1214,8 +1215,8 @@ impl GeneratorReader {
         if due > emitted {
             return Ok((due - emitted).min(self.batch_rows as u128) as usize);
         }
-        // Wait for about 100 ms worth of rows (at least one, at most a batch).
-        let target = (rate * 100 / per).clamp(1, self.batch_rows as u128);
+        // Wait for about 10 ms worth of rows (at least one, at most a batch).
+        let target = (rate * 10 / per).clamp(1, self.batch_rows as u128);
         let at_ms = ((emitted + target) * per).div_ceil(rate);
         let wait = at_ms.saturating_sub(u128::from(elapsed_ms)).max(1);
         Err(wait.min(u128::from(u64::MAX)) as u64)
@@ -1603,7 +1604,7 @@ mod tests {
             GeneratorSource::new(GeneratorSpec::new(Scenario::Events).with_rate(1000)).unwrap();
         let (mut r, _) = reader(&src, vec![0], Arc::new(clock.clone()), 8192);
         match r.poll().unwrap() {
-            SourcePoll::Pending { wait_ms } => assert!((1..=100).contains(&wait_ms)),
+            SourcePoll::Pending { wait_ms } => assert!((1..=10).contains(&wait_ms)),
             other => panic!("expected Pending, got {other:?}"),
         }
         clock.advance(500);
@@ -1612,7 +1613,10 @@ mod tests {
             match r.poll().unwrap() {
                 SourcePoll::Batch { batch, .. } => got += batch.num_rows(),
                 SourcePoll::Pending { wait_ms } => {
-                    assert_eq!(wait_ms, 100);
+                    assert_eq!(
+                        wait_ms, 10,
+                        "10 ms worth of rows: 10 rows at 1,000 a second"
+                    );
                     break;
                 }
                 other => panic!("unexpected {other:?}"),
