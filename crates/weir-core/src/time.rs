@@ -170,7 +170,8 @@ pub trait Clock: Send + Sync + fmt::Debug {
     fn now(&self) -> ProcTime;
 
     /// A monotonic reading in nanoseconds from an arbitrary start, for durations only (busy,
-    /// backpressured and idle time, through a [`Stopwatch`]); never a time of day.
+    /// backpressured and idle time, how long a lookup took: through a [`Stopwatch`]); never a
+    /// time of day.
     fn monotonic_nanos(&self) -> u64;
 }
 

@@ -65,7 +65,8 @@ pub struct LookupJoin {
     /// Attempts after the first failed one (`lookup.max-retries`).
     pub max_retries: u32,
     pub timeout: Duration,
-    /// For the cache's expiry (the system clock unless a test drives one by hand).
+    /// For the cache's expiry and for timing the queries (the system clock unless a test drives
+    /// one by hand; on a manual clock a query takes no time).
     pub clock: Arc<dyn Clock>,
 }
 

@@ -7,7 +7,8 @@ use weir_core::time::{Clock, ProcTime};
 /// (`#[tokio::test(start_paused = true)]`, `tokio::time::pause`) it moves only as tokio
 /// advances it, so a test of busy, backpressured or idle time, of a rate or of a timeout
 /// measures the time it drives, whatever the machine's speed. Jobs in production run on
-/// [`weir_core::SystemClock`].
+/// [`weir_core::SystemClock`]. Read it on the runtime's threads: elsewhere tokio's clock is
+/// the machine's, and its readings do not follow the paused time.
 #[derive(Debug, Clone)]
 pub struct TokioClock {
     start: ProcTime,

@@ -322,9 +322,10 @@ impl RunningJob {
             }
             self.tasks.abort_all();
         }
-        self.dead_letters.flush()?;
-        // A checkpoint the job ended (or failed) before completing is not one.
+        // A checkpoint the job ended (or failed) before completing is not one; removed before
+        // anything else can fail.
         let savepoint = checkpoints.and_then(|c| c.end());
+        self.dead_letters.flush()?;
         if first_err.is_none() && !stopped {
             first_err = self.check_dead_letter_share(0).err();
         }

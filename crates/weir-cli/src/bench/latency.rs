@@ -2,15 +2,17 @@
 //! input rate, through the interval join.
 //!
 //! Impressions and their clicks come from the generator at `--rate` impressions a second
-//! (clicks at their share of it), with event time following the wall clock. Each source
+//! (clicks at their share of it), the impressions' event time following the wall clock (a
+//! click's runs up to 15 s behind or ahead of it: its delay after its impression, and the
+//! generator's disorder). Each source
 //! stamps every row with the moment it was read (a `read_ns` column on the clock's
 //! monotonic reading); the sink takes, for every joined row, the time since the later of its
 //! two rows was read: the join emits a pair as soon as its second row arrives, so that is the
 //! time the engine held the row (channels, the exchange, the join, the sink), not the time
 //! the rows waited for each other. The watermark's own delay (wall clock minus the sink's
 //! watermark: the out-of-orderness bound, plus how far behind the slower input is) is
-//! reported apart, since an inner interval join never waits for it. The first second (the
-//! job starting) is left out.
+//! reported apart, since an inner interval join never waits for it. Rows read in the job's
+//! first second (tasks starting) are left out.
 //!
 //! With `--input kafka` a second job in the same process writes the generator's rows at that
 //! rate into two fresh topics on the broker while the measured job reads them; the sink then
@@ -41,11 +43,17 @@ use super::{BenchArgs, BenchInput};
 const READ_NS: &str = "read_ns";
 /// `--input kafka`: the column holding each record's Kafka timestamp (epoch ms).
 const KAFKA_MS: &str = "kafka_ms";
-/// Clicks per impression in the generator's default settings (a click on 30 % of them, and
-/// orphan clicks on top).
-const CLICKS_PER_IMPRESSION: f64 = 0.32;
 /// Left out at the start: tasks starting, the first batches.
 const WARM_UP_NS: i64 = 1_000_000_000;
+
+/// A folder removed when this is dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// One latency measurement.
 #[derive(Debug, Serialize, Deserialize)]
@@ -79,12 +87,21 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
     let clock = SystemClock;
     let seconds = a.seconds;
     let impressions = rate * seconds;
+    // The topics first: event time starts when the jobs do.
+    let mut kafka = match a.input {
+        BenchInput::Kafka => Some(Feed::create(a).await?),
+        BenchInput::Generator | BenchInput::Both => None,
+        BenchInput::Csv => bail!("--job latency reads the generator or Kafka, not CSV files"),
+    };
     let base = GeneratorSpec {
         start_ms: clock.now().0,
         events_per_sec: rate,
         ..GeneratorSpec::impressions(impressions).with_splits(a.parallelism)
     };
-    let clicks_rate = ((rate as f64 * CLICKS_PER_IMPRESSION).round() as u64).max(1);
+    // Clicks at their share of the impressions (orphan clicks included), so that both inputs
+    // keep about the same pace in event time.
+    let clicks_per_impression = base.click_share / (1.0 - base.orphan_click_share).max(1e-9);
+    let clicks_rate = ((rate as f64 * clicks_per_impression).round() as u64).max(1);
     let generated: [(&str, GeneratorSpec); 2] = [
         (
             "clicks",
@@ -105,14 +122,19 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
                 std::env::temp_dir().join(format!("weir-bench-latency-{}", std::process::id())),
             )
         }),
+        // Both inputs start now; on Kafka the topics are still empty, and a peek at where
+        // they start would wait for nothing.
+        allow_misaligned_start: kafka.is_some(),
         ..Default::default()
     };
-    let checkpoint_dir = cfg.checkpointing.as_ref().map(|c| c.dir.clone());
-    let kafka = match a.input {
-        BenchInput::Kafka => Some(Feed::create(a, &generated).await?),
-        BenchInput::Generator => None,
-        other => bail!("--job latency reads the generator or Kafka, not {other:?}"),
-    };
+    // Removed however the run ends.
+    let _checkpoints = cfg
+        .checkpointing
+        .as_ref()
+        .map(|c| RemoveOnDrop(c.dir.clone()));
+    if let Some(feed) = kafka.as_mut() {
+        feed.write(a, &generated)?;
+    }
     let job = JobBuilder::with_config("bench latency", cfg);
     let mut streams = Vec::new();
     for (k, (name, spec)) in generated.iter().enumerate() {
@@ -135,6 +157,7 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
         )
         .sink("latency", sink.clone());
     let graph = job.build()?;
+    sink.seen.lock().expect("latency lock").started_ns = SystemClock.monotonic_nanos() as i64;
     let cpu0 = crate::procstat::cpu_seconds();
     let report = match &kafka {
         None => weir_runtime::exec::run(graph, Arc::new(clock)).await?,
@@ -144,28 +167,25 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
     if let Some(feed) = kafka {
         feed.delete_topics().await;
     }
-    if let Some(d) = checkpoint_dir {
-        let _ = std::fs::remove_dir_all(d);
-    }
     let m = &report.metrics;
     let rows_in = (m.nodes.iter())
         .filter(|n| n.kind.starts_with("source"))
         .map(|n| n.rows_out)
         .sum();
     let seen = std::mem::take(&mut *sink.seen.lock().expect("latency lock"));
-    let first_read = seen.first_read_ns.unwrap_or(0);
+    let warm = seen.started_ns + WARM_UP_NS;
     let mut lat: Vec<i64> = (seen.rows.iter())
-        .filter(|(read, _)| *read >= first_read + WARM_UP_NS)
+        .filter(|(read, _)| *read >= warm)
         .map(|(_, l)| *l)
         .collect();
     if lat.is_empty() {
-        bail!("no joined row was read after the first second; run for longer (--seconds)");
+        bail!("no joined row was read after the job's first second; run longer (--seconds)");
     }
     lat.sort_unstable();
     let mut wm: Vec<i64> = seen.watermark_delays_ms;
     wm.sort_unstable();
     let mut produced: Vec<i64> = (seen.produced.iter())
-        .filter(|(read, _)| *read >= first_read + WARM_UP_NS)
+        .filter(|(read, _)| *read >= warm)
         .map(|(_, l)| *l)
         .collect();
     produced.sort_unstable();
@@ -220,7 +240,10 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             cmd.args(["--batch-rows", &a.batch_rows.to_string()]);
             let input = match a.input {
                 BenchInput::Kafka => "kafka",
-                _ => "generator",
+                BenchInput::Generator | BenchInput::Both => "generator",
+                BenchInput::Csv => {
+                    bail!("--job latency reads the generator or Kafka, not CSV files")
+                }
             };
             cmd.args(["--input", input]);
             if let Some(b) = &a.bootstrap {
@@ -339,6 +362,12 @@ impl SourceFactory for Stamped {
     fn bounded(&self) -> bool {
         self.inner.bounded()
     }
+    fn changelog(&self) -> bool {
+        self.inner.changelog()
+    }
+    fn start_event_time(&self, event_time_column: &str) -> weir_runtime::Result<Option<i64>> {
+        self.inner.start_event_time(event_time_column)
+    }
     fn create_reader(
         &self,
         splits: Vec<usize>,
@@ -391,7 +420,8 @@ impl SourceReader for StampedReader {
 /// the watermark's delays.
 #[derive(Debug, Default)]
 struct Seen {
-    first_read_ns: Option<i64>,
+    /// When the job started, on the clock's monotonic reading.
+    started_ns: i64,
     rows: Vec<(i64, i64)>,
     /// `--input kafka`: per joined row, when its later row was read and how long ago (ns) its
     /// later Kafka timestamp was.
@@ -469,7 +499,6 @@ impl SinkWriter for LatencyWriter {
         let mut seen = self.seen.lock().expect("latency lock");
         for row in 0..batch.num_rows() {
             let read = later(&read_cols, row).unwrap_or(now);
-            seen.first_read_ns = Some(seen.first_read_ns.map_or(read, |f| f.min(read)));
             seen.rows.push((read, now - read));
             if let Some(produced_ms) = later(&produced_cols, row) {
                 seen.produced
@@ -483,7 +512,7 @@ impl SinkWriter for LatencyWriter {
             let delay = SystemClock.now().0 - watermark.0;
             let now = SystemClock.monotonic_nanos() as i64;
             let mut seen = self.seen.lock().expect("latency lock");
-            if seen.first_read_ns.is_some_and(|f| now >= f + WARM_UP_NS) {
+            if now >= seen.started_ns + WARM_UP_NS {
                 seen.watermark_delays_ms.push(delay);
             }
         }
@@ -498,13 +527,13 @@ impl SinkWriter for LatencyWriter {
 struct Feed {
     bootstrap: String,
     topics: Vec<String>,
-    writer: JobGraph,
+    writer: Option<JobGraph>,
     specs: Vec<GeneratorSpec>,
 }
 
 impl Feed {
-    /// Makes the topics (one partition per subtask) and the writing job.
-    async fn create(a: &BenchArgs, generated: &[(&str, GeneratorSpec)]) -> Result<Feed> {
+    /// Makes the topics (one partition per subtask).
+    async fn create(a: &BenchArgs) -> Result<Feed> {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
         let bootstrap = (a.bootstrap.clone())
             .or_else(|| std::env::var("WEIR_KAFKA_BOOTSTRAP").ok())
@@ -514,8 +543,9 @@ impl Feed {
                 .set("bootstrap.servers", &bootstrap)
                 .create()
                 .context("a Kafka admin client")?;
-        let topics: Vec<String> = (generated.iter())
-            .map(|(name, _)| format!("weir-bench-latency-{name}-{}", std::process::id()))
+        let topics: Vec<String> = ["clicks", "impressions"]
+            .iter()
+            .map(|name| format!("weir-bench-latency-{name}-{}", std::process::id()))
             .collect();
         let new: Vec<NewTopic> = (topics.iter())
             .map(|t| NewTopic::new(t, a.parallelism as i32, TopicReplication::Fixed(1)))
@@ -527,6 +557,16 @@ impl Feed {
         {
             r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t} on {bootstrap}: {e}"))?;
         }
+        Ok(Feed {
+            bootstrap,
+            topics,
+            writer: None,
+            specs: Vec::new(),
+        })
+    }
+
+    /// The job that writes `generated` (clicks, then impressions) into the topics.
+    fn write(&mut self, a: &BenchArgs, generated: &[(&str, GeneratorSpec)]) -> Result<()> {
         let writer = JobBuilder::with_config(
             "bench latency feed",
             JobConfig {
@@ -535,7 +575,7 @@ impl Feed {
                 ..Default::default()
             },
         );
-        for ((name, spec), topic) in generated.iter().zip(&topics) {
+        for ((name, spec), topic) in generated.iter().zip(&self.topics) {
             writer
                 .source(
                     *name,
@@ -546,7 +586,7 @@ impl Feed {
                     format!("{name} topic"),
                     KafkaSink {
                         spec: KafkaSinkSpec {
-                            bootstrap_servers: bootstrap.clone(),
+                            bootstrap_servers: self.bootstrap.clone(),
                             topic: topic.clone(),
                             format: KafkaFormat::Json,
                             key_column: None,
@@ -557,12 +597,9 @@ impl Feed {
                     },
                 );
         }
-        Ok(Feed {
-            bootstrap,
-            topics,
-            writer: writer.build()?,
-            specs: generated.iter().map(|(_, s)| s.clone()).collect(),
-        })
+        self.writer = Some(writer.build()?);
+        self.specs = generated.iter().map(|(_, s)| s.clone()).collect();
+        Ok(())
     }
 
     /// A source reading topic `k` from its start, each record's Kafka timestamp in
@@ -585,7 +622,11 @@ impl Feed {
         let running = weir_runtime::exec::start(graph, Arc::new(SystemClock))?;
         let (metrics, stop) = (running.metrics.clone(), running.stop_handle());
         let reading = tokio::spawn(running.wait());
-        let written = weir_runtime::exec::run(self.writer.clone(), Arc::new(SystemClock)).await?;
+        let writer = self
+            .writer
+            .clone()
+            .context("the writing job is made first")?;
+        let written = weir_runtime::exec::run(writer, Arc::new(SystemClock)).await?;
         let rows_written: u64 = (written.metrics.nodes.iter())
             .filter(|n| n.kind.starts_with("sink"))
             .map(|n| n.rows_in)
