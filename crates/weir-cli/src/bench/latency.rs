@@ -76,6 +76,11 @@ pub struct LatencyMeasured {
     #[serde(default)]
     pub produced_p99_ms: Option<f64>,
     pub checkpoints: u64,
+    /// The longest checkpoint, ms, and the size of the last one, MiB.
+    pub checkpoint_max_ms: i64,
+    pub checkpoint_last_mib: f64,
+    /// The join's state at its largest, rows.
+    pub peak_state_rows: u64,
     pub cpu_s: f64,
 }
 
@@ -203,6 +208,9 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
         watermark_delay_p50_ms: percentile(&wm, 0.50) as f64,
         watermark_delay_max_ms: wm.last().copied().unwrap_or(0) as f64,
         checkpoints: m.checkpoints.completed,
+        checkpoint_max_ms: m.checkpoints.max_duration_ms,
+        checkpoint_last_mib: m.checkpoints.last_bytes as f64 / (1 << 20) as f64,
+        peak_state_rows: m.nodes.iter().map(|n| n.peak_state_rows).sum(),
         cpu_s,
         produced_p50_ms: produced_q(0.50),
         produced_p99_ms: produced_q(0.99),
@@ -280,7 +288,7 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             .unwrap_or(0)
     );
     println!(
-        "{:>14} {:>18} {:>10} {:>10} {:>8} {:>8} {:>8} {:>14} {:>8}",
+        "{:>14} {:>18} {:>10} {:>10} {:>8} {:>8} {:>8} {:>14} {:>8} {:>11}",
         "impressions/s",
         "checkpoints",
         "rows in",
@@ -289,7 +297,8 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
         "p99 ms",
         "max ms",
         "watermark ms",
-        "cpu s"
+        "cpu s",
+        "peak state"
     );
     for r in &results {
         let every = match r.checkpoint_interval_ms {
@@ -297,7 +306,7 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             None => "off".to_string(),
         };
         println!(
-            "{:>14} {:>18} {:>10} {:>10} {:>8.1} {:>8.1} {:>8.1} {:>6.0} / {:>5.0} {:>8.2}",
+            "{:>14} {:>18} {:>10} {:>10} {:>8.1} {:>8.1} {:>8.1} {:>6.0} / {:>5.0} {:>8.2} {:>6} rows",
             r.rate,
             every,
             r.rows_in,
@@ -307,7 +316,17 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             r.max_ms,
             r.watermark_delay_p50_ms,
             r.watermark_delay_max_ms,
-            r.cpu_s
+            r.cpu_s,
+            r.peak_state_rows
+        );
+    }
+    for r in results.iter().filter(|r| r.checkpoints > 0) {
+        println!(
+            "{:>14} {:>18} the longest checkpoint {} ms, the last {:.1} MiB",
+            r.rate,
+            format!("every {} ms", r.checkpoint_interval_ms.unwrap_or_default()),
+            r.checkpoint_max_ms,
+            r.checkpoint_last_mib
         );
     }
     for r in results.iter().filter(|r| r.produced_p50_ms.is_some()) {
