@@ -451,18 +451,10 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             if let Some(ms) = a.checkpoint_interval_ms {
                 cmd.args(["--checkpoint-interval-ms", &ms.to_string()]);
             }
-            let out = cmd.output().context("running a benchmark process")?;
-            if !out.status.success() {
-                bail!(
-                    "benchmark {job:?} on {input:?} failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            let line = String::from_utf8_lossy(&out.stdout);
-            results.push(
-                serde_json::from_str::<Measured>(line.trim())
-                    .context("reading a benchmark result")?,
-            );
+            results.push(measured_by::<Measured>(
+                cmd,
+                &format!("{job:?} on {input:?}"),
+            )?);
         }
     }
     println!(
@@ -511,6 +503,19 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Runs one measurement in a child process (`bench --json ...`) and reads what it printed.
+fn measured_by<T: serde::de::DeserializeOwned>(mut cmd: Command, what: &str) -> Result<T> {
+    let out = cmd.output().context("running a benchmark process")?;
+    if !out.status.success() {
+        bail!(
+            "benchmark {what} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.trim()).context("reading a benchmark result")
 }
 
 fn value<T: clap::ValueEnum>(v: &T) -> String {

@@ -260,18 +260,10 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             if let Some(ms) = interval {
                 cmd.args(["--checkpoint-interval-ms", &ms.to_string()]);
             }
-            let out = cmd.output().context("running a benchmark process")?;
-            if !out.status.success() {
-                bail!(
-                    "the latency benchmark at {rate} rows/s failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            let line = String::from_utf8_lossy(&out.stdout);
-            results.push(
-                serde_json::from_str::<LatencyMeasured>(line.trim())
-                    .context("reading a benchmark result")?,
-            );
+            results.push(super::measured_by::<LatencyMeasured>(
+                cmd,
+                &format!("latency at {rate} rows/s"),
+            )?);
         }
     }
     println!(

@@ -497,6 +497,30 @@ mod tests {
     use crate::testing::VecSource;
     use crate::{CollectSink, JobBuilder, JobConfig, SourceOptions};
 
+    /// A driver of a job of one source subtask and one sink subtask, checkpointing into `dir`
+    /// every `interval_ms`.
+    fn driver(dir: &std::path::Path, interval_ms: i64) -> (Driver, Arc<dyn CheckpointStorage>) {
+        let config = CheckpointConfig::new(interval_ms, dir);
+        let job = JobBuilder::with_config(
+            "driven",
+            JobConfig {
+                checkpointing: Some(config.clone()),
+                ..Default::default()
+            },
+        );
+        let schema = Arc::new(Schema::new(vec![Field::new("ts", DataType::Int64, false)]));
+        job.source(
+            "numbers",
+            VecSource::new(schema, vec![vec![]]).unwrap(),
+            SourceOptions::event_time("ts", 0),
+        )
+        .sink("out", CollectSink::new());
+        let graph = job.build().unwrap();
+        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalDirStorage::new(dir));
+        let d = Driver::new(&graph, &config, storage.clone(), None).unwrap();
+        (d, storage)
+    }
+
     fn ack(subtask: SubtaskId, epoch: u64, report: Report) -> Option<ToCoordinator> {
         Some(ToCoordinator::Ack(Ack {
             subtask,
@@ -520,24 +544,7 @@ mod tests {
     #[tokio::test]
     async fn a_savepoint_asked_for_during_a_checkpoint_follows_it_and_stops_once_published() {
         let dir = tempfile::tempdir().unwrap();
-        let config = CheckpointConfig::new(100, dir.path());
-        let job = JobBuilder::with_config(
-            "driven",
-            JobConfig {
-                checkpointing: Some(config.clone()),
-                ..Default::default()
-            },
-        );
-        let schema = Arc::new(Schema::new(vec![Field::new("ts", DataType::Int64, false)]));
-        job.source(
-            "numbers",
-            VecSource::new(schema, vec![vec![]]).unwrap(),
-            SourceOptions::event_time("ts", 0),
-        )
-        .sink("out", CollectSink::new());
-        let graph = job.build().unwrap();
-        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalDirStorage::new(dir.path()));
-        let mut d = Driver::new(&graph, &config, storage.clone(), None).unwrap();
+        let (mut d, storage) = driver(dir.path(), 100);
         let mut source = d.source((0, 0));
         let (_to, completed, commits) = d.sink((1, 0));
         d.start(1_000, None).unwrap();
@@ -593,24 +600,7 @@ mod tests {
     #[tokio::test]
     async fn a_checkpoint_pending_when_the_job_ends_is_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let config = CheckpointConfig::new(10, dir.path());
-        let job = JobBuilder::with_config(
-            "ends",
-            JobConfig {
-                checkpointing: Some(config.clone()),
-                ..Default::default()
-            },
-        );
-        let schema = Arc::new(Schema::new(vec![Field::new("ts", DataType::Int64, false)]));
-        job.source(
-            "numbers",
-            VecSource::new(schema, vec![vec![]]).unwrap(),
-            SourceOptions::event_time("ts", 0),
-        )
-        .sink("out", CollectSink::new());
-        let graph = job.build().unwrap();
-        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalDirStorage::new(dir.path()));
-        let mut d = Driver::new(&graph, &config, storage, None).unwrap();
+        let (mut d, _) = driver(dir.path(), 10);
         let _source = d.source((0, 0));
         let _sink = d.sink((1, 0));
         d.start(0, None).unwrap();
