@@ -461,9 +461,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         "weir bench: parallelism {}, batch {} rows, {} cores; each line a fresh process",
         a.parallelism,
         a.batch_rows,
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0)
+        cores()
     );
     println!(
         "{:<24} {:<10} {:>10} {:>9} {:>8} {:>12} {:>14} {:>10} {:>12} {:>11}",
@@ -503,6 +501,13 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The machine's cores, for the tables' headers (0 when unknown).
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0)
 }
 
 /// Runs one measurement in a child process (`bench --json ...`) and reads what it printed.

@@ -541,6 +541,14 @@ impl JobGraph {
         ids
     }
 
+    /// How many sink subtasks the job runs.
+    pub fn sink_subtasks(&self) -> usize {
+        (self.nodes.iter())
+            .filter(|n| matches!(n.kind, NodeKind::Sink { .. }))
+            .map(|n| n.parallelism)
+            .sum()
+    }
+
     /// Edges into every node (by node index), each ordered by logical input: one pass over
     /// the edges, for code that visits every node (calling [`JobGraph::inputs_of`] per node
     /// would pass over them once per node, which a statement set of 10 000 INSERTs feels).

@@ -93,10 +93,9 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
     let seconds = a.seconds;
     let impressions = rate * seconds;
     // The topics first: event time starts when the jobs do.
-    let mut kafka = match a.input {
-        BenchInput::Kafka => Some(Feed::create(a).await?),
-        BenchInput::Generator | BenchInput::Both => None,
-        BenchInput::Csv => bail!("--job latency reads the generator or Kafka, not CSV files"),
+    let mut kafka = match reads_kafka(a)? {
+        true => Some(Feed::create(a).await?),
+        false => None,
     };
     let base = GeneratorSpec {
         start_ms: clock.now().0,
@@ -144,7 +143,7 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
     let mut streams = Vec::new();
     for (k, (name, spec)) in generated.iter().enumerate() {
         let source: Arc<dyn SourceFactory> = match &kafka {
-            Some(feed) => feed.source(k)?,
+            Some(feed) => feed.source(k, spec)?,
             None => Arc::new(GeneratorSource::new(spec.clone())?),
         };
         streams.push(job.source_arc(
@@ -226,8 +225,18 @@ fn percentile(v: &[i64], q: f64) -> i64 {
     v[rank - 1]
 }
 
+/// Whether the latency job reads Kafka (`--input kafka`) rather than the generator.
+fn reads_kafka(a: &BenchArgs) -> Result<bool> {
+    match a.input {
+        BenchInput::Kafka => Ok(true),
+        BenchInput::Generator | BenchInput::Both => Ok(false),
+        BenchInput::Csv => bail!("--job latency reads the generator or Kafka, not CSV files"),
+    }
+}
+
 /// Runs each measurement in a fresh process and prints the table.
 pub async fn run(a: &BenchArgs) -> Result<()> {
+    let kafka = reads_kafka(a)?;
     let rates = match a.rate {
         Some(r) => vec![r],
         None => vec![10_000, 100_000],
@@ -246,14 +255,7 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
             cmd.args(["--seconds", &a.seconds.to_string()]);
             cmd.args(["--parallelism", &a.parallelism.to_string()]);
             cmd.args(["--batch-rows", &a.batch_rows.to_string()]);
-            let input = match a.input {
-                BenchInput::Kafka => "kafka",
-                BenchInput::Generator | BenchInput::Both => "generator",
-                BenchInput::Csv => {
-                    bail!("--job latency reads the generator or Kafka, not CSV files")
-                }
-            };
-            cmd.args(["--input", input]);
+            cmd.args(["--input", if kafka { "kafka" } else { "generator" }]);
             if let Some(b) = &a.bootstrap {
                 cmd.args(["--bootstrap", b]);
             }
@@ -269,15 +271,10 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
     println!(
         "weir bench --job latency: interval join, {} input, parallelism {}, {} s a run \
          (the first left out), {} cores; each line a fresh process",
-        match a.input {
-            BenchInput::Kafka => "Kafka",
-            _ => "generator",
-        },
+        if kafka { "Kafka" } else { "generator" },
         a.parallelism,
         a.seconds,
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0)
+        super::cores()
     );
     println!(
         "{:>14} {:>18} {:>10} {:>10} {:>8} {:>8} {:>8} {:>14} {:>8} {:>11}",
@@ -539,7 +536,6 @@ struct Feed {
     bootstrap: String,
     topics: Vec<String>,
     writer: Option<JobGraph>,
-    specs: Vec<GeneratorSpec>,
 }
 
 impl Feed {
@@ -572,7 +568,6 @@ impl Feed {
             bootstrap,
             topics,
             writer: None,
-            specs: Vec::new(),
         })
     }
 
@@ -609,17 +604,16 @@ impl Feed {
                 );
         }
         self.writer = Some(writer.build()?);
-        self.specs = generated.iter().map(|(_, s)| s.clone()).collect();
         Ok(())
     }
 
-    /// A source reading topic `k` from its start, each record's Kafka timestamp in
-    /// [`KAFKA_MS`].
-    fn source(&self, k: usize) -> Result<Arc<dyn SourceFactory>> {
+    /// A source reading topic `k` (the rows `generated` describes) from its start, each
+    /// record's Kafka timestamp in [`KAFKA_MS`].
+    fn source(&self, k: usize, generated: &GeneratorSpec) -> Result<Arc<dyn SourceFactory>> {
         let mut spec =
             KafkaSourceSpec::new(&self.bootstrap, &self.topics[k], KafkaFormat::Json, vec![]);
         spec.columns = weir_connectors::file::ColumnSpec::of_schema(
-            &weir_connectors::generator::schema_for(self.specs[k].scenario),
+            &weir_connectors::generator::schema_for(generated.scenario),
         );
         spec.timestamp_column = Some(KAFKA_MS.to_string());
         spec.properties

@@ -158,7 +158,7 @@ impl Driver {
             from_subtasks,
             reports_open: true,
             coordinator: None,
-            sink_subtasks: 0,
+            sink_subtasks: graph.sink_subtasks(),
             completed_to_sinks: watch::channel(0).0,
             sinks_committed: Arc::default(),
             savepoint: None,
@@ -208,7 +208,6 @@ impl Driver {
         watch::Receiver<u64>,
         SinkCommits,
     ) {
-        self.sink_subtasks += 1;
         (
             self.operator(id),
             self.completed_to_sinks.subscribe(),

@@ -49,13 +49,18 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     // delete the other's part files as its own uncommitted ones.
     let output_locks = lock_outputs(&graph, &holder)?;
     // Where checkpoints are written and restored from.
-    let storage: Option<Arc<dyn CheckpointStorage>> = cfg
-        .checkpointing
-        .as_ref()
-        .map(|c| Arc::new(LocalDirStorage::new(&c.dir)) as Arc<dyn CheckpointStorage>);
-    let restored = match (&cfg.checkpointing, &storage) {
-        (Some(c), Some(s)) => crate::checkpoint::Restored::resolve(c, s.as_ref())?,
-        _ => None,
+    let checkpointing: Option<(
+        &crate::checkpoint::CheckpointConfig,
+        Arc<dyn CheckpointStorage>,
+    )> = (cfg.checkpointing.as_ref()).map(|c| {
+        (
+            c,
+            Arc::new(LocalDirStorage::new(&c.dir)) as Arc<dyn CheckpointStorage>,
+        )
+    });
+    let restored = match &checkpointing {
+        Some((c, s)) => crate::checkpoint::Restored::resolve(c, s.as_ref())?,
+        None => None,
     };
     if !graph.config.allow_misaligned_start {
         // A fresh start peeks at where sources that cannot tell begin; a restore goes on
@@ -226,12 +231,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
 
     let mut tasks = JoinSet::new();
     let verdict = Verdict::new();
-    let mut checkpoints = match (&cfg.checkpointing, &storage) {
-        (Some(c), Some(s)) => Some(Driver::new(&graph, c, s.clone(), folder_lock)?),
-        _ => None,
+    let mut checkpoints = match &checkpointing {
+        Some((c, s)) => Some(Driver::new(&graph, c, s.clone(), folder_lock)?),
+        None => None,
     };
-    let restore = restored.as_ref().zip(storage.as_deref());
-    let mut sink_subtasks = 0;
+    let restore = (restored.as_ref()).zip(checkpointing.as_ref().map(|(_, s)| s.as_ref()));
     let mut task_names = HashMap::new();
     let mut groups: HashMap<String, Arc<AlignmentGroup>> = HashMap::new();
     // Every split of an aligned source holds its group back from the start, before any source
@@ -496,9 +500,6 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         committed: restored_epoch.map_or(0, |e| e.0),
                         sinks_committed,
                     };
-                    if matches!(n.kind, NodeKind::Sink { .. }) {
-                        sink_subtasks += 1;
-                    }
                     let wrap = wrap.clone();
                     let h = tasks.spawn(async move { task.run().await.map_err(|e| wrap(s, e)) });
                     task_names.insert(h.id(), describe(s));
@@ -528,7 +529,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         stop: Arc::new(tokio::sync::Notify::new()),
         max_dead_letter_share: cfg.max_dead_letter_share,
         verdict,
-        sink_subtasks,
+        sink_subtasks: graph.sink_subtasks(),
         checkpoints,
         savepoints: tokio::sync::mpsc::unbounded_channel(),
         _output_locks: output_locks,
