@@ -246,6 +246,14 @@ pub struct CheckpointsDoc {
     pub last_id: u64,
     pub last_duration_ms: i64,
     pub max_duration_ms: i64,
+    /// Of the last checkpoint: the longest an operator subtask was held up taking its
+    /// snapshot at the barrier, ms.
+    pub last_sync_ms: i64,
+    /// Of the last checkpoint: the longest a snapshot took to be made and written after its
+    /// subtask went on, ms.
+    pub last_async_ms: i64,
+    /// The longest any subtask was held up taking a snapshot in this run, ms.
+    pub max_sync_ms: i64,
     pub last_bytes: u64,
     /// Checkpoints seen complete, oldest first (at most one per sample: several completing
     /// within one sample show as the last of them).
@@ -267,6 +275,9 @@ pub(crate) fn checkpoints(view: &JobView, st: &ViewState) -> CheckpointsDoc {
         last_id: c.last_id,
         last_duration_ms: c.last_duration_ms,
         max_duration_ms: c.max_duration_ms,
+        last_sync_ms: c.last_sync_ms,
+        last_async_ms: c.last_async_ms,
+        max_sync_ms: c.max_sync_ms,
         last_bytes: c.last_bytes,
         recent: st.checkpoints.iter().cloned().collect(),
         savepoints: st.savepoints.iter().cloned().collect(),

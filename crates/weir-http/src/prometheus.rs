@@ -722,6 +722,18 @@ pub fn render(view: &JobView) -> String {
     )
     .sample(&[("job", job)], secs(c.max_duration_ms));
     x.family(
+        "weir_checkpoint_sync_duration_seconds",
+        Gauge,
+        "Of the last completed checkpoint, the longest an operator subtask was held up taking its snapshot at the barrier.",
+    )
+    .sample(&[("job", job)], secs(c.last_sync_ms));
+    x.family(
+        "weir_checkpoint_async_duration_seconds",
+        Gauge,
+        "Of the last completed checkpoint, the longest a snapshot took to be made and written after its subtask went on.",
+    )
+    .sample(&[("job", job)], secs(c.last_async_ms));
+    x.family(
         "weir_checkpoint_size_bytes",
         Gauge,
         "Bytes of the last completed checkpoint (state files and manifest).",

@@ -177,6 +177,8 @@ async fn metrics_are_valid_prometheus_text_with_every_series_labelled() {
     for name in [
         "weir_checkpoint_duration_seconds",
         "weir_checkpoint_duration_max_seconds",
+        "weir_checkpoint_sync_duration_seconds",
+        "weir_checkpoint_async_duration_seconds",
         "weir_checkpoint_size_bytes",
         "weir_checkpoints_completed_total",
         "weir_channel_in_flight_rows",

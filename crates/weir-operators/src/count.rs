@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::ops::single_input;
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::{KeyedTable, StateSize};
 
 /// The spec of a keyed count.
@@ -125,21 +125,21 @@ impl Operator for CountOp {
         self.counts.size()
     }
 
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let (mut groups, mut keys, mut counts) = (Vec::new(), Vec::new(), Vec::new());
         for (k, c) in self.counts.iter() {
             groups.push(weir_core::keys::key_group(hash_key(k), self.key_groups));
             keys.push(k);
             counts.push(*c);
         }
-        Ok(vec![RecordBatch::try_new(
+        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
             state_schema(),
             vec![
                 weir_state::snapshot::key_group_column(groups),
                 Arc::new(arrow_array::BinaryArray::from(keys)),
                 Arc::new(arrow_array::UInt64Array::from(counts)),
             ],
-        )?])
+        )?]))
     }
 
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {

@@ -60,7 +60,7 @@ use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{
-    Context, Error, KeyedStream, Operator, Result, Stream, StreamBatch, SubtaskInfo,
+    Context, Error, KeyedStream, Operator, Result, StateSnapshot, Stream, StreamBatch, SubtaskInfo,
 };
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{ExpiryQueue, KeySlots, StateSize};
@@ -536,7 +536,7 @@ impl Operator for DeduplicateOp {
     /// Every key's entries: its life's latest time (`LIFE`), its pending runs (`RUN`, with the
     /// run's first row) and its latest row (`LATEST`). Timers are not stored: a restore queues
     /// each key again.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         // (key group, key, kind, time, last, row)
         type Entry<'a> = (u16, &'a [u8], u8, i64, i64, Option<&'a [u8]>);
         let mut entries: Vec<Entry> = Vec::new();
@@ -568,7 +568,10 @@ impl Operator for DeduplicateOp {
             Arc::new(Int64Array::from(lasts)),
         ];
         cols.extend(crate::held_rows::columns_with_gaps(&self.all, &rows)?);
-        Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
+        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
+            self.state_schema.clone(),
+            cols,
+        )?]))
     }
 
     /// Takes up the entries of [`snapshot`](Operator::snapshot)s and queues every key's next

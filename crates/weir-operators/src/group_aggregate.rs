@@ -33,7 +33,7 @@ use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::{
-    Context, Error, KeyedStream, Operator, Result, Stream, StreamBatch, SubtaskInfo,
+    Context, Error, KeyedStream, Operator, Result, StateSnapshot, Stream, StreamBatch, SubtaskInfo,
 };
 use weir_state::StateSize;
 
@@ -339,7 +339,7 @@ impl Operator for GroupAggregateOp {
 
     /// Every key's group: a row of [`GroupAggregateOp::state_schema`] each. When keys expire is
     /// not stored: a restore queues each key again at its last event time plus the TTL.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let rows: Vec<aggregates::StateRow> = (self.groups.slots())
             .map(|slot| (slot, self.groups.get(slot)))
             .filter(|(_, g)| !g.states.is_empty())
@@ -349,6 +349,7 @@ impl Operator for GroupAggregateOp {
             })
             .collect();
         aggregates::state_batches(&self.state_schema, self.key_groups, &self.bound, &rows)
+            .map(StateSnapshot::ready)
     }
 
     /// Takes up the keys of [`snapshot`](Operator::snapshot)s, each queued to expire a TTL

@@ -54,7 +54,7 @@ use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::join::{assemble, join_schema, JoinType, StateLayout, NULL_KEY};
@@ -460,7 +460,7 @@ impl Operator for IntervalJoinOp {
 
     /// The buffered rows of both sides with their match flags (see [`StateLayout`]); the
     /// expiry queue is rebuilt from them on restore.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let mut w = self.layout.writer(&self.stores, &self.encoders);
         let mut matched = Vec::new();
         for slot in self.keys.slots() {
@@ -472,7 +472,7 @@ impl Operator for IntervalJoinOp {
                 }
             }
         }
-        Ok(vec![w.finish(vec![Arc::new(BooleanArray::from(matched))])?])
+        Ok(w.finish(vec![Arc::new(BooleanArray::from(matched))]))
     }
 
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {

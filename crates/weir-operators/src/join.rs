@@ -10,7 +10,7 @@ use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt8Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
-use weir_runtime::{Error, Result};
+use weir_runtime::{Error, Result, StateSnapshot};
 use weir_state::{BatchStore, RowRef};
 
 /// Which unmatched rows a join emits (with NULLs for the other side).
@@ -280,24 +280,28 @@ impl StateWriter<'_> {
         Ok(())
     }
 
-    /// The state batch: the rows added, then `extra` (the layout's extra columns, one value per
-    /// row added).
-    pub fn finish(mut self, extra: Vec<ArrayRef>) -> Result<RecordBatch> {
-        let mut cols = assemble(
-            &self.layout.joined,
-            &self.stores[0],
-            &self.stores[1],
-            &self.pairs,
-        )?
-        .columns()
-        .to_vec();
-        cols.push(weir_state::snapshot::key_group_column(std::mem::take(
-            &mut self.groups,
-        )));
-        cols.push(Arc::new(UInt8Array::from(std::mem::take(&mut self.sides))));
-        cols.push(Arc::new(self.keys.finish()));
-        cols.extend(extra);
-        Ok(RecordBatch::try_new(self.layout.schema.clone(), cols)?)
+    /// The state batch as a deferred snapshot: the rows added, then `extra` (the layout's extra
+    /// columns, one value per row added). The rows' columns are gathered later, off the
+    /// operator's task, from the batches the stores hold now (shared, not copied: a batch the
+    /// operator frees meanwhile lives on in the snapshot).
+    pub fn finish(mut self, extra: Vec<ArrayRef>) -> StateSnapshot {
+        let stores = [self.stores[0].clone(), self.stores[1].clone()];
+        let joined = self.layout.joined.clone();
+        let schema = self.layout.schema.clone();
+        let mut bookkeeping: Vec<ArrayRef> = vec![
+            weir_state::snapshot::key_group_column(std::mem::take(&mut self.groups)),
+            Arc::new(UInt8Array::from(std::mem::take(&mut self.sides))),
+            Arc::new(self.keys.finish()),
+        ];
+        bookkeeping.extend(extra);
+        let pairs = std::mem::take(&mut self.pairs);
+        StateSnapshot::deferred(move || {
+            let mut cols = assemble(&joined, &stores[0], &stores[1], &pairs)?
+                .columns()
+                .to_vec();
+            cols.extend(bookkeeping);
+            Ok(vec![RecordBatch::try_new(schema, cols)?])
+        })
     }
 }
 
@@ -337,7 +341,7 @@ mod tests {
         w.push(0, keys.row(0).as_ref(), row(left, 0)).unwrap();
         w.push(0, NULL_KEY, row(left, 1)).unwrap();
         w.push(1, keys.row(0).as_ref(), row(right, 0)).unwrap();
-        let state = w.finish(Vec::new()).unwrap();
+        let state = w.finish(Vec::new()).into_batches().unwrap().remove(0);
         let groups: Vec<u16> = state
             .column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN)
             .unwrap()

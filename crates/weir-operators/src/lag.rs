@@ -48,7 +48,7 @@ use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{
-    Context, Error, KeyedStream, Operator, Result, Stream, StreamBatch, SubtaskInfo,
+    Context, Error, KeyedStream, Operator, Result, StateSnapshot, Stream, StreamBatch, SubtaskInfo,
 };
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{ExpiryQueue, KeySlots, StateSize};
@@ -511,7 +511,7 @@ impl Operator for LagOp {
 
     /// Every key's held rows (`HELD`, with arrival order), kept lag values (`KEPT`, oldest
     /// first) and last time (`LAST`). Timers are not stored: a restore queues each key again.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         type Entry<'a> = (
             u16,
             &'a [u8],
@@ -553,7 +553,10 @@ impl Operator for LagOp {
         let lags: Vec<Option<&[u8]>> = entries.iter().map(|e| e.6).collect();
         cols.extend(crate::held_rows::columns_with_gaps(&self.all, &rows)?);
         cols.extend(crate::held_rows::columns_with_gaps(&self.lagged, &lags)?);
-        Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
+        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
+            self.state_schema.clone(),
+            cols,
+        )?]))
     }
 
     /// Takes up the entries of [`snapshot`](Operator::snapshot)s and queues every key again

@@ -55,7 +55,7 @@ use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef, StateSize};
 
 use crate::aggregates::{self, Aggregate, AggregateFn, Bound, State, Values};
@@ -799,7 +799,7 @@ impl Operator for OverAggregateOp {
     }
 
     /// Every held row: a key's emitted rows oldest first, then its pending ones in order.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let mut refs: Vec<Option<RowRef>> = Vec::new();
         let mut groups = Vec::new();
         let mut keys: Vec<&[u8]> = Vec::new();
@@ -845,7 +845,10 @@ impl Operator for OverAggregateOp {
             Arc::new(accs.finish()),
             Arc::new(Int64Array::from(lasts)),
         ]);
-        Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
+        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
+            self.state_schema.clone(),
+            cols,
+        )?]))
     }
 
     /// Takes up the rows of [`snapshot`](Operator::snapshot)s: emitted rows back into their

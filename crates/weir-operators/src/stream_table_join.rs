@@ -36,7 +36,7 @@ use arrow_schema::{DataType, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::join::{assemble, join_schema, JoinType, StateLayout};
@@ -319,14 +319,14 @@ impl Operator for StreamTableJoinOp {
     }
 
     /// The table's row of every key (see [`StateLayout`]); stream rows are not kept.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let mut w = self.layout.writer(&self.stores, &self.encoders);
         for slot in self.table.slots() {
             if let Some(row) = *self.table.get(slot) {
                 w.push(1, self.table.key(slot), Some(row))?;
             }
         }
-        Ok(vec![w.finish(Vec::new())?])
+        Ok(w.finish(Vec::new()))
     }
 
     /// Takes the rows up as upserts, so a key found twice (a table broadcast to every

@@ -58,7 +58,7 @@ use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::join::{assemble, join_schema, JoinType, StateLayout, NULL_KEY};
@@ -556,7 +556,7 @@ impl Operator for TemporalJoinOp {
 
     /// The waiting probes and the versions of every key (see [`StateLayout`]); the queue of
     /// due probes is rebuilt from them on restore.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let mut w = self.layout.writer(&self.stores, &self.encoders);
         let (mut times, mut deletes) = (Vec::new(), Vec::new());
         for slot in self.keys.slots() {
@@ -573,10 +573,10 @@ impl Operator for TemporalJoinOp {
                 deletes.push(v.row.is_none());
             }
         }
-        Ok(vec![w.finish(vec![
+        Ok(w.finish(vec![
             Arc::new(Int64Array::from(times)),
             Arc::new(BooleanArray::from(deletes)),
-        ])?])
+        ]))
     }
 
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {

@@ -56,7 +56,7 @@ use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::aggregates::{self, Aggregate, Bound, State};
@@ -992,7 +992,7 @@ impl Operator for WindowAggregateOp {
     /// Every open group (fixed windows) or session: a row of [`WindowAggregateOp::state_schema`]
     /// each, a key's sessions in the order they are kept. What is scheduled to close is not
     /// stored: a restore queues each group again at its window's close.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let mut rows: Vec<aggregates::StateRow> = Vec::with_capacity(self.group_count as usize);
         if self.spec.fixed().is_some() {
             for slot in self.groups.slots() {
@@ -1011,6 +1011,7 @@ impl Operator for WindowAggregateOp {
             }
         }
         aggregates::state_batches(&self.state_schema, self.key_groups, &self.bound, &rows)
+            .map(StateSnapshot::ready)
     }
 
     /// Takes up the groups or sessions of [`snapshot`](Operator::snapshot)s, each queued to

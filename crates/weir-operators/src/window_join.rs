@@ -58,7 +58,7 @@ use weir_core::batch::{event_time_index, event_times};
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
 use crate::join::{assemble, join_schema, JoinType, StateLayout};
@@ -599,7 +599,7 @@ impl Operator for WindowJoinOp {
 
     /// The rows of every open window (see [`StateLayout`]), filed under the rows' own keys; the
     /// closing queue is rebuilt from them on restore.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let mut w = self.layout.writer(&self.stores, &self.encoders);
         let (mut starts, mut ends) = (Vec::new(), Vec::new());
         let window_len = self.window_id_len();
@@ -620,7 +620,7 @@ impl Operator for WindowJoinOp {
         if self.given.is_some() {
             extra.push(Arc::new(Int64Array::from(ends)));
         }
-        Ok(vec![w.finish(extra)?])
+        Ok(w.finish(extra))
     }
 
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
-use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{ExpiryQueue, KeySlots, StateSize};
 
@@ -487,7 +487,7 @@ impl Operator for WindowRankOp {
     /// Every kept row of every open group: a row of the state layout each (key group, key, the
     /// row's columns). What is scheduled to close is not stored: a restore queues each group
     /// again at its window's close.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         let parser = self.all.parser();
         let mut groups = Vec::new();
         let mut keys: Vec<&[u8]> = Vec::new();
@@ -506,7 +506,10 @@ impl Operator for WindowRankOp {
             Arc::new(BinaryArray::from_vec(keys)),
         ];
         cols.extend(self.all.convert_rows(rows)?);
-        Ok(vec![RecordBatch::try_new(self.state_schema.clone(), cols)?])
+        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
+            self.state_schema.clone(),
+            cols,
+        )?]))
     }
 
     /// Takes up the rows of [`snapshot`](Operator::snapshot)s into their groups, each queued to

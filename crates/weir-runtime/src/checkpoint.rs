@@ -157,6 +157,9 @@ pub(crate) enum ToCoordinator {
     /// The subtask has ended (end of input): it takes part in no later checkpoint, and every
     /// later checkpoint holds this last report of it (a source's finished splits).
     Ended(SubtaskId, Option<Report>),
+    /// Writing a subtask's snapshot failed (the error names the subtask): the job fails, as
+    /// it would had the subtask's task failed.
+    Failed(crate::Error),
 }
 
 /// A source subtask's side of checkpointing: triggers in, reports out.
@@ -184,8 +187,13 @@ pub(crate) enum Report {
     /// A source subtask: where each of its splits stands, by split name, with the split's
     /// watermark.
     Source { positions: Vec<SplitPosition> },
-    /// An operator subtask: its state (none for stateless operators).
-    Operator { state: Vec<StateFileInfo> },
+    /// An operator subtask: its state (none for stateless operators), and how long taking it
+    /// held the subtask up (`sync_nanos`) and writing it took after (`async_nanos`).
+    Operator {
+        state: Vec<StateFileInfo>,
+        sync_nanos: u64,
+        async_nanos: u64,
+    },
     /// A sink subtask: everything before the barrier is written (pre-committed).
     Sink,
 }

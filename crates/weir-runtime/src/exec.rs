@@ -12,6 +12,7 @@ mod chain;
 pub mod host;
 mod operator_task;
 mod output;
+mod reports;
 mod sorted_source;
 mod source_task;
 mod start_guard;

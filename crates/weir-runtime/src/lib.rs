@@ -55,7 +55,9 @@ pub use error::{Error, Result};
 pub use graph::{JobConfig, JobGraph, OperatorFactory, Partitioning, Registry, StreamInfo};
 pub use location::Location;
 pub use message::{Message, StreamBatch};
-pub use operator::{AsyncOperator, Context, Operator, Port, SubtaskInfo, TimeDomain, Timer};
+pub use operator::{
+    AsyncOperator, Context, Operator, Port, StateSnapshot, SubtaskInfo, TimeDomain, Timer,
+};
 pub use sink::{
     BlackholeSink, CollectSink, RateLimitHandle, RateLimitedSink, SinkFactory, SinkWriter,
 };

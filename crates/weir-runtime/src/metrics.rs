@@ -220,6 +220,14 @@ pub struct CheckpointMetrics {
     pub max_duration_ms: AtomicI64,
     /// Bytes of the last completed checkpoint (state files and manifest).
     pub last_bytes: AtomicU64,
+    /// Of the last completed checkpoint, the longest time an operator subtask was held up
+    /// taking its snapshot at the barrier (the synchronous part), ms.
+    pub last_sync_ms: AtomicI64,
+    /// Of the last completed checkpoint, the longest time a subtask's snapshot took to be
+    /// made and written after it went on (the asynchronous part), ms.
+    pub last_async_ms: AtomicI64,
+    /// The longest synchronous part of any checkpoint of this run, ms.
+    pub max_sync_ms: AtomicI64,
     /// The least source-split watermark of the newest checkpoint every sink has published
     /// (`i64::MIN`: none): what the job's committed output has reached.
     pub last_watermark: AtomicI64,
@@ -233,6 +241,9 @@ impl Default for CheckpointMetrics {
             last_duration_ms: AtomicI64::new(0),
             max_duration_ms: AtomicI64::new(0),
             last_bytes: AtomicU64::new(0),
+            last_sync_ms: AtomicI64::new(0),
+            last_async_ms: AtomicI64::new(0),
+            max_sync_ms: AtomicI64::new(0),
             // Nothing published yet: a checkpoint completes before the sinks publish it.
             last_watermark: AtomicI64::new(i64::MIN),
         }
@@ -240,12 +251,15 @@ impl Default for CheckpointMetrics {
 }
 
 impl CheckpointMetrics {
-    pub fn record(&self, id: u64, duration_ms: i64, bytes: u64) {
+    pub fn record(&self, id: u64, duration_ms: i64, bytes: u64, snapshots: SnapshotTimes) {
         self.completed.fetch_add(1, Relaxed);
         self.last_id.store(id, Relaxed);
         self.last_duration_ms.store(duration_ms, Relaxed);
         self.max_duration_ms.fetch_max(duration_ms, Relaxed);
         self.last_bytes.store(bytes, Relaxed);
+        self.last_sync_ms.store(snapshots.sync_ms, Relaxed);
+        self.last_async_ms.store(snapshots.async_ms, Relaxed);
+        self.max_sync_ms.fetch_max(snapshots.sync_ms, Relaxed);
     }
 
     /// Every sink has published a checkpoint whose least source-split watermark is
@@ -262,9 +276,20 @@ impl CheckpointMetrics {
             last_duration_ms: self.last_duration_ms.load(Relaxed),
             max_duration_ms: self.max_duration_ms.load(Relaxed),
             last_bytes: self.last_bytes.load(Relaxed),
+            last_sync_ms: self.last_sync_ms.load(Relaxed),
+            last_async_ms: self.last_async_ms.load(Relaxed),
+            max_sync_ms: self.max_sync_ms.load(Relaxed),
             last_watermark: Some(self.last_watermark.load(Relaxed)).filter(|w| *w != i64::MIN),
         }
     }
+}
+
+/// How long a checkpoint's snapshots took: the longest subtask's time held up at the barrier
+/// (`sync_ms`) and the longest time one took to be made and written after (`async_ms`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnapshotTimes {
+    pub sync_ms: i64,
+    pub async_ms: i64,
 }
 
 /// [`CheckpointMetrics`] at one moment.
@@ -275,6 +300,12 @@ pub struct CheckpointSnapshot {
     pub last_duration_ms: i64,
     pub max_duration_ms: i64,
     pub last_bytes: u64,
+    /// See [`CheckpointMetrics::last_sync_ms`].
+    pub last_sync_ms: i64,
+    /// See [`CheckpointMetrics::last_async_ms`].
+    pub last_async_ms: i64,
+    /// See [`CheckpointMetrics::max_sync_ms`].
+    pub max_sync_ms: i64,
     /// The least source-split watermark of the newest checkpoint every sink has published.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_watermark: Option<i64>,
@@ -883,7 +914,7 @@ mod tests {
     #[test]
     fn the_committed_watermark_is_unknown_until_a_checkpoint_is_published() {
         let m = CheckpointMetrics::default();
-        m.record(1, 10, 100);
+        m.record(1, 10, 100, SnapshotTimes::default());
         assert_eq!(m.snapshot().last_watermark, None);
         m.published(Some(5_000));
         assert_eq!(m.snapshot().last_watermark, Some(5_000));

@@ -297,6 +297,59 @@ impl<'a> Context<'a> {
     }
 }
 
+/// An operator's state at a barrier ([`Operator::snapshot`]): batches made at once, or a view
+/// of the state that makes them later, on a blocking thread beside the operator's task.
+pub struct StateSnapshot(SnapshotInner);
+
+/// Work that turns a deferred snapshot into its batches.
+type DeferredSnapshot = Box<dyn FnOnce() -> Result<Vec<arrow_array::RecordBatch>> + Send>;
+
+enum SnapshotInner {
+    Ready(Vec<arrow_array::RecordBatch>),
+    Deferred(DeferredSnapshot),
+}
+
+impl StateSnapshot {
+    /// A snapshot whose batches are already made.
+    pub fn ready(batches: Vec<arrow_array::RecordBatch>) -> Self {
+        StateSnapshot(SnapshotInner::Ready(batches))
+    }
+
+    /// A snapshot made later by `make`, which must hold its own view of the state as it was
+    /// when `snapshot` returned (the operator goes on changing its own).
+    pub fn deferred(
+        make: impl FnOnce() -> Result<Vec<arrow_array::RecordBatch>> + Send + 'static,
+    ) -> Self {
+        StateSnapshot(SnapshotInner::Deferred(Box::new(make)))
+    }
+
+    /// The snapshot's batches (making them now if it was deferred).
+    ///
+    /// # Errors
+    /// What making a deferred snapshot returned.
+    pub fn into_batches(self) -> Result<Vec<arrow_array::RecordBatch>> {
+        match self.0 {
+            SnapshotInner::Ready(b) => Ok(b),
+            SnapshotInner::Deferred(make) => make(),
+        }
+    }
+}
+
+impl From<Vec<arrow_array::RecordBatch>> for StateSnapshot {
+    fn from(batches: Vec<arrow_array::RecordBatch>) -> Self {
+        StateSnapshot::ready(batches)
+    }
+}
+
+impl std::fmt::Debug for StateSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            SnapshotInner::Ready(b) => write!(f, "StateSnapshot::Ready({} batches)", b.len()),
+            SnapshotInner::Deferred(_) => f.write_str("StateSnapshot::Deferred"),
+        }
+    }
+}
+
 /// A synchronous stream operator; one instance per parallel subtask.
 ///
 /// The runtime calls the methods from one task, one at a time. Everything a method emits
@@ -353,9 +406,13 @@ pub trait Operator: Send {
     /// factory's [`OperatorFactory::state`](crate::graph::OperatorFactory::state) is
     /// `Checkpointed`.
     ///
+    /// The snapshot may be [deferred](StateSnapshot::deferred): a consistent view of the state
+    /// taken now (immutable batches it shares, an index it copies) that becomes batches later,
+    /// off the operator's task, while the operator goes on processing.
+    ///
     /// # Errors
     /// The default: this operator has no snapshot.
-    fn snapshot(&mut self) -> Result<Vec<arrow_array::RecordBatch>> {
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
         Err(crate::Error::Internal(
             "snapshot of an operator that declares no checkpointed state".into(),
         ))

@@ -227,8 +227,8 @@ impl Operator for RemindersOp {
         ctx.emit(StreamBatch::new(b));
         Ok(())
     }
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
-        Ok(Vec::new())
+    fn snapshot(&mut self) -> Result<weir_runtime::StateSnapshot> {
+        Ok(Vec::new().into())
     }
     fn restore(&mut self, _state: Vec<RecordBatch>) -> Result<()> {
         Ok(())
@@ -416,8 +416,8 @@ impl Operator for EchoRemindersOp {
         ctx.emit(StreamBatch::new(b));
         Ok(())
     }
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>> {
-        Ok(Vec::new())
+    fn snapshot(&mut self) -> Result<weir_runtime::StateSnapshot> {
+        Ok(Vec::new().into())
     }
     fn restore(&mut self, _state: Vec<RecordBatch>) -> Result<()> {
         Ok(())

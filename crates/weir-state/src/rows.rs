@@ -16,8 +16,9 @@ pub struct RowRef {
     pub row: u32,
 }
 
-/// Batches that buffered rows point into; a batch is freed when its last live row goes.
-#[derive(Debug)]
+/// Batches that buffered rows point into; a batch is freed when its last live row goes. A
+/// clone shares the batches (a snapshot's view of them).
+#[derive(Debug, Clone)]
 pub struct BatchStore {
     batches: Vec<Option<(RecordBatch, u32)>>,
     free: Vec<u32>,

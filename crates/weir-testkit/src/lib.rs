@@ -153,6 +153,14 @@ pub fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
     out
 }
 
+/// A snapshot made into its batches and passed through Arrow IPC, as a checkpoint stores it
+/// (deferred snapshots are made now).
+pub fn stored(snapshot: weir_runtime::StateSnapshot) -> Vec<RecordBatch> {
+    let batches = snapshot.into_batches().expect("snapshot failed");
+    let bytes = weir_state::snapshot::encode(&batches).expect("state encodes");
+    weir_state::snapshot::decode(&bytes, std::path::Path::new("snapshot")).expect("state decodes")
+}
+
 /// Drives one operator subtask by hand, through the runtime's own driver
 /// ([`OperatorHost`]): timers fire and calls are made in the order a running job makes them.
 pub struct Harness {
@@ -270,10 +278,14 @@ impl Harness {
     /// The operator's checkpointed state now (as the runtime takes it at a barrier), through
     /// Arrow IPC as a checkpoint stores it.
     pub fn snapshot(&mut self) -> Vec<RecordBatch> {
-        let batches = self.host.operator().snapshot().expect("snapshot failed");
-        let bytes = weir_state::snapshot::encode(&batches).expect("state encodes");
-        weir_state::snapshot::decode(&bytes, std::path::Path::new("snapshot"))
-            .expect("state decodes")
+        stored(self.snapshot_later())
+    }
+
+    /// The operator's snapshot now, as the runtime takes it at a barrier, not yet made into
+    /// batches: a test may go on driving the operator, then check with [`stored`] that the
+    /// snapshot still holds the state of the moment it was taken.
+    pub fn snapshot_later(&mut self) -> weir_runtime::StateSnapshot {
+        self.host.operator().snapshot().expect("snapshot failed")
     }
 
     /// A fresh subtask `subtask` of `parallelism` of `factory` restored from `snapshots` (the
@@ -453,5 +465,13 @@ impl KeyedSubtasks {
     /// Every subtask's snapshot.
     pub fn snapshots(&mut self) -> Vec<Vec<RecordBatch>> {
         self.subtasks.iter_mut().map(|h| h.snapshot()).collect()
+    }
+
+    /// Every subtask's snapshot, not yet made into batches (see [`Harness::snapshot_later`]).
+    pub fn snapshots_later(&mut self) -> Vec<weir_runtime::StateSnapshot> {
+        self.subtasks
+            .iter_mut()
+            .map(|h| h.snapshot_later())
+            .collect()
     }
 }

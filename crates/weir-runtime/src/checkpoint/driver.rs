@@ -21,7 +21,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::graph::{JobGraph, NodeKind, OperatorState};
-use crate::metrics::JobMetrics;
+use crate::metrics::{JobMetrics, SnapshotTimes};
 
 /// A savepoint request (from a [`crate::exec::SavepointHandle`]).
 pub(crate) struct SavepointRequest {
@@ -326,6 +326,7 @@ impl Driver {
         let done = match report {
             Some(ToCoordinator::Ack(a)) => self.coordinator().ack(a)?,
             Some(ToCoordinator::Ended(id, last)) => self.coordinator().ended(id, last),
+            Some(ToCoordinator::Failed(e)) => return Err(e),
             None => {
                 self.reports_open = false;
                 return Ok(());
@@ -388,6 +389,7 @@ impl Driver {
         use weir_state::checkpoint::{Manifest, NodeState, SplitPosition, StateFile, SubtaskState};
         let mut m = Manifest::new(&self.job, done.epoch, weir_core::time::ProcTime(now_ms));
         let mut bytes = 0;
+        let (mut sync_nanos, mut async_nanos) = (0, 0);
         for ((node, subtask), report) in done.reports {
             let CheckpointedNode {
                 id,
@@ -409,7 +411,13 @@ impl Driver {
                         );
                     }
                 }
-                Report::Operator { state } => {
+                Report::Operator {
+                    state,
+                    sync_nanos: sync,
+                    async_nanos: write,
+                } => {
+                    sync_nanos = sync_nanos.max(sync);
+                    async_nanos = async_nanos.max(write);
                     bytes += state.iter().map(|f| f.bytes).sum::<u64>();
                     m.nodes
                         .entry(id.clone())
@@ -468,7 +476,15 @@ impl Driver {
         // Shown as what the output has reached once every sink has published it.
         self.unpublished
             .push_back((done.epoch.0, m.least_watermark()));
-        metrics.checkpoints.record(done.epoch.0, took_ms, bytes);
+        metrics.checkpoints.record(
+            done.epoch.0,
+            took_ms,
+            bytes,
+            SnapshotTimes {
+                sync_ms: (sync_nanos / 1_000_000) as i64,
+                async_ms: (async_nanos / 1_000_000) as i64,
+            },
+        );
         Ok(())
     }
 

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use weir_core::time::{Clock, ProcTime, Stopwatch, Watermark};
 
 use super::host::{OperatorHost, StateFiles};
-use crate::checkpoint::{Ack, Report, ToCoordinator};
+use super::reports::Reports;
+use crate::checkpoint::ToCoordinator;
 use crate::error::{Error, Result};
 use crate::message::{Message, StreamBatch};
 use crate::metrics::SubtaskMetrics;
@@ -34,6 +35,7 @@ pub(super) enum Chained {
 }
 
 /// Who a chained operator is, for its errors.
+#[derive(Clone)]
 pub(super) struct Identity {
     pub(super) operator: String,
     pub(super) subtask: usize,
@@ -62,7 +64,7 @@ pub(super) struct ChainMember {
     pub(super) metrics: Arc<SubtaskMetrics>,
     pub(super) dead_letters: DeadLetters,
     /// Where checkpoint reports go, when the job takes checkpoints.
-    pub(super) checkpoints: Option<tokio::sync::mpsc::UnboundedSender<ToCoordinator>>,
+    pub(super) reports: Reports,
     pub(super) state_files: Option<StateFiles>,
     /// The subtask's (node, index), for checkpoint reports.
     pub(super) id: (usize, usize),
@@ -89,7 +91,7 @@ impl ChainMember {
             op,
             metrics,
             dead_letters,
-            checkpoints: None,
+            reports: Reports::new(None, id, Arc::new(|e| e)),
             state_files: None,
             id,
             identity,
@@ -104,10 +106,10 @@ impl ChainMember {
         self.identity.wrap(e)
     }
 
-    fn report(&self, msg: ToCoordinator) {
-        if let Some(to) = &self.checkpoints {
-            let _ = to.send(msg);
-        }
+    /// Sends its checkpoint reports to `to` (the job takes checkpoints).
+    pub(super) fn report_to(&mut self, to: tokio::sync::mpsc::UnboundedSender<ToCoordinator>) {
+        let identity = self.identity.clone();
+        self.reports = Reports::new(Some(to), self.id, Arc::new(move |e| identity.wrap(e)));
     }
 
     /// Handles one item; what it emits, then the item if it goes on, are appended to `next`.
@@ -145,22 +147,18 @@ impl ChainMember {
             }
             Item::Control(Message::Watermark(w)) => self.advance(w, last, next)?,
             Item::Control(Message::Barrier(epoch)) => {
-                let state = match &mut self.op {
+                let pending = match &mut self.op {
                     Chained::Sync(host) => {
                         host.call(&self.dead_letters, &mut out, false, |op, ctx| {
                             op.on_barrier(epoch, ctx)
                         })?;
                         host.snapshot(epoch, self.state_files.as_ref())?
                     }
-                    Chained::Async(_) => Vec::new(),
+                    Chained::Async(_) => None,
                 };
                 self.pass_on(out, last, next);
                 self.dead_letters.set_epoch(epoch.0)?;
-                self.report(ToCoordinator::Ack(Ack {
-                    subtask: self.id,
-                    epoch,
-                    report: Report::Operator { state },
-                }));
+                self.reports.ack_state(epoch, pending);
                 next.push(Item::Control(Message::Barrier(epoch)));
             }
             Item::Control(Message::End) => {
@@ -170,7 +168,7 @@ impl ChainMember {
                     host.call(&self.dead_letters, &mut out, true, |op, ctx| op.on_end(ctx))?;
                 }
                 self.pass_on(out, last, next);
-                self.report(ToCoordinator::Ended(self.id, None));
+                self.reports.send(ToCoordinator::Ended(self.id, None));
                 self.metrics.finished.store(true, Relaxed);
                 next.push(Item::Control(Message::End));
             }

@@ -137,40 +137,105 @@ impl OperatorHost {
         Ok(())
     }
 
-    /// Writes the operator's state and timers for checkpoint `epoch` (nothing for a
-    /// stateless one).
+    /// Takes the operator's snapshot and its timers' for checkpoint `epoch` (none for a
+    /// stateless one), to be written off the task by [`PendingSnapshot::write`]. Only what
+    /// the operator does in `snapshot` happens here: a deferred snapshot is made into
+    /// batches, and everything is encoded and written, later.
     pub(crate) fn snapshot(
         &mut self,
         epoch: Epoch,
         state_files: Option<&StateFiles>,
-    ) -> Result<Vec<StateFileInfo>> {
+    ) -> Result<Option<PendingSnapshot>> {
         let Some((storage, name)) = state_files else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
-        let batches = self.op.snapshot()?;
-        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let encoded = weir_state::snapshot::encode(&batches)?;
-        let bytes = storage.write_file(epoch, name, &encoded)?;
-        let mut files = vec![StateFileInfo {
+        let sw = Stopwatch::start(self.clock.as_ref());
+        let state = self.op.snapshot()?;
+        let timers = if self.timers.is_empty() {
+            None
+        } else {
+            Some((
+                self.timers.snapshot(self.info.key_groups)?,
+                self.timers.len() as u64,
+            ))
+        };
+        Ok(Some(PendingSnapshot {
+            epoch,
+            clock: self.clock.clone(),
+            storage: storage.clone(),
             name: name.clone(),
-            rows,
-            bytes,
-            checksum: weir_state::checkpoint::checksum(&encoded),
-        }];
-        if !self.timers.is_empty() {
-            let timers = self.timers.snapshot(self.info.key_groups)?;
-            let name = timers_file(name);
-            let encoded = weir_state::snapshot::encode(&[timers])?;
-            let bytes = storage.write_file(epoch, &name, &encoded)?;
-            files.push(StateFileInfo {
-                name,
-                rows: self.timers.len() as u64,
-                bytes,
-                checksum: weir_state::checkpoint::checksum(&encoded),
-            });
-        }
-        Ok(files)
+            state,
+            timers,
+            sync_nanos: sw.elapsed_nanos(self.clock.as_ref()),
+        }))
     }
+}
+
+/// An operator subtask's snapshot taken at a barrier, still to be written.
+pub(crate) struct PendingSnapshot {
+    epoch: Epoch,
+    clock: Arc<dyn Clock>,
+    storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
+    name: String,
+    state: crate::operator::StateSnapshot,
+    /// The timers' state batch and how many timers it holds.
+    timers: Option<(arrow_array::RecordBatch, u64)>,
+    /// How long taking it held up the operator's task.
+    sync_nanos: u64,
+}
+
+impl PendingSnapshot {
+    /// Makes the snapshot into batches, encodes them and writes the files (blocking: call it
+    /// on a blocking thread). Returns the files, once durable, how long taking the snapshot
+    /// held up the task and how long writing it took.
+    ///
+    /// # Errors
+    /// Making the snapshot failed, or writing it did.
+    pub(crate) fn write(self) -> Result<(Vec<StateFileInfo>, u64, u64)> {
+        let sw = Stopwatch::start(self.clock.as_ref());
+        let batches = self.state.into_batches()?;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let mut files = vec![write_state_file(
+            self.storage.as_ref(),
+            self.epoch,
+            self.name.clone(),
+            &batches,
+            rows,
+        )?];
+        drop(batches);
+        if let Some((timers, rows)) = self.timers {
+            files.push(write_state_file(
+                self.storage.as_ref(),
+                self.epoch,
+                timers_file(&self.name),
+                &[timers],
+                rows,
+            )?);
+        }
+        Ok((
+            files,
+            self.sync_nanos,
+            sw.elapsed_nanos(self.clock.as_ref()),
+        ))
+    }
+}
+
+/// Writes `batches` as state file `name` of checkpoint `epoch`.
+fn write_state_file(
+    storage: &dyn weir_state::checkpoint::CheckpointStorage,
+    epoch: Epoch,
+    name: String,
+    batches: &[arrow_array::RecordBatch],
+    rows: u64,
+) -> Result<StateFileInfo> {
+    let encoded = weir_state::snapshot::encode(batches)?;
+    let bytes = storage.write_file(epoch, &name, &encoded)?;
+    Ok(StateFileInfo {
+        name,
+        rows,
+        bytes,
+        checksum: weir_state::checkpoint::checksum(&encoded),
+    })
 }
 
 /// The checkpoint file of a subtask's timers, beside its operator state file `state`.

@@ -4,6 +4,7 @@
 use super::barriers::BarrierAligner;
 use super::host::{OperatorHost, StateFiles};
 use super::output::Outputs;
+use super::reports::Reports;
 use super::Verdict;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -42,8 +43,7 @@ pub(super) struct OperatorTask {
     pub(super) dead_letters: DeadLetters,
     pub(super) verdict: Verdict,
     /// Where checkpoint reports go, when the job takes checkpoints.
-    pub(super) checkpoints:
-        Option<tokio::sync::mpsc::UnboundedSender<crate::checkpoint::ToCoordinator>>,
+    pub(super) reports: Reports,
     /// Operators with checkpointed state: where their snapshots go, and the file name.
     pub(super) state_files: Option<StateFiles>,
     /// The subtask's (node, index), for checkpoint reports.
@@ -352,33 +352,27 @@ impl OperatorTask {
                 }
             }
             if let Some(epoch) = barriers.aligned() {
-                let report = match &mut self.processor {
+                use crate::checkpoint::Report;
+                let (report, pending) = match &mut self.processor {
                     Processor::Operator(host) => {
                         let mut out = Vec::new();
                         host.call(&self.dead_letters, &mut out, false, |op, ctx| {
                             op.on_barrier(epoch, ctx)
                         })?;
-                        let state = host.snapshot(epoch, self.state_files.as_ref())?;
+                        let pending = host.snapshot(epoch, self.state_files.as_ref())?;
                         self.send(out).await?;
-                        crate::checkpoint::Report::Operator { state }
+                        (None, pending)
                     }
-                    Processor::Async(_) => {
-                        crate::checkpoint::Report::Operator { state: Vec::new() }
-                    }
+                    Processor::Async(_) => (None, None),
                     Processor::Sink(w) => {
                         w.pre_commit(epoch).await?;
-                        crate::checkpoint::Report::Sink
+                        (Some(Report::Sink), None)
                     }
                 };
                 self.dead_letters.set_epoch(epoch.0)?;
-                if let Some(to) = &self.checkpoints {
-                    let _ = to.send(crate::checkpoint::ToCoordinator::Ack(
-                        crate::checkpoint::Ack {
-                            subtask: self.id,
-                            epoch,
-                            report,
-                        },
-                    ));
+                match report {
+                    Some(r) => self.reports.ack(epoch, r),
+                    None => self.reports.ack_state(epoch, pending),
                 }
                 self.outputs.broadcast(Message::Barrier(epoch)).await?;
             }
@@ -386,23 +380,19 @@ impl OperatorTask {
                 self.fire_proc_timers().await?;
             }
         }
-        let ended = |to: &Option<tokio::sync::mpsc::UnboundedSender<_>>, id| {
-            if let Some(to) = to {
-                let _ = to.send(crate::checkpoint::ToCoordinator::Ended(id, None));
-            }
-        };
+        let ended = crate::checkpoint::ToCoordinator::Ended(self.id, None);
         match &mut self.processor {
             Processor::Operator(_) => {
                 self.call_and_report(|op, ctx| op.on_end(ctx), true).await?;
-                ended(&self.checkpoints, self.id);
+                self.reports.send(ended);
             }
-            Processor::Async(_) => ended(&self.checkpoints, self.id),
+            Processor::Async(_) => self.reports.send(ended),
             Processor::Sink(w) => {
                 let sw = Stopwatch::start(self.clock.as_ref());
                 w.finish().await?;
                 m.busy_ns
                     .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
-                ended(&self.checkpoints, self.id);
+                self.reports.send(ended);
                 self.verdict.ready_then_wait().await;
                 w.commit().await?;
             }

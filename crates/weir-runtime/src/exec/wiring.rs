@@ -4,6 +4,7 @@ use super::chain::{ChainMember, Chained, Identity};
 use super::host::{OperatorHost, StateFiles};
 use super::operator_task::{OperatorTask, Processor};
 use super::output::{OutputEdge, Outputs, Route, Salting};
+use super::reports::Reports;
 use super::source_task::SourceTask;
 use super::start_guard::check_aligned_start;
 use super::{RunningJob, Verdict};
@@ -314,7 +315,9 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     identity,
                     clock.clone(),
                 );
-                member.checkpoints = checkpoints.as_mut().map(|c| c.operator((f, s)));
+                if let Some(c) = checkpoints.as_mut() {
+                    member.report_to(c.operator((f, s)));
+                }
                 member.state_files =
                     state_files(node, factory.as_ref(), s, checkpoints, &stable_ids);
                 out.chain.members.push(member);
@@ -488,7 +491,10 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         info,
                         dead_letters: dead_letters.subtask(),
                         verdict: verdict.clone(),
-                        checkpoints: to_coordinator,
+                        reports: Reports::new(to_coordinator, (n.id, s), {
+                            let wrap = wrap.clone();
+                            Arc::new(move |e| wrap(s, e))
+                        }),
                         state_files: match &n.kind {
                             NodeKind::Operator { factory } => {
                                 state_files(n, factory.as_ref(), s, &checkpoints, &stable_ids)
