@@ -604,14 +604,16 @@ pub fn summary(r: &JobReport) -> String {
     if m.checkpoints.completed > 0 {
         let _ = writeln!(
             s,
-            "checkpoints:    {} complete, the last #{} took {} ms (longest {} ms), {} bytes of state; \
-             operators were held up at most {} ms taking a snapshot (the last: {} ms, then {} ms \
-             writing it beside the job)",
+            "checkpoints:    {} complete, the last #{} took {} ms (longest {} ms), {} bytes of state \
+             ({} written by it, the rest shared with earlier checkpoints); operators were held up \
+             at most {} ms taking a snapshot (the last: {} ms, then {} ms writing it beside the \
+             job)",
             m.checkpoints.completed,
             m.checkpoints.last_id,
             m.checkpoints.last_duration_ms,
             m.checkpoints.max_duration_ms,
             m.checkpoints.last_bytes,
+            m.checkpoints.last_written_bytes,
             m.checkpoints.max_sync_ms,
             m.checkpoints.last_sync_ms,
             m.checkpoints.last_async_ms

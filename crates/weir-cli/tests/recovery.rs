@@ -201,6 +201,7 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
         want.0.len(),
         want.1.len()
     );
+    checkpoints_share_the_join_rows(&reference.path().join("checkpoints"));
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
@@ -237,6 +238,115 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
     );
     assert_eq!(got.0, want.0);
     assert_eq!(got.1, want.1);
+}
+
+/// The attribution job at parallelism 2, killed once a checkpoint lists shared files (the
+/// interval join's rows), goes on from that incremental checkpoint at parallelism 3 (each
+/// subtask taking the rows of its key groups out of the shared files) to the output of an
+/// uninterrupted run.
+#[test]
+fn an_incremental_checkpoint_restores_at_another_parallelism() {
+    let reference = tempfile::tempdir().unwrap();
+    std::fs::write(reference.path().join("job.sql"), ATTRIBUTION).unwrap();
+    let out = weir(reference.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = output_of(reference.path(), "out");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
+    let mut child = weir(dir.path()).spawn().unwrap();
+    let checkpoints = dir.path().join("checkpoints");
+    let lists_shared = |d: &Path| {
+        std::fs::read_dir(d).into_iter().flatten().any(|e| {
+            std::fs::read_to_string(e.unwrap().path().join("_manifest.json"))
+                .is_ok_and(|m| m.contains("\"shared\": true"))
+        })
+    };
+    for _ in 0..600 {
+        if lists_shared(&checkpoints) || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        lists_shared(&checkpoints),
+        "no checkpoint with shared files before the job ended"
+    );
+    let rescaled = ATTRIBUTION.replace(
+        "SET 'parallelism.default' = '2';",
+        "SET 'parallelism.default' = '3';",
+    );
+    std::fs::write(dir.path().join("job.sql"), rescaled).unwrap();
+    let out = weir(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("restored"), "{stderr}");
+    assert_eq!(output_of(dir.path(), "out"), want);
+}
+
+/// The checkpoints an uninterrupted run of the attribution job left in `dir` are incremental:
+/// the interval join's buffered rows are shared files that a checkpoint writes once and later
+/// ones list, `shared/` holds exactly the files the kept checkpoints list (none leaked, none
+/// missing), and every kept checkpoint reads whole.
+fn checkpoints_share_the_join_rows(dir: &Path) {
+    common::every_checkpoint_is_whole(dir);
+    let mut listed = std::collections::BTreeSet::new();
+    let mut listed_from_earlier = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        let Ok(text) = std::fs::read_to_string(path.join("_manifest.json")) else {
+            continue;
+        };
+        let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let epoch = m["epoch"].as_u64().unwrap();
+        for node in m["nodes"].as_object().unwrap().values() {
+            for sub in node["subtasks"].as_array().unwrap() {
+                for f in sub["files"].as_array().unwrap() {
+                    if f["shared"].as_bool() != Some(true) {
+                        continue;
+                    }
+                    let name = f["name"].as_str().unwrap().to_string();
+                    // Named `...-e<epoch first written>-b<batch>.arrow`.
+                    let first: u64 = name
+                        .rsplit("-e")
+                        .next()
+                        .unwrap()
+                        .split('-')
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    if first < epoch {
+                        listed_from_earlier += 1;
+                    }
+                    listed.insert(name);
+                }
+            }
+        }
+    }
+    assert!(
+        listed_from_earlier > 0,
+        "no kept checkpoint lists a shared file an earlier one wrote: {listed:?}"
+    );
+    let on_disk: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("shared"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let leaked: Vec<_> = on_disk.difference(&listed).take(5).collect();
+    let missing: Vec<_> = listed.difference(&on_disk).take(5).collect();
+    assert!(
+        leaked.is_empty() && missing.is_empty(),
+        "of {} shared files on disk and {} listed: on disk and listed by no kept checkpoint \
+         {leaked:?}...; listed but missing {missing:?}...",
+        on_disk.len(),
+        listed.len()
+    );
 }
 
 /// SIGTERM stops a job with checkpoints with a savepoint (exit 0, its path printed, what it

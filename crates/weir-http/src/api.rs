@@ -255,6 +255,9 @@ pub struct CheckpointsDoc {
     /// The longest any subtask was held up taking a snapshot in this run, ms.
     pub max_sync_ms: i64,
     pub last_bytes: u64,
+    /// Bytes the last checkpoint wrote (less than `last_bytes` when it lists shared files an
+    /// earlier checkpoint wrote).
+    pub last_written_bytes: u64,
     /// Checkpoints seen complete, oldest first (at most one per sample: several completing
     /// within one sample show as the last of them).
     pub recent: Vec<CheckpointRecord>,
@@ -279,6 +282,7 @@ pub(crate) fn checkpoints(view: &JobView, st: &ViewState) -> CheckpointsDoc {
         last_async_ms: c.last_async_ms,
         max_sync_ms: c.max_sync_ms,
         last_bytes: c.last_bytes,
+        last_written_bytes: c.last_written_bytes,
         recent: st.checkpoints.iter().cloned().collect(),
         savepoints: st.savepoints.iter().cloned().collect(),
     }

@@ -736,9 +736,15 @@ pub fn render(view: &JobView) -> String {
     x.family(
         "weir_checkpoint_size_bytes",
         Gauge,
-        "Bytes of the last completed checkpoint (state files and manifest).",
+        "Bytes of the last completed checkpoint's state files, those it shares with earlier checkpoints included.",
     )
     .sample(&[("job", job)], c.last_bytes);
+    x.family(
+        "weir_checkpoint_written_bytes",
+        Gauge,
+        "Bytes the last completed checkpoint wrote (shared files earlier checkpoints wrote are only listed).",
+    )
+    .sample(&[("job", job)], c.last_written_bytes);
 
     x.finish()
 }

@@ -47,7 +47,7 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{BooleanArray, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
@@ -458,21 +458,22 @@ impl Operator for IntervalJoinOp {
         }
     }
 
-    /// The buffered rows of both sides with their match flags (see [`StateLayout`]); the
-    /// expiry queue is rebuilt from them on restore.
+    /// The buffered rows of both sides with their match flags, as shared batches (see
+    /// [`StateLayout::shared`]): a checkpoint writes each input batch once, and after that
+    /// only which of its rows are still buffered and whether they matched. The expiry queue
+    /// is rebuilt from them on restore.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut w = self.layout.writer(&self.stores, &self.encoders);
-        let mut matched = Vec::new();
+        let mut live = Vec::with_capacity((self.buffered[0] + self.buffered[1]) as usize);
         for slot in self.keys.slots() {
-            let key = self.keys.key(slot);
             for (side, entries) in self.keys.get(slot).sides.iter().enumerate() {
-                for e in entries {
-                    w.push(side, key, Some(e.row))?;
-                    matched.push(e.matched);
-                }
+                live.extend(entries.iter().map(|e| (side as u8, e.row, e.matched)));
             }
         }
-        Ok(w.finish(vec![Arc::new(BooleanArray::from(matched))]))
+        Ok(self.layout.shared(
+            &self.stores,
+            [self.spec.left_keys.clone(), self.spec.right_keys.clone()],
+            live,
+        ))
     }
 
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {

@@ -1,6 +1,7 @@
 //! What the joins share: join types, the output schema of two sides, and buffered rows kept as
 //! references into the batches they arrived in.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::builder::BinaryBuilder;
@@ -171,6 +172,9 @@ impl StateLayout {
         stores: &mut [BatchStore; 2],
         has_row: Option<&BooleanArray>,
     ) -> Result<(Vec<RestoredRow<'b>>, [Option<u32>; 2])> {
+        if batch.num_columns() != self.schema.fields().len() {
+            return self.read_side(batch, stores);
+        }
         let bad = || {
             Error::Internal(format!(
                 "join state of another layout: {:?}, expected {:?}",
@@ -236,6 +240,172 @@ impl StateLayout {
         }
         Ok((rows, ids))
     }
+}
+
+impl StateLayout {
+    /// The columns of one side's shared batches ([`StateLayout::shared`]): that input's
+    /// columns, then [`KEY_GROUP_COLUMN`](weir_state::snapshot::KEY_GROUP_COLUMN),
+    /// [`SIDE_COLUMN`] and [`KEY_COLUMN`]. A restore gets them with the layout's extra columns
+    /// after (from the overlay).
+    fn side_schema(&self, side: usize) -> SchemaRef {
+        let n = self.joined.fields().len();
+        let range = if side == 0 {
+            0..self.left_width
+        } else {
+            self.left_width..n
+        };
+        let fields: Vec<Field> = (self.joined.fields()[range].iter())
+            .chain(&self.schema.fields()[n..n + 3])
+            .map(|f| f.as_ref().clone())
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The rows buffered in `stores` as a deferred snapshot of shared batches, one per stored
+    /// batch with a live row, so that a checkpoint writes a stored batch once and after that
+    /// only which of its rows are live. `live` lists every live row (its side and where it
+    /// is) with the value of the layout's one extra column, `flag` (a Boolean that may
+    /// change, such as whether the row found a match). `keys` are the key columns of each
+    /// side (a row's key and key group are those it was filed under: its encoded key, or
+    /// [`NULL_KEY`] with the encoded key's group when a key column is NULL).
+    pub fn shared(
+        &self,
+        stores: &[BatchStore; 2],
+        keys: [Vec<String>; 2],
+        live: Vec<(u8, RowRef, bool)>,
+    ) -> StateSnapshot {
+        let stores = [stores[0].clone(), stores[1].clone()];
+        let flag_field = self.schema.fields()[self.joined.fields().len() + 3].clone();
+        let schemas = [self.side_schema(0), self.side_schema(1)];
+        let key_groups = self.key_groups;
+        StateSnapshot::deferred_parts(move || {
+            let mut by_batch: HashMap<(u8, u32), Vec<(u32, bool)>> = HashMap::new();
+            for (side, r, flag) in live {
+                by_batch
+                    .entry((side, r.batch))
+                    .or_default()
+                    .push((r.row, flag));
+            }
+            let mut by_batch: Vec<_> = by_batch.into_iter().collect();
+            by_batch.sort_unstable_by_key(|(k, _)| *k);
+            let mut shared = Vec::with_capacity(by_batch.len());
+            for ((side, id), rows) in by_batch {
+                let s = side as usize;
+                let data = stores[s].batch(id).clone();
+                let n = data.num_rows();
+                let (mut live, mut flags) = (vec![false; n], vec![false; n]);
+                for (row, flag) in rows {
+                    live[row as usize] = true;
+                    flags[row as usize] = flag;
+                }
+                let flags_schema = Arc::new(Schema::new(vec![flag_field.as_ref().clone()]));
+                let mutable =
+                    RecordBatch::try_new(flags_schema, vec![Arc::new(BooleanArray::from(flags))])?;
+                let (schema, keys) = (schemas[s].clone(), keys[s].clone());
+                shared.push(weir_runtime::SharedBatch {
+                    id: stores[s].seq(id) * 2 + side as u64,
+                    live: BooleanArray::from(live),
+                    mutable: Some(mutable),
+                    make: Box::new(move || side_rows(data, side, &keys, key_groups, schema)),
+                });
+            }
+            Ok(weir_runtime::SnapshotParts {
+                batches: Vec::new(),
+                shared,
+            })
+        })
+    }
+
+    /// Takes up a batch of one side's shared rows (see [`StateLayout::side_schema`]) into
+    /// that side's store.
+    fn read_side<'b>(
+        &self,
+        batch: &'b RecordBatch,
+        stores: &mut [BatchStore; 2],
+    ) -> Result<(Vec<RestoredRow<'b>>, [Option<u32>; 2])> {
+        let extras = self.schema.fields().len() - self.joined.fields().len() - 3;
+        let bad = || {
+            Error::Internal(format!(
+                "join state of another layout: {:?}, expected {:?} or one side's columns",
+                batch.schema(),
+                self.schema
+            ))
+        };
+        let width = batch
+            .num_columns()
+            .checked_sub(3 + extras)
+            .ok_or_else(bad)?;
+        let sides = (batch.column(width + 1).as_primitive_opt::<UInt8Type>()).ok_or_else(bad)?;
+        let mut ids = [None; 2];
+        if batch.num_rows() == 0 {
+            return Ok((Vec::new(), ids));
+        }
+        let side = sides.value(0) as usize;
+        let expected = self.side_schema(side);
+        let theirs = batch.schema();
+        let fits = side < 2
+            && expected.fields().len() == width + 3
+            && (expected.fields().iter().zip(theirs.fields()))
+                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+        if !fits {
+            return Err(bad());
+        }
+        let keys = batch
+            .column(width + 2)
+            .as_binary_opt::<i32>()
+            .ok_or_else(bad)?;
+        let data = RecordBatch::try_new(
+            stores[side].schema().clone(),
+            batch.columns()[..width].to_vec(),
+        )
+        .map_err(|e| Error::Internal(format!("join state does not fit the join's input: {e}")))?;
+        let id = stores[side].insert(data);
+        let rows = (0..batch.num_rows())
+            .map(|i| {
+                stores[side].retain(id);
+                RestoredRow {
+                    side,
+                    key: keys.value(i),
+                    row: Some(RowRef {
+                        batch: id,
+                        row: i as u32,
+                    }),
+                }
+            })
+            .collect();
+        ids[side] = Some(id);
+        Ok((rows, ids))
+    }
+}
+
+/// One side's stored batch as a shared state batch (see [`StateLayout::side_schema`]): its
+/// columns, then each row's key group, side and the key it is filed under.
+fn side_rows(
+    data: RecordBatch,
+    side: u8,
+    keys: &[String],
+    key_groups: u16,
+    schema: SchemaRef,
+) -> Result<RecordBatch> {
+    let encoder = KeyEncoder::new(&data.schema(), keys)?;
+    let encoded = encoder.encode(&data)?;
+    let nulls = encoder.null_keys(&data);
+    let n = data.num_rows();
+    let mut groups = Vec::with_capacity(n);
+    let mut key_col = BinaryBuilder::new();
+    for (i, k) in encoded.iter().enumerate() {
+        groups.push(key_group(hash_key(k.as_ref()), key_groups));
+        if nulls.as_ref().is_some_and(|b| b.is_null(i)) {
+            key_col.append_value(NULL_KEY);
+        } else {
+            key_col.append_value(k.as_ref());
+        }
+    }
+    let mut cols = data.columns().to_vec();
+    cols.push(weir_state::snapshot::key_group_column(groups));
+    cols.push(Arc::new(UInt8Array::from(vec![side; n])));
+    cols.push(Arc::new(key_col.finish()));
+    Ok(RecordBatch::try_new(schema, cols)?)
 }
 
 /// A row of a join's state, taken up by [`StateLayout::read`].

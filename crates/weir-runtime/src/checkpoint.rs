@@ -206,6 +206,10 @@ pub struct StateFileInfo {
     pub bytes: u64,
     /// `weir_state::checkpoint::checksum` of the file's bytes.
     pub checksum: String,
+    /// A shared file (`CheckpointStorage::write_shared`), which later checkpoints list too.
+    pub shared: bool,
+    /// Written for this checkpoint (a shared file an earlier one wrote is not).
+    pub written: bool,
 }
 
 /// Where one split stands at a checkpoint.

@@ -13,6 +13,7 @@ pub mod host;
 mod operator_task;
 mod output;
 mod reports;
+mod shared_files;
 mod sorted_source;
 mod source_task;
 mod start_guard;
@@ -325,7 +326,10 @@ impl RunningJob {
         }
         // A checkpoint the job ended (or failed) before completing is not one; removed before
         // anything else can fail.
-        let savepoint = checkpoints.and_then(|c| c.end());
+        let savepoint = match checkpoints {
+            Some(c) => c.end().await,
+            None => None,
+        };
         self.dead_letters.flush()?;
         if first_err.is_none() && !stopped {
             first_err = self.check_dead_letter_share(0).err();

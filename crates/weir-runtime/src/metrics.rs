@@ -218,8 +218,11 @@ pub struct CheckpointMetrics {
     /// From the barriers' injection to the manifest written, ms.
     pub last_duration_ms: AtomicI64,
     pub max_duration_ms: AtomicI64,
-    /// Bytes of the last completed checkpoint (state files and manifest).
+    /// Bytes of the last completed checkpoint's state files (those it shares with earlier
+    /// checkpoints too).
     pub last_bytes: AtomicU64,
+    /// Bytes the last completed checkpoint wrote (see [`SnapshotTimes::written_bytes`]).
+    pub last_written_bytes: AtomicU64,
     /// Of the last completed checkpoint, the longest time an operator subtask was held up
     /// taking its snapshot at the barrier (the synchronous part), ms.
     pub last_sync_ms: AtomicI64,
@@ -241,6 +244,7 @@ impl Default for CheckpointMetrics {
             last_duration_ms: AtomicI64::new(0),
             max_duration_ms: AtomicI64::new(0),
             last_bytes: AtomicU64::new(0),
+            last_written_bytes: AtomicU64::new(0),
             last_sync_ms: AtomicI64::new(0),
             last_async_ms: AtomicI64::new(0),
             max_sync_ms: AtomicI64::new(0),
@@ -257,6 +261,8 @@ impl CheckpointMetrics {
         self.last_duration_ms.store(duration_ms, Relaxed);
         self.max_duration_ms.fetch_max(duration_ms, Relaxed);
         self.last_bytes.store(bytes, Relaxed);
+        self.last_written_bytes
+            .store(snapshots.written_bytes, Relaxed);
         self.last_sync_ms.store(snapshots.sync_ms, Relaxed);
         self.last_async_ms.store(snapshots.async_ms, Relaxed);
         self.max_sync_ms.fetch_max(snapshots.sync_ms, Relaxed);
@@ -276,6 +282,7 @@ impl CheckpointMetrics {
             last_duration_ms: self.last_duration_ms.load(Relaxed),
             max_duration_ms: self.max_duration_ms.load(Relaxed),
             last_bytes: self.last_bytes.load(Relaxed),
+            last_written_bytes: self.last_written_bytes.load(Relaxed),
             last_sync_ms: self.last_sync_ms.load(Relaxed),
             last_async_ms: self.last_async_ms.load(Relaxed),
             max_sync_ms: self.max_sync_ms.load(Relaxed),
@@ -285,11 +292,15 @@ impl CheckpointMetrics {
 }
 
 /// How long a checkpoint's snapshots took: the longest subtask's time held up at the barrier
-/// (`sync_ms`) and the longest time one took to be made and written after (`async_ms`).
+/// (`sync_ms`) and the longest time one took to be made and written after (`async_ms`); how
+/// much it wrote.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SnapshotTimes {
     pub sync_ms: i64,
     pub async_ms: i64,
+    /// Bytes the checkpoint wrote: its own files and the shared files it was the first to
+    /// list (the rest of its size, shared files earlier checkpoints wrote, it only lists).
+    pub written_bytes: u64,
 }
 
 /// [`CheckpointMetrics`] at one moment.
@@ -300,6 +311,8 @@ pub struct CheckpointSnapshot {
     pub last_duration_ms: i64,
     pub max_duration_ms: i64,
     pub last_bytes: u64,
+    /// See [`CheckpointMetrics::last_written_bytes`].
+    pub last_written_bytes: u64,
     /// See [`CheckpointMetrics::last_sync_ms`].
     pub last_sync_ms: i64,
     /// See [`CheckpointMetrics::last_async_ms`].

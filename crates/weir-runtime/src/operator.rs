@@ -301,18 +301,60 @@ impl<'a> Context<'a> {
 /// of the state that makes them later, on a blocking thread beside the operator's task.
 pub struct StateSnapshot(SnapshotInner);
 
-/// Work that turns a deferred snapshot into its batches.
-type DeferredSnapshot = Box<dyn FnOnce() -> Result<Vec<arrow_array::RecordBatch>> + Send>;
+/// Work that makes a deferred snapshot.
+type DeferredSnapshot = Box<dyn FnOnce() -> Result<SnapshotParts> + Send>;
 
 enum SnapshotInner {
-    Ready(Vec<arrow_array::RecordBatch>),
+    Ready(SnapshotParts),
     Deferred(DeferredSnapshot),
+}
+
+/// What a snapshot holds: batches written whole into this checkpoint, and shared batches that
+/// checkpoints write once and then only refer to (incremental checkpoints).
+#[derive(Default)]
+pub struct SnapshotParts {
+    pub batches: Vec<arrow_array::RecordBatch>,
+    pub shared: Vec<SharedBatch>,
+}
+
+/// Rows of state an operator keeps in a batch that does not change (rows it buffers as they
+/// came): written once, by the first checkpoint that holds it, into a file later checkpoints
+/// refer to; each checkpoint writes only which of its rows are still live and the columns
+/// whose values change. Restored as the batch's live rows: its columns, then `mutable`'s.
+pub struct SharedBatch {
+    /// The batch among the operator subtask's shared batches: while the subtask runs, an id
+    /// always means the same batch (the same rows and values).
+    pub id: u64,
+    /// Which of the batch's rows are live (its length is the batch's row count).
+    pub live: arrow_array::BooleanArray,
+    /// Columns whose values change, one row per row of the batch (dead rows' values are not
+    /// kept); `None` if none do.
+    pub mutable: Option<arrow_array::RecordBatch>,
+    /// Makes the batch, when no checkpoint of this run has written it yet (off the task).
+    pub make: Box<dyn FnOnce() -> Result<arrow_array::RecordBatch> + Send>,
+}
+
+impl SharedBatch {
+    /// The batch's live rows, as a restore gets them.
+    ///
+    /// # Errors
+    /// What `make` returned; `Internal` if `live` or `mutable` do not fit the batch.
+    pub fn into_rows(self) -> Result<arrow_array::RecordBatch> {
+        let overlay = weir_state::snapshot::overlay(self.live, self.mutable.as_ref())?;
+        Ok(weir_state::snapshot::with_overlay(
+            &(self.make)()?,
+            &overlay,
+        )?)
+    }
 }
 
 impl StateSnapshot {
     /// A snapshot whose batches are already made.
     pub fn ready(batches: Vec<arrow_array::RecordBatch>) -> Self {
-        StateSnapshot(SnapshotInner::Ready(batches))
+        StateSnapshot(SnapshotInner::Ready(SnapshotParts {
+            batches,
+            shared: Vec::new(),
+        }))
     }
 
     /// A snapshot made later by `make`, which must hold its own view of the state as it was
@@ -320,18 +362,44 @@ impl StateSnapshot {
     pub fn deferred(
         make: impl FnOnce() -> Result<Vec<arrow_array::RecordBatch>> + Send + 'static,
     ) -> Self {
+        Self::deferred_parts(move || {
+            Ok(SnapshotParts {
+                batches: make()?,
+                shared: Vec::new(),
+            })
+        })
+    }
+
+    /// As [`deferred`](StateSnapshot::deferred), with shared batches.
+    pub fn deferred_parts(make: impl FnOnce() -> Result<SnapshotParts> + Send + 'static) -> Self {
         StateSnapshot(SnapshotInner::Deferred(Box::new(make)))
     }
 
-    /// The snapshot's batches (making them now if it was deferred).
+    /// The snapshot's parts (making them now if it was deferred).
     ///
     /// # Errors
     /// What making a deferred snapshot returned.
-    pub fn into_batches(self) -> Result<Vec<arrow_array::RecordBatch>> {
+    pub fn into_parts(self) -> Result<SnapshotParts> {
         match self.0 {
-            SnapshotInner::Ready(b) => Ok(b),
+            SnapshotInner::Ready(p) => Ok(p),
             SnapshotInner::Deferred(make) => make(),
         }
+    }
+
+    /// The batches a restore of this snapshot gets: its batches, then each shared batch's live
+    /// rows.
+    ///
+    /// # Errors
+    /// What making the snapshot returned.
+    pub fn into_batches(self) -> Result<Vec<arrow_array::RecordBatch>> {
+        let SnapshotParts {
+            mut batches,
+            shared,
+        } = self.into_parts()?;
+        for s in shared {
+            batches.push(s.into_rows()?);
+        }
+        Ok(batches)
     }
 }
 
@@ -344,7 +412,12 @@ impl From<Vec<arrow_array::RecordBatch>> for StateSnapshot {
 impl std::fmt::Debug for StateSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
-            SnapshotInner::Ready(b) => write!(f, "StateSnapshot::Ready({} batches)", b.len()),
+            SnapshotInner::Ready(p) => write!(
+                f,
+                "StateSnapshot::Ready({} batches, {} shared)",
+                p.batches.len(),
+                p.shared.len()
+            ),
             SnapshotInner::Deferred(_) => f.write_str("StateSnapshot::Deferred"),
         }
     }

@@ -19,6 +19,8 @@
 //!     .node-<stable id>-subtask-0.arrow.<pid>-<n>.tmp   a write cut short
 //!   savepoints/
 //!     chk-5/                            a savepoint: never removed by retain
+//!   shared/                             state files checkpoints share (incremental)
+//!     node-<stable id>-subtask-0-e7-b12.arrow
 //!   _lock                               locked by the running job (who holds it, inside)
 //! ```
 //!
@@ -34,8 +36,20 @@
 //! removes. Removal goes the other way: the manifest first, then the folder.
 //!
 //! A savepoint (a manifest with `savepoint: true`) is moved to `savepoints/` before its
-//! manifest is written. A checkpoint folder is self-contained (file names in the manifest are
-//! relative to it), so a savepoint can be copied anywhere and restored from its path.
+//! manifest is written. A savepoint folder is self-contained (file names in the manifest are
+//! relative to it), so it can be copied anywhere and restored from its path.
+//!
+//! # Shared files (incremental checkpoints)
+//!
+//! A state file that does not change from one checkpoint to the next (rows an operator keeps
+//! in an immutable batch) is written once into `shared/` ([`CheckpointStorage::write_shared`])
+//! and listed by every checkpoint that holds it ([`StateFile::shared`]), so a checkpoint writes
+//! what changed since the one before, not all state. A checkpoint that lists shared files needs
+//! the `shared/` folder beside it. A savepoint never does: completing one links (or copies)
+//! its shared files into its folder. [`CheckpointStorage::retain`] deletes a shared file when
+//! no checkpoint it keeps lists it any more, and [`CheckpointStorage::remove_orphans`] (at a
+//! job's start) those that no complete checkpoint lists (written for a checkpoint that never
+//! completed).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -54,9 +68,11 @@ pub use local_dir::{lock_file, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
 /// The manifest's file name in a checkpoint folder; its presence makes the checkpoint complete.
 pub const MANIFEST_FILE: &str = "_manifest.json";
 /// The manifest format this version of weir writes, and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The folder under a checkpoint directory that holds savepoints.
 pub const SAVEPOINTS_DIR: &str = "savepoints";
+/// The folder under a checkpoint directory that holds the files checkpoints share.
+pub const SHARED_DIR: &str = "shared";
 /// What `--restore` takes to mean the newest complete checkpoint.
 pub const RESTORE_LATEST: &str = "latest";
 
@@ -150,6 +166,10 @@ pub struct StateFile {
     /// ([`CheckpointStorage::read_state_file`]); absent in checkpoints of older weirs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<String>,
+    /// A file in the directory's `shared/` folder, which other checkpoints may list too (see
+    /// the module docs), rather than in the checkpoint's own folder. Written by format 2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// The checksum a manifest records for a state file: `xxh3:` and the 64-bit XXH3 hash of its
@@ -307,6 +327,25 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// with `.` or `_`) or a checkpoint not begun; `Io` if writing fails.
     fn write_file(&self, epoch: Epoch, name: &str, bytes: &[u8]) -> Result<u64>;
 
+    /// Writes shared state file `name` whole or not at all, for the checkpoint being taken and
+    /// any later one to list (with [`StateFile::shared`]); returns the bytes written. A name is
+    /// written once: the caller makes names unique (its node, subtask and the epoch it first
+    /// writes them in).
+    ///
+    /// # Errors
+    /// `Internal` for a name that is not a plain file name or one already written; `Io` if
+    /// writing fails.
+    fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64>;
+
+    /// Deletes the shared files no complete checkpoint or savepoint lists (written for a
+    /// checkpoint that never completed) and returns their names. Call it when no checkpoint
+    /// is being taken: at a job's start. Nothing is deleted while a complete checkpoint's
+    /// manifest does not read (what it lists is unknown).
+    ///
+    /// # Errors
+    /// `Io` if listing or deleting fails.
+    fn remove_orphans(&self) -> Result<Vec<String>>;
+
     /// Completes checkpoint `epoch` by writing `manifest` last (a temporary file, fsynced,
     /// renamed to `_manifest.json`, the folder fsynced); a savepoint moves to the savepoints
     /// first. The stored manifest has the current `format_version` and `state_rows` /
@@ -373,6 +412,23 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// be read.
     fn read_file(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>>;
 
+    /// The bytes of shared state file `name` that a complete checkpoint lists.
+    ///
+    /// # Errors
+    /// `Internal` for a name that is not a plain file name; `NotACheckpoint` naming the
+    /// missing file and the fix if the checkpoint was moved away from its shared files; `Io`
+    /// if it cannot be read.
+    fn read_shared(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>>;
+
+    /// Where state file `file` of `checkpoint` is, for messages.
+    fn state_file_path(&self, checkpoint: &CheckpointHandle, file: &StateFile) -> PathBuf {
+        if file.shared {
+            shared_dir_of(&checkpoint.location).join(&file.name)
+        } else {
+            checkpoint.location.join(&file.name)
+        }
+    }
+
     /// The bytes of state file `file` of a complete checkpoint, checked against the size and
     /// checksum its manifest records: a file that was changed, truncated or swapped for
     /// another (another subtask's, another checkpoint's) is never restored.
@@ -381,9 +437,13 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// As [`CheckpointStorage::read_file`]; `CorruptCheckpoint` naming the file, what the
     /// manifest says and what was found, if they differ.
     fn read_state_file(&self, checkpoint: &CheckpointHandle, file: &StateFile) -> Result<Vec<u8>> {
-        let bytes = self.read_file(checkpoint, &file.name)?;
+        let bytes = if file.shared {
+            self.read_shared(checkpoint, &file.name)?
+        } else {
+            self.read_file(checkpoint, &file.name)?
+        };
         let corrupt = |message: String| Error::CorruptCheckpoint {
-            path: checkpoint.location.join(&file.name),
+            path: self.state_file_path(checkpoint, file),
             message,
         };
         if bytes.len() as u64 != file.bytes {
@@ -444,6 +504,14 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
             self.open(restore).map(Some)
         }
     }
+}
+
+/// The shared folder of the checkpoint directory a checkpoint folder is in (see the module
+/// docs).
+pub fn shared_dir_of(checkpoint_folder: &Path) -> PathBuf {
+    (checkpoint_folder.parent())
+        .unwrap_or(checkpoint_folder)
+        .join(SHARED_DIR)
 }
 
 /// A checkpoint [`CheckpointStorage::latest_good`] found.

@@ -20,7 +20,10 @@ pub struct RowRef {
 /// clone shares the batches (a snapshot's view of them).
 #[derive(Debug, Clone)]
 pub struct BatchStore {
+    /// Per slot: the batch, its live rows, and its number among all batches ever stored.
     batches: Vec<Option<(RecordBatch, u32)>>,
+    seqs: Vec<u64>,
+    next_seq: u64,
     free: Vec<u32>,
     bytes: usize,
     schema: SchemaRef,
@@ -30,6 +33,8 @@ impl BatchStore {
     pub fn new(schema: SchemaRef) -> Self {
         BatchStore {
             batches: Vec::new(),
+            seqs: Vec::new(),
+            next_seq: 0,
             free: Vec::new(),
             bytes: 0,
             schema,
@@ -39,13 +44,17 @@ impl BatchStore {
     /// Stores a batch with no live rows yet; rows become live with [`BatchStore::retain`].
     pub fn insert(&mut self, batch: RecordBatch) -> u32 {
         self.bytes += batch.get_array_memory_size();
+        let seq = self.next_seq;
+        self.next_seq += 1;
         match self.free.pop() {
             Some(id) => {
                 self.batches[id as usize] = Some((batch, 0));
+                self.seqs[id as usize] = seq;
                 id
             }
             None => {
                 self.batches.push(Some((batch, 0)));
+                self.seqs.push(seq);
                 (self.batches.len() - 1) as u32
             }
         }
@@ -88,6 +97,12 @@ impl BatchStore {
 
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
+    }
+
+    /// The number of stored batch `id` among all batches this store has held: unlike `id`,
+    /// never handed to another batch.
+    pub fn seq(&self, id: u32) -> u64 {
+        self.seqs[id as usize]
     }
 
     /// A stored batch (it must be live).

@@ -14,6 +14,61 @@ use crate::{Error, Result};
 /// The column of keyed state rows that holds each row's key group (UInt16).
 pub const KEY_GROUP_COLUMN: &str = "__key_group";
 
+/// The column of a shared batch's overlay that says which of its rows are live (Boolean).
+pub const LIVE_COLUMN: &str = "__live";
+
+/// The overlay a checkpoint writes for a shared batch (one written once, in an earlier
+/// checkpoint perhaps): which of its rows are live, then the columns whose values change
+/// (`mutable`, one row per row of the batch; none if nothing changes).
+///
+/// # Errors
+/// `Internal` if `mutable` has another number of rows than `live`.
+pub fn overlay(live: BooleanArray, mutable: Option<&RecordBatch>) -> Result<RecordBatch> {
+    let mut fields = vec![arrow_schema::Field::new(
+        LIVE_COLUMN,
+        arrow_schema::DataType::Boolean,
+        false,
+    )];
+    let mut cols: Vec<Arc<dyn Array>> = vec![Arc::new(live)];
+    if let Some(m) = mutable {
+        // Nullable: a batch without live rows has no values to keep.
+        fields.extend((m.schema().fields().iter()).map(|f| f.as_ref().clone().with_nullable(true)));
+        cols.extend(m.columns().iter().cloned());
+    }
+    RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), cols)
+        .map_err(|e| Error::Internal(format!("shared state overlay: {e}")))
+}
+
+/// The live rows of shared batch `batch` under `overlay` (see [`overlay`]): its columns, then
+/// the overlay's mutable ones.
+///
+/// # Errors
+/// `Internal` if the overlay is not one (no leading Boolean [`LIVE_COLUMN`]) or has another
+/// number of rows than the batch.
+pub fn with_overlay(batch: &RecordBatch, overlay: &RecordBatch) -> Result<RecordBatch> {
+    let bad = |why: String| Error::Internal(format!("shared state overlay: {why}"));
+    let live = (overlay.columns().first())
+        .filter(|_| overlay.schema().field(0).name() == LIVE_COLUMN)
+        .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
+        .ok_or_else(|| bad(format!("no {LIVE_COLUMN} column")))?;
+    if overlay.num_rows() != batch.num_rows() {
+        return Err(bad(format!(
+            "{} rows for a batch of {}",
+            overlay.num_rows(),
+            batch.num_rows()
+        )));
+    }
+    let mut fields: Vec<arrow_schema::Field> = (batch.schema().fields().iter())
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.extend((overlay.schema().fields().iter().skip(1)).map(|f| f.as_ref().clone()));
+    let mut cols = batch.columns().to_vec();
+    cols.extend(overlay.columns().iter().skip(1).cloned());
+    let whole = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), cols)
+        .map_err(|e| bad(e.to_string()))?;
+    arrow_select::filter::filter_record_batch(&whole, live).map_err(|e| bad(e.to_string()))
+}
+
 /// `batches` (of one schema) as the bytes of one Arrow IPC file; no batch is an empty file.
 ///
 /// # Errors

@@ -44,6 +44,7 @@ fn take(s: &LocalDirStorage, epoch: u64, subtasks: usize, savepoint: bool) -> Ma
                 rows: 3,
                 bytes: written,
                 checksum: Some(weir_state::checkpoint::checksum(&bytes)),
+                shared: false,
             }],
         });
     }
@@ -240,6 +241,7 @@ fn concurrent_write_file_from_many_threads_all_land() {
                 rows: 1,
                 bytes,
                 checksum: None,
+                shared: false,
             }],
         });
     }
@@ -288,6 +290,7 @@ fn a_corrupt_manifest_is_an_error_naming_it() {
                     rows: 0,
                     bytes: 0,
                     checksum: None,
+                    shared: false,
                 }],
             }],
         },
@@ -433,6 +436,7 @@ fn complete_refuses_a_manifest_that_does_not_match_the_files() {
                         rows: 1,
                         bytes,
                         checksum: None,
+                        shared: false,
                     }],
                 }],
             },
@@ -505,4 +509,103 @@ fn a_state_file_changed_after_its_checkpoint_is_refused_when_read() {
         ..files[0].clone()
     };
     assert!(s.read_state_file(&handle, &old).is_ok());
+}
+
+/// A state file written once into `shared/` and listed by several checkpoints: read back
+/// through any of them, kept while a retained checkpoint lists it, deleted with the last.
+#[test]
+fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them() {
+    let (_tmp, s) = storage();
+    let shared = |name: &str, bytes: &[u8]| StateFile {
+        name: name.into(),
+        rows: 1,
+        bytes: bytes.len() as u64,
+        checksum: Some(weir_state::checkpoint::checksum(bytes)),
+        shared: true,
+    };
+    // Checkpoint e lists "a" (written at 1) and, from 2 on, "b" (written at 2); "a" is last
+    // listed by checkpoint 2.
+    let take_listing = |epoch: u64, files: Vec<StateFile>| {
+        s.begin(Epoch(epoch)).unwrap();
+        let mut m = Manifest::new("job", Epoch(epoch), ProcTime(0));
+        m.nodes.insert(
+            "j1".into(),
+            NodeState {
+                kind: "interval_join".into(),
+                signature: String::new(),
+                state_version: 1,
+                subtasks: vec![SubtaskState {
+                    subtask: 0,
+                    parallelism: 1,
+                    key_groups: KeyGroupRange::for_subtask(0, 1, 128),
+                    files,
+                }],
+            },
+        );
+        s.complete(Epoch(epoch), &m).unwrap()
+    };
+    assert_eq!(s.write_shared("a.arrow", b"aaa").unwrap(), 3);
+    take_listing(1, vec![shared("a.arrow", b"aaa")]);
+    s.write_shared("b.arrow", b"bb").unwrap();
+    let second = take_listing(2, vec![shared("a.arrow", b"aaa"), shared("b.arrow", b"bb")]);
+    assert!(
+        matches!(s.write_shared("b.arrow", b"bb"), Err(Error::Internal(_))),
+        "a shared name is written once"
+    );
+    take_listing(3, vec![shared("b.arrow", b"bb")]);
+    let shared_dir = s.dir().join(weir_state::checkpoint::SHARED_DIR);
+
+    // Keeping 2: checkpoint 1 goes, "a" stays (2 lists it).
+    assert_eq!(s.retain(2).unwrap(), vec![Epoch(1)]);
+    assert_eq!(folders(&shared_dir), ["a.arrow", "b.arrow"]);
+    let f = s.read_manifest(&second).unwrap().nodes["j1"].subtasks[0].files[0].clone();
+    assert_eq!(s.read_state_file(&second, &f).unwrap(), b"aaa");
+
+    // Keeping 1: checkpoint 2 goes, and "a" with it; "b" stays for 3.
+    assert_eq!(s.retain(1).unwrap(), vec![Epoch(2)]);
+    assert_eq!(folders(&shared_dir), ["b.arrow"]);
+
+    // A file written for a checkpoint that never completed is an orphan at the next start.
+    s.write_shared("c.arrow", b"c").unwrap();
+    assert_eq!(s.remove_orphans().unwrap(), vec!["c.arrow".to_string()]);
+    assert_eq!(folders(&shared_dir), ["b.arrow"]);
+
+    // A savepoint holds its shared files itself: it restores with `shared/` gone.
+    s.begin(Epoch(4)).unwrap();
+    let mut m = Manifest::new("job", Epoch(4), ProcTime(0));
+    m.savepoint = true;
+    m.nodes.insert(
+        "j1".into(),
+        NodeState {
+            kind: "interval_join".into(),
+            signature: String::new(),
+            state_version: 1,
+            subtasks: vec![SubtaskState {
+                subtask: 0,
+                parallelism: 1,
+                key_groups: KeyGroupRange::for_subtask(0, 1, 128),
+                files: vec![shared("b.arrow", b"bb")],
+            }],
+        },
+    );
+    let savepoint = s.complete(Epoch(4), &m).unwrap();
+    let latest = s.latest().unwrap().unwrap();
+    fs::remove_dir_all(&shared_dir).unwrap();
+    let stored = s.read_manifest(&savepoint).unwrap();
+    let f = &stored.nodes["j1"].subtasks[0].files[0];
+    assert!(!f.shared);
+    assert_eq!(s.read_state_file(&savepoint, f).unwrap(), b"bb");
+    assert_eq!(latest.epoch, Epoch(4));
+
+    // Checkpoint 3, its shared folder gone, says what is missing and what to do.
+    let third = s
+        .open(s.checkpoint_path(Epoch(3)).to_str().unwrap())
+        .unwrap();
+    let f = s.read_manifest(&third).unwrap().nodes["j1"].subtasks[0].files[0].clone();
+    let err = s.read_state_file(&third, &f).unwrap_err().to_string();
+    assert!(
+        err.contains("incremental") && err.contains("b.arrow"),
+        "{err}"
+    );
+    assert!(err.contains("savepoint"), "{err}");
 }

@@ -156,9 +156,18 @@ pub fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
 /// A snapshot made into its batches and passed through Arrow IPC, as a checkpoint stores it
 /// (deferred snapshots are made now).
 pub fn stored(snapshot: weir_runtime::StateSnapshot) -> Vec<RecordBatch> {
-    let batches = snapshot.into_batches().expect("snapshot failed");
-    let bytes = weir_state::snapshot::encode(&batches).expect("state encodes");
-    weir_state::snapshot::decode(&bytes, std::path::Path::new("snapshot")).expect("state decodes")
+    let through_ipc = |batches: &[RecordBatch]| {
+        let bytes = weir_state::snapshot::encode(batches).expect("state encodes");
+        weir_state::snapshot::decode(&bytes, std::path::Path::new("snapshot"))
+            .expect("state decodes")
+    };
+    let parts = snapshot.into_parts().expect("snapshot failed");
+    let mut out = through_ipc(&parts.batches);
+    // Each shared batch is a file of its own (their schemas may differ).
+    for s in parts.shared {
+        out.extend(through_ipc(&[s.into_rows().expect("shared batch failed")]));
+    }
+    out
 }
 
 /// Drives one operator subtask by hand, through the runtime's own driver

@@ -34,7 +34,9 @@ pub fn weir(dir: &Path) -> Command {
 
 /// Runs `weir run job.sql --restore latest` in `dir` `runs` times, each killed with SIGKILL
 /// after a random delay in `delay_ms` (seeded) if it is still running, then once more to its
-/// end, which must succeed. Returns how many runs were killed and the last run's stderr.
+/// end, which must succeed. After every run, every complete checkpoint in `dir/checkpoints`
+/// (if the job writes there) must read whole. Returns how many runs were killed and the last
+/// run's stderr.
 pub fn kill_and_restore(
     dir: &Path,
     runs: usize,
@@ -51,9 +53,34 @@ pub fn kill_and_restore(
             kills += 1;
         }
         child.wait().unwrap();
+        every_checkpoint_is_whole(&dir.join("checkpoints"));
     }
     let out = weir(dir).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     (kills, stderr)
+}
+
+/// Every complete checkpoint and savepoint in the checkpoint directory `dir` (none if it is
+/// missing) has every state file its manifest lists, as written: in its own folder or, for an
+/// incremental one, in the shared folder beside it.
+pub fn every_checkpoint_is_whole(dir: &Path) {
+    use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage, MANIFEST_FILE};
+    let storage = LocalDirStorage::new(dir);
+    for folder in [dir.to_path_buf(), dir.join("savepoints")] {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for e in entries {
+            let path = e.unwrap().path();
+            if !path.join(MANIFEST_FILE).is_file() {
+                continue;
+            }
+            let handle = storage.open(path.to_str().unwrap()).unwrap();
+            let manifest = storage.read_manifest(&handle).unwrap();
+            if let Err(e) = storage.verify(&handle, &manifest) {
+                panic!("checkpoint {} is not whole: {e}", path.display());
+            }
+        }
+    }
 }

@@ -123,6 +123,14 @@ impl Driver {
                 not_yet.join(", ")
             )));
         }
+        // Left by checkpoints that never completed; none is being taken yet.
+        let orphans = storage.remove_orphans()?;
+        if !orphans.is_empty() {
+            tracing::info!(
+                files = orphans.len(),
+                "removed shared state files no complete checkpoint lists"
+            );
+        }
         let (to_coordinator, from_subtasks) = mpsc::unbounded_channel();
         let nodes = (graph.nodes.iter())
             .zip(graph.stable_ids())
@@ -389,7 +397,7 @@ impl Driver {
         use weir_state::checkpoint::{Manifest, NodeState, SplitPosition, StateFile, SubtaskState};
         let mut m = Manifest::new(&self.job, done.epoch, weir_core::time::ProcTime(now_ms));
         let mut bytes = 0;
-        let (mut sync_nanos, mut async_nanos) = (0, 0);
+        let (mut sync_nanos, mut async_nanos, mut written) = (0, 0, 0);
         for ((node, subtask), report) in done.reports {
             let CheckpointedNode {
                 id,
@@ -419,6 +427,9 @@ impl Driver {
                     sync_nanos = sync_nanos.max(sync);
                     async_nanos = async_nanos.max(write);
                     bytes += state.iter().map(|f| f.bytes).sum::<u64>();
+                    written += (state.iter().filter(|f| f.written))
+                        .map(|f| f.bytes)
+                        .sum::<u64>();
                     m.nodes
                         .entry(id.clone())
                         .or_insert_with(|| NodeState {
@@ -442,6 +453,7 @@ impl Driver {
                                     rows: f.rows,
                                     bytes: f.bytes,
                                     checksum: Some(f.checksum),
+                                    shared: f.shared,
                                 })
                                 .collect(),
                         });
@@ -483,18 +495,36 @@ impl Driver {
             SnapshotTimes {
                 sync_ms: (sync_nanos / 1_000_000) as i64,
                 async_ms: (async_nanos / 1_000_000) as i64,
+                written_bytes: written,
             },
         );
         Ok(())
     }
 
     /// The job has ended (or failed): a checkpoint not completed by now is not one, and is
-    /// removed. Returns the savepoint the job was stopped with, if any.
-    pub fn end(self) -> Option<PathBuf> {
+    /// removed, with the shared files written for it once the snapshots still being written
+    /// are done. Returns the savepoint the job was stopped with, if any.
+    pub async fn end(mut self) -> Option<PathBuf> {
+        // Every subtask has gone; what reports still come are of snapshots being written.
+        self.to_coordinator = None;
+        let writes = async { while self.from_subtasks.recv().await.is_some() {} };
+        let writes_done = tokio::time::timeout(Duration::from_secs(60), writes)
+            .await
+            .is_ok();
         if let Some(epoch) = self.coordinator.as_ref().and_then(|c| c.pending()) {
             if let Err(e) = self.storage.abort(epoch) {
                 tracing::warn!(checkpoint = epoch.0, error = %e, "cannot remove an incomplete checkpoint");
             }
+        }
+        if writes_done {
+            if let Err(e) = self.storage.remove_orphans() {
+                tracing::warn!(error = %e, "cannot remove shared state files no checkpoint lists");
+            }
+        } else {
+            tracing::warn!(
+                "snapshots were still being written a minute after the job ended; the shared \
+                 files of its last checkpoint are left for the next start to remove"
+            );
         }
         self.stop_after.map(|(_, p)| p)
     }
@@ -561,7 +591,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut d, storage) = driver(dir.path(), 100);
         let mut source = d.source((0, 0));
-        let (_to, completed, commits) = d.sink((1, 0));
+        let (to, completed, commits) = d.sink((1, 0));
         d.start(1_000, None).unwrap();
         let metrics = JobMetrics::default();
 
@@ -609,19 +639,22 @@ mod tests {
         assert!(source.triggers.try_recv().is_err());
         commits.lock().unwrap().insert((1, 0), 2);
         assert_eq!(d.tick(5_010, &metrics).unwrap(), Tick::Stop);
-        assert_eq!(d.end(), Some(path));
+        // The subtasks have gone by the end.
+        drop((source, to));
+        assert_eq!(d.end().await, Some(path));
     }
 
     #[tokio::test]
     async fn a_checkpoint_pending_when_the_job_ends_is_removed() {
         let dir = tempfile::tempdir().unwrap();
         let (mut d, _) = driver(dir.path(), 10);
-        let _source = d.source((0, 0));
-        let _sink = d.sink((1, 0));
+        let source = d.source((0, 0));
+        let sink = d.sink((1, 0));
         d.start(0, None).unwrap();
         d.tick(10, &JobMetrics::default()).unwrap();
         assert!(dir.path().join("chk-1").is_dir());
-        assert_eq!(d.end(), None);
+        drop((source, sink));
+        assert_eq!(d.end().await, None);
         assert!(!dir.path().join("chk-1").exists());
     }
 }

@@ -229,6 +229,8 @@ pub(crate) fn restored_state(
     );
     let mut state = RestoredState::default();
     for sub in &node.subtasks {
+        // The overlay of the subtask's shared files, which follow it in order.
+        let mut overlays = std::collections::VecDeque::new();
         for f in &sub.files {
             let out = if crate::exec::host::is_timers_file(&f.name) {
                 &mut state.timers
@@ -236,7 +238,29 @@ pub(crate) fn restored_state(
                 &mut state.operator
             };
             let bytes = storage.read_state_file(&r.handle, f)?;
-            for b in weir_state::snapshot::decode(&bytes, &r.handle.location.join(&f.name))? {
+            let path = storage.state_file_path(&r.handle, f);
+            let mut batches = weir_state::snapshot::decode(&bytes, &path)?;
+            if crate::exec::host::is_overlay_file(&f.name) {
+                overlays = batches.into();
+                continue;
+            }
+            if f.shared {
+                // Each batch of the file has its overlay, in order.
+                let mut live = Vec::with_capacity(batches.len());
+                for b in &batches {
+                    let overlay = overlays.pop_front().ok_or_else(|| {
+                        Error::State(weir_state::Error::CorruptCheckpoint {
+                            path: path.clone(),
+                            message: "a shared state batch without its overlay (which rows \
+                                      are live)"
+                                .into(),
+                        })
+                    })?;
+                    live.push(weir_state::snapshot::with_overlay(b, &overlay)?);
+                }
+                batches = live;
+            }
+            for b in batches {
                 let keyed = b
                     .schema()
                     .index_of(weir_state::snapshot::KEY_GROUP_COLUMN)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use weir_core::time::{Clock, Epoch, Stopwatch, Watermark};
 
+use super::shared_files::SharedFiles;
 use crate::checkpoint::StateFileInfo;
 use crate::error::Result;
 use crate::message::StreamBatch;
@@ -28,6 +29,8 @@ pub struct OperatorHost {
     pub(crate) watermark: Watermark,
     /// Operator calls so far (gauges are refreshed every few).
     calls: u64,
+    /// The shared files this run's checkpoints wrote (one checkpoint at a time uses them).
+    shared: Arc<std::sync::Mutex<SharedFiles>>,
 }
 
 impl OperatorHost {
@@ -46,6 +49,7 @@ impl OperatorHost {
             clock,
             watermark: Watermark::MIN,
             calls: 0,
+            shared: Default::default(),
         }
     }
 
@@ -161,6 +165,7 @@ impl OperatorHost {
         };
         Ok(Some(PendingSnapshot {
             epoch,
+            shared: self.shared.clone(),
             clock: self.clock.clone(),
             storage: storage.clone(),
             name: name.clone(),
@@ -174,6 +179,8 @@ impl OperatorHost {
 /// An operator subtask's snapshot taken at a barrier, still to be written.
 pub(crate) struct PendingSnapshot {
     epoch: Epoch,
+    /// The subtask's shared files written so far.
+    shared: Arc<std::sync::Mutex<SharedFiles>>,
     clock: Arc<dyn Clock>,
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
     name: String,
@@ -193,16 +200,25 @@ impl PendingSnapshot {
     /// Making the snapshot failed, or writing it did.
     pub(crate) fn write(self) -> Result<(Vec<StateFileInfo>, u64, u64)> {
         let sw = Stopwatch::start(self.clock.as_ref());
-        let batches = self.state.into_batches()?;
-        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let parts = self.state.into_parts()?;
+        let rows = parts.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut files = vec![write_state_file(
             self.storage.as_ref(),
             self.epoch,
             self.name.clone(),
-            &batches,
+            &parts.batches,
             rows,
         )?];
-        drop(batches);
+        drop(parts.batches);
+        if !parts.shared.is_empty() {
+            let mut shared = self.shared.lock().expect("shared files lock");
+            files.extend(shared.write(
+                self.storage.as_ref(),
+                self.epoch,
+                &self.name,
+                parts.shared,
+            )?);
+        }
         if let Some((timers, rows)) = self.timers {
             files.push(write_state_file(
                 self.storage.as_ref(),
@@ -221,7 +237,7 @@ impl PendingSnapshot {
 }
 
 /// Writes `batches` as state file `name` of checkpoint `epoch`.
-fn write_state_file(
+pub(super) fn write_state_file(
     storage: &dyn weir_state::checkpoint::CheckpointStorage,
     epoch: Epoch,
     name: String,
@@ -235,7 +251,21 @@ fn write_state_file(
         rows,
         bytes,
         checksum: weir_state::checkpoint::checksum(&encoded),
+        shared: false,
+        written: true,
     })
+}
+
+/// The checkpoint file that says which rows of a subtask's shared files are live, beside its
+/// operator state file `state`; the subtask's shared files follow it in the manifest, in the
+/// order of its batches.
+pub(crate) fn overlay_file(state: &str) -> String {
+    format!("{}.live.arrow", state.trim_end_matches(".arrow"))
+}
+
+/// Whether a checkpoint file is an overlay (see [`overlay_file`]).
+pub(crate) fn is_overlay_file(name: &str) -> bool {
+    name.ends_with(".live.arrow")
 }
 
 /// The checkpoint file of a subtask's timers, beside its operator state file `state`.

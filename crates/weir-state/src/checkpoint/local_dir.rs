@@ -203,6 +203,42 @@ impl LocalDirStorage {
         written.map(|()| bytes.len() as u64)
     }
 
+    fn shared_path(&self) -> PathBuf {
+        self.dir.join(SHARED_DIR)
+    }
+
+    /// The shared files the complete checkpoints and savepoints in `found` list; `None` if a
+    /// manifest does not read (then what it lists is unknown, and nothing may be deleted).
+    fn shared_in(found: &[&Found]) -> Option<BTreeSet<String>> {
+        let mut names = BTreeSet::new();
+        for f in found.iter().filter(|f| f.complete) {
+            let m = read_manifest_in(&f.path).ok()?;
+            names.extend(
+                (m.state_files())
+                    .filter(|(_, f)| f.shared)
+                    .map(|(_, f)| f.name.clone()),
+            );
+        }
+        Some(names)
+    }
+
+    /// Deletes the shared files in `names` (those missing are skipped).
+    fn remove_shared(&self, names: &BTreeSet<String>) -> Result<()> {
+        let shared = self.shared_path();
+        for name in names {
+            let path = shared.join(name);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove", path, e)),
+            }
+        }
+        if !names.is_empty() {
+            sync_dir(&shared)?;
+        }
+        Ok(())
+    }
+
     /// Every `chk-<epoch>` folder in the directory and its savepoints.
     fn scan(&self) -> Result<Vec<Found>> {
         let mut found = Vec::new();
@@ -309,6 +345,17 @@ fn remove_folder(folder: &Path) -> Result<()> {
     }
 }
 
+/// Makes `to` the file `from` is: a hard link, or a copy (fsynced) where links cannot be made.
+fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
+    if fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    fs::copy(from, to).map_err(|e| Error::io("copy", to, e))?;
+    fs::File::open(to)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io("sync", to, e))
+}
+
 fn check_name(epoch: Epoch, name: &str) -> Result<()> {
     if valid_file_name(name) {
         Ok(())
@@ -406,6 +453,7 @@ impl CheckpointStorage for LocalDirStorage {
             )));
         }
         let mut names = BTreeSet::new();
+        let shared = self.shared_path();
         for (node, file) in manifest.state_files() {
             check_name(epoch, &file.name)?;
             if !names.insert(file.name.as_str()) {
@@ -414,7 +462,11 @@ impl CheckpointStorage for LocalDirStorage {
                     epoch.0, file.name
                 )));
             }
-            let path = folder.join(&file.name);
+            let path = if file.shared {
+                shared.join(&file.name)
+            } else {
+                folder.join(&file.name)
+            };
             match fs::metadata(&path) {
                 Ok(m) if m.is_file() && m.len() == file.bytes => {}
                 Ok(m) => {
@@ -438,6 +490,17 @@ impl CheckpointStorage for LocalDirStorage {
         }
         let mut stored = manifest.clone();
         stored.format_version = FORMAT_VERSION;
+        if manifest.savepoint {
+            // A savepoint stands alone: its shared files become its own.
+            for n in stored.nodes.values_mut() {
+                for f in n.subtasks.iter_mut().flat_map(|s| s.files.iter_mut()) {
+                    if f.shared {
+                        link_or_copy(&shared.join(&f.name), &folder.join(&f.name))?;
+                        f.shared = false;
+                    }
+                }
+            }
+        }
         let size = manifest.state_size();
         stored.state_rows = size.rows;
         stored.state_bytes = size.bytes;
@@ -513,6 +576,66 @@ impl CheckpointStorage for LocalDirStorage {
         fs::read(&path).map_err(|e| Error::io("read", path, e))
     }
 
+    fn read_shared(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>> {
+        check_name(checkpoint.epoch, name)?;
+        let path = shared_dir_of(&checkpoint.location).join(name);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(bytes),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::NotACheckpoint {
+                path: checkpoint.location.clone(),
+                reason: format!(
+                    "it is incremental and lists the shared state file {}, which is missing: \
+                     restore it from the checkpoint directory it was taken in (its `{SHARED_DIR}` \
+                     folder beside it), or take a savepoint, which holds all its files",
+                    path.display()
+                ),
+            }),
+            Err(e) => Err(Error::io("read", path, e)),
+        }
+    }
+
+    fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64> {
+        if !valid_file_name(name) {
+            return Err(Error::Internal(format!(
+                "shared state file {name:?} is not a plain file name"
+            )));
+        }
+        let shared = self.shared_path();
+        fs::create_dir_all(&shared).map_err(|e| Error::io("create", &shared, e))?;
+        if shared.join(name).exists() {
+            return Err(Error::Internal(format!(
+                "shared state file {name:?} is written twice"
+            )));
+        }
+        self.write_atomically(&shared, name, bytes)
+    }
+
+    fn remove_orphans(&self) -> Result<Vec<String>> {
+        let shared = self.shared_path();
+        let entries = match fs::read_dir(&shared) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("list", shared, e)),
+        };
+        let found = self.scan()?;
+        let Some(listed) = Self::shared_in(&found.iter().collect::<Vec<_>>()) else {
+            return Ok(Vec::new());
+        };
+        let mut orphans = BTreeSet::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("list", &shared, e))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            // Temporary files of writes cut short are orphans too.
+            if !listed.contains(&name) {
+                orphans.insert(name);
+            }
+        }
+        self.remove_shared(&orphans)?;
+        Ok(orphans.into_iter().collect())
+    }
+
     fn retain(&self, keep: usize) -> Result<Vec<Epoch>> {
         let found = self.scan()?;
         let Some(newest) = found.iter().filter(|f| f.complete).map(|f| f.epoch).max() else {
@@ -528,6 +651,18 @@ impl CheckpointStorage for LocalDirStorage {
             // be read (so might be one), is left alone.
             .filter(|f| read_manifest_in(&f.path).is_ok_and(|m| !m.savepoint));
         remove.extend(old);
+        // The shared files only the removed checkpoints list go with them (after them: a
+        // removal cut short leaves files no checkpoint lists, which remove_orphans takes).
+        let kept: Vec<&Found> = (found.iter())
+            .filter(|f| !remove.iter().any(|r| r.path == f.path))
+            .collect();
+        let mut unlisted = Self::shared_in(&remove).unwrap_or_default();
+        if !unlisted.is_empty() {
+            match Self::shared_in(&kept) {
+                Some(listed) => unlisted.retain(|n| !listed.contains(n)),
+                None => unlisted.clear(),
+            }
+        }
         let mut removed = Vec::with_capacity(remove.len());
         for f in remove {
             remove_folder(&f.path)?;
@@ -536,6 +671,7 @@ impl CheckpointStorage for LocalDirStorage {
         if !removed.is_empty() {
             sync_dir(&self.dir)?;
         }
+        self.remove_shared(&unlisted)?;
         removed.sort();
         removed.dedup();
         Ok(removed)
