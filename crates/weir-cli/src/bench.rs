@@ -123,6 +123,12 @@ struct Measured {
     checkpoint_max_ms: i64,
     #[serde(default)]
     checkpoint_last_bytes: u64,
+    /// The longest an operator was held up taking a snapshot.
+    #[serde(default)]
+    checkpoint_max_sync_ms: i64,
+    /// Bytes all checkpoints wrote.
+    #[serde(default)]
+    checkpoint_written_bytes: u64,
 }
 
 fn default_rows(job: BenchJob) -> u64 {
@@ -388,6 +394,8 @@ async fn measure_one(a: &BenchArgs, job: BenchJob, input: BenchInput) -> Result<
         checkpoints: m.checkpoints.completed,
         checkpoint_max_ms: m.checkpoints.max_duration_ms,
         checkpoint_last_bytes: m.checkpoints.last_bytes,
+        checkpoint_max_sync_ms: m.checkpoints.max_sync_ms,
+        checkpoint_written_bytes: m.checkpoints.written_bytes_total,
     })
 }
 
@@ -491,12 +499,16 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             r.peak_rss_mib
         );
         if r.checkpoints > 0 {
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
             println!(
-                "{:<24} {} checkpoints, the longest {} ms, the last {:.1} MiB",
+                "{:<24} {} checkpoints, the longest {} ms (operators held up at most {} ms), \
+                 the last {:.1} MiB of state, {:.1} MiB written per checkpoint",
                 "",
                 r.checkpoints,
                 r.checkpoint_max_ms,
-                r.checkpoint_last_bytes as f64 / (1 << 20) as f64
+                r.checkpoint_max_sync_ms,
+                mib(r.checkpoint_last_bytes),
+                mib(r.checkpoint_written_bytes) / r.checkpoints as f64
             );
         }
     }

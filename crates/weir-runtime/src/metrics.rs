@@ -223,6 +223,8 @@ pub struct CheckpointMetrics {
     pub last_bytes: AtomicU64,
     /// Bytes the last completed checkpoint wrote (see [`SnapshotTimes::written_bytes`]).
     pub last_written_bytes: AtomicU64,
+    /// Bytes all completed checkpoints of this run wrote.
+    pub written_bytes_total: AtomicU64,
     /// Of the last completed checkpoint, the longest time an operator subtask was held up
     /// taking its snapshot at the barrier (the synchronous part), ms.
     pub last_sync_ms: AtomicI64,
@@ -245,6 +247,7 @@ impl Default for CheckpointMetrics {
             max_duration_ms: AtomicI64::new(0),
             last_bytes: AtomicU64::new(0),
             last_written_bytes: AtomicU64::new(0),
+            written_bytes_total: AtomicU64::new(0),
             last_sync_ms: AtomicI64::new(0),
             last_async_ms: AtomicI64::new(0),
             max_sync_ms: AtomicI64::new(0),
@@ -263,6 +266,8 @@ impl CheckpointMetrics {
         self.last_bytes.store(bytes, Relaxed);
         self.last_written_bytes
             .store(snapshots.written_bytes, Relaxed);
+        self.written_bytes_total
+            .fetch_add(snapshots.written_bytes, Relaxed);
         self.last_sync_ms.store(snapshots.sync_ms, Relaxed);
         self.last_async_ms.store(snapshots.async_ms, Relaxed);
         self.max_sync_ms.fetch_max(snapshots.sync_ms, Relaxed);
@@ -283,6 +288,7 @@ impl CheckpointMetrics {
             max_duration_ms: self.max_duration_ms.load(Relaxed),
             last_bytes: self.last_bytes.load(Relaxed),
             last_written_bytes: self.last_written_bytes.load(Relaxed),
+            written_bytes_total: self.written_bytes_total.load(Relaxed),
             last_sync_ms: self.last_sync_ms.load(Relaxed),
             last_async_ms: self.last_async_ms.load(Relaxed),
             max_sync_ms: self.max_sync_ms.load(Relaxed),
@@ -313,6 +319,8 @@ pub struct CheckpointSnapshot {
     pub last_bytes: u64,
     /// See [`CheckpointMetrics::last_written_bytes`].
     pub last_written_bytes: u64,
+    /// See [`CheckpointMetrics::written_bytes_total`].
+    pub written_bytes_total: u64,
     /// See [`CheckpointMetrics::last_sync_ms`].
     pub last_sync_ms: i64,
     /// See [`CheckpointMetrics::last_async_ms`].

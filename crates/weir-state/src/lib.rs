@@ -15,10 +15,14 @@
 //! - [`snapshot`]: state batches to and from Arrow IPC, each keyed row carrying its key group
 //!   ([`snapshot::KEY_GROUP_COLUMN`]) so that a restore at another parallelism hands each
 //!   subtask the rows of its key-group range;
-//! - [`checkpoint`]: checkpoint storage (state files and a manifest per checkpoint, on local
-//!   disk behind the [`checkpoint::CheckpointStorage`] trait).
+//! - [`checkpoint`]: checkpoint storage (state files and a manifest per checkpoint, and the
+//!   shared files incremental checkpoints list, on local disk behind the
+//!   [`checkpoint::CheckpointStorage`] trait);
+//! - [`snapshot::overlay`]: which rows of a shared batch a checkpoint holds.
 //!
-//! Everything is in memory so far; a disk backend would go behind the same structures.
+//! Everything is in memory so far. These structures hand out references into memory, so a
+//! disk backend needs an interface of its own (keyed get / put / scan by key group), not these
+//! structures behind another store.
 //!
 //! ```
 //! use weir_core::keys::hash_key;

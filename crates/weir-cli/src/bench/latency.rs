@@ -79,6 +79,12 @@ pub struct LatencyMeasured {
     /// The longest checkpoint, ms, and the size of the last one, MiB.
     pub checkpoint_max_ms: i64,
     pub checkpoint_last_mib: f64,
+    /// The longest an operator was held up taking a snapshot, ms.
+    #[serde(default)]
+    pub checkpoint_max_sync_ms: i64,
+    /// MiB written per checkpoint, on average.
+    #[serde(default)]
+    pub checkpoint_written_mib: f64,
     /// The join's state at its largest, rows.
     pub peak_state_rows: u64,
     pub cpu_s: f64,
@@ -209,6 +215,10 @@ pub async fn measure(a: &BenchArgs, rate: u64) -> Result<LatencyMeasured> {
         checkpoints: m.checkpoints.completed,
         checkpoint_max_ms: m.checkpoints.max_duration_ms,
         checkpoint_last_mib: m.checkpoints.last_bytes as f64 / (1 << 20) as f64,
+        checkpoint_max_sync_ms: m.checkpoints.max_sync_ms,
+        checkpoint_written_mib: m.checkpoints.written_bytes_total as f64
+            / (1 << 20) as f64
+            / m.checkpoints.completed.max(1) as f64,
         peak_state_rows: m.nodes.iter().map(|n| n.peak_state_rows).sum(),
         cpu_s,
         produced_p50_ms: produced_q(0.50),
@@ -311,11 +321,14 @@ pub async fn run(a: &BenchArgs) -> Result<()> {
     }
     for r in results.iter().filter(|r| r.checkpoints > 0) {
         println!(
-            "{:>14} {:>18} the longest checkpoint {} ms, the last {:.1} MiB",
+            "{:>14} {:>18} the longest checkpoint {} ms (the join held up at most {} ms), the \
+             last {:.1} MiB of state, {:.1} MiB written per checkpoint",
             r.rate,
             format!("every {} ms", r.checkpoint_interval_ms.unwrap_or_default()),
             r.checkpoint_max_ms,
-            r.checkpoint_last_mib
+            r.checkpoint_max_sync_ms,
+            r.checkpoint_last_mib,
+            r.checkpoint_written_mib
         );
     }
     for r in results.iter().filter(|r| r.produced_p50_ms.is_some()) {
