@@ -312,7 +312,7 @@ fn checkpoints_share_the_join_rows(dir: &Path) {
                         continue;
                     }
                     let name = f["name"].as_str().unwrap().to_string();
-                    // Named `...-e<epoch first written>-b<batch>.arrow`.
+                    // Named `...-e<epoch first written>-<group>.arrow`.
                     let first: u64 = name
                         .rsplit("-e")
                         .next()
@@ -411,6 +411,90 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("restored:       checkpoint"), "{stderr}");
     assert_eq!(output(dir.path()), want);
+}
+
+/// A savepoint of the attribution job taken (SIGTERM) while its interval join holds rows, once
+/// its checkpoints are incremental, holds all its files: copied away from the checkpoint
+/// directory, which is then deleted, it restores to the output of an uninterrupted run.
+#[test]
+fn a_savepoint_of_an_incremental_interval_join_stands_alone() {
+    let reference = tempfile::tempdir().unwrap();
+    std::fs::write(reference.path().join("job.sql"), ATTRIBUTION).unwrap();
+    let out = weir(reference.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = (
+        output_of(reference.path(), "out"),
+        output_of(reference.path(), "per_ad"),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let checkpoints = dir.path().join("checkpoints");
+    let lists_shared = || {
+        std::fs::read_dir(&checkpoints)
+            .into_iter()
+            .flatten()
+            .any(|e| {
+                std::fs::read_to_string(e.unwrap().path().join("_manifest.json"))
+                    .is_ok_and(|m| m.contains("\"shared\": true"))
+            })
+    };
+    for _ in 0..600 {
+        if lists_shared() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        lists_shared(),
+        "no incremental checkpoint before the savepoint"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let path = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("go on from it with: weir run ... --from-savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint path in: {stderr}"))
+        .to_string();
+    // Relative to the job's folder.
+    let path = dir.path().join(path);
+    let manifest = std::fs::read_to_string(path.join("_manifest.json")).unwrap();
+    assert!(!manifest.contains("\"shared\""), "{manifest}");
+    let copy = dir.path().join("savepoint-copy");
+    std::fs::create_dir(&copy).unwrap();
+    for e in std::fs::read_dir(&path).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+    }
+    std::fs::remove_dir_all(&checkpoints).unwrap();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--from-savepoint", copy.to_str().unwrap()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("restored:       checkpoint"), "{stderr}");
+    assert_eq!(output_of(dir.path(), "out"), want.0);
+    assert_eq!(output_of(dir.path(), "per_ad"), want.1);
 }
 
 /// A savepoint restores into the job with a changed filter (stateless), and is refused, naming

@@ -286,8 +286,9 @@ impl StateLayout {
                     .or_default()
                     .push((r.row, flag));
             }
+            // In the order the batches came, so that a restore files rows as they came.
             let mut by_batch: Vec<_> = by_batch.into_iter().collect();
-            by_batch.sort_unstable_by_key(|(k, _)| *k);
+            by_batch.sort_unstable_by_key(|((side, id), _)| stores[*side as usize].seq(*id));
             let mut shared = Vec::with_capacity(by_batch.len());
             for ((side, id), rows) in by_batch {
                 let s = side as usize;

@@ -20,7 +20,7 @@
 //!   savepoints/
 //!     chk-5/                            a savepoint: never removed by retain
 //!   shared/                             state files checkpoints share (incremental)
-//!     node-<stable id>-subtask-0-e7-b12.arrow
+//!     node-<stable id>-subtask-0-e7-0.arrow
 //!   _lock                               locked by the running job (who holds it, inside)
 //! ```
 //!
@@ -48,7 +48,7 @@
 //! the `shared/` folder beside it. A savepoint never does: completing one links (or copies)
 //! its shared files into its folder. [`CheckpointStorage::retain`] deletes a shared file when
 //! no checkpoint it keeps lists it any more, and [`CheckpointStorage::remove_orphans`] (at a
-//! job's start) those that no complete checkpoint lists (written for a checkpoint that never
+//! job's start and end) those that no complete checkpoint lists (written for a checkpoint that never
 //! completed).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,7 +67,8 @@ pub use local_dir::{lock_file, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
 
 /// The manifest's file name in a checkpoint folder; its presence makes the checkpoint complete.
 pub const MANIFEST_FILE: &str = "_manifest.json";
-/// The manifest format this version of weir writes, and the newest it reads.
+/// The manifest format this version of weir writes when a checkpoint lists shared files (1
+/// when it lists none, so that older weirs restore it), and the newest it reads.
 pub const FORMAT_VERSION: u32 = 2;
 /// The folder under a checkpoint directory that holds savepoints.
 pub const SAVEPOINTS_DIR: &str = "savepoints";
@@ -305,8 +306,8 @@ pub struct CheckpointHandle {
 
 /// Where checkpoints are kept.
 ///
-/// One checkpoint is taken at a time: `begin`, then `write_file` from any number of threads
-/// (each name once), then `complete` or `abort`. Reading (`latest`, `open`, `read_manifest`,
+/// One checkpoint is taken at a time: `begin`, then `write_file` and `write_shared` from any
+/// number of threads (each name once), then `complete` or `abort`. Reading (`latest`, `open`, `read_manifest`,
 /// `read_file`) and `retain` may run at any time, but `retain` must not run while a checkpoint
 /// older than the newest complete one is being taken.
 pub trait CheckpointStorage: Send + Sync + fmt::Debug {
@@ -328,19 +329,20 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     fn write_file(&self, epoch: Epoch, name: &str, bytes: &[u8]) -> Result<u64>;
 
     /// Writes shared state file `name` whole or not at all, for the checkpoint being taken and
-    /// any later one to list (with [`StateFile::shared`]); returns the bytes written. A name is
-    /// written once: the caller makes names unique (its node, subtask and the epoch it first
-    /// writes them in).
+    /// any later one to list (with [`StateFile::shared`]); returns the bytes written. The
+    /// caller makes names unique (its node, subtask and the epoch it first writes them in), so
+    /// a file of the same name can only be left by a checkpoint that never completed, and is
+    /// replaced. [`CheckpointStorage::complete`] makes the names durable before the manifest.
     ///
     /// # Errors
-    /// `Internal` for a name that is not a plain file name or one already written; `Io` if
-    /// writing fails.
+    /// `Internal` for a name that is not a plain file name; `Io` if writing fails.
     fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64>;
 
     /// Deletes the shared files no complete checkpoint or savepoint lists (written for a
     /// checkpoint that never completed) and returns their names. Call it when no checkpoint
-    /// is being taken: at a job's start. Nothing is deleted while a complete checkpoint's
-    /// manifest does not read (what it lists is unknown).
+    /// is being taken and no snapshot is being written: at a job's start and after its end.
+    /// Nothing is deleted while a complete checkpoint's manifest does not read (what it lists
+    /// is unknown).
     ///
     /// # Errors
     /// `Io` if listing or deleting fails.

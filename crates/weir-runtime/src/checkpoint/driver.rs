@@ -505,26 +505,18 @@ impl Driver {
     /// removed, with the shared files written for it once the snapshots still being written
     /// are done. Returns the savepoint the job was stopped with, if any.
     pub async fn end(mut self) -> Option<PathBuf> {
-        // Every subtask has gone; what reports still come are of snapshots being written.
+        // Every subtask has gone; what reports still come are of snapshots being written,
+        // which end (a blocking write cannot be cancelled, and must not outlive the job's
+        // hold on the folder: a restart would take its epoch again).
         self.to_coordinator = None;
-        let writes = async { while self.from_subtasks.recv().await.is_some() {} };
-        let writes_done = tokio::time::timeout(Duration::from_secs(60), writes)
-            .await
-            .is_ok();
+        while self.from_subtasks.recv().await.is_some() {}
         if let Some(epoch) = self.coordinator.as_ref().and_then(|c| c.pending()) {
             if let Err(e) = self.storage.abort(epoch) {
                 tracing::warn!(checkpoint = epoch.0, error = %e, "cannot remove an incomplete checkpoint");
             }
         }
-        if writes_done {
-            if let Err(e) = self.storage.remove_orphans() {
-                tracing::warn!(error = %e, "cannot remove shared state files no checkpoint lists");
-            }
-        } else {
-            tracing::warn!(
-                "snapshots were still being written a minute after the job ended; the shared \
-                 files of its last checkpoint are left for the next start to remove"
-            );
+        if let Err(e) = self.storage.remove_orphans() {
+            tracing::warn!(error = %e, "cannot remove shared state files no checkpoint lists");
         }
         self.stop_after.map(|(_, p)| p)
     }

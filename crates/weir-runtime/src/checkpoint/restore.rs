@@ -229,8 +229,10 @@ pub(crate) fn restored_state(
     );
     let mut state = RestoredState::default();
     for sub in &node.subtasks {
-        // The overlay of the subtask's shared files, which follow it in order.
+        // The overlay of the subtask's shared files, which follow it in order (a savepoint's
+        // are in its own folder, no longer marked shared: the order is what pairs them).
         let mut overlays = std::collections::VecDeque::new();
+        let mut overlaid = false;
         for f in &sub.files {
             let out = if crate::exec::host::is_timers_file(&f.name) {
                 &mut state.timers
@@ -242,9 +244,10 @@ pub(crate) fn restored_state(
             let mut batches = weir_state::snapshot::decode(&bytes, &path)?;
             if crate::exec::host::is_overlay_file(&f.name) {
                 overlays = batches.into();
+                overlaid = true;
                 continue;
             }
-            if f.shared {
+            if overlaid && !crate::exec::host::is_timers_file(&f.name) {
                 // Each batch of the file has its overlay, in order.
                 let mut live = Vec::with_capacity(batches.len());
                 for b in &batches {
@@ -277,6 +280,18 @@ pub(crate) fn restored_state(
                     )));
                 }
             }
+        }
+        if !overlays.is_empty() {
+            return Err(Error::State(weir_state::Error::CorruptCheckpoint {
+                path: r.handle.location.clone(),
+                message: format!(
+                    "the overlay of subtask {} of `{}` has {} batches more than its shared \
+                     files",
+                    sub.subtask,
+                    info.operator,
+                    overlays.len()
+                ),
+            }));
         }
     }
     Ok(state)

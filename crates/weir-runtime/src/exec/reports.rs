@@ -53,10 +53,19 @@ impl Reports {
         };
         match self.last.take() {
             Some(earlier) if !earlier.is_finished() => {
-                let to = to.clone();
+                let (to, wrap) = (to.clone(), self.wrap.clone());
                 self.last = Some(tokio::spawn(async move {
-                    let _ = earlier.await;
-                    let _ = to.send(msg);
+                    match earlier.await {
+                        Ok(()) => {
+                            let _ = to.send(msg);
+                        }
+                        // The earlier report never left: this one must not go without it.
+                        Err(e) => {
+                            let _ = to.send(ToCoordinator::Failed(wrap(Error::Internal(format!(
+                                "a checkpoint report was lost: {e}"
+                            )))));
+                        }
+                    }
                 }));
             }
             _ => {
@@ -95,7 +104,12 @@ impl Reports {
         let (to, wrap, earlier) = (to.clone(), self.wrap.clone(), self.last.take());
         self.last = Some(tokio::spawn(async move {
             if let Some(earlier) = earlier {
-                let _ = earlier.await;
+                if let Err(e) = earlier.await {
+                    let _ = to.send(ToCoordinator::Failed(wrap(Error::Internal(format!(
+                        "a checkpoint report was lost: {e}"
+                    )))));
+                    return;
+                }
             }
             let msg = match tokio::task::spawn_blocking(move || pending.write()).await {
                 Ok(Ok((state, sync_nanos, async_nanos))) => ToCoordinator::Ack(Ack {

@@ -489,7 +489,13 @@ impl CheckpointStorage for LocalDirStorage {
             }
         }
         let mut stored = manifest.clone();
-        stored.format_version = FORMAT_VERSION;
+        let lists_shared = manifest.state_files().any(|(_, f)| f.shared);
+        // Format 1 when nothing is shared, so that an older weir still restores it.
+        stored.format_version = if lists_shared { FORMAT_VERSION } else { 1 };
+        if lists_shared && !manifest.savepoint {
+            // The shared files' names are durable before the manifest that lists them.
+            sync_dir(&shared)?;
+        }
         if manifest.savepoint {
             // A savepoint stands alone: its shared files become its own.
             for n in stored.nodes.values_mut() {
@@ -585,8 +591,9 @@ impl CheckpointStorage for LocalDirStorage {
                 path: checkpoint.location.clone(),
                 reason: format!(
                     "it is incremental and lists the shared state file {}, which is missing: \
-                     restore it from the checkpoint directory it was taken in (its `{SHARED_DIR}` \
-                     folder beside it), or take a savepoint, which holds all its files",
+                     a checkpoint folder needs the `{SHARED_DIR}` folder of the directory it \
+                     was taken in beside it (to move one, take a savepoint, which holds all its \
+                     files)",
                     path.display()
                 ),
             }),
@@ -602,11 +609,8 @@ impl CheckpointStorage for LocalDirStorage {
         }
         let shared = self.shared_path();
         fs::create_dir_all(&shared).map_err(|e| Error::io("create", &shared, e))?;
-        if shared.join(name).exists() {
-            return Err(Error::Internal(format!(
-                "shared state file {name:?} is written twice"
-            )));
-        }
+        // A file of this name can only be left by a checkpoint that never completed (names
+        // carry the epoch, and epochs grow past the newest complete one): it is replaced.
         self.write_atomically(&shared, name, bytes)
     }
 
