@@ -607,7 +607,7 @@ pub fn summary(r: &JobReport) -> String {
             "checkpoints:    {} complete, the last #{} took {} ms (longest {} ms), {} bytes of state \
              ({} written by it, the rest shared with earlier checkpoints); operators were held up \
              at most {} ms taking a snapshot (the last: {} ms, then {} ms writing it beside the \
-             job)",
+             job), and aligning barriers at most {} ms",
             m.checkpoints.completed,
             m.checkpoints.last_id,
             m.checkpoints.last_duration_ms,
@@ -616,7 +616,8 @@ pub fn summary(r: &JobReport) -> String {
             m.checkpoints.last_written_bytes,
             m.checkpoints.max_sync_ms,
             m.checkpoints.last_sync_ms,
-            m.checkpoints.last_async_ms
+            m.checkpoints.last_async_ms,
+            m.checkpoints.max_alignment_ms
         );
     }
     for n in m.nodes.iter().filter(|n| n.spread_alerts > 0) {

@@ -636,6 +636,7 @@
         fig('last took', c.last_id ? fmtDuration(c.last_duration_ms) : '–', 'checkpoint-duration'),
         fig('longest', c.last_id ? fmtDuration(c.max_duration_ms) : '–', 'checkpoint-max'),
         fig('held up', c.last_id ? fmtDuration(c.last_sync_ms) + ' (writing ' + fmtDuration(c.last_async_ms) + ')' : '–', 'checkpoint-sync'),
+        fig('alignment', c.last_id ? fmtDuration(c.last_alignment_ms) : '–', 'checkpoint-alignment'),
         fig('size', c.last_id ? fmtBytes(c.last_bytes) : '–', 'checkpoint-size')));
       const recent = c.recent.slice(-40);
       if (recent.length) {

@@ -254,6 +254,11 @@ pub struct CheckpointsDoc {
     pub last_async_ms: i64,
     /// The longest any subtask was held up taking a snapshot in this run, ms.
     pub max_sync_ms: i64,
+    /// Of the last checkpoint: the longest an operator subtask took from the first of its
+    /// inputs' barriers to the last, ms.
+    pub last_alignment_ms: i64,
+    /// The longest alignment in this run, ms.
+    pub max_alignment_ms: i64,
     pub last_bytes: u64,
     /// Bytes the last checkpoint wrote (less than `last_bytes` when it lists shared files an
     /// earlier checkpoint wrote).
@@ -281,6 +286,8 @@ pub(crate) fn checkpoints(view: &JobView, st: &ViewState) -> CheckpointsDoc {
         last_sync_ms: c.last_sync_ms,
         last_async_ms: c.last_async_ms,
         max_sync_ms: c.max_sync_ms,
+        last_alignment_ms: c.last_alignment_ms,
+        max_alignment_ms: c.max_alignment_ms,
         last_bytes: c.last_bytes,
         last_written_bytes: c.last_written_bytes,
         recent: st.checkpoints.iter().cloned().collect(),

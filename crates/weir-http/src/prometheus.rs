@@ -734,6 +734,12 @@ pub fn render(view: &JobView) -> String {
     )
     .sample(&[("job", job)], secs(c.last_async_ms));
     x.family(
+        "weir_checkpoint_alignment_seconds",
+        Gauge,
+        "Of the last completed checkpoint, the longest an operator subtask took from the first of its inputs' barriers to the last.",
+    )
+    .sample(&[("job", job)], secs(c.last_alignment_ms));
+    x.family(
         "weir_checkpoint_size_bytes",
         Gauge,
         "Bytes of the last completed checkpoint's state files, those it shares with earlier checkpoints included.",

@@ -179,6 +179,7 @@ async fn metrics_are_valid_prometheus_text_with_every_series_labelled() {
         "weir_checkpoint_duration_max_seconds",
         "weir_checkpoint_sync_duration_seconds",
         "weir_checkpoint_async_duration_seconds",
+        "weir_checkpoint_alignment_seconds",
         "weir_checkpoint_size_bytes",
         "weir_checkpoint_written_bytes",
         "weir_checkpoints_completed_total",

@@ -187,12 +187,14 @@ pub(crate) enum Report {
     /// A source subtask: where each of its splits stands, by split name, with the split's
     /// watermark.
     Source { positions: Vec<SplitPosition> },
-    /// An operator subtask: its state (none for stateless operators), and how long taking it
-    /// held the subtask up (`sync_nanos`) and writing it took after (`async_nanos`).
+    /// An operator subtask: its state (none for stateless operators), how long taking it
+    /// held the subtask up (`sync_nanos`) and writing it took after (`async_nanos`), and how
+    /// long the checkpoint's barriers took to arrive on all its inputs (`alignment_nanos`).
     Operator {
         state: Vec<StateFileInfo>,
         sync_nanos: u64,
         async_nanos: u64,
+        alignment_nanos: u64,
     },
     /// A sink subtask: everything before the barrier is written (pre-committed).
     Sink,

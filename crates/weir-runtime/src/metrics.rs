@@ -233,6 +233,11 @@ pub struct CheckpointMetrics {
     pub last_async_ms: AtomicI64,
     /// The longest synchronous part of any checkpoint of this run, ms.
     pub max_sync_ms: AtomicI64,
+    /// Of the last completed checkpoint, the longest an operator subtask took from the first
+    /// of its inputs' barriers to the last (while it holds the inputs that delivered theirs).
+    pub last_alignment_ms: AtomicI64,
+    /// The longest alignment of any checkpoint of this run, ms.
+    pub max_alignment_ms: AtomicI64,
     /// The least source-split watermark of the newest checkpoint every sink has published
     /// (`i64::MIN`: none): what the job's committed output has reached.
     pub last_watermark: AtomicI64,
@@ -251,6 +256,8 @@ impl Default for CheckpointMetrics {
             last_sync_ms: AtomicI64::new(0),
             last_async_ms: AtomicI64::new(0),
             max_sync_ms: AtomicI64::new(0),
+            last_alignment_ms: AtomicI64::new(0),
+            max_alignment_ms: AtomicI64::new(0),
             // Nothing published yet: a checkpoint completes before the sinks publish it.
             last_watermark: AtomicI64::new(i64::MIN),
         }
@@ -271,6 +278,10 @@ impl CheckpointMetrics {
         self.last_sync_ms.store(snapshots.sync_ms, Relaxed);
         self.last_async_ms.store(snapshots.async_ms, Relaxed);
         self.max_sync_ms.fetch_max(snapshots.sync_ms, Relaxed);
+        self.last_alignment_ms
+            .store(snapshots.alignment_ms, Relaxed);
+        self.max_alignment_ms
+            .fetch_max(snapshots.alignment_ms, Relaxed);
     }
 
     /// Every sink has published a checkpoint whose least source-split watermark is
@@ -292,6 +303,8 @@ impl CheckpointMetrics {
             last_sync_ms: self.last_sync_ms.load(Relaxed),
             last_async_ms: self.last_async_ms.load(Relaxed),
             max_sync_ms: self.max_sync_ms.load(Relaxed),
+            last_alignment_ms: self.last_alignment_ms.load(Relaxed),
+            max_alignment_ms: self.max_alignment_ms.load(Relaxed),
             last_watermark: Some(self.last_watermark.load(Relaxed)).filter(|w| *w != i64::MIN),
         }
     }
@@ -304,6 +317,8 @@ impl CheckpointMetrics {
 pub struct SnapshotTimes {
     pub sync_ms: i64,
     pub async_ms: i64,
+    /// The longest an operator subtask took to align the barriers of its inputs.
+    pub alignment_ms: i64,
     /// Bytes the checkpoint wrote: its own files and the shared files it was the first to
     /// list (the rest of its size, shared files earlier checkpoints wrote, it only lists).
     pub written_bytes: u64,
@@ -327,6 +342,10 @@ pub struct CheckpointSnapshot {
     pub last_async_ms: i64,
     /// See [`CheckpointMetrics::max_sync_ms`].
     pub max_sync_ms: i64,
+    /// See [`CheckpointMetrics::last_alignment_ms`].
+    pub last_alignment_ms: i64,
+    /// See [`CheckpointMetrics::max_alignment_ms`].
+    pub max_alignment_ms: i64,
     /// The least source-split watermark of the newest checkpoint every sink has published.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_watermark: Option<i64>,

@@ -398,6 +398,7 @@ impl Driver {
         let mut m = Manifest::new(&self.job, done.epoch, weir_core::time::ProcTime(now_ms));
         let mut bytes = 0;
         let (mut sync_nanos, mut async_nanos, mut written) = (0, 0, 0);
+        let mut alignment_nanos = 0;
         for ((node, subtask), report) in done.reports {
             let CheckpointedNode {
                 id,
@@ -423,7 +424,9 @@ impl Driver {
                     state,
                     sync_nanos: sync,
                     async_nanos: write,
+                    alignment_nanos: align,
                 } => {
+                    alignment_nanos = alignment_nanos.max(align);
                     sync_nanos = sync_nanos.max(sync);
                     async_nanos = async_nanos.max(write);
                     bytes += state.iter().map(|f| f.bytes).sum::<u64>();
@@ -495,6 +498,7 @@ impl Driver {
             SnapshotTimes {
                 sync_ms: (sync_nanos / 1_000_000) as i64,
                 async_ms: (async_nanos / 1_000_000) as i64,
+                alignment_ms: (alignment_nanos / 1_000_000) as i64,
                 written_bytes: written,
             },
         );

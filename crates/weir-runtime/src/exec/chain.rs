@@ -158,7 +158,8 @@ impl ChainMember {
                 };
                 self.pass_on(out, last, next);
                 self.dead_letters.set_epoch(epoch.0)?;
-                self.reports.ack_state(epoch, pending);
+                // Chained operators have one input: nothing to align.
+                self.reports.ack_state(epoch, pending, 0);
                 next.push(Item::Control(Message::Barrier(epoch)));
             }
             Item::Control(Message::End) => {

@@ -285,6 +285,8 @@ impl OperatorTask {
         let mut n_ended = 0;
         let mut idle_out = false;
         let mut barriers: BarrierAligner<Envelope> = BarrierAligner::new(n);
+        // Since the pending checkpoint's first barrier arrived.
+        let mut aligning: Option<Stopwatch> = None;
 
         // The operators chained after it are open before it emits anything.
         self.outputs.open_chain().await?;
@@ -337,7 +339,10 @@ impl OperatorTask {
                         self.outputs.broadcast(Message::Active).await?;
                     }
                 }
-                Message::Barrier(e) => barriers.barrier(ch, e)?,
+                Message::Barrier(e) => {
+                    aligning.get_or_insert_with(|| Stopwatch::start(self.clock.as_ref()));
+                    barriers.barrier(ch, e)?
+                }
                 Message::End => {
                     barriers.end(ch);
                     n_ended += 1;
@@ -352,6 +357,8 @@ impl OperatorTask {
                 }
             }
             if let Some(epoch) = barriers.aligned() {
+                let alignment_nanos =
+                    (aligning.take()).map_or(0, |sw| sw.elapsed_nanos(self.clock.as_ref()));
                 use crate::checkpoint::Report;
                 let (report, pending) = match &mut self.processor {
                     Processor::Operator(host) => {
@@ -372,7 +379,7 @@ impl OperatorTask {
                 self.dead_letters.set_epoch(epoch.0)?;
                 match report {
                     Some(r) => self.reports.ack(epoch, r),
-                    None => self.reports.ack_state(epoch, pending),
+                    None => self.reports.ack_state(epoch, pending, alignment_nanos),
                 }
                 self.outputs.broadcast(Message::Barrier(epoch)).await?;
             }

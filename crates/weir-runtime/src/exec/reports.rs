@@ -85,8 +85,14 @@ impl Reports {
     }
 
     /// Acknowledges checkpoint `epoch` with an operator's state (none: a stateless one), once
-    /// `pending` is written, after every earlier report.
-    pub(super) fn ack_state(&mut self, epoch: Epoch, pending: Option<PendingSnapshot>) {
+    /// `pending` is written, after every earlier report; its barriers took `alignment_nanos`
+    /// to arrive on every input.
+    pub(super) fn ack_state(
+        &mut self,
+        epoch: Epoch,
+        pending: Option<PendingSnapshot>,
+        alignment_nanos: u64,
+    ) {
         let Some(pending) = pending else {
             return self.ack(
                 epoch,
@@ -94,6 +100,7 @@ impl Reports {
                     state: Vec::new(),
                     sync_nanos: 0,
                     async_nanos: 0,
+                    alignment_nanos,
                 },
             );
         };
@@ -119,6 +126,7 @@ impl Reports {
                         state,
                         sync_nanos,
                         async_nanos,
+                        alignment_nanos,
                     },
                 }),
                 Ok(Err(e)) => ToCoordinator::Failed(wrap(e)),
