@@ -53,6 +53,54 @@ FROM TABLE(TUMBLE(TABLE attributed, DESCRIPTOR(click_time), INTERVAL '1' MINUTE)
 GROUP BY ad_id, window_start, window_end;
 ";
 
+/// The attribution job run to its end in a fresh folder, which is returned with the job's
+/// outputs (joined clicks, counts per ad and minute; their lines sorted).
+fn attribution_uninterrupted() -> (tempfile::TempDir, (Vec<String>, Vec<String>)) {
+    let reference = tempfile::tempdir().unwrap();
+    std::fs::write(reference.path().join("job.sql"), ATTRIBUTION).unwrap();
+    let out = weir(reference.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = (
+        output_of(reference.path(), "out"),
+        output_of(reference.path(), "per_ad"),
+    );
+    (reference, want)
+}
+
+/// Waits (up to 30 s) until a complete checkpoint in `checkpoints` lists shared files, or
+/// `child` ends; whether one does.
+fn until_incremental(checkpoints: &Path, child: &mut std::process::Child) -> bool {
+    let lists_shared = || {
+        std::fs::read_dir(checkpoints)
+            .into_iter()
+            .flatten()
+            .any(|e| {
+                std::fs::read_to_string(e.unwrap().path().join("_manifest.json"))
+                    .is_ok_and(|m| m.contains("\"shared\": true"))
+            })
+    };
+    for _ in 0..600 {
+        if lists_shared() || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lists_shared()
+}
+
+/// The savepoint a job stopped with SIGTERM names on stderr.
+fn savepoint_path(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("go on from it with: weir run ... --from-savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint path in: {stderr}"))
+        .to_string()
+}
+
 /// The finished part files' lines, sorted.
 fn output(dir: &Path) -> Vec<String> {
     output_of(dir, "out")
@@ -183,18 +231,7 @@ fn a_folder_of_part_files_reads_back_as_one_table() {
 /// each time: its outputs equal an uninterrupted run's as multisets.
 #[test]
 fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_nothing() {
-    let reference = tempfile::tempdir().unwrap();
-    std::fs::write(reference.path().join("job.sql"), ATTRIBUTION).unwrap();
-    let out = weir(reference.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let want = (
-        output_of(reference.path(), "out"),
-        output_of(reference.path(), "per_ad"),
-    );
+    let (reference, want) = attribution_uninterrupted();
     assert!(
         want.0.len() > 1_000 && !want.1.is_empty(),
         "{} {}",
@@ -246,38 +283,18 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
 /// uninterrupted run.
 #[test]
 fn an_incremental_checkpoint_restores_at_another_parallelism() {
-    let reference = tempfile::tempdir().unwrap();
-    std::fs::write(reference.path().join("job.sql"), ATTRIBUTION).unwrap();
-    let out = weir(reference.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let want = output_of(reference.path(), "out");
+    let (_, (want, _)) = attribution_uninterrupted();
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
     let mut child = weir(dir.path()).spawn().unwrap();
     let checkpoints = dir.path().join("checkpoints");
-    let lists_shared = |d: &Path| {
-        std::fs::read_dir(d).into_iter().flatten().any(|e| {
-            std::fs::read_to_string(e.unwrap().path().join("_manifest.json"))
-                .is_ok_and(|m| m.contains("\"shared\": true"))
-        })
-    };
-    for _ in 0..600 {
-        if lists_shared(&checkpoints) || child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
     assert!(
-        lists_shared(&checkpoints),
+        until_incremental(&checkpoints, &mut child),
         "no checkpoint with shared files before the job ended"
     );
+    child.kill().unwrap();
+    child.wait().unwrap();
     let rescaled = ATTRIBUTION.replace(
         "SET 'parallelism.default' = '2';",
         "SET 'parallelism.default' = '3';",
@@ -389,11 +406,7 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let path = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("go on from it with: weir run ... --from-savepoint "))
-        .unwrap_or_else(|| panic!("no savepoint path in: {stderr}"))
-        .to_string();
+    let path = savepoint_path(&stderr);
     assert!(path.contains("savepoints"), "{path}");
     let published = output(dir.path());
     assert!(
@@ -418,22 +431,11 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
 /// directory, which is then deleted, it restores to the output of an uninterrupted run.
 #[test]
 fn a_savepoint_of_an_incremental_interval_join_stands_alone() {
-    let reference = tempfile::tempdir().unwrap();
-    std::fs::write(reference.path().join("job.sql"), ATTRIBUTION).unwrap();
-    let out = weir(reference.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let want = (
-        output_of(reference.path(), "out"),
-        output_of(reference.path(), "per_ad"),
-    );
+    let (_, want) = attribution_uninterrupted();
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", "job.sql"])
         .current_dir(dir.path())
         .stdout(Stdio::null())
@@ -441,23 +443,8 @@ fn a_savepoint_of_an_incremental_interval_join_stands_alone() {
         .spawn()
         .unwrap();
     let checkpoints = dir.path().join("checkpoints");
-    let lists_shared = || {
-        std::fs::read_dir(&checkpoints)
-            .into_iter()
-            .flatten()
-            .any(|e| {
-                std::fs::read_to_string(e.unwrap().path().join("_manifest.json"))
-                    .is_ok_and(|m| m.contains("\"shared\": true"))
-            })
-    };
-    for _ in 0..600 {
-        if lists_shared() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
     assert!(
-        lists_shared(),
+        until_incremental(&checkpoints, &mut child),
         "no incremental checkpoint before the savepoint"
     );
     let status = Command::new("kill")
@@ -468,11 +455,7 @@ fn a_savepoint_of_an_incremental_interval_join_stands_alone() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let path = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("go on from it with: weir run ... --from-savepoint "))
-        .unwrap_or_else(|| panic!("no savepoint path in: {stderr}"))
-        .to_string();
+    let path = savepoint_path(&stderr);
     // Relative to the job's folder.
     let path = dir.path().join(path);
     let manifest = std::fs::read_to_string(path.join("_manifest.json")).unwrap();

@@ -276,6 +276,7 @@ impl StateLayout {
     ) -> StateSnapshot {
         let stores = [stores[0].clone(), stores[1].clone()];
         let flag_field = self.schema.fields()[self.joined.fields().len() + 3].clone();
+        let flags_schema = Arc::new(Schema::new(vec![flag_field.as_ref().clone()]));
         let schemas = [self.side_schema(0), self.side_schema(1)];
         let key_groups = self.key_groups;
         StateSnapshot::deferred_parts(move || {
@@ -299,9 +300,10 @@ impl StateLayout {
                     live[row as usize] = true;
                     flags[row as usize] = flag;
                 }
-                let flags_schema = Arc::new(Schema::new(vec![flag_field.as_ref().clone()]));
-                let mutable =
-                    RecordBatch::try_new(flags_schema, vec![Arc::new(BooleanArray::from(flags))])?;
+                let mutable = RecordBatch::try_new(
+                    flags_schema.clone(),
+                    vec![Arc::new(BooleanArray::from(flags))],
+                )?;
                 let (schema, keys) = (schemas[s].clone(), keys[s].clone());
                 shared.push(weir_runtime::SharedBatch {
                     id: stores[s].seq(id) * 2 + side as u64,

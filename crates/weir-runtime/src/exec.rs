@@ -13,7 +13,7 @@ pub mod host;
 mod operator_task;
 mod output;
 mod reports;
-mod shared_files;
+pub(crate) mod shared_files;
 mod sorted_source;
 mod source_task;
 mod start_guard;

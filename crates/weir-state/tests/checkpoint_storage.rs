@@ -526,9 +526,10 @@ fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them() {
     };
     // Checkpoint e lists "a" (written at 1) and, from 2 on, "b" (written at 2); "a" is last
     // listed by checkpoint 2.
-    let take_listing = |epoch: u64, files: Vec<StateFile>| {
+    let take_listing = |epoch: u64, files: Vec<StateFile>, savepoint: bool| {
         s.begin(Epoch(epoch)).unwrap();
         let mut m = Manifest::new("job", Epoch(epoch), ProcTime(0));
+        m.savepoint = savepoint;
         m.nodes.insert(
             "j1".into(),
             NodeState {
@@ -546,10 +547,14 @@ fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them() {
         s.complete(Epoch(epoch), &m).unwrap()
     };
     assert_eq!(s.write_shared("a.arrow", b"aaa").unwrap(), 3);
-    take_listing(1, vec![shared("a.arrow", b"aaa")]);
+    take_listing(1, vec![shared("a.arrow", b"aaa")], false);
     s.write_shared("b.arrow", b"bb").unwrap();
-    let second = take_listing(2, vec![shared("a.arrow", b"aaa"), shared("b.arrow", b"bb")]);
-    take_listing(3, vec![shared("b.arrow", b"bb")]);
+    let second = take_listing(
+        2,
+        vec![shared("a.arrow", b"aaa"), shared("b.arrow", b"bb")],
+        false,
+    );
+    take_listing(3, vec![shared("b.arrow", b"bb")], false);
     let shared_dir = s.dir().join(weir_state::checkpoint::SHARED_DIR);
 
     assert_eq!(
@@ -580,24 +585,7 @@ fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them() {
     assert_eq!(folders(&shared_dir), ["b.arrow"]);
 
     // A savepoint holds its shared files itself: it restores with `shared/` gone.
-    s.begin(Epoch(4)).unwrap();
-    let mut m = Manifest::new("job", Epoch(4), ProcTime(0));
-    m.savepoint = true;
-    m.nodes.insert(
-        "j1".into(),
-        NodeState {
-            kind: "interval_join".into(),
-            signature: String::new(),
-            state_version: 1,
-            subtasks: vec![SubtaskState {
-                subtask: 0,
-                parallelism: 1,
-                key_groups: KeyGroupRange::for_subtask(0, 1, 128),
-                files: vec![shared("b.arrow", b"bb")],
-            }],
-        },
-    );
-    let savepoint = s.complete(Epoch(4), &m).unwrap();
+    let savepoint = take_listing(4, vec![shared("b.arrow", b"bb")], true);
     let latest = s.latest().unwrap().unwrap();
     fs::remove_dir_all(&shared_dir).unwrap();
     let stored = s.read_manifest(&savepoint).unwrap();

@@ -242,7 +242,7 @@ pub(crate) fn restored_state(
             let bytes = storage.read_state_file(&r.handle, f)?;
             let path = storage.state_file_path(&r.handle, f);
             let mut batches = weir_state::snapshot::decode(&bytes, &path)?;
-            if crate::exec::host::is_overlay_file(&f.name) {
+            if crate::exec::shared_files::is_overlay_file(&f.name) {
                 overlays = batches.into();
                 overlaid = true;
                 continue;

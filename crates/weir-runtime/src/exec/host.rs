@@ -256,18 +256,6 @@ pub(super) fn write_state_file(
     })
 }
 
-/// The checkpoint file that says which rows of a subtask's shared files are live, beside its
-/// operator state file `state`; the subtask's shared files follow it in the manifest, in the
-/// order of its batches.
-pub(crate) fn overlay_file(state: &str) -> String {
-    format!("{}.live.arrow", state.trim_end_matches(".arrow"))
-}
-
-/// Whether a checkpoint file is an overlay (see [`overlay_file`]).
-pub(crate) fn is_overlay_file(name: &str) -> bool {
-    name.ends_with(".live.arrow")
-}
-
 /// The checkpoint file of a subtask's timers, beside its operator state file `state`.
 pub(crate) fn timers_file(state: &str) -> String {
     format!("{}.timers.arrow", state.trim_end_matches(".arrow"))

@@ -48,30 +48,35 @@ impl Reports {
 
     /// Sends `msg` after every earlier report.
     pub(super) fn send(&mut self, msg: ToCoordinator) {
+        match (&self.to, &self.last) {
+            (Some(to), None) => {
+                let _ = to.send(msg);
+            }
+            (Some(to), Some(earlier)) if earlier.is_finished() => {
+                let _ = to.send(msg);
+            }
+            _ => self.then(async move { msg }),
+        }
+    }
+
+    /// Sends what `report` makes once every earlier report has gone.
+    fn then(&mut self, report: impl std::future::Future<Output = ToCoordinator> + Send + 'static) {
         let Some(to) = &self.to else {
             return;
         };
-        match self.last.take() {
-            Some(earlier) if !earlier.is_finished() => {
-                let (to, wrap) = (to.clone(), self.wrap.clone());
-                self.last = Some(tokio::spawn(async move {
-                    match earlier.await {
-                        Ok(()) => {
-                            let _ = to.send(msg);
-                        }
-                        // The earlier report never left: this one must not go without it.
-                        Err(e) => {
-                            let _ = to.send(ToCoordinator::Failed(wrap(Error::Internal(format!(
-                                "a checkpoint report was lost: {e}"
-                            )))));
-                        }
-                    }
-                }));
+        let (to, wrap, earlier) = (to.clone(), self.wrap.clone(), self.last.take());
+        self.last = Some(tokio::spawn(async move {
+            if let Some(earlier) = earlier {
+                // The earlier report never left: this one must not go without it.
+                if let Err(e) = earlier.await {
+                    let _ = to.send(ToCoordinator::Failed(wrap(Error::Internal(format!(
+                        "a checkpoint report was lost: {e}"
+                    )))));
+                    return;
+                }
             }
-            _ => {
-                let _ = to.send(msg);
-            }
-        }
+            let _ = to.send(report.await);
+        }));
     }
 
     /// Acknowledges checkpoint `epoch` with `report`, after every earlier report.
@@ -104,21 +109,9 @@ impl Reports {
                 },
             );
         };
-        let Some(to) = &self.to else {
-            return;
-        };
-        let subtask = self.id;
-        let (to, wrap, earlier) = (to.clone(), self.wrap.clone(), self.last.take());
-        self.last = Some(tokio::spawn(async move {
-            if let Some(earlier) = earlier {
-                if let Err(e) = earlier.await {
-                    let _ = to.send(ToCoordinator::Failed(wrap(Error::Internal(format!(
-                        "a checkpoint report was lost: {e}"
-                    )))));
-                    return;
-                }
-            }
-            let msg = match tokio::task::spawn_blocking(move || pending.write()).await {
+        let (subtask, wrap) = (self.id, self.wrap.clone());
+        self.then(async move {
+            match tokio::task::spawn_blocking(move || pending.write()).await {
                 Ok(Ok((state, sync_nanos, async_nanos))) => ToCoordinator::Ack(Ack {
                     subtask,
                     epoch,
@@ -134,8 +127,7 @@ impl Reports {
                     "writing the snapshot of checkpoint {} panicked: {e}",
                     epoch.0
                 )))),
-            };
-            let _ = to.send(msg);
-        }));
+            }
+        });
     }
 }

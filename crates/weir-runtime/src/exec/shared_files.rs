@@ -9,13 +9,13 @@
 //! of its own: for every batch of every file it lists, in order, which rows are live and the
 //! columns that change; the manifest lists the overlay, then the shared files in that order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use arrow_array::{new_null_array, BooleanArray, RecordBatch};
 use weir_core::time::Epoch;
 use weir_state::checkpoint::CheckpointStorage;
 
-use super::host::{overlay_file, write_state_file};
+use super::host::write_state_file;
 use crate::checkpoint::StateFileInfo;
 use crate::error::{Error, Result};
 use crate::operator::SharedBatch;
@@ -48,8 +48,8 @@ impl SharedFiles {
         state: &str,
         shared: Vec<SharedBatch>,
     ) -> Result<Vec<StateFileInfo>> {
-        let written: HashMap<u64, ()> = (self.files.iter())
-            .flat_map(|f| f.batches.iter().map(|(id, _)| (*id, ())))
+        let written: HashSet<u64> = (self.files.iter())
+            .flat_map(|f| f.batches.iter().map(|(id, _)| *id))
             .collect();
         // The columns that change, for the overlay of a batch without live rows.
         let mutable_fields = (shared.iter()).find_map(|s| s.mutable.as_ref()).map(|m| {
@@ -62,7 +62,7 @@ impl SharedFiles {
             HashMap::with_capacity(shared.len());
         let mut new: Vec<(arrow_schema::SchemaRef, Vec<(u64, RecordBatch)>)> = Vec::new();
         for s in shared {
-            if !written.contains_key(&s.id) {
+            if !written.contains(&s.id) {
                 let batch = (s.make)()?;
                 if batch.num_rows() != s.live.len() {
                     return Err(Error::Internal(format!(
@@ -82,7 +82,7 @@ impl SharedFiles {
         let stem = state.trim_end_matches(".arrow");
         for (k, (_, group)) in new.into_iter().enumerate() {
             let name = format!("{stem}-e{}-{k}.arrow", epoch.0);
-            let batches: Vec<RecordBatch> = group.iter().map(|(_, b)| b.clone()).collect();
+            let (ids, batches): (Vec<u64>, Vec<RecordBatch>) = group.into_iter().unzip();
             let encoded = weir_state::snapshot::encode(&batches)?;
             let bytes = storage.write_shared(&name, &encoded)?;
             self.files.push(SharedFile {
@@ -94,7 +94,9 @@ impl SharedFiles {
                     shared: true,
                     written: true,
                 },
-                batches: group.iter().map(|(id, b)| (*id, b.num_rows())).collect(),
+                batches: (ids.into_iter().zip(&batches))
+                    .map(|(id, b)| (id, b.num_rows()))
+                    .collect(),
             });
         }
         // A file none of whose batches holds a live row is listed no more.
@@ -143,4 +145,16 @@ impl SharedFiles {
         files.extend(listed);
         Ok(files)
     }
+}
+
+/// The checkpoint file that says which rows of a subtask's shared files are live, beside its
+/// operator state file `state`; the subtask's shared files follow it in the manifest, in the
+/// order of its batches.
+pub(crate) fn overlay_file(state: &str) -> String {
+    format!("{}.live.arrow", state.trim_end_matches(".arrow"))
+}
+
+/// Whether a checkpoint file is an overlay (see [`overlay_file`]).
+pub(crate) fn is_overlay_file(name: &str) -> bool {
+    name.ends_with(".live.arrow")
 }
