@@ -92,8 +92,17 @@ fn until_incremental(checkpoints: &Path, child: &mut std::process::Child) -> boo
     lists_shared()
 }
 
-/// The savepoint a job stopped with SIGTERM names on stderr.
-fn savepoint_path(stderr: &str) -> String {
+/// Stops `child` (`weir run`, stderr piped) with SIGTERM, which must end it with exit 0 and a
+/// savepoint: the savepoint's path as it prints it.
+fn stop_with_savepoint(child: std::process::Child) -> String {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
     stderr
         .lines()
         .find_map(|l| l.strip_prefix("go on from it with: weir run ... --from-savepoint "))
@@ -398,15 +407,7 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let path = savepoint_path(&stderr);
+    let path = stop_with_savepoint(child);
     assert!(path.contains("savepoints"), "{path}");
     let published = output(dir.path());
     assert!(
@@ -447,15 +448,7 @@ fn a_savepoint_of_an_incremental_interval_join_stands_alone() {
         until_incremental(&checkpoints, &mut child),
         "no incremental checkpoint before the savepoint"
     );
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let path = savepoint_path(&stderr);
+    let path = stop_with_savepoint(child);
     // Relative to the job's folder.
     let path = dir.path().join(path);
     let manifest = std::fs::read_to_string(path.join("_manifest.json")).unwrap();
