@@ -20,9 +20,10 @@
 //!   [`checkpoint::CheckpointStorage`] trait);
 //! - [`snapshot::overlay`]: which rows of a shared batch a checkpoint holds.
 //!
-//! Everything is in memory so far. These structures hand out references into memory, so a
-//! disk backend needs an interface of its own (keyed get / put / scan by key group), not these
-//! structures behind another store.
+//! These structures are the `'hashmap'` state backend. With `state.backend.type = 'rocksdb'`
+//! ([`backend`]) operators that support it keep their state in a [`rocks::DiskStore`] instead
+//! (in a weir built with the `rocksdb` feature): an ordered store of rows by (namespace, key
+//! group, key, event time), scanned by time range, with what a watermark expires filed apart.
 //!
 //! ```
 //! use weir_core::keys::hash_key;
@@ -41,8 +42,11 @@ use std::path::PathBuf;
 
 use hashbrown::HashTable;
 
+pub mod backend;
 pub mod checkpoint;
 mod expiry;
+#[cfg(feature = "rocksdb")]
+pub mod rocks;
 mod rows;
 mod slots;
 pub mod snapshot;

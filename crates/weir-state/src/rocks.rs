@@ -1,0 +1,440 @@
+//! State on local disk: one embedded RocksDB per operator subtask (`state.backend.type =
+//! 'rocksdb'`, see [`crate::backend`]).
+//!
+//! A [`DiskStore`] is an ordered map of byte strings. State is laid out in it by
+//! [`RowKey`]: `(namespace, key group, key, event time, sequence)`, so that the rows of one key
+//! of one namespace (a join side, say) come in event-time order and a time range of them is one
+//! range scan. [`expiry_key`] files a key under the event time at which it expires, in a
+//! namespace of its own, so that what a watermark expires is one scan from the start.
+//!
+//! The store has no write-ahead log: it holds no durable state. A job restores from its
+//! checkpoints; a store's folder is removed when the store is dropped (and found stale at
+//! start otherwise, as the folder names the process).
+//!
+//! Memory: each store gets a share of `weir.state.memory-budget` (the runtime divides it
+//! among the job's stateful subtasks): half for its block cache (index and filter blocks
+//! included, so they count), half for its write buffers.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rocksdb::{
+    BlockBasedOptions, Cache, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteOptions, DB,
+};
+
+use crate::backend::StateBackend;
+use crate::{Error, Result};
+
+/// The namespace [`expiry_key`]s live in; [`RowKey`] namespaces are below it.
+pub const EXPIRY_NAMESPACE: u8 = u8::MAX;
+
+/// The smallest cache and write buffer a store gets, whatever its share of the budget.
+const MIN_SHARE: u64 = 4 << 20;
+
+/// An embedded RocksDB in a folder of its own, removed when dropped (and the last snapshot
+/// read from it is done).
+pub struct DiskStore {
+    db: Arc<Open>,
+    dir: PathBuf,
+    write: WriteOptions,
+}
+
+/// The database, then its folder: dropped in that order, the folder removed once the database
+/// is closed.
+struct Open {
+    db: DB,
+    _folder: Folder,
+}
+
+impl std::ops::Deref for Open {
+    type Target = DB;
+    fn deref(&self) -> &DB {
+        &self.db
+    }
+}
+
+struct Folder(PathBuf);
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::fmt::Debug for DiskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskStore").field("dir", &self.dir).finish()
+    }
+}
+
+fn rocks_err(action: &'static str, dir: &Path, e: rocksdb::Error) -> Error {
+    Error::io(action, dir, std::io::Error::other(format!("RocksDB: {e}")))
+}
+
+impl DiskStore {
+    /// Opens an empty store for `label` (the operator and subtask, for the folder's name) in
+    /// the backend's folder, with `budget` bytes of memory (its share of the job's budget).
+    pub fn open(backend: &StateBackend, label: &str, budget: u64) -> Result<DiskStore> {
+        static STORES: AtomicU64 = AtomicU64::new(0);
+        let base = backend.local_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let safe: String = (label.chars())
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(60)
+            .collect();
+        let dir = base.join(format!(
+            "weir-state-{}-{}-{safe}",
+            std::process::id(),
+            STORES.fetch_add(1, Ordering::Relaxed)
+        ));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, e))?;
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
+        let half = (budget / 2).max(MIN_SHARE);
+        let cache =
+            Cache::new_lru_cache(half as usize).map_err(|e| rocks_err("open a cache", &dir, e))?;
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        table.set_bloom_filter(10.0, false);
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_block_based_table_factory(&table);
+        opts.set_db_write_buffer_size(half as usize);
+        opts.set_write_buffer_size((half / 2) as usize);
+        opts.set_max_write_buffer_number(2);
+        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        opts.set_max_background_jobs(2);
+        let db = DB::open(&opts, &dir).map_err(|e| rocks_err("open", &dir, e))?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        Ok(DiskStore {
+            db: Arc::new(Open {
+                db,
+                _folder: Folder(dir.clone()),
+            }),
+            dir,
+            write,
+        })
+    }
+
+    /// The folder the store works in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Applies `batch` (puts and deletes) at once.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.db
+            .write_opt(batch, &self.write)
+            .map_err(|e| rocks_err("write", &self.dir, e))
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db
+            .get(key)
+            .map_err(|e| rocks_err("read", &self.dir, e))
+    }
+
+    /// Visits the entries from `from` (inclusive) to `until` (exclusive) in key order while
+    /// `visit` returns true.
+    pub fn scan(
+        &self,
+        from: &[u8],
+        until: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(until.to_vec());
+        let mut it = self.db.raw_iterator_opt(opts);
+        it.seek(from);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !visit(k, v)? {
+                return Ok(());
+            }
+            it.next();
+        }
+        it.status().map_err(|e| rocks_err("read", &self.dir, e))
+    }
+
+    /// Bytes of state: RocksDB's estimate of its live data plus its write buffers.
+    pub fn bytes(&self) -> u64 {
+        let prop = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        prop("rocksdb.estimate-live-data-size") + prop("rocksdb.cur-size-all-mem-tables")
+    }
+
+    /// A consistent view of the store as it is now, read later, on another thread: `read`
+    /// gets every entry below `until` in key order. The view is taken before this returns
+    /// (later writes are not in it); what `read` returns comes back from the closure this
+    /// returns, which waits for it.
+    pub fn read_later<T: Send + 'static>(
+        &self,
+        until: Vec<u8>,
+        read: impl FnOnce(&mut dyn Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>>) -> T
+            + Send
+            + 'static,
+    ) -> Result<impl FnOnce() -> Result<T> + Send + 'static> {
+        let db = self.db.clone();
+        let dir = self.dir.clone();
+        let (taken_tx, taken) = std::sync::mpsc::sync_channel(1);
+        let reader = std::thread::Builder::new()
+            .name("weir-state-snapshot".into())
+            .spawn(move || {
+                let snapshot = db.snapshot();
+                let _ = taken_tx.send(());
+                let mut opts = ReadOptions::default();
+                opts.set_iterate_upper_bound(until);
+                opts.fill_cache(false);
+                let mut entries = snapshot
+                    .iterator_opt(IteratorMode::From(&[], Direction::Forward), opts)
+                    .map(|e| e.map_err(|e| rocks_err("read a snapshot of", &dir, e)));
+                read(&mut entries)
+            })
+            .map_err(|e| Error::Internal(format!("cannot start a snapshot reader: {e}")))?;
+        taken
+            .recv()
+            .map_err(|_| Error::Internal("the snapshot reader ended before its snapshot".into()))?;
+        Ok(move || {
+            reader
+                .join()
+                .map_err(|_| Error::Internal("the snapshot reader panicked".into()))
+        })
+    }
+}
+
+pub use rocksdb::WriteBatch as Writes;
+
+/// Event time in key order: the sign bit flipped, big-endian.
+fn time_bytes(ts: i64) -> [u8; 8] {
+    ((ts as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn time_of(bytes: &[u8]) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[..8]);
+    (u64::from_be_bytes(b) ^ (1 << 63)) as i64
+}
+
+/// The key a row is stored under: `(namespace, key group, key, time, sequence)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowKey<'a> {
+    pub namespace: u8,
+    pub key_group: u16,
+    pub key: &'a [u8],
+    pub time: i64,
+    /// Tells rows of one key at one time apart (in the order they came).
+    pub seq: u64,
+}
+
+impl<'a> RowKey<'a> {
+    /// Appends the encoded key to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        prefix(out, self.namespace, self.key_group, self.key);
+        out.extend_from_slice(&time_bytes(self.time));
+        out.extend_from_slice(&self.seq.to_be_bytes());
+    }
+
+    /// Decodes a key that [`RowKey::encode`] wrote.
+    pub fn decode(bytes: &'a [u8]) -> Result<RowKey<'a>> {
+        let bad = || Error::Internal(format!("not a row key: {bytes:?}"));
+        if bytes.len() < 7 + 16 {
+            return Err(bad());
+        }
+        let len = u32::from_be_bytes([bytes[3], bytes[4], bytes[5], bytes[6]]) as usize;
+        if bytes.len() != 7 + len + 16 {
+            return Err(bad());
+        }
+        let rest = &bytes[7 + len..];
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&rest[8..16]);
+        Ok(RowKey {
+            namespace: bytes[0],
+            key_group: u16::from_be_bytes([bytes[1], bytes[2]]),
+            key: &bytes[7..7 + len],
+            time: time_of(rest),
+            seq: u64::from_be_bytes(seq),
+        })
+    }
+
+    /// The keys from time `lo` to `hi` (both inclusive) of one key of one namespace, as a
+    /// range `[from, until)` for [`DiskStore::scan`].
+    pub fn time_range(
+        namespace: u8,
+        key_group: u16,
+        key: &[u8],
+        lo: i64,
+        hi: i64,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let mut from = Vec::with_capacity(key.len() + 23);
+        prefix(&mut from, namespace, key_group, key);
+        let mut until = from.clone();
+        from.extend_from_slice(&time_bytes(lo));
+        match hi.checked_add(1) {
+            Some(next) => until.extend_from_slice(&time_bytes(next)),
+            // Past every time: the key's prefix with bytes above any time and sequence.
+            None => until.extend_from_slice(&[0xff; 17]),
+        }
+        (from, until)
+    }
+}
+
+fn prefix(out: &mut Vec<u8>, namespace: u8, key_group: u16, key: &[u8]) {
+    out.push(namespace);
+    out.extend_from_slice(&key_group.to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+}
+
+/// Files `row_key` (an encoded [`RowKey`]) under the time `at` it expires, in the
+/// [`EXPIRY_NAMESPACE`].
+pub fn expiry_key(out: &mut Vec<u8>, at: i64, row_key: &[u8]) {
+    out.push(EXPIRY_NAMESPACE);
+    out.extend_from_slice(&time_bytes(at));
+    out.extend_from_slice(row_key);
+}
+
+/// The range of expiry keys at or below `watermark`, for [`DiskStore::scan`].
+pub fn expired_range(watermark: i64) -> (Vec<u8>, Vec<u8>) {
+    let mut until = vec![EXPIRY_NAMESPACE];
+    match watermark.checked_add(1) {
+        Some(next) => until.extend_from_slice(&time_bytes(next)),
+        None => until.extend_from_slice(&[0xff; 9]),
+    }
+    (vec![EXPIRY_NAMESPACE], until)
+}
+
+/// The row key inside an expiry key.
+pub fn row_key_of_expiry(expiry: &[u8]) -> &[u8] {
+    &expiry[9..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, DiskStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = StateBackend {
+            local_dir: Some(dir.path().to_path_buf()),
+            ..StateBackend::rocksdb()
+        };
+        let store = DiskStore::open(&backend, "test/0", 16 << 20).unwrap();
+        (dir, store)
+    }
+
+    fn put(store: &DiskStore, key: RowKey, value: &[u8]) {
+        let mut k = Vec::new();
+        key.encode(&mut k);
+        let mut w = Writes::default();
+        w.put(&k, value);
+        store.write(w).unwrap();
+    }
+
+    #[test]
+    fn a_time_range_scan_gives_one_keys_rows_in_time_order() {
+        let (_dir, s) = store();
+        let row = |key: &'static [u8], time, seq| RowKey {
+            namespace: 0,
+            key_group: 3,
+            key,
+            time,
+            seq,
+        };
+        for (key, time, seq) in [
+            (&b"a"[..], 5, 0),
+            (b"a", -7, 1),
+            (b"a", 5, 2),
+            (b"a", i64::MAX, 3),
+            (b"ab", 1, 4),
+            (b"b", 2, 5),
+        ] {
+            put(&s, row(key, time, seq), &seq.to_be_bytes());
+        }
+        let scan = |lo, hi| {
+            let (from, until) = RowKey::time_range(0, 3, b"a", lo, hi);
+            let mut got = Vec::new();
+            s.scan(&from, &until, |k, _| {
+                let k = RowKey::decode(k).unwrap();
+                assert_eq!(k.key, b"a");
+                got.push((k.time, k.seq));
+                Ok(true)
+            })
+            .unwrap();
+            got
+        };
+        assert_eq!(scan(-10, 5), vec![(-7, 1), (5, 0), (5, 2)]);
+        assert_eq!(scan(0, 4), vec![]);
+        assert_eq!(scan(i64::MIN, i64::MAX).len(), 4);
+        assert_eq!(scan(6, i64::MAX), vec![(i64::MAX, 3)]);
+    }
+
+    #[test]
+    fn expiry_keys_come_in_time_order_up_to_the_watermark() {
+        let (_dir, s) = store();
+        let mut w = Writes::default();
+        for at in [30, -5, 10, i64::MAX] {
+            let mut k = Vec::new();
+            expiry_key(&mut k, at, &at.to_be_bytes());
+            w.put(&k, []);
+        }
+        s.write(w).unwrap();
+        let due = |wm| {
+            let (from, until) = expired_range(wm);
+            let mut got = Vec::new();
+            s.scan(&from, &until, |k, _| {
+                let mut b = [0; 8];
+                b.copy_from_slice(row_key_of_expiry(k));
+                got.push(i64::from_be_bytes(b));
+                Ok(true)
+            })
+            .unwrap();
+            got
+        };
+        assert_eq!(due(10), vec![-5, 10]);
+        assert_eq!(due(i64::MAX), vec![-5, 10, 30, i64::MAX]);
+    }
+
+    #[test]
+    fn a_snapshot_read_later_misses_later_writes_and_the_folder_goes_with_the_store() {
+        let (_dir, s) = store();
+        put(
+            &s,
+            RowKey {
+                namespace: 1,
+                key_group: 0,
+                key: b"k",
+                time: 1,
+                seq: 0,
+            },
+            b"one",
+        );
+        let later = s
+            .read_later(vec![EXPIRY_NAMESPACE], |entries| {
+                entries.map(|e| e.unwrap().1.to_vec()).collect::<Vec<_>>()
+            })
+            .unwrap();
+        put(
+            &s,
+            RowKey {
+                namespace: 1,
+                key_group: 0,
+                key: b"k",
+                time: 2,
+                seq: 1,
+            },
+            b"two",
+        );
+        assert_eq!(later().unwrap(), vec![b"one".to_vec()]);
+        let dir = s.dir().to_path_buf();
+        assert!(dir.is_dir());
+        drop(s);
+        assert!(!dir.exists());
+    }
+}
