@@ -18,6 +18,7 @@ fn info() -> SubtaskInfo {
         subtask: 0,
         parallelism: 1,
         key_groups: 128,
+        state_backend: Default::default(),
     }
 }
 

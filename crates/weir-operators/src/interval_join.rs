@@ -46,19 +46,18 @@
 
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
-use weir_core::keys::{hash_key, KeyEncoder};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, JoinType, StateLayout, NULL_KEY};
-use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef};
+use crate::join::{join_schema, JoinType, StateLayout, NULL_KEY};
+use crate::join_rows::{Found, JoinRows, MemoryRows, NewRow, Restore, MATCHED_COLUMN};
 
 /// The spec of an interval join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -184,6 +183,12 @@ impl OperatorFactory for IntervalJoin {
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, et, _) = self.check(inputs)?;
         let enc = |i: usize, keys: &[String]| KeyEncoder::new(&inputs[i].schema, keys);
+        let schemas = [inputs[0].schema.clone(), inputs[1].schema.clone()];
+        let rows: Box<dyn JoinRows> = if info.state_backend.on_disk() {
+            disk_rows(info, schemas, self.lower_ms, self.upper_ms)?
+        } else {
+            Box::new(MemoryRows::new(schemas, self.lower_ms, self.upper_ms))
+        };
         Ok(Box::new(IntervalJoinOp {
             spec: self.clone(),
             layout: StateLayout::new(
@@ -195,12 +200,8 @@ impl OperatorFactory for IntervalJoin {
             schema,
             event_time: et,
             encoders: [enc(0, &self.left_keys)?, enc(1, &self.right_keys)?],
-            stores: [
-                BatchStore::new(inputs[0].schema.clone()),
-                BatchStore::new(inputs[1].schema.clone()),
-            ],
-            keys: KeySlots::new(),
-            expiry: ExpiryQueue::new(),
+            key_groups: info.key_groups,
+            rows,
             watermark: Watermark::MIN,
             buffered: [0; 2],
             peak_buffered: [0; 2],
@@ -227,22 +228,25 @@ impl OperatorFactory for IntervalJoin {
     }
 }
 
-/// The interval join's own column of its checkpointed state: whether the row found a match
-/// (an outer join emits the rows that did not when they expire).
-const MATCHED_COLUMN: &str = "__matched";
-
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    ts: i64,
-    row: RowRef,
-    matched: bool,
+#[cfg(feature = "rocksdb")]
+fn disk_rows(
+    info: &SubtaskInfo,
+    schemas: [SchemaRef; 2],
+    lower: i64,
+    upper: i64,
+) -> Result<Box<dyn JoinRows>> {
+    Ok(Box::new(crate::join_rows::disk::DiskRows::open(
+        info, schemas, lower, upper,
+    )?))
 }
 
-/// The rows of one key: each side in event-time order. Most keys hold a row or two, kept
-/// inline without an allocation.
-#[derive(Debug, Default)]
-struct KeyRows {
-    sides: [smallvec::SmallVec<[Entry; 1]>; 2],
+#[cfg(not(feature = "rocksdb"))]
+fn disk_rows(_: &SubtaskInfo, _: [SchemaRef; 2], _: i64, _: i64) -> Result<Box<dyn JoinRows>> {
+    Err(Error::config(
+        "state.backend.type",
+        "rocksdb",
+        "this weir was built without RocksDB (the `rocksdb` feature)",
+    ))
 }
 
 /// One subtask of an interval join.
@@ -252,10 +256,9 @@ pub struct IntervalJoinOp {
     schema: SchemaRef,
     event_time: [usize; 2],
     encoders: [KeyEncoder; 2],
-    stores: [BatchStore; 2],
-    keys: KeySlots<KeyRows>,
-    /// (time the watermark must reach to drop a row, slot, side).
-    expiry: ExpiryQueue,
+    key_groups: u16,
+    /// The buffered rows of both sides, in memory or on disk.
+    rows: Box<dyn JoinRows>,
     watermark: Watermark,
     buffered: [u64; 2],
     peak_buffered: [u64; 2],
@@ -296,12 +299,18 @@ impl IntervalJoinOp {
         (lo.max(min) as i64, hi.min(max) as i64)
     }
 
-    fn emit(&self, pairs: &[(Option<RowRef>, Option<RowRef>)], ctx: &mut Context) -> Result<()> {
+    fn emit(&self, pairs: &[(Option<Found>, Option<Found>)], ctx: &mut Context) -> Result<()> {
         if pairs.is_empty() {
             return Ok(());
         }
-        let out = assemble(&self.schema, &self.stores[0], &self.stores[1], pairs)?;
-        ctx.emit(StreamBatch::new(out));
+        let l: Vec<Option<Found>> = pairs.iter().map(|p| p.0).collect();
+        let r: Vec<Option<Found>> = pairs.iter().map(|p| p.1).collect();
+        let mut cols = self.rows.columns(0, &l)?;
+        cols.extend(self.rows.columns(1, &r)?);
+        ctx.emit(StreamBatch::new(RecordBatch::try_new(
+            self.schema.clone(),
+            cols,
+        )?));
         Ok(())
     }
 }
@@ -309,7 +318,6 @@ impl IntervalJoinOp {
 impl Operator for IntervalJoinOp {
     fn on_batch(&mut self, input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
         let side = input;
-        let other = 1 - side;
         let times = event_times(&batch.data, self.event_time[side])?;
         let (on_time, late) = batch.split_late(&times, |t, wm| t <= wm)?;
         if let Some(late) = late {
@@ -323,48 +331,55 @@ impl Operator for IntervalJoinOp {
         let times = event_times(&data, self.event_time[side])?;
         let keys = self.encoders[side].encode(&data)?;
         let null_keys = self.encoders[side].null_keys(&data);
-        let batch_id = self.stores[side].insert(data);
+        self.rows.begin(side, data)?;
         let keeps_unmatched = self.spec.join_type.keeps_unmatched(side);
-        let mut pairs: Vec<(Option<RowRef>, Option<RowRef>)> = Vec::new();
+        let mut pairs: Vec<(Option<Found>, Option<Found>)> = Vec::new();
+        let mut matches: Vec<Found> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let ts = times[i];
             let null_key = null_keys.as_ref().is_some_and(|n| n.is_null(i));
-            let k = if null_key {
+            if null_key {
                 self.null_keys[side] += 1;
                 if !keeps_unmatched {
                     continue;
                 }
-                // Kept only to be emitted unmatched when it expires, as a row that found
-                // no match is.
-                NULL_KEY
-            } else {
-                key.as_ref()
-            };
+            }
+            // Kept under NULL_KEY only to be emitted unmatched when it expires, as a row that
+            // found no match is; its group is that of the key it was routed by.
+            let k = if null_key { NULL_KEY } else { key.as_ref() };
             let hash = hash_key(k);
-            let slot = self.keys.slot_for(hash, k);
-            let me = RowRef {
-                batch: batch_id,
-                row: i as u32,
+            let routed = if null_key {
+                hash_key(key.as_ref())
+            } else {
+                hash
             };
-            let (lo, hi) = self.match_range(side, ts);
-            let mut matched = false;
-            if !null_key {
-                let buf = &mut self.keys.get_mut(slot).sides[other];
-                let start = buf.partition_point(|e| e.ts < lo);
-                for e in buf[start..].iter_mut().take_while(|e| e.ts <= hi) {
-                    e.matched = true;
-                    matched = true;
+            let expires = self.expires_at(side, ts);
+            let keep = expires > self.watermark.0;
+            matches.clear();
+            let matched = self.rows.add(
+                NewRow {
+                    side,
+                    key: k,
+                    hash,
+                    group: key_group(routed, self.key_groups),
+                    ts,
+                    row: i as u32,
+                    probe: (!null_key).then(|| self.match_range(side, ts)),
+                    keep_until: keep.then_some(expires),
+                },
+                &mut matches,
+            )?;
+            if !matches.is_empty() || (!keep && keeps_unmatched && !matched) {
+                let me = self.rows.current(side, i as u32);
+                for &m in &matches {
                     pairs.push(if side == 0 {
-                        (Some(me), Some(e.row))
+                        (Some(me), Some(m))
                     } else {
-                        (Some(e.row), Some(me))
+                        (Some(m), Some(me))
                     });
                 }
-            }
-            let expires = self.expires_at(side, ts);
-            if expires <= self.watermark.0 {
-                // No later row can match it: do not keep it.
-                if keeps_unmatched && !matched {
+                if !keep && keeps_unmatched && !matched {
+                    // No later row can match it, and none did.
                     self.unmatched_emitted += 1;
                     pairs.push(if side == 0 {
                         (Some(me), None)
@@ -372,143 +387,69 @@ impl Operator for IntervalJoinOp {
                         (None, Some(me))
                     });
                 }
-                let rows = self.keys.get(slot);
-                if rows.sides[0].is_empty() && rows.sides[1].is_empty() {
-                    self.keys.release(slot);
-                }
-                continue;
             }
-            let buf = &mut self.keys.get_mut(slot).sides[side];
-            let pos = buf.partition_point(|e| e.ts <= ts);
-            buf.insert(
-                pos,
-                Entry {
-                    ts,
-                    row: me,
-                    matched,
-                },
-            );
-            self.stores[side].retain(batch_id);
-            self.expiry.push(expires, slot, side as u8);
-            self.buffered[side] += 1;
+            if keep {
+                self.buffered[side] += 1;
+            }
         }
         self.peak_buffered[side] = self.peak_buffered[side].max(self.buffered[side]);
         self.emit(&pairs, ctx)?;
-        self.stores[side].release_if_unused(batch_id);
-        Ok(())
+        self.rows.end(side)
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         self.watermark = watermark;
-        let wm = watermark.0;
-        let mut unmatched: Vec<(Option<RowRef>, Option<RowRef>)> = Vec::new();
-        let mut freed: Vec<(usize, u32)> = Vec::new();
-        let mut due = Vec::new();
-        self.expiry.pop_due(wm, &mut due);
-        for (slot, side) in due {
-            let side = side as usize;
-            // Rows of this side whose expiry is at or below the watermark form a prefix
-            // (expiry saturates at the ends of the time range, as when it was filed).
-            let (upper, lower) = (self.spec.upper_ms, self.spec.lower_ms);
-            let expires = move |ts: i64| {
+        let want = [0, 1].map(|side| self.spec.join_type.keeps_unmatched(side));
+        let mut expired = Vec::new();
+        let removed = self.rows.expire(watermark.0, want, &mut expired)?;
+        self.buffered[0] -= removed[0];
+        self.buffered[1] -= removed[1];
+        self.unmatched_emitted += expired.len() as u64;
+        let unmatched: Vec<(Option<Found>, Option<Found>)> = (expired.into_iter())
+            .map(|(side, f)| {
                 if side == 0 {
-                    ts.saturating_add(upper)
+                    (Some(f), None)
                 } else {
-                    ts.saturating_sub(lower)
+                    (None, Some(f))
                 }
-            };
-            let keeps_unmatched = self.spec.join_type.keeps_unmatched(side);
-            let buf = &mut self.keys.get_mut(slot).sides[side];
-            let n = buf.partition_point(|e| expires(e.ts) <= wm);
-            if n == 0 {
-                continue;
-            }
-            for e in buf.drain(..n) {
-                if keeps_unmatched && !e.matched {
-                    unmatched.push(if side == 0 {
-                        (Some(e.row), None)
-                    } else {
-                        (None, Some(e.row))
-                    });
-                }
-                freed.push((side, e.row.batch));
-            }
-            self.buffered[side] -= n as u64;
-            let rows = self.keys.get(slot);
-            if rows.sides[0].is_empty() && rows.sides[1].is_empty() {
-                self.keys.release(slot);
-            }
-        }
-        self.unmatched_emitted += unmatched.len() as u64;
-        // Emit before releasing: the unmatched rows point into the batches.
+            })
+            .collect();
+        // Emit before clearing: the unmatched rows point into the batches.
         for chunk in unmatched.chunks(8192) {
             self.emit(chunk, ctx)?;
         }
-        for (side, batch) in freed {
-            self.stores[side].release(batch);
-        }
+        self.rows.clear();
         Ok(())
     }
 
     fn state_size(&self) -> StateSize {
         StateSize {
             rows: self.buffered[0] + self.buffered[1],
-            bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
-                + self.keys.index_bytes(),
+            bytes: self.rows.bytes(),
         }
     }
 
-    /// The buffered rows of both sides with their match flags, as shared batches (see
-    /// [`StateLayout::shared`]): a checkpoint writes each input batch once, and after that
-    /// only which of its rows are still buffered and whether they matched. The expiry queue
-    /// is rebuilt from them on restore.
+    /// The buffered rows of both sides with their match flags (in memory: as shared batches,
+    /// see [`StateLayout::shared`], so that a checkpoint writes each input batch once). The
+    /// expiry queue is rebuilt from them on restore.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut live = Vec::with_capacity((self.buffered[0] + self.buffered[1]) as usize);
-        for slot in self.keys.slots() {
-            for (side, entries) in self.keys.get(slot).sides.iter().enumerate() {
-                live.extend(entries.iter().map(|e| (side as u8, e.row, e.matched)));
-            }
-        }
-        Ok(self.layout.shared(
-            &self.stores,
+        self.rows.snapshot(
+            &self.layout,
             [self.spec.left_keys.clone(), self.spec.right_keys.clone()],
-            live,
-        ))
+        )
     }
 
     fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+        let restore = Restore {
+            layout: &self.layout,
+            event_time: self.event_time,
+            encoders: &self.encoders,
+            key_groups: self.key_groups,
+        };
         for b in &state {
-            let (rows, ids) = self.layout.read(b, &mut self.stores, None)?;
-            let times = [0, 1].map(|side| match ids[side] {
-                Some(id) => event_times(self.stores[side].batch(id), self.event_time[side]),
-                None => Ok(Default::default()),
-            });
-            let [t0, t1] = times;
-            let times = [t0?, t1?];
-            let matched = b
-                .column_by_name(MATCHED_COLUMN)
-                .ok_or_else(|| Error::Internal("interval join state without matches".into()))?
-                .as_boolean();
-            for (i, r) in rows.iter().enumerate() {
-                let row = r.row.ok_or_else(|| {
-                    Error::Internal("interval join state row without a row".into())
-                })?;
-                let ts = times[r.side][row.row as usize];
-                let slot = self.keys.slot_for(hash_key(r.key), r.key);
-                let buf = &mut self.keys.get_mut(slot).sides[r.side];
-                let pos = buf.partition_point(|e| e.ts <= ts);
-                buf.insert(
-                    pos,
-                    Entry {
-                        ts,
-                        row,
-                        matched: matched.value(i),
-                    },
-                );
-                self.expiry
-                    .push(self.expires_at(r.side, ts), slot, r.side as u8);
-                self.buffered[r.side] += 1;
-            }
+            let counts = self.rows.restore(b, &restore)?;
+            self.buffered[0] += counts[0];
+            self.buffered[1] += counts[1];
         }
         self.peak_buffered = self.buffered;
         Ok(())
@@ -525,8 +466,10 @@ impl Operator for IntervalJoinOp {
             ("null_key_left", self.null_keys[0] as i64),
             ("null_key_right", self.null_keys[1] as i64),
             ("unmatched_emitted", self.unmatched_emitted as i64),
-            ("keys", self.keys.len() as i64),
         ]);
+        if let Some(keys) = self.rows.keys() {
+            out.push(("keys", keys as i64));
+        }
     }
 }
 

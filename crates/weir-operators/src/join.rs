@@ -114,7 +114,7 @@ pub const KEY_COLUMN: &str = "__key";
 ///
 /// A row's key group is that of the key the runtime routed it by (its encoded key, also for a
 /// NULL key), so a restore at another parallelism gives each subtask its keys' rows.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StateLayout {
     joined: SchemaRef,
     schema: SchemaRef,
@@ -140,6 +140,41 @@ impl StateLayout {
             left_width,
             key_groups,
         }
+    }
+
+    /// A state batch of rows of one side: `cols` (that side's input columns; the other side's
+    /// are NULL), each row's key group, the key it is filed under, and the layout's `extra`
+    /// columns.
+    pub fn side_batch(
+        &self,
+        side: usize,
+        cols: Vec<ArrayRef>,
+        groups: Vec<u16>,
+        keys: ArrayRef,
+        extra: Vec<ArrayRef>,
+    ) -> Result<RecordBatch> {
+        let n = groups.len();
+        let fields = self.joined.fields();
+        let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
+            fields[range]
+                .iter()
+                .map(|f| arrow_array::new_null_array(f.data_type(), n))
+                .collect()
+        };
+        let mut all = if side == 0 {
+            let mut c = cols;
+            c.extend(nulls(self.left_width..fields.len()));
+            c
+        } else {
+            let mut c = nulls(0..self.left_width);
+            c.extend(cols);
+            c
+        };
+        all.push(weir_state::snapshot::key_group_column(groups));
+        all.push(Arc::new(UInt8Array::from(vec![side as u8; n])));
+        all.push(keys);
+        all.extend(extra);
+        Ok(RecordBatch::try_new(self.schema.clone(), all)?)
     }
 
     /// Starts a snapshot of rows buffered in `stores`.

@@ -22,6 +22,7 @@ pub mod group_aggregate;
 mod held_rows;
 pub mod interval_join;
 pub mod join;
+mod join_rows;
 pub mod lag;
 pub mod lookup_join;
 pub mod over_aggregate;

@@ -114,9 +114,10 @@ proptest! {
         t in join_type(),
         parallelism in prop_oneof![Just(1usize), Just(2), Just(4)],
         batch_rows in 1usize..20,
+        backend in prop::sample::select(weir_testkit::backends()),
     ) {
         let upper = lower + width;
-        let job = JobBuilder::with_config("prop", JobConfig { parallelism, batch_rows, ..Default::default() });
+        let job = JobBuilder::with_config("prop", JobConfig { parallelism, batch_rows, state_backend: backend, ..Default::default() });
         let l = job.source("l", source(&left), SourceOptions::event_time("ts", DELAY));
         let r = job.source("r", source(&right), SourceOptions::event_time("ts", DELAY));
         let out = CollectSink::new();

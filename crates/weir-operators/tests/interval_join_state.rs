@@ -18,6 +18,12 @@ const DELAY_MS: i64 = 5_000;
 /// with per-split row watermarks as a source would attach them; returns (peak buffered
 /// impressions, peak buffered clicks, pairs).
 fn run(impressions: u64) -> (i64, i64, usize) {
+    let (i, c, pairs, _) = run_measured(impressions);
+    (i, c, pairs)
+}
+
+/// As [`run`], and the most bytes of state the join reported.
+fn run_measured(impressions: u64) -> (i64, i64, usize, u64) {
     let gen = |spec: GeneratorSpec| -> Vec<RecordBatch> {
         GeneratorSource::new(spec)
             .unwrap()
@@ -48,7 +54,7 @@ fn run(impressions: u64) -> (i64, i64, usize) {
             StreamBatch::with_row_watermarks(b.clone(), row_wms.into()),
         );
     };
-    let (mut peak_i, mut peak_c, mut pairs) = (0, 0, 0);
+    let (mut peak_i, mut peak_c, mut pairs, mut bytes) = (0, 0, 0, 0);
     let mut ci = 0;
     for b in &imps {
         feed(&mut h, 1, b, &mut wm);
@@ -68,6 +74,7 @@ fn run(impressions: u64) -> (i64, i64, usize) {
         }
         h.watermark(wm[0].watermark().min(wm[1].watermark()).0);
         let g = h.gauges();
+        bytes = bytes.max(h.state_size().bytes);
         peak_i = peak_i.max(g["buffered_right"]);
         peak_c = peak_c.max(g["buffered_left"]);
         pairs += h
@@ -76,7 +83,7 @@ fn run(impressions: u64) -> (i64, i64, usize) {
             .map(|b| b.num_rows())
             .sum::<usize>();
     }
-    (peak_i, peak_c, pairs)
+    (peak_i, peak_c, pairs, bytes)
 }
 
 #[test]
@@ -108,5 +115,28 @@ fn interval_join_peak_state_does_not_grow_with_run_length() {
     assert!(
         p10 > 9 * p1,
         "10x the input, about 10x the pairs: {p1} vs {p10}"
+    );
+}
+
+/// On the RocksDB backend the join holds the same rows and gives the same pairs, from a store
+/// in `state.backend.rocksdb.localdir` that goes when the join does.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn on_rocksdb_the_join_holds_the_same_rows_on_disk() {
+    use weir_state::backend::StateBackend;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = StateBackend {
+        local_dir: Some(dir.path().to_path_buf()),
+        memory_budget: Some(8 << 20),
+        ..StateBackend::rocksdb()
+    };
+    let (i, c, pairs, _) = run_measured(50_000);
+    let (di, dc, dpairs, dbytes) = weir_testkit::on_backend(&backend, || run_measured(50_000));
+    assert_eq!((i, c, pairs), (di, dc, dpairs));
+    assert!(dbytes > 0, "the store reported no bytes");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "the store's folder outlived the join"
     );
 }

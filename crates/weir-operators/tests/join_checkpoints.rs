@@ -15,6 +15,7 @@ use weir_operators::{
 };
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::StreamBatch;
+use weir_state::backend::StateBackend;
 use weir_testkit::KeyedSubtasks;
 
 /// A row: (key, event time, id, delete). The key is NULL sometimes; `delete` means something to
@@ -142,11 +143,26 @@ fn check_restore(
     cut: usize,
     before: usize,
 ) -> std::result::Result<(), TestCaseError> {
-    let mut whole = subtasks(factory, &[], 1);
-    events.iter().for_each(|e| feed(&mut whole, e));
-    let want = whole.end();
+    let memory = StateBackend::default();
+    check_restore_on(factory, events, cut, before, [&memory, &memory])
+}
 
-    let mut first = subtasks(factory, &[], before);
+/// As [`check_restore`], with the state of the run that is cut on backend `on[0]`, and of the
+/// uninterrupted run and the restored ones on `on[1]`.
+fn check_restore_on(
+    factory: &dyn OperatorFactory,
+    events: &[Event],
+    cut: usize,
+    before: usize,
+    on: [&StateBackend; 2],
+) -> std::result::Result<(), TestCaseError> {
+    let want = weir_testkit::on_backend(on[1], || {
+        let mut whole = subtasks(factory, &[], 1);
+        events.iter().for_each(|e| feed(&mut whole, e));
+        whole.end()
+    });
+
+    let mut first = weir_testkit::on_backend(on[0], || subtasks(factory, &[], before));
     events[..cut].iter().for_each(|e| feed(&mut first, e));
     let out_before = first.take();
     // As the runtime does with a deferred snapshot: the subtasks go on (rows buffered and
@@ -156,7 +172,7 @@ fn check_restore(
     first.end();
     let snapshots: Vec<Vec<RecordBatch>> = later.into_iter().map(weir_testkit::stored).collect();
     for after in 1..=3 {
-        let mut second = subtasks(factory, &snapshots, after);
+        let mut second = weir_testkit::on_backend(on[1], || subtasks(factory, &snapshots, after));
         events[cut..].iter().for_each(|e| feed(&mut second, e));
         let mut got = out_before.clone();
         got.extend(second.end());
@@ -217,7 +233,13 @@ proptest! {
             right_keys: r,
             ..IntervalJoin::between(lower, upper).join_type(t)
         }));
-        check_restore(join.as_ref(), &events, cut.index(events.len() + 1), before)?;
+        // Every backend, and a checkpoint of each restored by each.
+        let backends = weir_testkit::backends();
+        for a in &backends {
+            for b in &backends {
+                check_restore_on(join.as_ref(), &events, cut.index(events.len() + 1), before, [a, b])?;
+            }
+        }
     }
 
     #[test]

@@ -404,6 +404,10 @@ pub struct JobConfig {
     /// Run an operator inside the subtask of the node before it where the edge between them
     /// allows (see [`crate::physical::Chains`]); Flink's `pipeline.operator-chaining`.
     pub operator_chaining: bool,
+    /// Where operator state lives (`state.backend.type`, `weir.state.memory-budget`): in memory
+    /// (the default) or on local disk for the operators that support it. The memory budget is
+    /// the whole job's; each subtask of a stateful operator gets an equal share of it.
+    pub state_backend: weir_state::backend::StateBackend,
 }
 
 impl Default for JobConfig {
@@ -420,6 +424,7 @@ impl Default for JobConfig {
             checkpointing: None,
             slo_time_lag_ms: None,
             operator_chaining: true,
+            state_backend: Default::default(),
         }
     }
 }

@@ -25,6 +25,9 @@ pub struct SubtaskInfo {
     pub key_groups: u16,
     /// `Some` when the job takes checkpoints: whether (and from which) it was restored.
     pub checkpoints: Option<CheckpointInfo>,
+    /// Where the subtask keeps its state (an operator that cannot keep it on disk keeps it in
+    /// memory); its `memory_budget` is this subtask's share of the job's.
+    pub state_backend: weir_state::backend::StateBackend,
 }
 
 /// What a subtask of a job that takes checkpoints knows about them.

@@ -325,6 +325,7 @@ mod rate_tests {
             subtask,
             parallelism,
             key_groups: 128,
+            state_backend: Default::default(),
             checkpoints: None,
         }
     }

@@ -385,9 +385,63 @@ INSERT INTO out1 SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') FROM events;"
         "SET 'execution.checkpointing.mode' = 'EXACTLY_ONCE';",
         "SET 'table.exec.mini-batch.enabled' = 'true';",
         "SET 'table.exec.source.idle-timeout' = '5 s';",
-        "SET 'state.backend.type' = 'rocksdb';",
+        "SET 'state.backend.type' = 'hashmap';",
     ] {
         plan_job(&job(set), &opts(dir.path())).unwrap_or_else(|e| panic!("{set}: {e}"));
+    }
+}
+
+/// The state backend settings: Flink's names, a budget only for state on disk, sizes as Flink
+/// writes them, and RocksDB only in a weir built with it.
+#[test]
+fn state_backend_settings_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |set: &str| {
+        format!(
+            "{set}
+CREATE TABLE src (key STRING, ts BIGINT) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events', 'generator.rows' = '10');
+CREATE TABLE out1 (key STRING) WITH ('connector' = 'blackhole');
+INSERT INTO out1 SELECT key FROM src;"
+        )
+    };
+    for (set, says) in [
+        (
+            "SET 'weir.state.memory-budget' = '256 mb';",
+            "add SET 'state.backend.type' = 'rocksdb'",
+        ),
+        ("SET 'state.backend.type' = 'forst';", "ForSt"),
+        (
+            "SET 'state.backend.type' = 'memory';",
+            "'hashmap' or 'rocksdb'",
+        ),
+    ] {
+        let err = plan_error(&job(set), dir.path());
+        assert!(err.contains(says), "{set}: {err}");
+    }
+    let rocksdb = "SET 'state.backend.type' = 'rocksdb';";
+    let with = |more: &str| job(&format!("{rocksdb}\n{more}"));
+    if weir_state::backend::ROCKSDB_BUILT {
+        let plan = plan_job(
+            &with("SET 'weir.state.memory-budget' = '1 gb';"),
+            &opts(dir.path()),
+        )
+        .unwrap();
+        let backend = &plan.config.state_backend;
+        assert!(backend.on_disk());
+        assert_eq!(backend.memory_budget, Some(1 << 30));
+        for (set, says) in [
+            (
+                "SET 'weir.state.memory-budget' = 'lots';",
+                "'lots': not a size",
+            ),
+            ("SET 'weir.state.memory-budget' = '1 mb';", "16 mb"),
+        ] {
+            let err = plan_error(&with(set), dir.path());
+            assert!(err.contains(says), "{set}: {err}");
+        }
+    } else {
+        let err = plan_error(&job(rocksdb), dir.path());
+        assert!(err.contains("--features rocksdb"), "{err}");
     }
 }
 

@@ -181,9 +181,41 @@ pub struct Harness {
     taken: usize,
 }
 
+thread_local! {
+    /// The state backend harnesses made on this thread use ([`on_backend`]).
+    static BACKEND: std::cell::RefCell<weir_state::backend::StateBackend> =
+        std::cell::RefCell::default();
+}
+
+/// The state backends this weir was built with: `'hashmap'`, and `'rocksdb'` with the
+/// `rocksdb` feature. Conformance tests run every case on each ([`on_backend`]).
+pub fn backends() -> Vec<weir_state::backend::StateBackend> {
+    let mut all = vec![weir_state::backend::StateBackend::default()];
+    if weir_state::backend::ROCKSDB_BUILT {
+        all.push(weir_state::backend::StateBackend::rocksdb());
+    }
+    all
+}
+
+/// Runs `f` with the harnesses it makes (and the operators they create) on `backend`.
+pub fn on_backend<T>(backend: &weir_state::backend::StateBackend, f: impl FnOnce() -> T) -> T {
+    let before = BACKEND.with(|b| b.replace(backend.clone()));
+    struct Restore(Option<weir_state::backend::StateBackend>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(b) = self.0.take() {
+                BACKEND.with(|cell| *cell.borrow_mut() = b);
+            }
+        }
+    }
+    let _restore = Restore(Some(before));
+    f()
+}
+
 /// The one subtask a harness drives.
 fn harness_subtask() -> SubtaskInfo {
     SubtaskInfo {
+        state_backend: BACKEND.with(|b| b.borrow().clone()),
         checkpoints: None,
         operator: "under-test".into(),
         subtask: 0,

@@ -151,6 +151,7 @@ pub fn info(subtask: usize, parallelism: usize, checkpoints: Option<Option<u64>>
         subtask,
         parallelism,
         key_groups: 128,
+        state_backend: Default::default(),
         checkpoints: checkpoints.map(|r| CheckpointInfo {
             restored: r.map(Epoch),
         }),

@@ -30,7 +30,7 @@ pub(super) enum Item {
 }
 
 pub(super) enum Chained {
-    Sync(OperatorHost),
+    Sync(Box<OperatorHost>),
     Async(Box<dyn AsyncOperator>),
 }
 

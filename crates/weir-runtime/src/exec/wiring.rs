@@ -261,6 +261,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             _ => None,
         });
     }
+    let state_backend = subtask_state_backend(&graph);
     let started = clock.now();
     for n in graph.nodes.iter().rev() {
         if chains.is_chained(n.id) {
@@ -300,7 +301,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     &inputs_by_node,
                     node,
                     factory.as_ref(),
-                    subtask_info(&cfg, node, s, restored_epoch),
+                    subtask_info(&cfg, node, s, restored_epoch, &state_backend),
                     restore,
                     &stable_ids[f],
                     metrics.nodes[f].subtasks[s].clone(),
@@ -431,7 +432,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     node_mailboxes.into_iter().zip(node_outputs).enumerate()
                 {
                     mailbox.seal();
-                    let info = subtask_info(&cfg, n, s, restored_epoch);
+                    let info = subtask_info(&cfg, n, s, restored_epoch, &state_backend);
                     let inputs = std::mem::take(&mut channel_inputs[n.id][s]);
                     let holds: Vec<bool> = match &n.kind {
                         NodeKind::Operator { factory } => {
@@ -453,7 +454,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                         )
                         .map_err(|e| wrap(s, e))?
                         {
-                            Chained::Sync(host) => Processor::Operator(Box::new(host)),
+                            Chained::Sync(host) => Processor::Operator(host),
                             Chained::Async(op) => Processor::Async(op),
                         },
                         NodeKind::Sink { factory } => Processor::Sink(
@@ -549,14 +550,35 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     })
 }
 
+/// The job's state backend as each stateful subtask gets it: with an equal share of the
+/// memory budget (every subtask of an operator with checkpointed state counts, whether it keeps
+/// its state on disk or not, so the shares never add up to more than the budget).
+fn subtask_state_backend(graph: &JobGraph) -> weir_state::backend::StateBackend {
+    let mut backend = graph.config.state_backend.clone();
+    let stateful: usize = (graph.nodes.iter())
+        .filter(|n| match &n.kind {
+            NodeKind::Operator { factory } => matches!(
+                factory.state(),
+                crate::graph::OperatorState::Checkpointed { .. }
+            ),
+            _ => false,
+        })
+        .map(|n| n.parallelism)
+        .sum();
+    backend.memory_budget = Some(backend.budget() / stateful.max(1) as u64);
+    backend
+}
+
 /// Where subtask `s` of `node` sits in the job.
 fn subtask_info(
     cfg: &crate::graph::JobConfig,
     node: &crate::graph::Node,
     s: usize,
     restored: Option<weir_core::time::Epoch>,
+    state_backend: &weir_state::backend::StateBackend,
 ) -> SubtaskInfo {
     SubtaskInfo {
+        state_backend: state_backend.clone(),
         checkpoints: (cfg.checkpointing.as_ref())
             .map(|_| crate::operator::CheckpointInfo { restored }),
         operator: node.name.clone(),
@@ -604,9 +626,9 @@ fn create_operator(
             timers.restore(t)?;
         }
     }
-    Ok(Chained::Sync(OperatorHost::new(
+    Ok(Chained::Sync(Box::new(OperatorHost::new(
         op, timers, info, metrics, clock,
-    )))
+    ))))
 }
 
 /// Where a checkpointed operator subtask's snapshots go, when the job takes checkpoints.

@@ -286,6 +286,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
             slo_time_lag_ms,
             checkpointing,
             operator_chaining: operator_chaining(&settings)?,
+            state_backend: state_backend(&settings)?,
             ..Default::default()
         },
     );

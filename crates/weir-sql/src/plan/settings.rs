@@ -27,6 +27,9 @@ pub(super) const SETTINGS: &[&str] = &[
     "scan.watermark.alignment.update-interval",
     "scan.watermark.alignment.buffer-size",
     "pipeline.watermark-alignment.allow-unaligned-source-splits",
+    "state.backend.type",
+    "weir.state.memory-budget",
+    "state.backend.rocksdb.localdir",
     "execution.checkpointing.interval",
     "execution.checkpointing.dir",
     "state.checkpoints.dir",
@@ -86,8 +89,7 @@ const ONLY_AT: &[(&str, &[&str], &str)] = &[(
 /// `execution.*` key weir does not read is refused too, unless it changes no result (a list
 /// of them is ignored with a warning) or has the value weir behaves by
 /// (`table.exec.legacy-cast-behaviour` = 'disabled'): ignoring it would give another answer
-/// than Flink's without a word. Other keys (`state.backend.type`, `python.*`) are ignored with a
-/// warning.
+/// than Flink's without a word. Other keys (`python.*`, say) are ignored with a warning.
 pub(super) fn check_settings(settings: &BTreeMap<String, String>) -> Result<()> {
     for (key, value) in settings {
         if SETTINGS.contains(&key.as_str()) {
@@ -151,6 +153,47 @@ pub(super) fn operator_chaining(settings: &BTreeMap<String, String>) -> Result<b
         }
     }
     Ok(on)
+}
+
+/// `SET 'state.backend.type'` ('hashmap', the default, or 'rocksdb'; Flink's names),
+/// `'weir.state.memory-budget'` and `'state.backend.rocksdb.localdir'` (the last two only with
+/// 'rocksdb': with 'hashmap' all state is in memory, and a budget would be a promise not kept).
+pub(super) fn state_backend(
+    settings: &BTreeMap<String, String>,
+) -> Result<weir_state::backend::StateBackend> {
+    use weir_state::backend::{parse_size, BackendKind, StateBackend};
+    let kind = match settings.get("state.backend.type") {
+        Some(v) => BackendKind::parse(v)
+            .map_err(|e| plan_err(format!("SET 'state.backend.type' = {e}")))?,
+        None => BackendKind::HashMap,
+    };
+    let mut backend = StateBackend {
+        kind,
+        ..Default::default()
+    };
+    for key in ["weir.state.memory-budget", "state.backend.rocksdb.localdir"] {
+        if settings.contains_key(key) && kind != BackendKind::RocksDb {
+            return Err(plan_err(format!(
+                "SET '{key}' applies to state on disk: add SET 'state.backend.type' = 'rocksdb', \
+                 or remove it (with 'hashmap' all state is in memory)"
+            )));
+        }
+    }
+    if let Some(v) = settings.get("weir.state.memory-budget") {
+        let bytes =
+            parse_size(v).map_err(|e| plan_err(format!("SET 'weir.state.memory-budget' = {e}")))?;
+        if bytes < 16 << 20 {
+            return Err(plan_err(format!(
+                "SET 'weir.state.memory-budget' = '{v}': below the least RocksDB works with \
+                 here (16 mb)"
+            )));
+        }
+        backend.memory_budget = Some(bytes);
+    }
+    if let Some(v) = settings.get("state.backend.rocksdb.localdir") {
+        backend.local_dir = Some(std::path::PathBuf::from(v.trim()));
+    }
+    Ok(backend)
 }
 
 /// `SET 'execution.runtime-mode'`: `None` for 'streaming' (the default), the batch run's

@@ -1,0 +1,394 @@
+//! A join's buffered rows on local disk: the `'rocksdb'` state backend.
+//!
+//! Each row is stored under `(side, key group, key, event time, sequence)` with its match flag
+//! and its columns in Arrow's row format as the value; a probe is a range scan of the other
+//! side's rows of the key, and the time it expires files the row's key a second time, in the
+//! store's expiry namespace, so that a watermark takes what expired with one scan from the
+//! start. Rows added by a batch are written together when the batch ends.
+//!
+//! A checkpoint reads a snapshot of the store on another thread and writes every row in the
+//! join's state layout, as the memory backend's rows, so either backend restores the other's
+//! checkpoints at any parallelism. It is a full copy each time, and the rows pass through
+//! memory on their way to the file: incremental checkpoints of the store's own files are not
+//! built yet (docs/state.md).
+
+use std::sync::Arc;
+
+use arrow_array::builder::BinaryBuilder;
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::SchemaRef;
+use weir_core::keys::{hash_key, key_group};
+use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
+use weir_state::rocks::{
+    expired_range, expiry_key, row_key_of_expiry, DiskStore, RowKey, Writes, EXPIRY_NAMESPACE,
+};
+use weir_state::BatchStore;
+
+use super::{restored_rows, Found, JoinRows, NewRow, Restore};
+use crate::join::{StateLayout, NULL_KEY};
+
+/// Rows a state batch holds at most.
+const STATE_BATCH_ROWS: usize = 8192;
+
+/// Buffered rows in a [`DiskStore`].
+pub(crate) struct DiskRows {
+    store: DiskStore,
+    schemas: [SchemaRef; 2],
+    converters: [RowConverter; 2],
+    /// The batch being added, per side, in row format.
+    current: [Option<Rows>; 2],
+    /// Writes of the batch being added.
+    writes: Writes,
+    /// Rows handed out: their bytes, one after the other, per side.
+    found: [(Vec<u8>, Vec<usize>); 2],
+    seq: u64,
+    bounds: (i64, i64),
+    key_buf: Vec<u8>,
+    value_buf: Vec<u8>,
+}
+
+fn converter(schema: &SchemaRef) -> Result<RowConverter> {
+    let fields = (schema.fields().iter())
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    RowConverter::new(fields).map_err(|e| {
+        Error::plan(format!(
+            "state.backend.type = 'rocksdb': a join input's columns cannot be stored on disk \
+             ({e}); use 'hashmap'"
+        ))
+    })
+}
+
+impl DiskRows {
+    /// Opens an empty store for the subtask `info`, for inputs of `schemas`, expiring as
+    /// [`super::MemoryRows::new`] says.
+    pub(crate) fn open(
+        info: &SubtaskInfo,
+        schemas: [SchemaRef; 2],
+        lower: i64,
+        upper: i64,
+    ) -> Result<Self> {
+        let backend = &info.state_backend;
+        let store = DiskStore::open(
+            backend,
+            &format!("{}-{}", info.operator, info.subtask),
+            backend.budget(),
+        )?;
+        Ok(DiskRows {
+            store,
+            converters: [converter(&schemas[0])?, converter(&schemas[1])?],
+            schemas,
+            current: [None, None],
+            writes: Writes::default(),
+            found: Default::default(),
+            seq: 0,
+            bounds: (lower, upper),
+            key_buf: Vec::new(),
+            value_buf: Vec::new(),
+        })
+    }
+
+    fn pick(&mut self, side: usize, bytes: &[u8]) -> Found {
+        let (data, ends) = &mut self.found[side];
+        data.extend_from_slice(bytes);
+        ends.push(data.len());
+        (ends.len() - 1) as Found
+    }
+
+    fn expires(&self, side: usize, ts: i64) -> i64 {
+        super::MemoryRows::expires(self.bounds, side, ts)
+    }
+
+    /// Stages row `row` of `rows` of `side`, filed under `key` of `group`.
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &mut self,
+        side: usize,
+        key: &[u8],
+        group: u16,
+        ts: i64,
+        matched: bool,
+        row: &[u8],
+        expires: i64,
+    ) {
+        self.key_buf.clear();
+        RowKey {
+            namespace: side as u8,
+            key_group: group,
+            key,
+            time: ts,
+            seq: self.seq,
+        }
+        .encode(&mut self.key_buf);
+        self.seq += 1;
+        self.value_buf.clear();
+        self.value_buf.push(matched as u8);
+        self.value_buf.extend_from_slice(row);
+        self.writes.put(&self.key_buf, &self.value_buf);
+        let mut expiry = Vec::with_capacity(self.key_buf.len() + 9);
+        expiry_key(&mut expiry, expires, &self.key_buf);
+        self.writes.put(&expiry, []);
+    }
+}
+
+impl JoinRows for DiskRows {
+    fn begin(&mut self, side: usize, batch: RecordBatch) -> Result<()> {
+        self.current[side] = Some(self.converters[side].convert_columns(batch.columns())?);
+        Ok(())
+    }
+
+    fn current(&mut self, side: usize, row: u32) -> Found {
+        let Some(rows) = self.current[side].take() else {
+            return Found::MAX;
+        };
+        let found = self.pick(side, rows.row(row as usize).as_ref());
+        self.current[side] = Some(rows);
+        found
+    }
+
+    fn add(&mut self, row: NewRow, matches: &mut Vec<Found>) -> Result<bool> {
+        let (side, other) = (row.side, 1 - row.side);
+        let mut matched = false;
+        if let Some((lo, hi)) = row.probe {
+            let (from, until) = RowKey::time_range(other as u8, row.group, row.key, lo, hi);
+            let mut hits: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            self.store.scan(&from, &until, |k, v| {
+                hits.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            })?;
+            for (k, mut v) in hits {
+                matched = true;
+                matches.push(self.pick(other, &v[1..]));
+                if v[0] == 0 {
+                    v[0] = 1;
+                    self.writes.put(&k, &v);
+                }
+            }
+        }
+        if let Some(expires) = row.keep_until {
+            let rows = self.current[side]
+                .take()
+                .ok_or_else(|| Error::Internal("a row added with no batch begun".into()))?;
+            self.stage(
+                side,
+                row.key,
+                row.group,
+                row.ts,
+                matched,
+                rows.row(row.row as usize).as_ref(),
+                expires,
+            );
+            self.current[side] = Some(rows);
+        }
+        Ok(matched)
+    }
+
+    fn end(&mut self, side: usize) -> Result<()> {
+        self.current[side] = None;
+        self.store.write(std::mem::take(&mut self.writes))?;
+        self.clear();
+        Ok(())
+    }
+
+    fn expire(
+        &mut self,
+        watermark: i64,
+        want: [bool; 2],
+        unmatched: &mut Vec<(usize, Found)>,
+    ) -> Result<[u64; 2]> {
+        let (from, until) = expired_range(watermark);
+        let mut removed = [0u64; 2];
+        let mut due: Vec<Vec<u8>> = Vec::new();
+        self.store.scan(&from, &until, |k, _| {
+            due.push(row_key_of_expiry(k).to_vec());
+            Ok(true)
+        })?;
+        if due.is_empty() {
+            return Ok(removed);
+        }
+        let mut writes = Writes::default();
+        for key in due {
+            let side = key[0] as usize;
+            if want[side] {
+                if let Some(v) = self.store.get(&key)? {
+                    if v[0] == 0 {
+                        let found = self.pick(side, &v[1..]);
+                        unmatched.push((side, found));
+                    }
+                }
+            }
+            writes.delete(&key);
+            removed[side] += 1;
+        }
+        writes.delete_range(&from, &until);
+        self.store.write(writes)?;
+        Ok(removed)
+    }
+
+    fn columns(&self, side: usize, rows: &[Option<Found>]) -> Result<Vec<ArrayRef>> {
+        let (data, ends) = &self.found[side];
+        let parser = self.converters[side].parser();
+        let row_of = |f: Found| {
+            let i = f as usize;
+            let start = if i == 0 { 0 } else { ends[i - 1] };
+            parser.parse(&data[start..ends[i]])
+        };
+        let present: Vec<_> = rows.iter().flatten().map(|&f| row_of(f)).collect();
+        let cols = self.converters[side].convert_rows(present)?;
+        if rows.iter().all(Option::is_some) {
+            return Ok(cols);
+        }
+        let mut next = 0u32;
+        let take: UInt32Array = (rows.iter())
+            .map(|r| {
+                r.map(|_| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        Ok(cols
+            .iter()
+            .map(|c| arrow_select::take::take(c, &take, None))
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
+    fn clear(&mut self) {
+        for (data, ends) in &mut self.found {
+            data.clear();
+            ends.clear();
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.store.bytes()
+    }
+
+    fn keys(&self) -> Option<usize> {
+        None
+    }
+
+    /// Every row, read from a snapshot of the store on another thread and written in the
+    /// join's state layout.
+    fn snapshot(&mut self, layout: &StateLayout, _keys: [Vec<String>; 2]) -> Result<StateSnapshot> {
+        let layout = layout.clone();
+        let schemas = self.schemas.clone();
+        let read = self
+            .store
+            .read_later(vec![EXPIRY_NAMESPACE], move |entries| {
+                let mut sides = [Side::new(&schemas[0])?, Side::new(&schemas[1])?];
+                let mut out = Vec::new();
+                for entry in entries {
+                    let (k, v) = entry?;
+                    let key = RowKey::decode(&k)?;
+                    let side = key.namespace as usize;
+                    let s = sides
+                        .get_mut(side)
+                        .ok_or_else(|| Error::Internal(format!("join state of side {side}")))?;
+                    s.push(key.key_group, key.key, &v);
+                    if s.len() == STATE_BATCH_ROWS {
+                        out.push(s.flush(side, &layout)?);
+                    }
+                }
+                for (side, s) in sides.iter_mut().enumerate() {
+                    if s.len() > 0 {
+                        out.push(s.flush(side, &layout)?);
+                    }
+                }
+                Ok::<_, Error>(out)
+            })?;
+        Ok(StateSnapshot::deferred(move || read()?))
+    }
+
+    fn restore(&mut self, state: &RecordBatch, r: &Restore) -> Result<[u64; 2]> {
+        let mut stores = self.schemas.clone().map(BatchStore::new);
+        let rows = restored_rows(state, &mut stores, r)?;
+        let mut converted: [Option<(u32, Rows)>; 2] = [None, None];
+        let mut counts = [0u64; 2];
+        for (side, key, ts, matched, at) in rows {
+            let fresh = !matches!(&converted[side], Some((id, _)) if *id == at.batch);
+            if fresh {
+                let batch = stores[side].batch(at.batch);
+                converted[side] = Some((
+                    at.batch,
+                    self.converters[side].convert_columns(batch.columns())?,
+                ));
+            }
+            let group = if key == NULL_KEY {
+                let one = stores[side].batch(at.batch).slice(at.row as usize, 1);
+                key_group(
+                    hash_key(r.encoders[side].encode(&one)?.row(0).as_ref()),
+                    r.key_groups,
+                )
+            } else {
+                key_group(hash_key(key), r.key_groups)
+            };
+            let Some((_, rows)) = converted[side].take() else {
+                continue;
+            };
+            let expires = self.expires(side, ts);
+            self.stage(
+                side,
+                key,
+                group,
+                ts,
+                matched,
+                rows.row(at.row as usize).as_ref(),
+                expires,
+            );
+            converted[side] = Some((at.batch, rows));
+            counts[side] += 1;
+        }
+        self.store.write(std::mem::take(&mut self.writes))?;
+        Ok(counts)
+    }
+}
+
+/// One side's rows of a state batch being made.
+struct Side {
+    converter: RowConverter,
+    groups: Vec<u16>,
+    keys: BinaryBuilder,
+    matched: Vec<bool>,
+    rows: Vec<Vec<u8>>,
+}
+
+impl Side {
+    fn new(schema: &SchemaRef) -> Result<Side> {
+        Ok(Side {
+            converter: converter(schema)?,
+            groups: Vec::new(),
+            keys: BinaryBuilder::new(),
+            matched: Vec::new(),
+            rows: Vec::new(),
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn push(&mut self, group: u16, key: &[u8], value: &[u8]) {
+        self.groups.push(group);
+        self.keys.append_value(key);
+        self.matched.push(value[0] != 0);
+        self.rows.push(value[1..].to_vec());
+    }
+
+    fn flush(&mut self, side: usize, layout: &StateLayout) -> Result<RecordBatch> {
+        let parser = self.converter.parser();
+        let cols = self
+            .converter
+            .convert_rows(self.rows.iter().map(|r| parser.parse(r)))?;
+        let matched: ArrayRef = Arc::new(BooleanArray::from(std::mem::take(&mut self.matched)));
+        self.rows.clear();
+        layout.side_batch(
+            side,
+            cols,
+            std::mem::take(&mut self.groups),
+            Arc::new(self.keys.finish()),
+            vec![matched],
+        )
+    }
+}
