@@ -362,6 +362,24 @@ fn fixture_queries_run_unchanged_through_weir_run() {
     }
 }
 
+/// The interval join with its state on RocksDB (`state.backend.type = 'rocksdb'`) gives
+/// Flink's rows through `weir run`, on small/ and late/, at parallelism 1 and 2.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn the_interval_join_on_rocksdb_matches_flink() {
+    let rocksdb = "SET 'state.backend.type' = 'rocksdb';\n\
+                   SET 'state.backend.rocksdb.localdir' = 'rocks';\n";
+    for set in ["small", "late"] {
+        for p in ["1", "2"] {
+            assert_same_rows(
+                &weir_run(set, "interval_join", rocksdb, p),
+                &expected(set, "interval_join"),
+                &format!("{set}/interval_join at parallelism {p} on rocksdb"),
+            );
+        }
+    }
+}
+
 /// The fixture queries in batch execution (`SET 'execution.runtime-mode' = 'batch'`, issue #20
 /// item 5) through `weir run`: on small/ the streaming result; on late/, whose rows are
 /// small/'s with 2 % of them delayed behind the watermark, small/'s result too: in a batch run

@@ -286,6 +286,36 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
     assert_eq!(got.1, want.1);
 }
 
+/// The attribution job with the interval join's state on RocksDB, killed with SIGKILL at
+/// random moments and restored each time, writes the rows of an uninterrupted run (whose
+/// state was in memory), and the stores the killed runs left are gone at the end.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn the_attribution_job_on_rocksdb_killed_and_restored_loses_and_repeats_nothing() {
+    let (_reference, want) = attribution_uninterrupted();
+    let dir = tempfile::tempdir().unwrap();
+    let job = ATTRIBUTION.replace(
+        "SET 'parallelism.default' = '2';",
+        "SET 'parallelism.default' = '2';
+SET 'state.backend.type' = 'rocksdb';
+SET 'state.backend.rocksdb.localdir' = 'rocks';",
+    );
+    std::fs::write(dir.path().join("job.sql"), job).unwrap();
+    let (kills, stderr) = kill_and_restore(dir.path(), 20, 150..700, 51);
+    println!("killed {kills} times; the last run: {stderr}");
+    assert!(
+        kills >= 10,
+        "only {kills} runs were killed before they ended"
+    );
+    assert_eq!(output_of(dir.path(), "out"), want.0);
+    assert_eq!(output_of(dir.path(), "per_ad"), want.1);
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("rocks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "stores left behind: {left:?}");
+}
+
 /// The attribution job at parallelism 2, killed once a checkpoint lists shared files (the
 /// interval join's rows), goes on from that incremental checkpoint at parallelism 3 (each
 /// subtask taking the rows of its key groups out of the shared files) to the output of an

@@ -8,8 +8,9 @@
 //! namespace of its own, so that what a watermark expires is one scan from the start.
 //!
 //! The store has no write-ahead log: it holds no durable state. A job restores from its
-//! checkpoints; a store's folder is removed when the store is dropped (and found stale at
-//! start otherwise, as the folder names the process).
+//! checkpoints; a store's folder is removed when the store is dropped, and the folders of a
+//! process that is gone (killed) are removed when the next store opens in the same place (the
+//! folder names the process).
 //!
 //! Memory: each store gets a share of `weir.state.memory-budget` (the runtime divides it
 //! among the job's stateful subtasks): half for its block cache (index and filter blocks
@@ -79,6 +80,7 @@ impl DiskStore {
     pub fn open(backend: &StateBackend, label: &str, budget: u64) -> Result<DiskStore> {
         static STORES: AtomicU64 = AtomicU64::new(0);
         let base = backend.local_dir.clone().unwrap_or_else(std::env::temp_dir);
+        remove_stale(&base);
         let safe: String = (label.chars())
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .take(60)
@@ -206,6 +208,42 @@ impl DiskStore {
                 .join()
                 .map_err(|_| Error::Internal("the snapshot reader panicked".into()))
         })
+    }
+}
+
+/// Removes, once per process and folder, the stores in `base` of processes that are no longer
+/// running (a job killed with SIGKILL leaves its stores behind). Only where `/proc` tells.
+fn remove_stale(base: &Path) {
+    static CLEANED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    {
+        let mut cleaned = CLEANED.lock().unwrap_or_else(|e| e.into_inner());
+        if cleaned.iter().any(|b| b == base) {
+            return;
+        }
+        cleaned.push(base.to_path_buf());
+    }
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = (name.to_str())
+            .and_then(|n| n.strip_prefix("weir-state-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+                tracing::warn!(
+                    path = %e.path().display(),
+                    "removing the state store of a weir process that is gone"
+                );
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 }
 
@@ -399,6 +437,25 @@ mod tests {
         };
         assert_eq!(due(10), vec![-5, 10]);
         assert_eq!(due(i64::MAX), vec![-5, 10, 30, i64::MAX]);
+    }
+
+    #[test]
+    fn the_stores_of_a_process_that_is_gone_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        // No process has this number (above Linux's pid_max).
+        let stale = dir.path().join("weir-state-4194305-0-join-0");
+        std::fs::create_dir_all(stale.join("x")).unwrap();
+        let mine = dir
+            .path()
+            .join(format!("weir-state-{}-99-other", std::process::id()));
+        std::fs::create_dir_all(&mine).unwrap();
+        let backend = StateBackend {
+            local_dir: Some(dir.path().to_path_buf()),
+            ..StateBackend::rocksdb()
+        };
+        let _store = DiskStore::open(&backend, "join/0", 16 << 20).unwrap();
+        assert!(!stale.exists());
+        assert!(mine.exists());
     }
 
     #[test]
