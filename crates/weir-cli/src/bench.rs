@@ -90,6 +90,14 @@ pub struct BenchArgs {
     /// cost.
     #[arg(long)]
     pub checkpoint_interval_ms: Option<i64>,
+    /// Where operator state lives: `hashmap` (memory) or `rocksdb` (local disk, in a weir
+    /// built with the `rocksdb` feature), as `SET 'state.backend.type'`.
+    #[arg(long, default_value = "hashmap")]
+    pub state_backend: String,
+    /// With `--state-backend rocksdb`: memory for its caches and write buffers
+    /// (`weir.state.memory-budget`, e.g. `64 mb`; default 256 mb).
+    #[arg(long)]
+    pub memory_budget: Option<String>,
     /// `--job latency`: impressions a second (clicks follow at about 0.32 of it); default
     /// 10,000 and 100,000, one run each.
     #[arg(long)]
@@ -178,6 +186,25 @@ fn tables(job: BenchJob, rows: u64, splits: usize) -> Vec<(&'static str, Generat
     }
 }
 
+/// `--state-backend` and `--memory-budget` as a job's state backend.
+pub(crate) fn state_backend(a: &BenchArgs) -> Result<weir_state::backend::StateBackend> {
+    use weir_state::backend::{parse_size, BackendKind, StateBackend};
+    let kind =
+        BackendKind::parse(&a.state_backend).map_err(|e| anyhow::anyhow!("--state-backend {e}"))?;
+    let memory_budget = match &a.memory_budget {
+        Some(v) => Some(parse_size(v).map_err(|e| anyhow::anyhow!("--memory-budget {e}"))?),
+        None => None,
+    };
+    if memory_budget.is_some() && kind != BackendKind::RocksDb {
+        anyhow::bail!("--memory-budget applies to --state-backend rocksdb");
+    }
+    Ok(StateBackend {
+        kind,
+        memory_budget,
+        local_dir: None,
+    })
+}
+
 fn build(
     a: &BenchArgs,
     job: BenchJob,
@@ -192,6 +219,7 @@ fn build(
                 std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id())),
             )
         }),
+        state_backend: state_backend(a)?,
         ..Default::default()
     };
     let b = JobBuilder::with_config(format!("bench {job:?}"), cfg);
@@ -459,6 +487,10 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             if let Some(ms) = a.checkpoint_interval_ms {
                 cmd.args(["--checkpoint-interval-ms", &ms.to_string()]);
             }
+            cmd.args(["--state-backend", &a.state_backend]);
+            if let Some(b) = &a.memory_budget {
+                cmd.args(["--memory-budget", b]);
+            }
             results.push(measured_by::<Measured>(
                 cmd,
                 &format!("{job:?} on {input:?}"),
@@ -466,10 +498,15 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         }
     }
     println!(
-        "weir bench: parallelism {}, batch {} rows, {} cores; each line a fresh process",
+        "weir bench: parallelism {}, batch {} rows, {} cores, state backend {}{}; each line a fresh process",
         a.parallelism,
         a.batch_rows,
-        cores()
+        cores(),
+        a.state_backend,
+        a.memory_budget
+            .as_ref()
+            .map(|b| format!(" (budget {b})"))
+            .unwrap_or_default()
     );
     println!(
         "{:<24} {:<10} {:>10} {:>9} {:>8} {:>12} {:>14} {:>10} {:>12} {:>11}",
