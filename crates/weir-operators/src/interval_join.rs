@@ -226,6 +226,9 @@ impl OperatorFactory for IntervalJoin {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn state_on_disk(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(feature = "rocksdb")]

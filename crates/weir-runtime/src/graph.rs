@@ -97,6 +97,12 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn state(&self) -> OperatorState {
         OperatorState::NotCheckpointed
     }
+    /// Whether the operator keeps its state on local disk when the job's state backend is
+    /// `'rocksdb'`; one that does not keeps it in memory whatever the backend (EXPLAIN and the
+    /// job's start say which).
+    fn state_on_disk(&self) -> bool {
+        false
+    }
     /// What the operator's checkpointed state depends on in its settings; a restore into an
     /// operator whose signature differs is refused (naming both). The default is the whole
     /// spec: any change of a stateful operator's settings makes its state unusable, unless
@@ -975,7 +981,51 @@ impl fmt::Display for JobGraph {
             plan.channels.len(),
             self.config.channel_buffers,
             plan.in_flight_bound_rows(self)
-        )
+        )?;
+        if let Some(line) = self.state_placement() {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl JobGraph {
+    /// With state on disk (`state.backend.type = 'rocksdb'`): which operators keep their state
+    /// there and which in memory, and the memory budget. `None` with state in memory.
+    pub fn state_placement(&self) -> Option<String> {
+        let backend = &self.config.state_backend;
+        if !backend.on_disk() {
+            return None;
+        }
+        let (mut disk, mut memory, mut subtasks) = (Vec::new(), Vec::new(), 0);
+        for n in &self.nodes {
+            let NodeKind::Operator { factory } = &n.kind else {
+                continue;
+            };
+            if !matches!(factory.state(), OperatorState::Checkpointed { .. }) {
+                continue;
+            }
+            subtasks += n.parallelism;
+            if factory.state_on_disk() {
+                disk.push(format!("`{}`", n.name));
+            } else {
+                memory.push(format!("`{}`", n.name));
+            }
+        }
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        Some(format!(
+            "state on disk (RocksDB; {} MiB of memory for it, shared by {subtasks} stateful \
+             subtasks) for: {}; in memory (not on disk yet) for: {}",
+            backend.budget() >> 20,
+            list(&disk),
+            list(&memory)
+        ))
     }
 }
 

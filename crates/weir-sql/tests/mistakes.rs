@@ -429,6 +429,35 @@ INSERT INTO out1 SELECT key FROM src;"
         let backend = &plan.config.state_backend;
         assert!(backend.on_disk());
         assert_eq!(backend.memory_budget, Some(1 << 30));
+        let join = plan_job(
+            &format!(
+                "{rocksdb}
+CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'impressions', 'generator.rows' = '10');
+CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'clicks', 'generator.rows' = '10');
+CREATE TABLE per_ad (ad_id BIGINT, n BIGINT) WITH ('connector' = 'blackhole');
+INSERT INTO per_ad SELECT c.ad_id, COUNT(*)
+FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) c
+GROUP BY c.ad_id, window_start, window_end;
+CREATE TABLE pairs (click_id BIGINT, impression_id BIGINT) WITH ('connector' = 'blackhole');
+INSERT INTO pairs SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i
+  ON c.ad_id = i.ad_id AND c.rt BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;"
+            ),
+            &opts(dir.path()),
+        )
+        .unwrap();
+        // EXPLAIN says which operators keep their state on disk and which do not yet.
+        let placement = join.state_placement().unwrap();
+        let (disk, memory) = placement.split_once("; in memory").unwrap();
+        assert!(disk.contains("join"), "{placement}");
+        assert!(
+            !memory.contains("join") && !memory.ends_with("none"),
+            "{placement}"
+        );
+        assert!(join.to_string().contains(&placement));
         for (set, says) in [
             (
                 "SET 'weir.state.memory-budget' = 'lots';",

@@ -515,6 +515,9 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         }
     }
     tracing::info!(job = %graph.name, subtasks = tasks.len(), "job started");
+    if let Some(placement) = graph.state_placement() {
+        tracing::info!(job = %graph.name, "{placement}");
+    }
     if let Some(c) = checkpoints.as_mut() {
         c.start(clock.now().0, restored_epoch)?;
     }
