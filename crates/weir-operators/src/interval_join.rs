@@ -336,8 +336,7 @@ impl Operator for IntervalJoinOp {
         let null_keys = self.encoders[side].null_keys(&data);
         self.rows.begin(side, data)?;
         let keeps_unmatched = self.spec.join_type.keeps_unmatched(side);
-        let mut pairs: Vec<(Option<Found>, Option<Found>)> = Vec::new();
-        let mut matches: Vec<Found> = Vec::new();
+        let mut rows: Vec<NewRow> = Vec::with_capacity(keys.num_rows());
         for (i, key) in keys.iter().enumerate() {
             let ts = times[i];
             let null_key = null_keys.as_ref().is_some_and(|n| n.is_null(i));
@@ -349,40 +348,46 @@ impl Operator for IntervalJoinOp {
             }
             // Kept under NULL_KEY only to be emitted unmatched when it expires, as a row that
             // found no match is; its group is that of the key it was routed by.
-            let k = if null_key { NULL_KEY } else { key.as_ref() };
+            let k = if null_key { NULL_KEY } else { key.data() };
             let hash = hash_key(k);
             let routed = if null_key {
-                hash_key(key.as_ref())
+                hash_key(key.data())
             } else {
                 hash
             };
             let expires = self.expires_at(side, ts);
-            let keep = expires > self.watermark.0;
-            matches.clear();
-            let matched = self.rows.add(
-                NewRow {
-                    side,
-                    key: k,
-                    hash,
-                    group: key_group(routed, self.key_groups),
-                    ts,
-                    row: i as u32,
-                    probe: (!null_key).then(|| self.match_range(side, ts)),
-                    keep_until: keep.then_some(expires),
-                },
-                &mut matches,
-            )?;
-            if !matches.is_empty() || (!keep && keeps_unmatched && !matched) {
-                let me = self.rows.current(side, i as u32);
-                for &m in &matches {
+            rows.push(NewRow {
+                side,
+                key: k,
+                hash,
+                group: key_group(routed, self.key_groups),
+                ts,
+                row: i as u32,
+                probe: (!null_key).then(|| self.match_range(side, ts)),
+                keep_until: (expires > self.watermark.0).then_some(expires),
+            });
+        }
+        let (mut matches, mut matched) = (Vec::new(), Vec::with_capacity(rows.len()));
+        self.rows.add(&rows, &mut matches, &mut matched)?;
+        let mut pairs: Vec<(Option<Found>, Option<Found>)> = Vec::with_capacity(matches.len());
+        let mut next = 0;
+        for (j, row) in rows.iter().enumerate() {
+            let start = next;
+            while next < matches.len() && matches[next].0 as usize == j {
+                next += 1;
+            }
+            // No later row can match a row not kept; if none did, it is emitted unmatched.
+            let unmatched = row.keep_until.is_none() && keeps_unmatched && !matched[j];
+            if next > start || unmatched {
+                let me = self.rows.current(side, row.row);
+                for &(_, m) in &matches[start..next] {
                     pairs.push(if side == 0 {
                         (Some(me), Some(m))
                     } else {
                         (Some(m), Some(me))
                     });
                 }
-                if !keep && keeps_unmatched && !matched {
-                    // No later row can match it, and none did.
+                if unmatched {
                     self.unmatched_emitted += 1;
                     pairs.push(if side == 0 {
                         (Some(me), None)
@@ -391,7 +396,7 @@ impl Operator for IntervalJoinOp {
                     });
                 }
             }
-            if keep {
+            if row.keep_until.is_some() {
                 self.buffered[side] += 1;
             }
         }

@@ -48,10 +48,16 @@ pub(crate) trait JoinRows: Send {
     fn begin(&mut self, side: usize, batch: RecordBatch) -> Result<()>;
     /// A row of the batch begun, as a [`Found`].
     fn current(&mut self, side: usize, row: u32) -> Found;
-    /// Matches `row` against the other side's rows of its key in its probe range (in time
-    /// order, each marked as matched and pushed to `matches`), then keeps it unless told not
-    /// to. Returns whether it matched.
-    fn add(&mut self, row: NewRow, matches: &mut Vec<Found>) -> Result<bool>;
+    /// Matches each of `rows` (of the batch begun, in order) against the other side's rows of
+    /// its key in its probe range, each marked as matched and pushed to `matches` with the
+    /// index of the row in `rows` (in that order, and in time order for one row), then keeps
+    /// it unless told not to. Pushes whether each row matched to `matched`.
+    fn add(
+        &mut self,
+        rows: &[NewRow],
+        matches: &mut Vec<(u32, Found)>,
+        matched: &mut Vec<bool>,
+    ) -> Result<()>;
     /// Ends the batch begun: rows kept are stored, handles given out since are void.
     fn end(&mut self, side: usize) -> Result<()>;
     /// Takes out every row whose time to expire (`keep_until`) is at or below `watermark`.
@@ -215,43 +221,51 @@ impl JoinRows for MemoryRows {
         })
     }
 
-    fn add(&mut self, row: NewRow, matches: &mut Vec<Found>) -> Result<bool> {
-        let (side, other) = (row.side, 1 - row.side);
-        let slot = self.keys.slot_for(row.hash, row.key);
-        let mut matched = false;
-        if let Some((lo, hi)) = row.probe {
-            let buf = &mut self.keys.get_mut(slot).sides[other];
-            let start = buf.partition_point(|e| e.ts < lo);
-            for e in buf[start..].iter_mut().take_while(|e| e.ts <= hi) {
-                e.matched = true;
-                matched = true;
-                matches.push(pack(e.row));
+    fn add(
+        &mut self,
+        rows: &[NewRow],
+        matches: &mut Vec<(u32, Found)>,
+        matched: &mut Vec<bool>,
+    ) -> Result<()> {
+        for (j, row) in rows.iter().enumerate() {
+            let (side, other) = (row.side, 1 - row.side);
+            let slot = self.keys.slot_for(row.hash, row.key);
+            let mut hit = false;
+            if let Some((lo, hi)) = row.probe {
+                let buf = &mut self.keys.get_mut(slot).sides[other];
+                let start = buf.partition_point(|e| e.ts < lo);
+                for e in buf[start..].iter_mut().take_while(|e| e.ts <= hi) {
+                    e.matched = true;
+                    hit = true;
+                    matches.push((j as u32, pack(e.row)));
+                }
             }
+            matched.push(hit);
+            let Some(expires) = row.keep_until else {
+                let rows = self.keys.get(slot);
+                if rows.sides[0].is_empty() && rows.sides[1].is_empty() {
+                    self.keys.release(slot);
+                }
+                continue;
+            };
+            let me = RowRef {
+                batch: self.current[side],
+                row: row.row,
+            };
+            let buf = &mut self.keys.get_mut(slot).sides[side];
+            let pos = buf.partition_point(|e| e.ts <= row.ts);
+            buf.insert(
+                pos,
+                Entry {
+                    ts: row.ts,
+                    row: me,
+                    matched: hit,
+                },
+            );
+            self.stores[side].retain(me.batch);
+            self.expiry.push(expires, slot, side as u8);
         }
-        let Some(expires) = row.keep_until else {
-            let rows = self.keys.get(slot);
-            if rows.sides[0].is_empty() && rows.sides[1].is_empty() {
-                self.keys.release(slot);
-            }
-            return Ok(matched);
-        };
-        let me = RowRef {
-            batch: self.current[side],
-            row: row.row,
-        };
-        let buf = &mut self.keys.get_mut(slot).sides[side];
-        let pos = buf.partition_point(|e| e.ts <= row.ts);
-        buf.insert(
-            pos,
-            Entry {
-                ts: row.ts,
-                row: me,
-                matched,
-            },
-        );
-        self.stores[side].retain(me.batch);
-        self.expiry.push(expires, slot, side as u8);
-        Ok(matched)
+        Ok(())
     }
 
     fn end(&mut self, side: usize) -> Result<()> {

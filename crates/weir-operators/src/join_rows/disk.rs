@@ -39,13 +39,53 @@ pub(crate) struct DiskRows {
     /// The batch being added, per side, in row format.
     current: [Option<Rows>; 2],
     /// Writes of the batch being added.
-    writes: Writes,
+    staged: Staged,
     /// Rows handed out: their bytes, one after the other, per side.
     found: [(Vec<u8>, Vec<usize>); 2],
-    seq: u64,
     bounds: (i64, i64),
+}
+
+/// Writes not yet applied, and the next row's sequence number.
+#[derive(Default)]
+struct Staged {
+    writes: Writes,
+    seq: u64,
     key_buf: Vec<u8>,
     value_buf: Vec<u8>,
+}
+
+impl Staged {
+    /// Stages a row of `side` (its columns in row format, `row`) filed under `key` of `group`
+    /// at `ts`, and its expiry at `expires`.
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        side: usize,
+        key: &[u8],
+        group: u16,
+        ts: i64,
+        matched: bool,
+        row: &[u8],
+        expires: i64,
+    ) {
+        self.key_buf.clear();
+        RowKey {
+            namespace: side as u8,
+            key_group: group,
+            key,
+            time: ts,
+            seq: self.seq,
+        }
+        .encode(&mut self.key_buf);
+        self.seq += 1;
+        self.value_buf.clear();
+        self.value_buf.push(matched as u8);
+        self.value_buf.extend_from_slice(row);
+        self.writes.put(&self.key_buf, &self.value_buf);
+        self.value_buf.clear();
+        expiry_key(&mut self.value_buf, expires, &self.key_buf);
+        self.writes.put(&self.value_buf, []);
+    }
 }
 
 fn converter(schema: &SchemaRef) -> Result<RowConverter> {
@@ -80,12 +120,9 @@ impl DiskRows {
             converters: [converter(&schemas[0])?, converter(&schemas[1])?],
             schemas,
             current: [None, None],
-            writes: Writes::default(),
+            staged: Staged::default(),
             found: Default::default(),
-            seq: 0,
             bounds: (lower, upper),
-            key_buf: Vec::new(),
-            value_buf: Vec::new(),
         })
     }
 
@@ -98,37 +135,6 @@ impl DiskRows {
 
     fn expires(&self, side: usize, ts: i64) -> i64 {
         super::MemoryRows::expires(self.bounds, side, ts)
-    }
-
-    /// Stages row `row` of `rows` of `side`, filed under `key` of `group`.
-    #[allow(clippy::too_many_arguments)]
-    fn stage(
-        &mut self,
-        side: usize,
-        key: &[u8],
-        group: u16,
-        ts: i64,
-        matched: bool,
-        row: &[u8],
-        expires: i64,
-    ) {
-        self.key_buf.clear();
-        RowKey {
-            namespace: side as u8,
-            key_group: group,
-            key,
-            time: ts,
-            seq: self.seq,
-        }
-        .encode(&mut self.key_buf);
-        self.seq += 1;
-        self.value_buf.clear();
-        self.value_buf.push(matched as u8);
-        self.value_buf.extend_from_slice(row);
-        self.writes.put(&self.key_buf, &self.value_buf);
-        let mut expiry = Vec::with_capacity(self.key_buf.len() + 9);
-        expiry_key(&mut expiry, expires, &self.key_buf);
-        self.writes.put(&expiry, []);
     }
 }
 
@@ -147,46 +153,59 @@ impl JoinRows for DiskRows {
         found
     }
 
-    fn add(&mut self, row: NewRow, matches: &mut Vec<Found>) -> Result<bool> {
-        let (side, other) = (row.side, 1 - row.side);
-        let mut matched = false;
-        if let Some((lo, hi)) = row.probe {
-            let (from, until) = RowKey::time_range(other as u8, row.group, row.key, lo, hi);
-            let mut hits: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            self.store.scan(&from, &until, |k, v| {
-                hits.push((k.to_vec(), v.to_vec()));
-                Ok(true)
-            })?;
-            for (k, mut v) in hits {
-                matched = true;
-                matches.push(self.pick(other, &v[1..]));
-                if v[0] == 0 {
-                    v[0] = 1;
-                    self.writes.put(&k, &v);
-                }
+    fn add(
+        &mut self,
+        rows: &[NewRow],
+        matches: &mut Vec<(u32, Found)>,
+        matched: &mut Vec<bool>,
+    ) -> Result<()> {
+        let Some(side) = rows.first().map(|r| r.side) else {
+            return Ok(());
+        };
+        let other = 1 - side;
+        let current = self.current[side]
+            .as_ref()
+            .ok_or_else(|| Error::Internal("rows added with no batch begun".into()))?;
+        let (data, ends) = &mut self.found[other];
+        let staged = &mut self.staged;
+        // One iterator for the batch: it sees the store as the batch found it, which is all
+        // a probe needs (rows of this batch are of the other side, written at its end).
+        let mut probes = self.store.probes();
+        for (j, row) in rows.iter().enumerate() {
+            let mut hit = false;
+            if let Some((lo, hi)) = row.probe {
+                let (from, until) = RowKey::time_range(other as u8, row.group, row.key, lo, hi);
+                probes.scan(&from, &until, |k, v| {
+                    hit = true;
+                    data.extend_from_slice(&v[1..]);
+                    ends.push(data.len());
+                    matches.push((j as u32, (ends.len() - 1) as Found));
+                    if v[0] == 0 {
+                        let mut flagged = v.to_vec();
+                        flagged[0] = 1;
+                        staged.writes.put(k, &flagged);
+                    }
+                })?;
+            }
+            matched.push(hit);
+            if let Some(expires) = row.keep_until {
+                staged.row(
+                    side,
+                    row.key,
+                    row.group,
+                    row.ts,
+                    hit,
+                    current.row(row.row as usize).as_ref(),
+                    expires,
+                );
             }
         }
-        if let Some(expires) = row.keep_until {
-            let rows = self.current[side]
-                .take()
-                .ok_or_else(|| Error::Internal("a row added with no batch begun".into()))?;
-            self.stage(
-                side,
-                row.key,
-                row.group,
-                row.ts,
-                matched,
-                rows.row(row.row as usize).as_ref(),
-                expires,
-            );
-            self.current[side] = Some(rows);
-        }
-        Ok(matched)
+        Ok(())
     }
 
     fn end(&mut self, side: usize) -> Result<()> {
         self.current[side] = None;
-        self.store.write(std::mem::take(&mut self.writes))?;
+        self.store.write(std::mem::take(&mut self.staged.writes))?;
         self.clear();
         Ok(())
     }
@@ -328,7 +347,7 @@ impl JoinRows for DiskRows {
                 continue;
             };
             let expires = self.expires(side, ts);
-            self.stage(
+            self.staged.row(
                 side,
                 key,
                 group,
@@ -340,7 +359,7 @@ impl JoinRows for DiskRows {
             converted[side] = Some((at.batch, rows));
             counts[side] += 1;
         }
-        self.store.write(std::mem::take(&mut self.writes))?;
+        self.store.write(std::mem::take(&mut self.staged.writes))?;
         Ok(counts)
     }
 }
