@@ -50,7 +50,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
-use weir_core::keys::{hash_key, key_group, KeyEncoder};
+use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
@@ -202,6 +202,8 @@ impl OperatorFactory for IntervalJoin {
             encoders: [enc(0, &self.left_keys)?, enc(1, &self.right_keys)?],
             key_groups: info.key_groups,
             rows,
+            matches: Vec::new(),
+            matched: Vec::new(),
             watermark: Watermark::MIN,
             buffered: [0; 2],
             peak_buffered: [0; 2],
@@ -262,6 +264,9 @@ pub struct IntervalJoinOp {
     key_groups: u16,
     /// The buffered rows of both sides, in memory or on disk.
     rows: Box<dyn JoinRows>,
+    /// A batch's matches and whether each row matched, kept for their capacity.
+    matches: Vec<(u32, Found)>,
+    matched: Vec<bool>,
     watermark: Watermark,
     buffered: [u64; 2],
     peak_buffered: [u64; 2],
@@ -350,24 +355,25 @@ impl Operator for IntervalJoinOp {
             // found no match is; its group is that of the key it was routed by.
             let k = if null_key { NULL_KEY } else { key.data() };
             let hash = hash_key(k);
-            let routed = if null_key {
-                hash_key(key.data())
-            } else {
-                hash
-            };
+            let routed = if null_key { hash_key(key.data()) } else { hash };
             let expires = self.expires_at(side, ts);
             rows.push(NewRow {
                 side,
                 key: k,
                 hash,
-                group: key_group(routed, self.key_groups),
+                routed,
                 ts,
                 row: i as u32,
                 probe: (!null_key).then(|| self.match_range(side, ts)),
                 keep_until: (expires > self.watermark.0).then_some(expires),
             });
         }
-        let (mut matches, mut matched) = (Vec::new(), Vec::with_capacity(rows.len()));
+        let (mut matches, mut matched) = (
+            std::mem::take(&mut self.matches),
+            std::mem::take(&mut self.matched),
+        );
+        matches.clear();
+        matched.clear();
         self.rows.add(&rows, &mut matches, &mut matched)?;
         let mut pairs: Vec<(Option<Found>, Option<Found>)> = Vec::with_capacity(matches.len());
         let mut next = 0;
@@ -401,6 +407,7 @@ impl Operator for IntervalJoinOp {
             }
         }
         self.peak_buffered[side] = self.peak_buffered[side].max(self.buffered[side]);
+        (self.matches, self.matched) = (matches, matched);
         self.emit(&pairs, ctx)?;
         self.rows.end(side)
     }

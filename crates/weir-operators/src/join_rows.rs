@@ -29,9 +29,10 @@ pub(crate) struct NewRow<'k> {
     /// The key it is filed under ([`crate::join::NULL_KEY`] for a NULL key) and its hash.
     pub key: &'k [u8],
     pub hash: u64,
-    /// The key group it was routed by (of its encoded key, also for a NULL key).
+    /// The hash it was routed by (of its encoded key, also for a NULL key), which gives its
+    /// key group.
     #[cfg_attr(not(feature = "rocksdb"), allow(dead_code))]
-    pub group: u16,
+    pub routed: u64,
     pub ts: i64,
     /// Its index in the batch begun.
     pub row: u32,

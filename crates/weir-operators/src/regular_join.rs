@@ -124,6 +124,10 @@ impl OperatorFactory for RegularJoin {
     fn state(&self) -> weir_runtime::graph::OperatorState {
         weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
     }
+    /// It runs as an interval join, whose rows go on disk.
+    fn state_on_disk(&self) -> bool {
+        true
+    }
     fn describe(&self) -> String {
         match self.ttl_ms {
             Some(ttl) if ttl >= weir_core::time::TTL_END_OF_INPUT_MS => format!(

@@ -130,3 +130,40 @@ proptest! {
         prop_assert_eq!(sorted_lines(&out.batches()), reference(&left, &right, lower, upper, t));
     }
 }
+
+/// With state on disk, a memory budget that gives a subtask less than a store works with is
+/// refused when the job starts, naming the budget that would do.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_budget_too_small_for_the_subtasks_on_disk_is_refused_at_start() {
+    use weir_state::backend::StateBackend;
+    let rows = vec![vec![(1, 0, 1)]];
+    let job = JobBuilder::with_config(
+        "budget",
+        JobConfig {
+            parallelism: 4,
+            state_backend: StateBackend {
+                memory_budget: Some(16 << 20),
+                ..StateBackend::rocksdb()
+            },
+            ..Default::default()
+        },
+    );
+    let l = job.source("l", source(&rows), SourceOptions::event_time("ts", DELAY));
+    let r = job.source("r", source(&rows), SourceOptions::event_time("ts", DELAY));
+    l.key_by(&["k"])
+        .interval_join(&r.key_by(&["k"]), IntervalJoin::between(0, 10))
+        .sink("out", CollectSink::new());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = rt
+        .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("weir.state.memory-budget") && err.contains("'32 mb'"),
+        "{err}"
+    );
+}

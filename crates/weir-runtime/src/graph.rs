@@ -1005,8 +1005,8 @@ impl JobGraph {
             if !matches!(factory.state(), OperatorState::Checkpointed { .. }) {
                 continue;
             }
-            subtasks += n.parallelism;
             if factory.state_on_disk() {
+                subtasks += n.parallelism;
                 disk.push(format!("`{}`", n.name));
             } else {
                 memory.push(format!("`{}`", n.name));
@@ -1020,7 +1020,7 @@ impl JobGraph {
             }
         };
         Some(format!(
-            "state on disk (RocksDB; {} MiB of memory for it, shared by {subtasks} stateful \
+            "state on disk (RocksDB; {} MiB of memory for it, shared by its {subtasks} \
              subtasks) for: {}; in memory (not on disk yet) for: {}",
             backend.budget() >> 20,
             list(&disk),

@@ -21,6 +21,10 @@ pub const ROCKSDB_BUILT: bool = cfg!(feature = "rocksdb");
 /// The default of `weir.state.memory-budget`.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
 
+/// The least share of the budget a subtask with state on disk works with: a 4 MiB cache and
+/// 4 MiB of write buffers. A job whose budget gives less is refused at start.
+pub const MIN_SUBTASK_BUDGET: u64 = 8 << 20;
+
 /// Which backend keeps state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -8,9 +8,10 @@
 //! namespace of its own, so that what a watermark expires is one scan from the start.
 //!
 //! The store has no write-ahead log: it holds no durable state. A job restores from its
-//! checkpoints; a store's folder is removed when the store is dropped, and the folders of a
-//! process that is gone (killed) are removed when the next store opens in the same place (the
-//! folder names the process).
+//! checkpoints; a store's folder is removed when the store is dropped, and one left behind by a
+//! killed process is removed when the next store opens in the same base folder: each store
+//! holds an exclusive lock on a file beside its folder while it is open, so a folder whose lock
+//! can be taken is nobody's.
 //!
 //! Memory: each store gets a share of `weir.state.memory-budget` (the runtime divides it
 //! among the job's stateful subtasks): half for its block cache (index and filter blocks
@@ -30,9 +31,6 @@ use crate::{Error, Result};
 
 /// The namespace [`expiry_key`]s live in; [`RowKey`] namespaces are below it.
 pub const EXPIRY_NAMESPACE: u8 = u8::MAX;
-
-/// The smallest cache and write buffer a store gets, whatever its share of the budget.
-const MIN_SHARE: u64 = 4 << 20;
 
 /// An embedded RocksDB in a folder of its own, removed when dropped (and the last snapshot
 /// read from it is done).
@@ -56,11 +54,49 @@ impl std::ops::Deref for Open {
     }
 }
 
-struct Folder(PathBuf);
+/// A store's folder, `<name>` in its base folder, held by an exclusive lock on
+/// `<name>.lock` beside it for as long as the store is open: a folder whose lock can be taken
+/// belongs to no running store ([`remove_stale`]), whichever process or machine made it.
+struct Folder {
+    dir: PathBuf,
+    lock_path: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl Folder {
+    /// Takes the lock, then makes the folder (empty).
+    fn lock(base: &Path, name: &str) -> Result<Folder> {
+        std::fs::create_dir_all(base).map_err(|e| Error::io("create", base, e))?;
+        let lock_path = base.join(format!("{name}.lock"));
+        let lock =
+            std::fs::File::create(&lock_path).map_err(|e| Error::io("create", &lock_path, e))?;
+        lock.try_lock().map_err(|e| {
+            Error::io(
+                "lock",
+                &lock_path,
+                std::io::Error::other(format!("{e} (another store holds it)")),
+            )
+        })?;
+        let dir = base.join(name);
+        let folder = Folder {
+            dir,
+            lock_path,
+            _lock: lock,
+        };
+        if folder.dir.exists() {
+            std::fs::remove_dir_all(&folder.dir)
+                .map_err(|e| Error::io("remove", &folder.dir, e))?;
+        }
+        std::fs::create_dir_all(&folder.dir).map_err(|e| Error::io("create", &folder.dir, e))?;
+        Ok(folder)
+    }
+}
 
 impl Drop for Folder {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // The folder, then its lock file; the lock goes when the file closes, after.
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.lock_path);
     }
 }
 
@@ -85,16 +121,22 @@ impl DiskStore {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .take(60)
             .collect();
-        let dir = base.join(format!(
-            "weir-state-{}-{}-{safe}",
+        // The process, a count and a random number: a later process with the same id never
+        // takes the name of a store left behind.
+        let random = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        let name = format!(
+            "weir-state-{}-{}-{random:016x}-{safe}",
             std::process::id(),
             STORES.fetch_add(1, Ordering::Relaxed)
-        ));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, e))?;
-        }
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
-        let half = (budget / 2).max(MIN_SHARE);
+        );
+        let folder = Folder::lock(&base, &name)?;
+        let dir = folder.dir.clone();
+        let half = budget.max(crate::backend::MIN_SUBTASK_BUDGET) / 2;
         let cache =
             Cache::new_lru_cache(half as usize).map_err(|e| rocks_err("open a cache", &dir, e))?;
         let mut table = BlockBasedOptions::default();
@@ -121,7 +163,7 @@ impl DiskStore {
         Ok(DiskStore {
             db: Arc::new(Open {
                 db,
-                _folder: Folder(dir.clone()),
+                _folder: folder,
             }),
             dir,
             write,
@@ -271,14 +313,12 @@ fn row_prefix(key: &[u8]) -> &[u8] {
     &key[..key.len().min(1)]
 }
 
-/// Removes, once per process and folder, the stores in `base` of processes that are no longer
-/// running (a job killed with SIGKILL leaves its stores behind). Only where `/proc` tells.
+/// Removes, once per process and base folder, the stores in `base` that no running store
+/// holds (a job killed with SIGKILL leaves its stores behind): those whose lock can be taken,
+/// and folders without a lock file (a store makes its lock before its folder, and removes it
+/// after).
 fn remove_stale(base: &Path) {
     static CLEANED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-    let proc = Path::new("/proc");
-    if !proc.join("self").exists() {
-        return;
-    }
     {
         let mut cleaned = CLEANED.lock().unwrap_or_else(|e| e.into_inner());
         if cleaned.iter().any(|b| b == base) {
@@ -286,23 +326,45 @@ fn remove_stale(base: &Path) {
         }
         cleaned.push(base.to_path_buf());
     }
+    remove_unheld(base);
+}
+
+/// Removes the stores in `base` no running store holds (see [`remove_stale`]).
+fn remove_unheld(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let pid = (name.to_str())
-            .and_then(|n| n.strip_prefix("weir-state-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
-                tracing::warn!(
-                    path = %e.path().display(),
-                    "removing the state store of a weir process that is gone"
-                );
-                let _ = std::fs::remove_dir_all(e.path());
+        let path = e.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !name.starts_with("weir-state-") {
+            continue;
+        }
+        let (folder, lock_path) = match name.strip_suffix(".lock") {
+            Some(stem) => (base.join(stem), path.clone()),
+            None => (path.clone(), base.join(format!("{name}.lock"))),
+        };
+        let lock = match std::fs::OpenOptions::new().write(true).open(&lock_path) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => continue,
+        };
+        if let Some(lock) = &lock {
+            if lock.try_lock().is_err() {
+                continue;
             }
+        }
+        if folder.exists() {
+            tracing::warn!(
+                path = %folder.display(),
+                "removing a state store that no running weir holds (left by a killed process)"
+            );
+            let _ = std::fs::remove_dir_all(&folder);
+        }
+        if lock.is_some() {
+            let _ = std::fs::remove_file(&lock_path);
         }
     }
 }
@@ -398,14 +460,19 @@ pub fn expiry_key(out: &mut Vec<u8>, at: i64, row_key: &[u8]) {
     out.extend_from_slice(row_key);
 }
 
-/// The range of expiry keys at or below `watermark`, for [`DiskStore::scan`].
-pub fn expired_range(watermark: i64) -> (Vec<u8>, Vec<u8>) {
-    let mut until = vec![EXPIRY_NAMESPACE];
-    match watermark.checked_add(1) {
-        Some(next) => until.extend_from_slice(&time_bytes(next)),
-        None => until.extend_from_slice(&[0xff; 9]),
-    }
-    (vec![EXPIRY_NAMESPACE], until)
+/// The range of expiry keys at or below `watermark`, and above `after` when given (keys up to
+/// it are known to be gone), for [`DiskStore::scan`].
+pub fn expired_range(watermark: i64, after: Option<i64>) -> (Vec<u8>, Vec<u8>) {
+    let bound = |t: i64| {
+        let mut key = vec![EXPIRY_NAMESPACE];
+        match t.checked_add(1) {
+            Some(next) => key.extend_from_slice(&time_bytes(next)),
+            None => key.extend_from_slice(&[0xff; 9]),
+        }
+        key
+    };
+    let from = after.map_or_else(|| vec![EXPIRY_NAMESPACE], bound);
+    (from, bound(watermark))
 }
 
 /// The row key inside an expiry key.
@@ -498,8 +565,8 @@ mod tests {
             w.put(&k, []);
         }
         s.write(w).unwrap();
-        let due = |wm| {
-            let (from, until) = expired_range(wm);
+        let due = |wm, after| {
+            let (from, until) = expired_range(wm, after);
             let mut got = Vec::new();
             s.scan(&from, &until, |k, _| {
                 let mut b = [0; 8];
@@ -510,27 +577,38 @@ mod tests {
             .unwrap();
             got
         };
-        assert_eq!(due(10), vec![-5, 10]);
-        assert_eq!(due(i64::MAX), vec![-5, 10, 30, i64::MAX]);
+        assert_eq!(due(10, None), vec![-5, 10]);
+        assert_eq!(due(i64::MAX, None), vec![-5, 10, 30, i64::MAX]);
+        assert_eq!(due(30, Some(10)), vec![30]);
+        assert_eq!(due(i64::MAX, Some(30)), vec![i64::MAX]);
     }
 
     #[test]
-    fn the_stores_of_a_process_that_is_gone_are_removed() {
+    fn stores_no_running_store_holds_are_removed_and_held_ones_stay() {
         let dir = tempfile::tempdir().unwrap();
-        // No process has this number (above Linux's pid_max).
-        let stale = dir.path().join("weir-state-4194305-0-join-0");
-        std::fs::create_dir_all(stale.join("x")).unwrap();
-        let mine = dir
-            .path()
-            .join(format!("weir-state-{}-99-other", std::process::id()));
-        std::fs::create_dir_all(&mine).unwrap();
         let backend = StateBackend {
             local_dir: Some(dir.path().to_path_buf()),
             ..StateBackend::rocksdb()
         };
-        let _store = DiskStore::open(&backend, "join/0", 16 << 20).unwrap();
-        assert!(!stale.exists());
-        assert!(mine.exists());
+        // Left by a killed process: its lock file is there, nobody holds it; and a folder
+        // whose lock file is gone.
+        let stale = dir.path().join("weir-state-1-0-00-join-0");
+        std::fs::create_dir_all(stale.join("x")).unwrap();
+        std::fs::write(dir.path().join("weir-state-1-0-00-join-0.lock"), "").unwrap();
+        let unlocked = dir.path().join("weir-state-2-0-00-join-1");
+        std::fs::create_dir_all(&unlocked).unwrap();
+        let held = DiskStore::open(&backend, "held/0", 16 << 20).unwrap();
+        assert!(!stale.exists() && !unlocked.exists());
+        assert!(!dir.path().join("weir-state-1-0-00-join-0.lock").exists());
+        // A store that is open stays: its lock, taken through another open file (as another
+        // process's would be), refuses the cleaner's.
+        let other = DiskStore::open(&backend, "join/0", 16 << 20).unwrap();
+        remove_unheld(dir.path());
+        assert!(held.dir().is_dir() && other.dir().is_dir());
+        let names = || std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(names(), 4, "two stores and their locks");
+        drop((held, other));
+        assert_eq!(names(), 0, "a store's folder and lock go with it");
     }
 
     #[test]

@@ -43,18 +43,48 @@ pub(crate) struct DiskRows {
     /// Rows handed out: their bytes, one after the other, per side.
     found: [(Vec<u8>, Vec<usize>); 2],
     bounds: (i64, i64),
+    key_groups: u16,
+    /// The watermark up to which rows have expired: expiry keys at or below it are gone, so
+    /// a scan starts after it.
+    expired_through: Option<i64>,
 }
 
-/// Writes not yet applied, and the next row's sequence number.
+/// Writes not yet applied, and the next row's sequence number. They are applied in key order
+/// ([`Staged::take`]), which is cheaper for RocksDB's memtable than the order rows come in.
 #[derive(Default)]
 struct Staged {
-    writes: Writes,
+    /// Keys and values, one after the other.
+    arena: Vec<u8>,
+    /// Each put: where its key starts, where its value starts, where it ends.
+    puts: Vec<(usize, usize, usize)>,
     seq: u64,
     key_buf: Vec<u8>,
     value_buf: Vec<u8>,
 }
 
 impl Staged {
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(key);
+        let mid = self.arena.len();
+        self.arena.extend_from_slice(value);
+        self.puts.push((start, mid, self.arena.len()));
+    }
+
+    /// The staged puts in key order, as one write.
+    fn take(&mut self) -> Writes {
+        let arena = &self.arena;
+        self.puts
+            .sort_unstable_by(|a, b| arena[a.0..a.1].cmp(&arena[b.0..b.1]));
+        let mut writes = Writes::default();
+        for &(start, mid, end) in &self.puts {
+            writes.put(&arena[start..mid], &arena[mid..end]);
+        }
+        self.arena.clear();
+        self.puts.clear();
+        writes
+    }
+
     /// Stages a row of `side` (its columns in row format, `row`) filed under `key` of `group`
     /// at `ts`, and its expiry at `expires`.
     #[allow(clippy::too_many_arguments)]
@@ -81,10 +111,18 @@ impl Staged {
         self.value_buf.clear();
         self.value_buf.push(matched as u8);
         self.value_buf.extend_from_slice(row);
-        self.writes.put(&self.key_buf, &self.value_buf);
+        let (key, value) = (
+            std::mem::take(&mut self.key_buf),
+            std::mem::take(&mut self.value_buf),
+        );
+        self.put(&key, &value);
+        self.value_buf = value;
         self.value_buf.clear();
-        expiry_key(&mut self.value_buf, expires, &self.key_buf);
-        self.writes.put(&self.value_buf, []);
+        expiry_key(&mut self.value_buf, expires, &key);
+        let expiry = std::mem::take(&mut self.value_buf);
+        self.put(&expiry, &[]);
+        self.value_buf = expiry;
+        self.key_buf = key;
     }
 }
 
@@ -123,6 +161,8 @@ impl DiskRows {
             staged: Staged::default(),
             found: Default::default(),
             bounds: (lower, upper),
+            key_groups: info.key_groups,
+            expired_through: None,
         })
     }
 
@@ -168,13 +208,15 @@ impl JoinRows for DiskRows {
             .ok_or_else(|| Error::Internal("rows added with no batch begun".into()))?;
         let (data, ends) = &mut self.found[other];
         let staged = &mut self.staged;
+        let key_groups = self.key_groups;
         // One iterator for the batch: it sees the store as the batch found it, which is all
         // a probe needs (rows of this batch are of the other side, written at its end).
         let mut probes = self.store.probes();
         for (j, row) in rows.iter().enumerate() {
             let mut hit = false;
             if let Some((lo, hi)) = row.probe {
-                let (from, until) = RowKey::time_range(other as u8, row.group, row.key, lo, hi);
+                let group = key_group(row.routed, key_groups);
+                let (from, until) = RowKey::time_range(other as u8, group, row.key, lo, hi);
                 probes.scan(&from, &until, |k, v| {
                     hit = true;
                     data.extend_from_slice(&v[1..]);
@@ -183,7 +225,7 @@ impl JoinRows for DiskRows {
                     if v[0] == 0 {
                         let mut flagged = v.to_vec();
                         flagged[0] = 1;
-                        staged.writes.put(k, &flagged);
+                        staged.put(k, &flagged);
                     }
                 })?;
             }
@@ -192,7 +234,7 @@ impl JoinRows for DiskRows {
                 staged.row(
                     side,
                     row.key,
-                    row.group,
+                    key_group(row.routed, key_groups),
                     row.ts,
                     hit,
                     current.row(row.row as usize).as_ref(),
@@ -205,7 +247,7 @@ impl JoinRows for DiskRows {
 
     fn end(&mut self, side: usize) -> Result<()> {
         self.current[side] = None;
-        self.store.write(std::mem::take(&mut self.staged.writes))?;
+        self.store.write(self.staged.take())?;
         self.clear();
         Ok(())
     }
@@ -216,31 +258,35 @@ impl JoinRows for DiskRows {
         want: [bool; 2],
         unmatched: &mut Vec<(usize, Found)>,
     ) -> Result<[u64; 2]> {
-        let (from, until) = expired_range(watermark);
+        let (from, until) = expired_range(watermark, self.expired_through);
+        self.expired_through = Some(watermark);
         let mut removed = [0u64; 2];
         let mut due: Vec<Vec<u8>> = Vec::new();
         self.store.scan(&from, &until, |k, _| {
-            due.push(row_key_of_expiry(k).to_vec());
+            due.push(k.to_vec());
             Ok(true)
         })?;
         if due.is_empty() {
             return Ok(removed);
         }
+        // Point deletes, not a range delete: RocksDB's range tombstones slow every later
+        // iterator until compaction.
         let mut writes = Writes::default();
-        for key in due {
+        for expiry in due {
+            let key = row_key_of_expiry(&expiry);
             let side = key[0] as usize;
             if want[side] {
-                if let Some(v) = self.store.get(&key)? {
+                if let Some(v) = self.store.get(key)? {
                     if v[0] == 0 {
                         let found = self.pick(side, &v[1..]);
                         unmatched.push((side, found));
                     }
                 }
             }
-            writes.delete(&key);
+            writes.delete(key);
+            writes.delete(&expiry);
             removed[side] += 1;
         }
-        writes.delete_range(&from, &until);
         self.store.write(writes)?;
         Ok(removed)
     }
@@ -359,7 +405,7 @@ impl JoinRows for DiskRows {
             converted[side] = Some((at.batch, rows));
             counts[side] += 1;
         }
-        self.store.write(std::mem::take(&mut self.staged.writes))?;
+        self.store.write(self.staged.take())?;
         Ok(counts)
     }
 }

@@ -261,7 +261,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             _ => None,
         });
     }
-    let state_backend = subtask_state_backend(&graph);
+    let state_backend = subtask_state_backend(&graph)?;
     let started = clock.now();
     for n in graph.nodes.iter().rev() {
         if chains.is_chained(n.id) {
@@ -553,23 +553,42 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     })
 }
 
-/// The job's state backend as each stateful subtask gets it: with an equal share of the
-/// memory budget (every subtask of an operator with checkpointed state counts, whether it keeps
-/// its state on disk or not, so the shares never add up to more than the budget).
-fn subtask_state_backend(graph: &JobGraph) -> weir_state::backend::StateBackend {
+/// The job's state backend as each subtask gets it: with state on disk, an equal share of the
+/// memory budget for each subtask of an operator that keeps its state there (the others keep
+/// theirs in memory, outside the budget).
+///
+/// # Errors
+/// `Config` when a share would be below what a store works with
+/// ([`weir_state::backend::MIN_SUBTASK_BUDGET`]).
+fn subtask_state_backend(graph: &JobGraph) -> Result<weir_state::backend::StateBackend> {
     let mut backend = graph.config.state_backend.clone();
-    let stateful: usize = (graph.nodes.iter())
+    if !backend.on_disk() {
+        return Ok(backend);
+    }
+    let on_disk: usize = (graph.nodes.iter())
         .filter(|n| match &n.kind {
-            NodeKind::Operator { factory } => matches!(
-                factory.state(),
-                crate::graph::OperatorState::Checkpointed { .. }
-            ),
+            NodeKind::Operator { factory } => factory.state_on_disk(),
             _ => false,
         })
         .map(|n| n.parallelism)
         .sum();
-    backend.memory_budget = Some(backend.budget() / stateful.max(1) as u64);
-    backend
+    let budget = backend.budget();
+    let share = budget / on_disk.max(1) as u64;
+    let least = weir_state::backend::MIN_SUBTASK_BUDGET;
+    if share < least {
+        return Err(Error::config(
+            "weir.state.memory-budget",
+            format!("{} MiB", budget >> 20),
+            format!(
+                "{on_disk} operator subtasks keep their state on disk and each needs at least \
+                 {} MiB: raise it to '{} mb' or more, or lower the parallelism",
+                least >> 20,
+                (least * on_disk as u64) >> 20
+            ),
+        ));
+    }
+    backend.memory_budget = Some(share);
+    Ok(backend)
 }
 
 /// Where subtask `s` of `node` sits in the job.
