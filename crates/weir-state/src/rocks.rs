@@ -14,8 +14,8 @@
 //! can be taken is nobody's.
 //!
 //! Memory: each store gets a share of `weir.state.memory-budget` (the runtime divides it
-//! among the job's stateful subtasks): half for its block cache (index and filter blocks
-//! included, so they count), half for its write buffers.
+//! among the subtasks that keep state on disk): half for its write buffers, up to 16 MiB, and
+//! the rest for its block cache (index and filter blocks included, so they count).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,9 +136,13 @@ impl DiskStore {
         );
         let folder = Folder::lock(&base, &name)?;
         let dir = folder.dir.clone();
-        let half = budget.max(crate::backend::MIN_SUBTASK_BUDGET) / 2;
-        let cache =
-            Cache::new_lru_cache(half as usize).map_err(|e| rocks_err("open a cache", &dir, e))?;
+        // Write buffers: half the share, at most 16 MiB (two memtables); the cache: the rest.
+        // Smaller memtables insert faster (a skiplist of fewer rows), and a cache of recent
+        // blocks serves the probes better than more memtable.
+        let share = budget.max(crate::backend::MIN_SUBTASK_BUDGET);
+        let buffers = (share / 2).min(16 << 20);
+        let cache = Cache::new_lru_cache((share - buffers) as usize)
+            .map_err(|e| rocks_err("open a cache", &dir, e))?;
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
         table.set_cache_index_and_filter_blocks(true);
@@ -148,10 +152,13 @@ impl DiskStore {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_block_based_table_factory(&table);
-        opts.set_db_write_buffer_size(half as usize);
-        opts.set_write_buffer_size((half / 2) as usize);
+        opts.set_db_write_buffer_size(buffers as usize);
+        opts.set_write_buffer_size((buffers / 2) as usize);
         opts.set_max_write_buffer_number(2);
-        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        // Uncompressed where rows are young and read most (probes, expiry), LZ4 below: a
+        // probe that misses the cache then costs a read, not a read and a decompression.
+        use rocksdb::DBCompressionType::{Lz4, None as Plain};
+        opts.set_compression_per_level(&[Plain, Plain, Plain, Lz4, Lz4, Lz4, Lz4]);
         // Blooms by a row key's prefix up to its time (namespace, key group, key): a probe of
         // a key with no rows reads no block.
         opts.set_prefix_extractor(SliceTransform::create("weir-row-prefix", row_prefix, None));
