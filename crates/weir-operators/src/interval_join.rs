@@ -416,25 +416,30 @@ impl Operator for IntervalJoinOp {
         self.watermark = watermark;
         let want = [0, 1].map(|side| self.spec.join_type.keeps_unmatched(side));
         let mut expired = Vec::new();
-        let removed = self.rows.expire(watermark.0, want, &mut expired)?;
-        self.buffered[0] -= removed[0];
-        self.buffered[1] -= removed[1];
-        self.unmatched_emitted += expired.len() as u64;
-        let unmatched: Vec<(Option<Found>, Option<Found>)> = (expired.into_iter())
-            .map(|(side, f)| {
-                if side == 0 {
-                    (Some(f), None)
-                } else {
-                    (None, Some(f))
-                }
-            })
-            .collect();
-        // Emit before clearing: the unmatched rows point into the batches.
-        for chunk in unmatched.chunks(8192) {
-            self.emit(chunk, ctx)?;
+        loop {
+            expired.clear();
+            let done = self.rows.expire(watermark.0, want, &mut expired)?;
+            self.buffered[0] -= done.removed[0];
+            self.buffered[1] -= done.removed[1];
+            self.unmatched_emitted += expired.len() as u64;
+            let unmatched: Vec<(Option<Found>, Option<Found>)> = (expired.iter())
+                .map(|&(side, f)| {
+                    if side == 0 {
+                        (Some(f), None)
+                    } else {
+                        (None, Some(f))
+                    }
+                })
+                .collect();
+            // Emit before clearing: the unmatched rows point into the batches.
+            for chunk in unmatched.chunks(8192) {
+                self.emit(chunk, ctx)?;
+            }
+            self.rows.clear();
+            if !done.more {
+                return Ok(());
+            }
         }
-        self.rows.clear();
-        Ok(())
     }
 
     fn state_size(&self) -> StateSize {

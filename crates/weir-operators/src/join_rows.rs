@@ -61,15 +61,16 @@ pub(crate) trait JoinRows: Send {
     ) -> Result<()>;
     /// Ends the batch begun: rows kept are stored, handles given out since are void.
     fn end(&mut self, side: usize) -> Result<()>;
-    /// Takes out every row whose time to expire (`keep_until`) is at or below `watermark`.
-    /// Those of a side with `want[side]` that never matched are pushed to `unmatched`.
-    /// Returns how many rows of each side went.
+    /// Takes out rows whose time to expire (`keep_until`) is at or below `watermark`: all of
+    /// them, or a bounded number with `more` set, to be called again (after [`JoinRows::clear`])
+    /// for the rest. Those of a side with `want[side]` that never matched are pushed to
+    /// `unmatched`.
     fn expire(
         &mut self,
         watermark: i64,
         want: [bool; 2],
         unmatched: &mut Vec<(usize, Found)>,
-    ) -> Result<[u64; 2]>;
+    ) -> Result<Expired>;
     /// The columns of `side`'s input for `rows` (NULLs where `None`).
     fn columns(&self, side: usize, rows: &[Option<Found>]) -> Result<Vec<ArrayRef>>;
     /// Voids the handles given out by [`JoinRows::expire`].
@@ -84,6 +85,14 @@ pub(crate) trait JoinRows: Send {
     /// Takes up a batch of state that [`JoinRows::snapshot`] (of either backend) wrote.
     /// Returns how many rows of each side came.
     fn restore(&mut self, state: &RecordBatch, restore: &Restore) -> Result<[u64; 2]>;
+}
+
+/// What one call of [`JoinRows::expire`] took out.
+pub(crate) struct Expired {
+    /// Rows of each side.
+    pub removed: [u64; 2],
+    /// Whether rows at or below the watermark are left for another call.
+    pub more: bool,
 }
 
 /// What a restore needs to know of the join.
@@ -279,7 +288,7 @@ impl JoinRows for MemoryRows {
         watermark: i64,
         want: [bool; 2],
         unmatched: &mut Vec<(usize, Found)>,
-    ) -> Result<[u64; 2]> {
+    ) -> Result<Expired> {
         let mut removed = [0u64; 2];
         let mut due = Vec::new();
         self.expiry.pop_due(watermark, &mut due);
@@ -305,7 +314,10 @@ impl JoinRows for MemoryRows {
                 self.keys.release(slot);
             }
         }
-        Ok(removed)
+        Ok(Expired {
+            removed,
+            more: false,
+        })
     }
 
     fn columns(&self, side: usize, rows: &[Option<Found>]) -> Result<Vec<ArrayRef>> {

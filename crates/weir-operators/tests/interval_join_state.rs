@@ -140,3 +140,62 @@ fn on_rocksdb_the_join_holds_the_same_rows_on_disk() {
         "the store's folder outlived the join"
     );
 }
+
+/// An outer join on RocksDB whose watermark expires more rows at once than one pass takes
+/// (the end of the input expires them all) emits each unmatched row once, in bounded passes,
+/// as in memory.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn on_rocksdb_an_expiry_of_many_rows_emits_each_unmatched_row_once() {
+    use std::sync::Arc;
+
+    use arrow_array::Int64Array;
+    use arrow_schema::{DataType, Field, Schema};
+    use weir_operators::JoinType;
+    use weir_state::backend::StateBackend;
+
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("ts", DataType::Int64, false),
+    ]));
+    let info = StreamInfo {
+        schema: schema.clone(),
+        event_time: Some("ts".into()),
+    };
+    let mut join = IntervalJoin::between(0, 10).join_type(JoinType::Left);
+    join.left_keys = vec!["k".into()];
+    join.right_keys = vec!["k".into()];
+    let n = 20_000i64;
+    let left = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from((0..n).collect::<Vec<_>>())),
+            Arc::new(Int64Array::from(
+                (0..n).map(|i| i % 1000).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap();
+    let run = || {
+        let mut h = Harness::of(&join, &[info.clone(), info.clone()]);
+        h.push(0, left.clone());
+        h.watermark(i64::MAX);
+        let rows: usize = h
+            .take(weir_runtime::Port::Main)
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        (
+            rows,
+            h.gauges()["buffered_left"],
+            h.gauges()["unmatched_emitted"],
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let backend = StateBackend {
+        local_dir: Some(dir.path().to_path_buf()),
+        ..StateBackend::rocksdb()
+    };
+    assert_eq!(run(), (n as usize, 0, n));
+    assert_eq!(weir_testkit::on_backend(&backend, run), (n as usize, 0, n));
+}

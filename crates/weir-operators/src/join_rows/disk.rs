@@ -25,7 +25,7 @@ use weir_state::rocks::{
 };
 use weir_state::BatchStore;
 
-use super::{restored_rows, Found, JoinRows, NewRow, Restore};
+use super::{restored_rows, Expired, Found, JoinRows, NewRow, Restore};
 use crate::join::{StateLayout, NULL_KEY};
 
 /// Rows a state batch holds at most.
@@ -47,7 +47,14 @@ pub(crate) struct DiskRows {
     /// The watermark up to which rows have expired: expiry keys at or below it are gone, so
     /// a scan starts after it.
     expired_through: Option<i64>,
+    /// A watermark whose expiry stopped part way ([`EXPIRE_AT_ONCE`]), and the key to go on
+    /// from.
+    resume: Option<(i64, Vec<u8>)>,
 }
+
+/// Rows one call of `expire` takes out at most: a watermark that expires more (the end of the
+/// input expires everything) takes several calls, so the keys and rows in hand stay bounded.
+const EXPIRE_AT_ONCE: usize = 8192;
 
 /// Writes not yet applied, and the next row's sequence number. They are applied in key order
 /// ([`Staged::take`]), which is cheaper for RocksDB's memtable than the order rows come in.
@@ -163,6 +170,7 @@ impl DiskRows {
             bounds: (lower, upper),
             key_groups: info.key_groups,
             expired_through: None,
+            resume: None,
         })
     }
 
@@ -257,23 +265,34 @@ impl JoinRows for DiskRows {
         watermark: i64,
         want: [bool; 2],
         unmatched: &mut Vec<(usize, Found)>,
-    ) -> Result<[u64; 2]> {
-        let (from, until) = expired_range(watermark, self.expired_through);
-        self.expired_through = Some(watermark);
+    ) -> Result<Expired> {
+        let (mut from, until) = expired_range(watermark, self.expired_through);
+        // Where the last call for this watermark stopped: the keys before are gone.
+        if let Some((wm, next)) = self.resume.take() {
+            if wm == watermark {
+                from = next;
+            }
+        }
         let mut removed = [0u64; 2];
         let mut due: Vec<Vec<u8>> = Vec::new();
         self.store.scan(&from, &until, |k, _| {
             due.push(k.to_vec());
-            Ok(true)
+            Ok(due.len() < EXPIRE_AT_ONCE)
         })?;
-        if due.is_empty() {
-            return Ok(removed);
+        let more = due.len() == EXPIRE_AT_ONCE;
+        match due.last() {
+            Some(last) if more => {
+                let mut next = last.clone();
+                next.push(0);
+                self.resume = Some((watermark, next));
+            }
+            _ => self.expired_through = Some(watermark),
         }
         // Point deletes, not a range delete: RocksDB's range tombstones slow every later
         // iterator until compaction.
         let mut writes = Writes::default();
-        for expiry in due {
-            let key = row_key_of_expiry(&expiry);
+        for expiry in &due {
+            let key = row_key_of_expiry(expiry);
             let side = key[0] as usize;
             if want[side] {
                 if let Some(v) = self.store.get(key)? {
@@ -284,11 +303,13 @@ impl JoinRows for DiskRows {
                 }
             }
             writes.delete(key);
-            writes.delete(&expiry);
+            writes.delete(expiry);
             removed[side] += 1;
         }
-        self.store.write(writes)?;
-        Ok(removed)
+        if !due.is_empty() {
+            self.store.write(writes)?;
+        }
+        Ok(Expired { removed, more })
     }
 
     fn columns(&self, side: usize, rows: &[Option<Found>]) -> Result<Vec<ArrayRef>> {
