@@ -12,7 +12,8 @@
 //! a left row until the join's watermark (the minimum of both inputs') reaches `l.ts + upper`,
 //! a right row until it reaches `r.ts - lower`. Every later on-time row of the other side is
 //! past the watermark, so it could not match. State is therefore about
-//! `rate × (upper − lower + watermark delay)` rows per side.
+//! `rate × (upper − lower + watermark delay)` rows per side. The rows live in memory, or on
+//! local disk with `state.backend.type = 'rocksdb'` (`crate::join_rows`).
 //!
 //! # Results
 //!

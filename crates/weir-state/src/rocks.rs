@@ -621,33 +621,20 @@ mod tests {
     #[test]
     fn a_snapshot_read_later_misses_later_writes_and_the_folder_goes_with_the_store() {
         let (_dir, s) = store();
-        put(
-            &s,
-            RowKey {
-                namespace: 1,
-                key_group: 0,
-                key: b"k",
-                time: 1,
-                seq: 0,
-            },
-            b"one",
-        );
+        let row = |time, seq| RowKey {
+            namespace: 1,
+            key_group: 0,
+            key: b"k",
+            time,
+            seq,
+        };
+        put(&s, row(1, 0), b"one");
         let later = s
             .read_later(vec![EXPIRY_NAMESPACE], |entries| {
                 entries.map(|e| e.unwrap().1.to_vec()).collect::<Vec<_>>()
             })
             .unwrap();
-        put(
-            &s,
-            RowKey {
-                namespace: 1,
-                key_group: 0,
-                key: b"k",
-                time: 2,
-                seq: 1,
-            },
-            b"two",
-        );
+        put(&s, row(2, 1), b"two");
         assert_eq!(later().unwrap(), vec![b"one".to_vec()]);
         let dir = s.dir().to_path_buf();
         assert!(dir.is_dir());
