@@ -35,6 +35,10 @@ pub mod window_rank;
 pub mod windowed;
 mod windows;
 
+/// Whether the interval join can keep its state on disk (the `rocksdb` feature). weir-state's
+/// own feature alone gives the store but not the operator that uses it.
+pub const ROCKSDB_BUILT: bool = cfg!(feature = "rocksdb");
+
 pub use count::{Count, CountOp};
 pub use deduplicate::{Deduplicate, DeduplicateExt, DeduplicateOp, Keep};
 pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};

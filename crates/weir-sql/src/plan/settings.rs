@@ -167,6 +167,12 @@ pub(super) fn state_backend(
             .map_err(|e| plan_err(format!("SET 'state.backend.type' = {e}")))?,
         None => BackendKind::HashMap,
     };
+    if kind == BackendKind::RocksDb && !weir_operators::ROCKSDB_BUILT {
+        return Err(plan_err(
+            "SET 'state.backend.type' = 'rocksdb': this weir's operators were built without \
+             RocksDB; build it with `cargo build --release -p weir-cli --features rocksdb`",
+        ));
+    }
     let mut backend = StateBackend {
         kind,
         ..Default::default()
