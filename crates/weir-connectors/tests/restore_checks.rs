@@ -17,7 +17,9 @@ use weir_runtime::{
 };
 use weir_testkit::kafka::rt;
 
-/// `key,ts` rows: 200 keys, one row per millisecond.
+/// `key,ts` rows: 200 keys, one row per millisecond. The tests write 200,000, so that a job
+/// runs long enough for two checkpoints (every 20 ms) on a loaded machine too: with 20,000, one
+/// ended first under the whole suite.
 fn input(path: &Path, rows: usize) {
     let mut text = String::from("key,ts\n");
     for i in 0..rows {
@@ -100,8 +102,8 @@ fn a_restore_refuses_another_jobs_checkpoint_another_input_and_a_changed_state_f
         tmp.path().join("b.csv"),
         tmp.path().join("checkpoints"),
     );
-    input(&a, 20_000);
-    input(&b, 20_000);
+    input(&a, 200_000);
+    input(&b, 200_000);
     checkpoint_and_stop(job("counts", &a, &dir, false));
 
     // Another job finding this one's checkpoint through `latest`.
@@ -204,7 +206,7 @@ fn restored_run(job: JobBuilder) -> weir_runtime::exec::JobReport {
 fn a_second_job_on_a_checkpoint_folder_in_use_is_refused_naming_the_first() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, dir) = (tmp.path().join("a.csv"), tmp.path().join("checkpoints"));
-    input(&a, 20_000);
+    input(&a, 200_000);
     rt().block_on(async {
         let first = exec::start(
             job("counts", &a, &dir, false).build().unwrap(),
@@ -281,7 +283,7 @@ fn file_job(
 fn a_second_job_writing_an_output_in_use_is_refused_naming_the_first() {
     let tmp = tempfile::tempdir().unwrap();
     let a = tmp.path().join("a.csv");
-    input(&a, 20_000);
+    input(&a, 200_000);
     let out = tmp.path().join("out").join("counts.csv");
     let dead = tmp.path().join("out").join("dead.jsonl");
     let (dir1, dir2) = (tmp.path().join("cp1"), tmp.path().join("cp2"));
