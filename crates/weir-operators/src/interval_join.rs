@@ -58,7 +58,7 @@ use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch,
 use weir_state::StateSize;
 
 use crate::join::{join_schema, JoinType, StateLayout, NULL_KEY};
-use crate::join_rows::{Found, JoinRows, MemoryRows, NewRow, Restore, MATCHED_COLUMN};
+use crate::join_rows::{expires_at, Found, JoinRows, MemoryRows, NewRow, Restore, MATCHED_COLUMN};
 
 /// The spec of an interval join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,7 +201,6 @@ impl OperatorFactory for IntervalJoin {
             schema,
             event_time: et,
             encoders: [enc(0, &self.left_keys)?, enc(1, &self.right_keys)?],
-            key_groups: info.key_groups,
             rows,
             matches: Vec::new(),
             matched: Vec::new(),
@@ -262,7 +261,6 @@ pub struct IntervalJoinOp {
     schema: SchemaRef,
     event_time: [usize; 2],
     encoders: [KeyEncoder; 2],
-    key_groups: u16,
     /// The buffered rows of both sides, in memory or on disk.
     rows: Box<dyn JoinRows>,
     /// A batch's matches and whether each row matched, kept for their capacity.
@@ -280,11 +278,7 @@ pub struct IntervalJoinOp {
 impl IntervalJoinOp {
     /// The watermark at which a row of `side` at `ts` can no longer match.
     fn expires_at(&self, side: usize, ts: i64) -> i64 {
-        if side == 0 {
-            ts.saturating_add(self.spec.upper_ms)
-        } else {
-            ts.saturating_sub(self.spec.lower_ms)
-        }
+        expires_at((self.spec.lower_ms, self.spec.upper_ms), side, ts)
     }
 
     /// The event-time range (inclusive) of the other side that a row of `side` at `ts`
@@ -464,8 +458,6 @@ impl Operator for IntervalJoinOp {
         let restore = Restore {
             layout: &self.layout,
             event_time: self.event_time,
-            encoders: &self.encoders,
-            key_groups: self.key_groups,
         };
         for b in &state {
             let counts = self.rows.restore(b, &restore)?;

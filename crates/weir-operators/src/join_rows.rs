@@ -8,9 +8,10 @@
 //! the operator; this is only where rows live and how they come back out as columns.
 
 use arrow_array::cast::AsArray;
+use arrow_array::types::UInt16Type;
 use arrow_array::{ArrayRef, RecordBatch};
 use weir_core::batch::event_times;
-use weir_core::keys::{hash_key, KeyEncoder};
+use weir_core::keys::hash_key;
 use weir_runtime::{Error, Result, StateSnapshot};
 use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef};
 
@@ -99,17 +100,25 @@ pub(crate) struct Expired {
 pub(crate) struct Restore<'a> {
     pub layout: &'a StateLayout,
     pub event_time: [usize; 2],
-    #[cfg_attr(not(feature = "rocksdb"), allow(dead_code))]
-    pub encoders: &'a [KeyEncoder; 2],
-    #[cfg_attr(not(feature = "rocksdb"), allow(dead_code))]
-    pub key_groups: u16,
+}
+
+/// The watermark at which a row of `side` at `ts` can no longer match, for a join whose
+/// right rows lie `bounds` = (lower, upper) after the left's: `ts + upper` for a left row,
+/// `ts - lower` for a right one (saturating at the ends of the time range).
+pub(crate) fn expires_at(bounds: (i64, i64), side: usize, ts: i64) -> i64 {
+    if side == 0 {
+        ts.saturating_add(bounds.1)
+    } else {
+        ts.saturating_sub(bounds.0)
+    }
 }
 
 /// The name of the one extra state column: whether the row found a match.
 pub(crate) const MATCHED_COLUMN: &str = "__matched";
 
-/// A row of a state batch: its side, key, event time, match flag and where its columns are.
-type RestoredRow<'b> = (usize, &'b [u8], i64, bool, RowRef);
+/// A row of a state batch: its side, key, key group, event time, match flag and where its
+/// columns are.
+type RestoredRow<'b> = (usize, &'b [u8], u16, i64, bool, RowRef);
 
 /// Each restored row of a state batch, with the sides' rows gathered in `stores` (for the
 /// disk backend, scratch stores).
@@ -125,10 +134,13 @@ fn restored_rows<'b>(
     });
     let [t0, t1] = times;
     let times = [t0?, t1?];
-    let matched = state
-        .column_by_name(MATCHED_COLUMN)
-        .ok_or_else(|| Error::Internal("join state without matches".into()))?
-        .as_boolean();
+    let column = |name: &str| {
+        state
+            .column_by_name(name)
+            .ok_or_else(|| Error::Internal(format!("join state without {name}")))
+    };
+    let matched = column(MATCHED_COLUMN)?.as_boolean();
+    let groups = column(weir_state::snapshot::KEY_GROUP_COLUMN)?.as_primitive::<UInt16Type>();
     rows.iter()
         .enumerate()
         .map(|(i, r)| {
@@ -138,6 +150,7 @@ fn restored_rows<'b>(
             Ok((
                 r.side,
                 r.key,
+                groups.value(i),
                 times[r.side][row.row as usize],
                 matched.value(i),
                 row,
@@ -200,21 +213,13 @@ impl MemoryRows {
         }
     }
 
-    fn expires(bounds: (i64, i64), side: usize, ts: i64) -> i64 {
-        if side == 0 {
-            ts.saturating_add(bounds.1)
-        } else {
-            ts.saturating_sub(bounds.0)
-        }
-    }
-
-    fn file(&mut self, side: usize, key: &[u8], hash: u64, entry: Entry) {
-        let slot = self.keys.slot_for(hash, key);
+    /// Files `entry` of `side` in key `slot`, in time order, to expire at `expires` (its row
+    /// already retained in its store).
+    fn file(&mut self, slot: usize, side: usize, entry: Entry, expires: i64) {
         let buf = &mut self.keys.get_mut(slot).sides[side];
         let pos = buf.partition_point(|e| e.ts <= entry.ts);
         buf.insert(pos, entry);
-        self.expiry
-            .push(Self::expires(self.bounds, side, entry.ts), slot, side as u8);
+        self.expiry.push(expires, slot, side as u8);
     }
 }
 
@@ -262,18 +267,13 @@ impl JoinRows for MemoryRows {
                 batch: self.current[side],
                 row: row.row,
             };
-            let buf = &mut self.keys.get_mut(slot).sides[side];
-            let pos = buf.partition_point(|e| e.ts <= row.ts);
-            buf.insert(
-                pos,
-                Entry {
-                    ts: row.ts,
-                    row: me,
-                    matched: hit,
-                },
-            );
+            let entry = Entry {
+                ts: row.ts,
+                row: me,
+                matched: hit,
+            };
             self.stores[side].retain(me.batch);
-            self.expiry.push(expires, slot, side as u8);
+            self.file(slot, side, entry, expires);
         }
         Ok(())
     }
@@ -298,7 +298,7 @@ impl JoinRows for MemoryRows {
             // Rows of this side whose expiry is at or below the watermark form a prefix
             // (expiry saturates at the ends of the time range, as when it was filed).
             let buf = &mut self.keys.get_mut(slot).sides[side];
-            let n = buf.partition_point(|e| Self::expires(bounds, side, e.ts) <= watermark);
+            let n = buf.partition_point(|e| expires_at(bounds, side, e.ts) <= watermark);
             if n == 0 {
                 continue;
             }
@@ -355,8 +355,10 @@ impl JoinRows for MemoryRows {
     fn restore(&mut self, state: &RecordBatch, r: &Restore) -> Result<[u64; 2]> {
         let rows = restored_rows(state, &mut self.stores, r)?;
         let mut counts = [0u64; 2];
-        for (side, key, ts, matched, row) in rows {
-            self.file(side, key, hash_key(key), Entry { ts, row, matched });
+        for (side, key, _, ts, matched, row) in rows {
+            let slot = self.keys.slot_for(hash_key(key), key);
+            let expires = expires_at(self.bounds, side, ts);
+            self.file(slot, side, Entry { ts, row, matched }, expires);
             counts[side] += 1;
         }
         Ok(counts)

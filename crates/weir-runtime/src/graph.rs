@@ -990,6 +990,18 @@ impl fmt::Display for JobGraph {
 }
 
 impl JobGraph {
+    /// How many subtasks keep their state on disk when the backend is `'rocksdb'`: those of
+    /// operators that can ([`OperatorFactory::state_on_disk`]), who share the memory budget.
+    pub fn disk_state_subtasks(&self) -> usize {
+        (self.nodes.iter())
+            .filter(|n| match &n.kind {
+                NodeKind::Operator { factory } => factory.state_on_disk(),
+                _ => false,
+            })
+            .map(|n| n.parallelism)
+            .sum()
+    }
+
     /// With state on disk (`state.backend.type = 'rocksdb'`): which operators keep their state
     /// there and which in memory, and the memory budget. `None` with state in memory.
     pub fn state_placement(&self) -> Option<String> {
@@ -997,21 +1009,18 @@ impl JobGraph {
         if !backend.on_disk() {
             return None;
         }
-        let (mut disk, mut memory, mut subtasks) = (Vec::new(), Vec::new(), 0);
+        let (mut disk, mut memory) = (Vec::new(), Vec::new());
         for n in &self.nodes {
             let NodeKind::Operator { factory } = &n.kind else {
                 continue;
             };
-            if !matches!(factory.state(), OperatorState::Checkpointed { .. }) {
-                continue;
-            }
             if factory.state_on_disk() {
-                subtasks += n.parallelism;
                 disk.push(format!("`{}`", n.name));
-            } else {
+            } else if matches!(factory.state(), OperatorState::Checkpointed { .. }) {
                 memory.push(format!("`{}`", n.name));
             }
         }
+        let subtasks = self.disk_state_subtasks();
         let list = |v: &[String]| {
             if v.is_empty() {
                 "none".to_string()

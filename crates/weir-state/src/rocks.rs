@@ -112,8 +112,9 @@ fn rocks_err(action: &'static str, dir: &Path, e: rocksdb::Error) -> Error {
 
 impl DiskStore {
     /// Opens an empty store for `label` (the operator and subtask, for the folder's name) in
-    /// the backend's folder, with `budget` bytes of memory (its share of the job's budget).
-    pub fn open(backend: &StateBackend, label: &str, budget: u64) -> Result<DiskStore> {
+    /// the backend's folder, with the backend's budget of memory (the subtask's share of the
+    /// job's, as the runtime hands it out).
+    pub fn open(backend: &StateBackend, label: &str) -> Result<DiskStore> {
         static STORES: AtomicU64 = AtomicU64::new(0);
         let base = backend.local_dir.clone().unwrap_or_else(std::env::temp_dir);
         remove_stale(&base);
@@ -139,7 +140,7 @@ impl DiskStore {
         // Write buffers: half the share, at most 16 MiB (two memtables); the cache: the rest.
         // Smaller memtables insert faster (a skiplist of fewer rows), and a cache of recent
         // blocks serves the probes better than more memtable.
-        let share = budget.max(crate::backend::MIN_SUBTASK_BUDGET);
+        let share = backend.budget().max(crate::backend::MIN_SUBTASK_BUDGET);
         let buffers = (share / 2).min(16 << 20);
         let cache = Cache::new_lru_cache((share - buffers) as usize)
             .map_err(|e| rocks_err("open a cache", &dir, e))?;
@@ -202,23 +203,18 @@ impl DiskStore {
         &self,
         from: &[u8],
         until: &[u8],
-        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+        visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let mut opts = ReadOptions::default();
         opts.set_iterate_upper_bound(until.to_vec());
         opts.set_total_order_seek(true);
-        let mut it = self.db.raw_iterator_opt(opts);
-        it.seek(from);
-        while it.valid() {
-            let (Some(k), Some(v)) = (it.key(), it.value()) else {
-                break;
-            };
-            if !visit(k, v)? {
-                return Ok(());
-            }
-            it.next();
-        }
-        it.status().map_err(|e| rocks_err("read", &self.dir, e))
+        walk(
+            &mut self.db.raw_iterator_opt(opts),
+            &self.dir,
+            from,
+            until,
+            visit,
+        )
     }
 
     /// An iterator for many scans within one key's rows ([`Probes::scan`]), cheaper than a
@@ -293,19 +289,33 @@ impl Probes<'_> {
         until: &[u8],
         mut visit: impl FnMut(&[u8], &[u8]),
     ) -> Result<()> {
-        self.it.seek(from);
-        while self.it.valid() {
-            let (Some(k), Some(v)) = (self.it.key(), self.it.value()) else {
-                break;
-            };
-            if k >= until {
-                break;
-            }
+        walk(&mut self.it, self.dir, from, until, |k, v| {
             visit(k, v);
-            self.it.next();
-        }
-        self.it.status().map_err(|e| rocks_err("read", self.dir, e))
+            Ok(true)
+        })
     }
+}
+
+/// Visits the entries of `it` from `from` (inclusive) to `until` (exclusive) in key order
+/// while `visit` returns true.
+fn walk(
+    it: &mut DBRawIterator,
+    dir: &Path,
+    from: &[u8],
+    until: &[u8],
+    mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+) -> Result<()> {
+    it.seek(from);
+    while it.valid() {
+        let (Some(k), Some(v)) = (it.key(), it.value()) else {
+            break;
+        };
+        if k >= until || !visit(k, v)? {
+            return Ok(());
+        }
+        it.next();
+    }
+    it.status().map_err(|e| rocks_err("read", dir, e))
 }
 
 /// The prefix of a key its bloom filter is by: a row key's up to its time (namespace, key
@@ -495,9 +505,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let backend = StateBackend {
             local_dir: Some(dir.path().to_path_buf()),
+            memory_budget: Some(16 << 20),
             ..StateBackend::rocksdb()
         };
-        let store = DiskStore::open(&backend, "test/0", 16 << 20).unwrap();
+        let store = DiskStore::open(&backend, "test/0").unwrap();
         (dir, store)
     }
 
@@ -604,12 +615,12 @@ mod tests {
         std::fs::write(dir.path().join("weir-state-1-0-00-join-0.lock"), "").unwrap();
         let unlocked = dir.path().join("weir-state-2-0-00-join-1");
         std::fs::create_dir_all(&unlocked).unwrap();
-        let held = DiskStore::open(&backend, "held/0", 16 << 20).unwrap();
+        let held = DiskStore::open(&backend, "held/0").unwrap();
         assert!(!stale.exists() && !unlocked.exists());
         assert!(!dir.path().join("weir-state-1-0-00-join-0.lock").exists());
         // A store that is open stays: its lock, taken through another open file (as another
         // process's would be), refuses the cleaner's.
-        let other = DiskStore::open(&backend, "join/0", 16 << 20).unwrap();
+        let other = DiskStore::open(&backend, "join/0").unwrap();
         remove_unheld(dir.path());
         assert!(held.dir().is_dir() && other.dir().is_dir());
         let names = || std::fs::read_dir(dir.path()).unwrap().count();

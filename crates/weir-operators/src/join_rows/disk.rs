@@ -18,15 +18,15 @@ use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::SchemaRef;
-use weir_core::keys::{hash_key, key_group};
+use weir_core::keys::key_group;
 use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
 use weir_state::rocks::{
     expired_range, expiry_key, row_key_of_expiry, DiskStore, RowKey, Writes, EXPIRY_NAMESPACE,
 };
 use weir_state::BatchStore;
 
-use super::{restored_rows, Expired, Found, JoinRows, NewRow, Restore};
-use crate::join::{StateLayout, NULL_KEY};
+use super::{expires_at, restored_rows, Expired, Found, JoinRows, NewRow, Restore};
+use crate::join::StateLayout;
 
 /// Rows a state batch holds at most.
 const STATE_BATCH_ROWS: usize = 8192;
@@ -155,11 +155,7 @@ impl DiskRows {
         upper: i64,
     ) -> Result<Self> {
         let backend = &info.state_backend;
-        let store = DiskStore::open(
-            backend,
-            &format!("{}-{}", info.operator, info.subtask),
-            backend.budget(),
-        )?;
+        let store = DiskStore::open(backend, &format!("{}-{}", info.operator, info.subtask))?;
         Ok(DiskRows {
             store,
             converters: [converter(&schemas[0])?, converter(&schemas[1])?],
@@ -173,17 +169,15 @@ impl DiskRows {
             resume: None,
         })
     }
+}
 
-    fn pick(&mut self, side: usize, bytes: &[u8]) -> Found {
-        let (data, ends) = &mut self.found[side];
-        data.extend_from_slice(bytes);
-        ends.push(data.len());
-        (ends.len() - 1) as Found
-    }
-
-    fn expires(&self, side: usize, ts: i64) -> i64 {
-        super::MemoryRows::expires(self.bounds, side, ts)
-    }
+/// Hands out a row (its bytes in row format) as a [`Found`]: its place in `found`, a side's
+/// rows one after the other with where each ends.
+fn hand_out(found: &mut (Vec<u8>, Vec<usize>), bytes: &[u8]) -> Found {
+    let (data, ends) = found;
+    data.extend_from_slice(bytes);
+    ends.push(data.len());
+    (ends.len() - 1) as Found
 }
 
 impl JoinRows for DiskRows {
@@ -193,12 +187,11 @@ impl JoinRows for DiskRows {
     }
 
     fn current(&mut self, side: usize, row: u32) -> Found {
-        let Some(rows) = self.current[side].take() else {
-            return Found::MAX;
-        };
-        let found = self.pick(side, rows.row(row as usize).as_ref());
-        self.current[side] = Some(rows);
-        found
+        match &self.current[side] {
+            Some(rows) => hand_out(&mut self.found[side], rows.row(row as usize).as_ref()),
+            // Not called outside a batch; a handle to no row fails when its columns are taken.
+            None => Found::MAX,
+        }
     }
 
     fn add(
@@ -214,7 +207,7 @@ impl JoinRows for DiskRows {
         let current = self.current[side]
             .as_ref()
             .ok_or_else(|| Error::Internal("rows added with no batch begun".into()))?;
-        let (data, ends) = &mut self.found[other];
+        let found = &mut self.found[other];
         let staged = &mut self.staged;
         let key_groups = self.key_groups;
         // One iterator for the batch: it sees the store as the batch found it, which is all
@@ -227,9 +220,7 @@ impl JoinRows for DiskRows {
                 let (from, until) = RowKey::time_range(other as u8, group, row.key, lo, hi);
                 probes.scan(&from, &until, |k, v| {
                     hit = true;
-                    data.extend_from_slice(&v[1..]);
-                    ends.push(data.len());
-                    matches.push((j as u32, (ends.len() - 1) as Found));
+                    matches.push((j as u32, hand_out(found, &v[1..])));
                     if v[0] == 0 {
                         let mut flagged = v.to_vec();
                         flagged[0] = 1;
@@ -297,8 +288,7 @@ impl JoinRows for DiskRows {
             if want[side] {
                 if let Some(v) = self.store.get(key)? {
                     if v[0] == 0 {
-                        let found = self.pick(side, &v[1..]);
-                        unmatched.push((side, found));
+                        unmatched.push((side, hand_out(&mut self.found[side], &v[1..])));
                     }
                 }
             }
@@ -390,30 +380,20 @@ impl JoinRows for DiskRows {
     fn restore(&mut self, state: &RecordBatch, r: &Restore) -> Result<[u64; 2]> {
         let mut stores = self.schemas.clone().map(BatchStore::new);
         let rows = restored_rows(state, &mut stores, r)?;
+        // Each side's rows of a state batch are one batch in `stores`: converted once.
         let mut converted: [Option<(u32, Rows)>; 2] = [None, None];
         let mut counts = [0u64; 2];
-        for (side, key, ts, matched, at) in rows {
-            let fresh = !matches!(&converted[side], Some((id, _)) if *id == at.batch);
-            if fresh {
+        for (side, key, group, ts, matched, at) in rows {
+            if !matches!(&converted[side], Some((id, _)) if *id == at.batch) {
                 let batch = stores[side].batch(at.batch);
                 converted[side] = Some((
                     at.batch,
                     self.converters[side].convert_columns(batch.columns())?,
                 ));
             }
-            let group = if key == NULL_KEY {
-                let one = stores[side].batch(at.batch).slice(at.row as usize, 1);
-                key_group(
-                    hash_key(r.encoders[side].encode(&one)?.row(0).as_ref()),
-                    r.key_groups,
-                )
-            } else {
-                key_group(hash_key(key), r.key_groups)
-            };
-            let Some((_, rows)) = converted[side].take() else {
+            let Some((_, rows)) = &converted[side] else {
                 continue;
             };
-            let expires = self.expires(side, ts);
             self.staged.row(
                 side,
                 key,
@@ -421,9 +401,8 @@ impl JoinRows for DiskRows {
                 ts,
                 matched,
                 rows.row(at.row as usize).as_ref(),
-                expires,
+                expires_at(self.bounds, side, ts),
             );
-            converted[side] = Some((at.batch, rows));
             counts[side] += 1;
         }
         self.store.write(self.staged.take())?;

@@ -565,13 +565,7 @@ fn subtask_state_backend(graph: &JobGraph) -> Result<weir_state::backend::StateB
     if !backend.on_disk() {
         return Ok(backend);
     }
-    let on_disk: usize = (graph.nodes.iter())
-        .filter(|n| match &n.kind {
-            NodeKind::Operator { factory } => factory.state_on_disk(),
-            _ => false,
-        })
-        .map(|n| n.parallelism)
-        .sum();
+    let on_disk = graph.disk_state_subtasks();
     let budget = backend.budget();
     let share = budget / on_disk.max(1) as u64;
     let least = weir_state::backend::MIN_SUBTASK_BUDGET;
