@@ -78,8 +78,13 @@ impl ScalarFunction {
     }
 }
 
-/// A Java `SimpleDateFormat` pattern (as Flink's DATE_FORMAT takes) as a chrono format.
-fn java_to_chrono(pattern: &str) -> String {
+/// A Java `DateTimeFormatter` pattern (as Flink's DATE_FORMAT takes) as a chrono format.
+///
+/// # Errors
+/// A pattern letter, or count of one, that weir does not format as Java does (week-based
+/// years and weeks, which depend on the locale; a fraction of 1, 2, 4, 5, 7 or 8 digits; zones),
+/// named: weir refuses it rather than write other text.
+pub fn java_to_chrono(pattern: &str) -> std::result::Result<String, String> {
     let mut out = String::new();
     let chars: Vec<char> = pattern.chars().collect();
     let mut i = 0;
@@ -115,32 +120,43 @@ fn java_to_chrono(pattern: &str) -> String {
         }
         let piece = match (c, n) {
             ('y', 2) => "%y".to_string(),
-            ('y', _) => "%Y".to_string(),
+            ('y', 1 | 3 | 4) => "%Y".to_string(),
             ('M', 1) => "%-m".to_string(),
             ('M', 2) => "%m".to_string(),
             ('M', 3) => "%b".to_string(),
-            ('M', _) => "%B".to_string(),
+            ('M', 4) => "%B".to_string(),
             ('d', 1) => "%-d".to_string(),
-            ('d', _) => "%d".to_string(),
+            ('d', 2) => "%d".to_string(),
+            ('D', 1) => "%-j".to_string(),
+            ('D', 3) => "%j".to_string(),
             ('H', 1) => "%-H".to_string(),
-            ('H', _) => "%H".to_string(),
+            ('H', 2) => "%H".to_string(),
             ('h', 1) => "%-I".to_string(),
-            ('h', _) => "%I".to_string(),
-            ('a', _) => "%p".to_string(),
+            ('h', 2) => "%I".to_string(),
+            ('a', 1) => "%p".to_string(),
             ('E', 1..=3) => "%a".to_string(),
-            ('E', _) => "%A".to_string(),
+            ('E', 4) => "%A".to_string(),
             ('m', 1) => "%-M".to_string(),
-            ('m', _) => "%M".to_string(),
+            ('m', 2) => "%M".to_string(),
             ('s', 1) => "%-S".to_string(),
-            ('s', _) => "%S".to_string(),
-            ('S', _) => "%3f".to_string(),
+            ('s', 2) => "%S".to_string(),
+            ('S', 3 | 6 | 9) => format!("%{n}f"),
             ('%', _) => "%%".repeat(n),
+            (c, n) if c.is_ascii_alphabetic() => {
+                return Err(format!(
+                    "DATE_FORMAT pattern {pattern:?}: weir does not write `{}` as Java does; it \
+                     writes y, yy, yyyy, M to MMMM, d, dd, D, DDD, H, HH, h, hh, a, E to EEEE, \
+                     m, mm, s, ss and SSS, SSSSSS or SSSSSSSSS (week-based years and weeks \
+                     depend on the locale)",
+                    c.to_string().repeat(n)
+                ))
+            }
             (c, n) => c.to_string().repeat(n),
         };
         out.push_str(&piece);
         i += n;
     }
-    out
+    Ok(out)
 }
 
 fn call(function: ScalarFunction, args: Vec<ArrayRef>, e: &Expr) -> Result<ArrayRef> {
@@ -206,7 +222,7 @@ impl ScalarFunction {
                     .filter(|p| !p.is_empty())
                     .map(|p| p.value(0).to_string())
                     .ok_or_else(|| Error::schema("DATE_FORMAT needs a pattern string"))?;
-                let fmt = java_to_chrono(&pattern);
+                let fmt = java_to_chrono(&pattern).map_err(Error::schema)?;
                 let ts = match args[0].data_type() {
                     DataType::Timestamp(_, _) => arrow_cast::cast(
                         &args[0],

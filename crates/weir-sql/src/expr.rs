@@ -116,6 +116,7 @@ impl SqlScalar {
             .map_err(fail)?;
         // Before coercion: only the casts the user wrote, not those coercion adds (text compared
         // with a number).
+        let logical = crate::functions::flink_functions(logical, &df_schema).map_err(fail)?;
         let logical = crate::functions::flink_casts(logical, &df_schema).map_err(fail)?;
         let logical = crate::functions::flink_division(logical, &df_schema).map_err(fail)?;
         // As DataFusion's own sessions do: implicit casts first.
@@ -180,7 +181,7 @@ pub fn quote_ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
-fn parse_expr(sql: &str) -> Result<sqlparser::ast::Expr> {
+pub(crate) fn parse_expr(sql: &str) -> Result<sqlparser::ast::Expr> {
     Parser::new(&FlinkDialect)
         .try_with_sql(sql)
         .and_then(|mut p| p.parse_expr())
@@ -522,6 +523,9 @@ impl ScalarUDFImpl for FlinkFunction {
                 && arrays[0].data_type() == &DataType::Utf8
             {
                 arrays[0] = crate::functions::date_format_text(&arrays[0]);
+            }
+            if self.function == ScalarFunction::UnixTimestamp {
+                return Ok(crate::functions::unix_timestamp_text(&arrays[0]));
             }
             self.function
                 .invoke(&arrays)

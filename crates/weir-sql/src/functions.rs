@@ -12,10 +12,12 @@ mod datetime;
 mod decimal;
 mod json;
 mod numeric;
+mod same_name;
 mod text;
 
 pub(crate) use decimal::flink_division;
 pub(crate) use numeric::{FLOOR_CEIL_ARG, FLOOR_CEIL_OF};
+pub(crate) use same_name::flink_functions;
 pub(crate) use text::flink_casts;
 
 use std::sync::Arc;
@@ -71,6 +73,28 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
     if let SqlExpr::Floor { .. } | SqlExpr::Ceil { .. } = e {
         return datetime::floor_ceil_to_unit(e);
     }
+    if let SqlExpr::Cast { .. } = e {
+        sized_text_cast(e);
+        return Ok(());
+    }
+    // A number with an exponent is a DOUBLE in Flink (`1e3`, `2.5E-1`); DataFusion, reading
+    // numbers with a point as DECIMAL (as Flink does), would read it as one too.
+    if let SqlExpr::Value(v) = e {
+        if let Value::Number(n, _) = &v.value {
+            if n.contains(['e', 'E']) {
+                *e = SqlExpr::Cast {
+                    kind: sqlparser::ast::CastKind::Cast,
+                    expr: Box::new(SqlExpr::value(Value::SingleQuotedString(n.clone()))),
+                    data_type: sqlparser::ast::DataType::Double(
+                        sqlparser::ast::ExactNumberInfo::None,
+                    ),
+                    array: false,
+                    format: None,
+                };
+            }
+        }
+        return Ok(());
+    }
     let SqlExpr::Function(f) = e else {
         return Ok(());
     };
@@ -112,6 +136,19 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
             };
             Ok(())
         }
+        // A pattern weir would write otherwise than Java is refused here, not on every row.
+        "DATE_FORMAT" => {
+            if let FunctionArguments::List(l) = &f.args {
+                if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(v)))) =
+                    l.args.get(1)
+                {
+                    if let Value::SingleQuotedString(p) = &v.value {
+                        weir_core::expr::java_to_chrono(p)?;
+                    }
+                }
+            }
+            Ok(())
+        }
         "CURRENT_WATERMARK" => Err(format!(
             "{e}: CURRENT_WATERMARK takes the table's time attribute (CURRENT_WATERMARK(rt))"
         )),
@@ -144,6 +181,37 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
     }
 }
 
+/// A CAST to `VARCHAR(n)` or `CHAR(n)`, which DataFusion reads as text of any length, as
+/// Flink's: the text cut to `n` characters, and for CHAR(n) padded with spaces to `n`
+/// (`SUBSTR(CAST(x AS STRING), 1, n)`, `RPAD(CAST(x AS STRING), n, ' ')`).
+fn sized_text_cast(e: &mut SqlExpr) {
+    use sqlparser::ast::{CharacterLength, DataType as T};
+    let SqlExpr::Cast { data_type, .. } = e else {
+        return;
+    };
+    let (length, pad) = match data_type {
+        T::Varchar(Some(CharacterLength::IntegerLength { length, .. }))
+        | T::CharacterVarying(Some(CharacterLength::IntegerLength { length, .. }))
+        | T::CharVarying(Some(CharacterLength::IntegerLength { length, .. })) => (*length, false),
+        T::Char(Some(CharacterLength::IntegerLength { length, .. }))
+        | T::Character(Some(CharacterLength::IntegerLength { length, .. })) => (*length, true),
+        _ => return,
+    };
+    let SqlExpr::Cast { data_type, .. } = e else {
+        return;
+    };
+    *data_type = T::String(None);
+    let cast = std::mem::replace(e, SqlExpr::value(Value::Null));
+    let number = |n: u64| SqlExpr::value(Value::Number(n.to_string(), false));
+    let text = |t: &str| SqlExpr::value(Value::SingleQuotedString(t.into()));
+    let (name, args) = if pad {
+        ("RPAD", vec![cast, number(length), text(" ")])
+    } else {
+        ("SUBSTR", vec![cast, number(1), number(length)])
+    };
+    *e = crate::zone::call(name, args);
+}
+
 /// [`prepare`] on every node of `e`.
 pub(crate) fn prepare_all(e: &mut SqlExpr) -> Result<(), String> {
     use std::ops::ControlFlow;
@@ -164,6 +232,22 @@ pub(crate) fn date_format_text(text: &ArrayRef) -> ArrayRef {
     let out: TimestampMillisecondArray = text
         .iter()
         .map(|t| t.and_then(datetime::parse_simple_date_format))
+        .collect();
+    Arc::new(out)
+}
+
+/// Flink's UNIX_TIMESTAMP(text): the text read as DATE_FORMAT's (`yyyy-MM-dd HH:mm:ss`,
+/// leniently, text after the seconds ignored), in epoch seconds; text that does not read is
+/// `Long.MIN_VALUE` (-9223372036854775808), as Flink gives it.
+pub(crate) fn unix_timestamp_text(text: &ArrayRef) -> ArrayRef {
+    let text = text.as_string::<i32>();
+    let out: arrow_array::Int64Array = text
+        .iter()
+        .map(|t| {
+            t.map(|t| {
+                datetime::parse_simple_date_format(t).map_or(i64::MIN, |ms| ms.div_euclid(1000))
+            })
+        })
         .collect();
     Arc::new(out)
 }
@@ -641,7 +725,9 @@ fn split_index(args: &[ArrayRef]) -> ArrayRef {
     let separators: Vec<Option<String>> = match args[1].data_type() {
         DataType::Int64 => (args[1].as_primitive::<Int64Type>().iter())
             .map(|c| {
-                c.and_then(|c| char::from_u32(u32::try_from(c).ok()?))
+                // Flink takes codes 1 to 255 (a byte); any other is NULL.
+                c.filter(|c| (1..=255).contains(c))
+                    .and_then(|c| char::from_u32(u32::try_from(c).ok()?))
                     .map(String::from)
             })
             .collect(),
@@ -719,3 +805,6 @@ fn json_value(args: &[ArrayRef]) -> ArrayRef {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod flink_scalars;

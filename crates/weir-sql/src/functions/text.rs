@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BinaryArray, StringArray};
-use arrow_schema::DataType;
+use arrow_schema::{DataType, FieldRef};
 use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::DFSchema;
 use datafusion_expr::expr::{Cast, ScalarFunction, TryCast};
@@ -18,6 +18,7 @@ use datafusion_expr::{
 };
 
 use super::on_arrays;
+use super::same_name::{cast_rule, CastRule};
 
 /// Flink's CONCAT: the arguments' text joined, NULL when any is NULL.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -188,6 +189,18 @@ pub(crate) fn flink_casts(e: Expr, schema: &DFSchema) -> datafusion_common::Resu
             Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
         ))
     };
+    // The other casts whose rules are Flink's (`super::same_name`).
+    let rule = |expr: Box<Expr>, field: &FieldRef, r#try: bool| -> Transformed<Expr> {
+        let Ok(from) = expr.get_type(schema) else {
+            let e = *expr;
+            return Transformed::no(rebuild(e, field.clone(), r#try));
+        };
+        match cast_rule(*expr, &from, field.data_type()) {
+            CastRule::Arrow(e) => Transformed::no(rebuild(e, field.clone(), r#try)),
+            CastRule::Input(e) => Transformed::yes(rebuild(e, field.clone(), r#try)),
+            CastRule::Result(e) => Transformed::yes(e),
+        }
+    };
     e.transform_up(|e| {
         Ok(match e {
             Expr::Cast(Cast { expr, field }) if field.data_type().is_integer() && text(&expr)? => {
@@ -204,10 +217,21 @@ pub(crate) fn flink_casts(e: Expr, schema: &DFSchema) -> datafusion_common::Resu
                     field,
                 }))
             }
+            Expr::Cast(Cast { expr, field }) => rule(expr, &field, false),
+            Expr::TryCast(TryCast { expr, field }) => rule(expr, &field, true),
             e => Transformed::no(e),
         })
     })
     .map(|t| t.data)
+}
+
+fn rebuild(expr: Expr, field: FieldRef, r#try: bool) -> Expr {
+    let expr = Box::new(expr);
+    if r#try {
+        Expr::TryCast(TryCast { expr, field })
+    } else {
+        Expr::Cast(Cast { expr, field })
+    }
 }
 
 #[cfg(test)]

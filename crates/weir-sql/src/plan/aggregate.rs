@@ -169,6 +169,14 @@ impl Planner {
                 "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
             ));
         }
+        if let (Some(h), None) = (&select.having, &self.batch) {
+            return Err(plan_err(format!(
+                "HAVING {h} on a GROUP BY without a window is not supported in streaming yet (a \
+                 key whose result stops matching would need its row deleted); filter in a \
+                 windowed aggregation, downstream of the upsert table, or run the job in batch \
+                 (SET 'execution.runtime-mode' = 'batch'), where each key's final row is filtered"
+            )));
+        }
         let expanded = variance::expand(select, &rel)?;
         let select = expanded.as_ref().unwrap_or(select);
         let (rel, keys, aggs, restore) = grouping(rel, select, false)?;
@@ -185,7 +193,7 @@ impl Planner {
             .filter(|e| keys.contains(&e.column))
             .cloned()
             .collect();
-        let out = Rel {
+        let mut out = Rel {
             stream,
             scope,
             time_columns: Vec::new(),
@@ -195,6 +203,13 @@ impl Planner {
             alias: rel.alias.clone(),
             zone: rel.zone.clone(),
         };
+        // HAVING (batch only, above) filters each key's final row, as Flink's batch execution.
+        if let Some(h) = &select.having {
+            let predicate = scalar_with_aggs(h, &out, Some(&aggs))?;
+            out.stream = out
+                .stream
+                .apply("having", Arc::new(Calc::filter(predicate)));
+        }
         let exprs = select_exprs(select, &out, Some(&aggs))?;
         Ok((out, exprs))
     }
@@ -467,13 +482,6 @@ pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grou
     let GroupByExpr::Expressions(group, _) = &select.group_by else {
         return Err(plan_err("GROUP BY ALL is not supported"));
     };
-    if let (Some(h), false) = (&select.having, windowed) {
-        return Err(plan_err(format!(
-            "HAVING {h} on a GROUP BY without a window is not supported yet (a key whose result \
-             stops matching would need its row deleted); filter in a windowed aggregation, or \
-             downstream of the upsert table"
-        )));
-    }
     let mut keys = Vec::new();
     for g in group {
         let name = ident_name(g)
