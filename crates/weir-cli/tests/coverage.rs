@@ -346,6 +346,12 @@ fn batch_execution_counts_the_rows_a_stream_finds_late_as_flinks_batch_does() {
     check("batch");
 }
 
+/// HAVING on a GROUP BY without a window, in batch execution: each key's final row filtered.
+#[test]
+fn batch_having_filters_each_keys_final_row_as_flinks_batch_does() {
+    check("batch_having");
+}
+
 #[test]
 fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
     let spill = tempfile::tempdir().unwrap();

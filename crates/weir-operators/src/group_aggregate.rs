@@ -92,13 +92,15 @@ impl GroupAggregate {
                 "a group aggregation needs at least one aggregate",
             ));
         }
-        if let Some(a) = (self.aggregates.iter()).find(|a| {
-            matches!(
-                a.function,
-                aggregates::AggregateFn::Median(_)
-                    | aggregates::AggregateFn::CountDistinct(_)
-                    | aggregates::AggregateFn::ListAgg(..)
-            )
+        // A batch job's keys live to the end of the input whatever they hold, so a median or a
+        // distinct count is no worse there than the keys themselves; LISTAGG's order of
+        // values is arrival order, which a batch job's sort does not keep as Flink's does.
+        if let Some(a) = (self.aggregates.iter()).find(|a| match a.function {
+            aggregates::AggregateFn::Median(_) | aggregates::AggregateFn::CountDistinct(_) => {
+                !self.final_only
+            }
+            aggregates::AggregateFn::ListAgg(..) => true,
+            _ => false,
         }) {
             return Err(Error::plan(format!(
                 "`{}`: a median, an exact distinct count or a LISTAGG keeps every value, so without a window its state would only grow; take it in event-time windows (or APPROX_COUNT_DISTINCT)",
