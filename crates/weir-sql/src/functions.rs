@@ -99,6 +99,36 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
         return Ok(());
     };
     let name = f.name.to_string().to_ascii_uppercase();
+    // Flink's names for what DataFusion has under others: YEAR(t) is EXTRACT(YEAR FROM t)
+    // (DataFusion's date_part, given Flink's rules in same_name), STARTSWITH is starts_with.
+    let renamed = match name.as_str() {
+        "YEAR" | "QUARTER" | "MONTH" | "WEEK" | "HOUR" | "MINUTE" | "SECOND" => {
+            Some(("date_part", Some(name.to_ascii_lowercase())))
+        }
+        "DAYOFMONTH" => Some(("date_part", Some("day".to_string()))),
+        "DAYOFWEEK" => Some(("date_part", Some("dow".to_string()))),
+        "DAYOFYEAR" => Some(("date_part", Some("doy".to_string()))),
+        "STARTSWITH" => Some(("starts_with", None)),
+        "ENDSWITH" => Some(("ends_with", None)),
+        _ => None,
+    };
+    if let Some((to, part)) = renamed {
+        f.name = sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::new(to)]);
+        if let (Some(part), FunctionArguments::List(l)) = (part, &mut f.args) {
+            if l.args.len() != 1 {
+                return Err(format!(
+                    "{e}: {name} takes one argument, a DATE or TIMESTAMP"
+                ));
+            }
+            l.args.insert(
+                0,
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::value(
+                    Value::SingleQuotedString(part),
+                ))),
+            );
+        }
+        return Ok(());
+    }
     match name.as_str() {
         "TIMESTAMPADD" | "TIMESTAMPDIFF" => {
             if let FunctionArguments::List(l) = &mut f.args {
@@ -195,6 +225,8 @@ fn sized_text_cast(e: &mut SqlExpr) {
         | T::CharVarying(Some(CharacterLength::IntegerLength { length, .. })) => (*length, false),
         T::Char(Some(CharacterLength::IntegerLength { length, .. }))
         | T::Character(Some(CharacterLength::IntegerLength { length, .. })) => (*length, true),
+        // CHAR alone is CHAR(1), as in Flink (VARCHAR alone is any length there too).
+        T::Char(None) | T::Character(None) => (1, true),
         _ => return,
     };
     let SqlExpr::Cast { data_type, .. } = e else {

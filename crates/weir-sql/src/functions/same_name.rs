@@ -388,9 +388,12 @@ fn initcap(s: &str) -> String {
 }
 
 /// Flink's reading of text as a DATE (`DateTimeUtils.parseDate`): spaces around dropped,
-/// `year[-month[-day]]`, a month or day that does not exist NULL.
+/// `year[-month[-day]]` and anything after a space left out, a month or day that does not
+/// exist NULL.
 fn text_date(s: &str) -> Option<i32> {
     let t = s.trim_matches(|c: char| c <= ' ');
+    // A time of day after the date is left out.
+    let t = t.split(' ').next().unwrap_or(t);
     let mut parts = t.splitn(3, '-');
     let number = |p: Option<&str>| -> Option<i64> {
         match p {
