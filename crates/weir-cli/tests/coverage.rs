@@ -352,6 +352,22 @@ fn batch_having_filters_each_keys_final_row_as_flinks_batch_does() {
     check("batch_having");
 }
 
+/// Batch execution with the joins' state on RocksDB gives Flink's batch rows: a batch run's
+/// time-bounded join (and a regular join, which keeps its rows to the end of the input there)
+/// holds them on disk, not in memory.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn batch_execution_on_rocksdb_gives_flinks_batch_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    check_after(
+        "batch",
+        &format!(
+            "SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+            dir.path().display()
+        ),
+    );
+}
+
 #[test]
 fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
     let spill = tempfile::tempdir().unwrap();

@@ -116,11 +116,18 @@ impl SqlScalar {
             .map_err(fail)?;
         // Before coercion: only the casts the user wrote, not those coercion adds (text compared
         // with a number).
-        let logical = crate::functions::flink_functions(logical, &df_schema).map_err(fail)?;
-        let logical = crate::functions::flink_casts(logical, &df_schema).map_err(fail)?;
+        let df_schema = Arc::new(df_schema);
+        // A sub-expression's type once coerced (a CASE of an INT and a DECIMAL is a DECIMAL),
+        // for the rewrites that pick Flink's rule by the type of what they take.
+        let coerced_type = |e: &datafusion_expr::Expr| {
+            let coerced = simplifier(&df_schema).coerce(e.clone(), &df_schema).ok()?;
+            datafusion_expr::ExprSchemable::get_type(&coerced, df_schema.as_ref()).ok()
+        };
+        let logical = crate::functions::flink_functions(logical, &coerced_type).map_err(fail)?;
+        let logical =
+            crate::functions::flink_casts(logical, &df_schema, &coerced_type).map_err(fail)?;
         let logical = crate::functions::flink_division(logical, &df_schema).map_err(fail)?;
         // As DataFusion's own sessions do: implicit casts first.
-        let df_schema = Arc::new(df_schema);
         let coerced = simplifier(&df_schema)
             .coerce(logical, &df_schema)
             .map_err(fail)?;
@@ -472,7 +479,13 @@ impl ScalarUDFImpl for FlinkFunction {
         };
         match self.function {
             ScalarFunction::ToTimestampLtz => {
-                if !(int(&arg_types[0]) || matches!(arg_types[0], DataType::Decimal128(..))) {
+                // Flink takes any number; a DOUBLE's fraction of a millisecond is cut.
+                if !(int(&arg_types[0])
+                    || matches!(
+                        arg_types[0],
+                        DataType::Decimal128(..) | DataType::Float64 | DataType::Float32
+                    ))
+                {
                     return bad(0);
                 }
                 if !int(&arg_types[1]) {

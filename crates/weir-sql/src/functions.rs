@@ -167,7 +167,7 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
             Ok(())
         }
         // A pattern weir would write otherwise than Java is refused here, not on every row.
-        "DATE_FORMAT" => {
+        "DATE_FORMAT" | "FROM_UNIXTIME" => {
             if let FunctionArguments::List(l) = &f.args {
                 if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(v)))) =
                     l.args.get(1)

@@ -372,6 +372,10 @@ impl ScalarUDFImpl for ZoneFunction {
                 Kind::LocalSeconds | Kind::ZonedSeconds => {
                     let a = arrays[0].as_primitive::<Int64Type>();
                     let out: Int64Array = a.unary_opt(|s| {
+                        // UNIX_TIMESTAMP's answer for text that does not read, in every zone.
+                        if s == i64::MIN && kind == Kind::ZonedSeconds {
+                            return Some(s);
+                        }
                         let ms = s.checked_mul(1000)?;
                         let moved = if kind == Kind::LocalSeconds {
                             local_ms(&tz, ms)?

@@ -37,11 +37,10 @@ use arrow_array::types::{Float32Type, Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef, Date32Array};
 use arrow_schema::DataType;
 use datafusion_common::tree_node::{Transformed, TreeNode};
-use datafusion_common::{plan_err, DFSchema, ScalarValue};
+use datafusion_common::{plan_err, ScalarValue};
 use datafusion_expr::expr::ScalarFunction;
 use datafusion_expr::{
-    ColumnarValue, Expr, ExprSchemable, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-    Volatility,
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
 use super::on_arrays;
@@ -71,6 +70,7 @@ enum Kind {
     /// The same for a TIMESTAMP.
     TextTimestamp,
     DoubleText,
+    BooleanText,
     /// A DOUBLE as the text of a DECIMAL of this scale, rounded half up.
     DecimalText(i8),
 }
@@ -95,6 +95,7 @@ impl Kind {
             Kind::TextBoolean => "flink_text_boolean",
             Kind::TextTimestamp => "flink_text_timestamp",
             Kind::DoubleText => "flink_double_text",
+            Kind::BooleanText => "flink_boolean_text",
             Kind::DecimalText(_) => "flink_decimal_text",
         }
     }
@@ -139,9 +140,22 @@ impl ScalarUDFImpl for Rule {
                 vec![x, Int64]
             }
             (Kind::Overlay, 3 | 4) => [Utf8, Utf8, Int64, Int64][..n].to_vec(),
+            (Kind::TextDate, 1)
+                if !matches!(
+                    args[0],
+                    Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+                ) =>
+            {
+                return plan_err!(
+                    "TO_DATE takes text (TO_DATE(text[, pattern])), got {}; CAST(x AS DATE) \
+                     takes a TIMESTAMP",
+                    args[0]
+                )
+            }
             (Kind::Ascii | Kind::Initcap | Kind::TextDate, 1) => vec![Utf8],
             (Kind::TextBoolean | Kind::TextTimestamp | Kind::DateText, 1) => vec![Utf8],
             (Kind::Chr, 1) => vec![Int64],
+            (Kind::BooleanText, 1) => vec![DataType::Boolean],
             (Kind::DoubleText | Kind::DecimalText(_), 1) => {
                 vec![if args[0] == Float32 { Float32 } else { Float64 }]
             }
@@ -237,10 +251,18 @@ impl ScalarUDFImpl for Rule {
                 }),
                 Kind::TextTimestamp => texts(&a, |s, _| {
                     Some(match super::datetime::parse_default(s) {
-                        Some(ms) => weir_core::time::format_utc(ms),
+                        Some(ms) => timestamp_text(s, ms),
                         None => format!("{s} (not a TIMESTAMP to Flink)"),
                     })
                 }),
+                Kind::BooleanText => {
+                    let b = a[0].as_boolean();
+                    let mut out = StringBuilder::with_capacity(b.len(), b.len() * 5);
+                    for v in b.iter() {
+                        out.append_option(v.map(|v| if v { "TRUE" } else { "FALSE" }));
+                    }
+                    Arc::new(out.finish()) as ArrayRef
+                }
                 Kind::DoubleText => doubles_as(
                     &a[0],
                     |v| java_double_text(v, false),
@@ -414,6 +436,19 @@ fn text_date(s: &str) -> Option<i32> {
     i32::try_from((date - epoch).num_days()).ok()
 }
 
+/// Text Flink reads as the timestamp `ms` (its milliseconds), written as Arrow's cast reads
+/// it, with every digit of the text's fraction (a TIMESTAMP(6) or (9) keeps them).
+fn timestamp_text(s: &str, ms: i64) -> String {
+    let whole = weir_core::time::format_utc(ms.div_euclid(1000) * 1000);
+    let fraction = s
+        .split_once('.')
+        .map(|(_, f)| f.trim_end())
+        .filter(|f| !f.is_empty())
+        .unwrap_or("0");
+    // `2024-01-31T10:00:05.000Z`: the seconds, then the text's own fraction.
+    format!("{}.{fraction}Z", &whole[..whole.len() - 5])
+}
+
 /// Flink's reading of text as a BOOLEAN (`BinaryStringDataUtil.toBoolean`).
 fn text_boolean(s: &str) -> Option<bool> {
     match s.to_ascii_lowercase().as_str() {
@@ -505,7 +540,8 @@ fn round_doubles(a: &[ArrayRef]) -> ArrayRef {
         if !digits.is_valid(i) {
             return None;
         }
-        Some(match half_up(&text, digits.value(i)) {
+        // Flink's ROUND takes an INT; beyond ±400 places a DOUBLE is what it is, or 0.
+        Some(match half_up(&text, digits.value(i).clamp(-400, 400)) {
             Some(t) => t.parse().unwrap_or(f64::NAN),
             None => text.parse().unwrap_or(f64::NAN),
         })
@@ -636,11 +672,15 @@ fn cast(e: Expr, to: DataType) -> Expr {
 }
 
 /// The calls of `e` to DataFusion functions whose rules are not Flink's, given Flink's (see
-/// the module doc). Runs on the expression as planned, before type coercion.
+/// the module doc). Runs on the expression as planned, before type coercion; `type_of` gives
+/// an argument's type once coerced.
 ///
 /// # Errors
 /// What weir refuses (see the module doc), and an argument whose type does not resolve.
-pub(crate) fn flink_functions(e: Expr, schema: &DFSchema) -> datafusion_common::Result<Expr> {
+pub(crate) fn flink_functions(
+    e: Expr,
+    type_of: &dyn Fn(&Expr) -> Option<DataType>,
+) -> datafusion_common::Result<Expr> {
     e.transform_up(|e| {
         let Expr::ScalarFunction(call) = e else {
             if let Expr::SimilarTo(_) = e {
@@ -654,7 +694,6 @@ pub(crate) fn flink_functions(e: Expr, schema: &DFSchema) -> datafusion_common::
         };
         let name = call.func.name().to_string();
         let mut args = call.args.clone();
-        let type_of = |e: &Expr| e.get_type(schema).ok();
         let out = match (name.as_str(), args.len()) {
             ("substr", _) => Kind::Substr.call(args),
             ("left", _) => Kind::Left.call(args),
@@ -791,18 +830,7 @@ pub(crate) fn flink_functions(e: Expr, schema: &DFSchema) -> datafusion_common::
 pub(crate) fn cast_rule(inner: Expr, from: &DataType, to: &DataType) -> CastRule {
     use DataType::{Boolean, Date32, Float32, Float64, Timestamp, Utf8};
     match (from, to) {
-        (Boolean, Utf8) => CastRule::Result(
-            datafusion_expr::when(
-                inner.clone().is_null(),
-                Expr::Literal(ScalarValue::Utf8(None), None),
-            )
-            .when(
-                inner,
-                Expr::Literal(ScalarValue::Utf8(Some("TRUE".into())), None),
-            )
-            .otherwise(Expr::Literal(ScalarValue::Utf8(Some("FALSE".into())), None))
-            .expect("a CASE of text"),
-        ),
+        (Boolean, Utf8) => CastRule::Result(Kind::BooleanText.call(vec![inner])),
         (Float64 | Float32, Utf8) => CastRule::Result(Kind::DoubleText.call(vec![inner])),
         (Float64 | Float32, DataType::Decimal128(_, s)) => {
             CastRule::Input(Kind::DecimalText(*s).call(vec![inner]))
@@ -901,5 +929,17 @@ mod tests {
         assert_eq!(text_boolean("YES"), Some(true));
         assert_eq!(text_boolean(" true"), None);
         assert_eq!(text_boolean("on"), None);
+        assert_eq!(
+            timestamp_text("2024-01-31 10:00:05.123456", 1_706_695_205_123),
+            "2024-01-31T10:00:05.123456Z"
+        );
+        assert_eq!(
+            timestamp_text("1969-12-31 23:59:59.5", -500),
+            "1969-12-31T23:59:59.5Z"
+        );
+        assert_eq!(
+            timestamp_text("2024-1-3", 1_704_240_000_000),
+            "2024-01-03T00:00:00.0Z"
+        );
     }
 }

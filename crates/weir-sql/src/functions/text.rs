@@ -162,13 +162,18 @@ impl ScalarUDFImpl for IntegralText {
 }
 
 /// `e` with Flink's casts where they differ from Arrow's: every CAST and TRY_CAST of text to
-/// an integer type reads the text as Flink does (see [`IntegralText`]). Runs on the expression
+/// an integer type reads the text as Flink does (see [`IntegralText`]), and the others of
+/// `super::same_name::cast_rule` by the type `type_of` gives what is cast once coerced. Runs on the expression
 /// as planned, before type coercion (whose own casts, of text compared with a number, are not
 /// Flink's to change) and constant folding (which would cast a literal the Arrow way).
 ///
 /// # Errors
 /// An expression whose type cannot be resolved over `schema`.
-pub(crate) fn flink_casts(e: Expr, schema: &DFSchema) -> datafusion_common::Result<Expr> {
+pub(crate) fn flink_casts(
+    e: Expr,
+    schema: &DFSchema,
+    type_of: &dyn Fn(&Expr) -> Option<DataType>,
+) -> datafusion_common::Result<Expr> {
     let udf = Arc::new(ScalarUDF::new_from_impl(IntegralText {
         signature: Signature::exact(vec![DataType::Utf8], Volatility::Immutable),
     }));
@@ -191,7 +196,7 @@ pub(crate) fn flink_casts(e: Expr, schema: &DFSchema) -> datafusion_common::Resu
     };
     // The other casts whose rules are Flink's (`super::same_name`).
     let rule = |expr: Box<Expr>, field: &FieldRef, r#try: bool| -> Transformed<Expr> {
-        let Ok(from) = expr.get_type(schema) else {
+        let Some(from) = type_of(&expr) else {
             let e = *expr;
             return Transformed::no(rebuild(e, field.clone(), r#try));
         };
