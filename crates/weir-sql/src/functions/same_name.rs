@@ -1,8 +1,8 @@
 //! Flink functions and casts that DataFusion has under the same name with other rules, given
 //! Flink's rules: [`flink_functions`] rewrites DataFusion's calls (however the SQL spelled
 //! them: `SUBSTRING(s FROM 2)` plans to `substr` as `SUBSTR(s, 2)` does) and [`cast_rule`]
-//! gives the casts. Each rule is Flink 2.3's as its own output shows it
-//! (`testdata/flink/scalars`).
+//! gives the casts, both picking the rule by an argument's type once coerced. Each rule is
+//! Flink 2.3's as its own output shows it (`testdata/flink/scalars`).
 //!
 //! - `SUBSTR` / `SUBSTRING`: a start of 0 is 1, a negative start counts from the end, a negative
 //!   length is NULL; `LEFT` / `RIGHT` of a count at or below 0 is empty; `LPAD` / `RPAD` to a
@@ -13,13 +13,15 @@
 //!   an argument is; `FLOOR` / `CEIL` of a DECIMAL(p, s) is a DECIMAL(p, 0); `ROUND` of a DOUBLE
 //!   rounds half up its shortest decimal form (`ROUND(2.675e0, 2)` is 2.68), as Java's
 //!   `BigDecimal.valueOf` reads it.
-//! - `EXTRACT`: DOW counts from Sunday = 1; MILLISECOND and MICROSECOND are within the second;
-//!   EPOCH is whole seconds.
+//! - `EXTRACT`: DOW counts from Sunday = 1; MILLISECOND, MICROSECOND and NANOSECOND are within
+//!   the second; EPOCH is whole seconds; DECADE, CENTURY and MILLENNIUM from the year.
+//! - `REPLACE` of empty text puts the replacement around every character, as Java's.
 //! - `SHA224` / `SHA256` / `SHA384` / `SHA512` are hex text (DataFusion's are bytes); `INITCAP`
 //!   starts a word after anything but an ASCII letter or digit; `ASCII` is the first byte,
 //!   signed; `CHR(n)` is the character `n` modulo 256; `OVERLAY` as Flink's.
-//! - `TO_DATE(text)` and `CAST(text AS DATE)` read `yyyy[-M[-d]]` with spaces around;
-//!   `TO_DATE(text, pattern)` reads a Java pattern (NULL where it does not read).
+//! - `TO_DATE(text)` and `CAST(text AS DATE)` read `yyyy[-M[-d]]` with spaces around and a time
+//!   of day after it left out; `TO_DATE(text, pattern)` reads a Java pattern (NULL where it
+//!   does not read).
 //! - Casts: a BOOLEAN is `TRUE` / `FALSE` as text; a DOUBLE or FLOAT as Java writes it
 //!   (`1.0E7`, `1.0E-4`, `100.0`); text is a BOOLEAN only for `true` / `t` / `yes` / `y` / `1`
 //!   and their false forms, any case, nothing around; text is a TIMESTAMP only in
@@ -727,7 +729,7 @@ pub(crate) fn flink_functions(
                 return plan_err!(
                     "{}: Flink's converts between text and bytes in a charset, DataFusion's \
                      (the one weir has) to and from base64 or hex, so weir refuses it; weir's \
-                     text is UTF-8: CAST(text AS BYTES) and CAST(bytes AS STRING) convert it",
+                     text is always UTF-8",
                     name.to_uppercase()
                 )
             }
