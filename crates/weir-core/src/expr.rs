@@ -264,6 +264,8 @@ impl ScalarFunction {
                 Ok(Arc::new(out.finish()))
             }
             ScalarFunction::UnixTimestamp => {
+                // Arrow's reading of the text. SQL's UNIX_TIMESTAMP reads it as Flink does
+                // instead (weir-sql's `unix_timestamp_text`, which knows Flink's lenient parse).
                 arity(1)?;
                 let ts = arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Second, None))?;
                 Ok(arrow_cast::cast(&ts, &DataType::Int64)?)

@@ -49,17 +49,31 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
         Kind::RegexpExtract,
         Kind::JsonValue,
     ]
-    .map(|kind| {
-        Arc::new(ScalarUDF::new_from_impl(Flink {
-            kind,
-            signature: Signature::user_defined(Volatility::Immutable),
-        }))
-    })
+    .map(flink_udf)
     .into_iter()
     .chain([text::Concat::udf()])
     .chain(numeric::Numeric::udfs())
     .chain(numeric::FloorCeil::udfs())
     .collect()
+}
+
+fn flink_udf(kind: Kind) -> Arc<ScalarUDF> {
+    Arc::new(ScalarUDF::new_from_impl(Flink {
+        kind,
+        signature: Signature::user_defined(Volatility::Immutable),
+    }))
+}
+
+/// The compiled `regex` for a row, compiled again only when it is not the last row's (a
+/// literal regex is compiled once per batch); `None` for a regex that does not compile.
+fn cached_regex<'a>(
+    cache: &'a mut Option<(String, Option<fancy_regex::Regex>)>,
+    regex: &str,
+) -> Option<&'a fancy_regex::Regex> {
+    if cache.as_ref().is_none_or(|(src, _)| src != regex) {
+        *cache = Some((regex.to_string(), fancy_regex::Regex::new(regex).ok()));
+    }
+    cache.as_ref()?.1.as_ref()
 }
 
 /// Rewrites one expression node (not its children) for DataFusion: the unit of TIMESTAMPADD
@@ -228,9 +242,6 @@ fn sized_text_cast(e: &mut SqlExpr) {
         // CHAR alone is CHAR(1), as in Flink (VARCHAR alone is any length there too).
         T::Char(None) | T::Character(None) => (1, true),
         _ => return,
-    };
-    let SqlExpr::Cast { data_type, .. } = e else {
-        return;
     };
     *data_type = T::String(None);
     let cast = std::mem::replace(e, SqlExpr::value(Value::Null));
@@ -800,12 +811,8 @@ fn regexp_extract(args: &[ArrayRef]) -> ArrayRef {
             if text.is_null(i) || regex.is_null(i) || group.is_some_and(|g| g.is_null(i)) {
                 return None;
             }
-            let r = regex.value(i);
-            if compiled.as_ref().is_none_or(|(src, _)| src != r) {
-                compiled = Some((r.to_string(), fancy_regex::Regex::new(r).ok()));
-            }
             // An invalid regex, a group that is not there or did not take part: NULL, as in Flink.
-            let re = compiled.as_ref()?.1.as_ref()?;
+            let re = cached_regex(&mut compiled, regex.value(i))?;
             let g = usize::try_from(group.map_or(0, |g| g.value(i))).ok()?;
             if g >= re.captures_len() {
                 return None;

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use arrow_array::builder::{Float32Builder, Float64Builder, Int32Builder, StringBuilder};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float32Type, Float64Type, Int64Type};
+use arrow_array::types::{Date32Type, Float32Type, Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef, Date32Array};
 use arrow_schema::DataType;
 use datafusion_common::tree_node::{Transformed, TreeNode};
@@ -234,14 +234,14 @@ impl ScalarUDFImpl for Rule {
                 }
                 Kind::TextDate => {
                     let s = a[0].as_string::<i32>();
-                    let out: Date32Array = s.iter().map(|v| v.and_then(text_date)).collect();
+                    let out: Date32Array = (s.iter())
+                        .map(|v| v.and_then(text_date).map(Date32Type::from_naive_date))
+                        .collect();
                     Arc::new(out)
                 }
                 Kind::DateText => texts(&a, |s, _| {
                     Some(match text_date(s) {
-                        Some(days) => weir_core::time::format_utc(i64::from(days) * 86_400_000)
-                            [..10]
-                            .to_string(),
+                        Some(date) => date.format("%Y-%m-%d").to_string(),
                         None => format!("{s} (not a DATE to Flink)"),
                     })
                 }),
@@ -273,9 +273,7 @@ impl ScalarUDFImpl for Rule {
                 Kind::DecimalText(scale) => doubles_as(
                     &a[0],
                     |v| half_up(&shortest(v), i64::from(scale)).unwrap_or_else(|| v.to_string()),
-                    |v| {
-                        half_up(&shortest_f32(v), i64::from(scale)).unwrap_or_else(|| v.to_string())
-                    },
+                    |v| half_up(&shortest(v), i64::from(scale)).unwrap_or_else(|| v.to_string()),
                 ),
             })
         })
@@ -414,7 +412,7 @@ fn initcap(s: &str) -> String {
 /// Flink's reading of text as a DATE (`DateTimeUtils.parseDate`): spaces around dropped,
 /// `year[-month[-day]]` and anything after a space left out, a month or day that does not
 /// exist NULL.
-fn text_date(s: &str) -> Option<i32> {
+fn text_date(s: &str) -> Option<chrono::NaiveDate> {
     let t = s.trim_matches(|c: char| c <= ' ');
     // A time of day after the date is left out.
     let t = t.split(' ').next().unwrap_or(t);
@@ -429,13 +427,11 @@ fn text_date(s: &str) -> Option<i32> {
     let y = number(Some(parts.next()?))?;
     let m = number(parts.next())?;
     let d = number(parts.next())?;
-    let date = chrono::NaiveDate::from_ymd_opt(
+    chrono::NaiveDate::from_ymd_opt(
         i32::try_from(y).ok()?,
         u32::try_from(m).ok()?,
         u32::try_from(d).ok()?,
-    )?;
-    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)?;
-    i32::try_from((date - epoch).num_days()).ok()
+    )
 }
 
 /// Text Flink reads as the timestamp `ms` (its milliseconds), written as Arrow's cast reads
@@ -460,13 +456,10 @@ fn text_boolean(s: &str) -> Option<bool> {
     }
 }
 
-/// The shortest decimal text that reads back as `v` (what Java's `Double.toString` and so
-/// `BigDecimal.valueOf` give for all but a few values), without an exponent.
-fn shortest(v: f64) -> String {
-    format!("{v}")
-}
-
-fn shortest_f32(v: f32) -> String {
+/// The shortest decimal text that reads back as `v`, a DOUBLE or FLOAT (what Java's
+/// `Double.toString` and so `BigDecimal.valueOf` give for all but a few values), without an
+/// exponent.
+fn shortest(v: impl std::fmt::Display) -> String {
     format!("{v}")
 }
 
@@ -553,7 +546,7 @@ fn round_doubles(a: &[ArrayRef]) -> ArrayRef {
         let mut out = Float32Builder::with_capacity(x.len());
         for i in 0..x.len() {
             out.append_option(if x.is_valid(i) {
-                round(shortest_f32(x.value(i)), i).map(|v| v as f32)
+                round(shortest(x.value(i)), i).map(|v| v as f32)
             } else {
                 None
             });
@@ -626,16 +619,12 @@ fn java_double_text(v: f64, float: bool) -> String {
 fn regexp_replace(a: &[ArrayRef]) -> ArrayRef {
     let regex = a[1].as_string::<i32>();
     let replacement = a[2].as_string::<i32>();
-    let mut compiled: Option<(String, Option<fancy_regex::Regex>)> = None;
+    let mut compiled = None;
     texts(a, |s, i| {
         if regex.is_null(i) || replacement.is_null(i) {
             return None;
         }
-        let r = regex.value(i);
-        if compiled.as_ref().is_none_or(|(text, _)| text != r) {
-            compiled = Some((r.to_string(), fancy_regex::Regex::new(r).ok()));
-        }
-        let re = compiled.as_ref().and_then(|(_, re)| re.as_ref())?;
+        let re = super::cached_regex(&mut compiled, regex.value(i))?;
         replace_all_as_java(re, s, replacement.value(i))
     })
 }
@@ -716,10 +705,7 @@ pub(crate) fn flink_functions(
             }
             ("to_date", 1) => Kind::TextDate.call(args),
             ("to_date", 2) => {
-                let to_timestamp = super::udfs()
-                    .into_iter()
-                    .find(|u| u.name() == "to_timestamp")
-                    .expect("weir's TO_TIMESTAMP is registered");
+                let to_timestamp = super::flink_udf(super::Kind::ToTimestamp);
                 cast(
                     Expr::ScalarFunction(ScalarFunction::new_udf(to_timestamp, args)),
                     DataType::Date32,
