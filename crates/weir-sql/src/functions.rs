@@ -89,7 +89,7 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
     }
     if let SqlExpr::Cast { .. } = e {
         sized_text_cast(e);
-        return Ok(());
+        return time_cast(e);
     }
     // A number with an exponent is a DOUBLE in Flink (`1e3`, `2.5E-1`); DataFusion, reading
     // numbers with a point as DECIMAL (as Flink does), would read it as one too.
@@ -253,6 +253,39 @@ fn sized_text_cast(e: &mut SqlExpr) {
         ("SUBSTR", vec![cast, number(1), number(length)])
     };
     *e = crate::zone::call(name, args);
+}
+
+/// A CAST to TIME(p) as Flink's: TIME alone is TIME(0), so the fraction of a second is cut
+/// (DataFusion's TIME keeps nanoseconds); TIME(3) keeps milliseconds. The result is the type a
+/// TIME(p) column has in weir (TIME32 of seconds or milliseconds).
+///
+/// # Errors
+/// TIME(1), TIME(2) or a precision past 3: weir's times are of seconds or milliseconds.
+fn time_cast(e: &mut SqlExpr) -> Result<(), String> {
+    use sqlparser::ast::{DataType as T, TimezoneInfo};
+    let SqlExpr::Cast { data_type, .. } = e else {
+        return Ok(());
+    };
+    let T::Time(precision, TimezoneInfo::None) = data_type else {
+        return Ok(());
+    };
+    let unit = match *precision {
+        None | Some(0) => "Time32(Second)",
+        Some(3) => "Time32(Millisecond)",
+        Some(p) => {
+            return Err(format!(
+                "{e}: weir's TIME is TIME(0) (whole seconds) or TIME(3) (milliseconds), not \
+                 TIME({p})"
+            ))
+        }
+    };
+    // `TIME WITHOUT TIME ZONE` is DataFusion's TIME as well; it is not rewritten again when
+    // the expression is prepared a second time.
+    *data_type = T::Time(None, TimezoneInfo::WithoutTimeZone);
+    let cast = std::mem::replace(e, SqlExpr::value(Value::Null));
+    let unit = SqlExpr::value(Value::SingleQuotedString(unit.into()));
+    *e = crate::zone::call("arrow_cast", vec![cast, unit]);
+    Ok(())
 }
 
 /// [`prepare`] on every node of `e`.

@@ -59,11 +59,16 @@ impl SessionZone {
     /// A message naming the value and the forms weir takes: an unknown region, a short id
     /// (`PST`, which Flink refuses as ambiguous) or `UTC+08:00` (Flink refuses it too).
     pub fn parse(value: &str) -> Result<SessionZone, String> {
+        SessionZone::parse_as(value, &format!("SET '{LOCAL_TIME_ZONE}' = '{value}'"))
+    }
+
+    /// [`SessionZone::parse`], an error naming the value as `what` (where it was written).
+    pub(crate) fn parse_as(value: &str, what: &str) -> Result<SessionZone, String> {
         let v = value.trim();
         let bad = |why: &str| {
             Err(format!(
-                "SET '{LOCAL_TIME_ZONE}' = '{value}': {why}; use a region name such as \
-                 'America/New_York' or 'Asia/Shanghai', 'UTC', or an offset such as 'GMT+08:00'"
+                "{what}: {why}; use a region name such as 'America/New_York' or \
+                 'Asia/Shanghai', 'UTC', or an offset such as 'GMT+08:00'"
             ))
         };
         let upper = v.to_ascii_uppercase();
@@ -470,6 +475,10 @@ fn is_local_type(t: &SqlType) -> bool {
     )
 }
 
+/// Why TO_TIMESTAMP_LTZ's third argument is refused when it is not a literal.
+const ZONE_ARGUMENT: &str = "TO_TIMESTAMP_LTZ's zone must be a string literal such as \
+                             'America/New_York' (weir checks it when the query is planned)";
+
 /// How Flink writes a TIMESTAMP(3) or TIMESTAMP_LTZ(3) as STRING (the latter in local time).
 const TIMESTAMP_TEXT: &str = "yyyy-MM-dd HH:mm:ss.SSS";
 
@@ -637,6 +646,47 @@ pub(crate) fn localize(
                         _ => return Ok(()),
                     };
                     match name.as_str() {
+                        // TO_TIMESTAMP_LTZ(text [, pattern [, zone]]): the text read as
+                        // TO_TIMESTAMP reads it, a local time in the zone named (UTC when none,
+                        // as Flink's: not the session zone).
+                        "TO_TIMESTAMP_LTZ"
+                            if matches!((self.type_of)(first), Some(DataType::Utf8)) =>
+                        {
+                            let mut args: Vec<SqlExpr> = Vec::new();
+                            for a in &l.args {
+                                match a {
+                                    FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => {
+                                        args.push(x.clone())
+                                    }
+                                    _ => return Ok(()),
+                                }
+                            }
+                            let zone = match args.get(2) {
+                                None => SessionZone::utc(),
+                                Some(SqlExpr::Value(v)) => match &v.value {
+                                    Value::SingleQuotedString(z) => {
+                                        let what = format!("{e}: the zone '{z}'");
+                                        SessionZone::parse_as(z, &what)?
+                                    }
+                                    _ => return Err(format!("{e}: {ZONE_ARGUMENT}")),
+                                },
+                                Some(_) => return Err(format!("{e}: {ZONE_ARGUMENT}")),
+                            };
+                            args.truncate(2);
+                            let local = call("TO_TIMESTAMP", args);
+                            *e = call(ZONED_TIME, vec![local, text(zone.name())]);
+                        }
+                        // YEAR(t), HOUR(t), ... (functions::prepare made them date_part).
+                        "DATE_PART" => {
+                            if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(x))) =
+                                l.args.get_mut(1)
+                            {
+                                if self.is_ltz(x) {
+                                    let t = std::mem::replace(x, taken());
+                                    *x = self.local(t);
+                                }
+                            }
+                        }
                         "DATE_FORMAT" if self.is_ltz(first) => {
                             let x = std::mem::replace(first, taken());
                             *first = self.local(x);

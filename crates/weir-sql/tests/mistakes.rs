@@ -391,6 +391,36 @@ INSERT INTO out1 SELECT DATE_FORMAT(rt, 'yyyy-MM-dd') FROM events;"
     }
 }
 
+/// TO_TIMESTAMP_LTZ(text, pattern, zone) takes the zone as the session zone's setting does,
+/// named in the message as the function's argument, and only as a literal (checked when
+/// planned, not row by row).
+#[test]
+fn to_timestamp_ltz_zone_argument_is_checked_when_planned() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |zone: &str| {
+        format!(
+            "CREATE TABLE events (key STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'events', 'generator.rows' = '10');
+CREATE TABLE out1 (t TIMESTAMP_LTZ(3)) WITH ('connector' = 'blackhole');
+INSERT INTO out1 SELECT TO_TIMESTAMP_LTZ(key, 'yyyy-MM-dd HH:mm:ss', {zone}) FROM events;"
+        )
+    };
+    for (zone, says) in [
+        ("'PST'", "the zone 'PST': a short zone id is ambiguous"),
+        ("'Europe/Berln'", "the zone 'Europe/Berln': not a time zone"),
+        ("key", "zone must be a string literal"),
+    ] {
+        let err = plan_error(&job(zone), dir.path());
+        assert!(err.contains(says), "{zone}: {err}");
+        assert!(
+            !err.contains("SET 'table.local-time-zone'"),
+            "{zone}: {err}"
+        );
+    }
+    plan_job(&job("'Asia/Tokyo'"), &opts(dir.path())).unwrap();
+}
+
 /// The state backend settings: Flink's names, a budget only for state on disk, sizes as Flink
 /// writes them, and RocksDB only in a weir built with it.
 #[test]

@@ -1,10 +1,12 @@
 //! Every expression of `testdata/flink/scalars/expressions.txt`, evaluated as the planner
 //! evaluates a select list's expression (the session zone's rewrite, then DataFusion with
 //! Flink's functions and casts) as `CAST((expr) AS STRING)` over one row, against Flink 2.3's
-//! text for it (`expected.tsv`, written by `run_flink.py` there). Where Flink fails the query
-//! or the job, weir must fail too: refuse it, or send the row to the dead letters. weir may
-//! refuse what Flink computes (the test prints those); a value of its own, or a failed row
-//! where Flink gives a value, must be listed in `differences.tsv` with the reason (docs/sql.md
+//! text for it (`expected.tsv`, written by `run_flink.py` there); and every expression of
+//! `zone_expressions.txt` the same way in each of several session time zones
+//! (`zone_expected.tsv`). Where Flink fails the query or the job, weir must fail too: refuse
+//! it, or send the row to the dead letters. weir may refuse what Flink computes (the test
+//! prints those); a value of its own, or a failed row where Flink gives a value, must be listed
+//! in `differences.tsv` (`zone_differences.tsv`: the zone first) with the reason (docs/sql.md
 //! carries the same).
 
 use std::collections::HashMap;
@@ -42,7 +44,7 @@ impl std::fmt::Display for Weir {
     }
 }
 
-fn weir(expr: &str) -> Weir {
+fn weir(expr: &str, zone: &SessionZone) -> Weir {
     let schema = Arc::new(Schema::new(vec![Field::new(
         "dummy",
         DataType::Int32,
@@ -57,10 +59,11 @@ fn weir(expr: &str) -> Weir {
             let planned = SqlScalar::new(x.to_string()).try_plan(&schema).ok()?;
             Some(planned.data_type().clone())
         };
-        let zone = SessionZone::utc();
-        crate::zone::localize(&mut ast, &zone, &type_of)?;
+        // As the planner does (plan/scope.rs): Flink's names and forms first, then the zone.
+        crate::functions::prepare_all(&mut ast)?;
+        crate::zone::localize(&mut ast, zone, &type_of)?;
         SqlScalar::new(ast.to_string()).try_plan_checked(&schema, |logical, df| {
-            crate::zone::refuse_zone_dependent(logical, df, &zone)
+            crate::zone::refuse_zone_dependent(logical, df, zone)
         })
     })();
     let planned = match planned {
@@ -85,39 +88,34 @@ fn read_tsv(name: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-#[test]
-fn scalar_expressions_give_flinks_text() {
-    // expr -> (what weir gives: a text, or `fails`; why).
-    let differences: HashMap<String, (String, String)> = read_tsv("differences.tsv")
-        .into_iter()
-        .map(|l| {
-            (
-                l[0].clone(),
-                (l[1].clone(), l.get(2).cloned().unwrap_or_default()),
-            )
-        })
-        .collect();
+/// Compares weir with Flink on each `(zone as Flink takes it, expr, Flink's text)`;
+/// `differences` maps a `(zone, expr)` to what weir gives on purpose (a text, or `fails`) and
+/// why.
+fn compare(
+    cases: impl IntoIterator<Item = (String, String, String)>,
+    differences: &HashMap<(String, String), (String, String)>,
+) {
     let mut wrong = Vec::new();
     let mut refused = Vec::new();
     let mut checked = 0;
-    for line in read_tsv("expected.tsv") {
-        let (expr, flink) = (&line[0], &line[1]);
+    for (zone, expr, flink) in cases {
         checked += 1;
-        let got = weir(expr);
-        let listed = differences.get(expr);
+        let session = SessionZone::parse(&zone).expect("a zone Flink takes");
+        let got = weir(&expr, &session);
+        let listed = differences.get(&(zone.clone(), expr.clone()));
         let ok = match (&got, listed) {
             (Weir::Refused(why), _) => {
-                refused.push(format!("{expr}: {why}"));
+                refused.push(format!("{expr} (in {zone}): {why}"));
                 true
             }
             (Weir::Text(text), Some((want, _))) => text == want,
-            (Weir::Text(text), None) => text == flink,
+            (Weir::Text(text), None) => *text == flink,
             (Weir::Failed(_), Some((want, _))) => want == "fails",
             (Weir::Failed(_), None) => flink == "ERROR",
         };
         if !ok {
             wrong.push(format!(
-                "{expr}\n    Flink: {flink}\n    weir:  {got}{}",
+                "{expr} (in {zone})\n    Flink: {flink}\n    weir:  {got}{}",
                 listed
                     .map(|(w, why)| format!("\n    listed difference: {w} ({why})"))
                     .unwrap_or_default()
@@ -137,4 +135,30 @@ fn scalar_expressions_give_flinks_text() {
         wrong.len(),
         wrong.join("\n")
     );
+}
+
+#[test]
+fn scalar_expressions_give_flinks_text() {
+    let differences = (read_tsv("differences.tsv").into_iter())
+        .map(|l| {
+            let why = l.get(2).cloned().unwrap_or_default();
+            (("UTC".to_string(), l[0].clone()), (l[1].clone(), why))
+        })
+        .collect();
+    let cases = (read_tsv("expected.tsv").into_iter())
+        .map(|l| ("UTC".to_string(), l[0].clone(), l[1].clone()));
+    compare(cases, &differences);
+}
+
+#[test]
+fn zone_dependent_expressions_give_flinks_text_in_every_zone() {
+    let differences = (read_tsv("zone_differences.tsv").into_iter())
+        .map(|l| {
+            let why = l.get(3).cloned().unwrap_or_default();
+            ((l[0].clone(), l[1].clone()), (l[2].clone(), why))
+        })
+        .collect();
+    let cases = (read_tsv("zone_expected.tsv").into_iter())
+        .map(|l| (l[0].clone(), l[1].clone(), l[2].clone()));
+    compare(cases, &differences);
 }
