@@ -326,6 +326,20 @@ fn the_session_time_zone_applies_as_flinks() {
     check("time_zone");
 }
 
+/// Windows over a TIMESTAMP_LTZ in a zone with DST (#24 item 6): TUMBLE, HOP, CUMULATE and
+/// SESSION table functions and a group window, aligned to New York's local time across both
+/// 2024 DST changes (a 23- and a 25-hour day; a session across the repeated hour), with
+/// window_time the instant of the window's last local time; rows late for a local hour that
+/// waits for the second pass of the repeated hour are counted, those of a closed one are not.
+#[test]
+fn windows_over_instants_are_aligned_to_the_session_zone_as_flinks() {
+    check("zone_windows");
+    // Window Top-N over the table function's rows, per local day.
+    check("zone_window_rows");
+    // In batch execution, as Flink's batch mode (every row counts).
+    check("zone_windows_batch");
+}
+
 /// STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP, STDDEV and VARIANCE (#24 item 9), over Welford's
 /// M2 and COUNT as Flink 2.3 plans them: its values and types for DECIMAL, BIGINT, INT and DOUBLE, in
 /// tumbling windows, merged sessions and HAVING.

@@ -3,7 +3,7 @@
 //! The types every other weir crate shares, with no I/O and no async runtime: the clocks and
 //! time types ([`time`]), watermark generation and combination ([`watermark`]), keys and key
 //! groups ([`keys`]), serialisable scalar expressions ([`expr`]), batch helpers ([`batch`]) and
-//! the error type ([`Error`]).
+//! the error type ([`Error`]), and local times of a time zone ([`zone`]).
 //!
 //! ```
 //! use weir_core::time::Watermark;
@@ -24,6 +24,7 @@ pub mod expr;
 pub mod keys;
 pub mod time;
 pub mod watermark;
+pub mod zone;
 
 pub use error::{Error, Result};
 pub use time::{Clock, Epoch, EventTime, ManualClock, ProcTime, SystemClock, Watermark};

@@ -24,6 +24,7 @@ pub mod interval_join;
 pub mod join;
 mod join_rows;
 pub mod lag;
+pub mod local_time;
 pub mod lookup_join;
 pub mod over_aggregate;
 pub mod regular_join;
@@ -45,6 +46,7 @@ pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};
 pub use interval_join::{IntervalJoin, IntervalJoinExt, IntervalJoinOp};
 pub use join::JoinType;
 pub use lag::{Lag, LagExt, LagOf, LagOp};
+pub use local_time::{LocalTime, LocalTimeExt, LocalTimeOp};
 pub use lookup_join::{LookupCache, LookupJoin, LookupJoinExt, LookupJoinOp};
 pub use over_aggregate::{Frame, OverAggregate, OverAggregateExt, OverAggregateOp};
 pub use regular_join::{RegularJoin, RegularJoinExt};
@@ -221,6 +223,9 @@ pub fn register(r: &mut Registry) {
     r.add_operator("window_rank", |s| {
         Ok(Arc::new(spec_from_json::<WindowRank>("window_rank", s)?))
     });
+    r.add_operator("local_time", |s| {
+        Ok(Arc::new(spec_from_json::<LocalTime>("local_time", s)?))
+    });
     r.add_operator("windowed", |s| {
         Ok(Arc::new(spec_from_json::<Windowed>("windowed", s)?))
     });
@@ -238,6 +243,7 @@ mod tests {
             "deduplicate",
             "interval_join",
             "lag",
+            "local_time",
             "over_aggregate",
             "regular_join",
             "stream_table_join",

@@ -69,6 +69,12 @@ pub struct WindowRank {
     pub rank_column: String,
     #[serde(default)]
     pub allowed_lateness_ms: i64,
+    /// The windows are of local times of this zone (a region, or an offset `+05:30`) and the
+    /// watermark of instants: a window closes when the watermark of local times
+    /// ([`weir_core::zone::local_watermark`]) reaches its end, as Flink's windows over a
+    /// TIMESTAMP_LTZ in a session zone. None: windows and watermark of one kind.
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 impl WindowRank {
@@ -82,7 +88,14 @@ impl WindowRank {
             last_rank: n,
             rank_column: "rownum".into(),
             allowed_lateness_ms: 0,
+            zone: None,
         }
+    }
+
+    /// Windows of `zone`'s local times (see [`WindowRank::zone`]).
+    pub fn in_zone(mut self, zone: &str) -> Self {
+        self.zone = Some(zone.into());
+        self
     }
 
     /// Orders by `column`, after the columns given before.
@@ -253,6 +266,7 @@ impl OperatorFactory for WindowRank {
             bytes_held: 0,
             peak_groups: 0,
             late: 0,
+            tz: crate::local_time::zone(self.zone.as_deref())?,
         }))
     }
     fn describe(&self) -> String {
@@ -270,7 +284,7 @@ impl OperatorFactory for WindowRank {
             self.keys.join(", "),
             self.last_rank,
             if self.allowed_lateness_ms > 0 { format!(" + {} ms allowed lateness", self.allowed_lateness_ms) } else { String::new() }
-        )
+        ) + &(self.zone.as_ref()).map(|z| format!("; windows of local times in {z}")).unwrap_or_default()
     }
     fn state(&self) -> weir_runtime::graph::OperatorState {
         weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
@@ -325,9 +339,19 @@ pub struct WindowRankOp {
     bytes_held: u64,
     peak_groups: u64,
     late: u64,
+    /// Windows of this zone's local times: watermarks are taken as local ones.
+    tz: Option<arrow_array::timezone::Tz>,
 }
 
 impl WindowRankOp {
+    /// A watermark as this operator's windows read it.
+    fn local(&self, wm: i64) -> i64 {
+        match &self.tz {
+            Some(tz) => weir_core::zone::local_watermark(tz, wm),
+            None => wm,
+        }
+    }
+
     fn close_at(&self, end: i64) -> i64 {
         end.saturating_sub(1)
             .saturating_add(self.spec.allowed_lateness_ms)
@@ -432,8 +456,17 @@ impl Operator for WindowRankOp {
         let op_wm = self.watermark;
         let closes: Vec<i64> = ends.iter().map(|&e| self.close_at(e)).collect();
         let mut late_mask = Vec::with_capacity(ends.len());
+        let mut last: Option<(i64, i64)> = None;
         for (i, &close) in closes.iter().enumerate() {
             let row_wm = batch.row_watermarks.as_ref().map_or(i64::MIN, |w| w[i]);
+            let row_wm = match last {
+                Some((from, to)) if from == row_wm => to,
+                _ => {
+                    let to = self.local(row_wm);
+                    last = Some((row_wm, to));
+                    to
+                }
+            };
             late_mask.push(row_wm.max(op_wm) >= close);
         }
         if late_mask.iter().any(|&l| l) {
@@ -456,9 +489,10 @@ impl Operator for WindowRankOp {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
-        self.watermark = self.watermark.max(watermark.0);
+        let wm = self.local(watermark.0);
+        self.watermark = self.watermark.max(wm);
         let mut due = Vec::new();
-        self.closing.pop_due(watermark.0, &mut due);
+        self.closing.pop_due(wm, &mut due);
         let mut closed = Vec::with_capacity(due.len());
         for (slot, _) in due {
             let g = std::mem::take(self.groups.get_mut(slot));

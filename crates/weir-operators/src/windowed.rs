@@ -11,10 +11,12 @@
 
 use std::sync::Arc;
 
+use arrow_array::timezone::Tz;
 use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
+use weir_core::zone::{epoch_ms, local_ms, Repeated};
 use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
@@ -29,6 +31,13 @@ pub struct Windowed {
     /// The most windows one row may fall in (hopping and cumulative windows).
     #[serde(default = "default_max_windows_per_row")]
     pub max_windows_per_row: i64,
+    /// Windows of the local times of this zone (a region such as `America/New_York`, or an
+    /// offset `+05:30`), the event time being instants: `window_start` and `window_end` are
+    /// local times, `window_time` the instant of the window's last local time (the earlier of
+    /// a repeated one), as Flink's windows over a TIMESTAMP_LTZ in a session zone. None: the
+    /// event time as it is.
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 fn default_max_windows_per_row() -> i64 {
@@ -40,7 +49,14 @@ impl Windowed {
         Windowed {
             window,
             max_windows_per_row: DEFAULT_MAX_WINDOWS_PER_ROW,
+            zone: None,
         }
+    }
+
+    /// Windows of `zone`'s local times (see [`Windowed::zone`]).
+    pub fn in_zone(mut self, zone: &str) -> Self {
+        self.zone = Some(zone.into());
+        self
     }
 
     /// The output schema and the event-time column's index.
@@ -95,6 +111,7 @@ impl OperatorFactory for Windowed {
             schema,
             event_time,
             no_window: 0,
+            tz: crate::local_time::zone(self.zone.as_deref())?,
         }))
     }
     fn describe(&self) -> String {
@@ -109,7 +126,10 @@ impl OperatorFactory for Windowed {
             } => format!("cumulative windows every {step_ms} ms up to {max_size_ms} ms"),
             Window::Session { gap_ms } => format!("session windows with a {gap_ms} ms gap"),
         };
-        format!("each row once per window it falls in: {w}; stateless")
+        let zone = (self.zone.as_ref())
+            .map(|z| format!(" of local times in {z}"))
+            .unwrap_or_default();
+        format!("each row once per window it falls in: {w}{zone}; stateless")
     }
     fn state(&self) -> OperatorState {
         OperatorState::Stateless
@@ -122,11 +142,20 @@ pub struct WindowedOp {
     schema: SchemaRef,
     event_time: usize,
     no_window: u64,
+    /// Windows of this zone's local times.
+    tz: Option<Tz>,
 }
 
 impl Operator for WindowedOp {
     fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
-        let times = event_times(&batch.data, self.event_time)?;
+        let mut times = event_times(&batch.data, self.event_time)?;
+        if let Some(tz) = &self.tz {
+            // (A time beyond the calendar keeps its value: its windows are beyond it too.)
+            times = times
+                .iter()
+                .map(|&t| local_ms(tz, t).unwrap_or(t))
+                .collect();
+        }
         let mut rows: Vec<u32> = Vec::with_capacity(times.len());
         let (mut starts, mut ends) = (Vec::with_capacity(times.len()), Vec::new());
         for (i, &ts) in times.iter().enumerate() {
@@ -170,8 +199,15 @@ impl Operator for WindowedOp {
         let mut cols = out.data.columns().to_vec();
         cols.push(Arc::new(Int64Array::from_iter_values(starts)));
         cols.push(Arc::new(Int64Array::from(ends.clone())));
+        let last = |e: &i64| {
+            let local = e.saturating_sub(1);
+            match &self.tz {
+                Some(tz) => epoch_ms(tz, local, Repeated::Earlier).unwrap_or(local),
+                None => local,
+            }
+        };
         cols.push(Arc::new(Int64Array::from_iter_values(
-            ends.iter().map(|e| e.saturating_sub(1)),
+            ends.iter().map(last),
         )));
         let data = RecordBatch::try_new(self.schema.clone(), cols)?;
         ctx.emit(match out.row_watermarks {

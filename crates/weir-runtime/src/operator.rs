@@ -454,6 +454,13 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// The watermark passed downstream when the operator's own is `watermark`: the same,
+    /// unless the operator changes what its output's event time is (weir-operators'
+    /// `LocalTime`: local times of a time zone). Must never decrease as `watermark` grows.
+    fn output_watermark(&self, watermark: Watermark) -> Watermark {
+        watermark
+    }
+
     /// A timer registered through the context fired.
     fn on_timer(&mut self, _timer: Timer, _ctx: &mut Context) -> Result<()> {
         Ok(())

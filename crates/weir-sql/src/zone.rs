@@ -23,7 +23,6 @@ use arrow_array::{ArrayRef, Int64Array, TimestampMillisecondArray};
 use arrow_schema::{DataType, TimeUnit};
 
 use crate::expr::SqlScalar;
-use chrono::{DateTime, LocalResult, Offset, TimeZone};
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_common::{plan_err, DFSchema, ScalarValue};
 use datafusion_expr::expr::{Cast, ScalarFunction, TryCast};
@@ -189,47 +188,7 @@ fn parse_offset_ms(name: &str) -> Option<i64> {
     Some(sign * (h.parse::<i64>().ok()? * 3_600_000 + m.parse::<i64>().ok()? * 60_000))
 }
 
-/// The local date and time of an instant, as milliseconds since the local epoch.
-pub(crate) fn local_ms(tz: &Tz, epoch_ms: i64) -> Option<i64> {
-    let utc = DateTime::from_timestamp_millis(epoch_ms)?.naive_utc();
-    let offset = tz.offset_from_utc_datetime(&utc).fix().local_minus_utc();
-    epoch_ms.checked_add(i64::from(offset) * 1000)
-}
-
-/// Which instant a local time that a change of offset repeats is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Repeated {
-    /// The first (Java's `LocalDateTime.atZone`: Flink's casts).
-    Earlier,
-    /// The second (Java's `SimpleDateFormat`: Flink's UNIX_TIMESTAMP).
-    Later,
-}
-
-/// The instant of a local date and time (milliseconds since the local epoch): a time that a
-/// change of offset skips is moved on by the gap (the offset before the change applies), as
-/// both of Java's ways do; a time it repeats is the instant `repeated` says.
-pub(crate) fn epoch_ms(tz: &Tz, local_ms: i64, repeated: Repeated) -> Option<i64> {
-    let local = DateTime::from_timestamp_millis(local_ms)?.naive_utc();
-    let offset = match tz.offset_from_local_datetime(&local) {
-        LocalResult::Single(o) => o.fix(),
-        LocalResult::Ambiguous(a, b) => {
-            let (a, b) = (a.fix(), b.fix());
-            // The earlier instant is the one of the larger offset.
-            let earlier_first = a.local_minus_utc() >= b.local_minus_utc();
-            match (repeated, earlier_first) {
-                (Repeated::Earlier, true) | (Repeated::Later, false) => a,
-                _ => b,
-            }
-        }
-        // In a gap: the offset before it, the offset of an instant 14 hours (more than any
-        // offset) before the local time read as UTC.
-        LocalResult::None => {
-            let before = local.checked_sub_signed(chrono::TimeDelta::hours(14))?;
-            tz.offset_from_utc_datetime(&before).fix()
-        }
-    };
-    local_ms.checked_sub(i64::from(offset.local_minus_utc()) * 1000)
-}
+pub(crate) use weir_core::zone::{epoch_ms, local_ms, Repeated};
 
 /// What a zone function does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -939,53 +898,13 @@ fn sql_name(t: &DataType) -> String {
 mod tests {
     use super::*;
 
-    fn ms(s: &str) -> i64 {
-        chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S")
-            .unwrap()
-            .and_utc()
-            .timestamp_millis()
-    }
-
     #[test]
-    fn local_times_follow_dst_as_java_does() {
-        let tz = |z: &str| Tz::from_str(SessionZone::parse(z).unwrap().name()).unwrap();
-        let ny = tz("America/New_York");
-        // 2024-03-10 07:00Z: 02:00 EST becomes 03:00 EDT.
-        assert_eq!(
-            local_ms(&ny, ms("2024-03-10 06:59:59")),
-            Some(ms("2024-03-10 01:59:59"))
-        );
-        assert_eq!(
-            local_ms(&ny, ms("2024-03-10 07:00:00")),
-            Some(ms("2024-03-10 03:00:00"))
-        );
-        // A skipped local time is moved on by the gap: 02:30 is 03:30 EDT (07:30Z), as Flink's
-        // UNIX_TIMESTAMP('2024-03-10 02:30:00') gives.
-        let earlier = Repeated::Earlier;
-        assert_eq!(
-            epoch_ms(&ny, ms("2024-03-10 02:30:00"), earlier),
-            Some(ms("2024-03-10 07:30:00"))
-        );
-        // A repeated one is the earlier instant, 01:30 EDT (05:30Z), for a CAST; the later,
-        // 01:30 EST (06:30Z), for UNIX_TIMESTAMP.
-        let repeated = ms("2024-11-03 01:30:00");
-        assert_eq!(
-            epoch_ms(&ny, repeated, earlier),
-            Some(ms("2024-11-03 05:30:00"))
-        );
-        assert_eq!(
-            epoch_ms(&ny, repeated, Repeated::Later),
-            Some(ms("2024-11-03 06:30:00"))
-        );
-        assert_eq!(
-            epoch_ms(&ny, ms("2024-11-03 02:30:00"), earlier),
-            Some(ms("2024-11-03 07:30:00"))
-        );
+    fn fixed_offsets_are_read_as_arrow_reads_them() {
         assert_eq!(
             SessionZone::parse("GMT+05:30").unwrap().fixed_offset_ms(),
             Some(19_800_000)
         );
-        let kolkata = tz("GMT+05:30");
+        let kolkata = Tz::from_str(SessionZone::parse("GMT+05:30").unwrap().name()).unwrap();
         assert_eq!(local_ms(&kolkata, 0), Some(19_800_000));
         assert_eq!(epoch_ms(&kolkata, 19_800_000, Repeated::Later), Some(0));
     }

@@ -312,6 +312,20 @@ impl Harness {
         mine.into_iter().map(|(_, b)| b.data).collect()
     }
 
+    /// Takes what the operator emitted on `port` so far, with each row's watermark.
+    pub fn take_batches(&mut self, port: Port) -> Vec<StreamBatch> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.out)
+            .into_iter()
+            .partition(|(p, _)| *p == port);
+        self.out = rest;
+        mine.into_iter().map(|(_, b)| b).collect()
+    }
+
+    /// The watermark the operator passes downstream when its own is `wm`.
+    pub fn output_watermark(&self, wm: i64) -> i64 {
+        self.host.operator_ref().output_watermark(Watermark(wm)).0
+    }
+
     pub fn state_size(&self) -> weir_state::StateSize {
         self.host.operator_ref().state_size()
     }

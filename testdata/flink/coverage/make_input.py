@@ -106,3 +106,30 @@ for name, rows in [("clicks", None), ("impressions", None), ("events", 12000)]:
         lines = f.read().splitlines(True)[1:]
     with open(f"input/late_{name}.csv", "w") as f:
         f.write("".join(lines[:rows]))
+
+# zoned_events.csv, for windows over a TIMESTAMP_LTZ in a zone with DST (queries/
+# zone_windows.sql, run in America/New_York): id, key, ts (epoch ms), amount. Every 20 minutes
+# (two keys) through the local days around both 2024 DST changes there (2024-03-10 has 23
+# hours, 2024-11-03 25), in event-time order; then a sparse day for sessions.
+spring_day, autumn_day = 1709960400000, 1730520000000  # 2024-03-09 00:00 and 2024-11-02 00:00 EST/EDT
+rows = []
+for start in (spring_day, autumn_day):
+    for k in range(3 * 72):
+        ts = start + k * 1_200_000
+        rows.append((ts, "a" if k % 2 == 0 else "b", (k * 37) % 100))
+# Sessions (key s; a and b, 40 minutes apart, make one per range with a 45-minute gap): rows 15 minutes apart across the start of the repeated hour of 2024-11-03
+# (05:40Z, 05:55Z, 06:10Z: 01:40 EDT, 01:55 EDT, 01:10 EST), then two after gaps of over an hour.
+for ts in (1730612400000, 1730613300000, 1730614200000, 1730620000000, 1730700000000):
+    rows.append((ts, "s", 1))
+rows.sort()
+# Late rows, after the one at 06:40Z on 2024-11-03 (01:40 EST, the second pass of the repeated
+# hour): 01:30 EDT and 01:10 EST fall in the local hour [01:00, 02:00), which waits for its
+# second pass (kept); 00:50 EDT falls in [00:00, 01:00), which has closed (late in hourly
+# windows, kept in day windows).
+at = [r[0] for r in rows].index(1730616000000) + 1
+# Their key is their own: a late row that falls in a session still open is merged into it by
+# Flink and late by its own time in weir (a documented difference, docs/sql.md).
+rows[at:at] = [(1730611800000, "l", 5), (1730614200000, "l", 6), (1730609400000, "l", 7)]
+with open("input/zoned_events.csv", "w") as f:
+    for i, (ts, key, amount) in enumerate(rows):
+        f.write(f"{i},{key},{ts},{amount}\n")

@@ -185,12 +185,14 @@ impl ChainMember {
         }
         self.watermark = w;
         self.metrics.watermark.store(w.0, Relaxed);
+        let mut passed = w;
         if let Chained::Sync(host) = &mut self.op {
             let mut out = Vec::new();
             host.on_watermark(w, &self.dead_letters, &mut out)?;
+            passed = host.op.output_watermark(w);
             self.pass_on(out, last, next);
         }
-        next.push(Item::Control(Message::Watermark(w)));
+        next.push(Item::Control(Message::Watermark(passed)));
         Ok(())
     }
 

@@ -177,16 +177,18 @@ impl OperatorTask {
 
     pub(super) async fn on_watermark(&mut self, wm: Watermark) -> Result<()> {
         self.outputs.metrics.watermark.store(wm.0, Relaxed);
+        let mut passed = wm;
         match &mut self.processor {
             Processor::Operator(host) => {
                 let mut out = Vec::new();
                 host.on_watermark(wm, &self.dead_letters, &mut out)?;
+                passed = host.op.output_watermark(wm);
                 self.send(out).await?;
             }
             Processor::Async(_) => {}
             Processor::Sink(w) => w.on_watermark(wm).await?,
         }
-        self.outputs.broadcast(Message::Watermark(wm)).await
+        self.outputs.broadcast(Message::Watermark(passed)).await
     }
 
     pub(super) async fn fire_proc_timers(&mut self) -> Result<()> {

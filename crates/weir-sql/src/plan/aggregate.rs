@@ -4,7 +4,7 @@
 use super::*;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::Value;
-use weir_operators::{Windowed, WindowedExt};
+use weir_operators::{LocalTime, LocalTimeExt, Windowed, WindowedExt};
 
 /// A grouped relation, its keys (stream columns) and its aggregates (by their SQL text).
 /// A grouping's input, keys and aggregates, and the aggregates whose results go back to the
@@ -77,38 +77,16 @@ impl Planner {
                 )))
             }
         }
-        self.refuse_local_windows(&rel, &descriptor[0], &name)?;
         let w = self.window(&name, &args[2..])?;
         Ok((rel, w, partition))
     }
 
-    /// Refuses a window over a TIMESTAMP_LTZ time attribute in a session time zone other than
-    /// UTC: Flink aligns such windows to local time (a day starts at local midnight, a window
-    /// across a DST change is an hour shorter or longer), which weir's windows do not do yet.
-    fn refuse_local_windows(&self, rel: &Rel, attr: &SqlExpr, window: &str) -> Result<()> {
-        if self.zone.is_utc() {
-            return Ok(());
-        }
-        let column = match attr {
-            SqlExpr::Identifier(i) => rel.resolve(None, &i.value),
-            SqlExpr::CompoundIdentifier(p) if p.len() == 2 => {
-                rel.resolve(Some(&p[0].value), &p[1].value)
-            }
-            _ => return Ok(()),
-        }?;
-        // A TIMESTAMP_LTZ attribute, or the BIGINT epoch milliseconds behind one.
-        if !rel.instant_column(&column) {
-            return Ok(());
-        }
-        Err(plan_err(format!(
-            "{window} over `{attr}`, a TIMESTAMP_LTZ (or its epoch milliseconds), in the \
-             session time zone '{}': Flink \
-             aligns these windows to local time (a day window starts at local midnight, and \
-             one across a DST change is an hour shorter or longer), which weir does not do yet, \
-             so the query is refused rather than windowed in UTC; run it with the session \
-             time zone UTC, or declare the time attribute as a TIMESTAMP(3) of local times",
-            self.zone
-        )))
+    /// The session zone, when `rel`'s windows must be aligned to it: its event time is
+    /// instants (a TIMESTAMP_LTZ, or the epoch milliseconds behind one) and the zone is not
+    /// UTC. Flink aligns such windows to local time (a day window starts at local midnight,
+    /// and one across a DST change is an hour shorter or longer).
+    pub(super) fn local_windows<'a>(&self, rel: &'a Rel) -> Option<&'a SessionZone> {
+        (!rel.zone.is_utc() && rel.local_event_time() == Some(false)).then_some(&rel.zone)
     }
 
     /// The window of TUMBLE, HOP, CUMULATE or SESSION from its interval arguments (those after
@@ -230,8 +208,14 @@ impl Planner {
         }
         let mut wd = Windowed::new(w.window);
         wd.max_windows_per_row = w.max_windows_per_row;
+        // Over instants in a session zone other than UTC, windows of local times (as in
+        // window_aggregate); what ranks or joins them reads the watermark as local too.
+        let zone = self.local_windows(&rel).map(|z| z.name().to_string());
+        if let Some(z) = &zone {
+            wd = wd.in_zone(z);
+        }
         let out = rel.stream.windowed(wd);
-        let stream = window_bounds_as_timestamps(&out);
+        let stream = window_bounds_as_timestamps(&out, zone.is_some());
         let mut scope = rel.scope.clone();
         for n in ["window_start", "window_end", "window_time"] {
             scope.push(ScopeEntry {
@@ -300,7 +284,15 @@ impl Planner {
                 )))
             }
         }
-        self.refuse_local_windows(rel, &args[0], &name)?;
+        if let (Some(zone), Some(_)) = (self.local_windows(rel), &self.batch) {
+            return Err(plan_err(format!(
+                "GROUP BY {f} over a TIMESTAMP_LTZ in batch execution, in the session time zone \
+                 '{zone}': Flink's batch group windows align to UTC where its streaming ones \
+                 align to the zone's local time, so weir refuses the ambiguity; write the window \
+                 table function (FROM TABLE({name}(TABLE t, DESCRIPTOR(rt), ...)) ... GROUP BY \
+                 ..., window_start, window_end), aligned to local time in both modes"
+            )));
+        }
         let w = self.window(&name, &args[1..])?;
         // The window's own arguments, to check each auxiliary function against.
         let window_args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
@@ -416,8 +408,22 @@ impl Planner {
         } else {
             AggStrategy::OnePhase
         };
-        let out = rel.stream.key_by(&keys).window_aggregate_with(w, strategy);
-        let stream = window_bounds_as_timestamps(&restore_types(out, &restore));
+        // Over instants in a session zone other than UTC, the windows are of local times (see
+        // weir_operators::local_time): window_start and window_end are local, window_time the
+        // instant of the window's last local time, as Flink's.
+        let zone = self.local_windows(&rel).map(|z| z.name().to_string());
+        let input = match &zone {
+            Some(z) => rel
+                .stream
+                .local_time(LocalTime::into_local(z, LOCAL_EVENT_TIME)),
+            None => rel.stream.clone(),
+        };
+        let mut out = input.key_by(&keys).window_aggregate_with(w, strategy);
+        if let Some(z) = &zone {
+            let back = LocalTime::into_instants(z, &["window_time"], &[], "window_time");
+            out = out.local_time(back);
+        }
+        let stream = window_bounds_as_timestamps(&restore_types(out, &restore), zone.is_some());
         let mut scope: Vec<ScopeEntry> = rel
             .scope
             .iter()
@@ -453,15 +459,23 @@ impl Planner {
     }
 }
 
+/// The column of local event times that windows over instants in a session zone other than
+/// UTC are aligned to (not in any scope: no query names it).
+const LOCAL_EVENT_TIME: &str = "__weir_local_event_time";
+
 /// `stream` with its `window_start` and `window_end` (epoch ms) as TIMESTAMP(3), as Flink
 /// presents them.
-fn window_bounds_as_timestamps(stream: &Stream) -> Stream {
+/// `instants`: `window_time` as a TIMESTAMP_LTZ(3) too (the windows of a zone's local times).
+fn window_bounds_as_timestamps(stream: &Stream, instants: bool) -> Stream {
     let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+    let ltz = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
     let cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
         .map(|f| {
             let n = f.name().clone();
             let e = if ["window_start", "window_end"].contains(&n.as_str()) {
                 SqlScalar::column(&n).cast(&ts)
+            } else if instants && n == "window_time" {
+                SqlScalar::column(&n).cast(&ltz)
             } else {
                 SqlScalar::column(&n)
             };
@@ -472,8 +486,8 @@ fn window_bounds_as_timestamps(stream: &Stream) -> Stream {
 }
 
 /// The keys (stream columns) and aggregates of a grouped SELECT, and the relation to aggregate
-/// (with aggregated expressions computed into columns). `windowed`: `window_start` and
-/// `window_end` in GROUP BY name the window, not keys.
+/// (with aggregated expressions computed into columns). `windowed`: `window_start`,
+/// `window_end` and `window_time` in GROUP BY name the window, not keys.
 /// The key column of an aggregation without keys (a window aggregation grouped by the window
 /// alone, an OVER without PARTITION BY): the same value in every row.
 pub(super) const ALL_ROWS: &str = "__all_rows";
@@ -486,9 +500,11 @@ pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grou
     for g in group {
         let name = ident_name(g)
             .ok_or_else(|| plan_err(format!("GROUP BY {g}: weir groups by columns")))?;
+        // window_time (Flink takes it in GROUP BY too) follows from the window.
         if windowed
             && (name.eq_ignore_ascii_case("window_start")
-                || name.eq_ignore_ascii_case("window_end"))
+                || name.eq_ignore_ascii_case("window_end")
+                || name.eq_ignore_ascii_case("window_time"))
         {
             continue;
         }

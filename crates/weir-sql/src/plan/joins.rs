@@ -235,6 +235,16 @@ impl Planner {
                     "window join: ON equates only the windows; weir needs a key equality too (all rows of a window would meet in one subtask)",
                 ));
             }
+            if let Some(zone) = self.local_windows(&left).or(self.local_windows(&right)) {
+                return Err(plan_err(format!(
+                    "window join over a TIMESTAMP_LTZ in the session time zone '{zone}': Flink \
+                     aligns these windows to local time, which weir does for window \
+                     aggregations and window Top-N but not yet for window joins, so the query is \
+                     refused rather than joined with the windows read in UTC; run it in the \
+                     session time zone UTC, or declare the time attributes TIMESTAMP(3) of local \
+                     times"
+                )));
+            }
             let j = WindowJoin::given_windows()
                 .join_type(jt)
                 .aliases(&aliases.0, &aliases.1);

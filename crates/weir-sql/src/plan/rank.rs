@@ -162,6 +162,8 @@ impl Planner {
             first_rank: first,
             last_rank: last,
             rank_column: rank_name.clone(),
+            // Windows of local times over instants (see Planner::local_windows).
+            zone: self.local_windows(&rel).map(|z| z.name().to_string()),
             ..WindowRank::top(last)
         };
         let stream = rel.stream.key_by(&partition).window_rank(rank);

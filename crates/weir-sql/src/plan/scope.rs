@@ -44,15 +44,6 @@ impl Rel {
         Some(matches!(f.data_type(), DataType::Timestamp(_, None)))
     }
 
-    /// Whether `column` (a time attribute) holds instants: a TIMESTAMP_LTZ, or BIGINT epoch
-    /// milliseconds.
-    pub(super) fn instant_column(&self, column: &str) -> bool {
-        let schema = self.stream.schema();
-        schema
-            .field_with_name(column)
-            .is_ok_and(|f| crate::zone::is_ltz(f.data_type()) || f.data_type() == &DataType::Int64)
-    }
-
     pub(super) fn resolve(&self, qualifier: Option<&str>, name: &str) -> Result<String> {
         let hits: Vec<&ScopeEntry> = self
             .scope
