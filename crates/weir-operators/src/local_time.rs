@@ -101,7 +101,7 @@ impl LocalTime {
                 }
                 let mut fields: Vec<Field> =
                     schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-                fields.push(Field::new(into, DataType::Int64, true));
+                fields.push(Field::new(into, DataType::Int64, false));
                 let mut sources: Vec<Source> =
                     (0..schema.fields().len()).map(Source::Copy).collect();
                 sources.push(Source::LocalOf(et));
@@ -168,6 +168,18 @@ fn parse_zone(zone: &str) -> Result<Tz> {
 /// The zone of windows of local times (`None`: windows of the event time as it is).
 pub(crate) fn zone(zone: Option<&str>) -> Result<Option<Tz>> {
     zone.map(parse_zone).transpose()
+}
+
+/// `wm` as the watermark of `tz`'s local times (as it is without a zone).
+pub(crate) fn local_watermark_in(tz: Option<&Tz>, wm: i64) -> i64 {
+    tz.map_or(wm, |tz| local_watermark(tz, wm))
+}
+
+/// The instant of `tz`'s local time `local` (the earlier of a repeated one, Flink's
+/// window_time; a time beyond the calendar as it is), or `local` itself without a zone.
+pub(crate) fn instant_of(tz: Option<&Tz>, local: i64) -> i64 {
+    tz.and_then(|tz| epoch_ms(tz, local, Repeated::Earlier))
+        .unwrap_or(local)
 }
 
 /// Where an output column comes from.
@@ -248,15 +260,17 @@ impl Operator for LocalTimeOp {
                     Source::LocalOf(i) => {
                         // (A row without an event time went to the dead letters at its source.)
                         let times = event_times(data, i)?;
-                        let local: Int64Array =
-                            times.iter().map(|&t| local_ms(&self.tz, t)).collect();
+                        // (A time beyond the calendar keeps its value, as in `windowed`.)
+                        let local: Int64Array = (times.iter())
+                            .map(|&t| local_ms(&self.tz, t).unwrap_or(t))
+                            .map(Some)
+                            .collect();
                         Arc::new(local)
                     }
                     Source::InstantOf(i) => {
                         let local = data.column(i).as_primitive::<Int64Type>();
-                        Arc::new(local.unary_opt::<_, Int64Type>(|l| {
-                            epoch_ms(&self.tz, l, Repeated::Earlier)
-                        }))
+                        let tz = Some(&self.tz);
+                        Arc::new(local.unary::<_, Int64Type>(|l| instant_of(tz, l)))
                     }
                 })
             })
@@ -435,6 +449,85 @@ mod tests {
         assert!(LocalTime::into_local("Mars/Olympus", "x")
             .plan(&[instants()])
             .is_err());
+    }
+
+    /// `windowed` in a zone: a day window of New York's 25-hour 2024-11-03 holds both passes
+    /// of the repeated hour; its window time is the instant of its last local time.
+    #[test]
+    fn window_rows_of_a_zone_are_local_days() {
+        use crate::window_aggregate::Window;
+        use crate::windowed::Windowed;
+        let day = 86_400_000;
+        let spec = Windowed::new(Window::Tumbling { size_ms: day }).in_zone(NY);
+        let mut h = Harness::of(&spec, &[instants()]);
+        let times = [
+            ms("2024-11-03 04:00:00"), // 00:00 EDT: the day's first instant
+            ms("2024-11-03 06:30:00"), // 01:30 EST, the second pass
+            ms("2024-11-04 04:59:59"), // 23:59:59 EST: the day's last second
+            ms("2024-11-04 05:00:00"), // the next day
+        ];
+        let data = RecordBatch::try_new(
+            instants().schema,
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2, 3, 4])),
+                Arc::new(TimestampMillisecondArray::from(times.to_vec()).with_timezone("+00:00")),
+            ],
+        )
+        .expect("a batch");
+        h.push(0, data);
+        let got = h.take(Port::Main);
+        let col = |i: usize| {
+            got[0]
+                .column(i)
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec()
+        };
+        let starts = col(2);
+        assert_eq!(&starts[..3], &[ms("2024-11-03 00:00:00"); 3]);
+        assert_eq!(starts[3], ms("2024-11-04 00:00:00"));
+        // window_time: 2024-11-03 23:59:59.999 EST.
+        assert_eq!(col(4)[0], ms("2024-11-04 04:59:59") + 999);
+    }
+
+    /// `window_rank` in a zone: the local hour the end of DST repeats closes once the
+    /// watermark passes its second pass, not its first.
+    #[test]
+    fn window_ranks_of_a_zone_close_after_the_second_pass() {
+        use crate::window_rank::WindowRank;
+        let input = StreamInfo {
+            schema: Arc::new(Schema::new(vec![
+                Field::new("window_end", DataType::Int64, false),
+                Field::new("v", DataType::Int64, false),
+            ])),
+            event_time: None,
+        };
+        let spec = WindowRank {
+            keys: vec!["window_end".into()],
+            ..WindowRank::top(1).order_by("v", true).in_zone(NY)
+        };
+        let mut h = Harness::of(&spec, std::slice::from_ref(&input));
+        let data = RecordBatch::try_new(
+            input.schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![ms("2024-11-03 02:00:00")])),
+                Arc::new(Int64Array::from(vec![7])),
+            ],
+        )
+        .expect("a batch");
+        h.push(0, data);
+        // 01:59:59.999 EDT, the end of the first pass: the hour [01:00, 02:00) stays open.
+        h.watermark(ms("2024-11-03 05:59:59") + 999);
+        assert!(h.take(Port::Main).is_empty());
+        // 01:59:59.999 EST: it closes.
+        h.watermark(ms("2024-11-03 06:59:59") + 999);
+        assert_eq!(
+            h.take(Port::Main)
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>(),
+            1
+        );
     }
 
     fn h_tz() -> Tz {

@@ -85,6 +85,13 @@ pub struct WindowJoin {
     pub given_windows: bool,
     #[serde(default)]
     pub join_type: JoinType,
+    /// Given windows of local times of this zone (a region, or an offset `+05:30`) over
+    /// instants: a window closes when the watermark of local times
+    /// ([`weir_core::zone::local_watermark`]) reaches its end, and its window time is the
+    /// instant of its last local time, as Flink's window joins over a TIMESTAMP_LTZ in a
+    /// session zone. None: windows and watermark of one kind.
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 /// The columns that carry a row's window when the inputs give it.
@@ -115,6 +122,7 @@ impl WindowJoin {
             right_alias: right_alias(),
             given_windows: false,
             join_type: JoinType::Inner,
+            zone: None,
         }
     }
 
@@ -124,6 +132,12 @@ impl WindowJoin {
             given_windows: true,
             ..Self::tumbling(1)
         }
+    }
+
+    /// Given windows of `zone`'s local times (see [`WindowJoin::zone`]).
+    pub fn in_zone(mut self, zone: &str) -> Self {
+        self.zone = Some(zone.into());
+        self
     }
 
     pub fn join_type(mut self, t: JoinType) -> Self {
@@ -149,6 +163,11 @@ impl WindowJoin {
         if self.join_type != JoinType::Inner && !self.given_windows {
             return Err(Error::plan(
                 "an outer window join takes the windows its inputs give (window_start, window_end)",
+            ));
+        }
+        if self.zone.is_some() && !self.given_windows {
+            return Err(Error::plan(
+                "a window join of a zone's local times takes the windows its inputs give (window_start, window_end)",
             ));
         }
         if self.given_windows {
@@ -291,6 +310,7 @@ impl OperatorFactory for WindowJoin {
             null_keys: [0; 2],
             late_assignments: 0,
             no_window: 0,
+            tz: crate::local_time::zone(self.zone.as_deref())?,
         }))
     }
     fn describe(&self) -> String {
@@ -364,6 +384,8 @@ pub struct WindowJoinOp {
     /// Rows with a NULL key, per side.
     null_keys: [u64; 2],
     late_assignments: u64,
+    /// Given windows of this zone's local times: watermarks are taken as local ones.
+    tz: Option<arrow_array::timezone::Tz>,
     /// Rows in no representable window (dead letters).
     no_window: u64,
 }
@@ -400,7 +422,10 @@ impl WindowJoinOp {
         };
         let ends = column(&batch.data, cols[1])?;
         // Late: the row's split's watermark reached the end of its window.
-        let (on_time, late) = batch.split_late(&ends, |end, wm| wm >= end.saturating_sub(1))?;
+        let tz = self.tz.as_ref();
+        let (on_time, late) = batch.split_late(&ends, |end, wm| {
+            crate::local_time::local_watermark_in(tz, wm) >= end.saturating_sub(1)
+        })?;
         if let Some(late) = late {
             self.late[side] += late.num_rows() as u64;
             ctx.emit_late_from(side, late);
@@ -526,7 +551,8 @@ impl Operator for WindowJoinOp {
         ctx: &mut Context,
     ) -> Result<()> {
         let mut due = Vec::new();
-        self.closing.pop_due(watermark.0, &mut due);
+        let wm = crate::local_time::local_watermark_in(self.tz.as_ref(), watermark.0);
+        self.closing.pop_due(wm, &mut due);
         let mut pairs = Vec::new();
         let mut windows = Vec::new();
         let mut freed: Vec<(usize, u32)> = Vec::new();
@@ -575,9 +601,11 @@ impl Operator for WindowJoinOp {
                     win.iter().map(|w| w.1),
                 )));
             }
-            cols.push(Arc::new(Int64Array::from_iter_values(
-                win.iter().map(|w| w.1.saturating_sub(1)),
-            )));
+            // The window's time: its last moment (of local times: their instant).
+            let tz = self.tz.as_ref();
+            cols.push(Arc::new(Int64Array::from_iter_values(win.iter().map(
+                |w| crate::local_time::instant_of(tz, w.1.saturating_sub(1)),
+            ))));
             ctx.emit(StreamBatch::new(RecordBatch::try_new(
                 self.schema.clone(),
                 cols,

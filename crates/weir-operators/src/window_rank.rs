@@ -346,10 +346,7 @@ pub struct WindowRankOp {
 impl WindowRankOp {
     /// A watermark as this operator's windows read it.
     fn local(&self, wm: i64) -> i64 {
-        match &self.tz {
-            Some(tz) => weir_core::zone::local_watermark(tz, wm),
-            None => wm,
-        }
+        crate::local_time::local_watermark_in(self.tz.as_ref(), wm)
     }
 
     fn close_at(&self, end: i64) -> i64 {

@@ -16,7 +16,7 @@ use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
-use weir_core::zone::{epoch_ms, local_ms, Repeated};
+use weir_core::zone::local_ms;
 use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
@@ -199,13 +199,8 @@ impl Operator for WindowedOp {
         let mut cols = out.data.columns().to_vec();
         cols.push(Arc::new(Int64Array::from_iter_values(starts)));
         cols.push(Arc::new(Int64Array::from(ends.clone())));
-        let last = |e: &i64| {
-            let local = e.saturating_sub(1);
-            match &self.tz {
-                Some(tz) => epoch_ms(tz, local, Repeated::Earlier).unwrap_or(local),
-                None => local,
-            }
-        };
+        let tz = self.tz.as_ref();
+        let last = |e: &i64| crate::local_time::instant_of(tz, e.saturating_sub(1));
         cols.push(Arc::new(Int64Array::from_iter_values(
             ends.iter().map(last),
         )));

@@ -150,8 +150,9 @@ impl OperatorFactory for Calc {
         let input = weir_runtime::ops::single_input(KIND, inputs)?;
         let (_, _, schema) = self.planned(&input.schema)?;
         // Event time survives when a column passes it through, under its name or another, or
-        // as its epoch milliseconds (a TIMESTAMP(3) cast to BIGINT: a union of tables whose
-        // event times have different types).
+        // as the same milliseconds of another type: a TIMESTAMP(3) cast to BIGINT (a union of
+        // tables whose event times have different types), a window's BIGINT window_time cast
+        // to TIMESTAMP(3) or TIMESTAMP_LTZ(3).
         let named = self.columns(&input.schema);
         let event_time = input.event_time.as_ref().and_then(|et| {
             let millis = input.schema.field_with_name(et).is_ok_and(|f| {
@@ -160,9 +161,18 @@ impl OperatorFactory for Calc {
                     DataType::Int64 | DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, _)
                 )
             });
-            let as_millis = SqlScalar::column(et).cast(&DataType::Int64);
+            let ms = arrow_schema::TimeUnit::Millisecond;
+            let same_millis: Vec<String> = [
+                DataType::Int64,
+                DataType::Timestamp(ms, None),
+                DataType::Timestamp(ms, Some("+00:00".into())),
+            ]
+            .iter()
+            .map(|t| SqlScalar::column(et).cast(t).sql().to_string())
+            .collect();
             let passes = |e: &SqlScalar| {
-                e.as_column().is_some_and(|c| c == *et) || (millis && e.sql() == as_millis.sql())
+                e.as_column().is_some_and(|c| c == *et)
+                    || (millis && same_millis.iter().any(|s| s == e.sql()))
             };
             (named.iter().find(|(n, e)| n == et && passes(e)))
                 .or_else(|| named.iter().find(|(_, e)| passes(e)))

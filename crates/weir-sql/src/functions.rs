@@ -89,7 +89,7 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
     }
     if let SqlExpr::Cast { .. } = e {
         sized_text_cast(e);
-        return time_cast(e);
+        return Ok(());
     }
     // A number with an exponent is a DOUBLE in Flink (`1e3`, `2.5E-1`); DataFusion, reading
     // numbers with a point as DECIMAL (as Flink does), would read it as one too.
@@ -266,7 +266,7 @@ fn time_cast(e: &mut SqlExpr) -> Result<(), String> {
     let SqlExpr::Cast { data_type, .. } = e else {
         return Ok(());
     };
-    let T::Time(precision, TimezoneInfo::None) = data_type else {
+    let T::Time(precision, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) = data_type else {
         return Ok(());
     };
     let unit = match *precision {
@@ -279,20 +279,40 @@ fn time_cast(e: &mut SqlExpr) -> Result<(), String> {
             ))
         }
     };
-    // `TIME WITHOUT TIME ZONE` is DataFusion's TIME as well; it is not rewritten again when
-    // the expression is prepared a second time.
-    *data_type = T::Time(None, TimezoneInfo::WithoutTimeZone);
+    // (Done once, by prepare_all just before planning: the CAST within is not rewritten again.)
+    *data_type = T::Time(None, TimezoneInfo::None);
     let cast = std::mem::replace(e, SqlExpr::value(Value::Null));
     let unit = SqlExpr::value(Value::SingleQuotedString(unit.into()));
     *e = crate::zone::call("arrow_cast", vec![cast, unit]);
     Ok(())
 }
 
-/// [`prepare`] on every node of `e`.
-pub(crate) fn prepare_all(e: &mut SqlExpr) -> Result<(), String> {
+/// [`prepare`] on every node of `e`, as the planner's name resolution does (plan/scope.rs)
+/// before the session zone's rewrite.
+#[cfg(test)]
+pub(crate) fn prepare_nodes(e: &mut SqlExpr) -> Result<(), String> {
     use std::ops::ControlFlow;
     let found = sqlparser::ast::visit_expressions_mut(e, |e| match prepare(e) {
         Ok(()) => ControlFlow::Continue(()),
+        Err(m) => ControlFlow::Break(m),
+    });
+    match found {
+        ControlFlow::Break(m) => Err(m),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// What an expression goes through just before DataFusion plans it (`SqlScalar`): [`prepare`]
+/// on every node (again, where the planner did already: it changes nothing the second time),
+/// and the CAST to TIME(p) rewrite, once, after the session zone's rewrite has read the CAST as
+/// written.
+pub(crate) fn prepare_all(e: &mut SqlExpr) -> Result<(), String> {
+    use std::ops::ControlFlow;
+    let found = sqlparser::ast::visit_expressions_mut(e, |e| match prepare(e) {
+        Ok(()) => match time_cast(e) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(m) => ControlFlow::Break(m),
+        },
         Err(m) => ControlFlow::Break(m),
     });
     match found {

@@ -524,15 +524,6 @@ INSERT INTO out1 {query};"
     };
     std::fs::write(dir.path().join("walls.csv"), "k,2024-01-01 00:00:00\n").unwrap();
     for (query, says) in [
-        // Window aggregations and window Top-N are aligned to local time; window joins are
-        // not yet.
-        (
-            "SELECT l.key, l.window_start, 1 FROM \
-             (SELECT * FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), INTERVAL '1' DAY))) l \
-             JOIN (SELECT * FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), INTERVAL '1' DAY))) r \
-             ON l.key = r.key AND l.window_start = r.window_start AND l.window_end = r.window_end",
-            "aligns these windows to local time",
-        ),
         (
             "SELECT key, CAST(rt AS TIMESTAMP(3)), 1 FROM events \
              WHERE rt > TIMESTAMP '2024-01-01 00:00:00'",
@@ -600,9 +591,39 @@ INSERT INTO out1 {query};"
         // The BIGINT epoch milliseconds behind a TIMESTAMP_LTZ are instants too.
         "SELECT key, window_start, 1 FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), \
          INTERVAL '1' DAY))",
+        "SELECT l.key, l.window_start, 1 FROM \
+         (SELECT * FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), INTERVAL '1' DAY))) l \
+         JOIN (SELECT * FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), INTERVAL '1' DAY))) r \
+         ON l.key = r.key AND l.window_start = r.window_start AND l.window_end = r.window_end",
     ] {
-        plan_job(&job("America/New_York", query), &opts(dir.path()))
+        let graph = plan_job(&job("America/New_York", query), &opts(dir.path()))
             .unwrap_or_else(|e| panic!("{query}: {e}"));
+        let local = !query.contains("TABLE walls");
+        assert_eq!(
+            graph.to_string().contains("local times"),
+            local,
+            "{query}: {graph}"
+        );
+    }
+    // After a window aggregation over a TIMESTAMP attribute, window_time is a TIMESTAMP of
+    // local times too: a window Top-N or a window over it reads them as they are, not in the
+    // zone again.
+    for query in [
+        "SELECT key, window_start, 1 FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY \
+         window_start, window_end ORDER BY n DESC) AS rn FROM (SELECT key, window_start, \
+         window_end, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE walls, DESCRIPTOR(wt), \
+         INTERVAL '1' HOUR)) GROUP BY key, window_start, window_end) AS a) AS b WHERE rn <= 1",
+        "WITH hourly AS (SELECT key, window_time, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE walls, \
+         DESCRIPTOR(wt), INTERVAL '1' HOUR)) GROUP BY key, window_start, window_end, \
+         window_time) SELECT key, window_start, SUM(n) FROM TABLE(TUMBLE(TABLE hourly, \
+         DESCRIPTOR(window_time), INTERVAL '1' DAY)) GROUP BY key, window_start, window_end",
+    ] {
+        let graph = plan_job(&job("Asia/Kolkata", query), &opts(dir.path()))
+            .unwrap_or_else(|e| panic!("{query}: {e}"));
+        assert!(
+            !graph.to_string().contains("local times"),
+            "{query}: {graph}"
+        );
     }
     // In batch, Flink's group windows over a TIMESTAMP_LTZ align to UTC (its window table
     // functions to local time): refused, naming the table function.

@@ -60,7 +60,7 @@ fn weir(expr: &str, zone: &SessionZone) -> Weir {
             Some(planned.data_type().clone())
         };
         // As the planner does (plan/scope.rs): Flink's names and forms first, then the zone.
-        crate::functions::prepare_all(&mut ast)?;
+        crate::functions::prepare_nodes(&mut ast)?;
         crate::zone::localize(&mut ast, zone, &type_of)?;
         SqlScalar::new(ast.to_string()).try_plan_checked(&schema, |logical, df| {
             crate::zone::refuse_zone_dependent(logical, df, zone)

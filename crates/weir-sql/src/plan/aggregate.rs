@@ -215,7 +215,8 @@ impl Planner {
             wd = wd.in_zone(z);
         }
         let out = rel.stream.windowed(wd);
-        let stream = window_bounds_as_timestamps(&out, zone.is_some());
+        let stream =
+            window_bounds_as_timestamps(&out, window_time_type(&rel, zone.is_some()).as_ref());
         let mut scope = rel.scope.clone();
         for n in ["window_start", "window_end", "window_time"] {
             scope.push(ScopeEntry {
@@ -423,7 +424,9 @@ impl Planner {
             let back = LocalTime::into_instants(z, &["window_time"], &[], "window_time");
             out = out.local_time(back);
         }
-        let stream = window_bounds_as_timestamps(&restore_types(out, &restore), zone.is_some());
+        let window_time = window_time_type(&rel, zone.is_some());
+        let stream =
+            window_bounds_as_timestamps(&restore_types(out, &restore), window_time.as_ref());
         let mut scope: Vec<ScopeEntry> = rel
             .scope
             .iter()
@@ -459,23 +462,50 @@ impl Planner {
     }
 }
 
+/// `stream` with `column` cast to `t`.
+pub(super) fn cast_column(stream: &Stream, column: &str, t: &DataType) -> Stream {
+    let cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
+        .map(|f| {
+            let n = f.name().clone();
+            let e = SqlScalar::column(&n);
+            let e = if n == column { e.cast(t) } else { e };
+            (n, e)
+        })
+        .collect();
+    stream.apply("calc", Arc::new(Calc::project(cols)))
+}
+
+/// The type of the `window_time` of windows over `rel`'s event time, when it is not BIGINT:
+/// a TIMESTAMP_LTZ(3) for windows of a zone's local times over instants (`zoned`), a
+/// TIMESTAMP(3) over a TIMESTAMP attribute (local times: not instants to read in the zone again
+/// downstream), as Flink types it. Over instants in UTC it stays BIGINT epoch milliseconds.
+pub(super) fn window_time_type(rel: &Rel, zoned: bool) -> Option<DataType> {
+    match (zoned, rel.local_event_time()) {
+        (true, _) => Some(DataType::Timestamp(
+            TimeUnit::Millisecond,
+            Some("+00:00".into()),
+        )),
+        (false, Some(true)) => Some(DataType::Timestamp(TimeUnit::Millisecond, None)),
+        _ => None,
+    }
+}
+
 /// The column of local event times that windows over instants in a session zone other than
 /// UTC are aligned to (not in any scope: no query names it).
 const LOCAL_EVENT_TIME: &str = "__weir_local_event_time";
 
 /// `stream` with its `window_start` and `window_end` (epoch ms) as TIMESTAMP(3), as Flink
 /// presents them.
-/// `instants`: `window_time` as a TIMESTAMP_LTZ(3) too (the windows of a zone's local times).
-fn window_bounds_as_timestamps(stream: &Stream, instants: bool) -> Stream {
+/// `window_time`: its type (see [`window_time_type`]), when not BIGINT.
+fn window_bounds_as_timestamps(stream: &Stream, window_time: Option<&DataType>) -> Stream {
     let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
-    let ltz = DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()));
     let cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
         .map(|f| {
             let n = f.name().clone();
             let e = if ["window_start", "window_end"].contains(&n.as_str()) {
                 SqlScalar::column(&n).cast(&ts)
-            } else if instants && n == "window_time" {
-                SqlScalar::column(&n).cast(&ltz)
+            } else if let (Some(t), "window_time") = (window_time, n.as_str()) {
+                SqlScalar::column(&n).cast(t)
             } else {
                 SqlScalar::column(&n)
             };

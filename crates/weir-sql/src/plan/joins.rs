@@ -1,6 +1,7 @@
 //! Joins, recognised from their conditions: interval, temporal, lookup and regular joins.
 
 use super::*;
+use weir_operators::window_join::GIVEN_WINDOW_TIME;
 use weir_operators::{WindowJoin, WindowJoinExt};
 
 impl Planner {
@@ -235,20 +236,20 @@ impl Planner {
                     "window join: ON equates only the windows; weir needs a key equality too (all rows of a window would meet in one subtask)",
                 ));
             }
-            if let Some(zone) = self.local_windows(&left).or(self.local_windows(&right)) {
-                return Err(plan_err(format!(
-                    "window join over a TIMESTAMP_LTZ in the session time zone '{zone}': Flink \
-                     aligns these windows to local time, which weir does for window \
-                     aggregations and window Top-N but not yet for window joins, so the query is \
-                     refused rather than joined with the windows read in UTC; run it in the \
-                     session time zone UTC, or declare the time attributes TIMESTAMP(3) of local \
-                     times"
-                )));
-            }
-            let j = WindowJoin::given_windows()
+            let mut j = WindowJoin::given_windows()
                 .join_type(jt)
                 .aliases(&aliases.0, &aliases.1);
-            stream.key_by(&lk).window_join(&right.stream.key_by(&rk), j)
+            // Windows of local times over instants (see Planner::local_windows).
+            if let Some(zone) = self.local_windows(&left).or(self.local_windows(&right)) {
+                j = j.in_zone(zone.name());
+            }
+            let joined = stream.key_by(&lk).window_join(&right.stream.key_by(&rk), j);
+            // Over TIMESTAMP attributes the window time is a local TIMESTAMP too (not instants
+            // to read in the session zone again).
+            match super::aggregate::window_time_type(&left, false) {
+                Some(t) => super::aggregate::cast_column(&joined, GIVEN_WINDOW_TIME, &t),
+                None => joined,
+            }
         } else {
             match bounds {
                 Some((lower, upper)) => {
