@@ -267,8 +267,10 @@ pub(crate) fn unknown_function(name: &str) -> String {
     format!(
         "unknown function `{name}`{hint}; weir has DataFusion's functions, Flink's \
          TO_TIMESTAMP_LTZ, TO_TIMESTAMP, DATE_FORMAT, UNIX_TIMESTAMP, FROM_UNIXTIME, \
-         TIMESTAMPADD, TIMESTAMPDIFF, SPLIT_INDEX, REGEXP_EXTRACT, JSON_VALUE, IF, MOD, SIGN, \
-         TRUNCATE and FLOOR / CEIL(t TO unit), and the aggregates COUNT, SUM, MIN, MAX, AVG, \
+         TIMESTAMPADD, TIMESTAMPDIFF, SPLIT_INDEX, REGEXP_EXTRACT, REGEXP, LOCATE, ELT, \
+         JSON_VALUE, IF, MOD, SIGN, TRUNCATE, TO_BASE64, FROM_BASE64, HEX, UNHEX, BIN, IS_DIGIT, \
+         IS_ALPHA, IS_DECIMAL, URL_ENCODE, URL_DECODE, E and FLOOR / CEIL(t TO unit), and the \
+         aggregates COUNT, SUM, MIN, MAX, AVG, \
          APPROX_COUNT_DISTINCT, MEDIAN, STDDEV_POP, STDDEV_SAMP, STDDEV, VAR_POP, VAR_SAMP, \
          VARIANCE, FIRST_VALUE, LAST_VALUE, LISTAGG"
     )

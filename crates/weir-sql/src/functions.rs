@@ -10,6 +10,7 @@
 
 mod datetime;
 mod decimal;
+mod extra;
 mod json;
 mod numeric;
 mod same_name;
@@ -52,6 +53,7 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
     .map(flink_udf)
     .into_iter()
     .chain([text::Concat::udf()])
+    .chain(extra::udfs())
     .chain(numeric::Numeric::udfs())
     .chain(numeric::FloorCeil::udfs())
     .collect()
