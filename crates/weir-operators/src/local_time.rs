@@ -343,6 +343,19 @@ mod tests {
         }
     }
 
+    /// Rows 1, 2, ... at these instants, of [`instants`]' schema.
+    fn rows_at(times: &[i64]) -> RecordBatch {
+        let ids: Vec<i64> = (1..=times.len() as i64).collect();
+        RecordBatch::try_new(
+            instants().schema,
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(TimestampMillisecondArray::from(times.to_vec()).with_timezone("+00:00")),
+            ],
+        )
+        .expect("a batch")
+    }
+
     /// Rows across the end of DST in New York (01:00-02:00 local comes twice): their local
     /// times, and watermarks that wait for the second pass of the repeated hour.
     #[test]
@@ -357,14 +370,7 @@ mod tests {
             ms("2024-11-03 05:40:00"),
             ms("2024-11-03 06:30:00"),
         ];
-        let data = RecordBatch::try_new(
-            instants().schema,
-            vec![
-                Arc::new(Int64Array::from(vec![1, 2, 3, 4])),
-                Arc::new(TimestampMillisecondArray::from(times.to_vec()).with_timezone("+00:00")),
-            ],
-        )
-        .expect("a batch");
+        let data = rows_at(&times);
         let row_watermarks = vec![
             ms("2024-11-03 04:00:00"),
             ms("2024-11-03 05:10:00"),
@@ -466,14 +472,7 @@ mod tests {
             ms("2024-11-04 04:59:59"), // 23:59:59 EST: the day's last second
             ms("2024-11-04 05:00:00"), // the next day
         ];
-        let data = RecordBatch::try_new(
-            instants().schema,
-            vec![
-                Arc::new(Int64Array::from(vec![1, 2, 3, 4])),
-                Arc::new(TimestampMillisecondArray::from(times.to_vec()).with_timezone("+00:00")),
-            ],
-        )
-        .expect("a batch");
+        let data = rows_at(&times);
         h.push(0, data);
         let got = h.take(Port::Main);
         let col = |i: usize| {
