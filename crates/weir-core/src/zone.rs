@@ -14,6 +14,36 @@ pub fn local_ms<Z: TimeZone>(tz: &Z, epoch_ms: i64) -> Option<i64> {
     epoch_ms.checked_add(i64::from(offset) * 1000)
 }
 
+/// [`local_ms`] of many instants, the zone's offset looked up once per second of them (a
+/// change of offset happens at a whole second): for the rows of a batch, which mostly share
+/// their seconds.
+#[derive(Debug)]
+pub struct LocalTimes<'a, Z: TimeZone> {
+    tz: &'a Z,
+    /// The last second looked up and its offset in milliseconds.
+    last: Option<(i64, i64)>,
+}
+
+impl<'a, Z: TimeZone> LocalTimes<'a, Z> {
+    pub fn new(tz: &'a Z) -> Self {
+        LocalTimes { tz, last: None }
+    }
+
+    /// The local time of the instant `epoch_ms`, as [`local_ms`] gives it.
+    pub fn local_ms(&mut self, epoch_ms: i64) -> Option<i64> {
+        let second = epoch_ms.div_euclid(1000);
+        let offset = match self.last {
+            Some((s, o)) if s == second => o,
+            _ => {
+                let o = local_ms(self.tz, epoch_ms)? - epoch_ms;
+                self.last = Some((second, o));
+                o
+            }
+        };
+        epoch_ms.checked_add(offset)
+    }
+}
+
 /// Which instant a local time that a change of offset repeats is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Repeated {
@@ -149,6 +179,18 @@ mod tests {
         let kolkata = FixedOffset::east_opt(19_800).expect("an offset");
         assert_eq!(local_ms(&kolkata, 0), Some(19_800_000));
         assert_eq!(epoch_ms(&kolkata, 19_800_000, Repeated::Later), Some(0));
+    }
+
+    #[test]
+    fn local_times_of_many_instants_are_each_ones_own() {
+        let ny = chrono_tz::America::New_York;
+        let mut many = LocalTimes::new(&ny);
+        // Every 250 ms across the spring and the autumn change, and back in time too.
+        let times = (0..4 * 7200).map(|k| ms("2024-03-10 06:00:00.0") + k * 250);
+        let times = times.chain((0..4 * 7200).map(|k| ms("2024-11-03 07:00:00.0") - k * 250));
+        for t in times {
+            assert_eq!(many.local_ms(t), local_ms(&ny, t), "{t}");
+        }
     }
 
     #[test]

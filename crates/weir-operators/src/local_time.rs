@@ -31,7 +31,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
 use weir_core::time::Watermark;
-use weir_core::zone::{epoch_ms, instant_watermark, local_ms, local_watermark, Repeated};
+use weir_core::zone::{epoch_ms, instant_watermark, local_watermark, LocalTimes, Repeated};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
 
@@ -261,9 +261,9 @@ impl Operator for LocalTimeOp {
                         // (A row without an event time went to the dead letters at its source.)
                         let times = event_times(data, i)?;
                         // (A time beyond the calendar keeps its value, as in `windowed`.)
+                        let mut local_times = LocalTimes::new(&self.tz);
                         let local: Int64Array = (times.iter())
-                            .map(|&t| local_ms(&self.tz, t).unwrap_or(t))
-                            .map(Some)
+                            .map(|&t| Some(local_times.local_ms(t).unwrap_or(t)))
                             .collect();
                         Arc::new(local)
                     }

@@ -16,7 +16,7 @@ use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
-use weir_core::zone::local_ms;
+use weir_core::zone::LocalTimes;
 use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StreamBatch, SubtaskInfo};
@@ -151,9 +151,9 @@ impl Operator for WindowedOp {
         let mut times = event_times(&batch.data, self.event_time)?;
         if let Some(tz) = &self.tz {
             // (A time beyond the calendar keeps its value: its windows are beyond it too.)
-            times = times
-                .iter()
-                .map(|&t| local_ms(tz, t).unwrap_or(t))
+            let mut local_times = LocalTimes::new(tz);
+            times = (times.iter())
+                .map(|&t| local_times.local_ms(t).unwrap_or(t))
                 .collect();
         }
         let mut rows: Vec<u32> = Vec::with_capacity(times.len());
