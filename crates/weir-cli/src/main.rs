@@ -554,6 +554,9 @@ fn describe_backfill(
     if let Some(p) = dead_letters {
         let _ = writeln!(out, "  dead letters: {}", p.display());
     }
+    for w in &plan.warnings {
+        let _ = writeln!(out, "  warning: {w}");
+    }
     match b.rate {
         Some(r) => {
             let _ = writeln!(out, "  rate: at most {r} rows/s into each sink");

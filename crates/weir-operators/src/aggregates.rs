@@ -158,6 +158,21 @@ impl AggregateFn {
     }
 }
 
+/// What of `aggregates` takes rows in the order they arrive (FIRST_VALUE, LAST_VALUE,
+/// LISTAGG), for [`OperatorFactory::arrival_order`](weir_runtime::OperatorFactory::arrival_order).
+pub fn arrival_order(aggregates: &[Aggregate]) -> Option<String> {
+    let outputs: Vec<String> = (aggregates.iter())
+        .filter(|a| a.function.in_arrival_order())
+        .map(|a| format!("`{}`", a.output))
+        .collect();
+    (!outputs.is_empty()).then(|| {
+        format!(
+            "{} (FIRST_VALUE, LAST_VALUE or LISTAGG) take rows in the order they arrive",
+            outputs.join(", ")
+        )
+    })
+}
+
 impl Aggregate {
     /// Whether partial states of this aggregate merge exactly; `Err` says why not.
     pub fn combinable(&self) -> std::result::Result<(), String> {

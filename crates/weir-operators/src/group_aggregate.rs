@@ -129,6 +129,9 @@ impl OperatorFactory for GroupAggregate {
     fn kind(&self) -> &'static str {
         "group_aggregate"
     }
+    fn arrival_order(&self) -> Option<String> {
+        aggregates::arrival_order(&self.aggregates)
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("group aggregate spec serialises")
     }

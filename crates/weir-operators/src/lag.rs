@@ -191,6 +191,11 @@ impl OperatorFactory for Lag {
     fn kind(&self) -> &'static str {
         "lag"
     }
+    fn arrival_order(&self) -> Option<String> {
+        Some(
+            "rows of one key at the same event time are taken in the order they arrive".to_string(),
+        )
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("lag spec serialises")
     }

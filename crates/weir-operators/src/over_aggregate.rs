@@ -258,6 +258,12 @@ impl OperatorFactory for OverAggregate {
     fn kind(&self) -> &'static str {
         "over_aggregate"
     }
+    fn arrival_order(&self) -> Option<String> {
+        matches!(self.frame, Frame::Rows { .. } | Frame::RowsUnbounded).then(|| {
+            "a ROWS frame takes rows of one key at the same event time in the order they arrive"
+                .to_string()
+        })
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("over aggregate spec serialises")
     }

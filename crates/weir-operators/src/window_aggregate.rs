@@ -366,6 +366,9 @@ impl OperatorFactory for WindowAggregate {
     fn kind(&self) -> &'static str {
         "window_aggregate"
     }
+    fn arrival_order(&self) -> Option<String> {
+        aggregates::arrival_order(&self.aggregates)
+    }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("window aggregate spec serialises")
     }

@@ -40,6 +40,28 @@ pub struct BackfillSource {
     pub note: String,
 }
 
+/// What a backfill of `graph` may give otherwise than the live job did although both read the
+/// same rows: each operator's output that depends on the order rows arrive in
+/// ([`OperatorFactory::arrival_order`](crate::OperatorFactory::arrival_order)), one line each,
+/// naming the operator and the statement that made it. Printed before the backfill starts,
+/// so that the differences `weir validate` then finds there are expected.
+pub fn arrival_order_notes(graph: &JobGraph) -> Vec<String> {
+    (graph.nodes.iter())
+        .filter_map(|n| match &n.kind {
+            NodeKind::Operator { factory } => factory.arrival_order().map(|what| {
+                format!(
+                    "`{}` ({}, {}): {what}, and rows from several source splits interleave \
+                     differently in every run, so its values may differ from the live job's",
+                    n.name,
+                    n.kind.kind(),
+                    n.created_at
+                )
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Limits every source of `graph` to `range` (see the module doc); returns what each source
 /// does.
 ///

@@ -75,6 +75,14 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn replays_deterministically(&self) -> bool {
         true
     }
+    /// What of the operator's output depends on the order rows arrive in rather than on their
+    /// event times (FIRST_VALUE, LAST_VALUE, LISTAGG; rows of one key at the same time in a
+    /// ROWS frame or a LAG): `None` when nothing does. Rows from several source splits
+    /// interleave differently in every run, so a backfill can give other values there than
+    /// the live job did; it says so before it starts.
+    fn arrival_order(&self) -> Option<String> {
+        None
+    }
     /// For operators joining streams within a time bound (interval, window, regular joins):
     /// the bound in ms. The misaligned-start guard uses it; `None` means the inputs may
     /// legitimately start far apart (a temporal join's table history).

@@ -160,6 +160,48 @@ fn the_backfill_aligns_its_sources_and_checkpoints_apart() {
 }
 
 #[test]
+fn values_that_depend_on_arrival_order_are_named_before_a_backfill_starts() {
+    let job = |select: &str| {
+        format!(
+            "
+CREATE TABLE clicks (user_id BIGINT, ad STRING, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = 'clicks.csv', 'format' = 'csv');
+CREATE TABLE out (user_id BIGINT, v STRING) WITH ('connector' = 'blackhole');
+SET 'table.exec.state.ttl' = '1 h';
+INSERT INTO out {select};"
+        )
+    };
+    let warnings = |select: &str| {
+        let (_, plan) = plan_backfill(&job(select), &options(None)).unwrap();
+        plan.warnings
+    };
+    let listagg = warnings(
+        "SELECT user_id, LISTAGG(ad) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), \
+         INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
+    );
+    assert_eq!(listagg.len(), 1, "{listagg:?}");
+    assert!(
+        listagg[0].contains("window_aggregate")
+            && listagg[0].contains("(FIRST_VALUE, LAST_VALUE or LISTAGG) take rows in the order")
+            && listagg[0].contains("may differ from the live job's"),
+        "{listagg:?}"
+    );
+    let lag =
+        warnings("SELECT user_id, LAG(ad) OVER (PARTITION BY user_id ORDER BY rt) FROM clicks");
+    assert!(
+        lag.len() == 1 && lag[0].contains("at the same event time"),
+        "{lag:?}"
+    );
+    // Counts, sums and the rest do not depend on the order rows come in.
+    let count = warnings(
+        "SELECT user_id, CAST(COUNT(*) AS STRING) FROM TABLE(TUMBLE(TABLE clicks, \
+         DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
+    );
+    assert!(count.is_empty(), "{count:?}");
+}
+
+#[test]
 fn a_lookup_join_and_a_source_without_event_time_are_refused() {
     let lookup = "
 CREATE TABLE orders (order_id BIGINT, currency STRING, ts BIGINT,

@@ -42,6 +42,10 @@ pub struct BackfillPlan {
     pub sources: Vec<BackfillSource>,
     /// The checkpoint folder, with checkpoints on.
     pub checkpoints: Option<String>,
+    /// What may come out otherwise than in the live job although the rows are the same
+    /// (values that depend on arrival order): see
+    /// [`arrival_order_notes`](weir_runtime::backfill::arrival_order_notes).
+    pub warnings: Vec<String>,
 }
 
 /// The option naming a sink's target, by connector (`None`: writes nowhere to redirect).

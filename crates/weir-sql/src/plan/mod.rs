@@ -339,6 +339,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
     }
     if let (Some(b), Some(plan)) = (&opts.backfill, &mut backfill_plan) {
         plan.sources = weir_runtime::backfill::limit_to_range(&mut graph, b.range, b.allow_lookup)?;
+        plan.warnings = weir_runtime::backfill::arrival_order_notes(&graph);
         plan.job = graph.name.clone();
         plan.checkpoints = checkpoint_dir;
     }
