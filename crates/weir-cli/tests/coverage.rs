@@ -423,6 +423,31 @@ fn batch_execution_on_rocksdb_gives_flinks_batch_rows() {
     );
 }
 
+/// A batch job's GROUP BY without a window keeps every key to the end of the input: on RocksDB
+/// its groups are on disk, with Flink's batch rows (HAVING filtering each key's final row).
+#[cfg(feature = "rocksdb")]
+#[test]
+fn batch_group_by_on_rocksdb_gives_flinks_batch_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = check_after(
+        "batch_having",
+        &format!(
+            "SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+            dir.path().display()
+        ),
+    );
+    let groups: Vec<u64> = (report.metrics.nodes.iter())
+        .filter(|n| n.kind == "operator group_aggregate")
+        .map(|n| n.peak_state_rows)
+        .collect();
+    assert!(
+        groups.len() == 2 && groups.iter().all(|&g| g > 0),
+        "the job's two aggregations held groups: {groups:?}"
+    );
+    // The stores went with their subtasks.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
     let spill = tempfile::tempdir().unwrap();

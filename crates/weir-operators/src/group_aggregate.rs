@@ -22,6 +22,10 @@
 //! counts: nothing here buffers by time, so no row is late. MEDIAN, whose state holds every
 //! value, is refused. Checkpoints hold every key's states and last event time, keyed by the
 //! key's group, so a restore at any parallelism goes on with the same results and expiries.
+//!
+//! With `state.backend.type = 'rocksdb'` the groups live on local disk instead, one entry per
+//! key, read and written back once per batch that touches the key (`disk.rs`); the results,
+//! expiries and checkpoints are the same, and either backend restores the other's.
 
 use std::sync::Arc;
 
@@ -39,6 +43,9 @@ use weir_state::StateSize;
 
 use crate::aggregates::{self, Aggregate, Bound, State};
 use weir_state::{ExpiryQueue, KeySlots};
+
+#[cfg(feature = "rocksdb")]
+mod disk;
 
 /// The spec of a continuous aggregation per key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,6 +153,23 @@ impl OperatorFactory for GroupAggregate {
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("group_aggregate", inputs)?;
         let (schema, bound, event_time) = self.check(input)?;
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(disk::DiskGroups::open(
+                info,
+                &self.aggregates,
+                &input.schema,
+            )?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(Error::config(
+                "state.backend.type",
+                "rocksdb",
+                "this weir was built without RocksDB (the `rocksdb` feature)",
+            ));
+        }
         Ok(Box::new(GroupAggregateOp {
             state_schema: aggregates::state_schema(&["last_event_time"], &bound),
             key_groups: info.key_groups,
@@ -156,6 +180,8 @@ impl OperatorFactory for GroupAggregate {
             bound,
             event_time,
             groups: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
             expiry: ExpiryQueue::new(),
             touched: Vec::new(),
             batches: 0,
@@ -166,6 +192,9 @@ impl OperatorFactory for GroupAggregate {
     }
     fn state(&self) -> weir_runtime::graph::OperatorState {
         weir_runtime::graph::OperatorState::Checkpointed { version: 2 }
+    }
+    fn state_on_disk(&self) -> bool {
+        true
     }
     fn describe(&self) -> String {
         format!(
@@ -234,6 +263,9 @@ pub struct GroupAggregateOp {
     bound: Vec<Bound>,
     event_time: usize,
     groups: KeySlots<Group>,
+    /// The groups on disk instead (`state.backend.type = 'rocksdb'`), when so.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<disk::DiskGroups>,
     expiry: ExpiryQueue,
     /// Slots this batch touched, each once.
     touched: Vec<usize>,
@@ -259,6 +291,30 @@ impl Operator for GroupAggregateOp {
         let values: Vec<aggregates::Values> = (self.bound.iter())
             .map(|b| b.values(&data))
             .collect::<Result<_>>()?;
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            for (i, key) in keys.iter().enumerate() {
+                let g = d.group(key.as_ref(), &self.bound)?;
+                if g.last_event_time != i64::MIN
+                    && !self.final_only
+                    && times[i] > g.last_event_time.saturating_add(self.ttl_ms)
+                {
+                    g.states = self.bound.iter().map(Bound::init).collect();
+                    self.expired += 1;
+                }
+                g.last_event_time = g.last_event_time.max(times[i]);
+                for (s, v) in g.states.iter_mut().zip(&values) {
+                    s.update(v, i);
+                }
+            }
+            if !self.final_only {
+                let rows: Vec<(&[u8], &[State])> = (d.batch().iter())
+                    .map(|(k, g)| (&k[..], &g.states[..]))
+                    .collect();
+                emit_rows(&self.encoder, &self.bound, &self.schema, &rows, ctx)?;
+            }
+            return d.end_batch(self.ttl_ms, self.final_only);
+        }
         for (i, key) in keys.iter().enumerate() {
             let key = key.as_ref();
             let slot = self.groups.slot_for(hash_key(key), key);
@@ -299,6 +355,20 @@ impl Operator for GroupAggregateOp {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            if !self.final_only {
+                self.expired += d.expire(watermark.0, self.ttl_ms)?;
+            } else if watermark == Watermark::MAX {
+                let (encoder, bound, schema) = (&self.encoder, &self.bound, &self.schema);
+                d.each_chunk(bound, |chunk| {
+                    let rows: Vec<(&[u8], &[State])> =
+                        chunk.iter().map(|(k, g)| (&k[..], &g.states[..])).collect();
+                    emit_rows(encoder, bound, schema, &rows, ctx)
+                })?;
+            }
+            return Ok(());
+        }
         if self.final_only {
             // Keys live to the end of the input, whatever their times; there, every key's
             // result, before the keys go.
@@ -335,6 +405,13 @@ impl Operator for GroupAggregateOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: d.len(),
+                bytes: d.bytes(),
+            };
+        }
         let per_group = (self.bound.len() * std::mem::size_of::<State>()) as u64 + 48;
         StateSize {
             rows: self.group_count,
@@ -345,6 +422,10 @@ impl Operator for GroupAggregateOp {
     /// Every key's group: a row of [`GroupAggregateOp::state_schema`] each. When keys expire is
     /// not stored: a restore queues each key again at its last event time plus the TTL.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return d.snapshot(&self.state_schema);
+        }
         let rows: Vec<aggregates::StateRow> = (self.groups.slots())
             .map(|slot| (slot, self.groups.get(slot)))
             .filter(|(_, g)| !g.states.is_empty())
@@ -370,6 +451,16 @@ impl Operator for GroupAggregateOp {
             )?;
             for i in 0..r.len() {
                 let (key, last, states) = r.row(&self.bound, i);
+                #[cfg(feature = "rocksdb")]
+                if let Some(d) = self.disk.as_mut() {
+                    let g = disk::Group {
+                        states,
+                        last_event_time: last[0],
+                        new: false,
+                    };
+                    d.restore(key, &g, self.ttl_ms, self.final_only)?;
+                    continue;
+                }
                 let slot = self.groups.slot_for(hash_key(key), key);
                 let g = self.groups.get_mut(slot);
                 if g.states.is_empty() {
@@ -392,8 +483,12 @@ impl Operator for GroupAggregateOp {
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        #[cfg(feature = "rocksdb")]
+        let group_count = self.disk.as_ref().map_or(self.group_count, |d| d.len());
+        #[cfg(not(feature = "rocksdb"))]
+        let group_count = self.group_count;
         out.extend([
-            ("groups", self.group_count as i64),
+            ("groups", group_count as i64),
             ("groups_expired_by_ttl", self.expired as i64),
         ]);
     }
@@ -401,23 +496,34 @@ impl Operator for GroupAggregateOp {
 
 impl GroupAggregateOp {
     fn emit(&self, slots: &[usize], ctx: &mut Context) -> Result<()> {
-        for chunk in slots.chunks(8192) {
-            let parser = self.encoder.parser();
-            let mut cols =
-                (self.encoder).decode(chunk.iter().map(|&s| parser.parse(self.groups.key(s))))?;
-            for j in 0..self.bound.len() {
-                let states: Vec<&State> = (chunk.iter())
-                    .map(|&s| &self.groups.get(s).states[j])
-                    .collect();
-                cols.push(aggregates::finish(&self.bound[j], &states));
-            }
-            ctx.emit(StreamBatch::new(RecordBatch::try_new(
-                self.schema.clone(),
-                cols,
-            )?));
-        }
-        Ok(())
+        let rows: Vec<(&[u8], &[State])> = (slots.iter())
+            .map(|&s| (self.groups.key(s), &self.groups.get(s).states[..]))
+            .collect();
+        emit_rows(&self.encoder, &self.bound, &self.schema, &rows, ctx)
     }
+}
+
+/// Emits a row per group: its key's columns, then each aggregate's result.
+fn emit_rows(
+    encoder: &KeyEncoder,
+    bound: &[Bound],
+    schema: &SchemaRef,
+    groups: &[(&[u8], &[State])],
+    ctx: &mut Context,
+) -> Result<()> {
+    for chunk in groups.chunks(8192) {
+        let parser = encoder.parser();
+        let mut cols = encoder.decode(chunk.iter().map(|(k, _)| parser.parse(k)))?;
+        for (j, b) in bound.iter().enumerate() {
+            let states: Vec<&State> = chunk.iter().map(|(_, s)| &s[j]).collect();
+            cols.push(aggregates::finish(b, &states));
+        }
+        ctx.emit(StreamBatch::new(RecordBatch::try_new(
+            schema.clone(),
+            cols,
+        )?));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -501,8 +607,15 @@ mod tests {
         );
     }
 
+    /// On every state backend.
     #[test]
     fn a_key_idle_for_its_ttl_is_forgotten_and_starts_again() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, forgotten_after_its_ttl);
+        }
+    }
+
+    fn forgotten_after_its_ttl() {
         let mut h = harness();
         h.push(0, rows!("ad clicks ts\n a1 2 1000\n a2 5 6000"));
         h.take(Port::Main);
@@ -518,6 +631,13 @@ mod tests {
         assert_eq!(h.state_size().rows, 0);
         h.push(0, rows!("ad clicks ts\n a1 4 26000\n a2 1 26000"));
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,1,4", "a2,1,1"]);
+        // A new key whose row is more than the TTL behind the watermark goes at the next one.
+        h.watermark(40_000);
+        h.push(0, rows!("ad clicks ts\n a3 1 20000"));
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a3,1,1"]);
+        assert_eq!(h.state_size().rows, 1);
+        h.watermark(40_001);
+        assert_eq!(h.state_size().rows, 0);
     }
 
     /// The same rows in one batch, or in two with a watermark between, leave the same latest

@@ -24,6 +24,7 @@ use weir_operators::aggregates::{
 use weir_operators::{GroupAggregate, Phase, WindowAggregate};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
+use weir_state::backend::StateBackend;
 use weir_testkit::{Harness, Input, KeyedSubtasks};
 
 /// One row before it gets its time: key `k{k}`, `v` (NULL sometimes), `x` (quarters, so float
@@ -190,17 +191,39 @@ fn check_restores(
     parallelism: usize,
     cut: usize,
 ) -> Result<(), TestCaseError> {
+    let memory = StateBackend::default();
+    check_restores_on(factory, info, inputs, parallelism, cut, [&memory, &memory])
+}
+
+/// As [`check_restores`], with the run that is cut on backend `on[0]` and the others on
+/// `on[1]`. The snapshot is made into batches after the cut run went on to the end, as the
+/// runtime's deferred snapshots are: it must see none of that.
+fn check_restores_on(
+    factory: &dyn OperatorFactory,
+    info: &StreamInfo,
+    inputs: &[Input],
+    parallelism: usize,
+    cut: usize,
+    on: [&StateBackend; 2],
+) -> Result<(), TestCaseError> {
     let checkpointed = matches!(factory.state(), OperatorState::Checkpointed { .. });
     prop_assert!(checkpointed, "the state is checkpointed");
-    let mut a = Subtasks::fresh(factory, info, parallelism);
+    let mut a = weir_testkit::on_backend(on[1], || Subtasks::fresh(factory, info, parallelism));
     inputs.iter().for_each(|i| a.feed(i));
     a.end();
     let want = sorted(a.take());
 
-    let mut b = Subtasks::fresh(factory, info, parallelism);
+    let mut b = weir_testkit::on_backend(on[0], || Subtasks::fresh(factory, info, parallelism));
     inputs[..cut].iter().for_each(|i| b.feed(i));
     let before = b.take();
-    let snapshots = b.0.snapshots();
+    let later = b.0.snapshots_later();
+    // Snapshotting changes nothing: the operator runs on as if it had not been taken.
+    inputs[cut..].iter().for_each(|i| b.feed(i));
+    b.end();
+    let mut went_on = before.clone();
+    went_on.extend(b.take());
+    prop_assert_eq!(sorted(went_on), want.clone(), "run on after a snapshot");
+    let snapshots: Vec<Vec<RecordBatch>> = later.into_iter().map(weir_testkit::stored).collect();
     let key_groups = key_groups_of_keys();
     for batch in snapshots.iter().flatten() {
         let groups = batch
@@ -219,19 +242,13 @@ fn check_restores(
             prop_assert_eq!(g, k.and_then(|k| key_groups.get(k).copied()));
         }
     }
-    // Snapshotting changes nothing: the operator runs on as if it had not been taken.
-    inputs[cut..].iter().for_each(|i| b.feed(i));
-    b.end();
-    let mut went_on = before.clone();
-    went_on.extend(b.take());
-    prop_assert_eq!(sorted(went_on), want.clone(), "run on after a snapshot");
-
     let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
         Input::Watermark(w) => Some(*w),
         Input::Batch(_) => None,
     });
     for p in 1..=3 {
-        let mut r = Subtasks::restored(factory, info, &snapshots, p);
+        let mut r =
+            weir_testkit::on_backend(on[1], || Subtasks::restored(factory, info, &snapshots, p));
         if let Some(w) = last_watermark {
             r.feed(&Input::Watermark(w));
         }
@@ -242,11 +259,13 @@ fn check_restores(
         prop_assert_eq!(
             sorted(got),
             want.clone(),
-            "restored at parallelism {} from {} after {} of {} inputs",
+            "restored at parallelism {} from {} after {} of {} inputs, from {:?} to {:?}",
             p,
             parallelism,
             cut,
-            inputs.len()
+            inputs.len(),
+            on[0].kind,
+            on[1].kind
         );
     }
     Ok(())
@@ -432,24 +451,41 @@ proptest! {
     /// Rows are never more than 200 ms behind the watermark, less than the TTL: a key's
     /// group is never created already expired (when its expiry would depend on whether the
     /// watermark comes again, as it does after a restore).
+    ///
+    /// On every state backend, and a checkpoint of each restored by each; also as a batch
+    /// job's aggregation (`final_only`: each key's result once, at the end).
     #[test]
     fn a_group_aggregate_restored_at_any_point_and_parallelism_gives_the_uninterrupted_updates(
         steps in steps(), ttl in prop::sample::select(vec![250i64, 1_000]),
         parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+        final_only in prop::bool::weighted(0.25),
     ) {
+        let spec = GroupAggregate::with_ttl(if final_only {
+            weir_core::time::TTL_END_OF_INPUT_MS
+        } else {
+            ttl
+        })
+        .aggregate(count("n"))
+        .aggregate(sum("v", "total"))
+        .aggregate(min("v", "lowest"))
+        .aggregate(max("x", "highest"))
+        .aggregate(avg("x", "mean_x"))
+        .aggregate(approx_count_distinct("v", "distinct"))
+        .aggregate(first_value("v", "first_v"))
+        .aggregate(last_value("x", "last_x"));
         let spec = GroupAggregate {
             keys: vec!["k".into()],
-            ..GroupAggregate::with_ttl(ttl)
-                .aggregate(count("n"))
-                .aggregate(sum("v", "total"))
-                .aggregate(min("v", "lowest"))
-                .aggregate(max("x", "highest"))
-                .aggregate(avg("x", "mean_x"))
-                .aggregate(approx_count_distinct("v", "distinct"))
+            final_only,
+            ..spec
         };
         let inputs = script(&steps);
         let cut = cut.index(inputs.len() + 1);
-        check_restores(&spec, &raw_info(), &inputs, parallelism, cut)?;
+        let backends = weir_testkit::backends();
+        for a in &backends {
+            for b in &backends {
+                check_restores_on(&spec, &raw_info(), &inputs, parallelism, cut, [a, b])?;
+            }
+        }
     }
 }
 

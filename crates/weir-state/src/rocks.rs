@@ -462,6 +462,39 @@ impl<'a> RowKey<'a> {
     }
 }
 
+/// The key of one value per key (an aggregation's group, say): `(namespace, key group, key)`,
+/// the prefix a [`RowKey`] of the same key starts with. [`KeyOf::decode`] reads it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyOf<'a> {
+    pub namespace: u8,
+    pub key_group: u16,
+    pub key: &'a [u8],
+}
+
+impl<'a> KeyOf<'a> {
+    /// Appends the encoded key to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        prefix(out, self.namespace, self.key_group, self.key);
+    }
+
+    /// Decodes a key that [`KeyOf::encode`] wrote.
+    pub fn decode(bytes: &'a [u8]) -> Result<KeyOf<'a>> {
+        let bad = || Error::Internal(format!("not a key of one value: {bytes:?}"));
+        if bytes.len() < 7 {
+            return Err(bad());
+        }
+        let len = u32::from_be_bytes([bytes[3], bytes[4], bytes[5], bytes[6]]) as usize;
+        if bytes.len() != 7 + len {
+            return Err(bad());
+        }
+        Ok(KeyOf {
+            namespace: bytes[0],
+            key_group: u16::from_be_bytes([bytes[1], bytes[2]]),
+            key: &bytes[7..],
+        })
+    }
+}
+
 fn prefix(out: &mut Vec<u8>, namespace: u8, key_group: u16, key: &[u8]) {
     out.push(namespace);
     out.extend_from_slice(&key_group.to_be_bytes());
@@ -510,6 +543,29 @@ mod tests {
         };
         let store = DiskStore::open(&backend, "test/0").unwrap();
         (dir, store)
+    }
+
+    #[test]
+    fn a_key_of_one_value_reads_back_and_prefixes_its_rows() {
+        let k = KeyOf {
+            namespace: 3,
+            key_group: 517,
+            key: b"ad-7",
+        };
+        let mut bytes = Vec::new();
+        k.encode(&mut bytes);
+        assert_eq!(KeyOf::decode(&bytes).unwrap(), k);
+        let mut row = Vec::new();
+        RowKey {
+            namespace: 3,
+            key_group: 517,
+            key: b"ad-7",
+            time: 5,
+            seq: 0,
+        }
+        .encode(&mut row);
+        assert!(row.starts_with(&bytes));
+        assert!(KeyOf::decode(&row).is_err());
     }
 
     fn put(store: &DiskStore, key: RowKey, value: &[u8]) {

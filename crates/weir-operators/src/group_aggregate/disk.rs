@@ -1,0 +1,348 @@
+//! A continuous aggregation's groups on local disk: the `'rocksdb'` state backend.
+//!
+//! Each key's group is one entry of a [`DiskStore`], under `(GROUPS, key group, key)`
+//! ([`KeyOf`]), holding the greatest event time of the key's rows and the aggregates' states
+//! ([`State::encode`]). A batch reads the group of each key it touches once, updates it in
+//! memory and writes the batch's groups back when it ends, so memory holds one batch's groups.
+//!
+//! Expiry is the memory backend's: every group has one expiry entry, filed when the group is
+//! made at the time it would come due, in the store's expiry namespace; a watermark takes the
+//! due entries with one scan from the start, drops the groups whose last row is a TTL behind it
+//! and files the others again at their new time. With `final_only` (a batch job's) no key
+//! expires and there are no expiry entries; the end of the input reads every group in key
+//! order and emits it.
+//!
+//! A checkpoint reads a snapshot of the store on another thread and writes every group in the
+//! memory backend's layout, so either backend restores the other's checkpoints at any
+//! parallelism. It is a full copy each time (as the interval join's on disk: docs/state.md).
+
+use std::collections::HashMap;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use weir_core::keys::{hash_key, key_group};
+use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
+use weir_state::rocks::{expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, Writes};
+
+use crate::aggregates::{self, Aggregate, Bound, State};
+
+/// The namespace groups live in.
+const GROUPS: u8 = 0;
+
+/// Groups a snapshot's state batch, an emit at the end of the input, and an expiry pass take
+/// at most at once.
+const AT_ONCE: usize = 8192;
+
+/// A group read from the store (or new), while a batch updates it.
+pub(super) struct Group {
+    pub(super) states: Vec<State>,
+    pub(super) last_event_time: i64,
+    /// Made by this batch: the store had no group of its key.
+    pub(super) new: bool,
+}
+
+/// The groups of a continuous aggregation in a [`DiskStore`].
+pub(super) struct DiskGroups {
+    store: DiskStore,
+    /// To bind the aggregates again on the snapshot thread.
+    aggregates: Vec<Aggregate>,
+    input_schema: SchemaRef,
+    key_groups: u16,
+    /// This batch's groups in the order they were first touched, with their keys.
+    batch: Vec<(Box<[u8]>, Group)>,
+    index: HashMap<Box<[u8]>, usize>,
+    /// Live groups.
+    groups: u64,
+    /// Expiry entries at or below this watermark are gone: a scan starts after it.
+    expired_through: Option<i64>,
+    key_buf: Vec<u8>,
+    value_buf: Vec<u8>,
+}
+
+impl DiskGroups {
+    pub(super) fn open(
+        info: &SubtaskInfo,
+        aggregates: &[Aggregate],
+        input_schema: &SchemaRef,
+    ) -> Result<DiskGroups> {
+        let label = format!("{}-{}", info.operator, info.subtask);
+        let store = DiskStore::open(&info.state_backend, &label)?;
+        Ok(DiskGroups {
+            store,
+            aggregates: aggregates.to_vec(),
+            input_schema: input_schema.clone(),
+            key_groups: info.key_groups,
+            batch: Vec::new(),
+            index: HashMap::new(),
+            groups: 0,
+            expired_through: None,
+            key_buf: Vec::new(),
+            value_buf: Vec::new(),
+        })
+    }
+
+    /// Live groups.
+    pub(super) fn len(&self) -> u64 {
+        self.groups
+    }
+
+    /// Bytes of state: the store's estimate.
+    pub(super) fn bytes(&self) -> u64 {
+        self.store.bytes()
+    }
+
+    fn key_of(&mut self, key: &[u8]) -> &[u8] {
+        self.key_buf.clear();
+        KeyOf {
+            namespace: GROUPS,
+            key_group: key_group(hash_key(key), self.key_groups),
+            key,
+        }
+        .encode(&mut self.key_buf);
+        &self.key_buf
+    }
+
+    /// The group of `key` for this batch: read from the store the first time the batch touches
+    /// it, made new (its states empty, its last event time `i64::MIN`) when the store has none.
+    pub(super) fn group(&mut self, key: &[u8], bound: &[Bound]) -> Result<&mut Group> {
+        if let Some(&i) = self.index.get(key) {
+            return Ok(&mut self.batch[i].1);
+        }
+        let stored = {
+            let k = self.key_of(key).to_vec();
+            self.store.get(&k)?
+        };
+        let group = match stored {
+            Some(v) => decode(&v, bound)?,
+            None => {
+                self.groups += 1;
+                Group {
+                    states: bound.iter().map(Bound::init).collect(),
+                    last_event_time: i64::MIN,
+                    new: true,
+                }
+            }
+        };
+        let key: Box<[u8]> = key.into();
+        self.index.insert(key.clone(), self.batch.len());
+        self.batch.push((key, group));
+        let last = self.batch.len() - 1;
+        Ok(&mut self.batch[last].1)
+    }
+
+    /// This batch's groups, in the order first touched.
+    pub(super) fn batch(&self) -> &[(Box<[u8]>, Group)] {
+        &self.batch
+    }
+
+    /// Writes this batch's groups back, each new one with its expiry entry at its last row's
+    /// time plus `ttl_ms` (none with `final_only`), and forgets them.
+    pub(super) fn end_batch(&mut self, ttl_ms: i64, final_only: bool) -> Result<()> {
+        let mut writes = Writes::default();
+        let mut batch = std::mem::take(&mut self.batch);
+        for (key, g) in &batch {
+            let k = self.key_of(key).to_vec();
+            encode(g, &mut self.value_buf);
+            writes.put(&k, &self.value_buf);
+            if g.new && !final_only {
+                self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
+            }
+        }
+        self.store.write(writes)?;
+        self.index.clear();
+        batch.clear();
+        self.batch = batch;
+        Ok(())
+    }
+
+    /// Files group `k`'s expiry entry at `at`, or just after the watermark expiry has gone
+    /// through when `at` is not after it (a key whose first row is more than the TTL behind
+    /// the watermark): the next watermark takes it, as the memory backend's queue does, where
+    /// a scan from the last watermark on would never find it.
+    fn file_expiry(&self, writes: &mut Writes, at: i64, k: &[u8]) {
+        let at = match self.expired_through {
+            Some(done) if at <= done => done.saturating_add(1),
+            _ => at,
+        };
+        let mut e = Vec::with_capacity(k.len() + 9);
+        expiry_key(&mut e, at, k);
+        writes.put(&e, []);
+    }
+
+    /// Drops the groups whose last row is `ttl_ms` or more behind `watermark` (their expiry
+    /// entries come due and the group had no row since), and files the entries of the others
+    /// that came due at their new time. Returns how many groups went.
+    pub(super) fn expire(&mut self, watermark: i64, ttl_ms: i64) -> Result<u64> {
+        let (mut from, until) = expired_range(watermark, self.expired_through);
+        let mut dropped = 0;
+        loop {
+            let mut due: Vec<Box<[u8]>> = Vec::new();
+            self.store.scan(&from, &until, |k, _| {
+                due.push(k.into());
+                Ok(due.len() < AT_ONCE)
+            })?;
+            let mut writes = Writes::default();
+            for e in &due {
+                let k = row_key_of_expiry(e);
+                writes.delete(e);
+                let Some(v) = self.store.get(k)? else {
+                    continue;
+                };
+                let at = last_event_time(&v)?.saturating_add(ttl_ms);
+                if at > watermark {
+                    let mut moved = Vec::with_capacity(e.len());
+                    expiry_key(&mut moved, at, k);
+                    writes.put(&moved, []);
+                } else {
+                    writes.delete(k);
+                    dropped += 1;
+                }
+            }
+            self.store.write(writes)?;
+            let Some(last) = due.last().filter(|_| due.len() == AT_ONCE) else {
+                break;
+            };
+            from = last.to_vec();
+            from.push(0);
+        }
+        self.groups -= dropped;
+        self.expired_through = Some(watermark);
+        Ok(dropped)
+    }
+
+    /// Every group in key order, `AT_ONCE` at a time: the end of a batch job's input.
+    pub(super) fn each_chunk(
+        &self,
+        bound: &[Bound],
+        mut visit: impl FnMut(&[(Box<[u8]>, Group)]) -> Result<()>,
+    ) -> Result<()> {
+        let mut chunk: Vec<(Box<[u8]>, Group)> = Vec::with_capacity(AT_ONCE.min(1024));
+        let mut failed = None;
+        self.store.scan(&[GROUPS], &[GROUPS + 1], |k, v| {
+            let key = KeyOf::decode(k)?;
+            let done = decode(v, bound).and_then(|g| {
+                chunk.push((key.key.into(), g));
+                if chunk.len() == AT_ONCE {
+                    visit(&chunk)?;
+                    chunk.clear();
+                }
+                Ok(())
+            });
+            match done {
+                Ok(()) => Ok(true),
+                Err(e) => {
+                    failed = Some(e);
+                    Ok(false)
+                }
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if !chunk.is_empty() {
+            visit(&chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Every group as of now, in `state_schema` (the memory backend's checkpoint layout), read
+    /// from a snapshot of the store on another thread.
+    pub(super) fn snapshot(&self, state_schema: &SchemaRef) -> Result<StateSnapshot> {
+        let aggregates = self.aggregates.clone();
+        let input_schema = self.input_schema.clone();
+        let state_schema = state_schema.clone();
+        let key_groups = self.key_groups;
+        let read = self.store.read_later(
+            vec![GROUPS + 1],
+            move |entries| -> Result<Vec<RecordBatch>> {
+                let bound = (aggregates.iter())
+                    .map(|a| Bound::new(a, &input_schema))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut out = Vec::new();
+                let mut rows: Vec<(Box<[u8]>, Group)> = Vec::new();
+                let flush = |rows: &mut Vec<(Box<[u8]>, Group)>, out: &mut Vec<RecordBatch>| {
+                    let refs: Vec<aggregates::StateRow> = (rows.iter())
+                        .map(|(k, g)| (&k[..], vec![g.last_event_time], &g.states[..]))
+                        .collect();
+                    let batches =
+                        aggregates::state_batches(&state_schema, key_groups, &bound, &refs);
+                    rows.clear();
+                    batches.map(|b| out.extend(b))
+                };
+                for entry in entries {
+                    let (k, v) = entry?;
+                    let key = KeyOf::decode(&k)?;
+                    rows.push((key.key.into(), decode(&v, &bound)?));
+                    if rows.len() == AT_ONCE {
+                        flush(&mut rows, &mut out)?;
+                    }
+                }
+                if !rows.is_empty() || out.is_empty() {
+                    flush(&mut rows, &mut out)?;
+                }
+                Ok(out)
+            },
+        )?;
+        Ok(StateSnapshot::deferred(move || read()?))
+    }
+
+    /// Takes up a group of a checkpoint (either backend's), replacing the key's group if the
+    /// store has one.
+    pub(super) fn restore(
+        &mut self,
+        key: &[u8],
+        g: &Group,
+        ttl_ms: i64,
+        final_only: bool,
+    ) -> Result<()> {
+        let k = self.key_of(key).to_vec();
+        let mut writes = Writes::default();
+        if let Some(old) = self.store.get(&k)? {
+            // Its expiry entry stays where it is: when it comes due it moves on.
+            let _ = old;
+        } else {
+            self.groups += 1;
+            if !final_only {
+                self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
+            }
+        }
+        encode(g, &mut self.value_buf);
+        writes.put(&k, &self.value_buf);
+        Ok(self.store.write(writes)?)
+    }
+}
+
+/// A group's value: its last event time, then its states.
+fn encode(g: &Group, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&g.last_event_time.to_le_bytes());
+    for s in &g.states {
+        s.encode(out);
+    }
+}
+
+fn last_event_time(v: &[u8]) -> Result<i64> {
+    let b: [u8; 8] = (v.get(..8))
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| Error::Internal("a group on disk without its event time".into()))?;
+    Ok(i64::from_le_bytes(b))
+}
+
+fn decode(v: &[u8], bound: &[Bound]) -> Result<Group> {
+    let last_event_time = last_event_time(v)?;
+    let mut input = &v[8..];
+    let states = (bound.iter())
+        .map(|b| b.decode_state(&mut input))
+        .collect::<Result<Vec<_>>>()?;
+    if !input.is_empty() {
+        return Err(Error::Internal(format!(
+            "a group on disk has {} bytes past its states",
+            input.len()
+        )));
+    }
+    Ok(Group {
+        states,
+        last_event_time,
+        new: false,
+    })
+}
