@@ -137,7 +137,15 @@ impl OperatorFactory for GroupAggregate {
         "group_aggregate"
     }
     fn arrival_order(&self) -> Option<String> {
-        aggregates::arrival_order(&self.aggregates)
+        let restart = (!self.final_only).then(|| {
+            "a key starts again from nothing when a row comes more than the TTL after the \
+             key's latest row so far, which depends on the order its rows arrive in"
+                .to_string()
+        });
+        match (aggregates::arrival_order(&self.aggregates), restart) {
+            (Some(a), Some(r)) => Some(format!("{a}; {r}")),
+            (a, r) => a.or(r),
+        }
     }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("group aggregate spec serialises")
@@ -295,7 +303,7 @@ impl Operator for GroupAggregateOp {
         if let Some(d) = self.disk.as_mut() {
             for (i, key) in keys.iter().enumerate() {
                 let g = d.group(key.as_ref(), &self.bound)?;
-                if g.last_event_time != i64::MIN
+                if g.seen
                     && !self.final_only
                     && times[i] > g.last_event_time.saturating_add(self.ttl_ms)
                 {
@@ -303,6 +311,7 @@ impl Operator for GroupAggregateOp {
                     self.expired += 1;
                 }
                 g.last_event_time = g.last_event_time.max(times[i]);
+                g.seen = true;
                 for (s, v) in g.states.iter_mut().zip(&values) {
                     s.update(v, i);
                 }
@@ -361,7 +370,7 @@ impl Operator for GroupAggregateOp {
                 self.expired += d.expire(watermark.0, self.ttl_ms)?;
             } else if watermark == Watermark::MAX {
                 let (encoder, bound, schema) = (&self.encoder, &self.bound, &self.schema);
-                d.each_chunk(bound, |chunk| {
+                self.expired += d.each_chunk(bound, |chunk| {
                     let rows: Vec<(&[u8], &[State])> =
                         chunk.iter().map(|(k, g)| (&k[..], &g.states[..])).collect();
                     emit_rows(encoder, bound, schema, &rows, ctx)
@@ -457,6 +466,7 @@ impl Operator for GroupAggregateOp {
                         states,
                         last_event_time: last[0],
                         new: false,
+                        seen: true,
                     };
                     d.restore(key, &g, self.ttl_ms, self.final_only)?;
                     continue;
@@ -571,9 +581,16 @@ mod tests {
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,3,7"]);
     }
 
-    /// In a batch job each key's result comes once, final, at the end of the input.
+    /// In a batch job each key's result comes once, final, at the end of the input, and the
+    /// keys go then; on every state backend.
     #[test]
     fn final_only_emits_each_keys_result_once_at_the_end() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, final_results_once_at_the_end);
+        }
+    }
+
+    fn final_results_once_at_the_end() {
         let mut h = harness_of(
             GroupAggregate::with_ttl(weir_core::time::TTL_END_OF_INPUT_MS)
                 .final_only()
@@ -584,8 +601,10 @@ mod tests {
         h.watermark(2_000);
         h.push(0, rows!("ad clicks ts\n a1 4 3000"));
         assert!(h.take(Port::Main).is_empty(), "nothing before the end");
+        assert_eq!(h.state_size().rows, 2);
         h.watermark(i64::MAX);
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,2,6", "a2,1,5"]);
+        assert_eq!(h.state_size().rows, 0);
     }
 
     /// What a group's states hold beyond their size counts in the state's bytes, while the

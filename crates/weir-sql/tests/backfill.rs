@@ -168,8 +168,10 @@ CREATE TABLE clicks (user_id BIGINT, ad STRING, ts BIGINT, rt AS TO_TIMESTAMP_LT
   WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'filesystem', 'path' = 'clicks.csv', 'format' = 'csv');
 CREATE TABLE out (user_id BIGINT, v STRING) WITH ('connector' = 'blackhole');
+CREATE TABLE counts (user_id BIGINT, v STRING, PRIMARY KEY (user_id) NOT ENFORCED)
+WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:counts.db', 'table-name' = 'counts');
 SET 'table.exec.state.ttl' = '1 h';
-INSERT INTO out {select};"
+INSERT INTO {select};"
         )
     };
     let warnings = |select: &str| {
@@ -177,7 +179,7 @@ INSERT INTO out {select};"
         plan.warnings
     };
     let listagg = warnings(
-        "SELECT user_id, LISTAGG(ad) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), \
+        "out SELECT user_id, LISTAGG(ad) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), \
          INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
     );
     assert_eq!(listagg.len(), 1, "{listagg:?}");
@@ -188,14 +190,21 @@ INSERT INTO out {select};"
         "{listagg:?}"
     );
     let lag =
-        warnings("SELECT user_id, LAG(ad) OVER (PARTITION BY user_id ORDER BY rt) FROM clicks");
+        warnings("out SELECT user_id, LAG(ad) OVER (PARTITION BY user_id ORDER BY rt) FROM clicks");
     assert!(
         lag.len() == 1 && lag[0].contains("at the same event time"),
         "{lag:?}"
     );
+    // A GROUP BY without a window starts a key again after its TTL, as rows arrive.
+    let group =
+        warnings("counts SELECT user_id, CAST(COUNT(*) AS STRING) FROM clicks GROUP BY user_id");
+    assert!(
+        group.len() == 1 && group[0].contains("starts again from nothing"),
+        "{group:?}"
+    );
     // Counts, sums and the rest do not depend on the order rows come in.
     let count = warnings(
-        "SELECT user_id, CAST(COUNT(*) AS STRING) FROM TABLE(TUMBLE(TABLE clicks, \
+        "out SELECT user_id, CAST(COUNT(*) AS STRING) FROM TABLE(TUMBLE(TABLE clicks, \
          DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
     );
     assert!(count.is_empty(), "{count:?}");

@@ -39,6 +39,8 @@ pub(super) struct Group {
     pub(super) last_event_time: i64,
     /// Made by this batch: the store had no group of its key.
     pub(super) new: bool,
+    /// Has had a row (its states and last event time mean something).
+    pub(super) seen: bool,
 }
 
 /// The groups of a continuous aggregation in a [`DiskStore`].
@@ -120,6 +122,7 @@ impl DiskGroups {
                     states: bound.iter().map(Bound::init).collect(),
                     last_event_time: i64::MIN,
                     new: true,
+                    seen: false,
                 }
             }
         };
@@ -210,12 +213,13 @@ impl DiskGroups {
         Ok(dropped)
     }
 
-    /// Every group in key order, `AT_ONCE` at a time: the end of a batch job's input.
+    /// Every group in key order, `AT_ONCE` at a time: the end of a batch job's input, after
+    /// which they count as gone (returned: how many), as the memory backend drops them.
     pub(super) fn each_chunk(
-        &self,
+        &mut self,
         bound: &[Bound],
         mut visit: impl FnMut(&[(Box<[u8]>, Group)]) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let mut chunk: Vec<(Box<[u8]>, Group)> = Vec::with_capacity(AT_ONCE.min(1024));
         let mut failed = None;
         self.store.scan(&[GROUPS], &[GROUPS + 1], |k, v| {
@@ -242,7 +246,7 @@ impl DiskGroups {
         if !chunk.is_empty() {
             visit(&chunk)?;
         }
-        Ok(())
+        Ok(std::mem::take(&mut self.groups))
     }
 
     /// Every group as of now, in `state_schema` (the memory backend's checkpoint layout), read
@@ -287,7 +291,8 @@ impl DiskGroups {
     }
 
     /// Takes up a group of a checkpoint (either backend's), replacing the key's group if the
-    /// store has one.
+    /// store has one, with an expiry entry at its last row's time plus `ttl_ms` (an entry the
+    /// key had already finds the same group when it comes due).
     pub(super) fn restore(
         &mut self,
         key: &[u8],
@@ -297,14 +302,11 @@ impl DiskGroups {
     ) -> Result<()> {
         let k = self.key_of(key).to_vec();
         let mut writes = Writes::default();
-        if let Some(old) = self.store.get(&k)? {
-            // Its expiry entry stays where it is: when it comes due it moves on.
-            let _ = old;
-        } else {
+        if self.store.get(&k)?.is_none() {
             self.groups += 1;
-            if !final_only {
-                self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
-            }
+        }
+        if !final_only {
+            self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
         }
         encode(g, &mut self.value_buf);
         writes.put(&k, &self.value_buf);
@@ -344,5 +346,6 @@ fn decode(v: &[u8], bound: &[Bound]) -> Result<Group> {
         states,
         last_event_time,
         new: false,
+        seen: true,
     })
 }
