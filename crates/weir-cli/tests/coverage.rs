@@ -448,6 +448,22 @@ fn batch_group_by_on_rocksdb_gives_flinks_batch_rows() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// Deduplication (keep-first and keep-last, with and without windows) with its keys on
+/// RocksDB gives Flink's rows.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn deduplication_on_rocksdb_gives_flinks_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    check_after(
+        "dedup",
+        &format!(
+            "SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+            dir.path().display()
+        ),
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
     let spill = tempfile::tempdir().unwrap();

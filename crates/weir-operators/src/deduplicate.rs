@@ -65,6 +65,9 @@ use weir_runtime::{
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{ExpiryQueue, KeySlots, StateSize};
 
+#[cfg(feature = "rocksdb")]
+mod disk;
+
 /// Which row of a key a deduplication keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -177,6 +180,19 @@ impl OperatorFactory for Deduplicate {
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect(),
         )?;
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(disk::DiskKeys::open(info)?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(Error::config(
+                "state.backend.type",
+                "rocksdb",
+                "this weir was built without RocksDB (the `rocksdb` feature)",
+            ));
+        }
         Ok(Box::new(DeduplicateOp {
             keep: self.keep,
             ttl_ms: self.ttl_ms,
@@ -187,6 +203,8 @@ impl OperatorFactory for Deduplicate {
             event_time,
             all,
             keys: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
             timers: ExpiryQueue::new(),
             watermark: i64::MIN,
             batches: 0,
@@ -200,6 +218,9 @@ impl OperatorFactory for Deduplicate {
     }
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
+    }
+    fn state_on_disk(&self) -> bool {
+        true
     }
     fn describe(&self) -> String {
         let keys = self.keys.join(", ");
@@ -283,6 +304,10 @@ pub struct DeduplicateOp {
     /// Every input column, for holding rows.
     all: RowConverter,
     keys: KeySlots<KeyState>,
+    /// The keys on disk instead (`state.backend.type = 'rocksdb'`), when so: `keys` then holds
+    /// only the keys a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<disk::DiskKeys>,
     /// When keys have rows due (keep-first) or may expire; a key may have stale entries,
     /// which find nothing to do.
     timers: ExpiryQueue,
@@ -300,27 +325,44 @@ pub struct DeduplicateOp {
 impl DeduplicateOp {
     fn queue(&mut self, slot: usize, at: i64) {
         let timer = &mut self.keys.get_mut(slot).timer;
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            // The timer goes to disk with the key ([`disk::DiskKeys::put`]).
+            if timer.is_none_or(|q| at < q) {
+                *timer = Some(at);
+            }
+            return;
+        }
         self.timers.push_earlier(timer, at, slot);
     }
 
-    fn slot(&mut self, key: &[u8]) -> usize {
+    /// The slot of `key`, made (and counted) when the key has no state; on disk, its state
+    /// read into the slot the first time a batch or a watermark touches it.
+    fn slot(&mut self, key: &[u8]) -> Result<usize> {
         let slot = self.keys.slot_for(hash_key(key), key);
         if self.keys.get(slot).is_empty() {
+            #[cfg(feature = "rocksdb")]
+            if let Some(d) = self.disk.as_mut() {
+                if let Some(stored) = d.load(key)? {
+                    *self.keys.get_mut(slot) = stored;
+                    return Ok(slot);
+                }
+            }
             self.key_count += 1;
             self.bytes_held += KEY_OVERHEAD + key.len() as u64;
         }
-        slot
+        Ok(slot)
     }
 
     /// Keep-first: an on-time row joins its key's life or a run ahead of the watermark.
-    fn add_first(&mut self, key: &[u8], time: i64, rows: &Rows, i: usize) {
+    fn add_first(&mut self, key: &[u8], time: i64, rows: &Rows, i: usize) -> Result<()> {
         let ttl = self.ttl_ms;
-        let slot = self.slot(key);
+        let slot = self.slot(key)?;
         let k = self.keys.get_mut(slot);
         if let Some(l) = k.life_last {
             if time <= l.saturating_add(ttl) {
                 k.life_last = Some(l.max(time));
-                return;
+                return Ok(());
             }
         }
         // Runs whose rows come within the TTL of this one: they chain through it into one.
@@ -354,11 +396,12 @@ impl DeduplicateOp {
         self.bytes_held += first.row.len() as u64;
         k.runs.insert(lo, Run { first, last });
         self.queue(slot, due);
+        Ok(())
     }
 
     /// Keep-last: an on-time row replaces its key's latest row if it is later.
-    fn add_last(&mut self, key: &[u8], time: i64, rows: &Rows, i: usize) {
-        let slot = self.slot(key);
+    fn add_last(&mut self, key: &[u8], time: i64, rows: &Rows, i: usize) -> Result<()> {
+        let slot = self.slot(key)?;
         let row = rows.row(i);
         let k = self.keys.get_mut(slot);
         let later = match &k.latest {
@@ -371,7 +414,7 @@ impl DeduplicateOp {
             },
         };
         if !later {
-            return;
+            return Ok(());
         }
         let new = Timed {
             time,
@@ -389,20 +432,11 @@ impl DeduplicateOp {
         }
         let expires = time.saturating_add(self.ttl_ms);
         self.queue(slot, expires);
+        Ok(())
     }
 
     fn emit_rows(&self, rows: &[Box<[u8]>], ctx: &mut Context) -> Result<()> {
-        let parser = self.all.parser();
-        for chunk in rows.chunks(8192) {
-            let cols = self
-                .all
-                .convert_rows(chunk.iter().map(|r| parser.parse(r)))?;
-            ctx.emit(StreamBatch::new(RecordBatch::try_new(
-                self.schema.clone(),
-                cols,
-            )?));
-        }
-        Ok(())
+        emit_held(&self.all, &self.schema, rows, ctx)
     }
 
     /// Forgets key `slot`.
@@ -445,6 +479,24 @@ impl DeduplicateOp {
     }
 }
 
+/// Emits held rows (Arrow's row format, by `all`) as batches of `schema`.
+fn emit_held(
+    all: &RowConverter,
+    schema: &SchemaRef,
+    rows: &[Box<[u8]>],
+    ctx: &mut Context,
+) -> Result<()> {
+    let parser = all.parser();
+    for chunk in rows.chunks(8192) {
+        let cols = all.convert_rows(chunk.iter().map(|r| parser.parse(r)))?;
+        ctx.emit(StreamBatch::new(RecordBatch::try_new(
+            schema.clone(),
+            cols,
+        )?));
+    }
+    Ok(())
+}
+
 /// Takes the runs of key `k` the watermark `wm` has reached into its life, in time order; the
 /// first row of each run that starts a new life goes to `out`. Returns the number of rows and
 /// bytes no longer held.
@@ -461,6 +513,122 @@ fn take_due(k: &mut KeyState, wm: i64, ttl: i64, out: &mut Vec<Box<[u8]>>) -> (u
         }
     }
     (rows, bytes)
+}
+
+/// A checkpointed entry: (key group, key, kind, time, last, row).
+type Entry<'a> = (u16, &'a [u8], u8, i64, i64, Option<&'a [u8]>);
+
+/// Adds key `key`'s entries (its life, its runs, its latest row) to `entries`.
+fn push_entries<'a>(entries: &mut Vec<Entry<'a>>, g: u16, key: &'a [u8], k: &'a KeyState) {
+    if let Some(l) = k.life_last {
+        entries.push((g, key, LIFE, l, l, None));
+    }
+    for r in &k.runs {
+        entries.push((g, key, RUN, r.first.time, r.last, Some(&r.first.row)));
+    }
+    if let Some(l) = &k.latest {
+        entries.push((g, key, LATEST, l.time, l.time, Some(&l.row)));
+    }
+}
+
+/// A state batch of `entries`, their rows decoded by `all`.
+fn entries_batch(
+    state_schema: &SchemaRef,
+    all: &RowConverter,
+    entries: &[Entry],
+) -> Result<RecordBatch> {
+    let groups = entries.iter().map(|e| e.0).collect();
+    let keys: Vec<&[u8]> = entries.iter().map(|e| e.1).collect();
+    let kinds: Vec<u8> = entries.iter().map(|e| e.2).collect();
+    let times: Vec<i64> = entries.iter().map(|e| e.3).collect();
+    let lasts: Vec<i64> = entries.iter().map(|e| e.4).collect();
+    let rows: Vec<Option<&[u8]>> = entries.iter().map(|e| e.5).collect();
+    let mut cols: Vec<ArrayRef> = vec![
+        key_group_column(groups),
+        Arc::new(BinaryArray::from_vec(keys)),
+        Arc::new(arrow_array::UInt8Array::from(kinds)),
+        Arc::new(Int64Array::from(times)),
+        Arc::new(Int64Array::from(lasts)),
+    ];
+    cols.extend(crate::held_rows::columns_with_gaps(all, &rows)?);
+    Ok(RecordBatch::try_new(state_schema.clone(), cols)?)
+}
+
+#[cfg(feature = "rocksdb")]
+impl DeduplicateOp {
+    /// On disk: writes the keys in `keys` back (a key with no state left is removed) and
+    /// forgets them in memory.
+    fn write_back(&mut self) -> Result<()> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(());
+        };
+        let mut writes = weir_state::rocks::Writes::default();
+        for slot in self.keys.slots() {
+            d.put(&mut writes, self.keys.key(slot), self.keys.get(slot));
+        }
+        d.write(writes)?;
+        self.keys = KeySlots::new();
+        Ok(())
+    }
+
+    /// On disk: fires the timers due at `watermark`, [`disk::AT_ONCE`] at a time; at the end
+    /// of the input, every key's pending first rows.
+    fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        let mut out = Vec::new();
+        if watermark == Watermark::MAX {
+            let ttl = self.ttl_ms;
+            let d = self.disk.as_ref().expect("on disk");
+            let (all, schema) = (&self.all, &self.schema);
+            d.each_chunk(|mut chunk| {
+                for k in &mut chunk {
+                    take_due(k, i64::MAX, ttl, &mut out);
+                }
+                let rows = std::mem::take(&mut out);
+                emit_held(all, schema, &rows, ctx)
+            })?;
+            self.expired += self.key_count;
+            (self.key_count, self.rows_held, self.bytes_held) = (0, 0, 0);
+            return Ok(());
+        }
+        loop {
+            let mut writes = weir_state::rocks::Writes::default();
+            let d = self.disk.as_mut().expect("on disk");
+            let (keys, more) = d.due(watermark.0, &mut writes)?;
+            for key in &keys {
+                let slot = self.slot_if_stored(key)?;
+                if let Some(slot) = slot {
+                    self.fire(slot, watermark.0, &mut out);
+                }
+            }
+            let d = self.disk.as_mut().expect("on disk");
+            for key in &keys {
+                if self.keys.find(hash_key(key), key).is_none() {
+                    d.delete(&mut writes, key);
+                }
+            }
+            for slot in self.keys.slots() {
+                d.put(&mut writes, self.keys.key(slot), self.keys.get(slot));
+            }
+            d.write(writes)?;
+            self.keys = KeySlots::new();
+            self.emit_rows(&std::mem::take(&mut out), ctx)?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The slot of `key` with its stored state read into it; `None` when it has none (a timer
+    /// left by a key forgotten since).
+    fn slot_if_stored(&mut self, key: &[u8]) -> Result<Option<usize>> {
+        let d = self.disk.as_mut().expect("on disk");
+        let Some(stored) = d.load(key)? else {
+            return Ok(None);
+        };
+        let slot = self.keys.slot_for(hash_key(key), key);
+        *self.keys.get_mut(slot) = stored;
+        Ok(Some(slot))
+    }
 }
 
 impl Operator for DeduplicateOp {
@@ -488,8 +656,8 @@ impl Operator for DeduplicateOp {
         let rows = self.all.convert_columns(batch.data.columns())?;
         for (i, key) in keys.iter().enumerate() {
             match self.keep {
-                Keep::First => self.add_first(key.as_ref(), times[i], &rows, i),
-                Keep::Last => self.add_last(key.as_ref(), times[i], &rows, i),
+                Keep::First => self.add_first(key.as_ref(), times[i], &rows, i)?,
+                Keep::Last => self.add_last(key.as_ref(), times[i], &rows, i)?,
             }
         }
         if self.keep == Keep::Last {
@@ -501,11 +669,17 @@ impl Operator for DeduplicateOp {
             self.touched = touched;
             self.touched.clear();
         }
+        #[cfg(feature = "rocksdb")]
+        self.write_back()?;
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         self.watermark = self.watermark.max(watermark.0);
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            return self.on_watermark_on_disk(watermark, ctx);
+        }
         let mut out = Vec::new();
         if watermark == Watermark::MAX {
             // The input ended: every pending first row is due, and all state goes at once
@@ -527,6 +701,13 @@ impl Operator for DeduplicateOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.rows_held.max(self.key_count),
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.rows_held.max(self.key_count),
             bytes: self.bytes_held + self.keys.index_bytes(),
@@ -537,40 +718,20 @@ impl Operator for DeduplicateOp {
     /// run's first row) and its latest row (`LATEST`). Timers are not stored: a restore queues
     /// each key again.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        // (key group, key, kind, time, last, row)
-        type Entry<'a> = (u16, &'a [u8], u8, i64, i64, Option<&'a [u8]>);
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return d.snapshot(&self.state_schema, &self.schema);
+        }
         let mut entries: Vec<Entry> = Vec::new();
         for slot in self.keys.slots() {
             let key = self.keys.key(slot);
             let g = key_group(hash_key(key), self.key_groups);
-            let k = self.keys.get(slot);
-            if let Some(l) = k.life_last {
-                entries.push((g, key, LIFE, l, l, None));
-            }
-            for r in &k.runs {
-                entries.push((g, key, RUN, r.first.time, r.last, Some(&r.first.row)));
-            }
-            if let Some(l) = &k.latest {
-                entries.push((g, key, LATEST, l.time, l.time, Some(&l.row)));
-            }
+            push_entries(&mut entries, g, key, self.keys.get(slot));
         }
-        let groups = entries.iter().map(|e| e.0).collect();
-        let keys: Vec<&[u8]> = entries.iter().map(|e| e.1).collect();
-        let kinds: Vec<u8> = entries.iter().map(|e| e.2).collect();
-        let times: Vec<i64> = entries.iter().map(|e| e.3).collect();
-        let lasts: Vec<i64> = entries.iter().map(|e| e.4).collect();
-        let rows: Vec<Option<&[u8]>> = entries.iter().map(|e| e.5).collect();
-        let mut cols: Vec<ArrayRef> = vec![
-            key_group_column(groups),
-            Arc::new(BinaryArray::from_vec(keys)),
-            Arc::new(arrow_array::UInt8Array::from(kinds)),
-            Arc::new(Int64Array::from(times)),
-            Arc::new(Int64Array::from(lasts)),
-        ];
-        cols.extend(crate::held_rows::columns_with_gaps(&self.all, &rows)?);
-        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
-            self.state_schema.clone(),
-            cols,
+        Ok(StateSnapshot::ready(vec![entries_batch(
+            &self.state_schema,
+            &self.all,
+            &entries,
         )?]))
     }
 
@@ -590,7 +751,7 @@ impl Operator for DeduplicateOp {
             let lasts = b.column(4).as_primitive::<Int64Type>();
             let rows = self.all.convert_columns(&b.columns()[STATE_PREFIX..])?;
             for i in 0..b.num_rows() {
-                let slot = self.slot(keys.value(i));
+                let slot = self.slot(keys.value(i))?;
                 let (time, last) = (times.value(i), lasts.value(i));
                 let row = || rows.row(i).as_ref().into();
                 let k = self.keys.get_mut(slot);
@@ -629,6 +790,8 @@ impl Operator for DeduplicateOp {
             };
             self.queue(slot, at);
         }
+        #[cfg(feature = "rocksdb")]
+        self.write_back()?;
         Ok(())
     }
 

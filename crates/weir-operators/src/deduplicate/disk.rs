@@ -1,0 +1,330 @@
+//! A deduplication's keys on local disk: the `'rocksdb'` state backend.
+//!
+//! Each key's state ([`KeyState`]: its life's latest time, its pending runs with their first
+//! rows, its latest row, its timer) is one entry of a [`DiskStore`] under `(KEYS, key group,
+//! key)` ([`KeyOf`]), its rows in Arrow's row format. The operator works on the keys a batch or a
+//! watermark touches as it does in memory: it reads each into its slots once, runs the same
+//! code, writes them back when it is done and forgets them, so memory holds one batch's keys.
+//!
+//! A key's timer (when its first row is due or it may expire) is an entry in the store's expiry
+//! namespace at that time; a timer moved earlier leaves the later entry behind, which finds the
+//! key's timer later than the watermark when it comes due and does nothing, as the memory
+//! backend's stale queue entries do.
+//!
+//! A checkpoint reads a snapshot of the store on another thread and writes the memory
+//! backend's entries (`LIFE`, `RUN`, `LATEST`), so either backend restores the other's
+//! checkpoints at any parallelism. It is a full copy each time (docs/state.md).
+
+use arrow_array::RecordBatch;
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::SchemaRef;
+use weir_core::keys::{hash_key, key_group};
+use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
+use weir_state::rocks::{expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, Writes};
+
+use super::{entries_batch, push_entries, Entry, KeyState, Run, Timed};
+
+/// The namespace keys live in.
+const KEYS: u8 = 0;
+
+/// Keys a snapshot's state batch, an end of input and a pass over due timers take at most at
+/// once.
+pub(super) const AT_ONCE: usize = 8192;
+
+/// The keys of a deduplication in a [`DiskStore`].
+pub(super) struct DiskKeys {
+    store: DiskStore,
+    key_groups: u16,
+    /// Timer entries at or below this watermark are gone: a scan starts after it.
+    expired_through: Option<i64>,
+    key_buf: Vec<u8>,
+    value_buf: Vec<u8>,
+}
+
+impl DiskKeys {
+    pub(super) fn open(info: &SubtaskInfo) -> Result<DiskKeys> {
+        let label = format!("{}-{}", info.operator, info.subtask);
+        Ok(DiskKeys {
+            store: DiskStore::open(&info.state_backend, &label)?,
+            key_groups: info.key_groups,
+            expired_through: None,
+            key_buf: Vec::new(),
+            value_buf: Vec::new(),
+        })
+    }
+
+    /// Bytes of state: the store's estimate.
+    pub(super) fn bytes(&self) -> u64 {
+        self.store.bytes()
+    }
+
+    fn key_of(&mut self, key: &[u8]) -> Vec<u8> {
+        self.key_buf.clear();
+        KeyOf {
+            namespace: KEYS,
+            key_group: key_group(hash_key(key), self.key_groups),
+            key,
+        }
+        .encode(&mut self.key_buf);
+        self.key_buf.clone()
+    }
+
+    /// The stored state of `key`, if it has one.
+    pub(super) fn load(&mut self, key: &[u8]) -> Result<Option<KeyState>> {
+        let k = self.key_of(key);
+        self.store.get(&k)?.map(|v| decode(&v)).transpose()
+    }
+
+    /// Stages `state` as `key`'s, with an entry for its timer.
+    pub(super) fn put(&mut self, writes: &mut Writes, key: &[u8], state: &KeyState) {
+        let k = self.key_of(key);
+        encode(state, &mut self.value_buf);
+        writes.put(&k, &self.value_buf);
+        if let Some(at) = state.timer {
+            // A timer not after the watermark's last pass goes just after it, so the next
+            // pass finds it.
+            let at = match self.expired_through {
+                Some(done) if at <= done => done.saturating_add(1),
+                _ => at,
+            };
+            let mut e = Vec::with_capacity(k.len() + 9);
+            expiry_key(&mut e, at, &k);
+            writes.put(&e, []);
+        }
+    }
+
+    /// Stages the removal of `key`'s state (its timer entries find nothing when they come).
+    pub(super) fn delete(&mut self, writes: &mut Writes, key: &[u8]) {
+        let k = self.key_of(key);
+        writes.delete(&k);
+    }
+
+    pub(super) fn write(&self, writes: Writes) -> Result<()> {
+        Ok(self.store.write(writes)?)
+    }
+
+    /// The keys with timers due at `watermark` (at most [`AT_ONCE`] entries' worth, each key
+    /// once), their entries staged for removal in `writes`, and whether there may be more
+    /// (ask again once `writes` is applied).
+    pub(super) fn due(
+        &mut self,
+        watermark: i64,
+        writes: &mut Writes,
+    ) -> Result<(Vec<Vec<u8>>, bool)> {
+        let (from, until) = expired_range(watermark, self.expired_through);
+        let mut entries: Vec<Vec<u8>> = Vec::new();
+        self.store.scan(&from, &until, |k, _| {
+            entries.push(k.to_vec());
+            Ok(entries.len() < AT_ONCE)
+        })?;
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(entries.len());
+        for e in &entries {
+            writes.delete(e);
+            let key = KeyOf::decode(row_key_of_expiry(e))?.key.to_vec();
+            keys.push(key);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let more = entries.len() == AT_ONCE;
+        if !more {
+            self.expired_through = Some(watermark);
+        }
+        Ok((keys, more))
+    }
+
+    /// Every key's state in key order, [`AT_ONCE`] at a time: the end of the input.
+    pub(super) fn each_chunk(
+        &self,
+        mut visit: impl FnMut(Vec<KeyState>) -> Result<()>,
+    ) -> Result<()> {
+        let mut chunk = Vec::new();
+        let mut failed = None;
+        self.store.scan(&[KEYS], &[KEYS + 1], |_, v| {
+            let done = decode(v).and_then(|s| {
+                chunk.push(s);
+                if chunk.len() == AT_ONCE {
+                    visit(std::mem::take(&mut chunk))?;
+                }
+                Ok(())
+            });
+            match done {
+                Ok(()) => Ok(true),
+                Err(e) => {
+                    failed = Some(e);
+                    Ok(false)
+                }
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if !chunk.is_empty() {
+            visit(chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Every key's entries as of now, in `state_schema` (the memory backend's checkpoint
+    /// layout), read from a snapshot of the store on another thread.
+    pub(super) fn snapshot(
+        &self,
+        state_schema: &SchemaRef,
+        input_schema: &SchemaRef,
+    ) -> Result<StateSnapshot> {
+        let state_schema = state_schema.clone();
+        let fields: Vec<SortField> = (input_schema.fields().iter())
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let key_groups = self.key_groups;
+        let read =
+            self.store
+                .read_later(vec![KEYS + 1], move |entries| -> Result<Vec<RecordBatch>> {
+                    let all = RowConverter::new(fields)?;
+                    let mut out = Vec::new();
+                    let mut keys: Vec<(Box<[u8]>, KeyState)> = Vec::new();
+                    let flush = |keys: &mut Vec<(Box<[u8]>, KeyState)>,
+                                 out: &mut Vec<RecordBatch>|
+                     -> Result<()> {
+                        let mut rows: Vec<Entry> = Vec::new();
+                        for (key, state) in keys.iter() {
+                            let g = key_group(hash_key(key), key_groups);
+                            push_entries(&mut rows, g, key, state);
+                        }
+                        out.push(entries_batch(&state_schema, &all, &rows)?);
+                        keys.clear();
+                        Ok(())
+                    };
+                    for entry in entries {
+                        let (k, v) = entry?;
+                        let key = KeyOf::decode(&k)?;
+                        keys.push((key.key.into(), decode(&v)?));
+                        if keys.len() == AT_ONCE {
+                            flush(&mut keys, &mut out)?;
+                        }
+                    }
+                    if !keys.is_empty() || out.is_empty() {
+                        flush(&mut keys, &mut out)?;
+                    }
+                    Ok(out)
+                })?;
+        Ok(StateSnapshot::deferred(move || read()?))
+    }
+}
+
+const LIFE: u8 = 1;
+const LATEST: u8 = 2;
+const TIMER: u8 = 4;
+
+/// A key's state in bytes: which parts it has, its life's latest time, its timer, the batch
+/// that last changed its latest row, its runs, its latest row.
+fn encode(s: &KeyState, out: &mut Vec<u8>) {
+    fn row(out: &mut Vec<u8>, t: &Timed) {
+        out.extend_from_slice(&t.time.to_le_bytes());
+        out.extend_from_slice(&(t.row.len() as u32).to_le_bytes());
+        out.extend_from_slice(&t.row);
+    }
+    out.clear();
+    let flags = (s.life_last.is_some() as u8 * LIFE)
+        | (s.latest.is_some() as u8 * LATEST)
+        | (s.timer.is_some() as u8 * TIMER);
+    out.push(flags);
+    out.extend_from_slice(&s.life_last.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&s.timer.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&s.batch.to_le_bytes());
+    out.extend_from_slice(&(s.runs.len() as u32).to_le_bytes());
+    for r in &s.runs {
+        out.extend_from_slice(&r.last.to_le_bytes());
+        row(out, &r.first);
+    }
+    if let Some(l) = &s.latest {
+        row(out, l);
+    }
+}
+
+fn decode(v: &[u8]) -> Result<KeyState> {
+    fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
+        if input.len() < n {
+            return Err(Error::Internal(format!(
+                "a deduplication key on disk ends early: {n} bytes wanted, {} left",
+                input.len()
+            )));
+        }
+        let (head, rest) = input.split_at(n);
+        *input = rest;
+        Ok(head)
+    }
+    fn i64_(input: &mut &[u8]) -> Result<i64> {
+        Ok(i64::from_le_bytes(take(input, 8)?.try_into().expect("8")))
+    }
+    fn row(input: &mut &[u8]) -> Result<Timed> {
+        let time = i64_(input)?;
+        let n = u32::from_le_bytes(take(input, 4)?.try_into().expect("4")) as usize;
+        Ok(Timed {
+            time,
+            row: take(input, n)?.into(),
+        })
+    }
+    let mut input = v;
+    let flags = take(&mut input, 1)?[0];
+    let life = i64_(&mut input)?;
+    let timer = i64_(&mut input)?;
+    let batch = i64_(&mut input)? as u64;
+    let runs = u32::from_le_bytes(take(&mut input, 4)?.try_into().expect("4"));
+    let mut s = KeyState {
+        life_last: (flags & LIFE != 0).then_some(life),
+        timer: (flags & TIMER != 0).then_some(timer),
+        batch,
+        ..KeyState::default()
+    };
+    for _ in 0..runs {
+        let last = i64_(&mut input)?;
+        s.runs.push(Run {
+            first: row(&mut input)?,
+            last,
+        });
+    }
+    if flags & LATEST != 0 {
+        s.latest = Some(row(&mut input)?);
+    }
+    if !input.is_empty() {
+        return Err(Error::Internal(format!(
+            "a deduplication key on disk has {} bytes past its state",
+            input.len()
+        )));
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keys_state_reads_back_from_its_bytes() {
+        let timed = |time, row: &[u8]| Timed {
+            time,
+            row: row.into(),
+        };
+        let mut full = KeyState {
+            life_last: Some(-5),
+            timer: Some(i64::MAX),
+            batch: 7,
+            latest: Some(timed(9, b"latest")),
+            ..KeyState::default()
+        };
+        full.runs.push(Run {
+            first: timed(100, b"first"),
+            last: 150,
+        });
+        full.runs.push(Run {
+            first: timed(400, b""),
+            last: 400,
+        });
+        for s in [KeyState::default(), full] {
+            let mut bytes = Vec::new();
+            encode(&s, &mut bytes);
+            let back = decode(&bytes).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{s:?}"));
+        }
+    }
+}
