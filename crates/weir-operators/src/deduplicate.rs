@@ -323,6 +323,21 @@ pub struct DeduplicateOp {
 }
 
 impl DeduplicateOp {
+    /// Queues each restored key's next timer: its first pending run, else its TTL.
+    fn queue_restored(&mut self, restored: &mut Vec<usize>) {
+        restored.sort_unstable();
+        restored.dedup();
+        for slot in restored.drain(..) {
+            let k = self.keys.get(slot);
+            let at = match (k.runs.first(), k.life_last) {
+                (Some(r), _) => r.first.time,
+                (None, Some(l)) => l.saturating_add(self.ttl_ms),
+                (None, None) => continue,
+            };
+            self.queue(slot, at);
+        }
+    }
+
     fn queue(&mut self, slot: usize, at: i64) {
         let timer = &mut self.keys.get_mut(slot).timer;
         #[cfg(feature = "rocksdb")]
@@ -556,8 +571,7 @@ fn entries_batch(
 
 #[cfg(feature = "rocksdb")]
 impl DeduplicateOp {
-    /// On disk: writes the keys in `keys` back (a key with no state left is removed) and
-    /// forgets them in memory.
+    /// On disk: writes the keys in `keys` back, with their timers, and forgets them in memory.
     fn write_back(&mut self) -> Result<()> {
         let Some(d) = self.disk.as_mut() else {
             return Ok(());
@@ -577,7 +591,7 @@ impl DeduplicateOp {
         let mut out = Vec::new();
         if watermark == Watermark::MAX {
             let ttl = self.ttl_ms;
-            let d = self.disk.as_ref().expect("on disk");
+            let d = self.disk.as_mut().expect("on disk");
             let (all, schema) = (&self.all, &self.schema);
             d.each_chunk(|mut chunk| {
                 for k in &mut chunk {
@@ -778,20 +792,16 @@ impl Operator for DeduplicateOp {
                 }
                 restored.push(slot);
             }
+            // On disk, each state batch's keys go to the store before the next is read (a key
+            // spread over batches is read back; its timer only moves earlier, and a timer too
+            // early finds nothing due and moves on).
+            #[cfg(feature = "rocksdb")]
+            if self.disk.is_some() {
+                self.queue_restored(&mut restored);
+                self.write_back()?;
+            }
         }
-        restored.sort_unstable();
-        restored.dedup();
-        for slot in restored {
-            let k = self.keys.get(slot);
-            let at = match (k.runs.first(), k.life_last) {
-                (Some(r), _) => r.first.time,
-                (None, Some(l)) => l.saturating_add(self.ttl_ms),
-                (None, None) => continue,
-            };
-            self.queue(slot, at);
-        }
-        #[cfg(feature = "rocksdb")]
-        self.write_back()?;
+        self.queue_restored(&mut restored);
         Ok(())
     }
 
@@ -861,8 +871,15 @@ mod tests {
 
     /// A row more than the TTL after its key's latest row starts a new life: its first row
     /// comes out again, whether the watermark forgot the key before it or not.
+    /// On every state backend.
     #[test]
     fn keep_first_a_key_idle_for_its_ttl_starts_again() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, idle_for_its_ttl);
+        }
+    }
+
+    fn idle_for_its_ttl() {
         let mut one = harness(Deduplicate::keep_first(10_000));
         one.push(
             0,
@@ -877,6 +894,73 @@ mod tests {
         two.end();
         assert_eq!(out(&mut one), vec!["u1,a,1000", "u1,c,16000"]);
         assert_eq!(out(&mut two), vec!["u1,a,1000", "u1,c,16000"]);
+    }
+
+    /// Many keys at once (more than a pass over disk takes at a time): every backend emits the
+    /// same rows, forgets every key after its TTL, and restores the other's checkpoint.
+    #[test]
+    fn many_keys_come_out_the_same_on_every_backend_and_are_forgotten() {
+        let lines = |n: usize, t0: i64| {
+            let mut s = "user page ts".to_string();
+            for k in 0..n {
+                s.push_str(&format!("\n u{k} p{k} {}", t0 + k as i64));
+            }
+            rows!(&s)
+        };
+        let mut outs = Vec::new();
+        for keep in [Keep::First, Keep::Last] {
+            for backend in weir_testkit::backends() {
+                let spec = Deduplicate {
+                    keep,
+                    ..Deduplicate::keep_first(1_000)
+                };
+                let (got, snapshot) = weir_testkit::on_backend(&backend, || {
+                    let mut h = harness(spec.clone());
+                    h.push(0, lines(10, 100));
+                    h.watermark(150);
+                    let snapshot = h.snapshot();
+                    h.push(0, lines(7, 120));
+                    h.watermark(2_000);
+                    assert_eq!(h.state_size().rows, 0, "{keep:?} on {:?}", backend.kind);
+                    h.push(0, lines(4, 3_000));
+                    h.end();
+                    assert_eq!(h.state_size().rows, 0, "{keep:?} on {:?}", backend.kind);
+                    (out(&mut h), snapshot)
+                });
+                // Restored on every backend from this one's checkpoint.
+                for other in weir_testkit::backends() {
+                    let restored = weir_testkit::on_backend(&other, || {
+                        let input = StreamInfo {
+                            schema: rows!("user page ts\n u1 p 0").schema(),
+                            event_time: Some("ts".into()),
+                        };
+                        let spec = Deduplicate {
+                            keys: vec!["user".into()],
+                            ..spec.clone()
+                        };
+                        let snapshots = [snapshot.clone()];
+                        let mut h = Harness::restored(&spec, &[input], &snapshots, 0, 1);
+                        h.watermark(150);
+                        h.push(0, lines(7, 120));
+                        h.end();
+                        out(&mut h)
+                    });
+                    // Keep-first emitted its keys' first rows before the cut; keep-last
+                    // updates the seven keys.
+                    let want = match keep {
+                        Keep::First => 0,
+                        Keep::Last => 7,
+                    };
+                    assert_eq!(restored.len(), want, "{keep:?} from {:?}", backend.kind);
+                }
+                outs.push((keep, got));
+            }
+        }
+        for w in outs.windows(2) {
+            if w[0].0 == w[1].0 {
+                assert_eq!(w[0].1, w[1].1, "{:?}", w[0].0);
+            }
+        }
     }
 
     /// Rows ahead of the watermark chain into one run: a row within the TTL of an earlier one
@@ -928,8 +1012,15 @@ mod tests {
         assert!(out(&mut h).is_empty());
     }
 
+    /// On every state backend.
     #[test]
     fn keep_last_rows_more_than_the_ttl_behind_the_watermark_are_late() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, keep_last_late);
+        }
+    }
+
+    fn keep_last_late() {
         let mut h = harness(Deduplicate::keep_last(10_000));
         h.push(0, rows!("user page ts\n u1 a 5000"));
         h.take(Port::Main);

@@ -659,6 +659,71 @@ mod tests {
         assert_eq!(h.state_size().rows, 0);
     }
 
+    /// Many keys at once (more than a pass over disk takes at a time): every backend gives
+    /// the same updates, the same final rows in a batch job, forgets every key after its TTL,
+    /// and restores the other's checkpoint.
+    #[test]
+    fn many_keys_come_out_the_same_on_every_backend() {
+        let lines = |n: usize, t0: i64| {
+            let mut s = "ad clicks ts".to_string();
+            for k in 0..n {
+                s.push_str(&format!("\n a{k} {k} {}", t0 + k as i64));
+            }
+            rows!(&s)
+        };
+        let mut runs = Vec::new();
+        for final_only in [false, true] {
+            for backend in weir_testkit::backends() {
+                let mut spec = GroupAggregate::with_ttl(1_000)
+                    .aggregate(count("n"))
+                    .aggregate(sum("clicks", "total"));
+                spec.final_only = final_only;
+                let (got, snapshot) = weir_testkit::on_backend(&backend, || {
+                    let mut h = harness_of(spec.clone());
+                    h.push(0, lines(10, 100));
+                    let snapshot = h.snapshot();
+                    h.push(0, lines(7, 120));
+                    h.watermark(2_000);
+                    if !final_only {
+                        assert_eq!(h.state_size().rows, 0, "on {:?}", backend.kind);
+                    }
+                    h.push(0, lines(4, 3_000));
+                    h.watermark(i64::MAX);
+                    assert_eq!(h.state_size().rows, 0, "on {:?}", backend.kind);
+                    (sorted_lines(&h.take(Port::Main)), snapshot)
+                });
+                for other in weir_testkit::backends() {
+                    let restored = weir_testkit::on_backend(&other, || {
+                        let input = StreamInfo {
+                            schema: rows!("ad clicks ts\n a1 1 0").schema(),
+                            event_time: Some("ts".into()),
+                        };
+                        let spec = GroupAggregate {
+                            keys: vec!["ad".into()],
+                            ..spec.clone()
+                        };
+                        let snapshots = [snapshot.clone()];
+                        let mut h = Harness::restored(&spec, &[input], &snapshots, 0, 1);
+                        h.push(0, lines(7, 120));
+                        h.watermark(i64::MAX);
+                        sorted_lines(&h.take(Port::Main))
+                    });
+                    // The seven keys with two rows each (and, at the end of a batch job, the
+                    // other three with one).
+                    let twice = restored.iter().filter(|l| l.contains(",2,")).count();
+                    assert_eq!(twice, 7, "{restored:?}");
+                    assert_eq!(restored.len(), if final_only { 10 } else { 7 });
+                }
+                runs.push((final_only, got));
+            }
+        }
+        for w in runs.windows(2) {
+            if w[0].0 == w[1].0 {
+                assert_eq!(w[0].1, w[1].1);
+            }
+        }
+    }
+
     /// The same rows in one batch, or in two with a watermark between, leave the same latest
     /// result: a row past its key's TTL starts the key again either way.
     #[test]

@@ -20,7 +20,9 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
 use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
-use weir_state::rocks::{expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, Writes};
+use weir_state::rocks::{
+    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, Writes, EXPIRY_NAMESPACE,
+};
 
 use super::{entries_batch, push_entries, Entry, KeyState, Run, Timed};
 
@@ -28,8 +30,8 @@ use super::{entries_batch, push_entries, Entry, KeyState, Run, Timed};
 const KEYS: u8 = 0;
 
 /// Keys a snapshot's state batch, an end of input and a pass over due timers take at most at
-/// once.
-pub(super) const AT_ONCE: usize = 8192;
+/// once (a few in unit tests, so that they cross its edges).
+pub(super) const AT_ONCE: usize = if cfg!(test) { 3 } else { 8192 };
 
 /// The keys of a deduplication in a [`DiskStore`].
 pub(super) struct DiskKeys {
@@ -37,6 +39,9 @@ pub(super) struct DiskKeys {
     key_groups: u16,
     /// Timer entries at or below this watermark are gone: a scan starts after it.
     expired_through: Option<i64>,
+    /// Within a pass that takes due entries in several rounds: where the next round starts
+    /// (past the entries the last one deleted, whose tombstones a scan would read again).
+    resume: Option<Vec<u8>>,
     key_buf: Vec<u8>,
     value_buf: Vec<u8>,
 }
@@ -48,6 +53,7 @@ impl DiskKeys {
             store: DiskStore::open(&info.state_backend, &label)?,
             key_groups: info.key_groups,
             expired_through: None,
+            resume: None,
             key_buf: Vec::new(),
             value_buf: Vec::new(),
         })
@@ -111,7 +117,10 @@ impl DiskKeys {
         watermark: i64,
         writes: &mut Writes,
     ) -> Result<(Vec<Vec<u8>>, bool)> {
-        let (from, until) = expired_range(watermark, self.expired_through);
+        let (mut from, until) = expired_range(watermark, self.expired_through);
+        if let Some(next) = self.resume.take() {
+            from = next;
+        }
         let mut entries: Vec<Vec<u8>> = Vec::new();
         self.store.scan(&from, &until, |k, _| {
             entries.push(k.to_vec());
@@ -126,15 +135,22 @@ impl DiskKeys {
         keys.sort_unstable();
         keys.dedup();
         let more = entries.len() == AT_ONCE;
-        if !more {
-            self.expired_through = Some(watermark);
+        match entries.last() {
+            // Timers set while a pass fires are after its watermark: none lands behind this.
+            Some(last) if more => {
+                let mut next = last.clone();
+                next.push(0);
+                self.resume = Some(next);
+            }
+            _ => self.expired_through = Some(watermark),
         }
         Ok((keys, more))
     }
 
-    /// Every key's state in key order, [`AT_ONCE`] at a time: the end of the input.
+    /// Every key's state in key order, [`AT_ONCE`] at a time: the end of the input, after
+    /// which the store holds nothing (as the memory backend drops every key then).
     pub(super) fn each_chunk(
-        &self,
+        &mut self,
         mut visit: impl FnMut(Vec<KeyState>) -> Result<()>,
     ) -> Result<()> {
         let mut chunk = Vec::new();
@@ -161,6 +177,11 @@ impl DiskKeys {
         if !chunk.is_empty() {
             visit(chunk)?;
         }
+        let mut writes = Writes::default();
+        writes.delete_range(&[KEYS][..], &[KEYS + 1][..]);
+        writes.delete_range(&[EXPIRY_NAMESPACE][..], &[0xff; 10][..]);
+        self.store.write(writes)?;
+        self.expired_through = Some(i64::MAX);
         Ok(())
     }
 
@@ -211,9 +232,9 @@ impl DiskKeys {
     }
 }
 
-const LIFE: u8 = 1;
-const LATEST: u8 = 2;
-const TIMER: u8 = 4;
+const HAS_LIFE: u8 = 1;
+const HAS_LATEST: u8 = 2;
+const HAS_TIMER: u8 = 4;
 
 /// A key's state in bytes: which parts it has, its life's latest time, its timer, the batch
 /// that last changed its latest row, its runs, its latest row.
@@ -224,9 +245,9 @@ fn encode(s: &KeyState, out: &mut Vec<u8>) {
         out.extend_from_slice(&t.row);
     }
     out.clear();
-    let flags = (s.life_last.is_some() as u8 * LIFE)
-        | (s.latest.is_some() as u8 * LATEST)
-        | (s.timer.is_some() as u8 * TIMER);
+    let flags = (s.life_last.is_some() as u8 * HAS_LIFE)
+        | (s.latest.is_some() as u8 * HAS_LATEST)
+        | (s.timer.is_some() as u8 * HAS_TIMER);
     out.push(flags);
     out.extend_from_slice(&s.life_last.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&s.timer.unwrap_or(0).to_le_bytes());
@@ -271,8 +292,8 @@ fn decode(v: &[u8]) -> Result<KeyState> {
     let batch = i64_(&mut input)? as u64;
     let runs = u32::from_le_bytes(take(&mut input, 4)?.try_into().expect("4"));
     let mut s = KeyState {
-        life_last: (flags & LIFE != 0).then_some(life),
-        timer: (flags & TIMER != 0).then_some(timer),
+        life_last: (flags & HAS_LIFE != 0).then_some(life),
+        timer: (flags & HAS_TIMER != 0).then_some(timer),
         batch,
         ..KeyState::default()
     };
@@ -283,7 +304,7 @@ fn decode(v: &[u8]) -> Result<KeyState> {
             last,
         });
     }
-    if flags & LATEST != 0 {
+    if flags & HAS_LATEST != 0 {
         s.latest = Some(row(&mut input)?);
     }
     if !input.is_empty() {
