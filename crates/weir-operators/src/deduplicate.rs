@@ -576,7 +576,7 @@ impl DeduplicateOp {
         let Some(d) = self.disk.as_mut() else {
             return Ok(());
         };
-        let mut writes = weir_state::rocks::Writes::default();
+        let mut writes = weir_state::rocks::KeyOrderedWrites::default();
         for slot in self.keys.slots() {
             d.put(&mut writes, self.keys.key(slot), self.keys.get(slot));
         }
@@ -605,7 +605,7 @@ impl DeduplicateOp {
             return Ok(());
         }
         loop {
-            let mut writes = weir_state::rocks::Writes::default();
+            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
             let d = self.disk.as_mut().expect("on disk");
             let (keys, more) = d.due(watermark.0, &mut writes)?;
             for key in &keys {

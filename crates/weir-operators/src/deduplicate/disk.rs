@@ -21,7 +21,8 @@ use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
 use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
 use weir_state::rocks::{
-    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, Writes, EXPIRY_NAMESPACE,
+    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, KeyOrderedWrites, Writes,
+    EXPIRY_NAMESPACE,
 };
 
 use super::{entries_batch, push_entries, Entry, KeyState, Run, Timed};
@@ -50,7 +51,7 @@ impl DiskKeys {
     pub(super) fn open(info: &SubtaskInfo) -> Result<DiskKeys> {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(DiskKeys {
-            store: DiskStore::open(&info.state_backend, &label)?,
+            store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
             key_groups: info.key_groups,
             expired_through: None,
             resume: None,
@@ -82,7 +83,7 @@ impl DiskKeys {
     }
 
     /// Stages `state` as `key`'s, with an entry for its timer.
-    pub(super) fn put(&mut self, writes: &mut Writes, key: &[u8], state: &KeyState) {
+    pub(super) fn put(&mut self, writes: &mut KeyOrderedWrites, key: &[u8], state: &KeyState) {
         let k = self.key_of(key);
         encode(state, &mut self.value_buf);
         writes.put(&k, &self.value_buf);
@@ -95,18 +96,18 @@ impl DiskKeys {
             };
             let mut e = Vec::with_capacity(k.len() + 9);
             expiry_key(&mut e, at, &k);
-            writes.put(&e, []);
+            writes.put(&e, &[]);
         }
     }
 
     /// Stages the removal of `key`'s state (its timer entries find nothing when they come).
-    pub(super) fn delete(&mut self, writes: &mut Writes, key: &[u8]) {
+    pub(super) fn delete(&mut self, writes: &mut KeyOrderedWrites, key: &[u8]) {
         let k = self.key_of(key);
         writes.delete(&k);
     }
 
-    pub(super) fn write(&self, writes: Writes) -> Result<()> {
-        Ok(self.store.write(writes)?)
+    pub(super) fn write(&self, writes: KeyOrderedWrites) -> Result<()> {
+        Ok(self.store.write_in_key_order(writes)?)
     }
 
     /// The keys with timers due at `watermark` (at most [`AT_ONCE`] entries' worth, each key
@@ -115,7 +116,7 @@ impl DiskKeys {
     pub(super) fn due(
         &mut self,
         watermark: i64,
-        writes: &mut Writes,
+        writes: &mut KeyOrderedWrites,
     ) -> Result<(Vec<Vec<u8>>, bool)> {
         let (mut from, until) = expired_range(watermark, self.expired_through);
         if let Some(next) = self.resume.take() {

@@ -22,7 +22,9 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
 use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
-use weir_state::rocks::{expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, Writes};
+use weir_state::rocks::{
+    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, KeyOrderedWrites, Writes,
+};
 
 use crate::aggregates::{self, Aggregate, Bound, State};
 
@@ -68,7 +70,7 @@ impl DiskGroups {
         input_schema: &SchemaRef,
     ) -> Result<DiskGroups> {
         let label = format!("{}-{}", info.operator, info.subtask);
-        let store = DiskStore::open(&info.state_backend, &label)?;
+        let store = DiskStore::open_for_lookups(&info.state_backend, &label)?;
         Ok(DiskGroups {
             store,
             aggregates: aggregates.to_vec(),
@@ -141,7 +143,7 @@ impl DiskGroups {
     /// Writes this batch's groups back, each new one with its expiry entry at its last row's
     /// time plus `ttl_ms` (none with `final_only`), and forgets them.
     pub(super) fn end_batch(&mut self, ttl_ms: i64, final_only: bool) -> Result<()> {
-        let mut writes = Writes::default();
+        let mut writes = KeyOrderedWrites::default();
         let mut batch = std::mem::take(&mut self.batch);
         for (key, g) in &batch {
             let k = self.key_of(key).to_vec();
@@ -151,7 +153,7 @@ impl DiskGroups {
                 self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
             }
         }
-        self.store.write(writes)?;
+        self.store.write_in_key_order(writes)?;
         self.index.clear();
         batch.clear();
         self.batch = batch;
@@ -162,14 +164,14 @@ impl DiskGroups {
     /// through when `at` is not after it (a key whose first row is more than the TTL behind
     /// the watermark): the next watermark takes it, as the memory backend's queue does, where
     /// a scan from the last watermark on would never find it.
-    fn file_expiry(&self, writes: &mut Writes, at: i64, k: &[u8]) {
+    fn file_expiry(&self, writes: &mut KeyOrderedWrites, at: i64, k: &[u8]) {
         let at = match self.expired_through {
             Some(done) if at <= done => done.saturating_add(1),
             _ => at,
         };
         let mut e = Vec::with_capacity(k.len() + 9);
         expiry_key(&mut e, at, k);
-        writes.put(&e, []);
+        writes.put(&e, &[]);
     }
 
     /// Drops the groups whose last row is `ttl_ms` or more behind `watermark` (their expiry
@@ -184,7 +186,7 @@ impl DiskGroups {
                 due.push(k.into());
                 Ok(due.len() < AT_ONCE)
             })?;
-            let mut writes = Writes::default();
+            let mut writes = KeyOrderedWrites::default();
             for e in &due {
                 let k = row_key_of_expiry(e);
                 writes.delete(e);
@@ -195,13 +197,13 @@ impl DiskGroups {
                 if at > watermark {
                     let mut moved = Vec::with_capacity(e.len());
                     expiry_key(&mut moved, at, k);
-                    writes.put(&moved, []);
+                    writes.put(&moved, &[]);
                 } else {
                     writes.delete(k);
                     dropped += 1;
                 }
             }
-            self.store.write(writes)?;
+            self.store.write_in_key_order(writes)?;
             let Some(last) = due.last().filter(|_| due.len() == AT_ONCE) else {
                 break;
             };
@@ -304,7 +306,7 @@ impl DiskGroups {
         final_only: bool,
     ) -> Result<()> {
         let k = self.key_of(key).to_vec();
-        let mut writes = Writes::default();
+        let mut writes = KeyOrderedWrites::default();
         if self.store.get(&k)?.is_none() {
             self.groups += 1;
         }
@@ -313,7 +315,7 @@ impl DiskGroups {
         }
         encode(g, &mut self.value_buf);
         writes.put(&k, &self.value_buf);
-        Ok(self.store.write(writes)?)
+        Ok(self.store.write_in_key_order(writes)?)
     }
 }
 
