@@ -504,84 +504,64 @@ impl Bound {
         }
     }
 
-    /// Reads a state [`State::encode`] wrote for this aggregate from the front of `input`,
-    /// which it moves past the state.
+    /// Reads a state [`State::encode`] wrote for this aggregate from the front of `r`.
     #[cfg_attr(not(feature = "rocksdb"), allow(dead_code))]
-    pub(crate) fn decode_state(&self, input: &mut &[u8]) -> Result<State> {
-        fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
-            if input.len() < n {
-                return Err(Error::Internal(format!(
-                    "an aggregate's state on disk ends early: {n} bytes wanted, {} left",
-                    input.len()
-                )));
-            }
-            let (head, rest) = input.split_at(n);
-            *input = rest;
-            Ok(head)
+    pub(crate) fn decode_state(&self, r: &mut weir_state::bytes::Reader) -> Result<State> {
+        fn opt<const N: usize>(r: &mut weir_state::bytes::Reader) -> Result<Option<[u8; N]>> {
+            Ok(match r.u8()? {
+                0 => None,
+                _ => Some(r.array()?),
+            })
         }
-        fn fixed<const N: usize>(input: &mut &[u8]) -> Result<[u8; N]> {
-            Ok(take(input, N)?.try_into().expect("N bytes"))
+        fn opt_bytes<'a>(r: &mut weir_state::bytes::Reader<'a>) -> Result<Option<&'a [u8]>> {
+            Ok(match r.u8()? {
+                0 => None,
+                _ => Some(r.bytes()?),
+            })
         }
-        fn opt<const N: usize>(input: &mut &[u8]) -> Result<Option<[u8; N]>> {
-            match take(input, 1)?[0] {
-                0 => Ok(None),
-                _ => fixed(input).map(Some),
-            }
-        }
-        fn len(input: &mut &[u8]) -> Result<usize> {
-            Ok(u32::from_le_bytes(fixed(input)?) as usize)
-        }
-        fn bytes<'a>(input: &mut &'a [u8]) -> Result<&'a [u8]> {
-            let n = len(input)?;
-            take(input, n)
-        }
-        fn opt_bytes<'a>(input: &mut &'a [u8]) -> Result<Option<&'a [u8]>> {
-            match take(input, 1)?[0] {
-                0 => Ok(None),
-                _ => bytes(input).map(Some),
-            }
-        }
-        let i64_ = |input: &mut &[u8]| fixed(input).map(i64::from_le_bytes);
-        let f64_ = |input: &mut &[u8]| fixed(input).map(f64::from_le_bytes);
         Ok(match self.init() {
-            State::Count(_) => State::Count(i64_(input)?),
-            State::SumInt(_) => State::SumInt(opt(input)?.map(i64::from_le_bytes)),
-            State::MinInt(_) => State::MinInt(opt(input)?.map(i64::from_le_bytes)),
-            State::MaxInt(_) => State::MaxInt(opt(input)?.map(i64::from_le_bytes)),
-            State::SumFloat(_) => State::SumFloat(opt(input)?.map(f64::from_le_bytes)),
-            State::MinFloat(_) => State::MinFloat(opt(input)?.map(f64::from_le_bytes)),
-            State::MaxFloat(_) => State::MaxFloat(opt(input)?.map(f64::from_le_bytes)),
-            State::SumDec(_) => State::SumDec(opt(input)?.map(i128::from_le_bytes)),
-            State::MinDec(_) => State::MinDec(opt(input)?.map(i128::from_le_bytes)),
-            State::MaxDec(_) => State::MaxDec(opt(input)?.map(i128::from_le_bytes)),
-            State::Avg(..) => State::Avg(f64_(input)?, i64_(input)?),
-            State::AvgInt(..) => State::AvgInt(i64_(input)?, i64_(input)?),
-            State::AvgDec(..) => State::AvgDec(i128::from_le_bytes(fixed(input)?), i64_(input)?),
+            State::Count(_) => State::Count(r.i64()?),
+            State::SumInt(_) => State::SumInt(opt(r)?.map(i64::from_le_bytes)),
+            State::MinInt(_) => State::MinInt(opt(r)?.map(i64::from_le_bytes)),
+            State::MaxInt(_) => State::MaxInt(opt(r)?.map(i64::from_le_bytes)),
+            State::SumFloat(_) => State::SumFloat(opt(r)?.map(f64::from_le_bytes)),
+            State::MinFloat(_) => State::MinFloat(opt(r)?.map(f64::from_le_bytes)),
+            State::MaxFloat(_) => State::MaxFloat(opt(r)?.map(f64::from_le_bytes)),
+            State::SumDec(_) => State::SumDec(opt(r)?.map(i128::from_le_bytes)),
+            State::MinDec(_) => State::MinDec(opt(r)?.map(i128::from_le_bytes)),
+            State::MaxDec(_) => State::MaxDec(opt(r)?.map(i128::from_le_bytes)),
+            State::Avg(..) => State::Avg(r.f64()?, r.i64()?),
+            State::AvgInt(..) => State::AvgInt(r.i64()?, r.i64()?),
+            State::AvgDec(..) => State::AvgDec(i128::from_le_bytes(r.array()?), r.i64()?),
             State::Hll(mut registers) => {
-                registers.copy_from_slice(take(input, HLL_REGISTERS)?);
+                registers.copy_from_slice(r.take(HLL_REGISTERS)?);
                 State::Hll(registers)
             }
             State::Median(_) => {
-                let n = len(input)?;
-                State::Median((0..n).map(|_| f64_(input)).collect::<Result<_>>()?)
+                let n = r.u32()?;
+                State::Median(
+                    (0..n)
+                        .map(|_| r.f64())
+                        .collect::<std::result::Result<_, _>>()?,
+                )
             }
             State::Distinct(_) => {
-                let n = len(input)?;
+                let n = r.u32()?;
                 State::Distinct(
                     (0..n)
-                        .map(|_| bytes(input).map(Box::from))
-                        .collect::<Result<_>>()?,
+                        .map(|_| r.bytes().map(Box::from))
+                        .collect::<std::result::Result<_, _>>()?,
                 )
             }
             State::Welford { .. } => State::Welford {
-                n: i64_(input)?,
-                mean: f64_(input)?,
-                m2: f64_(input)?,
+                n: r.i64()?,
+                mean: r.f64()?,
+                m2: r.f64()?,
             },
-            State::First(_) => State::First(opt_bytes(input)?.map(Box::from)),
-            State::Last(_) => State::Last(opt_bytes(input)?.map(Box::from)),
+            State::First(_) => State::First(opt_bytes(r)?.map(Box::from)),
+            State::Last(_) => State::Last(opt_bytes(r)?.map(Box::from)),
             State::Text(_, separator) => {
-                let text = match opt_bytes(input)? {
+                let text = match opt_bytes(r)? {
                     Some(b) => Some(String::from_utf8(b.to_vec()).map_err(|e| {
                         Error::Internal(format!("LISTAGG's state on disk is not text: {e}"))
                     })?),
@@ -1597,9 +1577,9 @@ mod tests {
                 let mut bytes = Vec::new();
                 state.encode(&mut bytes);
                 bytes.extend_from_slice(b"next");
-                let mut input = &bytes[..];
-                let back = bound.decode_state(&mut input).unwrap();
-                proptest::prop_assert_eq!(input, &b"next"[..], "{:?}", agg.function);
+                let mut r = weir_state::bytes::Reader::new("a state", &bytes);
+                let back = bound.decode_state(&mut r).unwrap();
+                proptest::prop_assert_eq!(r.rest(), &b"next"[..], "{:?}", agg.function);
                 proptest::prop_assert_eq!(
                     finish(&bound, &[&back]).to_data(),
                     finish(&bound, &[&state]).to_data(),

@@ -43,6 +43,7 @@ use std::path::PathBuf;
 use hashbrown::HashTable;
 
 pub mod backend;
+pub mod bytes;
 pub mod checkpoint;
 mod expiry;
 #[cfg(feature = "rocksdb")]

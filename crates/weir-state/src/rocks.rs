@@ -239,6 +239,25 @@ impl DiskStore {
         )
     }
 
+    /// As [`DiskStore::scan`], with a visitor whose errors are the caller's own (an
+    /// operator's, decoding what it stored): the first one stops the scan and is returned.
+    pub fn scan_with<E: From<Error>>(
+        &self,
+        from: &[u8],
+        until: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<(), E> {
+        let mut failed = None;
+        self.scan(from, until, |k, v| match visit(k, v) {
+            Ok(go_on) => Ok(go_on),
+            Err(e) => {
+                failed = Some(e);
+                Ok(false)
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
+    }
+
     /// An iterator for many scans within one key's rows ([`Probes::scan`]), cheaper than a
     /// [`DiskStore::scan`] each. It sees the store as it was when made.
     pub fn probes(&self) -> Probes<'_> {

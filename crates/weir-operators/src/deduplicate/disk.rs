@@ -19,7 +19,8 @@ use arrow_array::RecordBatch;
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
-use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
+use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
+use weir_state::bytes::Reader;
 use weir_state::rocks::{
     expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, KeyOrderedWrites, Writes,
     EXPIRY_NAMESPACE,
@@ -155,26 +156,14 @@ impl DiskKeys {
         mut visit: impl FnMut(Vec<KeyState>) -> Result<()>,
     ) -> Result<()> {
         let mut chunk = Vec::new();
-        let mut failed = None;
-        self.store.scan(&[KEYS], &[KEYS + 1], |_, v| {
-            let done = decode(v).and_then(|s| {
-                chunk.push(s);
+        self.store
+            .scan_with(&[KEYS], &[KEYS + 1], |_, v| -> Result<bool> {
+                chunk.push(decode(v)?);
                 if chunk.len() == AT_ONCE {
                     visit(std::mem::take(&mut chunk))?;
                 }
-                Ok(())
-            });
-            match done {
-                Ok(()) => Ok(true),
-                Err(e) => {
-                    failed = Some(e);
-                    Ok(false)
-                }
-            }
-        })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
+                Ok(true)
+            })?;
         if !chunk.is_empty() {
             visit(chunk)?;
         }
@@ -264,34 +253,19 @@ fn encode(s: &KeyState, out: &mut Vec<u8>) {
 }
 
 fn decode(v: &[u8]) -> Result<KeyState> {
-    fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
-        if input.len() < n {
-            return Err(Error::Internal(format!(
-                "a deduplication key on disk ends early: {n} bytes wanted, {} left",
-                input.len()
-            )));
-        }
-        let (head, rest) = input.split_at(n);
-        *input = rest;
-        Ok(head)
-    }
-    fn i64_(input: &mut &[u8]) -> Result<i64> {
-        Ok(i64::from_le_bytes(take(input, 8)?.try_into().expect("8")))
-    }
-    fn row(input: &mut &[u8]) -> Result<Timed> {
-        let time = i64_(input)?;
-        let n = u32::from_le_bytes(take(input, 4)?.try_into().expect("4")) as usize;
+    fn row(r: &mut Reader) -> Result<Timed> {
+        let time = r.i64()?;
         Ok(Timed {
             time,
-            row: take(input, n)?.into(),
+            row: r.bytes()?.into(),
         })
     }
-    let mut input = v;
-    let flags = take(&mut input, 1)?[0];
-    let life = i64_(&mut input)?;
-    let timer = i64_(&mut input)?;
-    let batch = i64_(&mut input)? as u64;
-    let runs = u32::from_le_bytes(take(&mut input, 4)?.try_into().expect("4"));
+    let mut r = Reader::new("a deduplication key", v);
+    let flags = r.u8()?;
+    let life = r.i64()?;
+    let timer = r.i64()?;
+    let batch = r.i64()? as u64;
+    let runs = r.u32()?;
     let mut s = KeyState {
         life_last: (flags & HAS_LIFE != 0).then_some(life),
         timer: (flags & HAS_TIMER != 0).then_some(timer),
@@ -299,21 +273,16 @@ fn decode(v: &[u8]) -> Result<KeyState> {
         ..KeyState::default()
     };
     for _ in 0..runs {
-        let last = i64_(&mut input)?;
+        let last = r.i64()?;
         s.runs.push(Run {
-            first: row(&mut input)?,
+            first: row(&mut r)?,
             last,
         });
     }
     if flags & HAS_LATEST != 0 {
-        s.latest = Some(row(&mut input)?);
+        s.latest = Some(row(&mut r)?);
     }
-    if !input.is_empty() {
-        return Err(Error::Internal(format!(
-            "a deduplication key on disk has {} bytes past its state",
-            input.len()
-        )));
-    }
+    r.finish()?;
     Ok(s)
 }
 

@@ -21,7 +21,8 @@ use std::collections::HashMap;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
-use weir_runtime::{Error, Result, StateSnapshot, SubtaskInfo};
+use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
+use weir_state::bytes::Reader;
 use weir_state::rocks::{
     expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, KeyOrderedWrites, Writes,
 };
@@ -223,28 +224,16 @@ impl DiskGroups {
         mut visit: impl FnMut(&[(Box<[u8]>, Group)]) -> Result<()>,
     ) -> Result<u64> {
         let mut chunk: Vec<(Box<[u8]>, Group)> = Vec::with_capacity(AT_ONCE.min(1024));
-        let mut failed = None;
-        self.store.scan(&[GROUPS], &[GROUPS + 1], |k, v| {
-            let key = KeyOf::decode(k)?;
-            let done = decode(v, bound).and_then(|g| {
-                chunk.push((key.key.into(), g));
+        self.store
+            .scan_with(&[GROUPS], &[GROUPS + 1], |k, v| -> Result<bool> {
+                let key = KeyOf::decode(k)?;
+                chunk.push((key.key.into(), decode(v, bound)?));
                 if chunk.len() == AT_ONCE {
                     visit(&chunk)?;
                     chunk.clear();
                 }
-                Ok(())
-            });
-            match done {
-                Ok(()) => Ok(true),
-                Err(e) => {
-                    failed = Some(e);
-                    Ok(false)
-                }
-            }
-        })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
+                Ok(true)
+            })?;
         if !chunk.is_empty() {
             visit(&chunk)?;
         }
@@ -329,24 +318,16 @@ fn encode(g: &Group, out: &mut Vec<u8>) {
 }
 
 fn last_event_time(v: &[u8]) -> Result<i64> {
-    let b: [u8; 8] = (v.get(..8))
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| Error::Internal("a group on disk without its event time".into()))?;
-    Ok(i64::from_le_bytes(b))
+    Ok(Reader::new("a group", v).i64()?)
 }
 
 fn decode(v: &[u8], bound: &[Bound]) -> Result<Group> {
-    let last_event_time = last_event_time(v)?;
-    let mut input = &v[8..];
+    let mut r = Reader::new("a group", v);
+    let last_event_time = r.i64()?;
     let states = (bound.iter())
-        .map(|b| b.decode_state(&mut input))
+        .map(|b| b.decode_state(&mut r))
         .collect::<Result<Vec<_>>>()?;
-    if !input.is_empty() {
-        return Err(Error::Internal(format!(
-            "a group on disk has {} bytes past its states",
-            input.len()
-        )));
-    }
+    r.finish()?;
     Ok(Group {
         states,
         last_event_time,
