@@ -299,34 +299,8 @@ impl Operator for GroupAggregateOp {
         let values: Vec<aggregates::Values> = (self.bound.iter())
             .map(|b| b.values(&data))
             .collect::<Result<_>>()?;
-        #[cfg(feature = "rocksdb")]
-        if let Some(d) = self.disk.as_mut() {
-            for (i, key) in keys.iter().enumerate() {
-                let g = d.group(key.as_ref(), &self.bound)?;
-                if g.seen
-                    && !self.final_only
-                    && times[i] > g.last_event_time.saturating_add(self.ttl_ms)
-                {
-                    g.states = self.bound.iter().map(Bound::init).collect();
-                    self.expired += 1;
-                }
-                g.last_event_time = g.last_event_time.max(times[i]);
-                g.seen = true;
-                for (s, v) in g.states.iter_mut().zip(&values) {
-                    s.update(v, i);
-                }
-            }
-            if !self.final_only {
-                let rows: Vec<(&[u8], &[State])> = (d.batch().iter())
-                    .map(|(k, g)| (&k[..], &g.states[..]))
-                    .collect();
-                emit_rows(&self.encoder, &self.bound, &self.schema, &rows, ctx)?;
-            }
-            return d.end_batch(self.ttl_ms, self.final_only);
-        }
         for (i, key) in keys.iter().enumerate() {
-            let key = key.as_ref();
-            let slot = self.groups.slot_for(hash_key(key), key);
+            let slot = self.slot(key.as_ref())?;
             let g = self.groups.get_mut(slot);
             if g.states.is_empty() {
                 g.states = self.bound.iter().map(Bound::init).collect();
@@ -346,6 +320,16 @@ impl Operator for GroupAggregateOp {
                 g.batch = self.batches;
                 self.touched.push(slot);
             }
+        }
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() && !self.final_only {
+            self.emit(&self.touched, ctx)?;
+        }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            d.write_back(&self.groups, &self.touched, self.ttl_ms, self.final_only)?;
+            (self.groups, self.touched) = (KeySlots::new(), Vec::new());
+            return Ok(());
         }
         for &slot in &self.touched {
             let g = self.groups.get_mut(slot);
@@ -367,14 +351,17 @@ impl Operator for GroupAggregateOp {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = self.disk.as_mut() {
             if !self.final_only {
-                self.expired += d.expire(watermark.0, self.ttl_ms)?;
+                let dropped = d.expire(watermark.0, self.ttl_ms)?;
+                self.group_count -= dropped;
+                self.expired += dropped;
             } else if watermark == Watermark::MAX {
                 let (encoder, bound, schema) = (&self.encoder, &self.bound, &self.schema);
-                self.expired += d.each_chunk(bound, |chunk| {
+                d.each_chunk(bound, |chunk| {
                     let rows: Vec<(&[u8], &[State])> =
                         chunk.iter().map(|(k, g)| (&k[..], &g.states[..])).collect();
                     emit_rows(encoder, bound, schema, &rows, ctx)
                 })?;
+                self.expired += std::mem::take(&mut self.group_count);
             }
             return Ok(());
         }
@@ -417,7 +404,7 @@ impl Operator for GroupAggregateOp {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
             return StateSize {
-                rows: d.len(),
+                rows: self.group_count,
                 bytes: d.bytes(),
             };
         }
@@ -462,13 +449,13 @@ impl Operator for GroupAggregateOp {
                 let (key, last, states) = r.row(&self.bound, i);
                 #[cfg(feature = "rocksdb")]
                 if let Some(d) = self.disk.as_mut() {
-                    let g = disk::Group {
+                    let g = disk::Stored {
                         states,
                         last_event_time: last[0],
-                        new: false,
-                        seen: true,
                     };
-                    d.restore(key, &g, self.ttl_ms, self.final_only)?;
+                    if d.restore(key, &g, self.ttl_ms, self.final_only)? {
+                        self.group_count += 1;
+                    }
                     continue;
                 }
                 let slot = self.groups.slot_for(hash_key(key), key);
@@ -493,18 +480,33 @@ impl Operator for GroupAggregateOp {
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
-        #[cfg(feature = "rocksdb")]
-        let group_count = self.disk.as_ref().map_or(self.group_count, |d| d.len());
-        #[cfg(not(feature = "rocksdb"))]
-        let group_count = self.group_count;
         out.extend([
-            ("groups", group_count as i64),
+            ("groups", self.group_count as i64),
             ("groups_expired_by_ttl", self.expired as i64),
         ]);
     }
 }
 
 impl GroupAggregateOp {
+    /// The slot of `key`'s group; on disk, its stored group read into the slot the first time
+    /// a batch touches it (a group made now has no states yet).
+    fn slot(&mut self, key: &[u8]) -> Result<usize> {
+        let slot = self.groups.slot_for(hash_key(key), key);
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            let g = self.groups.get_mut(slot);
+            if g.states.is_empty() {
+                if let Some(stored) = d.load(key, &self.bound)? {
+                    // It has its expiry entry on disk already.
+                    g.states = stored.states;
+                    g.last_event_time = stored.last_event_time;
+                    g.queued = true;
+                }
+            }
+        }
+        Ok(slot)
+    }
+
     fn emit(&self, slots: &[usize], ctx: &mut Context) -> Result<()> {
         let rows: Vec<(&[u8], &[State])> = (slots.iter())
             .map(|&s| (self.groups.key(s), &self.groups.get(s).states[..]))

@@ -2,8 +2,9 @@
 //!
 //! Each key's group is one entry of a [`DiskStore`], under `(GROUPS, key group, key)`
 //! ([`KeyOf`]), holding the greatest event time of the key's rows and the aggregates' states
-//! ([`State::encode`]). A batch reads the group of each key it touches once, updates it in
-//! memory and writes the batch's groups back when it ends, so memory holds one batch's groups.
+//! ([`State::encode`]). The operator runs its memory code on the groups a batch touches: it
+//! reads each into its slots the first time, and writes them back and forgets them when the
+//! batch ends, so memory holds one batch's groups.
 //!
 //! Expiry is the memory backend's: every group has one expiry entry, filed when the group is
 //! made at the time it would come due, in the store's expiry namespace; a watermark takes the
@@ -16,8 +17,6 @@
 //! memory backend's layout, so either backend restores the other's checkpoints at any
 //! parallelism. It is a full copy each time (as the interval join's on disk: docs/state.md).
 
-use std::collections::HashMap;
-
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
@@ -27,6 +26,9 @@ use weir_state::rocks::{
     expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, KeyOrderedWrites, Writes,
 };
 
+use weir_state::KeySlots;
+
+use super::Group;
 use crate::aggregates::{self, Aggregate, Bound, State};
 
 /// The namespace groups live in.
@@ -36,14 +38,10 @@ const GROUPS: u8 = 0;
 /// at most at once (a few in unit tests, so that they cross its edges).
 const AT_ONCE: usize = if cfg!(test) { 3 } else { 8192 };
 
-/// A group read from the store (or new), while a batch updates it.
-pub(super) struct Group {
+/// A group as the store holds it.
+pub(super) struct Stored {
     pub(super) states: Vec<State>,
     pub(super) last_event_time: i64,
-    /// Made by this batch: the store had no group of its key.
-    pub(super) new: bool,
-    /// Has had a row (its states and last event time mean something).
-    pub(super) seen: bool,
 }
 
 /// The groups of a continuous aggregation in a [`DiskStore`].
@@ -53,11 +51,6 @@ pub(super) struct DiskGroups {
     aggregates: Vec<Aggregate>,
     input_schema: SchemaRef,
     key_groups: u16,
-    /// This batch's groups in the order they were first touched, with their keys.
-    batch: Vec<(Box<[u8]>, Group)>,
-    index: HashMap<Box<[u8]>, usize>,
-    /// Live groups.
-    groups: u64,
     /// Expiry entries at or below this watermark are gone: a scan starts after it.
     expired_through: Option<i64>,
     key_buf: Vec<u8>,
@@ -77,18 +70,10 @@ impl DiskGroups {
             aggregates: aggregates.to_vec(),
             input_schema: input_schema.clone(),
             key_groups: info.key_groups,
-            batch: Vec::new(),
-            index: HashMap::new(),
-            groups: 0,
             expired_through: None,
             key_buf: Vec::new(),
             value_buf: Vec::new(),
         })
-    }
-
-    /// Live groups.
-    pub(super) fn len(&self) -> u64 {
-        self.groups
     }
 
     /// Bytes of state: the store's estimate.
@@ -107,58 +92,32 @@ impl DiskGroups {
         &self.key_buf
     }
 
-    /// The group of `key` for this batch: read from the store the first time the batch touches
-    /// it, made new (its states empty, its last event time `i64::MIN`) when the store has none.
-    pub(super) fn group(&mut self, key: &[u8], bound: &[Bound]) -> Result<&mut Group> {
-        if let Some(&i) = self.index.get(key) {
-            return Ok(&mut self.batch[i].1);
-        }
-        let stored = {
-            let k = self.key_of(key).to_vec();
-            self.store.get(&k)?
-        };
-        let group = match stored {
-            Some(v) => decode(&v, bound)?,
-            None => {
-                self.groups += 1;
-                Group {
-                    states: bound.iter().map(Bound::init).collect(),
-                    last_event_time: i64::MIN,
-                    new: true,
-                    seen: false,
-                }
-            }
-        };
-        let key: Box<[u8]> = key.into();
-        self.index.insert(key.clone(), self.batch.len());
-        self.batch.push((key, group));
-        let last = self.batch.len() - 1;
-        Ok(&mut self.batch[last].1)
+    /// The stored group of `key`, if it has one.
+    pub(super) fn load(&mut self, key: &[u8], bound: &[Bound]) -> Result<Option<Stored>> {
+        let k = self.key_of(key).to_vec();
+        self.store.get(&k)?.map(|v| decode(&v, bound)).transpose()
     }
 
-    /// This batch's groups, in the order first touched.
-    pub(super) fn batch(&self) -> &[(Box<[u8]>, Group)] {
-        &self.batch
-    }
-
-    /// Writes this batch's groups back, each new one with its expiry entry at its last row's
-    /// time plus `ttl_ms` (none with `final_only`), and forgets them.
-    pub(super) fn end_batch(&mut self, ttl_ms: i64, final_only: bool) -> Result<()> {
+    /// Writes the groups of `slots` back, each not yet queued to expire (made by this batch)
+    /// with its expiry entry at its last row's time plus `ttl_ms` (none with `final_only`).
+    pub(super) fn write_back(
+        &mut self,
+        groups: &KeySlots<Group>,
+        slots: &[usize],
+        ttl_ms: i64,
+        final_only: bool,
+    ) -> Result<()> {
         let mut writes = KeyOrderedWrites::default();
-        let mut batch = std::mem::take(&mut self.batch);
-        for (key, g) in &batch {
-            let k = self.key_of(key).to_vec();
-            encode(g, &mut self.value_buf);
+        for &slot in slots {
+            let g = groups.get(slot);
+            let k = self.key_of(groups.key(slot)).to_vec();
+            encode(g.last_event_time, &g.states, &mut self.value_buf);
             writes.put(&k, &self.value_buf);
-            if g.new && !final_only {
+            if !g.queued && !final_only {
                 self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
             }
         }
-        self.store.write_in_key_order(writes)?;
-        self.index.clear();
-        batch.clear();
-        self.batch = batch;
-        Ok(())
+        Ok(self.store.write_in_key_order(writes)?)
     }
 
     /// Files group `k`'s expiry entry at `at`, or just after the watermark expiry has gone
@@ -211,19 +170,18 @@ impl DiskGroups {
             from = last.to_vec();
             from.push(0);
         }
-        self.groups -= dropped;
         self.expired_through = Some(watermark);
         Ok(dropped)
     }
 
     /// Every group in key order, `AT_ONCE` at a time: the end of a batch job's input, after
-    /// which they count as gone (returned: how many), as the memory backend drops them.
+    /// which the store holds none, as the memory backend drops them.
     pub(super) fn each_chunk(
         &mut self,
         bound: &[Bound],
-        mut visit: impl FnMut(&[(Box<[u8]>, Group)]) -> Result<()>,
-    ) -> Result<u64> {
-        let mut chunk: Vec<(Box<[u8]>, Group)> = Vec::with_capacity(AT_ONCE.min(1024));
+        mut visit: impl FnMut(&[(Box<[u8]>, Stored)]) -> Result<()>,
+    ) -> Result<()> {
+        let mut chunk: Vec<(Box<[u8]>, Stored)> = Vec::with_capacity(AT_ONCE.min(1024));
         self.store
             .scan_with(&[GROUPS], &[GROUPS + 1], |k, v| -> Result<bool> {
                 let key = KeyOf::decode(k)?;
@@ -240,7 +198,7 @@ impl DiskGroups {
         let mut writes = Writes::default();
         writes.delete_range(&[GROUPS][..], &[GROUPS + 1][..]);
         self.store.write(writes)?;
-        Ok(std::mem::take(&mut self.groups))
+        Ok(())
     }
 
     /// Every group as of now, in `state_schema` (the memory backend's checkpoint layout), read
@@ -257,8 +215,8 @@ impl DiskGroups {
                     .map(|a| Bound::new(a, &input_schema))
                     .collect::<Result<Vec<_>>>()?;
                 let mut out = Vec::new();
-                let mut rows: Vec<(Box<[u8]>, Group)> = Vec::new();
-                let flush = |rows: &mut Vec<(Box<[u8]>, Group)>, out: &mut Vec<RecordBatch>| {
+                let mut rows: Vec<(Box<[u8]>, Stored)> = Vec::new();
+                let flush = |rows: &mut Vec<(Box<[u8]>, Stored)>, out: &mut Vec<RecordBatch>| {
                     let refs: Vec<aggregates::StateRow> = (rows.iter())
                         .map(|(k, g)| (&k[..], vec![g.last_event_time], &g.states[..]))
                         .collect();
@@ -287,32 +245,32 @@ impl DiskGroups {
     /// Takes up a group of a checkpoint (either backend's), replacing the key's group if the
     /// store has one, with an expiry entry at its last row's time plus `ttl_ms` (an entry the
     /// key had already finds the same group when it comes due).
+    /// Returns whether the store had no group of the key.
     pub(super) fn restore(
         &mut self,
         key: &[u8],
-        g: &Group,
+        g: &Stored,
         ttl_ms: i64,
         final_only: bool,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let k = self.key_of(key).to_vec();
         let mut writes = KeyOrderedWrites::default();
-        if self.store.get(&k)?.is_none() {
-            self.groups += 1;
-        }
+        let new = self.store.get(&k)?.is_none();
         if !final_only {
             self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
         }
-        encode(g, &mut self.value_buf);
+        encode(g.last_event_time, &g.states, &mut self.value_buf);
         writes.put(&k, &self.value_buf);
-        Ok(self.store.write_in_key_order(writes)?)
+        self.store.write_in_key_order(writes)?;
+        Ok(new)
     }
 }
 
 /// A group's value: its last event time, then its states.
-fn encode(g: &Group, out: &mut Vec<u8>) {
+fn encode(last_event_time: i64, states: &[State], out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(&g.last_event_time.to_le_bytes());
-    for s in &g.states {
+    out.extend_from_slice(&last_event_time.to_le_bytes());
+    for s in states {
         s.encode(out);
     }
 }
@@ -321,17 +279,15 @@ fn last_event_time(v: &[u8]) -> Result<i64> {
     Ok(Reader::new("a group", v).i64()?)
 }
 
-fn decode(v: &[u8], bound: &[Bound]) -> Result<Group> {
+fn decode(v: &[u8], bound: &[Bound]) -> Result<Stored> {
     let mut r = Reader::new("a group", v);
     let last_event_time = r.i64()?;
     let states = (bound.iter())
         .map(|b| b.decode_state(&mut r))
         .collect::<Result<Vec<_>>>()?;
     r.finish()?;
-    Ok(Group {
+    Ok(Stored {
         states,
         last_event_time,
-        new: false,
-        seen: true,
     })
 }
