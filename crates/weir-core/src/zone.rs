@@ -94,9 +94,10 @@ pub fn local_watermark<Z: TimeZone>(tz: &Z, w: i64) -> i64 {
         return w;
     }
     let offset = |t: i64| local_ms(tz, t).map(|l| l - t);
-    let (Some(local), Some(now)) = (local_ms(tz, w), offset(w)) else {
+    let Some(local) = local_ms(tz, w) else {
         return w;
     };
+    let now = local - w;
     // A drop of the offset within a day (DST changes are hours apart from each other, and each
     // shifts by less than a day): find the instant it happens.
     let horizon = w.saturating_add(DAY_MS);

@@ -422,10 +422,20 @@ impl WindowJoinOp {
         };
         let ends = column(&batch.data, cols[1])?;
         // Late: the row's split's watermark reached the end of its window.
+        // Rows of a batch mostly share their split's watermark: its local watermark is taken
+        // once per run of equal ones, not per row.
         let tz = self.tz.as_ref();
-        let (on_time, late) = batch.split_late(&ends, |end, wm| {
-            crate::local_time::local_watermark_in(tz, wm) >= end.saturating_sub(1)
-        })?;
+        let last = std::cell::Cell::new(None::<(i64, i64)>);
+        let local = |wm: i64| match last.get() {
+            Some((from, to)) if from == wm => to,
+            _ => {
+                let to = crate::local_time::local_watermark_in(tz, wm);
+                last.set(Some((wm, to)));
+                to
+            }
+        };
+        let (on_time, late) =
+            batch.split_late(&ends, |end, wm| local(wm) >= end.saturating_sub(1))?;
         if let Some(late) = late {
             self.late[side] += late.num_rows() as u64;
             ctx.emit_late_from(side, late);
