@@ -181,7 +181,7 @@ fn kafka_resumes_from_committed_offsets() {
 }
 
 /// The incident against Kafka: the impressions are replayed from 100 s of event time behind
-/// the clicks. Without alignment the clicks run ahead and wait in the join's state for the
+/// the clicks. Without alignment the clicks can run ahead and wait in the join's state for the
 /// impressions to catch up; with alignment the click partitions pause and state stays near the
 /// bound. The output is the same.
 ///
@@ -265,13 +265,13 @@ fn kafka_align_replay_incident_bounds_join_state() {
     assert!(!free.is_empty());
     // Aligned: about 32 clicks/s x (10 s drift + 5 s delay + 2 s disorder) = 540, plus the
     // 50-row batches in flight (4 channels x 4 buffers into the join's clicks side: 800) and
-    // what runs ahead between alignment samples: 1,280 to 1,560 seen. Unaligned: all 6.3 k
-    // clicks wait for the impressions (6,294 seen).
+    // what runs ahead between alignment samples: 1,280 to 1,560 seen. That bound holds however
+    // the broker serves the topics. How far the clicks run ahead unaligned depends on which
+    // topic the broker happens to serve faster (707 to 6,294 clicks seen on tansu), so the
+    // contrast is not asserted here: the generator's version of this test
+    // (`watermark_alignment_pauses_the_source_that_runs_ahead_and_bounds_join_state` in
+    // engine.rs) reads both inputs at the same pace and asserts it.
     assert!(aligned_peak < 2_500, "aligned {aligned_peak}");
-    assert!(
-        free_peak > 2 * aligned_peak,
-        "aligned {aligned_peak}, unaligned {free_peak}"
-    );
 }
 
 #[test]
