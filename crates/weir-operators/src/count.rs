@@ -142,8 +142,9 @@ impl Operator for CountOp {
         )?]))
     }
 
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         for b in state {
+            let b = &b?;
             let keys = b
                 .column_by_name("key")
                 .and_then(|c| c.as_any().downcast_ref::<arrow_array::BinaryArray>())

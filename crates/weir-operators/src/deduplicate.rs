@@ -752,9 +752,10 @@ impl Operator for DeduplicateOp {
     /// Takes up the entries of [`snapshot`](Operator::snapshot)s and queues every key's next
     /// timer (the watermark comes again from upstream). The late-row and expiry gauges start
     /// again from zero.
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let mut restored = Vec::new();
-        for b in &state {
+        for b in state {
+            let b = &b?;
             weir_state::snapshot::check_layout("deduplicate", b, &self.state_schema)?;
             if b.num_rows() == 0 {
                 continue;

@@ -437,8 +437,9 @@ impl Operator for GroupAggregateOp {
     /// Takes up the keys of [`snapshot`](Operator::snapshot)s, each queued to expire a TTL
     /// after its last row (the watermark comes again from upstream); the count of expired
     /// groups starts again from zero.
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
-        for b in &state {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
+        for b in state {
+            let b = &b?;
             let r = aggregates::StateReader::new(
                 "group_aggregate",
                 &self.state_schema,

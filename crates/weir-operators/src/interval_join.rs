@@ -454,12 +454,13 @@ impl Operator for IntervalJoinOp {
         )
     }
 
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let restore = Restore {
             layout: &self.layout,
             event_time: self.event_time,
         };
-        for b in &state {
+        for b in state {
+            let b = &b?;
             let counts = self.rows.restore(b, &restore)?;
             self.buffered[0] += counts[0];
             self.buffered[1] += counts[1];

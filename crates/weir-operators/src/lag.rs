@@ -567,11 +567,12 @@ impl Operator for LagOp {
     /// Takes up the entries of [`snapshot`](Operator::snapshot)s and queues every key again
     /// (the watermark comes again from upstream); arrival numbers go on after the largest
     /// restored. The late-row gauge starts again from zero.
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let mut restored = Vec::new();
         let mut counted = std::collections::HashSet::new();
         let mut kept: Vec<(usize, u64, Box<[u8]>)> = Vec::new();
-        for b in &state {
+        for b in state {
+            let b = &b?;
             weir_state::snapshot::check_layout("lag", b, &self.state_schema)?;
             if b.num_rows() == 0 {
                 continue;

@@ -859,9 +859,10 @@ impl Operator for OverAggregateOp {
 
     /// Takes up the rows of [`snapshot`](Operator::snapshot)s: emitted rows back into their
     /// key's frame (its aggregates rebuilt), pending ones queued for the watermark again.
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let n = self.store.schema().fields().len();
-        for b in &state {
+        for b in state {
+            let b = &b?;
             weir_state::snapshot::check_layout("over_aggregate", b, &self.state_schema)?;
             let accs = b.column(n + 4).as_binary::<i32>();
             let lasts = b.column(n + 5).as_primitive::<Int64Type>();

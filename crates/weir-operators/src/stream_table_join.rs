@@ -30,7 +30,7 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::Array;
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, SchemaRef};
 use serde::{Deserialize, Serialize};
@@ -331,8 +331,9 @@ impl Operator for StreamTableJoinOp {
 
     /// Takes the rows up as upserts, so a key found twice (a table broadcast to every
     /// subtask) is held once.
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
-        for b in &state {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
+        for b in state {
+            let b = &b?;
             let (rows, _) = self.layout.read(b, &mut self.stores, None)?;
             for r in rows {
                 let Some(row) = r.row.filter(|_| r.side == 1) else {

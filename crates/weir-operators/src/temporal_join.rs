@@ -579,9 +579,10 @@ impl Operator for TemporalJoinOp {
         ]))
     }
 
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let missing = |c: &str| Error::Internal(format!("temporal join state without {c}"));
-        for b in &state {
+        for b in state {
+            let b = &b?;
             let times = b
                 .column_by_name(EVENT_TIME_COLUMN)
                 .ok_or_else(|| missing(EVENT_TIME_COLUMN))?

@@ -1020,9 +1020,10 @@ impl Operator for WindowAggregateOp {
     /// Takes up the groups or sessions of [`snapshot`](Operator::snapshot)s, each queued to
     /// close at its window's close (the watermark comes again from upstream). Gauges of late
     /// and unplaceable rows start again from zero.
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let mut buf = Vec::new();
-        for b in &state {
+        for b in state {
+            let b = &b?;
             let r = aggregates::StateReader::new(
                 "window_aggregate",
                 &self.state_schema,

@@ -661,10 +661,11 @@ impl Operator for WindowJoinOp {
         Ok(w.finish(extra))
     }
 
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let size = self.spec.size_ms;
         let mut key = Vec::new();
-        for b in &state {
+        for b in state {
+            let b = &b?;
             let starts = b
                 .column_by_name(WINDOW_START_COLUMN)
                 .ok_or_else(|| Error::Internal("window join state without window starts".into()))?

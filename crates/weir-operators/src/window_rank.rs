@@ -546,8 +546,9 @@ impl Operator for WindowRankOp {
     /// Takes up the rows of [`snapshot`](Operator::snapshot)s into their groups, each queued to
     /// close at its window's close (the watermark comes again from upstream). The late-row
     /// gauge starts again from zero.
-    fn restore(&mut self, state: Vec<RecordBatch>) -> Result<()> {
-        for b in &state {
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
+        for b in state {
+            let b = &b?;
             weir_state::snapshot::check_layout("window_rank", b, &self.state_schema)?;
             if b.num_rows() == 0 {
                 continue;

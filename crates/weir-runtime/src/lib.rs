@@ -56,8 +56,8 @@ pub use graph::{JobConfig, JobGraph, OperatorFactory, Partitioning, Registry, St
 pub use location::Location;
 pub use message::{Message, StreamBatch};
 pub use operator::{
-    AsyncOperator, Context, Operator, Port, SharedBatch, SnapshotParts, StateSnapshot, SubtaskInfo,
-    TimeDomain, Timer,
+    AsyncOperator, Context, Emit, Operator, Port, SharedBatch, SnapshotParts, StateBatches,
+    StateSnapshot, SubtaskInfo, TimeDomain, Timer,
 };
 pub use sink::{
     BlackholeSink, CollectSink, RateLimitHandle, RateLimitedSink, SinkFactory, SinkWriter,

@@ -307,9 +307,17 @@ pub struct StateSnapshot(SnapshotInner);
 /// Work that makes a deferred snapshot.
 type DeferredSnapshot = Box<dyn FnOnce() -> Result<SnapshotParts> + Send>;
 
+/// Takes each batch of a snapshot as it is made ([`StateSnapshot::streamed`]); `Err` stops
+/// the making.
+pub type Emit<'a> = &'a mut dyn FnMut(arrow_array::RecordBatch) -> Result<()>;
+
+/// Work that makes a streamed snapshot's batches, one at a time.
+type StreamedSnapshot = Box<dyn FnOnce(Emit<'_>) -> Result<()> + Send>;
+
 enum SnapshotInner {
     Ready(SnapshotParts),
     Deferred(DeferredSnapshot),
+    Streamed(StreamedSnapshot),
 }
 
 /// What a snapshot holds: batches written whole into this checkpoint, and shared batches that
@@ -378,15 +386,45 @@ impl StateSnapshot {
         StateSnapshot(SnapshotInner::Deferred(Box::new(make)))
     }
 
-    /// The snapshot's parts (making them now if it was deferred).
+    /// A snapshot made later by `make`, which hands its batches one at a time to the
+    /// [`Emit`] it gets, each written as it comes: state larger than memory (an operator's
+    /// state on disk) passes through a checkpoint in the memory of a few batches. `make`
+    /// must hold its own view of the state as it was when `snapshot` returned.
+    pub fn streamed(make: impl FnOnce(Emit<'_>) -> Result<()> + Send + 'static) -> Self {
+        StateSnapshot(SnapshotInner::Streamed(Box::new(make)))
+    }
+
+    /// Hands the snapshot's batches to `emit` (as a streamed snapshot makes them; a deferred
+    /// one's once made) and returns its shared batches.
     ///
     /// # Errors
-    /// What making a deferred snapshot returned.
-    pub fn into_parts(self) -> Result<SnapshotParts> {
-        match self.0 {
-            SnapshotInner::Ready(p) => Ok(p),
-            SnapshotInner::Deferred(make) => make(),
+    /// What making the snapshot returned, or `emit`.
+    pub fn write_into(self, emit: Emit<'_>) -> Result<Vec<SharedBatch>> {
+        let parts = match self.0 {
+            SnapshotInner::Ready(p) => p,
+            SnapshotInner::Deferred(make) => make()?,
+            SnapshotInner::Streamed(make) => {
+                make(emit)?;
+                return Ok(Vec::new());
+            }
+        };
+        for b in parts.batches {
+            emit(b)?;
         }
+        Ok(parts.shared)
+    }
+
+    /// The snapshot's parts (making them now if it was deferred or streamed).
+    ///
+    /// # Errors
+    /// What making the snapshot returned.
+    pub fn into_parts(self) -> Result<SnapshotParts> {
+        let mut batches = Vec::new();
+        let shared = self.write_into(&mut |b| {
+            batches.push(b);
+            Ok(())
+        })?;
+        Ok(SnapshotParts { batches, shared })
     }
 
     /// The batches a restore of this snapshot gets: its batches, then each shared batch's live
@@ -406,6 +444,29 @@ impl StateSnapshot {
     }
 }
 
+/// The state batches a restore takes up ([`Operator::restore`]), one at a time.
+pub struct StateBatches<'a>(Box<dyn Iterator<Item = Result<arrow_array::RecordBatch>> + 'a>);
+
+impl<'a> StateBatches<'a> {
+    pub fn new(batches: impl Iterator<Item = Result<arrow_array::RecordBatch>> + 'a) -> Self {
+        StateBatches(Box::new(batches))
+    }
+}
+
+impl Iterator for StateBatches<'_> {
+    type Item = Result<arrow_array::RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next()
+    }
+}
+
+impl From<Vec<arrow_array::RecordBatch>> for StateBatches<'static> {
+    fn from(batches: Vec<arrow_array::RecordBatch>) -> Self {
+        StateBatches::new(batches.into_iter().map(Ok))
+    }
+}
+
 impl From<Vec<arrow_array::RecordBatch>> for StateSnapshot {
     fn from(batches: Vec<arrow_array::RecordBatch>) -> Self {
         StateSnapshot::ready(batches)
@@ -422,6 +483,7 @@ impl std::fmt::Debug for StateSnapshot {
                 p.shared.len()
             ),
             SnapshotInner::Deferred(_) => f.write_str("StateSnapshot::Deferred"),
+            SnapshotInner::Streamed(_) => f.write_str("StateSnapshot::Streamed"),
         }
     }
 }
@@ -491,7 +553,9 @@ pub trait Operator: Send {
     ///
     /// The snapshot may be [deferred](StateSnapshot::deferred): a consistent view of the state
     /// taken now (immutable batches it shares, an index it copies) that becomes batches later,
-    /// off the operator's task, while the operator goes on processing.
+    /// off the operator's task, while the operator goes on processing; or
+    /// [streamed](StateSnapshot::streamed): such a view made into batches one at a time as
+    /// they are written.
     ///
     /// # Errors
     /// The default: this operator has no snapshot.
@@ -502,11 +566,13 @@ pub trait Operator: Send {
     }
 
     /// Takes up the state of a checkpoint before any input: the batches the node's subtasks'
-    /// `snapshot`s returned, keyed rows limited to this subtask's key groups.
+    /// `snapshot`s returned, keyed rows limited to this subtask's key groups, read from the
+    /// checkpoint one at a time as they are taken (an operator that keeps its state on disk
+    /// writes each before taking the next, so state larger than memory restores).
     ///
     /// # Errors
     /// The default: this operator has no snapshot to restore.
-    fn restore(&mut self, _state: Vec<arrow_array::RecordBatch>) -> Result<()> {
+    fn restore(&mut self, _state: StateBatches<'_>) -> Result<()> {
         Err(crate::Error::Internal(
             "restore of an operator that declares no checkpointed state".into(),
         ))

@@ -230,7 +230,7 @@ impl Operator for RemindersOp {
     fn snapshot(&mut self) -> Result<weir_runtime::StateSnapshot> {
         Ok(Vec::new().into())
     }
-    fn restore(&mut self, _state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, _state: weir_runtime::StateBatches<'_>) -> Result<()> {
         Ok(())
     }
 }
@@ -419,7 +419,7 @@ impl Operator for EchoRemindersOp {
     fn snapshot(&mut self) -> Result<weir_runtime::StateSnapshot> {
         Ok(Vec::new().into())
     }
-    fn restore(&mut self, _state: Vec<RecordBatch>) -> Result<()> {
+    fn restore(&mut self, _state: weir_runtime::StateBatches<'_>) -> Result<()> {
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! Checkpoint storage: where the state files and manifest of each checkpoint go.
 //!
 //! A checkpoint is numbered by its [`Epoch`]. While it is taken, operator subtasks write their
-//! state files into it ([`CheckpointStorage::write_file`], concurrently, one name each); when
+//! state files into it ([`CheckpointStorage::write_file_with`], concurrently, one name each); when
 //! every subtask has reported, the coordinator writes the [`Manifest`] last
 //! ([`CheckpointStorage::complete`]). [`CheckpointStorage`] is the interface; [`LocalDirStorage`]
 //! keeps checkpoints in a directory on local disk (object storage can follow behind the same
@@ -53,6 +53,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::io::{Read as _, Seek as _};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -176,8 +177,69 @@ pub struct StateFile {
 /// The checksum a manifest records for a state file: `xxh3:` and the 64-bit XXH3 hash of its
 /// bytes in hex.
 pub fn checksum(bytes: &[u8]) -> String {
-    format!("xxh3:{:016x}", twox_hash::XxHash3_64::oneshot(bytes))
+    format_checksum(twox_hash::XxHash3_64::oneshot(bytes))
 }
+
+fn format_checksum(hash: u64) -> String {
+    format!("xxh3:{hash:016x}")
+}
+
+/// A writer that counts and checksums the bytes it passes on, so a state file written as it
+/// is made gets the [`checksum`] of its whole bytes without holding them.
+pub struct Checksummed<W> {
+    inner: W,
+    hasher: twox_hash::XxHash3_64,
+    bytes: u64,
+}
+
+impl<W: std::io::Write> Checksummed<W> {
+    pub fn new(inner: W) -> Self {
+        Checksummed {
+            inner,
+            hasher: twox_hash::XxHash3_64::new(),
+            bytes: 0,
+        }
+    }
+
+    /// The bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// [`checksum`] of the bytes written so far.
+    pub fn checksum(&self) -> String {
+        format_checksum(std::hash::Hasher::finish(&self.hasher))
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Checksummed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        std::hash::Hasher::write(&mut self.hasher, &buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The size and [`checksum`] of what `r` reads to its end, read a block at a time.
+///
+/// # Errors
+/// What reading returned.
+pub fn checksum_of(r: &mut dyn std::io::Read) -> std::io::Result<(u64, String)> {
+    let mut sink = Checksummed::new(std::io::sink());
+    std::io::copy(r, &mut sink)?;
+    Ok((sink.bytes(), sink.checksum()))
+}
+
+/// A state file being read back ([`CheckpointStorage::open_state_file`]): read and seek, as
+/// an Arrow IPC file reader needs.
+pub trait StateRead: std::io::Read + std::io::Seek + Send {}
+
+impl<T: std::io::Read + std::io::Seek + Send> StateRead for T {}
 
 /// Where one source split stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -320,13 +382,30 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     fn begin(&self, epoch: Epoch) -> Result<()>;
 
     /// Writes state file `name` of checkpoint `epoch` whole or not at all (a temporary file,
-    /// fsynced, renamed into place); returns the bytes written. Threads may write different
-    /// names of one checkpoint at once.
+    /// fsynced, renamed into place) as `write` makes it, so a file larger than memory passes
+    /// through; returns the bytes written. Threads may write different names of one
+    /// checkpoint at once.
     ///
     /// # Errors
     /// `Internal` for a name that is not a plain file name (a path separator, `..`, or starting
-    /// with `.` or `_`) or a checkpoint not begun; `Io` if writing fails.
-    fn write_file(&self, epoch: Epoch, name: &str, bytes: &[u8]) -> Result<u64>;
+    /// with `.` or `_`) or a checkpoint not begun; `Io` if writing fails; what `write`
+    /// returned (nothing is left under `name` then).
+    fn write_file_with(
+        &self,
+        epoch: Epoch,
+        name: &str,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> Result<()>,
+    ) -> Result<u64>;
+
+    /// [`CheckpointStorage::write_file_with`] of bytes made already.
+    ///
+    /// # Errors
+    /// As [`CheckpointStorage::write_file_with`].
+    fn write_file(&self, epoch: Epoch, name: &str, bytes: &[u8]) -> Result<u64> {
+        self.write_file_with(epoch, name, &mut |w| {
+            w.write_all(bytes).map_err(|e| Error::io("write", name, e))
+        })
+    }
 
     /// Writes shared state file `name` whole or not at all, for the checkpoint being taken and
     /// any later one to list (with [`StateFile::shared`]); returns the bytes written. The
@@ -407,20 +486,28 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// As [`CheckpointStorage::open`].
     fn read_manifest(&self, checkpoint: &CheckpointHandle) -> Result<Manifest>;
 
-    /// The bytes of state file `name` of a complete checkpoint.
+    /// State file `name` of a complete checkpoint, opened for reading.
     ///
     /// # Errors
     /// `Internal` for a name that is not a plain file name; `Io` naming the file if it cannot
-    /// be read.
-    fn read_file(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>>;
+    /// be opened.
+    fn open_file(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Box<dyn StateRead>>;
 
-    /// The bytes of shared state file `name` that a complete checkpoint lists.
+    /// The bytes of state file `name` of a complete checkpoint.
+    ///
+    /// # Errors
+    /// As [`CheckpointStorage::open_file`]; `Io` naming the file if it cannot be read.
+    fn read_file(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>> {
+        read_all(self.open_file(checkpoint, name)?, name)
+    }
+
+    /// Shared state file `name` that a complete checkpoint lists, opened for reading.
     ///
     /// # Errors
     /// `Internal` for a name that is not a plain file name; `NotACheckpoint` naming the
     /// missing file and the fix if the checkpoint was moved away from its shared files; `Io`
-    /// if it cannot be read.
-    fn read_shared(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>>;
+    /// if it cannot be opened.
+    fn open_shared(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Box<dyn StateRead>>;
 
     /// Where state file `file` of `checkpoint` is, for messages.
     fn state_file_path(&self, checkpoint: &CheckpointHandle, file: &StateFile) -> PathBuf {
@@ -431,33 +518,38 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
         }
     }
 
-    /// The bytes of state file `file` of a complete checkpoint, checked against the size and
-    /// checksum its manifest records: a file that was changed, truncated or swapped for
-    /// another (another subtask's, another checkpoint's) is never restored.
+    /// State file `file` of a complete checkpoint, opened for reading once it was checked
+    /// against the size and checksum its manifest records (read through a block at a time,
+    /// then from its start again): a file that was changed, truncated or swapped for another
+    /// (another subtask's, another checkpoint's) is never restored.
     ///
     /// # Errors
-    /// As [`CheckpointStorage::read_file`]; `CorruptCheckpoint` naming the file, what the
-    /// manifest says and what was found, if they differ.
-    fn read_state_file(&self, checkpoint: &CheckpointHandle, file: &StateFile) -> Result<Vec<u8>> {
-        let bytes = if file.shared {
-            self.read_shared(checkpoint, &file.name)?
+    /// As [`CheckpointStorage::open_file`]; `Io` naming the file if it cannot be read;
+    /// `CorruptCheckpoint` naming the file, what the manifest says and what was found, if they
+    /// differ.
+    fn open_state_file(
+        &self,
+        checkpoint: &CheckpointHandle,
+        file: &StateFile,
+    ) -> Result<Box<dyn StateRead>> {
+        let mut r = if file.shared {
+            self.open_shared(checkpoint, &file.name)?
         } else {
-            self.read_file(checkpoint, &file.name)?
+            self.open_file(checkpoint, &file.name)?
         };
+        let path = self.state_file_path(checkpoint, file);
         let corrupt = |message: String| Error::CorruptCheckpoint {
-            path: self.state_file_path(checkpoint, file),
+            path: path.clone(),
             message,
         };
-        if bytes.len() as u64 != file.bytes {
+        let (bytes, found) = checksum_of(&mut r).map_err(|e| Error::io("read", &path, e))?;
+        if bytes != file.bytes {
             return Err(corrupt(format!(
-                "it has {} bytes and the manifest of checkpoint {} says {}",
-                bytes.len(),
-                checkpoint.epoch.0,
-                file.bytes
+                "it has {bytes} bytes and the manifest of checkpoint {} says {}",
+                checkpoint.epoch.0, file.bytes
             )));
         }
         if let Some(want) = &file.checksum {
-            let found = checksum(&bytes);
             if &found != want {
                 return Err(corrupt(format!(
                     "its checksum is {found} and the manifest of checkpoint {} says {want}: the \
@@ -466,19 +558,31 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
                 )));
             }
         }
-        Ok(bytes)
+        r.seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| Error::io("read", &path, e))?;
+        Ok(r)
+    }
+
+    /// The bytes of state file `file` of a complete checkpoint, checked as
+    /// [`CheckpointStorage::open_state_file`] checks them.
+    ///
+    /// # Errors
+    /// As [`CheckpointStorage::open_state_file`].
+    fn read_state_file(&self, checkpoint: &CheckpointHandle, file: &StateFile) -> Result<Vec<u8>> {
+        let r = self.open_state_file(checkpoint, file)?;
+        read_all(r, self.state_file_path(checkpoint, file))
     }
 
     /// Checks every state file of a complete checkpoint against `manifest` (its own), as
-    /// [`CheckpointStorage::read_state_file`] does: reads them all.
+    /// [`CheckpointStorage::open_state_file`] does: reads them all through.
     ///
     /// # Errors
-    /// As [`CheckpointStorage::read_state_file`], for the first file that fails.
+    /// As [`CheckpointStorage::open_state_file`], for the first file that fails.
     fn verify(&self, checkpoint: &CheckpointHandle, manifest: &Manifest) -> Result<()> {
         for node in manifest.nodes.values() {
             for subtask in &node.subtasks {
                 for file in &subtask.files {
-                    self.read_state_file(checkpoint, file)?;
+                    self.open_state_file(checkpoint, file)?;
                 }
             }
         }
@@ -506,6 +610,14 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
             self.open(restore).map(Some)
         }
     }
+}
+
+/// What `r` reads to its end; `what` names it in errors.
+fn read_all(mut r: Box<dyn StateRead>, what: impl AsRef<Path>) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    r.read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", what.as_ref(), e))?;
+    Ok(bytes)
 }
 
 /// The shared folder of the checkpoint directory a checkpoint folder is in (see the module

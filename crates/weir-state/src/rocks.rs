@@ -313,7 +313,47 @@ impl DiskStore {
                 .map_err(|_| Error::Internal("the snapshot reader panicked".into()))
         })
     }
+
+    /// As [`DiskStore::read_later`], for a reader that makes batches of the entries: `read`
+    /// hands them one at a time to the `Emit` it is given, and the closure this returns hands
+    /// each on to its own `Emit` as it comes, with at most one batch waiting between them, so
+    /// a store larger than memory passes through in the memory of a few batches. The reader's
+    /// error, or the first error of the closure's `Emit` (which stops the reader), is the
+    /// closure's.
+    pub fn stream_later<E>(
+        &self,
+        until: Vec<u8>,
+        read: impl FnOnce(
+                &mut dyn Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>>,
+                Emit<'_, E>,
+            ) -> std::result::Result<(), E>
+            + Send
+            + 'static,
+    ) -> Result<impl FnOnce(Emit<'_, E>) -> std::result::Result<(), E> + Send + 'static>
+    where
+        E: From<Error> + Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let reading = self.read_later(until, move |entries| {
+            read(entries, &mut |batch| {
+                tx.send(batch).map_err(|_| {
+                    // The receiving end stopped with an error of its own, which is the one
+                    // returned.
+                    E::from(Error::Internal("the snapshot's writer stopped".into()))
+                })
+            })
+        })?;
+        Ok(move |emit: Emit<'_, E>| {
+            for batch in rx.iter() {
+                emit(batch)?;
+            }
+            reading()?
+        })
+    }
 }
+
+/// What [`DiskStore::stream_later`] gives each batch it reads: `Err` stops the reading.
+pub type Emit<'a, E> = &'a mut dyn FnMut(arrow_array::RecordBatch) -> std::result::Result<(), E>;
 
 /// Scans within one key's rows ([`DiskStore::probes`]).
 pub struct Probes<'a> {
@@ -785,5 +825,119 @@ mod tests {
         assert!(dir.is_dir());
         drop(s);
         assert!(!dir.exists());
+    }
+
+    /// One batch of a single UInt8 column holding `values`.
+    fn batch_of(values: &[u8]) -> arrow_array::RecordBatch {
+        let schema =
+            std::sync::Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+                "v",
+                arrow_schema::DataType::UInt8,
+                false,
+            )]));
+        let col = arrow_array::UInt8Array::from(values.to_vec());
+        arrow_array::RecordBatch::try_new(schema, vec![std::sync::Arc::new(col)]).unwrap()
+    }
+
+    /// Batches of a store's values, one entry each, as `stream_later` hands them on.
+    fn streamed(s: &DiskStore) -> impl FnOnce(Emit<'_, Error>) -> Result<()> {
+        s.stream_later(vec![EXPIRY_NAMESPACE], |entries, emit| {
+            for e in entries {
+                emit(batch_of(&e?.1))?;
+            }
+            Ok(())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_streamed_snapshot_hands_on_each_batch_and_misses_later_writes() {
+        let (_dir, s) = store();
+        let row = |time, seq| RowKey {
+            namespace: 1,
+            key_group: 0,
+            key: b"k",
+            time,
+            seq,
+        };
+        for t in 0..5u8 {
+            put(&s, row(t.into(), t.into()), &[t]);
+        }
+        let later = streamed(&s);
+        put(&s, row(9, 9), &[9]);
+        let mut got = Vec::new();
+        later(&mut |b| {
+            got.push(b);
+            Ok(())
+        })
+        .unwrap();
+        let values: Vec<u8> = (got.iter())
+            .flat_map(|b| {
+                let c = b.column(0).as_any();
+                let c = c.downcast_ref::<arrow_array::UInt8Array>().unwrap();
+                c.values().to_vec()
+            })
+            .collect();
+        assert_eq!(
+            values,
+            vec![0, 1, 2, 3, 4],
+            "one batch an entry, in key order"
+        );
+    }
+
+    #[test]
+    fn a_streamed_snapshot_stops_at_the_writers_error_and_returns_it() {
+        let (_dir, s) = store();
+        for t in 0..100u8 {
+            let key = RowKey {
+                namespace: 1,
+                key_group: 0,
+                key: b"k",
+                time: t.into(),
+                seq: t.into(),
+            };
+            put(&s, key, &[t]);
+        }
+        let mut taken = 0;
+        let err = streamed(&s)(&mut |_| {
+            taken += 1;
+            if taken == 3 {
+                return Err(Error::Internal("the disk is full".into()));
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(taken, 3, "nothing is handed on after the error");
+        assert!(err.to_string().contains("the disk is full"), "{err}");
+    }
+
+    #[test]
+    fn a_streamed_snapshot_returns_the_readers_error() {
+        let (_dir, s) = store();
+        put(
+            &s,
+            RowKey {
+                namespace: 1,
+                key_group: 0,
+                key: b"k",
+                time: 1,
+                seq: 0,
+            },
+            b"x",
+        );
+        let later = s
+            .stream_later(vec![EXPIRY_NAMESPACE], |_entries, emit| {
+                emit(batch_of(&[1]))?;
+                Err(Error::Internal("an entry that does not decode".into()))
+            })
+            .unwrap();
+        let mut taken = 0;
+        let err = later(&mut |_| {
+            taken += 1;
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(taken, 1);
+        assert!(err.to_string().contains("does not decode"), "{err}");
     }
 }

@@ -74,20 +74,66 @@ pub fn with_overlay(batch: &RecordBatch, overlay: &RecordBatch) -> Result<Record
 /// # Errors
 /// `Internal` if the batches do not share a schema.
 pub fn encode(batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let Some(first) = batches.first() else {
-        return Ok(Vec::new());
-    };
     let mut out = Vec::new();
-    let mut w = arrow_ipc::writer::FileWriter::try_new(&mut out, &first.schema())
-        .map_err(|e| Error::Internal(format!("state snapshot: {e}")))?;
+    let mut e = Encoder::new(&mut out);
     for b in batches {
-        w.write(b)
-            .map_err(|e| Error::Internal(format!("state snapshot: {e}")))?;
+        e.push(b)?;
     }
-    w.finish()
-        .map_err(|e| Error::Internal(format!("state snapshot: {e}")))?;
-    drop(w);
+    e.finish()?;
     Ok(out)
+}
+
+/// Writes batches (of one schema) to `W` as one Arrow IPC file as they come, as [`encode`]
+/// does all at once: the same bytes, and nothing at all without a batch.
+pub struct Encoder<W: std::io::Write> {
+    out: Option<W>,
+    writer: Option<arrow_ipc::writer::FileWriter<W>>,
+    rows: u64,
+}
+
+fn snapshot_err(e: arrow_schema::ArrowError) -> Error {
+    Error::Internal(format!("state snapshot: {e}"))
+}
+
+impl<W: std::io::Write> Encoder<W> {
+    pub fn new(out: W) -> Self {
+        Encoder {
+            out: Some(out),
+            writer: None,
+            rows: 0,
+        }
+    }
+
+    /// Writes `batch`.
+    ///
+    /// # Errors
+    /// `Internal` if its schema is not the first batch's, or writing failed.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        if self.writer.is_none() {
+            let out = (self.out.take())
+                .ok_or_else(|| Error::Internal("state snapshot: encoder used up".into()))?;
+            self.writer = Some(
+                arrow_ipc::writer::FileWriter::try_new(out, &batch.schema())
+                    .map_err(snapshot_err)?,
+            );
+        }
+        if let Some(w) = &mut self.writer {
+            w.write(batch).map_err(snapshot_err)?;
+        }
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Ends the file; returns the rows written.
+    ///
+    /// # Errors
+    /// `Internal` if writing the file's end failed.
+    pub fn finish(mut self) -> Result<u64> {
+        if let Some(w) = &mut self.writer {
+            w.finish().map_err(snapshot_err)?;
+        }
+        Ok(self.rows)
+    }
 }
 
 /// The batches of a file [`encode`] wrote; `what` names it in errors.
@@ -95,16 +141,36 @@ pub fn encode(batches: &[RecordBatch]) -> Result<Vec<u8>> {
 /// # Errors
 /// `CorruptCheckpoint` if the bytes are not an Arrow IPC file.
 pub fn decode(bytes: &[u8], what: &std::path::Path) -> Result<Vec<RecordBatch>> {
-    if bytes.is_empty() {
-        return Ok(Vec::new());
-    }
-    let corrupt = |e: arrow_schema::ArrowError| Error::CorruptCheckpoint {
-        path: what.to_path_buf(),
+    decoder(std::io::Cursor::new(bytes), what)?.collect()
+}
+
+/// The batches of a file [`encode`] or an [`Encoder`] wrote, read from `file` one at a time;
+/// `what` names it in errors.
+///
+/// # Errors
+/// `CorruptCheckpoint` if the file is not an Arrow IPC file (also from the iterator, for a
+/// batch that does not read); `Io` if it cannot be read.
+pub fn decoder<R: std::io::Read + std::io::Seek>(
+    mut file: R,
+    what: &std::path::Path,
+) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
+    let io = |e| Error::io("read", what, e);
+    let len = file.seek(std::io::SeekFrom::End(0)).map_err(io)?;
+    file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+    let what = what.to_path_buf();
+    let corrupt = move |e: arrow_schema::ArrowError| Error::CorruptCheckpoint {
+        path: what.clone(),
         message: format!("state file does not read as Arrow IPC: {e}"),
     };
-    let reader = arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(corrupt)?;
-    reader.map(|b| b.map_err(corrupt)).collect()
+    let reader = if len == 0 {
+        None
+    } else {
+        Some(arrow_ipc::reader::FileReader::try_new(file, None).map_err(&corrupt)?)
+    };
+    Ok(reader
+        .into_iter()
+        .flatten()
+        .map(move |b| b.map_err(&corrupt)))
 }
 
 /// The rows of `batch` whose [`KEY_GROUP_COLUMN`] is in `range`; the whole batch if it has no
@@ -185,6 +251,32 @@ mod tests {
             decode(b"not arrow", std::path::Path::new("x")),
             Err(Error::CorruptCheckpoint { .. })
         ));
+    }
+
+    #[test]
+    fn batches_encoded_as_they_come_read_back_one_at_a_time() {
+        let b = vec![batch(vec![0, 5], vec![1, 2]), batch(vec![9], vec![3])];
+        let mut file = Vec::new();
+        let mut e = Encoder::new(&mut file);
+        for x in &b {
+            e.push(x).unwrap();
+        }
+        assert_eq!(e.finish().unwrap(), 3, "rows written");
+        assert_eq!(file, encode(&b).unwrap(), "the bytes encode makes");
+        let mut read = decoder(std::io::Cursor::new(&file), std::path::Path::new("x")).unwrap();
+        assert_eq!(read.next().unwrap().unwrap(), b[0]);
+        assert_eq!(read.next().unwrap().unwrap(), b[1]);
+        assert!(read.next().is_none());
+        assert_eq!(Encoder::new(Vec::new()).finish().unwrap(), 0);
+        let mut none =
+            decoder(std::io::Cursor::new(Vec::new()), std::path::Path::new("x")).unwrap();
+        assert!(none.next().is_none(), "no batch is an empty file");
+        // A file cut short does not read, naming it.
+        let cut = &file[..file.len() - 9];
+        let err = decoder(std::io::Cursor::new(cut), std::path::Path::new("cut.arrow"))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("cut.arrow"), "{err}");
     }
 
     #[test]

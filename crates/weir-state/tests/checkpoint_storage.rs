@@ -2,6 +2,7 @@
 //! manifest is in place, whatever a killed writer or a hand left in the directory.
 
 use std::fs;
+use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -510,6 +511,82 @@ fn a_state_file_changed_after_its_checkpoint_is_refused_when_read() {
         ..files[0].clone()
     };
     assert!(s.read_state_file(&handle, &old).is_ok());
+}
+
+/// A file written as it is made (`write_file_with`, through `Checksummed`) has the size and
+/// checksum of its whole bytes, however the writes are cut, and reads back checked.
+#[test]
+fn a_state_file_written_as_it_is_made_has_the_checksum_of_its_whole_bytes() {
+    let (_tmp, s) = storage();
+    s.begin(Epoch(1)).unwrap();
+    // Sizes on both sides of XXH3's internal blocks; writes of odd lengths.
+    let whole: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut node = NodeState {
+        kind: "count".into(),
+        signature: String::new(),
+        state_version: 1,
+        subtasks: Vec::new(),
+    };
+    for (i, len) in [0usize, 1, 16, 240, 241, 1_024, 70_000, 300_000]
+        .into_iter()
+        .enumerate()
+    {
+        let bytes = &whole[..len];
+        let name = format!("node-n-subtask-{i}.arrow");
+        let mut sum = String::new();
+        let written = s
+            .write_file_with(Epoch(1), &name, &mut |w| {
+                let mut out = weir_state::checkpoint::Checksummed::new(w);
+                for chunk in bytes.chunks(977) {
+                    out.write_all(chunk).unwrap();
+                }
+                assert_eq!(out.bytes(), len as u64);
+                sum = out.checksum();
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(written, len as u64);
+        assert_eq!(sum, weir_state::checkpoint::checksum(bytes), "{len} bytes");
+        node.subtasks.push(SubtaskState {
+            subtask: i,
+            parallelism: 8,
+            key_groups: KeyGroupRange::for_subtask(i, 8, 128),
+            files: vec![StateFile {
+                name,
+                rows: 0,
+                bytes: written,
+                checksum: Some(sum),
+                shared: false,
+            }],
+        });
+    }
+    let mut m = Manifest::new("job", Epoch(1), ProcTime(0));
+    m.nodes.insert("n".into(), node);
+    let h = s.complete(Epoch(1), &m).unwrap();
+    s.verify(&h, &m).unwrap();
+    for sub in &m.nodes["n"].subtasks {
+        let f = &sub.files[0];
+        assert_eq!(
+            s.read_state_file(&h, f).unwrap(),
+            whole[..f.bytes as usize].to_vec()
+        );
+    }
+}
+
+/// A write that fails part way (the snapshot it writes failed) leaves no file under its name
+/// and no temporary, and its error is the caller's.
+#[test]
+fn a_state_file_whose_making_fails_leaves_nothing() {
+    let (_tmp, s) = storage();
+    s.begin(Epoch(1)).unwrap();
+    let err = s
+        .write_file_with(Epoch(1), "node-n-subtask-0.arrow", &mut |w| {
+            w.write_all(&[1; 5_000_000]).unwrap();
+            Err(Error::Internal("the snapshot reader failed".into()))
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("snapshot reader failed"), "{err}");
+    assert_eq!(folders(&s.checkpoint_path(Epoch(1))), Vec::<String>::new());
 }
 
 /// A state file written once into `shared/` and listed by several checkpoints: read back

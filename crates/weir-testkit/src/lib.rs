@@ -367,7 +367,7 @@ impl Harness {
             .flatten()
             .map(|b| weir_state::snapshot::rows_in_key_groups(b, range).expect("keyed state"))
             .collect();
-        op.restore(mine).expect("restore failed");
+        op.restore(mine.into()).expect("restore failed");
         Harness::with_info(op, info)
     }
 

@@ -15,7 +15,6 @@
 //! backend's entries (`LIFE`, `RUN`, `LATEST`), so either backend restores the other's
 //! checkpoints at any parallelism. It is a full copy each time (docs/state.md).
 
-use arrow_array::RecordBatch;
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
@@ -176,7 +175,8 @@ impl DiskKeys {
     }
 
     /// Every key's entries as of now, in `state_schema` (the memory backend's checkpoint
-    /// layout), read from a snapshot of the store on another thread.
+    /// layout), read from a snapshot of the store on another thread and written as it is
+    /// read.
     pub(super) fn snapshot(
         &self,
         state_schema: &SchemaRef,
@@ -187,38 +187,38 @@ impl DiskKeys {
             .map(|f| SortField::new(f.data_type().clone()))
             .collect();
         let key_groups = self.key_groups;
-        let read =
-            self.store
-                .read_later(vec![KEYS + 1], move |entries| -> Result<Vec<RecordBatch>> {
-                    let all = RowConverter::new(fields)?;
-                    let mut out = Vec::new();
-                    let mut keys: Vec<(Box<[u8]>, KeyState)> = Vec::new();
-                    let flush = |keys: &mut Vec<(Box<[u8]>, KeyState)>,
-                                 out: &mut Vec<RecordBatch>|
-                     -> Result<()> {
+        let read = self
+            .store
+            .stream_later(vec![KEYS + 1], move |entries, emit| {
+                let all = RowConverter::new(fields)?;
+                let mut keys: Vec<(Box<[u8]>, KeyState)> = Vec::new();
+                let mut emitted = false;
+                let mut flush =
+                    |emitted: &mut bool, keys: &mut Vec<(Box<[u8]>, KeyState)>| -> Result<()> {
                         let mut rows: Vec<Entry> = Vec::new();
                         for (key, state) in keys.iter() {
                             let g = key_group(hash_key(key), key_groups);
                             push_entries(&mut rows, g, key, state);
                         }
-                        out.push(entries_batch(&state_schema, &all, &rows)?);
+                        emit(entries_batch(&state_schema, &all, &rows)?)?;
                         keys.clear();
+                        *emitted = true;
                         Ok(())
                     };
-                    for entry in entries {
-                        let (k, v) = entry?;
-                        let key = KeyOf::decode(&k)?;
-                        keys.push((key.key.into(), decode(&v)?));
-                        if keys.len() == AT_ONCE {
-                            flush(&mut keys, &mut out)?;
-                        }
+                for entry in entries {
+                    let (k, v) = entry?;
+                    let key = KeyOf::decode(&k)?;
+                    keys.push((key.key.into(), decode(&v)?));
+                    if keys.len() == AT_ONCE {
+                        flush(&mut emitted, &mut keys)?;
                     }
-                    if !keys.is_empty() || out.is_empty() {
-                        flush(&mut keys, &mut out)?;
-                    }
-                    Ok(out)
-                })?;
-        Ok(StateSnapshot::deferred(move || read()?))
+                }
+                if !keys.is_empty() || !emitted {
+                    flush(&mut emitted, &mut keys)?;
+                }
+                Ok(())
+            })?;
+        Ok(StateSnapshot::streamed(read))
     }
 }
 

@@ -17,7 +17,6 @@
 //! memory backend's layout, so either backend restores the other's checkpoints at any
 //! parallelism. It is a full copy each time (as the interval join's on disk: docs/state.md).
 
-use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};
 use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
@@ -202,44 +201,47 @@ impl DiskGroups {
     }
 
     /// Every group as of now, in `state_schema` (the memory backend's checkpoint layout), read
-    /// from a snapshot of the store on another thread.
+    /// from a snapshot of the store on another thread and written as it is read.
     pub(super) fn snapshot(&self, state_schema: &SchemaRef) -> Result<StateSnapshot> {
         let aggregates = self.aggregates.clone();
         let input_schema = self.input_schema.clone();
         let state_schema = state_schema.clone();
         let key_groups = self.key_groups;
-        let read = self.store.read_later(
-            vec![GROUPS + 1],
-            move |entries| -> Result<Vec<RecordBatch>> {
+        let read = self
+            .store
+            .stream_later(vec![GROUPS + 1], move |entries, emit| {
                 let bound = (aggregates.iter())
                     .map(|a| Bound::new(a, &input_schema))
                     .collect::<Result<Vec<_>>>()?;
-                let mut out = Vec::new();
                 let mut rows: Vec<(Box<[u8]>, Stored)> = Vec::new();
-                let flush = |rows: &mut Vec<(Box<[u8]>, Stored)>, out: &mut Vec<RecordBatch>| {
+                let mut emitted = false;
+                let mut flush = |emitted: &mut bool,
+                                 rows: &mut Vec<(Box<[u8]>, Stored)>|
+                 -> Result<()> {
                     let refs: Vec<aggregates::StateRow> = (rows.iter())
                         .map(|(k, g)| (&k[..], vec![g.last_event_time], &g.states[..]))
                         .collect();
-                    let batches =
-                        aggregates::state_batches(&state_schema, key_groups, &bound, &refs);
+                    for b in aggregates::state_batches(&state_schema, key_groups, &bound, &refs)? {
+                        emit(b)?;
+                    }
                     rows.clear();
-                    batches.map(|b| out.extend(b))
+                    *emitted = true;
+                    Ok(())
                 };
                 for entry in entries {
                     let (k, v) = entry?;
                     let key = KeyOf::decode(&k)?;
                     rows.push((key.key.into(), decode(&v, &bound)?));
                     if rows.len() == AT_ONCE {
-                        flush(&mut rows, &mut out)?;
+                        flush(&mut emitted, &mut rows)?;
                     }
                 }
-                if !rows.is_empty() || out.is_empty() {
-                    flush(&mut rows, &mut out)?;
+                if !rows.is_empty() || !emitted {
+                    flush(&mut emitted, &mut rows)?;
                 }
-                Ok(out)
-            },
-        )?;
-        Ok(StateSnapshot::deferred(move || read()?))
+                Ok(())
+            })?;
+        Ok(StateSnapshot::streamed(read))
     }
 
     /// Takes up a group of a checkpoint (either backend's), replacing the key's group if the

@@ -346,15 +346,14 @@ impl JoinRows for DiskRows {
     }
 
     /// Every row, read from a snapshot of the store on another thread and written in the
-    /// join's state layout.
+    /// join's state layout as it is read.
     fn snapshot(&mut self, layout: &StateLayout, _keys: [Vec<String>; 2]) -> Result<StateSnapshot> {
         let layout = layout.clone();
         let schemas = self.schemas.clone();
         let read = self
             .store
-            .read_later(vec![EXPIRY_NAMESPACE], move |entries| {
+            .stream_later(vec![EXPIRY_NAMESPACE], move |entries, emit| {
                 let mut sides = [Side::new(&schemas[0])?, Side::new(&schemas[1])?];
-                let mut out = Vec::new();
                 for entry in entries {
                     let (k, v) = entry?;
                     let key = RowKey::decode(&k)?;
@@ -364,17 +363,17 @@ impl JoinRows for DiskRows {
                         .ok_or_else(|| Error::Internal(format!("join state of side {side}")))?;
                     s.push(key.key_group, key.key, &v);
                     if s.len() == STATE_BATCH_ROWS {
-                        out.push(s.flush(side, &layout)?);
+                        emit(s.flush(side, &layout)?)?;
                     }
                 }
                 for (side, s) in sides.iter_mut().enumerate() {
                     if s.len() > 0 {
-                        out.push(s.flush(side, &layout)?);
+                        emit(s.flush(side, &layout)?)?;
                     }
                 }
-                Ok::<_, Error>(out)
+                Ok(())
             })?;
-        Ok(StateSnapshot::deferred(move || read()?))
+        Ok(StateSnapshot::streamed(read))
     }
 
     fn restore(&mut self, state: &RecordBatch, r: &Restore) -> Result<[u64; 2]> {

@@ -1,12 +1,12 @@
 //! Starting from a checkpoint: which one, whether this job may take it up, and the state
 //! each subtask takes from it.
 
-use weir_state::checkpoint::CheckpointStorage;
+use weir_state::checkpoint::{CheckpointStorage, StateFile, SubtaskState};
 
 use super::CheckpointConfig;
 use crate::error::{Error, Result};
 use crate::graph::{JobGraph, NodeKind};
-use crate::operator::SubtaskInfo;
+use crate::operator::{StateBatches, SubtaskInfo};
 
 /// A complete checkpoint a job starts from.
 #[derive(Debug, Clone)]
@@ -188,25 +188,34 @@ fn restored_allows_dropping(graph: &JobGraph) -> bool {
 }
 
 /// What a subtask of an operator takes up from a checkpoint.
-#[derive(Default)]
-pub(crate) struct RestoredState {
-    /// For `Operator::restore`.
-    pub operator: Vec<arrow_array::RecordBatch>,
+pub(crate) struct RestoredState<'a> {
+    /// For `Operator::restore`: read from the files as they are taken.
+    pub operator: StateBatches<'a>,
     /// Its timers.
     pub timers: Vec<arrow_array::RecordBatch>,
 }
 
+impl Default for RestoredState<'_> {
+    fn default() -> Self {
+        RestoredState {
+            operator: Vec::new().into(),
+            timers: Vec::new(),
+        }
+    }
+}
+
 /// The state batches of node `id` in checkpoint `r` for the subtask `info` describes: every
 /// subtask's files of the node (the parallelism may have changed), keyed rows limited to the
-/// subtask's key groups.
-pub(crate) fn restored_state(
-    storage: &dyn CheckpointStorage,
-    r: &Restored,
+/// subtask's key groups. The timers are read now; the operator's state as it is taken, one
+/// batch at a time.
+pub(crate) fn restored_state<'a>(
+    storage: &'a dyn CheckpointStorage,
+    r: &'a Restored,
     id: &str,
     version: u32,
     signature: &str,
     info: &SubtaskInfo,
-) -> Result<RestoredState> {
+) -> Result<RestoredState<'a>> {
     let Some(node) = r.manifest.nodes.get(id) else {
         return Ok(RestoredState::default());
     };
@@ -222,77 +231,196 @@ pub(crate) fn restored_state(
             r.manifest.epoch.0, info.operator, node.state_version
         )));
     }
-    let range = weir_core::keys::KeyGroupRange::for_subtask(
-        info.subtask,
-        info.parallelism,
-        info.key_groups,
-    );
-    let mut state = RestoredState::default();
+    let take = Take {
+        range: weir_core::keys::KeyGroupRange::for_subtask(
+            info.subtask,
+            info.parallelism,
+            info.key_groups,
+        ),
+        info: info.clone(),
+    };
+    let mut timers = Vec::new();
     for sub in &node.subtasks {
-        // The overlay of the subtask's shared files, which follow it in order (a savepoint's
-        // are in its own folder, no longer marked shared: the order is what pairs them).
-        let mut overlays = std::collections::VecDeque::new();
-        let mut overlaid = false;
-        for f in &sub.files {
-            let out = if crate::exec::host::is_timers_file(&f.name) {
-                &mut state.timers
-            } else {
-                &mut state.operator
-            };
-            let bytes = storage.read_state_file(&r.handle, f)?;
+        for f in (sub.files.iter()).filter(|f| crate::exec::host::is_timers_file(&f.name)) {
             let path = storage.state_file_path(&r.handle, f);
-            let mut batches = weir_state::snapshot::decode(&bytes, &path)?;
-            if crate::exec::shared_files::is_overlay_file(&f.name) {
-                overlays = batches.into();
-                overlaid = true;
-                continue;
+            let file = storage.open_state_file(&r.handle, f)?;
+            for b in weir_state::snapshot::decoder(file, &path)? {
+                timers.extend(take.batch(sub, b?)?);
             }
-            if overlaid && !crate::exec::host::is_timers_file(&f.name) {
-                // Each batch of the file has its overlay, in order.
-                let mut live = Vec::with_capacity(batches.len());
-                for b in &batches {
-                    let overlay = overlays.pop_front().ok_or_else(|| {
-                        Error::State(weir_state::Error::CorruptCheckpoint {
-                            path: path.clone(),
-                            message: "a shared state batch without its overlay (which rows \
-                                      are live)"
-                                .into(),
-                        })
-                    })?;
-                    live.push(weir_state::snapshot::with_overlay(b, &overlay)?);
-                }
-                batches = live;
-            }
-            for b in batches {
-                let keyed = b
-                    .schema()
-                    .index_of(weir_state::snapshot::KEY_GROUP_COLUMN)
-                    .is_ok();
-                if keyed {
-                    out.push(weir_state::snapshot::rows_in_key_groups(&b, range)?);
-                } else if sub.parallelism == info.parallelism && sub.subtask == info.subtask {
-                    out.push(b);
-                } else if sub.parallelism != info.parallelism {
-                    return Err(Error::plan(format!(
-                        "the state of `{}` is not keyed and was taken at parallelism {}; \
-                         restore it at that parallelism",
-                        info.operator, sub.parallelism
-                    )));
-                }
-            }
-        }
-        if !overlays.is_empty() {
-            return Err(Error::State(weir_state::Error::CorruptCheckpoint {
-                path: r.handle.location.clone(),
-                message: format!(
-                    "the overlay of subtask {} of `{}` has {} batches more than its shared \
-                     files",
-                    sub.subtask,
-                    info.operator,
-                    overlays.len()
-                ),
-            }));
         }
     }
-    Ok(state)
+    let files = (node.subtasks.iter())
+        .flat_map(|sub| sub.files.iter().map(move |f| (sub, f)))
+        .filter(|(_, f)| !crate::exec::host::is_timers_file(&f.name))
+        .collect::<Vec<_>>();
+    let batches = OperatorBatches {
+        storage,
+        restored: r,
+        take,
+        files: files.into_iter(),
+        current: None,
+        overlays: Default::default(),
+        subtask: None,
+    };
+    Ok(RestoredState {
+        operator: StateBatches::new(batches),
+        timers,
+    })
+}
+
+/// Which rows of a state batch a subtask takes up.
+struct Take {
+    range: weir_core::keys::KeyGroupRange,
+    info: SubtaskInfo,
+}
+
+impl Take {
+    /// The rows of `b`, a batch of subtask `sub`'s file, that this subtask takes up: keyed
+    /// rows of its key groups; a batch that is not keyed if `sub` was this subtask (none
+    /// otherwise).
+    fn batch(
+        &self,
+        sub: &SubtaskState,
+        b: arrow_array::RecordBatch,
+    ) -> Result<Option<arrow_array::RecordBatch>> {
+        let keyed = (b.schema())
+            .index_of(weir_state::snapshot::KEY_GROUP_COLUMN)
+            .is_ok();
+        if keyed {
+            Ok(Some(weir_state::snapshot::rows_in_key_groups(
+                &b, self.range,
+            )?))
+        } else if sub.parallelism == self.info.parallelism && sub.subtask == self.info.subtask {
+            Ok(Some(b))
+        } else if sub.parallelism != self.info.parallelism {
+            Err(Error::plan(format!(
+                "the state of `{}` is not keyed and was taken at parallelism {}; restore it \
+                 at that parallelism",
+                self.info.operator, sub.parallelism
+            )))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+type Batches = Box<dyn Iterator<Item = weir_state::Result<arrow_array::RecordBatch>>>;
+
+/// An operator subtask's state batches in a checkpoint, read a file at a time, a batch at a
+/// time: a subtask's overlay (which rows of its shared files are live) is read whole when it
+/// comes, and each batch of the shared files after it takes its overlay in order.
+struct OperatorBatches<'a> {
+    storage: &'a dyn CheckpointStorage,
+    restored: &'a Restored,
+    take: Take,
+    /// The files still to read, with the subtask that wrote each.
+    files: std::vec::IntoIter<(&'a SubtaskState, &'a StateFile)>,
+    /// The file being read: its batches, its subtask, its path, and whether its batches take
+    /// overlays.
+    current: Option<(Batches, &'a SubtaskState, std::path::PathBuf, bool)>,
+    /// The overlays of the current subtask's shared batches still to come.
+    overlays: std::collections::VecDeque<arrow_array::RecordBatch>,
+    /// The subtask whose files are being read, and whether it had an overlay.
+    subtask: Option<(&'a SubtaskState, bool)>,
+}
+
+impl OperatorBatches<'_> {
+    /// Opens the next file that has batches to give, reading overlays on the way; `false` at
+    /// the end.
+    fn open_next(&mut self) -> Result<bool> {
+        loop {
+            let next = self.files.next();
+            let same = matches!((&self.subtask, &next), (Some((a, _)), Some((b, _))) if std::ptr::eq(*a, *b));
+            if !same {
+                self.end_subtask()?;
+                self.subtask = next.map(|(sub, _)| (sub, false));
+            }
+            let Some((sub, f)) = next else {
+                return Ok(false);
+            };
+            let path = self.storage.state_file_path(&self.restored.handle, f);
+            let file = self.storage.open_state_file(&self.restored.handle, f)?;
+            let batches = weir_state::snapshot::decoder(file, &path)?;
+            if crate::exec::shared_files::is_overlay_file(&f.name) {
+                self.overlays = batches.collect::<weir_state::Result<_>>()?;
+                self.subtask = Some((sub, true));
+                continue;
+            }
+            let overlaid = self.subtask.is_some_and(|(_, o)| o);
+            self.current = Some((Box::new(batches), sub, path, overlaid));
+            return Ok(true);
+        }
+    }
+
+    /// Checks that the subtask just read used up its overlays.
+    fn end_subtask(&mut self) -> Result<()> {
+        if let Some((sub, _)) = self.subtask {
+            if !self.overlays.is_empty() {
+                return Err(Error::State(weir_state::Error::CorruptCheckpoint {
+                    path: self.restored.handle.location.clone(),
+                    message: format!(
+                        "the overlay of subtask {} of `{}` has {} batches more than its shared \
+                         files",
+                        sub.subtask,
+                        self.take.info.operator,
+                        self.overlays.len()
+                    ),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// The next batch of the current file that this subtask takes up; `None` at its end.
+    fn next_of_current(&mut self) -> Result<Option<arrow_array::RecordBatch>> {
+        while let Some((batches, sub, path, overlaid)) = &mut self.current {
+            let Some(b) = batches.next() else {
+                self.current = None;
+                break;
+            };
+            let mut b = b?;
+            if *overlaid {
+                let overlay = self.overlays.pop_front().ok_or_else(|| {
+                    Error::State(weir_state::Error::CorruptCheckpoint {
+                        path: path.clone(),
+                        message: "a shared state batch without its overlay (which rows are live)"
+                            .into(),
+                    })
+                })?;
+                b = weir_state::snapshot::with_overlay(&b, &overlay)?;
+            }
+            if let Some(b) = self.take.batch(sub, b)? {
+                return Ok(Some(b));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Iterator for OperatorBatches<'_> {
+    type Item = Result<arrow_array::RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_of_current() {
+                Ok(Some(b)) => return Some(Ok(b)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.files = Vec::new().into_iter();
+                    self.current = None;
+                    return Some(Err(e));
+                }
+            }
+            match self.open_next() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    self.files = Vec::new().into_iter();
+                    self.current = None;
+                    self.subtask = None;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@ use crate::checkpoint::StateFileInfo;
 use crate::error::Result;
 use crate::message::StreamBatch;
 use crate::metrics::SubtaskMetrics;
-use crate::operator::{Context, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
+use crate::operator::{Context, Emit, Operator, Port, SubtaskInfo, TimeDomain, TimerService};
 use crate::source::DeadLetters;
 
 /// Where a checkpointed operator's snapshots go, and its file's name.
@@ -200,24 +200,22 @@ impl PendingSnapshot {
     /// Making the snapshot failed, or writing it did.
     pub(crate) fn write(self) -> Result<(Vec<StateFileInfo>, u64, u64)> {
         let sw = Stopwatch::start(self.clock.as_ref());
-        let parts = self.state.into_parts()?;
-        let rows = parts.batches.iter().map(|b| b.num_rows() as u64).sum();
-        let mut files = vec![write_state_file(
+        let mut state = Some(self.state);
+        let mut shared = Vec::new();
+        let mut files = vec![write_state_file_with(
             self.storage.as_ref(),
             self.epoch,
             self.name.clone(),
-            &parts.batches,
-            rows,
+            &mut |emit| {
+                if let Some(state) = state.take() {
+                    shared = state.write_into(emit)?;
+                }
+                Ok(())
+            },
         )?];
-        drop(parts.batches);
-        if !parts.shared.is_empty() {
-            let mut shared = self.shared.lock().expect("shared files lock");
-            files.extend(shared.write(
-                self.storage.as_ref(),
-                self.epoch,
-                &self.name,
-                parts.shared,
-            )?);
+        if !shared.is_empty() {
+            let mut files_of = self.shared.lock().expect("shared files lock");
+            files.extend(files_of.write(self.storage.as_ref(), self.epoch, &self.name, shared)?);
         }
         if let Some((timers, rows)) = self.timers {
             files.push(write_state_file(
@@ -236,7 +234,7 @@ impl PendingSnapshot {
     }
 }
 
-/// Writes `batches` as state file `name` of checkpoint `epoch`.
+/// Writes `batches` as state file `name` of checkpoint `epoch`, saying it holds `rows` rows.
 pub(super) fn write_state_file(
     storage: &dyn weir_state::checkpoint::CheckpointStorage,
     epoch: Epoch,
@@ -244,13 +242,43 @@ pub(super) fn write_state_file(
     batches: &[arrow_array::RecordBatch],
     rows: u64,
 ) -> Result<StateFileInfo> {
-    let encoded = weir_state::snapshot::encode(batches)?;
-    let bytes = storage.write_file(epoch, &name, &encoded)?;
+    let info = write_state_file_with(storage, epoch, name, &mut |emit| {
+        batches.iter().try_for_each(|b| emit(b.clone()))
+    })?;
+    Ok(StateFileInfo { rows, ..info })
+}
+
+/// Writes the batches `make` hands its [`Emit`] as state file `name` of checkpoint `epoch`,
+/// each encoded and written as it comes (with its checksum taken on the way).
+pub(super) fn write_state_file_with(
+    storage: &dyn weir_state::checkpoint::CheckpointStorage,
+    epoch: Epoch,
+    name: String,
+    make: &mut dyn FnMut(Emit<'_>) -> Result<()>,
+) -> Result<StateFileInfo> {
+    let mut rows = 0;
+    let mut checksum = String::new();
+    // The error of `make` (an operator's), kept whole: the storage passes on only its own.
+    let mut failed = None;
+    let written = storage.write_file_with(epoch, &name, &mut |w| {
+        let mut out = weir_state::checkpoint::Checksummed::new(w);
+        let mut encoder = weir_state::snapshot::Encoder::new(&mut out);
+        if let Err(e) = make(&mut |b| Ok(encoder.push(&b)?)) {
+            failed = Some(e);
+            return Err(weir_state::Error::Internal("the snapshot failed".into()));
+        }
+        rows = encoder.finish()?;
+        checksum = out.checksum();
+        Ok(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
     Ok(StateFileInfo {
         name,
         rows,
-        bytes,
-        checksum: weir_state::checkpoint::checksum(&encoded),
+        bytes: written?,
+        checksum,
         shared: false,
         written: true,
     })

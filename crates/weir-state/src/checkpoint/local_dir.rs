@@ -183,24 +183,45 @@ impl LocalDirStorage {
 
     /// Writes `bytes` to `folder/name` through a temporary file, fsynced.
     fn write_atomically(&self, folder: &Path, name: &str, bytes: &[u8]) -> Result<u64> {
+        self.write_atomically_with(folder, name, &mut |w| {
+            w.write_all(bytes).map_err(|e| Error::io("write", name, e))
+        })
+    }
+
+    /// Writes file `name` in `folder` as `write` makes it, through a buffer, under a
+    /// temporary name that is fsynced and renamed into place; returns the bytes written.
+    fn write_atomically_with(
+        &self,
+        folder: &Path,
+        name: &str,
+        write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
         let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         let tmp = folder.join(format!(".{name}.{}-{seq}.tmp", std::process::id()));
         let target = folder.join(name);
         let written = (|| {
-            let mut f = fs::OpenOptions::new()
+            let f = fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(&tmp)
                 .map_err(|e| Error::io("create", &tmp, e))?;
-            f.write_all(bytes)
-                .map_err(|e| Error::io("write", &tmp, e))?;
+            let mut w = Counted {
+                inner: std::io::BufWriter::with_capacity(1 << 20, f),
+                bytes: 0,
+            };
+            write(&mut w)?;
+            let f = w
+                .inner
+                .into_inner()
+                .map_err(|e| Error::io("write", &tmp, e.into_error()))?;
             f.sync_all().map_err(|e| Error::io("sync", &tmp, e))?;
-            fs::rename(&tmp, &target).map_err(|e| Error::io("rename into place", &target, e))
+            fs::rename(&tmp, &target).map_err(|e| Error::io("rename into place", &target, e))?;
+            Ok(w.bytes)
         })();
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
         }
-        written.map(|()| bytes.len() as u64)
+        written
     }
 
     fn shared_path(&self) -> PathBuf {
@@ -417,7 +438,12 @@ impl CheckpointStorage for LocalDirStorage {
         fs::create_dir(folder).map_err(|e| Error::io("create", folder, e))
     }
 
-    fn write_file(&self, epoch: Epoch, name: &str, bytes: &[u8]) -> Result<u64> {
+    fn write_file_with(
+        &self,
+        epoch: Epoch,
+        name: &str,
+        write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
         check_name(epoch, name)?;
         let folder = self.checkpoint_path(epoch);
         if !folder.is_dir() {
@@ -427,7 +453,7 @@ impl CheckpointStorage for LocalDirStorage {
                 folder.display()
             )));
         }
-        self.write_atomically(&folder, name, bytes)
+        self.write_atomically_with(&folder, name, write)
     }
 
     fn complete(&self, epoch: Epoch, manifest: &Manifest) -> Result<CheckpointHandle> {
@@ -576,17 +602,18 @@ impl CheckpointStorage for LocalDirStorage {
         read_manifest_in(&checkpoint.location)
     }
 
-    fn read_file(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>> {
+    fn open_file(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Box<dyn StateRead>> {
         check_name(checkpoint.epoch, name)?;
         let path = checkpoint.location.join(name);
-        fs::read(&path).map_err(|e| Error::io("read", path, e))
+        let f = fs::File::open(&path).map_err(|e| Error::io("read", path, e))?;
+        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, f)))
     }
 
-    fn read_shared(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Vec<u8>> {
+    fn open_shared(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Box<dyn StateRead>> {
         check_name(checkpoint.epoch, name)?;
         let path = shared_dir_of(&checkpoint.location).join(name);
-        match fs::read(&path) {
-            Ok(bytes) => Ok(bytes),
+        match fs::File::open(&path) {
+            Ok(f) => Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, f))),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::NotACheckpoint {
                 path: checkpoint.location.clone(),
                 reason: format!(
@@ -679,6 +706,24 @@ impl CheckpointStorage for LocalDirStorage {
         removed.sort();
         removed.dedup();
         Ok(removed)
+    }
+}
+
+/// A writer that counts the bytes it passes on.
+struct Counted<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
