@@ -388,8 +388,9 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// `Internal` for a name that is not a plain file name (a path separator, `..`, or starting
-    /// with `.` or `_`) or a checkpoint not begun; `Io` if writing fails; what `write`
-    /// returned (nothing is left under `name` then).
+    /// with `.` or `_`) or a checkpoint not begun; `Io` naming the file if writing it fails,
+    /// also when the failed write was one of `write`'s; otherwise what `write` returned
+    /// (nothing is left under `name` then).
     fn write_file_with(
         &self,
         epoch: Epoch,
@@ -486,7 +487,8 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// As [`CheckpointStorage::open`].
     fn read_manifest(&self, checkpoint: &CheckpointHandle) -> Result<Manifest>;
 
-    /// State file `name` of a complete checkpoint, opened for reading.
+    /// State file `name` of a complete checkpoint, opened for reading (unbuffered: an Arrow
+    /// IPC reader seeks to each block and reads it whole).
     ///
     /// # Errors
     /// `Internal` for a name that is not a plain file name; `Io` naming the file if it cannot
@@ -542,7 +544,8 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
             path: path.clone(),
             message,
         };
-        let (bytes, found) = checksum_of(&mut r).map_err(|e| Error::io("read", &path, e))?;
+        let (bytes, found) = checksum_of(&mut std::io::BufReader::with_capacity(1 << 20, &mut r))
+            .map_err(|e| Error::io("read", &path, e))?;
         if bytes != file.bytes {
             return Err(corrupt(format!(
                 "it has {bytes} bytes and the manifest of checkpoint {} says {}",

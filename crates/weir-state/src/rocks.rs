@@ -344,10 +344,21 @@ impl DiskStore {
             })
         })?;
         Ok(move |emit: Emit<'_, E>| {
+            let mut failed = None;
             for batch in rx.iter() {
-                emit(batch)?;
+                if let Err(e) = emit(batch) {
+                    failed = Some(e);
+                    break;
+                }
             }
-            reading()?
+            // The reader stops at its next batch once nobody takes it; it is waited for
+            // either way, so nothing of the store is read after this returns.
+            drop(rx);
+            let read = reading();
+            match failed {
+                Some(e) => Err(e),
+                None => read?,
+            }
         })
     }
 }
@@ -686,6 +697,17 @@ mod tests {
         assert!(KeyOf::decode(&row).is_err());
     }
 
+    /// Row `seq` of key `k` in namespace 1, key group 0, at `time`.
+    fn row_of_k(time: i64, seq: u64) -> RowKey<'static> {
+        RowKey {
+            namespace: 1,
+            key_group: 0,
+            key: b"k",
+            time,
+            seq,
+        }
+    }
+
     fn put(store: &DiskStore, key: RowKey, value: &[u8]) {
         let mut k = Vec::new();
         key.encode(&mut k);
@@ -806,13 +828,7 @@ mod tests {
     #[test]
     fn a_snapshot_read_later_misses_later_writes_and_the_folder_goes_with_the_store() {
         let (_dir, s) = store();
-        let row = |time, seq| RowKey {
-            namespace: 1,
-            key_group: 0,
-            key: b"k",
-            time,
-            seq,
-        };
+        let row = row_of_k;
         put(&s, row(1, 0), b"one");
         let later = s
             .read_later(vec![EXPIRY_NAMESPACE], |entries| {
@@ -853,13 +869,7 @@ mod tests {
     #[test]
     fn a_streamed_snapshot_hands_on_each_batch_and_misses_later_writes() {
         let (_dir, s) = store();
-        let row = |time, seq| RowKey {
-            namespace: 1,
-            key_group: 0,
-            key: b"k",
-            time,
-            seq,
-        };
+        let row = row_of_k;
         for t in 0..5u8 {
             put(&s, row(t.into(), t.into()), &[t]);
         }
@@ -889,14 +899,7 @@ mod tests {
     fn a_streamed_snapshot_stops_at_the_writers_error_and_returns_it() {
         let (_dir, s) = store();
         for t in 0..100u8 {
-            let key = RowKey {
-                namespace: 1,
-                key_group: 0,
-                key: b"k",
-                time: t.into(),
-                seq: t.into(),
-            };
-            put(&s, key, &[t]);
+            put(&s, row_of_k(t.into(), t.into()), &[t]);
         }
         let mut taken = 0;
         let err = streamed(&s)(&mut |_| {
@@ -914,17 +917,7 @@ mod tests {
     #[test]
     fn a_streamed_snapshot_returns_the_readers_error() {
         let (_dir, s) = store();
-        put(
-            &s,
-            RowKey {
-                namespace: 1,
-                key_group: 0,
-                key: b"k",
-                time: 1,
-                seq: 0,
-            },
-            b"x",
-        );
+        put(&s, row_of_k(1, 0), b"x");
         let later = s
             .stream_later(vec![EXPIRY_NAMESPACE], |_entries, emit| {
                 emit(batch_of(&[1]))?;

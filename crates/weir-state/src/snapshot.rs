@@ -107,7 +107,8 @@ impl<W: std::io::Write> Encoder<W> {
     /// Writes `batch`.
     ///
     /// # Errors
-    /// `Internal` if its schema is not the first batch's, or writing failed.
+    /// `Internal` if its schema is not the first batch's, or writing failed (a writer that
+    /// keeps its own errors, as checkpoint storage's does, tells which).
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         if self.writer.is_none() {
             let out = (self.out.take())
@@ -149,7 +150,7 @@ pub fn decode(bytes: &[u8], what: &std::path::Path) -> Result<Vec<RecordBatch>> 
 ///
 /// # Errors
 /// `CorruptCheckpoint` if the file is not an Arrow IPC file (also from the iterator, for a
-/// batch that does not read); `Io` if it cannot be read.
+/// batch that does not read); `Io` if reading it fails (also from the iterator).
 pub fn decoder<R: std::io::Read + std::io::Seek>(
     mut file: R,
     what: &std::path::Path,
@@ -158,9 +159,23 @@ pub fn decoder<R: std::io::Read + std::io::Seek>(
     let len = file.seek(std::io::SeekFrom::End(0)).map_err(io)?;
     file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
     let what = what.to_path_buf();
-    let corrupt = move |e: arrow_schema::ArrowError| Error::CorruptCheckpoint {
-        path: what.clone(),
-        message: format!("state file does not read as Arrow IPC: {e}"),
+    let corrupt = move |e: arrow_schema::ArrowError| match e {
+        // A failed read is no sign of a bad file: it may read on the next try. A file too
+        // short for what it says it holds is one.
+        arrow_schema::ArrowError::IoError(_, io)
+            if !matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::InvalidInput
+                    | std::io::ErrorKind::InvalidData
+            ) =>
+        {
+            Error::io("read", &what, io)
+        }
+        e => Error::CorruptCheckpoint {
+            path: what.clone(),
+            message: format!("state file does not read as Arrow IPC: {e}"),
+        },
     };
     let reader = if len == 0 {
         None

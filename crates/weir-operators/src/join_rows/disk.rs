@@ -8,9 +8,9 @@
 //!
 //! A checkpoint reads a snapshot of the store on another thread and writes every row in the
 //! join's state layout, as the memory backend's rows, so either backend restores the other's
-//! checkpoints at any parallelism. It is a full copy each time, and the rows pass through
-//! memory on their way to the file: incremental checkpoints of the store's own files are not
-//! built yet (docs/state.md).
+//! checkpoints at any parallelism. It is a full copy each time, written a batch at a time as
+//! it is read: incremental checkpoints of the store's own files are not built yet
+//! (docs/state.md).
 
 use std::sync::Arc;
 

@@ -629,7 +629,7 @@ fn create_operator(
     if let (Some((r, storage)), crate::graph::OperatorState::Checkpointed { version }) =
         (restore, factory.state())
     {
-        let state = crate::checkpoint::restored_state(
+        let mut state = crate::checkpoint::restored_state(
             storage,
             r,
             stable_id,
@@ -637,7 +637,12 @@ fn create_operator(
             &factory.state_signature(),
             &info,
         )?;
-        op.restore(state.operator)?;
+        op.restore(crate::operator::StateBatches::new(&mut state.operator))?;
+        // What the operator left unread is read too: every file is checked (its checksum,
+        // the rules of a changed parallelism) whatever the operator takes.
+        for b in &mut state.operator {
+            b?;
+        }
         for t in &state.timers {
             timers.restore(t)?;
         }

@@ -208,8 +208,16 @@ impl LocalDirStorage {
             let mut w = Counted {
                 inner: std::io::BufWriter::with_capacity(1 << 20, f),
                 bytes: 0,
+                failed: None,
             };
-            write(&mut w)?;
+            if let Err(e) = write(&mut w) {
+                // A failed write of ours (a full disk) is the error, whatever `write` made of
+                // it on its way out.
+                return Err(match w.failed.take() {
+                    Some(io) => Error::io("write", &tmp, io),
+                    None => e,
+                });
+            }
             let f = w
                 .inner
                 .into_inner()
@@ -606,14 +614,14 @@ impl CheckpointStorage for LocalDirStorage {
         check_name(checkpoint.epoch, name)?;
         let path = checkpoint.location.join(name);
         let f = fs::File::open(&path).map_err(|e| Error::io("read", path, e))?;
-        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, f)))
+        Ok(Box::new(f))
     }
 
     fn open_shared(&self, checkpoint: &CheckpointHandle, name: &str) -> Result<Box<dyn StateRead>> {
         check_name(checkpoint.epoch, name)?;
         let path = shared_dir_of(&checkpoint.location).join(name);
         match fs::File::open(&path) {
-            Ok(f) => Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, f))),
+            Ok(f) => Ok(Box::new(f)),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::NotACheckpoint {
                 path: checkpoint.location.clone(),
                 reason: format!(
@@ -709,21 +717,35 @@ impl CheckpointStorage for LocalDirStorage {
     }
 }
 
-/// A writer that counts the bytes it passes on.
+/// A writer that counts the bytes it passes on and keeps its first error.
 struct Counted<W> {
     inner: W,
     bytes: u64,
+    failed: Option<std::io::Error>,
+}
+
+impl<W: Write> Counted<W> {
+    fn kept<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r {
+            if self.failed.is_none() {
+                self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
+            }
+        }
+        r
+    }
 }
 
 impl<W: Write> Write for Counted<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
+        let r = self.inner.write(buf);
+        let n = self.kept(r)?;
         self.bytes += n as u64;
         Ok(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
+        let r = self.inner.flush();
+        self.kept(r)
     }
 }
 
