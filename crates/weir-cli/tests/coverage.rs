@@ -464,6 +464,37 @@ fn deduplication_on_rocksdb_gives_flinks_rows() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// LAG (alone, with a default, and beside OVER aggregates) with its keys on RocksDB gives
+/// Flink's rows, in streaming and in a batch job.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn lag_on_rocksdb_gives_flinks_rows() {
+    for batch in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = if batch {
+            "SET 'execution.runtime-mode' = 'batch';\n"
+        } else {
+            ""
+        };
+        let report = check_after(
+            "lag",
+            &format!(
+                "{mode}SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+                dir.path().display()
+            ),
+        );
+        let lags: Vec<u64> = (report.metrics.nodes.iter())
+            .filter(|n| n.kind == "operator lag")
+            .map(|n| n.peak_state_rows)
+            .collect();
+        assert!(
+            !lags.is_empty() && lags.iter().all(|&r| r > 0),
+            "the LAGs held rows: {lags:?}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
+
 #[test]
 fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
     let spill = tempfile::tempdir().unwrap();

@@ -182,7 +182,7 @@ impl OperatorFactory for Deduplicate {
         )?;
         #[cfg(feature = "rocksdb")]
         let disk = match info.state_backend.on_disk() {
-            true => Some(disk::DiskKeys::open(info)?),
+            true => Some(crate::disk_keys::DiskKeys::open(info)?),
             false => None,
         };
         #[cfg(not(feature = "rocksdb"))]
@@ -307,7 +307,7 @@ pub struct DeduplicateOp {
     /// The keys on disk instead (`state.backend.type = 'rocksdb'`), when so: `keys` then holds
     /// only the keys a batch or a watermark is working on.
     #[cfg(feature = "rocksdb")]
-    disk: Option<disk::DiskKeys>,
+    disk: Option<crate::disk_keys::DiskKeys<KeyState>>,
     /// When keys have rows due (keep-first) or may expire; a key may have stale entries,
     /// which find nothing to do.
     timers: ExpiryQueue,
@@ -342,7 +342,7 @@ impl DeduplicateOp {
         let timer = &mut self.keys.get_mut(slot).timer;
         #[cfg(feature = "rocksdb")]
         if self.disk.is_some() {
-            // The timer goes to disk with the key ([`disk::DiskKeys::put`]).
+            // The timer goes to disk with the key ([`crate::disk_keys::DiskKeys::put`]).
             if timer.is_none_or(|q| at < q) {
                 *timer = Some(at);
             }
@@ -573,19 +573,13 @@ fn entries_batch(
 impl DeduplicateOp {
     /// On disk: writes the keys in `keys` back, with their timers, and forgets them in memory.
     fn write_back(&mut self) -> Result<()> {
-        let Some(d) = self.disk.as_mut() else {
-            return Ok(());
-        };
-        let mut writes = weir_state::rocks::KeyOrderedWrites::default();
-        for slot in self.keys.slots() {
-            d.put(&mut writes, self.keys.key(slot), self.keys.get(slot));
+        match self.disk.as_mut() {
+            Some(d) => d.write_back(&mut self.keys),
+            None => Ok(()),
         }
-        d.write(writes)?;
-        self.keys = KeySlots::new();
-        Ok(())
     }
 
-    /// On disk: fires the timers due at `watermark`, [`disk::AT_ONCE`] at a time; at the end
+    /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::AT_ONCE`] at a time; at the end
     /// of the input, every key's pending first rows.
     fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         let mut out = Vec::new();
@@ -594,7 +588,7 @@ impl DeduplicateOp {
             let d = self.disk.as_mut().expect("on disk");
             let (all, schema) = (&self.all, &self.schema);
             d.each_chunk(|mut chunk| {
-                for k in &mut chunk {
+                for (_, k) in &mut chunk {
                     take_due(k, i64::MAX, ttl, &mut out);
                 }
                 let rows = std::mem::take(&mut out);
@@ -607,41 +601,20 @@ impl DeduplicateOp {
         loop {
             let mut writes = weir_state::rocks::KeyOrderedWrites::default();
             let d = self.disk.as_mut().expect("on disk");
-            let (keys, more) = d.due(watermark.0, &mut writes)?;
-            for key in &keys {
-                let slot = self.slot_if_stored(key)?;
-                if let Some(slot) = slot {
+            let (due, more) = d.due(watermark.0, &mut writes)?;
+            for key in &due {
+                let d = self.disk.as_mut().expect("on disk");
+                if let Some(slot) = d.load_into(&mut self.keys, key)? {
                     self.fire(slot, watermark.0, &mut out);
                 }
             }
             let d = self.disk.as_mut().expect("on disk");
-            for key in &keys {
-                if self.keys.find(hash_key(key), key).is_none() {
-                    d.delete(&mut writes, key);
-                }
-            }
-            for slot in self.keys.slots() {
-                d.put(&mut writes, self.keys.key(slot), self.keys.get(slot));
-            }
-            d.write(writes)?;
-            self.keys = KeySlots::new();
+            d.end_round(writes, &due, &mut self.keys)?;
             self.emit_rows(&std::mem::take(&mut out), ctx)?;
             if !more {
                 return Ok(());
             }
         }
-    }
-
-    /// The slot of `key` with its stored state read into it; `None` when it has none (a timer
-    /// left by a key forgotten since).
-    fn slot_if_stored(&mut self, key: &[u8]) -> Result<Option<usize>> {
-        let d = self.disk.as_mut().expect("on disk");
-        let Some(stored) = d.load(key)? else {
-            return Ok(None);
-        };
-        let slot = self.keys.slot_for(hash_key(key), key);
-        *self.keys.get_mut(slot) = stored;
-        Ok(Some(slot))
     }
 }
 
@@ -734,7 +707,7 @@ impl Operator for DeduplicateOp {
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return d.snapshot(&self.state_schema, &self.schema);
+            return disk::snapshot(d, &self.state_schema, &self.schema);
         }
         let mut entries: Vec<Entry> = Vec::new();
         for slot in self.keys.slots() {

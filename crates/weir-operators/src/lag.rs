@@ -53,6 +53,9 @@ use weir_runtime::{
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{ExpiryQueue, KeySlots, StateSize};
 
+#[cfg(feature = "rocksdb")]
+mod disk;
+
 /// One lag: `column`'s value `offset` rows before, as `output`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LagOf {
@@ -209,11 +212,28 @@ impl OperatorFactory for Lag {
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("lag", inputs)?;
         let (schema, event_time, columns, which) = self.check(input)?;
-        let converter = |fields: &mut dyn Iterator<Item = &DataType>| {
-            RowConverter::new(fields.map(|t| SortField::new(t.clone())).collect())
+        let sort_fields = |types: &mut dyn Iterator<Item = &DataType>| -> Vec<SortField> {
+            types.map(|t| SortField::new(t.clone())).collect()
         };
-        let all = converter(&mut input.schema.fields().iter().map(|f| f.data_type()))?;
-        let lagged = converter(&mut columns.iter().map(|&c| input.schema.field(c).data_type()))?;
+        let fields = [
+            sort_fields(&mut input.schema.fields().iter().map(|f| f.data_type())),
+            sort_fields(&mut columns.iter().map(|&c| input.schema.field(c).data_type())),
+        ];
+        let all = RowConverter::new(fields[0].clone())?;
+        let lagged = RowConverter::new(fields[1].clone())?;
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::disk_keys::DiskKeys::open(info)?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(Error::config(
+                "state.backend.type",
+                "rocksdb",
+                "this weir was built without RocksDB (the `rocksdb` feature)",
+            ));
+        }
         Ok(Box::new(LagOp {
             offsets: self.lags.iter().map(|l| l.offset).collect(),
             max_offset: self.max_offset(),
@@ -229,6 +249,10 @@ impl OperatorFactory for Lag {
             all,
             lagged,
             keys: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
+            #[cfg(feature = "rocksdb")]
+            fields,
             timers: ExpiryQueue::new(),
             watermark: i64::MIN,
             arrivals: 0,
@@ -240,6 +264,9 @@ impl OperatorFactory for Lag {
     }
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
+    }
+    fn state_on_disk(&self) -> bool {
+        true
     }
     fn describe(&self) -> String {
         let lags: Vec<String> = (self.lags.iter())
@@ -318,6 +345,15 @@ pub struct LagOp {
     /// The lag columns, for kept values.
     lagged: RowConverter,
     keys: KeySlots<KeyState>,
+    /// The keys on disk instead (`state.backend.type = 'rocksdb'`), when so: `keys` then holds
+    /// only the keys a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::disk_keys::DiskKeys<KeyState>>,
+    /// The types of `all`'s and `lagged`'s columns, for a snapshot's own converters.
+    #[cfg(feature = "rocksdb")]
+    fields: [Vec<SortField>; 2],
+    /// When keys have rows due or may expire; a key may have stale entries, which find
+    /// nothing to do.
     timers: ExpiryQueue,
     watermark: i64,
     arrivals: u64,
@@ -336,20 +372,43 @@ struct Out {
 impl LagOp {
     fn queue(&mut self, slot: usize, at: i64) {
         let timer = &mut self.keys.get_mut(slot).timer;
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            // The timer goes to disk with the key ([`crate::disk_keys::DiskKeys::put`]).
+            if timer.is_none_or(|q| at < q) {
+                *timer = Some(at);
+            }
+            return;
+        }
         self.timers.push_earlier(timer, at, slot);
     }
 
-    fn hold(&mut self, key: &[u8], held: Held) {
+    /// The slot of `key`, made (and counted) when the key has no state; on disk, its state
+    /// read into the slot the first time a batch or a watermark touches it.
+    fn slot(&mut self, key: &[u8]) -> Result<usize> {
         let slot = self.keys.slot_for(hash_key(key), key);
         if self.keys.get(slot).is_empty() {
+            #[cfg(feature = "rocksdb")]
+            if let Some(d) = self.disk.as_mut() {
+                if let Some(stored) = d.load(key)? {
+                    *self.keys.get_mut(slot) = stored;
+                    return Ok(slot);
+                }
+            }
             self.key_count += 1;
             self.bytes_held += KEY_OVERHEAD + key.len() as u64;
         }
+        Ok(slot)
+    }
+
+    fn hold(&mut self, key: &[u8], held: Held) -> Result<()> {
+        let slot = self.slot(key)?;
         self.rows_held += 1;
         self.bytes_held += (held.row.len() + held.lagged.len()) as u64;
         let at = held.time;
         self.keys.get_mut(slot).held.push(held);
         self.queue(slot, at);
+        Ok(())
     }
 
     /// Emits key `slot`'s rows the watermark `wm` has reached, in order, and forgets the key
@@ -432,6 +491,43 @@ impl LagOp {
         }
     }
 
+    /// Restored keys (`restored`, with repeats) take up their kept values (`kept`: slot,
+    /// order, value), their held rows their lag columns, and each key a timer.
+    fn take_up(
+        &mut self,
+        restored: &mut Vec<usize>,
+        kept: &mut Vec<(usize, u64, Box<[u8]>)>,
+    ) -> Result<()> {
+        kept.sort_by_key(|(slot, order, _)| (*slot, *order));
+        for (slot, _, v) in kept.drain(..) {
+            self.bytes_held += v.len() as u64;
+            self.keys.get_mut(slot).kept.push_back(v);
+        }
+        // A held row's lag columns, from its row.
+        let lag_parser = self.all.parser();
+        for slot in restored.iter().copied() {
+            let k = self.keys.get_mut(slot);
+            for h in k.held.iter_mut().filter(|h| h.lagged.is_empty()) {
+                let cols = self.all.convert_rows([lag_parser.parse(&h.row)])?;
+                let picked: Vec<ArrayRef> = self.columns.iter().map(|&c| cols[c].clone()).collect();
+                h.lagged = self.lagged.convert_columns(&picked)?.row(0).as_ref().into();
+                self.bytes_held += h.lagged.len() as u64;
+            }
+        }
+        restored.sort_unstable();
+        restored.dedup();
+        for slot in restored.drain(..) {
+            let k = self.keys.get(slot);
+            let at = match (k.held.iter().map(|h| h.time).min(), k.last) {
+                (Some(t), _) => t,
+                (None, Some(l)) => l.saturating_add(self.ttl_ms),
+                (None, None) => continue,
+            };
+            self.queue(slot, at);
+        }
+        Ok(())
+    }
+
     fn emit(&self, out: &[Out], values: &[Box<[u8]>], ctx: &mut Context) -> Result<()> {
         if out.is_empty() {
             return Ok(());
@@ -455,6 +551,111 @@ impl LagOp {
             cols,
         )?));
         Ok(())
+    }
+}
+
+/// The state batch of keys given as (key group, key, state): each key's held rows (`HELD`, with
+/// their arrival order), kept lag values (`KEPT`, oldest first) and last time (`LAST`). Timers
+/// are not stored: a restore queues each key again.
+fn state_batch<'a>(
+    state_schema: &SchemaRef,
+    all: &RowConverter,
+    lagged: &RowConverter,
+    keys: impl Iterator<Item = (u16, &'a [u8], &'a KeyState)>,
+) -> Result<RecordBatch> {
+    type Entry<'a> = (
+        u16,
+        &'a [u8],
+        u8,
+        i64,
+        u64,
+        Option<&'a [u8]>,
+        Option<&'a [u8]>,
+    );
+    let mut entries: Vec<Entry> = Vec::new();
+    for (g, key, k) in keys {
+        for h in &k.held {
+            entries.push((g, key, HELD, h.time, h.arrival, Some(&h.row), None));
+        }
+        for (i, v) in k.kept.iter().enumerate() {
+            entries.push((g, key, KEPT, 0, i as u64, None, Some(v)));
+        }
+        if let Some(l) = k.last {
+            entries.push((g, key, LAST, l, 0, None, None));
+        }
+    }
+    let mut cols: Vec<ArrayRef> = vec![
+        key_group_column(entries.iter().map(|e| e.0).collect()),
+        Arc::new(BinaryArray::from_vec(entries.iter().map(|e| e.1).collect())),
+        Arc::new(UInt8Array::from(
+            entries.iter().map(|e| e.2).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            entries.iter().map(|e| e.3).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            entries.iter().map(|e| e.4).collect::<Vec<_>>(),
+        )),
+    ];
+    let rows: Vec<Option<&[u8]>> = entries.iter().map(|e| e.5).collect();
+    let lags: Vec<Option<&[u8]>> = entries.iter().map(|e| e.6).collect();
+    cols.extend(crate::held_rows::columns_with_gaps(all, &rows)?);
+    cols.extend(crate::held_rows::columns_with_gaps(lagged, &lags)?);
+    Ok(RecordBatch::try_new(state_schema.clone(), cols)?)
+}
+
+#[cfg(feature = "rocksdb")]
+impl LagOp {
+    /// On disk: writes the keys in `keys` back, with their timers, and forgets them in memory.
+    fn write_back(&mut self) -> Result<()> {
+        match self.disk.as_mut() {
+            Some(d) => d.write_back(&mut self.keys),
+            None => Ok(()),
+        }
+    }
+
+    /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::AT_ONCE`] at a
+    /// time; at the end of the input, every key's held rows.
+    fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        let (mut out, mut values) = (Vec::new(), Vec::new());
+        if watermark == Watermark::MAX {
+            let mut d = self.disk.take().expect("on disk");
+            let fired = d.each_chunk(|chunk| {
+                for (key, state) in chunk {
+                    let slot = self.keys.slot_for(hash_key(&key), &key);
+                    *self.keys.get_mut(slot) = state;
+                    self.fire(slot, i64::MAX, &mut out, &mut values);
+                }
+                self.emit(&out, &values, ctx)?;
+                out.clear();
+                values.clear();
+                self.keys = KeySlots::new();
+                Ok(())
+            });
+            self.disk = Some(d);
+            fired?;
+            (self.key_count, self.rows_held, self.bytes_held) = (0, 0, 0);
+            return Ok(());
+        }
+        loop {
+            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
+            let d = self.disk.as_mut().expect("on disk");
+            let (due, more) = d.due(watermark.0, &mut writes)?;
+            for key in &due {
+                let d = self.disk.as_mut().expect("on disk");
+                if let Some(slot) = d.load_into(&mut self.keys, key)? {
+                    self.fire(slot, watermark.0, &mut out, &mut values);
+                }
+            }
+            let d = self.disk.as_mut().expect("on disk");
+            d.end_round(writes, &due, &mut self.keys)?;
+            self.emit(&out, &values, ctx)?;
+            out.clear();
+            values.clear();
+            if !more {
+                return Ok(());
+            }
+        }
     }
 }
 
@@ -486,13 +687,19 @@ impl Operator for LagOp {
                 row: rows.row(i).as_ref().into(),
                 lagged: lagged.row(i).as_ref().into(),
             };
-            self.hold(key.as_ref(), held);
+            self.hold(key.as_ref(), held)?;
         }
+        #[cfg(feature = "rocksdb")]
+        self.write_back()?;
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         self.watermark = self.watermark.max(watermark.0);
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            return self.on_watermark_on_disk(watermark, ctx);
+        }
         let mut due = Vec::new();
         self.timers.pop_due(watermark.0, &mut due);
         let (mut out, mut values) = (Vec::new(), Vec::new());
@@ -508,6 +715,13 @@ impl Operator for LagOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.rows_held,
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.rows_held,
             bytes: self.bytes_held + self.keys.index_bytes(),
@@ -517,56 +731,36 @@ impl Operator for LagOp {
     /// Every key's held rows (`HELD`, with arrival order), kept lag values (`KEPT`, oldest
     /// first) and last time (`LAST`). Timers are not stored: a restore queues each key again.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        type Entry<'a> = (
-            u16,
-            &'a [u8],
-            u8,
-            i64,
-            u64,
-            Option<&'a [u8]>,
-            Option<&'a [u8]>,
-        );
-        let mut entries: Vec<Entry> = Vec::new();
-        for slot in self.keys.slots() {
-            let key = self.keys.key(slot);
-            let g = key_group(hash_key(key), self.key_groups);
-            let k = self.keys.get(slot);
-            for h in &k.held {
-                entries.push((g, key, HELD, h.time, h.arrival, Some(&h.row), None));
-            }
-            for (i, v) in k.kept.iter().enumerate() {
-                entries.push((g, key, KEPT, 0, i as u64, None, Some(v)));
-            }
-            if let Some(l) = k.last {
-                entries.push((g, key, LAST, l, 0, None, None));
-            }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return disk::snapshot(
+                d,
+                &self.state_schema,
+                self.fields[0].clone(),
+                self.fields[1].clone(),
+            );
         }
-        let mut cols: Vec<ArrayRef> = vec![
-            key_group_column(entries.iter().map(|e| e.0).collect()),
-            Arc::new(BinaryArray::from_vec(entries.iter().map(|e| e.1).collect())),
-            Arc::new(UInt8Array::from(
-                entries.iter().map(|e| e.2).collect::<Vec<_>>(),
-            )),
-            Arc::new(Int64Array::from(
-                entries.iter().map(|e| e.3).collect::<Vec<_>>(),
-            )),
-            Arc::new(UInt64Array::from(
-                entries.iter().map(|e| e.4).collect::<Vec<_>>(),
-            )),
-        ];
-        let rows: Vec<Option<&[u8]>> = entries.iter().map(|e| e.5).collect();
-        let lags: Vec<Option<&[u8]>> = entries.iter().map(|e| e.6).collect();
-        cols.extend(crate::held_rows::columns_with_gaps(&self.all, &rows)?);
-        cols.extend(crate::held_rows::columns_with_gaps(&self.lagged, &lags)?);
-        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
-            self.state_schema.clone(),
-            cols,
+        let keys = self.keys.slots().map(|slot| {
+            let key = self.keys.key(slot);
+            (
+                key_group(hash_key(key), self.key_groups),
+                key,
+                self.keys.get(slot),
+            )
+        });
+        Ok(StateSnapshot::ready(vec![state_batch(
+            &self.state_schema,
+            &self.all,
+            &self.lagged,
+            keys,
         )?]))
     }
 
     /// Takes up the entries of [`snapshot`](Operator::snapshot)s and queues every key again
     /// (the watermark comes again from upstream); arrival numbers go on after the largest
-    /// restored. The late-row gauge starts again from zero.
+    /// restored. The late-row gauge starts again from zero. On disk, each state batch's keys
+    /// go to the store before the next batch is read (a key's entries spread over batches
+    /// come in order: its kept values, oldest first, go on after those stored).
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let mut restored = Vec::new();
         let mut counted = std::collections::HashSet::new();
@@ -590,12 +784,16 @@ impl Operator for LagOp {
                 .convert_columns(&b.columns()[STATE_PREFIX + n..])?;
             for i in 0..b.num_rows() {
                 let key = keys.value(i);
-                let slot = self.keys.slot_for(hash_key(key), key);
-                // A key's kept values are attached after the loop: count it at its first entry.
-                if self.keys.get(slot).is_empty() && counted.insert(slot) {
-                    self.key_count += 1;
-                    self.bytes_held += KEY_OVERHEAD + key.len() as u64;
-                }
+                // A key's kept values are attached after the loop: take it up (count it, or
+                // read it from disk) at its first entry only.
+                let slot = match self.keys.find(hash_key(key), key) {
+                    Some(slot) if counted.contains(&slot) => slot,
+                    _ => {
+                        let slot = self.slot(key)?;
+                        counted.insert(slot);
+                        slot
+                    }
+                };
                 match kinds.value(i) {
                     HELD => {
                         let held = Held {
@@ -619,35 +817,14 @@ impl Operator for LagOp {
                 }
                 restored.push(slot);
             }
-        }
-        kept.sort_by_key(|(slot, order, _)| (*slot, *order));
-        for (slot, _, v) in kept {
-            self.bytes_held += v.len() as u64;
-            self.keys.get_mut(slot).kept.push_back(v);
-        }
-        // A held row's lag columns, from its row.
-        let lag_parser = self.all.parser();
-        for slot in restored.iter().copied() {
-            let k = self.keys.get_mut(slot);
-            for h in k.held.iter_mut().filter(|h| h.lagged.is_empty()) {
-                let cols = self.all.convert_rows([lag_parser.parse(&h.row)])?;
-                let picked: Vec<ArrayRef> = self.columns.iter().map(|&c| cols[c].clone()).collect();
-                h.lagged = self.lagged.convert_columns(&picked)?.row(0).as_ref().into();
-                self.bytes_held += h.lagged.len() as u64;
+            #[cfg(feature = "rocksdb")]
+            if self.disk.is_some() {
+                self.take_up(&mut restored, &mut kept)?;
+                self.write_back()?;
+                counted.clear();
             }
         }
-        restored.sort_unstable();
-        restored.dedup();
-        for slot in restored {
-            let k = self.keys.get(slot);
-            let at = match (k.held.iter().map(|h| h.time).min(), k.last) {
-                (Some(t), _) => t,
-                (None, Some(l)) => l.saturating_add(self.ttl_ms),
-                (None, None) => continue,
-            };
-            self.queue(slot, at);
-        }
-        Ok(())
+        self.take_up(&mut restored, &mut kept)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
@@ -656,5 +833,99 @@ impl Operator for LagOp {
             ("rows_held", self.rows_held as i64),
             ("late_rows", self.late as i64),
         ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_testkit::{rows, sorted_lines, Harness};
+
+    fn input() -> StreamInfo {
+        StreamInfo {
+            schema: rows!("user v ts\n u1 1 0").schema(),
+            event_time: Some("ts".into()),
+        }
+    }
+
+    fn spec() -> Lag {
+        Lag {
+            keys: vec!["user".into()],
+            ..Lag::with_ttl(1_000).of("v", 1, "prev")
+        }
+    }
+
+    /// Keys u0..u(n-1), key k's row with `v` = `v0` + k at `t0` + k.
+    fn lines(n: usize, v0: i64, t0: i64) -> RecordBatch {
+        let mut s = "user v ts".to_string();
+        for k in 0..n {
+            s.push_str(&format!("\n u{k} {} {}", v0 + k as i64, t0 + k as i64));
+        }
+        rows!(&s)
+    }
+
+    fn out(h: &mut Harness) -> Vec<String> {
+        sorted_lines(&h.take(weir_runtime::Port::Main))
+    }
+
+    /// Many keys at once (more than a pass over disk takes at a time): every backend emits the
+    /// same rows, forgets every key after its TTL, and restores the other's checkpoint.
+    #[test]
+    fn many_keys_come_out_the_same_on_every_backend_and_are_forgotten() {
+        let mut outs = Vec::new();
+        for backend in weir_testkit::backends() {
+            let (got, snapshot) = weir_testkit::on_backend(&backend, || {
+                let mut h = Harness::of(&spec(), &[input()]);
+                h.push(0, lines(10, 0, 100));
+                h.watermark(105);
+                let snapshot = h.snapshot();
+                h.push(0, lines(7, 100, 120));
+                h.watermark(2_000);
+                assert_eq!(h.gauges()["keys"], 0, "forgotten on {:?}", backend.kind);
+                assert_eq!(h.state_size().rows, 0, "on {:?}", backend.kind);
+                h.push(0, lines(4, 200, 3_000));
+                h.end();
+                assert_eq!(h.gauges()["keys"], 0, "on {:?}", backend.kind);
+                (out(&mut h), snapshot)
+            });
+            assert_eq!(got.len(), 21, "{got:?}");
+            assert!(
+                got.contains(&"u3,103,123,3,true".to_string()),
+                "the row before within the TTL: {got:?}"
+            );
+            assert!(
+                got.contains(&"u3,203,3003,,false".to_string()),
+                "none after the TTL: {got:?}"
+            );
+            // Restored on every backend from this one's checkpoint: the rows held at the cut
+            // (u6..u9, after the watermark) come out with the rest.
+            for other in weir_testkit::backends() {
+                let restored = weir_testkit::on_backend(&other, || {
+                    let snapshots = std::slice::from_ref(&snapshot);
+                    let mut h = Harness::restored(&spec(), &[input()], snapshots, 0, 1);
+                    h.watermark(105);
+                    h.push(0, lines(7, 100, 120));
+                    h.end();
+                    out(&mut h)
+                });
+                let mut want: Vec<String> = (got.iter())
+                    .filter(|l| {
+                        let ts: i64 = l.split(',').nth(2).unwrap().parse().unwrap();
+                        (106..3_000).contains(&ts)
+                    })
+                    .cloned()
+                    .collect();
+                want.sort();
+                assert_eq!(
+                    restored, want,
+                    "from {:?} to {:?}",
+                    backend.kind, other.kind
+                );
+            }
+            outs.push(got);
+        }
+        for w in outs.windows(2) {
+            assert_eq!(w[0], w[1]);
+        }
     }
 }

@@ -18,6 +18,8 @@
 pub mod aggregates;
 pub mod count;
 pub mod deduplicate;
+#[cfg(feature = "rocksdb")]
+mod disk_keys;
 pub mod group_aggregate;
 mod held_rows;
 pub mod interval_join;

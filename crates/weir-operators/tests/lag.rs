@@ -1,5 +1,6 @@
 //! LAG (`lag`): against a plain reference on random input, at parallelism 1 and 3, and
-//! restored from a checkpoint taken at any point (at parallelism 1, 2 and 3).
+//! restored from a checkpoint taken at any point (at parallelism 1, 2 and 3), on each state
+//! backend and from each to each.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use weir_operators::Lag;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_state::backend::StateBackend;
 use weir_testkit::{watermarked_script, Harness, Input, KeyedSubtasks};
 
 /// A row: key, value (NULL sometimes), time relative to the watermark.
@@ -151,8 +153,11 @@ fn run(
     p: usize,
     inputs: &[Input],
     end: bool,
+    backend: &StateBackend,
 ) -> (KeyedSubtasks, Vec<String>, usize) {
-    let mut s = KeyedSubtasks::restored(spec, &[info()], &keys(), snapshots, p);
+    let mut s = weir_testkit::on_backend(backend, || {
+        KeyedSubtasks::restored(spec, &[info()], &keys(), snapshots, p)
+    });
     inputs.iter().for_each(|i| s.feed(i));
     let lines = if end { s.end() } else { s.take() };
     let (late, mut out): (Vec<String>, Vec<String>) =
@@ -170,20 +175,34 @@ proptest! {
         ttl in prop::sample::select(vec![1i64, 2, 40, 200, 100_000]),
         parallelism in prop::sample::select(vec![1usize, 3]),
         cut in any::<prop::sample::Index>(),
+        on in any::<(prop::sample::Index, prop::sample::Index)>(),
     ) {
+        // A backend for the run that is cut and one for the rest (each of this weir's, and a
+        // checkpoint of each restored by each).
+        let backends = weir_testkit::backends();
+        let on = [&backends[on.0.index(backends.len())], &backends[on.1.index(backends.len())]];
         let spec = spec(ttl);
         let checkpointed = matches!(spec.state(), OperatorState::Checkpointed { version: 1 });
         prop_assert!(checkpointed);
         let inputs = script(&steps);
         let (want, want_late) = reference(&inputs, ttl);
 
-        let (_, got, late) = run(&spec, &[], parallelism, &inputs, true);
+        let (_, got, late) = run(&spec, &[], parallelism, &inputs, true, on[1]);
         prop_assert_eq!(got, want.clone());
         prop_assert_eq!(late, want_late);
 
         let cut = cut.index(inputs.len() + 1);
-        let (mut before, emitted, _) = run(&spec, &[], parallelism, &inputs[..cut], false);
-        let snapshots = before.snapshots();
+        let (mut before, emitted, _) = run(&spec, &[], parallelism, &inputs[..cut], false, on[0]);
+        // Made into batches after the run went on to its end, as the runtime's deferred and
+        // streamed snapshots are: they must see none of that.
+        let later = before.snapshots_later();
+        inputs[cut..].iter().for_each(|i| before.feed(i));
+        let went_on: Vec<String> = before.end().into_iter().filter(|l| !l.starts_with("late 0: ")).collect();
+        let mut whole = emitted.clone();
+        whole.extend(went_on);
+        whole.sort();
+        prop_assert_eq!(whole, want.clone(), "run on after a snapshot");
+        let snapshots: Vec<Vec<RecordBatch>> = later.into_iter().map(weir_testkit::stored).collect();
         let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
             Input::Watermark(w) => Some(*w),
             Input::Batch(_) => None,
@@ -191,11 +210,11 @@ proptest! {
         let mut rest: Vec<Input> = last_watermark.map(Input::Watermark).into_iter().collect();
         rest.extend(inputs[cut..].iter().cloned());
         for p in 1..=3 {
-            let (_, after, _) = run(&spec, &snapshots, p, &rest, true);
+            let (_, after, _) = run(&spec, &snapshots, p, &rest, true, on[1]);
             let mut got = emitted.clone();
             got.extend(after);
             got.sort();
-            prop_assert_eq!(got, want.clone(), "restored at parallelism {} after {} of {} inputs", p, cut, inputs.len());
+            prop_assert_eq!(got, want.clone(), "restored at parallelism {} after {} of {} inputs, from {:?} to {:?}", p, cut, inputs.len(), on[0].kind, on[1].kind);
         }
     }
 }

@@ -1,0 +1,265 @@
+//! One value per key on local disk, for operators that keep a state per key (the `'rocksdb'`
+//! state backend of the deduplication and LAG).
+//!
+//! Each key's state (a [`DiskValue`]) is one entry of a [`DiskStore`] under `(KEYS, key group,
+//! key)` ([`KeyOf`]). The operator works on the keys a batch or a watermark touches as it does
+//! in memory: it reads each into its slots once ([`DiskKeys::load`]), runs its memory code,
+//! writes them back when it is done ([`DiskKeys::put`]) and forgets them, so memory holds one
+//! batch's keys.
+//!
+//! A key's timer (when its state next needs the watermark) is an entry in the store's expiry
+//! namespace at that time; a timer moved earlier leaves the later entry behind, which finds the
+//! key's timer later than the watermark when it comes due and does nothing, as the memory
+//! backend's stale queue entries do.
+//!
+//! A checkpoint reads a snapshot of the store on another thread and writes the memory
+//! backend's layout, [`AT_ONCE`] keys a batch, as it reads ([`DiskKeys::snapshot`]), so either
+//! backend restores the other's checkpoints at any parallelism. It is a full copy each time
+//! (docs/state.md).
+
+use arrow_array::RecordBatch;
+use weir_core::keys::{hash_key, key_group};
+use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
+use weir_state::rocks::{
+    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, KeyOrderedWrites, Writes,
+    EXPIRY_NAMESPACE,
+};
+use weir_state::KeySlots;
+
+/// The namespace keys live in.
+const KEYS: u8 = 0;
+
+/// Keys a snapshot's state batch, an end of input and a pass over due timers take at most at
+/// once (a few in unit tests, so that they cross its edges).
+pub(crate) const AT_ONCE: usize = if cfg!(test) { 3 } else { 8192 };
+
+/// A key's state as a [`DiskKeys`] stores it.
+pub(crate) trait DiskValue: Default + Sized + Send + 'static {
+    /// Its bytes, into `out` (cleared first).
+    fn encode(&self, out: &mut Vec<u8>);
+
+    /// The state `encode` wrote.
+    ///
+    /// # Errors
+    /// `Internal` naming what the bytes do not hold.
+    fn decode(bytes: &[u8]) -> Result<Self>;
+
+    /// When the key next needs the watermark, if it does.
+    fn timer(&self) -> Option<i64>;
+}
+
+/// A state per key in a [`DiskStore`].
+pub(crate) struct DiskKeys<S> {
+    store: DiskStore,
+    key_groups: u16,
+    /// Timer entries at or below this watermark are gone: a scan starts after it.
+    expired_through: Option<i64>,
+    /// Within a pass that takes due entries in several rounds: where the next round starts
+    /// (past the entries the last one deleted, whose tombstones a scan would read again).
+    resume: Option<Vec<u8>>,
+    key_buf: Vec<u8>,
+    value_buf: Vec<u8>,
+    _state: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S: DiskValue> DiskKeys<S> {
+    pub(crate) fn open(info: &SubtaskInfo) -> Result<DiskKeys<S>> {
+        let label = format!("{}-{}", info.operator, info.subtask);
+        Ok(DiskKeys {
+            store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
+            key_groups: info.key_groups,
+            expired_through: None,
+            resume: None,
+            key_buf: Vec::new(),
+            value_buf: Vec::new(),
+            _state: std::marker::PhantomData,
+        })
+    }
+
+    /// Bytes of state: the store's estimate.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.store.bytes()
+    }
+
+    fn key_of(&mut self, key: &[u8]) -> Vec<u8> {
+        self.key_buf.clear();
+        KeyOf {
+            namespace: KEYS,
+            key_group: key_group(hash_key(key), self.key_groups),
+            key,
+        }
+        .encode(&mut self.key_buf);
+        self.key_buf.clone()
+    }
+
+    /// The stored state of `key`, if it has one.
+    pub(crate) fn load(&mut self, key: &[u8]) -> Result<Option<S>> {
+        let k = self.key_of(key);
+        self.store.get(&k)?.map(|v| S::decode(&v)).transpose()
+    }
+
+    /// Stages `state` as `key`'s, with an entry for its timer.
+    fn put(&mut self, writes: &mut KeyOrderedWrites, key: &[u8], state: &S) {
+        let k = self.key_of(key);
+        state.encode(&mut self.value_buf);
+        writes.put(&k, &self.value_buf);
+        if let Some(at) = state.timer() {
+            // A timer not after the watermark's last pass goes just after it, so the next
+            // pass finds it.
+            let at = match self.expired_through {
+                Some(done) if at <= done => done.saturating_add(1),
+                _ => at,
+            };
+            let mut e = Vec::with_capacity(k.len() + 9);
+            expiry_key(&mut e, at, &k);
+            writes.put(&e, &[]);
+        }
+    }
+
+    /// Stages the removal of `key`'s state (its timer entries find nothing when they come).
+    fn delete(&mut self, writes: &mut KeyOrderedWrites, key: &[u8]) {
+        let k = self.key_of(key);
+        writes.delete(&k);
+    }
+
+    fn write(&self, writes: KeyOrderedWrites) -> Result<()> {
+        Ok(self.store.write_in_key_order(writes)?)
+    }
+
+    /// The slot in `keys` of `key` with its stored state read into it; `None` when it has
+    /// none (a timer left by a key forgotten since, or a new key).
+    pub(crate) fn load_into(
+        &mut self,
+        keys: &mut KeySlots<S>,
+        key: &[u8],
+    ) -> Result<Option<usize>> {
+        let Some(stored) = self.load(key)? else {
+            return Ok(None);
+        };
+        let slot = keys.slot_for(hash_key(key), key);
+        *keys.get_mut(slot) = stored;
+        Ok(Some(slot))
+    }
+
+    /// Writes every key in `keys` back, with its timer, and forgets them in memory.
+    pub(crate) fn write_back(&mut self, keys: &mut KeySlots<S>) -> Result<()> {
+        self.end_round(KeyOrderedWrites::default(), &[], keys)
+    }
+
+    /// Ends a round of due timers ([`DiskKeys::due`], whose removals are in `writes`): each of
+    /// `due`'s keys no longer in `keys` is deleted, every key in `keys` is written back, and
+    /// `keys` is emptied.
+    pub(crate) fn end_round(
+        &mut self,
+        mut writes: KeyOrderedWrites,
+        due: &[Vec<u8>],
+        keys: &mut KeySlots<S>,
+    ) -> Result<()> {
+        for key in due {
+            if keys.find(hash_key(key), key).is_none() {
+                self.delete(&mut writes, key);
+            }
+        }
+        for slot in keys.slots() {
+            self.put(&mut writes, keys.key(slot), keys.get(slot));
+        }
+        self.write(writes)?;
+        *keys = KeySlots::new();
+        Ok(())
+    }
+
+    /// The keys with timers due at `watermark` (at most [`AT_ONCE`] entries' worth, each key
+    /// once), their entries staged for removal in `writes`, and whether there may be more
+    /// (ask again once `writes` is applied).
+    pub(crate) fn due(
+        &mut self,
+        watermark: i64,
+        writes: &mut KeyOrderedWrites,
+    ) -> Result<(Vec<Vec<u8>>, bool)> {
+        let (mut from, until) = expired_range(watermark, self.expired_through);
+        if let Some(next) = self.resume.take() {
+            from = next;
+        }
+        let mut entries: Vec<Vec<u8>> = Vec::new();
+        self.store.scan(&from, &until, |k, _| {
+            entries.push(k.to_vec());
+            Ok(entries.len() < AT_ONCE)
+        })?;
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(entries.len());
+        for e in &entries {
+            writes.delete(e);
+            let key = KeyOf::decode(row_key_of_expiry(e))?.key.to_vec();
+            keys.push(key);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let more = entries.len() == AT_ONCE;
+        match entries.last() {
+            // Timers set while a pass fires are after its watermark: none lands behind this.
+            Some(last) if more => {
+                let mut next = last.clone();
+                next.push(0);
+                self.resume = Some(next);
+            }
+            _ => self.expired_through = Some(watermark),
+        }
+        Ok((keys, more))
+    }
+
+    /// Every key with its state, in key order, [`AT_ONCE`] at a time: the end of the input,
+    /// after which the store holds nothing (as the memory backend drops every key then).
+    pub(crate) fn each_chunk(
+        &mut self,
+        mut visit: impl FnMut(Vec<(Box<[u8]>, S)>) -> Result<()>,
+    ) -> Result<()> {
+        let mut chunk = Vec::new();
+        self.store
+            .scan_with(&[KEYS], &[KEYS + 1], |k, v| -> Result<bool> {
+                chunk.push((KeyOf::decode(k)?.key.into(), S::decode(v)?));
+                if chunk.len() == AT_ONCE {
+                    visit(std::mem::take(&mut chunk))?;
+                }
+                Ok(true)
+            })?;
+        if !chunk.is_empty() {
+            visit(chunk)?;
+        }
+        let mut writes = Writes::default();
+        writes.delete_range(&[KEYS][..], &[KEYS + 1][..]);
+        writes.delete_range(&[EXPIRY_NAMESPACE][..], &[0xff; 10][..]);
+        self.store.write(writes)?;
+        self.expired_through = Some(i64::MAX);
+        Ok(())
+    }
+
+    /// Every key's state as of now, read from a snapshot of the store on another thread:
+    /// `batch` makes a state batch of the memory backend's layout of [`AT_ONCE`] keys (with
+    /// their key groups) at a time, each written as it is made; at least one batch, empty if
+    /// no key has state.
+    pub(crate) fn snapshot(
+        &self,
+        mut batch: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<RecordBatch> + Send + 'static,
+    ) -> Result<StateSnapshot> {
+        let read = self
+            .store
+            .stream_later(vec![KEYS + 1], move |entries, emit| {
+                let mut keys: Vec<(u16, Box<[u8]>, S)> = Vec::new();
+                let mut emitted = false;
+                for entry in entries {
+                    let (k, v) = entry?;
+                    let key = KeyOf::decode(&k)?;
+                    keys.push((key.key_group, key.key.into(), S::decode(&v)?));
+                    if keys.len() == AT_ONCE {
+                        emit(batch(&keys)?)?;
+                        keys.clear();
+                        emitted = true;
+                    }
+                }
+                if !keys.is_empty() || !emitted {
+                    emit(batch(&keys)?)?;
+                }
+                Ok(())
+            })?;
+        Ok(StateSnapshot::streamed(read))
+    }
+}
