@@ -619,6 +619,18 @@ pub fn summary(r: &JobReport) -> String {
             m.checkpoints.last_async_ms,
             m.checkpoints.max_alignment_ms
         );
+        // The operators that keep state (a stateless one's part is its alignment, above).
+        for n in &m.nodes {
+            let Some(c) = n.checkpoint.filter(|c| c.last_bytes > 0) else {
+                continue;
+            };
+            let _ = writeln!(
+                s,
+                "  state of `{}`: {} bytes in the last checkpoint ({} written by it); its \
+                 subtasks held up at most {} ms taking a snapshot and {} ms writing one",
+                n.name, c.last_bytes, c.last_written_bytes, c.max_sync_ms, c.max_async_ms
+            );
+        }
     }
     for n in m.nodes.iter().filter(|n| n.spread_alerts > 0) {
         let _ = writeln!(

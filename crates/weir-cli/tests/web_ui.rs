@@ -596,10 +596,16 @@ async fn a_split_paused_by_watermark_alignment_is_shown_and_savepoint_and_stop_w
         )
     };
     let start = 1_704_067_200_000i64;
+    // A window count keeps state, so the checkpoints have an operator's part to show.
     let job = format!(
         "SET 'execution.checkpointing.interval' = '1 s';
          SET 'execution.checkpointing.dir' = 'checkpoints';
-         {}{}",
+         {}{}
+         CREATE TABLE counts (window_start TIMESTAMP(3), n BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = 'counts', 'format' = 'csv');
+         INSERT INTO counts SELECT window_start, COUNT(*)
+         FROM TABLE(TUMBLE(TABLE behind, DESCRIPTOR(rt), INTERVAL '10' SECOND))
+         GROUP BY window_start, window_end;\n",
         table("behind", start),
         table("ahead", start + 3_600_000)
     );
@@ -653,6 +659,26 @@ async fn a_split_paused_by_watermark_alignment_is_shown_and_savepoint_and_stop_w
         ensure!(
             alert.contains("paused by watermark alignment"),
             "alerts: {alert}"
+        );
+        // Each operator's part in the last checkpoint: the window count's state in bytes.
+        let parts = wait_for(
+            "the operators' parts in a checkpoint",
+            Duration::from_secs(60),
+            || async {
+                let ops = attrs(&c, "#checkpoint-operators tbody tr", "data-operator").await?;
+                let bytes = attrs(&c, "#checkpoint-operators tbody tr", "data-bytes").await?;
+                let parts: Vec<(String, u64)> = (ops.into_iter())
+                    .zip(bytes.iter().map(|b| b.parse().unwrap_or(0)))
+                    .collect();
+                Ok(parts.iter().any(|(_, b)| *b > 0).then_some(parts))
+            },
+        )
+        .await?;
+        ensure!(
+            parts
+                .iter()
+                .any(|(op, b)| op.contains("aggregate") && *b > 0),
+            "operators' parts: {parts:?}"
         );
         click_and_confirm(&c, "#savepoint-stop").await?;
         wait_for("the job to stop", Duration::from_secs(60), || async {

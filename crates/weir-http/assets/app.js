@@ -638,6 +638,17 @@
         fig('held up', c.last_id ? fmtDuration(c.last_sync_ms) + ' (writing ' + fmtDuration(c.last_async_ms) + ')' : '–', 'checkpoint-sync'),
         fig('alignment', c.last_id ? fmtDuration(c.last_alignment_ms) : '–', 'checkpoint-alignment'),
         fig('size', c.last_id ? fmtBytes(c.last_bytes) : '–', 'checkpoint-size')));
+      const ops = c.operators || [];
+      if (ops.length) {
+        const num = (text) => el('td', { class: 'num', text });
+        parts.push(el('h3', { text: 'Each operator\'s part in the last checkpoint (the longest of its subtasks)' }));
+        parts.push(el('div', { class: 'scroll' }, el('table', { id: 'checkpoint-operators' },
+          el('thead', null, el('tr', null, ['operator', 'held up', 'writing', 'aligning', 'size', 'written', 'longest held up'].map((t) => el('th', { text: t })))),
+          el('tbody', null, ops.map((o) => el('tr', { 'data-operator': o.operator, 'data-bytes': o.last_bytes },
+            el('td', null, code(o.operator)),
+            num(fmtDuration(o.last_sync_ms)), num(fmtDuration(o.last_async_ms)), num(fmtDuration(o.last_alignment_ms)),
+            num(fmtBytes(o.last_bytes)), num(fmtBytes(o.last_written_bytes)), num(fmtDuration(o.max_sync_ms))))))));
+      }
       const recent = c.recent.slice(-40);
       if (recent.length) {
         const w = 400, hgt = 60, bw = w / 40;

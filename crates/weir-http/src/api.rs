@@ -263,11 +263,23 @@ pub struct CheckpointsDoc {
     /// Bytes the last checkpoint wrote (less than `last_bytes` when it lists shared files an
     /// earlier checkpoint wrote).
     pub last_written_bytes: u64,
+    /// Each operator's part in the completed checkpoints (its snapshot, of its state if it
+    /// keeps any, and its alignment): in the last one and the longest, in graph order.
+    pub operators: Vec<OperatorCheckpointDoc>,
     /// Checkpoints seen complete, oldest first (at most one per sample: several completing
     /// within one sample show as the last of them).
     pub recent: Vec<CheckpointRecord>,
     /// Savepoints asked for through the API, oldest first.
     pub savepoints: Vec<SavepointRecord>,
+}
+
+/// One operator's part in the checkpoints ([`CheckpointsDoc::operators`]).
+#[derive(Debug, Serialize)]
+pub struct OperatorCheckpointDoc {
+    /// The operator's label (as in `/api/v1/job`).
+    pub operator: String,
+    #[serde(flatten)]
+    pub figures: weir_runtime::metrics::NodeCheckpointSnapshot,
 }
 
 pub(crate) fn checkpoints(view: &JobView, st: &ViewState) -> CheckpointsDoc {
@@ -276,6 +288,16 @@ pub(crate) fn checkpoints(view: &JobView, st: &ViewState) -> CheckpointsDoc {
         .as_ref()
         .map(|m| m.checkpoints)
         .unwrap_or_default();
+    let operators = (st.latest.iter())
+        .flat_map(|m| m.nodes.iter().enumerate())
+        .filter_map(|(i, n)| {
+            Some(OperatorCheckpointDoc {
+                operator: (view.graph.nodes.get(i))
+                    .map_or_else(|| n.name.clone(), |g| g.label.clone()),
+                figures: n.checkpoint?,
+            })
+        })
+        .collect();
     CheckpointsDoc {
         enabled: view.graph.checkpoint_interval_ms.is_some(),
         interval_ms: view.graph.checkpoint_interval_ms,
@@ -290,6 +312,7 @@ pub(crate) fn checkpoints(view: &JobView, st: &ViewState) -> CheckpointsDoc {
         max_alignment_ms: c.max_alignment_ms,
         last_bytes: c.last_bytes,
         last_written_bytes: c.last_written_bytes,
+        operators,
         recent: st.checkpoints.iter().cloned().collect(),
         savepoints: st.savepoints.iter().cloned().collect(),
     }

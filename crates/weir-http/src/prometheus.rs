@@ -426,6 +426,27 @@ pub fn render(view: &JobView) -> String {
     l.per_node(&mut x, &m, "weir_operator_load_skew_ratio", Gauge,
         "Rows in of the operator's busiest subtask over the average of its subtasks (1 is an even load).",
         |n| Some(n.load_max_over_avg));
+    // Each operator's part in the last completed checkpoint (every operator takes part).
+    l.per_node(&mut x, &m, "weir_operator_checkpoint_sync_duration_seconds", Gauge,
+        "Of the last completed checkpoint, the longest one of its subtasks was held up taking its snapshot at the barrier.",
+        |n| n.checkpoint.map(|c| secs(c.last_sync_ms)));
+    l.per_node(&mut x, &m, "weir_operator_checkpoint_async_duration_seconds", Gauge,
+        "Of the last completed checkpoint, the longest one of its subtasks' snapshots took to be made and written after the subtask went on.",
+        |n| n.checkpoint.map(|c| secs(c.last_async_ms)));
+    l.per_node(&mut x, &m, "weir_operator_checkpoint_alignment_seconds", Gauge,
+        "Of the last completed checkpoint, the longest one of its subtasks took from the first of its inputs' barriers to the last.",
+        |n| n.checkpoint.map(|c| secs(c.last_alignment_ms)));
+    l.per_node(&mut x, &m, "weir_operator_checkpoint_size_bytes", Gauge,
+        "Bytes of the operator's state files in the last completed checkpoint, those shared with earlier checkpoints included.",
+        |n| n.checkpoint.map(|c| c.last_bytes));
+    l.per_node(
+        &mut x,
+        &m,
+        "weir_operator_checkpoint_written_bytes",
+        Gauge,
+        "Bytes of the operator's state the last completed checkpoint wrote.",
+        |n| n.checkpoint.map(|c| c.last_written_bytes),
+    );
     {
         let bottleneck = view.bottleneck(&m);
         let mut fam = x.family(

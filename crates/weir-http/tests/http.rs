@@ -213,6 +213,79 @@ async fn metrics_before_the_first_sample_hold_the_job_state_only() {
     assert!(fams["weir_checkpoints_completed_total"].value(&[]) >= 1.0);
 }
 
+/// An operator's part in the checkpoints: in `/metrics` per operator, and in
+/// `/api/v1/checkpoints` as its schema says; sources and sinks have none.
+#[tokio::test]
+async fn each_operators_part_in_the_checkpoints_is_in_the_metrics_and_the_api() {
+    let (_server, addr, view) = serve(&[]).await;
+    let mut snap = fixture().last.clone();
+    // Every operator takes part (its state, if it keeps any); sources and sinks do not.
+    let parts = |s: &weir_runtime::metrics::MetricsSnapshot| -> Vec<String> {
+        (s.nodes.iter())
+            .filter(|n| n.checkpoint.is_some())
+            .map(|n| n.name.clone())
+            .collect()
+    };
+    assert!(
+        parts(&snap).contains(&KEYED.to_string()),
+        "{:?}",
+        parts(&snap)
+    );
+    assert!(snap
+        .nodes
+        .iter()
+        .filter(|n| n.kind.starts_with("source") || n.kind.starts_with("sink"))
+        .all(|n| n.checkpoint.is_none()));
+    let keyed = snap.nodes.iter().position(|n| n.name == KEYED).unwrap();
+    snap.nodes[keyed].checkpoint = Some(weir_runtime::metrics::NodeCheckpointSnapshot {
+        completed: 4,
+        last_sync_ms: 7,
+        last_async_ms: 1_500,
+        last_alignment_ms: 2,
+        last_bytes: 4_096,
+        last_written_bytes: 1_024,
+        max_sync_ms: 9,
+        max_async_ms: 2_000,
+        max_alignment_ms: 3,
+        written_bytes_total: 8_192,
+    });
+    let want = parts(&snap);
+    view.publish(snap);
+    let fams = prom::parse(&get(addr, "/metrics").await.body).unwrap();
+    let op = [("operator", KEYED)];
+    assert_eq!(
+        fams["weir_operator_checkpoint_sync_duration_seconds"].value(&op),
+        0.007
+    );
+    assert_eq!(
+        fams["weir_operator_checkpoint_async_duration_seconds"].value(&op),
+        1.5
+    );
+    assert_eq!(
+        fams["weir_operator_checkpoint_alignment_seconds"].value(&op),
+        0.002
+    );
+    assert_eq!(
+        fams["weir_operator_checkpoint_size_bytes"].value(&op),
+        4_096.0
+    );
+    assert_eq!(
+        fams["weir_operator_checkpoint_written_bytes"].value(&op),
+        1_024.0
+    );
+    assert_eq!(
+        fams["weir_operator_checkpoint_size_bytes"].samples.len(),
+        want.len(),
+        "the operators that took part: {want:?}"
+    );
+    let doc = check_against_openapi(addr, "GET", "/api/v1/checkpoints", &[], "").await;
+    let ops = doc["operators"].as_array().unwrap();
+    assert_eq!(ops.len(), want.len());
+    let op = ops.iter().find(|o| o["operator"] == KEYED).unwrap();
+    assert_eq!(op["last_async_ms"], 1_500);
+    assert_eq!(op["written_bytes_total"], 8_192);
+}
+
 // ---- the JSON API and its OpenAPI document ----
 
 /// The schema an operation's answer with `status` is documented with.

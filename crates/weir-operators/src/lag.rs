@@ -619,6 +619,8 @@ impl LagOp {
     fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         let (mut out, mut values) = (Vec::new(), Vec::new());
         if watermark == Watermark::MAX {
+            // Taken out while the keys fire: at the end of time `fire` files no timer (none
+            // is due after it), so none goes astray to the memory queue meanwhile.
             let mut d = self.disk.take().expect("on disk");
             let fired = d.each_chunk(|chunk| {
                 for (key, state) in chunk {

@@ -109,6 +109,18 @@ fn a_keyed_count_stopped_after_a_checkpoint_and_restored_counts_every_row_once()
             running.wait().await.unwrap()
         });
         assert!(report.stopped, "the first run was stopped before its end");
+        // The count's part in the checkpoints: all of their state, as it is the only
+        // operator with any; a source's positions are no operator state.
+        let count = report.metrics.node("count").expect("the count's metrics");
+        let part = count
+            .checkpoint
+            .expect("the count's part in the checkpoints");
+        let c = report.metrics.checkpoints;
+        assert_eq!(part.completed, c.completed);
+        assert_eq!(part.last_bytes, c.last_bytes);
+        assert!(part.last_bytes > 0 && part.written_bytes_total >= part.last_written_bytes);
+        assert_eq!(part.max_sync_ms, c.max_sync_ms);
+        assert!(report.metrics.node("rows").unwrap().checkpoint.is_none());
         assert!(first.rows() == 0, "a count emits at the end only");
         // The second run goes on from the newest checkpoint, at another parallelism.
         let mut config = config;

@@ -129,6 +129,82 @@ pub struct NodeMetrics {
     /// The node whose subtasks this one runs in, when it is chained
     /// ([`crate::physical::Chains`]).
     pub chained_into: Option<usize>,
+    /// The node's part in checkpoints (an operator: its snapshot, of its state if it keeps
+    /// any, and its barrier alignment).
+    pub checkpoint: NodeCheckpointMetrics,
+}
+
+/// One operator's part in the checkpoints of a run (its snapshot, of its state if it keeps
+/// any, and its barrier alignment): of the last one, and the longest.
+#[derive(Debug, Default)]
+pub struct NodeCheckpointMetrics {
+    /// Completed checkpoints the operator took part in.
+    pub completed: AtomicU64,
+    /// The longest one of its subtasks was held up taking its snapshot, ms.
+    pub last_sync_ms: AtomicI64,
+    /// The longest one of its subtasks' snapshots took to be made and written, ms.
+    pub last_async_ms: AtomicI64,
+    /// The longest one of its subtasks took to align its inputs' barriers, ms.
+    pub last_alignment_ms: AtomicI64,
+    /// Bytes of its subtasks' state files, those shared with earlier checkpoints included.
+    pub last_bytes: AtomicU64,
+    /// Bytes of them that checkpoint wrote.
+    pub last_written_bytes: AtomicU64,
+    pub max_sync_ms: AtomicI64,
+    pub max_async_ms: AtomicI64,
+    pub max_alignment_ms: AtomicI64,
+    /// Bytes every completed checkpoint wrote of its state.
+    pub written_bytes_total: AtomicU64,
+}
+
+impl NodeCheckpointMetrics {
+    /// A completed checkpoint held `bytes` of the operator's state (none if it keeps none),
+    /// its subtasks' longest times and what it wrote being `times`.
+    pub fn record(&self, bytes: u64, times: SnapshotTimes) {
+        self.completed.fetch_add(1, Relaxed);
+        self.last_sync_ms.store(times.sync_ms, Relaxed);
+        self.last_async_ms.store(times.async_ms, Relaxed);
+        self.last_alignment_ms.store(times.alignment_ms, Relaxed);
+        self.last_bytes.store(bytes, Relaxed);
+        self.last_written_bytes.store(times.written_bytes, Relaxed);
+        self.max_sync_ms.fetch_max(times.sync_ms, Relaxed);
+        self.max_async_ms.fetch_max(times.async_ms, Relaxed);
+        self.max_alignment_ms.fetch_max(times.alignment_ms, Relaxed);
+        self.written_bytes_total
+            .fetch_add(times.written_bytes, Relaxed);
+    }
+
+    /// `None` until the operator took part in a completed checkpoint.
+    pub fn snapshot(&self) -> Option<NodeCheckpointSnapshot> {
+        let completed = self.completed.load(Relaxed);
+        (completed > 0).then(|| NodeCheckpointSnapshot {
+            completed,
+            last_sync_ms: self.last_sync_ms.load(Relaxed),
+            last_async_ms: self.last_async_ms.load(Relaxed),
+            last_alignment_ms: self.last_alignment_ms.load(Relaxed),
+            last_bytes: self.last_bytes.load(Relaxed),
+            last_written_bytes: self.last_written_bytes.load(Relaxed),
+            max_sync_ms: self.max_sync_ms.load(Relaxed),
+            max_async_ms: self.max_async_ms.load(Relaxed),
+            max_alignment_ms: self.max_alignment_ms.load(Relaxed),
+            written_bytes_total: self.written_bytes_total.load(Relaxed),
+        })
+    }
+}
+
+/// [`NodeCheckpointMetrics`] at one moment.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct NodeCheckpointSnapshot {
+    pub completed: u64,
+    pub last_sync_ms: i64,
+    pub last_async_ms: i64,
+    pub last_alignment_ms: i64,
+    pub last_bytes: u64,
+    pub last_written_bytes: u64,
+    pub max_sync_ms: i64,
+    pub max_async_ms: i64,
+    pub max_alignment_ms: i64,
+    pub written_bytes_total: u64,
 }
 
 /// Event-time progress of one input of a multi-input operator.
@@ -526,6 +602,10 @@ pub struct NodeSnapshot {
     /// operators after it counted as backpressured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chained_into: Option<usize>,
+    /// The operator's part in the checkpoints (an operator, once a checkpoint it took part
+    /// in completed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<NodeCheckpointSnapshot>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -768,6 +848,7 @@ impl MetricsReporter {
                 subtasks: subs,
                 splits,
                 chained_into: n.chained_into,
+                checkpoint: n.checkpoint.snapshot(),
             });
         }
         self.last = last;

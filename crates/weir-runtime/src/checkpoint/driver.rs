@@ -399,6 +399,9 @@ impl Driver {
         let mut bytes = 0;
         let (mut sync_nanos, mut async_nanos, mut written) = (0, 0, 0);
         let mut alignment_nanos = 0;
+        // Per operator: its bytes, and its subtasks' longest times and what they wrote.
+        let mut per_node: std::collections::BTreeMap<usize, (u64, SnapshotTimes)> =
+            Default::default();
         for ((node, subtask), report) in done.reports {
             let CheckpointedNode {
                 id,
@@ -429,10 +432,18 @@ impl Driver {
                     alignment_nanos = alignment_nanos.max(align);
                     sync_nanos = sync_nanos.max(sync);
                     async_nanos = async_nanos.max(write);
-                    bytes += state.iter().map(|f| f.bytes).sum::<u64>();
-                    written += (state.iter().filter(|f| f.written))
+                    let its_bytes = state.iter().map(|f| f.bytes).sum::<u64>();
+                    let its_written = (state.iter().filter(|f| f.written))
                         .map(|f| f.bytes)
                         .sum::<u64>();
+                    bytes += its_bytes;
+                    written += its_written;
+                    let (b, t) = per_node.entry(node).or_default();
+                    *b += its_bytes;
+                    t.sync_ms = t.sync_ms.max((sync / 1_000_000) as i64);
+                    t.async_ms = t.async_ms.max((write / 1_000_000) as i64);
+                    t.alignment_ms = t.alignment_ms.max((align / 1_000_000) as i64);
+                    t.written_bytes += its_written;
                     m.nodes
                         .entry(id.clone())
                         .or_insert_with(|| NodeState {
@@ -491,6 +502,11 @@ impl Driver {
         // Shown as what the output has reached once every sink has published it.
         self.unpublished
             .push_back((done.epoch.0, m.least_watermark()));
+        for (node, (bytes, times)) in per_node {
+            if let Some(n) = metrics.nodes.get(node) {
+                n.checkpoint.record(bytes, times);
+            }
+        }
         metrics.checkpoints.record(
             done.epoch.0,
             took_ms,

@@ -219,6 +219,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             spread_alerts: Default::default(),
             peak_spread_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
             chained_into: chains.is_chained(n.id).then(|| chains.head(n.id)),
+            checkpoint: Default::default(),
         }));
     }
     let metrics = Arc::new(JobMetrics {
