@@ -201,7 +201,7 @@ pub(crate) fn state_backend(a: &BenchArgs) -> Result<weir_state::backend::StateB
     Ok(StateBackend {
         kind,
         memory_budget,
-        local_dir: None,
+        ..Default::default()
     })
 }
 

@@ -579,7 +579,7 @@ impl DeduplicateOp {
         }
     }
 
-    /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::AT_ONCE`] at a time; at the end
+    /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::at_once`] at a time; at the end
     /// of the input, every key's pending first rows.
     fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         let mut out = Vec::new();

@@ -13,7 +13,7 @@
 //! backend's stale queue entries do.
 //!
 //! A checkpoint reads a snapshot of the store on another thread and writes the memory
-//! backend's layout, [`AT_ONCE`] keys a batch, as it reads ([`DiskKeys::snapshot`]), so either
+//! backend's layout, [`at_once`] keys a batch, as it reads ([`DiskKeys::snapshot`]), so either
 //! backend restores the other's checkpoints at any parallelism. It is a full copy each time
 //! (docs/state.md).
 
@@ -30,8 +30,15 @@ use weir_state::KeySlots;
 const KEYS: u8 = 0;
 
 /// Keys a snapshot's state batch, an end of input and a pass over due timers take at most at
-/// once (a few in unit tests, so that they cross its edges).
-pub(crate) const AT_ONCE: usize = if cfg!(test) { 3 } else { 8192 };
+/// once: the backend's [`pass_rows`](weir_state::backend::StateBackend::pass_rows), a few in
+/// this crate's unit tests, so that they cross its edges.
+pub(crate) fn at_once(info: &SubtaskInfo) -> usize {
+    if cfg!(test) {
+        3
+    } else {
+        info.state_backend.pass_rows()
+    }
+}
 
 /// A key's state as a [`DiskKeys`] stores it.
 pub(crate) trait DiskValue: Default + Sized + Send + 'static {
@@ -59,6 +66,8 @@ pub(crate) struct DiskKeys<S> {
     resume: Option<Vec<u8>>,
     key_buf: Vec<u8>,
     value_buf: Vec<u8>,
+    /// Entries a pass takes at once ([`at_once`]).
+    at_once: usize,
     _state: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -72,6 +81,7 @@ impl<S: DiskValue> DiskKeys<S> {
             resume: None,
             key_buf: Vec::new(),
             value_buf: Vec::new(),
+            at_once: at_once(info),
             _state: std::marker::PhantomData,
         })
     }
@@ -168,7 +178,7 @@ impl<S: DiskValue> DiskKeys<S> {
         Ok(())
     }
 
-    /// The keys with timers due at `watermark` (at most [`AT_ONCE`] entries' worth, each key
+    /// The keys with timers due at `watermark` (at most [`at_once`] entries' worth, each key
     /// once), their entries staged for removal in `writes`, and whether there may be more
     /// (ask again once `writes` is applied).
     pub(crate) fn due(
@@ -181,9 +191,10 @@ impl<S: DiskValue> DiskKeys<S> {
             from = next;
         }
         let mut entries: Vec<Vec<u8>> = Vec::new();
+        let at_once = self.at_once;
         self.store.scan(&from, &until, |k, _| {
             entries.push(k.to_vec());
-            Ok(entries.len() < AT_ONCE)
+            Ok(entries.len() < at_once)
         })?;
         let mut keys: Vec<Vec<u8>> = Vec::with_capacity(entries.len());
         for e in &entries {
@@ -193,7 +204,7 @@ impl<S: DiskValue> DiskKeys<S> {
         }
         keys.sort_unstable();
         keys.dedup();
-        let more = entries.len() == AT_ONCE;
+        let more = entries.len() == at_once;
         match entries.last() {
             // Timers set while a pass fires are after its watermark: none lands behind this.
             Some(last) if more => {
@@ -206,17 +217,18 @@ impl<S: DiskValue> DiskKeys<S> {
         Ok((keys, more))
     }
 
-    /// Every key with its state, in key order, [`AT_ONCE`] at a time: the end of the input,
+    /// Every key with its state, in key order, [`at_once`] at a time: the end of the input,
     /// after which the store holds nothing (as the memory backend drops every key then).
     pub(crate) fn each_chunk(
         &mut self,
         mut visit: impl FnMut(Vec<(Box<[u8]>, S)>) -> Result<()>,
     ) -> Result<()> {
         let mut chunk = Vec::new();
+        let at_once = self.at_once;
         self.store
             .scan_with(&[KEYS], &[KEYS + 1], |k, v| -> Result<bool> {
                 chunk.push((KeyOf::decode(k)?.key.into(), S::decode(v)?));
-                if chunk.len() == AT_ONCE {
+                if chunk.len() == at_once {
                     visit(std::mem::take(&mut chunk))?;
                 }
                 Ok(true)
@@ -233,13 +245,14 @@ impl<S: DiskValue> DiskKeys<S> {
     }
 
     /// Every key's state as of now, read from a snapshot of the store on another thread:
-    /// `batch` makes a state batch of the memory backend's layout of [`AT_ONCE`] keys (with
+    /// `batch` makes a state batch of the memory backend's layout of [`at_once`] keys (with
     /// their key groups) at a time, each written as it is made; at least one batch, empty if
     /// no key has state.
     pub(crate) fn snapshot(
         &self,
         mut batch: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<RecordBatch> + Send + 'static,
     ) -> Result<StateSnapshot> {
+        let at_once = self.at_once;
         let read = self
             .store
             .stream_later(vec![KEYS + 1], move |entries, emit| {
@@ -249,7 +262,7 @@ impl<S: DiskValue> DiskKeys<S> {
                     let (k, v) = entry?;
                     let key = KeyOf::decode(&k)?;
                     keys.push((key.key_group, key.key.into(), S::decode(&v)?));
-                    if keys.len() == AT_ONCE {
+                    if keys.len() == at_once {
                         emit(batch(&keys)?)?;
                         keys.clear();
                         emitted = true;

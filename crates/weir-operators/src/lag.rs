@@ -614,7 +614,7 @@ impl LagOp {
         }
     }
 
-    /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::AT_ONCE`] at a
+    /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::at_once`] at a
     /// time; at the end of the input, every key's held rows.
     fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         let (mut out, mut values) = (Vec::new(), Vec::new());

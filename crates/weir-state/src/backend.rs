@@ -48,7 +48,15 @@ pub struct StateBackend {
     /// Where a disk backend works; `None`: the system's temporary folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_dir: Option<PathBuf>,
+    /// Entries a pass over a disk store takes at once (due timers, the end of the input, a
+    /// snapshot's state batch); `None`: [`DEFAULT_PASS_ROWS`]. Tests set a few, so that every
+    /// pass crosses its chunk edges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass_rows: Option<usize>,
 }
+
+/// Entries a pass over a disk store takes at once by default ([`StateBackend::pass_rows`]).
+pub const DEFAULT_PASS_ROWS: usize = 8192;
 
 impl StateBackend {
     /// The RocksDB backend with default budget and folder.
@@ -62,6 +70,11 @@ impl StateBackend {
     /// The memory budget in bytes.
     pub fn budget(&self) -> u64 {
         self.memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET)
+    }
+
+    /// Entries a pass over a disk store takes at once (at least 1).
+    pub fn pass_rows(&self) -> usize {
+        self.pass_rows.unwrap_or(DEFAULT_PASS_ROWS).max(1)
     }
 
     /// Whether operators that can keep their state on disk do.

@@ -188,11 +188,16 @@ thread_local! {
 }
 
 /// The state backends this weir was built with: `'hashmap'`, and `'rocksdb'` with the
-/// `rocksdb` feature. Conformance tests run every case on each ([`on_backend`]).
+/// `rocksdb` feature (taking 3 entries a pass over a store, so that small inputs cross the
+/// passes' edges). Conformance tests run every case on each ([`on_backend`]).
 pub fn backends() -> Vec<weir_state::backend::StateBackend> {
     let mut all = vec![weir_state::backend::StateBackend::default()];
     if weir_state::backend::ROCKSDB_BUILT {
-        all.push(weir_state::backend::StateBackend::rocksdb());
+        // A few entries a pass, so that every pass over the store crosses its chunk edges.
+        all.push(weir_state::backend::StateBackend {
+            pass_rows: Some(3),
+            ..weir_state::backend::StateBackend::rocksdb()
+        });
     }
     all
 }

@@ -33,10 +33,6 @@ use crate::aggregates::{self, Aggregate, Bound, State};
 /// The namespace groups live in.
 const GROUPS: u8 = 0;
 
-/// Groups a snapshot's state batch, an emit at the end of the input, and an expiry pass take
-/// at most at once (a few in unit tests, so that they cross its edges).
-const AT_ONCE: usize = if cfg!(test) { 3 } else { 8192 };
-
 /// A group as the store holds it.
 pub(super) struct Stored {
     pub(super) states: Vec<State>,
@@ -54,6 +50,9 @@ pub(super) struct DiskGroups {
     expired_through: Option<i64>,
     key_buf: Vec<u8>,
     value_buf: Vec<u8>,
+    /// Groups a snapshot's state batch, an emit at the end of the input, and an expiry pass
+    /// take at most at once ([`crate::disk_keys::at_once`]).
+    at_once: usize,
 }
 
 impl DiskGroups {
@@ -72,6 +71,7 @@ impl DiskGroups {
             expired_through: None,
             key_buf: Vec::new(),
             value_buf: Vec::new(),
+            at_once: crate::disk_keys::at_once(info),
         })
     }
 
@@ -139,11 +139,12 @@ impl DiskGroups {
     pub(super) fn expire(&mut self, watermark: i64, ttl_ms: i64) -> Result<u64> {
         let (mut from, until) = expired_range(watermark, self.expired_through);
         let mut dropped = 0;
+        let at_once = self.at_once;
         loop {
             let mut due: Vec<Box<[u8]>> = Vec::new();
             self.store.scan(&from, &until, |k, _| {
                 due.push(k.into());
-                Ok(due.len() < AT_ONCE)
+                Ok(due.len() < at_once)
             })?;
             let mut writes = KeyOrderedWrites::default();
             for e in &due {
@@ -163,7 +164,7 @@ impl DiskGroups {
                 }
             }
             self.store.write_in_key_order(writes)?;
-            let Some(last) = due.last().filter(|_| due.len() == AT_ONCE) else {
+            let Some(last) = due.last().filter(|_| due.len() == at_once) else {
                 break;
             };
             from = last.to_vec();
@@ -173,19 +174,20 @@ impl DiskGroups {
         Ok(dropped)
     }
 
-    /// Every group in key order, `AT_ONCE` at a time: the end of a batch job's input, after
+    /// Every group in key order, `at_once` at a time: the end of a batch job's input, after
     /// which the store holds none, as the memory backend drops them.
     pub(super) fn each_chunk(
         &mut self,
         bound: &[Bound],
         mut visit: impl FnMut(&[(Box<[u8]>, Stored)]) -> Result<()>,
     ) -> Result<()> {
-        let mut chunk: Vec<(Box<[u8]>, Stored)> = Vec::with_capacity(AT_ONCE.min(1024));
+        let at_once = self.at_once;
+        let mut chunk: Vec<(Box<[u8]>, Stored)> = Vec::with_capacity(at_once.min(1024));
         self.store
             .scan_with(&[GROUPS], &[GROUPS + 1], |k, v| -> Result<bool> {
                 let key = KeyOf::decode(k)?;
                 chunk.push((key.key.into(), decode(v, bound)?));
-                if chunk.len() == AT_ONCE {
+                if chunk.len() == at_once {
                     visit(&chunk)?;
                     chunk.clear();
                 }
@@ -207,6 +209,7 @@ impl DiskGroups {
         let input_schema = self.input_schema.clone();
         let state_schema = state_schema.clone();
         let key_groups = self.key_groups;
+        let at_once = self.at_once;
         let read = self
             .store
             .stream_later(vec![GROUPS + 1], move |entries, emit| {
@@ -232,7 +235,7 @@ impl DiskGroups {
                     let (k, v) = entry?;
                     let key = KeyOf::decode(&k)?;
                     rows.push((key.key.into(), decode(&v, &bound)?));
-                    if rows.len() == AT_ONCE {
+                    if rows.len() == at_once {
                         flush(&mut emitted, &mut rows)?;
                     }
                 }

@@ -47,14 +47,14 @@ pub(crate) struct DiskRows {
     /// The watermark up to which rows have expired: expiry keys at or below it are gone, so
     /// a scan starts after it.
     expired_through: Option<i64>,
-    /// A watermark whose expiry stopped part way ([`EXPIRE_AT_ONCE`]), and the key to go on
+    /// A watermark whose expiry stopped part way (`expire_at_once`), and the key to go on
     /// from.
     resume: Option<(i64, Vec<u8>)>,
+    /// Rows one call of `expire` takes out at most: a watermark that expires more (the end of
+    /// the input expires everything) takes several calls, so the keys and rows in hand stay
+    /// bounded ([`crate::disk_keys::at_once`]).
+    expire_at_once: usize,
 }
-
-/// Rows one call of `expire` takes out at most: a watermark that expires more (the end of the
-/// input expires everything) takes several calls, so the keys and rows in hand stay bounded.
-const EXPIRE_AT_ONCE: usize = 8192;
 
 /// Writes not yet applied, and the next row's sequence number. They are applied in key order
 /// ([`Staged::take`]), which is cheaper for RocksDB's memtable than the order rows come in.
@@ -167,6 +167,7 @@ impl DiskRows {
             key_groups: info.key_groups,
             expired_through: None,
             resume: None,
+            expire_at_once: crate::disk_keys::at_once(info),
         })
     }
 }
@@ -266,11 +267,12 @@ impl JoinRows for DiskRows {
         }
         let mut removed = [0u64; 2];
         let mut due: Vec<Vec<u8>> = Vec::new();
+        let at_once = self.expire_at_once;
         self.store.scan(&from, &until, |k, _| {
             due.push(k.to_vec());
-            Ok(due.len() < EXPIRE_AT_ONCE)
+            Ok(due.len() < at_once)
         })?;
-        let more = due.len() == EXPIRE_AT_ONCE;
+        let more = due.len() == at_once;
         match due.last() {
             Some(last) if more => {
                 let mut next = last.clone();
