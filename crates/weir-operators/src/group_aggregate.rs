@@ -446,6 +446,12 @@ impl Operator for GroupAggregateOp {
                 &self.bound,
                 b,
             )?;
+            // On disk, a state batch's groups are written together, before the next is read.
+            #[cfg(feature = "rocksdb")]
+            let (mut writes, mut staged) = (
+                weir_state::rocks::KeyOrderedWrites::default(),
+                std::collections::HashSet::new(),
+            );
             for i in 0..r.len() {
                 let (key, last, states) = r.row(&self.bound, i);
                 #[cfg(feature = "rocksdb")]
@@ -454,7 +460,14 @@ impl Operator for GroupAggregateOp {
                         states,
                         last_event_time: last[0],
                     };
-                    if d.restore(key, &g, self.ttl_ms, self.final_only)? {
+                    if d.restore(
+                        &mut writes,
+                        &mut staged,
+                        key,
+                        &g,
+                        self.ttl_ms,
+                        self.final_only,
+                    )? {
                         self.group_count += 1;
                     }
                     continue;
@@ -475,6 +488,10 @@ impl Operator for GroupAggregateOp {
                 self.heap_bytes = self.heap_bytes.saturating_add_signed(g.recount());
                 self.expiry
                     .push(last[0].saturating_add(self.ttl_ms), slot, 0);
+            }
+            #[cfg(feature = "rocksdb")]
+            if let Some(d) = &self.disk {
+                d.write_restored(writes)?;
             }
         }
         Ok(())

@@ -247,27 +247,32 @@ impl DiskGroups {
         Ok(StateSnapshot::streamed(read))
     }
 
-    /// Takes up a group of a checkpoint (either backend's), replacing the key's group if the
-    /// store has one, with an expiry entry at its last row's time plus `ttl_ms` (an entry the
-    /// key had already finds the same group when it comes due).
-    /// Returns whether the store had no group of the key.
+    /// Stages a group of a checkpoint (either backend's) in `writes`, replacing the key's
+    /// group if the store or `writes` has one (`staged`: the keys `writes` holds), with an
+    /// expiry entry at its last row's time plus `ttl_ms` (an entry the key had already finds
+    /// the same group when it comes due). Returns whether the key had no group.
     pub(super) fn restore(
         &mut self,
+        writes: &mut KeyOrderedWrites,
+        staged: &mut std::collections::HashSet<Vec<u8>>,
         key: &[u8],
         g: &Stored,
         ttl_ms: i64,
         final_only: bool,
     ) -> Result<bool> {
         let k = self.key_of(key).to_vec();
-        let mut writes = KeyOrderedWrites::default();
-        let new = self.store.get(&k)?.is_none();
+        let new = staged.insert(k.clone()) && self.store.get(&k)?.is_none();
         if !final_only {
-            self.file_expiry(&mut writes, g.last_event_time.saturating_add(ttl_ms), &k);
+            self.file_expiry(writes, g.last_event_time.saturating_add(ttl_ms), &k);
         }
         encode(g.last_event_time, &g.states, &mut self.value_buf);
         writes.put(&k, &self.value_buf);
-        self.store.write_in_key_order(writes)?;
         Ok(new)
+    }
+
+    /// Applies restored groups staged by [`DiskGroups::restore`].
+    pub(super) fn write_restored(&self, writes: KeyOrderedWrites) -> Result<()> {
+        Ok(self.store.write_in_key_order(writes)?)
     }
 }
 
