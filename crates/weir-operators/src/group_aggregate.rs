@@ -172,11 +172,7 @@ impl OperatorFactory for GroupAggregate {
         };
         #[cfg(not(feature = "rocksdb"))]
         if info.state_backend.on_disk() {
-            return Err(Error::config(
-                "state.backend.type",
-                "rocksdb",
-                "this weir was built without RocksDB (the `rocksdb` feature)",
-            ));
+            return Err(crate::no_disk_state());
         }
         Ok(Box::new(GroupAggregateOp {
             state_schema: aggregates::state_schema(&["last_event_time"], &bound),

@@ -247,11 +247,7 @@ fn disk_rows(
 
 #[cfg(not(feature = "rocksdb"))]
 fn disk_rows(_: &SubtaskInfo, _: [SchemaRef; 2], _: i64, _: i64) -> Result<Box<dyn JoinRows>> {
-    Err(Error::config(
-        "state.backend.type",
-        "rocksdb",
-        "this weir was built without RocksDB (the `rocksdb` feature)",
-    ))
+    Err(crate::no_disk_state())
 }
 
 /// One subtask of an interval join.

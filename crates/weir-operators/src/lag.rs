@@ -228,11 +228,7 @@ impl OperatorFactory for Lag {
         };
         #[cfg(not(feature = "rocksdb"))]
         if info.state_backend.on_disk() {
-            return Err(Error::config(
-                "state.backend.type",
-                "rocksdb",
-                "this weir was built without RocksDB (the `rocksdb` feature)",
-            ));
+            return Err(crate::no_disk_state());
         }
         Ok(Box::new(LagOp {
             offsets: self.lags.iter().map(|l| l.offset).collect(),

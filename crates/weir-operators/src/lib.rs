@@ -42,6 +42,16 @@ mod windows;
 /// own feature alone gives the store but not the operator that uses it.
 pub const ROCKSDB_BUILT: bool = cfg!(feature = "rocksdb");
 
+/// The refusal of state on disk by a weir built without RocksDB (the `rocksdb` feature).
+#[cfg(not(feature = "rocksdb"))]
+fn no_disk_state() -> weir_runtime::Error {
+    weir_runtime::Error::config(
+        "state.backend.type",
+        "rocksdb",
+        "this weir was built without RocksDB (the `rocksdb` feature)",
+    )
+}
+
 pub use count::{Count, CountOp};
 pub use deduplicate::{Deduplicate, DeduplicateExt, DeduplicateOp, Keep};
 pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};
