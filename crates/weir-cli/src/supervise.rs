@@ -626,9 +626,14 @@ pub fn summary(r: &JobReport) -> String {
             };
             let _ = writeln!(
                 s,
-                "  state of `{}`: {} bytes in the last checkpoint ({} written by it); its \
-                 subtasks held up at most {} ms taking a snapshot and {} ms writing one",
-                n.name, c.last_bytes, c.last_written_bytes, c.max_sync_ms, c.max_async_ms
+                "  state of `{}`: {} bytes in checkpoint #{} ({} written by it); its subtasks \
+                 held up at most {} ms taking a snapshot and {} ms writing one",
+                n.name,
+                c.last_bytes,
+                c.last_id,
+                c.last_written_bytes,
+                c.max_sync_ms,
+                c.max_async_ms
             );
         }
     }

@@ -641,11 +641,12 @@
       const ops = c.operators || [];
       if (ops.length) {
         const num = (text) => el('td', { class: 'num', text });
-        parts.push(el('h3', { text: 'Each operator\'s part in the last checkpoint (the longest of its subtasks)' }));
+        parts.push(el('h3', { text: 'Each operator\'s part in the last checkpoint it took part in (the longest of its subtasks)' }));
         parts.push(el('div', { class: 'scroll' }, el('table', { id: 'checkpoint-operators' },
-          el('thead', null, el('tr', null, ['operator', 'held up', 'writing', 'aligning', 'size', 'written', 'longest held up'].map((t) => el('th', { text: t })))),
-          el('tbody', null, ops.map((o) => el('tr', { 'data-operator': o.operator, 'data-bytes': o.last_bytes },
+          el('thead', null, el('tr', null, ['operator', 'checkpoint', 'held up', 'writing', 'aligning', 'size', 'written', 'longest held up'].map((t) => el('th', { text: t })))),
+          el('tbody', null, ops.map((o) => el('tr', { 'data-operator': o.operator, 'data-bytes': o.last_bytes, 'data-checkpoint': o.last_id },
             el('td', null, code(o.operator)),
+            el('td', { class: 'num', text: '#' + o.last_id + (o.last_id === c.last_id ? '' : ' (ended since)') }),
             num(fmtDuration(o.last_sync_ms)), num(fmtDuration(o.last_async_ms)), num(fmtDuration(o.last_alignment_ms)),
             num(fmtBytes(o.last_bytes)), num(fmtBytes(o.last_written_bytes)), num(fmtDuration(o.max_sync_ms))))))));
       }

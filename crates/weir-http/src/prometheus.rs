@@ -426,25 +426,28 @@ pub fn render(view: &JobView) -> String {
     l.per_node(&mut x, &m, "weir_operator_load_skew_ratio", Gauge,
         "Rows in of the operator's busiest subtask over the average of its subtasks (1 is an even load).",
         |n| Some(n.load_max_over_avg));
-    // Each operator's part in the last completed checkpoint (every operator takes part).
+    // Each operator's part in the last completed checkpoint it took part in (every running
+    // operator takes part; one that has ended drops out).
+    let last_id = m.checkpoints.last_id;
+    let current = |n: &NodeSnapshot| n.checkpoint.filter(|c| c.last_id == last_id);
     l.per_node(&mut x, &m, "weir_operator_checkpoint_sync_duration_seconds", Gauge,
-        "Of the last completed checkpoint, the longest one of its subtasks was held up taking its snapshot at the barrier.",
-        |n| n.checkpoint.map(|c| secs(c.last_sync_ms)));
+        "Of the last completed checkpoint, for each operator that took part in it, the longest one of its subtasks was held up taking its snapshot at the barrier.",
+        |n| current(n).map(|c| secs(c.last_sync_ms)));
     l.per_node(&mut x, &m, "weir_operator_checkpoint_async_duration_seconds", Gauge,
-        "Of the last completed checkpoint, the longest one of its subtasks' snapshots took to be made and written after the subtask went on.",
-        |n| n.checkpoint.map(|c| secs(c.last_async_ms)));
+        "Of the last completed checkpoint, for each operator that took part in it, the longest one of its subtasks' snapshots took to be made and written after the subtask went on.",
+        |n| current(n).map(|c| secs(c.last_async_ms)));
     l.per_node(&mut x, &m, "weir_operator_checkpoint_alignment_seconds", Gauge,
-        "Of the last completed checkpoint, the longest one of its subtasks took from the first of its inputs' barriers to the last.",
-        |n| n.checkpoint.map(|c| secs(c.last_alignment_ms)));
+        "Of the last completed checkpoint, for each operator that took part in it, the longest one of its subtasks took from the first of its inputs' barriers to the last.",
+        |n| current(n).map(|c| secs(c.last_alignment_ms)));
     l.per_node(&mut x, &m, "weir_operator_checkpoint_size_bytes", Gauge,
-        "Bytes of the operator's state files in the last completed checkpoint, those shared with earlier checkpoints included.",
-        |n| n.checkpoint.map(|c| c.last_bytes));
+        "Bytes of the operator's state files in the last completed checkpoint (operators that took part in it), those shared with earlier checkpoints included.",
+        |n| current(n).map(|c| c.last_bytes));
     l.per_node(
         &mut x,
         &m,
         "weir_operator_checkpoint_written_bytes",
         Gauge,
-        "Bytes of the operator's state the last completed checkpoint wrote.",
+        "Bytes of the operator's state the last completed checkpoint wrote (operators that took part in it).",
         |n| n.checkpoint.map(|c| c.last_written_bytes),
     );
     {
@@ -745,19 +748,19 @@ pub fn render(view: &JobView) -> String {
     x.family(
         "weir_checkpoint_sync_duration_seconds",
         Gauge,
-        "Of the last completed checkpoint, the longest an operator subtask was held up taking its snapshot at the barrier.",
+        "Of the last completed checkpoint, for each operator that took part in it, the longest an operator subtask was held up taking its snapshot at the barrier.",
     )
     .sample(&[("job", job)], secs(c.last_sync_ms));
     x.family(
         "weir_checkpoint_async_duration_seconds",
         Gauge,
-        "Of the last completed checkpoint, the longest a snapshot took to be made and written after its subtask went on.",
+        "Of the last completed checkpoint, for each operator that took part in it, the longest a snapshot took to be made and written after its subtask went on.",
     )
     .sample(&[("job", job)], secs(c.last_async_ms));
     x.family(
         "weir_checkpoint_alignment_seconds",
         Gauge,
-        "Of the last completed checkpoint, the longest an operator subtask took from the first of its inputs' barriers to the last.",
+        "Of the last completed checkpoint, for each operator that took part in it, the longest an operator subtask took from the first of its inputs' barriers to the last.",
     )
     .sample(&[("job", job)], secs(c.last_alignment_ms));
     x.family(

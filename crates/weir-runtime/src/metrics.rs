@@ -140,6 +140,8 @@ pub struct NodeMetrics {
 pub struct NodeCheckpointMetrics {
     /// Completed checkpoints the operator took part in.
     pub completed: AtomicU64,
+    /// The last of them (an operator that has ended takes part in no later one).
+    pub last_id: AtomicU64,
     /// The longest one of its subtasks was held up taking its snapshot, ms.
     pub last_sync_ms: AtomicI64,
     /// The longest one of its subtasks' snapshots took to be made and written, ms.
@@ -158,10 +160,11 @@ pub struct NodeCheckpointMetrics {
 }
 
 impl NodeCheckpointMetrics {
-    /// A completed checkpoint held `bytes` of the operator's state (none if it keeps none),
-    /// its subtasks' longest times and what it wrote being `times`.
-    pub fn record(&self, bytes: u64, times: SnapshotTimes) {
+    /// Completed checkpoint `id` held `bytes` of the operator's state (none if it keeps
+    /// none), its subtasks' longest times and what it wrote being `times`.
+    pub fn record(&self, id: u64, bytes: u64, times: SnapshotTimes) {
         self.completed.fetch_add(1, Relaxed);
+        self.last_id.store(id, Relaxed);
         self.last_sync_ms.store(times.sync_ms, Relaxed);
         self.last_async_ms.store(times.async_ms, Relaxed);
         self.last_alignment_ms.store(times.alignment_ms, Relaxed);
@@ -179,6 +182,7 @@ impl NodeCheckpointMetrics {
         let completed = self.completed.load(Relaxed);
         (completed > 0).then(|| NodeCheckpointSnapshot {
             completed,
+            last_id: self.last_id.load(Relaxed),
             last_sync_ms: self.last_sync_ms.load(Relaxed),
             last_async_ms: self.last_async_ms.load(Relaxed),
             last_alignment_ms: self.last_alignment_ms.load(Relaxed),
@@ -196,6 +200,8 @@ impl NodeCheckpointMetrics {
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct NodeCheckpointSnapshot {
     pub completed: u64,
+    /// The last checkpoint the operator took part in: the job's last, unless it has ended.
+    pub last_id: u64,
     pub last_sync_ms: i64,
     pub last_async_ms: i64,
     pub last_alignment_ms: i64,

@@ -28,9 +28,6 @@ use weir_state::BatchStore;
 use super::{expires_at, restored_rows, Expired, Found, JoinRows, NewRow, Restore};
 use crate::join::StateLayout;
 
-/// Rows a state batch holds at most.
-const STATE_BATCH_ROWS: usize = 8192;
-
 /// Buffered rows in a [`DiskStore`].
 pub(crate) struct DiskRows {
     store: DiskStore,
@@ -50,9 +47,9 @@ pub(crate) struct DiskRows {
     /// A watermark whose expiry stopped part way (`expire_at_once`), and the key to go on
     /// from.
     resume: Option<(i64, Vec<u8>)>,
-    /// Rows one call of `expire` takes out at most: a watermark that expires more (the end of
-    /// the input expires everything) takes several calls, so the keys and rows in hand stay
-    /// bounded ([`crate::disk_keys::at_once`]).
+    /// Rows one call of `expire` takes out at most, and a snapshot's state batch holds: a
+    /// watermark that expires more (the end of the input expires everything) takes several
+    /// calls, so the keys and rows in hand stay bounded ([`crate::disk_keys::at_once`]).
     expire_at_once: usize,
 }
 
@@ -352,6 +349,7 @@ impl JoinRows for DiskRows {
     fn snapshot(&mut self, layout: &StateLayout, _keys: [Vec<String>; 2]) -> Result<StateSnapshot> {
         let layout = layout.clone();
         let schemas = self.schemas.clone();
+        let batch_rows = self.expire_at_once;
         let read = self
             .store
             .stream_later(vec![EXPIRY_NAMESPACE], move |entries, emit| {
@@ -364,7 +362,7 @@ impl JoinRows for DiskRows {
                         .get_mut(side)
                         .ok_or_else(|| Error::Internal(format!("join state of side {side}")))?;
                     s.push(key.key_group, key.key, &v);
-                    if s.len() == STATE_BATCH_ROWS {
+                    if s.len() == batch_rows {
                         emit(s.flush(side, &layout)?)?;
                     }
                 }

@@ -504,7 +504,7 @@ impl Driver {
             .push_back((done.epoch.0, m.least_watermark()));
         for (node, (bytes, times)) in per_node {
             if let Some(n) = metrics.nodes.get(node) {
-                n.checkpoint.record(bytes, times);
+                n.checkpoint.record(done.epoch.0, bytes, times);
             }
         }
         metrics.checkpoints.record(
