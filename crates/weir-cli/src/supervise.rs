@@ -626,9 +626,10 @@ pub fn summary(r: &JobReport) -> String {
             };
             let _ = writeln!(
                 s,
-                "  state of `{}`: {} bytes in checkpoint #{} ({} written by it); its subtasks \
-                 held up at most {} ms taking a snapshot and {} ms writing one",
+                "  state of `{}`{}: {} bytes in checkpoint #{} ({} written by it); its \
+                 subtasks held up at most {} ms taking a snapshot and {} ms writing one",
                 n.name,
+                if n.state_on_disk { " (on disk)" } else { "" },
                 c.last_bytes,
                 c.last_id,
                 c.last_written_bytes,

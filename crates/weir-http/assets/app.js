@@ -558,7 +558,8 @@
       el('td', { class: 'num', text: r && r.perNode[id] !== null ? fmtCompact(r.perNode[id]) : '–' }),
       el('td', null, shares(s.busy_ms_per_sec, s.backpressured_ms_per_sec, s.idle_ms_per_sec),
         Math.round(s.busy_ms_per_sec) + ' · ' + Math.round(s.backpressured_ms_per_sec) + ' · ' + Math.round(s.idle_ms_per_sec)),
-      el('td', { class: 'num' }, n.state_rows || n.peak_state_rows ? fmtBytes(n.state_bytes) : '–',
+      el('td', { class: 'num', 'data-on-disk': n.state_on_disk ? 'true' : 'false' },
+        n.state_rows || n.peak_state_rows ? fmtBytes(n.state_bytes) + (n.state_on_disk ? ' on disk' : '') : '–',
         n.state_rows || n.peak_state_rows ? el('div', { class: 'sub', text: fmtInt(n.state_rows) + ' rows, peak ' + fmtBytes(n.peak_state_bytes) }) : null),
       el('td', { class: 'num', text: fmtInt(n.late_rows) }),
       el('td', { class: 'num', text: n.load_max_over_avg.toFixed(2) }));

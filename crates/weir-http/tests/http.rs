@@ -277,6 +277,12 @@ async fn each_operators_part_in_the_checkpoints_is_in_the_metrics_and_the_api() 
         fams["weir_operator_checkpoint_size_bytes"].value(&op),
         4_096.0
     );
+    // The fixture keeps state in memory: every operator says 0, sources and sinks nothing.
+    assert_eq!(fams["weir_operator_state_on_disk"].value(&op), 0.0);
+    assert!(fams["weir_operator_state_on_disk"]
+        .samples
+        .iter()
+        .all(|s| s.value == 0.0 && s.labels["operator"] != SINK));
     assert_eq!(
         fams["weir_operator_checkpoint_written_bytes"].value(&op),
         1_024.0

@@ -132,6 +132,9 @@ pub struct NodeMetrics {
     /// The node's part in checkpoints (an operator: its snapshot, of its state if it keeps
     /// any, and its barrier alignment).
     pub checkpoint: NodeCheckpointMetrics,
+    /// The operator keeps its state on local disk (`state.backend.type = 'rocksdb'` and an
+    /// operator that can); otherwise its state, if any, is in memory.
+    pub state_on_disk: bool,
 }
 
 /// One operator's part in the checkpoints of a run (its snapshot, of its state if it keeps
@@ -612,6 +615,10 @@ pub struct NodeSnapshot {
     /// in completed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<NodeCheckpointSnapshot>,
+    /// The operator keeps its state on local disk, not in memory (see
+    /// [`NodeMetrics::state_on_disk`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub state_on_disk: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -855,6 +862,7 @@ impl MetricsReporter {
                 splits,
                 chained_into: n.chained_into,
                 checkpoint: n.checkpoint.snapshot(),
+                state_on_disk: n.state_on_disk,
             });
         }
         self.last = last;

@@ -220,6 +220,8 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             peak_spread_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
             chained_into: chains.is_chained(n.id).then(|| chains.head(n.id)),
             checkpoint: Default::default(),
+            state_on_disk: graph.config.state_backend.on_disk()
+                && matches!(&n.kind, NodeKind::Operator { factory } if factory.state_on_disk()),
         }));
     }
     let metrics = Arc::new(JobMetrics {
