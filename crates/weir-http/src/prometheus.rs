@@ -451,7 +451,7 @@ pub fn render(view: &JobView) -> String {
         "weir_operator_checkpoint_written_bytes",
         Gauge,
         "Bytes of the operator's state the last completed checkpoint wrote (operators that took part in it).",
-        |n| n.checkpoint.map(|c| c.last_written_bytes),
+        |n| current(n).map(|c| c.last_written_bytes),
     );
     {
         let bottleneck = view.bottleneck(&m);
@@ -751,19 +751,19 @@ pub fn render(view: &JobView) -> String {
     x.family(
         "weir_checkpoint_sync_duration_seconds",
         Gauge,
-        "Of the last completed checkpoint, for each operator that took part in it, the longest an operator subtask was held up taking its snapshot at the barrier.",
+        "Of the last completed checkpoint, the longest an operator subtask was held up taking its snapshot at the barrier.",
     )
     .sample(&[("job", job)], secs(c.last_sync_ms));
     x.family(
         "weir_checkpoint_async_duration_seconds",
         Gauge,
-        "Of the last completed checkpoint, for each operator that took part in it, the longest a snapshot took to be made and written after its subtask went on.",
+        "Of the last completed checkpoint, the longest a snapshot took to be made and written after its subtask went on.",
     )
     .sample(&[("job", job)], secs(c.last_async_ms));
     x.family(
         "weir_checkpoint_alignment_seconds",
         Gauge,
-        "Of the last completed checkpoint, for each operator that took part in it, the longest an operator subtask took from the first of its inputs' barriers to the last.",
+        "Of the last completed checkpoint, the longest an operator subtask took from the first of its inputs' barriers to the last.",
     )
     .sample(&[("job", job)], secs(c.last_alignment_ms));
     x.family(

@@ -287,11 +287,19 @@ async fn each_operators_part_in_the_checkpoints_is_in_the_metrics_and_the_api() 
         fams["weir_operator_checkpoint_written_bytes"].value(&op),
         1_024.0
     );
-    assert_eq!(
-        fams["weir_operator_checkpoint_size_bytes"].samples.len(),
-        current.len(),
-        "the operators that took part in the last checkpoint: {current:?}"
-    );
+    for name in [
+        "weir_operator_checkpoint_sync_duration_seconds",
+        "weir_operator_checkpoint_async_duration_seconds",
+        "weir_operator_checkpoint_alignment_seconds",
+        "weir_operator_checkpoint_size_bytes",
+        "weir_operator_checkpoint_written_bytes",
+    ] {
+        assert_eq!(
+            fams[name].samples.len(),
+            current.len(),
+            "{name}: the operators that took part in the last checkpoint: {current:?}"
+        );
+    }
     let doc = check_against_openapi(addr, "GET", "/api/v1/checkpoints", &[], "").await;
     let ops = doc["operators"].as_array().unwrap();
     assert_eq!(ops.len(), want.len());
