@@ -279,7 +279,7 @@ impl DiskStore {
     /// gets every entry below `until` in key order. The view is taken before this returns
     /// (later writes are not in it); what `read` returns comes back from the closure this
     /// returns, which waits for it.
-    pub fn read_later<T: Send + 'static>(
+    fn read_later<T: Send + 'static>(
         &self,
         until: Vec<u8>,
         read: impl FnOnce(&mut dyn Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>>) -> T
