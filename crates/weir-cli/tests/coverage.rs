@@ -396,6 +396,20 @@ fn first_value_last_value_and_listagg_are_flinks() {
     check("first_last_listagg");
 }
 
+/// LISTAGG(DISTINCT x[, separator]): each value once, in the order it first came, as Flink's
+/// one-phase plan joins them (issue #24 item 9).
+#[test]
+fn listagg_distinct_is_flinks() {
+    check("listagg_distinct");
+}
+
+/// CROSS JOIN UNNEST, the comma form, LEFT JOIN UNNEST ... ON TRUE and WITH ORDINALITY over
+/// arrays from SPLIT, and a window over the elements (issue #24 item 9).
+#[test]
+fn unnest_of_split_is_flinks() {
+    check("unnest");
+}
+
 #[test]
 fn batch_execution_counts_the_rows_a_stream_finds_late_as_flinks_batch_does() {
     check("batch");

@@ -54,6 +54,9 @@ pub enum AggregateFn {
     /// The values that are not NULL, as text joined by the separator (the second), in the
     /// order rows come (Flink's LISTAGG of a STRING).
     ListAgg(String, String),
+    /// The distinct values that are not NULL, joined by the separator (the second) in the
+    /// order each first comes (Flink's `LISTAGG(DISTINCT x)`).
+    ListAggDistinct(String, String),
 }
 
 /// An aggregate with the name of its output column.
@@ -134,6 +137,13 @@ pub fn list_agg(column: &str, separator: &str, output: &str) -> Aggregate {
         output: output.into(),
     }
 }
+/// `LISTAGG(DISTINCT column, separator) AS output` (see [`AggregateFn::ListAggDistinct`]).
+pub fn list_agg_distinct(column: &str, separator: &str, output: &str) -> Aggregate {
+    Aggregate {
+        function: AggregateFn::ListAggDistinct(column.into(), separator.into()),
+        output: output.into(),
+    }
+}
 /// Welford's M2 of `column` (see [`AggregateFn::WelfordM2`]).
 pub fn welford_m2(column: &str, output: &str) -> Aggregate {
     Aggregate {
@@ -153,7 +163,10 @@ impl AggregateFn {
     pub fn in_arrival_order(&self) -> bool {
         matches!(
             self,
-            AggregateFn::FirstValue(_) | AggregateFn::LastValue(_) | AggregateFn::ListAgg(..)
+            AggregateFn::FirstValue(_)
+                | AggregateFn::LastValue(_)
+                | AggregateFn::ListAgg(..)
+                | AggregateFn::ListAggDistinct(..)
         )
     }
 }
@@ -211,7 +224,8 @@ impl Aggregate {
             | AggregateFn::WelfordM2(c)
             | AggregateFn::FirstValue(c)
             | AggregateFn::LastValue(c)
-            | AggregateFn::ListAgg(c, _) => Some(c),
+            | AggregateFn::ListAgg(c, _)
+            | AggregateFn::ListAggDistinct(c, _) => Some(c),
         }
     }
 
@@ -230,6 +244,7 @@ impl Aggregate {
             AggregateFn::FirstValue(c) => format!("first_value({c})"),
             AggregateFn::LastValue(c) => format!("last_value({c})"),
             AggregateFn::ListAgg(c, sep) => format!("listagg({c}, '{sep}')"),
+            AggregateFn::ListAggDistinct(c, sep) => format!("listagg(distinct {c}, '{sep}')"),
         };
         format!("{f} AS {}", self.output)
     }
@@ -310,6 +325,9 @@ pub(crate) enum State {
     Last(Option<Box<[u8]>>),
     /// LISTAGG's text so far, and its separator.
     Text(Option<String>, Arc<str>),
+    /// LISTAGG(DISTINCT)'s values so far, each with its place in the order they first came,
+    /// and the separator.
+    Texts(hashbrown::HashMap<Box<str>, u32>, Arc<str>),
 }
 
 /// One input column, read once per batch.
@@ -348,7 +366,7 @@ impl Bound {
                 })?;
                 let t = schema.field(i).data_type();
                 value_type = t.clone();
-                if let AggregateFn::ListAgg(..) = agg.function {
+                if let AggregateFn::ListAgg(..) | AggregateFn::ListAggDistinct(..) = agg.function {
                     if t != &DataType::Utf8 {
                         return Err(Error::plan(format!(
                             "aggregate `{}`: LISTAGG takes text, and `{c}` is {t}; cast it to \
@@ -428,7 +446,7 @@ impl Bound {
             ) => DataType::Int64,
             (AggregateFn::Median(_) | AggregateFn::WelfordM2(_), _) => DataType::Float64,
             (AggregateFn::FirstValue(_) | AggregateFn::LastValue(_), _) => self.value_type.clone(),
-            (AggregateFn::ListAgg(..), _) => DataType::Utf8,
+            (AggregateFn::ListAgg(..) | AggregateFn::ListAggDistinct(..), _) => DataType::Utf8,
             (AggregateFn::Avg(_), Num::Decimal(_, s)) => DataType::Decimal128(38, avg_scale(s)),
             (AggregateFn::Sum(_), Num::Decimal(_, s)) => DataType::Decimal128(38, s),
             (_, Num::Decimal(p, s)) => DataType::Decimal128(p, s),
@@ -501,6 +519,9 @@ impl Bound {
             (AggregateFn::FirstValue(_), _) => State::First(None),
             (AggregateFn::LastValue(_), _) => State::Last(None),
             (AggregateFn::ListAgg(_, sep), _) => State::Text(None, sep.as_str().into()),
+            (AggregateFn::ListAggDistinct(_, sep), _) => {
+                State::Texts(Default::default(), sep.as_str().into())
+            }
         }
     }
 
@@ -569,6 +590,17 @@ impl Bound {
                 };
                 State::Text(text, separator)
             }
+            State::Texts(_, separator) => {
+                let n = r.u32()?;
+                let mut values = hashbrown::HashMap::with_capacity(n as usize);
+                for place in 0..n {
+                    let v = std::str::from_utf8(r.bytes()?).map_err(|e| {
+                        Error::Internal(format!("LISTAGG's state on disk is not text: {e}"))
+                    })?;
+                    values.insert(v.into(), place);
+                }
+                State::Texts(values, separator)
+            }
         })
     }
 
@@ -581,7 +613,9 @@ impl Bound {
         if let AggregateFn::CountValues(_) = self.agg.function {
             return Ok(Values::Nulls(col.logical_nulls()));
         }
-        if let AggregateFn::ListAgg(_, separator) = &self.agg.function {
+        if let AggregateFn::ListAgg(_, separator) | AggregateFn::ListAggDistinct(_, separator) =
+            &self.agg.function
+        {
             return Ok(Values::Text(
                 col.as_string::<i32>(),
                 separator.as_str().into(),
@@ -696,6 +730,16 @@ impl State {
                     None => *t = Some(v.to_string()),
                 }
             }
+            (State::Texts(values, _), Values::Text(a, _)) => {
+                if a.is_null(i) {
+                    return;
+                }
+                let v = a.value(i);
+                if !values.contains_key(v) {
+                    let place = values.len() as u32;
+                    values.insert(v.into(), place);
+                }
+            }
             (State::Distinct(set), Values::Rows(rows, nulls)) => {
                 if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                     return;
@@ -780,6 +824,15 @@ impl State {
                     }
                 }
             }
+            (State::Texts(a, _), State::Texts(b, _)) => {
+                // b's values that a lacks come after a's, in b's order.
+                for v in in_order(b) {
+                    if !a.contains_key(&v) {
+                        let place = a.len() as u32;
+                        a.insert(v, place);
+                    }
+                }
+            }
             (State::Hll(a), State::Hll(b)) => {
                 for (x, y) in a.iter_mut().zip(b.iter()) {
                     *x = (*x).max(*y);
@@ -810,6 +863,7 @@ impl State {
         match self {
             State::Median(v) => v.len(),
             State::Distinct(v) => v.len(),
+            State::Texts(v, _) => v.len(),
             _ => 0,
         }
     }
@@ -887,6 +941,12 @@ impl State {
                 }
                 None => out.push(0),
             },
+            State::Texts(values, _) => {
+                out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+                for v in in_order_ref(values) {
+                    bytes(out, v.as_bytes());
+                }
+            }
         }
     }
 
@@ -898,6 +958,7 @@ impl State {
             State::Distinct(v) => v.iter().map(|k| k.len() + 24).sum(),
             State::First(Some(v)) | State::Last(Some(v)) => v.len(),
             State::Text(Some(t), _) => t.capacity(),
+            State::Texts(v, _) => v.keys().map(|k| k.len() + 32).sum(),
             _ => 0,
         }
     }
@@ -911,6 +972,17 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
             let texts: arrow_array::StringArray = (states.iter())
                 .map(|s| match s {
                     State::Text(t, _) => t.as_deref(),
+                    _ => None,
+                })
+                .collect();
+            return Arc::new(texts);
+        }
+        AggregateFn::ListAggDistinct(..) => {
+            let texts: arrow_array::StringArray = (states.iter())
+                .map(|s| match s {
+                    State::Texts(values, sep) if !values.is_empty() => {
+                        Some(in_order_ref(values).join(sep))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -1185,6 +1257,10 @@ pub(crate) fn read_partial(bound: &Bound, cols: &[ArrayRef], i: usize) -> State 
                 sep.as_str().into(),
             )
         }
+        // Never a partial (LISTAGG(DISTINCT) is not combinable); its state columns are a list.
+        (AggregateFn::ListAggDistinct(_, sep), _) => {
+            State::Texts(Default::default(), sep.as_str().into())
+        }
         (AggregateFn::WelfordM2(_), _) => State::Welford {
             n: int(&cols[0]).unwrap_or(0),
             mean: float(&cols[1]).unwrap_or(0.0),
@@ -1205,6 +1281,12 @@ pub(crate) fn state_fields(bound: &Bound) -> Vec<Field> {
         AggregateFn::CountDistinct(_) => vec![Field::new(
             format!("{}__values", bound.agg.output),
             DataType::List(Arc::new(Field::new_list_field(DataType::Binary, true))),
+            false,
+        )],
+        // In the order they first came.
+        AggregateFn::ListAggDistinct(..) => vec![Field::new(
+            format!("{}__values", bound.agg.output),
+            DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
             false,
         )],
         _ => bound.partial_fields(),
@@ -1243,6 +1325,18 @@ pub(crate) fn state_columns(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
             }
             vec![Arc::new(b.finish())]
         }
+        AggregateFn::ListAggDistinct(..) => {
+            let mut b = ListBuilder::new(arrow_array::builder::StringBuilder::new());
+            for st in states {
+                if let State::Texts(v, _) = st {
+                    for k in in_order_ref(v) {
+                        b.values().append_value(k);
+                    }
+                }
+                b.append(true);
+            }
+            vec![Arc::new(b.finish())]
+        }
         _ => partials(bound, states),
     }
 }
@@ -1264,8 +1358,30 @@ pub(crate) fn read_state(bound: &Bound, cols: &[ArrayRef], i: usize) -> State {
                     .collect(),
             )
         }
+        AggregateFn::ListAggDistinct(_, sep) => {
+            let list = cols[0].as_list::<i32>().value(i);
+            let values = (list.as_string::<i32>().iter().flatten())
+                .zip(0..)
+                .map(|(v, place)| (v.into(), place))
+                .collect();
+            State::Texts(values, sep.as_str().into())
+        }
         _ => read_partial(bound, cols, i),
     }
+}
+
+/// LISTAGG(DISTINCT)'s values in the order they first came.
+fn in_order(values: hashbrown::HashMap<Box<str>, u32>) -> Vec<Box<str>> {
+    let mut v: Vec<(Box<str>, u32)> = values.into_iter().collect();
+    v.sort_unstable_by_key(|(_, place)| *place);
+    v.into_iter().map(|(v, _)| v).collect()
+}
+
+/// [`in_order`] without taking the values.
+fn in_order_ref(values: &hashbrown::HashMap<Box<str>, u32>) -> Vec<&str> {
+    let mut v: Vec<(&str, u32)> = values.iter().map(|(v, p)| (&**v, *p)).collect();
+    v.sort_unstable_by_key(|(_, place)| *place);
+    v.into_iter().map(|(v, _)| v).collect()
 }
 
 /// The layout of an aggregation's checkpointed state: the key group
@@ -1566,7 +1682,11 @@ mod tests {
             for c in ["i", "f", "d", "s"] {
                 aggs.extend([first_value(c, "fv"), last_value(c, "lv")]);
             }
-            aggs.extend([list_agg("s", "|", "la"), welford_m2("f", "m2")]);
+            aggs.extend([
+                list_agg("s", "|", "la"),
+                list_agg_distinct("s", "|", "lad"),
+                welford_m2("f", "m2"),
+            ]);
             for agg in aggs {
                 let bound = Bound::new(&agg, &batch.schema()).unwrap();
                 let vals = bound.values(&batch).unwrap();
@@ -1589,6 +1709,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn listagg_distinct_keeps_each_value_once_where_it_first_came() {
+        let batch = batch_of(&[Some(3), Some(1), None, Some(3), Some(2), Some(1)]);
+        let agg = list_agg_distinct("s", ";", "l");
+        let bound = Bound::new(&agg, &batch.schema()).unwrap();
+        let vals = bound.values(&batch).unwrap();
+        let (mut whole, mut a, mut b) = (bound.init(), bound.init(), bound.init());
+        for i in 0..6 {
+            whole.update(&vals, i);
+            if i < 3 { &mut a } else { &mut b }.update(&vals, i);
+        }
+        let text = |s: &State| {
+            let col = finish(&bound, &[s]);
+            col.as_string::<i32>().value(0).to_string()
+        };
+        assert_eq!(text(&whole), "v3;v1;v2");
+        // A merge appends the other side's new values in their order.
+        a.merge(b);
+        assert_eq!(text(&a), "v3;v1;v2");
+        // Checkpoint columns keep the order.
+        let cols = state_columns(&bound, &[&whole]);
+        assert_eq!(text(&read_state(&bound, &cols, 0)), "v3;v1;v2");
+        assert!(finish(&bound, &[&bound.init()]).is_null(0));
     }
 
     #[test]

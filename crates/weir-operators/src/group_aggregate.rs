@@ -106,7 +106,9 @@ impl GroupAggregate {
             aggregates::AggregateFn::Median(_) | aggregates::AggregateFn::CountDistinct(_) => {
                 !self.final_only
             }
-            aggregates::AggregateFn::ListAgg(..) => true,
+            aggregates::AggregateFn::ListAgg(..) | aggregates::AggregateFn::ListAggDistinct(..) => {
+                true
+            }
             _ => false,
         }) {
             return Err(Error::plan(format!(

@@ -32,6 +32,7 @@ pub mod over_aggregate;
 pub mod regular_join;
 pub mod stream_table_join;
 pub mod temporal_join;
+pub mod unnest;
 pub mod window_aggregate;
 pub mod window_join;
 pub mod window_rank;
@@ -64,6 +65,7 @@ pub use over_aggregate::{Frame, OverAggregate, OverAggregateExt, OverAggregateOp
 pub use regular_join::{RegularJoin, RegularJoinExt};
 pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoinOp};
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
+pub use unnest::{Unnest, UnnestExt, UnnestOp};
 pub use window_aggregate::{Phase, Window, WindowAggregate, WindowAggregateOp};
 pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
 pub use window_rank::{RankOrder, WindowRank, WindowRankExt, WindowRankOp};
@@ -237,6 +239,9 @@ pub fn register(r: &mut Registry) {
     });
     r.add_operator("local_time", |s| {
         Ok(Arc::new(spec_from_json::<LocalTime>("local_time", s)?))
+    });
+    r.add_operator("unnest", |s| {
+        Ok(Arc::new(spec_from_json::<Unnest>("unnest", s)?))
     });
     r.add_operator("windowed", |s| {
         Ok(Arc::new(spec_from_json::<Windowed>("windowed", s)?))

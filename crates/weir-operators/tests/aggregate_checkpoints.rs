@@ -18,8 +18,8 @@ use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use weir_core::keys::{hash_key, key_group, KeyEncoder, DEFAULT_KEY_GROUPS};
 use weir_operators::aggregates::{
-    approx_count_distinct, avg, count, count_distinct, first_value, last_value, list_agg, max,
-    median, min, sum, welford_m2, Aggregate,
+    approx_count_distinct, avg, count, count_distinct, first_value, last_value, list_agg,
+    list_agg_distinct, max, median, min, sum, welford_m2, Aggregate,
 };
 use weir_operators::{GroupAggregate, Phase, WindowAggregate};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
@@ -286,6 +286,7 @@ fn every_aggregate() -> Vec<Aggregate> {
     a.push(first_value("v", "first"));
     a.push(last_value("x", "last_x"));
     a.push(list_agg("k", "|", "keys"));
+    a.push(list_agg_distinct("k", ",", "distinct_keys"));
     a
 }
 

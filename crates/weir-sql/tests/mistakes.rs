@@ -868,3 +868,60 @@ INSERT INTO counts SELECT id, COUNT(*) FROM events GROUP BY id HAVING COUNT(*) >
         "{err}"
     );
 }
+
+/// UNNEST in the forms weir does not take is refused, naming the forms it takes (issue #24).
+#[test]
+fn unnest_in_a_form_weir_does_not_take_is_refused_naming_the_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |from: &str| {
+        format!(
+            "CREATE TABLE tagged (id BIGINT, tags STRING, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'filesystem', 'path' = '${{dir}}/t.csv', 'format' = 'csv');
+CREATE TABLE out1 (id BIGINT, tag STRING)
+  WITH ('connector' = 'filesystem', 'path' = '${{dir}}/o.csv', 'format' = 'csv');
+INSERT INTO out1 SELECT id, tag FROM {from};"
+        )
+    };
+    for (from, says) in [
+        (
+            "tagged LEFT JOIN UNNEST(SPLIT(tags, ';')) AS u(tag) ON tag = 'a'",
+            "put other conditions in WHERE",
+        ),
+        (
+            "tagged CROSS JOIN UNNEST(tags) AS u(tag)",
+            "UNNEST takes an ARRAY, and `tags` is Utf8; SPLIT(text, delimiter)",
+        ),
+        (
+            "tagged CROSS JOIN UNNEST(SPLIT(tags, ';'))",
+            "name the UNNEST and its column",
+        ),
+        (
+            "tagged CROSS JOIN UNNEST(SPLIT(tags, ';')) WITH ORDINALITY AS u(tag)",
+            "name the element and its place",
+        ),
+        (
+            "tagged CROSS JOIN UNNEST(SPLIT(tags, ';'), SPLIT(tags, ',')) AS u(tag)",
+            "one array at a time",
+        ),
+    ] {
+        let err = plan_error(&job(from), dir.path());
+        assert!(err.contains(says), "{from}\n→ {err}");
+    }
+    let into_text = job("tagged").replace("SELECT id, tag", "SELECT id, SPLIT(tags, ';')");
+    let err = plan_error(&into_text, dir.path());
+    assert!(
+        err.contains("is an ARRAY") && err.contains("UNNEST it"),
+        "{err}"
+    );
+    let cast = job("tagged").replace(
+        "SELECT id, tag",
+        "SELECT id, CAST(SPLIT(tags, ';') AS STRING)",
+    );
+    plan_job(&cast, &opts(dir.path())).unwrap();
+    plan_job(
+        &job("tagged CROSS JOIN UNNEST(SPLIT(tags, ';')) AS u(tag)"),
+        &opts(dir.path()),
+    )
+    .unwrap();
+}

@@ -133,3 +133,22 @@ rows[at:at] = [(1730611800000, "l", 5), (1730614200000, "l", 6), (1730609400000,
 with open("input/zoned_events.csv", "w") as f:
     for i, (ts, key, amount) in enumerate(rows):
         f.write(f"{i},{key},{ts},{amount}\n")
+
+# tagged.csv: id, tags (text of tags joined by ';', some with empty parts; `-` for an empty
+# text and `none` for NULL, which the query maps, so that both engines read the same), ts. 400 rows over about 7 minutes, out of order by up to 2 s.
+rng = random.Random(24)
+rows = []
+for i in range(400):
+    ts = base + i * 1000 + rng.randint(0, 999)
+    kind = rng.random()
+    if kind < 0.05:
+        tags = None
+    elif kind < 0.1:
+        tags = ""
+    else:
+        tags = ";".join(rng.choice(["red", "green", "blue", "", "x y"]) for _ in range(rng.randint(1, 4)))
+    rows.append((i, tags, ts))
+rows.sort(key=lambda r: r[2] + rng.randint(0, 2000))
+with open("input/tagged.csv", "w") as f:
+    for i, tags, ts in rows:
+        f.write(f"{i},{'none' if tags is None else (tags or '-')},{ts}\n")

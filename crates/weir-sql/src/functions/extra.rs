@@ -1,10 +1,12 @@
 //! Flink's functions that DataFusion has under no name: LOCATE, REGEXP, ELT, TO_BASE64,
-//! FROM_BASE64, HEX, UNHEX, BIN, IS_DIGIT, IS_ALPHA, IS_DECIMAL, URL_ENCODE, URL_DECODE and E,
+//! FROM_BASE64, HEX, UNHEX, BIN, IS_DIGIT, IS_ALPHA, IS_DECIMAL, URL_ENCODE, URL_DECODE, E and
+//! SPLIT (an ARRAY<STRING>, for `CROSS JOIN UNNEST`),
 //! with Java's rules where Flink's come from Java (checked against Flink 2.3 by
 //! `testdata/flink/scalars`).
 
 use std::sync::Arc;
 
+use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{
@@ -34,9 +36,10 @@ pub(crate) enum Extra {
     UrlEncode,
     UrlDecode,
     E,
+    Split,
 }
 
-const ALL: [Extra; 14] = [
+const ALL: [Extra; 15] = [
     Extra::Locate,
     Extra::Regexp,
     Extra::Elt,
@@ -51,6 +54,7 @@ const ALL: [Extra; 14] = [
     Extra::UrlEncode,
     Extra::UrlDecode,
     Extra::E,
+    Extra::Split,
 ];
 
 impl Extra {
@@ -71,6 +75,7 @@ impl Extra {
             Extra::UrlEncode => "url_encode",
             Extra::UrlDecode => "url_decode",
             Extra::E => "e",
+            Extra::Split => "split",
         }
     }
 
@@ -91,6 +96,7 @@ impl Extra {
             Extra::UrlEncode => "URL_ENCODE(STRING)",
             Extra::UrlDecode => "URL_DECODE(STRING)",
             Extra::E => "E()",
+            Extra::Split => "SPLIT(STRING text, STRING delimiter)",
         }
     }
 
@@ -115,7 +121,9 @@ impl Extra {
                 }
                 Some(out)
             }
-            Extra::Regexp if n == 2 && given.iter().all(text) => Some(vec![Utf8, Utf8]),
+            Extra::Regexp | Extra::Split if n == 2 && given.iter().all(text) => {
+                Some(vec![Utf8, Utf8])
+            }
             Extra::Elt if n >= 2 && int(&given[0]) && given[1..].iter().all(text) => {
                 Some([vec![Int64], vec![Utf8; n - 1]].concat())
             }
@@ -145,6 +153,7 @@ impl Extra {
             Extra::Regexp | Extra::IsDigit | Extra::IsAlpha | Extra::IsDecimal => DataType::Boolean,
             Extra::FromBase64 | Extra::Unhex => DataType::Binary,
             Extra::E => DataType::Float64,
+            Extra::Split => DataType::new_list(DataType::Utf8, true),
             _ => DataType::Utf8,
         }
     }
@@ -283,6 +292,29 @@ impl ScalarUDFImpl for ExtraFn {
                     });
                 }
                 Arc::new(BinaryArray::from_iter(out))
+            }
+            Extra::Split => {
+                let (text, delimiter) = (texts(0), texts(1));
+                let mut out = ListBuilder::new(StringBuilder::new());
+                for r in 0..rows {
+                    let (Some(t), Some(d)) = (value(text, r), value(delimiter, r)) else {
+                        out.append_null();
+                        continue;
+                    };
+                    // As Flink's: an empty text is an empty array, an empty delimiter splits
+                    // every character apart, and empty parts are kept.
+                    if d.is_empty() {
+                        for c in t.chars() {
+                            out.values().append_value(c.encode_utf8(&mut [0; 4]));
+                        }
+                    } else if !t.is_empty() {
+                        for part in t.split(d) {
+                            out.values().append_value(part);
+                        }
+                    }
+                    out.append(true);
+                }
+                Arc::new(out.finish())
             }
             Extra::Bin => {
                 let n = arrays[0].as_primitive::<Int64Type>();

@@ -304,6 +304,33 @@ fn from_unixtime_and_date_format_on_text() {
     assert_eq!(one("DATE_FORMAT('garbage', 'yyyy')"), "NULL");
 }
 
+/// SPLIT as Flink 2.3 gives it (run on Flink: an ARRAY<STRING>, empty parts kept, an empty
+/// delimiter splitting every character apart, an empty text an empty array).
+#[test]
+fn split_as_flink() {
+    let (t, v) = eval("SPLIT(`s`, ',')");
+    assert_eq!(t, DataType::new_list(DataType::Utf8, true));
+    assert_eq!(v, ["[a, b, c]", "NULL"]);
+    for (sql, want) in [
+        ("SPLIT('a,b,,c', ',')", "[a, b, , c]"),
+        ("SPLIT(',a,', ',')", "[, a, ]"),
+        ("SPLIT('abc', '')", "[a, b, c]"),
+        ("SPLIT('', ',')", "[]"),
+        ("SPLIT('a::b', '::')", "[a, b]"),
+        ("SPLIT(CAST(NULL AS STRING), ',')", "NULL"),
+        ("SPLIT('a,b', CAST(NULL AS STRING))", "NULL"),
+        // CAST of an ARRAY to STRING, as Flink writes it.
+        ("CAST(SPLIT('a;b', ';') AS STRING)", "[a, b]"),
+        ("CAST(SPLIT('', ';') AS STRING)", "[]"),
+        ("CAST(SPLIT(';x', ';') AS STRING)", "[, x]"),
+    ] {
+        assert_eq!(one(sql), want, "{sql}");
+    }
+    assert!(
+        plan_error("SPLIT(`n`, ',')").contains("SPLIT takes SPLIT(STRING text, STRING delimiter)")
+    );
+}
+
 #[test]
 fn split_index_as_flink() {
     let (t, v) = eval("SPLIT_INDEX(`s`, ',', `n`)");

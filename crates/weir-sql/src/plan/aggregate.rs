@@ -684,9 +684,10 @@ pub(super) fn add_aggregate(
             if let Some(kind) = agg_fn(&f.name.to_string()) {
                 let key = e.to_string();
                 let distinct = matches!(&f.args, FunctionArguments::List(l) if l.duplicate_treatment == Some(sqlparser::ast::DuplicateTreatment::Distinct));
-                if (distinct && kind != "count") || f.over.is_some() {
+                if (distinct && !matches!(kind, "count" | "listagg")) || f.over.is_some() {
                     return Err(plan_err(format!(
-                        "`{key}`: OVER and DISTINCT other than COUNT(DISTINCT x) in aggregates are not supported"
+                        "`{key}`: OVER and DISTINCT other than COUNT(DISTINCT x) and \
+                         LISTAGG(DISTINCT x) in aggregates are not supported"
                     )));
                 }
                 if out.iter().any(|(k, _)| *k == key) {
@@ -822,7 +823,11 @@ pub(super) fn add_aggregate(
                                 )))
                             }
                         };
-                        aggregates::list_agg(&column()?, &separator, &output)
+                        if distinct {
+                            aggregates::list_agg_distinct(&column()?, &separator, &output)
+                        } else {
+                            aggregates::list_agg(&column()?, &separator, &output)
+                        }
                     }
                     _ => aggregates::median(&column()?, &output),
                 };

@@ -62,6 +62,7 @@ mod scope;
 mod settings;
 mod sources;
 mod union;
+mod unnest;
 mod variance;
 mod with;
 
@@ -556,6 +557,14 @@ impl Planner {
         let mut out = Vec::new();
         for ((name, t), e) in sink_cols.iter().zip(exprs) {
             let planned = e.plan(&schema)?;
+            // Flink refuses an ARRAY into a column of another type; an explicit CAST to STRING
+            // writes its text.
+            if matches!(planned.data_type(), DataType::List(_)) {
+                return Err(plan_err(format!(
+                    "INSERT INTO `{}`, column `{name}`: `{e}` is an ARRAY, and weir's tables                      have no ARRAY columns; UNNEST it (CROSS JOIN UNNEST(...) AS u(x)), or CAST                      it AS STRING for its text",
+                    sink.name
+                )));
+            }
             let same = planned.data_type() == t;
             out.push((
                 name.clone(),
@@ -619,9 +628,14 @@ impl Planner {
             let names = output_names(select, &rel)?;
             return self.distinct(d, names, rel, exprs);
         }
-        if select.from.len() != 1 {
-            return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function)"));
-        }
+        // `FROM t, UNNEST(...) AS u(...)` is `t CROSS JOIN UNNEST(...)` (plan/unnest.rs).
+        let unnest_after = match select.from.as_slice() {
+            [_] => None,
+            [_, u] if u.joins.is_empty() && unnest::as_unnest(&u.relation).is_some() => {
+                unnest::as_unnest(&u.relation)
+            }
+            _ => return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function), or a table and an UNNEST")),
+        };
         // Window Top-N and deduplication: ROW_NUMBER() in a subquery of FROM (plan/rank.rs).
         if let Some(ranked) = self.rank_query(select)? {
             return Ok(ranked);
@@ -638,7 +652,13 @@ impl Planner {
             other => (self.table_factor(other)?.0, None),
         };
         for j in &from.joins {
-            rel = self.join(rel, j)?;
+            rel = match unnest::as_unnest(&j.relation) {
+                Some(_) => self.unnest_join(rel, j)?,
+                None => self.join(rel, j)?,
+            };
+        }
+        if let Some(u) = &unnest_after {
+            rel = self.unnest(rel, u, false)?;
         }
         if rel.upsert_keys.is_some()
             && (window.is_some() || select.selection.is_some() || !from.joins.is_empty())
