@@ -403,6 +403,12 @@ fn listagg_distinct_is_flinks() {
     check("listagg_distinct");
 }
 
+/// FIRST_VALUE, LAST_VALUE and LISTAGG OVER RANGE, ROWS and unbounded frames (issue #24 item 9).
+#[test]
+fn first_value_last_value_and_listagg_over_a_frame_are_flinks() {
+    check("over_values");
+}
+
 /// CROSS JOIN UNNEST, the comma form, LEFT JOIN UNNEST ... ON TRUE and WITH ORDINALITY over
 /// arrays from SPLIT, and a window over the elements (issue #24 item 9).
 #[test]

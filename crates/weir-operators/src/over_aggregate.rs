@@ -77,7 +77,8 @@ pub enum Frame {
 }
 
 impl Frame {
-    fn unbounded(self) -> bool {
+    /// Whether the frame reaches back to the key's first row.
+    pub fn unbounded(self) -> bool {
         matches!(self, Frame::RangeUnbounded | Frame::RowsUnbounded)
     }
     /// Whether rows at one time (peers) enter the frame together.
@@ -203,10 +204,22 @@ impl OverAggregate {
                     | AggregateFn::Min(_)
                     | AggregateFn::Max(_)
                     | AggregateFn::Avg(_)
+                    | AggregateFn::FirstValue(_)
+                    | AggregateFn::LastValue(_)
+                    | AggregateFn::ListAgg(..)
             ) {
                 return Err(Error::plan(format!(
                     "`{}` cannot be taken OVER a window: weir's OVER aggregation takes COUNT, \
-                     SUM, MIN, MAX and AVG, whose values it can take out of a frame as rows leave it",
+                     SUM, MIN, MAX, AVG, FIRST_VALUE, LAST_VALUE and LISTAGG, whose values it \
+                     can take out of a frame as rows leave it",
+                    a.output
+                )));
+            }
+            if matches!(a.function, AggregateFn::ListAgg(..)) && self.frame.unbounded() {
+                return Err(Error::plan(format!(
+                    "`{}`: LISTAGG over an unbounded frame would keep every value of a key until \
+                     its TTL; bound the frame (RANGE BETWEEN INTERVAL ... PRECEDING or ROWS \
+                     BETWEEN n PRECEDING)",
                     a.output
                 )));
             }
@@ -259,10 +272,14 @@ impl OperatorFactory for OverAggregate {
         "over_aggregate"
     }
     fn arrival_order(&self) -> Option<String> {
-        matches!(self.frame, Frame::Rows { .. } | Frame::RowsUnbounded).then(|| {
-            "a ROWS frame takes rows of one key at the same event time in the order they arrive"
-                .to_string()
-        })
+        if matches!(self.frame, Frame::Rows { .. } | Frame::RowsUnbounded) {
+            return Some(
+                "a ROWS frame takes rows of one key at the same event time in the order they arrive"
+                    .to_string(),
+            );
+        }
+        aggregates::arrival_order(&self.aggregates)
+            .map(|outputs| format!("{outputs}: rows of one key at the same event time, in a frame"))
     }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("over aggregate spec serialises")
@@ -302,6 +319,13 @@ impl OperatorFactory for OverAggregate {
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             event_time: et,
             kinds: bound.iter().map(Kind::of).collect(),
+            separators: (bound.iter())
+                .map(|b| match &b.aggregate().function {
+                    AggregateFn::ListAgg(_, sep) => sep.as_str().into(),
+                    _ => "".into(),
+                })
+                .collect(),
+            keeps: bound.iter().any(|b| Kind::of(b).keeps()),
             bound,
             store: BatchStore::new(input.schema.clone()),
             keys: KeySlots::new(),
@@ -350,6 +374,18 @@ enum Kind {
     Avg(Num),
     Min(Num),
     Max(Num),
+    /// FIRST_VALUE, LAST_VALUE and LISTAGG keep the frame's values themselves (encoded; text
+    /// for LISTAGG), in the frame's order.
+    First,
+    Last,
+    List,
+}
+
+impl Kind {
+    /// Whether the aggregate keeps the frame's values (see [`Held::kept`]).
+    fn keeps(self) -> bool {
+        matches!(self, Kind::First | Kind::Last | Kind::List)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,6 +409,9 @@ impl Kind {
             AggregateFn::Avg(_) => Kind::Avg(num),
             AggregateFn::Min(_) => Kind::Min(num),
             AggregateFn::Max(_) => Kind::Max(num),
+            AggregateFn::FirstValue(_) => Kind::First,
+            AggregateFn::LastValue(_) => Kind::Last,
+            AggregateFn::ListAgg(..) => Kind::List,
             _ => Kind::Count,
         }
     }
@@ -404,6 +443,35 @@ fn value_of(v: &Values, i: usize) -> Option<Value> {
     }
 }
 
+/// A row's values for each aggregate: as [`Held::values`] and [`Held::kept`] hold them.
+type RowValues = (Box<[Option<Value>]>, Box<[Option<Box<[u8]>>]>);
+
+/// Row `i` of `v` as FIRST_VALUE and LAST_VALUE (encoded) or LISTAGG (text) keep it; `None`
+/// for NULL and for the other aggregates' values.
+fn kept_of(v: &Values, i: usize) -> Option<Box<[u8]>> {
+    match v {
+        Values::Rows(rows, nulls) => {
+            (!nulls.as_ref().is_some_and(|n| n.is_null(i))).then(|| rows.row(i).as_ref().into())
+        }
+        Values::Text(a, _) => (!a.is_null(i)).then(|| a.value(i).as_bytes().into()),
+        _ => None,
+    }
+}
+
+/// Row `h` enters the frame of `accs`.
+fn add_row(accs: &mut [Acc], kinds: &[Kind], h: &Held) {
+    for ((acc, &kind), v) in accs.iter_mut().zip(kinds).zip(h.values.iter()) {
+        if let Some(v) = v {
+            acc.add(kind, *v);
+        }
+    }
+    for (acc, v) in accs.iter_mut().zip(h.kept.iter()) {
+        if let Some(v) = v {
+            acc.add_kept(v);
+        }
+    }
+}
+
 /// The running aggregate of a frame: values go in as rows enter and out as they leave.
 #[derive(Debug, Clone, Default)]
 struct Acc {
@@ -414,6 +482,9 @@ struct Acc {
     float: f64,
     /// MIN and MAX: how many of each value the frame holds.
     values: BTreeMap<Value, u32>,
+    /// FIRST_VALUE, LAST_VALUE and LISTAGG: the frame's values that are not NULL, oldest
+    /// first (rows leave a frame oldest first, so a leaving row's value is the front).
+    kept: VecDeque<Box<[u8]>>,
 }
 
 impl Acc {
@@ -427,7 +498,18 @@ impl Acc {
             Kind::Sum(Num::Dec) | Kind::Avg(Num::Dec) => self.int = self.int.wrapping_add(v),
             Kind::Sum(Num::Float) | Kind::Avg(Num::Float) => self.float += key_float(v),
             Kind::Min(_) | Kind::Max(_) => *self.values.entry(v).or_default() += 1,
+            Kind::First | Kind::Last | Kind::List => {}
         }
+    }
+
+    /// A kept value enters the frame (see [`Kind::keeps`]).
+    fn add_kept(&mut self, v: &[u8]) {
+        self.kept.push_back(v.into());
+    }
+
+    /// The oldest kept value leaves the frame.
+    fn retract_kept(&mut self) {
+        self.kept.pop_front();
     }
 
     fn retract(&mut self, kind: Kind, v: Value) {
@@ -454,11 +536,21 @@ impl Acc {
                     }
                 }
             }
+            Kind::First | Kind::Last | Kind::List => {}
         }
     }
 
-    /// Keeps only the extreme value of MIN / MAX (rows never leave an unbounded frame).
+    /// Keeps only the extreme value of MIN / MAX, the first or last of FIRST_VALUE /
+    /// LAST_VALUE (rows never leave an unbounded frame).
     fn prune(&mut self, kind: Kind) {
+        match kind {
+            Kind::First => self.kept.truncate(1),
+            Kind::Last => {
+                let n = self.kept.len();
+                self.kept.drain(..n.saturating_sub(1));
+            }
+            _ => {}
+        }
         let keep = match kind {
             Kind::Min(_) => self.values.keys().next().copied(),
             Kind::Max(_) => self.values.keys().next_back().copied(),
@@ -471,34 +563,61 @@ impl Acc {
         }
     }
 
-    /// The running aggregate of an unbounded frame (at most one MIN / MAX value), as bytes.
-    fn encode(&self, out: &mut Vec<u8>) {
+    /// The running aggregate of an unbounded frame (at most one MIN / MAX value), as bytes;
+    /// FIRST_VALUE and LAST_VALUE add their one value (a length, then its bytes).
+    fn encode(&self, kind: Kind, out: &mut Vec<u8>) {
         out.extend(self.n.to_le_bytes());
         out.extend(self.int.to_le_bytes());
         out.extend(self.float.to_bits().to_le_bytes());
         let v = self.values.keys().next();
         out.push(v.is_some() as u8);
         out.extend(v.copied().unwrap_or(0).to_le_bytes());
+        if kind.keeps() {
+            match self.kept.front() {
+                Some(v) => {
+                    out.push(1);
+                    out.extend((v.len() as u32).to_le_bytes());
+                    out.extend_from_slice(v);
+                }
+                None => out.push(0),
+            }
+        }
     }
 
     const ENCODED_BYTES: usize = 8 + 16 + 8 + 1 + 16;
 
-    /// Reads what [`Acc::encode`] wrote.
-    fn decode(b: &[u8]) -> Acc {
-        let n = i64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
-        let int = i128::from_le_bytes(b[8..24].try_into().expect("16 bytes"));
-        let float = f64::from_bits(u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")));
-        let v = i128::from_le_bytes(b[33..49].try_into().expect("16 bytes"));
-        Acc {
+    /// Reads what [`Acc::encode`] wrote from the front of `b`, and how many bytes it took;
+    /// `None` when `b` is too short.
+    fn decode(kind: Kind, b: &[u8]) -> Option<(Acc, usize)> {
+        let fixed = b.get(..Self::ENCODED_BYTES)?;
+        let n = i64::from_le_bytes(fixed[0..8].try_into().ok()?);
+        let int = i128::from_le_bytes(fixed[8..24].try_into().ok()?);
+        let float = f64::from_bits(u64::from_le_bytes(fixed[24..32].try_into().ok()?));
+        let v = i128::from_le_bytes(fixed[33..49].try_into().ok()?);
+        let mut used = Self::ENCODED_BYTES;
+        let mut kept = VecDeque::new();
+        if kind.keeps() {
+            if *b.get(used)? == 1 {
+                let len = u32::from_le_bytes(b.get(used + 1..used + 5)?.try_into().ok()?);
+                let start = used + 5;
+                kept.push_back(b.get(start..start + len as usize)?.into());
+                used = start + len as usize;
+            } else {
+                used += 1;
+            }
+        }
+        let acc = Acc {
             n,
             int,
             float,
-            values: if b[32] == 1 {
+            values: if fixed[32] == 1 {
                 BTreeMap::from([(v, 1)])
             } else {
                 BTreeMap::new()
             },
-        }
+            kept,
+        };
+        Some((acc, used))
     }
 
     /// The frame's aggregate as the state `aggregates::finish` turns into a result.
@@ -520,7 +639,26 @@ impl Acc {
             Kind::Max(Num::Int) => State::MaxInt(last.map(|v| v as i64)),
             Kind::Max(Num::Dec) => State::MaxDec(last),
             Kind::Max(Num::Float) => State::MaxFloat(last.map(key_float)),
+            Kind::First => State::First(self.kept.front().cloned()),
+            Kind::Last => State::Last(self.kept.back().cloned()),
+            Kind::List => unreachable!("LISTAGG's state is made by `Acc::list`"),
         }
+    }
+
+    /// LISTAGG's state: the frame's texts joined by `separator`.
+    fn list(&self, separator: &Arc<str>) -> State {
+        let mut text: Option<String> = None;
+        for v in &self.kept {
+            let v = String::from_utf8_lossy(v);
+            match &mut text {
+                Some(t) => {
+                    t.push_str(separator);
+                    t.push_str(&v);
+                }
+                None => text = Some(v.into_owned()),
+            }
+        }
+        State::Text(text, separator.clone())
     }
 }
 
@@ -531,6 +669,10 @@ struct Held {
     seq: u64,
     row: RowRef,
     values: Box<[Option<Value>]>,
+    /// The values of FIRST_VALUE, LAST_VALUE (Arrow's row format) and LISTAGG (text), per
+    /// aggregate (`None` for the others, and for NULLs); empty when no aggregate keeps
+    /// values.
+    kept: Box<[Option<Box<[u8]>>]>,
 }
 
 /// One key's rows.
@@ -557,6 +699,10 @@ pub struct OverAggregateOp {
     event_time: usize,
     bound: Vec<Bound>,
     kinds: Vec<Kind>,
+    /// LISTAGG's separators (empty for the other aggregates).
+    separators: Vec<Arc<str>>,
+    /// Whether some aggregate keeps values ([`Kind::keeps`]).
+    keeps: bool,
     store: BatchStore,
     keys: KeySlots<KeyRows>,
     /// When a key has work: tag 0, a pending row's time; tag 1, when the oldest row of its
@@ -595,6 +741,7 @@ impl OverAggregateOp {
         release: &mut Vec<u32>,
     ) {
         let kinds = &self.kinds;
+        let separators = &self.separators;
         let k = self.keys.get_mut(slot);
         if k.accs.is_empty() {
             k.accs = vec![Acc::default(); kinds.len()];
@@ -604,6 +751,11 @@ impl OverAggregateOp {
             for ((acc, &kind), v) in k.accs.iter_mut().zip(kinds).zip(h.values.iter()) {
                 if let Some(v) = v {
                     acc.retract(kind, *v);
+                }
+            }
+            for (acc, v) in k.accs.iter_mut().zip(h.kept.iter()) {
+                if v.is_some() {
+                    acc.retract_kept();
                 }
             }
             release.push(h.row.batch);
@@ -637,11 +789,7 @@ impl OverAggregateOp {
                 }
             }
             for h in &peers {
-                for ((acc, &kind), v) in k.accs.iter_mut().zip(kinds).zip(h.values.iter()) {
-                    if let Some(v) = v {
-                        acc.add(kind, *v);
-                    }
-                }
+                add_row(&mut k.accs, kinds, h);
             }
             if self.spec.frame.unbounded() {
                 for (acc, &kind) in k.accs.iter_mut().zip(kinds) {
@@ -657,7 +805,10 @@ impl OverAggregateOp {
             for h in &peers {
                 rows.push(h.row);
                 for (j, acc) in k.accs.iter().enumerate() {
-                    states[j].push(acc.state(kinds[j]));
+                    states[j].push(match kinds[j] {
+                        Kind::List => acc.list(&separators[j]),
+                        kind => acc.state(kind),
+                    });
                 }
             }
             k.last_ts = ts;
@@ -711,13 +862,22 @@ impl OverAggregateOp {
         }
     }
 
-    /// The aggregates' values of every row of `data`.
-    fn values_of(&self, data: &RecordBatch) -> Result<Vec<Box<[Option<Value>]>>> {
+    /// The aggregates' values of every row of `data`, and those kept whole
+    /// ([`Held::kept`]).
+    fn values_of(&self, data: &RecordBatch) -> Result<Vec<RowValues>> {
         let cols: Vec<Values> = (self.bound.iter())
             .map(|b| b.values(data))
             .collect::<Result<_>>()?;
         Ok((0..data.num_rows())
-            .map(|i| cols.iter().map(|c| value_of(c, i)).collect())
+            .map(|i| {
+                let values = cols.iter().map(|c| value_of(c, i)).collect();
+                let kept = if self.keeps {
+                    cols.iter().map(|c| kept_of(c, i)).collect()
+                } else {
+                    Box::default()
+                };
+                (values, kept)
+            })
             .collect())
     }
 }
@@ -738,7 +898,7 @@ impl Operator for OverAggregateOp {
         let keys = self.encoder.encode(&data)?;
         let values = self.values_of(&data)?;
         let id = self.store.insert(data);
-        for (i, (key, values)) in keys.iter().zip(values).enumerate() {
+        for (i, (key, (values, kept))) in keys.iter().zip(values).enumerate() {
             let key = key.as_ref();
             let slot = self.keys.slot_for(hash_key(key), key);
             let seq = self.next_seq;
@@ -754,6 +914,7 @@ impl Operator for OverAggregateOp {
                     seq,
                     row,
                     values,
+                    kept,
                 },
             );
         }
@@ -821,7 +982,9 @@ impl Operator for OverAggregateOp {
             if self.spec.frame.unbounded() && !k.accs.is_empty() {
                 // A row of NULL input columns that carries the key's running aggregate.
                 buf.clear();
-                k.accs.iter().for_each(|a| a.encode(&mut buf));
+                for (a, &kind) in k.accs.iter().zip(&self.kinds) {
+                    a.encode(kind, &mut buf);
+                }
                 refs.push(None);
                 groups.push(g);
                 keys.push(key);
@@ -869,16 +1032,27 @@ impl Operator for OverAggregateOp {
             for i in (0..b.num_rows()).filter(|&i| accs.is_valid(i)) {
                 let key = b.column(n + 1).as_binary::<i32>().value(i);
                 let bytes = accs.value(i);
-                if bytes.len() != self.kinds.len() * Acc::ENCODED_BYTES {
-                    return Err(Error::Internal(format!(
-                        "over_aggregate state: a running aggregate of {} bytes for {} aggregates",
+                let bad = || {
+                    Error::Internal(format!(
+                        "over_aggregate state: a running aggregate of {} bytes does not hold {} \
+                         aggregates",
                         bytes.len(),
                         self.kinds.len()
-                    )));
+                    ))
+                };
+                let mut read = Vec::with_capacity(self.kinds.len());
+                let mut at = 0;
+                for &kind in &self.kinds {
+                    let (acc, used) = Acc::decode(kind, &bytes[at..]).ok_or_else(bad)?;
+                    read.push(acc);
+                    at += used;
+                }
+                if at != bytes.len() {
+                    return Err(bad());
                 }
                 let slot = self.keys.slot_for(hash_key(key), key);
                 let k = self.keys.get_mut(slot);
-                k.accs = bytes.chunks(Acc::ENCODED_BYTES).map(Acc::decode).collect();
+                k.accs = read;
                 k.last_ts = lasts.value(i);
                 let ttl = self.spec.state_ttl_ms.unwrap_or(0);
                 self.due.push(k.last_ts.saturating_add(ttl), slot, 2);
@@ -899,7 +1073,7 @@ impl Operator for OverAggregateOp {
             let times = event_times(&data, self.event_time)?;
             let values = self.values_of(&data)?;
             let id = self.store.insert(data);
-            for (i, values) in values.into_iter().enumerate() {
+            for (i, (values, kept)) in values.into_iter().enumerate() {
                 let key = keys.value(i);
                 let slot = self.keys.slot_for(hash_key(key), key);
                 let seq = seqs.value(i) as u64;
@@ -912,6 +1086,7 @@ impl Operator for OverAggregateOp {
                         row: i as u32,
                     },
                     values,
+                    kept,
                 };
                 if !emitted.value(i) {
                     self.hold(slot, held);
@@ -923,11 +1098,7 @@ impl Operator for OverAggregateOp {
                 if k.accs.is_empty() {
                     k.accs = vec![Acc::default(); kinds.len()];
                 }
-                for ((acc, &kind), v) in k.accs.iter_mut().zip(kinds).zip(held.values.iter()) {
-                    if let Some(v) = v {
-                        acc.add(kind, *v);
-                    }
-                }
+                add_row(&mut k.accs, kinds, &held);
                 if let (Frame::Range { preceding_ms }, true) = (self.spec.frame, k.frame.is_empty())
                 {
                     self.due.push(held.ts.saturating_add(preceding_ms), slot, 1);

@@ -12,7 +12,9 @@ use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use weir_core::keys::{hash_key, key_group, DEFAULT_KEY_GROUPS};
-use weir_operators::aggregates::{avg, count, count_values, max, median, min, sum};
+use weir_operators::aggregates::{
+    avg, count, count_values, first_value, last_value, list_agg, max, median, min, sum,
+};
 use weir_operators::OverAggregate;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
@@ -43,6 +45,8 @@ fn info() -> StreamInfo {
             Field::new("x", DataType::Float64, false),
             Field::new("d", DataType::Decimal128(10, 2), false),
             Field::new("ts", DataType::Int64, false),
+            // `v`'s text (`v3`), for LISTAGG.
+            Field::new("lk", DataType::Utf8, true),
         ])),
         event_time: Some("ts".into()),
     }
@@ -101,6 +105,9 @@ fn script(steps: &[Step]) -> (Vec<Input>, Vec<Flat>) {
                                 .unwrap(),
                         ),
                         Arc::new(Int64Array::from_iter_values(rows.iter().map(ts))),
+                        Arc::new(StringArray::from_iter(
+                            rows.iter().map(|r| r.v.map(|v| format!("v{v}"))),
+                        )),
                     ],
                 )
                 .unwrap();
@@ -128,7 +135,15 @@ fn spec(frame: OverAggregate) -> OverAggregate {
         .aggregate(sum("x", "sx"))
         .aggregate(avg("v", "av"))
         .aggregate(sum("d", "sd"))
-        .aggregate(max("d", "hi_d"));
+        .aggregate(max("d", "hi_d"))
+        // The frame's first and last values that are not NULL, in (event time, arrival) order.
+        .aggregate(first_value("v", "fv"))
+        .aggregate(last_value("v", "lv"))
+        .aggregate(first_value("d", "fd"));
+    // LISTAGG is refused over an unbounded frame.
+    if !s.frame.unbounded() {
+        s = s.aggregate(list_agg("lk", "|", "keys"));
+    }
     s.keys = vec!["k".into()];
     s
 }
@@ -188,6 +203,9 @@ fn reference(frame: &OverAggregate, flat: &[Flat]) -> Vec<String> {
         Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.2))),
         dec(rows.iter().map(|r| Some(r.3)).collect(), 10),
         Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.4))),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.1.map(|v| format!("v{v}"))),
+        )),
         Arc::new(Int64Array::from_iter_values(
             frames.iter().map(|f| f.len() as i64),
         )),
@@ -225,7 +243,22 @@ fn reference(frame: &OverAggregate, flat: &[Flat]) -> Vec<String> {
             frames.iter().map(|f| f.iter().map(|r| r.3).max()).collect(),
             10,
         ),
+        Arc::new(Int64Array::from_iter(
+            frames.iter().map(|f| vs(f).first().copied()),
+        )),
+        Arc::new(Int64Array::from_iter(
+            frames.iter().map(|f| vs(f).last().copied()),
+        )),
+        dec(frames.iter().map(|f| f.first().map(|r| r.3)).collect(), 10),
     ];
+    let mut cols = cols;
+    if !frame.frame.unbounded() {
+        // `lk` is `v`'s text (NULL with it).
+        cols.push(Arc::new(StringArray::from_iter(frames.iter().map(|f| {
+            let texts: Vec<String> = vs(f).iter().map(|v| format!("v{v}")).collect();
+            (!texts.is_empty()).then(|| texts.join("|"))
+        }))));
+    }
     let out = frame.plan(&[info()]).unwrap();
     let batch = RecordBatch::try_new(out.schema, cols).unwrap();
     let mut lines = sorted_lines(&[batch]);
@@ -241,6 +274,9 @@ fn reference(frame: &OverAggregate, flat: &[Flat]) -> Vec<String> {
                 Arc::new(Float64Array::from_iter_values(late.iter().map(|r| r.2))),
                 dec(late.iter().map(|r| Some(r.3)).collect(), 10),
                 Arc::new(Int64Array::from_iter_values(late.iter().map(|r| r.4))),
+                Arc::new(StringArray::from_iter(
+                    late.iter().map(|r| r.1.map(|v| format!("v{v}"))),
+                )),
             ],
         )
         .unwrap();
@@ -414,15 +450,18 @@ fn range_peers_share_a_result_and_old_rows_leave_the_frame() {
     assert_eq!(
         sorted_lines(&h.take(Port::Main)),
         [
-            "k0,1,0.0,0.00,0,1",
-            "k0,2,0.0,0.00,100,7",
-            "k0,4,0.0,0.00,100,7"
+            "k0,1,0.0,0.00,0,v1,1",
+            "k0,2,0.0,0.00,100,v2,7",
+            "k0,4,0.0,0.00,100,v4,7"
         ]
     );
     // No row to come (after 120) reaches back to 0.
     assert_eq!(h.gauges()["rows_held"], 3);
     h.watermark(150);
-    assert_eq!(sorted_lines(&h.take(Port::Main)), ["k0,8,0.0,0.00,150,14"]);
+    assert_eq!(
+        sorted_lines(&h.take(Port::Main)),
+        ["k0,8,0.0,0.00,150,v8,14"]
+    );
     h.watermark(199);
     assert_eq!(h.gauges()["rows_held"], 3);
     h.watermark(200);
@@ -464,9 +503,9 @@ fn an_unbounded_frame_forgets_a_key_after_its_ttl() {
     assert_eq!(
         sorted_lines(&h.take(Port::Main)),
         [
-            "k0,1,0.0,0.00,10,8,5",
-            "k0,2,0.0,0.00,10,8,5",
-            "k0,5,0.0,0.00,0,5,5"
+            "k0,1,0.0,0.00,10,v1,8,5",
+            "k0,2,0.0,0.00,10,v2,8,5",
+            "k0,5,0.0,0.00,0,v5,5,5"
         ]
     );
     assert_eq!(h.gauges()["rows_held"], 0);
@@ -535,4 +574,16 @@ fn a_rows_frame_with_a_ttl_forgets_a_key() {
         assert_eq!(h.gauges()["keys"], 0);
         assert_eq!(h.gauges()["rows_held"], 0);
     }
+}
+
+/// LISTAGG over an unbounded frame would keep every value of a key: refused with the fix.
+#[test]
+fn listagg_over_an_unbounded_frame_is_refused() {
+    let mut s = OverAggregate::rows_unbounded(1_000).aggregate(list_agg("lk", ",", "l"));
+    s.keys = vec!["k".into()];
+    let err = s.plan(&[info()]).unwrap_err().to_string();
+    assert!(
+        err.contains("LISTAGG over an unbounded frame") && err.contains("bound the frame"),
+        "{err}"
+    );
 }
