@@ -788,18 +788,20 @@ impl OverAggregateOp {
                     left += 1;
                 }
             }
+            // The oldest row leaves a full ROWS frame before the new one enters, as in Flink
+            // (floating-point sums depend on the order).
+            if let Frame::Rows { preceding } = self.spec.frame {
+                if k.frame.len() as u64 > preceding {
+                    leave(k, release);
+                    left += 1;
+                }
+            }
             for h in &peers {
                 add_row(&mut k.accs, kinds, h);
             }
             if self.spec.frame.unbounded() {
                 for (acc, &kind) in k.accs.iter_mut().zip(kinds) {
                     acc.prune(kind);
-                }
-            }
-            if let Frame::Rows { preceding } = self.spec.frame {
-                if k.frame.len() as u64 > preceding {
-                    leave(k, release);
-                    left += 1;
                 }
             }
             for h in &peers {

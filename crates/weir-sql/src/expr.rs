@@ -225,7 +225,8 @@ fn refuse_over_windows(ast: &sqlparser::ast::Expr) -> std::result::Result<(), St
         ),
         ControlFlow::Break(name) => Err(format!(
             "{name}() OVER (...) is not supported here: weir takes the aggregates COUNT, SUM, \
-             MIN, MAX and AVG over a window in a select list (SELECT k, rt, SUM(x) OVER \
+             MIN, MAX, AVG, FIRST_VALUE, LAST_VALUE, LISTAGG, STDDEV and VAR over a window in \
+             a select list (SELECT k, rt, SUM(x) OVER \
              (PARTITION BY k ORDER BY rt RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT \
              ROW) FROM t; not in WHERE or GROUP BY), LAG(x[, n[, default]]) OVER (PARTITION BY \
              k ORDER BY rt) alone in a select list, and ROW_NUMBER() in a window Top-N"

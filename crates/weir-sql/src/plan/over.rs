@@ -19,7 +19,9 @@ pub(super) fn has_over_aggregate(select: &Select) -> bool {
         if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
             let _ = sqlparser::ast::visit_expressions(e, |x| {
                 if let SqlExpr::Function(f) = x {
-                    if f.over.is_some() && (agg_fn(&f.name.to_string()).is_some() || is_lag(f)) {
+                    let name = f.name.to_string();
+                    let aggregate = agg_fn(&name).is_some() || variance::is_statistic(&name);
+                    if f.over.is_some() && (aggregate || is_lag(f)) {
                         found = true;
                         return ControlFlow::Break(());
                     }
@@ -68,6 +70,9 @@ impl Planner {
         if has_lag(select) {
             return self.lag(rel, select);
         }
+        // STDDEV and VAR OVER a window: Welford's M2 and the count over it (plan/variance.rs).
+        let expanded = variance::expand(select, &rel)?;
+        let select = expanded.as_ref().unwrap_or(select);
         // Each OVER aggregate once, its OVER taken off (the key of its output column).
         let mut calls: Vec<(SqlExpr, WindowSpec)> = Vec::new();
         let mut items: Vec<SqlExpr> = Vec::new();
@@ -202,7 +207,7 @@ impl Planner {
                             return Ok(SqlExpr::Function(f.clone()));
                         }
                         return Err(plan_err(format!(
-                            "`{call}` next to LAG: weir takes LAG and the aggregates COUNT, SUM, MIN, MAX and AVG over a window"
+                            "`{call}` next to LAG: weir takes LAG and the aggregates COUNT, SUM, MIN, MAX, AVG, FIRST_VALUE, LAST_VALUE, LISTAGG, STDDEV and VAR over a window"
                         )));
                     }
                     let clauses = match &f.args {

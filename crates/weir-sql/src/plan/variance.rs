@@ -9,6 +9,10 @@
 //!
 //! cast to Flink's result type: the argument's for integers and floating point (so the variance
 //! of INTs is an INT, truncated), DECIMAL(38, max(6, s)) for a DECIMAL(p, s).
+//!
+//! OVER a window Flink 2.3 computes them otherwise (see [`over_expansion`]): from sums of the
+//! values and their squares, which an OVER aggregation adds and takes out as rows enter and
+//! leave a frame.
 
 use std::ops::ControlFlow;
 
@@ -44,7 +48,7 @@ fn variance_fn(name: &str) -> Option<(bool, bool)> {
 /// item keeps the name it had); `None` when there is none.
 ///
 /// # Errors
-/// A statistic with DISTINCT, FILTER or OVER, of more or less than one argument, or of an
+/// A statistic with DISTINCT, of more or less than one argument, or of an
 /// argument that is not a number.
 pub(super) fn expand(select: &Select, rel: &Rel) -> Result<Option<Select>> {
     let mut out = select.clone();
@@ -109,12 +113,11 @@ fn expansion(
 ) -> Result<SqlExpr> {
     let name = f.name.to_string().to_uppercase();
     let refuse = |why: &str| Err(plan_err(format!("{f}: {why}")));
-    if f.over.is_some() {
-        return refuse(&format!(
-            "{name}(...) OVER (...) is not supported; weir computes {name} in GROUP BY and window \
-             aggregations"
-        ));
-    }
+    // OVER a window: the M2 and the count over the same window (plan/over.rs).
+    let over = match &f.over {
+        Some(w) => format!(" OVER {w}"),
+        None => String::new(),
+    };
     let FunctionArguments::List(list) = &f.args else {
         return refuse(&format!("{name} takes one numeric argument"));
     };
@@ -161,16 +164,22 @@ fn expansion(
             ))
         }
     };
+    if !over.is_empty() {
+        return parse(
+            f,
+            &over_expansion(&x.to_string(), &result, &over, sample, stddev),
+        );
+    }
     // Flink 2.3's plan: Welford's M2 (as DOUBLE) over the count, or the count less one (NULL
     // for one value); the square root for a standard deviation (`POWER(v, 0.5)` in Flink, whose
     // Java special-cases the exponent 0.5 as the square root).
     let x = format!("({x})");
     let count = if sample {
-        format!("CASE WHEN COUNT({x}) = 1 THEN NULL ELSE COUNT({x}) - 1 END")
+        format!("CASE WHEN COUNT({x}){over} = 1 THEN NULL ELSE COUNT({x}){over} - 1 END")
     } else {
-        format!("COUNT({x})")
+        format!("COUNT({x}){over}")
     };
-    let variance = format!("{WELFORD_M2}({x}) / {count}");
+    let variance = format!("{WELFORD_M2}({x}){over} / {count}");
     let value = if stddev {
         format!("SQRT({variance})")
     } else {
@@ -184,9 +193,47 @@ fn expansion(
     } else {
         "CAST"
     };
-    let sql = format!("{cast}({value} AS {result})");
+    parse(f, &format!("{cast}({value} AS {result})"))
+}
+
+/// A statistic OVER a window as Flink 2.3 computes it there (Calcite's expansion of windowed
+/// variances, unlike its GROUP BY's Welford): sums of the values and of their squares, every
+/// step cast to the result type `t`, so BIGINT arithmetic truncates as Flink's does.
+///
+/// `VAR_POP(x)` = `(SUM(x * x) - SUM(x) * SUM(x) / COUNT(x)) / COUNT(x)`; VAR_SAMP divides by
+/// `COUNT(x) - 1` (NULL for one value); STDDEV is the square root.
+fn over_expansion(x: &str, t: &str, over: &str, sample: bool, stddev: bool) -> String {
+    let cast = |e: &str| format!("CAST({e} AS {t})");
+    let a = cast(&format!("({x})"));
+    let sum_of_squares = cast(&format!("SUM({}){over}", cast(&format!("{a} * {a}"))));
+    let sum = cast(&format!("SUM({a}){over}"));
+    let count_raw = format!("COUNT({a}){over}");
+    let count = cast(&count_raw);
+    let mean_square = cast(&format!("{} / {count}", cast(&format!("{sum} * {sum}"))));
+    let diff = cast(&format!("{sum_of_squares} - {mean_square}"));
+    let denominator = if sample {
+        format!("CASE WHEN {count_raw} = 1 THEN CAST(NULL AS {t}) ELSE {count_raw} - 1 END")
+    } else {
+        count
+    };
+    let variance = format!("{diff} / ({denominator})");
+    let value = if stddev {
+        format!("SQRT({})", cast(&variance))
+    } else {
+        variance
+    };
+    // As for the GROUP BY form: a DECIMAL that does not fit is NULL.
+    if t.starts_with("DECIMAL") {
+        format!("TRY_CAST({value} AS {t})")
+    } else {
+        cast(&value)
+    }
+}
+
+/// `sql`, the expansion of `f`, as an expression.
+fn parse(f: &sqlparser::ast::Function, sql: &str) -> Result<SqlExpr> {
     sqlparser::parser::Parser::new(&crate::dialect::FlinkDialect)
-        .try_with_sql(&sql)
+        .try_with_sql(sql)
         .and_then(|mut p| p.parse_expr())
         .map_err(|e| plan_err(format!("{f}: its expansion `{sql}` does not parse: {e}")))
 }
