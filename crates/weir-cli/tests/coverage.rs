@@ -458,6 +458,13 @@ fn statistics_over_a_frame_are_flinks() {
     println!("{rows_checked} rows, {exact} equal to Flink's to the last digit");
 }
 
+/// ARRAY columns of a JSON table: unnested, and written whole into a JSON table (issue #24
+/// item 9).
+#[test]
+fn array_columns_of_json_tables_are_flinks() {
+    check("array_columns");
+}
+
 /// CROSS JOIN UNNEST, the comma form, LEFT JOIN UNNEST ... ON TRUE and WITH ORDINALITY over
 /// arrays from SPLIT, and a window over the elements (issue #24 item 9).
 #[test]

@@ -1331,7 +1331,10 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
         let mut buf = Vec::new();
         match format {
             KafkaFormat::Json => {
-                let mut w = arrow_json::LineDelimitedWriter::new(&mut buf);
+                // A NULL is written as `"x": null`, as Flink's JSON format writes it.
+                let mut w = arrow_json::WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, arrow_json::writer::LineDelimited>(&mut buf);
                 w.write(batch)?;
                 w.finish()?;
             }

@@ -84,6 +84,22 @@ pub(crate) fn readable(t: &DataType) -> bool {
     )
 }
 
+/// Whether JSON text can hold this type: what [`readable`] says, and ARRAYs of BIGINT, INT,
+/// DOUBLE, BOOLEAN or STRING.
+pub(crate) fn readable_json(t: &DataType) -> bool {
+    match t {
+        DataType::List(item) => matches!(
+            item.data_type(),
+            DataType::Int64
+                | DataType::Int32
+                | DataType::Float64
+                | DataType::Boolean
+                | DataType::Utf8
+        ),
+        t => readable(t),
+    }
+}
+
 /// A parsed field, before it is appended (a row is appended only when all its fields parse).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Value<'a> {
@@ -93,6 +109,8 @@ pub(crate) enum Value<'a> {
     Bool(bool),
     Str(&'a str),
     Decimal(i128),
+    /// A JSON array whose elements are of the column's element type (or NULL).
+    Json(&'a serde_json::Value),
 }
 
 enum Builder {
@@ -112,6 +130,9 @@ enum Builder {
     Utf8(StringBuilder),
     Decimal(Decimal128Builder, u8, i8),
     TimestampMs(TimestampMillisecondBuilder, Option<Arc<str>>),
+    /// An ARRAY column (JSON only): its rows' arrays as read, made into a list column by
+    /// arrow-json when the batch is finished; and the column's field.
+    List(Vec<serde_json::Value>, arrow_schema::FieldRef),
 }
 
 /// Empties `buf` and hands its allocation over for values of another lifetime (a row's fields
@@ -155,6 +176,7 @@ impl RowBuilder {
                     TimestampMillisecondBuilder::with_capacity(capacity),
                     tz.clone(),
                 ),
+                DataType::List(_) => Builder::List(Vec::with_capacity(capacity), f.clone()),
                 _ => Builder::Utf8(StringBuilder::with_capacity(capacity, capacity * 8)),
             })
             .collect();
@@ -306,6 +328,10 @@ impl RowBuilder {
                 })
             }
             Builder::Utf8(_) => Ok(Value::Str(text)),
+            Builder::List(..) => Err(format!(
+                "column `{}`: an ARRAY column is read from JSON ('format' = 'json'), not text",
+                name()
+            )),
         }
     }
 
@@ -352,6 +378,31 @@ impl RowBuilder {
                 .map(Value::Decimal)
                 .ok_or_else(|| format!("column `{}`: {n} is not a DECIMAL({p}, {s})", name())),
             (J::Bool(b), Builder::Bool(_)) => Ok(Value::Bool(*b)),
+            (J::Array(items), Builder::List(_, field)) => {
+                let DataType::List(item) = field.data_type() else {
+                    unreachable!("a list builder is made for a list column")
+                };
+                let fits = |v: &J| match (v, item.data_type()) {
+                    (J::Null, _) => true,
+                    (J::Number(n), DataType::Int64) => n.as_i64().is_some(),
+                    (J::Number(n), DataType::Int32) => {
+                        n.as_i64().is_some_and(|n| i32::try_from(n).is_ok())
+                    }
+                    (J::Number(_), DataType::Float64) => true,
+                    (J::Bool(_), DataType::Boolean) => true,
+                    (J::String(_), DataType::Utf8) => true,
+                    _ => false,
+                };
+                match items.iter().find(|v| !fits(v)) {
+                    None => Ok(Value::Json(v)),
+                    Some(bad) => Err(format!(
+                        "column `{}`: the element {} is not of type {}",
+                        name(),
+                        Excerpt::of(&bad.to_string()),
+                        item.data_type()
+                    )),
+                }
+            }
             (other, _) => Err(format!(
                 "column `{}`: {} is not of type {}",
                 name(),
@@ -378,6 +429,8 @@ impl RowBuilder {
                 (Builder::Bool(b), Value::Bool(x)) => b.append_value(x),
                 (Builder::Utf8(b), Value::Str(x)) => b.append_value(x),
                 (Builder::Decimal(b, ..), Value::Decimal(x)) => b.append_value(x),
+                (Builder::List(rows, _), Value::Json(v)) => rows.push(v.clone()),
+                (Builder::List(rows, _), _) => rows.push(serde_json::Value::Null),
                 (Builder::Int64(b), _) => b.append_null(),
                 (Builder::Int32(b), _) => b.append_null(),
                 (Builder::Int16(b), _) => b.append_null(),
@@ -420,11 +473,31 @@ impl RowBuilder {
                     Builder::TimestampMs(b, tz) => {
                         Arc::new(b.finish().with_timezone_opt(tz.clone()))
                     }
+                    Builder::List(rows, field) => list_column(std::mem::take(rows), field)?,
                 })
             })
             .collect::<Result<_, _>>()?;
         self.rows = 0;
         RecordBatch::try_new(self.schema.clone(), cols)
+    }
+}
+
+/// The list column of `rows` (JSON arrays whose elements fit, or NULLs), through arrow-json.
+fn list_column(
+    rows: Vec<serde_json::Value>,
+    field: &arrow_schema::FieldRef,
+) -> Result<ArrayRef, arrow_schema::ArrowError> {
+    let schema = Arc::new(arrow_schema::Schema::new(vec![field.as_ref().clone()]));
+    let mut decoder = arrow_json::ReaderBuilder::new(schema)
+        .with_batch_size(rows.len().max(1))
+        .build_decoder()?;
+    let objects: Vec<serde_json::Value> = (rows.into_iter())
+        .map(|v| serde_json::Value::Object([(field.name().clone(), v)].into_iter().collect()))
+        .collect();
+    decoder.serialize(&objects)?;
+    match decoder.flush()? {
+        Some(batch) => Ok(batch.column(0).clone()),
+        None => Ok(arrow_array::new_empty_array(field.data_type())),
     }
 }
 

@@ -858,7 +858,8 @@ impl State {
         }
     }
 
-    /// Input values the state keeps (a median's; other states keep none).
+    /// Input values the state keeps (a median's, an exact distinct count's and
+    /// LISTAGG(DISTINCT)'s; other states keep none).
     pub(crate) fn values_held(&self) -> usize {
         match self {
             State::Median(v) => v.len(),

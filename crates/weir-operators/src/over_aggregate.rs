@@ -25,7 +25,9 @@
 //! `watermark - r`; `Rows` keeps the last `n` emitted rows (with `state_ttl_ms`, a key is
 //! forgotten once the watermark is that far past its last row). COUNT, SUM and AVG add a row when
 //! it enters the frame and take it out when it leaves; MIN and MAX keep a count per distinct
-//! value of the frame in an ordered map, so a row costs O(log n), not a rescan. Buffered rows
+//! value of the frame in an ordered map, so a row costs O(log n), not a rescan. FIRST_VALUE,
+//! LAST_VALUE and LISTAGG keep the frame's values that are not NULL, in order (an unbounded
+//! frame: FIRST / LAST one value; LISTAGG is refused there). Buffered rows
 //! are references into the batches they came in (`weir_state::BatchStore`). An unbounded frame
 //! keeps no emitted rows, only its running aggregates (MIN / MAX: one value), and forgets a
 //! key once the watermark is `state_ttl_ms` past the key's last row; a later row of the key
@@ -208,6 +210,13 @@ impl OverAggregate {
                     | AggregateFn::LastValue(_)
                     | AggregateFn::ListAgg(..)
             ) {
+                if let AggregateFn::ListAggDistinct(..) = a.function {
+                    return Err(Error::plan(format!(
+                        "`{}`: LISTAGG(DISTINCT ...) cannot be taken OVER a window; LISTAGG \
+                         can, and LISTAGG(DISTINCT ...) in a window aggregation",
+                        a.output
+                    )));
+                }
                 return Err(Error::plan(format!(
                     "`{}` cannot be taken OVER a window: weir's OVER aggregation takes COUNT, \
                      SUM, MIN, MAX, AVG, FIRST_VALUE, LAST_VALUE and LISTAGG, whose values it \
@@ -458,16 +467,17 @@ fn kept_of(v: &Values, i: usize) -> Option<Box<[u8]>> {
     }
 }
 
-/// Row `h` enters the frame of `accs`.
-fn add_row(accs: &mut [Acc], kinds: &[Kind], h: &Held) {
+/// Row `h` enters the frame of `accs`. Its kept values move into them (the row keeps only
+/// which it had).
+fn add_row(accs: &mut [Acc], kinds: &[Kind], h: &mut Held) {
     for ((acc, &kind), v) in accs.iter_mut().zip(kinds).zip(h.values.iter()) {
         if let Some(v) = v {
             acc.add(kind, *v);
         }
     }
-    for (acc, v) in accs.iter_mut().zip(h.kept.iter()) {
+    for (acc, v) in accs.iter_mut().zip(h.kept.iter_mut()) {
         if let Some(v) = v {
-            acc.add_kept(v);
+            acc.add_kept(std::mem::take(v));
         }
     }
 }
@@ -503,8 +513,8 @@ impl Acc {
     }
 
     /// A kept value enters the frame (see [`Kind::keeps`]).
-    fn add_kept(&mut self, v: &[u8]) {
-        self.kept.push_back(v.into());
+    fn add_kept(&mut self, v: Box<[u8]>) {
+        self.kept.push_back(v);
     }
 
     /// The oldest kept value leaves the frame.
@@ -671,7 +681,8 @@ struct Held {
     values: Box<[Option<Value>]>,
     /// The values of FIRST_VALUE, LAST_VALUE (Arrow's row format) and LISTAGG (text), per
     /// aggregate (`None` for the others, and for NULLs); empty when no aggregate keeps
-    /// values.
+    /// values. They move into the frame's [`Acc`] when the row enters it, leaving empty bytes
+    /// that say the row had one.
     kept: Box<[Option<Box<[u8]>>]>,
 }
 
@@ -796,7 +807,7 @@ impl OverAggregateOp {
                     left += 1;
                 }
             }
-            for h in &peers {
+            for h in &mut peers {
                 add_row(&mut k.accs, kinds, h);
             }
             if self.spec.frame.unbounded() {
@@ -1080,7 +1091,7 @@ impl Operator for OverAggregateOp {
                 let slot = self.keys.slot_for(hash_key(key), key);
                 let seq = seqs.value(i) as u64;
                 self.next_seq = self.next_seq.max(seq + 1);
-                let held = Held {
+                let mut held = Held {
                     ts: times[i],
                     seq,
                     row: RowRef {
@@ -1100,7 +1111,7 @@ impl Operator for OverAggregateOp {
                 if k.accs.is_empty() {
                     k.accs = vec![Acc::default(); kinds.len()];
                 }
-                add_row(&mut k.accs, kinds, &held);
+                add_row(&mut k.accs, kinds, &mut held);
                 if let (Frame::Range { preceding_ms }, true) = (self.spec.frame, k.frame.is_empty())
                 {
                     self.due.push(held.ts.saturating_add(preceding_ms), slot, 1);

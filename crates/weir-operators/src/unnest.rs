@@ -4,7 +4,9 @@
 //!
 //! A row whose array is NULL or empty gives no row; with [`Unnest::outer`] (`LEFT JOIN UNNEST
 //! ... ON TRUE`) it comes out once, its element (and place) NULL. Rows keep their order, their
-//! event time and their watermark; stateless.
+//! event time and their watermark; stateless. With [`Unnest::drop_array`] the array column is
+//! left out of the output (else every element's row carries the whole array again); output
+//! batches hold at most 8,192 rows.
 
 use std::sync::Arc;
 
@@ -28,6 +30,9 @@ pub struct Unnest {
     /// A row whose array is NULL or empty comes out once, with NULLs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub outer: bool,
+    /// Leaves the array column out of the output.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drop_array: bool,
 }
 
 impl Unnest {
@@ -38,7 +43,14 @@ impl Unnest {
             element: element.into(),
             ordinality: None,
             outer: false,
+            drop_array: false,
         }
+    }
+
+    /// Leaves the array column out of the output.
+    pub fn drop_array(mut self) -> Self {
+        self.drop_array = true;
+        self
     }
 
     /// Adds each element's place in its array, from 1, as the INT column `column`.
@@ -69,13 +81,16 @@ impl Unnest {
                 input.field(i).data_type()
             )));
         };
-        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut fields: Vec<Field> = (input.fields().iter().enumerate())
+            .filter(|(j, _)| !self.drop_array || *j != i)
+            .map(|(_, f)| f.as_ref().clone())
+            .collect();
         let mut added = vec![Field::new(&self.element, item.data_type().clone(), true)];
         if let Some(o) = &self.ordinality {
             added.push(Field::new(o, DataType::Int32, self.outer));
         }
         for f in added {
-            if input.index_of(f.name()).is_ok() {
+            if fields.iter().any(|x| x.name() == f.name()) {
                 return Err(Error::plan(format!(
                     "unnest: the stream has a column `{}` already; name the element otherwise",
                     f.name()
@@ -124,6 +139,7 @@ impl OperatorFactory for Unnest {
             schema,
             ordinality: self.ordinality.is_some(),
             outer: self.outer,
+            drop_array: self.drop_array,
         }))
     }
     fn describe(&self) -> String {
@@ -149,6 +165,46 @@ pub struct UnnestOp {
     schema: SchemaRef,
     ordinality: bool,
     outer: bool,
+    drop_array: bool,
+}
+
+/// Rows of an output batch at most.
+const BATCH_ROWS: usize = 8192;
+
+impl UnnestOp {
+    /// Emits the output rows `rows` (input rows), `elements` (places in the list's values)
+    /// and `places` of `batch`.
+    fn emit(
+        &self,
+        batch: &StreamBatch,
+        values: &ArrayRef,
+        rows: Vec<u32>,
+        elements: Vec<Option<u32>>,
+        places: Vec<Option<i32>>,
+        ctx: &mut Context,
+    ) -> Result<()> {
+        let input = if self.drop_array {
+            let keep: Vec<usize> = (0..batch.data.num_columns())
+                .filter(|&c| c != self.array)
+                .collect();
+            batch.with_data(batch.data.project(&keep)?)
+        } else {
+            batch.clone()
+        };
+        let out = input.take(&UInt32Array::from(rows))?;
+        let mut cols: Vec<ArrayRef> = out.data.columns().to_vec();
+        cols.push(arrow_select::take::take(
+            values.as_ref(),
+            &UInt32Array::from(elements),
+            None,
+        )?);
+        if self.ordinality {
+            cols.push(Arc::new(Int32Array::from(places)));
+        }
+        let data = RecordBatch::try_new(self.schema.clone(), cols)?;
+        ctx.emit(out.with_data(data));
+        Ok(())
+    }
 }
 
 impl Operator for UnnestOp {
@@ -157,10 +213,19 @@ impl Operator for UnnestOp {
         let offsets = list.value_offsets();
         // For each output row: its input row, its element in the list's values (None: NULL),
         // and its place.
+        let values = list.values().clone();
         let mut rows = Vec::new();
         let mut elements: Vec<Option<u32>> = Vec::new();
         let mut places: Vec<Option<i32>> = Vec::new();
         for r in 0..list.len() {
+            if rows.len() >= BATCH_ROWS {
+                let (r, e, p) = (
+                    std::mem::take(&mut rows),
+                    std::mem::take(&mut elements),
+                    std::mem::take(&mut places),
+                );
+                self.emit(&batch, &values, r, e, p, ctx)?;
+            }
             let (start, end) = (offsets[r] as usize, offsets[r + 1] as usize);
             if list.is_null(r) || start == end {
                 if self.outer {
@@ -179,19 +244,7 @@ impl Operator for UnnestOp {
         if rows.is_empty() {
             return Ok(());
         }
-        let out = batch.take(&UInt32Array::from(rows))?;
-        let mut cols: Vec<ArrayRef> = out.data.columns().to_vec();
-        cols.push(arrow_select::take::take(
-            list.values().as_ref(),
-            &UInt32Array::from(elements),
-            None,
-        )?);
-        if self.ordinality {
-            cols.push(Arc::new(Int32Array::from(places)));
-        }
-        let data = RecordBatch::try_new(self.schema.clone(), cols)?;
-        ctx.emit(out.with_data(data));
-        Ok(())
+        self.emit(&batch, &values, rows, elements, places, ctx)
     }
 }
 
@@ -269,6 +322,24 @@ mod tests {
         assert_eq!(
             run(Unnest::new("tags", "tag").outer().ordinality("n")),
             ["1,10,a,1", "1,10,b,2", "2,20,,", "3,30,,", "4,40,,1", "4,40,c,2"]
+        );
+    }
+
+    #[test]
+    fn the_array_column_can_be_left_out() {
+        let batch = input();
+        let info = StreamInfo {
+            schema: batch.schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = Unnest::new("tags", "tag").drop_array();
+        let out = spec.plan(std::slice::from_ref(&info)).unwrap();
+        assert_eq!(weir_core::keys::column_names(&out.schema), "id, ts, tag");
+        let mut h = Harness::of(&spec, &[info]);
+        h.push(0, batch);
+        assert_eq!(
+            weir_testkit::sorted_lines(&h.take(Port::Main)),
+            ["1,10,a", "1,10,b", "4,40,", "4,40,c"]
         );
     }
 

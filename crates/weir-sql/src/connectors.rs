@@ -12,9 +12,10 @@ use weir_connectors::file::{FileFormat, FileSink, FileSource, FileSourceSpec};
 use weir_runtime::source::BadRecordPolicy;
 use weir_runtime::{SinkFactory, SourceFactory};
 
-use crate::parse::TableDef;
+use crate::parse::{ColumnDef, TableDef};
 use crate::plan::{did_you_mean, plan_err, table_column};
 use crate::Result;
+use sqlparser::ast::DataType as SqlType;
 
 /// The change column an `upsert-kafka` table's rows carry (`+U` / `-D`); not in any scope.
 pub(crate) const OP_COLUMN: &str = "__op";
@@ -631,7 +632,34 @@ pub(crate) fn sink_factory(
     job: &str,
 ) -> Result<(Arc<dyn SinkFactory>, Option<usize>)> {
     check_options(t, Role::Sink)?;
-    match need(t, "connector")?.as_str() {
+    // ARRAY columns: only JSON files write them (and the sinks that write nothing down).
+    let connector = need(t, "connector")?;
+    let format = t.options.get("format").map(String::as_str);
+    let takes_arrays = matches!(
+        (connector.as_str(), format),
+        (
+            "filesystem",
+            Some("json" | "jsonl" | "ndjson" | "json-lines")
+        ) | ("print" | "blackhole", _)
+    );
+    if let Some(ColumnDef::Physical { name, data_type }) = (t.columns.iter()).find(|c| {
+        matches!(
+            c,
+            ColumnDef::Physical {
+                data_type: SqlType::Array(_),
+                ..
+            }
+        )
+    }) {
+        if !takes_arrays {
+            return Err(plan_err(format!(
+                "table `{}`: column `{name}` is {data_type}, and only a 'filesystem' table in \
+                 'format' = 'json' writes ARRAY columns; write it there, or UNNEST it",
+                t.name
+            )));
+        }
+    }
+    match connector.as_str() {
         "jdbc" => {
             let options = jdbc_options(t);
             let sink = weir_jdbc::JdbcSinkFactory::from_options(&options, job, t.name.clone())

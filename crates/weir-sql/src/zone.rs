@@ -883,8 +883,13 @@ fn cast_reads_zone(from: Option<DataType>, to: &DataType) -> Option<String> {
 }
 
 /// A type as SQL names it, for messages.
-fn sql_name(t: &DataType) -> String {
+pub(crate) fn sql_name(t: &DataType) -> String {
     match t {
+        DataType::List(item) => format!("ARRAY<{}>", sql_name(item.data_type())),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Boolean => "BOOLEAN".into(),
         DataType::Timestamp(_, None) => "TIMESTAMP".into(),
         DataType::Timestamp(_, Some(_)) => "TIMESTAMP_LTZ".into(),
         DataType::Date32 | DataType::Date64 => "DATE".into(),

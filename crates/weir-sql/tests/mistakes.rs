@@ -914,9 +914,22 @@ INSERT INTO out1 SELECT id, tag FROM {from};"
     let into_text = job("tagged").replace("SELECT id, tag", "SELECT id, SPLIT(tags, ';')");
     let err = plan_error(&into_text, dir.path());
     assert!(
-        err.contains("is an ARRAY") && err.contains("UNNEST it"),
+        err.contains("is an ARRAY<STRING>, and the column is STRING") && err.contains("UNNEST it"),
         "{err}"
     );
+    let csv_array = job("tagged")
+        .replace("tag STRING)", "tag ARRAY<STRING>)")
+        .replace("SELECT id, tag", "SELECT id, SPLIT(tags, ';')");
+    let err = plan_error(&csv_array, dir.path());
+    assert!(
+        err.contains("only a 'filesystem' table in 'format' = 'json' writes ARRAY"),
+        "{err}"
+    );
+    plan_job(
+        &csv_array.replace("o.csv', 'format' = 'csv'", "o.json', 'format' = 'json'"),
+        &opts(dir.path()),
+    )
+    .unwrap();
     let cast = job("tagged").replace(
         "SELECT id, tag",
         "SELECT id, CAST(SPLIT(tags, ';') AS STRING)",

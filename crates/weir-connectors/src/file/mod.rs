@@ -257,11 +257,16 @@ impl FileSource {
             parquet::file_schema(&files[0])?
         } else {
             for c in &spec.columns {
-                if spec.format != FileFormat::Parquet && !crate::values::readable(&c.data_type) {
+                let readable = match spec.format {
+                    FileFormat::Parquet => true,
+                    FileFormat::Json => crate::values::readable_json(&c.data_type),
+                    _ => crate::values::readable(&c.data_type),
+                };
+                if !readable {
                     return Err(Error::config(
                         format!("columns.{}", c.name),
                         c.data_type.to_string(),
-                        "text files can hold BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL and TIMESTAMP columns",
+                        "text files can hold BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL and TIMESTAMP columns, and JSON files ARRAYs of BIGINT, INT, DOUBLE, BOOLEAN or STRING",
                     ));
                 }
             }

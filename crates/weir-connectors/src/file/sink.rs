@@ -178,7 +178,12 @@ fn open_inner(path: &Path, spec: &FileSinkSpec, schema: SchemaRef) -> Result<Inn
                 })?)
                 .build(out),
         )),
-        FileFormat::Json => Inner::Json(Some(arrow_json::LineDelimitedWriter::new(out))),
+        // A NULL is written as `"x": null`, as Flink's JSON format writes it.
+        FileFormat::Json => Inner::Json(Some(
+            arrow_json::WriterBuilder::new()
+                .with_explicit_nulls(true)
+                .build::<_, arrow_json::writer::LineDelimited>(out),
+        )),
         FileFormat::Parquet => Inner::Parquet(Some(
             parquet::arrow::ArrowWriter::try_new(out, schema, None).map_err(|e| io_err(path, e))?,
         )),

@@ -559,10 +559,14 @@ impl Planner {
             let planned = e.plan(&schema)?;
             // Flink refuses an ARRAY into a column of another type; an explicit CAST to STRING
             // writes its text.
-            if matches!(planned.data_type(), DataType::List(_)) {
+            if matches!(planned.data_type(), DataType::List(_)) && planned.data_type() != t {
                 return Err(plan_err(format!(
-                    "INSERT INTO `{}`, column `{name}`: `{e}` is an ARRAY, and weir's tables                      have no ARRAY columns; UNNEST it (CROSS JOIN UNNEST(...) AS u(x)), or CAST                      it AS STRING for its text",
-                    sink.name
+                    "INSERT INTO `{}`, column `{name}`: `{e}` is an {}, and the column is {}; \
+                     UNNEST it (CROSS JOIN UNNEST(...) AS u(x)), CAST it AS STRING for its \
+                     text, or declare the column as that ARRAY in a JSON table",
+                    sink.name,
+                    crate::zone::sql_name(planned.data_type()),
+                    crate::zone::sql_name(t)
                 )));
             }
             let same = planned.data_type() == t;

@@ -70,7 +70,8 @@ impl Planner {
         if has_lag(select) {
             return self.lag(rel, select);
         }
-        // STDDEV and VAR OVER a window: Welford's M2 and the count over it (plan/variance.rs).
+        // STDDEV and VAR OVER a window: sums of the values and their squares, and the count,
+        // over it (plan/variance.rs).
         let expanded = variance::expand(select, &rel)?;
         let select = expanded.as_ref().unwrap_or(select);
         // Each OVER aggregate once, its OVER taken off (the key of its output column).
@@ -202,7 +203,8 @@ impl Planner {
                 let call = f.to_string();
                 let result = (|| -> Result<SqlExpr> {
                     if !is_lag(f) {
-                        if agg_fn(&f.name.to_string()).is_some() {
+                        let name = f.name.to_string();
+                        if agg_fn(&name).is_some() || variance::is_statistic(&name) {
                             // An OVER aggregate: planned after the lags, over their rows.
                             return Ok(SqlExpr::Function(f.clone()));
                         }

@@ -38,10 +38,14 @@ pub(super) fn arrow_type(t: &sqlparser::ast::DataType) -> Result<DataType> {
             E::None => DataType::Decimal128(10, 0),
         },
         S::Timestamp(_, _) => DataType::Timestamp(TimeUnit::Millisecond, None),
+        // ARRAY<T> (JSON files hold them, of BIGINT, INT, DOUBLE, BOOLEAN or STRING).
+        S::Array(sqlparser::ast::ArrayElemTypeDef::AngleBracket(item)) => {
+            DataType::new_list(arrow_type(item)?, true)
+        }
         S::Custom(name, _) if name.to_string().eq_ignore_ascii_case("TIMESTAMP_LTZ") => {
             DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()))
         }
-        other => return Err(plan_err(format!("column type {other} is not supported yet; use BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL(p, s), DATE, TIME, TIME(3), TIMESTAMP(3) or TIMESTAMP_LTZ(3)"))),
+        other => return Err(plan_err(format!("column type {other} is not supported yet; use BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT, BOOLEAN, STRING, DECIMAL(p, s), DATE, TIME, TIME(3), TIMESTAMP(3), TIMESTAMP_LTZ(3) or ARRAY<T>"))),
     })
 }
 

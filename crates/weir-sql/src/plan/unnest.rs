@@ -112,6 +112,25 @@ impl Planner {
                 }
             )));
         }
+        let written: Vec<&str> = names.1.iter().map(|c| c.name.value.as_str()).collect();
+        if written[1..]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(written[0]))
+        {
+            return Err(plan_err(format!(
+                "`{factor}`: the element and its place need two names"
+            )));
+        }
+        if rel.scope.iter().any(|e| {
+            e.qualifier
+                .as_deref()
+                .is_some_and(|q| q.eq_ignore_ascii_case(&names.0))
+        }) {
+            return Err(plan_err(format!(
+                "`{factor}`: the name `{}` is taken in this FROM; name the UNNEST otherwise",
+                names.0
+            )));
+        }
         if rel.upsert_keys.is_some() {
             return Err(plan_err(
                 "UNNEST over the updates of a GROUP BY or a keep-last deduplication without a window is not supported: they are updates, not events",
@@ -126,29 +145,29 @@ impl Planner {
                 planned.data_type()
             )));
         }
-        // Stream columns of their own, whatever the user calls them.
+        // Stream columns of their own, by position, whatever the user calls them.
         let n = schema.fields().len();
         let array_column = format!("__unnest{n}_array");
-        let column = |c: &str| format!("__unnest{n}_{}", c.to_lowercase());
+        let column = |i: usize| format!("__unnest{n}_{i}");
         let mut cols: Vec<(String, SqlScalar)> = (schema.fields().iter())
             .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
             .collect();
         cols.push((array_column.clone(), value));
         rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
-        let element = column(&names.1[0].name.value);
-        let mut spec = Unnest::new(&array_column, &element);
+        // The array is not read again: left out, so no row carries it whole.
+        let mut spec = Unnest::new(&array_column, &column(0)).drop_array();
         if outer {
             spec = spec.outer();
         }
         if *with_ordinality {
-            spec = spec.ordinality(&column(&names.1[1].name.value));
+            spec = spec.ordinality(&column(1));
         }
         rel.stream = rel.stream.apply("unnest", Arc::new(spec));
-        for c in names.1 {
+        for (i, c) in names.1.iter().enumerate() {
             rel.scope.push(ScopeEntry {
                 qualifier: Some(names.0.clone()),
                 name: c.name.value.clone(),
-                column: column(&c.name.value),
+                column: column(i),
             });
         }
         // A row of a versioned table now comes once per element: no longer one per key.

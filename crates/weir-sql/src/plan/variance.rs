@@ -113,7 +113,7 @@ fn expansion(
 ) -> Result<SqlExpr> {
     let name = f.name.to_string().to_uppercase();
     let refuse = |why: &str| Err(plan_err(format!("{f}: {why}")));
-    // OVER a window: the M2 and the count over the same window (plan/over.rs).
+    // OVER a window: sums and the count over the same window ([`over_expansion`]).
     let over = match &f.over {
         Some(w) => format!(" OVER {w}"),
         None => String::new(),
@@ -175,11 +175,11 @@ fn expansion(
     // Java special-cases the exponent 0.5 as the square root).
     let x = format!("({x})");
     let count = if sample {
-        format!("CASE WHEN COUNT({x}){over} = 1 THEN NULL ELSE COUNT({x}){over} - 1 END")
+        format!("CASE WHEN COUNT({x}) = 1 THEN NULL ELSE COUNT({x}) - 1 END")
     } else {
-        format!("COUNT({x}){over}")
+        format!("COUNT({x})")
     };
-    let variance = format!("{WELFORD_M2}({x}){over} / {count}");
+    let variance = format!("{WELFORD_M2}({x}) / {count}");
     let value = if stddev {
         format!("SQRT({variance})")
     } else {
