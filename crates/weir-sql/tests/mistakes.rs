@@ -907,6 +907,14 @@ INSERT INTO out1 SELECT id, tag FROM {from};"
             "tagged CROSS JOIN UNNEST(SPLIT(tags, ';'), SPLIT(tags, ',')) AS u(tag)",
             "one array at a time",
         ),
+        (
+            "tagged CROSS JOIN UNNEST(SPLIT(tags, ';')) WITH ORDINALITY AS u(tag, TAG)",
+            "the element and its place need two names",
+        ),
+        (
+            "tagged AS t CROSS JOIN UNNEST(SPLIT(tags, ';')) AS t(tag)",
+            "the name `t` is taken in this FROM",
+        ),
     ] {
         let err = plan_error(&job(from), dir.path());
         assert!(err.contains(says), "{from}\n→ {err}");

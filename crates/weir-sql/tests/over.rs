@@ -162,3 +162,16 @@ fn over_results_keep_the_time_attribute_for_a_window_after_them() {
         "{p}"
     );
 }
+
+/// LAG next to a statistic OVER the same window plans: the statistic is expanded into sums and
+/// a count over it, which the OVER aggregation after the LAG computes.
+#[test]
+fn lag_next_to_a_statistic_over_a_window_plans() {
+    let p = plan_with(
+        "SET 'table.exec.state.ttl' = '1 h';",
+        "SELECT id, LAG(x) OVER w, STDDEV_POP(x) OVER w FROM orders
+         WINDOW w AS (PARTITION BY k ORDER BY rt ROWS BETWEEN 5 PRECEDING AND CURRENT ROW)",
+    )
+    .unwrap();
+    assert!(p.contains("lag") && p.contains("over_aggregate"), "{p}");
+}
