@@ -396,10 +396,16 @@ impl RowBuilder {
                 match items.iter().find(|v| !fits(v)) {
                     None => Ok(Value::Json(v)),
                     Some(bad) => Err(format!(
-                        "column `{}`: the element {} is not of type {}",
+                        "column `{}`: the element {} is not {}",
                         name(),
                         Excerpt::of(&bad.to_string()),
-                        item.data_type()
+                        match item.data_type() {
+                            DataType::Int64 => "a BIGINT",
+                            DataType::Int32 => "an INT",
+                            DataType::Float64 => "a DOUBLE",
+                            DataType::Boolean => "a BOOLEAN",
+                            _ => "a STRING",
+                        }
                     )),
                 }
             }

@@ -781,3 +781,50 @@ fn a_glob_over_a_file_name_that_is_not_utf8_is_refused_naming_it() {
         1
     );
 }
+
+/// ARRAY columns of a JSON file: arrays, NULL and empty ones read; an element of another type,
+/// or a value that is no array, makes its line a dead letter naming the column, and the other
+/// lines are read. A CSV file refuses an ARRAY column when the source is made.
+#[test]
+fn json_array_columns_read_and_a_bad_element_is_a_dead_letter() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = |t: DataType| DataType::new_list(t, true);
+    let columns = || {
+        vec![
+            ("id", DataType::Int64),
+            ("tags", list(DataType::Utf8)),
+            ("sizes", list(DataType::Int32)),
+        ]
+    };
+    let text = "{\"id\":1,\"tags\":[\"a\",null,\"b\"],\"sizes\":[1,2]}\n\
+                {\"id\":2,\"tags\":[\"a\",3],\"sizes\":[]}\n\
+                {\"id\":3,\"tags\":null,\"sizes\":[4]}\n\
+                {\"id\":4,\"tags\":[],\"sizes\":[3000000000]}\n\
+                {\"id\":5,\"tags\":\"a\"}\n\
+                {\"id\":6}\n";
+    let spec = file(dir.path(), "a.jsonl", text, FileFormat::Json, columns());
+    let r = read(spec, SourceOptions::none()).unwrap();
+    assert_eq!(r.rows, vec!["1,[a, , b],[1, 2]", "3,,[4]", "6,,"]);
+    assert_eq!(r.dead.len(), 3, "{:#?}", r.dead);
+    let reason = &r.dead_at(2).reason;
+    assert!(
+        reason.contains("column `tags`: the element \"3\" is not a STRING"),
+        "{reason}"
+    );
+    let reason = &r.dead_at(4).reason;
+    assert!(
+        reason.contains("column `sizes`: the element \"3000000000\" is not an INT"),
+        "{reason}"
+    );
+    assert!(
+        r.dead_at(5).reason.contains("column `tags`"),
+        "{}",
+        r.dead_at(5).reason
+    );
+    let csv = file(dir.path(), "a.csv", "1\n", FileFormat::Csv, columns());
+    let err = match FileSource::new(csv) {
+        Ok(_) => panic!("a CSV file with an ARRAY column was taken"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("JSON files ARRAYs"), "{err}");
+}

@@ -344,6 +344,7 @@ impl OperatorFactory for OverAggregate {
             pending: 0,
             peak_held: 0,
             late: 0,
+            kept_bytes: 0,
         }))
     }
     fn describe(&self) -> String {
@@ -467,6 +468,11 @@ fn kept_of(v: &Values, i: usize) -> Option<Box<[u8]>> {
     }
 }
 
+/// The bytes of the values `accs` keep (see [`Kind::keeps`]).
+fn kept_bytes(accs: &[Acc]) -> u64 {
+    accs.iter().map(|a| a.kept_bytes as u64).sum()
+}
+
 /// Row `h` enters the frame of `accs`. Its kept values move into them (the row keeps only
 /// which it had).
 fn add_row(accs: &mut [Acc], kinds: &[Kind], h: &mut Held) {
@@ -495,6 +501,8 @@ struct Acc {
     /// FIRST_VALUE, LAST_VALUE and LISTAGG: the frame's values that are not NULL, oldest
     /// first (rows leave a frame oldest first, so a leaving row's value is the front).
     kept: VecDeque<Box<[u8]>>,
+    /// The bytes of `kept`.
+    kept_bytes: usize,
 }
 
 impl Acc {
@@ -514,12 +522,15 @@ impl Acc {
 
     /// A kept value enters the frame (see [`Kind::keeps`]).
     fn add_kept(&mut self, v: Box<[u8]>) {
+        self.kept_bytes += v.len();
         self.kept.push_back(v);
     }
 
     /// The oldest kept value leaves the frame.
     fn retract_kept(&mut self) {
-        self.kept.pop_front();
+        if let Some(v) = self.kept.pop_front() {
+            self.kept_bytes -= v.len();
+        }
     }
 
     fn retract(&mut self, kind: Kind, v: Value) {
@@ -561,6 +572,7 @@ impl Acc {
             }
             _ => {}
         }
+        self.kept_bytes = self.kept.iter().map(|v| v.len()).sum();
         let keep = match kind {
             Kind::Min(_) => self.values.keys().next().copied(),
             Kind::Max(_) => self.values.keys().next_back().copied(),
@@ -605,7 +617,7 @@ impl Acc {
         let float = f64::from_bits(u64::from_le_bytes(fixed[24..32].try_into().ok()?));
         let v = i128::from_le_bytes(fixed[33..49].try_into().ok()?);
         let mut used = Self::ENCODED_BYTES;
-        let mut kept = VecDeque::new();
+        let mut kept: VecDeque<Box<[u8]>> = VecDeque::new();
         if kind.keeps() {
             if *b.get(used)? == 1 {
                 let len = u32::from_le_bytes(b.get(used + 1..used + 5)?.try_into().ok()?);
@@ -625,6 +637,7 @@ impl Acc {
             } else {
                 BTreeMap::new()
             },
+            kept_bytes: kept.iter().map(|v| v.len()).sum(),
             kept,
         };
         Some((acc, used))
@@ -724,6 +737,8 @@ pub struct OverAggregateOp {
     pending: u64,
     peak_held: u64,
     late: u64,
+    /// The bytes of the values the frames keep for FIRST_VALUE, LAST_VALUE and LISTAGG.
+    kept_bytes: u64,
 }
 
 /// Bytes of bookkeeping per held row, besides the row itself.
@@ -757,6 +772,7 @@ impl OverAggregateOp {
         if k.accs.is_empty() {
             k.accs = vec![Acc::default(); kinds.len()];
         }
+        let kept_before = kept_bytes(&k.accs);
         let leave = |k: &mut KeyRows, release: &mut Vec<u32>| {
             let h = k.frame.pop_front().expect("a row to leave the frame");
             for ((acc, &kind), v) in k.accs.iter_mut().zip(kinds).zip(h.values.iter()) {
@@ -868,6 +884,8 @@ impl OverAggregateOp {
                 empty = true;
             }
         }
+        let kept_after = if empty { 0 } else { kept_bytes(&k.accs) };
+        self.kept_bytes = (self.kept_bytes + kept_after).saturating_sub(kept_before);
         self.held -= left;
         self.pending -= emitted;
         if empty {
@@ -974,7 +992,10 @@ impl Operator for OverAggregateOp {
     fn state_size(&self) -> StateSize {
         StateSize {
             rows: self.held,
-            bytes: self.store.bytes() as u64 + self.held * HELD_OVERHEAD + self.keys.index_bytes(),
+            bytes: self.store.bytes() as u64
+                + self.held * HELD_OVERHEAD
+                + self.kept_bytes
+                + self.keys.index_bytes(),
         }
     }
 
@@ -1065,6 +1086,7 @@ impl Operator for OverAggregateOp {
                 }
                 let slot = self.keys.slot_for(hash_key(key), key);
                 let k = self.keys.get_mut(slot);
+                self.kept_bytes += kept_bytes(&read);
                 k.accs = read;
                 k.last_ts = lasts.value(i);
                 let ttl = self.spec.state_ttl_ms.unwrap_or(0);
@@ -1111,7 +1133,9 @@ impl Operator for OverAggregateOp {
                 if k.accs.is_empty() {
                     k.accs = vec![Acc::default(); kinds.len()];
                 }
+                let before = kept_bytes(&k.accs);
                 add_row(&mut k.accs, kinds, &mut held);
+                self.kept_bytes += kept_bytes(&k.accs) - before;
                 if let (Frame::Range { preceding_ms }, true) = (self.spec.frame, k.frame.is_empty())
                 {
                     self.due.push(held.ts.saturating_add(preceding_ms), slot, 1);

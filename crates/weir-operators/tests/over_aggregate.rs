@@ -587,3 +587,42 @@ fn listagg_over_an_unbounded_frame_is_refused() {
         "{err}"
     );
 }
+
+/// The values a frame keeps for LISTAGG and FIRST_VALUE count in the state size while they are
+/// in a frame, and not once they have left it.
+#[test]
+fn kept_values_count_in_the_state_size_while_in_a_frame() {
+    let run = |keeping: bool| {
+        let mut s = OverAggregate::range(100).aggregate(count("n"));
+        if keeping {
+            s = s
+                .aggregate(list_agg("lk", ",", "l"))
+                .aggregate(first_value("lk", "f"));
+        }
+        s.keys = vec!["k".into()];
+        let mut h = Harness::of(&s, &[info()]);
+        let rows = (0..50)
+            .map(|i| RawRow {
+                k: 0,
+                v: Some(1_000_000 + i),
+                x: 0.0,
+                d: 0,
+                offset: i,
+            })
+            .collect();
+        let (inputs, _) = script(&[Step::Rows(rows)]);
+        let Input::Batch(b) = &inputs[0] else {
+            unreachable!()
+        };
+        h.push_batch(0, b.clone());
+        h.watermark(60);
+        let in_frame = h.state_size().bytes;
+        h.watermark(10_000);
+        (in_frame, h.state_size().bytes)
+    };
+    let (plain, plain_after) = run(false);
+    let (keeping, keeping_after) = run(true);
+    // 50 values of 8 bytes ("v1000000") for each of the two aggregates, all in the frame.
+    assert!(keeping >= plain + 2 * 50 * 8, "{keeping} vs {plain}");
+    assert_eq!(keeping_after, plain_after);
+}
