@@ -1,6 +1,7 @@
 //! Flink's functions that DataFusion has under no name: LOCATE, REGEXP, ELT, TO_BASE64,
 //! FROM_BASE64, HEX, UNHEX, BIN, IS_DIGIT, IS_ALPHA, IS_DECIMAL, URL_ENCODE, URL_DECODE, E and
-//! SPLIT (an ARRAY<STRING>, for `CROSS JOIN UNNEST`),
+//! SPLIT (an ARRAY<STRING>, for `CROSS JOIN UNNEST`), and the digests MD5, SHA1, SHA224,
+//! SHA256, SHA384, SHA512 and SHA2(text, bits) (lower-case hex of the text's UTF-8 bytes),
 //! with Java's rules where Flink's come from Java (checked against Flink 2.3 by
 //! `testdata/flink/scalars`).
 
@@ -37,9 +38,17 @@ pub(crate) enum Extra {
     UrlDecode,
     E,
     Split,
+    /// A digest of the text, as hex: MD5, SHA1, SHA224 to SHA512, and SHA2(text, bits).
+    Md5,
+    Sha1,
+    Sha224,
+    Sha256,
+    Sha384,
+    Sha512,
+    Sha2,
 }
 
-const ALL: [Extra; 15] = [
+const ALL: [Extra; 22] = [
     Extra::Locate,
     Extra::Regexp,
     Extra::Elt,
@@ -55,6 +64,13 @@ const ALL: [Extra; 15] = [
     Extra::UrlDecode,
     Extra::E,
     Extra::Split,
+    Extra::Md5,
+    Extra::Sha1,
+    Extra::Sha224,
+    Extra::Sha256,
+    Extra::Sha384,
+    Extra::Sha512,
+    Extra::Sha2,
 ];
 
 impl Extra {
@@ -76,6 +92,13 @@ impl Extra {
             Extra::UrlDecode => "url_decode",
             Extra::E => "e",
             Extra::Split => "split",
+            Extra::Md5 => "md5",
+            Extra::Sha1 => "sha1",
+            Extra::Sha224 => "sha224",
+            Extra::Sha256 => "sha256",
+            Extra::Sha384 => "sha384",
+            Extra::Sha512 => "sha512",
+            Extra::Sha2 => "sha2",
         }
     }
 
@@ -97,6 +120,13 @@ impl Extra {
             Extra::UrlDecode => "URL_DECODE(STRING)",
             Extra::E => "E()",
             Extra::Split => "SPLIT(STRING text, STRING delimiter)",
+            Extra::Md5 => "MD5(STRING)",
+            Extra::Sha1 => "SHA1(STRING)",
+            Extra::Sha224 => "SHA224(STRING)",
+            Extra::Sha256 => "SHA256(STRING)",
+            Extra::Sha384 => "SHA384(STRING)",
+            Extra::Sha512 => "SHA512(STRING)",
+            Extra::Sha2 => "SHA2(STRING, INT bits: 224, 256, 384 or 512)",
         }
     }
 
@@ -143,6 +173,17 @@ impl Extra {
                 Some(vec![Utf8])
             }
             Extra::E if n == 0 => Some(vec![]),
+            Extra::Md5
+            | Extra::Sha1
+            | Extra::Sha224
+            | Extra::Sha256
+            | Extra::Sha384
+            | Extra::Sha512
+                if n == 1 && text(&given[0]) =>
+            {
+                Some(vec![Utf8])
+            }
+            Extra::Sha2 if n == 2 && text(&given[0]) && int(&given[1]) => Some(vec![Utf8, Int64]),
             _ => None,
         }
     }
@@ -293,6 +334,35 @@ impl ScalarUDFImpl for ExtraFn {
                 }
                 Arc::new(BinaryArray::from_iter(out))
             }
+            Extra::Md5 => map_text(texts(0), |t| Some(digest::<md5::Md5>(t))),
+            Extra::Sha1 => map_text(texts(0), |t| Some(digest::<sha1::Sha1>(t))),
+            Extra::Sha224 => map_text(texts(0), |t| Some(digest::<sha2::Sha224>(t))),
+            Extra::Sha256 => map_text(texts(0), |t| Some(digest::<sha2::Sha256>(t))),
+            Extra::Sha384 => map_text(texts(0), |t| Some(digest::<sha2::Sha384>(t))),
+            Extra::Sha512 => map_text(texts(0), |t| Some(digest::<sha2::Sha512>(t))),
+            Extra::Sha2 => {
+                let (text, bits) = (texts(0), arrays[1].as_primitive::<Int64Type>());
+                let mut out = Vec::with_capacity(rows);
+                for r in 0..rows {
+                    let (Some(t), false) = (value(text, r), bits.is_null(r)) else {
+                        out.push(None);
+                        continue;
+                    };
+                    out.push(Some(match bits.value(r) {
+                        224 => digest::<sha2::Sha224>(t),
+                        256 => digest::<sha2::Sha256>(t),
+                        384 => digest::<sha2::Sha384>(t),
+                        512 => digest::<sha2::Sha512>(t),
+                        // Flink fails the job; weir the row.
+                        other => {
+                            return exec_err!(
+                                "SHA2: {other} bits is no SHA-2 length; give 224, 256, 384 or 512"
+                            )
+                        }
+                    }));
+                }
+                Arc::new(StringArray::from(out))
+            }
             Extra::Split => {
                 let (text, delimiter) = (texts(0), texts(1));
                 let mut out = ListBuilder::new(StringBuilder::new());
@@ -341,6 +411,11 @@ impl ScalarUDFImpl for ExtraFn {
         };
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// The digest `D` of `text`'s UTF-8 bytes, as lower-case hex (as Flink writes it).
+fn digest<D: sha2::Digest>(text: &str) -> String {
+    hex(&D::digest(text.as_bytes())).to_lowercase()
 }
 
 fn value(a: &StringArray, r: usize) -> Option<&str> {

@@ -16,7 +16,7 @@
 //! - `EXTRACT`: DOW counts from Sunday = 1; MILLISECOND, MICROSECOND and NANOSECOND are within
 //!   the second; EPOCH is whole seconds; DECADE, CENTURY and MILLENNIUM from the year.
 //! - `REPLACE` of empty text puts the replacement around every character, as Java's.
-//! - `SHA224` / `SHA256` / `SHA384` / `SHA512` are hex text (DataFusion's are bytes); `INITCAP`
+//! - `INITCAP`
 //!   starts a word after anything but an ASCII letter or digit; `ASCII` is the first byte,
 //!   signed; `CHR(n)` is the character `n` modulo 256; `OVERLAY` as Flink's.
 //! - `TO_DATE(text)` and `CAST(text AS DATE)` read `yyyy[-M[-d]]` with spaces around and a time
@@ -761,15 +761,6 @@ pub(crate) fn flink_functions(
                 }
                 _ => return Ok(Transformed::no(Expr::ScalarFunction(call))),
             },
-            ("sha224" | "sha256" | "sha384" | "sha512", 1) => {
-                Expr::ScalarFunction(ScalarFunction::new_udf(
-                    datafusion_functions::encoding::encode(),
-                    vec![
-                        Expr::ScalarFunction(call),
-                        Expr::Literal(ScalarValue::Utf8(Some("hex".into())), None),
-                    ],
-                ))
-            }
             ("date_part", 2) => match &args[0] {
                 Expr::Literal(ScalarValue::Utf8(Some(part)), _) => {
                     let part = part.to_ascii_lowercase();
