@@ -2,6 +2,7 @@
 //! FROM_BASE64, HEX, UNHEX, BIN, IS_DIGIT, IS_ALPHA, IS_DECIMAL, URL_ENCODE, URL_DECODE, E and
 //! SPLIT (an ARRAY<STRING>, for `CROSS JOIN UNNEST`), and the digests MD5, SHA1, SHA224,
 //! SHA256, SHA384, SHA512 and SHA2(text, bits) (lower-case hex of the text's UTF-8 bytes),
+//! PARSE_URL (as Java's `java.net.URL` splits a URL),
 //! with Java's rules where Flink's come from Java (checked against Flink 2.3 by
 //! `testdata/flink/scalars`).
 
@@ -46,9 +47,10 @@ pub(crate) enum Extra {
     Sha384,
     Sha512,
     Sha2,
+    ParseUrl,
 }
 
-const ALL: [Extra; 22] = [
+const ALL: [Extra; 23] = [
     Extra::Locate,
     Extra::Regexp,
     Extra::Elt,
@@ -71,6 +73,7 @@ const ALL: [Extra; 22] = [
     Extra::Sha384,
     Extra::Sha512,
     Extra::Sha2,
+    Extra::ParseUrl,
 ];
 
 impl Extra {
@@ -99,6 +102,7 @@ impl Extra {
             Extra::Sha384 => "sha384",
             Extra::Sha512 => "sha512",
             Extra::Sha2 => "sha2",
+            Extra::ParseUrl => "parse_url",
         }
     }
 
@@ -127,6 +131,7 @@ impl Extra {
             Extra::Sha384 => "SHA384(STRING)",
             Extra::Sha512 => "SHA512(STRING)",
             Extra::Sha2 => "SHA2(STRING, INT bits: 224, 256, 384 or 512)",
+            Extra::ParseUrl => "PARSE_URL(STRING url, STRING part[, STRING query key])",
         }
     }
 
@@ -151,6 +156,7 @@ impl Extra {
                 }
                 Some(out)
             }
+            Extra::ParseUrl if (n == 2 || n == 3) && given.iter().all(text) => Some(vec![Utf8; n]),
             Extra::Regexp | Extra::Split if n == 2 && given.iter().all(text) => {
                 Some(vec![Utf8, Utf8])
             }
@@ -363,6 +369,20 @@ impl ScalarUDFImpl for ExtraFn {
                 }
                 Arc::new(StringArray::from(out))
             }
+            Extra::ParseUrl => {
+                let (url, part) = (texts(0), texts(1));
+                let key = arrays.get(2).map(|k| k.as_string::<i32>());
+                let out: StringArray = (0..rows)
+                    .map(|r| {
+                        let key = match key {
+                            Some(k) => Some(value(k, r)?),
+                            None => None,
+                        };
+                        parse_url(value(url, r)?, value(part, r)?, key)
+                    })
+                    .collect();
+                Arc::new(out)
+            }
             Extra::Split => {
                 let (text, delimiter) = (texts(0), texts(1));
                 let mut out = ListBuilder::new(StringBuilder::new());
@@ -411,6 +431,68 @@ impl ScalarUDFImpl for ExtraFn {
         };
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// Part `part` of `url` as Flink's PARSE_URL gives it from Java's `java.net.URL` (HOST, PATH,
+/// QUERY, REF, PROTOCOL, FILE, AUTHORITY, USERINFO, in upper case), or with `key` the value of
+/// `key` in the query (the first `key=` after the start or a `&`); NULL for a URL Java does not
+/// take (no protocol, or one it has no handler for), an unknown part, or a part the URL lacks.
+fn parse_url(url: &str, part: &str, key: Option<&str>) -> Option<String> {
+    let (protocol, rest) = url.split_once(':')?;
+    if !["http", "https", "ftp", "file", "jar", "mailto"]
+        .iter()
+        .any(|p| p.eq_ignore_ascii_case(protocol))
+    {
+        return None;
+    }
+    let (rest, reference) = match rest.split_once('#') {
+        Some((r, f)) => (r, Some(f)),
+        None => (rest, None),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match rest.strip_prefix("//") {
+        Some(after) => match after.find('/') {
+            Some(i) => (Some(&after[..i]), &after[i..]),
+            None => (Some(after), ""),
+        },
+        None => (None, rest),
+    };
+    let (userinfo, host_port) = match authority.map(|a| a.rsplit_once('@')) {
+        Some(Some((u, h))) => (Some(u), h),
+        Some(None) => (None, authority.unwrap_or_default()),
+        None => (None, ""),
+    };
+    let host = if host_port.starts_with('[') {
+        host_port.find(']').map_or(host_port, |i| &host_port[..=i])
+    } else {
+        host_port.split(':').next().unwrap_or_default()
+    };
+    if let Some(key) = key {
+        if part != "QUERY" {
+            return None;
+        }
+        return query?.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k == key).then(|| v.to_string())
+        });
+    }
+    Some(match part {
+        "HOST" => host.to_string(),
+        "PATH" => path.to_string(),
+        "QUERY" => query?.to_string(),
+        "REF" => reference?.to_string(),
+        "PROTOCOL" => protocol.to_string(),
+        "FILE" => match query {
+            Some(q) => format!("{path}?{q}"),
+            None => path.to_string(),
+        },
+        "AUTHORITY" => authority?.to_string(),
+        "USERINFO" => userinfo?.to_string(),
+        _ => return None,
+    })
 }
 
 /// The digest `D` of `text`'s UTF-8 bytes, as lower-case hex (as Flink writes it).
