@@ -826,10 +826,10 @@ impl State {
             }
             (State::Texts(a, _), State::Texts(b, _)) => {
                 // b's values that a lacks come after a's, in b's order.
-                for v in in_order(b) {
-                    if !a.contains_key(&v) {
+                for v in in_order(&b) {
+                    if !a.contains_key(v) {
                         let place = a.len() as u32;
-                        a.insert(v, place);
+                        a.insert(v.into(), place);
                     }
                 }
             }
@@ -944,7 +944,7 @@ impl State {
             },
             State::Texts(values, _) => {
                 out.extend_from_slice(&(values.len() as u32).to_le_bytes());
-                for v in in_order_ref(values) {
+                for v in in_order(values) {
                     bytes(out, v.as_bytes());
                 }
             }
@@ -982,7 +982,7 @@ pub(crate) fn finish(bound: &Bound, states: &[&State]) -> ArrayRef {
             let texts: arrow_array::StringArray = (states.iter())
                 .map(|s| match s {
                     State::Texts(values, sep) if !values.is_empty() => {
-                        Some(in_order_ref(values).join(sep))
+                        Some(in_order(values).join(sep))
                     }
                     _ => None,
                 })
@@ -1330,7 +1330,7 @@ pub(crate) fn state_columns(bound: &Bound, states: &[&State]) -> Vec<ArrayRef> {
             let mut b = ListBuilder::new(arrow_array::builder::StringBuilder::new());
             for st in states {
                 if let State::Texts(v, _) = st {
-                    for k in in_order_ref(v) {
+                    for k in in_order(v) {
                         b.values().append_value(k);
                     }
                 }
@@ -1372,14 +1372,7 @@ pub(crate) fn read_state(bound: &Bound, cols: &[ArrayRef], i: usize) -> State {
 }
 
 /// LISTAGG(DISTINCT)'s values in the order they first came.
-fn in_order(values: hashbrown::HashMap<Box<str>, u32>) -> Vec<Box<str>> {
-    let mut v: Vec<(Box<str>, u32)> = values.into_iter().collect();
-    v.sort_unstable_by_key(|(_, place)| *place);
-    v.into_iter().map(|(v, _)| v).collect()
-}
-
-/// [`in_order`] without taking the values.
-fn in_order_ref(values: &hashbrown::HashMap<Box<str>, u32>) -> Vec<&str> {
+fn in_order(values: &hashbrown::HashMap<Box<str>, u32>) -> Vec<&str> {
     let mut v: Vec<(&str, u32)> = values.iter().map(|(v, p)| (&**v, *p)).collect();
     v.sort_unstable_by_key(|(_, place)| *place);
     v.into_iter().map(|(v, _)| v).collect()

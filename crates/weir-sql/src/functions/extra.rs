@@ -174,12 +174,7 @@ impl Extra {
             | Extra::IsDecimal
             | Extra::UrlEncode
             | Extra::UrlDecode
-                if n == 1 && text(&given[0]) =>
-            {
-                Some(vec![Utf8])
-            }
-            Extra::E if n == 0 => Some(vec![]),
-            Extra::Md5
+            | Extra::Md5
             | Extra::Sha1
             | Extra::Sha224
             | Extra::Sha256
@@ -189,6 +184,7 @@ impl Extra {
             {
                 Some(vec![Utf8])
             }
+            Extra::E if n == 0 => Some(vec![]),
             Extra::Sha2 if n == 2 && text(&given[0]) && int(&given[1]) => Some(vec![Utf8, Int64]),
             _ => None,
         }

@@ -635,11 +635,12 @@ impl Planner {
         // `FROM t, UNNEST(...) AS u(...)` is `t CROSS JOIN UNNEST(...)` (plan/unnest.rs).
         let unnest_after = match select.from.as_slice() {
             [_] => None,
-            [_, u] if u.joins.is_empty() && unnest::as_unnest(&u.relation).is_some() => {
-                unnest::as_unnest(&u.relation)
-            }
-            _ => return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function), or a table and an UNNEST")),
+            [_, u] if u.joins.is_empty() => unnest::as_unnest(&u.relation),
+            _ => None,
         };
+        if select.from.len() != 1 && unnest_after.is_none() {
+            return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function), or a table and an UNNEST"));
+        }
         // Window Top-N and deduplication: ROW_NUMBER() in a subquery of FROM (plan/rank.rs).
         if let Some(ranked) = self.rank_query(select)? {
             return Ok(ranked);
@@ -657,7 +658,7 @@ impl Planner {
         };
         for j in &from.joins {
             rel = match unnest::as_unnest(&j.relation) {
-                Some(_) => self.unnest_join(rel, j)?,
+                Some(u) => self.unnest_join(rel, j, &u)?,
                 None => self.join(rel, j)?,
             };
         }

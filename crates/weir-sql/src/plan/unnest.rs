@@ -47,8 +47,8 @@ pub(super) fn as_unnest(factor: &TableFactor) -> Option<TableFactor> {
 }
 
 impl Planner {
-    /// A join whose right side is `UNNEST(...)` (see [`as_unnest`]).
-    pub(super) fn unnest_join(&self, rel: Rel, j: &Join) -> Result<Rel> {
+    /// Join `j`, whose right side is `unnest` (its relation read by [`as_unnest`]).
+    pub(super) fn unnest_join(&self, rel: Rel, j: &Join, unnest: &TableFactor) -> Result<Rel> {
         let on_true = |c: &JoinConstraint| match c {
             JoinConstraint::On(SqlExpr::Value(v)) => {
                 matches!(v.value, Value::Boolean(true))
@@ -65,10 +65,7 @@ impl Planner {
                 )))
             }
         };
-        match as_unnest(&j.relation) {
-            Some(u) => self.unnest(rel, &u, outer),
-            None => Err(plan_err(format!("`{}` is not an UNNEST", j.relation))),
-        }
+        self.unnest(rel, unnest, outer)
     }
 
     /// `rel` with each row once per element of the array of `factor` (an UNNEST).
