@@ -3,7 +3,8 @@
 //! The types every other weir crate shares, with no I/O and no async runtime: the clocks and
 //! time types ([`time`]), watermark generation and combination ([`watermark`]), keys and key
 //! groups ([`keys`]), serialisable scalar expressions ([`expr`]), batch helpers ([`batch`]) and
-//! the error type ([`Error`]), and local times of a time zone ([`zone`]).
+//! the error type ([`Error`]), local times of a time zone ([`zone`]), and the change kinds of
+//! updating streams ([`changes`]).
 //!
 //! ```
 //! use weir_core::time::Watermark;
@@ -19,6 +20,7 @@
 
 #![warn(clippy::unwrap_used)]
 pub mod batch;
+pub mod changes;
 pub mod error;
 pub mod expr;
 pub mod keys;

@@ -56,6 +56,7 @@ use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
+use weir_core::changes::{change_column, ChangeKind};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
@@ -87,6 +88,12 @@ pub struct Deduplicate {
     pub keep: Keep,
     /// A key is forgotten this long (event time) after its latest row.
     pub ttl_ms: i64,
+    /// Keep-last as a changelog: the output gets this STRING column, and a key's new latest
+    /// row comes as `-U` (the row it replaces) and `+U`, or `+I` for a key's first row (of a
+    /// life: a row more than the TTL after the key's latest starts again with `+I`, the
+    /// replaced row not taken back). What a GROUP BY over the latest rows needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<String>,
 }
 
 impl Deduplicate {
@@ -97,6 +104,31 @@ impl Deduplicate {
             keys: Vec::new(),
             keep: Keep::First,
             ttl_ms,
+            changes: None,
+        }
+    }
+
+    /// Keep-last as a changelog with change column `op_column` (see
+    /// [`Deduplicate::changes`]).
+    pub fn changes(mut self, op_column: &str) -> Self {
+        self.changes = Some(op_column.into());
+        self
+    }
+
+    /// The output's columns: the input's, and the change column of a changelog.
+    fn output_schema(&self, input: &StreamInfo) -> SchemaRef {
+        match &self.changes {
+            None => input.schema.clone(),
+            Some(op) => {
+                let mut fields: Vec<Field> = input
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone())
+                    .collect();
+                fields.push(Field::new(op, weir_core::changes::CHANGE_TYPE, false));
+                Arc::new(Schema::new(fields))
+            }
         }
     }
 
@@ -123,6 +155,20 @@ impl Deduplicate {
             )
         })?;
         KeyEncoder::new(&input.schema, &self.keys)?;
+        if let Some(op) = &self.changes {
+            if self.keep == Keep::First {
+                return Err(Error::plan(
+                    "keep-first deduplication is append-only: it has no changelog to give",
+                ));
+            }
+            if input.schema.index_of(op).is_ok() {
+                return Err(Error::config(
+                    "changes",
+                    op,
+                    "the input has a column of that name already; name the change column otherwise",
+                ));
+            }
+        }
         Ok(event_time_index(&input.schema, et)?)
     }
 
@@ -165,7 +211,7 @@ impl OperatorFactory for Deduplicate {
         let input = weir_runtime::ops::single_input("deduplicate", inputs)?;
         self.check(input)?;
         Ok(StreamInfo {
-            schema: input.schema.clone(),
+            schema: self.output_schema(input),
             event_time: match self.keep {
                 Keep::First => input.event_time.clone(),
                 Keep::Last => None,
@@ -205,6 +251,8 @@ impl OperatorFactory for Deduplicate {
             watermark: i64::MIN,
             batches: 0,
             touched: Vec::new(),
+            changes: self.changes.is_some().then(|| self.output_schema(input)),
+            before: Vec::new(),
             key_count: 0,
             rows_held: 0,
             bytes_held: 0,
@@ -226,7 +274,11 @@ impl OperatorFactory for Deduplicate {
                 crate::kept_until(self.ttl_ms, "a row of it")
             ),
             Keep::Last => format!(
-                "the latest row by event time per ({keys}), an update per key and batch; keeps one row per key {}",
+                "the latest row by event time per ({keys}), {} per key and batch; keeps one row per key {}",
+                match self.changes {
+                    Some(_) => "a changelog (-U of the replaced row, +U; +I for a new key)",
+                    None => "an update",
+                },
                 crate::kept_until(self.ttl_ms, "a newer row of it")
             ),
         }
@@ -311,6 +363,11 @@ pub struct DeduplicateOp {
     batches: u64,
     /// Keep-last: keys whose latest row this batch changed.
     touched: Vec<usize>,
+    /// A changelog's output columns (see [`Deduplicate::changes`]).
+    changes: Option<SchemaRef>,
+    /// A changelog: for each of `touched`, the latest row before the batch, to take back
+    /// (`None`: the key starts a life).
+    before: Vec<Option<Box<[u8]>>>,
     key_count: u64,
     rows_held: u64,
     bytes_held: u64,
@@ -431,7 +488,8 @@ impl DeduplicateOp {
             time,
             row: row.as_ref().into(),
         };
-        match k.latest.replace(new) {
+        let old = k.latest.replace(new);
+        match &old {
             Some(old) => self.bytes_held -= old.row.len() as u64,
             None => self.rows_held += 1,
         }
@@ -440,6 +498,12 @@ impl DeduplicateOp {
         if k.batch != self.batches {
             k.batch = self.batches;
             self.touched.push(slot);
+            if self.changes.is_some() {
+                // A row more than the TTL after the latest starts a life: nothing taken back.
+                let ttl = self.ttl_ms;
+                let same_life = old.filter(|o| time <= o.time.saturating_add(ttl));
+                self.before.push(same_life.map(|o| o.row));
+            }
         }
         let expires = time.saturating_add(self.ttl_ms);
         self.queue(slot, expires);
@@ -500,6 +564,26 @@ fn emit_held(
     let parser = all.parser();
     for chunk in rows.chunks(8192) {
         let cols = all.convert_rows(chunk.iter().map(|r| parser.parse(r)))?;
+        ctx.emit(StreamBatch::new(RecordBatch::try_new(
+            schema.clone(),
+            cols,
+        )?));
+    }
+    Ok(())
+}
+
+/// Emits `rows` with their change kinds in the last column of `schema`.
+fn emit_changes(
+    all: &RowConverter,
+    schema: &SchemaRef,
+    rows: &[Box<[u8]>],
+    kinds: &[ChangeKind],
+    ctx: &mut Context,
+) -> Result<()> {
+    let parser = all.parser();
+    for (chunk, kinds) in rows.chunks(8192).zip(kinds.chunks(8192)) {
+        let mut cols = all.convert_rows(chunk.iter().map(|r| parser.parse(r)))?;
+        cols.push(change_column(kinds.iter().copied()));
         ctx.emit(StreamBatch::new(RecordBatch::try_new(
             schema.clone(),
             cols,
@@ -645,10 +729,31 @@ impl Operator for DeduplicateOp {
         }
         if self.keep == Keep::Last {
             let touched = std::mem::take(&mut self.touched);
-            let latest: Vec<Box<[u8]>> = (touched.iter())
-                .filter_map(|&s| self.keys.get(s).latest.as_ref().map(|l| l.row.clone()))
-                .collect();
-            self.emit_rows(&latest, ctx)?;
+            let latest = |s: usize| self.keys.get(s).latest.as_ref().map(|l| l.row.clone());
+            match &self.changes {
+                None => {
+                    let rows: Vec<Box<[u8]>> = touched.iter().filter_map(|&s| latest(s)).collect();
+                    self.emit_rows(&rows, ctx)?;
+                }
+                Some(schema) => {
+                    let mut rows = Vec::with_capacity(touched.len());
+                    let mut kinds = Vec::with_capacity(touched.len());
+                    for (&s, before) in touched.iter().zip(std::mem::take(&mut self.before)) {
+                        let Some(now) = latest(s) else { continue };
+                        match before {
+                            Some(b) => {
+                                rows.extend([b, now]);
+                                kinds.extend([ChangeKind::UpdateBefore, ChangeKind::UpdateAfter]);
+                            }
+                            None => {
+                                rows.push(now);
+                                kinds.push(ChangeKind::Insert);
+                            }
+                        }
+                    }
+                    emit_changes(&self.all, schema, &rows, &kinds, ctx)?;
+                }
+            }
             self.touched = touched;
             self.touched.clear();
         }
@@ -980,6 +1085,26 @@ mod tests {
         assert_eq!(h.late_rows(), 0);
         h.end();
         assert!(out(&mut h).is_empty());
+    }
+
+    #[test]
+    fn keep_last_changelog_takes_the_replaced_row_back_within_a_life() {
+        for backend in weir_testkit::backends() {
+            let mut h = weir_testkit::on_backend(&backend, || {
+                harness(Deduplicate::keep_last(10_000).changes("op"))
+            });
+            h.push(0, rows!("user page ts\n u1 a 1000\n u1 b 2000\n u2 x 1500"));
+            assert_eq!(out(&mut h), vec!["u1,b,2000,+I", "u2,x,1500,+I"]);
+            // The row before the batch goes back, not the ones the batch passed through.
+            h.push(0, rows!("user page ts\n u1 c 3000\n u1 d 4000\n u2 w 1000"));
+            assert_eq!(out(&mut h), vec!["u1,b,2000,-U", "u1,d,4000,+U"]);
+            // More than the TTL after u1's latest: a new life, nothing taken back.
+            h.push(0, rows!("user page ts\n u1 e 14001\n u2 y 11500"));
+            assert_eq!(
+                out(&mut h),
+                vec!["u1,e,14001,+I", "u2,x,1500,-U", "u2,y,11500,+U"]
+            );
+        }
     }
 
     /// On every state backend.

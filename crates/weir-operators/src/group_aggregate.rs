@@ -46,6 +46,9 @@ use weir_state::{ExpiryQueue, KeySlots};
 
 #[cfg(feature = "rocksdb")]
 mod disk;
+mod retract;
+
+pub use retract::RetractGroupsOp;
 
 /// The spec of a continuous aggregation per key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +63,22 @@ pub struct GroupAggregate {
     /// writes them), not updates.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub final_only: bool,
+    /// The input is updating: its rows carry a change kind, and `-U` / `-D` rows take their
+    /// values out again (see [`Changes`]). The output then carries the change column too:
+    /// `+I` / `+U` per key and batch, `-D` when a key's rows are all taken out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Changes>,
+}
+
+/// How an updating input says what its rows do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changes {
+    /// The STRING column with each row's change kind (`+I`, `-U`, `+U`, `-D`), also the
+    /// output's.
+    pub op_column: String,
+    /// The column with each row's event time (BIGINT epoch ms or TIMESTAMP), for the TTL: an
+    /// updating stream has no event time of its own, but its rows do.
+    pub time_column: String,
 }
 
 impl GroupAggregate {
@@ -70,7 +89,17 @@ impl GroupAggregate {
             aggregates: Vec::new(),
             ttl_ms,
             final_only: false,
+            changes: None,
         }
+    }
+
+    /// Takes an updating input (see [`GroupAggregate::changes`]).
+    pub fn changes(mut self, op_column: &str, time_column: &str) -> Self {
+        self.changes = Some(Changes {
+            op_column: op_column.into(),
+            time_column: time_column.into(),
+        });
+        self
     }
 
     /// Emits each key's final result once, at the end of the input (see
@@ -116,11 +145,14 @@ impl GroupAggregate {
                 a.output
             )));
         }
-        let et = input.event_time.as_ref().ok_or_else(|| {
-            Error::plan(
-                "a group aggregation expires keys in event time; declare the source's event-time column",
-            )
-        })?;
+        let et = match &self.changes {
+            Some(c) => &c.time_column,
+            None => input.event_time.as_ref().ok_or_else(|| {
+                Error::plan(
+                    "a group aggregation expires keys in event time; declare the source's event-time column",
+                )
+            })?,
+        };
         let et = event_time_index(&input.schema, et)?;
         KeyEncoder::new(&input.schema, &self.keys)?;
         let bound = (self.aggregates.iter())
@@ -130,6 +162,37 @@ impl GroupAggregate {
             .map(|k| input.schema.field_with_name(k).cloned())
             .collect::<std::result::Result<_, _>>()?;
         fields.extend(bound.iter().map(Bound::output_field));
+        if let Some(c) = &self.changes {
+            let op = input.schema.index_of(&c.op_column).map_err(|_| {
+                Error::config(
+                    "changes.op_column",
+                    &c.op_column,
+                    format!(
+                        "no such column; the stream has: {}",
+                        weir_core::keys::column_names(&input.schema)
+                    ),
+                )
+            })?;
+            if input.schema.field(op).data_type() != &weir_core::changes::CHANGE_TYPE {
+                return Err(Error::config(
+                    "changes.op_column",
+                    &c.op_column,
+                    "the change column must be STRING (+I, -U, +U, -D)",
+                ));
+            }
+            if let Err(a) = retract::kinds(&bound) {
+                return Err(Error::plan(format!(
+                    "`{a}`: over updates (rows a later -U or -D takes back) weir aggregates \
+                     COUNT, SUM, AVG, MIN and MAX; take the others in event-time windows over \
+                     the rows before the updating step"
+                )));
+            }
+            fields.push(Field::new(
+                &c.op_column,
+                weir_core::changes::CHANGE_TYPE,
+                false,
+            ));
+        }
         Ok((Arc::new(Schema::new(fields)), bound, et))
     }
 }
@@ -163,6 +226,20 @@ impl OperatorFactory for GroupAggregate {
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("group_aggregate", inputs)?;
         let (schema, bound, event_time) = self.check(input)?;
+        if let Some(c) = &self.changes {
+            let kinds = retract::kinds(&bound).map_err(|a| Error::plan(a.to_string()))?;
+            return Ok(Box::new(RetractGroupsOp::new(
+                info.key_groups,
+                KeyEncoder::new(&input.schema, &self.keys)?,
+                self.ttl_ms,
+                schema,
+                bound,
+                kinds,
+                event_time,
+                input.schema.index_of(&c.op_column)?,
+                self.final_only,
+            )));
+        }
         #[cfg(feature = "rocksdb")]
         let disk = match info.state_backend.on_disk() {
             true => Some(disk::DiskGroups::open(
@@ -200,17 +277,22 @@ impl OperatorFactory for GroupAggregate {
         weir_runtime::graph::OperatorState::Checkpointed { version: 2 }
     }
     fn state_on_disk(&self) -> bool {
-        true
+        self.changes.is_none()
     }
     fn describe(&self) -> String {
         format!(
-            "{} per ({}), {}; keeps one group per key {}",
+            "{} per ({}){}, {}; keeps one group per key {}",
             aggregates::describe(&self.aggregates),
             self.keys.join(", "),
-            if self.final_only {
-                "each key's final result at the end of the input"
-            } else {
-                "an update per key and batch"
+            match &self.changes {
+                Some(_) => " over updates (-U / -D rows taken out again)",
+                None => "",
+            },
+            match (self.final_only, &self.changes) {
+                (true, _) => "each key's final result at the end of the input",
+                (false, None) => "an update per key and batch",
+                (false, Some(_)) =>
+                    "+I / +U per key and batch, -D when a key's rows are all taken out",
             },
             crate::kept_until(self.ttl_ms, "a row of it")
         )
@@ -580,6 +662,83 @@ mod tests {
             ..spec
         };
         Harness::of(&spec, &[input])
+    }
+
+    /// `spec` over updates, keyed by `ad`, over rows `ad clicks ts op`.
+    fn changes_harness(spec: GroupAggregate) -> Harness {
+        let input = StreamInfo {
+            schema: rows!("ad clicks ts op\n a1 1 0 +I").schema(),
+            event_time: None,
+        };
+        let spec = GroupAggregate {
+            keys: vec!["ad".into()],
+            ..spec.changes("op", "ts")
+        };
+        Harness::of(&spec, &[input])
+    }
+
+    #[test]
+    fn updates_take_their_rows_back_and_an_emptied_key_is_deleted() {
+        let mut h = changes_harness(
+            GroupAggregate::with_ttl(10_000)
+                .aggregate(count("n"))
+                .aggregate(sum("clicks", "total"))
+                .aggregate(crate::aggregates::max("clicks", "top"))
+                .aggregate(crate::aggregates::min("clicks", "low")),
+        );
+        h.push(
+            0,
+            rows!(
+                "ad clicks ts   op
+                 a1 2      1000 +I
+                 a1 7      1100 +I
+                 a2 5      1500 +I"
+            ),
+        );
+        assert_eq!(
+            sorted_lines(&h.take(Port::Main)),
+            vec!["a1,2,9,7,2,+I", "a2,1,5,5,5,+I"]
+        );
+        // The MAX leaves and the next largest takes its place; a2's only row leaves.
+        h.push(
+            0,
+            rows!(
+                "ad clicks ts   op
+                 a1 7      1100 -U
+                 a1 3      1200 +U
+                 a2 5      1500 -D"
+            ),
+        );
+        assert_eq!(
+            sorted_lines(&h.take(Port::Main)),
+            vec!["a1,2,5,3,2,+U", "a2,0,,,,-D"]
+        );
+        // A retraction for a key without state changes nothing.
+        h.push(0, rows!("ad clicks ts op\n a3 1 1600 -U"));
+        assert!(h.take(Port::Main).is_empty());
+        assert_eq!(h.gauges()["retractions_without_state"], 1);
+        // a2 starts again with +I.
+        h.push(0, rows!("ad clicks ts op\n a2 4 1700 +I"));
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a2,1,4,4,4,+I"]);
+    }
+
+    #[test]
+    fn aggregates_that_cannot_take_values_back_are_refused_over_updates() {
+        let input = StreamInfo {
+            schema: rows!("ad clicks ts op\n a1 1 0 +I").schema(),
+            event_time: None,
+        };
+        let spec = GroupAggregate {
+            keys: vec!["ad".into()],
+            ..GroupAggregate::with_ttl(10_000)
+                .aggregate(crate::aggregates::first_value("clicks", "f"))
+                .changes("op", "ts")
+        };
+        let err = spec.plan(&[input]).unwrap_err().to_string();
+        assert!(
+            err.contains("`f`") && err.contains("COUNT, SUM, AVG, MIN and MAX"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod local_time;
 pub mod lookup_join;
 pub mod over_aggregate;
 pub mod regular_join;
+mod retractable;
 pub mod stream_table_join;
 pub mod temporal_join;
 pub mod unnest;

@@ -1,0 +1,389 @@
+//! A continuous aggregation over an updating input ([`GroupAggregate::changes`]): rows marked
+//! `-U` or `-D` take their values out of their key's aggregates again, as Flink's GROUP BY
+//! over a changelog.
+//!
+//! Each group keeps COUNT, SUM and AVG as a count and a sum and MIN / MAX as a count per value
+//! ([`Acc`]), and how many rows it holds. After each input batch a touched key whose group
+//! holds rows gets a `+I` row (the first time) or a `+U` row; a key whose rows were all taken
+//! out gets a `-D` row (its key, and the aggregates of an empty group) and is forgotten. A
+//! retraction for a key without state (never seen, or forgotten after its TTL) changes
+//! nothing and is counted (`retractions_without_state`), as Flink drops it. State lives in
+//! memory, whatever the state backend.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{BinaryArray, BooleanArray, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use weir_core::batch::event_times;
+use weir_core::changes::{change_column, change_kinds, ChangeKind};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch};
+use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
+use weir_state::{ExpiryQueue, KeySlots, StateSize};
+
+use crate::aggregates::{self, Bound, Values};
+use crate::retractable::{value_of, Acc, Kind};
+
+/// The layout of checkpointed state: a row per key.
+pub(super) fn state_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new(KEY_GROUP_COLUMN, DataType::UInt16, false),
+        Field::new("key", DataType::Binary, false),
+        Field::new("last_event_time", DataType::Int64, false),
+        Field::new("rows", DataType::Int64, false),
+        Field::new("emitted", DataType::Boolean, false),
+        Field::new("accumulators", DataType::Binary, false),
+    ]))
+}
+
+/// The kinds of `bound`'s aggregates, or the first that cannot take values out again.
+pub(super) fn kinds(bound: &[Bound]) -> std::result::Result<Vec<Kind>, String> {
+    bound
+        .iter()
+        .map(|b| match &b.aggregate().function {
+            aggregates::AggregateFn::Count
+            | aggregates::AggregateFn::CountValues(_)
+            | aggregates::AggregateFn::Sum(_)
+            | aggregates::AggregateFn::Min(_)
+            | aggregates::AggregateFn::Max(_)
+            | aggregates::AggregateFn::Avg(_) => Ok(Kind::of(b)),
+            _ => Err(b.aggregate().output.clone()),
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Group {
+    /// Empty while the slot is free.
+    accs: Vec<Acc>,
+    /// Rows added less rows taken out.
+    rows: i64,
+    last_event_time: i64,
+    /// A row of the key went out and was not deleted since.
+    emitted: bool,
+    /// The group has an entry in the expiry queue.
+    queued: bool,
+    /// The number of the last batch with a row of this group.
+    batch: u64,
+    /// MIN / MAX's values' heap bytes, as last counted.
+    heap: usize,
+}
+
+/// One subtask of a continuous aggregation over updates.
+pub struct RetractGroupsOp {
+    pub(super) state_schema: SchemaRef,
+    pub(super) key_groups: u16,
+    pub(super) encoder: KeyEncoder,
+    pub(super) ttl_ms: i64,
+    /// Keys, aggregates, change column.
+    pub(super) schema: SchemaRef,
+    pub(super) bound: Vec<Bound>,
+    pub(super) kinds: Vec<Kind>,
+    pub(super) event_time: usize,
+    pub(super) op_column: usize,
+    pub(super) final_only: bool,
+    groups: KeySlots<Group>,
+    expiry: ExpiryQueue,
+    touched: Vec<usize>,
+    batches: u64,
+    group_count: u64,
+    heap_bytes: u64,
+    expired: u64,
+    stale: u64,
+}
+
+impl RetractGroupsOp {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        key_groups: u16,
+        encoder: KeyEncoder,
+        ttl_ms: i64,
+        schema: SchemaRef,
+        bound: Vec<Bound>,
+        kinds: Vec<Kind>,
+        event_time: usize,
+        op_column: usize,
+        final_only: bool,
+    ) -> Self {
+        RetractGroupsOp {
+            state_schema: state_schema(),
+            key_groups,
+            encoder,
+            ttl_ms,
+            schema,
+            bound,
+            kinds,
+            event_time,
+            op_column,
+            final_only,
+            groups: KeySlots::new(),
+            expiry: ExpiryQueue::new(),
+            touched: Vec::new(),
+            batches: 0,
+            group_count: 0,
+            heap_bytes: 0,
+            expired: 0,
+            stale: 0,
+        }
+    }
+
+    fn fresh(&self) -> Vec<Acc> {
+        vec![Acc::default(); self.bound.len()]
+    }
+
+    fn forget(&mut self, slot: usize) {
+        let heap = self.groups.get(slot).heap;
+        self.heap_bytes = self.heap_bytes.saturating_sub(heap as u64);
+        self.groups.release(slot);
+        self.group_count -= 1;
+    }
+
+    /// Emits a row per slot with its change kind: keys, then each aggregate's result.
+    fn emit(&self, out: &[(usize, ChangeKind)], ctx: &mut Context) -> Result<()> {
+        for chunk in out.chunks(8192) {
+            let parser = self.encoder.parser();
+            let mut cols = (self.encoder)
+                .decode(chunk.iter().map(|&(s, _)| parser.parse(self.groups.key(s))))?;
+            for (j, (b, &kind)) in self.bound.iter().zip(&self.kinds).enumerate() {
+                let states: Vec<aggregates::State> = (chunk.iter())
+                    .map(|&(s, _)| self.groups.get(s).accs[j].state(kind))
+                    .collect();
+                let refs: Vec<&aggregates::State> = states.iter().collect();
+                cols.push(aggregates::finish(b, &refs));
+            }
+            cols.push(change_column(chunk.iter().map(|&(_, k)| k)));
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        Ok(())
+    }
+}
+
+impl Operator for RetractGroupsOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let data = batch.data;
+        if data.num_rows() == 0 {
+            return Ok(());
+        }
+        self.batches += 1;
+        let times = event_times(&data, self.event_time)?;
+        let changes = change_kinds(&data, self.op_column)?;
+        let keys = self.encoder.encode(&data)?;
+        let values: Vec<Values> = (self.bound.iter())
+            .map(|b| b.values(&data))
+            .collect::<Result<_>>()?;
+        for (i, key) in keys.iter().enumerate() {
+            let retract = changes[i].retracts();
+            let key = key.as_ref();
+            let hash = hash_key(key);
+            let slot = match self.groups.find(hash, key) {
+                Some(s) => s,
+                None if retract => {
+                    self.stale += 1;
+                    continue;
+                }
+                None => {
+                    let fresh = self.fresh();
+                    let s = self.groups.slot_for(hash, key);
+                    let g = self.groups.get_mut(s);
+                    (g.accs, g.last_event_time) = (fresh, times[i]);
+                    self.group_count += 1;
+                    s
+                }
+            };
+            let ttl = self.ttl_ms;
+            let fresh = self.fresh();
+            let g = self.groups.get_mut(slot);
+            if !self.final_only && times[i] > g.last_event_time.saturating_add(ttl) {
+                // Past its TTL whether or not a watermark said so yet, so the result does not
+                // depend on where batches and watermarks fall; the sink still has its row.
+                (g.accs, g.rows) = (fresh, 0);
+                self.expired += 1;
+            }
+            if retract && g.rows == 0 {
+                self.stale += 1;
+                continue;
+            }
+            g.last_event_time = g.last_event_time.max(times[i]);
+            for ((acc, &kind), v) in g.accs.iter_mut().zip(&self.kinds).zip(&values) {
+                if let Some(v) = value_of(v, i) {
+                    match retract {
+                        true => acc.retract(kind, v),
+                        false => acc.add(kind, v),
+                    }
+                }
+            }
+            g.rows += if retract { -1 } else { 1 };
+            if g.batch != self.batches {
+                g.batch = self.batches;
+                self.touched.push(slot);
+            }
+        }
+        let touched = std::mem::take(&mut self.touched);
+        let mut out = Vec::with_capacity(touched.len());
+        let mut gone = Vec::new();
+        for &slot in &touched {
+            let g = self.groups.get_mut(slot);
+            let now: usize = g.accs.iter().map(Acc::heap_bytes).sum();
+            self.heap_bytes = (self.heap_bytes + now as u64).saturating_sub(g.heap as u64);
+            g.heap = now;
+            if g.rows > 0 {
+                if !g.queued {
+                    g.queued = true;
+                    self.expiry
+                        .push(g.last_event_time.saturating_add(self.ttl_ms), slot, 0);
+                }
+                if !self.final_only {
+                    let kind = match g.emitted {
+                        true => ChangeKind::UpdateAfter,
+                        false => ChangeKind::Insert,
+                    };
+                    g.emitted = true;
+                    out.push((slot, kind));
+                }
+            } else {
+                if g.emitted && !self.final_only {
+                    out.push((slot, ChangeKind::Delete));
+                }
+                gone.push(slot);
+            }
+        }
+        self.emit(&out, ctx)?;
+        for slot in gone {
+            self.forget(slot);
+        }
+        self.touched = touched;
+        self.touched.clear();
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        if self.final_only {
+            if watermark != Watermark::MAX {
+                return Ok(());
+            }
+            let live: Vec<(usize, ChangeKind)> = (self.groups.slots())
+                .filter(|&s| self.groups.get(s).rows > 0)
+                .map(|s| (s, ChangeKind::Insert))
+                .collect();
+            self.emit(&live, ctx)?;
+        }
+        let mut due = Vec::new();
+        self.expiry.pop_due(watermark.0, &mut due);
+        for (slot, _) in due {
+            let g = self.groups.get_mut(slot);
+            // A slot forgotten (all its rows taken out) or taken by another key since.
+            if g.accs.is_empty() {
+                continue;
+            }
+            let at = g.last_event_time.saturating_add(self.ttl_ms);
+            if at > watermark.0 {
+                self.expiry.push(at, slot, 0);
+                continue;
+            }
+            self.forget(slot);
+            self.expired += 1;
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        let per_group = (self.bound.len() * std::mem::size_of::<Acc>()) as u64 + 64;
+        StateSize {
+            rows: self.group_count,
+            bytes: self.group_count * per_group + self.groups.index_bytes() + self.heap_bytes,
+        }
+    }
+
+    /// Every key's group: a row of [`state_schema`] each. A restore queues each key to
+    /// expire a TTL after its last row.
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
+        let slots: Vec<usize> = self.groups.slots().collect();
+        let mut groups = Vec::with_capacity(slots.len());
+        let mut accs = Vec::with_capacity(slots.len());
+        for &s in &slots {
+            let g = self.groups.get(s);
+            groups.push(key_group(hash_key(self.groups.key(s)), self.key_groups));
+            let mut b = Vec::new();
+            for a in &g.accs {
+                a.encode_all(&mut b);
+            }
+            accs.push(b);
+        }
+        let get = |f: fn(&Group) -> i64| -> Int64Array {
+            slots.iter().map(|&s| f(self.groups.get(s))).collect()
+        };
+        let batch = RecordBatch::try_new(
+            self.state_schema.clone(),
+            vec![
+                key_group_column(groups),
+                Arc::new(BinaryArray::from_iter_values(
+                    slots.iter().map(|&s| self.groups.key(s)),
+                )),
+                Arc::new(get(|g| g.last_event_time)),
+                Arc::new(get(|g| g.rows)),
+                Arc::new(BooleanArray::from_iter(
+                    slots.iter().map(|&s| Some(self.groups.get(s).emitted)),
+                )),
+                Arc::new(BinaryArray::from_iter_values(accs)),
+            ],
+        )?;
+        Ok(StateSnapshot::ready(vec![batch]))
+    }
+
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
+        for b in state {
+            let b = &b?;
+            weir_state::snapshot::check_layout("group_aggregate", b, &self.state_schema)?;
+            let keys = b.column(1).as_binary::<i32>();
+            let lasts = b.column(2).as_primitive::<Int64Type>();
+            let rows = b.column(3).as_primitive::<Int64Type>();
+            let emitted = b.column(4).as_boolean();
+            let accs = b.column(5).as_binary::<i32>();
+            for i in 0..b.num_rows() {
+                let mut bytes = accs.value(i);
+                let mut read = Vec::with_capacity(self.bound.len());
+                for _ in 0..self.bound.len() {
+                    let (a, used) = Acc::decode_all(bytes).ok_or_else(|| {
+                        Error::Internal("group_aggregate state: an accumulator is cut short".into())
+                    })?;
+                    bytes = &bytes[used..];
+                    read.push(a);
+                }
+                let key = keys.value(i);
+                let slot = self.groups.slot_for(hash_key(key), key);
+                let g = self.groups.get_mut(slot);
+                if g.accs.is_empty() {
+                    self.group_count += 1;
+                }
+                let heap: usize = read.iter().map(Acc::heap_bytes).sum();
+                self.heap_bytes = (self.heap_bytes + heap as u64).saturating_sub(g.heap as u64);
+                *g = Group {
+                    heap,
+                    accs: read,
+                    rows: rows.value(i),
+                    last_event_time: lasts.value(i),
+                    emitted: emitted.value(i),
+                    queued: true,
+                    batch: 0,
+                };
+                self.expiry
+                    .push(lasts.value(i).saturating_add(self.ttl_ms), slot, 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("groups", self.group_count as i64),
+            ("groups_expired_by_ttl", self.expired as i64),
+            ("retractions_without_state", self.stale as i64),
+        ]);
+    }
+}
