@@ -606,3 +606,8 @@ fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
         "the spill files are removed"
     );
 }
+
+#[test]
+fn group_by_over_a_keep_last_deduplication_takes_replaced_rows_back_as_flink() {
+    check("changelog_aggregate");
+}

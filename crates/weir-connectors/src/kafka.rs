@@ -59,6 +59,7 @@ use weir_runtime::{
 
 use crate::file::ColumnSpec;
 use crate::values::{RowBuilder, Value};
+use weir_core::changes::ChangeKind;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -1219,6 +1220,11 @@ pub struct KafkaSinkSpec {
     /// place of `key_column`), so each record is the latest value of its key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upsert_key: Option<(Vec<String>, KafkaFormat)>,
+    /// Upsert mode over a changelog: the STRING column with each row's change kind (`+I`,
+    /// `-U`, `+U`, `-D`), not written. `-D` writes a tombstone (the key, no value); `-U` rows
+    /// are skipped, the `+U` after them being the key's new value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_column: Option<String>,
 }
 
 /// A Kafka sink.
@@ -1282,6 +1288,14 @@ impl SinkFactory for KafkaSink {
             }
             None => None,
         };
+        let op = col(&self.spec.op_column, "op_column")?;
+        if op.is_some() && upsert_key.is_none() {
+            return Err(Error::config(
+                "op_column",
+                self.spec.op_column.as_deref().unwrap_or_default(),
+                "a changelog goes to an upsert topic (its deletes are tombstones of a key); give the key",
+            ));
+        }
         let timestamp = col(&self.spec.timestamp_column, "timestamp_column")?;
         if let Some(i) = timestamp {
             let t = schema.field(i).data_type();
@@ -1298,6 +1312,7 @@ impl SinkFactory for KafkaSink {
         }
         Ok(Box::new(KafkaWriter {
             upsert_key,
+            op,
             key: col(&self.spec.key_column, "key_column")?,
             timestamp,
             spec: self.spec.clone(),
@@ -1312,6 +1327,8 @@ struct KafkaWriter {
     key: Option<usize>,
     /// Upsert mode: the key columns' indices and format.
     upsert_key: Option<(Vec<usize>, KafkaFormat)>,
+    /// The change column (see [`KafkaSinkSpec::op_column`]).
+    op: Option<usize>,
     timestamp: Option<usize>,
 }
 
@@ -1368,6 +1385,24 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
 impl SinkWriter for KafkaWriter {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            // A changelog: `-U` rows skipped, `-D` rows written as tombstones.
+            let (batch, deletes) = match self.op {
+                Some(op) => {
+                    let kinds = weir_core::changes::change_kinds(&batch, op)?;
+                    let keep = arrow_array::BooleanArray::from_iter(
+                        kinds.iter().map(|k| Some(*k != ChangeKind::UpdateBefore)),
+                    );
+                    let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
+                    let deletes: Vec<bool> = (kinds.iter())
+                        .filter(|k| **k != ChangeKind::UpdateBefore)
+                        .map(|k| *k == ChangeKind::Delete)
+                        .collect();
+                    let mut rest: Vec<usize> = (0..batch.num_columns()).collect();
+                    rest.remove(op);
+                    (batch.project(&rest)?, Some(deletes))
+                }
+                None => (batch, None),
+            };
             let payloads = record_lines(&batch, self.spec.format)?;
             let keys: Option<Vec<Vec<u8>>> = match (&self.upsert_key, self.key) {
                 (Some((idx, format)), _) => Some(record_lines(&batch.project(idx)?, *format)?),
@@ -1395,8 +1430,10 @@ impl SinkWriter for KafkaWriter {
             };
             let mut pending = Vec::with_capacity(payloads.len());
             for (r, p) in payloads.iter().enumerate() {
-                let mut rec: FutureRecord<Vec<u8>, Vec<u8>> =
-                    FutureRecord::to(&self.spec.topic).payload(p);
+                let mut rec: FutureRecord<Vec<u8>, Vec<u8>> = FutureRecord::to(&self.spec.topic);
+                if !deletes.as_ref().is_some_and(|d| d[r]) {
+                    rec = rec.payload(p);
+                }
                 if let Some(k) = &keys {
                     rec = rec.key(&k[r]);
                 }

@@ -37,6 +37,7 @@ fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec, key: 
                 timestamp_column: Some("ts".into()),
                 properties: Default::default(),
                 upsert_key: None,
+                op_column: None,
             },
         },
     );

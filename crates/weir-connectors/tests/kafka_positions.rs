@@ -36,6 +36,7 @@ fn produce(rt: &tokio::runtime::Runtime, topic: &str, spec: GeneratorSpec) {
                 timestamp_column: Some("ts".into()),
                 properties: Default::default(),
                 upsert_key: None,
+                op_column: None,
             },
         },
     );

@@ -624,12 +624,14 @@ pub(crate) fn source_factory(
     }
 }
 
-/// The sink a table is written by, with its options checked, and the sink's parallelism
-/// when it must have one (a file sink writes one file).
-/// The sink writing table `t` in job `job`.
+/// The sink writing table `t` in job `job`, with its options checked, and the sink's
+/// parallelism when it must have one (a file sink writes one file). With `changes` the rows
+/// carry [`OP_COLUMN`], which an upsert sink reads (`-D` deletes, `-U` skipped) and does not
+/// write.
 pub(crate) fn sink_factory(
     t: &TableDef,
     job: &str,
+    changes: bool,
 ) -> Result<(Arc<dyn SinkFactory>, Option<usize>)> {
     check_options(t, Role::Sink)?;
     // ARRAY columns: only JSON files write them (and the sinks that write nothing down).
@@ -668,6 +670,10 @@ pub(crate) fn sink_factory(
                 sink
             } else {
                 sink.with_primary_key(t.primary_key.iter().map(|k| table_column(t, k)))
+            };
+            let sink = match changes && !t.primary_key.is_empty() {
+                true => sink.with_op_column(OP_COLUMN),
+                false => sink,
             };
             Ok((Arc::new(sink), None))
         }
@@ -712,6 +718,7 @@ pub(crate) fn sink_factory(
                     .map(|k| k.split(';').next().unwrap_or_default().trim().to_string()),
                 timestamp_column: opt(t, "weir.timestamp-column"),
                 properties: kafka_properties(t)?,
+                op_column: (upsert && changes).then(|| OP_COLUMN.to_string()),
                 upsert_key,
             };
             Ok((Arc::new(KafkaSink { spec }), None))

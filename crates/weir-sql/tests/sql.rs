@@ -289,7 +289,7 @@ fn a_regular_join_with_a_ttl_is_planned() {
 }
 
 /// Deduplication without a window: keep-first is append-only and states its bound; keep-last
-/// writes updates keyed by the partition to a table with that primary key.
+/// gives a changelog keyed by the partition, written to a table with that primary key.
 #[test]
 fn deduplication_without_a_window_is_planned_with_its_bound() {
     let dedup = |order: &str, sink: &str| {
@@ -309,7 +309,7 @@ fn deduplication_without_a_window_is_planned_with_its_bound() {
     );
     let plan = explain(&dedup("DESC", "latest"));
     assert!(
-        plan.contains("the latest row by event time per (ad_id), an update per key and batch"),
+        plan.contains("the latest row by event time per (ad_id), a changelog (-U of the replaced row, +U; +I for a new key) per key and batch"),
         "{plan}"
     );
 }

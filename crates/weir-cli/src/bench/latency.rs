@@ -612,6 +612,7 @@ impl Feed {
                             timestamp_column: None,
                             properties: [("linger.ms".to_string(), "0".to_string())].into(),
                             upsert_key: None,
+                            op_column: None,
                         },
                     },
                 );

@@ -142,11 +142,17 @@ impl Planner {
                 "GROUP BY without a window keeps a group per key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time) and write to a table with a PRIMARY KEY on the group keys ('jdbc' or 'upsert-kafka'), or aggregate in event-time windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
             ));
         };
-        if rel.upsert_keys.is_some() {
-            return Err(plan_err(
-                "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
-            ));
-        }
+        // Over a retracting changelog (a keep-last deduplication), replaced rows are taken
+        // back; the upserts of another GROUP BY carry no rows to take back.
+        let changes = match (&rel.changes, &rel.upsert_keys) {
+            (Some(Changes { time_column: Some(t) }), _) => Some(t.clone()),
+            (_, Some(_)) => {
+                return Err(plan_err(
+                    "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
+                ))
+            }
+            _ => None,
+        };
         if let (Some(h), None) = (&select.having, &self.batch) {
             return Err(plan_err(format!(
                 "HAVING {h} on a GROUP BY without a window is not supported in streaming yet (a \
@@ -159,6 +165,9 @@ impl Planner {
         let select = expanded.as_ref().unwrap_or(select);
         let (rel, keys, aggs, restore) = grouping(rel, select, false)?;
         let mut g = GroupAggregate::with_ttl(ttl);
+        if let Some(t) = &changes {
+            g = g.changes(OP_COLUMN, t);
+        }
         if self.batch.is_some() {
             // As Flink's batch execution: each key's final result, a row like any other.
             g = g.final_only();
@@ -178,6 +187,9 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
             upsert_keys: self.batch.is_none().then_some(keys),
+            // Upserts of each key's result, and a -D when its rows were all taken back.
+            changes: (changes.is_some() && self.batch.is_none())
+                .then_some(Changes { time_column: None }),
             alias: rel.alias.clone(),
             zone: rel.zone.clone(),
         };
@@ -443,6 +455,7 @@ impl Planner {
         let mut windowed = Rel {
             primary_key: Vec::new(),
             upsert_keys: None,
+            changes: None,
             proc_time_attrs: Vec::new(),
             stream,
             scope,

@@ -58,6 +58,7 @@ impl Planner {
                 proc_time_attrs: Vec::new(),
                 primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
                 upsert_keys: None,
+                changes: None,
                 alias,
                 zone: left.zone.clone(),
             },
@@ -312,6 +313,7 @@ impl Planner {
         let mut joined = Rel {
             primary_key: Vec::new(),
             upsert_keys: None,
+            changes: None,
             proc_time_attrs: {
                 let mut p = left.proc_time_attrs.clone();
                 p.extend(right.proc_time_attrs.clone());

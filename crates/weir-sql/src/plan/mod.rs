@@ -492,8 +492,9 @@ impl Planner {
     fn sink_factory(
         &self,
         t: &TableDef,
+        changes: bool,
     ) -> Result<(Arc<dyn weir_runtime::SinkFactory>, Option<usize>)> {
-        let (factory, parallelism) = connectors::sink_factory(t, &self.job.name())?;
+        let (factory, parallelism) = connectors::sink_factory(t, &self.job.name(), changes)?;
         let Some(v) = self.settings.get("weir.sink.rate-limit") else {
             return Ok((factory, parallelism));
         };
@@ -581,7 +582,12 @@ impl Planner {
                 },
             ));
         }
-        let (factory, parallelism) = self.sink_factory(sink)?;
+        // An upsert sink reads a changelog's change kinds (deletes, and -U rows to skip).
+        let changes = rel.changes.is_some() && is_upsert_sink(sink);
+        if changes {
+            out.push((OP_COLUMN.into(), SqlScalar::column(OP_COLUMN)));
+        }
+        let (factory, parallelism) = self.sink_factory(sink, changes)?;
         let rows = rel.stream.apply("calc", Arc::new(Calc::project(out)));
         if is_upsert_sink(sink) {
             // A key's updates must reach the topic in order: one sink subtask per key.
@@ -807,6 +813,23 @@ impl Planner {
                 time_columns.push("__event_time".into());
             }
         }
+        // A changelog keeps its change column, and the column its TTL runs in.
+        let changes = match &rel.changes {
+            Some(c) => {
+                cols.push((OP_COLUMN.into(), SqlScalar::column(OP_COLUMN)));
+                let time_column = c.time_column.as_ref().map(|t| {
+                    match cols.iter().find(|(_, e)| e.as_column().as_ref() == Some(t)) {
+                        Some((n, _)) => n.clone(),
+                        None => {
+                            cols.push(("__change_time".into(), SqlScalar::column(t)));
+                            "__change_time".into()
+                        }
+                    }
+                });
+                Some(Changes { time_column })
+            }
+            None => None,
+        };
         let upsert_keys = match &rel.upsert_keys {
             Some(keys) => {
                 let mut named = Vec::new();
@@ -827,7 +850,7 @@ impl Planner {
         };
         let scope = cols
             .iter()
-            .filter(|(n, _)| n != "__event_time")
+            .filter(|(n, _)| !matches!(n.as_str(), "__event_time" | "__change_time" | OP_COLUMN))
             .map(|(n, _)| ScopeEntry {
                 qualifier: Some(alias.to_string()),
                 name: n.clone(),
@@ -837,6 +860,7 @@ impl Planner {
         Ok(Rel {
             primary_key: Vec::new(),
             upsert_keys,
+            changes,
             proc_time_attrs: Vec::new(),
             stream: rel.stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,

@@ -180,6 +180,7 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
             upsert_keys: None,
+            changes: None,
             alias,
             zone: rel.zone.clone(),
         };
@@ -232,8 +233,10 @@ impl Planner {
         }
         let spec = match keep {
             Keep::First => Deduplicate::keep_first(ttl),
-            Keep::Last => Deduplicate::keep_last(ttl),
+            // A changelog, so that a GROUP BY over the latest rows takes replaced ones back.
+            Keep::Last => Deduplicate::keep_last(ttl).changes(OP_COLUMN),
         };
+        let event_time = rel.stream.event_time();
         let deduplicated = rel.stream.key_by(&partition).deduplicate(spec);
         // The rank is 1 in every row.
         let mut cols: Vec<(String, SqlScalar)> = (deduplicated.schema().fields().iter())
@@ -257,6 +260,9 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
             upsert_keys: (keep == Keep::Last).then_some(partition),
+            changes: (keep == Keep::Last).then_some(Changes {
+                time_column: event_time,
+            }),
             alias: alias.to_string(),
             zone: rel.zone.clone(),
         };
@@ -327,6 +333,7 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
             upsert_keys: None,
+            changes: None,
             alias: rel.alias.clone(),
             zone: rel.zone.clone(),
         };

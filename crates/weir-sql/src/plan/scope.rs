@@ -28,9 +28,21 @@ pub(super) struct Rel {
     /// For the updates of a GROUP BY without a window: the columns that key them (a later row
     /// of a key replaces the earlier one).
     pub(super) upsert_keys: Option<Vec<String>>,
+    /// The stream is a changelog: each row's change kind is in [`OP_COLUMN`] (`+I`, `-U`,
+    /// `+U`, `-D`), which no name in the scope reaches.
+    pub(super) changes: Option<Changes>,
     pub(super) alias: String,
     /// The session time zone, in which its TIMESTAMP_LTZ values read as local times.
     pub(super) zone: SessionZone,
+}
+
+/// What an updating relation's rows say besides their columns.
+#[derive(Clone, Debug)]
+pub(super) struct Changes {
+    /// `Some`: `-U` rows take back rows that came before (a retracting changelog, which a
+    /// GROUP BY aggregates), and this column holds each row's event time (a key's TTL runs
+    /// in it). `None`: upserts by `upsert_keys`, with `-D` deleting a key.
+    pub(super) time_column: Option<String>,
 }
 
 impl Rel {

@@ -105,7 +105,7 @@ impl Planner {
         let mut names = Vec::new();
         for (key, (name, streams)) in self.late_rows.borrow().iter() {
             let t = &self.tables[key];
-            let (factory, parallelism) = self.sink_factory(t)?;
+            let (factory, parallelism) = self.sink_factory(t, false)?;
             let rows = match streams.as_slice() {
                 [one] => one.clone(),
                 [first, rest @ ..] => first.union(rest),
@@ -239,6 +239,7 @@ impl Planner {
         let base = Rel {
             primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
             upsert_keys: None,
+            changes: None,
             proc_time_attrs: proc_attrs.clone(),
             stream: stream.clone(),
             scope: physical
@@ -282,6 +283,7 @@ impl Planner {
         Ok(Rel {
             primary_key: t.primary_key.iter().map(|k| table_column(t, k)).collect(),
             upsert_keys: None,
+            changes: None,
             proc_time_attrs: proc_attrs,
             stream: stream.apply("calc", Arc::new(Calc::project(cols))),
             scope,

@@ -169,6 +169,7 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
             upsert_keys: None,
+            changes: None,
             alias: l_rel.alias.clone(),
             zone: l_rel.zone.clone(),
         };
