@@ -648,7 +648,7 @@ impl Planner {
             return Err(plan_err("weir plans a SELECT over one FROM item (a table, a join or a window table function), or a table and an UNNEST"));
         }
         // Window Top-N and deduplication: ROW_NUMBER() in a subquery of FROM (plan/rank.rs).
-        if let Some(ranked) = self.rank_query(select)? {
+        if let Some(ranked) = self.rank_query(q, select)? {
             return Ok(ranked);
         }
         let from = &select.from[0];

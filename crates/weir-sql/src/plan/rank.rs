@@ -14,7 +14,11 @@ const RANK_SHAPES: &str = "weir plans window Top-N and window deduplication: SEL
 impl Planner {
     /// A SELECT over a subquery that numbers its rows with ROW_NUMBER() OVER (...): a window
     /// Top-N. `None` when the SELECT has no such subquery.
-    pub(super) fn rank_query(&self, select: &Select) -> Result<Option<(Rel, Vec<SqlScalar>)>> {
+    pub(super) fn rank_query(
+        &self,
+        q: &Query,
+        select: &Select,
+    ) -> Result<Option<(Rel, Vec<SqlScalar>)>> {
         let [from] = select.from.as_slice() else {
             return Ok(None);
         };
@@ -30,10 +34,38 @@ impl Planner {
         let Some((at, call, rank_name)) = row_number_item(inner)? else {
             return Ok(None);
         };
-        if !from.joins.is_empty()
-            || select.having.is_some()
-            || !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty())
-        {
+        let grouped = select.having.is_some()
+            || !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
+        if grouped && from.joins.is_empty() {
+            // `SELECT ... FROM (ranked) r WHERE rownum = 1 GROUP BY ...`: the rank bound
+            // first, then the GROUP BY over its rows, as
+            // `FROM (SELECT * FROM (ranked) r WHERE rownum = 1) r GROUP BY ...`.
+            let mut bounded = select.clone();
+            bounded.projection = vec![SelectItem::Wildcard(Default::default())];
+            bounded.group_by = GroupByExpr::Expressions(Vec::new(), Vec::new());
+            bounded.having = None;
+            let mut inner = (**subquery).clone();
+            *inner.body = SetExpr::Select(Box::new(bounded));
+            let mut outer = select.clone();
+            outer.selection = None;
+            if let TableFactor::Derived {
+                subquery, alias, ..
+            } = &mut outer.from[0].relation
+            {
+                **subquery = inner;
+                // A subquery in FROM needs a name; the rank's own may have none.
+                alias.get_or_insert_with(|| sqlparser::ast::TableAlias {
+                    explicit: true,
+                    name: sqlparser::ast::Ident::new("ranked"),
+                    columns: Vec::new(),
+                    at: None,
+                });
+            }
+            let mut q = q.clone();
+            *q.body = SetExpr::Select(Box::new(outer));
+            return self.query(&q).map(Some);
+        }
+        if !from.joins.is_empty() || grouped {
             return Err(plan_err(format!(
                 "a query over ROW_NUMBER() may only select and filter its rows (no joins or GROUP BY around it); {RANK_SHAPES}"
             )));
