@@ -17,8 +17,9 @@
 //! watermark passes its greatest event time plus the TTL), as Flink's state TTL, but in event
 //! time; a later row of that key starts it again from nothing. A row more than the TTL after its
 //! key's last row starts the key again too, before any watermark says so, so the latest row of
-//! a key does not depend on batching when a key's rows arrive in event-time order. Without a TTL
-//! the state would grow with the number of keys forever, so a TTL is required. Every row
+//! a key does not depend on batching when a key's rows arrive in event-time order. A TTL of
+//! [`weir_core::time::TTL_END_OF_INPUT_MS`] keeps every key for as long as the job runs (Flink's
+//! GROUP BY without a TTL): the state grows with the number of distinct keys. Every row
 //! counts: nothing here buffers by time, so no row is late. MEDIAN, whose state holds every
 //! value, is refused. Checkpoints hold every key's states and last event time, keyed by the
 //! key's group, so a restore at any parallelism goes on with the same results and expiries.
@@ -294,7 +295,12 @@ impl OperatorFactory for GroupAggregate {
                 (false, Some(_)) =>
                     "+I / +U per key and batch, -D when a key's rows are all taken out",
             },
-            crate::kept_until(self.ttl_ms, "a row of it")
+            match self.ttl_ms >= weir_core::time::TTL_END_OF_INPUT_MS && !self.final_only {
+                true => "for as long as the job runs (no TTL): its state is bounded only by the \
+                         number of distinct keys (gauge `groups`)"
+                    .to_string(),
+                false => crate::kept_until(self.ttl_ms, "a row of it"),
+            }
         )
     }
 }

@@ -16,6 +16,7 @@
 
 #![warn(clippy::unwrap_used)]
 pub mod aggregates;
+pub mod changelog_normalize;
 pub mod count;
 pub mod deduplicate;
 #[cfg(feature = "rocksdb")]
@@ -54,6 +55,7 @@ fn no_disk_state() -> weir_runtime::Error {
     )
 }
 
+pub use changelog_normalize::{ChangelogNormalize, ChangelogNormalizeExt, ChangelogNormalizeOp};
 pub use count::{Count, CountOp};
 pub use deduplicate::{Deduplicate, DeduplicateExt, DeduplicateOp, Keep};
 pub use group_aggregate::{GroupAggregate, GroupAggregateExt, GroupAggregateOp};
@@ -188,6 +190,12 @@ pub(crate) fn kept_until(ttl_ms: i64, without: &str) -> String {
 pub fn register(r: &mut Registry) {
     r.add_operator("count", |s| {
         Ok(Arc::new(spec_from_json::<Count>("count", s)?))
+    });
+    r.add_operator("changelog_normalize", |s| {
+        Ok(Arc::new(spec_from_json::<ChangelogNormalize>(
+            "changelog_normalize",
+            s,
+        )?))
     });
     r.add_operator("deduplicate", |s| {
         Ok(Arc::new(spec_from_json::<Deduplicate>("deduplicate", s)?))

@@ -144,7 +144,6 @@ fn errors_users_meet() {
             "unbounded_join",
             format!("{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i ON c.ad_id = i.ad_id"),
         ),
-        ("group_by_without_window", format!("{TABLES} INSERT INTO out2 SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id")),
         (
             "group_by_into_an_append_table",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id"),
@@ -284,6 +283,21 @@ fn a_regular_join_with_a_ttl_is_planned() {
         plan.contains(
             "regular join on (ad_id) = (ad_id) with an event-time state TTL of 3600000 ms"
         ),
+        "{plan}"
+    );
+}
+
+/// A GROUP BY without a window and without a TTL is planned, as in Flink: EXPLAIN says its
+/// state grows with the number of distinct keys.
+#[test]
+fn group_by_without_a_ttl_keeps_every_key_and_says_so() {
+    let plan = explain(&format!(
+        "{TABLES} CREATE TABLE per_ad (ad_id BIGINT, n BIGINT, PRIMARY KEY (ad_id) NOT ENFORCED)
+           WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:per_ad.db', 'table-name' = 'per_ad');
+         INSERT INTO per_ad SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id"
+    ));
+    assert!(
+        plan.contains("keeps one group per key for as long as the job runs (no TTL): its state is bounded only by the number of distinct keys (gauge `groups`)"),
         "{plan}"
     );
 }

@@ -137,11 +137,9 @@ impl Planner {
         rel: Rel,
         select: &Select,
     ) -> Result<(Rel, Vec<SqlScalar>)> {
-        let Some(ttl) = self.state_ttl_ms()? else {
-            return Err(plan_err(
-                "GROUP BY without a window keeps a group per key for ever: set 'table.exec.state.ttl' (a key is forgotten that long after its last row, in event time) and write to a table with a PRIMARY KEY on the group keys ('jdbc' or 'upsert-kafka'), or aggregate in event-time windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...))",
-            ));
-        };
+        // Without a TTL, as in Flink, a group per distinct key for as long as the job runs:
+        // bounded by the number of keys, which EXPLAIN says and the `groups` gauge counts.
+        let ttl = (self.state_ttl_ms()?).unwrap_or(weir_core::time::TTL_END_OF_INPUT_MS);
         // Over a retracting changelog (a keep-last deduplication), replaced rows are taken
         // back; the upserts of another GROUP BY carry no rows to take back.
         let changes = match (&rel.changes, &rel.upsert_keys) {

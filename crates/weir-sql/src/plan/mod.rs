@@ -38,8 +38,9 @@ use weir_core::watermark::WatermarkStrategy;
 use weir_operators::aggregates::{self, Aggregate};
 use weir_operators::join::join_schema;
 use weir_operators::{
-    AggStrategy, AggregateExt, GroupAggregate, GroupAggregateExt, IntervalJoin, IntervalJoinExt,
-    JoinType, RegularJoin, RegularJoinExt, TemporalJoin, TemporalJoinExt, WindowAggregate,
+    AggStrategy, AggregateExt, ChangelogNormalizeExt, GroupAggregate, GroupAggregateExt,
+    IntervalJoin, IntervalJoinExt, JoinType, RegularJoin, RegularJoinExt, TemporalJoin,
+    TemporalJoinExt, WindowAggregate,
 };
 use weir_runtime::graph::WatermarkAlignment;
 use weir_runtime::{JobBuilder, JobConfig, JobGraph, SourceOptions, Stream};
@@ -734,13 +735,38 @@ impl Planner {
             return planned;
         }
         let t = self.table(name)?;
+        let rel = self.source(t, &alias.unwrap_or_else(|| t.name.clone()))?;
         if is_upsert(t) && !versioned {
+            return self.normalized(t, rel);
+        }
+        Ok(rel)
+    }
+
+    /// An `upsert-kafka` table read in FROM: its records made into a changelog that takes each
+    /// key's replaced row back (`changelog_normalize`), which an upsert sink writes and a
+    /// GROUP BY aggregates.
+    fn normalized(&self, t: &TableDef, rel: Rel) -> Result<Rel> {
+        let Some(event_time) = rel.stream.event_time() else {
             return Err(plan_err(format!(
-                "table `{}` ('upsert-kafka') is a changelog: weir reads it as the versioned table of a temporal join (JOIN {} FOR SYSTEM_TIME AS OF x.rt AS ...)",
+                "table `{}` ('upsert-kafka') is a changelog: weir reads it in FROM with a WATERMARK on a column its records' time fills (a key's state TTL runs in it), or as the versioned table of a temporal join (JOIN {} FOR SYSTEM_TIME AS OF x.rt AS ...)",
                 t.name, t.name
             )));
-        }
-        self.source(t, &alias.unwrap_or_else(|| t.name.clone()))
+        };
+        let ttl = (self.state_ttl_ms()?).unwrap_or(weir_core::time::TTL_END_OF_INPUT_MS);
+        let spec = weir_operators::ChangelogNormalize::with_ttl(ttl, OP_COLUMN, &event_time);
+        let stream = rel
+            .stream
+            .key_by(&rel.primary_key)
+            .changelog_normalize(spec);
+        Ok(Rel {
+            stream,
+            time_columns: Vec::new(),
+            upsert_keys: Some(rel.primary_key.clone()),
+            changes: Some(Changes {
+                time_column: Some(event_time),
+            }),
+            ..rel
+        })
     }
 
     fn table_factor(&self, f: &TableFactor) -> Result<(Rel, Option<SqlExpr>)> {
@@ -885,7 +911,7 @@ fn check_upsert_sink(
     );
     if !is_upsert_sink(sink) {
         return Err(plan_err(format!(
-            "INSERT INTO `{}`: the query's rows update each key's result (a GROUP BY without a window, or the latest row per key), which an append-only table cannot hold; {fix}",
+            "INSERT INTO `{}`: the query's rows update each key's result (a GROUP BY without a window, the latest row per key, or an 'upsert-kafka' table read in FROM), which an append-only table cannot hold; {fix}",
             sink.name
         )));
     }

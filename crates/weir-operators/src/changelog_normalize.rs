@@ -1,0 +1,489 @@
+//! `.key_by(keys).changelog_normalize(ChangelogNormalize::with_ttl(ttl).changes("op", "ts"))`:
+//! an upsert stream (each row its key's new version, or a delete) made into a changelog that
+//! takes replaced rows back, as Flink's ChangelogNormalize over an `upsert-kafka` table.
+//!
+//! # Results
+//!
+//! The input's rows carry a change kind (`+I` / `+U` / `+U`-like: the key's new version; `-D`:
+//! the key is deleted; `-U`: ignored, the version after it says all). After each input batch,
+//! every key whose row the batch changed comes out once, with the batch's net change: `+I`
+//! (a key without a row before it), `-U` with the row before and `+U` with the new one, or `-D`
+//! with the row before (a delete's own row may hold only its key). A batch that leaves a key's
+//! row as it was emits nothing for it. The output has the input's columns; its rows are updates,
+//! without an event time of their own.
+//!
+//! # State and the TTL
+//!
+//! The latest row per key, in memory, until `ttl_ms` of event time pass without a row of it
+//! (the watermark passes its latest row's time plus the TTL), as Flink's state TTL but in
+//! event time; a deleted key is forgotten at once. A row for a forgotten key is a new `+I`: the
+//! row before it is not taken back. [`weir_core::time::TTL_END_OF_INPUT_MS`] keeps every key.
+//! Checkpoints hold every key's row and time, keyed by the key's group.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{BinaryArray, Int64Array, RecordBatch};
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_core::batch::{event_time_index, event_times};
+use weir_core::changes::{change_column, change_kinds, ChangeKind, CHANGE_TYPE};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
+use weir_runtime::{
+    Context, Error, KeyedStream, Operator, Result, StateSnapshot, Stream, StreamBatch, SubtaskInfo,
+};
+use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
+use weir_state::{ExpiryQueue, KeySlots, StateSize};
+
+/// The spec of a changelog normalization.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangelogNormalize {
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// A key's row is forgotten this long (event time) after its latest row.
+    pub ttl_ms: i64,
+    /// The STRING column with each row's change kind, in the input and the output.
+    pub op_column: String,
+    /// The column with each row's event time (BIGINT epoch ms or TIMESTAMP), for the TTL.
+    pub time_column: String,
+}
+
+impl ChangelogNormalize {
+    /// Keys forgotten `ttl_ms` of event time after their latest row; the change kinds in
+    /// `op_column`, the rows' times in `time_column`.
+    pub fn with_ttl(ttl_ms: i64, op_column: &str, time_column: &str) -> Self {
+        ChangelogNormalize {
+            keys: Vec::new(),
+            ttl_ms,
+            op_column: op_column.into(),
+            time_column: time_column.into(),
+        }
+    }
+
+    /// The change column's and the time column's places.
+    fn check(&self, input: &StreamInfo) -> Result<(usize, usize)> {
+        if self.ttl_ms <= 0 {
+            return Err(Error::config(
+                "ttl_ms",
+                self.ttl_ms,
+                "a changelog normalization keeps each key's row until its TTL passes; give a positive TTL",
+            ));
+        }
+        KeyEncoder::new(&input.schema, &self.keys)?;
+        let op = input.schema.index_of(&self.op_column).map_err(|_| {
+            Error::config(
+                "op_column",
+                &self.op_column,
+                format!(
+                    "no such column; the stream has: {}",
+                    weir_core::keys::column_names(&input.schema)
+                ),
+            )
+        })?;
+        if input.schema.field(op).data_type() != &CHANGE_TYPE {
+            return Err(Error::config(
+                "op_column",
+                &self.op_column,
+                "the change column must be STRING (+I, -U, +U, -D)",
+            ));
+        }
+        Ok((op, event_time_index(&input.schema, &self.time_column)?))
+    }
+
+    /// Key group, key, the latest row's time, then the row (`row.<column>`).
+    fn state_schema(input: &StreamInfo) -> SchemaRef {
+        let mut fields = vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt16, false),
+            Field::new("key", DataType::Binary, false),
+            Field::new("time", DataType::Int64, false),
+        ];
+        fields.extend(
+            (input.schema.fields().iter())
+                .map(|f| Field::new(format!("row.{}", f.name()), f.data_type().clone(), true)),
+        );
+        Arc::new(Schema::new(fields))
+    }
+}
+
+const STATE_PREFIX: usize = 3;
+
+impl OperatorFactory for ChangelogNormalize {
+    fn kind(&self) -> &'static str {
+        "changelog_normalize"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("changelog normalize spec serialises")
+    }
+    fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
+        let input = weir_runtime::ops::single_input("changelog_normalize", inputs)?;
+        self.check(input)?;
+        Ok(StreamInfo {
+            schema: input.schema.clone(),
+            event_time: None,
+        })
+    }
+    fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+        let input = weir_runtime::ops::single_input("changelog_normalize", inputs)?;
+        let (op_column, time_column) = self.check(input)?;
+        Ok(Box::new(ChangelogNormalizeOp {
+            schema: input.schema.clone(),
+            state_schema: Self::state_schema(input),
+            key_groups: info.key_groups,
+            encoder: KeyEncoder::new(&input.schema, &self.keys)?,
+            all: RowConverter::new(
+                (input.schema.fields().iter())
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .collect(),
+            )?,
+            ttl_ms: self.ttl_ms,
+            op_column,
+            time_column,
+            keys: KeySlots::new(),
+            expiry: ExpiryQueue::new(),
+            touched: Vec::new(),
+            batches: 0,
+            key_count: 0,
+            bytes_held: 0,
+            expired: 0,
+        }))
+    }
+    fn state(&self) -> OperatorState {
+        OperatorState::Checkpointed { version: 1 }
+    }
+    fn describe(&self) -> String {
+        format!(
+            "an upsert stream per ({}) as a changelog: -U with the row a new version replaces, \
+             +U, -D with a deleted row; keeps the latest row per key {}",
+            self.keys.join(", "),
+            match self.ttl_ms >= weir_core::time::TTL_END_OF_INPUT_MS {
+                true => "for as long as the job runs (no TTL)".to_string(),
+                false => crate::kept_until(self.ttl_ms, "a row of it"),
+            }
+        )
+    }
+}
+
+/// Builder method for changelog normalization on keyed streams.
+pub trait ChangelogNormalizeExt {
+    /// An upsert stream as a changelog that takes replaced rows back (see the module docs).
+    #[track_caller]
+    fn changelog_normalize(&self, spec: ChangelogNormalize) -> Stream;
+}
+
+impl ChangelogNormalizeExt for KeyedStream {
+    #[track_caller]
+    fn changelog_normalize(&self, mut spec: ChangelogNormalize) -> Stream {
+        let at = weir_runtime::builder::caller_location();
+        spec.keys = self.keys().to_vec();
+        self.apply_at("changelog_normalize".into(), Arc::new(spec), at)
+    }
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    /// The key's latest row; `None` while the slot is free or the key is deleted in this batch.
+    row: Option<Box<[u8]>>,
+    /// The latest row's event time.
+    time: i64,
+    /// The key has an entry in the expiry queue.
+    queued: bool,
+    /// The number of the last batch that touched the key.
+    batch: u64,
+}
+
+/// One subtask of a changelog normalization.
+pub struct ChangelogNormalizeOp {
+    schema: SchemaRef,
+    state_schema: SchemaRef,
+    key_groups: u16,
+    encoder: KeyEncoder,
+    /// Every input column, for holding rows.
+    all: RowConverter,
+    ttl_ms: i64,
+    op_column: usize,
+    time_column: usize,
+    keys: KeySlots<KeyState>,
+    expiry: ExpiryQueue,
+    /// Keys this batch touched, each once, with the row each had before it.
+    touched: Vec<(usize, Option<Box<[u8]>>)>,
+    batches: u64,
+    key_count: u64,
+    bytes_held: u64,
+    expired: u64,
+}
+
+impl ChangelogNormalizeOp {
+    fn forget(&mut self, slot: usize) {
+        let k = self.keys.get(slot);
+        let bytes = k.row.as_ref().map_or(0, |r| r.len()) + self.keys.key(slot).len() + 48;
+        self.bytes_held = self.bytes_held.saturating_sub(bytes as u64);
+        self.keys.release(slot);
+        self.key_count -= 1;
+    }
+
+    /// Emits `rows` with their change kinds in the change column.
+    fn emit(&self, rows: &[(&[u8], ChangeKind)], ctx: &mut Context) -> Result<()> {
+        let parser = self.all.parser();
+        for chunk in rows.chunks(8192) {
+            let mut cols = (self.all).convert_rows(chunk.iter().map(|(r, _)| parser.parse(r)))?;
+            cols[self.op_column] = change_column(chunk.iter().map(|(_, k)| *k));
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        Ok(())
+    }
+}
+
+impl Operator for ChangelogNormalizeOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let data = batch.data;
+        if data.num_rows() == 0 {
+            return Ok(());
+        }
+        self.batches += 1;
+        let kinds = change_kinds(&data, self.op_column)?;
+        let times = event_times(&data, self.time_column)?;
+        let keys = self.encoder.encode(&data)?;
+        let rows = self.all.convert_columns(data.columns())?;
+        for (i, key) in keys.iter().enumerate() {
+            let kind = kinds[i];
+            if kind == ChangeKind::UpdateBefore {
+                continue;
+            }
+            let key = key.as_ref();
+            let hash = hash_key(key);
+            let slot = match self.keys.find(hash, key) {
+                Some(s) => s,
+                // Nothing to delete.
+                None if kind == ChangeKind::Delete => continue,
+                None => {
+                    let s = self.keys.slot_for(hash, key);
+                    self.key_count += 1;
+                    self.bytes_held += (key.len() + 48) as u64;
+                    s
+                }
+            };
+            let ttl = self.ttl_ms;
+            let k = self.keys.get_mut(slot);
+            // Past its TTL whether or not a watermark said so yet: the row before is forgotten.
+            if k.row.is_some() && times[i] > k.time.saturating_add(ttl) {
+                let old = k.row.take().map_or(0, |r| r.len());
+                self.bytes_held = self.bytes_held.saturating_sub(old as u64);
+                self.expired += 1;
+            }
+            let new = match kind {
+                ChangeKind::Delete => None,
+                _ => Some(Box::<[u8]>::from(rows.row(i).as_ref())),
+            };
+            self.bytes_held += new.as_ref().map_or(0, |r| r.len()) as u64;
+            let old = std::mem::replace(&mut k.row, new);
+            k.time = k.time.max(times[i]);
+            if k.batch != self.batches {
+                k.batch = self.batches;
+                self.touched.push((slot, old));
+            } else {
+                self.bytes_held =
+                    (self.bytes_held).saturating_sub(old.map_or(0, |r| r.len()) as u64);
+            }
+        }
+        let touched = std::mem::take(&mut self.touched);
+        let mut out: Vec<(&[u8], ChangeKind)> = Vec::with_capacity(touched.len());
+        for (slot, before) in &touched {
+            let now = self.keys.get(*slot).row.as_deref();
+            match (before.as_deref(), now) {
+                (None, Some(n)) => out.push((n, ChangeKind::Insert)),
+                (Some(b), Some(n)) if b != n => {
+                    out.push((b, ChangeKind::UpdateBefore));
+                    out.push((n, ChangeKind::UpdateAfter));
+                }
+                (Some(b), None) => out.push((b, ChangeKind::Delete)),
+                _ => {}
+            }
+        }
+        self.emit(&out, ctx)?;
+        drop(out);
+        for (slot, before) in touched {
+            self.bytes_held =
+                (self.bytes_held).saturating_sub(before.map_or(0, |r| r.len()) as u64);
+            let k = self.keys.get_mut(slot);
+            if k.row.is_none() {
+                self.forget(slot);
+            } else if !k.queued {
+                k.queued = true;
+                let at = k.time.saturating_add(self.ttl_ms);
+                self.expiry.push(at, slot, 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
+        let mut due = Vec::new();
+        self.expiry.pop_due(watermark.0, &mut due);
+        for (slot, _) in due {
+            let k = self.keys.get_mut(slot);
+            // A slot forgotten (deleted) or taken by another key since.
+            if k.row.is_none() || !k.queued {
+                continue;
+            }
+            let at = k.time.saturating_add(self.ttl_ms);
+            if at > watermark.0 {
+                self.expiry.push(at, slot, 0);
+                continue;
+            }
+            self.forget(slot);
+            self.expired += 1;
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize {
+            rows: self.key_count,
+            bytes: self.bytes_held + self.keys.index_bytes(),
+        }
+    }
+
+    /// Every key's row: a row of the state layout each. A restore queues each key to expire
+    /// a TTL after its row's time.
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
+        let slots: Vec<usize> = (self.keys.slots())
+            .filter(|&s| self.keys.get(s).row.is_some())
+            .collect();
+        let parser = self.all.parser();
+        let mut cols = vec![
+            key_group_column(
+                (slots.iter())
+                    .map(|&s| key_group(hash_key(self.keys.key(s)), self.key_groups))
+                    .collect(),
+            ),
+            Arc::new(BinaryArray::from_iter_values(
+                slots.iter().map(|&s| self.keys.key(s)),
+            )) as _,
+            Arc::new(Int64Array::from_iter_values(
+                slots.iter().map(|&s| self.keys.get(s).time),
+            )) as _,
+        ];
+        cols.extend(self.all.convert_rows(slots.iter().map(|&s| {
+            parser.parse(
+                self.keys
+                    .get(s)
+                    .row
+                    .as_deref()
+                    .expect("held keys have a row"),
+            )
+        }))?);
+        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
+            self.state_schema.clone(),
+            cols,
+        )?]))
+    }
+
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
+        for b in state {
+            let b = &b?;
+            weir_state::snapshot::check_layout("changelog_normalize", b, &self.state_schema)?;
+            if b.num_rows() == 0 {
+                continue;
+            }
+            let keys = b.column(1).as_binary::<i32>();
+            let times = b.column(2).as_primitive::<Int64Type>();
+            let rows = self.all.convert_columns(&b.columns()[STATE_PREFIX..])?;
+            for i in 0..b.num_rows() {
+                let key = keys.value(i);
+                let slot = self.keys.slot_for(hash_key(key), key);
+                let k = self.keys.get_mut(slot);
+                if k.row.is_none() {
+                    self.key_count += 1;
+                    self.bytes_held += (key.len() + 48) as u64;
+                }
+                let row: Box<[u8]> = rows.row(i).as_ref().into();
+                self.bytes_held += row.len() as u64;
+                *k = KeyState {
+                    row: Some(row),
+                    time: times.value(i),
+                    queued: true,
+                    batch: 0,
+                };
+                self.expiry
+                    .push(times.value(i).saturating_add(self.ttl_ms), slot, 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("keys", self.key_count as i64),
+            ("keys_expired_by_ttl", self.expired as i64),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::Port;
+    use weir_testkit::{rows, sorted_lines, Harness};
+
+    fn harness() -> Harness {
+        let input = StreamInfo {
+            schema: rows!("id name ts op\n k1 a 0 +U").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = ChangelogNormalize {
+            keys: vec!["id".into()],
+            ..ChangelogNormalize::with_ttl(10_000, "op", "ts")
+        };
+        Harness::of(&spec, &[input])
+    }
+
+    fn out(h: &mut Harness) -> Vec<String> {
+        sorted_lines(&h.take(Port::Main))
+    }
+
+    #[test]
+    fn upserts_become_a_changelog_with_each_batchs_net_change() {
+        let mut h = harness();
+        h.push(
+            0,
+            rows!("id name ts op\n k1 a 1000 +U\n k1 b 1100 +U\n k2 x 1200 +U"),
+        );
+        assert_eq!(out(&mut h), vec!["k1,b,1100,+I", "k2,x,1200,+I"]);
+        // A delete's row may hold only its key; the row taken back is the whole one.
+        h.push(
+            0,
+            rows!("id name ts op\n k1 c 2000 +U\n k2 _ 2100 -D\n k3 y 2200 -D"),
+        );
+        assert_eq!(
+            out(&mut h),
+            vec!["k1,b,1100,-U", "k1,c,2000,+U", "k2,x,1200,-D"]
+        );
+        // The same row again changes nothing; a deleted key comes back as +I.
+        h.push(0, rows!("id name ts op\n k1 c 2000 +U\n k2 z 3000 +U"));
+        assert_eq!(out(&mut h), vec!["k2,z,3000,+I"]);
+        let snapshot = h.snapshot();
+        let input = StreamInfo {
+            schema: rows!("id name ts op\n k1 a 0 +U").schema(),
+            event_time: Some("ts".into()),
+        };
+        let spec = ChangelogNormalize {
+            keys: vec!["id".into()],
+            ..ChangelogNormalize::with_ttl(10_000, "op", "ts")
+        };
+        let mut back = Harness::restored(&spec, &[input], &[snapshot], 0, 1);
+        back.push(0, rows!("id name ts op\n k2 w 3500 +U"));
+        assert_eq!(out(&mut back), vec!["k2,w,3500,+U", "k2,z,3000,-U"]);
+        // Past its TTL a key is forgotten: its next row is +I.
+        back.watermark(20_000);
+        back.push(0, rows!("id name ts op\n k1 d 21000 +U"));
+        assert_eq!(out(&mut back), vec!["k1,d,21000,+I"]);
+        assert_eq!(back.gauges()["keys_expired_by_ttl"], 2);
+    }
+}
