@@ -104,7 +104,12 @@ fn rows(text: &str, format: &str) -> Vec<String> {
 }
 
 /// Runs the query file `query` after the statements `before`, writing into `output`.
-fn run(query: &Path, before: &str, output: &Path) -> weir_runtime::exec::JobReport {
+fn run(
+    query: &Path,
+    before: &str,
+    output: &Path,
+    batch_rows: Option<usize>,
+) -> weir_runtime::exec::JobReport {
     let sql = before.to_string() + &std::fs::read_to_string(query).unwrap();
     let opts = weir_sql::PlanOptions {
         vars: [
@@ -118,8 +123,11 @@ fn run(query: &Path, before: &str, output: &Path) -> weir_runtime::exec::JobRepo
         parallelism: Some(2),
         ..Default::default()
     };
-    let graph =
+    let mut graph =
         weir_sql::plan_job(&sql, &opts).unwrap_or_else(|e| panic!("{}: {e}", query.display()));
+    if let Some(rows) = batch_rows {
+        graph.config.batch_rows = rows;
+    }
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(weir_runtime::exec::run(
@@ -135,9 +143,23 @@ fn check(query: &str) {
 
 /// [`check`], the query's statements run after `before`.
 fn check_after(query: &str, before: &str) -> weir_runtime::exec::JobReport {
+    check_with(query, before, None)
+}
+
+/// [`check`], the sources reading at most `rows` rows a batch: an updating query's keys then
+/// change many times before the end.
+fn check_in_batches_of(query: &str, rows: usize) {
+    check_with(query, "", Some(rows));
+}
+
+fn check_with(
+    query: &str,
+    before: &str,
+    batch_rows: Option<usize>,
+) -> weir_runtime::exec::JobReport {
     let path = coverage().join("queries").join(format!("{query}.sql"));
     let out = tempfile::tempdir().unwrap();
-    let report = run(&path, before, out.path());
+    let report = run(&path, before, out.path(), batch_rows);
     let sql = std::fs::read_to_string(&path).unwrap();
     let sinks = sinks(&sql);
     assert!(!sinks.is_empty(), "{query} writes no sink");
@@ -348,7 +370,7 @@ fn windows_over_instants_are_aligned_to_the_session_zone_as_flinks() {
 fn day_windows_east_of_utc_count_every_row_of_the_local_day() {
     let path = coverage().join("queries").join("zone_windows_kolkata.sql");
     let out = tempfile::tempdir().unwrap();
-    run(&path, "", out.path());
+    run(&path, "", out.path(), None);
     let day = |ms: i64| {
         let local = chrono::DateTime::from_timestamp_millis(ms + 19_800_000).unwrap();
         local.format("%Y-%m-%d 00:00:00").to_string()
@@ -418,7 +440,7 @@ fn first_value_last_value_and_listagg_over_a_frame_are_flinks() {
 fn statistics_over_a_frame_are_flinks() {
     let path = coverage().join("queries/over_statistics.sql");
     let out = tempfile::tempdir().unwrap();
-    run(&path, "", out.path());
+    run(&path, "", out.path(), None);
     let sql = std::fs::read_to_string(&path).unwrap();
     let (mut rows_checked, mut exact) = (0, 0);
     for (name, _) in sinks(&sql) {
@@ -610,4 +632,11 @@ fn batch_execution_sorts_past_its_memory_by_spilling_with_the_same_rows() {
 #[test]
 fn group_by_over_a_keep_last_deduplication_takes_replaced_rows_back_as_flink() {
     check("changelog_aggregate");
+    check_in_batches_of("changelog_aggregate", 37);
+}
+
+#[test]
+fn group_by_over_a_group_by_takes_each_keys_old_result_back_as_flink() {
+    check("changelog_twice");
+    check_in_batches_of("changelog_twice", 37);
 }

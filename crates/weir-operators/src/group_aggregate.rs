@@ -69,6 +69,11 @@ pub struct GroupAggregate {
     /// `+I` / `+U` per key and batch, `-D` when a key's rows are all taken out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<Changes>,
+    /// A BIGINT column of this name in the output, after the aggregates: each key's latest
+    /// event time so far, in which what follows (a GROUP BY over these updates) runs its TTL.
+    /// Not part of the state: a savepoint restores with or without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emit_time: Option<String>,
 }
 
 /// How an updating input says what its rows do.
@@ -91,7 +96,15 @@ impl GroupAggregate {
             ttl_ms,
             final_only: false,
             changes: None,
+            emit_time: None,
         }
+    }
+
+    /// Emits each key's latest event time in column `column` (see
+    /// [`GroupAggregate::emit_time`]).
+    pub fn emit_time(mut self, column: &str) -> Self {
+        self.emit_time = Some(column.into());
+        self
     }
 
     /// Takes an updating input (see [`GroupAggregate::changes`]).
@@ -163,6 +176,9 @@ impl GroupAggregate {
             .map(|k| input.schema.field_with_name(k).cloned())
             .collect::<std::result::Result<_, _>>()?;
         fields.extend(bound.iter().map(Bound::output_field));
+        if let Some(t) = &self.emit_time {
+            fields.push(Field::new(t, arrow_schema::DataType::Int64, false));
+        }
         if let Some(c) = &self.changes {
             let op = input.schema.index_of(&c.op_column).map_err(|_| {
                 Error::config(
@@ -215,6 +231,11 @@ impl OperatorFactory for GroupAggregate {
     }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("group aggregate spec serialises")
+    }
+    fn state_signature(&self) -> String {
+        let mut spec = self.clone();
+        spec.emit_time = None;
+        spec.spec().to_string()
     }
     fn plan(&self, inputs: &[StreamInfo]) -> Result<StreamInfo> {
         let input = weir_runtime::ops::single_input("group_aggregate", inputs)?;
@@ -443,8 +464,9 @@ impl Operator for GroupAggregateOp {
             } else if watermark == Watermark::MAX {
                 let (encoder, bound, schema) = (&self.encoder, &self.bound, &self.schema);
                 d.each_chunk(bound, |chunk| {
-                    let rows: Vec<(&[u8], &[State])> =
-                        chunk.iter().map(|(k, g)| (&k[..], &g.states[..])).collect();
+                    let rows: Vec<(&[u8], &[State], i64)> = (chunk.iter())
+                        .map(|(k, g)| (&k[..], &g.states[..], g.last_event_time))
+                        .collect();
                     emit_rows(encoder, bound, schema, &rows, ctx)
                 })?;
                 self.expired += std::mem::take(&mut self.group_count);
@@ -612,27 +634,36 @@ impl GroupAggregateOp {
     }
 
     fn emit(&self, slots: &[usize], ctx: &mut Context) -> Result<()> {
-        let rows: Vec<(&[u8], &[State])> = (slots.iter())
-            .map(|&s| (self.groups.key(s), &self.groups.get(s).states[..]))
+        let rows: Vec<(&[u8], &[State], i64)> = (slots.iter())
+            .map(|&s| {
+                let g = self.groups.get(s);
+                (self.groups.key(s), &g.states[..], g.last_event_time)
+            })
             .collect();
         emit_rows(&self.encoder, &self.bound, &self.schema, &rows, ctx)
     }
 }
 
-/// Emits a row per group: its key's columns, then each aggregate's result.
+/// Emits a row per group: its key's columns, then each aggregate's result, then (when the
+/// schema has one more column) the key's latest event time.
 fn emit_rows(
     encoder: &KeyEncoder,
     bound: &[Bound],
     schema: &SchemaRef,
-    groups: &[(&[u8], &[State])],
+    groups: &[(&[u8], &[State], i64)],
     ctx: &mut Context,
 ) -> Result<()> {
     for chunk in groups.chunks(8192) {
         let parser = encoder.parser();
-        let mut cols = encoder.decode(chunk.iter().map(|(k, _)| parser.parse(k)))?;
+        let mut cols = encoder.decode(chunk.iter().map(|(k, _, _)| parser.parse(k)))?;
         for (j, b) in bound.iter().enumerate() {
-            let states: Vec<&State> = chunk.iter().map(|(_, s)| &s[j]).collect();
+            let states: Vec<&State> = chunk.iter().map(|(_, s, _)| &s[j]).collect();
             cols.push(aggregates::finish(b, &states));
+        }
+        if cols.len() < schema.fields().len() {
+            cols.push(Arc::new(arrow_array::Int64Array::from_iter_values(
+                chunk.iter().map(|(_, _, t)| *t),
+            )));
         }
         ctx.emit(StreamBatch::new(RecordBatch::try_new(
             schema.clone(),

@@ -154,6 +154,12 @@ impl RetractGroupsOp {
                 let refs: Vec<&aggregates::State> = states.iter().collect();
                 cols.push(aggregates::finish(b, &refs));
             }
+            // The key's latest event time, when asked for (`emit_time`).
+            if cols.len() + 1 < self.schema.fields().len() {
+                cols.push(Arc::new(Int64Array::from_iter_values(
+                    (chunk.iter()).map(|&(s, _)| self.groups.get(s).last_event_time),
+                )));
+            }
             cols.push(change_column(chunk.iter().map(|&(_, k)| k)));
             ctx.emit(StreamBatch::new(RecordBatch::try_new(
                 self.schema.clone(),

@@ -140,16 +140,23 @@ impl Planner {
         // Without a TTL, as in Flink, a group per distinct key for as long as the job runs:
         // bounded by the number of keys, which EXPLAIN says and the `groups` gauge counts.
         let ttl = (self.state_ttl_ms()?).unwrap_or(weir_core::time::TTL_END_OF_INPUT_MS);
-        // Over a retracting changelog (a keep-last deduplication), replaced rows are taken
-        // back; the upserts of another GROUP BY carry no rows to take back.
-        let changes = match (&rel.changes, &rel.upsert_keys) {
-            (Some(Changes { time_column: Some(t) }), _) => Some(t.clone()),
+        // Over a changelog the GROUP BY takes replaced rows back: a retracting one (a
+        // keep-last deduplication, an upsert-kafka table) as it is, the upserts of another
+        // GROUP BY after `changelog_normalize` makes them one.
+        let (rel, changes) = match (rel.changes.clone(), rel.upsert_keys.clone()) {
+            (Some(c), _) if c.retracts => (rel, Some(c.time_column)),
+            (Some(c), Some(keys)) => {
+                let spec =
+                    weir_operators::ChangelogNormalize::with_ttl(ttl, OP_COLUMN, &c.time_column);
+                let stream = rel.stream.key_by(&keys).changelog_normalize(spec);
+                (Rel { stream, ..rel }, Some(c.time_column))
+            }
             (_, Some(_)) => {
                 return Err(plan_err(
-                    "aggregating the rows of a GROUP BY without a window again is not supported: they are updates, not events",
+                    "aggregating these updates is not supported: they are updates, not events",
                 ))
             }
-            _ => None,
+            _ => (rel, None),
         };
         if let (Some(h), None) = (&select.having, &self.batch) {
             return Err(plan_err(format!(
@@ -166,6 +173,11 @@ impl Planner {
         if let Some(t) = &changes {
             g = g.changes(OP_COLUMN, t);
         }
+        let streaming = self.batch.is_none();
+        if streaming {
+            // Each key's latest event time, for a GROUP BY over these updates.
+            g = g.emit_time(CHANGE_TIME);
+        }
         if self.batch.is_some() {
             // As Flink's batch execution: each key's final result, a row like any other.
             g = g.final_only();
@@ -173,7 +185,15 @@ impl Planner {
         for (_, a) in &aggs {
             g = g.aggregate(a.clone());
         }
-        let stream = restore_types(rel.stream.key_by(&keys).group_aggregate(g), &restore);
+        let mut stream = restore_types(rel.stream.key_by(&keys).group_aggregate(g), &restore);
+        if streaming && changes.is_none() {
+            // Upserts only: their change kind, as every changelog relation has one.
+            let mut cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
+                .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+                .collect();
+            cols.push((OP_COLUMN.into(), SqlScalar::new("'+U'")));
+            stream = stream.apply("calc", Arc::new(Calc::project(cols)));
+        }
         let scope = (rel.scope.iter())
             .filter(|e| keys.contains(&e.column))
             .cloned()
@@ -186,8 +206,10 @@ impl Planner {
             primary_key: Vec::new(),
             upsert_keys: self.batch.is_none().then_some(keys),
             // Upserts of each key's result, and a -D when its rows were all taken back.
-            changes: (changes.is_some() && self.batch.is_none())
-                .then_some(Changes { time_column: None }),
+            changes: streaming.then(|| Changes {
+                retracts: false,
+                time_column: CHANGE_TIME.into(),
+            }),
             alias: rel.alias.clone(),
             zone: rel.zone.clone(),
         };

@@ -763,7 +763,8 @@ impl Planner {
             time_columns: Vec::new(),
             upsert_keys: Some(rel.primary_key.clone()),
             changes: Some(Changes {
-                time_column: Some(event_time),
+                retracts: true,
+                time_column: event_time,
             }),
             ..rel
         })
@@ -843,16 +844,19 @@ impl Planner {
         let changes = match &rel.changes {
             Some(c) => {
                 cols.push((OP_COLUMN.into(), SqlScalar::column(OP_COLUMN)));
-                let time_column = c.time_column.as_ref().map(|t| {
-                    match cols.iter().find(|(_, e)| e.as_column().as_ref() == Some(t)) {
-                        Some((n, _)) => n.clone(),
-                        None => {
-                            cols.push(("__change_time".into(), SqlScalar::column(t)));
-                            "__change_time".into()
-                        }
+                let t = &c.time_column;
+                let time_column = match cols.iter().find(|(_, e)| e.as_column().as_ref() == Some(t))
+                {
+                    Some((n, _)) => n.clone(),
+                    None => {
+                        cols.push((CHANGE_TIME.into(), SqlScalar::column(t)));
+                        CHANGE_TIME.into()
                     }
-                });
-                Some(Changes { time_column })
+                };
+                Some(Changes {
+                    retracts: c.retracts,
+                    time_column,
+                })
             }
             None => None,
         };
@@ -876,7 +880,7 @@ impl Planner {
         };
         let scope = cols
             .iter()
-            .filter(|(n, _)| !matches!(n.as_str(), "__event_time" | "__change_time" | OP_COLUMN))
+            .filter(|(n, _)| !matches!(n.as_str(), "__event_time" | CHANGE_TIME | OP_COLUMN))
             .map(|(n, _)| ScopeEntry {
                 qualifier: Some(alias.to_string()),
                 name: n.clone(),

@@ -292,9 +292,13 @@ impl Planner {
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
             upsert_keys: (keep == Keep::Last).then_some(partition),
-            changes: (keep == Keep::Last).then_some(Changes {
-                time_column: event_time,
-            }),
+            changes: match (keep, event_time) {
+                (Keep::Last, Some(time_column)) => Some(Changes {
+                    retracts: true,
+                    time_column,
+                }),
+                _ => None,
+            },
             alias: alias.to_string(),
             zone: rel.zone.clone(),
         };

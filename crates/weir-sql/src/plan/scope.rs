@@ -36,13 +36,19 @@ pub(super) struct Rel {
     pub(super) zone: SessionZone,
 }
 
+/// The hidden column a changelog relation's event time is kept in when its SELECT list does
+/// not keep the column itself.
+pub(super) const CHANGE_TIME: &str = "__change_time";
+
 /// What an updating relation's rows say besides their columns.
 #[derive(Clone, Debug)]
 pub(super) struct Changes {
-    /// `Some`: `-U` rows take back rows that came before (a retracting changelog, which a
-    /// GROUP BY aggregates), and this column holds each row's event time (a key's TTL runs
-    /// in it). `None`: upserts by `upsert_keys`, with `-D` deleting a key.
-    pub(super) time_column: Option<String>,
+    /// `-U` rows take back rows that came before (a retracting changelog, which a GROUP BY
+    /// aggregates as it is); else the rows are upserts by `upsert_keys` (`-D` deleting a key),
+    /// which a GROUP BY takes after `changelog_normalize`.
+    pub(super) retracts: bool,
+    /// The column with each row's event time, in which a key's TTL runs.
+    pub(super) time_column: String,
 }
 
 impl Rel {
