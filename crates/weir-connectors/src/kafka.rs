@@ -1385,8 +1385,9 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
 impl SinkWriter for KafkaWriter {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            // A changelog: `-U` rows skipped, `-D` rows written as tombstones.
-            let (batch, deletes) = match self.op {
+            // A changelog: `-U` rows skipped, `-D` rows written as tombstones, the change
+            // column not in the value (the key and timestamp columns are found in `batch`).
+            let (batch, values, deletes) = match self.op {
                 Some(op) => {
                     let kinds = weir_core::changes::change_kinds(&batch, op)?;
                     let keep = arrow_array::BooleanArray::from_iter(
@@ -1399,11 +1400,12 @@ impl SinkWriter for KafkaWriter {
                         .collect();
                     let mut rest: Vec<usize> = (0..batch.num_columns()).collect();
                     rest.remove(op);
-                    (batch.project(&rest)?, Some(deletes))
+                    let values = batch.project(&rest)?;
+                    (batch, values, Some(deletes))
                 }
-                None => (batch, None),
+                None => (batch.clone(), batch, None),
             };
-            let payloads = record_lines(&batch, self.spec.format)?;
+            let payloads = record_lines(&values, self.spec.format)?;
             let keys: Option<Vec<Vec<u8>>> = match (&self.upsert_key, self.key) {
                 (Some((idx, format)), _) => Some(record_lines(&batch.project(idx)?, *format)?),
                 (None, Some(i)) => {

@@ -16,7 +16,8 @@
 //!
 //! The latest row per key, in memory, until `ttl_ms` of event time pass without a row of it
 //! (the watermark passes its latest row's time plus the TTL), as Flink's state TTL but in
-//! event time; a deleted key is forgotten at once. A row for a forgotten key is a new `+I`: the
+//! event time, never earlier (a delete or a new version is always applied to a row still
+//! held); a deleted key is forgotten at once. A row for a forgotten key is a new `+I`: the
 //! row before it is not taken back. [`weir_core::time::TTL_END_OF_INPUT_MS`] keeps every key.
 //! Checkpoints hold every key's row and time, keyed by the key's group.
 
@@ -144,6 +145,7 @@ impl OperatorFactory for ChangelogNormalize {
             time_column,
             keys: KeySlots::new(),
             expiry: ExpiryQueue::new(),
+            queued: Vec::new(),
             touched: Vec::new(),
             batches: 0,
             key_count: 0,
@@ -189,8 +191,6 @@ struct KeyState {
     row: Option<Box<[u8]>>,
     /// The latest row's event time.
     time: i64,
-    /// The key has an entry in the expiry queue.
-    queued: bool,
     /// The number of the last batch that touched the key.
     batch: u64,
 }
@@ -208,6 +208,9 @@ pub struct ChangelogNormalizeOp {
     time_column: usize,
     keys: KeySlots<KeyState>,
     expiry: ExpiryQueue,
+    /// Per slot, whether it has an entry in `expiry` (kept apart from the keys, so a slot
+    /// freed and taken by another key keeps its one entry).
+    queued: Vec<bool>,
     /// Keys this batch touched, each once, with the row each had before it.
     touched: Vec<(usize, Option<Box<[u8]>>)>,
     batches: u64,
@@ -223,6 +226,18 @@ impl ChangelogNormalizeOp {
         self.bytes_held = self.bytes_held.saturating_sub(bytes as u64);
         self.keys.release(slot);
         self.key_count -= 1;
+    }
+
+    /// Queues `slot` to expire at `at` unless it has an entry already (which, when due,
+    /// looks at the slot's key then).
+    fn queue(&mut self, slot: usize, at: i64) {
+        if self.queued.len() <= slot {
+            self.queued.resize(slot + 1, false);
+        }
+        if !self.queued[slot] {
+            self.queued[slot] = true;
+            self.expiry.push(at, slot, 0);
+        }
     }
 
     /// Emits `rows` with their change kinds in the change column.
@@ -269,14 +284,7 @@ impl Operator for ChangelogNormalizeOp {
                     s
                 }
             };
-            let ttl = self.ttl_ms;
             let k = self.keys.get_mut(slot);
-            // Past its TTL whether or not a watermark said so yet: the row before is forgotten.
-            if k.row.is_some() && times[i] > k.time.saturating_add(ttl) {
-                let old = k.row.take().map_or(0, |r| r.len());
-                self.bytes_held = self.bytes_held.saturating_sub(old as u64);
-                self.expired += 1;
-            }
             let new = match kind {
                 ChangeKind::Delete => None,
                 _ => Some(Box::<[u8]>::from(rows.row(i).as_ref())),
@@ -311,13 +319,12 @@ impl Operator for ChangelogNormalizeOp {
         for (slot, before) in touched {
             self.bytes_held =
                 (self.bytes_held).saturating_sub(before.map_or(0, |r| r.len()) as u64);
-            let k = self.keys.get_mut(slot);
+            let k = self.keys.get(slot);
             if k.row.is_none() {
                 self.forget(slot);
-            } else if !k.queued {
-                k.queued = true;
+            } else {
                 let at = k.time.saturating_add(self.ttl_ms);
-                self.expiry.push(at, slot, 0);
+                self.queue(slot, at);
             }
         }
         Ok(())
@@ -327,14 +334,15 @@ impl Operator for ChangelogNormalizeOp {
         let mut due = Vec::new();
         self.expiry.pop_due(watermark.0, &mut due);
         for (slot, _) in due {
-            let k = self.keys.get_mut(slot);
-            // A slot forgotten (deleted) or taken by another key since.
-            if k.row.is_none() || !k.queued {
+            self.queued[slot] = false;
+            let k = self.keys.get(slot);
+            // A slot forgotten (deleted) since.
+            if k.row.is_none() {
                 continue;
             }
             let at = k.time.saturating_add(self.ttl_ms);
             if at > watermark.0 {
-                self.expiry.push(at, slot, 0);
+                self.queue(slot, at);
                 continue;
             }
             self.forget(slot);
@@ -408,11 +416,9 @@ impl Operator for ChangelogNormalizeOp {
                 *k = KeyState {
                     row: Some(row),
                     time: times.value(i),
-                    queued: true,
                     batch: 0,
                 };
-                self.expiry
-                    .push(times.value(i).saturating_add(self.ttl_ms), slot, 0);
+                self.queue(slot, times.value(i).saturating_add(self.ttl_ms));
             }
         }
         Ok(())
@@ -480,10 +486,13 @@ mod tests {
         let mut back = Harness::restored(&spec, &[input], &[snapshot], 0, 1);
         back.push(0, rows!("id name ts op\n k2 w 3500 +U"));
         assert_eq!(out(&mut back), vec!["k2,w,3500,+U", "k2,z,3000,-U"]);
-        // Past its TTL a key is forgotten: its next row is +I.
+        // A row more than the TTL after a key's latest still replaces it while the watermark
+        // has not forgotten the key; past its TTL a key is forgotten: its next row is +I.
+        back.push(0, rows!("id name ts op\n k2 v 14000 +U"));
+        assert_eq!(out(&mut back), vec!["k2,v,14000,+U", "k2,w,3500,-U"]);
         back.watermark(20_000);
         back.push(0, rows!("id name ts op\n k1 d 21000 +U"));
         assert_eq!(out(&mut back), vec!["k1,d,21000,+I"]);
-        assert_eq!(back.gauges()["keys_expired_by_ttl"], 2);
+        assert_eq!(back.gauges()["keys_expired_by_ttl"], 1);
     }
 }

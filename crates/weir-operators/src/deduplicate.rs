@@ -89,9 +89,10 @@ pub struct Deduplicate {
     /// A key is forgotten this long (event time) after its latest row.
     pub ttl_ms: i64,
     /// Keep-last as a changelog: the output gets this STRING column, and a key's new latest
-    /// row comes as `-U` (the row it replaces) and `+U`, or `+I` for a key's first row (of a
-    /// life: a row more than the TTL after the key's latest starts again with `+I`, the
-    /// replaced row not taken back). What a GROUP BY over the latest rows needs.
+    /// row comes as `-U` (the row it replaces, while the key is held) and `+U`, or `+I` for a
+    /// key without a row (new, or forgotten after its TTL: the row before is not taken back).
+    /// What a GROUP BY over the latest rows needs. Not part of the state's signature: the
+    /// state is the same with or without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<String>,
 }
@@ -262,6 +263,11 @@ impl OperatorFactory for Deduplicate {
     }
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
+    }
+    fn state_signature(&self) -> String {
+        let mut spec = self.clone();
+        spec.changes = None;
+        spec.spec().to_string()
     }
     fn state_on_disk(&self) -> bool {
         true
@@ -499,10 +505,9 @@ impl DeduplicateOp {
             k.batch = self.batches;
             self.touched.push(slot);
             if self.changes.is_some() {
-                // A row more than the TTL after the latest starts a life: nothing taken back.
-                let ttl = self.ttl_ms;
-                let same_life = old.filter(|o| time <= o.time.saturating_add(ttl));
-                self.before.push(same_life.map(|o| o.row));
+                // Taken back whenever it is held: a GROUP BY downstream forgets a group at
+                // this key's expiry at the earliest, so it still holds the row.
+                self.before.push(old.map(|o| o.row));
             }
         }
         let expires = time.saturating_add(self.ttl_ms);
@@ -1088,7 +1093,7 @@ mod tests {
     }
 
     #[test]
-    fn keep_last_changelog_takes_the_replaced_row_back_within_a_life() {
+    fn keep_last_changelog_takes_the_replaced_row_back_while_the_key_is_held() {
         for backend in weir_testkit::backends() {
             let mut h = weir_testkit::on_backend(&backend, || {
                 harness(Deduplicate::keep_last(10_000).changes("op"))
@@ -1098,12 +1103,21 @@ mod tests {
             // The row before the batch goes back, not the ones the batch passed through.
             h.push(0, rows!("user page ts\n u1 c 3000\n u1 d 4000\n u2 w 1000"));
             assert_eq!(out(&mut h), vec!["u1,b,2000,-U", "u1,d,4000,+U"]);
-            // More than the TTL after u1's latest: a new life, nothing taken back.
+            // More than the TTL after u1's latest, but u1 is still held: taken back.
             h.push(0, rows!("user page ts\n u1 e 14001\n u2 y 11500"));
             assert_eq!(
                 out(&mut h),
-                vec!["u1,e,14001,+I", "u2,x,1500,-U", "u2,y,11500,+U"]
+                vec![
+                    "u1,d,4000,-U",
+                    "u1,e,14001,+U",
+                    "u2,x,1500,-U",
+                    "u2,y,11500,+U"
+                ]
             );
+            // Forgotten at the watermark: its next row comes as +I.
+            h.watermark(30_000);
+            h.push(0, rows!("user page ts\n u1 f 29000"));
+            assert_eq!(out(&mut h), vec!["u1,f,29000,+I"]);
         }
     }
 

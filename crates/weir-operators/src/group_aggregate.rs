@@ -759,6 +759,24 @@ mod tests {
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a2,1,4,4,4,+I"]);
     }
 
+    /// A row more than the TTL after a group's latest does not start the group again before
+    /// the watermark says so: a later -U of an earlier row must still find that row.
+    #[test]
+    fn a_group_is_forgotten_at_the_watermark_only_so_retractions_find_their_rows() {
+        let mut h = changes_harness(GroupAggregate::with_ttl(10_000).aggregate(count("n")));
+        h.push(0, rows!("ad clicks ts op\n a1 1 0 +I"));
+        h.push(0, rows!("ad clicks ts op\n a1 2 10001 +I"));
+        h.push(0, rows!("ad clicks ts op\n a1 1 0 -U\n a1 1 9999 +U"));
+        assert_eq!(
+            sorted_lines(&h.take(Port::Main)),
+            vec!["a1,1,+I", "a1,2,+U", "a1,2,+U"]
+        );
+        h.watermark(30_000);
+        h.push(0, rows!("ad clicks ts op\n a1 5 30001 +I"));
+        assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,1,+I"]);
+        assert_eq!(h.gauges()["groups_expired_by_ttl"], 1);
+    }
+
     #[test]
     fn aggregates_that_cannot_take_values_back_are_refused_over_updates() {
         let input = StreamInfo {

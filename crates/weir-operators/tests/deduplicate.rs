@@ -245,8 +245,8 @@ proptest! {
         let backends = weir_testkit::backends();
         let on = [&backends[on.0.index(backends.len())], &backends[on.1.index(backends.len())]];
         let keep = if first { Keep::First } else { Keep::Last };
-        // A changelog takes a key's replaced row back only within its life; the plain
-        // computation below has every key in one life when the TTL outlasts the input.
+        // A key forgotten at the watermark comes back with +I, its row not taken back; the
+        // plain computation below forgets no key when the TTL outlasts the input.
         let changes = changes && keep == Keep::Last && ttl == 100_000;
         let spec = spec(keep, ttl, changes);
         let checkpointed = matches!(spec.state(), OperatorState::Checkpointed { version: 1 });

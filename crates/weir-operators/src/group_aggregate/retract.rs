@@ -9,6 +9,11 @@
 //! retraction for a key without state (never seen, or forgotten after its TTL) changes
 //! nothing and is counted (`retractions_without_state`), as Flink drops it. State lives in
 //! memory, whatever the state backend.
+//!
+//! A group is forgotten only when the watermark passes its latest row's time plus the TTL,
+//! never early within a batch: an upstream changelog (a keep-last deduplication, a
+//! normalization) forgets a row at the same watermark at the earliest, so a group is never
+//! forgotten while a row in it can still be taken back.
 
 use std::sync::Arc;
 
@@ -64,8 +69,6 @@ struct Group {
     last_event_time: i64,
     /// A row of the key went out and was not deleted since.
     emitted: bool,
-    /// The group has an entry in the expiry queue.
-    queued: bool,
     /// The number of the last batch with a row of this group.
     batch: u64,
     /// MIN / MAX's values' heap bytes, as last counted.
@@ -87,6 +90,9 @@ pub struct RetractGroupsOp {
     pub(super) final_only: bool,
     groups: KeySlots<Group>,
     expiry: ExpiryQueue,
+    /// Per slot, whether it has an entry in `expiry` (kept apart from the groups, so a slot
+    /// freed and taken by another key keeps its one entry).
+    queued: Vec<bool>,
     touched: Vec<usize>,
     batches: u64,
     group_count: u64,
@@ -121,6 +127,7 @@ impl RetractGroupsOp {
             final_only,
             groups: KeySlots::new(),
             expiry: ExpiryQueue::new(),
+            queued: Vec::new(),
             touched: Vec::new(),
             batches: 0,
             group_count: 0,
@@ -132,6 +139,18 @@ impl RetractGroupsOp {
 
     fn fresh(&self) -> Vec<Acc> {
         vec![Acc::default(); self.bound.len()]
+    }
+
+    /// Queues `slot` to expire at `at` unless it has an entry already (which, when due,
+    /// looks at the slot's group then).
+    fn queue(&mut self, slot: usize, at: i64) {
+        if self.queued.len() <= slot {
+            self.queued.resize(slot + 1, false);
+        }
+        if !self.queued[slot] {
+            self.queued[slot] = true;
+            self.expiry.push(at, slot, 0);
+        }
     }
 
     fn forget(&mut self, slot: usize) {
@@ -202,15 +221,7 @@ impl Operator for RetractGroupsOp {
                     s
                 }
             };
-            let ttl = self.ttl_ms;
-            let fresh = self.fresh();
             let g = self.groups.get_mut(slot);
-            if !self.final_only && times[i] > g.last_event_time.saturating_add(ttl) {
-                // Past its TTL whether or not a watermark said so yet, so the result does not
-                // depend on where batches and watermarks fall; the sink still has its row.
-                (g.accs, g.rows) = (fresh, 0);
-                self.expired += 1;
-            }
             if retract && g.rows == 0 {
                 self.stale += 1;
                 continue;
@@ -239,11 +250,9 @@ impl Operator for RetractGroupsOp {
             self.heap_bytes = (self.heap_bytes + now as u64).saturating_sub(g.heap as u64);
             g.heap = now;
             if g.rows > 0 {
-                if !g.queued {
-                    g.queued = true;
-                    self.expiry
-                        .push(g.last_event_time.saturating_add(self.ttl_ms), slot, 0);
-                }
+                let at = g.last_event_time.saturating_add(self.ttl_ms);
+                self.queue(slot, at);
+                let g = self.groups.get_mut(slot);
                 if !self.final_only {
                     let kind = match g.emitted {
                         true => ChangeKind::UpdateAfter,
@@ -282,14 +291,15 @@ impl Operator for RetractGroupsOp {
         let mut due = Vec::new();
         self.expiry.pop_due(watermark.0, &mut due);
         for (slot, _) in due {
-            let g = self.groups.get_mut(slot);
-            // A slot forgotten (all its rows taken out) or taken by another key since.
+            self.queued[slot] = false;
+            let g = self.groups.get(slot);
+            // A slot forgotten since (all its rows taken out).
             if g.accs.is_empty() {
                 continue;
             }
             let at = g.last_event_time.saturating_add(self.ttl_ms);
             if at > watermark.0 {
-                self.expiry.push(at, slot, 0);
+                self.queue(slot, at);
                 continue;
             }
             self.forget(slot);
@@ -375,11 +385,9 @@ impl Operator for RetractGroupsOp {
                     rows: rows.value(i),
                     last_event_time: lasts.value(i),
                     emitted: emitted.value(i),
-                    queued: true,
                     batch: 0,
                 };
-                self.expiry
-                    .push(lasts.value(i).saturating_add(self.ttl_ms), slot, 0);
+                self.queue(slot, lasts.value(i).saturating_add(self.ttl_ms));
             }
         }
         Ok(())

@@ -148,7 +148,16 @@ impl Planner {
             (Some(c), Some(keys)) => {
                 let spec =
                     weir_operators::ChangelogNormalize::with_ttl(ttl, OP_COLUMN, &c.time_column);
-                let stream = rel.stream.key_by(&keys).changelog_normalize(spec);
+                let mut stream = rel.stream.clone();
+                if stream.schema().index_of(OP_COLUMN).is_err() {
+                    // A plain GROUP BY's rows are all upserts.
+                    let mut cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
+                        .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+                        .collect();
+                    cols.push((OP_COLUMN.into(), SqlScalar::new("'+U'")));
+                    stream = stream.apply("calc", Arc::new(Calc::project(cols)));
+                }
+                let stream = stream.key_by(&keys).changelog_normalize(spec);
                 (Rel { stream, ..rel }, Some(c.time_column))
             }
             (_, Some(_)) => {
@@ -185,15 +194,7 @@ impl Planner {
         for (_, a) in &aggs {
             g = g.aggregate(a.clone());
         }
-        let mut stream = restore_types(rel.stream.key_by(&keys).group_aggregate(g), &restore);
-        if streaming && changes.is_none() {
-            // Upserts only: their change kind, as every changelog relation has one.
-            let mut cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
-                .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
-                .collect();
-            cols.push((OP_COLUMN.into(), SqlScalar::new("'+U'")));
-            stream = stream.apply("calc", Arc::new(Calc::project(cols)));
-        }
+        let stream = restore_types(rel.stream.key_by(&keys).group_aggregate(g), &restore);
         let scope = (rel.scope.iter())
             .filter(|e| keys.contains(&e.column))
             .cloned()

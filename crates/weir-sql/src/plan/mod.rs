@@ -584,7 +584,9 @@ impl Planner {
             ));
         }
         // An upsert sink reads a changelog's change kinds (deletes, and -U rows to skip).
-        let changes = rel.changes.is_some() && is_upsert_sink(sink);
+        let changes = rel.changes.is_some()
+            && is_upsert_sink(sink)
+            && rel.stream.schema().index_of(OP_COLUMN).is_ok();
         if changes {
             out.push((OP_COLUMN.into(), SqlScalar::column(OP_COLUMN)));
         }
@@ -843,7 +845,9 @@ impl Planner {
         // A changelog keeps its change column, and the column its TTL runs in.
         let changes = match &rel.changes {
             Some(c) => {
-                cols.push((OP_COLUMN.into(), SqlScalar::column(OP_COLUMN)));
+                if rel.stream.schema().index_of(OP_COLUMN).is_ok() {
+                    cols.push((OP_COLUMN.into(), SqlScalar::column(OP_COLUMN)));
+                }
                 let t = &c.time_column;
                 let time_column = match cols.iter().find(|(_, e)| e.as_column().as_ref() == Some(t))
                 {

@@ -29,7 +29,8 @@ pub(super) struct Rel {
     /// of a key replaces the earlier one).
     pub(super) upsert_keys: Option<Vec<String>>,
     /// The stream is a changelog: each row's change kind is in [`OP_COLUMN`] (`+I`, `-U`,
-    /// `+U`, `-D`), which no name in the scope reaches.
+    /// `+U`, `-D`), which no name in the scope reaches; a plain GROUP BY's upserts have no
+    /// such column (every row a `+U`).
     pub(super) changes: Option<Changes>,
     pub(super) alias: String,
     /// The session time zone, in which its TIMESTAMP_LTZ values read as local times.
