@@ -38,7 +38,7 @@ use weir_runtime::{
     Context, Error, KeyedStream, Operator, Result, StateSnapshot, Stream, StreamBatch, SubtaskInfo,
 };
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
-use weir_state::{ExpiryQueue, KeySlots, StateSize};
+use weir_state::{KeySlots, SlotExpiry, StateSize};
 
 /// The spec of a changelog normalization.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,8 +144,7 @@ impl OperatorFactory for ChangelogNormalize {
             op_column,
             time_column,
             keys: KeySlots::new(),
-            expiry: ExpiryQueue::new(),
-            queued: Vec::new(),
+            expiry: SlotExpiry::new(),
             touched: Vec::new(),
             batches: 0,
             key_count: 0,
@@ -207,10 +206,8 @@ pub struct ChangelogNormalizeOp {
     op_column: usize,
     time_column: usize,
     keys: KeySlots<KeyState>,
-    expiry: ExpiryQueue,
-    /// Per slot, whether it has an entry in `expiry` (kept apart from the keys, so a slot
-    /// freed and taken by another key keeps its one entry).
-    queued: Vec<bool>,
+    /// One entry per slot (a slot freed by a delete and taken by another key keeps it).
+    expiry: SlotExpiry,
     /// Keys this batch touched, each once, with the row each had before it.
     touched: Vec<(usize, Option<Box<[u8]>>)>,
     batches: u64,
@@ -226,18 +223,6 @@ impl ChangelogNormalizeOp {
         self.bytes_held = self.bytes_held.saturating_sub(bytes as u64);
         self.keys.release(slot);
         self.key_count -= 1;
-    }
-
-    /// Queues `slot` to expire at `at` unless it has an entry already (which, when due,
-    /// looks at the slot's key then).
-    fn queue(&mut self, slot: usize, at: i64) {
-        if self.queued.len() <= slot {
-            self.queued.resize(slot + 1, false);
-        }
-        if !self.queued[slot] {
-            self.queued[slot] = true;
-            self.expiry.push(at, slot, 0);
-        }
     }
 
     /// Emits `rows` with their change kinds in the change column.
@@ -324,17 +309,14 @@ impl Operator for ChangelogNormalizeOp {
                 self.forget(slot);
             } else {
                 let at = k.time.saturating_add(self.ttl_ms);
-                self.queue(slot, at);
+                self.expiry.queue(slot, at);
             }
         }
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
-        let mut due = Vec::new();
-        self.expiry.pop_due(watermark.0, &mut due);
-        for (slot, _) in due {
-            self.queued[slot] = false;
+        for slot in self.expiry.pop_due(watermark.0) {
             let k = self.keys.get(slot);
             // A slot forgotten (deleted) since.
             if k.row.is_none() {
@@ -342,7 +324,7 @@ impl Operator for ChangelogNormalizeOp {
             }
             let at = k.time.saturating_add(self.ttl_ms);
             if at > watermark.0 {
-                self.queue(slot, at);
+                self.expiry.queue(slot, at);
                 continue;
             }
             self.forget(slot);
@@ -418,7 +400,8 @@ impl Operator for ChangelogNormalizeOp {
                     time: times.value(i),
                     batch: 0,
                 };
-                self.queue(slot, times.value(i).saturating_add(self.ttl_ms));
+                self.expiry
+                    .queue(slot, times.value(i).saturating_add(self.ttl_ms));
             }
         }
         Ok(())

@@ -79,3 +79,59 @@ impl ExpiryQueue {
         }
     }
 }
+/// An [`ExpiryQueue`] with at most one entry per slot: a slot freed and taken by another key
+/// keeps its entry, which looks at the slot's new key when it comes due. For state whose keys
+/// may end before their expiry (a delete), so the queue never holds more entries than slots.
+#[derive(Debug, Default)]
+pub struct SlotExpiry {
+    queue: ExpiryQueue,
+    /// Per slot, whether it has an entry in `queue`.
+    queued: Vec<bool>,
+}
+
+impl SlotExpiry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queues `slot` to expire at `at`, unless it has an entry already.
+    pub fn queue(&mut self, slot: usize, at: i64) {
+        if self.queued.len() <= slot {
+            self.queued.resize(slot + 1, false);
+        }
+        if !self.queued[slot] {
+            self.queued[slot] = true;
+            self.queue.push(at, slot, 0);
+        }
+    }
+
+    /// The slots whose entries are at or below `watermark`, taken out: the caller forgets
+    /// each slot's key if it is due, or queues it again.
+    pub fn pop_due(&mut self, watermark: i64) -> Vec<usize> {
+        let mut due = Vec::new();
+        self.queue.pop_due(watermark, &mut due);
+        let slots: Vec<usize> = due.into_iter().map(|(s, _)| s).collect();
+        for &s in &slots {
+            self.queued[s] = false;
+        }
+        slots
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_has_one_entry_until_it_comes_due() {
+        let mut e = SlotExpiry::new();
+        e.queue(3, 1_000);
+        e.queue(3, 500);
+        e.queue(1, 2_000);
+        assert_eq!(e.pop_due(999), Vec::<usize>::new());
+        assert_eq!(e.pop_due(1_000), vec![3]);
+        // Due and taken out: the slot may be queued again.
+        e.queue(3, 5_000);
+        assert_eq!(e.pop_due(10_000), vec![1, 3]);
+    }
+}

@@ -52,7 +52,7 @@ mod rows;
 mod slots;
 pub mod snapshot;
 
-pub use expiry::ExpiryQueue;
+pub use expiry::{ExpiryQueue, SlotExpiry};
 pub use rows::{BatchStore, RowRef};
 pub use slots::KeySlots;
 

@@ -27,7 +27,7 @@ use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch};
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
-use weir_state::{ExpiryQueue, KeySlots, StateSize};
+use weir_state::{KeySlots, SlotExpiry, StateSize};
 
 use crate::aggregates::{self, Bound, Values};
 use crate::retractable::{value_of, Acc, Kind};
@@ -89,10 +89,8 @@ pub struct RetractGroupsOp {
     pub(super) op_column: usize,
     pub(super) final_only: bool,
     groups: KeySlots<Group>,
-    expiry: ExpiryQueue,
-    /// Per slot, whether it has an entry in `expiry` (kept apart from the groups, so a slot
-    /// freed and taken by another key keeps its one entry).
-    queued: Vec<bool>,
+    /// One entry per slot (a slot freed by a delete and taken by another key keeps it).
+    expiry: SlotExpiry,
     touched: Vec<usize>,
     batches: u64,
     group_count: u64,
@@ -126,8 +124,7 @@ impl RetractGroupsOp {
             op_column,
             final_only,
             groups: KeySlots::new(),
-            expiry: ExpiryQueue::new(),
-            queued: Vec::new(),
+            expiry: SlotExpiry::new(),
             touched: Vec::new(),
             batches: 0,
             group_count: 0,
@@ -139,18 +136,6 @@ impl RetractGroupsOp {
 
     fn fresh(&self) -> Vec<Acc> {
         vec![Acc::default(); self.bound.len()]
-    }
-
-    /// Queues `slot` to expire at `at` unless it has an entry already (which, when due,
-    /// looks at the slot's group then).
-    fn queue(&mut self, slot: usize, at: i64) {
-        if self.queued.len() <= slot {
-            self.queued.resize(slot + 1, false);
-        }
-        if !self.queued[slot] {
-            self.queued[slot] = true;
-            self.expiry.push(at, slot, 0);
-        }
     }
 
     fn forget(&mut self, slot: usize) {
@@ -251,7 +236,7 @@ impl Operator for RetractGroupsOp {
             g.heap = now;
             if g.rows > 0 {
                 let at = g.last_event_time.saturating_add(self.ttl_ms);
-                self.queue(slot, at);
+                self.expiry.queue(slot, at);
                 let g = self.groups.get_mut(slot);
                 if !self.final_only {
                     let kind = match g.emitted {
@@ -288,10 +273,7 @@ impl Operator for RetractGroupsOp {
                 .collect();
             self.emit(&live, ctx)?;
         }
-        let mut due = Vec::new();
-        self.expiry.pop_due(watermark.0, &mut due);
-        for (slot, _) in due {
-            self.queued[slot] = false;
+        for slot in self.expiry.pop_due(watermark.0) {
             let g = self.groups.get(slot);
             // A slot forgotten since (all its rows taken out).
             if g.accs.is_empty() {
@@ -299,7 +281,7 @@ impl Operator for RetractGroupsOp {
             }
             let at = g.last_event_time.saturating_add(self.ttl_ms);
             if at > watermark.0 {
-                self.queue(slot, at);
+                self.expiry.queue(slot, at);
                 continue;
             }
             self.forget(slot);
@@ -387,7 +369,8 @@ impl Operator for RetractGroupsOp {
                     emitted: emitted.value(i),
                     batch: 0,
                 };
-                self.queue(slot, lasts.value(i).saturating_add(self.ttl_ms));
+                self.expiry
+                    .queue(slot, lasts.value(i).saturating_add(self.ttl_ms));
             }
         }
         Ok(())
