@@ -219,11 +219,21 @@ impl OperatorFactory for GroupAggregate {
         "group_aggregate"
     }
     fn arrival_order(&self) -> Option<String> {
-        let restart = (!self.final_only).then(|| {
-            "a key starts again from nothing when a row comes more than the TTL after the \
-             key's latest row so far, which depends on the order its rows arrive in"
-                .to_string()
-        });
+        let ttl = self.ttl_ms < weir_core::time::TTL_END_OF_INPUT_MS;
+        let restart = match (self.final_only || !ttl, &self.changes) {
+            (true, _) => None,
+            (false, None) => Some(
+                "a key starts again from nothing when a row comes more than the TTL after the \
+                 key's latest row so far, which depends on the order its rows arrive in"
+                    .to_string(),
+            ),
+            (false, Some(_)) => Some(
+                "a key is forgotten when the watermark passes its latest row's time plus the \
+                 TTL, so which rows its result still holds depends on where watermarks fall \
+                 among the rows"
+                    .to_string(),
+            ),
+        };
         match (aggregates::arrival_order(&self.aggregates), restart) {
             (Some(a), Some(r)) => Some(format!("{a}; {r}")),
             (a, r) => a.or(r),
