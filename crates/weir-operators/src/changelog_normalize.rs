@@ -30,7 +30,7 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
-use weir_core::changes::{change_column, change_kinds, ChangeKind, CHANGE_TYPE};
+use weir_core::changes::{change_column, change_kinds, ChangeKind};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
@@ -75,23 +75,7 @@ impl ChangelogNormalize {
             ));
         }
         KeyEncoder::new(&input.schema, &self.keys)?;
-        let op = input.schema.index_of(&self.op_column).map_err(|_| {
-            Error::config(
-                "op_column",
-                &self.op_column,
-                format!(
-                    "no such column; the stream has: {}",
-                    weir_core::keys::column_names(&input.schema)
-                ),
-            )
-        })?;
-        if input.schema.field(op).data_type() != &CHANGE_TYPE {
-            return Err(Error::config(
-                "op_column",
-                &self.op_column,
-                "the change column must be STRING (+I, -U, +U, -D)",
-            ));
-        }
+        let op = crate::change_column_index(&input.schema, "op_column", &self.op_column)?;
         Ok((op, event_time_index(&input.schema, &self.time_column)?))
     }
 
@@ -421,16 +405,18 @@ mod tests {
     use weir_runtime::Port;
     use weir_testkit::{rows, sorted_lines, Harness};
 
-    fn harness() -> Harness {
-        let input = StreamInfo {
+    fn input() -> StreamInfo {
+        StreamInfo {
             schema: rows!("id name ts op\n k1 a 0 +U").schema(),
             event_time: Some("ts".into()),
-        };
-        let spec = ChangelogNormalize {
+        }
+    }
+
+    fn spec() -> ChangelogNormalize {
+        ChangelogNormalize {
             keys: vec!["id".into()],
             ..ChangelogNormalize::with_ttl(10_000, "op", "ts")
-        };
-        Harness::of(&spec, &[input])
+        }
     }
 
     fn out(h: &mut Harness) -> Vec<String> {
@@ -439,7 +425,7 @@ mod tests {
 
     #[test]
     fn upserts_become_a_changelog_with_each_batchs_net_change() {
-        let mut h = harness();
+        let mut h = Harness::of(&spec(), &[input()]);
         h.push(
             0,
             rows!("id name ts op\n k1 a 1000 +U\n k1 b 1100 +U\n k2 x 1200 +U"),
@@ -458,15 +444,7 @@ mod tests {
         h.push(0, rows!("id name ts op\n k1 c 2000 +U\n k2 z 3000 +U"));
         assert_eq!(out(&mut h), vec!["k2,z,3000,+I"]);
         let snapshot = h.snapshot();
-        let input = StreamInfo {
-            schema: rows!("id name ts op\n k1 a 0 +U").schema(),
-            event_time: Some("ts".into()),
-        };
-        let spec = ChangelogNormalize {
-            keys: vec!["id".into()],
-            ..ChangelogNormalize::with_ttl(10_000, "op", "ts")
-        };
-        let mut back = Harness::restored(&spec, &[input], &[snapshot], 0, 1);
+        let mut back = Harness::restored(&spec(), &[input()], &[snapshot], 0, 1);
         back.push(0, rows!("id name ts op\n k2 w 3500 +U"));
         assert_eq!(out(&mut back), vec!["k2,w,3500,+U", "k2,z,3000,-U"]);
         // A row more than the TTL after a key's latest still replaces it while the watermark

@@ -180,23 +180,7 @@ impl GroupAggregate {
             fields.push(Field::new(t, arrow_schema::DataType::Int64, false));
         }
         if let Some(c) = &self.changes {
-            let op = input.schema.index_of(&c.op_column).map_err(|_| {
-                Error::config(
-                    "changes.op_column",
-                    &c.op_column,
-                    format!(
-                        "no such column; the stream has: {}",
-                        weir_core::keys::column_names(&input.schema)
-                    ),
-                )
-            })?;
-            if input.schema.field(op).data_type() != &weir_core::changes::CHANGE_TYPE {
-                return Err(Error::config(
-                    "changes.op_column",
-                    &c.op_column,
-                    "the change column must be STRING (+I, -U, +U, -D)",
-                ));
-            }
+            crate::change_column_index(&input.schema, "changes.op_column", &c.op_column)?;
             if let Err(a) = retract::kinds(&bound) {
                 return Err(Error::plan(format!(
                     "`{a}`: over updates (rows a later -U or -D takes back) weir aggregates \

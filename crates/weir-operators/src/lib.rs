@@ -179,6 +179,33 @@ fn aggregate_at(
 /// How long a key's state lives after its last row, for a plan: `until <ttl> ms of event time
 /// pass without <without> (TTL)`, or to the end of the input for a batch job's
 /// ([`weir_core::time::TTL_END_OF_INPUT_MS`]).
+/// The place of change column `name` in `schema`, which must be STRING (`+I`, `-U`, `+U`,
+/// `-D`); `setting` names the option that gave it.
+pub(crate) fn change_column_index(
+    schema: &arrow_schema::SchemaRef,
+    setting: &str,
+    name: &str,
+) -> weir_runtime::Result<usize> {
+    let i = schema.index_of(name).map_err(|_| {
+        weir_runtime::Error::config(
+            setting,
+            name,
+            format!(
+                "no such column; the stream has: {}",
+                weir_core::keys::column_names(schema)
+            ),
+        )
+    })?;
+    if schema.field(i).data_type() != &weir_core::changes::CHANGE_TYPE {
+        return Err(weir_runtime::Error::config(
+            setting,
+            name,
+            "the change column must be STRING (+I, -U, +U, -D)",
+        ));
+    }
+    Ok(i)
+}
+
 pub(crate) fn kept_until(ttl_ms: i64, without: &str) -> String {
     if ttl_ms >= weir_core::time::TTL_END_OF_INPUT_MS {
         "to the end of the input (a batch job has no TTL)".into()

@@ -51,10 +51,11 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch};
+use arrow_array::{BooleanArray, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
+use weir_core::changes::ChangeKind;
 use weir_core::keys::{hash_key, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
@@ -325,23 +326,6 @@ fn tie_winner(
     })
 }
 
-enum Change {
-    Upsert,
-    Delete,
-    Ignore,
-}
-
-fn change_kind(op: &str) -> Result<Change> {
-    match op.trim().to_ascii_lowercase().as_str() {
-        "+i" | "+u" | "i" | "u" | "insert" | "update" | "upsert" | "c" | "r" => Ok(Change::Upsert),
-        "-d" | "d" | "delete" => Ok(Change::Delete),
-        "-u" | "update_before" => Ok(Change::Ignore),
-        other => Err(Error::plan(format!(
-            "temporal join: unknown change kind {other:?}; use +I, -U, +U, -D (or insert, update, delete)"
-        ))),
-    }
-}
-
 impl TemporalJoinOp {
     /// Drops versions that no future probe can pick: all before the newest one at or below the
     /// watermark.
@@ -364,9 +348,10 @@ impl TemporalJoinOp {
         let times = event_times(&data, self.event_time[1])?;
         let keys = self.encoders[1].encode(&data)?;
         let null_keys = self.encoders[1].null_keys(&data);
-        let ops = self
-            .op_column
-            .map(|i| data.column(i).as_string::<i32>().clone());
+        let ops = (self.op_column)
+            .map(|i| weir_core::changes::change_kinds(&data, i))
+            .transpose()
+            .map_err(|e| Error::plan(format!("temporal join: {e}")))?;
         let batch_id = self.stores[1].insert(data);
         // Held while its rows are filed, so a release in between (a tie, a prune) cannot free
         // it under the rows still to come.
@@ -381,13 +366,13 @@ impl TemporalJoinOp {
                     batch: batch_id,
                     row: i as u32,
                 }),
-                Some(ops) => match change_kind(if ops.is_null(i) { "+I" } else { ops.value(i) })? {
-                    Change::Upsert => Some(RowRef {
+                Some(ops) => match ops[i] {
+                    ChangeKind::Insert | ChangeKind::UpdateAfter => Some(RowRef {
                         batch: batch_id,
                         row: i as u32,
                     }),
-                    Change::Delete => None,
-                    Change::Ignore => continue,
+                    ChangeKind::Delete => None,
+                    ChangeKind::UpdateBefore => continue,
                 },
             };
             let k = key.as_ref();
