@@ -640,3 +640,9 @@ fn group_by_over_a_group_by_takes_each_keys_old_result_back_as_flink() {
     check("changelog_twice");
     check_in_batches_of("changelog_twice", 37);
 }
+
+#[test]
+fn filters_over_changelogs_delete_the_keys_that_stop_matching_as_flink() {
+    check("changelog_filter");
+    check_in_batches_of("changelog_filter", 37);
+}

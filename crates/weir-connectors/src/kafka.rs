@@ -59,7 +59,6 @@ use weir_runtime::{
 
 use crate::file::ColumnSpec;
 use crate::values::{RowBuilder, Value};
-use weir_core::changes::ChangeKind;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -1221,8 +1220,9 @@ pub struct KafkaSinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upsert_key: Option<(Vec<String>, KafkaFormat)>,
     /// Upsert mode over a changelog: the STRING column with each row's change kind (`+I`,
-    /// `-U`, `+U`, `-D`), not written. `-D` writes a tombstone (the key, no value); `-U` rows
-    /// are skipped, the `+U` after them being the key's new value.
+    /// `-U`, `+U`, `-D`), not written. `-D` writes a tombstone (the key, no value), and so
+    /// does a `-U` (as Flink's upsert-kafka sink: a filter may have dropped its `+U`) unless
+    /// the next row is its key's `+U`, the key's new value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_column: Option<String>,
 }
@@ -1385,18 +1385,24 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
 impl SinkWriter for KafkaWriter {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            // A changelog: `-U` rows skipped, `-D` rows written as tombstones, the change
-            // column not in the value (the key and timestamp columns are found in `batch`).
+            // A changelog: a `-U` right before its key's `+U` skipped, other `-U` and `-D`
+            // rows written as tombstones, the change column not in the value (the key and
+            // timestamp columns are found in `batch`).
             let (batch, values, deletes) = match self.op {
                 Some(op) => {
                     let kinds = weir_core::changes::change_kinds(&batch, op)?;
-                    let keep = arrow_array::BooleanArray::from_iter(
-                        kinds.iter().map(|k| Some(*k != ChangeKind::UpdateBefore)),
-                    );
+                    let key = self.upsert_key.as_ref().map(|(k, _)| k.as_slice());
+                    let replaced = weir_core::changes::replaced_update_befores(
+                        &batch,
+                        &kinds,
+                        key.unwrap_or_default(),
+                    )?;
+                    let keep =
+                        arrow_array::BooleanArray::from_iter(replaced.iter().map(|r| Some(!r)));
                     let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
-                    let deletes: Vec<bool> = (kinds.iter())
-                        .filter(|k| **k != ChangeKind::UpdateBefore)
-                        .map(|k| *k == ChangeKind::Delete)
+                    let deletes: Vec<bool> = (kinds.iter().zip(&replaced))
+                        .filter(|(_, r)| !**r)
+                        .map(|(k, _)| k.retracts())
                         .collect();
                     let mut rest: Vec<usize> = (0..batch.num_columns()).collect();
                     rest.remove(op);

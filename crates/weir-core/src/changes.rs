@@ -93,6 +93,42 @@ pub fn change_column(kinds: impl IntoIterator<Item = ChangeKind>) -> ArrayRef {
 /// The type of a change column.
 pub const CHANGE_TYPE: DataType = DataType::Utf8;
 
+/// For each row of `batch`: whether it is a `-U` that the next row replaces, a `+U` of the
+/// same key (`key`: the indices of the upsert key's columns).
+///
+/// An upsert sink needs no such `-U`: the `+U` overwrites the key's row. Every other `-U`
+/// takes the key's row out of the table, as in Flink's upsert sinks: it is what a filter
+/// leaves when it drops the new version of a row whose old version passed.
+///
+/// # Errors
+/// An arrow error for key columns whose types cannot be compared.
+pub fn replaced_update_befores(
+    batch: &RecordBatch,
+    kinds: &[ChangeKind],
+    key: &[usize],
+) -> Result<Vec<bool>> {
+    let mut out = vec![false; kinds.len()];
+    let pairs: Vec<usize> = (0..kinds.len().saturating_sub(1))
+        .filter(|&r| {
+            kinds[r] == ChangeKind::UpdateBefore && kinds[r + 1] == ChangeKind::UpdateAfter
+        })
+        .collect();
+    if pairs.is_empty() {
+        return Ok(out);
+    }
+    let comparators = key
+        .iter()
+        .map(|&k| {
+            let c = batch.column(k);
+            arrow_ord::ord::make_comparator(c, c, Default::default())
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    for r in pairs {
+        out[r] = comparators.iter().all(|cmp| cmp(r, r + 1).is_eq());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +162,35 @@ mod tests {
         assert_eq!(
             change_kinds(&odd.slice(0, 2), 0).unwrap(),
             [ChangeKind::Insert, ChangeKind::Delete]
+        );
+    }
+
+    #[test]
+    fn a_minus_u_is_replaced_only_by_the_next_plus_u_of_its_key() {
+        use arrow_array::Int64Array;
+        use ChangeKind::*;
+        // Keys 1 and 2 each updated in place; key 3's -U lost its +U (a filter dropped it),
+        // and the +U after it is key 4's; key 5's -U is the last row.
+        let kinds = [
+            UpdateBefore,
+            UpdateAfter,
+            UpdateBefore,
+            UpdateAfter,
+            UpdateBefore,
+            UpdateAfter,
+            Insert,
+            UpdateBefore,
+        ];
+        let keys = Int64Array::from(vec![1, 1, 2, 2, 3, 4, 6, 5]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("op", CHANGE_TYPE, false),
+        ]));
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(keys), change_column(kinds)]).unwrap();
+        assert_eq!(
+            replaced_update_befores(&batch, &kinds, &[0]).unwrap(),
+            [true, false, true, false, false, false, false, false]
         );
     }
 }

@@ -85,8 +85,10 @@
 //! barrier and at the end of input. A flush is one transaction. Appends load rows with binary
 //! `COPY` (PostgreSQL) or a prepared `INSERT` (SQLite). Upserts load the rows into a table of
 //! the writer's and merge them into the target with `INSERT … ON CONFLICT (key) DO UPDATE`,
-//! keeping the last row of each key; with a change column, a key whose last row is `-D` is
-//! deleted, `-U` rows (the retracted version of an update) are skipped, `+I` / `+U` are upserts.
+//! keeping the last row of each key; with a change column, a key whose last row is `-D` or
+//! `-U` is deleted (a `-U` whose `+U` a filter dropped takes the key's row out, as in Flink's
+//! upsert sinks), `+I` / `+U` are upserts, and a `-U` right before its key's `+U` is not
+//! written.
 //! This is how `group_aggregate` and `upsert-kafka` tables express a changing table.
 //!
 //! # Exactly once with checkpoints

@@ -477,25 +477,42 @@ pub struct Load {
 pub enum Change {
     Upsert,
     Delete,
-    /// `-U`: the version an update replaces; an upsert sink needs only the new one.
+    /// A `-U` that the next row, the `+U` of its key, replaces: not written.
     Skip,
 }
 
-/// The change kind of each row of `batch`; all upserts without a change column.
+/// The change kind of each row of `batch`; all upserts without a change column. A `-U`
+/// deletes its key's row (as in Flink's upsert sinks: a filter may have dropped the `+U`)
+/// unless the next row is the `+U` of the same key.
 pub fn changes(layout: &Layout, batch: &RecordBatch) -> Vec<Change> {
-    match layout.op {
-        None => vec![Change::Upsert; batch.num_rows()],
-        Some(i) => {
-            let col = string_reader(batch.column(i));
-            (0..batch.num_rows())
-                .map(|r| match col(r) {
-                    Some("-D") => Change::Delete,
-                    Some("-U") => Change::Skip,
-                    _ => Change::Upsert,
-                })
-                .collect()
-        }
-    }
+    use weir_core::changes::ChangeKind;
+    let Some(i) = layout.op else {
+        return vec![Change::Upsert; batch.num_rows()];
+    };
+    let col = string_reader(batch.column(i));
+    let kinds: Vec<ChangeKind> = (0..batch.num_rows())
+        .map(|r| match col(r) {
+            Some("-D") => ChangeKind::Delete,
+            Some("-U") => ChangeKind::UpdateBefore,
+            Some("+U") => ChangeKind::UpdateAfter,
+            _ => ChangeKind::Insert,
+        })
+        .collect();
+    let key: Vec<usize> = layout
+        .key
+        .iter()
+        .map(|&k| layout.columns[k].input)
+        .collect();
+    // Key columns that cannot be compared: every -U a delete, which the +U after it undoes.
+    let replaced = weir_core::changes::replaced_update_befores(batch, &kinds, &key)
+        .unwrap_or_else(|_| vec![false; kinds.len()]);
+    (kinds.iter().zip(replaced))
+        .map(|(k, replaced)| match k {
+            _ if replaced => Change::Skip,
+            ChangeKind::UpdateBefore | ChangeKind::Delete => Change::Delete,
+            _ => Change::Upsert,
+        })
+        .collect()
 }
 
 fn string_reader<'a>(a: &'a Arc<dyn Array>) -> Box<dyn Fn(usize) -> Option<&'a str> + 'a> {

@@ -78,8 +78,9 @@ impl JdbcSinkFactory {
     }
 
     /// The STRING column saying each row's change kind (`upsert-kafka`'s `+U` / `-D`, Flink's
-    /// `+I` / `+U` / `-U` / `-D`): `-D` deletes the row's key, `-U` rows are skipped. The
-    /// column is not written. Needs a primary key.
+    /// `+I` / `+U` / `-U` / `-D`): `-D` deletes the row's key, and so does a `-U` unless the
+    /// next row is its key's `+U` (see the crate's "Writing"). The column is not written.
+    /// Needs a primary key.
     pub fn with_op_column(mut self, column: impl Into<String>) -> Self {
         self.spec.op_column = Some(column.into());
         self

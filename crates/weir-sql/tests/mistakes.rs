@@ -852,26 +852,6 @@ INSERT INTO out1 SELECT key FROM events;"
     plan_job(&job(batch, bounded), &opts(dir.path())).unwrap();
 }
 
-/// HAVING on a GROUP BY without a window in streaming would need a key's row deleted once its
-/// result stops matching: refused, naming what works (batch execution, where it filters each
-/// key's final row, or a windowed aggregation).
-#[test]
-fn having_without_a_window_in_streaming_is_refused_naming_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let sql = format!(
-        "SET 'table.exec.state.ttl' = '1 h';
-{EVENTS});
-CREATE TABLE counts (id BIGINT, n BIGINT, PRIMARY KEY (id) NOT ENFORCED)
-  WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:${{dir}}/c.db', 'table-name' = 'counts');
-INSERT INTO counts SELECT id, COUNT(*) FROM events GROUP BY id HAVING COUNT(*) > 1;"
-    );
-    let err = plan_error(&sql, dir.path());
-    assert!(
-        err.contains("HAVING") && err.contains("'execution.runtime-mode' = 'batch'"),
-        "{err}"
-    );
-}
-
 /// UNNEST in the forms weir does not take is refused, naming the forms it takes (issue #24).
 #[test]
 fn unnest_in_a_form_weir_does_not_take_is_refused_naming_the_forms() {

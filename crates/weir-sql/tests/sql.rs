@@ -104,10 +104,6 @@ fn errors_users_meet() {
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt DESC) AS rownum FROM clicks) d WHERE rownum = 1"),
         ),
         (
-            "deduplication_keep_last_filtered_around",
-            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt DESC) AS rownum FROM clicks) d WHERE rownum = 1 AND user_id > 3"),
-        ),
-        (
             "deduplication_on_processing_time",
             format!(
                 "{TABLES} CREATE TABLE visits (user_id BIGINT, page STRING, pt AS PROCTIME())

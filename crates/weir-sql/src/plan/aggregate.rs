@@ -130,6 +130,41 @@ impl Planner {
         Ok(w)
     }
 
+    /// `rel`, a changelog, as one that takes each replaced row back (`-U` / `-D` before the
+    /// row that replaces it): as it is if it does, or after `changelog_normalize` keyed by its
+    /// upsert keys makes the upserts of a GROUP BY one (keeping each key's latest row: state as
+    /// large as the GROUP BY's). What a GROUP BY over the rows needs, and a filter: a `-U`
+    /// whose `+U` the filter drops deletes the key's row from an upsert sink.
+    pub(super) fn retracting(&self, rel: Rel) -> Result<Rel> {
+        let (Some(c), Some(keys)) = (&rel.changes, &rel.upsert_keys) else {
+            return Ok(rel);
+        };
+        if c.retracts {
+            return Ok(rel);
+        }
+        let ttl = (self.state_ttl_ms()?).unwrap_or(weir_core::time::TTL_END_OF_INPUT_MS);
+        let spec = weir_operators::ChangelogNormalize::with_ttl(ttl, OP_COLUMN, &c.time_column);
+        let mut stream = rel.stream.clone();
+        if stream.schema().index_of(OP_COLUMN).is_err() {
+            // A plain GROUP BY's rows are all upserts.
+            let mut cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
+                .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+                .collect();
+            cols.push((OP_COLUMN.into(), SqlScalar::new("'+U'")));
+            stream = stream.apply("calc", Arc::new(Calc::project(cols)));
+        }
+        let stream = stream.key_by(keys).changelog_normalize(spec);
+        let changes = Some(Changes {
+            retracts: true,
+            time_column: c.time_column.clone(),
+        });
+        Ok(Rel {
+            stream,
+            changes,
+            ..rel
+        })
+    }
+
     /// A GROUP BY without a window: a continuous aggregation whose rows update their key's
     /// result, with the state TTL bounding its keys.
     pub(super) fn group_aggregate(
@@ -143,22 +178,11 @@ impl Planner {
         // Over a changelog the GROUP BY takes replaced rows back: a retracting one (a
         // keep-last deduplication, an upsert-kafka table) as it is, the upserts of another
         // GROUP BY after `changelog_normalize` makes them one.
-        let (rel, changes) = match (rel.changes.clone(), rel.upsert_keys.clone()) {
-            (Some(c), _) if c.retracts => (rel, Some(c.time_column)),
-            (Some(c), Some(keys)) => {
-                let spec =
-                    weir_operators::ChangelogNormalize::with_ttl(ttl, OP_COLUMN, &c.time_column);
-                let mut stream = rel.stream.clone();
-                if stream.schema().index_of(OP_COLUMN).is_err() {
-                    // A plain GROUP BY's rows are all upserts.
-                    let mut cols: Vec<(String, SqlScalar)> = (stream.schema().fields().iter())
-                        .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
-                        .collect();
-                    cols.push((OP_COLUMN.into(), SqlScalar::new("'+U'")));
-                    stream = stream.apply("calc", Arc::new(Calc::project(cols)));
-                }
-                let stream = stream.key_by(&keys).changelog_normalize(spec);
-                (Rel { stream, ..rel }, Some(c.time_column))
+        let (rel, changes) = match (&rel.changes, &rel.upsert_keys) {
+            (Some(_), _) => {
+                let rel = self.retracting(rel)?;
+                let time = rel.changes.as_ref().map(|c| c.time_column.clone());
+                (rel, time)
             }
             (_, Some(_)) => {
                 return Err(plan_err(
@@ -167,14 +191,6 @@ impl Planner {
             }
             _ => (rel, None),
         };
-        if let (Some(h), None) = (&select.having, &self.batch) {
-            return Err(plan_err(format!(
-                "HAVING {h} on a GROUP BY without a window is not supported in streaming yet (a \
-                 key whose result stops matching would need its row deleted); filter in a \
-                 windowed aggregation, downstream of the upsert table, or run the job in batch \
-                 (SET 'execution.runtime-mode' = 'batch'), where each key's final row is filtered"
-            )));
-        }
         let expanded = variance::expand(select, &rel)?;
         let select = expanded.as_ref().unwrap_or(select);
         let (rel, keys, aggs, restore) = grouping(rel, select, false)?;
@@ -214,9 +230,14 @@ impl Planner {
             alias: rel.alias.clone(),
             zone: rel.zone.clone(),
         };
-        // HAVING (batch only, above) filters each key's final row, as Flink's batch execution.
+        // HAVING: in batch, each key's final row, as Flink's batch execution; in streaming,
+        // each update, over a changelog that takes a key's earlier row back, so that a key
+        // whose result stops matching is deleted from an upsert sink.
         if let Some(h) = &select.having {
             let predicate = scalar_with_aggs(h, &out, Some(&aggs))?;
+            if streaming {
+                out = self.retracting(out)?;
+            }
             out.stream = out
                 .stream
                 .apply("having", Arc::new(Calc::filter(predicate)));

@@ -675,14 +675,19 @@ impl Planner {
             rel = self.unnest(rel, u, false)?;
         }
         if rel.upsert_keys.is_some()
-            && (window.is_some() || select.selection.is_some() || !from.joins.is_empty())
+            && (window.is_some()
+                || !from.joins.is_empty()
+                || (select.selection.is_some() && rel.changes.is_none()))
         {
             return Err(plan_err(
-                    "the rows of a GROUP BY without a window update their key's result: weir writes them to an upsert sink, but does not window, filter or join them yet",
+                    "the rows of a GROUP BY without a window update their key's result: weir writes them to an upsert sink, filters and aggregates them, but does not window or join them yet",
                 ));
         }
         if let Some(w) = &select.selection {
             let pred = scalar(w, &rel)?;
+            // Over a changelog the filter sees each replaced row taken back (`-U`), so that a
+            // key whose new row fails the condition leaves an upsert sink.
+            rel = self.retracting(rel)?;
             rel.stream = rel.stream.apply("calc", Arc::new(Calc::filter(pred)));
         }
         let grouped = match &select.group_by {
@@ -792,14 +797,12 @@ impl Planner {
                 let alias = alias.as_ref().map(|a| a.name.value.clone());
                 Ok((self.named(name, alias, version.is_some())?, version))
             }
-            // A subquery in FROM is an unnamed view.
+            // A subquery in FROM is an unnamed view. Without AS (as Flink allows) its columns
+            // are named without a qualifier, which no query can write.
             TableFactor::Derived {
                 subquery, alias, ..
             } => {
-                let alias = alias
-                    .as_ref()
-                    .map(|a| a.name.value.clone())
-                    .ok_or_else(|| plan_err(format!("FROM ({subquery}): name the subquery with AS")))?;
+                let alias = (alias.as_ref()).map_or_else(|| "(subquery)".into(), |a| a.name.value.clone());
                 Ok((self.view(subquery, &alias)?, None))
             }
             other => Err(plan_err(format!(

@@ -83,10 +83,14 @@ impl Planner {
                 "ROW_NUMBER() OVER (... ROWS/RANGE ...): a frame means nothing to ROW_NUMBER; {RANK_SHAPES}"
             )));
         }
-        // The subquery without its ROW_NUMBER: the rows to rank, as a view.
+        // The subquery without its ROW_NUMBER: the rows to rank, as a view, with what it
+        // ranks by and does not select as hidden columns.
+        let written = spec;
+        let mut spec = spec.clone();
         let mut rows_query = subquery.as_ref().clone();
         if let SetExpr::Select(s) = rows_query.body.as_mut() {
             s.projection.remove(at);
+            hide_rank_inputs(s, &mut spec);
         }
         let rel = self.view(&rows_query, &alias)?;
         if rel.upsert_keys.is_some() {
@@ -119,7 +123,7 @@ impl Planner {
                 "ROW_NUMBER() OVER (...) needs an ORDER BY; {RANK_SHAPES}"
             )));
         }
-        if let Some(p) = (spec.order_by.iter()).find(|o| self.is_proc_time(inner, &o.expr)) {
+        if let Some(p) = (written.order_by.iter()).find(|o| self.is_proc_time(inner, &o.expr)) {
             return Err(plan_err(format!(
                 "ROW_NUMBER() OVER (... ORDER BY {}): ranking on processing time keeps whichever row arrived first, so a replay gives other rows; weir deduplicates on an event-time attribute: {}",
                 p.expr,
@@ -199,7 +203,7 @@ impl Planner {
             ..WindowRank::top(last)
         };
         let stream = rel.stream.key_by(&partition).window_rank(rank);
-        let mut scope = rel.scope.clone();
+        let mut scope = visible(&rel.scope);
         scope.push(ScopeEntry {
             qualifier: Some(alias.clone()),
             name: rank_name.clone(),
@@ -256,10 +260,11 @@ impl Planner {
                 partition.join(", ")
             )));
         };
-        if keep == Keep::Last {
+        let event_time = rel.stream.event_time();
+        if keep == Keep::Last && event_time.is_none() {
             if let Some(c) = others.first() {
                 return Err(plan_err(format!(
-                    "WHERE {c} around a keep-last deduplication: its rows update each key's latest row, and weir does not filter updates (a filtered-out update would leave an older row in the sink); put the condition inside the subquery, where it filters rows before deduplication"
+                    "WHERE {c} around a keep-last deduplication in processing time: its rows update each key's latest row without taking the replaced one back, so a filtered-out update would leave an older row in the sink; put the condition inside the subquery, where it filters rows before deduplication, or order by an event-time attribute"
                 )));
             }
         }
@@ -268,7 +273,6 @@ impl Planner {
             // A changelog, so that a GROUP BY over the latest rows takes replaced ones back.
             Keep::Last => Deduplicate::keep_last(ttl).changes(OP_COLUMN),
         };
-        let event_time = rel.stream.event_time();
         let deduplicated = rel.stream.key_by(&partition).deduplicate(spec);
         // The rank is 1 in every row.
         let mut cols: Vec<(String, SqlScalar)> = (deduplicated.schema().fields().iter())
@@ -276,7 +280,7 @@ impl Planner {
             .collect();
         cols.push((rank_name.to_string(), SqlScalar::new("CAST(1 AS BIGINT)")));
         let stream = deduplicated.apply("calc", Arc::new(Calc::project(cols)));
-        let mut scope = rel.scope.clone();
+        let mut scope = visible(&rel.scope);
         scope.push(ScopeEntry {
             qualifier: Some(alias.to_string()),
             name: rank_name.to_string(),
@@ -395,6 +399,70 @@ impl Planner {
             })
         })
     }
+}
+
+/// The prefix of the hidden columns that [`hide_rank_inputs`] adds.
+const HIDDEN_RANK_INPUT: &str = "__rank_";
+
+/// What ROW_NUMBER ranks by and the ranked subquery does not select as a plain column (an
+/// expression, a qualified name, a column left out of the select list, as Flink allows):
+/// computed in the subquery as a hidden column `__rank_<n>`, which `spec` names instead.
+fn hide_rank_inputs(s: &mut Select, spec: &mut sqlparser::ast::WindowSpec) {
+    let wildcard = (s.projection.iter()).any(|p| {
+        matches!(
+            p,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    });
+    let exprs = (spec.partition_by.iter_mut()).chain(spec.order_by.iter_mut().map(|o| &mut o.expr));
+    let mut hidden = Vec::new();
+    for e in exprs {
+        // An expression the subquery selects by a name: that name.
+        let named = s.projection.iter().find_map(|p| match p {
+            SelectItem::ExprWithAlias { expr, alias } if expr == &*e => Some(alias.clone()),
+            SelectItem::UnnamedExpr(x @ SqlExpr::CompoundIdentifier(p)) if x == &*e => {
+                p.last().cloned()
+            }
+            _ => None,
+        });
+        if let Some(name) = named {
+            *e = SqlExpr::Identifier(name);
+            continue;
+        }
+        let SqlExpr::Identifier(id) = &*e else {
+            hidden.push(e);
+            continue;
+        };
+        let selected = wildcard
+            || s.projection.iter().any(|p| match p {
+                SelectItem::UnnamedExpr(x) => {
+                    ident_name(x).is_some_and(|n| n.eq_ignore_ascii_case(&id.value))
+                }
+                SelectItem::ExprWithAlias { alias, .. } => {
+                    alias.value.eq_ignore_ascii_case(&id.value)
+                }
+                _ => false,
+            });
+        if !selected {
+            hidden.push(e);
+        }
+    }
+    for (i, e) in hidden.into_iter().enumerate() {
+        let name = sqlparser::ast::Ident::new(format!("{HIDDEN_RANK_INPUT}{i}"));
+        s.projection.push(SelectItem::ExprWithAlias {
+            expr: e.clone(),
+            alias: name.clone(),
+        });
+        *e = SqlExpr::Identifier(name);
+    }
+}
+
+/// `scope` without the columns [`hide_rank_inputs`] adds.
+fn visible(scope: &[ScopeEntry]) -> Vec<ScopeEntry> {
+    (scope.iter())
+        .filter(|e| !e.name.starts_with(HIDDEN_RANK_INPUT))
+        .cloned()
+        .collect()
 }
 
 /// The select item `ROW_NUMBER() OVER (...) AS name`: (its position, the call, the name).
