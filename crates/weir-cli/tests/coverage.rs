@@ -646,3 +646,9 @@ fn filters_over_changelogs_delete_the_keys_that_stop_matching_as_flink() {
     check("changelog_filter");
     check_in_batches_of("changelog_filter", 37);
 }
+
+#[test]
+fn top_n_without_a_window_is_a_changelog_keyed_by_rank_as_flink() {
+    check("changelog_topn");
+    check_in_batches_of("changelog_topn", 37);
+}

@@ -34,6 +34,7 @@ pub mod regular_join;
 mod retractable;
 pub mod stream_table_join;
 pub mod temporal_join;
+pub mod top_n;
 pub mod unnest;
 pub mod window_aggregate;
 pub mod window_join;
@@ -68,6 +69,7 @@ pub use over_aggregate::{Frame, OverAggregate, OverAggregateExt, OverAggregateOp
 pub use regular_join::{RegularJoin, RegularJoinExt};
 pub use stream_table_join::{StreamTableJoin, StreamTableJoinExt, StreamTableJoinOp};
 pub use temporal_join::{TemporalJoin, TemporalJoinExt, TemporalJoinOp};
+pub use top_n::{TopN, TopNExt, TopNOp};
 pub use unnest::{Unnest, UnnestExt, UnnestOp};
 pub use window_aggregate::{Phase, Window, WindowAggregate, WindowAggregateOp};
 pub use window_join::{WindowJoin, WindowJoinExt, WindowJoinOp};
@@ -261,6 +263,9 @@ pub fn register(r: &mut Registry) {
             s,
         )?))
     });
+    r.add_operator("top_n", |s| {
+        Ok(Arc::new(spec_from_json::<TopN>("top_n", s)?))
+    });
     r.add_operator("window_aggregate", |s| {
         Ok(Arc::new(spec_from_json::<WindowAggregate>(
             "window_aggregate",
@@ -301,6 +306,7 @@ mod tests {
             "regular_join",
             "stream_table_join",
             "temporal_join",
+            "top_n",
             "window_join",
             "window_rank",
             "windowed",

@@ -157,6 +157,7 @@ impl Planner {
         let changes = Some(Changes {
             retracts: true,
             time_column: c.time_column.clone(),
+            made_by: c.made_by.clone(),
         });
         Ok(Rel {
             stream,
@@ -194,6 +195,7 @@ impl Planner {
         let expanded = variance::expand(select, &rel)?;
         let select = expanded.as_ref().unwrap_or(select);
         let (rel, keys, aggs, restore) = grouping(rel, select, false)?;
+        let made_by = format!("the GROUP BY {} without a window", keys.join(", "));
         let mut g = GroupAggregate::with_ttl(ttl);
         if let Some(t) = &changes {
             g = g.changes(OP_COLUMN, t);
@@ -226,6 +228,7 @@ impl Planner {
             changes: streaming.then(|| Changes {
                 retracts: false,
                 time_column: CHANGE_TIME.into(),
+                made_by,
             }),
             alias: rel.alias.clone(),
             zone: rel.zone.clone(),

@@ -552,7 +552,8 @@ impl Planner {
             )));
         }
         if let Some(keys) = &rel.upsert_keys {
-            check_upsert_sink(sink, &sink_cols, &exprs, keys)?;
+            let made_by = rel.changes.as_ref().map(|c| c.made_by.as_str());
+            check_upsert_sink(sink, &sink_cols, &exprs, keys, made_by)?;
         }
         // Columns by position, cast to the sink's types (as Flink does).
         let schema = rel.stream.schema();
@@ -772,6 +773,7 @@ impl Planner {
             changes: Some(Changes {
                 retracts: true,
                 time_column: event_time,
+                made_by: format!("the 'upsert-kafka' table `{}` read in FROM", t.name),
             }),
             ..rel
         })
@@ -863,6 +865,7 @@ impl Planner {
                 Some(Changes {
                     retracts: c.retracts,
                     time_column,
+                    made_by: c.made_by.clone(),
                 })
             }
             None => None,
@@ -915,6 +918,7 @@ fn check_upsert_sink(
     sink_cols: &[(String, DataType)],
     exprs: &[SqlScalar],
     keys: &[String],
+    made_by: Option<&str>,
 ) -> Result<()> {
     let fix = format!(
         "write it to an 'upsert-kafka' or 'jdbc' table whose PRIMARY KEY takes the keys ({})",
@@ -922,8 +926,9 @@ fn check_upsert_sink(
     );
     if !is_upsert_sink(sink) {
         return Err(plan_err(format!(
-            "INSERT INTO `{}`: the query's rows update each key's result (a GROUP BY without a window, the latest row per key, or an 'upsert-kafka' table read in FROM), which an append-only table cannot hold; {fix}",
-            sink.name
+            "INSERT INTO `{}`: the query's rows update each key's result ({}), which an append-only table cannot hold; {fix}",
+            sink.name,
+            made_by.unwrap_or("the latest row per key without a window")
         )));
     }
     let mut fed: Vec<String> = Vec::new();

@@ -6,10 +6,12 @@
 
 use super::*;
 use sqlparser::ast::{Function, Value, WindowType};
-use weir_operators::{Deduplicate, DeduplicateExt, Keep, RankOrder, WindowRank, WindowRankExt};
+use weir_operators::{
+    Deduplicate, DeduplicateExt, Keep, RankOrder, TopN, TopNExt, WindowRank, WindowRankExt,
+};
 
 /// What to write instead of a ROW_NUMBER shape weir does not plan.
-const RANK_SHAPES: &str = "weir plans window Top-N and window deduplication: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end[, keys] ORDER BY x [DESC]) AS rownum FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...)) or a window aggregation) [AS] r WHERE rownum <= N; and deduplication on the time attribute: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt [DESC]) AS rownum FROM t) WHERE rownum = 1, with 'table.exec.state.ttl' set";
+const RANK_SHAPES: &str = "weir plans window Top-N and window deduplication: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end[, keys] ORDER BY x [DESC]) AS rownum FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(rt), INTERVAL ...)) or a window aggregation) [AS] r WHERE rownum <= N; deduplication on the time attribute: SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt [DESC]) AS rownum FROM t) WHERE rownum = 1, with 'table.exec.state.ttl' set; and Top-N without a window: SELECT k, rownum, ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x [DESC]) AS rownum FROM t) WHERE rownum <= N, into an upsert table whose PRIMARY KEY is (k, rownum)";
 
 impl Planner {
     /// A SELECT over a subquery that numbers its rows with ROW_NUMBER() OVER (...): a window
@@ -93,9 +95,9 @@ impl Planner {
             hide_rank_inputs(s, &mut spec);
         }
         let rel = self.view(&rows_query, &alias)?;
-        if rel.upsert_keys.is_some() {
+        if rel.upsert_keys.is_some() && rel.changes.is_none() {
             return Err(plan_err(format!(
-                "ROW_NUMBER() over the updates of a GROUP BY without a window is not supported; {RANK_SHAPES}"
+                "ROW_NUMBER() over these updates is not supported (they do not say which row each replaces); {RANK_SHAPES}"
             )));
         }
         let column = |e: &SqlExpr, what: &str| -> Result<String> {
@@ -182,16 +184,16 @@ impl Planner {
                     )
                     .map(Some);
             }
-            let what = if over_time {
-                format!("Top-{last} without a window keeps changing its result for ever; without a window weir keeps one row per key (WHERE {rank_name} = 1), or rank per window")
-            } else {
-                "Top-N without a window keeps changing its result for ever and is not supported; rank per window instead".to_string()
-            };
-            return Err(plan_err(format!(
-                "ROW_NUMBER() OVER (PARTITION BY {}): {what}: PARTITION BY window_start, window_end and your keys, over a window table function or a window aggregation. {RANK_SHAPES}",
-                spec.partition_by.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
-            )));
+            let ranks = (first, last, rank_name.as_str());
+            return self
+                .top_n(rel, partition, order_by, ranks, &alias, &others, select)
+                .map(Some);
         };
+        if rel.upsert_keys.is_some() {
+            return Err(plan_err(format!(
+                "a window Top-N over updates is not supported; {RANK_SHAPES}"
+            )));
+        }
         let rank = WindowRank {
             window_end,
             order_by,
@@ -230,6 +232,79 @@ impl Planner {
 }
 
 impl Planner {
+    /// Top-N without a window: `ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) AS rownum` with
+    /// `rownum <= N` (or a range of ranks) around it, over append-only rows or a changelog: a
+    /// changelog keyed by the partition and the rank (`top_n`).
+    #[allow(clippy::too_many_arguments)]
+    fn top_n(
+        &self,
+        rel: Rel,
+        mut partition: Vec<String>,
+        order_by: Vec<RankOrder>,
+        (first, last, rank_name): (u64, u64, &str),
+        alias: &str,
+        others: &[SqlExpr],
+        select: &Select,
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
+        // A changelog that takes each replaced row back (a GROUP BY's upserts normalized).
+        let mut rel = self.retracting(rel)?;
+        let Some(time_column) = (rel.changes.as_ref())
+            .map(|c| c.time_column.clone())
+            .or_else(|| rel.stream.event_time())
+        else {
+            return Err(plan_err(format!(
+                "a Top-N without a window ({rank_name} <= {last}) emits updates, and weir needs the rows' event time for them (a state TTL and the GROUP BYs and filters after it run in it): declare a WATERMARK on the table, or rank per window. {RANK_SHAPES}"
+            )));
+        };
+        let mut spec = TopN::new(order_by, first, last, rank_name, OP_COLUMN);
+        if let Some(ttl) = self.state_ttl_ms()? {
+            spec = spec.with_ttl(ttl, &time_column);
+        }
+        // Without PARTITION BY, one ranking of all rows, in one subtask (as Flink).
+        let mut keys = partition.clone();
+        if partition.is_empty() {
+            let mut cols: Vec<(String, SqlScalar)> = (rel.stream.schema().fields().iter())
+                .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+                .collect();
+            cols.push((aggregate::ALL_ROWS.into(), SqlScalar::new("'(all rows)'")));
+            rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
+            keys.push(aggregate::ALL_ROWS.into());
+        }
+        let stream = rel.stream.key_by(&keys).top_n(spec);
+        let mut scope = visible(&rel.scope);
+        scope.push(ScopeEntry {
+            qualifier: Some(alias.to_string()),
+            name: rank_name.to_string(),
+            column: rank_name.to_string(),
+        });
+        let made_by = format!(
+            "the Top-N without a window ({rank_name} <= {last} per ({}))",
+            partition.join(", ")
+        );
+        partition.push(rank_name.to_string());
+        let mut out = Rel {
+            stream,
+            scope,
+            time_columns: Vec::new(),
+            proc_time_attrs: Vec::new(),
+            primary_key: Vec::new(),
+            upsert_keys: Some(partition),
+            changes: Some(Changes {
+                retracts: true,
+                time_column,
+                made_by,
+            }),
+            alias: alias.to_string(),
+            zone: rel.zone.clone(),
+        };
+        for c in others {
+            let predicate = scalar(c, &out)?;
+            out.stream = out.stream.apply("calc", Arc::new(Calc::filter(predicate)));
+        }
+        let exprs = select_exprs(select, &out, None)?;
+        Ok((out, exprs))
+    }
+
     /// Deduplication without a window: `ROW_NUMBER() OVER (PARTITION BY k ORDER BY rt [DESC])`
     /// bounded to rank 1 around it. Keeping the first row gives append-only rows (with the
     /// time attribute); keeping the last gives updates keyed by the partition.
@@ -295,11 +370,15 @@ impl Planner {
             },
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
-            upsert_keys: (keep == Keep::Last).then_some(partition),
+            upsert_keys: (keep == Keep::Last).then_some(partition.clone()),
             changes: match (keep, event_time) {
                 (Keep::Last, Some(time_column)) => Some(Changes {
                     retracts: true,
                     time_column,
+                    made_by: format!(
+                        "the keep-last deduplication per ({}) without a window",
+                        partition.join(", ")
+                    ),
                 }),
                 _ => None,
             },

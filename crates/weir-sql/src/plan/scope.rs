@@ -50,6 +50,8 @@ pub(super) struct Changes {
     pub(super) retracts: bool,
     /// The column with each row's event time, in which a key's TTL runs.
     pub(super) time_column: String,
+    /// What makes the updates, for messages ("the GROUP BY k without a window").
+    pub(super) made_by: String,
 }
 
 impl Rel {
