@@ -652,3 +652,9 @@ fn top_n_without_a_window_is_a_changelog_keyed_by_rank_as_flink() {
     check("changelog_topn");
     check_in_batches_of("changelog_topn", 37);
 }
+
+#[test]
+fn intersect_and_except_are_updates_keyed_by_every_column_as_flink() {
+    check("set_operations");
+    check_in_batches_of("set_operations", 37);
+}

@@ -129,6 +129,14 @@ fn errors_users_meet() {
             format!("{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks UNION ALL SELECT impression_id FROM impressions"),
         ),
         (
+            "intersect_all",
+            format!("{TABLES} INSERT INTO out2 SELECT ad_id, user_id FROM clicks INTERSECT ALL SELECT ad_id, user_id FROM impressions"),
+        ),
+        (
+            "except_into_an_append_table",
+            format!("{TABLES} INSERT INTO out2 SELECT ad_id, user_id FROM clicks EXCEPT SELECT ad_id, user_id FROM impressions"),
+        ),
+        (
             "top_two_without_a_window",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum <= 2"),
         ),

@@ -624,10 +624,16 @@ impl Planner {
                 left,
                 right,
             } => return self.union(q, set_quantifier, left, right),
+            SetExpr::SetOperation {
+                op: op @ (SetOperator::Intersect | SetOperator::Except),
+                set_quantifier,
+                left,
+                right,
+            } => return self.set_operation(q, op, set_quantifier, left, right),
             SetExpr::Query(inner) => return self.query(inner),
             other => {
                 return Err(plan_err(format!(
-                    "weir plans a SELECT or a UNION [ALL] of SELECTs, not `{other}` (no INTERSECT, EXCEPT or VALUES yet)"
+                    "weir plans a SELECT, or a UNION [ALL], INTERSECT or EXCEPT of SELECTs, not `{other}` (no VALUES yet)"
                 )))
             }
         };

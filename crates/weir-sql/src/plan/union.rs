@@ -1,10 +1,11 @@
 //! `UNION ALL` and `UNION`: each side planned as a query of its own, its columns cast to a type
 //! both sides take and named as the first SELECT names them, the two merged into one stream
 //! (its watermark the smaller of the two, as every multi-input operator's). `UNION` then keeps
-//! each distinct row once, as `SELECT DISTINCT` does.
+//! each distinct row once, as `SELECT DISTINCT` does. `INTERSECT` and `EXCEPT` merge their sides
+//! the same way and count each distinct row's rows per side with a GROUP BY.
 
 use super::*;
-use sqlparser::ast::{Distinct, SetQuantifier};
+use sqlparser::ast::{Distinct, SetOperator, SetQuantifier};
 
 /// The column every side of a union passes its event time in.
 const UNION_EVENT_TIME: &str = "__event_time";
@@ -26,14 +27,99 @@ impl Planner {
                 )))
             }
         };
+        let (rel, names) = self.merged(q, "UNION", left, right, None)?;
+        let exprs: Vec<SqlScalar> = names.iter().map(|n| SqlScalar::column(n)).collect();
+        if distinct {
+            return self.distinct(&Distinct::Distinct, names, rel, exprs);
+        }
+        Ok((rel, exprs))
+    }
+
+    /// `INTERSECT` and `EXCEPT`, as Flink plans them: both sides merged, each row marked with
+    /// the side it came from, a GROUP BY of every column counting each side's rows, and the
+    /// rows whose counts say so: in both (INTERSECT), in the first only (EXCEPT). Each distinct
+    /// row once, as updates keyed by all the columns (a row leaves the result when the other
+    /// side's rows make it stop matching), which an upsert sink keyed by every column takes.
+    pub(super) fn set_operation(
+        &self,
+        q: &Query,
+        op: &SetOperator,
+        quantifier: &SetQuantifier,
+        left: &SetExpr,
+        right: &SetExpr,
+    ) -> Result<(Rel, Vec<SqlScalar>)> {
+        let what = op.to_string();
+        match quantifier {
+            SetQuantifier::None | SetQuantifier::Distinct => {}
+            SetQuantifier::All => {
+                return Err(plan_err(format!(
+                    "{what} ALL is not supported: its result holds a row as many times as the counts say, which no upsert table keyed by the row can hold; write {what} (each distinct row once)"
+                )))
+            }
+            other => {
+                return Err(plan_err(format!(
+                    "{what} {other} is not supported; write {what}, the columns in the same order"
+                )))
+            }
+        }
+        let markers = [SIDE_MARKERS[0].to_string(), SIDE_MARKERS[1].to_string()];
+        let (mut rel, names) = self.merged(q, &what, left, right, Some(&markers))?;
+        for m in &markers {
+            rel.scope.push(ScopeEntry {
+                qualifier: None,
+                name: m.clone(),
+                column: m.clone(),
+            });
+        }
+        let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+        let second = match op {
+            SetOperator::Intersect => ">",
+            _ => "=",
+        };
+        let text = format!(
+            "SELECT {cols} FROM t GROUP BY {cols} HAVING SUM(`{l}`) > 0 AND SUM(`{r}`) {second} 0",
+            cols = quoted.join(", "),
+            l = markers[0],
+            r = markers[1],
+        );
+        let parsed = sqlparser::parser::Parser::parse_sql(&crate::dialect::FlinkDialect, &text)
+            .map_err(|e| plan_err(format!("{what}: {e}")))?;
+        let Some(sqlparser::ast::Statement::Query(grouped)) = parsed.first() else {
+            return Err(plan_err(format!(
+                "{what}: the grouping query did not parse"
+            )));
+        };
+        let SetExpr::Select(select) = grouped.body.as_ref() else {
+            return Err(plan_err(format!(
+                "{what}: the grouping query did not parse"
+            )));
+        };
+        let (mut out, exprs) = self.group_aggregate(rel, select)?;
+        if let Some(c) = out.changes.as_mut() {
+            c.made_by = format!("the {what} of the two queries");
+        }
+        Ok((out, exprs))
+    }
+
+    /// Both sides of a set operation planned as queries of their own, their columns cast to
+    /// types both take and named as the first SELECT names them, merged into one stream (with
+    /// `markers`: a BIGINT column each, 1 in the rows of the side it names, 0 in the other's).
+    fn merged(
+        &self,
+        q: &Query,
+        what: &str,
+        left: &SetExpr,
+        right: &SetExpr,
+        markers: Option<&[String; 2]>,
+    ) -> Result<(Rel, Vec<String>)> {
         let side = |body: &SetExpr| -> Result<(Rel, Vec<SqlScalar>, Vec<String>)> {
             let mut sq = q.clone();
             *sq.body = body.clone();
             let (rel, exprs) = self.query(&sq)?;
             if rel.upsert_keys.is_some() {
-                return Err(plan_err(
-                    "UNION of the updates of a GROUP BY or a keep-last deduplication without a window is not supported: they are updates, not events",
-                ));
+                return Err(plan_err(format!(
+                    "{what} of the updates of a GROUP BY or a keep-last deduplication without a window is not supported: they are updates, not events"
+                )));
             }
             let names = match body {
                 SetExpr::Select(s) => output_names(s, &rel)?,
@@ -45,7 +131,7 @@ impl Planner {
         let (r_rel, r_exprs, _) = side(right)?;
         if l_exprs.len() != r_exprs.len() {
             return Err(plan_err(format!(
-                "UNION: the first SELECT has {} columns ({}), the second {}; select the same number of columns, in the same order",
+                "{what}: the first SELECT has {} columns ({}), the second {}; select the same number of columns, in the same order",
                 l_exprs.len(),
                 names.join(", "),
                 r_exprs.len()
@@ -54,7 +140,7 @@ impl Planner {
         for (i, n) in names.iter().enumerate() {
             if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
                 return Err(plan_err(format!(
-                    "UNION: the first SELECT has two columns named `{n}`: rename one with AS"
+                    "{what}: the first SELECT has two columns named `{n}`: rename one with AS"
                 )));
             }
         }
@@ -68,7 +154,7 @@ impl Planner {
                 let timestamp = |t: &DataType| matches!(t, DataType::Timestamp(..));
                 if timestamp(lt) && timestamp(rt) {
                     return Err(plan_err(format!(
-                        "UNION: column {} (`{}`) is {lt} in the first SELECT and {rt} in the \
+                        "{what}: column {} (`{}`) is {lt} in the first SELECT and {rt} in the \
                          second, a TIMESTAMP_LTZ and a TIMESTAMP, which meet only by a \
                          conversion in the session time zone ('{}'); CAST one of them (CAST(x \
                          AS TIMESTAMP(3)) is a TIMESTAMP_LTZ's local time)",
@@ -80,7 +166,7 @@ impl Planner {
             }
             types.push(common_type(lt, rt).ok_or_else(|| {
                 plan_err(format!(
-                    "UNION: column {} (`{}`) is {lt} in the first SELECT and {rt} in the second; CAST one of them",
+                    "{what}: column {} (`{}`) is {lt} in the first SELECT and {rt} in the second; CAST one of them",
                     i + 1,
                     names[i]
                 ))
@@ -119,7 +205,7 @@ impl Planner {
             let mixed = l_rel.local_event_time() != r_rel.local_event_time();
             if mixed && !l_rel.zone.is_utc() {
                 return Err(plan_err(format!(
-                    "UNION of a stream whose event time is a TIMESTAMP_LTZ (or epoch \
+                    "{what} of a stream whose event time is a TIMESTAMP_LTZ (or epoch \
                      milliseconds) and one whose event time is a TIMESTAMP: their times meet only by a conversion in the session \
                      time zone ('{}'), which weir does not make for event times; declare both \
                      tables' time attributes of one type",
@@ -127,35 +213,41 @@ impl Planner {
                 )));
             }
         }
-        let project = |rel: &Rel, exprs: &[SqlScalar], et: Option<&String>| -> Stream {
-            let schema = rel.stream.schema();
-            let mut cols: Vec<(String, SqlScalar)> = Vec::new();
-            for ((name, e), t) in names.iter().zip(exprs).zip(&types) {
-                let same = e.plan(&schema).is_ok_and(|p| p.data_type() == t);
-                let e = if same { e.clone() } else { e.cast(t) };
-                // Not a bare column: the union's event time is its own column on both sides.
-                let e = match (e.as_column(), et) {
-                    (Some(c), Some(et)) if c == *et => SqlScalar::new(format!("({})", e.sql())),
-                    _ => e,
-                };
-                cols.push((name.clone(), e));
-            }
-            if let Some(et) = et {
-                let c = SqlScalar::column(et);
-                let c = if same_event_time_type {
-                    c
-                } else {
-                    c.cast(&DataType::Int64)
-                };
-                cols.push((UNION_EVENT_TIME.into(), c));
-            }
-            rel.stream.apply("calc", Arc::new(Calc::project(cols)))
-        };
+        let project =
+            |rel: &Rel, exprs: &[SqlScalar], et: Option<&String>, side: usize| -> Stream {
+                let schema = rel.stream.schema();
+                let mut cols: Vec<(String, SqlScalar)> = Vec::new();
+                for ((name, e), t) in names.iter().zip(exprs).zip(&types) {
+                    let same = e.plan(&schema).is_ok_and(|p| p.data_type() == t);
+                    let e = if same { e.clone() } else { e.cast(t) };
+                    // Not a bare column: the union's event time is its own column on both sides.
+                    let e = match (e.as_column(), et) {
+                        (Some(c), Some(et)) if c == *et => SqlScalar::new(format!("({})", e.sql())),
+                        _ => e,
+                    };
+                    cols.push((name.clone(), e));
+                }
+                for (i, m) in markers.into_iter().flatten().enumerate() {
+                    let mark = if i == side { "1" } else { "0" };
+                    cols.push((m.clone(), SqlScalar::new(format!("CAST({mark} AS BIGINT)"))));
+                }
+                if let Some(et) = et {
+                    let c = SqlScalar::column(et);
+                    let c = if same_event_time_type {
+                        c
+                    } else {
+                        c.cast(&DataType::Int64)
+                    };
+                    cols.push((UNION_EVENT_TIME.into(), c));
+                }
+                rel.stream.apply("calc", Arc::new(Calc::project(cols)))
+            };
         let (l_et, r_et) = match &event_times {
             Some((l, r)) => (Some(l), Some(r)),
             None => (None, None),
         };
-        let stream = project(&l_rel, &l_exprs, l_et).union(&[project(&r_rel, &r_exprs, r_et)]);
+        let stream =
+            project(&l_rel, &l_exprs, l_et, 0).union(&[project(&r_rel, &r_exprs, r_et, 1)]);
         let rel = Rel {
             stream,
             scope: (names.iter())
@@ -173,13 +265,12 @@ impl Planner {
             alias: l_rel.alias.clone(),
             zone: l_rel.zone.clone(),
         };
-        let exprs: Vec<SqlScalar> = names.iter().map(|n| SqlScalar::column(n)).collect();
-        if distinct {
-            return self.distinct(&Distinct::Distinct, names, rel, exprs);
-        }
-        Ok((rel, exprs))
+        Ok((rel, names))
     }
 }
+
+/// The columns that mark which side of an INTERSECT or EXCEPT a row came from.
+const SIDE_MARKERS: [&str; 2] = ["__first_side", "__second_side"];
 
 /// The type a union column takes when its sides are `a` and `b`: the wider integer, DOUBLE
 /// for an integer or DECIMAL beside a floating-point number, a DECIMAL that holds both
