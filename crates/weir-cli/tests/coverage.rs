@@ -658,3 +658,8 @@ fn intersect_and_except_are_updates_keyed_by_every_column_as_flink() {
     check("set_operations");
     check_in_batches_of("set_operations", 37);
 }
+
+#[test]
+fn group_by_over_expressions_is_flinks() {
+    check("group_expressions");
+}

@@ -643,6 +643,83 @@ pub(super) fn grouping(rel: Rel, select: &Select, windowed: bool) -> Result<Grou
     Ok((rel, keys, aggs, restore))
 }
 
+/// The prefix of the columns [`group_expressions`] computes.
+const GROUP_EXPRESSION: &str = "__group_";
+
+/// GROUP BY over expressions (`GROUP BY order_id % 10`, as Flink allows): each expression that
+/// is not a column (nor a group window's TUMBLE / HOP / SESSION / CUMULATE) computed into a
+/// column of `rel` first, and `select` with every occurrence of it (in GROUP BY, the select
+/// list and HAVING) reading that column, an unnamed select item keeping the name it had.
+/// `None` when GROUP BY names columns only.
+pub(super) fn group_expressions(rel: &mut Rel, select: &Select) -> Result<Option<Select>> {
+    let GroupByExpr::Expressions(group, _) = &select.group_by else {
+        return Ok(None);
+    };
+    let computed: Vec<&SqlExpr> = (group.iter())
+        .filter(|g| match g {
+            SqlExpr::Identifier(_) | SqlExpr::CompoundIdentifier(_) => false,
+            SqlExpr::Function(f) => !["TUMBLE", "HOP", "SESSION", "CUMULATE"]
+                .contains(&f.name.to_string().to_uppercase().as_str()),
+            _ => true,
+        })
+        .collect();
+    if computed.is_empty() {
+        return Ok(None);
+    }
+    let mut cols: Vec<(String, SqlScalar)> = (rel.stream.schema().fields().iter())
+        .map(|f| (f.name().clone(), SqlScalar::column(f.name())))
+        .collect();
+    let mut named: Vec<(SqlExpr, String)> = Vec::new();
+    for g in computed {
+        if named.iter().any(|(e, _)| e == g) {
+            continue;
+        }
+        let name = format!("{GROUP_EXPRESSION}{}", named.len());
+        cols.push((name.clone(), scalar(g, rel)?));
+        named.push((g.clone(), name));
+    }
+    rel.stream = rel.stream.apply("calc", Arc::new(Calc::project(cols)));
+    for (_, n) in &named {
+        rel.scope.push(ScopeEntry {
+            qualifier: None,
+            name: n.clone(),
+            column: n.clone(),
+        });
+    }
+    let read = |e: &mut SqlExpr| {
+        let _ = sqlparser::ast::visit_expressions_mut(e, |x| {
+            if let Some((_, n)) = named.iter().find(|(g, _)| g == x) {
+                *x = SqlExpr::Identifier(Ident::new(n));
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    };
+    let mut out = select.clone();
+    if let GroupByExpr::Expressions(group, _) = &mut out.group_by {
+        group.iter_mut().for_each(read);
+    }
+    for item in &mut out.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) => {
+                let written = e.to_string();
+                read(e);
+                if e.to_string() != written {
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e.clone(),
+                        alias: Ident::new(written),
+                    };
+                }
+            }
+            SelectItem::ExprWithAlias { expr, .. } => read(expr),
+            _ => {}
+        }
+    }
+    if let Some(h) = &mut out.having {
+        read(h);
+    }
+    Ok(Some(out))
+}
+
 /// `stream` with the columns of `restore` cast to their types (see [`Grouping`]).
 pub(super) fn restore_types(stream: Stream, restore: &[(String, DataType)]) -> Stream {
     if restore.is_empty() {

@@ -701,6 +701,9 @@ impl Planner {
             GroupByExpr::Expressions(es, _) => !es.is_empty(),
             GroupByExpr::All(_) => true,
         };
+        // GROUP BY over expressions: each computed into a column first.
+        let rewritten = aggregate::group_expressions(&mut rel, select)?;
+        let select = rewritten.as_ref().unwrap_or(select);
         match (window, grouped) {
             (Some((w, partition)), true) => self.window_aggregate(rel, w, &partition, select),
             (Some((w, partition)), false) => {
