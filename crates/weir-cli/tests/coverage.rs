@@ -663,3 +663,13 @@ fn intersect_and_except_are_updates_keyed_by_every_column_as_flink() {
 fn group_by_over_expressions_is_flinks() {
     check("group_expressions");
 }
+
+#[test]
+fn row_number_ranks_by_the_columns_of_its_from_as_flink() {
+    check("rank_inputs");
+}
+
+#[test]
+fn top_n_without_a_window_in_batch_writes_final_rows_as_flink() {
+    check("batch_topn");
+}

@@ -51,6 +51,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
+use weir_core::changes::UpsertAction;
 use weir_runtime::sink::{BoxFuture, Delivery};
 use weir_runtime::source::{BadRecordPolicy, DeadLetter, ReaderContext};
 use weir_runtime::{
@@ -1392,17 +1393,15 @@ impl SinkWriter for KafkaWriter {
                 Some(op) => {
                     let kinds = weir_core::changes::change_kinds(&batch, op)?;
                     let key = self.upsert_key.as_ref().map(|(k, _)| k.as_slice());
-                    let replaced = weir_core::changes::replaced_update_befores(
-                        &batch,
-                        &kinds,
-                        key.unwrap_or_default(),
-                    )?;
-                    let keep =
-                        arrow_array::BooleanArray::from_iter(replaced.iter().map(|r| Some(!r)));
+                    let actions =
+                        weir_core::changes::upsert_actions(&batch, &kinds, key.unwrap_or_default());
+                    let keep = arrow_array::BooleanArray::from_iter(
+                        actions.iter().map(|a| Some(*a != UpsertAction::Skip)),
+                    );
                     let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
-                    let deletes: Vec<bool> = (kinds.iter().zip(&replaced))
-                        .filter(|(_, r)| !**r)
-                        .map(|(k, _)| k.retracts())
+                    let deletes: Vec<bool> = (actions.iter())
+                        .filter(|a| **a != UpsertAction::Skip)
+                        .map(|a| *a == UpsertAction::Delete)
                         .collect();
                     let mut rest: Vec<usize> = (0..batch.num_columns()).collect();
                     rest.remove(op);

@@ -93,40 +93,51 @@ pub fn change_column(kinds: impl IntoIterator<Item = ChangeKind>) -> ArrayRef {
 /// The type of a change column.
 pub const CHANGE_TYPE: DataType = DataType::Utf8;
 
-/// For each row of `batch`: whether it is a `-U` that the next row replaces, a `+U` of the
-/// same key (`key`: the indices of the upsert key's columns).
-///
-/// An upsert sink needs no such `-U`: the `+U` overwrites the key's row. Every other `-U`
-/// takes the key's row out of the table, as in Flink's upsert sinks: it is what a filter
-/// leaves when it drops the new version of a row whose old version passed.
-///
-/// # Errors
-/// An arrow error for key columns whose types cannot be compared.
-pub fn replaced_update_befores(
+/// What an upsert sink (a table keyed by the stream's upsert key) does with a row of a
+/// changelog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpsertAction {
+    /// `+I` / `+U`: the key's row is this one.
+    Write,
+    /// `-D`, and a `-U` not followed by its key's `+U`: the key's row leaves the table (as in
+    /// Flink's upsert sinks; a filter that dropped an update's new version leaves its `-U`).
+    Delete,
+    /// A `-U` right before the `+U` of its key, which overwrites the row: nothing to write.
+    Skip,
+}
+
+/// What an upsert sink does with each row of `batch`, whose change kinds are `kinds` and whose
+/// upsert key is in the columns `key`. Key columns of a type that cannot be compared make every
+/// `-U` a delete, which the `+U` after it undoes: the table ends the same.
+pub fn upsert_actions(
     batch: &RecordBatch,
     kinds: &[ChangeKind],
     key: &[usize],
-) -> Result<Vec<bool>> {
-    let mut out = vec![false; kinds.len()];
+) -> Vec<UpsertAction> {
     let pairs: Vec<usize> = (0..kinds.len().saturating_sub(1))
         .filter(|&r| {
             kinds[r] == ChangeKind::UpdateBefore && kinds[r + 1] == ChangeKind::UpdateAfter
         })
         .collect();
-    if pairs.is_empty() {
-        return Ok(out);
-    }
-    let comparators = key
-        .iter()
+    let mut replaced = vec![false; kinds.len()];
+    let comparators = (key.iter())
         .map(|&k| {
             let c = batch.column(k);
             arrow_ord::ord::make_comparator(c, c, Default::default())
         })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    for r in pairs {
-        out[r] = comparators.iter().all(|cmp| cmp(r, r + 1).is_eq());
+        .collect::<std::result::Result<Vec<_>, _>>();
+    if let (false, Ok(comparators)) = (pairs.is_empty(), comparators) {
+        for r in pairs {
+            replaced[r] = comparators.iter().all(|cmp| cmp(r, r + 1).is_eq());
+        }
     }
-    Ok(out)
+    (kinds.iter().zip(replaced))
+        .map(|(k, replaced)| match k {
+            _ if replaced => UpsertAction::Skip,
+            ChangeKind::UpdateBefore | ChangeKind::Delete => UpsertAction::Delete,
+            ChangeKind::Insert | ChangeKind::UpdateAfter => UpsertAction::Write,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -166,7 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn a_minus_u_is_replaced_only_by_the_next_plus_u_of_its_key() {
+    fn a_minus_u_is_skipped_only_before_the_plus_u_of_its_key_and_else_deletes() {
         use arrow_array::Int64Array;
         use ChangeKind::*;
         // Keys 1 and 2 each updated in place; key 3's -U lost its +U (a filter dropped it),
@@ -188,9 +199,10 @@ mod tests {
         ]));
         let batch =
             RecordBatch::try_new(schema, vec![Arc::new(keys), change_column(kinds)]).unwrap();
+        use UpsertAction::{Delete as D, Skip as S, Write as W};
         assert_eq!(
-            replaced_update_befores(&batch, &kinds, &[0]).unwrap(),
-            [true, false, true, false, false, false, false, false]
+            upsert_actions(&batch, &kinds, &[0]),
+            [S, W, S, W, D, W, W, D]
         );
     }
 }

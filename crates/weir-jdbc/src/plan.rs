@@ -6,6 +6,7 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
+use weir_core::changes::{ChangeKind, UpsertAction};
 use weir_runtime::{Error, Result};
 
 use crate::options::{Database, JdbcOptions, TableName};
@@ -472,47 +473,29 @@ pub struct Load {
     pub seq: i64,
 }
 
-/// What a row's change column says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Upsert,
-    Delete,
-    /// A `-U` that the next row, the `+U` of its key, replaces: not written.
-    Skip,
-}
-
-/// The change kind of each row of `batch`; all upserts without a change column. A `-U`
-/// deletes its key's row (as in Flink's upsert sinks: a filter may have dropped the `+U`)
-/// unless the next row is the `+U` of the same key.
-pub fn changes(layout: &Layout, batch: &RecordBatch) -> Vec<Change> {
-    use weir_core::changes::ChangeKind;
+/// What the sink does with each row of `batch` (see [`weir_core::changes::upsert_actions`]):
+/// all writes without a change column.
+///
+/// # Errors
+/// A change column holding a text that is no change kind, naming it.
+pub fn changes(
+    layout: &Layout,
+    batch: &RecordBatch,
+) -> std::result::Result<Vec<UpsertAction>, DbError> {
     let Some(i) = layout.op else {
-        return vec![Change::Upsert; batch.num_rows()];
+        return Ok(vec![UpsertAction::Write; batch.num_rows()]);
     };
     let col = string_reader(batch.column(i));
-    let kinds: Vec<ChangeKind> = (0..batch.num_rows())
-        .map(|r| match col(r) {
-            Some("-D") => ChangeKind::Delete,
-            Some("-U") => ChangeKind::UpdateBefore,
-            Some("+U") => ChangeKind::UpdateAfter,
-            _ => ChangeKind::Insert,
-        })
-        .collect();
+    let kinds = (0..batch.num_rows())
+        .map(|r| col(r).map_or(Ok(ChangeKind::Insert), ChangeKind::parse))
+        .collect::<weir_core::Result<Vec<ChangeKind>>>()
+        .map_err(|e| DbError::fatal(e.to_string()))?;
     let key: Vec<usize> = layout
         .key
         .iter()
         .map(|&k| layout.columns[k].input)
         .collect();
-    // Key columns that cannot be compared: every -U a delete, which the +U after it undoes.
-    let replaced = weir_core::changes::replaced_update_befores(batch, &kinds, &key)
-        .unwrap_or_else(|_| vec![false; kinds.len()]);
-    (kinds.iter().zip(replaced))
-        .map(|(k, replaced)| match k {
-            _ if replaced => Change::Skip,
-            ChangeKind::UpdateBefore | ChangeKind::Delete => Change::Delete,
-            _ => Change::Upsert,
-        })
-        .collect()
+    Ok(weir_core::changes::upsert_actions(batch, &kinds, &key))
 }
 
 fn string_reader<'a>(a: &'a Arc<dyn Array>) -> Box<dyn Fn(usize) -> Option<&'a str> + 'a> {

@@ -12,8 +12,9 @@ use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::{Client, NoTls};
 
 use crate::options::{Password, PostgresUrl, TableName};
-use crate::plan::{changes, Change, DbError, Dest, Layout, Load, Param, Stmt};
+use crate::plan::{changes, DbError, Dest, Layout, Load, Param, Stmt};
 use crate::types::{quote, Column, Value};
+use weir_core::changes::UpsertAction;
 
 /// Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
 pub(crate) const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -252,9 +253,9 @@ async fn copy_in(
             .map(|c| Column::new(&c.name, batch.column(c.input)))
             .collect::<weir_runtime::Result<Vec<_>>>()
             .map_err(|e| DbError::fatal(e.to_string()))?;
-        let kinds = changes(layout, batch);
+        let kinds = changes(layout, batch)?;
         for (row, kind) in kinds.iter().enumerate() {
-            if *kind == Change::Skip {
+            if *kind == UpsertAction::Skip {
                 continue;
             }
             row_values.clear();
@@ -264,7 +265,7 @@ async fn copy_in(
                 row_values.push(PgValue(Value::I32(load.subtask)));
                 row_values.push(PgValue(Value::I64(seq)));
                 if layout.op.is_some() {
-                    row_values.push(PgValue(Value::Bool(*kind == Change::Delete)));
+                    row_values.push(PgValue(Value::Bool(*kind == UpsertAction::Delete)));
                 }
             }
             seq += 1;

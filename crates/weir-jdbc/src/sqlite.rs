@@ -11,8 +11,9 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, ToSql, TransactionBehavior};
 
 use crate::options::TableName;
-use crate::plan::{changes, Change, DbError, Dest, Layout, Load, Param, Stmt};
+use crate::plan::{changes, DbError, Dest, Layout, Load, Param, Stmt};
 use crate::types::{date_text, decimal_text, time_text, timestamp_text, Column, Value};
+use weir_core::changes::UpsertAction;
 
 pub struct SqliteConn {
     conn: Arc<Mutex<Connection>>,
@@ -189,8 +190,8 @@ fn insert_rows(
             .map(|c| Column::new(&c.name, batch.column(c.input)))
             .collect::<weir_runtime::Result<Vec<_>>>()
             .map_err(|e| DbError::fatal(e.to_string()))?;
-        for (row, kind) in changes(layout, batch).into_iter().enumerate() {
-            if kind == Change::Skip {
+        for (row, kind) in changes(layout, batch)?.into_iter().enumerate() {
+            if kind == UpsertAction::Skip {
                 continue;
             }
             values.clear();
@@ -200,7 +201,7 @@ fn insert_rows(
                 values.push(LiteValue(Value::I32(load.subtask)));
                 values.push(LiteValue(Value::I64(seq)));
                 if layout.op.is_some() {
-                    values.push(LiteValue(Value::Bool(kind == Change::Delete)));
+                    values.push(LiteValue(Value::Bool(kind == UpsertAction::Delete)));
                 }
             }
             seq += 1;

@@ -1,4 +1,4 @@
-//! `.key_by(keys).top_n(TopN::new(order_by, first, last, "rownum", "op", Some("rt")))`: Top-N
+//! `.key_by(keys).top_n(TopN::new(order_by, first, last, "rownum", "op").with_ttl(ttl, "rt"))`: Top-N
 //! without a window, as Flink's `ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) <= N` over a
 //! stream: each key's rows ranked by `order_by`, the ranks `first_rank..=last_rank` kept as a
 //! table that changes.
@@ -10,7 +10,9 @@
 //! its old row and `+U` with the new one, `-D` with the row of a rank left empty (a row taken
 //! back). The output is the input's columns, the change column (the input's, or added) and the
 //! rank (BIGINT). Rows equal in every ORDER BY column are ordered by all their columns' values
-//! (ascending), so the result does not depend on arrival order or parallelism.
+//! (ascending), so the result does not depend on arrival order or parallelism. With
+//! `final_only` (a batch job's) nothing comes out until the input ends, and then each key's
+//! ranks once, as `+I` rows: events, as Flink's batch execution writes them.
 //!
 //! # Input
 //!
@@ -68,6 +70,9 @@ pub struct TopN {
     pub time_column: Option<String>,
     /// A key is forgotten this long (event time) after its latest row.
     pub ttl_ms: i64,
+    /// Emit each key's final ranks once, at the end of the input (a batch job's Top-N).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub final_only: bool,
 }
 
 impl TopN {
@@ -88,7 +93,14 @@ impl TopN {
             op_column: op_column.into(),
             time_column: None,
             ttl_ms: weir_core::time::TTL_END_OF_INPUT_MS,
+            final_only: false,
         }
+    }
+
+    /// Each key's final ranks once, at the end of the input (see [`TopN::final_only`]).
+    pub fn final_only(mut self) -> Self {
+        self.final_only = true;
+        self
     }
 
     /// Keys forgotten `ttl_ms` of event time (in `time_column`) after their latest row.
@@ -250,6 +262,7 @@ impl OperatorFactory for TopN {
             first_rank: self.first_rank,
             last_rank: self.last_rank,
             ttl_ms: self.ttl_ms,
+            final_only: self.final_only,
             keys: KeySlots::new(),
             expiry: SlotExpiry::new(),
             batches: 0,
@@ -352,6 +365,7 @@ pub struct TopNOp {
     first_rank: u64,
     last_rank: u64,
     ttl_ms: i64,
+    final_only: bool,
     keys: KeySlots<KeyState>,
     expiry: SlotExpiry,
     batches: u64,
@@ -480,7 +494,7 @@ impl Operator for TopNOp {
                     self.keys.slot_for(hash, key)
                 }
             };
-            if self.keys.get(slot).batch != self.batches {
+            if !self.final_only && self.keys.get(slot).batch != self.batches {
                 let before = self.keys.get(slot).top(self.last_rank);
                 self.keys.get_mut(slot).batch = self.batches;
                 touched.push((slot, before));
@@ -497,7 +511,9 @@ impl Operator for TopNOp {
         let mut out: Vec<(Box<[u8]>, ChangeKind, u64)> = Vec::new();
         for (slot, before) in &touched {
             let after = self.keys.get(*slot).top(self.last_rank);
-            for rank in self.first_rank..=self.last_rank {
+            // Ranks past both lists hold nothing before or after.
+            let held = before.len().max(after.len()) as u64;
+            for rank in self.first_rank..=self.last_rank.min(held) {
                 let i = (rank - 1) as usize;
                 match (before.get(i), after.get(i)) {
                     (Some(b), Some(a)) if b != a => {
@@ -521,6 +537,23 @@ impl Operator for TopNOp {
             }
         }
         Ok(())
+    }
+
+    fn on_end(&mut self, ctx: &mut Context) -> Result<()> {
+        if !self.final_only {
+            return Ok(());
+        }
+        let mut out: Vec<(Box<[u8]>, ChangeKind, u64)> = Vec::new();
+        for slot in self.keys.slots() {
+            let top = self.keys.get(slot).top(self.last_rank);
+            for (i, row) in top.into_iter().enumerate() {
+                let rank = i as u64 + 1;
+                if rank >= self.first_rank {
+                    out.push((row, ChangeKind::Insert, rank));
+                }
+            }
+        }
+        self.emit(&out, ctx)
     }
 
     fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
@@ -612,7 +645,12 @@ impl Operator for TopNOp {
                 let n = counts.value(i) as u32;
                 let bytes = Self::entry_bytes(&entry);
                 let k = self.keys.get_mut(slot);
-                k.rows.insert(entry, n);
+                let held = k.rows.entry(entry).or_insert(0);
+                if *held > 0 {
+                    // The same row twice in the checkpoint: one entry, its counts added.
+                    self.bytes_held = self.bytes_held.saturating_sub(bytes);
+                }
+                *held += n;
                 k.count += n as u64;
                 k.time = k.time.max(times.value(i));
                 self.rows_held += n as u64;
@@ -623,16 +661,16 @@ impl Operator for TopNOp {
                 }
             }
         }
-        // A rescale may bring a key's rows from several subtasks' checkpoints: over
-        // append-only rows only its best ones count.
+        // Restored with a smaller N (the job changed): over append-only rows only a key's
+        // best N rows count.
         if self.op_in.is_none() {
             let slots: Vec<usize> = self.keys.slots().collect();
             for s in slots {
                 while self.keys.get(s).count > self.last_rank {
-                    let worst = self.keys.get(s).rows.keys().next_back().cloned();
-                    if let Some(w) = worst {
-                        self.take_back(s, &w);
-                    }
+                    let Some(w) = self.keys.get(s).rows.keys().next_back().cloned() else {
+                        break;
+                    };
+                    self.take_back(s, &w);
                 }
             }
         }

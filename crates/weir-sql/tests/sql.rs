@@ -137,6 +137,10 @@ fn errors_users_meet() {
             format!("{TABLES} INSERT INTO out2 SELECT ad_id, user_id FROM clicks EXCEPT SELECT ad_id, user_id FROM impressions"),
         ),
         (
+            "keep_last_by_an_unselected_expression",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT click_id, ts, ROW_NUMBER() OVER (PARTITION BY user_id % 10 ORDER BY rt DESC) AS rownum FROM clicks) WHERE rownum = 1"),
+        ),
+        (
             "top_two_without_a_window",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum <= 2"),
         ),

@@ -136,12 +136,18 @@ impl Planner {
     /// large as the GROUP BY's). What a GROUP BY over the rows needs, and a filter: a `-U`
     /// whose `+U` the filter drops deletes the key's row from an upsert sink.
     pub(super) fn retracting(&self, rel: Rel) -> Result<Rel> {
-        let (Some(c), Some(keys)) = (&rel.changes, &rel.upsert_keys) else {
+        let Some(c) = &rel.changes else {
             return Ok(rel);
         };
         if c.retracts {
             return Ok(rel);
         }
+        let Some(keys) = &rel.upsert_keys else {
+            return Err(plan_err(format!(
+                "the updates of {} do not say which row each replaces, and weir cannot take the replaced rows back here",
+                c.made_by
+            )));
+        };
         let ttl = (self.state_ttl_ms()?).unwrap_or(weir_core::time::TTL_END_OF_INPUT_MS);
         let spec = weir_operators::ChangelogNormalize::with_ttl(ttl, OP_COLUMN, &c.time_column);
         let mut stream = rel.stream.clone();

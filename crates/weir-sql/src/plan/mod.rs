@@ -306,6 +306,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         late_rows: RefCell::default(),
         late_routed: RefCell::default(),
         ctes: RefCell::default(),
+        subqueries: Default::default(),
     };
     let mut made_by = Vec::new();
     for ins in &inserts {
@@ -468,6 +469,8 @@ struct Planner {
     late_routed: RefCell<std::collections::BTreeSet<String>>,
     /// The WITH queries in scope, outermost first (plan/with.rs).
     ctes: RefCell<Vec<with::Named>>,
+    /// Subqueries in FROM without AS so far: each gets a name of its own.
+    subqueries: std::cell::Cell<usize>,
     /// `SET 'execution.runtime-mode' = 'batch'`: how the job runs as a batch job.
     batch: Option<weir_runtime::batch::BatchOptions>,
 }
@@ -813,7 +816,14 @@ impl Planner {
             TableFactor::Derived {
                 subquery, alias, ..
             } => {
-                let alias = (alias.as_ref()).map_or_else(|| "(subquery)".into(), |a| a.name.value.clone());
+                let alias = (alias.as_ref()).map_or_else(
+                    || {
+                        let n = self.subqueries.get() + 1;
+                        self.subqueries.set(n);
+                        format!("(subquery {n})")
+                    },
+                    |a| a.name.value.clone(),
+                );
                 Ok((self.view(subquery, &alias)?, None))
             }
             other => Err(plan_err(format!(
@@ -888,7 +898,8 @@ impl Planner {
                         Some((n, _)) => named.push(n.clone()),
                         None => {
                             return Err(plan_err(format!(
-                                "view `{alias}` over rows that update their key's result (a GROUP BY or a keep-last deduplication without a window) must select its keys as they are (missing `{k}`)"
+                                "view `{alias}` over rows that update their key's result ({}) must select its keys as they are (missing `{k}`)",
+                                rel.changes.as_ref().map_or("a keep-last deduplication without a window", |c| c.made_by.as_str())
                             )))
                         }
                     }

@@ -55,7 +55,7 @@ impl Planner {
             } = &mut outer.from[0].relation
             {
                 **subquery = inner;
-                // A subquery in FROM needs a name; the rank's own may have none.
+                // The rank's subquery named `ranked` when it has no name.
                 alias.get_or_insert_with(|| sqlparser::ast::TableAlias {
                     explicit: true,
                     name: sqlparser::ast::Ident::new("ranked"),
@@ -174,8 +174,21 @@ impl Planner {
                 "WHERE on `{rank_name}` selects no rank ({first} to {last})"
             )));
         }
+        // PARTITION BY items the subquery does not select (as written).
+        let hidden_keys: Vec<String> = (written.partition_by.iter())
+            .zip(&spec.partition_by)
+            .filter(|(_, e)| matches!(e, SqlExpr::Identifier(i) if i.value.starts_with(HIDDEN_RANK_INPUT)))
+            .map(|(w, _)| w.to_string())
+            .collect();
         let (Some(_), Some(window_end)) = (named("window_start"), named("window_end")) else {
             let over_time = spec.order_by.len() == 1 && rel.is_time_attr(&spec.order_by[0].expr);
+            let keep_first =
+                over_time && (first, last) == (1, 1) && spec.order_by[0].options.asc != Some(false);
+            if let (Some(k), false) = (hidden_keys.first(), keep_first) {
+                return Err(plan_err(format!(
+                    "ROW_NUMBER() OVER (PARTITION BY {k} ...): without a window its rows update each key's row, so the key must reach the sink: select it in the subquery (`{k} AS name`) and PARTITION BY that name"
+                )));
+            }
             if over_time && (first, last) == (1, 1) {
                 let descending = spec.order_by[0].options.asc == Some(false);
                 return self
@@ -260,6 +273,11 @@ impl Planner {
         if let Some(ttl) = self.state_ttl_ms()? {
             spec = spec.with_ttl(ttl, &time_column);
         }
+        // As Flink's batch execution: each key's final ranks, rows like any other.
+        let batch = self.batch.is_some();
+        if batch {
+            spec = spec.final_only();
+        }
         // Without PARTITION BY, one ranking of all rows, in one subtask (as Flink).
         let mut keys = partition.clone();
         if partition.is_empty() {
@@ -277,10 +295,13 @@ impl Planner {
             name: rank_name.to_string(),
             column: rank_name.to_string(),
         });
-        let made_by = format!(
-            "the Top-N without a window ({rank_name} <= {last} per ({}))",
-            partition.join(", ")
-        );
+        let made_by = match partition.is_empty() {
+            true => format!("the Top-N without a window ({rank_name} <= {last} of all rows)"),
+            false => format!(
+                "the Top-N without a window ({rank_name} <= {last} per ({}))",
+                partition.join(", ")
+            ),
+        };
         partition.push(rank_name.to_string());
         let mut out = Rel {
             stream,
@@ -288,8 +309,8 @@ impl Planner {
             time_columns: Vec::new(),
             proc_time_attrs: Vec::new(),
             primary_key: Vec::new(),
-            upsert_keys: Some(partition),
-            changes: Some(Changes {
+            upsert_keys: (!batch).then_some(partition),
+            changes: (!batch).then_some(Changes {
                 retracts: true,
                 time_column,
                 made_by,
@@ -483,8 +504,8 @@ impl Planner {
 /// The prefix of the hidden columns that [`hide_rank_inputs`] adds.
 const HIDDEN_RANK_INPUT: &str = "__rank_";
 
-/// What ROW_NUMBER ranks by and the ranked subquery does not select as a plain column (an
-/// expression, a qualified name, a column left out of the select list, as Flink allows):
+/// What ROW_NUMBER ranks by and the ranked subquery does not select as it is (an expression,
+/// a column left out of the select list or whose name an alias takes, as Flink allows):
 /// computed in the subquery as a hidden column `__rank_<n>`, which `spec` names instead.
 fn hide_rank_inputs(s: &mut Select, spec: &mut sqlparser::ast::WindowSpec) {
     let wildcard = (s.projection.iter()).any(|p| {
@@ -508,21 +529,27 @@ fn hide_rank_inputs(s: &mut Select, spec: &mut sqlparser::ast::WindowSpec) {
             *e = SqlExpr::Identifier(name);
             continue;
         }
-        let SqlExpr::Identifier(id) = &*e else {
-            hidden.push(e);
-            continue;
+        // A column of the subquery's FROM (as in SQL, not a select item's alias): selected
+        // as it is when the select list names it without AS, or a wildcard covers it and no
+        // alias takes its name for another value.
+        let name = match &*e {
+            SqlExpr::Identifier(i) => i.clone(),
+            SqlExpr::CompoundIdentifier(p) if p.len() == 2 => p[1].clone(),
+            _ => {
+                hidden.push(e);
+                continue;
+            }
         };
-        let selected = wildcard
-            || s.projection.iter().any(|p| match p {
-                SelectItem::UnnamedExpr(x) => {
-                    ident_name(x).is_some_and(|n| n.eq_ignore_ascii_case(&id.value))
-                }
-                SelectItem::ExprWithAlias { alias, .. } => {
-                    alias.value.eq_ignore_ascii_case(&id.value)
-                }
-                _ => false,
+        let same = |n: &str| n.eq_ignore_ascii_case(&name.value);
+        let shadowed = (s.projection.iter())
+            .any(|p| matches!(p, SelectItem::ExprWithAlias { alias, .. } if same(&alias.value)));
+        let plain = matches!(&*e, SqlExpr::Identifier(_))
+            && (s.projection.iter()).any(|p| {
+                matches!(p, SelectItem::UnnamedExpr(x) if ident_name(x).is_some_and(|n| same(&n)))
             });
-        if !selected {
+        if plain || (wildcard && !shadowed) {
+            *e = SqlExpr::Identifier(name);
+        } else {
             hidden.push(e);
         }
     }
