@@ -453,10 +453,13 @@ impl ScalarUDFImpl for FlinkFunction {
         let want: &[&str] = match self.function {
             ScalarFunction::ToTimestampLtz => &["BIGINT epoch", "INT precision (0 or 3)"],
             ScalarFunction::DateFormat => &["TIMESTAMP or STRING", "STRING pattern"],
-            ScalarFunction::UnixTimestamp => &["STRING 'yyyy-MM-dd HH:mm:ss'"],
+            ScalarFunction::UnixTimestamp => &["STRING 'yyyy-MM-dd HH:mm:ss'", "STRING pattern"],
         };
         let usage = || format!("{}({})", self.function.name(), want.join(", "));
-        if arg_types.len() != want.len() {
+        // UNIX_TIMESTAMP's pattern may be left out.
+        let fits = arg_types.len() == want.len()
+            || (self.function == ScalarFunction::UnixTimestamp && arg_types.len() == 1);
+        if !fits {
             return datafusion_common::plan_err!(
                 "{} takes {} arguments, got {}: {}",
                 self.function.name(),
@@ -513,10 +516,10 @@ impl ScalarUDFImpl for FlinkFunction {
                 Ok(vec![first, DataType::Utf8])
             }
             ScalarFunction::UnixTimestamp => {
-                if !text(&arg_types[0]) {
-                    return bad(0);
+                if let Some(i) = (0..arg_types.len()).find(|&i| !text(&arg_types[i])) {
+                    return bad(i);
                 }
-                Ok(vec![DataType::Utf8])
+                Ok(vec![DataType::Utf8; arg_types.len()])
             }
         }
     }
@@ -542,7 +545,11 @@ impl ScalarUDFImpl for FlinkFunction {
                 arrays[0] = crate::functions::date_format_text(&arrays[0]);
             }
             if self.function == ScalarFunction::UnixTimestamp {
-                return Ok(crate::functions::unix_timestamp_text(&arrays[0]));
+                return match arrays.get(1) {
+                    None => Ok(crate::functions::unix_timestamp_text(&arrays[0])),
+                    Some(p) => crate::functions::unix_timestamp_pattern(&arrays[0], p)
+                        .map_err(datafusion_common::DataFusionError::Execution),
+                };
             }
             self.function
                 .invoke(&arrays)

@@ -195,6 +195,31 @@ pub(crate) fn prepare(e: &mut SqlExpr) -> Result<(), String> {
             }
             Ok(())
         }
+        // A zone Java would read as GMT is refused here, not on every row.
+        "CONVERT_TZ" => {
+            if let FunctionArguments::List(l) = &f.args {
+                for a in l.args.iter().skip(1) {
+                    if let FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(v))) = a {
+                        if let Value::SingleQuotedString(z) = &v.value {
+                            crate::zone::java_zone(z).map_err(|m| format!("CONVERT_TZ: {m}"))?;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        "UNIX_TIMESTAMP" => {
+            if let FunctionArguments::List(l) = &f.args {
+                if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(v)))) =
+                    l.args.get(1)
+                {
+                    if let Value::SingleQuotedString(p) = &v.value {
+                        datetime::lenient_pattern(p).map_err(|m| format!("UNIX_TIMESTAMP: {m}"))?;
+                    }
+                }
+            }
+            Ok(())
+        }
         "CURRENT_WATERMARK" => Err(format!(
             "{e}: CURRENT_WATERMARK takes the table's time attribute (CURRENT_WATERMARK(rt))"
         )),
@@ -348,6 +373,35 @@ pub(crate) fn unix_timestamp_text(text: &ArrayRef) -> ArrayRef {
         })
         .collect();
     Arc::new(out)
+}
+
+/// Flink's UNIX_TIMESTAMP(text, pattern): the text read with the pattern as Java's lenient
+/// `SimpleDateFormat` reads it ([`datetime::parse_lenient`]), in epoch seconds; text that does
+/// not read is `Long.MIN_VALUE`, as Flink gives it; NULL text or pattern is NULL.
+///
+/// # Errors
+/// A pattern with a letter weir does not read ([`datetime::lenient_pattern`]).
+pub(crate) fn unix_timestamp_pattern(
+    text: &ArrayRef,
+    pattern: &ArrayRef,
+) -> Result<ArrayRef, String> {
+    let (text, pattern) = (text.as_string::<i32>(), pattern.as_string::<i32>());
+    let mut parsed: Option<(&str, Vec<datetime::Piece>)> = None;
+    let mut out = arrow_array::builder::Int64Builder::with_capacity(text.len());
+    for (t, p) in text.iter().zip(pattern.iter()) {
+        let (Some(t), Some(p)) = (t, p) else {
+            out.append_null();
+            continue;
+        };
+        if parsed.as_ref().is_none_or(|(q, _)| *q != p) {
+            parsed = Some((p, datetime::lenient_pattern(p)?));
+        }
+        let pieces = &parsed.as_ref().expect("parsed above").1;
+        out.append_value(
+            datetime::parse_lenient(t, pieces).map_or(i64::MIN, |ms| ms.div_euclid(1000)),
+        );
+    }
+    Ok(Arc::new(out.finish()))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -157,6 +157,67 @@ const UTC_NAMES: &[&str] = &[
     "ETC/GREENWICH",
 ];
 
+/// A zone as Java's `TimeZone.getTimeZone` reads it, for CONVERT_TZ: a region, UTC or GMT, an
+/// offset `GMT+hh:mm`, or a three-letter id Java maps to a region (`PST`: America/Los_Angeles;
+/// `EST`, `MST`, `HST`: fixed offsets). Java reads any other text as GMT, silently; weir
+/// refuses it.
+///
+/// # Errors
+/// A message naming the text and the forms taken.
+pub(crate) fn java_zone(value: &str) -> Result<Tz, String> {
+    let what = format!("time zone '{value}'");
+    let upper = value.trim().to_ascii_uppercase();
+    let region = JAVA_SHORT_IDS
+        .iter()
+        .find(|(id, _)| *id == upper)
+        .map(|(_, r)| *r);
+    let name = match region {
+        Some(r) => r.to_string(),
+        // Java takes an offset only after GMT: it reads `+08:00` as GMT.
+        None if value.trim().starts_with(['+', '-']) => {
+            return Err(format!(
+                "{what}: Java (and so Flink) reads an offset without GMT as GMT; write 'GMT{}'",
+                value.trim()
+            ))
+        }
+        None => SessionZone::parse_as(value, &what)?.name().to_string(),
+    };
+    Tz::from_str(&name).map_err(|e| format!("{what}: {e}"))
+}
+
+/// The three-letter ids of Java's `java.util.TimeZone` and the zones they are
+/// (`ZoneId.SHORT_IDS`).
+const JAVA_SHORT_IDS: &[(&str, &str)] = &[
+    ("ACT", "Australia/Darwin"),
+    ("AET", "Australia/Sydney"),
+    ("AGT", "America/Argentina/Buenos_Aires"),
+    ("ART", "Africa/Cairo"),
+    ("AST", "America/Anchorage"),
+    ("BET", "America/Sao_Paulo"),
+    ("BST", "Asia/Dhaka"),
+    ("CAT", "Africa/Harare"),
+    ("CNT", "America/St_Johns"),
+    ("CST", "America/Chicago"),
+    ("CTT", "Asia/Shanghai"),
+    ("EAT", "Africa/Addis_Ababa"),
+    ("ECT", "Europe/Paris"),
+    ("IET", "America/Indiana/Indianapolis"),
+    ("IST", "Asia/Kolkata"),
+    ("JST", "Asia/Tokyo"),
+    ("MIT", "Pacific/Apia"),
+    ("NET", "Asia/Yerevan"),
+    ("NST", "Pacific/Auckland"),
+    ("PLT", "Asia/Karachi"),
+    ("PNT", "America/Phoenix"),
+    ("PRT", "America/Puerto_Rico"),
+    ("PST", "America/Los_Angeles"),
+    ("SST", "Pacific/Guadalcanal"),
+    ("VST", "Asia/Ho_Chi_Minh"),
+    ("EST", "-05:00"),
+    ("MST", "-07:00"),
+    ("HST", "-10:00"),
+];
+
 /// Java's `ZoneId.SHORT_IDS`, which Flink refuses.
 const SHORT_IDS: &[&str] = &[
     "ACT", "AET", "AGT", "ART", "AST", "BET", "BST", "CAT", "CNT", "CST", "CTT", "EAT", "ECT",

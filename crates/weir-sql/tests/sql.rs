@@ -141,6 +141,14 @@ fn errors_users_meet() {
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT click_id, ts, ROW_NUMBER() OVER (PARTITION BY user_id % 10 ORDER BY rt DESC) AS rownum FROM clicks) WHERE rownum = 1"),
         ),
         (
+            "convert_tz_to_a_zone_java_reads_as_gmt",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, CAST(CONVERT_TZ('2024-01-31 10:00:00', 'UTC', '+08:00') AS BIGINT) FROM clicks"),
+        ),
+        (
+            "unix_timestamp_with_a_two_digit_year",
+            format!("{TABLES} INSERT INTO out2 SELECT click_id, UNIX_TIMESTAMP('24/01/31', 'yy/MM/dd') FROM clicks"),
+        ),
+        (
             "top_two_without_a_window",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT click_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ad_id ORDER BY rt) AS rownum FROM clicks) d WHERE rownum <= 2"),
         ),

@@ -445,6 +445,88 @@ pub(super) fn parse_simple_date_format(text: &str) -> Option<i64> {
     lenient(v[0], v[1], v[2], v[3], v[4], v[5], 0)
 }
 
+/// The pieces of a pattern of UNIX_TIMESTAMP(text, pattern), which Flink reads with Java's
+/// lenient `SimpleDateFormat`: the numeric fields `y` / `yyyy` (not `yy`, whose century Java
+/// takes from the clock), `M` / `MM`, `d`, `H`, `m`, `s` and `S` (milliseconds), and text.
+///
+/// # Errors
+/// Another pattern letter, named with what weir reads.
+pub(super) fn lenient_pattern(pattern: &str) -> Result<Vec<Piece>, String> {
+    let pieces = pieces(pattern);
+    for p in &pieces {
+        if let Piece::Field(c, n) = p {
+            let taken = match c {
+                'y' => *n != 2,
+                'M' => *n <= 2,
+                'd' | 'H' | 'm' | 's' | 'S' => true,
+                _ => false,
+            };
+            if !taken {
+                return Err(format!(
+                    "pattern '{pattern}': weir reads the numeric fields yyyy, MM, dd, HH, mm, ss \
+                     and SSS here, not {}",
+                    c.to_string().repeat(*n)
+                ));
+            }
+        }
+    }
+    Ok(pieces)
+}
+
+/// `text` read with `pattern` (see [`lenient_pattern`]) as Java's lenient `SimpleDateFormat`
+/// reads it: text must match, whitespace before a number is skipped, a number takes all its
+/// digits unless a numeric field follows right after it (then its pattern width), text after
+/// the last field is ignored, fields left out are 1970-01-01 00:00:00, and the fields are added
+/// up leniently (month 13 is January of the next year). Local epoch milliseconds.
+pub(super) fn parse_lenient(text: &str, pattern: &[Piece]) -> Option<i64> {
+    let s = text.as_bytes();
+    let mut pos = 0;
+    // year, month, day, hour, minute, second, millisecond
+    let mut v = [1970i64, 1, 1, 0, 0, 0, 0];
+    for (i, piece) in pattern.iter().enumerate() {
+        match piece {
+            Piece::Text(t) => {
+                if !text[pos..].starts_with(t.as_str()) {
+                    return None;
+                }
+                pos += t.len();
+            }
+            Piece::Field(c, n) => {
+                while s.get(pos).is_some_and(|b| b.is_ascii_whitespace()) {
+                    pos += 1;
+                }
+                let digits = s[pos..].iter().take_while(|b| b.is_ascii_digit()).count();
+                let abutting = matches!(pattern.get(i + 1), Some(Piece::Field(..)));
+                let take = if abutting { digits.min(*n) } else { digits };
+                if take == 0 {
+                    return None;
+                }
+                let value: i64 = text[pos..pos + take].parse().ok()?;
+                pos += take;
+                let slot = match c {
+                    'y' => 0,
+                    'M' => 1,
+                    'd' => 2,
+                    'H' => 3,
+                    'm' => 4,
+                    's' => 5,
+                    _ => 6,
+                };
+                v[slot] = value;
+            }
+        }
+    }
+    lenient(
+        v[0],
+        v[1],
+        v[2],
+        v[3],
+        v[4],
+        v[5],
+        v[6].checked_mul(1_000_000)?,
+    )
+}
+
 /// `FLOOR(t TO unit)` / `CEIL(t TO unit)` of a TIMESTAMP as Flink computes them, rewritten for
 /// DataFusion: the floor is `DATE_TRUNC('unit', t)`; the ceiling is `t` when that is `t`, else
 /// the floor and one unit (for MONTH, QUARTER and YEAR, of `t`'s date, as Flink's). Units

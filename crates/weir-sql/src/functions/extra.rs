@@ -2,7 +2,8 @@
 //! FROM_BASE64, HEX, UNHEX, BIN, IS_DIGIT, IS_ALPHA, IS_DECIMAL, URL_ENCODE, URL_DECODE, E and
 //! SPLIT (an ARRAY<STRING>, for `CROSS JOIN UNNEST`), and the digests MD5, SHA1, SHA224,
 //! SHA256, SHA384, SHA512 and SHA2(text, bits) (lower-case hex of the text's UTF-8 bytes),
-//! PARSE_URL (as Java's `java.net.URL` splits a URL),
+//! PARSE_URL (as Java's `java.net.URL` splits a URL), CONVERT_TZ (a local date and time from
+//! one zone to another, zones as Java's `TimeZone` reads them),
 //! with Java's rules where Flink's come from Java (checked against Flink 2.3 by
 //! `testdata/flink/scalars`).
 
@@ -48,9 +49,10 @@ pub(crate) enum Extra {
     Sha512,
     Sha2,
     ParseUrl,
+    ConvertTz,
 }
 
-const ALL: [Extra; 23] = [
+const ALL: [Extra; 24] = [
     Extra::Locate,
     Extra::Regexp,
     Extra::Elt,
@@ -74,6 +76,7 @@ const ALL: [Extra; 23] = [
     Extra::Sha512,
     Extra::Sha2,
     Extra::ParseUrl,
+    Extra::ConvertTz,
 ];
 
 impl Extra {
@@ -103,6 +106,7 @@ impl Extra {
             Extra::Sha512 => "sha512",
             Extra::Sha2 => "sha2",
             Extra::ParseUrl => "parse_url",
+            Extra::ConvertTz => "convert_tz",
         }
     }
 
@@ -132,6 +136,9 @@ impl Extra {
             Extra::Sha512 => "SHA512(STRING)",
             Extra::Sha2 => "SHA2(STRING, INT bits: 224, 256, 384 or 512)",
             Extra::ParseUrl => "PARSE_URL(STRING url, STRING part[, STRING query key])",
+            Extra::ConvertTz => {
+                "CONVERT_TZ(STRING 'yyyy-MM-dd HH:mm:ss', STRING from zone, STRING to zone)"
+            }
         }
     }
 
@@ -157,6 +164,7 @@ impl Extra {
                 Some(out)
             }
             Extra::ParseUrl if (n == 2 || n == 3) && given.iter().all(text) => Some(vec![Utf8; n]),
+            Extra::ConvertTz if n == 3 && given.iter().all(text) => Some(vec![Utf8; 3]),
             Extra::Regexp | Extra::Split if n == 2 && given.iter().all(text) => {
                 Some(vec![Utf8, Utf8])
             }
@@ -424,9 +432,45 @@ impl ScalarUDFImpl for ExtraFn {
             Extra::UrlEncode => map_text(texts(0), |t| Some(url_encode(t))),
             Extra::UrlDecode => map_text(texts(0), url_decode),
             Extra::E => Arc::new(Float64Array::from(vec![std::f64::consts::E; rows])),
+            Extra::ConvertTz => {
+                let (text, from, to) = (texts(0), texts(1), texts(2));
+                let mut out = StringBuilder::new();
+                for r in 0..rows {
+                    let (Some(t), Some(f), Some(z)) =
+                        (value(text, r), value(from, r), value(to, r))
+                    else {
+                        out.append_null();
+                        continue;
+                    };
+                    match convert_tz(t, f, z) {
+                        Ok(v) => out.append_option(v),
+                        Err(m) => return exec_err!("CONVERT_TZ: {m}"),
+                    }
+                }
+                Arc::new(out.finish())
+            }
         };
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// `text` read as Flink's CONVERT_TZ reads it (`yyyy-MM-dd HH:mm:ss`, leniently, as
+/// DATE_FORMAT's text; `None` where it does not read), a local time of `from`, as the local time
+/// of `to` at that instant, to the second. A local time that a change of offset repeats is the
+/// later instant, one it skips is moved on by the gap (Java's `SimpleDateFormat`).
+///
+/// # Errors
+/// A zone Java would read as GMT (see [`crate::zone::java_zone`]).
+fn convert_tz(text: &str, from: &str, to: &str) -> std::result::Result<Option<String>, String> {
+    use weir_core::zone::{epoch_ms, local_ms, Repeated};
+    let (from, to) = (crate::zone::java_zone(from)?, crate::zone::java_zone(to)?);
+    let Some(local) = super::datetime::parse_simple_date_format(text) else {
+        return Ok(None);
+    };
+    let moved = epoch_ms(&from, local, Repeated::Later).and_then(|e| local_ms(&to, e));
+    Ok(moved
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| t.naive_utc().format("%Y-%m-%d %H:%M:%S").to_string()))
 }
 
 /// Part `part` of `url` as Flink's PARSE_URL gives it from Java's `java.net.URL` (HOST, PATH,
