@@ -654,6 +654,12 @@ fn top_n_without_a_window_is_a_changelog_keyed_by_rank_as_flink() {
 }
 
 #[test]
+fn regular_joins_of_changelogs_retract_the_pairs_a_change_undoes_as_flink() {
+    check("changelog_join");
+    check_in_batches_of("changelog_join", 37);
+}
+
+#[test]
 fn intersect_and_except_are_updates_keyed_by_every_column_as_flink() {
     check("set_operations");
     check_in_batches_of("set_operations", 37);

@@ -300,17 +300,12 @@ impl Operator for ChangelogNormalizeOp {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
-        for slot in self.expiry.pop_due(watermark.0) {
-            let k = self.keys.get(slot);
-            // A slot forgotten (deleted) since.
-            if k.row.is_none() {
-                continue;
-            }
-            let at = k.time.saturating_add(self.ttl_ms);
-            if at > watermark.0 {
-                self.expiry.queue(slot, at);
-                continue;
-            }
+        let (keys, ttl) = (&self.keys, self.ttl_ms);
+        let expired = self.expiry.expired(watermark.0, |slot| {
+            let k = keys.get(slot);
+            k.row.is_some().then(|| k.time.saturating_add(ttl))
+        });
+        for slot in expired {
             self.forget(slot);
             self.expired += 1;
         }

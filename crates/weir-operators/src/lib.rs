@@ -16,6 +16,7 @@
 
 #![warn(clippy::unwrap_used)]
 pub mod aggregates;
+pub mod changelog_join;
 pub mod changelog_normalize;
 pub mod count;
 pub mod deduplicate;
@@ -56,6 +57,7 @@ fn no_disk_state() -> weir_runtime::Error {
     )
 }
 
+pub use changelog_join::{ChangelogJoin, ChangelogJoinExt, ChangelogJoinOp};
 pub use changelog_normalize::{ChangelogNormalize, ChangelogNormalizeExt, ChangelogNormalizeOp};
 pub use count::{Count, CountOp};
 pub use deduplicate::{Deduplicate, DeduplicateExt, DeduplicateOp, Keep};
@@ -220,6 +222,12 @@ pub fn register(r: &mut Registry) {
     r.add_operator("count", |s| {
         Ok(Arc::new(spec_from_json::<Count>("count", s)?))
     });
+    r.add_operator("changelog_join", |s| {
+        Ok(Arc::new(spec_from_json::<ChangelogJoin>(
+            "changelog_join",
+            s,
+        )?))
+    });
     r.add_operator("changelog_normalize", |s| {
         Ok(Arc::new(spec_from_json::<ChangelogNormalize>(
             "changelog_normalize",
@@ -297,6 +305,7 @@ mod tests {
         super::register(&mut r);
         let known = format!("{r:?}");
         for kind in [
+            "changelog_join",
             "count",
             "deduplicate",
             "interval_join",

@@ -557,17 +557,12 @@ impl Operator for TopNOp {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
-        for slot in self.expiry.pop_due(watermark.0) {
-            let k = self.keys.get(slot);
-            // A slot forgotten (emptied) since.
-            if k.count == 0 {
-                continue;
-            }
-            let at = k.time.saturating_add(self.ttl_ms);
-            if at > watermark.0 {
-                self.expiry.queue(slot, at);
-                continue;
-            }
+        let (keys, ttl) = (&self.keys, self.ttl_ms);
+        let expired = self.expiry.expired(watermark.0, |slot| {
+            let k = keys.get(slot);
+            (k.count > 0).then(|| k.time.saturating_add(ttl))
+        });
+        for slot in expired {
             self.forget(slot);
             self.expired += 1;
         }

@@ -161,6 +161,22 @@ fn errors_users_meet() {
             format!("{TABLES} INSERT INTO out2 SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i ON c.ad_id = i.ad_id"),
         ),
         (
+            "join_of_a_changelog_and_appends_without_a_ttl",
+            format!("{TABLES} INSERT INTO out2 SELECT c.ad_id, i.impression_id FROM (SELECT ad_id, COUNT(*) AS n FROM clicks GROUP BY ad_id) c JOIN impressions i ON c.ad_id = i.ad_id"),
+        ),
+        (
+            "outer_join_of_a_changelog",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT c.ad_id, i.impression_id FROM (SELECT ad_id, COUNT(*) AS n FROM clicks GROUP BY ad_id) c LEFT JOIN impressions i ON c.ad_id = i.ad_id"),
+        ),
+        (
+            "join_of_a_changelog_and_appends_into_a_table",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT c.click_id, i.impression_id FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY rt DESC) AS rownum FROM clicks) WHERE rownum = 1) c JOIN impressions i ON c.ad_id = i.ad_id AND c.rt BETWEEN i.rt AND i.rt + INTERVAL '1' HOUR"),
+        ),
+        (
+            "join_of_changelogs_into_an_append_table",
+            format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT c.ad_id, i.n FROM (SELECT ad_id, COUNT(*) AS n FROM clicks GROUP BY ad_id) c JOIN (SELECT ad_id, COUNT(*) AS n FROM impressions GROUP BY ad_id) i ON c.ad_id = i.ad_id"),
+        ),
+        (
             "group_by_into_an_append_table",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id"),
         ),

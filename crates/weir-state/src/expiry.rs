@@ -116,6 +116,25 @@ impl SlotExpiry {
         }
         slots
     }
+
+    /// The slots due at `watermark` whose keys expire by then, taken out: `expires_at` gives a
+    /// slot's expiry now (None for a slot emptied since it was queued, which is dropped); a
+    /// slot that expires later (its key had rows since) is queued again for then.
+    pub fn expired(
+        &mut self,
+        watermark: i64,
+        expires_at: impl Fn(usize) -> Option<i64>,
+    ) -> Vec<usize> {
+        let mut out = Vec::new();
+        for slot in self.pop_due(watermark) {
+            match expires_at(slot) {
+                None => {}
+                Some(at) if at > watermark => self.queue(slot, at),
+                Some(_) => out.push(slot),
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -273,17 +273,13 @@ impl Operator for RetractGroupsOp {
                 .collect();
             self.emit(&live, ctx)?;
         }
-        for slot in self.expiry.pop_due(watermark.0) {
-            let g = self.groups.get(slot);
-            // A slot forgotten since (all its rows taken out).
-            if g.accs.is_empty() {
-                continue;
-            }
-            let at = g.last_event_time.saturating_add(self.ttl_ms);
-            if at > watermark.0 {
-                self.expiry.queue(slot, at);
-                continue;
-            }
+        let (groups, ttl) = (&self.groups, self.ttl_ms);
+        let expired = self.expiry.expired(watermark.0, |slot| {
+            // None for a slot forgotten since (all its rows taken out).
+            let g = groups.get(slot);
+            (!g.accs.is_empty()).then(|| g.last_event_time.saturating_add(ttl))
+        });
+        for slot in expired {
             self.forget(slot);
             self.expired += 1;
         }

@@ -2,7 +2,10 @@
 
 use super::*;
 use weir_operators::window_join::GIVEN_WINDOW_TIME;
-use weir_operators::{WindowJoin, WindowJoinExt};
+use weir_operators::{ChangelogJoin, ChangelogJoinExt, WindowJoin, WindowJoinExt};
+
+/// The column with the time of each pair of a join of changelogs (the later row's).
+const JOIN_TIME: &str = "__join_time";
 
 impl Planner {
     /// The jdbc table that `relation` looks up at processing time, if it is one: such a
@@ -75,11 +78,17 @@ impl Planner {
                 (r, v, None)
             }
         };
-        if left.upsert_keys.is_some() || right.upsert_keys.is_some() {
-            return Err(plan_err(
-                "joining the rows of a GROUP BY without a window (updates per key) is not supported yet",
-            ));
+        // Updating inputs (changelogs) join in a regular join of changelogs, each taking
+        // replaced rows back (a GROUP BY's upserts normalized first).
+        for r in [&left, &right] {
+            if r.upsert_keys.is_some() && r.changes.is_none() {
+                return Err(plan_err(
+                    "joining these updates is not supported: they do not say which row each replaces",
+                ));
+            }
         }
+        let updating = left.changes.is_some() || right.changes.is_some();
+        let (left, right) = (self.retracting(left)?, self.retracting(right)?);
         let (jt, on) = match &j.join_operator {
             JoinOperator::Join(JoinConstraint::On(e))
             | JoinOperator::Inner(JoinConstraint::On(e)) => (JoinType::Inner, e),
@@ -177,7 +186,53 @@ impl Planner {
                     .any(|p| p.eq_ignore_ascii_case(&n))
             })
         });
-        let out = if lookup {
+        if updating && (version.is_some() || window.is_some() || bounds.is_some()) {
+            return Err(plan_err(format!(
+                "joining `{}` and `{}`: a side's rows are updates (from {}), which weir joins only in a regular join (ON equates keys, with no time bound); a temporal, lookup, window or interval join needs append-only rows",
+                aliases.0,
+                aliases.1,
+                [&left, &right]
+                    .iter()
+                    .filter_map(|r| r.changes.as_ref().map(|c| c.made_by.clone()))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )));
+        }
+        let out = if updating {
+            if jt != JoinType::Inner {
+                return Err(plan_err(format!(
+                    "{jt:?} join of `{}` and `{}`: an outer join of updating rows is not supported yet (its unmatched rows would be taken back when a match comes); write an inner JOIN",
+                    aliases.0, aliases.1
+                )));
+            }
+            let time = |rel: &Rel| {
+                (rel.changes.as_ref())
+                    .map(|c| c.time_column.clone())
+                    .or_else(|| rel.stream.event_time())
+            };
+            let (Some(lt), Some(rt)) = (time(&left), time(&right)) else {
+                return Err(plan_err(format!(
+                    "joining `{}` and `{}`: a regular join of updating rows keeps its state in event time, and a side has none: declare a WATERMARK on its table",
+                    aliases.0, aliases.1
+                )));
+            };
+            let mut j = ChangelogJoin::new(OP_COLUMN, [&lt, &rt], JOIN_TIME)
+                .aliases(&aliases.0, &aliases.1);
+            match self.state_ttl_ms()? {
+                Some(ttl) => j = j.with_ttl(ttl),
+                // A changelog holds a row per key; an append-only side holds every row.
+                None if left.changes.is_none() || right.changes.is_none() => {
+                    return Err(plan_err(format!(
+                        "the regular join of `{}` and `{}` keeps every row of its append-only side forever, so its state grows without bound; give it a state TTL (`SET 'table.exec.state.ttl' = '1 h'`)",
+                        aliases.0, aliases.1
+                    )));
+                }
+                None => {}
+            }
+            stream
+                .key_by(&lkeys)
+                .changelog_join(&right.stream.key_by(&rkeys), j)
+        } else if lookup {
             if let Some(t) = jdbc {
                 if !matches!(jt, JoinType::Inner | JoinType::Left) {
                     return Err(plan_err(format!(
@@ -310,10 +365,35 @@ impl Planner {
             .unwrap_or_else(|| vec![et]),
             None => Vec::new(),
         };
+        // A join of changelogs: updates, keyed by both sides' keys when both have them.
+        let changes = updating.then(|| Changes {
+            retracts: true,
+            time_column: JOIN_TIME.into(),
+            made_by: format!("the regular join of `{}` and `{}`", aliases.0, aliases.1),
+        });
+        let upsert_keys = match (updating, &left.upsert_keys, &right.upsert_keys) {
+            (true, Some(l), Some(r)) => {
+                // Every key column renamed as the join names it, or no key at all: a key
+                // short of a column would merge rows that differ.
+                let named =
+                    |keys: &[String], names: &[String], schema: &arrow_schema::SchemaRef| {
+                        (keys.iter())
+                            .map(|k| schema.index_of(k).ok().map(|i| names[i].clone()))
+                            .collect::<Option<Vec<_>>>()
+                    };
+                named(l, &lnames, &lschema)
+                    .zip(named(r, &rnames, &rschema))
+                    .map(|(mut l, r)| {
+                        l.extend(r);
+                        l
+                    })
+            }
+            _ => None,
+        };
         let mut joined = Rel {
             primary_key: Vec::new(),
-            upsert_keys: None,
-            changes: None,
+            upsert_keys,
+            changes,
             proc_time_attrs: {
                 let mut p = left.proc_time_attrs.clone();
                 p.extend(right.proc_time_attrs.clone());

@@ -557,6 +557,14 @@ impl Planner {
         if let Some(keys) = &rel.upsert_keys {
             let made_by = rel.changes.as_ref().map(|c| c.made_by.as_str());
             check_upsert_sink(sink, &sink_cols, &exprs, keys, made_by)?;
+        } else if let Some(c) = &rel.changes {
+            // Neither an append-only table (it would keep the taken-back rows) nor a table
+            // keyed by columns that may repeat among the live rows (a delete would remove a
+            // row another still holds) receives this exactly.
+            return Err(plan_err(format!(
+                "INSERT INTO `{}`: the query's rows are updates ({}) with no key that tells them apart (an append-only side's rows repeat any key), which no table receives exactly; aggregate them first (GROUP BY into a table keyed by the group), or join two keyed changelogs (a GROUP BY, a keep-last deduplication) into a table keyed by both keys",
+                sink.name, c.made_by
+            )));
         }
         // Columns by position, cast to the sink's types (as Flink does).
         let schema = rel.stream.schema();
@@ -684,13 +692,12 @@ impl Planner {
         if let Some(u) = &unnest_after {
             rel = self.unnest(rel, u, false)?;
         }
-        if rel.upsert_keys.is_some()
-            && (window.is_some()
-                || !from.joins.is_empty()
-                || (select.selection.is_some() && rel.changes.is_none()))
+        let updating = rel.upsert_keys.is_some() || rel.changes.is_some();
+        if (updating && window.is_some())
+            || (rel.upsert_keys.is_some() && rel.changes.is_none() && select.selection.is_some())
         {
             return Err(plan_err(
-                    "the rows of a GROUP BY without a window update their key's result: weir writes them to an upsert sink, filters and aggregates them, but does not window or join them yet",
+                    "the rows of a GROUP BY without a window update their key's result: weir writes them to an upsert sink, filters, joins and aggregates them, but does not window them",
                 ));
         }
         if let Some(w) = &select.selection {

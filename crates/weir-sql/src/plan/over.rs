@@ -67,6 +67,12 @@ impl Planner {
                 "HAVING needs a GROUP BY; an OVER aggregation has none",
             ));
         }
+        if let Some(c) = &rel.changes {
+            return Err(plan_err(format!(
+                "OVER and LAG over updates (from {}) are not supported: they take append-only rows in event-time order",
+                c.made_by
+            )));
+        }
         if has_lag(select) {
             return self.lag(rel, select);
         }

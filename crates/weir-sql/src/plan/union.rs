@@ -116,7 +116,7 @@ impl Planner {
             let mut sq = q.clone();
             *sq.body = body.clone();
             let (rel, exprs) = self.query(&sq)?;
-            if rel.upsert_keys.is_some() {
+            if rel.upsert_keys.is_some() || rel.changes.is_some() {
                 return Err(plan_err(format!(
                     "{what} of the updates of a GROUP BY or a keep-last deduplication without a window is not supported: they are updates, not events"
                 )));
