@@ -660,9 +660,21 @@ fn regular_joins_of_changelogs_retract_the_pairs_a_change_undoes_as_flink() {
 }
 
 #[test]
+fn outer_joins_of_changelogs_take_unmatched_rows_back_when_a_match_comes_as_flink() {
+    check("changelog_outer_join");
+    check_in_batches_of("changelog_outer_join", 37);
+}
+
+#[test]
 fn intersect_and_except_are_updates_keyed_by_every_column_as_flink() {
     check("set_operations");
     check_in_batches_of("set_operations", 37);
+}
+
+#[test]
+fn intersect_all_and_except_all_hold_each_row_while_a_copy_is_left_as_flink() {
+    check("set_operations_all");
+    check_in_batches_of("set_operations_all", 37);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! `.key_by(keys).changelog_join(&right.key_by(keys), ChangelogJoin::new(...))`: a regular
-//! inner equi-join whose inputs may be changelogs (a keep-last deduplication, a GROUP BY, an
-//! `upsert-kafka` table), as Flink's regular join over updating inputs: its output is a
-//! changelog too.
+//! equi-join (inner, left, right or full) whose inputs may be changelogs (a keep-last
+//! deduplication, a GROUP BY, an `upsert-kafka` table), as Flink's regular join over updating
+//! inputs: its output is a changelog too.
 //!
 //! # Results
 //!
@@ -10,8 +10,16 @@
 //! that takes back (`-U`, `-D`) removes the equal row it brought (every column but the change
 //! column equal) and takes its pairs back: a `-D` per pair, as Flink's inner join emits. A row
 //! taken back that the join does not hold (forgotten after its TTL) changes nothing and is
-//! counted (gauge `retractions_without_state`). Rows with a NULL in a key match nothing. The
-//! output is both inputs' columns (their change columns left out, names on both sides as
+//! counted (gauge `retractions_without_state`). Rows with a NULL in a key match nothing.
+//!
+//! An outer join also emits a row of a side it keeps (the left of a LEFT join) with NULLs for
+//! the other side while that side holds no row of its key: `+I` of it when it comes unmatched,
+//! `-D` when it goes. When the other side's first row of the key comes, each such row is taken
+//! back (`-D` of it with NULLs) before its pairs (`+I`); when the other side's last row goes,
+//! its pairs are taken back and the rows come again with NULLs (`+I`), as Flink's outer join
+//! over updates. A row with a NULL key of a kept side comes and goes with NULLs.
+//!
+//! The output is both inputs' columns (their change columns left out, names on both sides as
 //! `{alias}_{name}`), the change column and `time_column`: the later of the two rows' times.
 //!
 //! # State and the TTL
@@ -42,7 +50,7 @@ use weir_runtime::{
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{KeySlots, SlotExpiry, StateSize};
 
-use crate::join::join_schema;
+use crate::join::{join_schema, JoinType};
 
 /// The spec of a regular join over changelogs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,6 +69,9 @@ pub struct ChangelogJoin {
     pub time_column: String,
     /// A key is forgotten this long (event time) after its latest row.
     pub ttl_ms: i64,
+    /// Which unmatched rows the join emits.
+    #[serde(default)]
+    pub join_type: JoinType,
 }
 
 impl ChangelogJoin {
@@ -76,7 +87,14 @@ impl ChangelogJoin {
             time_columns: time_columns.map(String::from),
             time_column: time_column.into(),
             ttl_ms: weir_core::time::TTL_END_OF_INPUT_MS,
+            join_type: JoinType::Inner,
         }
+    }
+
+    /// An outer join: also the unmatched rows `join_type` keeps, with NULLs for the other side.
+    pub fn join_type(mut self, join_type: JoinType) -> Self {
+        self.join_type = join_type;
+        self
     }
 
     /// Keys forgotten `ttl_ms` of event time after their latest row.
@@ -218,6 +236,16 @@ impl OperatorFactory for ChangelogJoin {
                     .collect(),
             )
         };
+        let converters = [converter(&sides[0])?, converter(&sides[1])?];
+        // Each side's row of NULLs, for the pairs of an outer join's unmatched rows.
+        let mut null_rows: Vec<Box<[u8]>> = Vec::new();
+        for (s, c) in sides.iter().zip(&converters) {
+            let nulls: Vec<ArrayRef> = (s.schema.fields().iter())
+                .map(|f| arrow_array::new_null_array(f.data_type(), 1))
+                .collect();
+            null_rows.push(c.convert_columns(&nulls)?.row(0).as_ref().into());
+        }
+        let null_rows: [Box<[u8]>; 2] = null_rows.try_into().expect("two sides");
         Ok(Box::new(ChangelogJoinOp {
             schema: self.output(&sides)?,
             state_schema: self.state_schema(&sides)?,
@@ -226,7 +254,9 @@ impl OperatorFactory for ChangelogJoin {
                 KeyEncoder::new(&inputs[0].schema, &self.left_keys)?,
                 KeyEncoder::new(&inputs[1].schema, &self.right_keys)?,
             ],
-            converters: [converter(&sides[0])?, converter(&sides[1])?],
+            converters,
+            null_rows,
+            outer: [0, 1].map(|s| self.join_type.keeps_unmatched(s)),
             sides,
             ttl_ms: self.ttl_ms,
             keys: KeySlots::new(),
@@ -241,13 +271,21 @@ impl OperatorFactory for ChangelogJoin {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn emits_updates(&self) -> Option<String> {
+        Some("a changelog (+I / -D per pair)".into())
+    }
     fn describe(&self) -> String {
         format!(
-            "inner regular join of updating rows on ({}) = ({}), a changelog (+I per pair a row \
-             brings, -D per pair a -U / -D takes back); keeps every row of both sides per key in \
-             memory (whatever `state.backend.type` says), {}",
+            "{} regular join of updating rows on ({}) = ({}), a changelog (+I per pair a row \
+             brings, -D per pair a -U / -D takes back{}); keeps every row of both sides per key \
+             in memory (whatever `state.backend.type` says), {}",
+            format!("{:?}", self.join_type).to_lowercase(),
             self.left_keys.join(", "),
             self.right_keys.join(", "),
+            match self.join_type {
+                JoinType::Inner => "",
+                _ => ", and the rows without a match with NULLs while they have none",
+            },
             match self.ttl_ms >= weir_core::time::TTL_END_OF_INPUT_MS {
                 true => "for as long as the job runs (no TTL): as large as both inputs' tables"
                     .to_string(),
@@ -294,6 +332,10 @@ pub struct ChangelogJoinOp {
     key_groups: u16,
     encoders: [KeyEncoder; 2],
     converters: [RowConverter; 2],
+    /// Each side's row of NULLs.
+    null_rows: [Box<[u8]>; 2],
+    /// Per side, whether its unmatched rows are emitted (with `null_rows` of the other).
+    outer: [bool; 2],
     sides: [Side; 2],
     ttl_ms: i64,
     keys: KeySlots<KeyState>,
@@ -307,6 +349,14 @@ pub struct ChangelogJoinOp {
 
 /// A joined pair to emit: the left row, the right row, its change kind and time.
 type Pair = (Box<[u8]>, Box<[u8]>, ChangeKind, i64);
+
+/// The pair of a row of side `input` and a row of the other side, left first.
+fn oriented(input: usize, mine: &[u8], theirs: &[u8]) -> (Box<[u8]>, Box<[u8]>) {
+    match input {
+        0 => (mine.into(), theirs.into()),
+        _ => (theirs.into(), mine.into()),
+    }
+}
 
 impl ChangelogJoinOp {
     fn forget(&mut self, slot: usize) {
@@ -365,13 +415,22 @@ impl Operator for ChangelogJoinOp {
         let other = 1 - input;
         let mut out: Vec<Pair> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
-            // A NULL key matches nothing, and a row of one is never taken back from state.
+            let retracts = kinds[i].retracts();
+            let kind = match retracts {
+                true => ChangeKind::Delete,
+                false => ChangeKind::Insert,
+            };
+            // A NULL key matches nothing: a row of one is never held, and a kept side's comes
+            // and goes with NULLs.
             if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                if self.outer[input] {
+                    let (l, r) = oriented(input, rows.row(i).as_ref(), &self.null_rows[other]);
+                    out.push((l, r, kind, times[i]));
+                }
                 continue;
             }
             let key = key.as_ref();
             let hash = hash_key(key);
-            let retracts = kinds[i].retracts();
             let slot = match self.keys.find(hash, key) {
                 Some(s) => s,
                 None if retracts => {
@@ -385,6 +444,7 @@ impl Operator for ChangelogJoinOp {
             };
             let row = rows.row(i);
             let k = self.keys.get_mut(slot);
+            let mine_before = !k.rows[input].is_empty();
             if retracts {
                 let Some((n, _)) = k.rows[input].get_mut(row.as_ref()) else {
                     self.stale += 1;
@@ -410,18 +470,35 @@ impl Operator for ChangelogJoinOp {
                 k.time = k.time.max(times[i]);
                 self.rows_held += 1;
             }
-            let kind = match retracts {
-                true => ChangeKind::Delete,
-                false => ChangeKind::Insert,
-            };
-            for (o, (n, t)) in &k.rows[other] {
-                let time = times[i].max(*t);
-                for _ in 0..*n {
-                    let (l, r): (Box<[u8]>, Box<[u8]>) = match input {
-                        0 => (row.as_ref().into(), o.clone()),
-                        _ => (o.clone(), row.as_ref().into()),
-                    };
-                    out.push((l, r, kind, time));
+            let mine_after = !k.rows[input].is_empty();
+            if k.rows[other].is_empty() {
+                if self.outer[input] {
+                    let (l, r) = oriented(input, row.as_ref(), &self.null_rows[other]);
+                    out.push((l, r, kind, times[i]));
+                }
+            } else {
+                // The other side's rows with NULLs, emitted while this side had none of the
+                // key: taken back before their first pairs, back after their last.
+                let unmatched = |kind: ChangeKind, out: &mut Vec<Pair>| {
+                    for (o, (n, t)) in &k.rows[other] {
+                        for _ in 0..*n {
+                            let (l, r) = oriented(input, &self.null_rows[input], o);
+                            out.push((l, r, kind, times[i].max(*t)));
+                        }
+                    }
+                };
+                if self.outer[other] && !retracts && !mine_before {
+                    unmatched(ChangeKind::Delete, &mut out);
+                }
+                for (o, (n, t)) in &k.rows[other] {
+                    let time = times[i].max(*t);
+                    for _ in 0..*n {
+                        let (l, r) = oriented(input, row.as_ref(), o);
+                        out.push((l, r, kind, time));
+                    }
+                }
+                if self.outer[other] && retracts && !mine_after {
+                    unmatched(ChangeKind::Insert, &mut out);
                 }
             }
             if k.rows[0].is_empty() && k.rows[1].is_empty() {

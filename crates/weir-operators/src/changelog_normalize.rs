@@ -139,6 +139,9 @@ impl OperatorFactory for ChangelogNormalize {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn emits_updates(&self) -> Option<String> {
+        Some(format!("a changelog keyed by ({})", self.keys.join(", ")))
+    }
     fn describe(&self) -> String {
         format!(
             "an upsert stream per ({}) as a changelog: -U with the row a new version replaces, \

@@ -272,6 +272,14 @@ impl OperatorFactory for Deduplicate {
     fn state_on_disk(&self) -> bool {
         true
     }
+    fn emits_updates(&self) -> Option<String> {
+        let keys = self.keys.join(", ");
+        match (&self.keep, &self.changes) {
+            (Keep::First, _) => None,
+            (Keep::Last, None) => Some(format!("upserts keyed by ({keys})")),
+            (Keep::Last, Some(_)) => Some(format!("a changelog keyed by ({keys})")),
+        }
+    }
     fn describe(&self) -> String {
         let keys = self.keys.join(", ");
         match self.keep {

@@ -295,6 +295,14 @@ impl OperatorFactory for GroupAggregate {
     fn state_on_disk(&self) -> bool {
         self.changes.is_none()
     }
+    fn emits_updates(&self) -> Option<String> {
+        let keys = self.keys.join(", ");
+        match (self.final_only, &self.changes) {
+            (true, _) => None,
+            (false, None) => Some(format!("upserts keyed by ({keys})")),
+            (false, Some(_)) => Some(format!("a changelog keyed by ({keys})")),
+        }
+    }
     fn describe(&self) -> String {
         format!(
             "{} per ({}){}, {}; keeps one group per key {}",

@@ -276,6 +276,11 @@ impl OperatorFactory for TopN {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn emits_updates(&self) -> Option<String> {
+        let mut keys = self.keys.clone();
+        keys.push(self.rank_column.clone());
+        (!self.final_only).then(|| format!("a changelog keyed by ({})", keys.join(", ")))
+    }
     fn describe(&self) -> String {
         let order: Vec<String> = (self.order_by.iter())
             .map(|o| format!("{}{}", o.column, if o.descending { " DESC" } else { "" }))

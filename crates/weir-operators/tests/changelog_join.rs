@@ -1,8 +1,9 @@
 //! A regular join over changelogs (`changelog_join`): random inserts, updates (`-U` then `+U`,
 //! which may move a row to another key) and deletes on both sides, or an append-only left
 //! side; the pairs it emits (`+I` adds one, `-D` takes one back), applied as a multiset, must
-//! equal a plain inner join of the two tables the changelogs leave — at parallelism 1 and 3,
-//! and restored from a checkpoint taken at any point at parallelism 1, 2 and 3.
+//! equal a plain join (inner, left, right or full) of the two tables the changelogs leave — at
+//! parallelism 1 and 3, and restored from a checkpoint taken at any point at parallelism 1, 2
+//! and 3.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
+use weir_operators::join::JoinType;
 use weir_operators::ChangelogJoin;
 use weir_runtime::graph::StreamInfo;
 use weir_runtime::StreamBatch;
@@ -30,11 +32,13 @@ fn info(side: usize, changes: bool) -> StreamInfo {
     }
 }
 
-fn spec() -> ChangelogJoin {
+fn spec(join_type: JoinType) -> ChangelogJoin {
     ChangelogJoin {
         left_keys: vec!["k".into()],
         right_keys: vec!["k".into()],
-        ..ChangelogJoin::new("op", ["ts", "ts"], "pair_ts").with_ttl(1_000_000)
+        ..ChangelogJoin::new("op", ["ts", "ts"], "pair_ts")
+            .with_ttl(1_000_000)
+            .join_type(join_type)
     }
 }
 
@@ -150,15 +154,31 @@ fn script(steps: &[Step], append_left: bool) -> (Vec<Input>, [Vec<Row>; 2]) {
     (out, [l.into_values().collect(), r.into_values().collect()])
 }
 
-/// An inner join of the tables on the key: `k,lv,ts,k,rv,ts` per pair, counted.
-fn reference(tables: &[Vec<Row>; 2]) -> BTreeMap<String, i64> {
+/// A join of the tables on the key: `k,lv,ts,k,rv,ts` per pair (empty fields for NULLs),
+/// counted.
+fn reference(tables: &[Vec<Row>; 2], join_type: JoinType) -> BTreeMap<String, i64> {
+    let text = |row: Option<&Row>| match row {
+        Some((k, v, t)) => format!("{},{v},{t}", k.map(|k| k.to_string()).unwrap_or_default()),
+        None => ",,".to_string(),
+    };
+    let matches = |a: &Row, b: &Row| a.0.is_some() && a.0 == b.0;
     let mut out = BTreeMap::new();
     for l in &tables[0] {
-        for r in &tables[1] {
-            if let Some(k) = l.0.filter(|k| r.0 == Some(*k)) {
-                let line = format!("{k},{},{},{k},{},{}", l.1, l.2, r.1, r.2);
-                *out.entry(line).or_insert(0) += 1;
-            }
+        let mut matched = false;
+        for r in tables[1].iter().filter(|r| matches(l, r)) {
+            matched = true;
+            *out.entry(format!("{},{}", text(Some(l)), text(Some(r))))
+                .or_insert(0) += 1;
+        }
+        if !matched && join_type.keeps_unmatched(0) {
+            *out.entry(format!("{},{}", text(Some(l)), text(None)))
+                .or_insert(0) += 1;
+        }
+    }
+    for r in &tables[1] {
+        if join_type.keeps_unmatched(1) && !tables[0].iter().any(|l| matches(l, r)) {
+            *out.entry(format!("{},{}", text(None), text(Some(r))))
+                .or_insert(0) += 1;
         }
     }
     out
@@ -185,13 +205,14 @@ fn apply(lines: &[String]) -> BTreeMap<String, i64> {
 }
 
 fn run(
+    join_type: JoinType,
     append_left: bool,
     snapshots: &[Vec<RecordBatch>],
     p: usize,
     inputs: &[Input],
 ) -> (KeyedSubtasks, Vec<String>) {
     let infos = [info(0, !append_left), info(1, true)];
-    let mut s = KeyedSubtasks::restored(&spec(), &infos, &["k".to_string()], snapshots, p);
+    let mut s = KeyedSubtasks::restored(&spec(join_type), &infos, &["k".to_string()], snapshots, p);
     let mut out = Vec::new();
     for i in inputs {
         match i {
@@ -214,19 +235,20 @@ proptest! {
     fn joining_changelogs_equals_a_join_of_the_tables_they_leave(
         steps in prop::collection::vec(step(), 0..25),
         append_left in any::<bool>(),
+        join_type in prop::sample::select(vec![JoinType::Inner, JoinType::Left, JoinType::Right, JoinType::Full]),
         parallelism in prop::sample::select(vec![1usize, 3]),
         cut in any::<prop::sample::Index>(),
     ) {
         let (inputs, tables) = script(&steps, append_left);
-        let want = reference(&tables);
-        let (_, got) = run(append_left, &[], parallelism, &inputs);
+        let want = reference(&tables, join_type);
+        let (_, got) = run(join_type, append_left, &[], parallelism, &inputs);
         prop_assert_eq!(apply(&got), want.clone());
 
         let cut = cut.index(inputs.len() + 1);
-        let (mut before, emitted) = run(append_left, &[], parallelism, &inputs[..cut]);
+        let (mut before, emitted) = run(join_type, append_left, &[], parallelism, &inputs[..cut]);
         let snapshots = before.snapshots();
         for p in 1..=3 {
-            let (_, after) = run(append_left, &snapshots, p, &inputs[cut..]);
+            let (_, after) = run(join_type, append_left, &snapshots, p, &inputs[cut..]);
             let mut all = emitted.clone();
             all.extend(after);
             prop_assert_eq!(apply(&all), want.clone(), "restored at parallelism {} after {} of {} inputs", p, cut, inputs.len());

@@ -99,6 +99,13 @@ pub trait OperatorFactory: Send + Sync + fmt::Debug {
     fn describe(&self) -> String {
         format!("{} {}", self.kind(), self.spec())
     }
+    /// The updates the operator's output carries when it makes them (`upserts keyed by (k)`,
+    /// `a changelog keyed by (k)`), for EXPLAIN's marks on edges. `None` (the default): its
+    /// output carries what its inputs carry (append-only rows, or a stateless operator passing
+    /// updates on).
+    fn emits_updates(&self) -> Option<String> {
+        None
+    }
     /// What the operator keeps between batches, for checkpoints. The default says its state
     /// cannot be checkpointed yet, so a job with checkpoints on refuses to start with it
     /// rather than lose its state on a restore.
@@ -584,6 +591,38 @@ impl JobGraph {
         v
     }
 
+    /// Per node, the updates its output carries ([`OperatorFactory::emits_updates`], or else
+    /// its inputs'): `None` for append-only rows.
+    fn updates_by_node(&self, inputs: &[Vec<&Edge>]) -> Vec<Option<String>> {
+        fn of(
+            g: &JobGraph,
+            inputs: &[Vec<&Edge>],
+            memo: &mut Vec<Option<Option<String>>>,
+            n: usize,
+        ) -> Option<String> {
+            if let Some(known) = &memo[n] {
+                return known.clone();
+            }
+            // A cycle (none in a valid graph) reads as append-only rather than recursing.
+            memo[n] = Some(None);
+            let own = match &g.nodes[n].kind {
+                NodeKind::Operator { factory } => factory.emits_updates(),
+                _ => None,
+            };
+            let found = own.or_else(|| {
+                (inputs[n].iter())
+                    .filter(|e| e.port == Port::Main)
+                    .find_map(|e| of(g, inputs, memo, e.from))
+            });
+            memo[n] = Some(found.clone());
+            found
+        }
+        let mut memo = vec![None; self.nodes.len()];
+        (0..self.nodes.len())
+            .map(|n| of(self, inputs, &mut memo, n))
+            .collect()
+    }
+
     /// Edges into `node`, ordered by logical input.
     pub fn inputs_of(&self, node: usize) -> Vec<&Edge> {
         let mut v: Vec<_> = self.edges.iter().filter(|e| e.to == node).collect();
@@ -880,6 +919,7 @@ impl fmt::Display for JobGraph {
         writeln!(f, "job `{}`", self.name)?;
         let inputs = self.inputs_by_node();
         let chains = crate::physical::Chains::of(self);
+        let updates = self.updates_by_node(&inputs);
         for n in &self.nodes {
             write!(
                 f,
@@ -904,7 +944,11 @@ impl fmt::Display for JobGraph {
                         } else {
                             ""
                         };
-                        format!("[{}]{} {}{chained}", e.from, port, e.partitioning)
+                        let carries = match (&e.port, &updates[e.from]) {
+                            (Port::Main, Some(u)) => format!(", carrying {u}"),
+                            _ => String::new(),
+                        };
+                        format!("[{}]{} {}{chained}{carries}", e.from, port, e.partitioning)
                     })
                     .collect();
                 write!(f, " <- {}", from.join(", "))?;

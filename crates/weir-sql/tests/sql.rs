@@ -360,6 +360,34 @@ fn deduplication_without_a_window_is_planned_with_its_bound() {
     );
 }
 
+/// EXPLAIN marks every edge that carries updates with what they are: the keep-last
+/// deduplication's and the GROUP BY's changelogs into the join, the join's into the sink.
+#[test]
+fn explain_marks_the_edges_that_carry_updates() {
+    let sql = format!(
+        "{TABLES} SET 'table.exec.state.ttl' = '1 h';
+         CREATE TABLE pairs (user_id BIGINT, ad_id BIGINT, n BIGINT, PRIMARY KEY (user_id, ad_id) NOT ENFORCED)
+           WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:pairs.db', 'table-name' = 'pairs');
+         INSERT INTO pairs SELECT c.user_id, i.ad_id, i.n
+         FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY rt DESC) AS rownum FROM clicks) WHERE rownum = 1) c
+         JOIN (SELECT ad_id, COUNT(*) AS n FROM impressions GROUP BY ad_id) i ON c.ad_id = i.ad_id"
+    );
+    let plan = explain(&sql);
+    snapshot("explain_changelog_join", &plan);
+    for carried in [
+        "carrying a changelog keyed by (user_id)",
+        "carrying a changelog keyed by (ad_id)",
+        "carrying a changelog (+I / -D per pair)",
+    ] {
+        assert!(plan.contains(carried), "{carried}:\n{plan}");
+    }
+    // Append-only edges carry no mark.
+    let plan = explain(&format!(
+        "{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks"
+    ));
+    assert!(!plan.contains("carrying"), "{plan}");
+}
+
 /// A union of tables whose event times have different types (epoch milliseconds under a
 /// computed TIMESTAMP_LTZ, and a physical TIMESTAMP_LTZ) keeps its time attribute: a window
 /// over it plans.

@@ -199,12 +199,6 @@ impl Planner {
             )));
         }
         let out = if updating {
-            if jt != JoinType::Inner {
-                return Err(plan_err(format!(
-                    "{jt:?} join of `{}` and `{}`: an outer join of updating rows is not supported yet (its unmatched rows would be taken back when a match comes); write an inner JOIN",
-                    aliases.0, aliases.1
-                )));
-            }
             let time = |rel: &Rel| {
                 (rel.changes.as_ref())
                     .map(|c| c.time_column.clone())
@@ -217,18 +211,17 @@ impl Planner {
                 )));
             };
             let mut j = ChangelogJoin::new(OP_COLUMN, [&lt, &rt], JOIN_TIME)
-                .aliases(&aliases.0, &aliases.1);
-            match self.state_ttl_ms()? {
-                Some(ttl) => j = j.with_ttl(ttl),
-                // A changelog holds a row per key; an append-only side holds every row.
-                None if left.changes.is_none() || right.changes.is_none() => {
-                    return Err(plan_err(format!(
-                        "the regular join of `{}` and `{}` keeps every row of its append-only side forever, so its state grows without bound; give it a state TTL (`SET 'table.exec.state.ttl' = '1 h'`)",
-                        aliases.0, aliases.1
-                    )));
-                }
-                None => {}
-            }
+                .aliases(&aliases.0, &aliases.1)
+                .join_type(jt);
+            // As every regular join: without a TTL it would keep every row of an append-only
+            // side, and every key its changelogs ever had, forever.
+            let Some(ttl) = self.state_ttl_ms()? else {
+                return Err(plan_err(format!(
+                    "the regular join of `{}` and `{}` keeps every row of both sides forever, so its state grows without bound; give it a state TTL (`SET 'table.exec.state.ttl' = '1 h'`, in event time)",
+                    aliases.0, aliases.1
+                )));
+            };
+            j = j.with_ttl(ttl);
             stream
                 .key_by(&lkeys)
                 .changelog_join(&right.stream.key_by(&rkeys), j)
@@ -369,10 +362,22 @@ impl Planner {
         let changes = updating.then(|| Changes {
             retracts: true,
             time_column: JOIN_TIME.into(),
-            made_by: format!("the regular join of `{}` and `{}`", aliases.0, aliases.1),
+            made_by: format!(
+                "the {} join of `{}` and `{}`",
+                match jt {
+                    JoinType::Inner => "regular",
+                    JoinType::Left => "left",
+                    JoinType::Right => "right",
+                    JoinType::Full => "full",
+                },
+                aliases.0,
+                aliases.1
+            ),
         });
+        // An outer join's rows without a match have NULLs for the other side's key, which no
+        // table keyed by it takes: they have no key.
         let upsert_keys = match (updating, &left.upsert_keys, &right.upsert_keys) {
-            (true, Some(l), Some(r)) => {
+            (true, Some(l), Some(r)) if jt == JoinType::Inner => {
                 // Every key column renamed as the join names it, or no key at all: a key
                 // short of a column would merge rows that differ.
                 let named =

@@ -562,7 +562,7 @@ impl Planner {
             // keyed by columns that may repeat among the live rows (a delete would remove a
             // row another still holds) receives this exactly.
             return Err(plan_err(format!(
-                "INSERT INTO `{}`: the query's rows are updates ({}) with no key that tells them apart (an append-only side's rows repeat any key), which no table receives exactly; aggregate them first (GROUP BY into a table keyed by the group), or join two keyed changelogs (a GROUP BY, a keep-last deduplication) into a table keyed by both keys",
+                "INSERT INTO `{}`: the query's rows are updates ({}) with no key that tells them apart (an append-only side's rows may repeat any key, an outer join's unmatched rows have NULLs for the other side's), which no table receives exactly; aggregate them first (GROUP BY into a table keyed by the group), or inner join two keyed changelogs (a GROUP BY, a keep-last deduplication) into a table keyed by both keys",
                 sink.name, c.made_by
             )));
         }

@@ -37,9 +37,11 @@ impl Planner {
 
     /// `INTERSECT` and `EXCEPT`, as Flink plans them: both sides merged, each row marked with
     /// the side it came from, a GROUP BY of every column counting each side's rows, and the
-    /// rows whose counts say so: in both (INTERSECT), in the first only (EXCEPT). Each distinct
-    /// row once, as updates keyed by all the columns (a row leaves the result when the other
-    /// side's rows make it stop matching), which an upsert sink keyed by every column takes.
+    /// rows whose counts say so: in both (INTERSECT), in the first only (EXCEPT), more in the
+    /// first (EXCEPT ALL). Each distinct row once, as updates keyed by all the columns (a row
+    /// leaves the result when the other side's rows make it stop matching), which an upsert
+    /// sink keyed by every column takes: for the ALL forms too, whose copies such a table
+    /// holds once.
     pub(super) fn set_operation(
         &self,
         q: &Query,
@@ -49,19 +51,23 @@ impl Planner {
         right: &SetExpr,
     ) -> Result<(Rel, Vec<SqlScalar>)> {
         let what = op.to_string();
-        match quantifier {
-            SetQuantifier::None | SetQuantifier::Distinct => {}
-            SetQuantifier::All => {
+        let all = match quantifier {
+            SetQuantifier::None | SetQuantifier::Distinct => false,
+            // Rows as updates keyed by every column: a table keyed by the row holds it once
+            // while the ALL result has a copy of it, as Flink's does. A batch job's result is
+            // append-only rows, where each copy would have to come out.
+            SetQuantifier::All if self.batch.is_some() => {
                 return Err(plan_err(format!(
-                    "{what} ALL is not supported: its result holds a row as many times as the counts say, which no upsert table keyed by the row can hold; write {what} (each distinct row once)"
+                    "{what} ALL in batch execution is not supported: its result holds a row as many times as the counts say, and weir writes each distinct row once; write {what}, or run the job in streaming mode into a table keyed by every column"
                 )))
             }
+            SetQuantifier::All => true,
             other => {
                 return Err(plan_err(format!(
                     "{what} {other} is not supported; write {what}, the columns in the same order"
                 )))
             }
-        }
+        };
         let markers = [SIDE_MARKERS[0].to_string(), SIDE_MARKERS[1].to_string()];
         let (mut rel, names) = self.merged(q, &what, left, right, Some(&markers))?;
         for m in &markers {
@@ -72,12 +78,16 @@ impl Planner {
             });
         }
         let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-        let second = match op {
-            SetOperator::Intersect => ">",
-            _ => "=",
+        // Which rows the result holds (at least once): in both (INTERSECT [ALL]: min(l, r)
+        // copies), in the first only (EXCEPT), more in the first (EXCEPT ALL: l - r copies).
+        let second = match (op, all) {
+            (SetOperator::Intersect, _) => "> 0".to_string(),
+            (_, false) => "= 0".to_string(),
+            (_, true) => format!("< SUM(`{}`)", markers[0]),
         };
+        let what = if all { format!("{what} ALL") } else { what };
         let text = format!(
-            "SELECT {cols} FROM t GROUP BY {cols} HAVING SUM(`{l}`) > 0 AND SUM(`{r}`) {second} 0",
+            "SELECT {cols} FROM t GROUP BY {cols} HAVING SUM(`{l}`) > 0 AND SUM(`{r}`) {second}",
             cols = quoted.join(", "),
             l = markers[0],
             r = markers[1],
