@@ -271,7 +271,8 @@ pub(crate) fn unknown_function(name: &str) -> String {
          TIMESTAMPADD, TIMESTAMPDIFF, SPLIT_INDEX, SPLIT, REGEXP_EXTRACT, REGEXP, LOCATE, ELT, \
          JSON_VALUE, IF, MOD, SIGN, TRUNCATE, TO_BASE64, FROM_BASE64, HEX, UNHEX, BIN, IS_DIGIT, \
          IS_ALPHA, IS_DECIMAL, URL_ENCODE, URL_DECODE, E, MD5, SHA1, SHA2, SHA224 to SHA512, \
-         PARSE_URL and FLOOR / CEIL(t TO unit), and the \
+         PARSE_URL, FLOOR / CEIL(t TO unit), ARRAY[...], array[i], CARDINALITY, ELEMENT, \
+         ARRAY_CONTAINS and ARRAY_JOIN, and the \
          aggregates COUNT, SUM, MIN, MAX, AVG, \
          APPROX_COUNT_DISTINCT, MEDIAN, STDDEV_POP, STDDEV_SAMP, STDDEV, VAR_POP, VAR_SAMP, \
          VARIANCE, FIRST_VALUE, LAST_VALUE, LISTAGG (and LISTAGG(DISTINCT x))"
@@ -352,6 +353,7 @@ fn functions() -> &'static Functions {
             Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
             Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+            Arc::new(crate::functions::ArrayPlanner),
         ];
         let mut options = ConfigOptions::default();
         // Flink's types: STRING is Utf8 (what weir's connectors and keys use), and a literal

@@ -8,6 +8,7 @@
 //! Every function is NULL when an argument is NULL. Where Flink's runtime reads text
 //! (TO_TIMESTAMP, DATE_FORMAT on a STRING) it is read as Flink reads it ([`datetime`]).
 
+mod arrays;
 mod datetime;
 mod decimal;
 mod extra;
@@ -16,6 +17,7 @@ mod numeric;
 mod same_name;
 mod text;
 
+pub(crate) use arrays::ArrayPlanner;
 pub(crate) use decimal::flink_division;
 pub(crate) use numeric::{FLOOR_CEIL_ARG, FLOOR_CEIL_OF};
 pub(crate) use same_name::flink_functions;
@@ -54,6 +56,7 @@ pub(crate) fn udfs() -> Vec<Arc<ScalarUDF>> {
     .into_iter()
     .chain([text::Concat::udf()])
     .chain(extra::udfs())
+    .chain(arrays::udfs())
     .chain(numeric::Numeric::udfs())
     .chain(numeric::FloorCeil::udfs())
     .collect()

@@ -75,6 +75,9 @@ enum Kind {
     BooleanText,
     /// A DOUBLE as the text of a DECIMAL of this scale, rounded half up.
     DecimalText(i8),
+    /// An ARRAY as Flink writes it: `[a, NULL, c]`, each element as its own cast to text
+    /// writes it.
+    ArrayText,
 }
 
 impl Kind {
@@ -99,6 +102,7 @@ impl Kind {
             Kind::DoubleText => "flink_double_text",
             Kind::BooleanText => "flink_boolean_text",
             Kind::DecimalText(_) => "flink_decimal_text",
+            Kind::ArrayText => "flink_array_text",
         }
     }
 
@@ -158,6 +162,35 @@ impl ScalarUDFImpl for Rule {
             (Kind::TextBoolean | Kind::TextTimestamp | Kind::DateText, 1) => vec![Utf8],
             (Kind::Chr, 1) => vec![Int64],
             (Kind::BooleanText, 1) => vec![DataType::Boolean],
+            (Kind::ArrayText, 1) => {
+                // What element_texts writes as Flink does.
+                fn written(t: &DataType) -> bool {
+                    match t {
+                        DataType::List(f) => written(f.data_type()),
+                        t => {
+                            t.is_integer()
+                                || t.is_floating()
+                                || matches!(
+                                    t,
+                                    DataType::Boolean
+                                        | DataType::Utf8
+                                        | DataType::Decimal128(..)
+                                        | DataType::Date32
+                                        | DataType::Null
+                                        | DataType::Timestamp(_, None)
+                                )
+                        }
+                    }
+                }
+                if !(matches!(args[0], DataType::List(_)) && written(&args[0])) {
+                    return plan_err!(
+                        "CAST of an {} AS STRING: weir writes ARRAYs of text, numbers, BOOLEANs, \
+                         DATEs, TIMESTAMP(3)s and ARRAYs of them as Flink does, not this one",
+                        crate::zone::sql_name(&args[0])
+                    );
+                }
+                args.to_vec()
+            }
             (Kind::DoubleText | Kind::DecimalText(_), 1) => {
                 vec![if args[0] == Float32 { Float32 } else { Float64 }]
             }
@@ -265,6 +298,10 @@ impl ScalarUDFImpl for Rule {
                     }
                     Arc::new(out.finish()) as ArrayRef
                 }
+                Kind::ArrayText => {
+                    let texts = element_texts(&a[0], false)?;
+                    Arc::new(texts.into_iter().collect::<arrow_array::StringArray>()) as ArrayRef
+                }
                 Kind::DoubleText => doubles_as(
                     &a[0],
                     |v| java_double_text(v, false),
@@ -278,6 +315,87 @@ impl ScalarUDFImpl for Rule {
             })
         })
     }
+}
+
+/// Each value's text as Flink's cast to STRING writes it inside an ARRAY: NULL as `NULL`, a
+/// BOOLEAN as `TRUE` / `FALSE`, a DOUBLE as Java writes it, an ARRAY as `[x, y]`, text,
+/// integers, DECIMALs and DATEs as Arrow writes them (as Flink does), a TIMESTAMP(3) as
+/// `yyyy-MM-dd HH:mm:ss.SSS`. A NULL array is `None`. In an ARRAY inside an ARRAY (`nested`), a
+/// NULL text is empty, as Flink 2.3 writes it (`[[a, ], NULL]`), where a NULL of other types is
+/// `NULL` there too.
+fn element_texts(a: &ArrayRef, nested: bool) -> datafusion_common::Result<Vec<Option<String>>> {
+    let texts: Vec<Option<String>> = match a.data_type() {
+        DataType::Boolean => (a.as_boolean().iter())
+            .map(|v| v.map(|v| if v { "TRUE" } else { "FALSE" }.to_string()))
+            .collect(),
+        DataType::Float64 | DataType::Float32 => {
+            let t = doubles_as(
+                a,
+                |v| java_double_text(v, false),
+                |v| java_double_text(v as f64, true),
+            );
+            t.as_string::<i32>()
+                .iter()
+                .map(|v| v.map(str::to_string))
+                .collect()
+        }
+        DataType::List(_) => {
+            let lists = a.as_list::<i32>();
+            let inner = element_texts(lists.values(), true)?;
+            let null = match (nested, lists.values().data_type()) {
+                (true, DataType::Utf8) => "",
+                _ => "NULL",
+            };
+            (0..lists.len())
+                .map(|row| {
+                    lists.is_valid(row).then(|| {
+                        let (from, to) = (
+                            lists.value_offsets()[row] as usize,
+                            lists.value_offsets()[row + 1] as usize,
+                        );
+                        let items: Vec<&str> = inner[from..to]
+                            .iter()
+                            .map(|t| t.as_deref().unwrap_or(null))
+                            .collect();
+                        format!("[{}]", items.join(", "))
+                    })
+                })
+                .collect()
+        }
+        t if t.is_integer()
+            || matches!(
+                t,
+                DataType::Utf8 | DataType::Decimal128(..) | DataType::Date32 | DataType::Null
+            ) =>
+        {
+            let opts = arrow_cast::display::FormatOptions::default();
+            let f = arrow_cast::display::ArrayFormatter::try_new(a.as_ref(), &opts)?;
+            (0..a.len())
+                .map(|i| a.is_valid(i).then(|| f.value(i).to_string()))
+                .collect()
+        }
+        DataType::Timestamp(_, None) => {
+            let ms = arrow_cast::cast(
+                a,
+                &DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, None),
+            )?;
+            let ms = ms.as_primitive::<arrow_array::types::TimestampMillisecondType>();
+            ms.iter()
+                .map(|v| {
+                    v.and_then(chrono::DateTime::from_timestamp_millis)
+                        .map(|t| t.naive_utc().format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+                })
+                .collect()
+        }
+        other => {
+            return datafusion_common::exec_err!(
+                "an ARRAY of {} as text: weir writes ARRAYs of text, numbers, BOOLEANs, DATEs \
+                 and ARRAYs of them as Flink does, not this element type",
+                crate::zone::sql_name(other)
+            )
+        }
+    };
+    Ok(texts)
 }
 
 fn int(a: &ArrayRef, i: usize) -> Option<i64> {
@@ -817,6 +935,7 @@ pub(crate) fn cast_rule(inner: Expr, from: &DataType, to: &DataType) -> CastRule
         (Utf8, Boolean) => CastRule::Input(Kind::TextBoolean.call(vec![inner])),
         (Utf8, Timestamp(_, None)) => CastRule::Input(Kind::TextTimestamp.call(vec![inner])),
         (Utf8, Date32) => CastRule::Input(Kind::DateText.call(vec![inner])),
+        (DataType::List(_), Utf8) => CastRule::Result(Kind::ArrayText.call(vec![inner])),
         _ => CastRule::Arrow(inner),
     }
 }
