@@ -17,7 +17,9 @@
 //! `-D` when it goes. When the other side's first row of the key comes, each such row is taken
 //! back (`-D` of it with NULLs) before its pairs (`+I`); when the other side's last row goes,
 //! its pairs are taken back and the rows come again with NULLs (`+I`), as Flink's outer join
-//! over updates. A row with a NULL key of a kept side comes and goes with NULLs.
+//! over updates. A row with a NULL key of a kept side comes and goes with NULLs, and so does a
+//! kept side's row taken back after its key was forgotten (TTL), as Flink's. A row with NULLs
+//! goes out with its own time, and is taken back with it.
 //!
 //! The output is both inputs' columns (their change columns left out, names on both sides as
 //! `{alias}_{name}`), the change column and `time_column`: the later of the two rows' times.
@@ -181,8 +183,8 @@ impl ChangelogJoin {
         Ok(Arc::new(Schema::new(fields)))
     }
 
-    /// Key group, key, side, time, count, then both sides' columns as in the output (the
-    /// other side's NULL).
+    /// Key group, key, side, time, count, the key's latest time (of rows taken back too, for
+    /// its TTL), then both sides' columns as in the output (the other side's NULL).
     fn state_schema(&self, sides: &[Side; 2]) -> Result<SchemaRef> {
         let (joined, _, _) = join_schema(
             &sides[0].schema,
@@ -195,13 +197,14 @@ impl ChangelogJoin {
             Field::new("side", DataType::UInt8, false),
             Field::new("time", DataType::Int64, false),
             Field::new("count", DataType::Int64, false),
+            Field::new("key_time", DataType::Int64, false),
         ];
         fields.extend(joined.fields().iter().map(|f| f.as_ref().clone()));
         Ok(Arc::new(Schema::new(fields)))
     }
 }
 
-const STATE_PREFIX: usize = 5;
+const STATE_PREFIX: usize = 6;
 
 /// What the join reads of one input.
 #[derive(Debug, Clone)]
@@ -317,12 +320,21 @@ impl ChangelogJoinExt for KeyedStream {
 /// each with how many times it is held and its time.
 type SideRows = BTreeMap<Box<[u8]>, (u32, i64)>;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct KeyState {
     /// Each side's rows.
     rows: [SideRows; 2],
-    /// The latest time of a row of the key.
+    /// The latest time of a row of the key (those taken back since too).
     time: i64,
+}
+
+impl Default for KeyState {
+    fn default() -> Self {
+        KeyState {
+            rows: Default::default(),
+            time: i64::MIN,
+        }
+    }
 }
 
 /// One subtask of a regular join over changelogs.
@@ -434,7 +446,13 @@ impl Operator for ChangelogJoinOp {
             let slot = match self.keys.find(hash, key) {
                 Some(s) => s,
                 None if retracts => {
+                    // Forgotten after its TTL: a kept side's row goes with NULLs, as Flink's
+                    // (it may have gone out unmatched).
                     self.stale += 1;
+                    if self.outer[input] {
+                        let (l, r) = oriented(input, rows.row(i).as_ref(), &self.null_rows[other]);
+                        out.push((l, r, kind, times[i]));
+                    }
                     continue;
                 }
                 None => {
@@ -482,8 +500,9 @@ impl Operator for ChangelogJoinOp {
                 let unmatched = |kind: ChangeKind, out: &mut Vec<Pair>| {
                     for (o, (n, t)) in &k.rows[other] {
                         for _ in 0..*n {
+                            // At the time it went out with: its own.
                             let (l, r) = oriented(input, &self.null_rows[input], o);
-                            out.push((l, r, kind, times[i].max(*t)));
+                            out.push((l, r, kind, *t));
                         }
                     }
                 };
@@ -542,15 +561,18 @@ impl Operator for ChangelogJoinOp {
             let mut keys: Vec<&[u8]> = Vec::new();
             let mut times = Vec::new();
             let mut counts = Vec::new();
+            let mut key_times = Vec::new();
             let mut rows: Vec<&[u8]> = Vec::new();
             for s in self.keys.slots() {
                 let key = self.keys.key(s);
                 let group = key_group(hash_key(key), self.key_groups);
-                for (row, (n, t)) in &self.keys.get(s).rows[side] {
+                let k = self.keys.get(s);
+                for (row, (n, t)) in &k.rows[side] {
                     groups.push(group);
                     keys.push(key);
                     times.push(*t);
                     counts.push(i64::from(*n));
+                    key_times.push(k.time);
                     rows.push(row);
                 }
             }
@@ -565,6 +587,7 @@ impl Operator for ChangelogJoinOp {
                 Arc::new(UInt8Array::from(vec![side as u8; n])),
                 Arc::new(Int64Array::from(times)),
                 Arc::new(Int64Array::from(counts)),
+                Arc::new(Int64Array::from(key_times)),
             ];
             let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
                 fields[range]
@@ -596,6 +619,7 @@ impl Operator for ChangelogJoinOp {
             let sides = b.column(2).as_primitive::<UInt8Type>();
             let times = b.column(3).as_primitive::<Int64Type>();
             let counts = b.column(4).as_primitive::<Int64Type>();
+            let key_times = b.column(5).as_primitive::<Int64Type>();
             for side in 0..2 {
                 let mask: BooleanArray = (0..b.num_rows())
                     .map(|i| Some(usize::from(sides.value(i)) == side))
@@ -631,7 +655,7 @@ impl Operator for ChangelogJoinOp {
                     }
                     e.0 += n;
                     e.1 = e.1.max(t);
-                    k.time = k.time.max(t);
+                    k.time = k.time.max(t).max(key_times.value(i));
                     let at = k.time.saturating_add(self.ttl_ms);
                     self.rows_held += u64::from(n);
                     if self.ttl_ms < weir_core::time::TTL_END_OF_INPUT_MS {

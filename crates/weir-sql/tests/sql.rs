@@ -177,6 +177,18 @@ fn errors_users_meet() {
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT c.ad_id, i.n FROM (SELECT ad_id, COUNT(*) AS n FROM clicks GROUP BY ad_id) c JOIN (SELECT ad_id, COUNT(*) AS n FROM impressions GROUP BY ad_id) i ON c.ad_id = i.ad_id"),
         ),
         (
+            "join_of_changelogs_on_other_columns_than_their_keys",
+            format!(
+                "{TABLES} SET 'table.exec.state.ttl' = '1 h';
+                 CREATE TABLE pairs (click_id BIGINT, impression_id BIGINT, PRIMARY KEY (click_id, impression_id) NOT ENFORCED)
+                   WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:pairs.db', 'table-name' = 'pairs');
+                 INSERT INTO pairs SELECT c.click_id, i.impression_id
+                 FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY click_id ORDER BY rt DESC) AS rownum FROM clicks) WHERE rownum = 1) c
+                 JOIN (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY impression_id ORDER BY rt DESC) AS rownum FROM impressions) WHERE rownum = 1) i
+                 ON c.ad_id = i.ad_id"
+            ),
+        ),
+        (
             "group_by_into_an_append_table",
             format!("{TABLES} SET 'table.exec.state.ttl' = '1 h'; INSERT INTO out2 SELECT ad_id, COUNT(*) FROM clicks GROUP BY ad_id"),
         ),
@@ -386,6 +398,22 @@ fn explain_marks_the_edges_that_carry_updates() {
         "{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks"
     ));
     assert!(!plan.contains("carrying"), "{plan}");
+}
+
+/// A regular join of updates joined again: each join has a time column of its own.
+#[test]
+fn a_join_of_a_join_of_changelogs_is_planned() {
+    let sql = format!(
+        "{TABLES} SET 'table.exec.state.ttl' = '1 h';
+         CREATE TABLE per_ad (ad_id BIGINT, clicks BIGINT, impressions BIGINT, users BIGINT, PRIMARY KEY (ad_id) NOT ENFORCED)
+           WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:per_ad.db', 'table-name' = 'per_ad');
+         INSERT INTO per_ad SELECT c.ad_id, c.n, i.n, u.n
+         FROM (SELECT ad_id, COUNT(*) AS n FROM clicks GROUP BY ad_id) c
+         JOIN (SELECT ad_id, COUNT(*) AS n FROM impressions GROUP BY ad_id) i ON c.ad_id = i.ad_id
+         JOIN (SELECT ad_id, MAX(user_id) AS n FROM clicks GROUP BY ad_id) u ON c.ad_id = u.ad_id"
+    );
+    let plan = explain(&sql);
+    assert_eq!(plan.matches("operator changelog_join").count(), 2, "{plan}");
 }
 
 /// A union of tables whose event times have different types (epoch milliseconds under a

@@ -4,7 +4,8 @@ use super::*;
 use weir_operators::window_join::GIVEN_WINDOW_TIME;
 use weir_operators::{ChangelogJoin, ChangelogJoinExt, WindowJoin, WindowJoinExt};
 
-/// The column with the time of each pair of a join of changelogs (the later row's).
+/// The column with the time of each pair of a join of changelogs (the later row's), numbered
+/// per join.
 const JOIN_TIME: &str = "__join_time";
 
 impl Planner {
@@ -198,6 +199,11 @@ impl Planner {
                     .join(" and ")
             )));
         }
+        let join_time = {
+            let n = self.changelog_joins.get() + 1;
+            self.changelog_joins.set(n);
+            format!("{JOIN_TIME}_{n}")
+        };
         let out = if updating {
             let time = |rel: &Rel| {
                 (rel.changes.as_ref())
@@ -210,7 +216,7 @@ impl Planner {
                     aliases.0, aliases.1
                 )));
             };
-            let mut j = ChangelogJoin::new(OP_COLUMN, [&lt, &rt], JOIN_TIME)
+            let mut j = ChangelogJoin::new(OP_COLUMN, [&lt, &rt], &join_time)
                 .aliases(&aliases.0, &aliases.1)
                 .join_type(jt);
             // As every regular join: without a TTL it would keep every row of an append-only
@@ -361,7 +367,7 @@ impl Planner {
         // A join of changelogs: updates, keyed by both sides' keys when both have them.
         let changes = updating.then(|| Changes {
             retracts: true,
-            time_column: JOIN_TIME.into(),
+            time_column: join_time,
             made_by: format!(
                 "the {} join of `{}` and `{}`",
                 match jt {
@@ -375,7 +381,11 @@ impl Planner {
             ),
         });
         // An outer join's rows without a match have NULLs for the other side's key, which no
-        // table keyed by it takes: they have no key.
+        // table keyed by it takes: they have no key. Nor has an inner join's unless a side's
+        // key holds its join keys (as Flink's upsert keys of a join): else a pair's changes can
+        // come from two subtasks (its rows moved to other join keys), in either order.
+        // `a` holds every column of `b`.
+        let holds = |a: &[String], b: &[String]| b.iter().all(|c| a.contains(c));
         let upsert_keys = match (updating, &left.upsert_keys, &right.upsert_keys) {
             (true, Some(l), Some(r)) if jt == JoinType::Inner => {
                 // Every key column renamed as the join names it, or no key at all: a key
@@ -386,12 +396,23 @@ impl Planner {
                             .map(|k| schema.index_of(k).ok().map(|i| names[i].clone()))
                             .collect::<Option<Vec<_>>>()
                     };
-                named(l, &lnames, &lschema)
-                    .zip(named(r, &rnames, &rschema))
-                    .map(|(mut l, r)| {
+                let (ln, rn) = (named(l, &lnames, &lschema), named(r, &rnames, &rschema));
+                // A side's key orders the pairs' changes when it holds its join keys (its rows
+                // never change subtask); it alone keys them when the other side's key is among
+                // that side's join keys (a row meets at most one row there).
+                let (l_orders, r_orders) = (holds(l, &lkeys), holds(r, &rkeys));
+                if l_orders && holds(&rkeys, r) {
+                    ln
+                } else if r_orders && holds(&lkeys, l) {
+                    rn
+                } else if l_orders || r_orders {
+                    ln.zip(rn).map(|(mut l, r)| {
                         l.extend(r);
                         l
                     })
+                } else {
+                    None
+                }
             }
             _ => None,
         };

@@ -307,6 +307,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         late_routed: RefCell::default(),
         ctes: RefCell::default(),
         subqueries: Default::default(),
+        changelog_joins: Default::default(),
     };
     let mut made_by = Vec::new();
     for ins in &inserts {
@@ -471,6 +472,9 @@ struct Planner {
     ctes: RefCell<Vec<with::Named>>,
     /// Subqueries in FROM without AS so far: each gets a name of its own.
     subqueries: std::cell::Cell<usize>,
+    /// Regular joins of updates planned so far: each names its time column after its number,
+    /// so a join of such a join's rows has a column of its own.
+    changelog_joins: std::cell::Cell<usize>,
     /// `SET 'execution.runtime-mode' = 'batch'`: how the job runs as a batch job.
     batch: Option<weir_runtime::batch::BatchOptions>,
 }
@@ -562,7 +566,7 @@ impl Planner {
             // keyed by columns that may repeat among the live rows (a delete would remove a
             // row another still holds) receives this exactly.
             return Err(plan_err(format!(
-                "INSERT INTO `{}`: the query's rows are updates ({}) with no key that tells them apart (an append-only side's rows may repeat any key, an outer join's unmatched rows have NULLs for the other side's), which no table receives exactly; aggregate them first (GROUP BY into a table keyed by the group), or inner join two keyed changelogs (a GROUP BY, a keep-last deduplication) into a table keyed by both keys",
+                "INSERT INTO `{}`: the query's rows are updates ({}) with no key that keeps them apart and in order (an append-only side's rows may repeat any key; an outer join's unmatched rows have NULLs for the other side's key; a join on other columns than either side's key sends a pair's changes through two subtasks), which no table receives exactly; aggregate them first (GROUP BY into a table keyed by the group), or inner join keyed changelogs (a GROUP BY, a keep-last deduplication) on a side's whole key into a table keyed by both sides' keys",
                 sink.name, c.made_by
             )));
         }
