@@ -6,9 +6,10 @@
 //! # Results
 //!
 //! Rows are taken in order. A row that adds (`+I`, `+U`, or any row of an append-only input)
-//! is kept and joined with every row the other side holds for its key: a `+I` per pair. A row
-//! that takes back (`-U`, `-D`) removes the equal row it brought (every column but the change
-//! column equal) and takes its pairs back: a `-D` per pair, as Flink's inner join emits. A row
+//! is kept and joined with every row the other side holds for its key: a pair of its change
+//! kind each (`+I` for an append-only row). A row that takes back (`-U`, `-D`) removes the
+//! equal row it brought (every column but the change column equal) and takes its pairs back:
+//! a pair of its change kind each, as Flink's join passes the kinds on. A row
 //! taken back that the join does not hold (forgotten after its TTL) changes nothing and is
 //! counted (gauge `retractions_without_state`). Rows with a NULL in a key match nothing.
 //!
@@ -275,12 +276,12 @@ impl OperatorFactory for ChangelogJoin {
         OperatorState::Checkpointed { version: 1 }
     }
     fn emits_updates(&self) -> Option<String> {
-        Some("a changelog (+I / -D per pair)".into())
+        Some("a changelog (a change per pair)".into())
     }
     fn describe(&self) -> String {
         format!(
-            "{} regular join of updating rows on ({}) = ({}), a changelog (+I per pair a row \
-             brings, -D per pair a -U / -D takes back{}); keeps every row of both sides per key \
+            "{} regular join of updating rows on ({}) = ({}), a changelog (a change per pair a \
+             row brings or takes back, of its kind{}); keeps every row of both sides per key \
              in memory (whatever `state.backend.type` says), {}",
             format!("{:?}", self.join_type).to_lowercase(),
             self.left_keys.join(", "),
@@ -428,9 +429,12 @@ impl Operator for ChangelogJoinOp {
         let mut out: Vec<Pair> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let retracts = kinds[i].retracts();
-            let kind = match retracts {
-                true => ChangeKind::Delete,
-                false => ChangeKind::Insert,
+            // The pairs change as the row does (an update's -U / +U stay one, so an upsert
+            // sink overwrites the pair rather than deleting it first), as Flink's.
+            let kind = match kinds[i] {
+                ChangeKind::UpdateBefore | ChangeKind::UpdateAfter => kinds[i],
+                _ if retracts => ChangeKind::Delete,
+                _ => ChangeKind::Insert,
             };
             // A NULL key matches nothing: a row of one is never held, and a kept side's comes
             // and goes with NULLs.

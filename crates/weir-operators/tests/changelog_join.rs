@@ -194,8 +194,8 @@ fn apply(lines: &[String]) -> BTreeMap<String, i64> {
         let pair = format!("{pair},{time}");
         let n = out.entry(pair.clone()).or_insert(0);
         match op {
-            "+I" => *n += 1,
-            "-D" => {
+            "+I" | "+U" => *n += 1,
+            "-D" | "-U" => {
                 *n -= 1;
                 assert!(*n >= 0, "-D of a pair not emitted: {pair}");
             }
@@ -258,10 +258,10 @@ proptest! {
     }
 }
 
-/// A key's TTL runs from its latest row, one taken back since included, after a restore as
-/// without one: the left row stays joinable until then.
+/// An update's pairs keep its change kinds; a key's TTL runs from its latest row, one taken
+/// back since included, after a restore as without one: the left row stays joinable until then.
 #[test]
-fn a_restore_keeps_the_time_of_rows_taken_back() {
+fn updates_keep_their_kinds_and_a_restore_keeps_the_time_of_rows_taken_back() {
     let spec = ChangelogJoin {
         left_keys: vec!["k".into()],
         right_keys: vec!["k".into()],
@@ -289,6 +289,24 @@ fn a_restore_keeps_the_time_of_rows_taken_back() {
         }
         out
     };
+    // An update's pairs keep its kinds: -U then +U, which an upsert sink overwrites.
+    let mut s = KeyedSubtasks::restored(&spec, &infos, &keys, &[], 1);
+    s.push(1, batch(1, &[(1, "b", 1, "+I")]));
+    s.push(
+        0,
+        batch(
+            0,
+            &[(1, "a", 0, "+I"), (1, "a", 0, "-U"), (1, "a2", 2, "+U")],
+        ),
+    );
+    assert_eq!(
+        take(&mut s),
+        vec![
+            "1,a,0,1,b,1,+I,1".to_string(),
+            "1,a,0,1,b,1,-U,1".to_string(),
+            "1,a2,2,1,b,1,+U,2".to_string()
+        ]
+    );
     for restore in [false, true] {
         let mut s = KeyedSubtasks::restored(&spec, &infos, &keys, &[], 1);
         s.push(0, batch(0, &[(1, "a", 0, "+I")]));

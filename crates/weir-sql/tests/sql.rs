@@ -389,7 +389,7 @@ fn explain_marks_the_edges_that_carry_updates() {
     for carried in [
         "carrying a changelog keyed by (user_id)",
         "carrying a changelog keyed by (ad_id)",
-        "carrying a changelog (+I / -D per pair)",
+        "carrying a changelog (a change per pair)",
     ] {
         assert!(plan.contains(carried), "{carried}:\n{plan}");
     }
