@@ -397,6 +397,10 @@ impl SourceFactory for KafkaSource {
     fn kind(&self) -> &'static str {
         "kafka"
     }
+    fn emits_updates(&self) -> Option<String> {
+        (self.spec.upsert.as_ref())
+            .map(|u| format!("upserts keyed by ({})", u.key_columns.join(", ")))
+    }
     fn bounded(&self) -> bool {
         self.spec.bounded
     }

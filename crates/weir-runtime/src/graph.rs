@@ -607,7 +607,8 @@ impl JobGraph {
             memo[n] = Some(None);
             let own = match &g.nodes[n].kind {
                 NodeKind::Operator { factory } => factory.emits_updates(),
-                _ => None,
+                NodeKind::Source { factory, .. } => factory.emits_updates(),
+                NodeKind::Sink { .. } => None,
             };
             let found = own.or_else(|| {
                 (inputs[n].iter())

@@ -242,6 +242,12 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     fn spec(&self) -> serde_json::Value;
     /// Schema of the rows.
     fn schema(&self) -> SchemaRef;
+    /// The updates its rows are, when they are (an `upsert-kafka` topic's: upserts keyed by
+    /// its primary key), for EXPLAIN's marks on edges (see `OperatorFactory::emits_updates`);
+    /// `None` (the default) for append-only rows.
+    fn emits_updates(&self) -> Option<String> {
+        None
+    }
     /// Names of the splits, discovered when the job starts.
     fn splits(&self) -> Result<Vec<String>>;
     /// A reader for the given splits (indices into [`SourceFactory::splits`]).

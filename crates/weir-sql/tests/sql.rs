@@ -393,6 +393,22 @@ fn explain_marks_the_edges_that_carry_updates() {
     ] {
         assert!(plan.contains(carried), "{carried}:\n{plan}");
     }
+    // An upsert-kafka table's rows are upserts from its source on.
+    let plan = explain(&format!(
+        "{TABLES} SET 'table.exec.state.ttl' = '1 h';
+         CREATE TABLE users (user_id BIGINT, country STRING, ts BIGINT,
+           rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND,
+           PRIMARY KEY (user_id) NOT ENFORCED)
+           WITH ('connector' = 'upsert-kafka', 'topic' = 'users', 'properties.bootstrap.servers' = 'localhost:9092',
+                 'key.format' = 'json', 'value.format' = 'json');
+         CREATE TABLE per_country (country STRING, n BIGINT, PRIMARY KEY (country) NOT ENFORCED)
+           WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:per_country.db', 'table-name' = 'per_country');
+         INSERT INTO per_country SELECT country, COUNT(*) FROM users GROUP BY country"
+    ));
+    assert!(
+        plan.contains("carrying upserts keyed by (user_id)"),
+        "{plan}"
+    );
     // Append-only edges carry no mark.
     let plan = explain(&format!(
         "{TABLES} INSERT INTO out2 SELECT click_id, ts FROM clicks"
