@@ -666,6 +666,11 @@ fn outer_joins_of_changelogs_take_unmatched_rows_back_when_a_match_comes_as_flin
 }
 
 #[test]
+fn arrays_built_indexed_unnested_and_written_as_text_as_flink() {
+    check("arrays");
+}
+
+#[test]
 fn intersect_and_except_are_updates_keyed_by_every_column_as_flink() {
     check("set_operations");
     check_in_batches_of("set_operations", 37);
