@@ -360,6 +360,9 @@ pub struct ChangelogJoinOp {
     expired: u64,
 }
 
+/// The bytes a held row costs besides its own: its map entry, count and time.
+const ROW_OVERHEAD: u64 = 48;
+
 /// A joined pair to emit: the left row, the right row, its change kind and time.
 type Pair = (Box<[u8]>, Box<[u8]>, ChangeKind, i64);
 
@@ -377,7 +380,9 @@ impl ChangelogJoinOp {
         for side in &k.rows {
             for (row, (n, _)) in side {
                 self.rows_held -= u64::from(*n);
-                self.bytes_held = self.bytes_held.saturating_sub(row.len() as u64 + 48);
+                self.bytes_held = self
+                    .bytes_held
+                    .saturating_sub(row.len() as u64 + ROW_OVERHEAD);
             }
         }
         self.keys.release(slot);
@@ -427,22 +432,22 @@ impl Operator for ChangelogJoinOp {
         let rows = self.converters[input].convert_columns(&columns)?;
         let other = 1 - input;
         let mut out: Vec<Pair> = Vec::new();
+        // A row of a kept side with NULLs for the other side, of its kind and at its time.
+        let alone = |i: usize, out: &mut Vec<Pair>| {
+            if self.outer[input] {
+                let (l, r) = oriented(input, rows.row(i).as_ref(), &self.null_rows[other]);
+                out.push((l, r, kinds[i], times[i]));
+            }
+        };
         for (i, key) in keys.iter().enumerate() {
-            let retracts = kinds[i].retracts();
             // The pairs change as the row does (an update's -U / +U stay one, so an upsert
             // sink overwrites the pair rather than deleting it first), as Flink's.
-            let kind = match kinds[i] {
-                ChangeKind::UpdateBefore | ChangeKind::UpdateAfter => kinds[i],
-                _ if retracts => ChangeKind::Delete,
-                _ => ChangeKind::Insert,
-            };
+            let kind = kinds[i];
+            let retracts = kind.retracts();
             // A NULL key matches nothing: a row of one is never held, and a kept side's comes
             // and goes with NULLs.
             if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-                if self.outer[input] {
-                    let (l, r) = oriented(input, rows.row(i).as_ref(), &self.null_rows[other]);
-                    out.push((l, r, kind, times[i]));
-                }
+                alone(i, &mut out);
                 continue;
             }
             let key = key.as_ref();
@@ -453,10 +458,7 @@ impl Operator for ChangelogJoinOp {
                     // Forgotten after its TTL: a kept side's row goes with NULLs, as Flink's
                     // (it may have gone out unmatched).
                     self.stale += 1;
-                    if self.outer[input] {
-                        let (l, r) = oriented(input, rows.row(i).as_ref(), &self.null_rows[other]);
-                        out.push((l, r, kind, times[i]));
-                    }
+                    alone(i, &mut out);
                     continue;
                 }
                 None => {
@@ -477,7 +479,7 @@ impl Operator for ChangelogJoinOp {
                     k.rows[input].remove(row.as_ref());
                     self.bytes_held = self
                         .bytes_held
-                        .saturating_sub(row.as_ref().len() as u64 + 48);
+                        .saturating_sub(row.as_ref().len() as u64 + ROW_OVERHEAD);
                 }
                 self.rows_held -= 1;
             } else {
@@ -485,7 +487,7 @@ impl Operator for ChangelogJoinOp {
                     .entry(row.as_ref().into())
                     .or_insert((0, times[i]));
                 if e.0 == 0 {
-                    self.bytes_held += row.as_ref().len() as u64 + 48;
+                    self.bytes_held += row.as_ref().len() as u64 + ROW_OVERHEAD;
                 }
                 e.0 += 1;
                 e.1 = e.1.max(times[i]);
@@ -494,10 +496,7 @@ impl Operator for ChangelogJoinOp {
             }
             let mine_after = !k.rows[input].is_empty();
             if k.rows[other].is_empty() {
-                if self.outer[input] {
-                    let (l, r) = oriented(input, row.as_ref(), &self.null_rows[other]);
-                    out.push((l, r, kind, times[i]));
-                }
+                alone(i, &mut out);
             } else {
                 // The other side's rows with NULLs, emitted while this side had none of the
                 // key: taken back before their first pairs, back after their last.
@@ -655,7 +654,7 @@ impl Operator for ChangelogJoinOp {
                     let k = self.keys.get_mut(slot);
                     let e = k.rows[side].entry(row).or_insert((0, t));
                     if e.0 == 0 {
-                        self.bytes_held += len + 48;
+                        self.bytes_held += len + ROW_OVERHEAD;
                     }
                     e.0 += n;
                     e.1 = e.1.max(t);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array, ArrayRef, BooleanArray, Int32Array, UInt64Array};
+use arrow_array::{Array, ArrayRef, BooleanArray, Int32Array, ListArray, UInt64Array};
 use arrow_schema::DataType;
 use datafusion_common::{exec_err, plan_err, DFSchema, Result};
 use datafusion_expr::expr::ScalarFunction;
@@ -102,6 +102,27 @@ impl ExprPlanner for ArrayPlanner {
     }
 }
 
+/// One element per row: `at(row, length)` gives its place in the row's array (from 0), or
+/// None for NULL; a NULL array is NULL.
+fn pick(
+    lists: &ListArray,
+    mut at: impl FnMut(usize, usize) -> Result<Option<usize>>,
+) -> Result<ArrayRef> {
+    let mut picked = Vec::with_capacity(lists.len());
+    for row in 0..lists.len() {
+        let start = lists.value_offsets()[row] as usize;
+        picked.push(match lists.is_null(row) {
+            true => None,
+            false => at(row, lists.value_length(row) as usize)?.map(|p| (start + p) as u64),
+        });
+    }
+    Ok(arrow_select::take::take(
+        lists.values(),
+        &UInt64Array::from(picked),
+        None,
+    )?)
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ArrayFn {
     kind: Kind,
@@ -167,46 +188,30 @@ impl ScalarUDFImpl for ArrayFn {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let lists = arrays[0].as_list::<i32>();
-        let values = lists.values();
         let out: ArrayRef = match self.kind {
             Kind::At => {
                 let index = arrays[1].as_primitive::<Int64Type>();
-                let mut picked = Vec::with_capacity(lists.len());
-                for row in 0..lists.len() {
-                    if lists.is_null(row) || index.is_null(row) {
-                        picked.push(None);
-                        continue;
+                pick(lists, |row, len| {
+                    if index.is_null(row) {
+                        return Ok(None);
                     }
-                    let i = index.value(row);
-                    if i < 1 {
-                        return exec_err!(
+                    match index.value(row) {
+                        i if i < 1 => exec_err!(
                             "array index {i} is out of range: the first element is at 1 (Flink \
                              fails the job)"
-                        );
+                        ),
+                        i => Ok((i <= len as i64).then(|| i as usize - 1)),
                     }
-                    let (start, end) = (lists.value_offsets()[row], lists.value_offsets()[row + 1]);
-                    let len = i64::from(end - start);
-                    picked.push((i <= len).then(|| (i64::from(start) + i - 1) as u64));
-                }
-                arrow_select::take::take(values, &UInt64Array::from(picked), None)?
+                })?
             }
-            Kind::Element => {
-                let mut picked = Vec::with_capacity(lists.len());
-                for row in 0..lists.len() {
-                    let (start, end) = (lists.value_offsets()[row], lists.value_offsets()[row + 1]);
-                    picked.push(match (lists.is_null(row), end - start) {
-                        (true, _) | (false, 0) => None,
-                        (false, 1) => Some(start as u64),
-                        (false, n) => {
-                            return exec_err!(
-                                "ELEMENT of an array of {n} elements: it takes an array of one \
-                                 element (Flink fails the job)"
-                            )
-                        }
-                    });
-                }
-                arrow_select::take::take(values, &UInt64Array::from(picked), None)?
-            }
+            Kind::Element => pick(lists, |_, len| match len {
+                0 => Ok(None),
+                1 => Ok(Some(0)),
+                n => exec_err!(
+                    "ELEMENT of an array of {n} elements: it takes an array of one element \
+                     (Flink fails the job)"
+                ),
+            })?,
             Kind::Cardinality => {
                 Arc::new(Int32Array::from_iter((0..lists.len()).map(|row| {
                     (!lists.is_null(row)).then(|| lists.value_length(row))

@@ -163,29 +163,10 @@ impl ScalarUDFImpl for Rule {
             (Kind::Chr, 1) => vec![Int64],
             (Kind::BooleanText, 1) => vec![DataType::Boolean],
             (Kind::ArrayText, 1) => {
-                // What element_texts writes as Flink does.
-                fn written(t: &DataType) -> bool {
-                    match t {
-                        DataType::List(f) => written(f.data_type()),
-                        t => {
-                            t.is_integer()
-                                || t.is_floating()
-                                || matches!(
-                                    t,
-                                    DataType::Boolean
-                                        | DataType::Utf8
-                                        | DataType::Decimal128(..)
-                                        | DataType::Date32
-                                        | DataType::Null
-                                        | DataType::Timestamp(_, None)
-                                )
-                        }
-                    }
-                }
-                if !(matches!(args[0], DataType::List(_)) && written(&args[0])) {
+                if !(matches!(args[0], DataType::List(_)) && written_in_arrays(&args[0])) {
                     return plan_err!(
-                        "CAST of an {} AS STRING: weir writes ARRAYs of text, numbers, BOOLEANs, \
-                         DATEs, TIMESTAMP(3)s and ARRAYs of them as Flink does, not this one",
+                        "CAST of an {} AS STRING: weir writes ARRAYs of {ARRAY_TEXT_TYPES} as \
+                         Flink does, not this one",
                         crate::zone::sql_name(&args[0])
                     );
                 }
@@ -317,6 +298,29 @@ impl ScalarUDFImpl for Rule {
     }
 }
 
+/// The elements [`element_texts`] writes as Flink does, for messages.
+const ARRAY_TEXT_TYPES: &str = "text, numbers, BOOLEANs, DATEs, TIMESTAMP(3)s and ARRAYs of them";
+
+/// Whether [`element_texts`] writes values of type `t` as Flink does.
+fn written_in_arrays(t: &DataType) -> bool {
+    match t {
+        DataType::List(f) => written_in_arrays(f.data_type()),
+        t => {
+            t.is_integer()
+                || t.is_floating()
+                || matches!(
+                    t,
+                    DataType::Boolean
+                        | DataType::Utf8
+                        | DataType::Decimal128(..)
+                        | DataType::Date32
+                        | DataType::Null
+                        | DataType::Timestamp(_, None)
+                )
+        }
+    }
+}
+
 /// Each value's text as Flink's cast to STRING writes it inside an ARRAY: NULL as `NULL`, a
 /// BOOLEAN as `TRUE` / `FALSE`, a DOUBLE as Java writes it, an ARRAY as `[x, y]`, text,
 /// integers, DECIMALs and DATEs as Arrow writes them (as Flink does), a TIMESTAMP(3) as
@@ -387,10 +391,10 @@ fn element_texts(a: &ArrayRef, nested: bool) -> datafusion_common::Result<Vec<Op
                 })
                 .collect()
         }
+        // Refused when planned (`written_in_arrays`).
         other => {
             return datafusion_common::exec_err!(
-                "an ARRAY of {} as text: weir writes ARRAYs of text, numbers, BOOLEANs, DATEs \
-                 and ARRAYs of them as Flink does, not this element type",
+                "an ARRAY of {} as text: weir writes ARRAYs of {ARRAY_TEXT_TYPES} as Flink does",
                 crate::zone::sql_name(other)
             )
         }

@@ -199,12 +199,12 @@ impl Planner {
                     .join(" and ")
             )));
         }
-        let join_time = {
+        let join_time = updating.then(|| {
             let n = self.changelog_joins.get() + 1;
             self.changelog_joins.set(n);
             format!("{JOIN_TIME}_{n}")
-        };
-        let out = if updating {
+        });
+        let out = if let Some(join_time) = &join_time {
             let time = |rel: &Rel| {
                 (rel.changes.as_ref())
                     .map(|c| c.time_column.clone())
@@ -216,7 +216,7 @@ impl Planner {
                     aliases.0, aliases.1
                 )));
             };
-            let mut j = ChangelogJoin::new(OP_COLUMN, [&lt, &rt], &join_time)
+            let mut j = ChangelogJoin::new(OP_COLUMN, [&lt, &rt], join_time)
                 .aliases(&aliases.0, &aliases.1)
                 .join_type(jt);
             // As every regular join: without a TTL it would keep every row of an append-only
@@ -364,8 +364,8 @@ impl Planner {
             .unwrap_or_else(|| vec![et]),
             None => Vec::new(),
         };
-        // A join of changelogs: updates, keyed by both sides' keys when both have them.
-        let changes = updating.then(|| Changes {
+        // A join of changelogs: updates, in the changelog's kinds and its time column.
+        let changes = join_time.map(|join_time| Changes {
             retracts: true,
             time_column: join_time,
             made_by: format!(

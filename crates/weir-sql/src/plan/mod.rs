@@ -696,8 +696,7 @@ impl Planner {
         if let Some(u) = &unnest_after {
             rel = self.unnest(rel, u, false)?;
         }
-        let updating = rel.upsert_keys.is_some() || rel.changes.is_some();
-        if (updating && window.is_some())
+        if (rel.updates() && window.is_some())
             || (rel.upsert_keys.is_some() && rel.changes.is_none() && select.selection.is_some())
         {
             return Err(plan_err(

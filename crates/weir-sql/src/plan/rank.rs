@@ -202,7 +202,7 @@ impl Planner {
                 .top_n(rel, partition, order_by, ranks, &alias, &others, select)
                 .map(Some);
         };
-        if rel.upsert_keys.is_some() || rel.changes.is_some() {
+        if rel.updates() {
             return Err(plan_err(format!(
                 "a window Top-N over updates is not supported; {RANK_SHAPES}"
             )));
@@ -430,7 +430,7 @@ impl Planner {
                 on.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
             )));
         }
-        if rel.upsert_keys.is_some() || rel.changes.is_some() {
+        if rel.updates() {
             return Err(plan_err(
                 "SELECT DISTINCT over the updates of a GROUP BY without a window is not supported: its rows are already one per key",
             ));

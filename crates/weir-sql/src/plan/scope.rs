@@ -55,6 +55,11 @@ pub(super) struct Changes {
 }
 
 impl Rel {
+    /// Whether its rows are updates (a GROUP BY's upserts, or a changelog), not events.
+    pub(super) fn updates(&self) -> bool {
+        self.upsert_keys.is_some() || self.changes.is_some()
+    }
+
     /// Whether the stream's event time is a local time (a TIMESTAMP attribute): `Some(false)`
     /// for instants (a TIMESTAMP_LTZ, or the BIGINT epoch milliseconds behind one), `None`
     /// without event time.

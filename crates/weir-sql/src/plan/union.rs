@@ -126,7 +126,7 @@ impl Planner {
             let mut sq = q.clone();
             *sq.body = body.clone();
             let (rel, exprs) = self.query(&sq)?;
-            if rel.upsert_keys.is_some() || rel.changes.is_some() {
+            if rel.updates() {
                 return Err(plan_err(format!(
                     "{what} of the updates of a GROUP BY or a keep-last deduplication without a window is not supported: they are updates, not events"
                 )));

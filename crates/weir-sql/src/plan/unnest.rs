@@ -128,7 +128,7 @@ impl Planner {
                 names.0
             )));
         }
-        if rel.upsert_keys.is_some() || rel.changes.is_some() {
+        if rel.updates() {
             return Err(plan_err(
                 "UNNEST over the updates of a GROUP BY or a keep-last deduplication without a window is not supported: they are updates, not events",
             ));
