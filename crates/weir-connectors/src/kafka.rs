@@ -1349,7 +1349,10 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
             .collect());
     }
     let write = |batch: &RecordBatch| -> Result<Vec<u8>> {
-        let batch = &crate::values::flink_text(batch)?;
+        let batch = &match format {
+            KafkaFormat::Json => crate::values::flink_text(batch)?,
+            KafkaFormat::Csv | KafkaFormat::Raw => crate::values::flink_csv_text(batch)?,
+        };
         let mut buf = Vec::new();
         match format {
             KafkaFormat::Json => {

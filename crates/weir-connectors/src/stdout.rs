@@ -46,7 +46,7 @@ impl SinkWriter for StdoutWriter {
             let mut w = arrow_csv::WriterBuilder::new()
                 .with_header(self.header)
                 .build(&mut buf);
-            crate::values::flink_text(&batch).and_then(|b| Ok(w.write(&b)?))
+            crate::values::flink_csv_text(&batch).and_then(|b| Ok(w.write(&b)?))
         };
         self.header = false;
         let r = r.and_then(|_| {

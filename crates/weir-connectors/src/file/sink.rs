@@ -225,7 +225,7 @@ fn close_inner(inner: &mut Inner, path: &Path) -> Result<()> {
 fn write_inner(inner: &mut Inner, path: &Path, batch: &RecordBatch) -> Result<()> {
     match inner {
         Inner::Csv(Some(w)) => w
-            .write(&crate::values::flink_text(batch)?)
+            .write(&crate::values::flink_csv_text(batch)?)
             .map_err(|e| io_err(path, e)),
         Inner::Json(Some(w)) => w
             .write(&crate::values::flink_text(batch)?)
