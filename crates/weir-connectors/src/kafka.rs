@@ -1349,10 +1349,7 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
             .collect());
     }
     let write = |batch: &RecordBatch| -> Result<Vec<u8>> {
-        let batch = &match format {
-            KafkaFormat::Json => crate::values::flink_text(batch)?,
-            KafkaFormat::Csv | KafkaFormat::Raw => crate::values::flink_csv_text(batch)?,
-        };
+        let batch = &crate::values::flink_text(batch)?;
         let mut buf = Vec::new();
         match format {
             KafkaFormat::Json => {
@@ -1364,10 +1361,7 @@ fn record_lines(batch: &RecordBatch, format: KafkaFormat) -> Result<Vec<Vec<u8>>
                 w.finish()?;
             }
             KafkaFormat::Csv | KafkaFormat::Raw => {
-                let mut w = arrow_csv::WriterBuilder::new()
-                    .with_header(false)
-                    .build(&mut buf);
-                w.write(batch)?;
+                crate::csv_text::CsvEncoder::new(b',', false).encode(batch, &mut buf)?;
             }
         }
         Ok(buf)

@@ -18,6 +18,7 @@
 //! ```
 
 #![warn(clippy::unwrap_used)]
+pub(crate) mod csv_text;
 pub mod file;
 pub mod generator;
 #[cfg(feature = "kafka")]

@@ -7,6 +7,8 @@ use arrow_schema::SchemaRef;
 use weir_runtime::sink::{BoxFuture, Delivery};
 use weir_runtime::{Error, Result, SinkFactory, SinkWriter, SubtaskInfo};
 
+use crate::csv_text::CsvEncoder;
+
 /// A sink printing CSV to standard output.
 #[derive(Debug, Clone, Default)]
 pub struct StdoutSink;
@@ -31,24 +33,21 @@ impl SinkFactory for StdoutSink {
         _schema: SchemaRef,
         _info: &SubtaskInfo,
     ) -> Result<Box<dyn SinkWriter>> {
-        Ok(Box::new(StdoutWriter { header: true }))
+        Ok(Box::new(StdoutWriter {
+            encoder: CsvEncoder::new(b',', true),
+        }))
     }
 }
 
 struct StdoutWriter {
-    header: bool,
+    encoder: CsvEncoder,
 }
 
 impl SinkWriter for StdoutWriter {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
         let mut buf = Vec::new();
-        let r = {
-            let mut w = arrow_csv::WriterBuilder::new()
-                .with_header(self.header)
-                .build(&mut buf);
-            crate::values::flink_csv_text(&batch).and_then(|b| Ok(w.write(&b)?))
-        };
-        self.header = false;
+        let r = crate::values::flink_text(&batch)
+            .and_then(|b| Ok(self.encoder.encode(&b, &mut buf)?));
         let r = r.and_then(|_| {
             std::io::stdout()
                 .lock()

@@ -24,6 +24,7 @@ use weir_runtime::sink::{BoxFuture, Delivery};
 use weir_runtime::{Result, SinkFactory, SinkWriter, SubtaskInfo};
 
 use super::{io_err, FileFormat};
+use crate::csv_text::CsvEncoder;
 
 /// Settings of a file sink.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,18 +167,20 @@ fn open_inner(path: &Path, spec: &FileSinkSpec, schema: SchemaRef) -> Result<Inn
     let file = File::create(path).map_err(|e| io_err(path, e))?;
     let out = BufWriter::with_capacity(1 << 20, file);
     Ok(match spec.format {
-        FileFormat::Csv => Inner::Csv(Some(
-            arrow_csv::WriterBuilder::new()
-                .with_header(spec.header)
-                .with_delimiter(u8::try_from(spec.delimiter).map_err(|_| {
+        FileFormat::Csv => Inner::Csv(Some(CsvFile {
+            encoder: CsvEncoder::new(
+                u8::try_from(spec.delimiter).map_err(|_| {
                     weir_runtime::Error::config(
                         "delimiter",
                         spec.delimiter,
                         "use a single-byte delimiter",
                     )
-                })?)
-                .build(out),
-        )),
+                })?,
+                spec.header,
+            ),
+            out,
+            text: Vec::new(),
+        })),
         // A NULL is written as `"x": null`, as Flink's JSON format writes it.
         FileFormat::Json => Inner::Json(Some(
             arrow_json::WriterBuilder::new()
@@ -202,8 +205,8 @@ fn sync_file(path: &Path) -> Result<()> {
 fn close_inner(inner: &mut Inner, path: &Path) -> Result<()> {
     match inner {
         Inner::Csv(w) => {
-            if let Some(w) = w.take() {
-                w.into_inner().flush().map_err(|e| io_err(path, e))?;
+            if let Some(mut w) = w.take() {
+                w.out.flush().map_err(|e| io_err(path, e))?;
             }
         }
         Inner::Json(w) => {
@@ -224,9 +227,16 @@ fn close_inner(inner: &mut Inner, path: &Path) -> Result<()> {
 
 fn write_inner(inner: &mut Inner, path: &Path, batch: &RecordBatch) -> Result<()> {
     match inner {
-        Inner::Csv(Some(w)) => w
-            .write(&crate::values::flink_csv_text(batch)?)
-            .map_err(|e| io_err(path, e)),
+        Inner::Csv(Some(w)) => {
+            w.text.clear();
+            (w.encoder)
+                .encode(&crate::values::flink_text(batch)?, &mut w.text)
+                .map_err(|e| io_err(path, e))?;
+            // Each batch reaches the file as it is written, as arrow-csv's writer flushed it.
+            (w.out.write_all(&w.text))
+                .and_then(|()| w.out.flush())
+                .map_err(|e| io_err(path, e))
+        }
         Inner::Json(Some(w)) => w
             .write(&crate::values::flink_text(batch)?)
             .map_err(|e| io_err(path, e)),
@@ -430,8 +440,15 @@ fn in_progress_path(path: &Path) -> Result<PathBuf> {
     Ok(path.with_file_name(format!(".{}.inprogress", name.to_string_lossy())))
 }
 
+/// A CSV file being written: its records are encoded into `text`, then written out.
+struct CsvFile {
+    encoder: CsvEncoder,
+    out: BufWriter<File>,
+    text: Vec<u8>,
+}
+
 enum Inner {
-    Csv(Option<arrow_csv::Writer<BufWriter<File>>>),
+    Csv(Option<CsvFile>),
     Json(Option<arrow_json::LineDelimitedWriter<BufWriter<File>>>),
     Parquet(Option<parquet::arrow::ArrowWriter<BufWriter<File>>>),
     /// Aborted.
