@@ -637,6 +637,7 @@ pub fn flink_text(batch: &RecordBatch) -> weir_runtime::Result<RecordBatch> {
             .downcast_ref::<arrow_array::Int64Array>()
             .expect("cast to Int64");
         let mut out = StringBuilder::with_capacity(values.len(), values.len() * 24);
+        let mut text = String::with_capacity(32);
         for i in 0..values.len() {
             if values.is_null(i) {
                 out.append_null();
@@ -652,16 +653,8 @@ pub fn flink_text(batch: &RecordBatch) -> weir_runtime::Result<RecordBatch> {
                     ))
                 },
             )?;
-            let mut s = t.format("%Y-%m-%d %H:%M:%S").to_string();
-            if sub != 0 {
-                let frac = format!("{:09}", sub * nanos_per);
-                s.push('.');
-                s.push_str(frac.trim_end_matches('0'));
-            }
-            if tz.is_some() {
-                s.push('Z');
-            }
-            out.append_value(s);
+            timestamp_text(&mut text, t, sub * nanos_per, tz.is_some());
+            out.append_value(&text);
         }
         fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
         columns.push(Arc::new(out.finish()) as ArrayRef);
@@ -670,6 +663,50 @@ pub fn flink_text(batch: &RecordBatch) -> weir_runtime::Result<RecordBatch> {
         Arc::new(Schema::new(fields)),
         columns,
     )?)
+}
+
+/// `t` as Flink writes a timestamp into `text`: `2024-01-01 00:00:02.12`, the fraction of
+/// `nanos` without its trailing zeros, `Z` after a TIMESTAMP_LTZ. Digits are written one by
+/// one (chrono's formatter and a `String` per value took most of a timestamp column's writing);
+/// years beyond four digits, which take a sign, through chrono.
+fn timestamp_text(text: &mut String, t: chrono::DateTime<chrono::Utc>, nanos: i64, ltz: bool) {
+    use chrono::{Datelike, Timelike};
+    fn digits(text: &mut String, n: u32, width: u32) {
+        for p in (0..width).rev() {
+            text.push(char::from(b'0' + (n / 10u32.pow(p) % 10) as u8));
+        }
+    }
+    text.clear();
+    let year = t.year();
+    if (0..=9999).contains(&year) {
+        digits(text, year as u32, 4);
+        text.push('-');
+        digits(text, t.month(), 2);
+        text.push('-');
+        digits(text, t.day(), 2);
+        text.push(' ');
+        digits(text, t.hour(), 2);
+        text.push(':');
+        digits(text, t.minute(), 2);
+        text.push(':');
+        digits(text, t.second(), 2);
+    } else {
+        use std::fmt::Write;
+        write!(text, "{}", t.format("%Y-%m-%d %H:%M:%S")).expect("a String takes any text");
+    }
+    if nanos != 0 {
+        text.push('.');
+        let mut nanos = nanos as u32;
+        let mut width = 9;
+        while nanos.is_multiple_of(10) {
+            nanos /= 10;
+            width -= 1;
+        }
+        digits(text, nanos, width);
+    }
+    if ltz {
+        text.push('Z');
+    }
 }
 
 #[cfg(test)]
@@ -732,6 +769,31 @@ mod flink_text_tests {
             assert_eq!(timestamp_ms(text), Some(ms), "{text}");
         }
         assert_eq!(timestamp_ms("2024-13-01 00:00:00"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_timestamp_is_spelled_as_chrono_writes_it(
+            secs in -8_210_298_412_800i64..8_210_298_412_799,
+            near in -100_000_000_000i64..300_000_000_000,
+            nanos in proptest::sample::select(vec![0i64, 1, 5_000_000, 120_000_000, 999_999_999, 123_456_789]),
+            ltz: bool,
+        ) {
+            for secs in [secs, near] {
+                let t = chrono::DateTime::from_timestamp(secs, nanos as u32).unwrap();
+                let mut want = t.format("%Y-%m-%d %H:%M:%S").to_string();
+                if nanos != 0 {
+                    want.push('.');
+                    want.push_str(format!("{nanos:09}").trim_end_matches('0'));
+                }
+                if ltz {
+                    want.push('Z');
+                }
+                let mut text = String::new();
+                timestamp_text(&mut text, t, nanos, ltz);
+                proptest::prop_assert_eq!(text, want);
+            }
+        }
     }
 
     #[test]
