@@ -247,16 +247,16 @@ impl ScalarFunction {
                 let ms = ts.as_primitive::<arrow_array::types::TimestampMillisecondType>();
                 let mut out =
                     arrow_array::builder::StringBuilder::with_capacity(ts.len(), ts.len() * 20);
+                let digits_only = date_digits_only(&items);
+                let mut text = String::with_capacity(32);
                 for i in 0..ts.len() {
                     let t = (!ms.is_null(i))
                         .then(|| chrono::DateTime::from_timestamp_millis(ms.value(i)))
                         .flatten();
                     match t {
                         Some(t) => {
-                            use std::fmt::Write;
-                            let _ =
-                                write!(out, "{}", t.naive_utc().format_with_items(items.iter()));
-                            out.append_value("");
+                            format_date(&mut text, t.naive_utc(), &items, digits_only);
+                            out.append_value(&text);
                         }
                         None => out.append_null(),
                     }
@@ -270,6 +270,68 @@ impl ScalarFunction {
                 let ts = arrow_cast::cast(&args[0], &DataType::Timestamp(TimeUnit::Second, None))?;
                 Ok(arrow_cast::cast(&ts, &DataType::Int64)?)
             }
+        }
+    }
+}
+
+/// Whether a parsed DATE_FORMAT pattern holds only text and zero-padded year, month, day,
+/// hour, minute and second fields (`yyyy-MM-dd HH:mm:ss`), which [`format_date`] writes digit
+/// by digit.
+fn date_digits_only(items: &[chrono::format::Item<'_>]) -> bool {
+    use chrono::format::{Item, Numeric, Pad};
+    items.iter().all(|i| {
+        matches!(
+            i,
+            Item::Literal(_)
+                | Item::OwnedLiteral(_)
+                | Item::Space(_)
+                | Item::OwnedSpace(_)
+                | Item::Numeric(
+                    Numeric::Year
+                        | Numeric::Month
+                        | Numeric::Day
+                        | Numeric::Hour
+                        | Numeric::Minute
+                        | Numeric::Second,
+                    Pad::Zero,
+                )
+        )
+    })
+}
+
+/// `t` in `text` as chrono writes it with `items`: digit by digit when the items are
+/// [`date_digits_only`] and the year has four digits (chrono's formatter and its `Display`
+/// machinery were most of the window count's DATE_FORMAT), through chrono otherwise.
+fn format_date(
+    text: &mut String,
+    t: chrono::NaiveDateTime,
+    items: &[chrono::format::Item<'_>],
+    digits_only: bool,
+) {
+    use chrono::format::{Item, Numeric};
+    use chrono::{Datelike, Timelike};
+    text.clear();
+    if !digits_only || !(0..=9999).contains(&t.year()) {
+        use std::fmt::Write;
+        write!(text, "{}", t.format_with_items(items.iter())).expect("a String takes any text");
+        return;
+    }
+    let digits = |text: &mut String, n: u32, width: u32| {
+        for p in (0..width).rev() {
+            text.push(char::from(b'0' + (n / 10u32.pow(p) % 10) as u8));
+        }
+    };
+    for item in items {
+        match item {
+            Item::Literal(s) | Item::Space(s) => text.push_str(s),
+            Item::OwnedLiteral(s) | Item::OwnedSpace(s) => text.push_str(s),
+            Item::Numeric(Numeric::Year, _) => digits(text, t.year() as u32, 4),
+            Item::Numeric(Numeric::Month, _) => digits(text, t.month(), 2),
+            Item::Numeric(Numeric::Day, _) => digits(text, t.day(), 2),
+            Item::Numeric(Numeric::Hour, _) => digits(text, t.hour(), 2),
+            Item::Numeric(Numeric::Minute, _) => digits(text, t.minute(), 2),
+            Item::Numeric(Numeric::Second, _) => digits(text, t.second(), 2),
+            _ => unreachable!("date_digits_only lets no other item through"),
         }
     }
 }
@@ -700,6 +762,46 @@ pub fn projection_schema(input: &SchemaRef, exprs: &[(String, Expr)]) -> Result<
         .map(|(name, e)| Ok(Field::new(name, e.data_type(input)?, true)))
         .collect::<Result<Vec<_>>>()?;
     Ok(Arc::new(Schema::new(fields)))
+}
+
+#[cfg(test)]
+mod format_date_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Digit by digit or through chrono, the same text for any time and pattern.
+        #[test]
+        fn a_date_is_written_as_chrono_writes_it(
+            ms in -8_000_000_000_000_000i64..8_000_000_000_000_000,
+            near in -10_000_000_000_000i64..300_000_000_000_000,
+            pattern in proptest::sample::select(vec![
+                "yyyy-MM-dd HH:mm:ss", "yyyyMMdd", "HH:mm", "dd.MM.yyyy 'at' HH", "yyyy-MM-dd HH:mm:ss.SSS",
+                "EEE yyyy",
+            ]),
+        ) {
+            let fmt = java_to_chrono(pattern).unwrap();
+            let items = chrono::format::StrftimeItems::new(&fmt).parse().unwrap();
+            for ms in [ms, near] {
+                let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else { continue };
+                let t = t.naive_utc();
+                let mut text = String::new();
+                format_date(&mut text, t, &items, date_digits_only(&items));
+                prop_assert_eq!(&text, &t.format_with_items(items.iter()).to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn only_zero_padded_numbers_and_text_are_written_digit_by_digit() {
+        let digits = |p: &str| {
+            let fmt = java_to_chrono(p).unwrap();
+            date_digits_only(&chrono::format::StrftimeItems::new(&fmt).parse().unwrap())
+        };
+        assert!(digits("yyyy-MM-dd HH:mm:ss"));
+        assert!(!digits("yyyy-MM-dd HH:mm:ss.SSS"));
+        assert!(!digits("EEE"));
+    }
 }
 
 #[cfg(test)]
