@@ -220,7 +220,8 @@ impl<'a> Column<'a> {
             }
             Column::Boolean(a) => {
                 if a.is_valid(row) {
-                    out.extend_from_slice(if a.value(row) { b"true" } else { b"false" });
+                    // Quoted when the delimiter is one of its letters, as the csv crate does.
+                    enc.push_text(out, if a.value(row) { b"true" } else { b"false" });
                 }
             }
             Column::Utf8(a) => {
@@ -466,7 +467,7 @@ mod tests {
                 ])),
             ),
         ]);
-        for delimiter in [b',', b';', b'\t', b'.', b'1', b'-'] {
+        for delimiter in [b',', b';', b'\t', b'.', b'1', b'-', b'e', b'a'] {
             for header in [true, false] {
                 let two = [b.clone(), b.slice(1, 2)];
                 assert_eq!(
@@ -517,12 +518,13 @@ mod tests {
                     proptest::option::of("[a-c,;\"\\r\\n é]{0,6}"),
                     proptest::option::of(any::<i128>()),
                     proptest::option::of(-100_000i128..100_000),
+                    proptest::option::of(any::<bool>()),
                 ),
                 0..30,
             ),
             precision in 1u8..=38,
             scale in 0u8..=38,
-            delimiter in proptest::sample::select(vec![b',', b';', b'|', b'7', b'.']),
+            delimiter in proptest::sample::select(vec![b',', b';', b'|', b'7', b'.', b'e', b'u']),
         ) {
             let scale = scale.min(precision);
             let decimal = |v: Vec<Option<i128>>| -> ArrayRef {
@@ -540,6 +542,7 @@ mod tests {
                 ),
                 ("wide", decimal(rows.iter().map(|r| r.2).collect())),
                 ("small", decimal(rows.iter().map(|r| r.3).collect())),
+                ("b", Arc::new(rows.iter().map(|r| r.4).collect::<BooleanArray>())),
             ]);
             prop_assert_eq!(ours(std::slice::from_ref(&b), delimiter, true), arrow_csv(&[b], delimiter, true));
         }

@@ -779,8 +779,8 @@ mod tests {
 mod lenient_tests {
     use super::{added_up, lenient};
 
-    /// The shortcut for fields in range gives what adding them up gives, on every day of
-    /// 1900 to 2100 and fields around their ranges.
+    /// The shortcut for fields in range gives what adding them up gives: years around 0 and
+    /// 9999 and between (leap and not), days and times at and just past the ends of their ranges.
     #[test]
     fn fields_in_range_make_the_same_time_as_added_up() {
         let mut checked = 0;
