@@ -151,8 +151,8 @@ fn the_backfill_aligns_its_sources_and_checkpoints_apart() {
         if let NodeKind::Source { watermarks, .. } = &n.kind {
             let al = watermarks.alignment.as_ref().expect("aligned");
             assert_eq!(
-                (al.group.as_str(), al.max_drift_ms),
-                ("weir-backfill", 30_000)
+                (al.group.as_str(), al.max_drift_ms, al.update_interval_ms),
+                ("weir-backfill", 30_000, 1)
             );
             assert_eq!(watermarks.range.until_ms, None);
         }

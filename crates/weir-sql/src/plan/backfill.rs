@@ -173,6 +173,14 @@ pub(super) fn redirect(
                 "pipeline.watermark-alignment.allow-unaligned-source-splits".into(),
                 "true".into(),
             );
+            // Sampled every millisecond rather than Flink's every second: a backfill reads its
+            // history as fast as it can, and a second of that (millions of rows, hours of
+            // event time) would run a source far past the drift before it is paused.
+            let interval = "scan.watermark.alignment.update-interval";
+            if !settings.contains_key(interval) && !t.options.contains_key(interval) {
+                t.options
+                    .insert(interval.into(), format!("{BACKFILL_ALIGN_INTERVAL_MS} ms"));
+            }
         }
     }
     if let Some(rate) = b.rate {
@@ -180,6 +188,9 @@ pub(super) fn redirect(
     }
     Ok(sinks)
 }
+
+/// How often (ms) a backfill's own alignment group samples its sources' watermarks.
+const BACKFILL_ALIGN_INTERVAL_MS: i64 = 1;
 
 #[cfg(test)]
 mod tests {
