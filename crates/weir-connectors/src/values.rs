@@ -670,30 +670,9 @@ pub fn flink_text(batch: &RecordBatch) -> weir_runtime::Result<RecordBatch> {
 /// one (chrono's formatter and a `String` per value took most of a timestamp column's writing);
 /// years beyond four digits, which take a sign, through chrono.
 fn timestamp_text(text: &mut String, t: chrono::DateTime<chrono::Utc>, nanos: i64, ltz: bool) {
-    use chrono::{Datelike, Timelike};
-    fn digits(text: &mut String, n: u32, width: u32) {
-        for p in (0..width).rev() {
-            text.push(char::from(b'0' + (n / 10u32.pow(p) % 10) as u8));
-        }
-    }
+    use weir_core::expr::{push_date_time, push_zero_padded};
     text.clear();
-    let year = t.year();
-    if (0..=9999).contains(&year) {
-        digits(text, year as u32, 4);
-        text.push('-');
-        digits(text, t.month(), 2);
-        text.push('-');
-        digits(text, t.day(), 2);
-        text.push(' ');
-        digits(text, t.hour(), 2);
-        text.push(':');
-        digits(text, t.minute(), 2);
-        text.push(':');
-        digits(text, t.second(), 2);
-    } else {
-        use std::fmt::Write;
-        write!(text, "{}", t.format("%Y-%m-%d %H:%M:%S")).expect("a String takes any text");
-    }
+    push_date_time(text, t.naive_utc());
     if nanos != 0 {
         text.push('.');
         let mut nanos = nanos as u32;
@@ -702,7 +681,7 @@ fn timestamp_text(text: &mut String, t: chrono::DateTime<chrono::Utc>, nanos: i6
             nanos /= 10;
             width -= 1;
         }
-        digits(text, nanos, width);
+        push_zero_padded(text, nanos, width);
     }
     if ltz {
         text.push('Z');

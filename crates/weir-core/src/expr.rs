@@ -299,6 +299,35 @@ fn date_digits_only(items: &[chrono::format::Item<'_>]) -> bool {
     })
 }
 
+/// Appends `n` to `text` in `width` digits, zero-padded (and cut to its last `width` digits).
+pub fn push_zero_padded(text: &mut String, n: u32, width: u32) {
+    for p in (0..width).rev() {
+        text.push(char::from(b'0' + (n / 10u32.pow(p) % 10) as u8));
+    }
+}
+
+/// Appends `t` as `yyyy-MM-dd HH:mm:ss` (chrono's `%Y-%m-%d %H:%M:%S`) to `text`: digit by
+/// digit for four-digit years, through chrono for the rest, which take a sign.
+pub fn push_date_time(text: &mut String, t: chrono::NaiveDateTime) {
+    use chrono::{Datelike, Timelike};
+    if !(0..=9999).contains(&t.year()) {
+        use std::fmt::Write;
+        write!(text, "{}", t.format("%Y-%m-%d %H:%M:%S")).expect("a String takes any text");
+        return;
+    }
+    push_zero_padded(text, t.year() as u32, 4);
+    text.push('-');
+    push_zero_padded(text, t.month(), 2);
+    text.push('-');
+    push_zero_padded(text, t.day(), 2);
+    text.push(' ');
+    push_zero_padded(text, t.hour(), 2);
+    text.push(':');
+    push_zero_padded(text, t.minute(), 2);
+    text.push(':');
+    push_zero_padded(text, t.second(), 2);
+}
+
 /// `t` in `text` as chrono writes it with `items`: digit by digit when the items are
 /// [`date_digits_only`] and the year has four digits (chrono's formatter and its `Display`
 /// machinery were most of the window count's DATE_FORMAT), through chrono otherwise.
@@ -316,21 +345,16 @@ fn format_date(
         write!(text, "{}", t.format_with_items(items.iter())).expect("a String takes any text");
         return;
     }
-    let digits = |text: &mut String, n: u32, width: u32| {
-        for p in (0..width).rev() {
-            text.push(char::from(b'0' + (n / 10u32.pow(p) % 10) as u8));
-        }
-    };
     for item in items {
         match item {
             Item::Literal(s) | Item::Space(s) => text.push_str(s),
             Item::OwnedLiteral(s) | Item::OwnedSpace(s) => text.push_str(s),
-            Item::Numeric(Numeric::Year, _) => digits(text, t.year() as u32, 4),
-            Item::Numeric(Numeric::Month, _) => digits(text, t.month(), 2),
-            Item::Numeric(Numeric::Day, _) => digits(text, t.day(), 2),
-            Item::Numeric(Numeric::Hour, _) => digits(text, t.hour(), 2),
-            Item::Numeric(Numeric::Minute, _) => digits(text, t.minute(), 2),
-            Item::Numeric(Numeric::Second, _) => digits(text, t.second(), 2),
+            Item::Numeric(Numeric::Year, _) => push_zero_padded(text, t.year() as u32, 4),
+            Item::Numeric(Numeric::Month, _) => push_zero_padded(text, t.month(), 2),
+            Item::Numeric(Numeric::Day, _) => push_zero_padded(text, t.day(), 2),
+            Item::Numeric(Numeric::Hour, _) => push_zero_padded(text, t.hour(), 2),
+            Item::Numeric(Numeric::Minute, _) => push_zero_padded(text, t.minute(), 2),
+            Item::Numeric(Numeric::Second, _) => push_zero_padded(text, t.second(), 2),
             _ => unreachable!("date_digits_only lets no other item through"),
         }
     }

@@ -425,7 +425,8 @@ fn sort_by_time(keys: &mut Vec<(i64, u32, u32)>) {
     }
     let varying = and ^ or;
     let mut from = std::mem::take(keys);
-    let mut to = Vec::with_capacity(from.len());
+    // Every pass writes each place of `to` once.
+    let mut to = vec![(0, 0, 0); from.len()];
     for shift in (0..64).step_by(8) {
         if (varying >> shift) & 0xff == 0 {
             continue;
@@ -440,8 +441,6 @@ fn sort_by_time(keys: &mut Vec<(i64, u32, u32)>) {
             *c = at;
             at += n;
         }
-        to.clear();
-        to.resize(from.len(), (0, 0, 0));
         for k in &from {
             let d = ((key(k) >> shift) & 0xff) as usize;
             to[counts[d]] = *k;
