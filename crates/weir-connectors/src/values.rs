@@ -232,11 +232,11 @@ impl RowBuilder {
         let quoted = || Excerpt::of(text);
         let t = text.trim();
         match &self.builders[col] {
-            Builder::Int64(_) | Builder::Int32(_) => t
+            Builder::Int64(_) => t
                 .parse::<i64>()
                 .map(Value::Int)
                 .map_err(|_| format!("column `{}`: {} is not an integer", name(), quoted())),
-            Builder::Int16(_) | Builder::Int8(_) => {
+            Builder::Int32(_) | Builder::Int16(_) | Builder::Int8(_) => {
                 let (what, lo, hi) = self.small_int(col);
                 t.parse::<i64>()
                     .ok()
@@ -244,7 +244,7 @@ impl RowBuilder {
                     .map(Value::Int)
                     .ok_or_else(|| {
                         format!(
-                            "column `{}`: {} is not a {what} (an integer from {lo} to {hi})",
+                            "column `{}`: {} is not {what} (an integer from {lo} to {hi})",
                             name(),
                             quoted()
                         )
@@ -335,11 +335,13 @@ impl RowBuilder {
         }
     }
 
-    /// SMALLINT or TINYINT column `col`: its SQL name and range.
+    /// INT, SMALLINT or TINYINT column `col`: its SQL name (with its article) and range. A value outside it is a
+    /// bad record, as in Flink, never a number cut to the column's width.
     fn small_int(&self, col: usize) -> (&'static str, i64, i64) {
         match self.builders[col] {
-            Builder::Int8(_) => ("TINYINT", i8::MIN as i64, i8::MAX as i64),
-            _ => ("SMALLINT", i16::MIN as i64, i16::MAX as i64),
+            Builder::Int8(_) => ("a TINYINT", i8::MIN as i64, i8::MAX as i64),
+            Builder::Int32(_) => ("an INT", i32::MIN as i64, i32::MAX as i64),
+            _ => ("a SMALLINT", i16::MIN as i64, i16::MAX as i64),
         }
     }
 
@@ -355,17 +357,17 @@ impl RowBuilder {
             (J::Null, _) => Ok(Value::Null),
             (J::String(s), Builder::Utf8(_)) => Ok(Value::Str(s)),
             (J::String(s), _) => self.parse(col, s),
-            (J::Number(n), Builder::Int64(_) | Builder::Int32(_) | Builder::TimestampMs(..)) => n
+            (J::Number(n), Builder::Int64(_) | Builder::TimestampMs(..)) => n
                 .as_i64()
                 .map(Value::Int)
                 .ok_or_else(|| format!("column `{}`: {n} is not an integer", name())),
-            (J::Number(n), Builder::Int16(_) | Builder::Int8(_)) => {
+            (J::Number(n), Builder::Int32(_) | Builder::Int16(_) | Builder::Int8(_)) => {
                 let (what, lo, hi) = self.small_int(col);
                 (n.as_i64().filter(|v| (lo..=hi).contains(v)))
                     .map(Value::Int)
                     .ok_or_else(|| {
                         format!(
-                            "column `{}`: {n} is not a {what} (an integer from {lo} to {hi})",
+                            "column `{}`: {n} is not {what} (an integer from {lo} to {hi})",
                             name()
                         )
                     })
@@ -816,6 +818,7 @@ mod flink_text_tests {
             Field::new("t", DataType::Int8, true),
             Field::new("d", DataType::Date32, true),
             Field::new("tm", DataType::Time32(TimeUnit::Second), true),
+            Field::new("i", DataType::Int32, true),
         ]));
         let b = RowBuilder::new(schema, 1);
         for (col, text, why) in [
@@ -825,11 +828,26 @@ mod flink_text_tests {
                 "is not a SMALLINT (an integer from -32768 to 32767)",
             ),
             (1, "200", "is not a TINYINT (an integer from -128 to 127)"),
+            (
+                4,
+                "2147483648",
+                "is not an INT (an integer from -2147483648 to 2147483647)",
+            ),
+            (4, "-2147483649", "is not an INT"),
             (2, "2024-02-30", "is not a date"),
             (3, "25:00:00", "is not a time of day"),
         ] {
             let err = b.parse(col, text).unwrap_err();
             assert!(err.contains(why), "{err}");
         }
+        // A JSON number past an INT's range is a bad record too, not a number cut to 32 bits.
+        for n in [i32::MAX as i64 + 1, i32::MIN as i64 - 1] {
+            let err = b.parse_json(4, &serde_json::json!(n)).unwrap_err();
+            assert!(err.contains("is not an INT"), "{err}");
+        }
+        assert!(matches!(
+            b.parse_json(4, &serde_json::json!(i32::MIN)),
+            Ok(Value::Int(v)) if v == i32::MIN as i64
+        ));
     }
 }
