@@ -142,6 +142,66 @@ pub(crate) fn recycle<'b>(mut buf: Vec<Value<'_>>) -> Vec<Value<'b>> {
     buf.into_iter().map(|_| Value::Null).collect()
 }
 
+/// One column's values for a run of rows, parsed before any of the rows is appended (so a row
+/// that fails in any column is appended in none): what [`RowBuilder::append`] takes from a
+/// [`Value`], column by column.
+#[derive(Debug)]
+pub(crate) enum ParsedColumn {
+    /// Integers, and DATE, TIME and TIMESTAMP as numbers.
+    Int(Vec<Option<i64>>),
+    Float(Vec<Option<f64>>),
+    Bool(Vec<Option<bool>>),
+    Decimal(Vec<Option<i128>>),
+    /// Byte ranges of the text the run was parsed from.
+    Str(Vec<Option<(u32, u32)>>),
+}
+
+impl ParsedColumn {
+    /// Adds `v`, a value [`RowBuilder::parse`] gave for this column; `range` is where its text
+    /// lies, for a string.
+    pub(crate) fn push(&mut self, v: &Value, range: (u32, u32)) {
+        match (self, v) {
+            (ParsedColumn::Int(c), Value::Int(x)) => c.push(Some(*x)),
+            (ParsedColumn::Float(c), Value::Float(x)) => c.push(Some(*x)),
+            (ParsedColumn::Bool(c), Value::Bool(x)) => c.push(Some(*x)),
+            (ParsedColumn::Decimal(c), Value::Decimal(x)) => c.push(Some(*x)),
+            (ParsedColumn::Str(c), Value::Str(_)) => c.push(Some(range)),
+            (c, _) => c.push_null(),
+        }
+    }
+
+    pub(crate) fn push_null(&mut self) {
+        match self {
+            ParsedColumn::Int(c) => c.push(None),
+            ParsedColumn::Float(c) => c.push(None),
+            ParsedColumn::Bool(c) => c.push(None),
+            ParsedColumn::Decimal(c) => c.push(None),
+            ParsedColumn::Str(c) => c.push(None),
+        }
+    }
+
+    /// An empty column of the same kind.
+    pub(crate) fn empty(&self) -> ParsedColumn {
+        match self {
+            ParsedColumn::Int(_) => ParsedColumn::Int(Vec::new()),
+            ParsedColumn::Float(_) => ParsedColumn::Float(Vec::new()),
+            ParsedColumn::Bool(_) => ParsedColumn::Bool(Vec::new()),
+            ParsedColumn::Decimal(_) => ParsedColumn::Decimal(Vec::new()),
+            ParsedColumn::Str(_) => ParsedColumn::Str(Vec::new()),
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        match self {
+            ParsedColumn::Int(c) => c.clear(),
+            ParsedColumn::Float(c) => c.clear(),
+            ParsedColumn::Bool(c) => c.clear(),
+            ParsedColumn::Decimal(c) => c.clear(),
+            ParsedColumn::Str(c) => c.clear(),
+        }
+    }
+}
+
 /// Builds a batch row by row from parsed fields.
 pub(crate) struct RowBuilder {
     schema: SchemaRef,
@@ -227,6 +287,9 @@ impl RowBuilder {
     pub(crate) fn parse<'a>(&self, col: usize, text: &'a str) -> Result<Value<'a>, String> {
         if text.is_empty() {
             return Ok(Value::Null);
+        }
+        if let Builder::Utf8(_) = self.builders[col] {
+            return Ok(Value::Str(text));
         }
         let name = || self.schema.field(col).name();
         let quoted = || Excerpt::of(text);
@@ -455,6 +518,74 @@ impl RowBuilder {
             }
         }
         self.rows += 1;
+    }
+
+    /// An empty run of column `col`'s values for [`RowBuilder::append_parsed`]; `None` for a
+    /// column that is not read from text (an ARRAY).
+    pub(crate) fn parsed_column(&self, col: usize) -> Option<ParsedColumn> {
+        Some(match self.builders[col] {
+            Builder::Int64(_)
+            | Builder::Int32(_)
+            | Builder::Int16(_)
+            | Builder::Int8(_)
+            | Builder::Date(_)
+            | Builder::TimeS(_)
+            | Builder::TimeMs(_)
+            | Builder::TimestampMs(..) => ParsedColumn::Int(Vec::new()),
+            Builder::Float64(_) | Builder::Float32(_) => ParsedColumn::Float(Vec::new()),
+            Builder::Bool(_) => ParsedColumn::Bool(Vec::new()),
+            Builder::Decimal(..) => ParsedColumn::Decimal(Vec::new()),
+            Builder::Utf8(_) => ParsedColumn::Str(Vec::new()),
+            Builder::List(..) => return None,
+        })
+    }
+
+    /// Appends the first `rows` values of every column: `columns[i]` is column `i`'s, made by
+    /// [`RowBuilder::parsed_column`]; strings are ranges of `text`.
+    pub(crate) fn append_parsed(&mut self, columns: &[ParsedColumn], text: &str, rows: usize) {
+        for (b, c) in self.builders.iter_mut().zip(columns) {
+            match (b, c) {
+                (Builder::Int64(b), ParsedColumn::Int(v)) => b.extend(v[..rows].iter().copied()),
+                (Builder::TimestampMs(b, _), ParsedColumn::Int(v)) => {
+                    b.extend(v[..rows].iter().copied())
+                }
+                (Builder::Int32(b), ParsedColumn::Int(v)) => {
+                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
+                }
+                (Builder::Int16(b), ParsedColumn::Int(v)) => {
+                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i16)))
+                }
+                (Builder::Int8(b), ParsedColumn::Int(v)) => {
+                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i8)))
+                }
+                (Builder::Date(b), ParsedColumn::Int(v)) => {
+                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
+                }
+                (Builder::TimeS(b), ParsedColumn::Int(v)) => {
+                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
+                }
+                (Builder::TimeMs(b), ParsedColumn::Int(v)) => {
+                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
+                }
+                (Builder::Float64(b), ParsedColumn::Float(v)) => {
+                    b.extend(v[..rows].iter().copied())
+                }
+                (Builder::Float32(b), ParsedColumn::Float(v)) => {
+                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as f32)))
+                }
+                (Builder::Bool(b), ParsedColumn::Bool(v)) => b.extend(v[..rows].iter().copied()),
+                (Builder::Decimal(b, ..), ParsedColumn::Decimal(v)) => {
+                    b.extend(v[..rows].iter().copied())
+                }
+                (Builder::Utf8(b), ParsedColumn::Str(v)) => {
+                    for r in &v[..rows] {
+                        b.append_option(r.map(|(s, e)| &text[s as usize..e as usize]));
+                    }
+                }
+                _ => unreachable!("a parsed column is made for its builder"),
+            }
+        }
+        self.rows += rows;
     }
 
     /// The rows appended so far, as a batch; the builder starts empty again.

@@ -27,6 +27,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_runtime::{Error, Result};
 
+use super::csv_block::{BlockParser, BlockSettings};
 use super::{
     append_record, io_err, BadRecords, FilePosition, FileSourceSpec, FormatReader, LineRead,
     TextInput, TextPosition,
@@ -220,6 +221,8 @@ pub(super) struct CsvReader {
     field_of: Vec<usize>,
     fields_expected: usize,
     builder: RowBuilder,
+    /// The plain lines at the head of the read buffer, taken a block at a time.
+    block: Option<BlockParser>,
     batch_rows: usize,
     allow_comments: bool,
     ignore_parse_errors: bool,
@@ -244,6 +247,7 @@ impl CsvReader {
         let mut input = TextInput::open(path)?;
         let bom = super::skip_utf8_bom(&mut input.input).map_err(|e| io_err(path, e))?;
         let n = schema.fields().len();
+        let builder = RowBuilder::new(schema.clone(), batch_rows);
         let mut reader = CsvReader {
             path: path.to_path_buf(),
             input,
@@ -257,7 +261,8 @@ impl CsvReader {
             fields: Fields::default(),
             field_of: (0..n).collect(),
             fields_expected: n,
-            builder: RowBuilder::new(schema.clone(), batch_rows),
+            block: BlockParser::new(&builder),
+            builder,
             batch_rows,
             allow_comments: spec.allow_comments,
             ignore_parse_errors: spec.ignore_parse_errors,
@@ -329,6 +334,7 @@ impl CsvReader {
             field_of: self.field_of.clone(),
             fields_expected: self.fields_expected,
             builder: RowBuilder::new(self.builder.schema().clone(), self.batch_rows),
+            block: self.block.as_ref().map(BlockParser::fresh),
             batch_rows: self.batch_rows,
             allow_comments: self.allow_comments,
             ignore_parse_errors: self.ignore_parse_errors,
@@ -361,6 +367,13 @@ impl CsvReader {
         self.bytes = at.byte;
         self.first_line = at.line;
         Ok(())
+    }
+
+    /// The same reader taking every record line by line, without the block parser.
+    #[cfg(test)]
+    pub(super) fn line_by_line(mut self) -> CsvReader {
+        self.block = None;
+        self
     }
 
     /// The quote character.
@@ -565,6 +578,32 @@ impl FormatReader for CsvReader {
     fn next_batch(&mut self, bad: &mut BadRecords) -> Result<Option<RecordBatch>> {
         let mut buf: Vec<Value<'static>> = Vec::with_capacity(self.field_of.len());
         while !self.done && self.builder.rows() < self.batch_rows {
+            if let Some(block) = self
+                .block
+                .as_mut()
+                .filter(|_| self.head == self.starts.len() && !self.eof && self.torn.is_none())
+            {
+                use std::io::BufRead;
+                let buffered = (self.input.input.fill_buf()).map_err(|e| io_err(&self.path, e))?;
+                let settings = BlockSettings {
+                    delimiter: self.syntax.delimiter,
+                    quote: self.syntax.quote,
+                    fields_expected: self.fields_expected,
+                    field_of: &self.field_of,
+                    allow_comments: self.allow_comments,
+                    null_literal: self.null_literal.as_deref(),
+                    ignore_parse_errors: self.ignore_parse_errors,
+                    event_time: self.event_time,
+                };
+                let rows_left = self.batch_rows - self.builder.rows();
+                let taken = block.parse(buffered, rows_left, &settings, &mut self.builder);
+                self.input.input.consume(taken.bytes);
+                self.bytes += taken.bytes as u64;
+                self.first_line += taken.lines;
+                if taken.lines > 0 {
+                    continue;
+                }
+            }
             let (line, lines) = match self.split_record(Some(self.fields_expected))? {
                 Split::End => {
                     if let Some((line, bytes)) = self.torn.take() {

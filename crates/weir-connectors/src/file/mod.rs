@@ -43,6 +43,7 @@
 //! the position was taken.
 
 mod csv;
+mod csv_block;
 mod csv_ranges;
 mod json;
 mod parquet;
@@ -890,7 +891,11 @@ impl TextInput {
     fn memory(bytes: Vec<u8>) -> TextInput {
         TextInput {
             opened_len: bytes.len() as u64,
-            input: std::io::BufReader::new(Input::Memory(std::io::Cursor::new(bytes))),
+            // The block parser takes what the buffer holds: a range's lines in few blocks.
+            input: std::io::BufReader::with_capacity(
+                bytes.len().clamp(8 << 10, 1 << 20),
+                Input::Memory(std::io::Cursor::new(bytes)),
+            ),
         }
     }
 
