@@ -2,12 +2,14 @@
 //! `execution.runtime-mode` = 'batch'.
 //!
 //! [`run_as_batch`] turns a planned graph into its batch run. Every source reads all its rows
-//! and sorts them by event time ([`BatchRead`], an external sort in bounded memory); then the
-//! sources send their rows in event-time order, in step (the source furthest behind sends
-//! next), with a watermark that follows the rows exactly. The operators are the streaming ones,
-//! unchanged: they see each input in order and never a late row, so a window holds only its
-//! own rows and a time-bounded join only its bound's worth, and the result is what Flink's
-//! batch execution computes over the whole input: the streaming result plus the rows a
+//! ([`BatchRead`]): the rows within the table's watermark delay of the newest before them are
+//! held in the order read, the others sorted by event time (an external sort in bounded
+//! memory, which takes every row past the budget); then the sources send their rows, in step
+//! (the source furthest behind sends next), each straggler when its time comes, with a
+//! watermark one millisecond before the oldest row not yet sent. The operators are the
+//! streaming ones, unchanged: they never see a late row, so a window holds only its own rows
+//! and a time-bounded join only its bound's worth (and the delay's), and the result is what
+//! Flink's batch execution computes over the whole input: the streaming result plus the rows a
 //! streaming run finds late. A batch job takes no checkpoints (a failed one runs again), and
 //! every source must end.
 
@@ -100,13 +102,17 @@ pub fn run_as_batch(graph: &mut JobGraph, options: &BatchOptions) -> Result<()> 
     graph.config.allow_misaligned_start = true;
     for n in &mut graph.nodes {
         if let NodeKind::Source { watermarks, .. } = &mut n.kind {
-            // The sorted rows make the watermark exact; nothing waits on a delay or idleness.
+            // The disorder the table declares decides which rows are sorted apart.
+            let disorder_ms = watermarks.strategy.delay_millis();
+            // The rows sent in order make the watermark exact; nothing waits on a delay or
+            // idleness.
             watermarks.strategy = WatermarkStrategy::Monotonous;
             watermarks.idle_timeout_ms = None;
             watermarks.alignment = None;
             watermarks.batch = Some(BatchRead {
                 sort_memory_bytes: share,
                 spill_dir: options.spill_dir.clone(),
+                disorder_ms,
             });
         }
     }

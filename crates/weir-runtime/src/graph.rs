@@ -224,13 +224,15 @@ impl SourceWatermarks {
     }
 }
 
-/// How a source reads in batch execution: every split to its end, its rows sorted by event
-/// time in at most `sort_memory_bytes` (spilling sorted runs into `spill_dir`), then sent in
-/// event-time order with a watermark that follows them exactly (the greatest time sent − 1
-/// ms), so that no row is late. The sources of a job send in step: a source subtask sends its
-/// next batch only while its watermark is at most the minimum over all of them (group
-/// [`BatchRead::GROUP`]), so what an operator holds for a time bound stays as in a streaming
-/// run without delay, whatever the sources' sizes.
+/// How a source reads in batch execution: every split to its end, in at most
+/// `sort_memory_bytes` (past it the rows are sorted by event time, spilling sorted runs into
+/// `spill_dir`), then sent in the order read but for the rows more than `disorder_ms` behind
+/// the newest row read before them, which are sorted apart and sent when their time comes
+/// ([`crate::sort::ReadOrder`]), with a watermark that follows them exactly (the oldest time
+/// not yet sent − 1 ms), so that no row is late. The sources of a job send in step: a source
+/// subtask sends its next batch only while its watermark is at most the minimum over all of
+/// them (group [`BatchRead::GROUP`]), so what an operator holds for a time bound stays as in a
+/// streaming run with the table's watermark delay, whatever the sources' sizes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchRead {
     /// The memory of one source subtask's sort.
@@ -238,6 +240,11 @@ pub struct BatchRead {
     /// Where sorted runs spill; the system's temporary folder when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spill_dir: Option<PathBuf>,
+    /// How far behind the newest row read before it a row may be and still be sent in the
+    /// order read (the table's watermark delay); rows further behind are sorted apart
+    /// ([`crate::sort::ReadOrder`]).
+    #[serde(default)]
+    pub disorder_ms: i64,
 }
 
 impl BatchRead {

@@ -26,6 +26,9 @@ use std::cmp::Reverse;
 
 use crate::error::{Error, Result};
 
+mod read_order;
+pub use read_order::{ReadOrder, ReadOrderRows};
+
 /// Sorts rows by their event time (column `et`), spilling to disk past a memory budget.
 pub struct EventTimeSort {
     schema: SchemaRef,

@@ -1,6 +1,6 @@
-//! A source subtask in batch execution ([`BatchRead`]): reads every split to its end into an
-//! external sort by event time, then sends the rows in that order, in step with the job's
-//! other sources.
+//! A source subtask in batch execution ([`BatchRead`]): reads every split to its end, holding
+//! the rows in the order read and sorting the stragglers apart ([`ReadOrder`]), then sends them
+//! with a watermark that leaves no row late, in step with the job's other sources.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::graph::BatchRead;
 use crate::message::{Message, StreamBatch};
 use crate::operator::Port;
-use crate::sort::EventTimeSort;
+use crate::sort::ReadOrder;
 use crate::source::SourcePoll;
 
 impl SourceTask {
@@ -22,11 +22,13 @@ impl SourceTask {
         let schema = self.factory.schema();
         let et = self.event_time_index()?;
         let range = self.watermarks.range;
-        // The event-time column and the sort by it, for a source that has one.
+        // The event-time column and the rows in the order to send them, for a source that has
+        // one.
         let mut sort = et.map(|et| {
-            let sort = EventTimeSort::new(
+            let sort = ReadOrder::new(
                 schema.clone(),
                 et,
+                batch.disorder_ms,
                 self.batch_rows,
                 batch.sort_memory_bytes as usize,
                 batch.spill_dir.clone(),
@@ -104,7 +106,7 @@ impl SourceTask {
             }
         }
         drop(reader);
-        if let Some((et, sort)) = sort {
+        if let Some((_, sort)) = sort {
             if sort.spilled_bytes() > 0 {
                 tracing::info!(
                     source = %self.name,
@@ -114,7 +116,7 @@ impl SourceTask {
                 );
             }
             m.set_state(0, 0);
-            self.send_sorted(sort, et).await?;
+            self.send_sorted(sort).await?;
         }
         for sm in &self.split_metrics {
             sm.finished.store(true, Relaxed);
@@ -129,9 +131,9 @@ impl SourceTask {
         Ok(())
     }
 
-    /// Sends the sorted rows, each batch once the subtask's watermark is the group's minimum,
-    /// with the watermark after it: its last event time − 1 ms.
-    async fn send_sorted(&mut self, sort: EventTimeSort, et: usize) -> Result<()> {
+    /// Sends the rows, each batch once the subtask's watermark is the group's minimum, with the
+    /// watermark after it: the oldest time not yet sent − 1 ms.
+    async fn send_sorted(&mut self, sort: ReadOrder) -> Result<()> {
         let m = self.outputs.metrics.clone();
         // Merging spilled runs reads and writes files for a while: off the tasks' threads.
         let mut rows = match tokio::task::spawn_blocking(move || sort.finish()).await {
@@ -147,11 +149,9 @@ impl SourceTask {
                 m.idle_ns
                     .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
             }
-            let Some(batch) = rows.next_batch()? else {
+            let Some((batch, after)) = rows.next_batch()? else {
                 break;
             };
-            let times = weir_core::batch::event_times(&batch, et)?;
-            let last = *times.last().expect("sorted batches have rows");
             // Every row is after the watermark before it: none is late.
             let row_wms = vec![watermark; batch.num_rows()];
             m.busy_ns
@@ -162,8 +162,8 @@ impl SourceTask {
                     StreamBatch::with_row_watermarks(batch, row_wms.into()),
                 )
                 .await?;
-            if last.saturating_sub(1) > watermark {
-                watermark = last.saturating_sub(1);
+            if let Some(after) = after.filter(|&w| w > watermark) {
+                watermark = after;
                 m.watermark.store(watermark, Relaxed);
                 for sm in &self.split_metrics {
                     sm.watermark.store(watermark, Relaxed);
