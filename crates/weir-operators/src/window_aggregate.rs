@@ -519,6 +519,16 @@ fn session_close(end: i64, lateness: i64) -> i64 {
 /// A closed group or session: (slot, window start, window end, states, is a session).
 type Closed = (usize, i64, i64, Vec<State>, bool);
 
+/// The group the last row went to, for one pass over rows (no group is released during it):
+/// a row of the same key and window goes there without a look-up in the table, and rows of one
+/// key often come together, a hot key's above all.
+#[derive(Debug, Default)]
+struct LastGroup {
+    /// Its key's bytes and window id, as the table holds them.
+    bytes: Vec<u8>,
+    slot: Option<usize>,
+}
+
 /// One (key, window) group.
 #[derive(Debug, Default)]
 struct Group {
@@ -590,16 +600,28 @@ impl WindowAggregateOp {
         self.bound.iter().map(|b| b.init()).collect()
     }
 
-    fn group_for(&mut self, key: &[u8], start: i64, end: i64, buf: &mut Vec<u8>) -> usize {
-        buf.clear();
-        buf.extend_from_slice(key);
+    fn group_for(&mut self, key: &[u8], start: i64, end: i64, last: &mut LastGroup) -> usize {
         let id = if self.spec.is_cumulative() {
             end
         } else {
             start
         };
-        buf.extend_from_slice(&id.to_be_bytes());
+        let id = id.to_be_bytes();
+        if let Some(slot) = last.slot {
+            let bytes = &last.bytes;
+            if bytes.len() == key.len() + id.len()
+                && bytes[..key.len()] == *key
+                && bytes[key.len()..] == id
+            {
+                return slot;
+            }
+        }
+        let buf = &mut last.bytes;
+        buf.clear();
+        buf.extend_from_slice(key);
+        buf.extend_from_slice(&id);
         let slot = self.groups.slot_for(hash_key(buf), buf);
+        last.slot = Some(slot);
         if self.groups.get(slot).states.is_empty() {
             let states = self.new_states();
             let g = self.groups.get_mut(slot);
@@ -629,9 +651,9 @@ impl WindowAggregateOp {
         (start, end): (i64, i64),
         values: &[aggregates::Values],
         i: usize,
-        buf: &mut Vec<u8>,
+        last: &mut LastGroup,
     ) {
-        let slot = self.group_for(key, start, end, buf);
+        let slot = self.group_for(key, start, end, last);
         let states = &mut self.groups.get_mut(slot).states;
         let before = if self.holds_values {
             held(states)
@@ -679,7 +701,7 @@ impl WindowAggregateOp {
             .iter()
             .map(|b| b.values(&data))
             .collect::<Result<_>>()?;
-        let mut buf = Vec::new();
+        let mut buf = LastGroup::default();
         match self.spec.window {
             Window::Session { gap_ms } => {
                 for (i, key) in keys.iter().enumerate() {
@@ -830,7 +852,7 @@ impl WindowAggregateOp {
             None => None,
         };
         let (size, _) = self.spec.fixed().expect("final phases have fixed windows");
-        let mut buf = Vec::new();
+        let mut buf = LastGroup::default();
         for (i, key) in keys.iter().enumerate() {
             let start = starts.value(i);
             let end = match &ends {
@@ -1021,7 +1043,7 @@ impl Operator for WindowAggregateOp {
     /// close at its window's close (the watermark comes again from upstream). Gauges of late
     /// and unplaceable rows start again from zero.
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
-        let mut buf = Vec::new();
+        let mut buf = LastGroup::default();
         for b in state {
             let b = &b?;
             let r = aggregates::StateReader::new(
