@@ -21,7 +21,9 @@ pub const SAMPLE: u64 = 8;
 /// A Space-Saving sketch over encoded keys.
 #[derive(Debug, Default, Clone)]
 pub struct SpaceSaving {
-    counters: HashMap<Box<[u8]>, u64>,
+    /// At most [`TOP_K`] keys with their counts, searched one by one: for so few short keys a
+    /// scan costs less than hashing the key, and a replaced key's bytes are written over.
+    counters: Vec<(Vec<u8>, u64)>,
     /// Rows offered (sampled and not).
     pub rows: u64,
 }
@@ -33,22 +35,20 @@ impl SpaceSaving {
         if !self.rows.is_multiple_of(SAMPLE) {
             return;
         }
-        if let Some(c) = self.counters.get_mut(key) {
+        if let Some((_, c)) = self.counters.iter_mut().find(|(k, _)| k[..] == *key) {
             *c += 1;
             return;
         }
         if self.counters.len() < TOP_K {
-            self.counters.insert(key.into(), 1);
+            self.counters.push((key.to_vec(), 1));
             return;
         }
-        let (min_key, min) = self
-            .counters
-            .iter()
-            .min_by_key(|(_, c)| **c)
-            .map(|(k, c)| (k.clone(), *c))
+        let (k, c) = (self.counters.iter_mut())
+            .min_by_key(|(_, c)| *c)
             .expect("full");
-        self.counters.remove(&min_key);
-        self.counters.insert(key.into(), min + 1);
+        k.clear();
+        k.extend_from_slice(key);
+        *c += 1;
     }
 
     /// The estimated share of rows with `key` (0 when it is not among the top keys).
@@ -57,9 +57,9 @@ impl SpaceSaving {
         if sampled == 0 {
             return 0.0;
         }
-        self.counters
-            .get(key)
-            .map_or(0.0, |c| *c as f64 / sampled as f64)
+        (self.counters.iter())
+            .find(|(k, _)| k[..] == *key)
+            .map_or(0.0, |(_, c)| *c as f64 / sampled as f64)
     }
 
     /// Top keys with their estimated row counts, heaviest first.
@@ -67,7 +67,7 @@ impl SpaceSaving {
         let mut v: Vec<_> = self
             .counters
             .iter()
-            .map(|(k, c)| (k.clone(), c * SAMPLE))
+            .map(|(k, c)| (k.clone().into_boxed_slice(), c * SAMPLE))
             .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         v
@@ -183,6 +183,42 @@ impl ExchangeMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Space-Saving's guarantees over the sampled rows: every sampled row counts once, no
+        /// key kept is counted below its true count, and every key with more than a `TOP_K`th
+        /// of the sampled rows is kept.
+        #[test]
+        fn the_sketch_keeps_every_heavy_key_and_never_undercounts(
+            keys in prop::collection::vec(
+                prop_oneof![3 => 0u16..4, 1 => 0u16..500],
+                0..3_000,
+            ),
+        ) {
+            let mut s = SpaceSaving::default();
+            let mut truth: HashMap<Vec<u8>, u64> = HashMap::new();
+            for (i, k) in keys.iter().enumerate() {
+                let key = k.to_le_bytes();
+                s.offer(&key);
+                if (i as u64 + 1).is_multiple_of(SAMPLE) {
+                    *truth.entry(key.to_vec()).or_default() += 1;
+                }
+            }
+            let sampled = keys.len() as u64 / SAMPLE;
+            let top = s.top();
+            prop_assert!(top.len() <= TOP_K);
+            prop_assert_eq!(top.iter().map(|(_, c)| c / SAMPLE).sum::<u64>(), sampled);
+            for (k, c) in &top {
+                prop_assert!(c / SAMPLE >= truth.get(&k[..]).copied().unwrap_or(0));
+            }
+            for (k, c) in &truth {
+                if *c * TOP_K as u64 > sampled {
+                    prop_assert!(top.iter().any(|(t, _)| t[..] == k[..]), "{:?} ({})", k, c);
+                }
+            }
+        }
+    }
 
     #[test]
     fn space_saving_finds_the_hot_key_and_its_share() {
