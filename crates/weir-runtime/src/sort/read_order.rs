@@ -31,7 +31,12 @@ pub struct ReadOrder {
     held_bytes: usize,
     /// The newest time read so far.
     newest: i64,
-    stragglers: EventTimeSort,
+    /// The stragglers as read, until the rows are sent or pass the budget.
+    stragglers: Vec<RecordBatch>,
+    straggler_rows: usize,
+    straggler_bytes: usize,
+    /// Past the budget every row goes through it; else the stragglers at the end.
+    sort: EventTimeSort,
     /// Past the budget: every row goes through the sort.
     sorting_all: bool,
 }
@@ -57,7 +62,10 @@ impl ReadOrder {
             held_rows: 0,
             held_bytes: 0,
             newest: i64::MIN,
-            stragglers: EventTimeSort::new(schema, et, batch_rows, budget_bytes, spill_root),
+            stragglers: Vec::new(),
+            straggler_rows: 0,
+            straggler_bytes: 0,
+            sort: EventTimeSort::new(schema, et, batch_rows, budget_bytes, spill_root),
             sorting_all: false,
         }
     }
@@ -71,7 +79,7 @@ impl ReadOrder {
             return Ok(());
         }
         if self.sorting_all {
-            return self.stragglers.push(batch);
+            return self.sort.push(batch);
         }
         let times = weir_core::batch::event_times(&batch, self.et)?;
         let mut newest = self.newest;
@@ -95,7 +103,10 @@ impl ReadOrder {
         } else {
             let late: BooleanArray = in_order.iter().map(|k| Some(!k)).collect();
             let stragglers = arrow_select::filter::filter_record_batch(&batch, &late)?;
-            self.stragglers.push(stragglers)?;
+            // With the 16 bytes a row's sort key takes.
+            self.straggler_bytes += stragglers.get_array_memory_size() + 16 * stragglers.num_rows();
+            self.straggler_rows += stragglers.num_rows();
+            self.stragglers.push(stragglers);
             arrow_select::filter::filter_record_batch(&batch, &BooleanArray::from(in_order))?
         };
         if held.num_rows() > 0 {
@@ -104,44 +115,66 @@ impl ReadOrder {
             self.held_rows += held.num_rows();
             self.held.push((held, oldest));
         }
-        if self.held_bytes + (self.stragglers.buffered().1 as usize) > self.budget_bytes {
+        if self.held_bytes + self.straggler_bytes > self.budget_bytes {
             // Too much to hold: the sort takes it all, spilling sorted runs.
             self.sorting_all = true;
-            self.held_bytes = 0;
-            self.held_rows = 0;
-            for (b, _) in std::mem::take(&mut self.held) {
-                self.stragglers.push(b)?;
-            }
+            self.hand_all_to_sort()?;
+        }
+        Ok(())
+    }
+
+    /// Hands every row taken so far to the sort: the held rows first, then the stragglers,
+    /// so rows of one time keep the order they were read in (a held row with a straggler's
+    /// time was read before it, as the straggler is behind what was read before it).
+    fn hand_all_to_sort(&mut self) -> Result<()> {
+        self.held_bytes = 0;
+        self.held_rows = 0;
+        self.straggler_bytes = 0;
+        self.straggler_rows = 0;
+        for (b, _) in std::mem::take(&mut self.held) {
+            self.sort.push(b)?;
+        }
+        for b in std::mem::take(&mut self.stragglers) {
+            self.sort.push(b)?;
         }
         Ok(())
     }
 
     /// Rows and bytes held in memory now.
     pub fn buffered(&self) -> (u64, u64) {
-        let (rows, bytes) = self.stragglers.buffered();
-        (rows + self.held_rows as u64, bytes + self.held_bytes as u64)
+        let (rows, bytes) = self.sort.buffered();
+        let own = (self.held_rows + self.straggler_rows) as u64;
+        (
+            rows + own,
+            bytes + (self.held_bytes + self.straggler_bytes) as u64,
+        )
     }
 
     /// Bytes written to spill files so far.
     pub fn spilled_bytes(&self) -> u64 {
-        self.stragglers.spilled_bytes()
+        self.sort.spilled_bytes()
     }
 
     /// Every row taken in, in the order to send them.
     ///
     /// # Errors
     /// An I/O error reading a spill file back.
-    pub fn finish(self) -> Result<ReadOrderRows> {
+    pub fn finish(mut self) -> Result<ReadOrderRows> {
+        for b in std::mem::take(&mut self.stragglers) {
+            self.sort.push(b)?;
+        }
         // The oldest time of each held batch and of all after it.
-        let mut oldest_from = vec![i64::MAX; self.held.len() + 1];
-        for (i, (_, oldest)) in self.held.iter().enumerate().rev() {
-            oldest_from[i] = oldest_from[i + 1].min(*oldest);
+        let mut oldest_from = vec![i64::MAX; self.held.len()];
+        let mut oldest = i64::MAX;
+        for (i, (_, t)) in self.held.iter().enumerate().rev() {
+            oldest = oldest.min(*t);
+            oldest_from[i] = oldest;
         }
         Ok(ReadOrderRows {
             held: self.held.into_iter().map(|(b, _)| b).collect(),
             oldest_from,
             sent: 0,
-            stragglers: self.stragglers.finish()?,
+            stragglers: self.sort.finish()?,
             next_straggler: None,
             et: self.et,
         })
@@ -151,7 +184,7 @@ impl ReadOrder {
 /// The rows of a [`ReadOrder`], a batch at a time ([`ReadOrderRows::next_batch`]).
 pub struct ReadOrderRows {
     held: VecDeque<RecordBatch>,
-    /// The oldest time of held batch `i` and of all after it (`i64::MAX` past the last).
+    /// The oldest time of held batch `i` and of all after it.
     oldest_from: Vec<i64>,
     /// Held batches sent.
     sent: usize,
@@ -169,11 +202,12 @@ impl ReadOrderRows {
     /// An I/O error reading a spill file.
     pub fn next_batch(&mut self) -> Result<Option<(RecordBatch, Option<i64>)>> {
         self.fetch_straggler()?;
-        let held_oldest = self.oldest_from[self.sent];
+        // `None` when no held row is left: then every straggler goes.
+        let held_oldest = self.oldest_from.get(self.sent).copied();
         let batch = match self.next_straggler.take() {
-            Some((batch, times)) if times[0] < held_oldest => {
+            Some((batch, times)) if held_oldest.is_none_or(|h| times[0] < h) => {
                 // The stragglers older than every held row left.
-                let cut = times.partition_point(|&t| t < held_oldest);
+                let cut = times.partition_point(|&t| held_oldest.is_none_or(|h| t < h));
                 if cut < times.len() {
                     let rest = batch.slice(cut, times.len() - cut);
                     self.next_straggler = Some((rest, times[cut..].to_vec()));
@@ -192,10 +226,13 @@ impl ReadOrderRows {
             }
         };
         self.fetch_straggler()?;
-        let oldest_left = self.oldest_from[self.sent]
-            .min(self.next_straggler.as_ref().map_or(i64::MAX, |(_, t)| t[0]));
-        let watermark = (oldest_left != i64::MAX).then(|| oldest_left.saturating_sub(1));
-        Ok(Some((batch, watermark)))
+        let held_oldest = self.oldest_from.get(self.sent).copied();
+        let straggler_oldest = self.next_straggler.as_ref().map(|(_, t)| t[0]);
+        let oldest_left = match (held_oldest, straggler_oldest) {
+            (Some(h), Some(s)) => Some(h.min(s)),
+            (h, s) => h.or(s),
+        };
+        Ok(Some((batch, oldest_left.map(|t| t.saturating_sub(1)))))
     }
 
     /// Makes sure the sorted stragglers' next rows are at hand, if any are left.
@@ -267,24 +304,31 @@ mod tests {
         (out, sorted_all)
     }
 
-    /// Times in arrival order: ascending with jitter, and now and then a row far behind.
+    /// Times in arrival order: ascending with jitter (ties among them), now and then a row far
+    /// behind, and rarely one at the end of time.
     fn times() -> impl Strategy<Value = Vec<i64>> {
-        prop::collection::vec((0i64..50, 0i64..40, prop::bool::weighted(0.05)), 0..300).prop_map(
-            |steps| {
-                let mut now = 1_000i64;
-                steps
-                    .into_iter()
-                    .map(|(step, jitter, far)| {
-                        now += step;
-                        if far {
-                            now - 500 - jitter * 10
-                        } else {
-                            now - jitter
-                        }
-                    })
-                    .collect()
-            },
-        )
+        let step = (
+            0i64..50,
+            0i64..40,
+            prop::bool::weighted(0.05),
+            prop::bool::weighted(0.01),
+        );
+        prop::collection::vec(step, 0..300).prop_map(|steps| {
+            let mut now = 1_000i64;
+            steps
+                .into_iter()
+                .map(|(step, jitter, far, end)| {
+                    now += step / 4;
+                    if end {
+                        i64::MAX
+                    } else if far {
+                        now - 500 - jitter * 10
+                    } else {
+                        now - jitter / 8
+                    }
+                })
+                .collect()
+        })
     }
 
     proptest! {
@@ -337,6 +381,13 @@ mod tests {
                 }
             }
             prop_assert!(left.is_empty());
+            // Rows of one time leave in the order they were read.
+            let sent: Vec<(i64, i64)> = out.iter().flat_map(|(r, _)| r.iter().copied()).collect();
+            for (k, a) in sent.iter().enumerate() {
+                for b in &sent[k + 1..] {
+                    prop_assert!(a.1 != b.1 || a.0 < b.0, "{:?} sent before {:?}", a, b);
+                }
+            }
             if !sorted_all && !straggler.contains(&true) {
                 let sent: Vec<i64> = out.iter().flat_map(|(r, _)| r.iter().map(|x| x.0)).collect();
                 prop_assert_eq!(sent, (0..times.len() as i64).collect::<Vec<_>>());
