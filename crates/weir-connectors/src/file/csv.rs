@@ -34,6 +34,9 @@ use super::{
 };
 use crate::values::{recycle, Excerpt, RowBuilder, Value};
 
+/// The fewest rows a block may take after a row that failed (see [`super::csv_block`]).
+const MIN_BLOCK_ROWS: usize = 1;
+
 /// The delimiter and quote of a CSV source, checked.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CsvSyntax {
@@ -223,6 +226,8 @@ pub(super) struct CsvReader {
     builder: RowBuilder,
     /// The plain lines at the head of the read buffer, taken a block at a time.
     block: Option<BlockParser>,
+    /// The most rows the next block may take (see [`super::csv_block`]).
+    block_rows: usize,
     batch_rows: usize,
     allow_comments: bool,
     ignore_parse_errors: bool,
@@ -262,6 +267,7 @@ impl CsvReader {
             field_of: (0..n).collect(),
             fields_expected: n,
             block: BlockParser::new(&builder),
+            block_rows: batch_rows,
             builder,
             batch_rows,
             allow_comments: spec.allow_comments,
@@ -335,6 +341,7 @@ impl CsvReader {
             fields_expected: self.fields_expected,
             builder: RowBuilder::new(self.builder.schema().clone(), self.batch_rows),
             block: self.block.as_ref().map(BlockParser::fresh),
+            block_rows: self.batch_rows,
             batch_rows: self.batch_rows,
             allow_comments: self.allow_comments,
             ignore_parse_errors: self.ignore_parse_errors,
@@ -374,6 +381,12 @@ impl CsvReader {
     pub(super) fn line_by_line(mut self) -> CsvReader {
         self.block = None;
         self
+    }
+
+    /// Lines the block parser has split, taken or not.
+    #[cfg(test)]
+    pub(super) fn lines_split_in_blocks(&self) -> u64 {
+        self.block.as_ref().map_or(0, |b| b.lines_split)
     }
 
     /// The quote character.
@@ -596,7 +609,14 @@ impl FormatReader for CsvReader {
                     event_time: self.event_time,
                 };
                 let rows_left = self.batch_rows - self.builder.rows();
-                let taken = block.parse(buffered, rows_left, &settings, &mut self.builder);
+                let limit = rows_left.min(self.block_rows);
+                let taken = block.parse(buffered, limit, &settings, &mut self.builder);
+                let most = self.batch_rows.max(MIN_BLOCK_ROWS);
+                self.block_rows = if taken.failed {
+                    (2 * taken.rows).clamp(MIN_BLOCK_ROWS, most)
+                } else {
+                    (2 * self.block_rows).clamp(MIN_BLOCK_ROWS, most)
+                };
                 self.input.input.consume(taken.bytes);
                 self.bytes += taken.bytes as u64;
                 self.first_line += taken.lines;

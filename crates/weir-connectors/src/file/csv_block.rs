@@ -9,7 +9,9 @@
 //! lines taken, are what line-by-line reading gives. The block stops before the first line that
 //! is not plain, not whole in the buffer, or not valid UTF-8, and before the first row that
 //! fails to parse or lacks its event time: line-by-line reading goes on there and says what is
-//! wrong with it.
+//! wrong with it. After a row that fails the reader makes its next block shorter (twice the
+//! rows the failed one took, at least one; doubling again with each block that does not fail), so
+//! the lines split and parsed in vain stay within a few times the rows taken.
 
 use memchr::{memchr, memchr2, memchr3};
 
@@ -36,6 +38,10 @@ pub(super) struct Taken {
     pub bytes: usize,
     pub lines: u64,
     pub rows: usize,
+    /// It stopped before a row that fails (to parse, or without its event time) after
+    /// splitting the lines after it: the caller makes the next block shorter, so a file of
+    /// many such rows costs no more than line-by-line reading.
+    pub failed: bool,
 }
 
 /// Where the fields of a block's rows lie, and its columns' values, kept from block to block.
@@ -45,6 +51,8 @@ pub(super) struct BlockParser {
     /// Each row's end: the byte after its line break, and the lines up to it.
     row_ends: Vec<(usize, u64)>,
     columns: Vec<ParsedColumn>,
+    /// Lines split so far, taken or not: what the blocks cost.
+    pub(super) lines_split: u64,
 }
 
 impl BlockParser {
@@ -57,6 +65,7 @@ impl BlockParser {
             fields: Vec::new(),
             row_ends: Vec::new(),
             columns,
+            lines_split: 0,
         })
     }
 
@@ -66,6 +75,7 @@ impl BlockParser {
             fields: Vec::new(),
             row_ends: Vec::new(),
             columns: self.columns.iter().map(ParsedColumn::empty).collect(),
+            lines_split: 0,
         }
     }
 
@@ -80,26 +90,14 @@ impl BlockParser {
     ) -> Taken {
         let buf = &buf[..buf.len().min(u32::MAX as usize)];
         let scanned = self.split(buf, max_rows, s);
-        // Fields end at ASCII bytes, so slices of valid text at their ranges are valid text.
-        let (text, scanned) = match std::str::from_utf8(&buf[..scanned.bytes]) {
-            Ok(text) => (text, scanned),
-            Err(e) => {
-                let valid = e.valid_up_to();
-                let keep = self.row_ends.iter().take_while(|r| r.0 <= valid).count();
-                self.row_ends.truncate(keep);
-                let (bytes, lines) = keep
-                    .checked_sub(1)
-                    .map_or((0, 0), |last| self.row_ends[last]);
-                let text = std::str::from_utf8(&buf[..bytes]).expect("checked");
-                (
-                    text,
-                    Taken {
-                        bytes,
-                        lines,
-                        rows: keep,
-                    },
-                )
-            }
+        // Every line split is UTF-8 (checked as it was split), and fields end at ASCII bytes,
+        // so the text's slices at the fields' ranges are its fields.
+        let Ok(text) = std::str::from_utf8(&buf[..scanned.bytes]) else {
+            // Not reached; should it be, line-by-line reading takes the lines.
+            return Taken {
+                failed: true,
+                ..Taken::default()
+            };
         };
         let mut rows = scanned.rows;
         let n = s.fields_expected;
@@ -137,7 +135,12 @@ impl BlockParser {
             scanned
         } else {
             let (bytes, lines) = rows.checked_sub(1).map_or((0, 0), |l| self.row_ends[l]);
-            Taken { bytes, lines, rows }
+            Taken {
+                bytes,
+                lines,
+                rows,
+                failed: true,
+            }
         }
     }
 
@@ -164,16 +167,17 @@ impl BlockParser {
                     continue;
                 }
                 b'#' if s.allow_comments => match memchr(b'\n', &buf[pos..]) {
-                    Some(k) => {
+                    Some(k) if utf8(&buf[pos..pos + k]) => {
                         pos += k + 1;
                         taken.lines += 1;
                         taken.bytes = pos;
                         continue;
                     }
-                    None => break,
+                    _ => break,
                 },
                 _ => {}
             }
+            let line_start = pos;
             let first = self.fields.len();
             loop {
                 // The field starting at `pos`, the byte after it, and where the next one starts.
@@ -213,7 +217,9 @@ impl BlockParser {
                 match line_end {
                     None => pos = after + 1,
                     Some(next) => {
-                        if self.fields.len() - first != n {
+                        // A line that is not UTF-8 stops the block there, not after a
+                        // block's worth of lines split for nothing.
+                        if self.fields.len() - first != n || !utf8(&buf[line_start..next]) {
                             break 'lines;
                         }
                         pos = next;
@@ -228,11 +234,17 @@ impl BlockParser {
                 }
             }
         }
+        self.lines_split += taken.lines;
         // The fields of a line not taken.
         self.fields.truncate(self.row_ends.len() * n);
         taken.rows = self.row_ends.len();
         taken
     }
+}
+
+/// Whether `bytes` are UTF-8 (ASCII checked first, the common case).
+fn utf8(bytes: &[u8]) -> bool {
+    bytes.is_ascii() || std::str::from_utf8(bytes).is_ok()
 }
 
 #[cfg(test)]
@@ -411,6 +423,48 @@ mod tests {
         }
     }
 
+    /// Rows that fail make the blocks shorter: a file where every other row, or every row,
+    /// lacks its event time costs the blocks about its lines, not a block's worth per row.
+    #[test]
+    fn failing_rows_cost_the_blocks_no_more_than_their_lines() {
+        let cases = [
+            (1usize, false),
+            (2, false),
+            (1_000, false),
+            (1, true),
+            (3, true),
+        ];
+        for (every, latin1) in cases {
+            let mut bytes = b"n,s,d,i,b,t\n".to_vec();
+            for k in 0..20_000 {
+                let bad = k % every == 0;
+                let n = if bad && !latin1 {
+                    String::new()
+                } else {
+                    k.to_string()
+                };
+                bytes.extend_from_slice(format!("{n},s,1.00,1,true,").as_bytes());
+                // A Latin-1 é is not UTF-8: the record is set aside.
+                bytes.extend_from_slice(if bad && latin1 { b"caf\xe9\n" } else { b"t\n" });
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("in.csv");
+            std::fs::write(&path, &bytes).unwrap();
+            let spec = FileSourceSpec {
+                event_time_column: Some("n".into()),
+                ..FileSourceSpec::new(path.to_string_lossy(), FileFormat::Csv, columns())
+            };
+            let mut reader = CsvReader::open(&path, schema(), &spec, 8192, None).unwrap();
+            let (batches, dead, _) = read_all(&mut reader, &path);
+            let bad = 20_000_usize.div_ceil(every);
+            assert_eq!(dead.len(), bad, "every {every}, Latin-1 {latin1}");
+            let rows: usize = batches.iter().map(Vec::len).sum();
+            assert_eq!(rows, 20_000 - bad);
+            let split = reader.lines_split_in_blocks();
+            assert!(split <= 3 * 20_000, "every {every}: {split} lines split");
+        }
+    }
+
     /// A file of plain lines: each is taken by the block parser, and reading stops nowhere.
     #[test]
     fn plain_lines_are_taken_in_blocks() {
@@ -449,7 +503,8 @@ mod tests {
             super::Taken {
                 bytes: body.len(),
                 lines: 10_000,
-                rows: 10_000
+                rows: 10_000,
+                failed: false,
             }
         );
     }
