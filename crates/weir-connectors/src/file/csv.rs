@@ -620,7 +620,9 @@ impl FormatReader for CsvReader {
                 self.input.input.consume(taken.bytes);
                 self.bytes += taken.bytes as u64;
                 self.first_line += taken.lines;
-                if taken.lines > 0 {
+                // After a row that failed, the record it stopped at goes line by line first
+                // (another block would stop there at once, its lines split for nothing).
+                if taken.lines > 0 && !taken.failed {
                     continue;
                 }
             }
