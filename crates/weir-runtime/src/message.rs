@@ -93,15 +93,16 @@ impl StreamBatch {
         let Some(wms) = &self.row_watermarks else {
             return Ok((self.clone(), None));
         };
-        let late: BooleanArray = event_times
-            .iter()
-            .zip(wms.iter())
-            .map(|(&t, &w)| Some(is_late(t, w)))
-            .collect();
-        let n_late = late.true_count();
-        if n_late == 0 {
+        // Most batches have no late row: found without building a mask.
+        if !(event_times.iter().zip(wms.iter())).any(|(&t, &w)| is_late(t, w)) {
             return Ok((self.clone(), None));
         }
+        let late = BooleanArray::new(
+            arrow_buffer::BooleanBuffer::collect_bool(event_times.len(), |i| {
+                is_late(event_times[i], wms[i])
+            }),
+            None,
+        );
         let on_time = arrow_arith_not(&late);
         Ok((self.filter(&on_time)?, Some(self.filter(&late)?)))
     }
