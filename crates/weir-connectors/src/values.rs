@@ -157,37 +157,31 @@ pub(crate) enum ParsedColumn {
 }
 
 impl ParsedColumn {
-    /// Adds `v`, a value [`RowBuilder::parse`] gave for this column; `range` is where its text
-    /// lies, for a string.
+    /// Adds `v`, a value [`RowBuilder::parse`] gave for this column (NULL for any other);
+    /// `range` is where its text lies, for a string.
     pub(crate) fn push(&mut self, v: &Value, range: (u32, u32)) {
-        match (self, v) {
-            (ParsedColumn::Int(c), Value::Int(x)) => c.push(Some(*x)),
-            (ParsedColumn::Float(c), Value::Float(x)) => c.push(Some(*x)),
-            (ParsedColumn::Bool(c), Value::Bool(x)) => c.push(Some(*x)),
-            (ParsedColumn::Decimal(c), Value::Decimal(x)) => c.push(Some(*x)),
-            (ParsedColumn::Str(c), Value::Str(_)) => c.push(Some(range)),
-            (c, _) => c.push_null(),
-        }
-    }
-
-    pub(crate) fn push_null(&mut self) {
         match self {
-            ParsedColumn::Int(c) => c.push(None),
-            ParsedColumn::Float(c) => c.push(None),
-            ParsedColumn::Bool(c) => c.push(None),
-            ParsedColumn::Decimal(c) => c.push(None),
-            ParsedColumn::Str(c) => c.push(None),
-        }
-    }
-
-    /// An empty column of the same kind.
-    pub(crate) fn empty(&self) -> ParsedColumn {
-        match self {
-            ParsedColumn::Int(_) => ParsedColumn::Int(Vec::new()),
-            ParsedColumn::Float(_) => ParsedColumn::Float(Vec::new()),
-            ParsedColumn::Bool(_) => ParsedColumn::Bool(Vec::new()),
-            ParsedColumn::Decimal(_) => ParsedColumn::Decimal(Vec::new()),
-            ParsedColumn::Str(_) => ParsedColumn::Str(Vec::new()),
+            ParsedColumn::Int(c) => c.push(if let Value::Int(x) = v {
+                Some(*x)
+            } else {
+                None
+            }),
+            ParsedColumn::Float(c) => c.push(if let Value::Float(x) = v {
+                Some(*x)
+            } else {
+                None
+            }),
+            ParsedColumn::Bool(c) => c.push(if let Value::Bool(x) = v {
+                Some(*x)
+            } else {
+                None
+            }),
+            ParsedColumn::Decimal(c) => c.push(if let Value::Decimal(x) = v {
+                Some(*x)
+            } else {
+                None
+            }),
+            ParsedColumn::Str(c) => c.push(matches!(v, Value::Str(_)).then_some(range)),
         }
     }
 
@@ -300,7 +294,7 @@ impl RowBuilder {
                 .map(Value::Int)
                 .map_err(|_| format!("column `{}`: {} is not an integer", name(), quoted())),
             Builder::Int32(_) | Builder::Int16(_) | Builder::Int8(_) => {
-                let (what, lo, hi) = self.small_int(col);
+                let (what, lo, hi) = self.int_range(col);
                 t.parse::<i64>()
                     .ok()
                     .filter(|v| (lo..=hi).contains(v))
@@ -398,9 +392,9 @@ impl RowBuilder {
         }
     }
 
-    /// INT, SMALLINT or TINYINT column `col`: its SQL name (with its article) and range. A value outside it is a
-    /// bad record, as in Flink, never a number cut to the column's width.
-    fn small_int(&self, col: usize) -> (&'static str, i64, i64) {
+    /// INT, SMALLINT or TINYINT column `col`: its SQL name (with its article) and range. A
+    /// value outside it is a bad record, as in Flink, never a number cut to the column's width.
+    fn int_range(&self, col: usize) -> (&'static str, i64, i64) {
         match self.builders[col] {
             Builder::Int8(_) => ("a TINYINT", i8::MIN as i64, i8::MAX as i64),
             Builder::Int32(_) => ("an INT", i32::MIN as i64, i32::MAX as i64),
@@ -425,7 +419,7 @@ impl RowBuilder {
                 .map(Value::Int)
                 .ok_or_else(|| format!("column `{}`: {n} is not an integer", name())),
             (J::Number(n), Builder::Int32(_) | Builder::Int16(_) | Builder::Int8(_)) => {
-                let (what, lo, hi) = self.small_int(col);
+                let (what, lo, hi) = self.int_range(col);
                 (n.as_i64().filter(|v| (lo..=hi).contains(v)))
                     .map(Value::Int)
                     .ok_or_else(|| {
@@ -543,30 +537,24 @@ impl RowBuilder {
     /// Appends the first `rows` values of every column: `columns[i]` is column `i`'s, made by
     /// [`RowBuilder::parsed_column`]; strings are ranges of `text`.
     pub(crate) fn append_parsed(&mut self, columns: &[ParsedColumn], text: &str, rows: usize) {
+        /// The integers `v` into `b`, each cast as [`RowBuilder::append`] casts it.
+        fn ints<T: arrow_array::ArrowPrimitiveType>(
+            b: &mut arrow_array::builder::PrimitiveBuilder<T>,
+            v: &[Option<i64>],
+            cast: impl Fn(i64) -> T::Native,
+        ) {
+            b.extend(v.iter().map(|x| x.map(&cast)));
+        }
         for (b, c) in self.builders.iter_mut().zip(columns) {
             match (b, c) {
-                (Builder::Int64(b), ParsedColumn::Int(v)) => b.extend(v[..rows].iter().copied()),
-                (Builder::TimestampMs(b, _), ParsedColumn::Int(v)) => {
-                    b.extend(v[..rows].iter().copied())
-                }
-                (Builder::Int32(b), ParsedColumn::Int(v)) => {
-                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
-                }
-                (Builder::Int16(b), ParsedColumn::Int(v)) => {
-                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i16)))
-                }
-                (Builder::Int8(b), ParsedColumn::Int(v)) => {
-                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i8)))
-                }
-                (Builder::Date(b), ParsedColumn::Int(v)) => {
-                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
-                }
-                (Builder::TimeS(b), ParsedColumn::Int(v)) => {
-                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
-                }
-                (Builder::TimeMs(b), ParsedColumn::Int(v)) => {
-                    b.extend(v[..rows].iter().map(|x| x.map(|x| x as i32)))
-                }
+                (Builder::Int64(b), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x),
+                (Builder::TimestampMs(b, _), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x),
+                (Builder::Int32(b), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x as i32),
+                (Builder::Int16(b), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x as i16),
+                (Builder::Int8(b), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x as i8),
+                (Builder::Date(b), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x as i32),
+                (Builder::TimeS(b), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x as i32),
+                (Builder::TimeMs(b), ParsedColumn::Int(v)) => ints(b, &v[..rows], |x| x as i32),
                 (Builder::Float64(b), ParsedColumn::Float(v)) => {
                     b.extend(v[..rows].iter().copied())
                 }

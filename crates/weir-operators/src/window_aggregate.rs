@@ -701,7 +701,7 @@ impl WindowAggregateOp {
             .iter()
             .map(|b| b.values(&data))
             .collect::<Result<_>>()?;
-        let mut buf = LastGroup::default();
+        let mut last = LastGroup::default();
         match self.spec.window {
             Window::Session { gap_ms } => {
                 for (i, key) in keys.iter().enumerate() {
@@ -732,7 +732,7 @@ impl WindowAggregateOp {
                         if wm >= close_at(end, 0, l) {
                             self.late_assignments += 1;
                         } else {
-                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut buf);
+                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut last);
                         }
                     }
                 }
@@ -750,7 +750,7 @@ impl WindowAggregateOp {
                             self.late_assignments += 1;
                         } else {
                             let end = start.saturating_add(size);
-                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut buf);
+                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut last);
                         }
                     }
                     if starts.unrepresentable > 0 {
@@ -852,14 +852,14 @@ impl WindowAggregateOp {
             None => None,
         };
         let (size, _) = self.spec.fixed().expect("final phases have fixed windows");
-        let mut buf = LastGroup::default();
+        let mut last = LastGroup::default();
         for (i, key) in keys.iter().enumerate() {
             let start = starts.value(i);
             let end = match &ends {
                 Some(e) => e.value(i),
                 None => start.saturating_add(size),
             };
-            let slot = self.group_for(key.as_ref(), start, end, &mut buf);
+            let slot = self.group_for(key.as_ref(), start, end, &mut last);
             let partials: Vec<State> = self
                 .bound
                 .iter()
@@ -1043,7 +1043,7 @@ impl Operator for WindowAggregateOp {
     /// close at its window's close (the watermark comes again from upstream). Gauges of late
     /// and unplaceable rows start again from zero.
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
-        let mut buf = LastGroup::default();
+        let mut last = LastGroup::default();
         for b in state {
             let b = &b?;
             let r = aggregates::StateReader::new(
@@ -1058,7 +1058,7 @@ impl Operator for WindowAggregateOp {
                 let (values, heap) = held(&states);
                 self.values_held += values;
                 if self.spec.fixed().is_some() {
-                    let slot = self.group_for(key, start, end, &mut buf);
+                    let slot = self.group_for(key, start, end, &mut last);
                     let g = self.groups.get_mut(slot);
                     let (_, init_heap) = held(&g.states);
                     g.states = states;

@@ -81,8 +81,7 @@ impl EventTimeSort {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        // With the 16 bytes a row's sort key will take.
-        self.buffered_bytes += batch.get_array_memory_size() + 16 * batch.num_rows();
+        self.buffered_bytes += sort_bytes(&batch);
         self.buffered_rows += batch.num_rows();
         self.buffered.push(batch);
         if self.buffered_bytes > self.budget_bytes {
@@ -205,6 +204,11 @@ impl EventTimeSort {
         self.spilled_bytes += file.metadata().map_err(|e| spill_error(&path, e))?.len();
         Ok(path)
     }
+}
+
+/// What `batch` takes in a sort's memory: its arrays and the 16 bytes a row's sort key takes.
+fn sort_bytes(batch: &RecordBatch) -> usize {
+    batch.get_array_memory_size() + 16 * batch.num_rows()
 }
 
 /// The most runs merged at once (spill files open, a batch of each in memory).
@@ -496,14 +500,15 @@ mod tests {
     use proptest::prelude::*;
     use std::sync::Arc;
 
-    fn schema() -> SchemaRef {
+    /// Rows of (id, event time).
+    pub(super) fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("ts", DataType::Int64, false),
         ]))
     }
 
-    fn batch(rows: &[(i64, i64)]) -> RecordBatch {
+    pub(super) fn batch(rows: &[(i64, i64)]) -> RecordBatch {
         RecordBatch::try_new(
             schema(),
             vec![

@@ -326,6 +326,7 @@ impl CsvReader {
     /// A reader of `bytes`, whole lines of this reader's file after its header, with this
     /// reader's settings and columns: its lines and bytes are counted from the first of them.
     pub(super) fn over(&self, bytes: Vec<u8>) -> CsvReader {
+        let builder = RowBuilder::new(self.builder.schema().clone(), self.batch_rows);
         CsvReader {
             path: self.path.clone(),
             input: TextInput::memory(bytes),
@@ -339,9 +340,9 @@ impl CsvReader {
             fields: Fields::default(),
             field_of: self.field_of.clone(),
             fields_expected: self.fields_expected,
-            builder: RowBuilder::new(self.builder.schema().clone(), self.batch_rows),
-            block: self.block.as_ref().map(BlockParser::fresh),
+            block: self.block.as_ref().and(BlockParser::new(&builder)),
             block_rows: self.batch_rows,
+            builder,
             batch_rows: self.batch_rows,
             allow_comments: self.allow_comments,
             ignore_parse_errors: self.ignore_parse_errors,

@@ -69,16 +69,6 @@ impl BlockParser {
         })
     }
 
-    /// A parser for another reader of the same columns.
-    pub(super) fn fresh(&self) -> BlockParser {
-        BlockParser {
-            fields: Vec::new(),
-            row_ends: Vec::new(),
-            columns: self.columns.iter().map(ParsedColumn::empty).collect(),
-            lines_split: 0,
-        }
-    }
-
     /// Appends to `builder` the rows of at most `max_rows` plain lines at the head of `buf`
     /// (see the module doc). A block longer than `u32::MAX` bytes is cut shorter.
     pub(super) fn parse(
@@ -90,14 +80,18 @@ impl BlockParser {
     ) -> Taken {
         let buf = &buf[..buf.len().min(u32::MAX as usize)];
         let scanned = self.split(buf, max_rows, s);
-        // Every line split is UTF-8 (checked as it was split), and fields end at ASCII bytes,
-        // so the text's slices at the fields' ranges are its fields.
-        let Ok(text) = std::str::from_utf8(&buf[..scanned.bytes]) else {
-            // Not reached; should it be, line-by-line reading takes the lines.
-            return Taken {
-                failed: true,
-                ..Taken::default()
-            };
+        // Fields end at ASCII bytes, so slices of valid text at their ranges are valid text. A
+        // line that is not UTF-8 ends the block before it, as a row that fails does.
+        let (text, scanned) = match std::str::from_utf8(&buf[..scanned.bytes]) {
+            Ok(text) => (text, scanned),
+            Err(e) => {
+                let keep = (self.row_ends.iter())
+                    .take_while(|r| r.0 <= e.valid_up_to())
+                    .count();
+                let taken = self.taken_rows(keep);
+                let text = std::str::from_utf8(&buf[..taken.bytes]).expect("UTF-8 up to there");
+                (text, taken)
+            }
         };
         let mut rows = scanned.rows;
         let n = s.fields_expected;
@@ -134,13 +128,18 @@ impl BlockParser {
         if rows == scanned.rows {
             scanned
         } else {
-            let (bytes, lines) = rows.checked_sub(1).map_or((0, 0), |l| self.row_ends[l]);
-            Taken {
-                bytes,
-                lines,
-                rows,
-                failed: true,
-            }
+            self.taken_rows(rows)
+        }
+    }
+
+    /// The first `rows` rows split, taken before a row or line that fails.
+    fn taken_rows(&self, rows: usize) -> Taken {
+        let (bytes, lines) = rows.checked_sub(1).map_or((0, 0), |l| self.row_ends[l]);
+        Taken {
+            bytes,
+            lines,
+            rows,
+            failed: true,
         }
     }
 
@@ -153,31 +152,22 @@ impl BlockParser {
         let mut taken = Taken::default();
         let mut pos = 0;
         'lines: while self.row_ends.len() < max_rows && pos < buf.len() {
-            match buf[pos] {
-                b'\n' => {
-                    pos += 1;
-                    taken.lines += 1;
-                    taken.bytes = pos;
-                    continue;
-                }
-                b'\r' if buf.get(pos + 1) == Some(&b'\n') => {
-                    pos += 2;
-                    taken.lines += 1;
-                    taken.bytes = pos;
-                    continue;
-                }
+            // An empty line, or a comment line, is skipped.
+            let skipped = match buf[pos] {
+                b'\n' => Some(pos + 1),
+                b'\r' if buf.get(pos + 1) == Some(&b'\n') => Some(pos + 2),
                 b'#' if s.allow_comments => match memchr(b'\n', &buf[pos..]) {
-                    Some(k) if utf8(&buf[pos..pos + k]) => {
-                        pos += k + 1;
-                        taken.lines += 1;
-                        taken.bytes = pos;
-                        continue;
-                    }
-                    _ => break,
+                    Some(k) => Some(pos + k + 1),
+                    None => break,
                 },
-                _ => {}
+                _ => None,
+            };
+            if let Some(next) = skipped {
+                pos = next;
+                taken.lines += 1;
+                taken.bytes = pos;
+                continue;
             }
-            let line_start = pos;
             let first = self.fields.len();
             loop {
                 // The field starting at `pos`, the byte after it, and where the next one starts.
@@ -207,31 +197,24 @@ impl BlockParser {
                     ((pos, end), at)
                 };
                 self.fields.push((field.0 as u32, field.1 as u32));
-                let line_end = match buf.get(after) {
-                    Some(&b) if b == s.delimiter => None,
-                    Some(b'\n') => Some(after + 1),
-                    Some(b'\r') if buf.get(after + 1) == Some(&b'\n') => Some(after + 2),
+                let next = match buf.get(after) {
+                    Some(&b) if b == s.delimiter && after + 1 < buf.len() => {
+                        pos = after + 1;
+                        continue;
+                    }
+                    Some(b'\n') => after + 1,
+                    Some(b'\r') if buf.get(after + 1) == Some(&b'\n') => after + 2,
                     // Text after a closing quote, or the buffer's end.
                     _ => break 'lines,
                 };
-                match line_end {
-                    None => pos = after + 1,
-                    Some(next) => {
-                        // A line that is not UTF-8 stops the block there, not after a
-                        // block's worth of lines split for nothing.
-                        if self.fields.len() - first != n || !utf8(&buf[line_start..next]) {
-                            break 'lines;
-                        }
-                        pos = next;
-                        taken.lines += 1;
-                        taken.bytes = pos;
-                        self.row_ends.push((pos, taken.lines));
-                        break;
-                    }
-                }
-                if pos == buf.len() {
+                if self.fields.len() - first != n {
                     break 'lines;
                 }
+                pos = next;
+                taken.lines += 1;
+                taken.bytes = pos;
+                self.row_ends.push((pos, taken.lines));
+                break;
             }
         }
         self.lines_split += taken.lines;
@@ -240,11 +223,6 @@ impl BlockParser {
         taken.rows = self.row_ends.len();
         taken
     }
-}
-
-/// Whether `bytes` are UTF-8 (ASCII checked first, the common case).
-fn utf8(bytes: &[u8]) -> bool {
-    bytes.is_ascii() || std::str::from_utf8(bytes).is_ok()
 }
 
 #[cfg(test)]

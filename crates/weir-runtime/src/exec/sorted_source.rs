@@ -116,7 +116,7 @@ impl SourceTask {
                 );
             }
             m.set_state(0, 0);
-            self.send_sorted(sort).await?;
+            self.send_in_order(sort).await?;
         }
         for sm in &self.split_metrics {
             sm.finished.store(true, Relaxed);
@@ -133,7 +133,7 @@ impl SourceTask {
 
     /// Sends the rows, each batch once the subtask's watermark is the group's minimum, with the
     /// watermark after it: the oldest time not yet sent − 1 ms.
-    async fn send_sorted(&mut self, sort: ReadOrder) -> Result<()> {
+    async fn send_in_order(&mut self, sort: ReadOrder) -> Result<()> {
         let m = self.outputs.metrics.clone();
         // Merging spilled runs reads and writes files for a while: off the tasks' threads.
         let mut rows = match tokio::task::spawn_blocking(move || sort.finish()).await {

@@ -15,9 +15,10 @@
 use std::collections::VecDeque;
 
 use arrow_array::{BooleanArray, RecordBatch};
+use arrow_buffer::ScalarBuffer;
 use arrow_schema::SchemaRef;
 
-use super::{EventTimeSort, SortedRows};
+use super::{sort_bytes, EventTimeSort, SortedRows};
 use crate::error::Result;
 
 /// Rows taken in read order, the stragglers sorted apart (see the module doc).
@@ -27,14 +28,13 @@ pub struct ReadOrder {
     budget_bytes: usize,
     /// The batches held in the order read, with the oldest time of each.
     held: Vec<(RecordBatch, i64)>,
-    held_rows: usize,
-    held_bytes: usize,
     /// The newest time read so far.
     newest: i64,
     /// The stragglers as read, until the rows are sent or pass the budget.
     stragglers: Vec<RecordBatch>,
-    straggler_rows: usize,
-    straggler_bytes: usize,
+    /// Rows and bytes held and set aside as stragglers (counted as the sort counts them).
+    rows: usize,
+    bytes: usize,
     /// Past the budget every row goes through it; else the stragglers at the end.
     sort: EventTimeSort,
     /// Past the budget: every row goes through the sort.
@@ -59,12 +59,10 @@ impl ReadOrder {
             disorder_ms: disorder_ms.max(0),
             budget_bytes,
             held: Vec::new(),
-            held_rows: 0,
-            held_bytes: 0,
             newest: i64::MIN,
             stragglers: Vec::new(),
-            straggler_rows: 0,
-            straggler_bytes: 0,
+            rows: 0,
+            bytes: 0,
             sort: EventTimeSort::new(schema, et, batch_rows, budget_bytes, spill_root),
             sorting_all: false,
         }
@@ -103,19 +101,17 @@ impl ReadOrder {
         } else {
             let late: BooleanArray = in_order.iter().map(|k| Some(!k)).collect();
             let stragglers = arrow_select::filter::filter_record_batch(&batch, &late)?;
-            // With the 16 bytes a row's sort key takes.
-            self.straggler_bytes += stragglers.get_array_memory_size() + 16 * stragglers.num_rows();
-            self.straggler_rows += stragglers.num_rows();
+            self.bytes += sort_bytes(&stragglers);
+            self.rows += stragglers.num_rows();
             self.stragglers.push(stragglers);
             arrow_select::filter::filter_record_batch(&batch, &BooleanArray::from(in_order))?
         };
         if held.num_rows() > 0 {
-            // With the 16 bytes a row's sort key takes if the sort has to take it.
-            self.held_bytes += held.get_array_memory_size() + 16 * held.num_rows();
-            self.held_rows += held.num_rows();
+            self.bytes += sort_bytes(&held);
+            self.rows += held.num_rows();
             self.held.push((held, oldest));
         }
-        if self.held_bytes + self.straggler_bytes > self.budget_bytes {
+        if self.bytes > self.budget_bytes {
             // Too much to hold: the sort takes it all, spilling sorted runs.
             self.sorting_all = true;
             self.hand_all_to_sort()?;
@@ -127,10 +123,8 @@ impl ReadOrder {
     /// so rows of one time keep the order they were read in (a held row with a straggler's
     /// time was read before it, as the straggler is behind what was read before it).
     fn hand_all_to_sort(&mut self) -> Result<()> {
-        self.held_bytes = 0;
-        self.held_rows = 0;
-        self.straggler_bytes = 0;
-        self.straggler_rows = 0;
+        self.bytes = 0;
+        self.rows = 0;
         for (b, _) in std::mem::take(&mut self.held) {
             self.sort.push(b)?;
         }
@@ -143,11 +137,7 @@ impl ReadOrder {
     /// Rows and bytes held in memory now.
     pub fn buffered(&self) -> (u64, u64) {
         let (rows, bytes) = self.sort.buffered();
-        let own = (self.held_rows + self.straggler_rows) as u64;
-        (
-            rows + own,
-            bytes + (self.held_bytes + self.straggler_bytes) as u64,
-        )
+        (rows + self.rows as u64, bytes + self.bytes as u64)
     }
 
     /// Bytes written to spill files so far.
@@ -173,7 +163,6 @@ impl ReadOrder {
         Ok(ReadOrderRows {
             held: self.held.into_iter().map(|(b, _)| b).collect(),
             oldest_from,
-            sent: 0,
             stragglers: self.sort.finish()?,
             next_straggler: None,
             et: self.et,
@@ -184,13 +173,11 @@ impl ReadOrder {
 /// The rows of a [`ReadOrder`], a batch at a time ([`ReadOrderRows::next_batch`]).
 pub struct ReadOrderRows {
     held: VecDeque<RecordBatch>,
-    /// The oldest time of held batch `i` and of all after it.
+    /// The oldest time of held batch `i` (of all of them, sent or not) and of all after it.
     oldest_from: Vec<i64>,
-    /// Held batches sent.
-    sent: usize,
     stragglers: SortedRows,
     /// The sorted stragglers' next rows, and their times.
-    next_straggler: Option<(RecordBatch, Vec<i64>)>,
+    next_straggler: Option<(RecordBatch, ScalarBuffer<i64>)>,
     et: usize,
 }
 
@@ -203,43 +190,45 @@ impl ReadOrderRows {
     pub fn next_batch(&mut self) -> Result<Option<(RecordBatch, Option<i64>)>> {
         self.fetch_straggler()?;
         // `None` when no held row is left: then every straggler goes.
-        let held_oldest = self.oldest_from.get(self.sent).copied();
+        let held_oldest = self.held_oldest();
         let batch = match self.next_straggler.take() {
             Some((batch, times)) if held_oldest.is_none_or(|h| times[0] < h) => {
                 // The stragglers older than every held row left.
                 let cut = times.partition_point(|&t| held_oldest.is_none_or(|h| t < h));
                 if cut < times.len() {
                     let rest = batch.slice(cut, times.len() - cut);
-                    self.next_straggler = Some((rest, times[cut..].to_vec()));
+                    self.next_straggler = Some((rest, times.slice(cut, times.len() - cut)));
                 }
                 batch.slice(0, cut)
             }
             straggler => {
                 self.next_straggler = straggler;
                 match self.held.pop_front() {
-                    Some(b) => {
-                        self.sent += 1;
-                        b
-                    }
+                    Some(b) => b,
                     None => return Ok(None),
                 }
             }
         };
         self.fetch_straggler()?;
-        let held_oldest = self.oldest_from.get(self.sent).copied();
         let straggler_oldest = self.next_straggler.as_ref().map(|(_, t)| t[0]);
-        let oldest_left = match (held_oldest, straggler_oldest) {
-            (Some(h), Some(s)) => Some(h.min(s)),
-            (h, s) => h.or(s),
-        };
+        let oldest_left = [self.held_oldest(), straggler_oldest]
+            .into_iter()
+            .flatten()
+            .min();
         Ok(Some((batch, oldest_left.map(|t| t.saturating_sub(1)))))
+    }
+
+    /// The oldest time of the held rows not yet sent.
+    fn held_oldest(&self) -> Option<i64> {
+        let sent = self.oldest_from.len() - self.held.len();
+        self.oldest_from.get(sent).copied()
     }
 
     /// Makes sure the sorted stragglers' next rows are at hand, if any are left.
     fn fetch_straggler(&mut self) -> Result<()> {
         if self.next_straggler.is_none() {
             if let Some(b) = self.stragglers.next_batch()? {
-                let times = weir_core::batch::event_times(&b, self.et)?.to_vec();
+                let times = weir_core::batch::event_times(&b, self.et)?;
                 self.next_straggler = Some((b, times));
             }
         }
@@ -249,29 +238,24 @@ impl ReadOrderRows {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
-    use arrow_array::Int64Array;
-    use arrow_schema::{DataType, Field, Schema};
     use proptest::prelude::*;
 
     use super::*;
-
-    fn schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("ts", DataType::Int64, false),
-        ]))
-    }
+    use crate::sort::tests::{batch, schema};
 
     /// Each batch sent: its rows (id, time) and the watermark after it.
     type Sent = Vec<(Vec<(i64, i64)>, Option<i64>)>;
 
-    /// Rows (id, time) read in `batch`-row batches, then sent; and whether every row went
+    /// Rows (id, time) read in batches of `batch_rows`, then sent; and whether every row went
     /// through the sort.
-    fn run(times: &[i64], batch: usize, disorder_ms: i64, budget_bytes: usize) -> (Sent, bool) {
+    fn run(
+        times: &[i64],
+        batch_rows: usize,
+        disorder_ms: i64,
+        budget_bytes: usize,
+    ) -> (Sent, bool) {
         let spill = tempfile::tempdir().unwrap();
         let mut order = ReadOrder::new(
             schema(),
@@ -281,17 +265,11 @@ mod tests {
             budget_bytes,
             Some(spill.path().to_path_buf()),
         );
-        for (k, chunk) in times.chunks(batch.max(1)).enumerate() {
-            let ids = (0..chunk.len()).map(|i| (k * batch + i) as i64);
-            let b = RecordBatch::try_new(
-                schema(),
-                vec![
-                    Arc::new(Int64Array::from_iter_values(ids)),
-                    Arc::new(Int64Array::from_iter_values(chunk.iter().copied())),
-                ],
-            )
-            .unwrap();
-            order.push(b).unwrap();
+        for (k, chunk) in times.chunks(batch_rows.max(1)).enumerate() {
+            let rows: Vec<(i64, i64)> = (chunk.iter().enumerate())
+                .map(|(i, &t)| ((k * batch_rows + i) as i64, t))
+                .collect();
+            order.push(batch(&rows)).unwrap();
         }
         let sorted_all = order.sorting_all;
         let mut rows = order.finish().unwrap();
@@ -339,12 +317,12 @@ mod tests {
         #[test]
         fn no_row_is_late_and_the_watermark_follows_the_rows(
             times in times(),
-            batch in 1usize..40,
+            batch_rows in 1usize..40,
             disorder_ms in prop_oneof![Just(0i64), Just(1), Just(30), Just(200)],
             small_budget in any::<bool>(),
         ) {
             let budget = if small_budget { 2_000 } else { 1 << 30 };
-            let (out, sorted_all) = run(&times, batch, disorder_ms, budget);
+            let (out, sorted_all) = run(&times, batch_rows, disorder_ms, budget);
             // Which rows are stragglers, and the newest time read before each row.
             let mut newest = i64::MIN;
             let mut newest_before = Vec::new();
