@@ -589,14 +589,47 @@ fn lag_on_rocksdb_gives_flinks_rows() {
             !lags.is_empty() && lags.iter().all(|&(r, disk)| r > 0 && disk),
             "the LAGs held rows, on disk: {lags:?}"
         );
-        // The OVER aggregation beside a LAG keeps its rows in memory, and says so.
+        // The OVER aggregation beside a LAG keeps its rows on disk too, and says so.
         assert!(report
             .metrics
             .nodes
             .iter()
             .filter(|n| n.kind == "operator over_aggregate")
-            .all(|n| !n.state_on_disk));
+            .all(|n| n.state_on_disk));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
+
+/// OVER aggregations (RANGE, ROWS and unbounded frames, with every aggregate they take) with
+/// their keys on RocksDB give Flink's rows, in streaming and in a batch job.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn over_aggregations_on_rocksdb_give_flinks_rows() {
+    for query in ["over", "over_unbounded", "over_values"] {
+        for batch in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let mode = if batch {
+                "SET 'execution.runtime-mode' = 'batch';\n"
+            } else {
+                ""
+            };
+            let report = check_after(
+                query,
+                &format!(
+                    "{mode}SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+                    dir.path().display()
+                ),
+            );
+            let overs: Vec<(u64, bool)> = (report.metrics.nodes.iter())
+                .filter(|n| n.kind == "operator over_aggregate")
+                .map(|n| (n.peak_state_rows, n.state_on_disk))
+                .collect();
+            assert!(
+                !overs.is_empty() && overs.iter().all(|&(r, disk)| r > 0 && disk),
+                "{query} (batch: {batch}): the OVER aggregations held rows, on disk: {overs:?}"
+            );
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
     }
 }
 

@@ -33,6 +33,12 @@
 //! key once the watermark is `state_ttl_ms` past the key's last row; a later row of the key
 //! starts from nothing (the state TTL is required).
 //!
+//! With `state.backend.type = 'rocksdb'` each key's rows and aggregates are one entry on local
+//! disk (`over_aggregate/disk.rs`, a [`DiskKeys`](crate::disk_keys::DiskKeys)): the keys a
+//! batch or a watermark touches are read into memory, run through the same code and written
+//! back, held rows in Arrow's row format instead of references into batches. A key's whole
+//! frame is read and written each time, so a long RANGE frame of a busy key costs as much.
+//!
 //! # Late rows
 //!
 //! A row at or below its source split's watermark just before it is late: it is counted
@@ -51,6 +57,7 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch};
+use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
@@ -62,6 +69,9 @@ use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef, StateSize};
 
 use crate::aggregates::{self, Aggregate, AggregateFn, Bound, State, Values};
 use crate::retractable::{kept_of, value_of, Acc, Kind, Value};
+
+#[cfg(feature = "rocksdb")]
+mod disk;
 
 /// Which preceding rows a row's frame holds (the frame always ends at the row itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -321,7 +331,28 @@ impl OperatorFactory for OverAggregate {
             Field::new(ACCS_COLUMN, DataType::Binary, true),
             Field::new(LAST_COLUMN, DataType::Int64, false),
         ]);
+        let fields: Vec<SortField> = (input.schema.fields().iter())
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::disk_keys::DiskKeys::open(info)?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(crate::no_disk_state());
+        }
         Ok(Box::new(OverAggregateOp {
+            row_format: match info.state_backend.on_disk() {
+                true => Some(RowConverter::new(fields.clone())?),
+                false => None,
+            },
+            #[cfg(feature = "rocksdb")]
+            fields,
+            #[cfg(feature = "rocksdb")]
+            disk,
+            key_count: 0,
             spec: self.clone(),
             schema,
             state_schema: Arc::new(Schema::new(state_fields)),
@@ -367,6 +398,9 @@ impl OperatorFactory for OverAggregate {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn state_on_disk(&self) -> bool {
+        true
+    }
 }
 
 const KEY_COLUMN: &str = "__key";
@@ -401,12 +435,45 @@ fn add_row(accs: &mut [Acc], kinds: &[Kind], h: &mut Held) {
     }
 }
 
+/// Where a held row's columns are.
+#[derive(Debug, Clone)]
+enum RowAt {
+    /// In a batch of the operator's store (state in memory).
+    Stored(RowRef),
+    /// In Arrow's row format, inside its key's entry (state on disk).
+    Bytes(Box<[u8]>),
+}
+
+impl RowAt {
+    fn stored(&self) -> Option<RowRef> {
+        match self {
+            RowAt::Stored(r) => Some(*r),
+            RowAt::Bytes(_) => None,
+        }
+    }
+
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            RowAt::Stored(_) => None,
+            RowAt::Bytes(b) => Some(b),
+        }
+    }
+
+    /// The store's batch the row is in, to retain and release.
+    fn batch(&self) -> Option<u32> {
+        match self {
+            RowAt::Stored(r) => Some(r.batch),
+            RowAt::Bytes(_) => None,
+        }
+    }
+}
+
 /// A held row: its time, arrival number, where it is buffered, and each aggregate's value.
 #[derive(Debug, Clone)]
 struct Held {
     ts: i64,
     seq: u64,
-    row: RowRef,
+    row: RowAt,
     values: Box<[Option<Value>]>,
     /// The values of FIRST_VALUE, LAST_VALUE (Arrow's row format) and LISTAGG (text), per
     /// aggregate (`None` for the others, and for NULLs); empty when no aggregate keeps
@@ -426,6 +493,15 @@ struct KeyRows {
     accs: Vec<Acc>,
     /// Unbounded frames: the time of the last row emitted.
     last_ts: i64,
+    /// On disk: when the key next needs the watermark (in memory, the operator's queue says).
+    timer: Option<i64>,
+}
+
+impl KeyRows {
+    #[cfg(feature = "rocksdb")]
+    fn is_empty(&self) -> bool {
+        self.frame.is_empty() && self.pending.is_empty() && self.accs.is_empty()
+    }
 }
 
 /// One subtask of an OVER aggregation.
@@ -444,9 +520,22 @@ pub struct OverAggregateOp {
     /// Whether some aggregate keeps values ([`Kind::keeps`]).
     keeps: bool,
     store: BatchStore,
+    /// The types of the input's columns, for a snapshot's own row format.
+    #[cfg(feature = "rocksdb")]
+    fields: Vec<SortField>,
+    /// On disk (`state.backend.type = 'rocksdb'`): the input's columns in Arrow's row format,
+    /// as held rows keep them there ([`RowAt::Bytes`]).
+    row_format: Option<RowConverter>,
     keys: KeySlots<KeyRows>,
+    /// The keys on disk instead, when so: `keys` then holds only the keys a batch or a
+    /// watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::disk_keys::DiskKeys<KeyRows>>,
+    /// Keys with state, on disk (in memory, `keys` counts them).
+    key_count: u64,
     /// When a key has work: tag 0, a pending row's time; tag 1, when the oldest row of its
-    /// RANGE frame leaves it.
+    /// RANGE frame leaves it; tag 2, when it is forgotten. In memory only: on disk each key
+    /// keeps its earliest ([`KeyRows::timer`]).
     due: ExpiryQueue,
     next_seq: u64,
     held: u64,
@@ -460,12 +549,45 @@ pub struct OverAggregateOp {
 /// Bytes of bookkeeping per held row, besides the row itself.
 const HELD_OVERHEAD: u64 = 64;
 
+/// Files when key `slot` (its rows `k`) next needs the watermark, at `at`: in memory an entry
+/// of `due` tagged `tag`, on disk the key's timer (its earliest).
+fn queue(due: &mut ExpiryQueue, on_disk: bool, k: &mut KeyRows, slot: usize, at: i64, tag: u8) {
+    if !on_disk {
+        due.push(at, slot, tag);
+    } else if k.timer.is_none_or(|t| at < t) {
+        k.timer = Some(at);
+    }
+}
+
 impl OverAggregateOp {
+    fn on_disk(&self) -> bool {
+        self.row_format.is_some()
+    }
+
+    /// The slot of `key`, made when the key has none; on disk, its state read into the slot
+    /// the first time a batch or a watermark touches it (a new key counted).
+    fn slot(&mut self, key: &[u8]) -> Result<usize> {
+        let slot = self.keys.slot_for(hash_key(key), key);
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            if self.keys.get(slot).is_empty() {
+                match d.load(key)? {
+                    Some(stored) => *self.keys.get_mut(slot) = stored,
+                    None => self.key_count += 1,
+                }
+            }
+        }
+        Ok(slot)
+    }
+
     /// Files `row` (of key `slot`) as pending.
     fn hold(&mut self, slot: usize, held: Held) {
-        self.due.push(held.ts, slot, 0);
-        self.store.retain(held.row.batch);
+        if let Some(b) = held.row.batch() {
+            self.store.retain(b);
+        }
+        let on_disk = self.on_disk();
         let k = self.keys.get_mut(slot);
+        queue(&mut self.due, on_disk, k, slot, held.ts, 0);
         k.pending.insert((held.ts, held.seq), held);
         self.held += 1;
         self.pending += 1;
@@ -478,13 +600,21 @@ impl OverAggregateOp {
         &mut self,
         slot: usize,
         wm: i64,
-        rows: &mut Vec<RowRef>,
+        rows: &mut Vec<RowAt>,
         states: &mut [Vec<State>],
         release: &mut Vec<u32>,
     ) {
+        let on_disk = self.on_disk();
         let kinds = &self.kinds;
         let separators = &self.separators;
         let k = self.keys.get_mut(slot);
+        if on_disk {
+            // A stale timer entry (the key's timer moved on since) has nothing to do.
+            if k.timer.is_some_and(|t| t > wm) {
+                return;
+            }
+            k.timer = None;
+        }
         if k.accs.is_empty() {
             k.accs = vec![Acc::default(); kinds.len()];
         }
@@ -501,7 +631,7 @@ impl OverAggregateOp {
                     acc.retract_kept();
                 }
             }
-            release.push(h.row.batch);
+            release.extend(h.row.batch());
         };
         let mut left = 0u64;
         let mut emitted = 0u64;
@@ -548,7 +678,7 @@ impl OverAggregateOp {
                 }
             }
             for h in &peers {
-                rows.push(h.row);
+                rows.push(h.row.clone());
                 for (j, acc) in k.accs.iter().enumerate() {
                     states[j].push(match kinds[j] {
                         Kind::List => acc.list(&separators[j]),
@@ -560,7 +690,7 @@ impl OverAggregateOp {
             if self.spec.frame.unbounded() {
                 // Only the running aggregate stays.
                 left += peers.len() as u64;
-                release.extend(peers.iter().map(|h| h.row.batch));
+                release.extend(peers.iter().filter_map(|h| h.row.batch()));
             } else {
                 k.frame.extend(peers);
             }
@@ -578,7 +708,7 @@ impl OverAggregateOp {
             }
             if let Some(h) = k.frame.front() {
                 let at = h.ts.saturating_add(preceding_ms);
-                self.due.push(at, slot, 1);
+                queue(&mut self.due, on_disk, k, slot, at, 1);
             }
         }
         let mut empty = k.frame.is_empty() && k.pending.is_empty();
@@ -592,13 +722,17 @@ impl OverAggregateOp {
             if !k.pending.is_empty() || wm < forget_at {
                 empty = false;
                 if k.pending.is_empty() {
-                    self.due.push(forget_at, slot, 2);
+                    queue(&mut self.due, on_disk, k, slot, forget_at, 2);
                 }
             } else {
                 left += k.frame.len() as u64;
-                release.extend(k.frame.drain(..).map(|h| h.row.batch));
+                release.extend(k.frame.drain(..).filter_map(|h| h.row.batch()));
                 empty = true;
             }
+        }
+        // In memory, each pending row has its entry in the queue since it came.
+        if let (true, Some((&(at, _), _))) = (on_disk, k.pending.first_key_value()) {
+            queue(&mut self.due, on_disk, k, slot, at, 0);
         }
         let kept_after = if empty { 0 } else { kept_bytes(&k.accs) };
         self.kept_bytes = (self.kept_bytes + kept_after).saturating_sub(kept_before);
@@ -606,6 +740,9 @@ impl OverAggregateOp {
         self.pending -= emitted;
         if empty {
             self.keys.release(slot);
+            if on_disk {
+                self.key_count -= 1;
+            }
         }
     }
 
@@ -629,6 +766,177 @@ impl OverAggregateOp {
     }
 }
 
+/// The state batch of keys given as (key group, key, rows): for an unbounded frame a row of
+/// NULL input columns per key that carries its running aggregates, then a row per held row (a
+/// key's emitted rows oldest first, then its pending ones in order), whose input columns
+/// `columns` makes (`None`: a running aggregate's row).
+fn state_batch<'a>(
+    state_schema: &SchemaRef,
+    kinds: &[Kind],
+    unbounded: bool,
+    keys: impl Iterator<Item = (u16, &'a [u8], &'a KeyRows)>,
+    columns: impl FnOnce(&[Option<&RowAt>]) -> Result<Vec<ArrayRef>>,
+) -> Result<RecordBatch> {
+    let mut held: Vec<Option<&RowAt>> = Vec::new();
+    let mut groups = Vec::new();
+    let mut keys_col: Vec<&[u8]> = Vec::new();
+    let mut seqs = Vec::new();
+    let mut emitted = Vec::new();
+    let mut accs = arrow_array::builder::BinaryBuilder::new();
+    let mut lasts = Vec::new();
+    let mut buf = Vec::new();
+    for (g, key, k) in keys {
+        if unbounded && !k.accs.is_empty() {
+            buf.clear();
+            for (a, &kind) in k.accs.iter().zip(kinds) {
+                a.encode(kind, &mut buf);
+            }
+            held.push(None);
+            groups.push(g);
+            keys_col.push(key);
+            seqs.push(-1);
+            emitted.push(true);
+            accs.append_value(&buf);
+            lasts.push(k.last_ts);
+        }
+        for (h, done) in
+            (k.frame.iter().map(|h| (h, true))).chain(k.pending.values().map(|h| (h, false)))
+        {
+            held.push(Some(&h.row));
+            groups.push(g);
+            keys_col.push(key);
+            seqs.push(h.seq as i64);
+            emitted.push(done);
+            accs.append_null();
+            lasts.push(0);
+        }
+    }
+    let mut cols = columns(&held)?;
+    cols.extend([
+        weir_state::snapshot::key_group_column(groups),
+        Arc::new(BinaryArray::from_iter_values(keys_col)) as ArrayRef,
+        Arc::new(Int64Array::from(seqs)),
+        Arc::new(BooleanArray::from(emitted)),
+        Arc::new(accs.finish()),
+        Arc::new(Int64Array::from(lasts)),
+    ]);
+    Ok(RecordBatch::try_new(state_schema.clone(), cols)?)
+}
+
+/// Row `i` of a batch taken by [`OverAggregateOp::take_rows`].
+fn row_at(id: Option<u32>, bytes: &Option<arrow_row::Rows>, i: usize) -> RowAt {
+    match (id, bytes) {
+        (_, Some(rows)) => RowAt::Bytes(rows.row(i).as_ref().into()),
+        (id, None) => RowAt::Stored(RowRef {
+            batch: id.expect("a batch is stored or in bytes"),
+            row: i as u32,
+        }),
+    }
+}
+
+impl OverAggregateOp {
+    /// Takes `data`'s rows to hold: in memory into the store (its batch id), on disk into
+    /// Arrow's row format.
+    fn take_rows(&mut self, data: RecordBatch) -> Result<(Option<u32>, Option<arrow_row::Rows>)> {
+        Ok(match &self.row_format {
+            Some(c) => (None, Some(c.convert_columns(data.columns())?)),
+            None => (Some(self.store.insert(data)), None),
+        })
+    }
+
+    /// Sends `rows` with their aggregates' `states`, 8,192 rows a batch, and empties both.
+    fn emit(
+        &self,
+        rows: &mut Vec<RowAt>,
+        states: &mut [Vec<State>],
+        ctx: &mut Context,
+    ) -> Result<()> {
+        for start in (0..rows.len()).step_by(8192) {
+            let chunk = &rows[start..rows.len().min(start + 8192)];
+            let mut cols = match &self.row_format {
+                Some(c) => {
+                    let parser = c.parser();
+                    let bytes: Vec<&[u8]> = chunk.iter().filter_map(RowAt::bytes).collect();
+                    c.convert_rows(bytes.iter().map(|b| parser.parse(b)))?
+                }
+                None => {
+                    let refs: Vec<Option<RowRef>> = chunk.iter().map(RowAt::stored).collect();
+                    self.store.gather(&refs)?
+                }
+            };
+            for (b, st) in self.bound.iter().zip(states.iter()) {
+                let st: Vec<&State> = st[start..start + chunk.len()].iter().collect();
+                cols.push(aggregates::finish(b, &st));
+            }
+            ctx.emit(StreamBatch::new(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        rows.clear();
+        states.iter_mut().for_each(Vec::clear);
+        Ok(())
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+impl OverAggregateOp {
+    /// On disk: writes the keys in `keys` back, with their timers, and forgets them in memory.
+    fn write_back(&mut self) -> Result<()> {
+        match self.disk.as_mut() {
+            Some(d) => d.write_back(&mut self.keys),
+            None => Ok(()),
+        }
+    }
+
+    /// On disk: fires the timers due at `wm`, [`crate::disk_keys::at_once`] at a time; at
+    /// the end of the input, every key.
+    fn on_watermark_on_disk(&mut self, wm: i64, ctx: &mut Context) -> Result<()> {
+        let mut rows = Vec::new();
+        let mut states = vec![Vec::new(); self.bound.len()];
+        // Rows on disk are in no batch of the store: nothing is released.
+        let mut release = Vec::new();
+        if wm == i64::MAX {
+            // Taken out while the keys fire; `fire` knows the state is on disk by its row
+            // format.
+            let mut d = self.disk.take().expect("on disk");
+            let fired = d.each_chunk(|chunk| {
+                for (key, state) in chunk {
+                    let slot = self.keys.slot_for(hash_key(&key), &key);
+                    *self.keys.get_mut(slot) = state;
+                    self.fire(slot, wm, &mut rows, &mut states, &mut release);
+                }
+                self.emit(&mut rows, &mut states, ctx)?;
+                self.keys = KeySlots::new();
+                Ok(())
+            });
+            self.disk = Some(d);
+            fired?;
+            // The store holds nothing now, as the memory backend holds nothing of what is
+            // left.
+            (self.key_count, self.held, self.pending, self.kept_bytes) = (0, 0, 0, 0);
+            return Ok(());
+        }
+        loop {
+            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
+            let d = self.disk.as_mut().expect("on disk");
+            let (due, more) = d.due(wm, &mut writes)?;
+            for key in &due {
+                let d = self.disk.as_mut().expect("on disk");
+                if let Some(slot) = d.load_into(&mut self.keys, key)? {
+                    self.fire(slot, wm, &mut rows, &mut states, &mut release);
+                }
+            }
+            let d = self.disk.as_mut().expect("on disk");
+            d.end_round(writes, &due, &mut self.keys)?;
+            self.emit(&mut rows, &mut states, ctx)?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+}
+
 impl Operator for OverAggregateOp {
     fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
         let times = event_times(&batch.data, self.event_time)?;
@@ -644,16 +952,12 @@ impl Operator for OverAggregateOp {
         let times = event_times(&data, self.event_time)?;
         let keys = self.encoder.encode(&data)?;
         let values = self.values_of(&data)?;
-        let id = self.store.insert(data);
+        let (id, bytes) = self.take_rows(data)?;
         for (i, (key, (values, kept))) in keys.iter().zip(values).enumerate() {
-            let key = key.as_ref();
-            let slot = self.keys.slot_for(hash_key(key), key);
+            let slot = self.slot(key.as_ref())?;
             let seq = self.next_seq;
             self.next_seq += 1;
-            let row = RowRef {
-                batch: id,
-                row: i as u32,
-            };
+            let row = row_at(id, &bytes, i);
             self.hold(
                 slot,
                 Held {
@@ -665,13 +969,21 @@ impl Operator for OverAggregateOp {
                 },
             );
         }
-        self.store.release_if_unused(id);
+        if let Some(id) = id {
+            self.store.release_if_unused(id);
+        }
+        #[cfg(feature = "rocksdb")]
+        self.write_back()?;
         Ok(())
     }
 
     /// Emits every held row the watermark has reached, per key in event-time order.
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         let wm = watermark.0;
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            return self.on_watermark_on_disk(wm, ctx);
+        }
         let mut due = Vec::new();
         self.due.pop_due(wm, &mut due);
         let mut slots: Vec<usize> = due.into_iter().map(|(s, _)| s).collect();
@@ -683,22 +995,7 @@ impl Operator for OverAggregateOp {
         for slot in slots {
             self.fire(slot, wm, &mut rows, &mut states, &mut release);
         }
-        for (chunk, n) in (0..rows.len())
-            .step_by(8192)
-            .map(|s| (s, 8192.min(rows.len() - s)))
-        {
-            let refs: Vec<Option<RowRef>> =
-                rows[chunk..chunk + n].iter().copied().map(Some).collect();
-            let mut cols = self.store.gather(&refs)?;
-            for (b, st) in self.bound.iter().zip(&states) {
-                let st: Vec<&State> = st[chunk..chunk + n].iter().collect();
-                cols.push(aggregates::finish(b, &st));
-            }
-            ctx.emit(StreamBatch::new(RecordBatch::try_new(
-                self.schema.clone(),
-                cols,
-            )?));
-        }
+        self.emit(&mut rows, &mut states, ctx)?;
         for b in release {
             self.store.release(b);
         }
@@ -706,6 +1003,13 @@ impl Operator for OverAggregateOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.held,
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.held,
             bytes: self.store.bytes() as u64
@@ -715,59 +1019,40 @@ impl Operator for OverAggregateOp {
         }
     }
 
-    /// Every held row: a key's emitted rows oldest first, then its pending ones in order.
+    /// Every held row: a key's emitted rows oldest first, then its pending ones in order
+    /// ([`state_batch`]).
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut refs: Vec<Option<RowRef>> = Vec::new();
-        let mut groups = Vec::new();
-        let mut keys: Vec<&[u8]> = Vec::new();
-        let mut seqs = Vec::new();
-        let mut emitted = Vec::new();
-        let mut accs = arrow_array::builder::BinaryBuilder::new();
-        let mut lasts = Vec::new();
-        let mut buf = Vec::new();
-        for slot in self.keys.slots() {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            let (schema, kinds) = (self.state_schema.clone(), self.kinds.clone());
+            let unbounded = self.spec.frame.unbounded();
+            let rows = RowConverter::new(self.fields.clone())?;
+            return d.snapshot(move |keys| {
+                let keys = keys.iter().map(|(g, k, rows)| (*g, &k[..], rows));
+                state_batch(&schema, &kinds, unbounded, keys, |held| {
+                    let bytes: Vec<Option<&[u8]>> =
+                        held.iter().map(|r| r.and_then(RowAt::bytes)).collect();
+                    crate::held_rows::columns_with_gaps(&rows, &bytes)
+                })
+            });
+        }
+        let keys = self.keys.slots().map(|slot| {
             let key = self.keys.key(slot);
             let g = key_group(hash_key(key), self.key_groups);
-            let k = self.keys.get(slot);
-            if self.spec.frame.unbounded() && !k.accs.is_empty() {
-                // A row of NULL input columns that carries the key's running aggregate.
-                buf.clear();
-                for (a, &kind) in k.accs.iter().zip(&self.kinds) {
-                    a.encode(kind, &mut buf);
-                }
-                refs.push(None);
-                groups.push(g);
-                keys.push(key);
-                seqs.push(-1);
-                emitted.push(true);
-                accs.append_value(&buf);
-                lasts.push(k.last_ts);
-            }
-            for (h, done) in
-                (k.frame.iter().map(|h| (h, true))).chain(k.pending.values().map(|h| (h, false)))
-            {
-                refs.push(Some(h.row));
-                groups.push(g);
-                keys.push(key);
-                seqs.push(h.seq as i64);
-                emitted.push(done);
-                accs.append_null();
-                lasts.push(0);
-            }
-        }
-        let mut cols = self.store.gather(&refs)?;
-        cols.extend([
-            weir_state::snapshot::key_group_column(groups),
-            Arc::new(BinaryArray::from_iter_values(keys)) as ArrayRef,
-            Arc::new(Int64Array::from(seqs)),
-            Arc::new(BooleanArray::from(emitted)),
-            Arc::new(accs.finish()),
-            Arc::new(Int64Array::from(lasts)),
-        ]);
-        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
-            self.state_schema.clone(),
-            cols,
-        )?]))
+            (g, key, self.keys.get(slot))
+        });
+        let batch = state_batch(
+            &self.state_schema,
+            &self.kinds,
+            self.spec.frame.unbounded(),
+            keys,
+            |held| {
+                let refs: Vec<Option<RowRef>> =
+                    held.iter().map(|r| r.and_then(RowAt::stored)).collect();
+                Ok(self.store.gather(&refs)?)
+            },
+        )?;
+        Ok(StateSnapshot::ready(vec![batch]))
     }
 
     /// Takes up the rows of [`snapshot`](Operator::snapshot)s: emitted rows back into their
@@ -800,13 +1085,15 @@ impl Operator for OverAggregateOp {
                 if at != bytes.len() {
                     return Err(bad());
                 }
-                let slot = self.keys.slot_for(hash_key(key), key);
+                let slot = self.slot(key)?;
+                let on_disk = self.on_disk();
                 let k = self.keys.get_mut(slot);
                 self.kept_bytes += kept_bytes(&read);
                 k.accs = read;
                 k.last_ts = lasts.value(i);
                 let ttl = self.spec.state_ttl_ms.unwrap_or(0);
-                self.due.push(k.last_ts.saturating_add(ttl), slot, 2);
+                let at = k.last_ts.saturating_add(ttl);
+                queue(&mut self.due, on_disk, k, slot, at, 2);
             }
             let rows_only;
             let b = if accs.null_count() == b.num_rows() {
@@ -823,19 +1110,16 @@ impl Operator for OverAggregateOp {
                 RecordBatch::try_new(self.store.schema().clone(), b.columns()[..n].to_vec())?;
             let times = event_times(&data, self.event_time)?;
             let values = self.values_of(&data)?;
-            let id = self.store.insert(data);
+            let (id, bytes) = self.take_rows(data)?;
+            let on_disk = self.on_disk();
             for (i, (values, kept)) in values.into_iter().enumerate() {
-                let key = keys.value(i);
-                let slot = self.keys.slot_for(hash_key(key), key);
+                let slot = self.slot(keys.value(i))?;
                 let seq = seqs.value(i) as u64;
                 self.next_seq = self.next_seq.max(seq + 1);
                 let mut held = Held {
                     ts: times[i],
                     seq,
-                    row: RowRef {
-                        batch: id,
-                        row: i as u32,
-                    },
+                    row: row_at(id, &bytes, i),
                     values,
                     kept,
                 };
@@ -843,7 +1127,9 @@ impl Operator for OverAggregateOp {
                     self.hold(slot, held);
                     continue;
                 }
-                self.store.retain(id);
+                if let Some(id) = id {
+                    self.store.retain(id);
+                }
                 let kinds = &self.kinds;
                 let k = self.keys.get_mut(slot);
                 if k.accs.is_empty() {
@@ -854,18 +1140,26 @@ impl Operator for OverAggregateOp {
                 self.kept_bytes += kept_bytes(&k.accs) - before;
                 if let (Frame::Range { preceding_ms }, true) = (self.spec.frame, k.frame.is_empty())
                 {
-                    self.due.push(held.ts.saturating_add(preceding_ms), slot, 1);
+                    let at = held.ts.saturating_add(preceding_ms);
+                    queue(&mut self.due, on_disk, k, slot, at, 1);
                 }
                 if let (Frame::Rows { .. }, Some(ttl)) = (self.spec.frame, self.spec.state_ttl_ms) {
-                    // Rows come oldest first: the last one sets when the key is forgotten.
+                    // Rows come oldest first: the last one sets when the key is forgotten (on
+                    // disk the first one's timer comes first, and finds it later).
                     k.last_ts = held.ts;
-                    self.due.push(held.ts.saturating_add(ttl), slot, 2);
+                    let at = held.ts.saturating_add(ttl);
+                    queue(&mut self.due, on_disk, k, slot, at, 2);
                 }
                 k.frame.push_back(held);
                 self.held += 1;
                 self.peak_held = self.peak_held.max(self.held);
             }
-            self.store.release_if_unused(id);
+            if let Some(id) = id {
+                self.store.release_if_unused(id);
+            }
+            // On disk, a state batch's keys go to the store before the next batch is read.
+            #[cfg(feature = "rocksdb")]
+            self.write_back()?;
         }
         Ok(())
     }
@@ -876,7 +1170,13 @@ impl Operator for OverAggregateOp {
             ("rows_pending", self.pending as i64),
             ("peak_rows_held", self.peak_held as i64),
             ("late_rows", self.late as i64),
-            ("keys", self.keys.len() as i64),
+            (
+                "keys",
+                match self.on_disk() {
+                    true => self.key_count,
+                    false => self.keys.len() as u64,
+                } as i64,
+            ),
         ]);
     }
 }
