@@ -912,8 +912,8 @@ impl OverAggregateOp {
             });
             self.disk = Some(d);
             fired?;
-            // The store holds nothing now, as the memory backend holds nothing of what is
-            // left.
+            // The store holds nothing now. (In memory, ROWS frames without a TTL keep their
+            // last rows after the end, which no row will ever need.)
             (self.key_count, self.held, self.pending, self.kept_bytes) = (0, 0, 0, 0);
             return Ok(());
         }

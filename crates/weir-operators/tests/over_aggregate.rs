@@ -389,8 +389,17 @@ fn check(
             prop_assert_eq!(g, Some(key_group(hash_key(k), DEFAULT_KEY_GROUPS)));
         }
     }
+    // Also each state batch cut into rows, so that a key's rows come in several batches.
+    let cut_up: Vec<Vec<RecordBatch>> = (snapshots.iter())
+        .map(|s| {
+            (s.iter())
+                .flat_map(|b| (0..b.num_rows()).map(|i| b.slice(i, 1)))
+                .collect()
+        })
+        .collect();
     for p in 1..=3 {
-        let mut r = subtasks(&spec, &snapshots, p, on[1]);
+        let snapshots = if p == 2 { &cut_up } else { &snapshots };
+        let mut r = subtasks(&spec, snapshots, p, on[1]);
         if let Some(w) = last_watermark {
             r.watermark(w);
         }
@@ -523,11 +532,25 @@ fn an_aggregate_that_cannot_leave_a_frame_is_refused() {
 /// the key's last row; the key then starts again from nothing.
 #[test]
 fn an_unbounded_frame_forgets_a_key_after_its_ttl() {
+    for [on, then] in backend_pairs() {
+        unbounded_ttl(&on, &then);
+    }
+}
+
+/// Every pair of this weir's backends: one for a run, one for its restore.
+fn backend_pairs() -> Vec<[StateBackend; 2]> {
+    let all = weir_testkit::backends();
+    (all.iter())
+        .flat_map(|a| all.iter().map(|b| [a.clone(), b.clone()]))
+        .collect()
+}
+
+fn unbounded_ttl(on: &StateBackend, then: &StateBackend) {
     let mut s = OverAggregate::range_unbounded(100)
         .aggregate(sum("v", "s"))
         .aggregate(max("v", "m"));
     s.keys = vec!["k".into()];
-    let mut h = Harness::of(&s, &[info()]);
+    let mut h = weir_testkit::on_backend(on, || Harness::of(&s, &[info()]));
     let row = |v: i64, offset: i64| RawRow {
         k: 0,
         v: Some(v),
@@ -552,7 +575,8 @@ fn an_unbounded_frame_forgets_a_key_after_its_ttl() {
     assert_eq!(h.gauges()["rows_held"], 0);
     assert_eq!(h.gauges()["keys"], 1);
     let state = h.snapshot();
-    let mut restored = Harness::restored(&s, &[info()], &[state], 0, 1);
+    let mut restored =
+        weir_testkit::on_backend(then, || Harness::restored(&s, &[info()], &[state], 0, 1));
     for h in [&mut h, &mut restored] {
         h.watermark(109);
         assert_eq!(h.gauges()["keys"], 1);
@@ -573,6 +597,12 @@ fn an_unbounded_frame_without_a_ttl_is_refused() {
 /// its last row.
 #[test]
 fn a_rows_frame_with_a_ttl_forgets_a_key() {
+    for [on, then] in backend_pairs() {
+        rows_ttl(&on, &then);
+    }
+}
+
+fn rows_ttl(on: &StateBackend, then: &StateBackend) {
     let mut s = OverAggregate {
         state_ttl_ms: Some(100),
         ..OverAggregate::rows(1).aggregate(count("n"))
@@ -584,7 +614,7 @@ fn a_rows_frame_with_a_ttl_forgets_a_key() {
         "{}",
         s.describe()
     );
-    let mut h = Harness::of(&s, &[info()]);
+    let mut h = weir_testkit::on_backend(on, || Harness::of(&s, &[info()]));
     let row = |offset: i64| RawRow {
         k: 0,
         v: None,
@@ -606,8 +636,10 @@ fn a_rows_frame_with_a_ttl_forgets_a_key() {
         3
     );
     assert_eq!(h.gauges()["rows_held"], 2);
+    assert_eq!(h.gauges()["keys"], 1);
     let state = h.snapshot();
-    let mut restored = Harness::restored(&s, &[info()], &[state], 0, 1);
+    let mut restored =
+        weir_testkit::on_backend(then, || Harness::restored(&s, &[info()], &[state], 0, 1));
     for h in [&mut h, &mut restored] {
         h.watermark(129);
         assert_eq!(h.gauges()["keys"], 1);
