@@ -469,6 +469,10 @@ impl LagOp {
             k.last = Some(k.last.map_or(time, |l| l.max(time)));
         }
         self.bytes_held -= freed;
+        if k.held.is_empty() {
+            // A key waiting for its next row keeps no room for rows.
+            k.held = Vec::new();
+        }
         let next = match (k.held.iter().map(|h| h.time).min(), k.last) {
             (Some(t), _) => Some(t),
             (None, Some(l)) if l.saturating_add(ttl) > wm => Some(l.saturating_add(ttl)),

@@ -711,6 +711,11 @@ impl OverAggregateOp {
                 queue(&mut self.due, on_disk, k, slot, at, 1);
             }
         }
+        if k.pending.is_empty() {
+            // An emptied map keeps its node (about a kilobyte): a key that waits for its
+            // next row, or for its TTL, should not.
+            k.pending = BTreeMap::new();
+        }
         let mut empty = k.frame.is_empty() && k.pending.is_empty();
         let ttl = match self.spec.frame {
             Frame::Range { .. } => None,
