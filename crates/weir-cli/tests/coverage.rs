@@ -600,6 +600,52 @@ fn lag_on_rocksdb_gives_flinks_rows() {
     }
 }
 
+/// Window aggregations (tumbling, hopping and cumulative windows, one and two phases, every
+/// aggregate type, windows over local times) with their groups on RocksDB give Flink's rows,
+/// in streaming and (the batch fixture) in a batch job; sessions stay in memory and say so.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn window_aggregations_on_rocksdb_give_flinks_rows() {
+    for query in [
+        "group_windows",
+        "cumulate",
+        "cumulate_two_phase",
+        "aggregate_types",
+        "aggregate_types_two_phase",
+        "count_distinct",
+        "first_last_listagg",
+        "zone_windows",
+        "zone_windows_batch",
+        "session_partition",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let report = check_after(
+            query,
+            &format!(
+                "SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+                dir.path().display()
+            ),
+        );
+        let windows: Vec<(String, u64, bool)> = (report.metrics.nodes.iter())
+            .filter(|n| n.kind == "operator window_aggregate")
+            .map(|n| (n.name.clone(), n.peak_state_rows, n.state_on_disk))
+            .collect();
+        assert!(!windows.is_empty(), "{query} has window aggregations");
+        assert!(
+            windows.iter().all(|w| w.1 > 0),
+            "{query}: every window aggregation held groups: {windows:?}"
+        );
+        // Sessions (and a two-phase plan's partial phase) keep theirs in memory.
+        let on_disk = windows.iter().filter(|w| w.2).count();
+        if query == "session_partition" {
+            assert_eq!(on_disk, 0, "{query}: {windows:?}");
+        } else {
+            assert!(on_disk > 0, "{query}: {windows:?}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
+
 /// OVER aggregations (RANGE, ROWS and unbounded frames, with every aggregate they take) with
 /// their keys on RocksDB give Flink's rows, in streaming and in a batch job.
 #[cfg(feature = "rocksdb")]

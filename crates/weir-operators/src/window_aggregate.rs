@@ -63,6 +63,9 @@ use crate::aggregates::{self, Aggregate, Bound, State};
 use crate::windows;
 use weir_state::{ExpiryQueue, KeySlots};
 
+#[cfg(feature = "rocksdb")]
+mod disk;
+
 /// Event-time windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -423,7 +426,23 @@ impl OperatorFactory for WindowAggregate {
             Vec::new()
         };
         let state_schema = aggregates::state_schema(&["window_start", "window_end"], &bound);
+        let on_disk = info.state_backend.on_disk() && self.state_on_disk();
+        #[cfg(feature = "rocksdb")]
+        let disk = match on_disk {
+            true => Some(disk::DiskWindows::open(
+                info,
+                &self.aggregates,
+                &self.raw_schema(input)?,
+            )?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if on_disk {
+            return Err(crate::no_disk_state());
+        }
         Ok(Box::new(WindowAggregateOp {
+            #[cfg(feature = "rocksdb")]
+            disk,
             spec: self.clone(),
             schema,
             state_schema,
@@ -488,6 +507,11 @@ impl OperatorFactory for WindowAggregate {
     }
     fn state(&self) -> weir_runtime::graph::OperatorState {
         weir_runtime::graph::OperatorState::Checkpointed { version: 2 }
+    }
+    /// Tumbling, hopping and cumulative windows of raw rows or partial states; sessions and
+    /// the partial phase (which flushes its groups) keep theirs in memory.
+    fn state_on_disk(&self) -> bool {
+        self.fixed().is_some() && self.phase != Phase::Partial
     }
 }
 
@@ -564,6 +588,10 @@ pub struct WindowAggregateOp {
     bound: Vec<Bound>,
     /// (key, window start) → group, for fixed windows; (key, window end) for cumulative ones.
     groups: KeySlots<Group>,
+    /// The groups on disk instead (`state.backend.type = 'rocksdb'`), when so: `groups` then
+    /// holds only the groups a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<disk::DiskWindows>,
     /// key → open sessions.
     sessions: KeySlots<Vec<Session>>,
     /// When each group (or a key's sessions) may close.
@@ -600,7 +628,13 @@ impl WindowAggregateOp {
         self.bound.iter().map(|b| b.init()).collect()
     }
 
-    fn group_for(&mut self, key: &[u8], start: i64, end: i64, last: &mut LastGroup) -> usize {
+    fn group_for(
+        &mut self,
+        key: &[u8],
+        start: i64,
+        end: i64,
+        last: &mut LastGroup,
+    ) -> Result<usize> {
         let id = if self.spec.is_cumulative() {
             end
         } else {
@@ -613,7 +647,7 @@ impl WindowAggregateOp {
                 && bytes[..key.len()] == *key
                 && bytes[key.len()..] == id
             {
-                return slot;
+                return Ok(slot);
             }
         }
         let buf = &mut last.bytes;
@@ -623,6 +657,14 @@ impl WindowAggregateOp {
         let slot = self.groups.slot_for(hash_key(buf), buf);
         last.slot = Some(slot);
         if self.groups.get(slot).states.is_empty() {
+            let close = close_at(end, 0, self.spec.allowed_lateness_ms);
+            #[cfg(feature = "rocksdb")]
+            if let Some(d) = &self.disk {
+                if let Some(stored) = d.load(buf, close, &self.bound)? {
+                    *self.groups.get_mut(slot) = stored;
+                    return Ok(slot);
+                }
+            }
             let states = self.new_states();
             let g = self.groups.get_mut(slot);
             g.start = start;
@@ -638,10 +680,20 @@ impl WindowAggregateOp {
                 .sum();
             self.state_bytes += GROUP_OVERHEAD + buf.len() as u64 + heap as u64;
             self.peak_groups = self.peak_groups.max(self.group_count);
-            self.closing
-                .push(close_at(end, 0, self.spec.allowed_lateness_ms), slot, 0);
+            // On disk, a group is filed under its window's close.
+            if !self.on_disk() {
+                self.closing.push(close, slot, 0);
+            }
         }
-        slot
+        Ok(slot)
+    }
+
+    fn on_disk(&self) -> bool {
+        #[cfg(feature = "rocksdb")]
+        let on = self.disk.is_some();
+        #[cfg(not(feature = "rocksdb"))]
+        let on = false;
+        on
     }
 
     /// Adds row `i` of `values` to the group of `key` in window [start, end).
@@ -652,8 +704,8 @@ impl WindowAggregateOp {
         values: &[aggregates::Values],
         i: usize,
         last: &mut LastGroup,
-    ) {
-        let slot = self.group_for(key, start, end, last);
+    ) -> Result<()> {
+        let slot = self.group_for(key, start, end, last)?;
         let states = &mut self.groups.get_mut(slot).states;
         let before = if self.holds_values {
             held(states)
@@ -669,6 +721,7 @@ impl WindowAggregateOp {
             self.values_held = (self.values_held + after.0).saturating_sub(before.0);
             self.state_bytes = (self.state_bytes + after.1).saturating_sub(before.1);
         }
+        Ok(())
     }
 
     fn add_raw(&mut self, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
@@ -732,7 +785,7 @@ impl WindowAggregateOp {
                         if wm >= close_at(end, 0, l) {
                             self.late_assignments += 1;
                         } else {
-                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut last);
+                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut last)?;
                         }
                     }
                 }
@@ -750,7 +803,7 @@ impl WindowAggregateOp {
                             self.late_assignments += 1;
                         } else {
                             let end = start.saturating_add(size);
-                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut last);
+                            self.add_to_group(key.as_ref(), (start, end), &values, i, &mut last)?;
                         }
                     }
                     if starts.unrepresentable > 0 {
@@ -859,7 +912,7 @@ impl WindowAggregateOp {
                 Some(e) => e.value(i),
                 None => start.saturating_add(size),
             };
-            let slot = self.group_for(key.as_ref(), start, end, &mut last);
+            let slot = self.group_for(key.as_ref(), start, end, &mut last)?;
             let partials: Vec<State> = self
                 .bound
                 .iter()
@@ -944,13 +997,55 @@ impl WindowAggregateOp {
     }
 }
 
+#[cfg(feature = "rocksdb")]
+impl WindowAggregateOp {
+    /// On disk: writes the groups in `groups` back and forgets them in memory.
+    fn write_back(&mut self) -> Result<()> {
+        let l = self.spec.allowed_lateness_ms;
+        match self.disk.as_mut() {
+            Some(d) => d.write_back(&mut self.groups, |g| close_at(g.end, 0, l)),
+            None => Ok(()),
+        }
+    }
+
+    /// On disk: emits the groups of the windows the watermark `wm` closes, a pass's worth
+    /// at a time, and drops them.
+    fn close_on_disk(&mut self, wm: i64, ctx: &mut Context) -> Result<()> {
+        // Taken out while the windows close; nothing is filed meanwhile.
+        let mut d = self.disk.take().expect("on disk");
+        let closed = d.close(wm, |chunk| {
+            let mut rows: Vec<Closed> = Vec::with_capacity(chunk.len());
+            for (bytes, value) in chunk {
+                let g = disk::decode(&value, &self.bound)?;
+                let slot = self.groups.slot_for(hash_key(&bytes), &bytes);
+                let (values, heap) = held(&g.states);
+                self.values_held -= values;
+                // (Not reported on disk, where the store's estimate is: a state read back
+                // may hold other capacities than when it was counted.)
+                let freed = GROUP_OVERHEAD + bytes.len() as u64 + heap;
+                self.state_bytes = self.state_bytes.saturating_sub(freed);
+                rows.push((slot, g.start, g.end, g.states, false));
+            }
+            self.group_count -= rows.len() as u64;
+            self.emit_rows(&rows, ctx)?;
+            self.groups = KeySlots::new();
+            Ok(())
+        });
+        self.disk = Some(d);
+        closed
+    }
+}
+
 impl Operator for WindowAggregateOp {
     fn on_batch(&mut self, _input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
         if self.spec.phase == Phase::Final {
-            self.add_partials(batch)
+            self.add_partials(batch)?;
         } else {
-            self.add_raw(batch, ctx)
+            self.add_raw(batch, ctx)?;
         }
+        #[cfg(feature = "rocksdb")]
+        self.write_back()?;
+        Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
@@ -958,6 +1053,10 @@ impl Operator for WindowAggregateOp {
         // before it does (the runtime forwards it after this returns); the rest stay to
         // gather more rows.
         let wm = watermark.0;
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            return self.close_on_disk(wm, ctx);
+        }
         let mut due = Vec::new();
         self.closing.pop_due(wm, &mut due);
         let mut rows = Vec::new();
@@ -1006,6 +1105,13 @@ impl Operator for WindowAggregateOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.group_count + self.values_held,
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.group_count + self.values_held,
             bytes: self.state_bytes
@@ -1018,6 +1124,10 @@ impl Operator for WindowAggregateOp {
     /// each, a key's sessions in the order they are kept. What is scheduled to close is not
     /// stored: a restore queues each group again at its window's close.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return d.snapshot(&self.state_schema);
+        }
         let mut rows: Vec<aggregates::StateRow> = Vec::with_capacity(self.group_count as usize);
         if self.spec.fixed().is_some() {
             for slot in self.groups.slots() {
@@ -1058,7 +1168,7 @@ impl Operator for WindowAggregateOp {
                 let (values, heap) = held(&states);
                 self.values_held += values;
                 if self.spec.fixed().is_some() {
-                    let slot = self.group_for(key, start, end, &mut last);
+                    let slot = self.group_for(key, start, end, &mut last)?;
                     let g = self.groups.get_mut(slot);
                     let (_, init_heap) = held(&g.states);
                     g.states = states;
@@ -1075,6 +1185,9 @@ impl Operator for WindowAggregateOp {
                         .push(session_close(end, self.spec.allowed_lateness_ms), slot, 1);
                 }
             }
+            // On disk, a state batch's groups go to the store before the next batch is read.
+            #[cfg(feature = "rocksdb")]
+            self.write_back()?;
         }
         Ok(())
     }
