@@ -1153,9 +1153,10 @@ impl Operator for WindowAggregateOp {
     /// close at its window's close (the watermark comes again from upstream). Gauges of late
     /// and unplaceable rows start again from zero.
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
-        let mut last = LastGroup::default();
         for b in state {
             let b = &b?;
+            // Per batch: on disk the groups go back to the store after each.
+            let mut last = LastGroup::default();
             let r = aggregates::StateReader::new(
                 "window_aggregate",
                 &self.state_schema,

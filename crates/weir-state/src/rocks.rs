@@ -32,6 +32,10 @@ use crate::{Error, Result};
 /// The namespace [`expiry_key`]s live in; [`RowKey`] namespaces are below it.
 pub const EXPIRY_NAMESPACE: u8 = u8::MAX;
 
+/// The namespace of entries filed by a time and looked up whole ([`timed_key`]: a window's
+/// group under its window's close); below [`EXPIRY_NAMESPACE`], above [`RowKey`] namespaces.
+pub const TIMED_NAMESPACE: u8 = u8::MAX - 1;
+
 /// An embedded RocksDB in a folder of its own, removed when dropped (and the last snapshot
 /// read from it is done).
 pub struct DiskStore {
@@ -411,8 +415,12 @@ fn walk(
 }
 
 /// The prefix of a key its bloom filter is by: a row key's up to its time (namespace, key
-/// group, key); the namespace byte of any other.
+/// group, key); a [`timed_key`] whole (they are looked up whole, often when not there); the
+/// namespace byte of any other.
 fn row_prefix(key: &[u8]) -> &[u8] {
+    if key.first() == Some(&TIMED_NAMESPACE) {
+        return key;
+    }
     if key.len() >= 7 && key[0] != EXPIRY_NAMESPACE {
         let len = u32::from_be_bytes([key[3], key[4], key[5], key[6]]) as usize;
         if key.len() >= 7 + len {
@@ -642,16 +650,44 @@ pub fn expiry_key(out: &mut Vec<u8>, at: i64, row_key: &[u8]) {
 /// The range of expiry keys at or below `watermark`, and above `after` when given (keys up to
 /// it are known to be gone), for [`DiskStore::scan`].
 pub fn expired_range(watermark: i64, after: Option<i64>) -> (Vec<u8>, Vec<u8>) {
+    time_range(EXPIRY_NAMESPACE, watermark, after)
+}
+
+/// The keys of `namespace` (of a time, then bytes) at or below `watermark` and above `after`.
+fn time_range(namespace: u8, watermark: i64, after: Option<i64>) -> (Vec<u8>, Vec<u8>) {
     let bound = |t: i64| {
-        let mut key = vec![EXPIRY_NAMESPACE];
+        let mut key = vec![namespace];
         match t.checked_add(1) {
             Some(next) => key.extend_from_slice(&time_bytes(next)),
-            None => key.extend_from_slice(&[0xff; 9]),
+            // Past every key of the namespace (the last one's: past every key at the end of
+            // time whose bytes do not start with 0xff, as a row key's namespace does not).
+            None => match namespace.checked_add(1) {
+                Some(after) => key = vec![after],
+                None => key.extend_from_slice(&[0xff; 9]),
+            },
         }
         key
     };
-    let from = after.map_or_else(|| vec![EXPIRY_NAMESPACE], bound);
+    let from = after.map_or_else(|| vec![namespace], bound);
     (from, bound(watermark))
+}
+
+/// Files `bytes` under the time `at`, in the [`TIMED_NAMESPACE`]: a bloom filter by the whole
+/// key answers a look-up of one that is not there.
+pub fn timed_key(out: &mut Vec<u8>, at: i64, bytes: &[u8]) {
+    out.push(TIMED_NAMESPACE);
+    out.extend_from_slice(&time_bytes(at));
+    out.extend_from_slice(bytes);
+}
+
+/// The range of [`timed_key`]s at or below `watermark`, and above `after` when given.
+pub fn timed_range(watermark: i64, after: Option<i64>) -> (Vec<u8>, Vec<u8>) {
+    time_range(TIMED_NAMESPACE, watermark, after)
+}
+
+/// The bytes inside a [`timed_key`].
+pub fn bytes_of_timed(key: &[u8]) -> &[u8] {
+    &key[9..]
 }
 
 /// The row key inside an expiry key.

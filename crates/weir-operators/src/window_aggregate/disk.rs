@@ -4,7 +4,8 @@
 //!
 //! Each (key, window) group is one entry of a [`DiskStore`], filed under the time its window
 //! closes and its group bytes (the key and the window's id, as the memory backend's table holds
-//! them) in the store's time-ordered layout ([`expiry_key`]), holding the window's start and
+//! them) ([`timed_key`], whose bloom filters are by the whole key, so that a look-up of a new
+//! group usually reads no block), holding the window's start and
 //! end and the aggregates' states ([`State::encode`](crate::aggregates::State::encode)). The operator runs its memory code on the
 //! groups a batch touches: it reads each into its slots the first time, and writes them back
 //! and forgets them when the batch ends, so memory holds one batch's groups. A watermark finds
@@ -19,17 +20,12 @@ use arrow_schema::SchemaRef;
 use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
 use weir_state::bytes::Reader;
 use weir_state::rocks::{
-    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOrderedWrites,
+    bytes_of_timed, timed_key, timed_range, DiskStore, KeyOrderedWrites, TIMED_NAMESPACE,
 };
 use weir_state::KeySlots;
 
 use super::Group;
 use crate::aggregates::{self, Aggregate, Bound};
-
-/// After every entry: one is the namespace and 8 bytes of time, then a group's bytes, which
-/// start with its key's (whose first byte, Arrow's row format's sentinel, is below 0xff) or,
-/// without a key, are the 8 bytes of the window's id.
-const PAST_EVERY_ENTRY: [u8; 18] = [0xff; 18];
 
 /// Entries as a pass hands them on: (group bytes, value).
 type Entries = Vec<(Box<[u8]>, Box<[u8]>)>;
@@ -81,7 +77,7 @@ impl DiskWindows {
             _ => close,
         };
         let mut k = Vec::with_capacity(bytes.len() + 9);
-        expiry_key(&mut k, at, bytes);
+        timed_key(&mut k, at, bytes);
         k
     }
 
@@ -118,17 +114,14 @@ impl DiskWindows {
         watermark: i64,
         mut visit: impl FnMut(Entries) -> Result<()>,
     ) -> Result<()> {
-        let (mut from, mut until) = expired_range(watermark, self.closed_through);
-        if watermark == i64::MAX {
-            until = PAST_EVERY_ENTRY.to_vec();
-        }
+        let (mut from, until) = timed_range(watermark, self.closed_through);
         let at_once = self.at_once;
         loop {
             let mut chunk: Entries = Vec::new();
             let mut writes = KeyOrderedWrites::default();
             let mut last = None;
             self.store.scan(&from, &until, |k, v| {
-                chunk.push((row_key_of_expiry(k).into(), v.into()));
+                chunk.push((bytes_of_timed(k).into(), v.into()));
                 writes.delete(k);
                 last = Some(k.to_vec());
                 Ok(chunk.len() < at_once)
@@ -146,7 +139,8 @@ impl DiskWindows {
                 _ => break,
             }
         }
-        self.closed_through = Some(watermark);
+        // (Watermarks only rise; a lower one would move the entries' keys back.)
+        self.closed_through = self.closed_through.max(Some(watermark));
         Ok(())
     }
 
@@ -160,7 +154,7 @@ impl DiskWindows {
         let at_once = self.at_once;
         let read = self
             .store
-            .stream_later(PAST_EVERY_ENTRY.to_vec(), move |entries, emit| {
+            .stream_later(vec![TIMED_NAMESPACE + 1], move |entries, emit| {
                 let bound = (aggregates.iter())
                     .map(|a| Bound::new(a, &input_schema))
                     .collect::<Result<Vec<_>>>()?;
@@ -181,7 +175,7 @@ impl DiskWindows {
                 };
                 for entry in entries {
                     let (k, v) = entry?;
-                    groups.push((row_key_of_expiry(&k).into(), decode(&v, &bound)?));
+                    groups.push((bytes_of_timed(&k).into(), decode(&v, &bound)?));
                     if groups.len() == at_once {
                         flush(&mut emitted, &mut groups)?;
                     }
