@@ -559,3 +559,59 @@ fn an_empty_aggregation_snapshots_an_empty_keyed_batch() {
     );
     assert!(names.contains(&"med__values".to_string()), "{names:?}");
 }
+
+/// A row for a window that has closed, sent without its split's watermark (so not late, as
+/// after a restore), makes the window again, which the next watermark emits: on every backend
+/// alike (on disk the group is filed just after the windows already taken, where the next
+/// scan finds it), and restored by each.
+#[test]
+fn a_row_for_a_closed_window_opens_it_again_on_every_backend() {
+    let spec = window_spec(
+        WindowAggregate::tumbling(100),
+        vec![count("n"), sum("v", "total")],
+        0,
+        Phase::Full,
+    );
+    let batch = |k: &str, v: i64, ts: i64| {
+        StreamBatch::new(
+            RecordBatch::try_new(
+                raw_info().schema,
+                vec![
+                    Arc::new(StringArray::from(vec![k])),
+                    Arc::new(Int64Array::from(vec![v])),
+                    Arc::new(Float64Array::from(vec![0.0])),
+                    Arc::new(Int64Array::from(vec![ts])),
+                ],
+            )
+            .unwrap(),
+        )
+    };
+    let lines = |h: &mut Harness| weir_testkit::sorted_lines(&h.take(Port::Main));
+    for on in weir_testkit::backends() {
+        for then in weir_testkit::backends() {
+            let mut h = weir_testkit::on_backend(&on, || Harness::of(&spec, &[raw_info()]));
+            h.push_batch(0, batch("k1", 1, 10));
+            h.watermark(150);
+            assert_eq!(lines(&mut h), ["k1,0,100,99,1,1"], "on {:?}", on.kind);
+            h.push_batch(0, batch("k1", 2, 20));
+            h.push_batch(0, batch("k1", 3, 30));
+            h.push_batch(0, batch("k2", 4, 120));
+            let state = h.snapshot();
+            let mut r = weir_testkit::on_backend(&then, || {
+                Harness::restored(&spec, &[raw_info()], &[state], 0, 1)
+            });
+            for h in [&mut h, &mut r] {
+                h.watermark(160);
+                assert_eq!(
+                    lines(h),
+                    ["k1,0,100,99,2,5"],
+                    "{:?} then {:?}",
+                    on.kind,
+                    then.kind
+                );
+                h.watermark(250);
+                assert_eq!(lines(h), ["k2,100,200,199,1,4"]);
+            }
+        }
+    }
+}
