@@ -646,6 +646,32 @@ fn window_aggregations_on_rocksdb_give_flinks_rows() {
     }
 }
 
+/// Window Top-N and window deduplication (over window TVFs, over window aggregations, over
+/// windows of local times) with their groups on RocksDB give Flink's rows.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn window_top_n_on_rocksdb_gives_flinks_rows() {
+    for query in ["topn", "rank_inputs", "zone_window_rows"] {
+        let dir = tempfile::tempdir().unwrap();
+        let report = check_after(
+            query,
+            &format!(
+                "SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+                dir.path().display()
+            ),
+        );
+        let ranks: Vec<(u64, bool)> = (report.metrics.nodes.iter())
+            .filter(|n| n.kind == "operator window_rank")
+            .map(|n| (n.peak_state_rows, n.state_on_disk))
+            .collect();
+        assert!(
+            !ranks.is_empty() && ranks.iter().all(|&(r, disk)| r > 0 && disk),
+            "{query}: the window ranks held rows, on disk: {ranks:?}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
+
 /// OVER aggregations (RANGE, ROWS and unbounded frames, with every aggregate they take) with
 /// their keys on RocksDB give Flink's rows, in streaming and in a batch job.
 #[cfg(feature = "rocksdb")]

@@ -35,6 +35,8 @@ pub mod regular_join;
 mod retractable;
 pub mod stream_table_join;
 pub mod temporal_join;
+#[cfg(feature = "rocksdb")]
+mod timed_groups;
 pub mod top_n;
 pub mod unnest;
 pub mod window_aggregate;

@@ -41,6 +41,9 @@ use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch,
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{ExpiryQueue, KeySlots, StateSize};
 
+#[cfg(feature = "rocksdb")]
+mod disk;
+
 /// One column of a rank's order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankOrder {
@@ -230,11 +233,19 @@ impl OperatorFactory for WindowRank {
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("window_rank", inputs)?;
         let schema = self.output(input)?;
-        let all = RowConverter::new(
-            (input.schema.fields().iter())
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
+        let fields: Vec<SortField> = (input.schema.fields().iter())
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let all = RowConverter::new(fields.clone())?;
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::timed_groups::TimedGroups::open(info)?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(crate::no_disk_state());
+        }
         let mut order_cols = Vec::new();
         let mut order_fields = Vec::new();
         for o in &self.order_by {
@@ -258,7 +269,11 @@ impl OperatorFactory for WindowRank {
             order: RowConverter::new(order_fields)?,
             order_cols,
             all,
+            #[cfg(feature = "rocksdb")]
+            fields,
             groups: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
             closing: ExpiryQueue::new(),
             watermark: i64::MIN,
             group_count: 0,
@@ -285,6 +300,9 @@ impl OperatorFactory for WindowRank {
             self.last_rank,
             if self.allowed_lateness_ms > 0 { format!(" + {} ms allowed lateness", self.allowed_lateness_ms) } else { String::new() }
         ) + &(self.zone.as_ref()).map(|z| format!("; windows of local times in {z}")).unwrap_or_default()
+    }
+    fn state_on_disk(&self) -> bool {
+        true
     }
     fn state(&self) -> weir_runtime::graph::OperatorState {
         weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
@@ -314,6 +332,8 @@ impl PartialOrd for Kept {
 #[derive(Debug, Default)]
 struct Group {
     rows: Vec<Kept>,
+    /// When its window closes.
+    close: i64,
 }
 
 const GROUP_OVERHEAD: u64 = 64;
@@ -330,8 +350,15 @@ pub struct WindowRankOp {
     order_cols: Vec<usize>,
     /// Every input column, for keeping rows.
     all: RowConverter,
+    /// The types of `all`'s columns, for a snapshot's own converter.
+    #[cfg(feature = "rocksdb")]
+    fields: Vec<SortField>,
     /// (key with the window) → its best rows.
     groups: KeySlots<Group>,
+    /// The groups on disk instead (`state.backend.type = 'rocksdb'`), when so: `groups` then
+    /// holds only the groups a batch is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::timed_groups::TimedGroups>,
     closing: ExpiryQueue,
     watermark: i64,
     group_count: u64,
@@ -379,20 +406,50 @@ impl WindowRankOp {
         let orders = self.order.convert_columns(&order_cols)?;
         let rows = self.all.convert_columns(data.columns())?;
         for (i, key) in keys.iter().enumerate() {
-            self.add_row(key.as_ref(), ends[i], &orders, &rows, i);
+            self.add_row(key.as_ref(), ends[i], &orders, &rows, i)?;
+        }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            d.write_back(&mut self.groups, |g| g.close, disk::encode)?;
         }
         Ok(())
     }
 
-    fn add_row(&mut self, key: &[u8], end: i64, orders: &Rows, rows: &Rows, i: usize) {
+    fn add_row(
+        &mut self,
+        key: &[u8],
+        end: i64,
+        orders: &Rows,
+        rows: &Rows,
+        i: usize,
+    ) -> Result<()> {
         let limit = self.spec.last_rank as usize;
         let slot = self.groups.slot_for(hash_key(key), key);
-        let new_group = self.groups.get(slot).rows.is_empty();
-        if new_group {
-            self.group_count += 1;
-            self.peak_groups = self.peak_groups.max(self.group_count);
-            self.bytes_held += GROUP_OVERHEAD + key.len() as u64;
-            self.closing.push(self.close_at(end), slot, 0);
+        if self.groups.get(slot).rows.is_empty() {
+            let close = self.close_at(end);
+            self.groups.get_mut(slot).close = close;
+            #[cfg(feature = "rocksdb")]
+            let stored = match &self.disk {
+                Some(d) => d.get(key, close)?,
+                None => None,
+            };
+            #[cfg(not(feature = "rocksdb"))]
+            let stored: Option<Vec<u8>> = None;
+            match stored {
+                #[cfg(feature = "rocksdb")]
+                Some(v) => self.groups.get_mut(slot).rows = disk::decode(&v)?,
+                #[cfg(not(feature = "rocksdb"))]
+                Some(_) => unreachable!("no disk"),
+                None => {
+                    self.group_count += 1;
+                    self.peak_groups = self.peak_groups.max(self.group_count);
+                    self.bytes_held += GROUP_OVERHEAD + key.len() as u64;
+                    // On disk, a group is filed under its window's close.
+                    if !self.on_disk() {
+                        self.closing.push(close, slot, 0);
+                    }
+                }
+            }
         }
         let group = &mut self.groups.get_mut(slot).rows;
         let order = orders.row(i);
@@ -400,8 +457,8 @@ impl WindowRankOp {
             // Not better than the last kept row: nothing changes (the common case once full).
             let last = &group[limit - 1];
             match order.as_ref().cmp(&last.order) {
-                Ordering::Greater => return,
-                Ordering::Equal if rows.row(i).as_ref() >= &last.row[..] => return,
+                Ordering::Greater => return Ok(()),
+                Ordering::Equal if rows.row(i).as_ref() >= &last.row[..] => return Ok(()),
                 _ => {}
             }
         }
@@ -419,6 +476,26 @@ impl WindowRankOp {
             self.rows_held -= 1;
             self.bytes_held -= (dropped.order.len() + dropped.row.len()) as u64;
         }
+        Ok(())
+    }
+
+    fn on_disk(&self) -> bool {
+        #[cfg(feature = "rocksdb")]
+        let on = self.disk.is_some();
+        #[cfg(not(feature = "rocksdb"))]
+        let on = false;
+        on
+    }
+
+    /// Counts `g`'s rows (of key bytes `key_len` long) out of the state, as its window closes.
+    fn closed(&mut self, key_len: usize, g: &Group) {
+        self.group_count -= 1;
+        self.rows_held -= g.rows.len() as u64;
+        self.bytes_held -= GROUP_OVERHEAD
+            + key_len as u64
+            + (g.rows.iter())
+                .map(|k| (k.order.len() + k.row.len()) as u64)
+                .sum::<u64>();
     }
 
     /// Emits the ranked rows of closed groups (their rows, each with its rank).
@@ -488,27 +565,45 @@ impl Operator for WindowRankOp {
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
         let wm = self.local(watermark.0);
         self.watermark = self.watermark.max(wm);
+        #[cfg(feature = "rocksdb")]
+        if let Some(mut d) = self.disk.take() {
+            // Taken out while the windows close; nothing is filed meanwhile.
+            let closed = d.close(wm, |chunk| {
+                let mut closed = Vec::with_capacity(chunk.len());
+                for (key, value) in chunk {
+                    let g = Group {
+                        rows: disk::decode(&value)?,
+                        close: 0,
+                    };
+                    self.closed(key.len(), &g);
+                    closed.push(g.rows);
+                }
+                self.emit(&closed, ctx)
+            });
+            self.disk = Some(d);
+            return closed;
+        }
         let mut due = Vec::new();
         self.closing.pop_due(wm, &mut due);
         let mut closed = Vec::with_capacity(due.len());
         for (slot, _) in due {
             let g = std::mem::take(self.groups.get_mut(slot));
-            let key_len = self.groups.key(slot).len() as u64;
+            let key_len = self.groups.key(slot).len();
             self.groups.release(slot);
-            self.group_count -= 1;
-            self.rows_held -= g.rows.len() as u64;
-            self.bytes_held -= GROUP_OVERHEAD
-                + key_len
-                + g.rows
-                    .iter()
-                    .map(|k| (k.order.len() + k.row.len()) as u64)
-                    .sum::<u64>();
+            self.closed(key_len, &g);
             closed.push(g.rows);
         }
         self.emit(&closed, ctx)
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.rows_held,
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.rows_held,
             bytes: self.bytes_held + self.groups.index_bytes(),
@@ -519,27 +614,25 @@ impl Operator for WindowRankOp {
     /// row's columns). What is scheduled to close is not stored: a restore queues each group
     /// again at its window's close.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let parser = self.all.parser();
-        let mut groups = Vec::new();
-        let mut keys: Vec<&[u8]> = Vec::new();
-        let mut rows = Vec::new();
-        for slot in self.groups.slots() {
-            let key = self.groups.key(slot);
-            let g = key_group(hash_key(key), self.key_groups);
-            for k in &self.groups.get(slot).rows {
-                groups.push(g);
-                keys.push(key);
-                rows.push(parser.parse(&k.row));
-            }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            let (schema, key_groups) = (self.state_schema.clone(), self.key_groups);
+            let all = RowConverter::new(self.fields.clone())?;
+            return d.snapshot(move |entries| {
+                let groups: Vec<(&[u8], Vec<Kept>)> = (entries.iter())
+                    .map(|(k, v)| Ok((&k[..], disk::decode(v)?)))
+                    .collect::<Result<_>>()?;
+                let groups = groups.iter().map(|(k, rows)| (*k, &rows[..]));
+                Ok(vec![state_batch(&schema, key_groups, &all, groups)?])
+            });
         }
-        let mut cols: Vec<ArrayRef> = vec![
-            key_group_column(groups),
-            Arc::new(BinaryArray::from_vec(keys)),
-        ];
-        cols.extend(self.all.convert_rows(rows)?);
-        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
-            self.state_schema.clone(),
-            cols,
+        let groups = (self.groups.slots())
+            .map(|slot| (self.groups.key(slot), &self.groups.get(slot).rows[..]));
+        Ok(StateSnapshot::ready(vec![state_batch(
+            &self.state_schema,
+            self.key_groups,
+            &self.all,
+            groups,
         )?]))
     }
 
@@ -562,6 +655,7 @@ impl Operator for WindowRankOp {
                 )),
                 b.columns()[2..].to_vec(),
             )?;
+            // On disk, `add` writes a state batch's groups to the store before the next.
             let ends = self.ends(&data)?;
             self.add(&data, &ends)?;
         }
@@ -576,6 +670,34 @@ impl Operator for WindowRankOp {
             ("late_rows", self.late as i64),
         ]);
     }
+}
+
+/// The state batch of groups given as (key, kept rows): a row each kept row (key group, key,
+/// the row's columns).
+fn state_batch<'a>(
+    state_schema: &SchemaRef,
+    key_groups: u16,
+    all: &RowConverter,
+    groups: impl Iterator<Item = (&'a [u8], &'a [Kept])>,
+) -> Result<RecordBatch> {
+    let parser = all.parser();
+    let mut group_col = Vec::new();
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut rows = Vec::new();
+    for (key, kept) in groups {
+        let g = key_group(hash_key(key), key_groups);
+        for k in kept {
+            group_col.push(g);
+            keys.push(key);
+            rows.push(parser.parse(&k.row));
+        }
+    }
+    let mut cols: Vec<ArrayRef> = vec![
+        key_group_column(group_col),
+        Arc::new(BinaryArray::from_vec(keys)),
+    ];
+    cols.extend(all.convert_rows(rows)?);
+    Ok(RecordBatch::try_new(state_schema.clone(), cols)?)
 }
 
 /// Builder method for window ranks on keyed streams.

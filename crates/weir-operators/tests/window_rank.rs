@@ -12,6 +12,7 @@ use proptest::prelude::*;
 use weir_operators::{Window, WindowRank, Windowed};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Port, StreamBatch};
+use weir_state::backend::StateBackend;
 use weir_testkit::{rows, sorted_lines, watermarked_script, Harness, Input, KeyedSubtasks};
 
 const SIZE: i64 = 100;
@@ -180,7 +181,18 @@ struct Subtasks(KeyedSubtasks);
 
 impl Subtasks {
     fn restored(f: &dyn OperatorFactory, snapshots: &[Vec<RecordBatch>], p: usize) -> Subtasks {
-        Subtasks(KeyedSubtasks::restored(f, &[info()], &keys(), snapshots, p))
+        Self::restored_on(&StateBackend::default(), f, snapshots, p)
+    }
+
+    fn restored_on(
+        backend: &StateBackend,
+        f: &dyn OperatorFactory,
+        snapshots: &[Vec<RecordBatch>],
+        p: usize,
+    ) -> Subtasks {
+        weir_testkit::on_backend(backend, || {
+            Subtasks(KeyedSubtasks::restored(f, &[info()], &keys(), snapshots, p))
+        })
     }
 
     fn feed(&mut self, input: &Input) {
@@ -189,10 +201,6 @@ impl Subtasks {
 
     fn end(&mut self) {
         self.0.subtasks.iter_mut().for_each(Harness::end);
-    }
-
-    fn snapshots(&mut self) -> Vec<Vec<RecordBatch>> {
-        self.0.snapshots()
     }
 
     /// (emitted lines, late rows) so far.
@@ -220,14 +228,19 @@ proptest! {
         n in 1u64..4, descending in any::<bool>(),
         parallelism in prop::sample::select(vec![1usize, 3]),
         cut in any::<prop::sample::Index>(),
+        on in any::<(prop::sample::Index, prop::sample::Index)>(),
     ) {
+        // A backend for the run that is cut and one for the rest (each of this weir's, and a
+        // checkpoint of each restored by each).
+        let backends = weir_testkit::backends();
+        let on = [&backends[on.0.index(backends.len())], &backends[on.1.index(backends.len())]];
         let spec = spec(n, descending);
         let checkpointed = matches!(spec.state(), OperatorState::Checkpointed { version: 1 });
         prop_assert!(checkpointed);
         let inputs = script(&steps);
         let (want, want_late) = reference(&inputs, n as usize, descending);
 
-        let mut a = Subtasks::restored(&spec, &[], parallelism);
+        let mut a = Subtasks::restored_on(on[1], &spec, &[], parallelism);
         inputs.iter().for_each(|i| a.feed(i));
         a.end();
         let (got, late) = a.take();
@@ -235,16 +248,29 @@ proptest! {
         prop_assert_eq!(late, want_late);
 
         let cut = cut.index(inputs.len() + 1);
-        let mut b = Subtasks::restored(&spec, &[], parallelism);
+        let mut b = Subtasks::restored_on(on[0], &spec, &[], parallelism);
         inputs[..cut].iter().for_each(|i| b.feed(i));
         let (before, _) = b.take();
-        let snapshots = b.snapshots();
+        // What the memory backend emitted by then (a pass over disk that stopped short
+        // would still give every row at the end).
+        let mut m = Subtasks::restored(&spec, &[], parallelism);
+        inputs[..cut].iter().for_each(|i| m.feed(i));
+        prop_assert_eq!(sorted(before.clone()), sorted(m.take().0), "emitted by the cut on {:?}", on[0].kind);
+        // Made into batches after the run went on to its end, as the runtime's deferred and
+        // streamed snapshots are: they must see none of that.
+        let later = b.0.snapshots_later();
+        inputs[cut..].iter().for_each(|i| b.feed(i));
+        b.end();
+        let mut went_on = before.clone();
+        went_on.extend(b.take().0);
+        prop_assert_eq!(sorted(went_on), want.clone(), "run on after a snapshot");
+        let snapshots: Vec<Vec<RecordBatch>> = later.into_iter().map(weir_testkit::stored).collect();
         let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
             Input::Watermark(w) => Some(*w),
             Input::Batch(_) => None,
         });
         for p in 1..=3 {
-            let mut r = Subtasks::restored(&spec, &snapshots, p);
+            let mut r = Subtasks::restored_on(on[1], &spec, &snapshots, p);
             if let Some(w) = last_watermark {
                 r.feed(&Input::Watermark(w));
             }
@@ -252,7 +278,7 @@ proptest! {
             r.end();
             let mut got = before.clone();
             got.extend(r.take().0);
-            prop_assert_eq!(sorted(got), want.clone(), "restored at parallelism {} after {} of {} inputs", p, cut, inputs.len());
+            prop_assert_eq!(sorted(got), want.clone(), "restored at parallelism {} after {} of {} inputs, from {:?} to {:?}", p, cut, inputs.len(), on[0].kind, on[1].kind);
         }
     }
 }

@@ -1,0 +1,167 @@
+//! Groups filed by the time they close, on local disk: the `'rocksdb'` state backend of the
+//! operators whose state is per (key, window) and leaves when the window closes (window
+//! aggregations of fixed windows, window Top-N).
+//!
+//! Each group is one entry of a [`DiskStore`] under the time its window closes and its group
+//! bytes ([`timed_key`], whose bloom filters are by the whole key, so that a look-up of a new
+//! group usually reads no block), holding what the operator encodes of it. The operator runs
+//! its memory code on the groups a batch touches: it reads each into its slots the first time
+//! ([`TimedGroups::get`]), and writes them back and forgets them when the batch ends
+//! ([`TimedGroups::write_back`]), so memory holds one batch's groups. A watermark takes the
+//! windows it closes with one scan from where the last one ended ([`TimedGroups::close`]), a
+//! pass's worth at a time; the end of the input takes the rest.
+//!
+//! A checkpoint reads a snapshot of the store on another thread and hands the operator its
+//! entries a pass's worth at a time to make state batches of the memory backend's layout
+//! ([`TimedGroups::snapshot`]), so either backend restores the other's checkpoints at any
+//! parallelism. It is a full copy each time (docs/state.md).
+
+use arrow_array::RecordBatch;
+use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
+use weir_state::rocks::{
+    bytes_of_timed, timed_key, timed_range, DiskStore, KeyOrderedWrites, TIMED_NAMESPACE,
+};
+use weir_state::KeySlots;
+
+/// Entries as a pass hands them on: (group bytes, value).
+pub(crate) type Entries = Vec<(Box<[u8]>, Box<[u8]>)>;
+
+/// Groups in a [`DiskStore`], filed by when they close.
+pub(crate) struct TimedGroups {
+    store: DiskStore,
+    /// Windows closing at or below this watermark are gone: a scan starts after it, and a
+    /// group of a window that closed by then is filed just after it (as the memory backend's
+    /// queue fires such a group at the next watermark).
+    closed_through: Option<i64>,
+    value_buf: Vec<u8>,
+    /// Entries a snapshot's state batch and a pass over closing windows take at most at once
+    /// ([`crate::disk_keys::at_once`]).
+    at_once: usize,
+}
+
+impl TimedGroups {
+    pub(crate) fn open(info: &SubtaskInfo) -> Result<TimedGroups> {
+        let label = format!("{}-{}", info.operator, info.subtask);
+        Ok(TimedGroups {
+            store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
+            closed_through: None,
+            value_buf: Vec::new(),
+            at_once: crate::disk_keys::at_once(info),
+        })
+    }
+
+    /// Bytes of state: the store's estimate.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.store.bytes()
+    }
+
+    /// Where the group `bytes` of a window closing at `close` is filed.
+    fn entry_key(&self, bytes: &[u8], close: i64) -> Vec<u8> {
+        let at = match self.closed_through {
+            Some(done) if close <= done => done.saturating_add(1),
+            _ => close,
+        };
+        let mut k = Vec::with_capacity(bytes.len() + 9);
+        timed_key(&mut k, at, bytes);
+        k
+    }
+
+    /// The stored value of group `bytes` of a window closing at `close`, if there is one.
+    pub(crate) fn get(&self, bytes: &[u8], close: i64) -> Result<Option<Vec<u8>>> {
+        Ok(self.store.get(&self.entry_key(bytes, close))?)
+    }
+
+    /// Writes every group in `groups` back (`close`: when a group's window closes; `encode`:
+    /// its value, into a cleared buffer) and forgets them in memory.
+    pub(crate) fn write_back<G: Default>(
+        &mut self,
+        groups: &mut KeySlots<G>,
+        close: impl Fn(&G) -> i64,
+        encode: impl Fn(&G, &mut Vec<u8>),
+    ) -> Result<()> {
+        let mut writes = KeyOrderedWrites::default();
+        for slot in groups.slots() {
+            let g = groups.get(slot);
+            let k = self.entry_key(groups.key(slot), close(g));
+            self.value_buf.clear();
+            encode(g, &mut self.value_buf);
+            writes.put(&k, &self.value_buf);
+        }
+        self.store.write_in_key_order(writes)?;
+        *groups = KeySlots::new();
+        Ok(())
+    }
+
+    /// Takes the groups of the windows that close at `watermark` out of the store, in order of
+    /// closing, a pass's worth at a time: `visit` gets each chunk.
+    pub(crate) fn close(
+        &mut self,
+        watermark: i64,
+        mut visit: impl FnMut(Entries) -> Result<()>,
+    ) -> Result<()> {
+        let (mut from, until) = timed_range(watermark, self.closed_through);
+        let at_once = self.at_once;
+        loop {
+            let mut chunk: Entries = Vec::new();
+            let mut writes = KeyOrderedWrites::default();
+            let mut last = None;
+            self.store.scan(&from, &until, |k, v| {
+                chunk.push((bytes_of_timed(k).into(), v.into()));
+                writes.delete(k);
+                last = Some(k.to_vec());
+                Ok(chunk.len() < at_once)
+            })?;
+            self.store.write_in_key_order(writes)?;
+            let full = chunk.len() == at_once;
+            if !chunk.is_empty() {
+                visit(chunk)?;
+            }
+            match last {
+                Some(mut next) if full => {
+                    next.push(0);
+                    from = next;
+                }
+                _ => break,
+            }
+        }
+        // (Watermarks only rise; a lower one would move the entries' keys back.)
+        self.closed_through = self.closed_through.max(Some(watermark));
+        Ok(())
+    }
+
+    /// Every group as of now, read from a snapshot of the store on another thread: `batches`
+    /// makes state batches of a pass's worth of entries (in the memory backend's layout), each
+    /// written as it is made; it is called at least once, with no entries if there are none.
+    pub(crate) fn snapshot(
+        &self,
+        mut batches: impl FnMut(&Entries) -> Result<Vec<RecordBatch>> + Send + 'static,
+    ) -> Result<StateSnapshot> {
+        let at_once = self.at_once;
+        let read = self
+            .store
+            .stream_later(vec![TIMED_NAMESPACE + 1], move |entries, emit| {
+                let mut chunk: Entries = Vec::new();
+                let mut emitted = false;
+                let mut flush = |emitted: &mut bool, chunk: &mut Entries| -> Result<()> {
+                    for b in batches(chunk)? {
+                        emit(b)?;
+                    }
+                    chunk.clear();
+                    *emitted = true;
+                    Ok(())
+                };
+                for entry in entries {
+                    let (k, v) = entry?;
+                    chunk.push((bytes_of_timed(&k).into(), v));
+                    if chunk.len() == at_once {
+                        flush(&mut emitted, &mut chunk)?;
+                    }
+                }
+                if !chunk.is_empty() || !emitted {
+                    flush(&mut emitted, &mut chunk)?;
+                }
+                Ok(())
+            })?;
+        Ok(StateSnapshot::streamed(read))
+    }
+}
