@@ -229,7 +229,7 @@ impl OperatorFactory for Deduplicate {
         )?;
         #[cfg(feature = "rocksdb")]
         let disk = match info.state_backend.on_disk() {
-            true => Some(crate::disk_keys::DiskKeys::open(info)?),
+            true => Some(crate::disk_keys::DiskKeys::open(info, ())?),
             false => None,
         };
         #[cfg(not(feature = "rocksdb"))]

@@ -42,6 +42,10 @@ pub(crate) fn at_once(info: &SubtaskInfo) -> usize {
 
 /// A key's state as a [`DiskKeys`] stores it.
 pub(crate) trait DiskValue: Default + Sized + Send + 'static {
+    /// What reading the bytes back takes besides them (a window's bound aggregates; `()` for
+    /// most).
+    type Cx: Send + 'static;
+
     /// Its bytes, into `out` (cleared first).
     fn encode(&self, out: &mut Vec<u8>);
 
@@ -49,14 +53,14 @@ pub(crate) trait DiskValue: Default + Sized + Send + 'static {
     ///
     /// # Errors
     /// `Internal` naming what the bytes do not hold.
-    fn decode(bytes: &[u8]) -> Result<Self>;
+    fn decode(bytes: &[u8], cx: &Self::Cx) -> Result<Self>;
 
     /// When the key next needs the watermark, if it does.
     fn timer(&self) -> Option<i64>;
 }
 
 /// A state per key in a [`DiskStore`].
-pub(crate) struct DiskKeys<S> {
+pub(crate) struct DiskKeys<S: DiskValue> {
     store: DiskStore,
     key_groups: u16,
     /// Timer entries at or below this watermark are gone: a scan starts after it.
@@ -68,11 +72,13 @@ pub(crate) struct DiskKeys<S> {
     value_buf: Vec<u8>,
     /// Entries a pass takes at once ([`at_once`]).
     at_once: usize,
+    /// What decoding a key's state takes.
+    cx: S::Cx,
     _state: std::marker::PhantomData<fn() -> S>,
 }
 
 impl<S: DiskValue> DiskKeys<S> {
-    pub(crate) fn open(info: &SubtaskInfo) -> Result<DiskKeys<S>> {
+    pub(crate) fn open(info: &SubtaskInfo, cx: S::Cx) -> Result<DiskKeys<S>> {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(DiskKeys {
             store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
@@ -82,6 +88,7 @@ impl<S: DiskValue> DiskKeys<S> {
             key_buf: Vec::new(),
             value_buf: Vec::new(),
             at_once: at_once(info),
+            cx,
             _state: std::marker::PhantomData,
         })
     }
@@ -105,7 +112,10 @@ impl<S: DiskValue> DiskKeys<S> {
     /// The stored state of `key`, if it has one.
     pub(crate) fn load(&mut self, key: &[u8]) -> Result<Option<S>> {
         let k = self.key_of(key);
-        self.store.get(&k)?.map(|v| S::decode(&v)).transpose()
+        self.store
+            .get(&k)?
+            .map(|v| S::decode(&v, &self.cx))
+            .transpose()
     }
 
     /// Stages `state` as `key`'s, with an entry for its timer.
@@ -225,9 +235,10 @@ impl<S: DiskValue> DiskKeys<S> {
     ) -> Result<()> {
         let mut chunk = Vec::new();
         let at_once = self.at_once;
+        let cx = &self.cx;
         self.store
             .scan_with(&[KEYS], &[KEYS + 1], |k, v| -> Result<bool> {
-                chunk.push((KeyOf::decode(k)?.key.into(), S::decode(v)?));
+                chunk.push((KeyOf::decode(k)?.key.into(), S::decode(v, cx)?));
                 if chunk.len() == at_once {
                     visit(std::mem::take(&mut chunk))?;
                 }
@@ -244,12 +255,13 @@ impl<S: DiskValue> DiskKeys<S> {
         Ok(())
     }
 
-    /// Every key's state as of now, read from a snapshot of the store on another thread:
-    /// `batch` makes a state batch of the memory backend's layout of [`at_once`] keys (with
-    /// their key groups) at a time, each written as it is made; at least one batch, empty if
-    /// no key has state.
+    /// Every key's state as of now, read from a snapshot of the store on another thread
+    /// (decoded with `cx`): `batch` makes a state batch of the memory backend's layout of
+    /// [`at_once`] keys (with their key groups) at a time, each written as it is made; at least
+    /// one batch, empty if no key has state.
     pub(crate) fn snapshot(
         &self,
+        cx: S::Cx,
         mut batch: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<RecordBatch> + Send + 'static,
     ) -> Result<StateSnapshot> {
         let at_once = self.at_once;
@@ -261,7 +273,7 @@ impl<S: DiskValue> DiskKeys<S> {
                 for entry in entries {
                     let (k, v) = entry?;
                     let key = KeyOf::decode(&k)?;
-                    keys.push((key.key_group, key.key.into(), S::decode(&v)?));
+                    keys.push((key.key_group, key.key.into(), S::decode(&v, &cx)?));
                     if keys.len() == at_once {
                         emit(batch(&keys)?)?;
                         keys.clear();

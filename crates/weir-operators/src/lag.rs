@@ -223,7 +223,7 @@ impl OperatorFactory for Lag {
         let lagged = RowConverter::new(fields[1].clone())?;
         #[cfg(feature = "rocksdb")]
         let disk = match info.state_backend.on_disk() {
-            true => Some(crate::disk_keys::DiskKeys::open(info)?),
+            true => Some(crate::disk_keys::DiskKeys::open(info, ())?),
             false => None,
         };
         #[cfg(not(feature = "rocksdb"))]

@@ -336,7 +336,7 @@ impl OperatorFactory for OverAggregate {
             .collect();
         #[cfg(feature = "rocksdb")]
         let disk = match info.state_backend.on_disk() {
-            true => Some(crate::disk_keys::DiskKeys::open(info)?),
+            true => Some(crate::disk_keys::DiskKeys::open(info, ())?),
             false => None,
         };
         #[cfg(not(feature = "rocksdb"))]
@@ -1032,7 +1032,7 @@ impl Operator for OverAggregateOp {
             let (schema, kinds) = (self.state_schema.clone(), self.kinds.clone());
             let unbounded = self.spec.frame.unbounded();
             let rows = RowConverter::new(self.fields.clone())?;
-            return d.snapshot(move |keys| {
+            return d.snapshot((), move |keys| {
                 let keys = keys.iter().map(|(g, k, rows)| (*g, &k[..], rows));
                 state_batch(&schema, &kinds, unbounded, keys, |held| {
                     let bytes: Vec<Option<&[u8]>> =

@@ -431,12 +431,19 @@ impl OperatorFactory for WindowAggregate {
         let state_schema = aggregates::state_schema(&["window_start", "window_end"], &bound);
         let on_disk = info.state_backend.on_disk() && self.state_on_disk();
         #[cfg(feature = "rocksdb")]
-        let disk = match on_disk {
+        let fixed = self.fixed().is_some();
+        #[cfg(feature = "rocksdb")]
+        let disk = match on_disk && fixed {
             true => Some(disk::DiskWindows::open(
                 info,
                 &self.aggregates,
                 &self.raw_schema(input)?,
             )?),
+            false => None,
+        };
+        #[cfg(feature = "rocksdb")]
+        let disk_sessions = match on_disk && !fixed {
+            true => Some(crate::disk_keys::DiskKeys::open(info, self.bind(input)?)?),
             false => None,
         };
         #[cfg(not(feature = "rocksdb"))]
@@ -445,7 +452,11 @@ impl OperatorFactory for WindowAggregate {
         }
         Ok(Box::new(WindowAggregateOp {
             #[cfg(feature = "rocksdb")]
+            raw_schema: self.raw_schema(input)?,
+            #[cfg(feature = "rocksdb")]
             disk,
+            #[cfg(feature = "rocksdb")]
+            disk_sessions,
             spec: self.clone(),
             schema,
             state_schema,
@@ -511,10 +522,10 @@ impl OperatorFactory for WindowAggregate {
     fn state(&self) -> weir_runtime::graph::OperatorState {
         weir_runtime::graph::OperatorState::Checkpointed { version: 2 }
     }
-    /// Tumbling, hopping and cumulative windows of raw rows or partial states; sessions and
-    /// the partial phase (which flushes its groups) keep theirs in memory.
+    /// Every window of raw rows or partial states; the partial phase (which flushes its
+    /// groups) keeps its own in memory.
     fn state_on_disk(&self) -> bool {
-        self.fixed().is_some() && self.phase != Phase::Partial
+        self.phase != Phase::Partial
     }
 }
 
@@ -574,6 +585,14 @@ struct Session {
     states: Vec<State>,
 }
 
+/// A key's open sessions.
+#[derive(Debug, Default)]
+struct KeySessions {
+    list: Vec<Session>,
+    /// On disk: when the first of them closes (in memory, the operator's queue says).
+    timer: Option<i64>,
+}
+
 /// One subtask of a windowed aggregation.
 pub struct WindowAggregateOp {
     spec: WindowAggregate,
@@ -596,7 +615,14 @@ pub struct WindowAggregateOp {
     #[cfg(feature = "rocksdb")]
     disk: Option<disk::DiskWindows>,
     /// key → open sessions.
-    sessions: KeySlots<Vec<Session>>,
+    sessions: KeySlots<KeySessions>,
+    /// The sessions on disk instead (`state.backend.type = 'rocksdb'`), when so: `sessions`
+    /// then holds only the keys a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk_sessions: Option<crate::disk_keys::DiskKeys<KeySessions>>,
+    /// The input the aggregates read, to bind them again for a snapshot's thread.
+    #[cfg(feature = "rocksdb")]
+    raw_schema: SchemaRef,
     /// When each group (or a key's sessions) may close.
     closing: ExpiryQueue,
     group_count: u64,
@@ -762,7 +788,7 @@ impl WindowAggregateOp {
             Window::Session { gap_ms } => {
                 for (i, key) in keys.iter().enumerate() {
                     let ts = times[i];
-                    self.add_to_session(key.as_ref(), ts, gap_ms, &values, i);
+                    self.add_to_session(key.as_ref(), ts, gap_ms, &values, i)?;
                 }
             }
             Window::Cumulative {
@@ -831,6 +857,58 @@ impl WindowAggregateOp {
         Ok(())
     }
 
+    /// The slot of `key`'s sessions; on disk, read into it the first time a batch or a
+    /// watermark touches the key.
+    fn session_slot(&mut self, key: &[u8]) -> Result<usize> {
+        let slot = self.sessions.slot_for(hash_key(key), key);
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk_sessions.as_mut() {
+            if self.sessions.get(slot).list.is_empty() {
+                if let Some(stored) = d.load(key)? {
+                    *self.sessions.get_mut(slot) = stored;
+                }
+            }
+        }
+        Ok(slot)
+    }
+
+    /// Files when key `slot`'s session ending at `end` closes: in memory in the queue, on disk
+    /// as the key's timer (its earliest).
+    fn queue_session(&mut self, slot: usize, end: i64) {
+        let close = session_close(end, self.spec.allowed_lateness_ms);
+        #[cfg(feature = "rocksdb")]
+        if self.disk_sessions.is_some() {
+            let timer = &mut self.sessions.get_mut(slot).timer;
+            if timer.is_none_or(|t| close < t) {
+                *timer = Some(close);
+            }
+            return;
+        }
+        self.closing.push(close, slot, 1);
+    }
+
+    /// Takes key `slot`'s sessions that close at `wm` out into `rows`; on disk, its timer
+    /// moves to the first of the others. Returns whether none is left.
+    fn close_sessions(&mut self, slot: usize, wm: i64, rows: &mut Vec<Closed>) -> bool {
+        let l = self.spec.allowed_lateness_ms;
+        let k = self.sessions.get_mut(slot);
+        let mut i = 0;
+        while i < k.list.len() {
+            if session_close(k.list[i].end, l) <= wm {
+                let s = k.list.swap_remove(i);
+                let (values, heap) = held(&s.states);
+                self.values_held -= values;
+                // (Saturating: a state read back from disk may hold other capacities.)
+                self.state_bytes = self.state_bytes.saturating_sub(GROUP_OVERHEAD + heap);
+                rows.push((slot, s.start, s.end, s.states, true));
+            } else {
+                i += 1;
+            }
+        }
+        k.timer = (k.list.iter()).map(|s| session_close(s.end, l)).min();
+        k.list.is_empty()
+    }
+
     fn add_to_session(
         &mut self,
         key: &[u8],
@@ -838,8 +916,8 @@ impl WindowAggregateOp {
         gap: i64,
         values: &[aggregates::Values],
         i: usize,
-    ) {
-        let slot = self.sessions.slot_for(hash_key(key), key);
+    ) -> Result<()> {
+        let slot = self.session_slot(key)?;
         let mut states = self.new_states();
         for (s, v) in states.iter_mut().zip(values) {
             s.update(v, i);
@@ -848,7 +926,7 @@ impl WindowAggregateOp {
         // The values and bytes of the sessions merged into this row's (a merge of distinct
         // sets holds fewer values than its parts).
         let (mut merged_values, mut merged_bytes) = (0, 0);
-        let sessions = self.sessions.get_mut(slot);
+        let sessions = &mut self.sessions.get_mut(slot).list;
         // Merge every session this row's window [ts, ts + gap) overlaps.
         let mut k = 0;
         let mut merged = 0;
@@ -879,8 +957,8 @@ impl WindowAggregateOp {
         sessions.push(Session { start, end, states });
         self.group_count = self.group_count + 1 - merged;
         self.peak_groups = self.peak_groups.max(self.group_count);
-        self.closing
-            .push(session_close(end, self.spec.allowed_lateness_ms), slot, 1);
+        self.queue_session(slot, end);
+        Ok(())
     }
 
     fn add_partials(&mut self, batch: StreamBatch) -> Result<()> {
@@ -1005,9 +1083,67 @@ impl WindowAggregateOp {
     /// On disk: writes the groups in `groups` back and forgets them in memory.
     fn write_back(&mut self) -> Result<()> {
         let l = self.spec.allowed_lateness_ms;
+        if let Some(d) = self.disk_sessions.as_mut() {
+            d.write_back(&mut self.sessions)?;
+        }
         match self.disk.as_mut() {
             Some(d) => d.write_back(&mut self.groups, |g| close_at(g.end, 0, l)),
             None => Ok(()),
+        }
+    }
+
+    /// The aggregates bound again, for a snapshot's thread.
+    fn bind_again(&self) -> Result<Vec<Bound>> {
+        (self.spec.aggregates.iter())
+            .map(|a| Bound::new(a, &self.raw_schema))
+            .collect()
+    }
+
+    /// On disk: emits the sessions the watermark `wm` closes, a pass's worth of keys at a
+    /// time; at the end of the input, every session.
+    fn close_sessions_on_disk(&mut self, wm: i64, ctx: &mut Context) -> Result<()> {
+        if wm == i64::MAX {
+            // Taken out while the keys close; nothing is filed meanwhile.
+            let mut d = self.disk_sessions.take().expect("on disk");
+            let closed = d.each_chunk(|chunk| {
+                let mut rows = Vec::new();
+                for (key, sessions) in chunk {
+                    let slot = self.sessions.slot_for(hash_key(&key), &key);
+                    *self.sessions.get_mut(slot) = sessions;
+                    self.close_sessions(slot, wm, &mut rows);
+                }
+                self.group_count -= rows.len() as u64;
+                self.emit_rows(&rows, ctx)?;
+                self.sessions = KeySlots::new();
+                Ok(())
+            });
+            self.disk_sessions = Some(d);
+            return closed;
+        }
+        loop {
+            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
+            let d = self.disk_sessions.as_mut().expect("on disk");
+            let (due, more) = d.due(wm, &mut writes)?;
+            let mut rows = Vec::new();
+            let mut emptied = Vec::new();
+            for key in &due {
+                let d = self.disk_sessions.as_mut().expect("on disk");
+                if let Some(slot) = d.load_into(&mut self.sessions, key)? {
+                    if self.close_sessions(slot, wm, &mut rows) {
+                        emptied.push(slot);
+                    }
+                }
+            }
+            self.group_count -= rows.len() as u64;
+            self.emit_rows(&rows, ctx)?;
+            for slot in emptied {
+                self.sessions.release(slot);
+            }
+            let d = self.disk_sessions.as_mut().expect("on disk");
+            d.end_round(writes, &due, &mut self.sessions)?;
+            if !more {
+                return Ok(());
+            }
         }
     }
 
@@ -1060,6 +1196,10 @@ impl Operator for WindowAggregateOp {
         if self.disk.is_some() {
             return self.close_on_disk(wm, ctx);
         }
+        #[cfg(feature = "rocksdb")]
+        if self.disk_sessions.is_some() {
+            return self.close_sessions_on_disk(wm, ctx);
+        }
         let mut due = Vec::new();
         self.closing.pop_due(wm, &mut due);
         let mut rows = Vec::new();
@@ -1067,20 +1207,7 @@ impl Operator for WindowAggregateOp {
         let mut emptied_sessions = Vec::new();
         for (slot, tag) in due {
             if tag == 1 {
-                let sessions = self.sessions.get_mut(slot);
-                let mut k = 0;
-                while k < sessions.len() {
-                    if session_close(sessions[k].end, l) <= wm {
-                        let s = sessions.swap_remove(k);
-                        let (values, heap) = held(&s.states);
-                        self.values_held -= values;
-                        self.state_bytes -= GROUP_OVERHEAD + heap;
-                        rows.push((slot, s.start, s.end, s.states, true));
-                    } else {
-                        k += 1;
-                    }
-                }
-                if sessions.is_empty() {
+                if self.close_sessions(slot, wm, &mut rows) {
                     emptied_sessions.push(slot);
                 }
                 continue;
@@ -1109,10 +1236,12 @@ impl Operator for WindowAggregateOp {
 
     fn state_size(&self) -> StateSize {
         #[cfg(feature = "rocksdb")]
-        if let Some(d) = &self.disk {
+        if let Some(bytes) = (self.disk.as_ref().map(|d| d.bytes()))
+            .or_else(|| self.disk_sessions.as_ref().map(|d| d.bytes()))
+        {
             return StateSize {
                 rows: self.group_count + self.values_held,
-                bytes: d.bytes(),
+                bytes,
             };
         }
         StateSize {
@@ -1131,6 +1260,12 @@ impl Operator for WindowAggregateOp {
         if let Some(d) = &self.disk {
             return d.snapshot(&self.state_schema);
         }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk_sessions {
+            return disk::snapshot_sessions(d, &self.state_schema, self.key_groups, || {
+                self.bind_again()
+            });
+        }
         let mut rows: Vec<aggregates::StateRow> = Vec::with_capacity(self.group_count as usize);
         if self.spec.fixed().is_some() {
             for slot in self.groups.slots() {
@@ -1143,7 +1278,7 @@ impl Operator for WindowAggregateOp {
         } else {
             for slot in self.sessions.slots() {
                 let key = self.sessions.key(slot);
-                for s in self.sessions.get(slot) {
+                for s in &self.sessions.get(slot).list {
                     rows.push((key, vec![s.start, s.end], &s.states));
                 }
             }
@@ -1178,15 +1313,15 @@ impl Operator for WindowAggregateOp {
                     g.states = states;
                     self.state_bytes = self.state_bytes + heap - init_heap;
                 } else {
-                    let slot = self.sessions.slot_for(hash_key(key), key);
+                    let slot = self.session_slot(key)?;
                     self.sessions
                         .get_mut(slot)
+                        .list
                         .push(Session { start, end, states });
                     self.state_bytes += GROUP_OVERHEAD + heap;
                     self.group_count += 1;
                     self.peak_groups = self.peak_groups.max(self.group_count);
-                    self.closing
-                        .push(session_close(end, self.spec.allowed_lateness_ms), slot, 1);
+                    self.queue_session(slot, end);
                 }
             }
             // On disk, a state batch's groups go to the store before the next batch is read.

@@ -462,6 +462,7 @@ INSERT INTO out1 SELECT key FROM src;"
         let join = plan_job(
             &format!(
                 "{rocksdb}
+SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE';
 CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'impressions', 'generator.rows' = '10');
@@ -470,7 +471,7 @@ CREATE TABLE clicks (click_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
 ) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'clicks', 'generator.rows' = '10');
 CREATE TABLE per_ad (ad_id BIGINT, n BIGINT) WITH ('connector' = 'blackhole');
 INSERT INTO per_ad SELECT c.ad_id, COUNT(*)
-FROM TABLE(SESSION(TABLE clicks PARTITION BY ad_id, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) c
+FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) c
 GROUP BY c.ad_id, window_start, window_end;
 CREATE TABLE pairs (click_id BIGINT, impression_id BIGINT) WITH ('connector' = 'blackhole');
 INSERT INTO pairs SELECT c.click_id, i.impression_id FROM clicks c JOIN impressions i
@@ -479,8 +480,8 @@ INSERT INTO pairs SELECT c.click_id, i.impression_id FROM clicks c JOIN impressi
             &opts(dir.path()),
         )
         .unwrap();
-        // EXPLAIN says which operators keep their state on disk and which do not yet (session
-        // windows).
+        // EXPLAIN says which operators keep their state on disk and which do not yet (a
+        // two-phase window aggregation's partial phase).
         let placement = join.state_placement().unwrap();
         let (disk, memory) = placement.split_once("; in memory").unwrap();
         assert!(disk.contains("join"), "{placement}");

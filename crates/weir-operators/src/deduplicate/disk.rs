@@ -25,7 +25,7 @@ pub(super) fn snapshot(
             .map(|f| SortField::new(f.data_type().clone()))
             .collect(),
     )?;
-    keys.snapshot(move |keys| {
+    keys.snapshot((), move |keys| {
         let mut rows: Vec<Entry> = Vec::new();
         for (g, key, state) in keys {
             push_entries(&mut rows, *g, key, state);
@@ -41,11 +41,13 @@ const HAS_TIMER: u8 = 4;
 /// A key's state in bytes: which parts it has, its life's latest time, its timer, the batch
 /// that last changed its latest row, its runs, its latest row.
 impl DiskValue for KeyState {
+    type Cx = ();
+
     fn encode(&self, out: &mut Vec<u8>) {
         encode(self, out)
     }
 
-    fn decode(bytes: &[u8]) -> Result<Self> {
+    fn decode(bytes: &[u8], _: &()) -> Result<Self> {
         decode(bytes)
     }
 

@@ -23,7 +23,7 @@ pub(super) fn snapshot(
 ) -> Result<StateSnapshot> {
     let state_schema = state_schema.clone();
     let (all, lagged) = (RowConverter::new(all)?, RowConverter::new(lagged)?);
-    keys.snapshot(move |keys| {
+    keys.snapshot((), move |keys| {
         state_batch(
             &state_schema,
             &all,
@@ -39,6 +39,8 @@ const HAS_TIMER: u8 = 2;
 /// A key's state in bytes: which parts it has, its last time, its timer, its held rows (time,
 /// arrival, row, lag columns), its kept lag values (oldest first).
 impl DiskValue for KeyState {
+    type Cx = ();
+
     fn encode(&self, out: &mut Vec<u8>) {
         fn bytes(out: &mut Vec<u8>, b: &[u8]) {
             out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -61,7 +63,7 @@ impl DiskValue for KeyState {
         }
     }
 
-    fn decode(v: &[u8]) -> Result<Self> {
+    fn decode(v: &[u8], _: &()) -> Result<Self> {
         let mut r = Reader::new("a LAG key", v);
         let flags = r.u8()?;
         let last = r.i64()?;
@@ -119,9 +121,9 @@ mod tests {
         for s in [KeyState::default(), full] {
             let mut bytes = Vec::new();
             s.encode(&mut bytes);
-            let back = KeyState::decode(&bytes).unwrap();
+            let back = KeyState::decode(&bytes, &()).unwrap();
             assert_eq!(format!("{back:?}"), format!("{s:?}"));
         }
-        assert!(KeyState::decode(&[1, 2, 3]).is_err());
+        assert!(KeyState::decode(&[1, 2, 3], &()).is_err());
     }
 }

@@ -114,6 +114,8 @@ fn decode_acc(r: &mut Reader) -> Result<Acc> {
 /// A key's rows in bytes: whether it has a timer, the timer, its last time, its aggregates,
 /// its frame's rows (oldest first), its pending rows (in order).
 impl DiskValue for KeyRows {
+    type Cx = ();
+
     fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
         out.push(self.timer.is_some() as u8);
@@ -133,7 +135,7 @@ impl DiskValue for KeyRows {
         }
     }
 
-    fn decode(v: &[u8]) -> Result<Self> {
+    fn decode(v: &[u8], _: &()) -> Result<Self> {
         let mut r = Reader::new("an OVER aggregation's key", v);
         let has_timer = r.u8()? == 1;
         let timer = r.i64()?;
@@ -206,10 +208,10 @@ mod tests {
         for k in [KeyRows::default(), full] {
             let mut bytes = Vec::new();
             k.encode(&mut bytes);
-            let back = KeyRows::decode(&bytes).unwrap();
+            let back = KeyRows::decode(&bytes, &()).unwrap();
             assert_eq!(format!("{back:?}"), format!("{k:?}"));
-            assert!(KeyRows::decode(&bytes[..bytes.len() - 1]).is_err());
+            assert!(KeyRows::decode(&bytes[..bytes.len() - 1], &()).is_err());
         }
-        assert!(KeyRows::decode(&[1, 2, 3]).is_err());
+        assert!(KeyRows::decode(&[1, 2, 3], &()).is_err());
     }
 }

@@ -13,8 +13,9 @@ use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
 use weir_state::bytes::Reader;
 use weir_state::KeySlots;
 
-use super::Group;
+use super::{Group, KeySessions, Session};
 use crate::aggregates::{self, Aggregate, Bound};
+use crate::disk_keys::{DiskKeys, DiskValue};
 use crate::timed_groups::{Entries, TimedGroups};
 
 /// The groups of a window aggregation on disk.
@@ -118,4 +119,70 @@ pub(super) fn decode(v: &[u8], bound: &[Bound]) -> Result<Group> {
         .collect::<Result<Vec<_>>>()?;
     r.finish()?;
     Ok(Group { start, end, states })
+}
+
+/// Every key's sessions as of now, in `state_schema` (the memory backend's checkpoint layout),
+/// read from a snapshot of the store on another thread and written as it is read; `bind`
+/// binds the aggregates for that thread.
+pub(super) fn snapshot_sessions(
+    keys: &DiskKeys<KeySessions>,
+    state_schema: &SchemaRef,
+    key_groups: u16,
+    bind: impl Fn() -> Result<Vec<Bound>>,
+) -> Result<StateSnapshot> {
+    let bound = bind()?;
+    let schema = state_schema.clone();
+    keys.snapshot(bind()?, move |keys| {
+        let rows: Vec<aggregates::StateRow> = (keys.iter())
+            .flat_map(|(_, k, sessions)| {
+                (sessions.list.iter()).map(move |s| (&k[..], vec![s.start, s.end], &s.states[..]))
+            })
+            .collect();
+        let batches = aggregates::state_batches(&schema, key_groups, &bound, &rows)?;
+        Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
+    })
+}
+
+/// A key's sessions in bytes: whether it has a timer, the timer, how many sessions, then each
+/// session's start, end and states.
+impl DiskValue for KeySessions {
+    type Cx = Vec<Bound>;
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.push(self.timer.is_some() as u8);
+        out.extend_from_slice(&self.timer.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&(self.list.len() as u32).to_le_bytes());
+        for s in &self.list {
+            out.extend_from_slice(&s.start.to_le_bytes());
+            out.extend_from_slice(&s.end.to_le_bytes());
+            for st in &s.states {
+                st.encode(out);
+            }
+        }
+    }
+
+    fn decode(v: &[u8], bound: &Vec<Bound>) -> Result<Self> {
+        let mut r = Reader::new("a key's sessions", v);
+        let has_timer = r.u8()? == 1;
+        let timer = r.i64()?;
+        let mut list = Vec::new();
+        for _ in 0..r.u32()? {
+            let start = r.i64()?;
+            let end = r.i64()?;
+            let states = (bound.iter())
+                .map(|b| b.decode_state(&mut r))
+                .collect::<Result<Vec<_>>>()?;
+            list.push(Session { start, end, states });
+        }
+        r.finish()?;
+        Ok(KeySessions {
+            list,
+            timer: has_timer.then_some(timer),
+        })
+    }
+
+    fn timer(&self) -> Option<i64> {
+        self.timer
+    }
 }
