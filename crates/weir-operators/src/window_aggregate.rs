@@ -15,9 +15,9 @@
 //! # State
 //!
 //! One group per key and open window (or session), dropped when it is emitted. With
-//! `state.backend.type = 'rocksdb'` the groups of tumbling, hopping and cumulative windows
-//! (one phase, or the final of two) live on local disk instead (`window_aggregate/disk.rs`);
-//! sessions and the partial phase keep theirs in memory. The state
+//! `state.backend.type = 'rocksdb'` the groups (one phase, or the final of two) live on local
+//! disk instead (`window_aggregate/disk.rs`: fixed windows' groups filed by their window's
+//! close, a key's sessions as one entry); the partial phase keeps its own in memory. The state
 //! metrics count those groups plus the values MEDIAN keeps (each an input row held), and their
 //! bytes. Checkpoints hold every open group or session with its aggregates' states (a
 //! median's values, a distinct count's sketch), keyed by the key's group, so a restore at any

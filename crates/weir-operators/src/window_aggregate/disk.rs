@@ -1,12 +1,12 @@
-//! A window aggregation's groups on local disk: the `'rocksdb'` state backend, for tumbling,
-//! hopping and cumulative windows (raw rows and the final phase; sessions and the partial
-//! phase, which flushes its groups, stay in memory).
+//! A window aggregation's groups on local disk: the `'rocksdb'` state backend, for raw rows
+//! and the final phase (the partial phase, which flushes its groups, stays in memory).
 //!
-//! Each (key, window) group is one entry of a [`TimedGroups`] (filed under its window's close
-//! and its group bytes, the key and the window's id as the memory backend's table holds them),
-//! holding the window's start and end and the aggregates' states
-//! ([`State::encode`](crate::aggregates::State::encode)); checkpoints write the memory
-//! backend's layout.
+//! Each (key, window) group of a fixed window is one entry of a [`TimedGroups`] (filed under
+//! its window's close and its group bytes, the key and the window's id as the memory
+//! backend's table holds them), holding the window's start and end and the aggregates' states
+//! ([`State::encode`](crate::aggregates::State::encode)). A key's sessions are one entry of a
+//! [`DiskKeys`] ([`KeySessions`]), with the first session's close as its timer. Checkpoints
+//! write the memory backend's layout.
 
 use arrow_schema::SchemaRef;
 use weir_runtime::{Result, StateSnapshot, SubtaskInfo};
