@@ -222,7 +222,8 @@ impl<S: DiskValue> DiskKeys<S> {
                 next.push(0);
                 self.resume = Some(next);
             }
-            _ => self.expired_through = Some(watermark),
+            // (Watermarks only rise; a lower one would hide the timers between.)
+            _ => self.expired_through = self.expired_through.max(Some(watermark)),
         }
         Ok((keys, more))
     }
@@ -256,13 +257,13 @@ impl<S: DiskValue> DiskKeys<S> {
     }
 
     /// Every key's state as of now, read from a snapshot of the store on another thread
-    /// (decoded with `cx`): `batch` makes a state batch of the memory backend's layout of
-    /// [`at_once`] keys (with their key groups) at a time, each written as it is made; at least
-    /// one batch, empty if no key has state.
+    /// (decoded with `cx`): `batches` makes state batches of the memory backend's layout of
+    /// [`at_once`] keys (with their key groups) at a time, each written as it is made; it is
+    /// called at least once, with no keys if no key has state.
     pub(crate) fn snapshot(
         &self,
         cx: S::Cx,
-        mut batch: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<RecordBatch> + Send + 'static,
+        mut batches: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<Vec<RecordBatch>> + Send + 'static,
     ) -> Result<StateSnapshot> {
         let at_once = self.at_once;
         let read = self
@@ -275,13 +276,17 @@ impl<S: DiskValue> DiskKeys<S> {
                     let key = KeyOf::decode(&k)?;
                     keys.push((key.key_group, key.key.into(), S::decode(&v, &cx)?));
                     if keys.len() == at_once {
-                        emit(batch(&keys)?)?;
+                        for b in batches(&keys)? {
+                            emit(b)?;
+                        }
                         keys.clear();
                         emitted = true;
                     }
                 }
                 if !keys.is_empty() || !emitted {
-                    emit(batch(&keys)?)?;
+                    for b in batches(&keys)? {
+                        emit(b)?;
+                    }
                 }
                 Ok(())
             })?;

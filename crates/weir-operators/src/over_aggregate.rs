@@ -1034,11 +1034,12 @@ impl Operator for OverAggregateOp {
             let rows = RowConverter::new(self.fields.clone())?;
             return d.snapshot((), move |keys| {
                 let keys = keys.iter().map(|(g, k, rows)| (*g, &k[..], rows));
-                state_batch(&schema, &kinds, unbounded, keys, |held| {
+                let batch = state_batch(&schema, &kinds, unbounded, keys, |held| {
                     let bytes: Vec<Option<&[u8]>> =
                         held.iter().map(|r| r.and_then(RowAt::bytes)).collect();
                     crate::held_rows::columns_with_gaps(&rows, &bytes)
-                })
+                })?;
+                Ok(vec![batch])
             });
         }
         let keys = self.keys.slots().map(|slot| {

@@ -953,7 +953,8 @@ impl WindowAggregateOp {
         let (values, bytes) = held(&states);
         self.values_held = self.values_held + values - merged_values;
         self.state_bytes += GROUP_OVERHEAD + bytes;
-        self.state_bytes -= merged_bytes;
+        // (Saturating: a state read back from disk may hold other capacities than counted.)
+        self.state_bytes = self.state_bytes.saturating_sub(merged_bytes);
         sessions.push(Session { start, end, states });
         self.group_count = self.group_count + 1 - merged;
         self.peak_groups = self.peak_groups.max(self.group_count);

@@ -455,6 +455,23 @@ proptest! {
         check_full(WindowAggregate::session(80), &steps, lateness, parallelism, cut)?;
     }
 
+    /// Sessions with only an exact median beside the count (its state, the values, is what
+    /// merges move and disk reads back), on every pair of backends.
+    #[test]
+    fn a_session_median_restored_at_any_point_and_parallelism_gives_the_uninterrupted_result(
+        steps in steps(), parallelism in 1usize..=2, cut in any::<prop::sample::Index>(),
+    ) {
+        let spec = window_spec(
+            WindowAggregate::session(80),
+            vec![count("n"), median("v", "med")],
+            0,
+            Phase::Full,
+        );
+        let inputs = script(&steps);
+        let cut = cut.index(inputs.len() + 1);
+        on_every_pair_of_backends(&spec, &raw_info(), &inputs, parallelism, cut)?;
+    }
+
     #[test]
     fn a_partial_tumbling_aggregation_restored_at_any_point_and_parallelism_sends_the_uninterrupted_partials(
         steps in steps(), lateness in prop::sample::select(vec![0i64, 70]),

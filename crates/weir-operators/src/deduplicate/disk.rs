@@ -30,7 +30,7 @@ pub(super) fn snapshot(
         for (g, key, state) in keys {
             push_entries(&mut rows, *g, key, state);
         }
-        entries_batch(&state_schema, &all, &rows)
+        Ok(vec![entries_batch(&state_schema, &all, &rows)?])
     })
 }
 

@@ -24,12 +24,12 @@ pub(super) fn snapshot(
     let state_schema = state_schema.clone();
     let (all, lagged) = (RowConverter::new(all)?, RowConverter::new(lagged)?);
     keys.snapshot((), move |keys| {
-        state_batch(
+        Ok(vec![state_batch(
             &state_schema,
             &all,
             &lagged,
             keys.iter().map(|(g, k, s)| (*g, &k[..], s)),
-        )
+        )?])
     })
 }
 

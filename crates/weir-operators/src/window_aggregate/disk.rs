@@ -138,8 +138,7 @@ pub(super) fn snapshot_sessions(
                 (sessions.list.iter()).map(move |s| (&k[..], vec![s.start, s.end], &s.states[..]))
             })
             .collect();
-        let batches = aggregates::state_batches(&schema, key_groups, &bound, &rows)?;
-        Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
+        aggregates::state_batches(&schema, key_groups, &bound, &rows)
     })
 }
 
