@@ -286,9 +286,10 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
     assert_eq!(got.1, want.1);
 }
 
-/// The attribution job with the interval join's state on RocksDB, killed with SIGKILL at
-/// random moments and restored each time, writes the rows of an uninterrupted run (whose
-/// state was in memory), and the stores the killed runs left are gone at the end.
+/// The attribution job with its state on RocksDB (the interval join's rows and the window
+/// aggregation's groups), killed with SIGKILL at random moments and restored each time, writes
+/// the rows of an uninterrupted run (whose state was in memory), and the stores the killed
+/// runs left are gone at the end.
 #[cfg(feature = "rocksdb")]
 #[test]
 fn the_attribution_job_on_rocksdb_killed_and_restored_loses_and_repeats_nothing() {
