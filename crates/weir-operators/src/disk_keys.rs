@@ -1,5 +1,5 @@
 //! One value per key on local disk, for operators that keep a state per key (the `'rocksdb'`
-//! state backend of the deduplication and LAG).
+//! state backend of the deduplication, LAG, OVER and session windows).
 //!
 //! Each key's state (a [`DiskValue`]) is one entry of a [`DiskStore`] under `(KEYS, key group,
 //! key)` ([`KeyOf`]). The operator works on the keys a batch or a watermark touches as it does

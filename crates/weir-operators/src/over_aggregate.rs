@@ -34,7 +34,7 @@
 //! starts from nothing (the state TTL is required).
 //!
 //! With `state.backend.type = 'rocksdb'` each key's rows and aggregates are one entry on local
-//! disk (`over_aggregate/disk.rs`, a [`DiskKeys`](crate::disk_keys::DiskKeys)): the keys a
+//! disk (`over_aggregate/disk.rs`, a `DiskKeys`): the keys a
 //! batch or a watermark touches are read into memory, run through the same code and written
 //! back, held rows in Arrow's row format instead of references into batches. A key's whole
 //! frame is read and written each time, so a long RANGE frame of a busy key costs as much.
@@ -1025,7 +1025,7 @@ impl Operator for OverAggregateOp {
     }
 
     /// Every held row: a key's emitted rows oldest first, then its pending ones in order
-    /// ([`state_batch`]).
+    /// (`state_batch`).
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {

@@ -18,8 +18,10 @@
 //! # State
 //!
 //! Per key and open window at most `last_rank` rows (the best so far), dropped when the window
-//! closes. Checkpoints hold those rows with their key and key group, so a restore at any
-//! parallelism closes the same windows with the same rows.
+//! closes; with `state.backend.type = 'rocksdb'` on local disk, each group one entry filed
+//! under its window's close (`window_rank/disk.rs`, `crate::timed_groups`). Checkpoints hold
+//! those rows with their key and key group (the same layout from either backend), so a restore
+//! at any parallelism closes the same windows with the same rows.
 //!
 //! # Late rows
 //!
