@@ -669,7 +669,7 @@ fn restored_sessions_with_a_median_close_and_merge_on_every_backend() {
     let state = h.snapshot();
     for then in weir_testkit::backends() {
         let mut r = weir_testkit::on_backend(&then, || {
-            Harness::restored(&spec, &[raw_info()], &[state.clone()], 0, 1)
+            Harness::restored(&spec, &[raw_info()], std::slice::from_ref(&state), 0, 1)
         });
         r.watermark(500);
         let closed = weir_testkit::sorted_lines(&r.take(Port::Main));
