@@ -1088,9 +1088,13 @@ impl JobGraph {
                 v.join(", ")
             }
         };
+        let shared = match subtasks {
+            1 => "its 1 subtask".to_string(),
+            n => format!("its {n} subtasks"),
+        };
         Some(format!(
-            "state on disk (RocksDB; {} MiB of memory for it, shared by its {subtasks} \
-             subtasks) for: {}; in memory (not on disk yet) for: {}",
+            "state on disk (RocksDB; {} MiB of memory for it, shared by {shared}) for: {}; in \
+             memory (not on disk yet) for: {}",
             backend.budget() >> 20,
             list(&disk),
             list(&memory)
