@@ -538,6 +538,16 @@ fn check_on_rocksdb(query: &str, batch: bool) -> weir_runtime::exec::JobReport {
     report
 }
 
+/// Each node of operator `kind` in `report`: its peak rows of state and whether it kept them
+/// on disk.
+#[cfg(feature = "rocksdb")]
+fn held_on_disk(report: &weir_runtime::exec::JobReport, kind: &str) -> Vec<(u64, bool)> {
+    (report.metrics.nodes.iter())
+        .filter(|n| n.kind == format!("operator {kind}"))
+        .map(|n| (n.peak_state_rows, n.state_on_disk))
+        .collect()
+}
+
 /// A batch job's GROUP BY without a window keeps every key to the end of the input: on RocksDB
 /// its groups are on disk, with Flink's batch rows (HAVING filtering each key's final row).
 #[cfg(feature = "rocksdb")]
@@ -569,10 +579,7 @@ fn deduplication_on_rocksdb_gives_flinks_rows() {
 fn lag_on_rocksdb_gives_flinks_rows() {
     for batch in [false, true] {
         let report = check_on_rocksdb("lag", batch);
-        let lags: Vec<(u64, bool)> = (report.metrics.nodes.iter())
-            .filter(|n| n.kind == "operator lag")
-            .map(|n| (n.peak_state_rows, n.state_on_disk))
-            .collect();
+        let lags = held_on_disk(&report, "lag");
         assert!(
             !lags.is_empty() && lags.iter().all(|&(r, disk)| r > 0 && disk),
             "the LAGs held rows, on disk: {lags:?}"
@@ -638,10 +645,7 @@ fn window_aggregations_on_rocksdb_give_flinks_rows() {
 fn window_top_n_on_rocksdb_gives_flinks_rows() {
     for query in ["topn", "rank_inputs", "zone_window_rows"] {
         let report = check_on_rocksdb(query, false);
-        let ranks: Vec<(u64, bool)> = (report.metrics.nodes.iter())
-            .filter(|n| n.kind == "operator window_rank")
-            .map(|n| (n.peak_state_rows, n.state_on_disk))
-            .collect();
+        let ranks = held_on_disk(&report, "window_rank");
         assert!(
             !ranks.is_empty() && ranks.iter().all(|&(r, disk)| r > 0 && disk),
             "{query}: the window ranks held rows, on disk: {ranks:?}"
@@ -657,10 +661,7 @@ fn over_aggregations_on_rocksdb_give_flinks_rows() {
     for query in ["over", "over_unbounded", "over_values"] {
         for batch in [false, true] {
             let report = check_on_rocksdb(query, batch);
-            let overs: Vec<(u64, bool)> = (report.metrics.nodes.iter())
-                .filter(|n| n.kind == "operator over_aggregate")
-                .map(|n| (n.peak_state_rows, n.state_on_disk))
-                .collect();
+            let overs = held_on_disk(&report, "over_aggregate");
             assert!(
                 !overs.is_empty() && overs.iter().all(|&(r, disk)| r > 0 && disk),
                 "{query} (batch: {batch}): the OVER aggregations held rows, on disk: {overs:?}"

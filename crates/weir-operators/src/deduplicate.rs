@@ -664,14 +664,6 @@ fn entries_batch(
 
 #[cfg(feature = "rocksdb")]
 impl DeduplicateOp {
-    /// On disk: writes the keys in `keys` back, with their timers, and forgets them in memory.
-    fn write_back(&mut self) -> Result<()> {
-        match self.disk.as_mut() {
-            Some(d) => d.write_back(&mut self.keys),
-            None => Ok(()),
-        }
-    }
-
     /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::at_once`] at a time; at the end
     /// of the input, every key's pending first rows.
     fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
@@ -771,7 +763,7 @@ impl Operator for DeduplicateOp {
             self.touched.clear();
         }
         #[cfg(feature = "rocksdb")]
-        self.write_back()?;
+        crate::disk_keys::write_back(&mut self.disk, &mut self.keys)?;
         Ok(())
     }
 
@@ -886,7 +878,7 @@ impl Operator for DeduplicateOp {
             #[cfg(feature = "rocksdb")]
             if self.disk.is_some() {
                 self.queue_restored(&mut restored);
-                self.write_back()?;
+                crate::disk_keys::write_back(&mut self.disk, &mut self.keys)?;
             }
         }
         self.queue_restored(&mut restored);

@@ -40,6 +40,15 @@ pub(crate) fn at_once(info: &SubtaskInfo) -> usize {
     }
 }
 
+/// Writes the keys in `keys` back, with their timers, and forgets them in memory, when the
+/// operator keeps them on disk (`disk`); in memory, nothing.
+pub(crate) fn write_back<S: DiskValue>(
+    disk: &mut Option<DiskKeys<S>>,
+    keys: &mut KeySlots<S>,
+) -> Result<()> {
+    disk.as_mut().map_or(Ok(()), |d| d.write_back(keys))
+}
+
 /// A key's state as a [`DiskKeys`] stores it.
 pub(crate) trait DiskValue: Default + Sized + Send + 'static {
     /// What reading the bytes back takes besides them (a window's bound aggregates; `()` for

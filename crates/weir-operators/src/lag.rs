@@ -606,14 +606,6 @@ fn state_batch<'a>(
 
 #[cfg(feature = "rocksdb")]
 impl LagOp {
-    /// On disk: writes the keys in `keys` back, with their timers, and forgets them in memory.
-    fn write_back(&mut self) -> Result<()> {
-        match self.disk.as_mut() {
-            Some(d) => d.write_back(&mut self.keys),
-            None => Ok(()),
-        }
-    }
-
     /// On disk: fires the timers due at `watermark`, [`crate::disk_keys::at_once`] at a
     /// time; at the end of the input, every key's held rows.
     fn on_watermark_on_disk(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
@@ -692,7 +684,7 @@ impl Operator for LagOp {
             self.hold(key.as_ref(), held)?;
         }
         #[cfg(feature = "rocksdb")]
-        self.write_back()?;
+        crate::disk_keys::write_back(&mut self.disk, &mut self.keys)?;
         Ok(())
     }
 
@@ -822,7 +814,7 @@ impl Operator for LagOp {
             #[cfg(feature = "rocksdb")]
             if self.disk.is_some() {
                 self.take_up(&mut restored, &mut kept)?;
-                self.write_back()?;
+                crate::disk_keys::write_back(&mut self.disk, &mut self.keys)?;
                 counted.clear();
             }
         }

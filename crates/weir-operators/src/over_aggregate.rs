@@ -886,14 +886,6 @@ impl OverAggregateOp {
 
 #[cfg(feature = "rocksdb")]
 impl OverAggregateOp {
-    /// On disk: writes the keys in `keys` back, with their timers, and forgets them in memory.
-    fn write_back(&mut self) -> Result<()> {
-        match self.disk.as_mut() {
-            Some(d) => d.write_back(&mut self.keys),
-            None => Ok(()),
-        }
-    }
-
     /// On disk: fires the timers due at `wm`, [`crate::disk_keys::at_once`] at a time; at
     /// the end of the input, every key.
     fn on_watermark_on_disk(&mut self, wm: i64, ctx: &mut Context) -> Result<()> {
@@ -978,7 +970,7 @@ impl Operator for OverAggregateOp {
             self.store.release_if_unused(id);
         }
         #[cfg(feature = "rocksdb")]
-        self.write_back()?;
+        crate::disk_keys::write_back(&mut self.disk, &mut self.keys)?;
         Ok(())
     }
 
@@ -1165,7 +1157,7 @@ impl Operator for OverAggregateOp {
             }
             // On disk, a state batch's keys go to the store before the next batch is read.
             #[cfg(feature = "rocksdb")]
-            self.write_back()?;
+            crate::disk_keys::write_back(&mut self.disk, &mut self.keys)?;
         }
         Ok(())
     }

@@ -590,6 +590,7 @@ struct Session {
 struct KeySessions {
     list: Vec<Session>,
     /// On disk: when the first of them closes (in memory, the operator's queue says).
+    #[cfg(feature = "rocksdb")]
     timer: Option<i64>,
 }
 
@@ -888,7 +889,7 @@ impl WindowAggregateOp {
     }
 
     /// Takes key `slot`'s sessions that close at `wm` out into `rows`; on disk, its timer
-    /// moves to the first of the others. Returns whether none is left.
+    /// moves to the first of the others (in memory the queue holds each session's). Returns whether none is left.
     fn close_sessions(&mut self, slot: usize, wm: i64, rows: &mut Vec<Closed>) -> bool {
         let l = self.spec.allowed_lateness_ms;
         let k = self.sessions.get_mut(slot);
@@ -905,7 +906,10 @@ impl WindowAggregateOp {
                 i += 1;
             }
         }
-        k.timer = (k.list.iter()).map(|s| session_close(s.end, l)).min();
+        #[cfg(feature = "rocksdb")]
+        if self.disk_sessions.is_some() {
+            k.timer = (k.list.iter()).map(|s| session_close(s.end, l)).min();
+        }
         k.list.is_empty()
     }
 
@@ -1084,9 +1088,7 @@ impl WindowAggregateOp {
     /// On disk: writes the groups in `groups` back and forgets them in memory.
     fn write_back(&mut self) -> Result<()> {
         let l = self.spec.allowed_lateness_ms;
-        if let Some(d) = self.disk_sessions.as_mut() {
-            d.write_back(&mut self.sessions)?;
-        }
+        crate::disk_keys::write_back(&mut self.disk_sessions, &mut self.sessions)?;
         match self.disk.as_mut() {
             Some(d) => d.write_back(&mut self.groups, |g| close_at(g.end, 0, l)),
             None => Ok(()),

@@ -577,6 +577,22 @@ fn an_empty_aggregation_snapshots_an_empty_keyed_batch() {
     assert!(names.contains(&"med__values".to_string()), "{names:?}");
 }
 
+/// One row of `raw_info()`'s layout (`x` 0), without its split's watermark.
+fn one_row(k: &str, v: i64, ts: i64) -> StreamBatch {
+    StreamBatch::new(
+        RecordBatch::try_new(
+            raw_info().schema,
+            vec![
+                Arc::new(StringArray::from(vec![k])),
+                Arc::new(Int64Array::from(vec![v])),
+                Arc::new(Float64Array::from(vec![0.0])),
+                Arc::new(Int64Array::from(vec![ts])),
+            ],
+        )
+        .unwrap(),
+    )
+}
+
 /// A row for a window that has closed, sent without its split's watermark (so not late, as
 /// after a restore), makes the window again, which the next watermark emits: on every backend
 /// alike (on disk the group is filed just after the windows already taken, where the next
@@ -589,30 +605,16 @@ fn a_row_for_a_closed_window_opens_it_again_on_every_backend() {
         0,
         Phase::Full,
     );
-    let batch = |k: &str, v: i64, ts: i64| {
-        StreamBatch::new(
-            RecordBatch::try_new(
-                raw_info().schema,
-                vec![
-                    Arc::new(StringArray::from(vec![k])),
-                    Arc::new(Int64Array::from(vec![v])),
-                    Arc::new(Float64Array::from(vec![0.0])),
-                    Arc::new(Int64Array::from(vec![ts])),
-                ],
-            )
-            .unwrap(),
-        )
-    };
     let lines = |h: &mut Harness| weir_testkit::sorted_lines(&h.take(Port::Main));
     for on in weir_testkit::backends() {
         for then in weir_testkit::backends() {
             let mut h = weir_testkit::on_backend(&on, || Harness::of(&spec, &[raw_info()]));
-            h.push_batch(0, batch("k1", 1, 10));
+            h.push_batch(0, one_row("k1", 1, 10));
             h.watermark(150);
             assert_eq!(lines(&mut h), ["k1,0,100,99,1,1"], "on {:?}", on.kind);
-            h.push_batch(0, batch("k1", 2, 20));
-            h.push_batch(0, batch("k1", 3, 30));
-            h.push_batch(0, batch("k2", 4, 120));
+            h.push_batch(0, one_row("k1", 2, 20));
+            h.push_batch(0, one_row("k1", 3, 30));
+            h.push_batch(0, one_row("k2", 4, 120));
             let state = h.snapshot();
             let mut r = weir_testkit::on_backend(&then, || {
                 Harness::restored(&spec, &[raw_info()], &[state], 0, 1)
@@ -645,27 +647,13 @@ fn restored_sessions_with_a_median_close_and_merge_on_every_backend() {
         0,
         Phase::Full,
     );
-    let batch = |k: &str, v: i64, ts: i64| {
-        StreamBatch::new(
-            RecordBatch::try_new(
-                raw_info().schema,
-                vec![
-                    Arc::new(StringArray::from(vec![k])),
-                    Arc::new(Int64Array::from(vec![v])),
-                    Arc::new(Float64Array::from(vec![0.0])),
-                    Arc::new(Int64Array::from(vec![ts])),
-                ],
-            )
-            .unwrap(),
-        )
-    };
     let mut h = Harness::of(&spec, &[raw_info()]);
     // Sessions of k0..k9 from [0, 150) to [9, 159); k2's [1000, 1150) and [1200, 1350).
     for i in 0..10 {
-        h.push_batch(0, batch(&format!("k{i}"), i, i));
+        h.push_batch(0, one_row(&format!("k{i}"), i, i));
     }
-    h.push_batch(0, batch("k2", 2, 1000));
-    h.push_batch(0, batch("k2", 6, 1200));
+    h.push_batch(0, one_row("k2", 2, 1000));
+    h.push_batch(0, one_row("k2", 6, 1200));
     let state = h.snapshot();
     for then in weir_testkit::backends() {
         let mut r = weir_testkit::on_backend(&then, || {
@@ -676,7 +664,7 @@ fn restored_sessions_with_a_median_close_and_merge_on_every_backend() {
         assert_eq!(closed.len(), 10, "on {:?}: {closed:?}", then.kind);
         assert_eq!(closed[1], "k1,1,151,150,1,1.0", "on {:?}", then.kind);
         // A row within the gap of both of k2's sessions merges them.
-        r.push_batch(0, batch("k2", 4, 1100));
+        r.push_batch(0, one_row("k2", 4, 1100));
         r.watermark(2_000);
         assert_eq!(
             weir_testkit::sorted_lines(&r.take(Port::Main)),
