@@ -156,6 +156,27 @@ pub(crate) enum ParsedColumn {
     Str(Vec<Option<(u32, u32)>>),
 }
 
+/// Plain decimal digits with an optional `-`, at most 18 of them (so the value fits an `i64`);
+/// `None` for anything else, which [`RowBuilder::parse`] then reads or explains.
+pub(crate) fn integer_bytes(bytes: &[u8]) -> Option<i64> {
+    let (neg, digits) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + d as i64;
+    }
+    Some(if neg { -v } else { v })
+}
+
 impl ParsedColumn {
     /// Adds `v`, a value [`RowBuilder::parse`] gave for this column (NULL for any other);
     /// `range` is where its text lies, for a string.
@@ -253,28 +274,19 @@ impl RowBuilder {
     /// straight from bytes. `None` sends the field to [`RowBuilder::parse`], which handles
     /// everything else and says what is wrong.
     pub(crate) fn parse_integer_bytes(&self, col: usize, bytes: &[u8]) -> Option<Value<'static>> {
-        if !matches!(
+        if !self.takes_integer_bytes(col) {
+            return None;
+        }
+        integer_bytes(bytes).map(Value::Int)
+    }
+
+    /// Whether column `col` takes [`integer_bytes`] as its value (BIGINT and TIMESTAMP as
+    /// epoch milliseconds), so a parser may skip [`RowBuilder::parse`] when they give one.
+    pub(crate) fn takes_integer_bytes(&self, col: usize) -> bool {
+        matches!(
             self.builders[col],
             Builder::Int64(_) | Builder::TimestampMs(..)
-        ) {
-            return None;
-        }
-        let (neg, digits) = match bytes.split_first() {
-            Some((b'-', rest)) => (true, rest),
-            _ => (false, bytes),
-        };
-        if digits.is_empty() || digits.len() > 18 {
-            return None;
-        }
-        let mut v: i64 = 0;
-        for &b in digits {
-            let d = b.wrapping_sub(b'0');
-            if d > 9 {
-                return None;
-            }
-            v = v * 10 + d as i64;
-        }
-        Some(Value::Int(if neg { -v } else { v }))
+        )
     }
 
     /// Parses text field `text` for column `col`.

@@ -15,7 +15,7 @@
 
 use memchr::{memchr, memchr2, memchr3};
 
-use crate::values::{ParsedColumn, RowBuilder, Value};
+use crate::values::{integer_bytes, ParsedColumn, RowBuilder, Value};
 
 /// What a block reads with: the reader's settings.
 pub(super) struct BlockSettings<'a> {
@@ -98,9 +98,29 @@ impl BlockParser {
         for (col, &fi) in s.field_of.iter().enumerate() {
             let column = &mut self.columns[col];
             column.clear();
+            let ints = builder.takes_integer_bytes(col);
+            let time = s.event_time == Some(col);
             for r in 0..rows {
                 let (start, end) = self.fields[r * n + fi];
                 let bytes = &buf[start as usize..end as usize];
+                // The common cases without a `Value` between: a string column's text is its
+                // range (empty is NULL, as `RowBuilder::parse` has it), an integer's digits
+                // its number.
+                if s.null_literal != Some(bytes) {
+                    match column {
+                        ParsedColumn::Str(c) if !time => {
+                            c.push((!bytes.is_empty()).then_some((start, end)));
+                            continue;
+                        }
+                        ParsedColumn::Int(c) if ints => {
+                            if let Some(v) = integer_bytes(bytes) {
+                                c.push(Some(v));
+                                continue;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
                 let parsed = if s.null_literal == Some(bytes) {
                     Ok(Value::Null)
                 } else {
@@ -278,8 +298,12 @@ mod tests {
             let Some(b) = batch else { break };
             let rows = (0..b.num_rows())
                 .map(|r| {
+                    // NULL apart from an empty string, which display alike.
                     (b.columns().iter())
-                        .map(|c| arrow_cast::display::array_value_to_string(c, r).unwrap())
+                        .map(|c| match c.is_null(r) {
+                            true => "<null>".to_string(),
+                            false => arrow_cast::display::array_value_to_string(c, r).unwrap(),
+                        })
                         .collect::<Vec<_>>()
                         .join("|")
                 })
@@ -458,7 +482,10 @@ mod tests {
         let mut reader = CsvReader::open(&path, schema(), &spec, 8192, None).unwrap();
         let (batches, dead, positions) = read_all(&mut reader, &path);
         assert_eq!(batches.len(), 2);
-        assert_eq!(batches[1].last().unwrap(), "9999|v 9999|9999.50|9999|true|");
+        assert_eq!(
+            batches[1].last().unwrap(),
+            "9999|v 9999|9999.50|9999|true|<null>"
+        );
         assert!(dead.is_empty());
         assert_eq!(positions.last(), Some(&FilePosition::Finished));
         let mut block =
