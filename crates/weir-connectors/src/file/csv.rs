@@ -358,8 +358,8 @@ impl CsvReader {
     /// The file it reads, opened anew on the same open file (so a file renamed or deleted
     /// meanwhile is still the one read); `None` for bytes in memory.
     pub(super) fn file(&self) -> Option<std::io::Result<std::fs::File>> {
-        match self.input.input.get_ref() {
-            super::Input::File(f) => Some(f.try_clone()),
+        match &self.input.input {
+            super::Input::File(f) => Some(f.get_ref().try_clone()),
             super::Input::Memory(_) => None,
         }
     }

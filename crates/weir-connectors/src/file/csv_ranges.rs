@@ -264,7 +264,7 @@ impl Plan {
         self.file
             .read_exact_at(&mut bytes, from)
             .map_err(|e| io_err(&self.path, e))?;
-        if bytes.contains(&self.quote) {
+        if memchr::memchr(self.quote, &bytes).is_some() {
             return Ok(Some(Range {
                 quoted: true,
                 start: from,
@@ -272,7 +272,6 @@ impl Plan {
                 pieces: VecDeque::new(),
             }));
         }
-        let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
         let mut reader = self.template.lock().expect("range template").over(bytes);
         let mut pieces = VecDeque::new();
         loop {
@@ -294,6 +293,8 @@ impl Plan {
                 break;
             }
         }
+        // The range's lines, as its reader counted them: it ends after its last line break.
+        let lines = pieces.back().map_or(0, |p| p.after.line - 1);
         Ok(Some(Range {
             quoted: false,
             start: from,

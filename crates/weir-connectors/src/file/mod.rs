@@ -694,12 +694,7 @@ impl FilePosition {
 /// # Errors
 /// When `at` cannot be the start of a record of the file as it is (inside the header, past
 /// the end, not after a line break): the file changed since the position was taken.
-fn seek_text(
-    input: &mut std::io::BufReader<Input>,
-    path: &Path,
-    at: TextPosition,
-    opened: u64,
-) -> Result<()> {
+fn seek_text(input: &mut Input, path: &Path, at: TextPosition, opened: u64) -> Result<()> {
     use std::io::{Read, Seek, SeekFrom};
     if at.byte == 0 {
         return Ok(());
@@ -719,7 +714,7 @@ fn seek_text(
             "that is inside the first {opened} bytes (byte order mark and header)"
         )));
     }
-    let len = input.get_ref().len().map_err(|e| io_err(path, e))?;
+    let len = input.len().map_err(|e| io_err(path, e))?;
     if at.byte > len {
         return Err(changed(format!("the file has only {len} bytes")));
     }
@@ -827,14 +822,15 @@ impl BadRecords<'_> {
 /// A text file read line by line, which tells a last line that lacks its line break because a
 /// writer is still appending to the file from one that simply has none (see the module doc).
 struct TextInput {
-    input: std::io::BufReader<Input>,
+    input: Input,
     /// The file's length when it was opened.
     opened_len: u64,
 }
 
-/// What a [`TextInput`] reads: a file, or bytes of one already read (a byte range).
+/// What a [`TextInput`] reads: a file through a buffer, or bytes of one already read (a byte
+/// range), which are their own buffer.
 enum Input {
-    File(std::fs::File),
+    File(std::io::BufReader<std::fs::File>),
     Memory(std::io::Cursor<Vec<u8>>),
 }
 
@@ -842,7 +838,7 @@ impl Input {
     /// Its length now.
     fn len(&self) -> std::io::Result<u64> {
         match self {
-            Input::File(f) => Ok(f.metadata()?.len()),
+            Input::File(f) => Ok(f.get_ref().metadata()?.len()),
             Input::Memory(m) => Ok(m.get_ref().len() as u64),
         }
     }
@@ -853,6 +849,22 @@ impl std::io::Read for Input {
         match self {
             Input::File(f) => f.read(buf),
             Input::Memory(m) => m.read(buf),
+        }
+    }
+}
+
+impl std::io::BufRead for Input {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        match self {
+            Input::File(f) => f.fill_buf(),
+            Input::Memory(m) => m.fill_buf(),
+        }
+    }
+
+    fn consume(&mut self, amount: usize) {
+        match self {
+            Input::File(f) => f.consume(amount),
+            Input::Memory(m) => m.consume(amount),
         }
     }
 }
@@ -882,20 +894,17 @@ impl TextInput {
         let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
         let opened_len = file.metadata().map_err(|e| io_err(path, e))?.len();
         Ok(TextInput {
-            input: std::io::BufReader::with_capacity(1 << 20, Input::File(file)),
+            input: Input::File(std::io::BufReader::with_capacity(1 << 20, file)),
             opened_len,
         })
     }
 
-    /// Bytes of a file already read (whole lines): nothing is appended to them.
+    /// Bytes of a file already read (whole lines): nothing is appended to them. The block
+    /// parser takes them where they lie, as many lines at a time as it asks for.
     fn memory(bytes: Vec<u8>) -> TextInput {
         TextInput {
             opened_len: bytes.len() as u64,
-            // The block parser takes what the buffer holds: a range's lines in few blocks.
-            input: std::io::BufReader::with_capacity(
-                bytes.len().clamp(8 << 10, 1 << 20),
-                Input::Memory(std::io::Cursor::new(bytes)),
-            ),
+            input: Input::Memory(std::io::Cursor::new(bytes)),
         }
     }
 
@@ -914,7 +923,7 @@ impl TextInput {
         if buf.ends_with(b"\n") {
             return Ok(LineRead::Whole(n));
         }
-        let len = self.input.get_ref().len()?;
+        let len = self.input.len()?;
         Ok(if len == self.opened_len {
             LineRead::Whole(n)
         } else {
