@@ -317,6 +317,108 @@ SET 'state.backend.rocksdb.localdir' = 'rocks';",
     assert!(left.is_empty(), "stores left behind: {left:?}");
 }
 
+/// The table files of a store that the kept checkpoints in `dir` list, each with the epochs
+/// listing it; every manifest that lists store files is format 3.
+#[cfg(feature = "rocksdb")]
+fn store_tables(dir: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let mut tables: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    // None yet while the job starts.
+    for e in std::fs::read_dir(dir).into_iter().flatten() {
+        let Ok(text) = std::fs::read_to_string(e.unwrap().path().join("_manifest.json")) else {
+            continue;
+        };
+        let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let epoch = m["epoch"].as_u64().unwrap();
+        let files = (m["nodes"].as_object().unwrap().values())
+            .flat_map(|n| n["subtasks"].as_array().unwrap().iter())
+            .flat_map(|s| s["files"].as_array().unwrap().iter());
+        for f in files.filter(|f| f["store_name"].is_string()) {
+            assert_eq!(m["format_version"], 3, "{text}");
+            if f["shared"].as_bool() == Some(true) {
+                let name = f["name"].as_str().unwrap().to_string();
+                tables.entry(name).or_default().push(epoch);
+            }
+        }
+    }
+    tables
+}
+
+/// The attribution job on RocksDB checkpoints its stores' files: a table file once, into
+/// `shared/`, then listed by the later checkpoints that still hold it (`shared/` holding
+/// exactly what the kept checkpoints list). Killed after such a checkpoint, it goes on from it
+/// at parallelism 3 on RocksDB, and at parallelism 3 with its state in memory, each time to
+/// the output of an uninterrupted run.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_checkpoint_of_stores_on_disk_is_incremental_and_restores_at_another_parallelism_and_backend() {
+    let (_, want) = attribution_uninterrupted();
+    let on_disk = ATTRIBUTION.replace(
+        "SET 'parallelism.default' = '2';",
+        "SET 'parallelism.default' = '2';
+SET 'state.backend.type' = 'rocksdb';
+SET 'state.backend.rocksdb.localdir' = 'rocks';",
+    );
+    for (parallelism, backend) in [("3", "'rocksdb'"), ("3", "'hashmap'")] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("job.sql"), &on_disk).unwrap();
+        let mut child = weir(dir.path()).spawn().unwrap();
+        let checkpoints = dir.path().join("checkpoints");
+        // Until a kept checkpoint lists a table an earlier one wrote.
+        let shared_on = || store_tables(&checkpoints).values().any(|e| e.len() > 1);
+        for _ in 0..600 {
+            if shared_on() || child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            shared_on(),
+            "no checkpoint listed a table an earlier one wrote before the job ended"
+        );
+        common::every_checkpoint_is_whole(&checkpoints);
+        let listed: std::collections::BTreeSet<String> =
+            store_tables(&checkpoints).into_keys().collect();
+        let in_shared: std::collections::BTreeSet<String> =
+            std::fs::read_dir(checkpoints.join("shared"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.ends_with(".sst"))
+                .collect();
+        assert_eq!(listed, in_shared, "tables in shared/ against those listed");
+        let next = on_disk
+            .replace(
+                "SET 'parallelism.default' = '2';",
+                &format!("SET 'parallelism.default' = '{parallelism}';"),
+            )
+            .replace("'rocksdb';", &format!("{backend};"))
+            .replace(
+                "SET 'state.backend.rocksdb.localdir' = 'rocks';",
+                if backend == "'rocksdb'" {
+                    "SET 'state.backend.rocksdb.localdir' = 'rocks';"
+                } else {
+                    ""
+                },
+            );
+        std::fs::write(dir.path().join("job.sql"), next).unwrap();
+        let out = weir(dir.path()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("restored"), "{stderr}");
+        assert_eq!(
+            output_of(dir.path(), "out"),
+            want.0,
+            "restored on {backend}"
+        );
+        assert_eq!(
+            output_of(dir.path(), "per_ad"),
+            want.1,
+            "restored on {backend}"
+        );
+    }
+}
+
 /// The attribution job at parallelism 2, killed once a checkpoint lists shared files (the
 /// interval join's rows), goes on from that incremental checkpoint at parallelism 3 (each
 /// subtask taking the rows of its key groups out of the shared files) to the output of an

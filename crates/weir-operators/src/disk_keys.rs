@@ -275,30 +275,27 @@ impl<S: DiskValue> DiskKeys<S> {
         mut batches: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<Vec<RecordBatch>> + Send + 'static,
     ) -> Result<StateSnapshot> {
         let at_once = self.at_once;
-        let read = self
-            .store
-            .stream_later(vec![KEYS + 1], move |entries, emit| {
-                let mut keys: Vec<(u16, Box<[u8]>, S)> = Vec::new();
-                let mut emitted = false;
-                for entry in entries {
-                    let (k, v) = entry?;
-                    let key = KeyOf::decode(&k)?;
-                    keys.push((key.key_group, key.key.into(), S::decode(&v, &cx)?));
-                    if keys.len() == at_once {
-                        for b in batches(&keys)? {
-                            emit(b)?;
-                        }
-                        keys.clear();
-                        emitted = true;
-                    }
-                }
-                if !keys.is_empty() || !emitted {
+        crate::store_snapshot::store_snapshot(&self.store, vec![KEYS + 1], move |entries, emit| {
+            let mut keys: Vec<(u16, Box<[u8]>, S)> = Vec::new();
+            let mut emitted = false;
+            for entry in entries {
+                let (k, v) = entry?;
+                let key = KeyOf::decode(&k)?;
+                keys.push((key.key_group, key.key.into(), S::decode(&v, &cx)?));
+                if keys.len() == at_once {
                     for b in batches(&keys)? {
                         emit(b)?;
                     }
+                    keys.clear();
+                    emitted = true;
                 }
-                Ok(())
-            })?;
-        Ok(StateSnapshot::streamed(read))
+            }
+            if !keys.is_empty() || !emitted {
+                for b in batches(&keys)? {
+                    emit(b)?;
+                }
+            }
+            Ok(())
+        })
     }
 }

@@ -33,6 +33,8 @@ pub mod lookup_join;
 pub mod over_aggregate;
 pub mod regular_join;
 mod retractable;
+#[cfg(feature = "rocksdb")]
+mod store_snapshot;
 pub mod stream_table_join;
 pub mod temporal_join;
 #[cfg(feature = "rocksdb")]

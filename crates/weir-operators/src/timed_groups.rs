@@ -137,9 +137,10 @@ impl TimedGroups {
         mut batches: impl FnMut(&Entries) -> Result<Vec<RecordBatch>> + Send + 'static,
     ) -> Result<StateSnapshot> {
         let at_once = self.at_once;
-        let read = self
-            .store
-            .stream_later(vec![TIMED_NAMESPACE + 1], move |entries, emit| {
+        crate::store_snapshot::store_snapshot(
+            &self.store,
+            vec![TIMED_NAMESPACE + 1],
+            move |entries, emit| {
                 let mut chunk: Entries = Vec::new();
                 let mut emitted = false;
                 let mut flush = |emitted: &mut bool, chunk: &mut Entries| -> Result<()> {
@@ -161,7 +162,7 @@ impl TimedGroups {
                     flush(&mut emitted, &mut chunk)?;
                 }
                 Ok(())
-            })?;
-        Ok(StateSnapshot::streamed(read))
+            },
+        )
     }
 }

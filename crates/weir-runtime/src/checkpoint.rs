@@ -25,7 +25,7 @@ mod restore;
 
 pub(crate) use driver::{Driver, SavepointRequest, Tick};
 pub use restore::Restored;
-pub(crate) use restore::{check_restorable, restored_state};
+pub(crate) use restore::{check_restorable, restored_state, StoreBatches};
 
 /// Checkpointing settings of a job (Flink's `execution.checkpointing.*`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -212,6 +212,8 @@ pub struct StateFileInfo {
     pub shared: bool,
     /// Written for this checkpoint (a shared file an earlier one wrote is not).
     pub written: bool,
+    /// A file of the subtask's store, by its name there ([`weir_state::checkpoint::StateFile::store_name`]).
+    pub store_name: Option<String>,
 }
 
 /// Where one split stands at a checkpoint.

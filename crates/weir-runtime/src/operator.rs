@@ -318,6 +318,7 @@ enum SnapshotInner {
     Ready(SnapshotParts),
     Deferred(DeferredSnapshot),
     Streamed(StreamedSnapshot),
+    Store(weir_state::store_files::StoreFiles, StreamedSnapshot),
 }
 
 /// What a snapshot holds: batches written whole into this checkpoint, and shared batches that
@@ -394,6 +395,29 @@ impl StateSnapshot {
         StateSnapshot(SnapshotInner::Streamed(Box::new(make)))
     }
 
+    /// A snapshot of state kept in a store on local disk: the store's `files` as of the
+    /// barrier, which a checkpoint writes (a table file once, then listed by every checkpoint
+    /// that holds it: incremental checkpoints), and the same state as batches in the memory
+    /// backend's layout, made by `batches` (as [`streamed`](StateSnapshot::streamed)) only
+    /// when a caller wants batches.
+    pub fn store(
+        files: weir_state::store_files::StoreFiles,
+        batches: impl FnOnce(Emit<'_>) -> Result<()> + Send + 'static,
+    ) -> Self {
+        StateSnapshot(SnapshotInner::Store(files, Box::new(batches)))
+    }
+
+    /// The store's files of a [`store`](StateSnapshot::store) snapshot, or the snapshot as it
+    /// was.
+    pub(crate) fn into_store_files(
+        self,
+    ) -> std::result::Result<weir_state::store_files::StoreFiles, StateSnapshot> {
+        match self.0 {
+            SnapshotInner::Store(files, _) => Ok(files),
+            other => Err(StateSnapshot(other)),
+        }
+    }
+
     /// Hands the snapshot's batches to `emit` (as a streamed snapshot makes them; a deferred
     /// one's once made) and returns its shared batches.
     ///
@@ -403,7 +427,7 @@ impl StateSnapshot {
         let parts = match self.0 {
             SnapshotInner::Ready(p) => p,
             SnapshotInner::Deferred(make) => make()?,
-            SnapshotInner::Streamed(make) => {
+            SnapshotInner::Streamed(make) | SnapshotInner::Store(_, make) => {
                 make(emit)?;
                 return Ok(Vec::new());
             }
@@ -484,6 +508,12 @@ impl std::fmt::Debug for StateSnapshot {
             ),
             SnapshotInner::Deferred(_) => f.write_str("StateSnapshot::Deferred"),
             SnapshotInner::Streamed(_) => f.write_str("StateSnapshot::Streamed"),
+            SnapshotInner::Store(files, _) => write!(
+                f,
+                "StateSnapshot::Store({} files in {})",
+                files.files.len(),
+                files.dir.display()
+            ),
         }
     }
 }

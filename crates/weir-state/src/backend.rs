@@ -53,6 +53,10 @@ pub struct StateBackend {
     /// pass crosses its chunk edges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pass_rows: Option<usize>,
+    /// A folder of a store's files from a checkpoint (see [`crate::store_files`]): the store
+    /// opens on a copy of them rather than empty. Set by a restore, for a store read once.
+    #[serde(skip)]
+    pub restore_files: Option<PathBuf>,
 }
 
 /// Entries a pass over a disk store takes at once by default ([`StateBackend::pass_rows`]).

@@ -68,9 +68,10 @@ pub use local_dir::{lock_file, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
 
 /// The manifest's file name in a checkpoint folder; its presence makes the checkpoint complete.
 pub const MANIFEST_FILE: &str = "_manifest.json";
-/// The manifest format this version of weir writes when a checkpoint lists shared files (1
-/// when it lists none, so that older weirs restore it), and the newest it reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The manifest format this version of weir writes when a checkpoint lists a store's files
+/// ([`StateFile::store_name`]; 2 when it lists shared files but no store's, 1 when neither, so
+/// that older weirs restore what they can read), and the newest it reads.
+pub const FORMAT_VERSION: u32 = 3;
 /// The folder under a checkpoint directory that holds savepoints.
 pub const SAVEPOINTS_DIR: &str = "savepoints";
 /// The folder under a checkpoint directory that holds the files checkpoints share.
@@ -102,6 +103,12 @@ pub(crate) fn valid_file_name(name: &str) -> bool {
         || name.contains("..")
         || name.starts_with('.')
         || name.starts_with('_'))
+}
+
+/// Whether `name` may be the name of a store's file ([`StateFile::store_name`]): one plain
+/// file name.
+pub fn valid_store_name(name: &str) -> bool {
+    valid_file_name(name)
 }
 
 /// What a complete checkpoint holds: the state files of every operator subtask and where every
@@ -172,6 +179,11 @@ pub struct StateFile {
     /// the module docs), rather than in the checkpoint's own folder. Written by format 2.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared: bool,
+    /// A file of the subtask's store on local disk (see [`crate::store_files`]), by its name
+    /// there: the subtask's state is its store's files, not Arrow batches. Written by
+    /// format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_name: Option<String>,
 }
 
 /// The checksum a manifest records for a state file: `xxh3:` and the 64-bit XXH3 hash of its
@@ -417,6 +429,17 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// # Errors
     /// `Internal` for a name that is not a plain file name; `Io` if writing fails.
     fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64>;
+
+    /// As [`CheckpointStorage::write_shared`], for a file too large to hold in memory (a
+    /// store's table): `write` writes its bytes.
+    ///
+    /// # Errors
+    /// As `write_shared`, or what `write` returned.
+    fn write_shared_with(
+        &self,
+        name: &str,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> Result<()>,
+    ) -> Result<u64>;
 
     /// Deletes the shared files no complete checkpoint or savepoint lists (written for a
     /// checkpoint that never completed) and returns their names. Call it when no checkpoint

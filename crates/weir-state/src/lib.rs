@@ -51,6 +51,7 @@ pub mod rocks;
 mod rows;
 mod slots;
 pub mod snapshot;
+pub mod store_files;
 
 pub use expiry::{ExpiryQueue, SlotExpiry};
 pub use rows::{BatchStore, RowRef};

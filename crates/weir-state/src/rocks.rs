@@ -27,6 +27,7 @@ use rocksdb::{
 };
 
 use crate::backend::StateBackend;
+use crate::store_files::{LockedFolder, StoreFile, StoreFiles};
 use crate::{Error, Result};
 
 /// The namespace [`expiry_key`]s live in; [`RowKey`] namespaces are below it.
@@ -42,13 +43,17 @@ pub struct DiskStore {
     db: Arc<Open>,
     dir: PathBuf,
     write: WriteOptions,
+    /// Unique among stores of any process (see [`StoreFiles::store_id`]).
+    id: String,
+    /// Checkpoints taken, for their folders' names.
+    checkpoints: AtomicU64,
 }
 
 /// The database, then its folder: dropped in that order, the folder removed once the database
 /// is closed.
 struct Open {
     db: DB,
-    _folder: Folder,
+    _folder: LockedFolder,
 }
 
 impl std::ops::Deref for Open {
@@ -58,56 +63,23 @@ impl std::ops::Deref for Open {
     }
 }
 
-/// A store's folder, `<name>` in its base folder, held by an exclusive lock on
-/// `<name>.lock` beside it for as long as the store is open: a folder whose lock can be taken
-/// belongs to no running store ([`remove_stale`]), whichever process or machine made it.
-struct Folder {
-    dir: PathBuf,
-    lock_path: PathBuf,
-    _lock: std::fs::File,
-}
-
-impl Folder {
-    /// Takes the lock, then makes the folder (empty).
-    fn lock(base: &Path, name: &str) -> Result<Folder> {
-        std::fs::create_dir_all(base).map_err(|e| Error::io("create", base, e))?;
-        let lock_path = base.join(format!("{name}.lock"));
-        let lock =
-            std::fs::File::create(&lock_path).map_err(|e| Error::io("create", &lock_path, e))?;
-        lock.try_lock().map_err(|e| {
-            Error::io(
-                "lock",
-                &lock_path,
-                std::io::Error::other(format!("{e} (another store holds it)")),
-            )
-        })?;
-        let dir = base.join(name);
-        let folder = Folder {
-            dir,
-            lock_path,
-            _lock: lock,
-        };
-        if folder.dir.exists() {
-            std::fs::remove_dir_all(&folder.dir)
-                .map_err(|e| Error::io("remove", &folder.dir, e))?;
-        }
-        std::fs::create_dir_all(&folder.dir).map_err(|e| Error::io("create", &folder.dir, e))?;
-        Ok(folder)
-    }
-}
-
-impl Drop for Folder {
-    fn drop(&mut self) {
-        // The folder, then its lock file; the lock goes when the file closes, after.
-        let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = std::fs::remove_file(&self.lock_path);
-    }
-}
-
 impl std::fmt::Debug for DiskStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskStore").field("dir", &self.dir).finish()
     }
+}
+
+/// Puts the files of folder `from` (a store's, from a checkpoint) into `to`, the empty folder
+/// of a store about to open: hard links where the file system allows, copies elsewhere.
+fn take_files(from: &Path, to: &Path) -> Result<()> {
+    for e in std::fs::read_dir(from).map_err(|e| Error::io("list", from, e))? {
+        let e = e.map_err(|e| Error::io("list", from, e))?;
+        let target = to.join(e.file_name());
+        if std::fs::hard_link(e.path(), &target).is_err() {
+            std::fs::copy(e.path(), &target).map_err(|err| Error::io("copy", &target, err))?;
+        }
+    }
+    Ok(())
 }
 
 fn rocks_err(action: &'static str, dir: &Path, e: rocksdb::Error) -> Error {
@@ -150,13 +122,17 @@ impl DiskStore {
                 .build_hasher()
                 .finish()
         };
-        let name = format!(
-            "weir-state-{}-{}-{random:016x}-{safe}",
+        let id = format!(
+            "{}-{}-{random:016x}",
             std::process::id(),
             STORES.fetch_add(1, Ordering::Relaxed)
         );
-        let folder = Folder::lock(&base, &name)?;
+        let name = format!("weir-state-{id}-{safe}");
+        let folder = LockedFolder::lock(&base, &name)?;
         let dir = folder.dir.clone();
+        if let Some(from) = &backend.restore_files {
+            take_files(from, &dir)?;
+        }
         // Write buffers: half the share, at most 16 MiB (two memtables); the cache: the rest.
         // Smaller memtables insert faster (a skiplist of fewer rows), and a cache of recent
         // blocks serves the probes better than more memtable.
@@ -201,7 +177,50 @@ impl DiskStore {
             }),
             dir,
             write,
+            id,
+            checkpoints: AtomicU64::new(0),
         })
+    }
+
+    /// The store's files as they are now, for a checkpoint: what is in its write buffers is
+    /// written out first, then every live file is linked into a folder of its own (inside the
+    /// store's), which the returned [`StoreFiles`] removes when dropped. Later writes do not
+    /// change them. A store opened on a copy of them ([`StateBackend::restore_files`]) holds
+    /// what this one held.
+    ///
+    /// # Errors
+    /// `Io` if RocksDB cannot flush or link.
+    pub fn checkpoint(&self) -> Result<StoreFiles> {
+        let n = self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join(format!("checkpoint-{n}"));
+        self.db
+            .flush()
+            .map_err(|e| rocks_err("flush", &self.dir, e))?;
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(&dir))
+            .map_err(|e| rocks_err("take a checkpoint of", &self.dir, e))?;
+        let mut files = StoreFiles {
+            dir: dir.clone(),
+            store_id: self.id.clone(),
+            files: Vec::new(),
+        };
+        for e in std::fs::read_dir(&dir).map_err(|e| Error::io("list", &dir, e))? {
+            let e = e.map_err(|e| Error::io("list", &dir, e))?;
+            let meta = e
+                .metadata()
+                .map_err(|err| Error::io("read", e.path(), err))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !meta.is_file() {
+                continue;
+            }
+            files.files.push(StoreFile {
+                immutable: name.ends_with(".sst"),
+                name,
+                bytes: meta.len(),
+            });
+        }
+        files.files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(files)
     }
 
     /// The folder the store works in.
@@ -289,15 +308,19 @@ impl DiskStore {
         read: impl FnOnce(&mut dyn Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>>) -> T
             + Send
             + 'static,
-    ) -> Result<impl FnOnce() -> Result<T> + Send + 'static> {
+    ) -> Result<Reading<T>> {
         let db = self.db.clone();
         let dir = self.dir.clone();
         let (taken_tx, taken) = std::sync::mpsc::sync_channel(1);
+        let (go, wait) = std::sync::mpsc::sync_channel::<()>(1);
         let reader = std::thread::Builder::new()
             .name("weir-state-snapshot".into())
             .spawn(move || {
                 let snapshot = db.snapshot();
                 let _ = taken_tx.send(());
+                // Nothing is read unless the reading is started (a checkpoint that writes the
+                // store's files instead drops it).
+                wait.recv().ok()?;
                 let mut opts = ReadOptions::default();
                 opts.set_iterate_upper_bound(until);
                 opts.set_total_order_seek(true);
@@ -305,17 +328,13 @@ impl DiskStore {
                 let mut entries = snapshot
                     .iterator_opt(IteratorMode::From(&[], Direction::Forward), opts)
                     .map(|e| e.map_err(|e| rocks_err("read a snapshot of", &dir, e)));
-                read(&mut entries)
+                Some(read(&mut entries))
             })
             .map_err(|e| Error::Internal(format!("cannot start a snapshot reader: {e}")))?;
         taken
             .recv()
             .map_err(|_| Error::Internal("the snapshot reader ended before its snapshot".into()))?;
-        Ok(move || {
-            reader
-                .join()
-                .map_err(|_| Error::Internal("the snapshot reader panicked".into()))
-        })
+        Ok(Reading { go, reader })
     }
 
     /// As [`DiskStore::read_later`], for a reader that makes batches of the entries: `read`
@@ -348,6 +367,7 @@ impl DiskStore {
             })
         })?;
         Ok(move |emit: Emit<'_, E>| {
+            reading.start();
             let mut failed = None;
             for batch in rx.iter() {
                 if let Err(e) = emit(batch) {
@@ -358,12 +378,34 @@ impl DiskStore {
             // The reader stops at its next batch once nobody takes it; it is waited for
             // either way, so nothing of the store is read after this returns.
             drop(rx);
-            let read = reading();
+            let read = reading.join();
             match failed {
                 Some(e) => Err(e),
                 None => read?,
             }
         })
+    }
+}
+
+/// A reader of a store's snapshot on a thread of its own ([`DiskStore::read_later`]): the
+/// snapshot is taken; the reading waits to be started.
+struct Reading<T> {
+    go: std::sync::mpsc::SyncSender<()>,
+    reader: std::thread::JoinHandle<Option<T>>,
+}
+
+impl<T> Reading<T> {
+    fn start(&self) {
+        let _ = self.go.try_send(());
+    }
+
+    /// What the reading returned, once it ends (started now if it was not).
+    fn join(self) -> Result<T> {
+        self.start();
+        self.reader
+            .join()
+            .map_err(|_| Error::Internal("the snapshot reader panicked".into()))?
+            .ok_or_else(|| Error::Internal("the snapshot reader was not started".into()))
     }
 }
 
@@ -733,6 +775,69 @@ mod tests {
         assert!(KeyOf::decode(&row).is_err());
     }
 
+    /// Every entry of `s`, in key order.
+    fn entries(s: &DiskStore) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut all = Vec::new();
+        s.scan(&[], &[0xff; 8], |k, v| {
+            all.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
+        all
+    }
+
+    /// A checkpoint's files hold the store as it was when taken, in write buffers or in tables:
+    /// a store opened on them reads that back, and writes after it are not in them. The tables
+    /// are marked immutable, and two checkpoints with no flush between share theirs.
+    #[test]
+    fn a_store_opened_on_its_checkpoint_files_holds_what_it_held() {
+        let (dir, s) = store();
+        let put = |s: &DiskStore, from: u32, to: u32| {
+            let mut w = WriteBatch::default();
+            for i in from..to {
+                w.put(format!("key-{i:05}"), format!("value-{i}"));
+            }
+            s.write(w).unwrap();
+        };
+        put(&s, 0, 1000);
+        let first = s.checkpoint().unwrap();
+        put(&s, 1000, 1500);
+        let mut w = WriteBatch::default();
+        w.delete(b"key-00007");
+        s.write(w).unwrap();
+        let want = entries(&s);
+        let second = s.checkpoint().unwrap();
+        put(&s, 1500, 1600);
+        assert!(second
+            .files
+            .iter()
+            .any(|f| f.immutable && f.name.ends_with(".sst")));
+        assert!(second
+            .files
+            .iter()
+            .any(|f| !f.immutable && f.name == "CURRENT"));
+        // The first checkpoint's table is among the second's, under the same name.
+        let tables = |c: &StoreFiles| -> Vec<StoreFile> {
+            c.files.iter().filter(|f| f.immutable).cloned().collect()
+        };
+        assert!(tables(&first).iter().all(|t| tables(&second).contains(t)));
+        assert_ne!(first.dir, second.dir);
+        let backend = StateBackend {
+            local_dir: Some(dir.path().to_path_buf()),
+            memory_budget: Some(16 << 20),
+            restore_files: Some(second.dir.clone()),
+            ..StateBackend::rocksdb()
+        };
+        let restored = DiskStore::open(&backend, "test/1").unwrap();
+        assert_eq!(entries(&restored), want);
+        assert_eq!(want.len(), 1499);
+        // Dropped, a checkpoint's folder goes; the store goes on.
+        let gone = second.dir.clone();
+        drop(second);
+        assert!(!gone.exists());
+        assert_eq!(entries(&s).len(), 1599);
+    }
+
     /// Row `seq` of key `k` in namespace 1, key group 0, at `time`.
     fn row_of_k(time: i64, seq: u64) -> RowKey<'static> {
         RowKey {
@@ -872,7 +977,7 @@ mod tests {
             })
             .unwrap();
         put(&s, row(2, 1), b"two");
-        assert_eq!(later().unwrap(), vec![b"one".to_vec()]);
+        assert_eq!(later.join().unwrap(), vec![b"one".to_vec()]);
         let dir = s.dir().to_path_buf();
         assert!(dir.is_dir());
         drop(s);

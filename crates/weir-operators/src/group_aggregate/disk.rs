@@ -210,9 +210,10 @@ impl DiskGroups {
         let state_schema = state_schema.clone();
         let key_groups = self.key_groups;
         let at_once = self.at_once;
-        let read = self
-            .store
-            .stream_later(vec![GROUPS + 1], move |entries, emit| {
+        crate::store_snapshot::store_snapshot(
+            &self.store,
+            vec![GROUPS + 1],
+            move |entries, emit| {
                 let bound = (aggregates.iter())
                     .map(|a| Bound::new(a, &input_schema))
                     .collect::<Result<Vec<_>>>()?;
@@ -243,8 +244,8 @@ impl DiskGroups {
                     flush(&mut emitted, &mut rows)?;
                 }
                 Ok(())
-            })?;
-        Ok(StateSnapshot::streamed(read))
+            },
+        )
     }
 
     /// Stages a group of a checkpoint (either backend's) in `writes`, replacing the key's

@@ -350,9 +350,10 @@ impl JoinRows for DiskRows {
         let layout = layout.clone();
         let schemas = self.schemas.clone();
         let batch_rows = self.expire_at_once;
-        let read = self
-            .store
-            .stream_later(vec![EXPIRY_NAMESPACE], move |entries, emit| {
+        crate::store_snapshot::store_snapshot(
+            &self.store,
+            vec![EXPIRY_NAMESPACE],
+            move |entries, emit| {
                 let mut sides = [Side::new(&schemas[0])?, Side::new(&schemas[1])?];
                 for entry in entries {
                     let (k, v) = entry?;
@@ -372,8 +373,8 @@ impl JoinRows for DiskRows {
                     }
                 }
                 Ok(())
-            })?;
-        Ok(StateSnapshot::streamed(read))
+            },
+        )
     }
 
     fn restore(&mut self, state: &RecordBatch, r: &Restore) -> Result<[u64; 2]> {

@@ -468,6 +468,7 @@ impl Driver {
                                     bytes: f.bytes,
                                     checksum: Some(f.checksum),
                                     shared: f.shared,
+                                    store_name: f.store_name,
                                 })
                                 .collect(),
                         });

@@ -204,10 +204,20 @@ impl Default for RestoredState<'_> {
     }
 }
 
+/// Reads the state of an operator subtask a checkpoint holds as its store's files (see
+/// [`weir_state::store_files`]): given the subtask and a folder holding the files under their
+/// names in the store, the state as batches in the memory backend's layout.
+pub(crate) type OpenStore<'a> =
+    dyn Fn(&SubtaskState, &std::path::Path) -> Result<StoreBatches> + 'a;
+
+/// Batches read from a store, one at a time.
+pub(crate) type StoreBatches = Box<dyn Iterator<Item = Result<arrow_array::RecordBatch>>>;
+
 /// The state batches of node `id` in checkpoint `r` for the subtask `info` describes: every
 /// subtask's files of the node (the parallelism may have changed), keyed rows limited to the
 /// subtask's key groups. The timers are read now; the operator's state as it is taken, one
-/// batch at a time.
+/// batch at a time. A subtask whose state is its store's files is read through `open_store`,
+/// the files copied into a folder first (see [`OpenStore`]).
 pub(crate) fn restored_state<'a>(
     storage: &'a dyn CheckpointStorage,
     r: &'a Restored,
@@ -215,6 +225,7 @@ pub(crate) fn restored_state<'a>(
     version: u32,
     signature: &str,
     info: &SubtaskInfo,
+    open_store: &'a OpenStore<'a>,
 ) -> Result<RestoredState<'a>> {
     let Some(node) = r.manifest.nodes.get(id) else {
         return Ok(RestoredState::default());
@@ -249,15 +260,24 @@ pub(crate) fn restored_state<'a>(
             }
         }
     }
+    let in_store = |sub: &SubtaskState| sub.files.iter().any(|f| f.store_name.is_some());
     let files = (node.subtasks.iter())
+        .filter(|sub| !in_store(sub))
         .flat_map(|sub| sub.files.iter().map(move |f| (sub, f)))
         .filter(|(_, f)| !crate::exec::host::is_timers_file(&f.name))
+        .collect::<Vec<_>>();
+    // A store holds keyed state of its subtask's key groups only: one that has none of this
+    // subtask's is not read.
+    let stores = (node.subtasks.iter())
+        .filter(|sub| in_store(sub) && overlaps(sub.key_groups, take.range))
         .collect::<Vec<_>>();
     let batches = OperatorBatches {
         storage,
         restored: r,
         take,
         files: files.into_iter(),
+        stores: stores.into_iter(),
+        open_store,
         current: None,
         overlays: Default::default(),
         subtask: None,
@@ -266,6 +286,47 @@ pub(crate) fn restored_state<'a>(
         operator: StateBatches::new(batches),
         timers,
     })
+}
+
+fn overlaps(a: weir_core::keys::KeyGroupRange, b: weir_core::keys::KeyGroupRange) -> bool {
+    a.start.max(b.start) < a.end.min(b.end)
+}
+
+/// Copies the store files of subtask `sub` of checkpoint `r` into a new folder in `base`, each
+/// under its name in the store (its checksum checked as it is read). The folder is locked while
+/// it is used, and named as stores are, so that one a killed process left is removed as a
+/// store left behind is.
+fn store_folder(
+    storage: &dyn CheckpointStorage,
+    r: &Restored,
+    sub: &SubtaskState,
+    base: &std::path::Path,
+) -> Result<weir_state::store_files::LockedFolder> {
+    static FOLDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = FOLDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!(
+        "weir-state-restore-{}-{n}-subtask-{}",
+        std::process::id(),
+        sub.subtask
+    );
+    let folder = weir_state::store_files::LockedFolder::lock(base, &name)?;
+    let io = |what: &'static str, path: &std::path::Path, e: std::io::Error| {
+        Error::State(weir_state::Error::io(what, path, e))
+    };
+    for f in &sub.files {
+        let Some(name) = &f.store_name else { continue };
+        if !weir_state::checkpoint::valid_store_name(name) {
+            return Err(Error::State(weir_state::Error::CorruptCheckpoint {
+                path: r.handle.location.clone(),
+                message: format!("store file name {name:?} is not a plain file name"),
+            }));
+        }
+        let mut from = storage.open_state_file(&r.handle, f)?;
+        let to = folder.dir.join(name);
+        let mut out = std::fs::File::create(&to).map_err(|e| io("create", &to, e))?;
+        std::io::copy(&mut from, &mut out).map_err(|e| io("copy", &to, e))?;
+    }
+    Ok(folder)
 }
 
 /// Which rows of a state batch a subtask takes up.
@@ -304,7 +365,7 @@ impl Take {
     }
 }
 
-type Batches = Box<dyn Iterator<Item = weir_state::Result<arrow_array::RecordBatch>>>;
+type Batches = Box<dyn Iterator<Item = Result<arrow_array::RecordBatch>>>;
 
 /// An operator subtask's state batches in a checkpoint, read a file at a time, a batch at a
 /// time: a subtask's overlay (which rows of its shared files are live) is read whole when it
@@ -315,6 +376,9 @@ struct OperatorBatches<'a> {
     take: Take,
     /// The files still to read, with the subtask that wrote each.
     files: std::vec::IntoIter<(&'a SubtaskState, &'a StateFile)>,
+    /// Then the subtasks whose state is their store's files, still to read.
+    stores: std::vec::IntoIter<&'a SubtaskState>,
+    open_store: &'a OpenStore<'a>,
     /// The file being read: its batches, its subtask, its path, and whether its batches take
     /// overlays.
     current: Option<(Batches, &'a SubtaskState, std::path::PathBuf, bool)>,
@@ -336,7 +400,7 @@ impl OperatorBatches<'_> {
                 self.subtask = next.map(|(sub, _)| (sub, false));
             }
             let Some((sub, f)) = next else {
-                return Ok(false);
+                return self.open_next_store();
             };
             let path = self.storage.state_file_path(&self.restored.handle, f);
             let file = self.storage.open_state_file(&self.restored.handle, f)?;
@@ -347,9 +411,34 @@ impl OperatorBatches<'_> {
                 continue;
             }
             let overlaid = self.subtask.is_some_and(|(_, o)| o);
+            let batches = batches.map(|b| b.map_err(Error::from));
             self.current = Some((Box::new(batches), sub, path, overlaid));
             return Ok(true);
         }
+    }
+
+    /// Opens the next subtask's store, its files copied into a folder of their own beside
+    /// where this subtask keeps state; `false` when none is left.
+    fn open_next_store(&mut self) -> Result<bool> {
+        let Some(sub) = self.stores.next() else {
+            return Ok(false);
+        };
+        if !weir_state::backend::ROCKSDB_BUILT {
+            return Err(Error::plan(format!(
+                "checkpoint {} holds the state of `{}` as the files of its RocksDB store (it \
+                 ran with SET 'state.backend.type' = 'rocksdb'), and this weir was built without \
+                 RocksDB: restore it with a weir built with `--features rocksdb`",
+                self.restored.manifest.epoch.0, self.take.info.operator
+            )));
+        }
+        let base =
+            (self.take.info.state_backend.local_dir.clone()).unwrap_or_else(std::env::temp_dir);
+        let folder = store_folder(self.storage, self.restored, sub, &base)?;
+        // The store opened on the files holds its own links or copies of them.
+        let batches = (self.open_store)(sub, &folder.dir)?;
+        drop(folder);
+        self.current = Some((batches, sub, self.restored.handle.location.clone(), false));
+        Ok(true)
     }
 
     /// Checks that the subtask just read used up its overlays.

@@ -155,6 +155,7 @@ impl OperatorHost {
         };
         let sw = Stopwatch::start(self.clock.as_ref());
         let state = self.op.snapshot()?;
+        let rows = self.op.state_size().rows;
         let timers = if self.timers.is_empty() {
             None
         } else {
@@ -170,6 +171,7 @@ impl OperatorHost {
             storage: storage.clone(),
             name: name.clone(),
             state,
+            rows,
             timers,
             sync_nanos: sw.elapsed_nanos(self.clock.as_ref()),
         }))
@@ -185,6 +187,8 @@ pub(crate) struct PendingSnapshot {
     storage: Arc<dyn weir_state::checkpoint::CheckpointStorage>,
     name: String,
     state: crate::operator::StateSnapshot,
+    /// Rows of state the operator held (what a store's files do not tell).
+    rows: u64,
     /// The timers' state batch and how many timers it holds.
     timers: Option<(arrow_array::RecordBatch, u64)>,
     /// How long taking it held up the operator's task.
@@ -200,19 +204,33 @@ impl PendingSnapshot {
     /// Making the snapshot failed, or writing it did.
     pub(crate) fn write(self) -> Result<(Vec<StateFileInfo>, u64, u64)> {
         let sw = Stopwatch::start(self.clock.as_ref());
-        let mut state = Some(self.state);
         let mut shared = Vec::new();
-        let mut files = vec![write_state_file_with(
-            self.storage.as_ref(),
-            self.epoch,
-            self.name.clone(),
-            &mut |emit| {
-                if let Some(state) = state.take() {
-                    shared = state.write_into(emit)?;
-                }
-                Ok(())
-            },
-        )?];
+        let mut files = match self.state.into_store_files() {
+            Ok(store) => {
+                let mut files_of = self.shared.lock().expect("shared files lock");
+                files_of.write_store(
+                    self.storage.as_ref(),
+                    self.epoch,
+                    &self.name,
+                    &store,
+                    self.rows,
+                )?
+            }
+            Err(state) => {
+                let mut state = Some(state);
+                vec![write_state_file_with(
+                    self.storage.as_ref(),
+                    self.epoch,
+                    self.name.clone(),
+                    &mut |emit| {
+                        if let Some(state) = state.take() {
+                            shared = state.write_into(emit)?;
+                        }
+                        Ok(())
+                    },
+                )?]
+            }
+        };
         if !shared.is_empty() {
             let mut files_of = self.shared.lock().expect("shared files lock");
             files.extend(files_of.write(self.storage.as_ref(), self.epoch, &self.name, shared)?);
@@ -281,6 +299,7 @@ pub(super) fn write_state_file_with(
         checksum,
         shared: false,
         written: true,
+        store_name: None,
     })
 }
 

@@ -25,6 +25,9 @@ use crate::operator::SharedBatch;
 pub(crate) struct SharedFiles {
     /// In the order they were written.
     files: Vec<SharedFile>,
+    /// The table files of the subtask's store the newest checkpoint lists, by their names in
+    /// `shared/`.
+    store_tables: HashMap<String, StateFileInfo>,
 }
 
 #[derive(Debug)]
@@ -93,6 +96,7 @@ impl SharedFiles {
                     checksum: weir_state::checkpoint::checksum(&encoded),
                     shared: true,
                     written: true,
+                    store_name: None,
                 },
                 batches: (ids.into_iter().zip(&batches))
                     .map(|(id, b)| (id, b.num_rows()))
@@ -144,6 +148,84 @@ impl SharedFiles {
         )?];
         files.extend(listed);
         Ok(files)
+    }
+}
+
+impl SharedFiles {
+    /// Writes checkpoint `epoch`'s part of the subtask's `store` (see
+    /// [`weir_state::store_files`]), whose operator held `rows` rows: each table file no
+    /// earlier checkpoint of this run wrote, into `shared/`, and the store's other files into
+    /// the checkpoint's folder (named after the subtask's state file `state`). Returns every
+    /// file the checkpoint lists, the first saying how many rows the state holds.
+    ///
+    /// # Errors
+    /// Reading a file of the store failed, or writing one did.
+    pub(crate) fn write_store(
+        &mut self,
+        storage: &dyn CheckpointStorage,
+        epoch: Epoch,
+        state: &str,
+        store: &weir_state::store_files::StoreFiles,
+        rows: u64,
+    ) -> Result<Vec<StateFileInfo>> {
+        let mut listed = Vec::with_capacity(store.files.len());
+        let mut tables = HashMap::new();
+        for f in &store.files {
+            let path = store.path(f);
+            let info = if f.immutable {
+                let name = store.shared_name(state, f);
+                let info = match self.store_tables.remove(&name) {
+                    Some(info) => StateFileInfo {
+                        written: false,
+                        ..info
+                    },
+                    None => {
+                        let mut checksum = String::new();
+                        let bytes = storage.write_shared_with(&name, &mut |w| {
+                            let mut out = weir_state::checkpoint::Checksummed::new(w);
+                            let mut file = std::fs::File::open(&path)
+                                .map_err(|e| weir_state::Error::io("open", &path, e))?;
+                            std::io::copy(&mut file, &mut out)
+                                .map_err(|e| weir_state::Error::io("copy", &path, e))?;
+                            checksum = out.checksum();
+                            Ok(())
+                        })?;
+                        StateFileInfo {
+                            name: name.clone(),
+                            rows: 0,
+                            bytes,
+                            checksum,
+                            shared: true,
+                            written: true,
+                            store_name: Some(f.name.clone()),
+                        }
+                    }
+                };
+                tables.insert(name, info.clone());
+                info
+            } else {
+                let name = weir_state::store_files::private_name(state, &f.name);
+                let bytes =
+                    std::fs::read(&path).map_err(|e| weir_state::Error::io("read", &path, e))?;
+                let written = storage.write_file(epoch, &name, &bytes)?;
+                StateFileInfo {
+                    name,
+                    rows: 0,
+                    bytes: written,
+                    checksum: weir_state::checkpoint::checksum(&bytes),
+                    shared: false,
+                    written: true,
+                    store_name: Some(f.name.clone()),
+                }
+            };
+            listed.push(info);
+        }
+        // A table the store no longer lists is gone from it for good (tables never change).
+        self.store_tables = tables;
+        if let Some(first) = listed.first_mut() {
+            first.rows = rows;
+        }
+        Ok(listed)
     }
 }
 

@@ -632,6 +632,9 @@ fn create_operator(
     if let (Some((r, storage)), crate::graph::OperatorState::Checkpointed { version }) =
         (restore, factory.state())
     {
+        let open_store = |sub: &weir_state::checkpoint::SubtaskState, dir: &std::path::Path| {
+            store_batches(factory, &input_streams, &info, sub, dir)
+        };
         let mut state = crate::checkpoint::restored_state(
             storage,
             r,
@@ -639,6 +642,7 @@ fn create_operator(
             version,
             &factory.state_signature(),
             &info,
+            &open_store,
         )?;
         op.restore(crate::operator::StateBatches::new(&mut state.operator))?;
         // What the operator left unread is read too: every file is checked (its checksum,
@@ -653,6 +657,53 @@ fn create_operator(
     Ok(Chained::Sync(Box::new(OperatorHost::new(
         op, timers, info, metrics, clock,
     ))))
+}
+
+/// The state of subtask `sub` of a checkpoint, held as its store's files (in folder `dir`), as
+/// batches: read by a second instance of the operator, made for that subtask on a store opened
+/// on a copy of the files, through its own snapshot (the memory backend's layout, which every
+/// backend restores from at any parallelism). `info` is the subtask restoring.
+fn store_batches(
+    factory: &dyn crate::graph::OperatorFactory,
+    input_streams: &[crate::graph::StreamInfo],
+    info: &SubtaskInfo,
+    sub: &weir_state::checkpoint::SubtaskState,
+    dir: &std::path::Path,
+) -> Result<crate::checkpoint::StoreBatches> {
+    let reader_info = SubtaskInfo {
+        subtask: sub.subtask,
+        parallelism: sub.parallelism,
+        state_backend: weir_state::backend::StateBackend {
+            kind: weir_state::backend::BackendKind::RocksDb,
+            memory_budget: Some(weir_state::backend::MIN_SUBTASK_BUDGET),
+            restore_files: Some(dir.to_path_buf()),
+            ..info.state_backend.clone()
+        },
+        ..info.clone()
+    };
+    let mut reader = factory.create(input_streams, &reader_info)?;
+    let snapshot = reader.snapshot()?;
+    // The snapshot reads the store on a thread of its own; its batches come one at a time.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let operator = info.operator.clone();
+    std::thread::Builder::new()
+        .name("weir-restore-store".into())
+        .spawn(move || {
+            let _reader = reader;
+            let sent = snapshot.write_into(&mut |b| {
+                tx.send(Ok(b))
+                    .map_err(|_| Error::Internal("the restore stopped reading".into()))
+            });
+            if let Err(e) = sent {
+                let _ = tx.send(Err(e));
+            }
+        })
+        .map_err(|e| {
+            Error::Internal(format!(
+                "cannot start reading the restored store of `{operator}`: {e}"
+            ))
+        })?;
+    Ok(Box::new(rx.into_iter()))
 }
 
 /// Where a checkpointed operator subtask's snapshots go, when the job takes checkpoints.

@@ -524,8 +524,14 @@ impl CheckpointStorage for LocalDirStorage {
         }
         let mut stored = manifest.clone();
         let lists_shared = manifest.state_files().any(|(_, f)| f.shared);
-        // Format 1 when nothing is shared, so that an older weir still restores it.
-        stored.format_version = if lists_shared { FORMAT_VERSION } else { 1 };
+        let lists_store = manifest.state_files().any(|(_, f)| f.store_name.is_some());
+        // The oldest format that holds what it lists, so that an older weir restores what it
+        // can read.
+        stored.format_version = match (lists_store, lists_shared) {
+            (true, _) => FORMAT_VERSION,
+            (false, true) => 2,
+            (false, false) => 1,
+        };
         if lists_shared && !manifest.savepoint {
             // The shared files' names are durable before the manifest that lists them.
             sync_dir(&shared)?;
@@ -637,6 +643,17 @@ impl CheckpointStorage for LocalDirStorage {
     }
 
     fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64> {
+        self.write_shared_with(name, &mut |w| {
+            w.write_all(bytes)
+                .map_err(|e| Error::io("write", Path::new(name), e))
+        })
+    }
+
+    fn write_shared_with(
+        &self,
+        name: &str,
+        write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
         if !valid_file_name(name) {
             return Err(Error::Internal(format!(
                 "shared state file {name:?} is not a plain file name"
@@ -645,8 +662,9 @@ impl CheckpointStorage for LocalDirStorage {
         let shared = self.shared_path();
         fs::create_dir_all(&shared).map_err(|e| Error::io("create", &shared, e))?;
         // A file of this name can only be left by a checkpoint that never completed (names
-        // carry the epoch, and epochs grow past the newest complete one): it is replaced.
-        self.write_atomically(&shared, name, bytes)
+        // carry the epoch or a store's id, and epochs grow past the newest complete one): it
+        // is replaced.
+        self.write_atomically_with(&shared, name, write)
     }
 
     fn remove_orphans(&self) -> Result<Vec<String>> {
