@@ -98,6 +98,10 @@ pub struct BenchArgs {
     /// (`weir.state.memory-budget`, e.g. `64 mb`; default 256 mb).
     #[arg(long)]
     pub memory_budget: Option<String>,
+    /// With `--state-backend rocksdb` and checkpoints: checkpoints write the stores' files, a
+    /// table file once (`execution.checkpointing.incremental`).
+    #[arg(long)]
+    pub incremental: bool,
     /// `--job latency`: impressions a second (clicks follow at about 0.32 of it); default
     /// 10,000 and 100,000, one run each.
     #[arg(long)]
@@ -198,9 +202,13 @@ pub(crate) fn state_backend(a: &BenchArgs) -> Result<weir_state::backend::StateB
     if memory_budget.is_some() && kind != BackendKind::RocksDb {
         anyhow::bail!("--memory-budget applies to --state-backend rocksdb");
     }
+    if a.incremental && (kind != BackendKind::RocksDb || a.checkpoint_interval_ms.is_none()) {
+        anyhow::bail!("--incremental applies to --state-backend rocksdb with checkpoints");
+    }
     Ok(StateBackend {
         kind,
         memory_budget,
+        incremental: a.incremental,
         ..Default::default()
     })
 }
@@ -490,6 +498,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             cmd.args(["--state-backend", &a.state_backend]);
             if let Some(b) = &a.memory_budget {
                 cmd.args(["--memory-budget", b]);
+            }
+            if a.incremental {
+                cmd.arg("--incremental");
             }
             results.push(measured_by::<Measured>(
                 cmd,

@@ -356,6 +356,7 @@ fn a_checkpoint_of_stores_on_disk_is_incremental_and_restores_at_another_paralle
         "SET 'parallelism.default' = '2';",
         "SET 'parallelism.default' = '2';
 SET 'state.backend.type' = 'rocksdb';
+SET 'execution.checkpointing.incremental' = 'true';
 SET 'state.backend.rocksdb.localdir' = 'rocks';",
     );
     for (parallelism, backend) in [("3", "'rocksdb'"), ("3", "'hashmap'")] {

@@ -14,8 +14,9 @@
 //!
 //! A checkpoint reads a snapshot of the store on another thread and writes the memory
 //! backend's layout, [`at_once`] keys a batch, as it reads ([`DiskKeys::snapshot`]), so either
-//! backend restores the other's checkpoints at any parallelism. It is a full copy each time
-//! (docs/state.md).
+//! backend restores the other's checkpoints at any parallelism: a full copy each time, unless
+//! checkpoints are incremental (`execution.checkpointing.incremental`), when they take the
+//! store's files instead, a table file once (`store_snapshot`; docs/state.md).
 
 use arrow_array::RecordBatch;
 use weir_core::keys::{hash_key, key_group};

@@ -11,8 +11,9 @@ use weir_state::rocks::DiskStore;
 pub(crate) type Entries<'a> =
     &'a mut dyn Iterator<Item = weir_state::Result<(Box<[u8]>, Box<[u8]>)>>;
 
-/// The snapshot of `store`: its files, and `read` over its entries below `until` (on another
-/// thread, when the batches are wanted) for the batches.
+/// The snapshot of `store`: its files if it checkpoints incrementally
+/// ([`DiskStore::incremental`]), and `read` over its entries below `until` (on another thread,
+/// when the batches are wanted) for the batches.
 ///
 /// # Errors
 /// The store cannot be flushed, linked or read.
@@ -23,6 +24,9 @@ pub(crate) fn store_snapshot(
 ) -> Result<StateSnapshot> {
     // Both views are taken here, on the task, with no write between them.
     let batches = store.stream_later(until, read)?;
+    if !store.incremental() {
+        return Ok(StateSnapshot::streamed(batches));
+    }
     let files = store.checkpoint()?;
     Ok(StateSnapshot::store(files, batches))
 }

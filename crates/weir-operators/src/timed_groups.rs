@@ -14,7 +14,9 @@
 //! A checkpoint reads a snapshot of the store on another thread and hands the operator its
 //! entries a pass's worth at a time to make state batches of the memory backend's layout
 //! ([`TimedGroups::snapshot`]), so either backend restores the other's checkpoints at any
-//! parallelism. It is a full copy each time (docs/state.md).
+//! parallelism: a full copy each time, unless checkpoints are incremental
+//! (`execution.checkpointing.incremental`), when they take the store's files instead, a table
+//! file once (`store_snapshot`; docs/state.md).
 
 use arrow_array::RecordBatch;
 use weir_runtime::{Result, StateSnapshot, SubtaskInfo};

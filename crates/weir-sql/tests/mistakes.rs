@@ -496,6 +496,10 @@ INSERT INTO pairs SELECT c.click_id, i.impression_id FROM clicks c JOIN impressi
                 "'lots': not a size",
             ),
             ("SET 'weir.state.memory-budget' = '1 mb';", "16 mb"),
+            (
+                "SET 'execution.checkpointing.incremental' = 'yes';",
+                "'yes': use 'true' or 'false'",
+            ),
         ] {
             let err = plan_error(&with(set), dir.path());
             assert!(err.contains(says), "{set}: {err}");

@@ -53,6 +53,11 @@ pub struct StateBackend {
     /// pass crosses its chunk edges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pass_rows: Option<usize>,
+    /// Checkpoints of state on disk write the store's own files, each table file once
+    /// (`execution.checkpointing.incremental`, false by default as in Flink), rather than all
+    /// of the state as Arrow batches every time. See [`crate::store_files`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub incremental: bool,
     /// A folder of a store's files from a checkpoint (see [`crate::store_files`]): the store
     /// opens on a copy of them rather than empty. Set by a restore, for a store read once.
     #[serde(skip)]

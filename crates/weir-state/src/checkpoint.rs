@@ -422,9 +422,10 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
 
     /// Writes shared state file `name` whole or not at all, for the checkpoint being taken and
     /// any later one to list (with [`StateFile::shared`]); returns the bytes written. The
-    /// caller makes names unique (its node, subtask and the epoch it first writes them in), so
-    /// a file of the same name can only be left by a checkpoint that never completed, and is
-    /// replaced. [`CheckpointStorage::complete`] makes the names durable before the manifest.
+    /// caller makes names unique (its node, subtask and the epoch it first writes them in, or
+    /// a store's id and table), so a file of the same name was left by a checkpoint that never
+    /// completed, or holds the same bytes (a store's table written again after a checkpoint
+    /// failed while writing), and is replaced. [`CheckpointStorage::complete`] makes the names durable before the manifest.
     ///
     /// # Errors
     /// `Internal` for a name that is not a plain file name; `Io` if writing fails.

@@ -47,6 +47,8 @@ pub struct DiskStore {
     id: String,
     /// Checkpoints taken, for their folders' names.
     checkpoints: AtomicU64,
+    /// [`StateBackend::incremental`].
+    incremental: bool,
 }
 
 /// The database, then its folder: dropped in that order, the folder removed once the database
@@ -179,7 +181,14 @@ impl DiskStore {
             write,
             id,
             checkpoints: AtomicU64::new(0),
+            incremental: backend.incremental,
         })
+    }
+
+    /// Whether checkpoints take the store's files ([`DiskStore::checkpoint`]) rather than
+    /// its entries ([`StateBackend::incremental`]).
+    pub fn incremental(&self) -> bool {
+        self.incremental
     }
 
     /// The store's files as they are now, for a checkpoint: what is in its write buffers is
@@ -203,6 +212,7 @@ impl DiskStore {
             dir: dir.clone(),
             store_id: self.id.clone(),
             files: Vec::new(),
+            _keep: Some(Box::new(self.db.clone())),
         };
         for e in std::fs::read_dir(&dir).map_err(|e| Error::io("list", &dir, e))? {
             let e = e.map_err(|e| Error::io("list", &dir, e))?;
@@ -299,9 +309,9 @@ impl DiskStore {
     }
 
     /// A consistent view of the store as it is now, read later, on another thread: `read`
-    /// gets every entry below `until` in key order. The view is taken before this returns
-    /// (later writes are not in it); what `read` returns comes back from the closure this
-    /// returns, which waits for it.
+    /// gets every entry below `until` in key order once the returned [`Reading`] is started.
+    /// The view is taken before this returns (later writes are not in it); what `read`
+    /// returns comes back from [`Reading::join`], which waits for it.
     fn read_later<T: Send + 'static>(
         &self,
         until: Vec<u8>,
@@ -836,6 +846,14 @@ mod tests {
         drop(second);
         assert!(!gone.exists());
         assert_eq!(entries(&s).len(), 1599);
+        // A checkpoint's files outlive their store (the operator's task may end while they
+        // are written); the store's folder goes with the last of them.
+        let store_dir = s.dir().to_path_buf();
+        let third = s.checkpoint().unwrap();
+        drop(s);
+        assert!(third.files.iter().all(|f| third.path(f).is_file()));
+        drop((first, third));
+        assert!(!store_dir.exists());
     }
 
     /// Row `seq` of key `k` in namespace 1, key group 0, at `time`.

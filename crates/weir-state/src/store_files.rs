@@ -18,6 +18,9 @@ pub struct StoreFiles {
     /// file in `shared/`.
     pub store_id: String,
     pub files: Vec<StoreFile>,
+    /// Keeps the store open (and its folder, which holds this one) until the files are
+    /// written: the operator's task may end first.
+    pub(crate) _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// One file of [`StoreFiles`].
@@ -49,6 +52,7 @@ impl StoreFiles {
 
 impl Drop for StoreFiles {
     fn drop(&mut self) {
+        // The folder, then (the field dropped after this) the store that holds it.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -15,7 +15,9 @@
 //!
 //! A checkpoint reads a snapshot of the store on another thread and writes every group in the
 //! memory backend's layout, so either backend restores the other's checkpoints at any
-//! parallelism. It is a full copy each time (as the interval join's on disk: docs/state.md).
+//! parallelism: a full copy each time, unless checkpoints are incremental
+//! (`execution.checkpointing.incremental`), when they take the store's files instead, a table
+//! file once (`store_snapshot`; docs/state.md).
 
 use arrow_schema::SchemaRef;
 use weir_core::keys::{hash_key, key_group};

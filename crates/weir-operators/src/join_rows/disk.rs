@@ -8,9 +8,10 @@
 //!
 //! A checkpoint reads a snapshot of the store on another thread and writes every row in the
 //! join's state layout, as the memory backend's rows, so either backend restores the other's
-//! checkpoints at any parallelism. It is a full copy each time, written a batch at a time as
-//! it is read: incremental checkpoints of the store's own files are not built yet
-//! (docs/state.md).
+//! checkpoints at any parallelism: a full copy each time, written a batch at a time as it is
+//! read, unless checkpoints are incremental (`execution.checkpointing.incremental`), when
+//! they take the store's files instead, a table file once (`store_snapshot`;
+//! docs/state.md).
 
 use std::sync::Arc;
 

@@ -304,8 +304,15 @@ fn store_folder(
 ) -> Result<weir_state::store_files::LockedFolder> {
     static FOLDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = FOLDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // The process, a count and a random number, as a store's folder is named.
+    let random = {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    };
     let name = format!(
-        "weir-state-restore-{}-{n}-subtask-{}",
+        "weir-state-restore-{}-{n}-{random:016x}-subtask-{}",
         std::process::id(),
         sub.subtask
     );
@@ -496,6 +503,7 @@ impl Iterator for OperatorBatches<'_> {
                 Ok(None) => {}
                 Err(e) => {
                     self.files = Vec::new().into_iter();
+                    self.stores = Vec::new().into_iter();
                     self.current = None;
                     return Some(Err(e));
                 }
@@ -505,6 +513,7 @@ impl Iterator for OperatorBatches<'_> {
                 Ok(false) => return None,
                 Err(e) => {
                     self.files = Vec::new().into_iter();
+                    self.stores = Vec::new().into_iter();
                     self.current = None;
                     self.subtask = None;
                     return Some(Err(e));

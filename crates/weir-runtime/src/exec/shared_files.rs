@@ -182,12 +182,7 @@ impl SharedFiles {
                     None => {
                         let mut checksum = String::new();
                         let bytes = storage.write_shared_with(&name, &mut |w| {
-                            let mut out = weir_state::checkpoint::Checksummed::new(w);
-                            let mut file = std::fs::File::open(&path)
-                                .map_err(|e| weir_state::Error::io("open", &path, e))?;
-                            std::io::copy(&mut file, &mut out)
-                                .map_err(|e| weir_state::Error::io("copy", &path, e))?;
-                            checksum = out.checksum();
+                            checksum = copy_checked(&path, w)?;
                             Ok(())
                         })?;
                         StateFileInfo {
@@ -205,14 +200,16 @@ impl SharedFiles {
                 info
             } else {
                 let name = weir_state::store_files::private_name(state, &f.name);
-                let bytes =
-                    std::fs::read(&path).map_err(|e| weir_state::Error::io("read", &path, e))?;
-                let written = storage.write_file(epoch, &name, &bytes)?;
+                let mut checksum = String::new();
+                let written = storage.write_file_with(epoch, &name, &mut |w| {
+                    checksum = copy_checked(&path, w)?;
+                    Ok(())
+                })?;
                 StateFileInfo {
                     name,
                     rows: 0,
                     bytes: written,
-                    checksum: weir_state::checkpoint::checksum(&bytes),
+                    checksum,
                     shared: false,
                     written: true,
                     store_name: Some(f.name.clone()),
@@ -227,6 +224,14 @@ impl SharedFiles {
         }
         Ok(listed)
     }
+}
+
+/// Copies the file at `path` into `w` a buffer at a time; returns its checksum.
+fn copy_checked(path: &std::path::Path, w: &mut dyn std::io::Write) -> weir_state::Result<String> {
+    let mut out = weir_state::checkpoint::Checksummed::new(w);
+    let mut file = std::fs::File::open(path).map_err(|e| weir_state::Error::io("open", path, e))?;
+    std::io::copy(&mut file, &mut out).map_err(|e| weir_state::Error::io("copy", path, e))?;
+    Ok(out.checksum())
 }
 
 /// The checkpoint file that says which rows of a subtask's shared files are live, beside its

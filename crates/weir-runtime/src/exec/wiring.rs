@@ -677,6 +677,8 @@ fn store_batches(
             kind: weir_state::backend::BackendKind::RocksDb,
             memory_budget: Some(weir_state::backend::MIN_SUBTASK_BUDGET),
             restore_files: Some(dir.to_path_buf()),
+            // Read, not checkpointed: no files of its own are wanted.
+            incremental: false,
             ..info.state_backend.clone()
         },
         ..info.clone()
@@ -686,7 +688,7 @@ fn store_batches(
     // The snapshot reads the store on a thread of its own; its batches come one at a time.
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let operator = info.operator.clone();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("weir-restore-store".into())
         .spawn(move || {
             let _reader = reader;
@@ -703,7 +705,19 @@ fn store_batches(
                 "cannot start reading the restored store of `{operator}`: {e}"
             ))
         })?;
-    Ok(Box::new(rx.into_iter()))
+    // At the end of the batches, the thread's end: a panic there is an error, not an end.
+    let mut thread = Some(thread);
+    let operator = info.operator.clone();
+    let end = std::iter::from_fn(move || {
+        let t = thread.take()?;
+        match t.join() {
+            Ok(()) => None,
+            Err(_) => Some(Err(Error::Internal(format!(
+                "reading the restored store of `{operator}` panicked"
+            )))),
+        }
+    });
+    Ok(Box::new(rx.into_iter().chain(end)))
 }
 
 /// Where a checkpointed operator subtask's snapshots go, when the job takes checkpoints.

@@ -30,6 +30,8 @@ pub(super) const SETTINGS: &[&str] = &[
     "state.backend.type",
     "weir.state.memory-budget",
     "state.backend.rocksdb.localdir",
+    "execution.checkpointing.incremental",
+    "state.backend.incremental",
     "execution.checkpointing.interval",
     "execution.checkpointing.dir",
     "state.checkpoints.dir",
@@ -55,7 +57,6 @@ const WITHOUT_EFFECT_ON_RESULTS: &[&str] = &[
     "execution.checkpointing.unaligned",
     "execution.checkpointing.unaligned.enabled",
     "execution.checkpointing.aligned-checkpoint-timeout",
-    "execution.checkpointing.incremental",
     "execution.buffer-timeout",
     "execution.buffer-timeout.enabled",
     "execution.buffer-timeout.interval",
@@ -198,6 +199,24 @@ pub(super) fn state_backend(
     }
     if let Some(v) = settings.get("state.backend.rocksdb.localdir") {
         backend.local_dir = Some(std::path::PathBuf::from(v.trim()));
+    }
+    // Flink 2's name, then Flink 1's; false by default, as in Flink.
+    for key in [
+        "execution.checkpointing.incremental",
+        "state.backend.incremental",
+    ] {
+        if let Some(v) = settings.get(key) {
+            backend.incremental = match v.trim().to_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(plan_err(format!(
+                        "SET '{key}' = '{v}': use 'true' or 'false'"
+                    )))
+                }
+            };
+            break;
+        }
     }
     Ok(backend)
 }
