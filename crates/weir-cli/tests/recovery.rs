@@ -359,39 +359,48 @@ SET 'state.backend.type' = 'rocksdb';
 SET 'execution.checkpointing.incremental' = 'true';
 SET 'state.backend.rocksdb.localdir' = 'rocks';",
     );
-    for (parallelism, backend) in [("3", "'rocksdb'"), ("3", "'hashmap'")] {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("job.sql"), &on_disk).unwrap();
-        let mut child = weir(dir.path()).spawn().unwrap();
-        let checkpoints = dir.path().join("checkpoints");
-        // Until a kept checkpoint lists a table an earlier one wrote.
-        let shared_on = || store_tables(&checkpoints).values().any(|e| e.len() > 1);
-        for _ in 0..600 {
-            if shared_on() || child.try_wait().unwrap().is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), &on_disk).unwrap();
+    let mut child = weir(dir.path()).spawn().unwrap();
+    let checkpoints = dir.path().join("checkpoints");
+    // Until a kept checkpoint lists a table an earlier one wrote.
+    let shared_on = || store_tables(&checkpoints).values().any(|e| e.len() > 1);
+    for _ in 0..600 {
+        if shared_on() || child.try_wait().unwrap().is_some() {
+            break;
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
-        assert!(
-            shared_on(),
-            "no checkpoint listed a table an earlier one wrote before the job ended"
-        );
-        common::every_checkpoint_is_whole(&checkpoints);
-        let listed: std::collections::BTreeSet<String> =
-            store_tables(&checkpoints).into_keys().collect();
-        let in_shared: std::collections::BTreeSet<String> =
-            std::fs::read_dir(checkpoints.join("shared"))
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .filter(|n| n.ends_with(".sst"))
-                .collect();
-        assert_eq!(listed, in_shared, "tables in shared/ against those listed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        shared_on(),
+        "no checkpoint listed a table an earlier one wrote before the job ended"
+    );
+    common::every_checkpoint_is_whole(&checkpoints);
+    let listed: std::collections::BTreeSet<String> =
+        store_tables(&checkpoints).into_keys().collect();
+    let in_shared: std::collections::BTreeSet<String> =
+        std::fs::read_dir(checkpoints.join("shared"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".sst"))
+            .collect();
+    assert_eq!(listed, in_shared, "tables in shared/ against those listed");
+    // The same killed run goes on twice: in a copy of its folder, then in it.
+    let copy = tempfile::tempdir().unwrap();
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(dir.path().join("."))
+        .arg(copy.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    for (folder, backend) in [(copy.path(), "'rocksdb'"), (dir.path(), "'hashmap'")] {
         let next = on_disk
             .replace(
                 "SET 'parallelism.default' = '2';",
-                &format!("SET 'parallelism.default' = '{parallelism}';"),
+                "SET 'parallelism.default' = '3';",
             )
             .replace("'rocksdb';", &format!("{backend};"))
             .replace(
@@ -402,21 +411,13 @@ SET 'state.backend.rocksdb.localdir' = 'rocks';",
                     ""
                 },
             );
-        std::fs::write(dir.path().join("job.sql"), next).unwrap();
-        let out = weir(dir.path()).output().unwrap();
+        std::fs::write(folder.join("job.sql"), next).unwrap();
+        let out = weir(folder).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         assert!(stderr.contains("restored"), "{stderr}");
-        assert_eq!(
-            output_of(dir.path(), "out"),
-            want.0,
-            "restored on {backend}"
-        );
-        assert_eq!(
-            output_of(dir.path(), "per_ad"),
-            want.1,
-            "restored on {backend}"
-        );
+        assert_eq!(output_of(folder, "out"), want.0, "restored on {backend}");
+        assert_eq!(output_of(folder, "per_ad"), want.1, "restored on {backend}");
     }
 }
 
