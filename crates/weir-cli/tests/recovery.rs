@@ -421,6 +421,84 @@ SET 'state.backend.rocksdb.localdir' = 'rocks';",
     }
 }
 
+/// A GROUP BY on RocksDB with incremental checkpoints, killed once a checkpoint holds its
+/// stores' files, opens them as its stores when it restores at the same parallelism (rather
+/// than reading them row by row), and the upsert table it writes (SQLite) ends as an
+/// uninterrupted run leaves it.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_group_by_restores_by_opening_its_checkpointed_stores() {
+    let job = "
+SET 'execution.checkpointing.interval' = '100 ms';
+SET 'execution.checkpointing.dir' = 'checkpoints';
+SET 'parallelism.default' = '2';
+SET 'state.backend.type' = 'rocksdb';
+SET 'execution.checkpointing.incremental' = 'true';
+SET 'state.backend.rocksdb.localdir' = 'rocks';
+CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'impressions',
+        'generator.rows' = '60000', 'generator.rate' = '8000', 'generator.splits' = '2');
+CREATE TABLE per_user (user_id BIGINT, n BIGINT, last_ts BIGINT, PRIMARY KEY (user_id) NOT ENFORCED)
+WITH ('connector' = 'jdbc', 'url' = 'jdbc:sqlite:out.db', 'table-name' = 'per_user');
+INSERT INTO per_user SELECT user_id, COUNT(*), MAX(ts) FROM impressions GROUP BY user_id;
+";
+    let rows = |dir: &Path| {
+        let db = rusqlite::Connection::open(dir.join("out.db")).unwrap();
+        let mut q = db
+            .prepare("SELECT user_id, n, last_ts FROM per_user ORDER BY user_id")
+            .unwrap();
+        q.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect::<Vec<_>>()
+    };
+    let reference = tempfile::tempdir().unwrap();
+    std::fs::write(reference.path().join("job.sql"), job).unwrap();
+    let out = weir(reference.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = rows(reference.path());
+    assert!(want.len() > 1_000, "{} users", want.len());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), job).unwrap();
+    let mut child = weir(dir.path()).spawn().unwrap();
+    let checkpoints = dir.path().join("checkpoints");
+    for _ in 0..600 {
+        if !store_tables(&checkpoints).is_empty() || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !store_tables(&checkpoints).is_empty(),
+        "no checkpoint held a store's files before the job ended"
+    );
+    let out = weir(dir.path())
+        .env("RUST_LOG", "weir_runtime=info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("opened the checkpoint's store files as its store"),
+        "{stderr}"
+    );
+    assert_eq!(rows(dir.path()), want);
+}
+
 /// The attribution job at parallelism 2, killed once a checkpoint lists shared files (the
 /// interval join's rows), goes on from that incremental checkpoint at parallelism 3 (each
 /// subtask taking the rows of its key groups out of the shared files) to the output of an

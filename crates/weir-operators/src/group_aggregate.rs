@@ -607,6 +607,17 @@ impl Operator for GroupAggregateOp {
         Ok(())
     }
 
+    /// On disk, opens the checkpoint's files as its store and counts their groups (what else
+    /// it keeps of its groups in memory starts empty, as it does between batches).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        self.group_count = d.reopen(dir)?;
+        Ok(true)
+    }
+
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
         out.extend([
             ("groups", self.group_count as i64),

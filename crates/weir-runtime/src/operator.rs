@@ -608,6 +608,19 @@ pub trait Operator: Send {
         ))
     }
 
+    /// Takes up, before [`restore`](Operator::restore) and any input, the state of this very
+    /// subtask (the same subtask of the same parallelism) from a checkpoint that holds it as
+    /// its store's files ([`StateSnapshot::store`]), copied into folder `dir` under their names
+    /// in the store: by opening them as its store, where reading them row by row and writing
+    /// them again would take minutes for millions of keys. `Ok(false)`: the operator cannot,
+    /// and gets the same state as batches instead.
+    ///
+    /// # Errors
+    /// The files cannot be opened as a store, or read.
+    fn restore_store(&mut self, _dir: &std::path::Path) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Operator-specific gauges (rows buffered per join side, versions held, ...), reported as
     /// metrics after watermarks, at the end and every few batches. Names are `snake_case`.
     fn gauges(&self, _out: &mut Vec<(&'static str, i64)>) {}

@@ -226,6 +226,7 @@ pub(crate) fn restored_state<'a>(
     signature: &str,
     info: &SubtaskInfo,
     open_store: &'a OpenStore<'a>,
+    own_store: &mut dyn FnMut(&std::path::Path) -> Result<bool>,
 ) -> Result<RestoredState<'a>> {
     let Some(node) = r.manifest.nodes.get(id) else {
         return Ok(RestoredState::default());
@@ -268,9 +269,29 @@ pub(crate) fn restored_state<'a>(
         .collect::<Vec<_>>();
     // A store holds keyed state of its subtask's key groups only: one that has none of this
     // subtask's is not read.
-    let stores = (node.subtasks.iter())
+    let mut stores = (node.subtasks.iter())
         .filter(|sub| in_store(sub) && overlaps(sub.key_groups, take.range))
         .collect::<Vec<_>>();
+    // This subtask's own store, at the same parallelism on disk: opened whole if the operator
+    // can (`Operator::restore_store`), rather than read row by row.
+    if let [sub] = stores[..] {
+        if info.state_backend.on_disk()
+            && sub.subtask == info.subtask
+            && sub.parallelism == info.parallelism
+            && sub.key_groups == take.range
+        {
+            let base = (info.state_backend.local_dir.clone()).unwrap_or_else(std::env::temp_dir);
+            let folder = store_folder(storage, r, sub, &base)?;
+            if own_store(&folder.dir)? {
+                tracing::info!(
+                    operator = %info.operator,
+                    subtask = info.subtask,
+                    "opened the checkpoint's store files as its store"
+                );
+                stores.clear();
+            }
+        }
+    }
     let batches = OperatorBatches {
         storage,
         restored: r,

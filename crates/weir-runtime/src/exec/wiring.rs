@@ -643,6 +643,7 @@ fn create_operator(
             &factory.state_signature(),
             &info,
             &open_store,
+            &mut |dir| op.restore_store(dir),
         )?;
         op.restore(crate::operator::StateBatches::new(&mut state.operator))?;
         // What the operator left unread is read too: every file is checked (its checksum,
