@@ -25,7 +25,7 @@ mod restore;
 
 pub(crate) use driver::{Driver, SavepointRequest, Tick};
 pub use restore::Restored;
-pub(crate) use restore::{check_restorable, restored_state, StoreBatches};
+pub(crate) use restore::{check_restorable, restored_state, StoreBatches, Stores};
 
 /// Checkpointing settings of a job (Flink's `execution.checkpointing.*`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -210,6 +210,15 @@ impl Default for RestoredState<'_> {
 pub(crate) type OpenStore<'a> =
     dyn Fn(&SubtaskState, &std::path::Path) -> Result<StoreBatches> + 'a;
 
+/// How a restore takes up state a checkpoint holds as stores' files.
+pub(crate) struct Stores<'a, 'b> {
+    /// Any subtask's, as batches (see [`OpenStore`]).
+    pub open: &'a OpenStore<'a>,
+    /// The restoring subtask's own, at the same parallelism on disk: opened whole if the
+    /// operator can (`Operator::restore_store`); `false`, it cannot.
+    pub own: &'b mut dyn FnMut(&std::path::Path) -> Result<bool>,
+}
+
 /// Batches read from a store, one at a time.
 pub(crate) type StoreBatches = Box<dyn Iterator<Item = Result<arrow_array::RecordBatch>>>;
 
@@ -225,9 +234,12 @@ pub(crate) fn restored_state<'a>(
     version: u32,
     signature: &str,
     info: &SubtaskInfo,
-    open_store: &'a OpenStore<'a>,
-    own_store: &mut dyn FnMut(&std::path::Path) -> Result<bool>,
+    stores: Stores<'a, '_>,
 ) -> Result<RestoredState<'a>> {
+    let Stores {
+        open: open_store,
+        own: own_store,
+    } = stores;
     let Some(node) = r.manifest.nodes.get(id) else {
         return Ok(RestoredState::default());
     };

@@ -642,8 +642,10 @@ fn create_operator(
             version,
             &factory.state_signature(),
             &info,
-            &open_store,
-            &mut |dir| op.restore_store(dir),
+            crate::checkpoint::Stores {
+                open: &open_store,
+                own: &mut |dir| op.restore_store(dir),
+            },
         )?;
         op.restore(crate::operator::StateBatches::new(&mut state.operator))?;
         // What the operator left unread is read too: every file is checked (its checksum,
