@@ -285,7 +285,9 @@ pub(crate) fn restored_state<'a>(
         .filter(|sub| in_store(sub) && overlaps(sub.key_groups, take.range))
         .collect::<Vec<_>>();
     // This subtask's own store, at the same parallelism on disk: opened whole if the operator
-    // can (`Operator::restore_store`), rather than read row by row.
+    // can (`Operator::restore_store`), rather than read row by row; if it cannot, the files
+    // copied for it are read (not copied again).
+    let mut copied = None;
     if let [sub] = stores[..] {
         if info.state_backend.on_disk()
             && sub.subtask == info.subtask
@@ -301,6 +303,8 @@ pub(crate) fn restored_state<'a>(
                     "opened the checkpoint's store files as its store"
                 );
                 stores.clear();
+            } else {
+                copied = Some(folder);
             }
         }
     }
@@ -311,6 +315,7 @@ pub(crate) fn restored_state<'a>(
         files: files.into_iter(),
         stores: stores.into_iter(),
         open_store,
+        copied,
         current: None,
         overlays: Default::default(),
         subtask: None,
@@ -419,6 +424,8 @@ struct OperatorBatches<'a> {
     /// Then the subtasks whose state is their store's files, still to read.
     stores: std::vec::IntoIter<&'a SubtaskState>,
     open_store: &'a OpenStore<'a>,
+    /// The files of the one store to read, already copied (see [`restored_state`]).
+    copied: Option<weir_state::store_files::LockedFolder>,
     /// The file being read: its batches, its subtask, its path, and whether its batches take
     /// overlays.
     current: Option<(Batches, &'a SubtaskState, std::path::PathBuf, bool)>,
@@ -471,9 +478,14 @@ impl OperatorBatches<'_> {
                 self.restored.manifest.epoch.0, self.take.info.operator
             )));
         }
-        let base =
-            (self.take.info.state_backend.local_dir.clone()).unwrap_or_else(std::env::temp_dir);
-        let folder = store_folder(self.storage, self.restored, sub, &base)?;
+        let folder = match self.copied.take() {
+            Some(folder) => folder,
+            None => {
+                let base = (self.take.info.state_backend.local_dir.clone())
+                    .unwrap_or_else(std::env::temp_dir);
+                store_folder(self.storage, self.restored, sub, &base)?
+            }
+        };
         // The store opened on the files holds its own links or copies of them.
         let batches = (self.open_store)(sub, &folder.dir)?;
         drop(folder);
@@ -537,6 +549,7 @@ impl Iterator for OperatorBatches<'_> {
                 Err(e) => {
                     self.files = Vec::new().into_iter();
                     self.stores = Vec::new().into_iter();
+                    self.copied = None;
                     self.current = None;
                     return Some(Err(e));
                 }
@@ -547,6 +560,7 @@ impl Iterator for OperatorBatches<'_> {
                 Err(e) => {
                     self.files = Vec::new().into_iter();
                     self.stores = Vec::new().into_iter();
+                    self.copied = None;
                     self.current = None;
                     self.subtask = None;
                     return Some(Err(e));
