@@ -289,32 +289,47 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
 /// The attribution job with its state on RocksDB (the interval join's rows and the window
 /// aggregation's groups), killed with SIGKILL at random moments and restored each time, writes
 /// the rows of an uninterrupted run (whose state was in memory), and the stores the killed
-/// runs left are gone at the end.
+/// runs left are gone at the end: with checkpoints that copy the state whole, and with
+/// incremental ones (the stores' files; every kept checkpoint reads whole after every kill,
+/// so none lists a shared file that is gone).
 #[cfg(feature = "rocksdb")]
 #[test]
 fn the_attribution_job_on_rocksdb_killed_and_restored_loses_and_repeats_nothing() {
     let (_reference, want) = attribution_uninterrupted();
-    let dir = tempfile::tempdir().unwrap();
-    let job = ATTRIBUTION.replace(
-        "SET 'parallelism.default' = '2';",
-        "SET 'parallelism.default' = '2';
+    for (incremental, seed) in [("false", 51), ("true", 52)] {
+        let dir = tempfile::tempdir().unwrap();
+        let job = ATTRIBUTION.replace(
+            "SET 'parallelism.default' = '2';",
+            &format!(
+                "SET 'parallelism.default' = '2';
 SET 'state.backend.type' = 'rocksdb';
-SET 'state.backend.rocksdb.localdir' = 'rocks';",
-    );
-    std::fs::write(dir.path().join("job.sql"), job).unwrap();
-    let (kills, stderr) = kill_and_restore(dir.path(), 20, 150..700, 51);
-    println!("killed {kills} times; the last run: {stderr}");
-    assert!(
-        kills >= 10,
-        "only {kills} runs were killed before they ended"
-    );
-    assert_eq!(output_of(dir.path(), "out"), want.0);
-    assert_eq!(output_of(dir.path(), "per_ad"), want.1);
-    let left: Vec<_> = std::fs::read_dir(dir.path().join("rocks"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(left.is_empty(), "stores left behind: {left:?}");
+SET 'execution.checkpointing.incremental' = '{incremental}';
+SET 'state.backend.rocksdb.localdir' = 'rocks';"
+            ),
+        );
+        std::fs::write(dir.path().join("job.sql"), job).unwrap();
+        let (kills, stderr) = kill_and_restore(dir.path(), 14, 150..700, seed);
+        println!("incremental {incremental}: killed {kills} times; the last run: {stderr}");
+        assert!(
+            kills >= 7,
+            "incremental {incremental}: only {kills} runs were killed before they ended"
+        );
+        assert_eq!(
+            output_of(dir.path(), "out"),
+            want.0,
+            "incremental {incremental}"
+        );
+        assert_eq!(
+            output_of(dir.path(), "per_ad"),
+            want.1,
+            "incremental {incremental}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("rocks"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "stores left behind: {left:?}");
+    }
 }
 
 /// The table files of a store that the kept checkpoints in `dir` list, each with the epochs
