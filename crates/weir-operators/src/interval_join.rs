@@ -465,6 +465,16 @@ impl Operator for IntervalJoinOp {
         Ok(())
     }
 
+    /// On disk, opens the checkpoint's files as its store (see `JoinRows::reopen`).
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(counts) = self.rows.reopen(dir)? else {
+            return Ok(false);
+        };
+        self.buffered = counts;
+        self.peak_buffered = counts;
+        Ok(true)
+    }
+
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
         out.extend([
             ("buffered_left", self.buffered[0] as i64),

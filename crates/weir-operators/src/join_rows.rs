@@ -86,6 +86,11 @@ pub(crate) trait JoinRows: Send {
     /// Takes up a batch of state that [`JoinRows::snapshot`] (of either backend) wrote.
     /// Returns how many rows of each side came.
     fn restore(&mut self, state: &RecordBatch, restore: &Restore) -> Result<[u64; 2]>;
+    /// On disk, opens the files in `dir` (this subtask's store, from a checkpoint) as its
+    /// store, and returns how many rows of each side they hold; `None` in memory.
+    fn reopen(&mut self, _dir: &std::path::Path) -> Result<Option<[u64; 2]>> {
+        Ok(None)
+    }
 }
 
 /// What one call of [`JoinRows::expire`] took out.
