@@ -74,7 +74,7 @@ fn attribution_uninterrupted() -> (tempfile::TempDir, (Vec<String>, Vec<String>)
 /// Waits (up to 30 s) until a complete checkpoint in `checkpoints` lists shared files, or
 /// `child` ends; whether one does.
 fn until_incremental(checkpoints: &Path, child: &mut std::process::Child) -> bool {
-    let lists_shared = || {
+    until(child, || {
         std::fs::read_dir(checkpoints)
             .into_iter()
             .flatten()
@@ -82,14 +82,18 @@ fn until_incremental(checkpoints: &Path, child: &mut std::process::Child) -> boo
                 std::fs::read_to_string(e.unwrap().path().join("_manifest.json"))
                     .is_ok_and(|m| m.contains("\"shared\": true"))
             })
-    };
+    })
+}
+
+/// Waits (up to 30 s) until `holds` does or `child` ends; whether it holds.
+fn until(child: &mut std::process::Child, holds: impl Fn() -> bool) -> bool {
     for _ in 0..600 {
-        if lists_shared() || child.try_wait().unwrap().is_some() {
+        if holds() || child.try_wait().unwrap().is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    lists_shared()
+    holds()
 }
 
 /// Stops `child` (`weir run`, stderr piped) with SIGTERM, which must end it with exit 0 and a
@@ -379,17 +383,13 @@ SET 'state.backend.rocksdb.localdir' = 'rocks';",
     let mut child = weir(dir.path()).spawn().unwrap();
     let checkpoints = dir.path().join("checkpoints");
     // Until a kept checkpoint lists a table an earlier one wrote.
-    let shared_on = || store_tables(&checkpoints).values().any(|e| e.len() > 1);
-    for _ in 0..600 {
-        if shared_on() || child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let shared_on = until(&mut child, || {
+        store_tables(&checkpoints).values().any(|e| e.len() > 1)
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
-        shared_on(),
+        shared_on,
         "no checkpoint listed a table an earlier one wrote before the job ended"
     );
     common::every_checkpoint_is_whole(&checkpoints);
@@ -506,16 +506,11 @@ INSERT INTO per_user SELECT user_id, COUNT(*), MAX(ts) FROM impressions GROUP BY
     std::fs::write(dir.path().join("job.sql"), job).unwrap();
     let mut child = weir(dir.path()).spawn().unwrap();
     let checkpoints = dir.path().join("checkpoints");
-    for _ in 0..600 {
-        if !store_tables(&checkpoints).is_empty() || child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let held = until(&mut child, || !store_tables(&checkpoints).is_empty());
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
-        !store_tables(&checkpoints).is_empty(),
+        held,
         "no checkpoint held a store's files before the job ended"
     );
     let out = weir(dir.path())

@@ -97,18 +97,12 @@ pub(crate) fn parse_folder_name(name: &str) -> Option<Epoch> {
 
 /// Whether `name` may be a state file's name: one plain file name, not hidden (temporary files
 /// are) and not starting with `_` (the manifest's).
-pub(crate) fn valid_file_name(name: &str) -> bool {
+pub fn valid_file_name(name: &str) -> bool {
     !(name.is_empty()
         || name.contains(['/', '\\', '\0'])
         || name.contains("..")
         || name.starts_with('.')
         || name.starts_with('_'))
-}
-
-/// Whether `name` may be the name of a store's file ([`StateFile::store_name`]): one plain
-/// file name.
-pub fn valid_store_name(name: &str) -> bool {
-    valid_file_name(name)
 }
 
 /// What a complete checkpoint holds: the state files of every operator subtask and where every

@@ -27,7 +27,7 @@ use rocksdb::{
 };
 
 use crate::backend::StateBackend;
-use crate::store_files::{LockedFolder, StoreFile, StoreFiles};
+use crate::store_files::{unique_id, LockedFolder, StoreFile, StoreFiles};
 use crate::{Error, Result};
 
 /// The namespace [`expiry_key`]s live in; [`RowKey`] namespaces are below it.
@@ -109,26 +109,13 @@ impl DiskStore {
     }
 
     fn open_with(backend: &StateBackend, label: &str, partitioned: bool) -> Result<DiskStore> {
-        static STORES: AtomicU64 = AtomicU64::new(0);
         let base = backend.local_dir.clone().unwrap_or_else(std::env::temp_dir);
         remove_stale(&base);
         let safe: String = (label.chars())
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .take(60)
             .collect();
-        // The process, a count and a random number: a later process with the same id never
-        // takes the name of a store left behind.
-        let random = {
-            use std::hash::{BuildHasher, Hasher};
-            std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish()
-        };
-        let id = format!(
-            "{}-{}-{random:016x}",
-            std::process::id(),
-            STORES.fetch_add(1, Ordering::Relaxed)
-        );
+        let id = unique_id();
         let name = format!("weir-state-{id}-{safe}");
         let folder = LockedFolder::lock(&base, &name)?;
         let dir = folder.dir.clone();

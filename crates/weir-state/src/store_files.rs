@@ -57,6 +57,22 @@ impl Drop for StoreFiles {
     }
 }
 
+/// A name no folder of any process ever had: the process, a count within it and a random
+/// number, so that a later process with the same id never takes the name of a folder left
+/// behind. Stores ([`crate::rocks`]) and a restore's copies of their files are named with it.
+pub fn unique_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!(
+        "{}-{}-{random:016x}",
+        std::process::id(),
+        COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 /// The name a checkpoint gives a store's file that is its own (not shared): the subtask's
 /// state file stem, `.store.`, and the file's name in the store.
 pub fn private_name(state: &str, file: &str) -> String {

@@ -533,19 +533,13 @@ mod tests {
                 arrow_schema::DataType::Int64,
                 false,
             )]));
-        let mut rows = DiskRows::open(&info, [schema.clone(), schema], 0, 10).unwrap();
+        let mut rows = DiskRows::open(&info, [schema.clone(), schema.clone()], 0, 10).unwrap();
         for (side, time) in [(0, 5), (0, 6), (1, 5)] {
             rows.staged
                 .row(side, b"k", 3, time, false, b"row", time + 10);
         }
         rows.store.write(rows.staged.take()).unwrap();
         let files = rows.store.checkpoint().unwrap();
-        let schema: SchemaRef =
-            Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
-                "v",
-                arrow_schema::DataType::Int64,
-                false,
-            )]));
         let mut restored = DiskRows::open(&info, [schema.clone(), schema], 0, 10).unwrap();
         assert_eq!(restored.reopen(&files.dir).unwrap(), Some([2, 1]));
         restored.staged.row(0, b"k", 3, 5, false, b"row", 15);

@@ -340,18 +340,9 @@ fn store_folder(
     sub: &SubtaskState,
     base: &std::path::Path,
 ) -> Result<weir_state::store_files::LockedFolder> {
-    static FOLDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = FOLDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // The process, a count and a random number, as a store's folder is named.
-    let random = {
-        use std::hash::{BuildHasher, Hasher};
-        std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish()
-    };
     let name = format!(
-        "weir-state-restore-{}-{n}-{random:016x}-subtask-{}",
-        std::process::id(),
+        "weir-state-restore-{}-subtask-{}",
+        weir_state::store_files::unique_id(),
         sub.subtask
     );
     let folder = weir_state::store_files::LockedFolder::lock(base, &name)?;
@@ -360,7 +351,7 @@ fn store_folder(
     };
     for f in &sub.files {
         let Some(name) = &f.store_name else { continue };
-        if !weir_state::checkpoint::valid_store_name(name) {
+        if !weir_state::checkpoint::valid_file_name(name) {
             return Err(Error::State(weir_state::Error::CorruptCheckpoint {
                 path: r.handle.location.clone(),
                 message: format!("store file name {name:?} is not a plain file name"),
