@@ -249,14 +249,20 @@ impl ScalarFunction {
                     arrow_array::builder::StringBuilder::with_capacity(ts.len(), ts.len() * 20);
                 let digits_only = date_digits_only(&items);
                 let mut text = String::with_capacity(32);
+                // The instant `text` holds: a window's rows, say, share their window_start, and
+                // are formatted once.
+                let mut formatted = None;
                 for i in 0..ts.len() {
-                    let t = (!ms.is_null(i))
-                        .then(|| chrono::DateTime::from_timestamp_millis(ms.value(i)))
-                        .flatten();
-                    match t {
+                    let v = (!ms.is_null(i)).then(|| ms.value(i));
+                    if v.is_some() && v == formatted {
+                        out.append_value(&text);
+                        continue;
+                    }
+                    match v.and_then(chrono::DateTime::from_timestamp_millis) {
                         Some(t) => {
                             format_date(&mut text, t.naive_utc(), &items, digits_only);
                             out.append_value(&text);
+                            formatted = v;
                         }
                         None => out.append_null(),
                     }
@@ -923,6 +929,26 @@ mod tests {
             v.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
             1_704_067_260_000
         );
+    }
+
+    #[test]
+    fn date_format_writes_equal_instants_in_a_row_as_each_alone() {
+        let m = 1_704_067_260_000i64;
+        let ms: ArrayRef = Arc::new(arrow_array::TimestampMillisecondArray::from(vec![
+            Some(m),
+            Some(m),
+            None,
+            Some(m),
+            Some(m + 60_000),
+            Some(m),
+        ]));
+        let s = ScalarFunction::DateFormat
+            .invoke(&[ms, Arc::new(StringArray::from(vec!["yyyy-MM-dd HH:mm:ss"]))])
+            .unwrap();
+        let s = s.as_any().downcast_ref::<StringArray>().unwrap();
+        let got: Vec<Option<&str>> = s.iter().collect();
+        let a = Some("2024-01-01 00:01:00");
+        assert_eq!(got, [a, a, None, a, Some("2024-01-01 00:02:00"), a]);
     }
 
     #[test]

@@ -557,14 +557,37 @@ fn session_close(end: i64, lateness: i64) -> i64 {
 /// A closed group or session: (slot, window start, window end, states, is a session).
 type Closed = (usize, i64, i64, Vec<State>, bool);
 
-/// The group the last row went to, for one pass over rows (no group is released during it):
-/// a row of the same key and window goes there without a look-up in the table, and rows of one
-/// key often come together, a hot key's above all.
+/// The groups the last rows went to, for one pass over rows (no group is released during it):
+/// a row of the same key and window as one of the last two groups goes there without a look-up
+/// in the table. Rows of one key often come together, and a hot key's rows come back after
+/// each other key's row.
 #[derive(Debug, Default)]
 struct LastGroup {
-    /// Its key's bytes and window id, as the table holds them.
+    /// The latest group's key bytes and window id, as the table holds them.
     bytes: Vec<u8>,
     slot: Option<usize>,
+    /// The group before it (of another key or window).
+    before: Vec<u8>,
+    before_slot: Option<usize>,
+}
+
+impl LastGroup {
+    /// Whether `bytes` (held by `slot`) are `key` then `id`.
+    fn holds(bytes: &[u8], slot: Option<usize>, key: &[u8], id: &[u8]) -> Option<usize> {
+        let n = key.len();
+        slot.filter(|_| bytes.len() == n + id.len() && bytes[..n] == *key && bytes[n..] == *id)
+    }
+
+    /// The slot of `key` and `id` if one of the last two groups has them (that one becomes the
+    /// latest); else `None`, and the latest becomes the one before, its place to be filled.
+    fn find(&mut self, key: &[u8], id: &[u8]) -> Option<usize> {
+        if let Some(slot) = Self::holds(&self.bytes, self.slot, key, id) {
+            return Some(slot);
+        }
+        std::mem::swap(&mut self.bytes, &mut self.before);
+        std::mem::swap(&mut self.slot, &mut self.before_slot);
+        Self::holds(&self.bytes, self.slot, key, id)
+    }
 }
 
 /// One (key, window) group.
@@ -671,14 +694,8 @@ impl WindowAggregateOp {
             start
         };
         let id = id.to_be_bytes();
-        if let Some(slot) = last.slot {
-            let bytes = &last.bytes;
-            if bytes.len() == key.len() + id.len()
-                && bytes[..key.len()] == *key
-                && bytes[key.len()..] == id
-            {
-                return Ok(slot);
-            }
+        if let Some(slot) = last.find(key, &id) {
+            return Ok(slot);
         }
         let buf = &mut last.bytes;
         buf.clear();

@@ -367,11 +367,19 @@ pub(crate) fn date_format_text(text: &ArrayRef) -> ArrayRef {
 /// `Long.MIN_VALUE` (-9223372036854775808), as Flink gives it.
 pub(crate) fn unix_timestamp_text(text: &ArrayRef) -> ArrayRef {
     let text = text.as_string::<i32>();
+    // The text read last and its value: equal texts in a row (a window's rows) are read once.
+    let mut last: Option<(&str, i64)> = None;
     let out: arrow_array::Int64Array = text
         .iter()
         .map(|t| {
-            t.map(|t| {
-                datetime::parse_simple_date_format(t).map_or(i64::MIN, |ms| ms.div_euclid(1000))
+            t.map(|t| match last {
+                Some((l, v)) if l == t => v,
+                _ => {
+                    let v = datetime::parse_simple_date_format(t)
+                        .map_or(i64::MIN, |ms| ms.div_euclid(1000));
+                    last = Some((t, v));
+                    v
+                }
             })
         })
         .collect();

@@ -488,3 +488,29 @@ fn concat_of_bytes_is_bytes_and_casts_coercion_adds_are_not_flinks_text_casts() 
         .and_then(|p| p.evaluate(&b));
     assert!(compared.is_err(), "{compared:?}");
 }
+
+#[test]
+fn unix_timestamp_reads_equal_texts_in_a_row_as_each_alone() {
+    let text: arrow_array::ArrayRef = Arc::new(StringArray::from(vec![
+        Some("2024-01-01 00:01:00"),
+        Some("2024-01-01 00:01:00"),
+        None,
+        Some("2024-01-01 00:01:00"),
+        Some("not a time"),
+        Some("not a time"),
+        Some("2024-01-01 00:02:00"),
+        Some("2024-01-01 00:01:00"),
+    ]));
+    let got = crate::functions::unix_timestamp_text(&text);
+    let want = Int64Array::from(vec![
+        Some(1_704_067_260),
+        Some(1_704_067_260),
+        None,
+        Some(1_704_067_260),
+        Some(i64::MIN),
+        Some(i64::MIN),
+        Some(1_704_067_320),
+        Some(1_704_067_260),
+    ]);
+    assert_eq!(got.as_any().downcast_ref::<Int64Array>().unwrap(), &want);
+}
