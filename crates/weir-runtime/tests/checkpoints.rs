@@ -237,10 +237,21 @@ impl Operator for RemindersOp {
 
 /// `source(2_000)` through `Reminders`, paced by a slow side sink so checkpoints happen.
 fn reminders(parallelism: usize, config: CheckpointConfig, out: &CollectSink) -> JobBuilder {
+    reminders_in(parallelism, JobConfig::default().key_groups, config, out)
+}
+
+/// [`reminders`] with its keys hashed into `key_groups` groups.
+fn reminders_in(
+    parallelism: usize,
+    key_groups: u16,
+    config: CheckpointConfig,
+    out: &CollectSink,
+) -> JobBuilder {
     let job = JobBuilder::with_config(
         "reminders",
         JobConfig {
             parallelism,
+            key_groups,
             checkpointing: Some(config),
             ..self::config(std::path::Path::new("unused"))
         },
@@ -308,6 +319,57 @@ fn timers_are_checkpointed_and_fire_after_a_restore_at_any_parallelism() {
             "every row's timer fires once, restored at parallelism {restore_parallelism}"
         );
     }
+}
+
+#[test]
+fn a_checkpoint_of_keys_cut_into_other_key_groups_is_refused_as_older_manifests_are() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::new(30, dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let job = reminders_in(2, 128, config.clone(), &CollectSink::new())
+            .build()
+            .unwrap();
+        let running = weir_runtime::exec::start(job, Arc::new(weir_core::SystemClock)).unwrap();
+        let stop = running.stop_handle();
+        let metrics = running.metrics.clone();
+        tokio::spawn(async move {
+            while metrics.checkpoints.completed.load(Relaxed) < 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            stop.stop();
+        });
+        running.wait().await.unwrap()
+    });
+    let mut config = config;
+    config.restore = Some("latest".into());
+    let refused = |why: &str| {
+        let out = CollectSink::new();
+        let err = run_within(&reminders_in(2, 64, config.clone(), &out), LIMIT)
+            .expect_err(why)
+            .to_string();
+        assert!(
+            err.contains("cut into 128 key groups") && err.contains("cuts its keys into 64"),
+            "{why}: {err}"
+        );
+        assert_eq!(out.rows(), 0, "{why}");
+    };
+    refused("the manifest records the count");
+    // An older weir's manifests do not: the subtasks' ranges end at it.
+    let manifests = (std::fs::read_dir(dir.path()).unwrap())
+        .map(|e| e.unwrap().path().join("_manifest.json"))
+        .filter(|p| p.exists())
+        .collect::<Vec<_>>();
+    assert!(!manifests.is_empty());
+    for path in manifests {
+        let mut m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(m["key_groups"], 128);
+        m.as_object_mut().unwrap().remove("key_groups");
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    }
+    refused("the ranges give the count");
 }
 
 #[test]

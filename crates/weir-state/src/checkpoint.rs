@@ -132,6 +132,11 @@ pub struct Manifest {
     /// Bytes of all state files; [`CheckpointStorage::complete`] sets it.
     #[serde(default)]
     pub state_bytes: u64,
+    /// The number of key groups the job's keys were hashed into, which every subtask's
+    /// [`SubtaskState::key_groups`] is a range of; absent in checkpoints of older weirs (see
+    /// [`Manifest::key_group_count`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_groups: Option<u16>,
 }
 
 /// The state of one operator (a node of the job graph) in a checkpoint.
@@ -271,7 +276,20 @@ impl Manifest {
             sources: BTreeMap::new(),
             state_rows: 0,
             state_bytes: 0,
+            key_groups: None,
         }
+    }
+
+    /// The number of key groups the checkpoint's keyed state was cut into: as recorded, or, in
+    /// a checkpoint of an older weir, where its subtasks' ranges end (the subtasks of a node
+    /// own every key group between them, so the last range ends at the count). `None` when it
+    /// records neither.
+    pub fn key_group_count(&self) -> Option<u16> {
+        self.key_groups.or_else(|| {
+            (self.nodes.values().flat_map(|n| n.subtasks.iter()))
+                .map(|s| s.key_groups.end)
+                .max()
+        })
     }
 
     /// The least watermark of the source splits the checkpoint records (`i64::MIN` for a split

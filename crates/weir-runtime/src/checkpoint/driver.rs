@@ -396,6 +396,7 @@ impl Driver {
     fn complete(&mut self, done: Completed, now_ms: i64, metrics: &JobMetrics) -> Result<()> {
         use weir_state::checkpoint::{Manifest, NodeState, SplitPosition, StateFile, SubtaskState};
         let mut m = Manifest::new(&self.job, done.epoch, weir_core::time::ProcTime(now_ms));
+        m.key_groups = Some(self.key_groups);
         let mut bytes = 0;
         let (mut sync_nanos, mut async_nanos, mut written) = (0, 0, 0);
         let mut alignment_nanos = 0;

@@ -128,6 +128,23 @@ pub(crate) fn check_restorable(
             )));
         }
     }
+    // Keys hash into key groups, and a subtask's state is filed by the groups' range: cut into
+    // another count, the same ranges hold other keys, and a key's state would be found by
+    // another subtask, or not at all. No setting can drop that.
+    if let Some(count) = m.key_group_count() {
+        if count != graph.config.key_groups {
+            return Err(Error::plan(format!(
+                "checkpoint {} ({}) holds keyed state cut into {count} key groups, and job `{}` \
+                 cuts its keys into {}: each key would be looked for in another group's state. \
+                 Restore it with the job's key groups as they were ({count}: the Rust API's \
+                 JobConfig::key_groups), or start without --restore",
+                m.epoch.0,
+                restored.handle.location.display(),
+                graph.name,
+                graph.config.key_groups
+            )));
+        }
+    }
     let unknown: Vec<&String> = (m.sources.keys())
         .chain(
             m.nodes
