@@ -362,20 +362,23 @@ fn fixture_queries_run_unchanged_through_weir_run() {
     }
 }
 
-/// The interval join with its state on RocksDB (`state.backend.type = 'rocksdb'`) gives
-/// Flink's rows through `weir run`, on small/ and late/, at parallelism 1 and 2.
+/// The interval and temporal joins with their state on RocksDB (`state.backend.type =
+/// 'rocksdb'`) give Flink's rows through `weir run`, on small/ and late/, at parallelism 1
+/// and 2.
 #[cfg(feature = "rocksdb")]
 #[test]
-fn the_interval_join_on_rocksdb_matches_flink() {
+fn the_interval_and_temporal_joins_on_rocksdb_match_flink() {
     let rocksdb = "SET 'state.backend.type' = 'rocksdb';\n\
                    SET 'state.backend.rocksdb.localdir' = 'rocks';\n";
-    for set in ["small", "late"] {
-        for p in ["1", "2"] {
-            assert_same_rows(
-                &weir_run(set, "interval_join", rocksdb, p),
-                &expected(set, "interval_join"),
-                &format!("{set}/interval_join at parallelism {p} on rocksdb"),
-            );
+    for query in ["interval_join", "temporal_join"] {
+        for set in ["small", "late"] {
+            for p in ["1", "2"] {
+                assert_same_rows(
+                    &weir_run(set, query, rocksdb, p),
+                    &expected(set, query),
+                    &format!("{set}/{query} at parallelism {p} on rocksdb"),
+                );
+            }
         }
     }
 }

@@ -201,7 +201,7 @@ impl OperatorFactory for TemporalJoin {
     }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, et, op, _) = self.check(inputs)?;
-        Ok(Box::new(TemporalJoinOp {
+        let parts = Parts {
             keep_unmatched: self.join_type == JoinType::Left,
             layout: StateLayout::new(
                 &schema,
@@ -219,6 +219,18 @@ impl OperatorFactory for TemporalJoin {
                 KeyEncoder::new(&inputs[0].schema, &self.probe_keys)?,
                 KeyEncoder::new(&inputs[1].schema, &self.table_keys)?,
             ],
+            schemas: [inputs[0].schema.clone(), inputs[1].schema.clone()],
+        };
+        if info.state_backend.on_disk() {
+            return disk_op(parts, info);
+        }
+        Ok(Box::new(TemporalJoinOp {
+            keep_unmatched: parts.keep_unmatched,
+            layout: parts.layout,
+            schema: parts.schema,
+            event_time: parts.event_time,
+            op_column: parts.op_column,
+            encoders: parts.encoders,
             stores: [
                 BatchStore::new(inputs[0].schema.clone()),
                 BatchStore::new(inputs[1].schema.clone()),
@@ -258,6 +270,34 @@ impl OperatorFactory for TemporalJoin {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn state_on_disk(&self) -> bool {
+        true
+    }
+}
+
+/// The parts of a temporal join's subtask that both backends build from its spec.
+#[cfg_attr(not(feature = "rocksdb"), allow(dead_code))]
+struct Parts {
+    keep_unmatched: bool,
+    layout: StateLayout,
+    schema: SchemaRef,
+    event_time: [usize; 2],
+    op_column: Option<usize>,
+    encoders: [KeyEncoder; 2],
+    schemas: [SchemaRef; 2],
+}
+
+#[cfg(feature = "rocksdb")]
+mod disk;
+
+#[cfg(feature = "rocksdb")]
+fn disk_op(parts: Parts, info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(disk::DiskTemporalJoinOp::open(parts, info)?))
+}
+
+#[cfg(not(feature = "rocksdb"))]
+fn disk_op(_: Parts, _: &SubtaskInfo) -> Result<Box<dyn Operator>> {
+    Err(crate::no_disk_state())
 }
 
 /// The temporal join's own columns of its checkpointed state: a probe's event time or a
@@ -319,11 +359,19 @@ fn tie_winner(
         let enc = rows.convert_columns(batch.columns())?;
         Ok(enc.row(0).as_ref().to_vec())
     };
-    Ok(match (a, b) {
+    Ok(tie_winner_of(
+        a.map(encode).transpose()?,
+        b.map(encode).transpose()?,
+    ))
+}
+
+/// [`tie_winner`] of two versions as their rows in Arrow's row encoding (`None`: a delete).
+fn tie_winner_of(a: Option<Vec<u8>>, b: Option<Vec<u8>>) -> usize {
+    match (a, b) {
         (None, _) => 0,
         (Some(_), None) => 1,
-        (Some(a), Some(b)) => usize::from(encode(b)? > encode(a)?),
-    })
+        (Some(a), Some(b)) => usize::from(b > a),
+    }
 }
 
 impl TemporalJoinOp {

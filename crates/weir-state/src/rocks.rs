@@ -278,6 +278,23 @@ impl DiskStore {
         failed.map_or(Ok(()), Err)
     }
 
+    /// The last entry from `from` (inclusive) to `until` (exclusive), found by a seek from
+    /// the end: it steps over no deleted entry before it, as a scan from `from` would.
+    pub fn last_in(&self, from: &[u8], until: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_lower_bound(from.to_vec());
+        opts.set_iterate_upper_bound(until.to_vec());
+        opts.set_total_order_seek(true);
+        let mut it = self.db.raw_iterator_opt(opts);
+        it.seek_to_last();
+        if let (true, Some(k), Some(v)) = (it.valid(), it.key(), it.value()) {
+            return Ok(Some((k.to_vec(), v.to_vec())));
+        }
+        it.status()
+            .map(|()| None)
+            .map_err(|e| rocks_err("read", &self.dir, e))
+    }
+
     /// An iterator for many scans within one key's rows ([`Probes::scan`]), cheaper than a
     /// [`DiskStore::scan`] each. It sees the store as it was when made.
     pub fn probes(&self) -> Probes<'_> {

@@ -1,0 +1,654 @@
+//! The temporal join's state on local disk: the `'rocksdb'` state backend.
+//!
+//! A waiting probe row is stored under `(0, key group, key, event time, sequence)` with its
+//! columns in Arrow's row format, and filed a second time in the store's expiry namespace
+//! under its event time (or, for a row of an input that was idle, just past the watermarks
+//! already handled, which a later scan reaches). A version is stored under `(1, key group,
+//! key, valid-from, 0)` (one per key and instant: a tie keeps the winner
+//! [`super::tie_winner_of`] picks, by the same row bytes) with a delete flag and its columns.
+//!
+//! Versions are kept and dropped when the memory backend keeps and drops them, so both answer
+//! alike also for a row that is on time by its own split's watermark but at or below the
+//! join's (an input that was idle): a new version drops its key's versions at or below the
+//! watermark but the last; a watermark takes the due probes in time order, a bounded number at
+//! a time, joins each with the last version of its key at or before its time (a scan of the
+//! key's versions up to it), and then does the same for the keys it probed, dropping a lone
+//! delete at or below the watermark of a key without waiting probes ("no value" either way).
+//!
+//! A checkpoint reads a snapshot of the store on another thread and writes every row in the
+//! join's state layout, as the memory backend's rows, so either backend restores the other's
+//! checkpoints at any parallelism; with incremental checkpoints it takes the store's files
+//! instead (`store_snapshot`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow_array::builder::BinaryBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, UInt16Type};
+use arrow_array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::SchemaRef;
+use weir_core::batch::event_times;
+use weir_core::changes::ChangeKind;
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
+use weir_core::time::Watermark;
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
+use weir_state::rocks::{
+    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, RowKey, Writes,
+};
+use weir_state::{BatchStore, StateSize};
+
+use super::{Parts, DELETE_COLUMN, EVENT_TIME_COLUMN};
+use crate::join::{StateLayout, NULL_KEY};
+
+/// The namespace of waiting probe rows.
+const PROBES: u8 = 0;
+/// The namespace of versions.
+const VERSIONS: u8 = 1;
+/// The namespace of each key's floor: the time of its oldest version kept, below which are
+/// only deleted versions a scan need not step over.
+const FLOORS: u8 = 2;
+/// A version's flag byte: a value, or a delete (no columns follow).
+const VALUE: u8 = 0;
+const DELETE: u8 = 1;
+
+/// One subtask of a temporal join with its state in a [`DiskStore`].
+pub(super) struct DiskTemporalJoinOp {
+    keep_unmatched: bool,
+    layout: StateLayout,
+    schema: SchemaRef,
+    event_time: [usize; 2],
+    op_column: Option<usize>,
+    encoders: [KeyEncoder; 2],
+    /// Each input's rows in Arrow's row format, as stored.
+    converters: [RowConverter; 2],
+    schemas: [SchemaRef; 2],
+    store: DiskStore,
+    key_groups: u16,
+    /// The next probe row's sequence number.
+    seq: u64,
+    /// Expiry entries at or below it are gone: a scan starts after it.
+    expired_through: Option<i64>,
+    /// Expiry entries one pass takes, and rows a state batch holds, at most.
+    at_once: usize,
+    watermark: Watermark,
+    pending: u64,
+    versions: u64,
+    peak_pending: u64,
+    peak_versions: u64,
+    late: [u64; 2],
+    null_keys: [u64; 2],
+    unmatched_emitted: u64,
+    ties: u64,
+}
+
+fn converter(schema: &SchemaRef) -> Result<RowConverter> {
+    let fields = (schema.fields().iter())
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    RowConverter::new(fields).map_err(|e| {
+        Error::plan(format!(
+            "state.backend.type = 'rocksdb': a temporal join input's columns cannot be stored \
+             on disk ({e}); use 'hashmap'"
+        ))
+    })
+}
+
+impl DiskTemporalJoinOp {
+    pub(super) fn open(parts: Parts, info: &SubtaskInfo) -> Result<Self> {
+        let label = format!("{}-{}", info.operator, info.subtask);
+        let store = DiskStore::open(&info.state_backend, &label)?;
+        Ok(DiskTemporalJoinOp {
+            keep_unmatched: parts.keep_unmatched,
+            layout: parts.layout,
+            schema: parts.schema,
+            event_time: parts.event_time,
+            op_column: parts.op_column,
+            encoders: parts.encoders,
+            converters: [converter(&parts.schemas[0])?, converter(&parts.schemas[1])?],
+            schemas: parts.schemas,
+            store,
+            key_groups: info.key_groups,
+            seq: 0,
+            expired_through: None,
+            at_once: crate::disk_keys::at_once(info),
+            watermark: Watermark::MIN,
+            pending: 0,
+            versions: 0,
+            peak_pending: 0,
+            peak_versions: 0,
+            late: [0; 2],
+            null_keys: [0; 2],
+            unmatched_emitted: 0,
+            ties: 0,
+        })
+    }
+
+    /// Stages probe row `row` (its columns in row format) filed under `key` of `group` at
+    /// `ts`, with its expiry entry.
+    fn stage_probe(&mut self, w: &mut Writes, group: u16, key: &[u8], ts: i64, row: &[u8]) {
+        let mut k = Vec::with_capacity(key.len() + 23);
+        RowKey {
+            namespace: PROBES,
+            key_group: group,
+            key,
+            time: ts,
+            seq: self.seq,
+        }
+        .encode(&mut k);
+        self.seq += 1;
+        w.put(&k, row);
+        let mut e = Vec::with_capacity(k.len() + 9);
+        // Expiry entries up to `expired_through` are not scanned again: a probe at or below
+        // it (of an input that was idle) is filed just past it, to be due at the next watermark.
+        let due = match self.expired_through {
+            Some(done) => ts.max(done.saturating_add(1)),
+            None => ts,
+        };
+        expiry_key(&mut e, due, &k);
+        w.put(&e, b"");
+        self.pending += 1;
+    }
+
+    fn add_probes(&mut self, data: RecordBatch) -> Result<()> {
+        let times = event_times(&data, self.event_time[0])?;
+        let keys = self.encoders[0].encode(&data)?;
+        let null_keys = self.encoders[0].null_keys(&data);
+        let rows = self.converters[0].convert_columns(data.columns())?;
+        let mut w = Writes::default();
+        for (i, key) in keys.iter().enumerate() {
+            // The key group of the key the row was routed by, also for a NULL key.
+            let group = key_group(hash_key(key.as_ref()), self.key_groups);
+            let k = if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                self.null_keys[0] += 1;
+                if !self.keep_unmatched {
+                    continue;
+                }
+                // No version is filed under it: the probe waits like any other and is
+                // emitted unmatched.
+                NULL_KEY
+            } else {
+                key.as_ref()
+            };
+            self.stage_probe(&mut w, group, k, times[i], rows.row(i).as_ref());
+        }
+        self.store.write(w)?;
+        self.peak_pending = self.peak_pending.max(self.pending);
+        Ok(())
+    }
+
+    /// The key of `key`'s version at `ts`.
+    fn version_key(group: u16, key: &[u8], ts: i64) -> Vec<u8> {
+        let mut k = Vec::with_capacity(key.len() + 23);
+        RowKey {
+            namespace: VERSIONS,
+            key_group: group,
+            key,
+            time: ts,
+            seq: 0,
+        }
+        .encode(&mut k);
+        k
+    }
+
+    /// Files version `value` (flag, then columns) of `key` at `ts` and drops the versions it
+    /// makes useless, as the memory backend does; of two at one instant, the winner stays.
+    fn add_version(&mut self, group: u16, key: &[u8], ts: i64, value: Vec<u8>) -> Result<()> {
+        let k = Self::version_key(group, key, ts);
+        if let Some(old) = self.store.get(&k)? {
+            // Two versions of a key at one instant: which arrived last can depend on
+            // parallelism and timing, so the winner is chosen by content instead.
+            self.ties += 1;
+            let as_row = |v: &[u8]| (v[0] == VALUE).then(|| v[1..].to_vec());
+            if super::tie_winner_of(as_row(&old), as_row(&value)) == 1 {
+                let mut w = Writes::default();
+                w.put(&k, &value);
+                self.store.write(w)?;
+            }
+            return Ok(());
+        }
+        let mut w = Writes::default();
+        w.put(&k, &value);
+        // A version older than the key's floor (of an input that was idle) moves the floor
+        // down to it, so the prune below sees it.
+        if ts < self.floor(group, key)? {
+            w.put(Self::floor_key(group, key), ts.to_be_bytes());
+        }
+        self.store.write(w)?;
+        self.versions += 1;
+        self.prune(group, key)
+    }
+
+    /// Drops the versions of `key` that no future probe can pick: all at or below the
+    /// watermark but the last. The scan starts at the key's floor, which then moves up to the
+    /// version kept.
+    fn prune(&mut self, group: u16, key: &[u8]) -> Result<()> {
+        let floor = self.floor(group, key)?;
+        let (from, until) = RowKey::time_range(VERSIONS, group, key, floor, self.watermark.0);
+        let mut at_or_below: Vec<Vec<u8>> = Vec::new();
+        self.store.scan(&from, &until, |k, _| {
+            at_or_below.push(k.to_vec());
+            Ok(true)
+        })?;
+        let Some(kept) = at_or_below.pop() else {
+            return Ok(());
+        };
+        if at_or_below.is_empty() {
+            return Ok(());
+        }
+        let mut w = Writes::default();
+        for k in &at_or_below {
+            w.delete(k);
+        }
+        let kept = RowKey::decode(&kept)?.time;
+        w.put(Self::floor_key(group, key), kept.to_be_bytes());
+        self.store.write(w)?;
+        self.versions -= at_or_below.len() as u64;
+        Ok(())
+    }
+
+    /// After a watermark probed `key`: its versions pruned, and a lone delete at or below the
+    /// watermark dropped when no probe of the key waits (it answers every later probe as an
+    /// empty key does).
+    fn tidy(&mut self, group: u16, key: &[u8]) -> Result<()> {
+        self.prune(group, key)?;
+        let floor = self.floor(group, key)?;
+        let (from, until) = RowKey::time_range(VERSIONS, group, key, floor, i64::MAX);
+        let mut versions: Vec<(Vec<u8>, bool)> = Vec::new();
+        self.store.scan(&from, &until, |k, v| {
+            versions.push((k.to_vec(), v[0] == DELETE));
+            Ok(versions.len() < 2)
+        })?;
+        let [(k, true)] = &versions[..] else {
+            return Ok(());
+        };
+        let time = RowKey::decode(k)?.time;
+        if time > self.watermark.0 {
+            return Ok(());
+        }
+        // Every probe of the key at or below the watermark was joined now (one of an idle
+        // input is due at the watermark after the one it came at): those waiting are later.
+        let (from, until) = RowKey::time_range(
+            PROBES,
+            group,
+            key,
+            self.watermark.0.saturating_add(1),
+            i64::MAX,
+        );
+        let mut waiting = false;
+        self.store.scan(&from, &until, |_, _| {
+            waiting = true;
+            Ok(false)
+        })?;
+        if !waiting {
+            let mut w = Writes::default();
+            w.delete(k);
+            w.put(
+                Self::floor_key(group, key),
+                time.saturating_add(1).to_be_bytes(),
+            );
+            self.store.write(w)?;
+            self.versions -= 1;
+        }
+        Ok(())
+    }
+
+    fn add_versions(&mut self, data: RecordBatch) -> Result<()> {
+        let times = event_times(&data, self.event_time[1])?;
+        let keys = self.encoders[1].encode(&data)?;
+        let null_keys = self.encoders[1].null_keys(&data);
+        let ops = (self.op_column)
+            .map(|i| weir_core::changes::change_kinds(&data, i))
+            .transpose()
+            .map_err(|e| Error::plan(format!("temporal join: {e}")))?;
+        let rows = self.converters[1].convert_columns(data.columns())?;
+        for (i, key) in keys.iter().enumerate() {
+            if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                self.null_keys[1] += 1;
+                continue;
+            }
+            let delete = match ops.as_ref().map(|o| o[i]) {
+                None | Some(ChangeKind::Insert | ChangeKind::UpdateAfter) => false,
+                Some(ChangeKind::Delete) => true,
+                Some(ChangeKind::UpdateBefore) => continue,
+            };
+            let group = key_group(hash_key(key.as_ref()), self.key_groups);
+            self.add_version(
+                group,
+                key.as_ref(),
+                times[i],
+                version_value(&rows, i, delete),
+            )?;
+        }
+        self.peak_versions = self.peak_versions.max(self.versions);
+        Ok(())
+    }
+
+    /// The value of the last version of `key` at or before `ts`, if any.
+    fn version_at(&self, group: u16, key: &[u8], ts: i64) -> Result<Option<Vec<u8>>> {
+        let (from, until) = RowKey::time_range(VERSIONS, group, key, i64::MIN, ts);
+        Ok(self.store.last_in(&from, &until)?.map(|(_, v)| v))
+    }
+
+    /// The key of `key`'s floor entry.
+    fn floor_key(group: u16, key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(key.len() + 7);
+        KeyOf {
+            namespace: FLOORS,
+            key_group: group,
+            key,
+        }
+        .encode(&mut k);
+        k
+    }
+
+    /// The time of `key`'s oldest version kept: versions before it were deleted.
+    fn floor(&self, group: u16, key: &[u8]) -> Result<i64> {
+        Ok(match self.store.get(&Self::floor_key(group, key))? {
+            Some(v) => i64::from_be_bytes(v.as_slice().try_into().map_err(|_| {
+                Error::Internal(format!("temporal join: a floor entry of {} bytes", v.len()))
+            })?),
+            None => i64::MIN,
+        })
+    }
+
+    /// Joined rows of probe rows and their versions' rows (`None`: unmatched), both in row
+    /// format.
+    fn assemble(&self, pairs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<RecordBatch> {
+        let parser = self.converters[0].parser();
+        let mut cols = self.converters[0].convert_rows(pairs.iter().map(|p| parser.parse(&p.0)))?;
+        cols.extend(table_columns(
+            &self.converters[1],
+            pairs.iter().map(|p| p.1.as_deref()),
+        )?);
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
+}
+
+/// The columns of `rows` (row-format bytes, `None` a row of NULLs) by `converter`.
+fn table_columns<'a>(
+    converter: &RowConverter,
+    rows: impl Iterator<Item = Option<&'a [u8]>> + Clone,
+) -> Result<Vec<ArrayRef>> {
+    let parser = converter.parser();
+    let cols = converter.convert_rows(rows.clone().flatten().map(|r| parser.parse(r)))?;
+    if rows.clone().all(|r| r.is_some()) {
+        return Ok(cols);
+    }
+    let mut next = 0u32;
+    let take: UInt32Array = rows
+        .map(|r| {
+            r.map(|_| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect();
+    Ok(cols
+        .iter()
+        .map(|c| arrow_select::take::take(c, &take, None))
+        .collect::<std::result::Result<_, _>>()?)
+}
+
+/// A version's stored value: [`VALUE`] and row `i` of `rows`, or [`DELETE`].
+fn version_value(rows: &arrow_row::Rows, i: usize, delete: bool) -> Vec<u8> {
+    if delete {
+        return vec![DELETE];
+    }
+    let row = rows.row(i);
+    let mut v = Vec::with_capacity(row.as_ref().len() + 1);
+    v.push(VALUE);
+    v.extend_from_slice(row.as_ref());
+    v
+}
+
+impl Operator for DiskTemporalJoinOp {
+    fn on_batch(&mut self, input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        let times = event_times(&batch.data, self.event_time[input])?;
+        let (on_time, late) = batch.split_late(&times, |t, wm| t <= wm)?;
+        if let Some(late) = late {
+            self.late[input] += late.num_rows() as u64;
+            ctx.emit_late_from(input, late);
+        }
+        if on_time.num_rows() == 0 {
+            return Ok(());
+        }
+        if input == 0 {
+            self.add_probes(on_time.data)
+        } else {
+            self.add_versions(on_time.data)
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        self.watermark = watermark;
+        let wm = watermark.0;
+        let (mut from, until) = expired_range(wm, self.expired_through);
+        // The keys probed, by their key prefix: tidied once every due probe is joined.
+        let mut probed: BTreeSet<(u16, Vec<u8>)> = BTreeSet::new();
+        loop {
+            let mut due: Vec<Vec<u8>> = Vec::new();
+            let at_once = self.at_once;
+            self.store.scan(&from, &until, |k, _| {
+                due.push(k.to_vec());
+                Ok(due.len() < at_once)
+            })?;
+            let Some(last) = due.last() else {
+                break;
+            };
+            // The next pass starts after the last entry taken (a scan from the start again
+            // would step over the deletes of every pass before).
+            from = last.clone();
+            from.push(0);
+            let mut w = Writes::default();
+            let mut pairs: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+            for expiry in &due {
+                let k = row_key_of_expiry(expiry);
+                let key = RowKey::decode(k)?;
+                let Some(row) = self.store.get(k)? else {
+                    return Err(Error::Internal(format!(
+                        "temporal join: the probe row of expiry entry {expiry:?} is missing"
+                    )));
+                };
+                w.delete(expiry);
+                w.delete(k);
+                self.pending -= 1;
+                let version = if key.key == NULL_KEY {
+                    None
+                } else {
+                    probed.insert((key.key_group, key.key.to_vec()));
+                    self.version_at(key.key_group, key.key, key.time)?
+                };
+                match version.filter(|v| v[0] == VALUE) {
+                    Some(v) => pairs.push((row, Some(v[1..].to_vec()))),
+                    None if self.keep_unmatched => pairs.push((row, None)),
+                    None => {}
+                }
+            }
+            let matched = pairs.iter().filter(|p| p.1.is_some()).count();
+            self.unmatched_emitted += (pairs.len() - matched) as u64;
+            if !pairs.is_empty() {
+                ctx.emit(StreamBatch::new(self.assemble(&pairs)?));
+            }
+            self.store.write(w)?;
+        }
+        self.expired_through = Some(wm);
+        if wm == i64::MAX {
+            // End of input: nothing can probe the versions any more.
+            self.versions = 0;
+            return Ok(());
+        }
+        for (group, key) in probed {
+            self.tidy(group, &key)?;
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize {
+            rows: self.pending + self.versions,
+            bytes: self.store.bytes(),
+        }
+    }
+
+    /// Every waiting probe and version, read from a snapshot of the store on another thread
+    /// and written in the join's state layout (the memory backend's) as it is read.
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
+        let layout = self.layout.clone();
+        let schemas = self.schemas.clone();
+        let batch_rows = self.at_once;
+        crate::store_snapshot::store_snapshot(
+            &self.store,
+            // Probes and versions; not the floors (nor the expiry entries after them).
+            vec![FLOORS],
+            move |entries, emit| {
+                let mut sides = [Side::new(&schemas[0])?, Side::new(&schemas[1])?];
+                for entry in entries {
+                    let (k, v) = entry?;
+                    let key = RowKey::decode(&k)?;
+                    let side = key.namespace as usize;
+                    let s = sides.get_mut(side).ok_or_else(|| {
+                        Error::Internal(format!("temporal join state of namespace {side}"))
+                    })?;
+                    let row = if side == 0 {
+                        Some(&v[..])
+                    } else {
+                        (v[0] == VALUE).then(|| &v[1..])
+                    };
+                    s.push(key.key_group, key.key, key.time, row);
+                    if s.len() == batch_rows {
+                        emit(s.flush(side, &layout)?)?;
+                    }
+                }
+                for (side, s) in sides.iter_mut().enumerate() {
+                    if s.len() > 0 {
+                        emit(s.flush(side, &layout)?)?;
+                    }
+                }
+                Ok(())
+            },
+        )
+    }
+
+    /// Takes up probes and versions of either backend's snapshot.
+    fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
+        let missing = |c: &str| Error::Internal(format!("temporal join state without {c}"));
+        for b in state {
+            let b = &b?;
+            let times = b
+                .column_by_name(EVENT_TIME_COLUMN)
+                .ok_or_else(|| missing(EVENT_TIME_COLUMN))?
+                .as_primitive::<Int64Type>();
+            let deletes = b
+                .column_by_name(DELETE_COLUMN)
+                .ok_or_else(|| missing(DELETE_COLUMN))?
+                .as_boolean();
+            let groups = b
+                .column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN)
+                .and_then(|c| c.as_primitive_opt::<UInt16Type>())
+                .ok_or_else(|| missing(weir_state::snapshot::KEY_GROUP_COLUMN))?;
+            let has_row = BooleanArray::new(!deletes.values(), None);
+            let mut stores = self.schemas.clone().map(BatchStore::new);
+            let (rows, ids) = self.layout.read(b, &mut stores, Some(&has_row))?;
+            let converted = [0, 1].map(|side| {
+                ids[side]
+                    .map(|id| {
+                        self.converters[side].convert_columns(stores[side].batch(id).columns())
+                    })
+                    .transpose()
+            });
+            let [probe_rows, version_rows] = converted;
+            let (probe_rows, version_rows) = (probe_rows?, version_rows?);
+            let mut w = Writes::default();
+            for (i, r) in rows.iter().enumerate() {
+                let ts = times.value(i);
+                let group = groups.value(i);
+                if r.side == 0 {
+                    let (Some(at), Some(rows)) = (r.row, probe_rows.as_ref()) else {
+                        return Err(missing("a probe's row"));
+                    };
+                    let row = rows.row(at.row as usize);
+                    self.stage_probe(&mut w, group, r.key, ts, row.as_ref());
+                } else {
+                    let value = match (r.row, version_rows.as_ref()) {
+                        (Some(at), Some(rows)) => version_value(rows, at.row as usize, false),
+                        _ => vec![DELETE],
+                    };
+                    // One subtask's snapshot holds one version of a key at an instant, and
+                    // one subtask holds a key: no tie here.
+                    w.put(Self::version_key(group, r.key, ts), value);
+                    self.versions += 1;
+                }
+            }
+            self.store.write(w)?;
+        }
+        self.peak_pending = self.pending;
+        self.peak_versions = self.versions;
+        Ok(())
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("probes_waiting", self.pending as i64),
+            ("versions_held", self.versions as i64),
+            ("peak_probes_waiting", self.peak_pending as i64),
+            ("peak_versions_held", self.peak_versions as i64),
+            ("late_probe", self.late[0] as i64),
+            ("late_table", self.late[1] as i64),
+            ("null_key_probe", self.null_keys[0] as i64),
+            ("null_key_table", self.null_keys[1] as i64),
+            ("unmatched_emitted", self.unmatched_emitted as i64),
+            ("version_ties", self.ties as i64),
+        ]);
+    }
+}
+
+/// One side's rows of a state batch being made: a probe's or a version's columns (`None`: a
+/// delete), key group, key and time.
+struct Side {
+    converter: RowConverter,
+    groups: Vec<u16>,
+    keys: BinaryBuilder,
+    times: Vec<i64>,
+    rows: Vec<Option<Vec<u8>>>,
+}
+
+impl Side {
+    fn new(schema: &SchemaRef) -> Result<Side> {
+        Ok(Side {
+            converter: converter(schema)?,
+            groups: Vec::new(),
+            keys: BinaryBuilder::new(),
+            times: Vec::new(),
+            rows: Vec::new(),
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn push(&mut self, group: u16, key: &[u8], time: i64, row: Option<&[u8]>) {
+        self.groups.push(group);
+        self.keys.append_value(key);
+        self.times.push(time);
+        self.rows.push(row.map(<[u8]>::to_vec));
+    }
+
+    fn flush(&mut self, side: usize, layout: &StateLayout) -> Result<RecordBatch> {
+        let rows = std::mem::take(&mut self.rows);
+        let cols = table_columns(&self.converter, rows.iter().map(Option::as_deref))?;
+        let deletes: ArrayRef = Arc::new(BooleanArray::from(
+            rows.iter().map(Option::is_none).collect::<Vec<_>>(),
+        ));
+        let times: ArrayRef = Arc::new(Int64Array::from(std::mem::take(&mut self.times)));
+        layout.side_batch(
+            side,
+            cols,
+            std::mem::take(&mut self.groups),
+            Arc::new(self.keys.finish()),
+            vec![times, deletes],
+        )
+    }
+}
