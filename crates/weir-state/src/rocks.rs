@@ -278,23 +278,6 @@ impl DiskStore {
         failed.map_or(Ok(()), Err)
     }
 
-    /// The last entry from `from` (inclusive) to `until` (exclusive), found by a seek from
-    /// the end: it steps over no deleted entry before it, as a scan from `from` would.
-    pub fn last_in(&self, from: &[u8], until: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let mut opts = ReadOptions::default();
-        opts.set_iterate_lower_bound(from.to_vec());
-        opts.set_iterate_upper_bound(until.to_vec());
-        opts.set_total_order_seek(true);
-        let mut it = self.db.raw_iterator_opt(opts);
-        it.seek_to_last();
-        if let (true, Some(k), Some(v)) = (it.valid(), it.key(), it.value()) {
-            return Ok(Some((k.to_vec(), v.to_vec())));
-        }
-        it.status()
-            .map(|()| None)
-            .map_err(|e| rocks_err("read", &self.dir, e))
-    }
-
     /// An iterator for many scans within one key's rows ([`Probes::scan`]), cheaper than a
     /// [`DiskStore::scan`] each. It sees the store as it was when made.
     pub fn probes(&self) -> Probes<'_> {
@@ -426,6 +409,13 @@ impl<T> Reading<T> {
 /// What [`DiskStore::stream_later`] gives each batch it reads: `Err` stops the reading.
 pub type Emit<'a, E> = &'a mut dyn FnMut(arrow_array::RecordBatch) -> std::result::Result<(), E>;
 
+/// What [`Probes::last_and_next`] found: the last entry before a key, and the next key.
+#[derive(Debug, Default)]
+pub struct Around {
+    pub last: Option<(Vec<u8>, Vec<u8>)>,
+    pub next: Option<Vec<u8>>,
+}
+
 /// Scans within one key's rows ([`DiskStore::probes`]).
 pub struct Probes<'a> {
     it: DBRawIterator<'a>,
@@ -445,6 +435,37 @@ impl Probes<'_> {
             visit(k, v);
             Ok(true)
         })
+    }
+
+    /// The last entry from `from` (inclusive) to `until` (exclusive), both keys of one key's
+    /// rows ([`RowKey::time_range`]), found by a seek from the end (it steps over no deleted
+    /// entry before it, and the key's bloom filters pass over files without it); and the key
+    /// of the key's first row at or after `until`, if there is one.
+    pub fn last_and_next(&mut self, from: &[u8], until: &[u8]) -> Result<Around> {
+        let status = |it: &DBRawIterator| it.status().map_err(|e| rocks_err("read", self.dir, e));
+        self.it.seek_for_prev(until);
+        let last = match (self.it.valid(), self.it.key(), self.it.value()) {
+            (true, Some(k), Some(v)) if k < until => {
+                let found = (k >= from).then(|| (k.to_vec(), v.to_vec()));
+                self.it.next();
+                found
+            }
+            (true, Some(_), Some(_)) => None,
+            _ => {
+                status(&self.it)?;
+                // Nothing at or before `until` in the key's rows: its first, if any, is after.
+                self.it.seek(until);
+                None
+            }
+        };
+        let next = match (self.it.valid(), self.it.key()) {
+            (true, Some(k)) if k >= until && k.starts_with(&until[..RowKey::prefix_len(until)]) => {
+                Some(k.to_vec())
+            }
+            _ => None,
+        };
+        status(&self.it)?;
+        Ok(Around { last, next })
     }
 }
 
@@ -609,6 +630,16 @@ impl<'a> RowKey<'a> {
         prefix(out, self.namespace, self.key_group, self.key);
         out.extend_from_slice(&time_bytes(self.time));
         out.extend_from_slice(&self.seq.to_be_bytes());
+    }
+
+    /// The length of the prefix of an encoded row key (or of a bound made by
+    /// [`RowKey::time_range`]) that names its namespace, key group and key.
+    pub fn prefix_len(bytes: &[u8]) -> usize {
+        if bytes.len() < 7 {
+            return bytes.len();
+        }
+        let len = u32::from_be_bytes([bytes[3], bytes[4], bytes[5], bytes[6]]) as usize;
+        (7 + len).min(bytes.len())
     }
 
     /// Decodes a key that [`RowKey::encode`] wrote.

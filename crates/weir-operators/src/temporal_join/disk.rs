@@ -11,8 +11,8 @@
 //! alike also for a row that is on time by its own split's watermark but at or below the
 //! join's (an input that was idle): a new version drops its key's versions at or below the
 //! watermark but the last; a watermark takes the due probes in time order, a bounded number at
-//! a time, joins each with the last version of its key at or before its time (a scan of the
-//! key's versions up to it), and then does the same for the keys it probed, dropping a lone
+//! a time, joins each with the last version of its key at or before its time (a seek back from
+//! it, by the key's bloom filters), and then does the same for the keys it probed, dropping a lone
 //! delete at or below the watermark of a key without waiting probes ("no value" either way).
 //!
 //! A checkpoint reads a snapshot of the store on another thread and writes every row in the
@@ -20,7 +20,7 @@
 //! checkpoints at any parallelism; with incremental checkpoints it takes the store's files
 //! instead (`store_snapshot`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow_array::builder::BinaryBuilder;
@@ -35,7 +35,8 @@ use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
 use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::rocks::{
-    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, RowKey, Writes,
+    expired_range, expiry_key, row_key_of_expiry, DiskStore, KeyOf, KeyOrderedWrites, Probes,
+    RowKey, Writes, EXPIRY_NAMESPACE,
 };
 use weir_state::{BatchStore, StateSize};
 
@@ -52,6 +53,14 @@ const FLOORS: u8 = 2;
 /// A version's flag byte: a value, or a delete (no columns follow).
 const VALUE: u8 = 0;
 const DELETE: u8 = 1;
+
+/// A key's version found by [`DiskTemporalJoinOp::version_at`]: the answer for probes from
+/// `from` (inclusive) to `until` (exclusive; `None`: on).
+struct Found {
+    from: i64,
+    until: Option<i64>,
+    value: Option<Vec<u8>>,
+}
 
 /// One subtask of a temporal join with its state in a [`DiskStore`].
 pub(super) struct DiskTemporalJoinOp {
@@ -127,7 +136,14 @@ impl DiskTemporalJoinOp {
 
     /// Stages probe row `row` (its columns in row format) filed under `key` of `group` at
     /// `ts`, with its expiry entry.
-    fn stage_probe(&mut self, w: &mut Writes, group: u16, key: &[u8], ts: i64, row: &[u8]) {
+    fn stage_probe(
+        &mut self,
+        w: &mut KeyOrderedWrites,
+        group: u16,
+        key: &[u8],
+        ts: i64,
+        row: &[u8],
+    ) {
         let mut k = Vec::with_capacity(key.len() + 23);
         RowKey {
             namespace: PROBES,
@@ -138,7 +154,9 @@ impl DiskTemporalJoinOp {
         }
         .encode(&mut k);
         self.seq += 1;
-        w.put(&k, row);
+        // The row goes with its expiry entry, which a watermark reads anyway; the row key
+        // only tells which keys have probes waiting.
+        w.put(&k, b"");
         let mut e = Vec::with_capacity(k.len() + 9);
         // Expiry entries up to `expired_through` are not scanned again: a probe at or below
         // it (of an input that was idle) is filed just past it, to be due at the next watermark.
@@ -147,7 +165,7 @@ impl DiskTemporalJoinOp {
             None => ts,
         };
         expiry_key(&mut e, due, &k);
-        w.put(&e, b"");
+        w.put(&e, row);
         self.pending += 1;
     }
 
@@ -156,7 +174,8 @@ impl DiskTemporalJoinOp {
         let keys = self.encoders[0].encode(&data)?;
         let null_keys = self.encoders[0].null_keys(&data);
         let rows = self.converters[0].convert_columns(data.columns())?;
-        let mut w = Writes::default();
+        // In key order: RocksDB's memtable takes a batch's keys much faster so.
+        let mut w = KeyOrderedWrites::default();
         for (i, key) in keys.iter().enumerate() {
             // The key group of the key the row was routed by, also for a NULL key.
             let group = key_group(hash_key(key.as_ref()), self.key_groups);
@@ -173,7 +192,7 @@ impl DiskTemporalJoinOp {
             };
             self.stage_probe(&mut w, group, k, times[i], rows.row(i).as_ref());
         }
-        self.store.write(w)?;
+        self.store.write_in_key_order(w)?;
         self.peak_pending = self.peak_pending.max(self.pending);
         Ok(())
     }
@@ -325,10 +344,40 @@ impl DiskTemporalJoinOp {
         Ok(())
     }
 
-    /// The value of the last version of `key` at or before `ts`, if any.
-    fn version_at(&self, group: u16, key: &[u8], ts: i64) -> Result<Option<Vec<u8>>> {
+    /// The value of the last version of `key` at or before `ts`, if any, by `probes`; `found`
+    /// keeps each key's answer with the times it holds for (versions do not change while a
+    /// watermark is handled), so probes of one key between two versions seek once.
+    fn version_at(
+        probes: &mut Probes,
+        found: &mut HashMap<(u16, Vec<u8>), Found>,
+        group: u16,
+        key: &[u8],
+        ts: i64,
+    ) -> Result<Option<Vec<u8>>> {
+        if let Some(f) = found.get(&(group, key.to_vec())) {
+            if f.from <= ts && f.until.is_none_or(|u| ts < u) {
+                return Ok(f.value.clone());
+            }
+        }
         let (from, until) = RowKey::time_range(VERSIONS, group, key, i64::MIN, ts);
-        Ok(self.store.last_in(&from, &until)?.map(|(_, v)| v))
+        let around = probes.last_and_next(&from, &until)?;
+        let (from, value) = match around.last {
+            Some((k, v)) => (RowKey::decode(&k)?.time, Some(v)),
+            None => (i64::MIN, None),
+        };
+        let until = match around.next {
+            Some(k) => Some(RowKey::decode(&k)?.time),
+            None => None,
+        };
+        found.insert(
+            (group, key.to_vec()),
+            Found {
+                from,
+                until,
+                value: value.clone(),
+            },
+        );
+        Ok(value)
     }
 
     /// The key of `key`'s floor entry.
@@ -427,38 +476,36 @@ impl Operator for DiskTemporalJoinOp {
         let (mut from, until) = expired_range(wm, self.expired_through);
         // The keys probed, by their key prefix: tidied once every due probe is joined.
         let mut probed: BTreeSet<(u16, Vec<u8>)> = BTreeSet::new();
+        let mut found = HashMap::new();
         loop {
-            let mut due: Vec<Vec<u8>> = Vec::new();
+            let mut due: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
             let at_once = self.at_once;
-            self.store.scan(&from, &until, |k, _| {
-                due.push(k.to_vec());
+            self.store.scan(&from, &until, |k, v| {
+                due.push((k.to_vec(), v.to_vec()));
                 Ok(due.len() < at_once)
             })?;
-            let Some(last) = due.last() else {
+            let Some((last, _)) = due.last() else {
                 break;
             };
             // The next pass starts after the last entry taken (a scan from the start again
             // would step over the deletes of every pass before).
             from = last.clone();
             from.push(0);
-            let mut w = Writes::default();
+            let mut w = KeyOrderedWrites::default();
             let mut pairs: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-            for expiry in &due {
-                let k = row_key_of_expiry(expiry);
+            // One iterator for the pass's look-ups of versions (none changes during a pass).
+            let mut probes = self.store.probes();
+            for (expiry, row) in due {
+                let k = row_key_of_expiry(&expiry);
                 let key = RowKey::decode(k)?;
-                let Some(row) = self.store.get(k)? else {
-                    return Err(Error::Internal(format!(
-                        "temporal join: the probe row of expiry entry {expiry:?} is missing"
-                    )));
-                };
-                w.delete(expiry);
+                w.delete(&expiry);
                 w.delete(k);
                 self.pending -= 1;
                 let version = if key.key == NULL_KEY {
                     None
                 } else {
                     probed.insert((key.key_group, key.key.to_vec()));
-                    self.version_at(key.key_group, key.key, key.time)?
+                    Self::version_at(&mut probes, &mut found, key.key_group, key.key, key.time)?
                 };
                 match version.filter(|v| v[0] == VALUE) {
                     Some(v) => pairs.push((row, Some(v[1..].to_vec()))),
@@ -466,12 +513,13 @@ impl Operator for DiskTemporalJoinOp {
                     None => {}
                 }
             }
+            drop(probes);
             let matched = pairs.iter().filter(|p| p.1.is_some()).count();
             self.unmatched_emitted += (pairs.len() - matched) as u64;
             if !pairs.is_empty() {
                 ctx.emit(StreamBatch::new(self.assemble(&pairs)?));
             }
-            self.store.write(w)?;
+            self.store.write_in_key_order(w)?;
         }
         self.expired_through = Some(wm);
         if wm == i64::MAX {
@@ -500,22 +548,24 @@ impl Operator for DiskTemporalJoinOp {
         let batch_rows = self.at_once;
         crate::store_snapshot::store_snapshot(
             &self.store,
-            // Probes and versions; not the floors (nor the expiry entries after them).
-            vec![FLOORS],
+            // Everything: a probe's row is in its expiry entry, after every other namespace
+            // (whose time is below the end of time: none is filed there).
+            vec![EXPIRY_NAMESPACE; 10],
             move |entries, emit| {
                 let mut sides = [Side::new(&schemas[0])?, Side::new(&schemas[1])?];
                 for entry in entries {
                     let (k, v) = entry?;
-                    let key = RowKey::decode(&k)?;
-                    let side = key.namespace as usize;
-                    let s = sides.get_mut(side).ok_or_else(|| {
-                        Error::Internal(format!("temporal join state of namespace {side}"))
-                    })?;
-                    let row = if side == 0 {
-                        Some(&v[..])
-                    } else {
-                        (v[0] == VALUE).then(|| &v[1..])
+                    let (key, side, row) = match k.first() {
+                        Some(&VERSIONS) => {
+                            (RowKey::decode(&k)?, 1, (v[0] == VALUE).then(|| &v[1..]))
+                        }
+                        Some(&EXPIRY_NAMESPACE) => {
+                            (RowKey::decode(row_key_of_expiry(&k))?, 0, Some(&v[..]))
+                        }
+                        // A probe's key (its row is with its expiry entry), a floor.
+                        _ => continue,
                     };
+                    let s = &mut sides[side];
                     s.push(key.key_group, key.key, key.time, row);
                     if s.len() == batch_rows {
                         emit(s.flush(side, &layout)?)?;
@@ -560,7 +610,7 @@ impl Operator for DiskTemporalJoinOp {
             });
             let [probe_rows, version_rows] = converted;
             let (probe_rows, version_rows) = (probe_rows?, version_rows?);
-            let mut w = Writes::default();
+            let mut w = KeyOrderedWrites::default();
             for (i, r) in rows.iter().enumerate() {
                 let ts = times.value(i);
                 let group = groups.value(i);
@@ -577,11 +627,11 @@ impl Operator for DiskTemporalJoinOp {
                     };
                     // One subtask's snapshot holds one version of a key at an instant, and
                     // one subtask holds a key: no tie here.
-                    w.put(Self::version_key(group, r.key, ts), value);
+                    w.put(&Self::version_key(group, r.key, ts), &value);
                     self.versions += 1;
                 }
             }
-            self.store.write(w)?;
+            self.store.write_in_key_order(w)?;
         }
         self.peak_pending = self.pending;
         self.peak_versions = self.versions;
