@@ -47,6 +47,8 @@ use crate::join::{StateLayout, NULL_KEY};
 const PROBES: u8 = 0;
 /// The namespace of versions.
 const VERSIONS: u8 = 1;
+/// Keys' answers a watermark keeps at most ([`DiskTemporalJoinOp::version_at`]).
+const FOUND_AT_ONCE: usize = 4096;
 /// The namespace of each key's floor: the time of its oldest version kept, below which are
 /// only deleted versions a scan need not step over.
 const FLOORS: u8 = 2;
@@ -301,12 +303,11 @@ impl DiskTemporalJoinOp {
             Ok(false)
         })?;
         if !waiting {
+            // The key has no version left: its floor goes too (no version is below the
+            // start), so a key no longer kept leaves nothing behind.
             let mut w = Writes::default();
             w.delete(k);
-            w.put(
-                Self::floor_key(group, key),
-                time.saturating_add(1).to_be_bytes(),
-            );
+            w.delete(Self::floor_key(group, key));
             self.store.write(w)?;
             self.versions -= 1;
         }
@@ -504,7 +505,15 @@ impl Operator for DiskTemporalJoinOp {
                 let version = if key.key == NULL_KEY {
                     None
                 } else {
-                    probed.insert((key.key_group, key.key.to_vec()));
+                    // (Not at the end of the input, when keys are not tidied, so that the keys
+                    // of every probe left do not gather here.)
+                    if wm != i64::MAX {
+                        probed.insert((key.key_group, key.key.to_vec()));
+                    }
+                    // The answers kept are a cache: bounded, dropped when full.
+                    if found.len() >= FOUND_AT_ONCE {
+                        found.clear();
+                    }
                     Self::version_at(&mut probes, &mut found, key.key_group, key.key, key.time)?
                 };
                 match version.filter(|v| v[0] == VALUE) {
@@ -700,5 +709,82 @@ impl Side {
             Arc::new(self.keys.finish()),
             vec![times, deletes],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_schema::{DataType, Field, Schema};
+    use weir_runtime::graph::StreamInfo;
+
+    /// Every entry of the store's versions and floors: (namespace, its key's bytes).
+    fn versions_and_floors(op: &DiskTemporalJoinOp) -> Vec<(u8, Vec<u8>)> {
+        let mut all = Vec::new();
+        (op.store)
+            .scan(&[VERSIONS], &[FLOORS + 1], |k, _| {
+                all.push((k[0], k.to_vec()));
+                Ok(true)
+            })
+            .unwrap();
+        all
+    }
+
+    /// A key whose versions a watermark made useless leaves one version and its floor; one
+    /// whose lone version is a delete the watermark passed leaves nothing, floor included.
+    #[test]
+    fn a_key_without_versions_leaves_no_floor_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = SubtaskInfo {
+            operator: "temporal".into(),
+            subtask: 0,
+            parallelism: 1,
+            key_groups: 128,
+            checkpoints: None,
+            state_backend: weir_state::backend::StateBackend {
+                local_dir: Some(dir.path().to_path_buf()),
+                memory_budget: Some(16 << 20),
+                ..weir_state::backend::StateBackend::rocksdb()
+            },
+        };
+        let side = |cols: &[&str]| StreamInfo {
+            schema: Arc::new(Schema::new(
+                (cols.iter())
+                    .map(|c| Field::new(*c, DataType::Int64, false))
+                    .collect::<Vec<_>>(),
+            )),
+            event_time: Some("ts".into()),
+        };
+        let inputs = [side(&["k", "ts"]), side(&["k", "ts", "v"])];
+        let mut join = super::super::TemporalJoin::new();
+        join.probe_keys = vec!["k".into()];
+        join.table_keys = vec!["k".into()];
+        let (schema, event_time, op_column, _) = join.check(&inputs).unwrap();
+        let parts = Parts {
+            keep_unmatched: false,
+            layout: StateLayout::new(&schema, 2, Vec::new(), 128),
+            schema,
+            event_time,
+            op_column,
+            encoders: [
+                KeyEncoder::new(&inputs[0].schema, &join.probe_keys).unwrap(),
+                KeyEncoder::new(&inputs[1].schema, &join.table_keys).unwrap(),
+            ],
+            schemas: [inputs[0].schema.clone(), inputs[1].schema.clone()],
+        };
+        let mut op = DiskTemporalJoinOp::open(parts, &info).unwrap();
+        let (a, b) = (b"a".as_slice(), b"b".as_slice());
+        op.add_version(1, a, 100, vec![VALUE, 1]).unwrap();
+        op.add_version(1, a, 150, vec![VALUE, 2]).unwrap();
+        op.add_version(2, b, 120, vec![DELETE]).unwrap();
+        assert_eq!(versions_and_floors(&op).len(), 3);
+        op.watermark = Watermark(200);
+        op.tidy(1, a).unwrap();
+        op.tidy(2, b).unwrap();
+        let left = versions_and_floors(&op);
+        let namespaces: Vec<u8> = left.iter().map(|e| e.0).collect();
+        assert_eq!(namespaces, [VERSIONS, FLOORS], "{left:?}");
+        assert_eq!(RowKey::decode(&left[0].1).unwrap().time, 150);
+        assert_eq!(op.versions, 1);
     }
 }
