@@ -4,7 +4,6 @@
 //! Each was restored without a word before, and gave another answer.
 
 use std::path::Path;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use arrow_schema::DataType;
@@ -12,6 +11,7 @@ use weir_connectors::file::{FileFormat, FileSource, FileSourceSpec};
 use weir_core::SystemClock;
 use weir_operators::KeyedStreamExt;
 use weir_runtime::checkpoint::CheckpointConfig;
+use weir_runtime::testing::stop_after_checkpoints;
 use weir_runtime::{
     exec, CollectSink, JobBuilder, JobConfig, RateLimitHandle, RateLimitedSink, SourceOptions,
 };
@@ -65,15 +65,8 @@ fn job(name: &str, file: &Path, dir: &Path, restore: bool) -> JobBuilder {
 fn checkpoint_and_stop(job: JobBuilder) {
     rt().block_on(async {
         let running = exec::start(job.build().unwrap(), Arc::new(SystemClock)).unwrap();
-        let stop = running.stop_handle();
-        let metrics = running.metrics.clone();
-        tokio::spawn(async move {
-            while metrics.checkpoints.completed.load(Relaxed) < 2 {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            stop.stop();
-        });
-        let report = tokio::time::timeout(std::time::Duration::from_secs(120), running.wait())
+        let stopped = stop_after_checkpoints(running, 2);
+        let report = tokio::time::timeout(std::time::Duration::from_secs(120), stopped)
             .await
             .expect("two checkpoints within 120 s")
             .unwrap();
@@ -185,15 +178,8 @@ fn flip_a_state_file(folder: &Path) -> std::path::PathBuf {
 fn restored_run(job: JobBuilder) -> weir_runtime::exec::JobReport {
     rt().block_on(async {
         let running = exec::start(job.build().unwrap(), Arc::new(SystemClock)).unwrap();
-        let stop = running.stop_handle();
-        let metrics = running.metrics.clone();
-        tokio::spawn(async move {
-            while metrics.checkpoints.completed.load(Relaxed) < 1 {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            stop.stop();
-        });
-        tokio::time::timeout(std::time::Duration::from_secs(120), running.wait())
+        let stopped = stop_after_checkpoints(running, 1);
+        tokio::time::timeout(std::time::Duration::from_secs(120), stopped)
             .await
             .expect("a checkpoint within 120 s")
             .unwrap()

@@ -176,6 +176,31 @@ impl TemporalJoin {
             join_schema(&p.schema, &t.schema, (&self.probe_alias, &self.table_alias))?;
         Ok((schema, et, op, pn[et[0]].clone()))
     }
+
+    /// What a subtask of the join is made of, on either backend.
+    fn parts(&self, inputs: &[StreamInfo], key_groups: u16) -> Result<Parts> {
+        let (schema, et, op, _) = self.check(inputs)?;
+        Ok(Parts {
+            keep_unmatched: self.join_type == JoinType::Left,
+            layout: StateLayout::new(
+                &schema,
+                inputs[0].schema.fields().len(),
+                vec![
+                    Field::new(EVENT_TIME_COLUMN, DataType::Int64, false),
+                    Field::new(DELETE_COLUMN, DataType::Boolean, false),
+                ],
+                key_groups,
+            ),
+            schema,
+            event_time: et,
+            op_column: op,
+            encoders: [
+                KeyEncoder::new(&inputs[0].schema, &self.probe_keys)?,
+                KeyEncoder::new(&inputs[1].schema, &self.table_keys)?,
+            ],
+            schemas: [inputs[0].schema.clone(), inputs[1].schema.clone()],
+        })
+    }
 }
 
 impl OperatorFactory for TemporalJoin {
@@ -200,37 +225,11 @@ impl OperatorFactory for TemporalJoin {
         })
     }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
-        let (schema, et, op, _) = self.check(inputs)?;
-        let parts = Parts {
-            keep_unmatched: self.join_type == JoinType::Left,
-            layout: StateLayout::new(
-                &schema,
-                inputs[0].schema.fields().len(),
-                vec![
-                    Field::new(EVENT_TIME_COLUMN, DataType::Int64, false),
-                    Field::new(DELETE_COLUMN, DataType::Boolean, false),
-                ],
-                info.key_groups,
-            ),
-            schema,
-            event_time: et,
-            op_column: op,
-            encoders: [
-                KeyEncoder::new(&inputs[0].schema, &self.probe_keys)?,
-                KeyEncoder::new(&inputs[1].schema, &self.table_keys)?,
-            ],
-            schemas: [inputs[0].schema.clone(), inputs[1].schema.clone()],
-        };
+        let parts = self.parts(inputs, info.key_groups)?;
         if info.state_backend.on_disk() {
             return disk_op(parts, info);
         }
         Ok(Box::new(TemporalJoinOp {
-            keep_unmatched: parts.keep_unmatched,
-            layout: parts.layout,
-            schema: parts.schema,
-            event_time: parts.event_time,
-            op_column: parts.op_column,
-            encoders: parts.encoders,
             stores: [
                 BatchStore::new(inputs[0].schema.clone()),
                 BatchStore::new(inputs[1].schema.clone()),
@@ -238,13 +237,7 @@ impl OperatorFactory for TemporalJoin {
             keys: KeySlots::new(),
             due: ExpiryQueue::new(),
             watermark: Watermark::MIN,
-            pending: 0,
-            versions: 0,
-            peak_pending: 0,
-            peak_versions: 0,
-            late: [0; 2],
-            null_keys: [0; 2],
-            unmatched_emitted: 0,
+            counts: Counts::default(),
             tie_rows: arrow_row::RowConverter::new(
                 inputs[1]
                     .schema
@@ -253,7 +246,7 @@ impl OperatorFactory for TemporalJoin {
                     .map(|f| arrow_row::SortField::new(f.data_type().clone()))
                     .collect(),
             )?,
-            ties: 0,
+            parts,
         }))
     }
     fn describe(&self) -> String {
@@ -285,6 +278,70 @@ struct Parts {
     op_column: Option<usize>,
     encoders: [KeyEncoder; 2],
     schemas: [SchemaRef; 2],
+}
+
+/// What a temporal join counts, on either backend (its gauges).
+#[derive(Debug, Default)]
+struct Counts {
+    pending: u64,
+    versions: u64,
+    peak_pending: u64,
+    peak_versions: u64,
+    late: [u64; 2],
+    /// Rows with a NULL key: probe, table.
+    null_keys: [u64; 2],
+    unmatched_emitted: u64,
+    ties: u64,
+}
+
+impl Counts {
+    /// The gauges, with the keys held where known.
+    fn gauges(&self, keys: Option<usize>, out: &mut Vec<(&'static str, i64)>) {
+        out.extend([
+            ("probes_waiting", self.pending as i64),
+            ("versions_held", self.versions as i64),
+            ("peak_probes_waiting", self.peak_pending as i64),
+            ("peak_versions_held", self.peak_versions as i64),
+            ("late_probe", self.late[0] as i64),
+            ("late_table", self.late[1] as i64),
+            ("null_key_probe", self.null_keys[0] as i64),
+            ("null_key_table", self.null_keys[1] as i64),
+            ("unmatched_emitted", self.unmatched_emitted as i64),
+            ("version_ties", self.ties as i64),
+        ]);
+        out.extend(keys.map(|k| ("keys", k as i64)));
+    }
+
+    /// The rows of `batch` (of `input`, its event time at `event_time`) after their split's
+    /// watermark, if any: the late ones are counted and sent to the input's late-row output.
+    fn on_time(
+        &mut self,
+        input: usize,
+        batch: StreamBatch,
+        event_time: usize,
+        ctx: &mut Context,
+    ) -> Result<Option<RecordBatch>> {
+        let times = event_times(&batch.data, event_time)?;
+        let (on_time, late) = batch.split_late(&times, |t, wm| t <= wm)?;
+        if let Some(late) = late {
+            self.late[input] += late.num_rows() as u64;
+            ctx.emit_late_from(input, late);
+        }
+        Ok((on_time.num_rows() > 0).then_some(on_time.data))
+    }
+}
+
+/// A state batch's own columns: each row's event time (a version's valid-from) and whether it
+/// is a delete.
+fn state_columns(b: &RecordBatch) -> Result<(&Int64Array, &BooleanArray)> {
+    let missing = |c: &str| Error::Internal(format!("temporal join state without {c}"));
+    let times = (b.column_by_name(EVENT_TIME_COLUMN))
+        .and_then(|c| c.as_primitive_opt::<Int64Type>())
+        .ok_or_else(|| missing(EVENT_TIME_COLUMN))?;
+    let deletes = (b.column_by_name(DELETE_COLUMN))
+        .and_then(|c| c.as_boolean_opt())
+        .ok_or_else(|| missing(DELETE_COLUMN))?;
+    Ok((times, deletes))
 }
 
 #[cfg(feature = "rocksdb")]
@@ -322,28 +379,15 @@ struct KeyState {
 
 /// One subtask of a temporal join.
 pub struct TemporalJoinOp {
-    keep_unmatched: bool,
-    layout: StateLayout,
-    schema: SchemaRef,
-    event_time: [usize; 2],
-    op_column: Option<usize>,
-    encoders: [KeyEncoder; 2],
+    parts: Parts,
     stores: [BatchStore; 2],
     keys: KeySlots<KeyState>,
     /// (probe event time, slot) of waiting probes.
     due: ExpiryQueue,
     watermark: Watermark,
-    pending: u64,
-    versions: u64,
-    peak_pending: u64,
-    peak_versions: u64,
-    late: [u64; 2],
-    /// Rows with a NULL key: probe, table.
-    null_keys: [u64; 2],
-    unmatched_emitted: u64,
+    counts: Counts,
     /// Encodes table rows to break ties between versions at the same instant.
     tie_rows: arrow_row::RowConverter,
-    ties: u64,
 }
 
 /// Of two versions at the same instant, which one holds: 0 (the first) or 1. A delete beats
@@ -383,7 +427,7 @@ impl TemporalJoinOp {
         let at_or_below = st.versions.partition_point(|v| v.ts <= wm);
         if at_or_below > 1 {
             let dropped: Vec<Version> = st.versions.drain(..at_or_below - 1).collect();
-            self.versions -= dropped.len() as u64;
+            self.counts.versions -= dropped.len() as u64;
             for v in dropped {
                 if let Some(r) = v.row {
                     self.stores[1].release(r.batch);
@@ -393,10 +437,10 @@ impl TemporalJoinOp {
     }
 
     fn add_versions(&mut self, data: RecordBatch) -> Result<()> {
-        let times = event_times(&data, self.event_time[1])?;
-        let keys = self.encoders[1].encode(&data)?;
-        let null_keys = self.encoders[1].null_keys(&data);
-        let ops = (self.op_column)
+        let times = event_times(&data, self.parts.event_time[1])?;
+        let keys = self.parts.encoders[1].encode(&data)?;
+        let null_keys = self.parts.encoders[1].null_keys(&data);
+        let ops = (self.parts.op_column)
             .map(|i| weir_core::changes::change_kinds(&data, i))
             .transpose()
             .map_err(|e| Error::plan(format!("temporal join: {e}")))?;
@@ -406,7 +450,7 @@ impl TemporalJoinOp {
         self.stores[1].retain(batch_id);
         for (i, key) in keys.iter().enumerate() {
             if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
-                self.null_keys[1] += 1;
+                self.counts.null_keys[1] += 1;
                 continue;
             }
             let row = match &ops {
@@ -432,7 +476,7 @@ impl TemporalJoinOp {
             if pos > 0 && st.versions[pos - 1].ts == ts {
                 // Two versions of a key at one instant: which arrived last can depend on
                 // parallelism and timing, so the winner is chosen by content instead.
-                self.ties += 1;
+                self.counts.ties += 1;
                 let old = st.versions[pos - 1].row;
                 if tie_winner(&self.stores[1], &self.tie_rows, old, row)? == 1 {
                     self.keys.get_mut(slot).versions[pos - 1].row = row;
@@ -449,23 +493,23 @@ impl TemporalJoinOp {
             if row.is_some() {
                 self.stores[1].retain(batch_id);
             }
-            self.versions += 1;
+            self.counts.versions += 1;
             self.prune(slot);
         }
-        self.peak_versions = self.peak_versions.max(self.versions);
+        self.counts.peak_versions = self.counts.peak_versions.max(self.counts.versions);
         self.stores[1].release(batch_id);
         Ok(())
     }
 
     fn add_probes(&mut self, data: RecordBatch) -> Result<()> {
-        let times = event_times(&data, self.event_time[0])?;
-        let keys = self.encoders[0].encode(&data)?;
-        let null_keys = self.encoders[0].null_keys(&data);
+        let times = event_times(&data, self.parts.event_time[0])?;
+        let keys = self.parts.encoders[0].encode(&data)?;
+        let null_keys = self.parts.encoders[0].null_keys(&data);
         let batch_id = self.stores[0].insert(data);
         for (i, key) in keys.iter().enumerate() {
             let k = if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
-                self.null_keys[0] += 1;
-                if !self.keep_unmatched {
+                self.counts.null_keys[0] += 1;
+                if !self.parts.keep_unmatched {
                     continue;
                 }
                 // No version is ever filed under it: the probe waits like any other and
@@ -490,9 +534,9 @@ impl TemporalJoinOp {
             );
             self.stores[0].retain(batch_id);
             self.due.push(ts, slot, 0);
-            self.pending += 1;
+            self.counts.pending += 1;
         }
-        self.peak_pending = self.peak_pending.max(self.pending);
+        self.counts.peak_pending = self.counts.peak_pending.max(self.counts.pending);
         self.stores[0].release_if_unused(batch_id);
         Ok(())
     }
@@ -500,19 +544,14 @@ impl TemporalJoinOp {
 
 impl Operator for TemporalJoinOp {
     fn on_batch(&mut self, input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
-        let times = event_times(&batch.data, self.event_time[input])?;
-        let (on_time, late) = batch.split_late(&times, |t, wm| t <= wm)?;
-        if let Some(late) = late {
-            self.late[input] += late.num_rows() as u64;
-            ctx.emit_late_from(input, late);
-        }
-        if on_time.num_rows() == 0 {
+        let Some(data) = (self.counts).on_time(input, batch, self.parts.event_time[input], ctx)?
+        else {
             return Ok(());
-        }
+        };
         if input == 0 {
-            self.add_probes(on_time.data)
+            self.add_probes(data)
         } else {
-            self.add_versions(on_time.data)
+            self.add_versions(data)
         }
     }
 
@@ -534,18 +573,18 @@ impl Operator for TemporalJoinOp {
                 let idx = st.versions.partition_point(|v| v.ts <= pts);
                 match idx.checked_sub(1).and_then(|i| st.versions[i].row) {
                     Some(vrow) => out.push((Some(prow), Some(vrow))),
-                    None if self.keep_unmatched => out.push((Some(prow), None)),
+                    None if self.parts.keep_unmatched => out.push((Some(prow), None)),
                     None => {}
                 }
                 probes_done.push(prow.batch);
             }
-            self.pending -= n as u64;
+            self.counts.pending -= n as u64;
             touched.push(slot);
         }
         let matched = out.iter().filter(|p| p.1.is_some()).count();
-        self.unmatched_emitted += (out.len() - matched) as u64;
+        self.counts.unmatched_emitted += (out.len() - matched) as u64;
         for chunk in out.chunks(8192) {
-            let b = assemble(&self.schema, &self.stores[0], &self.stores[1], chunk)?;
+            let b = assemble(&self.parts.schema, &self.stores[0], &self.stores[1], chunk)?;
             ctx.emit(StreamBatch::new(b));
         }
         for b in probes_done {
@@ -562,7 +601,7 @@ impl Operator for TemporalJoinOp {
                 && st.versions[0].ts <= wm
             {
                 st.versions.clear();
-                self.versions -= 1;
+                self.counts.versions -= 1;
             }
             let st = self.keys.get(slot);
             // A key with neither waiting probes nor versions has no state left.
@@ -574,14 +613,14 @@ impl Operator for TemporalJoinOp {
             // End of input: nothing can probe the versions any more.
             self.keys = KeySlots::new();
             self.stores[1] = BatchStore::new(self.stores[1].schema().clone());
-            self.versions = 0;
+            self.counts.versions = 0;
         }
         Ok(())
     }
 
     fn state_size(&self) -> StateSize {
         StateSize {
-            rows: self.pending + self.versions,
+            rows: self.counts.pending + self.counts.versions,
             bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
                 + self.keys.index_bytes(),
         }
@@ -590,7 +629,7 @@ impl Operator for TemporalJoinOp {
     /// The waiting probes and the versions of every key (see [`StateLayout`]); the queue of
     /// due probes is rebuilt from them on restore.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut w = self.layout.writer(&self.stores, &self.encoders);
+        let mut w = self.parts.layout.writer(&self.stores, &self.parts.encoders);
         let (mut times, mut deletes) = (Vec::new(), Vec::new());
         for slot in self.keys.slots() {
             let key = self.keys.key(slot);
@@ -616,16 +655,12 @@ impl Operator for TemporalJoinOp {
         let missing = |c: &str| Error::Internal(format!("temporal join state without {c}"));
         for b in state {
             let b = &b?;
-            let times = b
-                .column_by_name(EVENT_TIME_COLUMN)
-                .ok_or_else(|| missing(EVENT_TIME_COLUMN))?
-                .as_primitive::<Int64Type>();
-            let deletes = b
-                .column_by_name(DELETE_COLUMN)
-                .ok_or_else(|| missing(DELETE_COLUMN))?
-                .as_boolean();
+            let (times, deletes) = state_columns(b)?;
             let has_row = BooleanArray::new(!deletes.values(), None);
-            let (rows, _) = self.layout.read(b, &mut self.stores, Some(&has_row))?;
+            let (rows, _) = self
+                .parts
+                .layout
+                .read(b, &mut self.stores, Some(&has_row))?;
             for (i, r) in rows.iter().enumerate() {
                 let ts = times.value(i);
                 let slot = self.keys.slot_for(hash_key(r.key), r.key);
@@ -635,33 +670,21 @@ impl Operator for TemporalJoinOp {
                     let pos = st.probes.partition_point(|p| p.0 <= ts);
                     st.probes.insert(pos, (ts, row));
                     self.due.push(ts, slot, 0);
-                    self.pending += 1;
+                    self.counts.pending += 1;
                 } else {
                     let pos = st.versions.partition_point(|v| v.ts <= ts);
                     st.versions.insert(pos, Version { ts, row: r.row });
-                    self.versions += 1;
+                    self.counts.versions += 1;
                 }
             }
         }
-        self.peak_pending = self.pending;
-        self.peak_versions = self.versions;
+        self.counts.peak_pending = self.counts.pending;
+        self.counts.peak_versions = self.counts.versions;
         Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
-        out.extend([
-            ("probes_waiting", self.pending as i64),
-            ("versions_held", self.versions as i64),
-            ("peak_probes_waiting", self.peak_pending as i64),
-            ("peak_versions_held", self.peak_versions as i64),
-            ("late_probe", self.late[0] as i64),
-            ("late_table", self.late[1] as i64),
-            ("null_key_probe", self.null_keys[0] as i64),
-            ("null_key_table", self.null_keys[1] as i64),
-            ("unmatched_emitted", self.unmatched_emitted as i64),
-            ("keys", self.keys.len() as i64),
-            ("version_ties", self.ties as i64),
-        ]);
+        self.counts.gauges(Some(self.keys.len()), out);
     }
 }
 

@@ -167,17 +167,21 @@ proptest! {
     }
 }
 
-/// One key with a new version every ms of event time and a probe every ms, fed in time order:
-/// the versions held stay about (rate × watermark delay), whatever the run length.
-fn peak_versions(rows: i64) -> (i64, i64) {
-    let mut join = TemporalJoin::new();
+/// A harness of `join` on key `k` of the probe and table schemas, on the backend it is made on.
+fn harness(mut join: TemporalJoin) -> Harness {
     join.probe_keys = vec!["k".into()];
     join.table_keys = vec!["k".into()];
     let info = |s: SchemaRef| StreamInfo {
         schema: s,
         event_time: Some("ts".into()),
     };
-    let mut h = Harness::of(&join, &[info(probe_schema()), info(table_schema())]);
+    Harness::of(&join, &[info(probe_schema()), info(table_schema())])
+}
+
+/// One key with a new version every ms of event time and a probe every ms, fed in time order:
+/// the versions held stay about (rate × watermark delay), whatever the run length.
+fn peak_versions(rows: i64) -> (i64, i64) {
+    let mut h = harness(TemporalJoin::new());
     let delay = 1_000;
     let mut wm = [
         SplitWatermarks::new(WatermarkStrategy::bounded(delay), None),
@@ -236,14 +240,7 @@ fn a_tie_inside_one_batch_keeps_the_rest_of_the_batch() {
 }
 
 fn tie_inside_one_batch() {
-    let mut join = TemporalJoin::new().op_column("op");
-    join.probe_keys = vec!["k".into()];
-    join.table_keys = vec!["k".into()];
-    let info = |s: SchemaRef| StreamInfo {
-        schema: s,
-        event_time: Some("ts".into()),
-    };
-    let mut h = Harness::of(&join, &[info(probe_schema()), info(table_schema())]);
+    let mut h = harness(TemporalJoin::new().op_column("op"));
     // Key 1: an insert and a delete at ts 100; key 2: an insert at 200; all in one batch.
     h.push(
         1,
@@ -285,18 +282,12 @@ fn feeds() -> impl Strategy<Value = Vec<Feed>> {
 
 /// The output lines of `feeds` through a temporal join on the backend the harness is made on.
 fn fed(feeds: &[Feed], left: bool) -> Vec<String> {
-    let mut join = TemporalJoin::new().op_column("op").join_type(if left {
+    let t = if left {
         JoinType::Left
     } else {
         JoinType::Inner
-    });
-    join.probe_keys = vec!["k".into()];
-    join.table_keys = vec!["k".into()];
-    let info = |s: SchemaRef| StreamInfo {
-        schema: s,
-        event_time: Some("ts".into()),
     };
-    let mut h = Harness::of(&join, &[info(probe_schema()), info(table_schema())]);
+    let mut h = harness(TemporalJoin::new().op_column("op").join_type(t));
     let (mut wm, mut id) = (0, 0);
     for f in feeds {
         match f {

@@ -179,6 +179,28 @@ pub fn run_within(
     run_graph_within(job.build()?, limit)
 }
 
+/// Stops `running` once `n` of its checkpoints have completed (polling every 5 ms of its
+/// runtime's time, paused or not); its report.
+pub async fn stop_after_checkpoints(
+    running: crate::exec::RunningJob,
+    n: u64,
+) -> Result<crate::exec::JobReport> {
+    let stop = running.stop_handle();
+    let metrics = running.metrics.clone();
+    tokio::spawn(async move {
+        while metrics
+            .checkpoints
+            .completed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            < n
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        stop.stop();
+    });
+    running.wait().await
+}
+
 /// [`run_within`] for a graph already built (and perhaps changed: a backfill's, a batch job's).
 pub fn run_graph_within(
     graph: crate::JobGraph,

@@ -9,7 +9,7 @@ use weir_core::expr::{col, lit};
 use weir_runtime::checkpoint::CheckpointConfig;
 use weir_runtime::graph::{OperatorFactory, StreamInfo};
 use weir_runtime::sink::{RateLimitHandle, RateLimitedSink};
-use weir_runtime::testing::{run_within, VecSource};
+use weir_runtime::testing::{run_within, stop_after_checkpoints, VecSource};
 use weir_runtime::{
     CollectSink, Context, JobBuilder, JobConfig, Operator, Result, SourceOptions, StreamBatch,
     SubtaskInfo,
@@ -272,7 +272,6 @@ fn reminders_in(
 
 #[test]
 fn timers_are_checkpointed_and_fire_after_a_restore_at_any_parallelism() {
-    use std::sync::atomic::Ordering::Relaxed;
     for restore_parallelism in [2, 1, 3] {
         let dir = tempfile::tempdir().unwrap();
         let config = CheckpointConfig::new(30, dir.path());
@@ -281,15 +280,7 @@ fn timers_are_checkpointed_and_fire_after_a_restore_at_any_parallelism() {
         let report = rt.block_on(async {
             let job = reminders(2, config.clone(), &first).build().unwrap();
             let running = weir_runtime::exec::start(job, Arc::new(weir_core::SystemClock)).unwrap();
-            let stop = running.stop_handle();
-            let metrics = running.metrics.clone();
-            tokio::spawn(async move {
-                while metrics.checkpoints.completed.load(Relaxed) < 3 {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                }
-                stop.stop();
-            });
-            running.wait().await.unwrap()
+            stop_after_checkpoints(running, 3).await.unwrap()
         });
         assert!(report.stopped);
         assert_eq!(
@@ -323,7 +314,6 @@ fn timers_are_checkpointed_and_fire_after_a_restore_at_any_parallelism() {
 
 #[test]
 fn a_checkpoint_of_keys_cut_into_other_key_groups_is_refused_as_older_manifests_are() {
-    use std::sync::atomic::Ordering::Relaxed;
     let dir = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(30, dir.path());
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -332,15 +322,7 @@ fn a_checkpoint_of_keys_cut_into_other_key_groups_is_refused_as_older_manifests_
             .build()
             .unwrap();
         let running = weir_runtime::exec::start(job, Arc::new(weir_core::SystemClock)).unwrap();
-        let stop = running.stop_handle();
-        let metrics = running.metrics.clone();
-        tokio::spawn(async move {
-            while metrics.checkpoints.completed.load(Relaxed) < 1 {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            stop.stop();
-        });
-        running.wait().await.unwrap()
+        stop_after_checkpoints(running, 1).await.unwrap()
     });
     let mut config = config;
     config.restore = Some("latest".into());
@@ -517,7 +499,6 @@ fn chained_reminders(
 
 #[test]
 fn a_chained_operator_checkpoints_its_timers_and_they_fire_after_a_restore_at_any_parallelism() {
-    use std::sync::atomic::Ordering::Relaxed;
     let fired = |out: &CollectSink, flag: i64| -> Vec<i64> {
         let mut v: Vec<i64> = out
             .batches()
@@ -562,15 +543,7 @@ fn a_chained_operator_checkpoints_its_timers_and_they_fire_after_a_restore_at_an
         let report = rt.block_on(async {
             let clock = weir_runtime::TokioClock::starting_at(weir_core::ProcTime(0));
             let running = weir_runtime::exec::start(graph, Arc::new(clock)).unwrap();
-            let stop = running.stop_handle();
-            let metrics = running.metrics.clone();
-            tokio::spawn(async move {
-                while metrics.checkpoints.completed.load(Relaxed) < 3 {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                }
-                stop.stop();
-            });
-            running.wait().await.unwrap()
+            stop_after_checkpoints(running, 3).await.unwrap()
         });
         assert!(report.stopped);
         assert!(

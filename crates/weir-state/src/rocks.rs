@@ -444,24 +444,24 @@ impl Probes<'_> {
     pub fn last_and_next(&mut self, from: &[u8], until: &[u8]) -> Result<Around> {
         let status = |it: &DBRawIterator| it.status().map_err(|e| rocks_err("read", self.dir, e));
         self.it.seek_for_prev(until);
+        if self.it.key().is_some_and(|k| k >= until) {
+            self.it.prev();
+        }
         let last = match (self.it.valid(), self.it.key(), self.it.value()) {
-            (true, Some(k), Some(v)) if k < until => {
+            (true, Some(k), Some(v)) => {
                 let found = (k >= from).then(|| (k.to_vec(), v.to_vec()));
                 self.it.next();
                 found
             }
-            (true, Some(_), Some(_)) => None,
             _ => {
                 status(&self.it)?;
-                // Nothing at or before `until` in the key's rows: its first, if any, is after.
+                // Nothing before `until` in the key's rows: its first, if any, is after.
                 self.it.seek(until);
                 None
             }
         };
         let next = match (self.it.valid(), self.it.key()) {
-            (true, Some(k)) if k >= until && k.starts_with(&until[..RowKey::prefix_len(until)]) => {
-                Some(k.to_vec())
-            }
+            (true, Some(k)) if k >= until && k.starts_with(row_prefix(until)) => Some(k.to_vec()),
             _ => None,
         };
         status(&self.it)?;
@@ -630,16 +630,6 @@ impl<'a> RowKey<'a> {
         prefix(out, self.namespace, self.key_group, self.key);
         out.extend_from_slice(&time_bytes(self.time));
         out.extend_from_slice(&self.seq.to_be_bytes());
-    }
-
-    /// The length of the prefix of an encoded row key (or of a bound made by
-    /// [`RowKey::time_range`]) that names its namespace, key group and key.
-    pub fn prefix_len(bytes: &[u8]) -> usize {
-        if bytes.len() < 7 {
-            return bytes.len();
-        }
-        let len = u32::from_be_bytes([bytes[3], bytes[4], bytes[5], bytes[6]]) as usize;
-        (7 + len).min(bytes.len())
     }
 
     /// Decodes a key that [`RowKey::encode`] wrote.

@@ -134,7 +134,9 @@ impl Staged {
     }
 }
 
-fn converter(schema: &SchemaRef) -> Result<RowConverter> {
+/// The converter of a join input's rows (of `schema`) to Arrow's row format, as they are
+/// stored on disk.
+pub(crate) fn converter(schema: &SchemaRef) -> Result<RowConverter> {
     let fields = (schema.fields().iter())
         .map(|f| SortField::new(f.data_type().clone()))
         .collect();
@@ -144,6 +146,31 @@ fn converter(schema: &SchemaRef) -> Result<RowConverter> {
              ({e}); use 'hashmap'"
         ))
     })
+}
+
+/// The columns of `rows` (in `converter`'s row format; `None`: a row of NULLs).
+pub(crate) fn columns_of<'a>(
+    converter: &RowConverter,
+    rows: impl Iterator<Item = Option<&'a [u8]>> + Clone,
+) -> Result<Vec<ArrayRef>> {
+    let parser = converter.parser();
+    let cols = converter.convert_rows(rows.clone().flatten().map(|r| parser.parse(r)))?;
+    if rows.clone().all(|r| r.is_some()) {
+        return Ok(cols);
+    }
+    let mut next = 0u32;
+    let take: UInt32Array = rows
+        .map(|r| {
+            r.map(|_| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect();
+    Ok(cols
+        .iter()
+        .map(|c| arrow_select::take::take(c, &take, None))
+        .collect::<std::result::Result<_, _>>()?)
 }
 
 impl DiskRows {
@@ -310,30 +337,12 @@ impl JoinRows for DiskRows {
 
     fn columns(&self, side: usize, rows: &[Option<Found>]) -> Result<Vec<ArrayRef>> {
         let (data, ends) = &self.found[side];
-        let parser = self.converters[side].parser();
-        let row_of = |f: Found| {
+        let bytes = |f: Found| {
             let i = f as usize;
             let start = if i == 0 { 0 } else { ends[i - 1] };
-            parser.parse(&data[start..ends[i]])
+            &data[start..ends[i]]
         };
-        let present: Vec<_> = rows.iter().flatten().map(|&f| row_of(f)).collect();
-        let cols = self.converters[side].convert_rows(present)?;
-        if rows.iter().all(Option::is_some) {
-            return Ok(cols);
-        }
-        let mut next = 0u32;
-        let take: UInt32Array = (rows.iter())
-            .map(|r| {
-                r.map(|_| {
-                    next += 1;
-                    next - 1
-                })
-            })
-            .collect();
-        Ok(cols
-            .iter()
-            .map(|c| arrow_select::take::take(c, &take, None))
-            .collect::<std::result::Result<_, _>>()?)
+        columns_of(&self.converters[side], rows.iter().map(|r| r.map(bytes)))
     }
 
     fn clear(&mut self) {

@@ -25,13 +25,13 @@ use std::sync::Arc;
 
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int64Type, UInt16Type};
-use arrow_array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
-use arrow_row::{RowConverter, SortField};
+use arrow_array::types::UInt16Type;
+use arrow_array::{ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use arrow_row::RowConverter;
 use arrow_schema::SchemaRef;
 use weir_core::batch::event_times;
 use weir_core::changes::ChangeKind;
-use weir_core::keys::{hash_key, key_group, KeyEncoder};
+use weir_core::keys::{hash_key, key_group};
 use weir_core::time::Watermark;
 use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::rocks::{
@@ -40,8 +40,9 @@ use weir_state::rocks::{
 };
 use weir_state::{BatchStore, StateSize};
 
-use super::{Parts, DELETE_COLUMN, EVENT_TIME_COLUMN};
+use super::{state_columns, Counts, Parts};
 use crate::join::{StateLayout, NULL_KEY};
+use crate::join_rows::disk::{columns_of, converter};
 
 /// The namespace of waiting probe rows.
 const PROBES: u8 = 0;
@@ -66,15 +67,9 @@ struct Found {
 
 /// One subtask of a temporal join with its state in a [`DiskStore`].
 pub(super) struct DiskTemporalJoinOp {
-    keep_unmatched: bool,
-    layout: StateLayout,
-    schema: SchemaRef,
-    event_time: [usize; 2],
-    op_column: Option<usize>,
-    encoders: [KeyEncoder; 2],
+    parts: Parts,
     /// Each input's rows in Arrow's row format, as stored.
     converters: [RowConverter; 2],
-    schemas: [SchemaRef; 2],
     store: DiskStore,
     key_groups: u16,
     /// The next probe row's sequence number.
@@ -84,26 +79,7 @@ pub(super) struct DiskTemporalJoinOp {
     /// Expiry entries one pass takes, and rows a state batch holds, at most.
     at_once: usize,
     watermark: Watermark,
-    pending: u64,
-    versions: u64,
-    peak_pending: u64,
-    peak_versions: u64,
-    late: [u64; 2],
-    null_keys: [u64; 2],
-    unmatched_emitted: u64,
-    ties: u64,
-}
-
-fn converter(schema: &SchemaRef) -> Result<RowConverter> {
-    let fields = (schema.fields().iter())
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
-    RowConverter::new(fields).map_err(|e| {
-        Error::plan(format!(
-            "state.backend.type = 'rocksdb': a temporal join input's columns cannot be stored \
-             on disk ({e}); use 'hashmap'"
-        ))
-    })
+    counts: Counts,
 }
 
 impl DiskTemporalJoinOp {
@@ -111,28 +87,15 @@ impl DiskTemporalJoinOp {
         let label = format!("{}-{}", info.operator, info.subtask);
         let store = DiskStore::open(&info.state_backend, &label)?;
         Ok(DiskTemporalJoinOp {
-            keep_unmatched: parts.keep_unmatched,
-            layout: parts.layout,
-            schema: parts.schema,
-            event_time: parts.event_time,
-            op_column: parts.op_column,
-            encoders: parts.encoders,
             converters: [converter(&parts.schemas[0])?, converter(&parts.schemas[1])?],
-            schemas: parts.schemas,
+            parts,
             store,
             key_groups: info.key_groups,
             seq: 0,
             expired_through: None,
             at_once: crate::disk_keys::at_once(info),
             watermark: Watermark::MIN,
-            pending: 0,
-            versions: 0,
-            peak_pending: 0,
-            peak_versions: 0,
-            late: [0; 2],
-            null_keys: [0; 2],
-            unmatched_emitted: 0,
-            ties: 0,
+            counts: Counts::default(),
         })
     }
 
@@ -168,13 +131,13 @@ impl DiskTemporalJoinOp {
         };
         expiry_key(&mut e, due, &k);
         w.put(&e, row);
-        self.pending += 1;
+        self.counts.pending += 1;
     }
 
     fn add_probes(&mut self, data: RecordBatch) -> Result<()> {
-        let times = event_times(&data, self.event_time[0])?;
-        let keys = self.encoders[0].encode(&data)?;
-        let null_keys = self.encoders[0].null_keys(&data);
+        let times = event_times(&data, self.parts.event_time[0])?;
+        let keys = self.parts.encoders[0].encode(&data)?;
+        let null_keys = self.parts.encoders[0].null_keys(&data);
         let rows = self.converters[0].convert_columns(data.columns())?;
         // In key order: RocksDB's memtable takes a batch's keys much faster so.
         let mut w = KeyOrderedWrites::default();
@@ -182,8 +145,8 @@ impl DiskTemporalJoinOp {
             // The key group of the key the row was routed by, also for a NULL key.
             let group = key_group(hash_key(key.as_ref()), self.key_groups);
             let k = if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
-                self.null_keys[0] += 1;
-                if !self.keep_unmatched {
+                self.counts.null_keys[0] += 1;
+                if !self.parts.keep_unmatched {
                     continue;
                 }
                 // No version is filed under it: the probe waits like any other and is
@@ -195,7 +158,7 @@ impl DiskTemporalJoinOp {
             self.stage_probe(&mut w, group, k, times[i], rows.row(i).as_ref());
         }
         self.store.write_in_key_order(w)?;
-        self.peak_pending = self.peak_pending.max(self.pending);
+        self.counts.peak_pending = self.counts.peak_pending.max(self.counts.pending);
         Ok(())
     }
 
@@ -220,7 +183,7 @@ impl DiskTemporalJoinOp {
         if let Some(old) = self.store.get(&k)? {
             // Two versions of a key at one instant: which arrived last can depend on
             // parallelism and timing, so the winner is chosen by content instead.
-            self.ties += 1;
+            self.counts.ties += 1;
             let as_row = |v: &[u8]| (v[0] == VALUE).then(|| v[1..].to_vec());
             if super::tie_winner_of(as_row(&old), as_row(&value)) == 1 {
                 let mut w = Writes::default();
@@ -237,7 +200,7 @@ impl DiskTemporalJoinOp {
             w.put(Self::floor_key(group, key), ts.to_be_bytes());
         }
         self.store.write(w)?;
-        self.versions += 1;
+        self.counts.versions += 1;
         self.prune(group, key)
     }
 
@@ -265,7 +228,7 @@ impl DiskTemporalJoinOp {
         let kept = RowKey::decode(&kept)?.time;
         w.put(Self::floor_key(group, key), kept.to_be_bytes());
         self.store.write(w)?;
-        self.versions -= at_or_below.len() as u64;
+        self.counts.versions -= at_or_below.len() as u64;
         Ok(())
     }
 
@@ -309,23 +272,23 @@ impl DiskTemporalJoinOp {
             w.delete(k);
             w.delete(Self::floor_key(group, key));
             self.store.write(w)?;
-            self.versions -= 1;
+            self.counts.versions -= 1;
         }
         Ok(())
     }
 
     fn add_versions(&mut self, data: RecordBatch) -> Result<()> {
-        let times = event_times(&data, self.event_time[1])?;
-        let keys = self.encoders[1].encode(&data)?;
-        let null_keys = self.encoders[1].null_keys(&data);
-        let ops = (self.op_column)
+        let times = event_times(&data, self.parts.event_time[1])?;
+        let keys = self.parts.encoders[1].encode(&data)?;
+        let null_keys = self.parts.encoders[1].null_keys(&data);
+        let ops = (self.parts.op_column)
             .map(|i| weir_core::changes::change_kinds(&data, i))
             .transpose()
             .map_err(|e| Error::plan(format!("temporal join: {e}")))?;
         let rows = self.converters[1].convert_columns(data.columns())?;
         for (i, key) in keys.iter().enumerate() {
             if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
-                self.null_keys[1] += 1;
+                self.counts.null_keys[1] += 1;
                 continue;
             }
             let delete = match ops.as_ref().map(|o| o[i]) {
@@ -341,7 +304,7 @@ impl DiskTemporalJoinOp {
                 version_value(&rows, i, delete),
             )?;
         }
-        self.peak_versions = self.peak_versions.max(self.versions);
+        self.counts.peak_versions = self.counts.peak_versions.max(self.counts.versions);
         Ok(())
     }
 
@@ -408,37 +371,12 @@ impl DiskTemporalJoinOp {
     fn assemble(&self, pairs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<RecordBatch> {
         let parser = self.converters[0].parser();
         let mut cols = self.converters[0].convert_rows(pairs.iter().map(|p| parser.parse(&p.0)))?;
-        cols.extend(table_columns(
+        cols.extend(columns_of(
             &self.converters[1],
             pairs.iter().map(|p| p.1.as_deref()),
         )?);
-        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+        Ok(RecordBatch::try_new(self.parts.schema.clone(), cols)?)
     }
-}
-
-/// The columns of `rows` (row-format bytes, `None` a row of NULLs) by `converter`.
-fn table_columns<'a>(
-    converter: &RowConverter,
-    rows: impl Iterator<Item = Option<&'a [u8]>> + Clone,
-) -> Result<Vec<ArrayRef>> {
-    let parser = converter.parser();
-    let cols = converter.convert_rows(rows.clone().flatten().map(|r| parser.parse(r)))?;
-    if rows.clone().all(|r| r.is_some()) {
-        return Ok(cols);
-    }
-    let mut next = 0u32;
-    let take: UInt32Array = rows
-        .map(|r| {
-            r.map(|_| {
-                next += 1;
-                next - 1
-            })
-        })
-        .collect();
-    Ok(cols
-        .iter()
-        .map(|c| arrow_select::take::take(c, &take, None))
-        .collect::<std::result::Result<_, _>>()?)
 }
 
 /// A version's stored value: [`VALUE`] and row `i` of `rows`, or [`DELETE`].
@@ -455,19 +393,14 @@ fn version_value(rows: &arrow_row::Rows, i: usize, delete: bool) -> Vec<u8> {
 
 impl Operator for DiskTemporalJoinOp {
     fn on_batch(&mut self, input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
-        let times = event_times(&batch.data, self.event_time[input])?;
-        let (on_time, late) = batch.split_late(&times, |t, wm| t <= wm)?;
-        if let Some(late) = late {
-            self.late[input] += late.num_rows() as u64;
-            ctx.emit_late_from(input, late);
-        }
-        if on_time.num_rows() == 0 {
+        let Some(data) = (self.counts).on_time(input, batch, self.parts.event_time[input], ctx)?
+        else {
             return Ok(());
-        }
+        };
         if input == 0 {
-            self.add_probes(on_time.data)
+            self.add_probes(data)
         } else {
-            self.add_versions(on_time.data)
+            self.add_versions(data)
         }
     }
 
@@ -501,7 +434,7 @@ impl Operator for DiskTemporalJoinOp {
                 let key = RowKey::decode(k)?;
                 w.delete(&expiry);
                 w.delete(k);
-                self.pending -= 1;
+                self.counts.pending -= 1;
                 let version = if key.key == NULL_KEY {
                     None
                 } else {
@@ -518,13 +451,13 @@ impl Operator for DiskTemporalJoinOp {
                 };
                 match version.filter(|v| v[0] == VALUE) {
                     Some(v) => pairs.push((row, Some(v[1..].to_vec()))),
-                    None if self.keep_unmatched => pairs.push((row, None)),
+                    None if self.parts.keep_unmatched => pairs.push((row, None)),
                     None => {}
                 }
             }
             drop(probes);
             let matched = pairs.iter().filter(|p| p.1.is_some()).count();
-            self.unmatched_emitted += (pairs.len() - matched) as u64;
+            self.counts.unmatched_emitted += (pairs.len() - matched) as u64;
             if !pairs.is_empty() {
                 ctx.emit(StreamBatch::new(self.assemble(&pairs)?));
             }
@@ -533,7 +466,7 @@ impl Operator for DiskTemporalJoinOp {
         self.expired_through = Some(wm);
         if wm == i64::MAX {
             // End of input: nothing can probe the versions any more.
-            self.versions = 0;
+            self.counts.versions = 0;
             return Ok(());
         }
         for (group, key) in probed {
@@ -544,7 +477,7 @@ impl Operator for DiskTemporalJoinOp {
 
     fn state_size(&self) -> StateSize {
         StateSize {
-            rows: self.pending + self.versions,
+            rows: self.counts.pending + self.counts.versions,
             bytes: self.store.bytes(),
         }
     }
@@ -552,8 +485,8 @@ impl Operator for DiskTemporalJoinOp {
     /// Every waiting probe and version, read from a snapshot of the store on another thread
     /// and written in the join's state layout (the memory backend's) as it is read.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let layout = self.layout.clone();
-        let schemas = self.schemas.clone();
+        let layout = self.parts.layout.clone();
+        let schemas = self.parts.schemas.clone();
         let batch_rows = self.at_once;
         crate::store_snapshot::store_snapshot(
             &self.store,
@@ -595,21 +528,14 @@ impl Operator for DiskTemporalJoinOp {
         let missing = |c: &str| Error::Internal(format!("temporal join state without {c}"));
         for b in state {
             let b = &b?;
-            let times = b
-                .column_by_name(EVENT_TIME_COLUMN)
-                .ok_or_else(|| missing(EVENT_TIME_COLUMN))?
-                .as_primitive::<Int64Type>();
-            let deletes = b
-                .column_by_name(DELETE_COLUMN)
-                .ok_or_else(|| missing(DELETE_COLUMN))?
-                .as_boolean();
+            let (times, deletes) = state_columns(b)?;
             let groups = b
                 .column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN)
                 .and_then(|c| c.as_primitive_opt::<UInt16Type>())
                 .ok_or_else(|| missing(weir_state::snapshot::KEY_GROUP_COLUMN))?;
             let has_row = BooleanArray::new(!deletes.values(), None);
-            let mut stores = self.schemas.clone().map(BatchStore::new);
-            let (rows, ids) = self.layout.read(b, &mut stores, Some(&has_row))?;
+            let mut stores = self.parts.schemas.clone().map(BatchStore::new);
+            let (rows, ids) = self.parts.layout.read(b, &mut stores, Some(&has_row))?;
             let converted = [0, 1].map(|side| {
                 ids[side]
                     .map(|id| {
@@ -637,29 +563,19 @@ impl Operator for DiskTemporalJoinOp {
                     // One subtask's snapshot holds one version of a key at an instant, and
                     // one subtask holds a key: no tie here.
                     w.put(&Self::version_key(group, r.key, ts), &value);
-                    self.versions += 1;
+                    self.counts.versions += 1;
                 }
             }
             self.store.write_in_key_order(w)?;
         }
-        self.peak_pending = self.pending;
-        self.peak_versions = self.versions;
+        self.counts.peak_pending = self.counts.pending;
+        self.counts.peak_versions = self.counts.versions;
         Ok(())
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
-        out.extend([
-            ("probes_waiting", self.pending as i64),
-            ("versions_held", self.versions as i64),
-            ("peak_probes_waiting", self.peak_pending as i64),
-            ("peak_versions_held", self.peak_versions as i64),
-            ("late_probe", self.late[0] as i64),
-            ("late_table", self.late[1] as i64),
-            ("null_key_probe", self.null_keys[0] as i64),
-            ("null_key_table", self.null_keys[1] as i64),
-            ("unmatched_emitted", self.unmatched_emitted as i64),
-            ("version_ties", self.ties as i64),
-        ]);
+        // The keys on disk are not counted.
+        self.counts.gauges(None, out);
     }
 }
 
@@ -697,7 +613,7 @@ impl Side {
 
     fn flush(&mut self, side: usize, layout: &StateLayout) -> Result<RecordBatch> {
         let rows = std::mem::take(&mut self.rows);
-        let cols = table_columns(&self.converter, rows.iter().map(Option::as_deref))?;
+        let cols = columns_of(&self.converter, rows.iter().map(Option::as_deref))?;
         let deletes: ArrayRef = Arc::new(BooleanArray::from(
             rows.iter().map(Option::is_none).collect::<Vec<_>>(),
         ));
@@ -759,19 +675,7 @@ mod tests {
         let mut join = super::super::TemporalJoin::new();
         join.probe_keys = vec!["k".into()];
         join.table_keys = vec!["k".into()];
-        let (schema, event_time, op_column, _) = join.check(&inputs).unwrap();
-        let parts = Parts {
-            keep_unmatched: false,
-            layout: StateLayout::new(&schema, 2, Vec::new(), 128),
-            schema,
-            event_time,
-            op_column,
-            encoders: [
-                KeyEncoder::new(&inputs[0].schema, &join.probe_keys).unwrap(),
-                KeyEncoder::new(&inputs[1].schema, &join.table_keys).unwrap(),
-            ],
-            schemas: [inputs[0].schema.clone(), inputs[1].schema.clone()],
-        };
+        let parts = join.parts(&inputs, 128).unwrap();
         let mut op = DiskTemporalJoinOp::open(parts, &info).unwrap();
         let (a, b) = (b"a".as_slice(), b"b".as_slice());
         op.add_version(1, a, 100, vec![VALUE, 1]).unwrap();
@@ -785,6 +689,6 @@ mod tests {
         let namespaces: Vec<u8> = left.iter().map(|e| e.0).collect();
         assert_eq!(namespaces, [VERSIONS, FLOORS], "{left:?}");
         assert_eq!(RowKey::decode(&left[0].1).unwrap().time, 150);
-        assert_eq!(op.versions, 1);
+        assert_eq!(op.counts.versions, 1);
     }
 }
