@@ -2,7 +2,6 @@
 //! another parallelism too, gives the result of a run that was never interrupted.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
@@ -10,7 +9,7 @@ use weir_core::SystemClock;
 use weir_operators::KeyedStreamExt;
 use weir_runtime::checkpoint::CheckpointConfig;
 use weir_runtime::sink::{RateLimitHandle, RateLimitedSink};
-use weir_runtime::testing::VecSource;
+use weir_runtime::testing::{stop_after_checkpoints, VecSource};
 use weir_runtime::{exec, CollectSink, JobBuilder, JobConfig, SourceOptions};
 use weir_testkit::sorted_lines;
 
@@ -93,20 +92,7 @@ fn a_keyed_count_stopped_after_a_checkpoint_and_restored_counts_every_row_once()
                 Arc::new(SystemClock),
             )
             .unwrap();
-            let stop = running.stop_handle();
-            let metrics = running.metrics.clone();
-            tokio::spawn(async move {
-                while metrics
-                    .checkpoints
-                    .completed
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    < 3
-                {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                stop.stop();
-            });
-            running.wait().await.unwrap()
+            stop_after_checkpoints(running, 3).await.unwrap()
         });
         assert!(report.stopped, "the first run was stopped before its end");
         // The count's part in the checkpoints: all of their state, as it is the only
