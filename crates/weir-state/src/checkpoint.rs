@@ -62,6 +62,7 @@ use weir_core::time::{Epoch, ProcTime, Watermark};
 
 use crate::{Error, Result, StateSize};
 
+mod folders;
 mod local_dir;
 
 pub use local_dir::{lock_file, DirLock, FileLock, LocalDirStorage, LOCK_FILE};

@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir_core::time::Epoch;
 
+use super::folders::{
+    check_listed, check_name, latest_good_in, retain_plan, shared_in, stored_manifest, Found,
+};
 use super::*;
 use crate::{Error, Result};
 
@@ -135,15 +138,6 @@ pub struct LocalDirStorage {
     tmp_seq: AtomicU64,
 }
 
-/// A checkpoint folder found in the directory.
-#[derive(Debug)]
-struct Found {
-    epoch: Epoch,
-    path: PathBuf,
-    savepoint: bool,
-    complete: bool,
-}
-
 impl LocalDirStorage {
     /// Takes the directory for one running job: an exclusive advisory lock on [`LOCK_FILE`]
     /// in it (the directory is created if missing), with `holder` (who: the job, its process)
@@ -234,21 +228,6 @@ impl LocalDirStorage {
 
     fn shared_path(&self) -> PathBuf {
         self.dir.join(SHARED_DIR)
-    }
-
-    /// The shared files the complete checkpoints and savepoints in `found` list; `None` if a
-    /// manifest does not read (then what it lists is unknown, and nothing may be deleted).
-    fn shared_in(found: &[&Found]) -> Option<BTreeSet<String>> {
-        let mut names = BTreeSet::new();
-        for f in found.iter().filter(|f| f.complete) {
-            let m = read_manifest_in(&f.path).ok()?;
-            names.extend(
-                (m.state_files())
-                    .filter(|(_, f)| f.shared)
-                    .map(|(_, f)| f.name.clone()),
-            );
-        }
-        Some(names)
     }
 
     /// Deletes the shared files in `names` (those missing are skipped).
@@ -385,47 +364,9 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
         .map_err(|e| Error::io("sync", to, e))
 }
 
-fn check_name(epoch: Epoch, name: &str) -> Result<()> {
-    if valid_file_name(name) {
-        Ok(())
-    } else {
-        Err(Error::Internal(format!(
-            "checkpoint {} state file {name:?} is not a plain file name (no path separators or \
-             `..`, not starting with `.` or `_`)",
-            epoch.0
-        )))
-    }
-}
-
 impl CheckpointStorage for LocalDirStorage {
     fn latest_good(&self) -> Result<Option<Good>> {
-        let mut passed_over = Vec::new();
-        for found in self.scan()?.into_iter().filter(|f| f.complete).rev() {
-            let checked = read_manifest_in(&found.path).and_then(|manifest| {
-                let handle = CheckpointHandle {
-                    epoch: manifest.epoch,
-                    savepoint: manifest.savepoint,
-                    location: found.path.clone(),
-                };
-                self.verify(&handle, &manifest)?;
-                Ok((handle, manifest))
-            });
-            match checked {
-                Ok((handle, manifest)) => {
-                    return Ok(Some(Good {
-                        handle,
-                        manifest,
-                        passed_over,
-                    }))
-                }
-                Err(e @ Error::CorruptCheckpoint { .. }) => passed_over.push(e),
-                Err(e) => return Err(e),
-            }
-        }
-        match passed_over.into_iter().next() {
-            Some(newest_bad) => Err(newest_bad),
-            None => Ok(None),
-        }
+        latest_good_in(self, &self.scan()?, read_manifest_in)
     }
 
     fn begin(&self, epoch: Epoch) -> Result<()> {
@@ -486,52 +427,23 @@ impl CheckpointStorage for LocalDirStorage {
                 folder.display()
             )));
         }
-        let mut names = BTreeSet::new();
         let shared = self.shared_path();
-        for (node, file) in manifest.state_files() {
-            check_name(epoch, &file.name)?;
-            if !names.insert(file.name.as_str()) {
-                return Err(Error::Internal(format!(
-                    "checkpoint {} lists state file {:?} twice",
-                    epoch.0, file.name
-                )));
-            }
+        check_listed(epoch, manifest, |file| {
             let path = if file.shared {
                 shared.join(&file.name)
             } else {
                 folder.join(&file.name)
             };
+            let at = path.display().to_string();
             match fs::metadata(&path) {
-                Ok(m) if m.is_file() && m.len() == file.bytes => {}
-                Ok(m) => {
-                    return Err(Error::Internal(format!(
-                        "state file {} of node {node:?} has {} bytes, the manifest says {}",
-                        path.display(),
-                        m.len(),
-                        file.bytes
-                    )))
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    return Err(Error::Internal(format!(
-                        "the manifest of checkpoint {} lists state file {} of node {node:?}, \
-                         which was not written",
-                        epoch.0,
-                        path.display()
-                    )))
-                }
-                Err(e) => return Err(Error::io("read", path, e)),
+                Ok(m) if m.is_file() => Ok((at, Some(m.len()))),
+                Ok(_) => Ok((at, None)),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok((at, None)),
+                Err(e) => Err(Error::io("read", path, e)),
             }
-        }
-        let mut stored = manifest.clone();
+        })?;
+        let mut stored = stored_manifest(manifest);
         let lists_shared = manifest.state_files().any(|(_, f)| f.shared);
-        let lists_store = manifest.state_files().any(|(_, f)| f.store_name.is_some());
-        // The oldest format that holds what it lists, so that an older weir restores what it
-        // can read.
-        stored.format_version = match (lists_store, lists_shared) {
-            (true, _) => FORMAT_VERSION,
-            (false, true) => 2,
-            (false, false) => 1,
-        };
         if lists_shared && !manifest.savepoint {
             // The shared files' names are durable before the manifest that lists them.
             sync_dir(&shared)?;
@@ -547,9 +459,6 @@ impl CheckpointStorage for LocalDirStorage {
                 }
             }
         }
-        let size = manifest.state_size();
-        stored.state_rows = size.rows;
-        stored.state_bytes = size.bytes;
         let json = stored.to_json()?;
 
         // The state files' names are durable before the manifest can be.
@@ -675,7 +584,7 @@ impl CheckpointStorage for LocalDirStorage {
             Err(e) => return Err(Error::io("list", shared, e)),
         };
         let found = self.scan()?;
-        let Some(listed) = Self::shared_in(&found.iter().collect::<Vec<_>>()) else {
+        let Some(listed) = shared_in(&found.iter().collect::<Vec<_>>(), read_manifest_in) else {
             return Ok(Vec::new());
         };
         let mut orphans = BTreeSet::new();
@@ -698,28 +607,7 @@ impl CheckpointStorage for LocalDirStorage {
         let Some(newest) = found.iter().filter(|f| f.complete).map(|f| f.epoch).max() else {
             return Ok(Vec::new());
         };
-        let mut remove: Vec<&Found> = (found.iter())
-            .filter(|f| !f.complete && f.epoch < newest)
-            .collect();
-        let old = (found.iter().rev())
-            .filter(|f| f.complete && !f.savepoint)
-            .skip(keep.max(1))
-            // A savepoint copied in by hand among the checkpoints, or a manifest that cannot
-            // be read (so might be one), is left alone.
-            .filter(|f| read_manifest_in(&f.path).is_ok_and(|m| !m.savepoint));
-        remove.extend(old);
-        // The shared files only the removed checkpoints list go with them (after them: a
-        // removal cut short leaves files no checkpoint lists, which remove_orphans takes).
-        let kept: Vec<&Found> = (found.iter())
-            .filter(|f| !remove.iter().any(|r| r.path == f.path))
-            .collect();
-        let mut unlisted = Self::shared_in(&remove).unwrap_or_default();
-        if !unlisted.is_empty() {
-            match Self::shared_in(&kept) {
-                Some(listed) => unlisted.retain(|n| !listed.contains(n)),
-                None => unlisted.clear(),
-            }
-        }
+        let (remove, unlisted) = retain_plan(&found, newest, keep, read_manifest_in);
         let mut removed = Vec::with_capacity(remove.len());
         for f in remove {
             remove_folder(&f.path)?;
