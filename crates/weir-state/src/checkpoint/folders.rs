@@ -43,12 +43,12 @@ pub(crate) fn shared_in(
 /// `newest`) to keep `keep` complete checkpoints: the folders, and the shared files only they
 /// list (to delete after them: a removal cut short leaves files no checkpoint lists, which
 /// `remove_orphans` takes).
-pub(crate) fn retain_plan<'a>(
-    found: &'a [Found],
+pub(crate) fn retain_plan(
+    found: &[Found],
     newest: Epoch,
     keep: usize,
     read: impl Fn(&Path) -> Result<Manifest>,
-) -> (Vec<&'a Found>, BTreeSet<String>) {
+) -> (Vec<&Found>, BTreeSet<String>) {
     let mut remove: Vec<&Found> = (found.iter())
         .filter(|f| !f.complete && f.epoch < newest)
         .collect();
