@@ -78,8 +78,7 @@ fn watermark(
     which: &str,
 ) -> Result<Option<(i64, String)>> {
     if let Some(dir) = checkpoints {
-        use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
-        let storage = LocalDirStorage::new(dir);
+        let storage = weir_state::checkpoint::storage_at(dir)?;
         let handle = storage
             .latest()?
             .with_context(|| format!("{which}: no complete checkpoint in {}", dir.display()))?;

@@ -79,8 +79,7 @@ pub fn run(a: &StatusArgs) -> Result<String> {
         });
     }
     for dir in &a.checkpoints {
-        use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
-        let storage = LocalDirStorage::new(dir);
+        let storage = weir_state::checkpoint::storage_at(dir)?;
         let Some(handle) = storage.latest()? else {
             anyhow::bail!("{}: no complete checkpoint", dir.display());
         };

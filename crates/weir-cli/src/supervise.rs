@@ -412,9 +412,8 @@ pub fn hms(ms: i64) -> String {
 /// Whether the checkpoint a restore of `latest` in `dir` takes (the newest good one, see
 /// `CheckpointStorage::latest_good`) is one job `name` wrote.
 fn own_checkpoint(dir: &Path, name: &str) -> bool {
-    use weir_state::checkpoint::CheckpointStorage;
-    weir_state::checkpoint::LocalDirStorage::new(dir)
-        .latest_good()
+    weir_state::checkpoint::storage_at(dir)
+        .and_then(|s| s.latest_good())
         .is_ok_and(|g| g.is_some_and(|g| g.manifest.job == name))
 }
 

@@ -64,8 +64,12 @@ use crate::{Error, Result, StateSize};
 
 mod folders;
 mod local_dir;
+#[cfg(feature = "object-store")]
+mod object_dir;
 
 pub use local_dir::{lock_file, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
+#[cfg(feature = "object-store")]
+pub use object_dir::{ObjectLock, ObjectStoreStorage, LOCK_OBJECT};
 
 /// The manifest's file name in a checkpoint folder; its presence makes the checkpoint complete.
 pub const MANIFEST_FILE: &str = "_manifest.json";
@@ -650,6 +654,75 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
             self.open(restore).map(Some)
         }
     }
+}
+
+/// The checkpoint storage `dir` names: object storage for a URL (`s3://bucket/prefix`,
+/// `gs://…`, `az://…`; see [`ObjectStoreStorage`]), a local directory otherwise (a path, or a
+/// `file://` URL).
+///
+/// # Errors
+/// `Config` naming `dir` if it is a URL this weir cannot reach (one built without the
+/// `object-store` feature reaches none).
+pub fn storage_at(dir: &Path) -> Result<std::sync::Arc<dyn CheckpointStorage>> {
+    match location_of(dir)? {
+        Location::Dir(d) => Ok(std::sync::Arc::new(LocalDirStorage::new(d))),
+        #[cfg(feature = "object-store")]
+        Location::Object(url) => Ok(std::sync::Arc::new(ObjectStoreStorage::from_url(&url)?)),
+    }
+}
+
+/// A running job's hold on its checkpoint location, released when dropped.
+#[derive(Debug)]
+pub enum LocationLock {
+    Dir(DirLock),
+    #[cfg(feature = "object-store")]
+    Object(ObjectLock),
+}
+
+/// Takes the checkpoint location `dir` (see [`storage_at`]) for one running job, `holder`
+/// naming it for whoever tries next: [`LocalDirStorage::lock`] or
+/// [`ObjectStoreStorage::lock`].
+///
+/// # Errors
+/// `InUse` naming the holder if another job holds it; as [`storage_at`]; `Io` / `External` if
+/// the lock cannot be taken.
+pub fn lock_at(dir: &Path, holder: &str) -> Result<LocationLock> {
+    match location_of(dir)? {
+        Location::Dir(d) => LocalDirStorage::new(d).lock(holder).map(LocationLock::Dir),
+        #[cfg(feature = "object-store")]
+        Location::Object(url) => ObjectStoreStorage::from_url(&url)?
+            .lock(holder)
+            .map(LocationLock::Object),
+    }
+}
+
+enum Location {
+    Dir(PathBuf),
+    #[cfg(feature = "object-store")]
+    Object(String),
+}
+
+fn location_of(dir: &Path) -> Result<Location> {
+    let s = dir.to_string_lossy();
+    if let Some(path) = s.strip_prefix("file://") {
+        return Ok(Location::Dir(PathBuf::from(path)));
+    }
+    let Some((scheme, _)) = s.split_once("://") else {
+        return Ok(Location::Dir(dir.to_owned()));
+    };
+    if scheme.is_empty() || !(scheme.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'+') {
+        return Ok(Location::Dir(dir.to_owned()));
+    }
+    #[cfg(feature = "object-store")]
+    {
+        Ok(Location::Object(s.into_owned()))
+    }
+    #[cfg(not(feature = "object-store"))]
+    Err(Error::Config(format!(
+        "checkpoint location {s:?} is a URL, and this weir was built without object storage \
+         (build weir-cli with its default features, which include `object-store`), or give a \
+         local folder"
+    )))
 }
 
 /// What `r` reads to its end; `what` names it in errors.

@@ -99,6 +99,18 @@ pub enum Error {
         path.display()
     )]
     InUse { path: PathBuf, holder: String },
+    /// A setting the user gave cannot be used (a checkpoint location that names no store this
+    /// weir reaches); the message names it and the fix.
+    #[error("{0}")]
+    Config(String),
+    /// A request to an external system (object storage) failed.
+    #[error("cannot {action} {location} on {system}: {message}")]
+    External {
+        system: &'static str,
+        action: &'static str,
+        location: String,
+        message: String,
+    },
     /// A broken invariant inside weir: this is a bug, please report it.
     #[error("internal error (this is a bug in weir): {0}")]
     Internal(String),

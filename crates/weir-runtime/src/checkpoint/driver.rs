@@ -92,7 +92,7 @@ pub(crate) struct Driver {
     /// watermark.
     unpublished: VecDeque<(u64, Option<i64>)>,
     /// The job's hold on the checkpoint folder, for as long as the driver lives.
-    _lock: Option<weir_state::checkpoint::DirLock>,
+    _lock: Option<weir_state::checkpoint::LocationLock>,
 }
 
 impl Driver {
@@ -104,7 +104,7 @@ impl Driver {
         graph: &JobGraph,
         config: &CheckpointConfig,
         storage: Arc<dyn CheckpointStorage>,
-        lock: Option<weir_state::checkpoint::DirLock>,
+        lock: Option<weir_state::checkpoint::LocationLock>,
     ) -> Result<Self> {
         let not_yet: Vec<String> = (graph.nodes.iter())
             .filter_map(|n| match &n.kind {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 use weir_core::keys::KeyEncoder;
 use weir_core::time::Clock;
-use weir_state::checkpoint::{CheckpointStorage, LocalDirStorage};
+use weir_state::checkpoint::CheckpointStorage;
 
 use crate::channel::Mailbox;
 use crate::checkpoint::Driver;
@@ -27,6 +27,17 @@ use crate::metrics::{
 use crate::operator::{SubtaskInfo, TimerService};
 use crate::source::{AlignmentGroup, DeadLetters};
 
+/// This machine's name, for whoever finds a lock a job holds (a checkpoint location in object
+/// storage is reached from many machines).
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "an unnamed host".into())
+}
+
 /// Starts `graph` on the current tokio runtime.
 ///
 /// # Errors
@@ -37,13 +48,14 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     // The checkpoint folder is this job's while it runs: taken before anything is restored
     // from it, so that two processes never both restore and write it.
     let holder = format!(
-        "job `{}` (process {}, since {})",
+        "job `{}` (process {} on {}, since {})",
         graph.name,
         std::process::id(),
+        host_name(),
         weir_core::time::EventTime(clock.now().0)
     );
     let folder_lock = match &cfg.checkpointing {
-        Some(c) => Some(LocalDirStorage::new(&c.dir).lock(&holder)?),
+        Some(c) => Some(weir_state::checkpoint::lock_at(&c.dir, &holder)?),
         None => None,
     };
     // So are its outputs: a second job would overwrite them, and a restore of either would
@@ -53,12 +65,10 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
     let checkpointing: Option<(
         &crate::checkpoint::CheckpointConfig,
         Arc<dyn CheckpointStorage>,
-    )> = (cfg.checkpointing.as_ref()).map(|c| {
-        (
-            c,
-            Arc::new(LocalDirStorage::new(&c.dir)) as Arc<dyn CheckpointStorage>,
-        )
-    });
+    )> = match cfg.checkpointing.as_ref() {
+        Some(c) => Some((c, weir_state::checkpoint::storage_at(&c.dir)?)),
+        None => None,
+    };
     let restored = match &checkpointing {
         Some((c, s)) => crate::checkpoint::Restored::resolve(c, s.as_ref())?,
         None => None,
