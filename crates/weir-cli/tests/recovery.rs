@@ -8,7 +8,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{kill_and_restore, weir};
+use common::{kill_and_restore, kill_and_restore_checking, weir};
 
 const JOB: &str = "
 SET 'execution.checkpointing.interval' = '100 ms';
@@ -867,4 +867,63 @@ fn an_interval_join_from_kafka_killed_and_restored_writes_each_row_once() {
     let got = output(dir.path());
     assert_eq!(got.len(), want.len(), "rows lost or written twice");
     assert_eq!(got, want);
+}
+
+/// The attribution job checkpointing into object storage (a bucket of the S3-protocol server
+/// scripts/test starts; incremental checkpoints of RocksDB stores when built with them), killed
+/// with SIGKILL at random moments and restored each time: its outputs equal an uninterrupted
+/// run's. Each restart takes the location over from the killed run once its lease (1 s here)
+/// ran out; after every kill the newest checkpoint in the bucket reads whole.
+#[test]
+#[ignore = "needs an S3-protocol server: run scripts/test"]
+fn the_attribution_job_checkpointing_to_object_storage_killed_and_restored_loses_and_repeats_nothing(
+) {
+    use weir_state::checkpoint::storage_at;
+    let (_reference, want) = attribution_uninterrupted();
+    let bucket = std::env::var("WEIR_S3_BUCKET").unwrap_or_else(|_| "weir-test".into());
+    let url = format!(
+        "s3://{bucket}/runs/recovery-{}",
+        weir_state::store_files::unique_id()
+    );
+    let backend = if cfg!(feature = "rocksdb") {
+        "SET 'state.backend.type' = 'rocksdb';
+SET 'execution.checkpointing.incremental' = 'true';
+SET 'state.backend.rocksdb.localdir' = 'rocks';"
+    } else {
+        ""
+    };
+    let job = ATTRIBUTION.replace(
+        "SET 'execution.checkpointing.dir' = 'checkpoints';",
+        &format!(
+            "SET 'execution.checkpointing.dir' = '{url}';
+SET 'weir.checkpointing.lock-lease' = '1 s';
+{backend}"
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), job).unwrap();
+    let storage = storage_at(Path::new(&url)).unwrap();
+    let newest = std::cell::Cell::new(0);
+    let (kills, stderr) = kill_and_restore_checking(dir.path(), 8, 2_000..4_000, 61, || {
+        if let Some(good) = storage.latest_good().unwrap() {
+            assert!(good.passed_over.is_empty(), "{:?}", good.passed_over);
+            newest.set(good.handle.epoch.0);
+        }
+    });
+    let newest = newest.get();
+    println!("killed {kills} times, {newest} checkpoints taken by then; the last run: {stderr}");
+    assert!(
+        kills >= 6,
+        "only {kills} runs were killed before they ended"
+    );
+    assert!(
+        newest >= 8,
+        "the killed runs completed only {newest} checkpoints"
+    );
+    assert!(
+        !dir.path().join("checkpoints").exists(),
+        "nothing is checkpointed on local disk"
+    );
+    assert_eq!(output_of(dir.path(), "out"), want.0);
+    assert_eq!(output_of(dir.path(), "per_ad"), want.1);
 }

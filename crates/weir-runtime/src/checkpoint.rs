@@ -49,6 +49,15 @@ pub struct CheckpointConfig {
     /// state depends on changed, instead of refusing (Flink's `--allowNonRestoredState`).
     #[serde(default)]
     pub allow_non_restored_state: bool,
+    /// How long the hold on a checkpoint location in object storage lasts unless renewed
+    /// (`weir.checkpointing.lock-lease`): the longest a job killed with -9 keeps the next one
+    /// waiting.
+    #[serde(default = "default_lock_lease")]
+    pub lock_lease_ms: i64,
+}
+
+fn default_lock_lease() -> i64 {
+    weir_state::checkpoint::DEFAULT_LOCK_LEASE_MS
 }
 
 /// What happens when a job with checkpoints fails while running (Flink's
@@ -119,6 +128,7 @@ impl CheckpointConfig {
             restore: None,
             restart: RestartStrategy::default(),
             allow_non_restored_state: false,
+            lock_lease_ms: default_lock_lease(),
         }
     }
 

@@ -679,22 +679,53 @@ pub enum LocationLock {
     Object(ObjectLock),
 }
 
+impl LocationLock {
+    /// `Ok` while the hold is kept: always for a local directory's (the operating system holds
+    /// it until the process ends); see [`ObjectLock::check`].
+    ///
+    /// # Errors
+    /// `Lost` once an object storage lease is lost.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            LocationLock::Dir(_) => Ok(()),
+            #[cfg(feature = "object-store")]
+            LocationLock::Object(l) => l.check(),
+        }
+    }
+}
+
+/// How long a hold on a checkpoint location in object storage lasts unless renewed, by default
+/// (see [`ObjectStoreStorage::lock`]): a job killed with -9 is succeeded after at most this.
+pub const DEFAULT_LOCK_LEASE_MS: i64 = 30_000;
+
 /// Takes the checkpoint location `dir` (see [`storage_at`]) for one running job, `holder`
 /// naming it for whoever tries next: [`LocalDirStorage::lock`] or
-/// [`ObjectStoreStorage::lock`].
+/// [`ObjectStoreStorage::lock`] (with a lease of `lease_ms` on `clock`).
 ///
 /// # Errors
 /// `InUse` naming the holder if another job holds it; as [`storage_at`]; `Io` / `External` if
 /// the lock cannot be taken.
-pub fn lock_at(dir: &Path, holder: &str) -> Result<LocationLock> {
+pub fn lock_at(
+    dir: &Path,
+    holder: &str,
+    clock: std::sync::Arc<dyn weir_core::time::Clock>,
+    lease_ms: i64,
+) -> Result<LocationLock> {
     match location_of(dir)? {
-        Location::Dir(d) => LocalDirStorage::new(d).lock(holder).map(LocationLock::Dir),
+        Location::Dir(d) => {
+            let _ = (clock, lease_ms);
+            LocalDirStorage::new(d).lock(holder).map(LocationLock::Dir)
+        }
         #[cfg(feature = "object-store")]
         Location::Object(url) => ObjectStoreStorage::from_url(&url)?
-            .lock(holder)
+            .lock(holder, clock, lease_ms)
             .map(LocationLock::Object),
     }
 }
+
+/// Why a `memory://` checkpoint location is refused.
+const IN_MEMORY_REFUSED: &str = "an in-memory object store loses every checkpoint with the \
+                                 process; give a bucket (s3://, gs://, az://) or a local folder";
 
 enum Location {
     Dir(PathBuf),
@@ -712,6 +743,11 @@ fn location_of(dir: &Path) -> Result<Location> {
     };
     if scheme.is_empty() || !(scheme.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'+') {
         return Ok(Location::Dir(dir.to_owned()));
+    }
+    if scheme == "memory" {
+        return Err(Error::Config(format!(
+            "checkpoint location {s:?}: {IN_MEMORY_REFUSED}"
+        )));
     }
     #[cfg(feature = "object-store")]
     {

@@ -111,6 +111,14 @@ pub enum Error {
         location: String,
         message: String,
     },
+    /// A running job lost its hold on its checkpoint location (another job took it over): it
+    /// stops rather than write over that job's checkpoints.
+    #[error(
+        "lost the hold on checkpoint location {}: {why}; stopping rather than write over \
+         another job's checkpoints",
+        path.display()
+    )]
+    Lost { path: PathBuf, why: String },
     /// A broken invariant inside weir: this is a bug, please report it.
     #[error("internal error (this is a bug in weir): {0}")]
     Internal(String),

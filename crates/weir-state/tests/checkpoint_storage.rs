@@ -687,3 +687,39 @@ fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them() {
     );
     assert!(err.contains("savepoint"), "{err}");
 }
+
+#[test]
+fn a_checkpoint_location_is_a_folder_a_file_url_or_an_object_store_url() {
+    use weir_state::checkpoint::{lock_at, storage_at};
+    let tmp = tempfile::tempdir().unwrap();
+    // A file:// URL is the local folder it names, locked as one.
+    let url = format!("file://{}", tmp.path().join("ckpt").display());
+    let s = storage_at(Path::new(&url)).unwrap();
+    assert!(format!("{s:?}").starts_with("LocalDirStorage"), "{s:?}");
+    let clock = Arc::new(weir_core::time::ManualClock::new(ProcTime(0)));
+    let _held = lock_at(Path::new(&url), "job a", clock.clone(), 1_000).unwrap();
+    assert!(tmp.path().join("ckpt").join("_lock").is_file());
+    let err = lock_at(&tmp.path().join("ckpt"), "job b", clock, 1_000).unwrap_err();
+    assert!(matches!(err, Error::InUse { .. }), "{err}");
+    // An in-memory object store would lose every checkpoint with the process.
+    let err = storage_at(Path::new("memory:///")).unwrap_err().to_string();
+    assert!(
+        err.contains("in-memory") && err.contains("memory:///"),
+        "{err}"
+    );
+    #[cfg(feature = "object-store")]
+    {
+        let s = storage_at(Path::new("s3://a-bucket/jobs/attribution/")).unwrap();
+        assert_eq!(
+            format!("{s:?}"),
+            "ObjectStoreStorage(s3://a-bucket/jobs/attribution)"
+        );
+    }
+    #[cfg(not(feature = "object-store"))]
+    {
+        let err = storage_at(Path::new("s3://a-bucket/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("object-store"), "{err}");
+    }
+}

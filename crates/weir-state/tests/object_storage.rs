@@ -10,7 +10,7 @@ use std::sync::Arc;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use weir_core::keys::KeyGroupRange;
-use weir_core::time::{Epoch, ProcTime};
+use weir_core::time::{Epoch, ManualClock, ProcTime};
 use weir_state::checkpoint::{
     checksum, lock_at, storage_at, CheckpointStorage, Manifest, NodeState, ObjectStoreStorage,
     StateFile, SubtaskState,
@@ -32,14 +32,7 @@ struct Place {
 
 impl Place {
     fn new(test: &str) -> Place {
-        let unique = format!(
-            "{test}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        );
+        let unique = format!("{test}-{}", weir_state::store_files::unique_id());
         let raw = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name(bucket())
             .build()
@@ -197,11 +190,20 @@ fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them_and_a_savepoint_hol
     s.write_shared("a.arrow", b"aaa").unwrap();
     take(&s, 1, b"1", &[("a.arrow", b"aaa")], false);
     s.write_shared("b.arrow", b"bb").unwrap();
-    let second = take(&s, 2, b"2", &[("a.arrow", b"aaa"), ("b.arrow", b"bb")], false);
+    let second = take(
+        &s,
+        2,
+        b"2",
+        &[("a.arrow", b"aaa"), ("b.arrow", b"bb")],
+        false,
+    );
     take(&s, 3, b"3", &[("b.arrow", b"bb")], false);
     assert_eq!(s.read_manifest(&second).unwrap().format_version, 2);
     s.write_shared("orphan.arrow", b"never listed").unwrap();
-    assert_eq!(s.remove_orphans().unwrap(), vec!["orphan.arrow".to_string()]);
+    assert_eq!(
+        s.remove_orphans().unwrap(),
+        vec!["orphan.arrow".to_string()]
+    );
 
     assert_eq!(s.retain(2).unwrap(), vec![Epoch(1)]);
     let shared: Vec<String> = (place.objects().into_iter())
@@ -237,10 +239,16 @@ fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them_and_a_savepoint_hol
     let third = s.open(&format!("{}/chk-3", place.url)).unwrap();
     let f = s.read_manifest(&third).unwrap().nodes["j1"].subtasks[0].files[1].clone();
     let err = s.read_state_file(&third, &f).unwrap_err().to_string();
-    assert!(err.contains("incremental") && err.contains("b.arrow"), "{err}");
+    assert!(
+        err.contains("incremental") && err.contains("b.arrow"),
+        "{err}"
+    );
     // A location outside the storage's bucket and prefix is refused, naming both.
     let err = s.open("s3://another-bucket/chk-3").unwrap_err().to_string();
-    assert!(err.contains("another-bucket") && err.contains(&bucket()), "{err}");
+    assert!(
+        err.contains("another-bucket") && err.contains(&bucket()),
+        "{err}"
+    );
 }
 
 #[test]
@@ -278,14 +286,19 @@ fn a_state_file_larger_than_a_part_goes_up_in_parts_and_a_failed_one_leaves_noth
     assert_eq!(place.objects(), ["chk-1/big.arrow"]);
 
     let mut m = Manifest::new("big", Epoch(1), ProcTime(0));
-    m.nodes
-        .insert("j1".into(), one_node(vec![file("big.arrow", &whole, false)]));
+    m.nodes.insert(
+        "j1".into(),
+        one_node(vec![file("big.arrow", &whole, false)]),
+    );
     let h = s.complete(Epoch(1), &m).unwrap();
     let f = m.nodes["j1"].subtasks[0].files[0].clone();
     let mut r = s.open_state_file(&h, &f).unwrap();
     let mut back = Vec::new();
     r.read_to_end(&mut back).unwrap();
-    assert!(back == whole, "the file read back differs from what was written");
+    assert!(
+        back == whole,
+        "the file read back differs from what was written"
+    );
 }
 
 #[test]
@@ -307,7 +320,10 @@ fn a_manifest_that_lists_what_was_not_written_is_refused_and_a_changed_file_is_p
     s.abort(Epoch(1)).unwrap();
     assert!(place.objects().is_empty());
     // Writing to a checkpoint not begun is a bug of the caller's, said as one.
-    let err = s.write_file(Epoch(9), "x.arrow", b"x").unwrap_err().to_string();
+    let err = s
+        .write_file(Epoch(9), "x.arrow", b"x")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("was not begun"), "{err}");
 
     take(&s, 2, b"two", &[], false);
@@ -321,32 +337,71 @@ fn a_manifest_that_lists_what_was_not_written_is_refused_and_a_changed_file_is_p
     assert!(why.contains("checksum") && why.contains("chk-3"), "{why}");
 }
 
+/// `lock_at` the place with a lease of `lease_ms` on `clock`.
+fn lock(
+    place: &Place,
+    holder: &str,
+    clock: &ManualClock,
+    lease_ms: i64,
+) -> weir_state::Result<weir_state::checkpoint::LocationLock> {
+    lock_at(
+        std::path::Path::new(&place.url),
+        holder,
+        Arc::new(clock.clone()),
+        lease_ms,
+    )
+}
+
 #[test]
 #[ignore = "needs an S3-protocol server: run scripts/test"]
-fn a_prefix_is_held_by_one_job_at_a_time_and_a_hold_left_behind_names_what_to_delete() {
+fn a_prefix_is_held_by_one_job_while_it_renews_and_taken_over_once_its_lease_runs_out() {
     let place = Place::new("lock");
-    let dir = std::path::Path::new(&place.url);
-    let first = lock_at(dir, "job `a` (process 1 on h1, since 0)").unwrap();
-    let err = lock_at(dir, "job `b`").unwrap_err();
+    let clock = ManualClock::new(ProcTime(1_000_000));
+    // A holder that renews (every 100 ms here) keeps a second job out: it waits for the lease
+    // to run out, sees it renewed, and is refused, naming the holder.
+    let first = lock(&place, "job `a` (process 1 on h1, since 0)", &clock, 300).unwrap();
+    let err = lock(&place, "job `b`", &clock, 300).unwrap_err();
     assert!(matches!(err, Error::InUse { .. }), "{err}");
     let err = err.to_string();
     assert!(
         err.contains("job `a` (process 1 on h1") && err.contains("_lock"),
         "{err}"
     );
+    first.check().unwrap();
     drop(first);
     assert!(place.objects().is_empty(), "released on drop");
 
-    // A job killed with -9 leaves its hold: the next is refused, told which object to delete.
-    let killed = lock_at(dir, "job `c` (process 7 on h1, since 5)").unwrap();
-    std::mem::forget(killed);
-    let err = lock_at(dir, "job `c` (process 8 on h1, since 9)")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("process 7") && err.contains(&format!("delete {}/_lock", place.url)),
-        "{err}"
+    // A holder killed with -9 renews no more: the next job takes over once its lease ran out,
+    // at once when it already has.
+    let lease = |holder: &str, expires_at_ms: i64| {
+        serde_json::json!({"holder": holder, "expires_at_ms": expires_at_ms, "lease_ms": 300})
+            .to_string()
+    };
+    place.put("_lock", lease("job `c` (killed)", 999_999).as_bytes());
+    let second = lock(&place, "job `c` (restarted)", &clock, 300).unwrap();
+    second.check().unwrap();
+    drop(second);
+    // Not yet run out by its clock: it watches it for a whole lease; nothing renews it.
+    place.put("_lock", lease("job `c` (killed)", 1_000_200).as_bytes());
+    let third = lock(&place, "job `c` (again)", &clock, 300).unwrap();
+
+    // A holder whose lock another job took over (after it could not renew in time) knows, and
+    // completes no checkpoint more.
+    place.put("_lock", lease("job `d`", 9_000_000).as_bytes());
+    let mut lost = None;
+    for _ in 0..200 {
+        if let Err(e) = third.check() {
+            lost = Some(e.to_string());
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lost = lost.expect("the hold was not seen lost within 10 s");
+    assert!(lost.contains("job `d` holds it now"), "{lost}");
+    drop(third);
+    assert_eq!(
+        place.objects(),
+        ["_lock"],
+        "a lost hold leaves the new holder's lock"
     );
-    place.delete("_lock");
-    let _next = lock_at(dir, "job `c` (process 8 on h1, since 9)").unwrap();
 }

@@ -92,7 +92,7 @@ pub(crate) struct Driver {
     /// watermark.
     unpublished: VecDeque<(u64, Option<i64>)>,
     /// The job's hold on the checkpoint folder, for as long as the driver lives.
-    _lock: Option<weir_state::checkpoint::LocationLock>,
+    lock: Option<weir_state::checkpoint::LocationLock>,
 }
 
 impl Driver {
@@ -172,7 +172,7 @@ impl Driver {
             savepoint: None,
             stop_after: None,
             unpublished: VecDeque::new(),
-            _lock: lock,
+            lock,
         })
     }
 
@@ -479,6 +479,10 @@ impl Driver {
         }
         let savepoint = (self.savepoint.as_ref()).is_some_and(|w| w.epoch == Some(done.epoch));
         m.savepoint = savepoint;
+        if let Some(lock) = &self.lock {
+            // A job that lost its object storage lease to another completes nothing more.
+            lock.check()?;
+        }
         let handle = self.storage.complete(done.epoch, &m)?;
         if savepoint {
             let w = self.savepoint.take().expect("checked");

@@ -55,7 +55,12 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
         weir_core::time::EventTime(clock.now().0)
     );
     let folder_lock = match &cfg.checkpointing {
-        Some(c) => Some(weir_state::checkpoint::lock_at(&c.dir, &holder)?),
+        Some(c) => Some(weir_state::checkpoint::lock_at(
+            &c.dir,
+            &holder,
+            Arc::clone(&clock),
+            c.lock_lease_ms,
+        )?),
         None => None,
     };
     // So are its outputs: a second job would overwrite them, and a restore of either would

@@ -260,6 +260,9 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
                 let live = c.dir.display().to_string();
                 c.dir = format!("{}{}", live.trim_end_matches('/'), b.suffix).into();
             }
+            if let Some(v) = settings.get("weir.checkpointing.lock-lease") {
+                c.lock_lease_ms = duration_ms("weir.checkpointing.lock-lease", v)?.max(1);
+            }
             if let Some(n) = settings.get("state.checkpoints.num-retained") {
                 c.keep = n.parse().map_err(|_| {
                     plan_err(format!(

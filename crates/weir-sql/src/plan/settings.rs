@@ -36,6 +36,7 @@ pub(super) const SETTINGS: &[&str] = &[
     "execution.checkpointing.dir",
     "state.checkpoints.dir",
     "state.checkpoints.num-retained",
+    "weir.checkpointing.lock-lease",
     "restart-strategy.type",
     "restart-strategy.fixed-delay.attempts",
     "restart-strategy.fixed-delay.delay",

@@ -26,12 +26,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
-use weir_core::time::Epoch;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+use weir_core::time::{Clock, Epoch};
 
 use super::folders::{
     check_listed, check_name, latest_good_in, retain_plan, shared_in, stored_manifest, Found,
 };
+use super::DEFAULT_LOCK_LEASE_MS;
 use super::*;
 use crate::{Error, Result};
 
@@ -55,16 +57,49 @@ pub struct ObjectStoreStorage {
 
 impl std::fmt::Debug for ObjectStoreStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ObjectStoreStorage({})", self.url_of(&self.root).display())
+        write!(
+            f,
+            "ObjectStoreStorage({})",
+            self.url_of(&self.root).display()
+        )
     }
 }
 
-/// A running job's hold on a checkpoint prefix: the object [`LOCK_OBJECT`] under it, created
-/// only if there is none (a conditional write), deleted when this is dropped. A job killed with
-/// -9 leaves it behind; see [`ObjectStoreStorage::lock`].
+/// A running job's hold on a checkpoint prefix: a lease in the object [`LOCK_OBJECT`] under it
+/// (who holds it and until when), renewed by a thread of its own every third of the lease and
+/// deleted when this is dropped. See [`ObjectStoreStorage::lock`].
 pub struct ObjectLock {
     store: Arc<dyn ObjectStore>,
     path: ObjectPath,
+    lease: Arc<Lease>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+}
+
+/// What the lock object holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct LeaseBody {
+    holder: String,
+    /// Wall-clock milliseconds (the holder's clock) after which the hold is void unless renewed.
+    expires_at_ms: i64,
+    /// The holder's lease: it renews every third of it.
+    #[serde(default)]
+    lease_ms: i64,
+    /// How many times it was renewed: every renewal writes other bytes (a new version), even
+    /// when the clock did not move.
+    #[serde(default)]
+    renewals: u64,
+}
+
+/// A hold's state, shared with its renewer.
+struct Lease {
+    holder: String,
+    lease_ms: i64,
+    clock: Arc<dyn Clock>,
+    /// The lock object as last written by us: its version, and until when it holds.
+    held: Mutex<(UpdateVersion, i64)>,
+    /// Why the hold was lost, once it is.
+    lost: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for ObjectLock {
@@ -73,11 +108,133 @@ impl std::fmt::Debug for ObjectLock {
     }
 }
 
+impl ObjectLock {
+    /// `Ok` while the hold is kept; once it is lost (another job took the prefix over after
+    /// this one failed to renew in time), `Lost` saying why: a checkpoint must not complete
+    /// then.
+    ///
+    /// # Errors
+    /// `Lost` as above.
+    pub fn check(&self) -> Result<()> {
+        match self.lease.lost.lock().map_err(|_| poisoned())?.as_ref() {
+            None => Ok(()),
+            Some(why) => Err(Error::Lost {
+                path: PathBuf::from(self.path.to_string()),
+                why: why.clone(),
+            }),
+        }
+    }
+
+    /// Renews the lease once: re-reads the lock object and, if it is still ours as we last
+    /// wrote it, writes it again (conditionally, where the store supports it) with a new
+    /// expiry. Marks the hold lost if it is not ours any more, or its lease ran out before it
+    /// could be renewed.
+    fn renew(store: &Arc<dyn ObjectStore>, path: &ObjectPath, lease: &Lease) {
+        let now = lease.clock.now().0;
+        let Ok(mut held) = lease.held.lock() else {
+            return;
+        };
+        let lose = |why: String| {
+            if let Ok(mut lost) = lease.lost.lock() {
+                lost.get_or_insert(why);
+            }
+        };
+        let current = read_lease(store, path);
+        match &current {
+            Ok(Some((body, version)))
+                if body.holder == lease.holder && version.e_tag == held.0.e_tag => {}
+            Ok(Some((body, _))) => {
+                return lose(format!("{} holds it now", body.holder));
+            }
+            Ok(None) => return lose("its lock object was deleted".into()),
+            Err(_) if now < held.1 => return, // try again at the next renewal
+            Err(e) => return lose(format!("it could not be renewed before it ran out: {e}")),
+        }
+        let body = LeaseBody {
+            holder: lease.holder.clone(),
+            expires_at_ms: now.saturating_add(lease.lease_ms),
+            lease_ms: lease.lease_ms,
+            renewals: current.map_or(0, |c| c.map_or(0, |(b, _)| b.renewals + 1)),
+        };
+        match put_lease(store, path, &body, PutMode::Update(held.0.clone())) {
+            Ok(Ok(version)) => *held = (version, body.expires_at_ms),
+            Ok(Err(object_store::Error::Precondition { .. })) => {
+                lose("another job took it over between a read and a renewal".into())
+            }
+            _ if now < held.1 => {}
+            Ok(Err(e)) => lose(format!("it could not be renewed before it ran out: {e}")),
+            Err(e) => lose(format!("it could not be renewed before it ran out: {e}")),
+        }
+    }
+}
+
 impl Drop for ObjectLock {
     fn drop(&mut self) {
-        let (store, path) = (Arc::clone(&self.store), self.path.clone());
-        let _ = run(async move { store.delete(&path).await });
+        drop(self.stop.take());
+        if let Some(t) = self.renewer.take() {
+            let _ = t.join();
+        }
+        if self.check().is_ok() {
+            let (store, path) = (Arc::clone(&self.store), self.path.clone());
+            let _ = run(async move { store.delete(&path).await });
+        }
     }
+}
+
+/// The lease in the lock object at `path` and its version; `None` if there is none.
+fn read_lease(
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjectPath,
+) -> Result<Option<(LeaseBody, UpdateVersion)>> {
+    let (store, p) = (Arc::clone(store), path.clone());
+    let got = run(async move {
+        let got = store.get(&p).await?;
+        let version = UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        Ok::<_, object_store::Error>((got.bytes().await?, version))
+    })?;
+    match got {
+        Ok((bytes, version)) => {
+            // A lock object this weir cannot read (another tool's, or cut short) is held by
+            // whoever wrote it, for a lease from now.
+            let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| LeaseBody {
+                holder: String::from_utf8_lossy(&bytes).trim().to_string(),
+                expires_at_ms: i64::MAX,
+                lease_ms: DEFAULT_LOCK_LEASE_MS,
+                renewals: 0,
+            });
+            Ok(Some((body, version)))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(Error::External {
+            system: "object storage",
+            action: "read",
+            location: path.to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Writes `body` to the lock object at `path` in `mode`: the new version, or the store's refusal.
+fn put_lease(
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjectPath,
+    body: &LeaseBody,
+    mode: PutMode,
+) -> Result<std::result::Result<UpdateVersion, object_store::Error>> {
+    let bytes = serde_json::to_vec(body).map_err(|e| Error::Internal(e.to_string()))?;
+    let (store, p) = (Arc::clone(store), path.clone());
+    run(async move {
+        store
+            .put_opts(&p, PutPayload::from(bytes), mode.into())
+            .await
+            .map(|r| UpdateVersion {
+                e_tag: r.e_tag,
+                version: r.version,
+            })
+    })
 }
 
 impl ObjectStoreStorage {
@@ -92,11 +249,7 @@ impl ObjectStoreStorage {
         let trimmed = url.trim_end_matches('/');
         let parsed = url::Url::parse(trimmed).map_err(|e| config(e.to_string()))?;
         if parsed.scheme() == "memory" {
-            return Err(config(
-                "an in-memory object store loses every checkpoint with the process; give a \
-                 bucket (s3://, gs://, az://) or a local folder"
-                    .into(),
-            ));
+            return Err(config(super::IN_MEMORY_REFUSED.into()));
         }
         // As the builders' own `from_env`: every variable of theirs, by its lower-case name.
         let env = std::env::vars().filter_map(|(k, v)| {
@@ -123,49 +276,123 @@ impl ObjectStoreStorage {
         })
     }
 
-    /// Takes the prefix for one running job: creates [`LOCK_OBJECT`] under it holding `holder`
-    /// (who: the job, its process, its host), only if no such object exists. The object is
-    /// deleted when the returned lock is dropped. A job killed with -9 leaves it, and the next
-    /// job is refused, told which object to delete once that job is known to be gone: object
-    /// storage cannot tell a dead holder from a live one.
+    /// Takes the prefix for one running job, `holder` naming it (the job, its process, its
+    /// host), with a lease of `lease_ms` on `clock`: creates [`LOCK_OBJECT`] if there is none;
+    /// takes over one whose lease ran out (its holder stopped renewing: killed, or cut off), or
+    /// that was not renewed while this job watched it for a whole lease of its holder's. A job
+    /// killed with -9 is so succeeded by the next after at most one lease.
     ///
     /// # Errors
-    /// `InUse` naming the holder if the object exists; `External` if the store cannot be
-    /// reached.
-    pub fn lock(&self, holder: &str) -> Result<ObjectLock> {
+    /// `InUse` naming the holder if another job renews its hold; `External` if the store
+    /// cannot be reached.
+    pub fn lock(&self, holder: &str, clock: Arc<dyn Clock>, lease_ms: i64) -> Result<ObjectLock> {
         let path = self.root.clone().join(LOCK_OBJECT);
-        let (store, p, bytes) = (
-            Arc::clone(&self.store),
-            path.clone(),
-            holder.as_bytes().to_vec(),
-        );
-        let put = run(async move {
-            store
-                .put_opts(&p, PutPayload::from(bytes), PutMode::Create.into())
-                .await
-        })?;
-        match put {
-            Ok(_) => Ok(ObjectLock {
-                store: Arc::clone(&self.store),
-                path,
-            }),
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let who = self
-                    .get_bytes(&path)
-                    .ok()
-                    .map(|b| String::from_utf8_lossy(&b).trim().to_string())
-                    .filter(|w| !w.is_empty())
-                    .unwrap_or_else(|| "another job".into());
-                Err(Error::InUse {
-                    path: self.url_of(&self.root),
-                    holder: format!(
-                        "{who} (if that job is gone, killed without a chance to release it, \
-                         delete {} and start again)",
-                        self.url_of(&path).display()
-                    ),
-                })
+        let mut watched: Option<UpdateVersion> = None;
+        loop {
+            let now = clock.now().0;
+            let body = LeaseBody {
+                holder: holder.to_string(),
+                expires_at_ms: now.saturating_add(lease_ms),
+                lease_ms,
+                renewals: 0,
+            };
+            let (mode, other) = match read_lease(&self.store, &path)? {
+                None => (PutMode::Create, None),
+                Some((theirs, version)) if theirs.expires_at_ms < now => {
+                    (PutMode::Update(version), Some(theirs))
+                }
+                // Watched for the rest of its lease and not renewed: its holder is gone, whatever
+                // its clock says.
+                Some((theirs, version))
+                    if watched.as_ref().is_some_and(|w| w.e_tag == version.e_tag) =>
+                {
+                    (PutMode::Update(version), Some(theirs))
+                }
+                Some((theirs, version)) => {
+                    if watched.is_some() {
+                        return Err(self.in_use(&theirs, &path));
+                    }
+                    // A whole lease of the holder's (its clock may not be ours): a live holder
+                    // renews within a third of it.
+                    let wait_ms = if theirs.lease_ms > 0 {
+                        theirs.lease_ms
+                    } else {
+                        DEFAULT_LOCK_LEASE_MS
+                    };
+                    tracing::info!(
+                        holder = %theirs.holder,
+                        wait_ms,
+                        "the checkpoint location is held; waiting for the hold to be renewed or to run out"
+                    );
+                    watched = Some(version);
+                    std::thread::sleep(std::time::Duration::from_millis(wait_ms as u64));
+                    continue;
+                }
+            };
+            match put_lease(&self.store, &path, &body, mode)? {
+                Ok(version) => {
+                    if let Some(other) = other {
+                        tracing::warn!(
+                            previous = %other.holder,
+                            "took over the checkpoint location from a holder whose lease ran out"
+                        );
+                    }
+                    return Ok(self.held(path, holder, clock, lease_ms, version, body));
+                }
+                // Someone else wrote it between our read and our write: look again.
+                Err(object_store::Error::AlreadyExists { .. })
+                | Err(object_store::Error::Precondition { .. }) => continue,
+                Err(e) => return Err(self.external("lock", &path, e)),
             }
-            Err(e) => Err(self.external("lock", &path, e)),
+        }
+    }
+
+    fn held(
+        &self,
+        path: ObjectPath,
+        holder: &str,
+        clock: Arc<dyn Clock>,
+        lease_ms: i64,
+        version: UpdateVersion,
+        body: LeaseBody,
+    ) -> ObjectLock {
+        let lease = Arc::new(Lease {
+            holder: holder.to_string(),
+            lease_ms,
+            clock,
+            held: Mutex::new((version, body.expires_at_ms)),
+            lost: Mutex::new(None),
+        });
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (store, p, l) = (Arc::clone(&self.store), path.clone(), Arc::clone(&lease));
+        let every = std::time::Duration::from_millis((lease_ms / 3).max(1) as u64);
+        let renewer = std::thread::Builder::new()
+            .name("weir-lease".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(every)
+                {
+                    ObjectLock::renew(&store, &p, &l);
+                }
+            })
+            .ok();
+        ObjectLock {
+            store: Arc::clone(&self.store),
+            path,
+            lease,
+            renewer,
+            stop: Some(stop),
+        }
+    }
+
+    fn in_use(&self, theirs: &LeaseBody, path: &ObjectPath) -> Error {
+        Error::InUse {
+            path: self.url_of(&self.root),
+            holder: format!(
+                "{}, which renewed its hold ({}) while this job waited for it to run out",
+                theirs.holder,
+                self.url_of(path).display()
+            ),
         }
     }
 
@@ -230,9 +457,7 @@ impl ObjectStoreStorage {
     }
 
     fn has_manifest(&self, folder: &ObjectPath) -> Result<bool> {
-        Ok(self
-            .size_of(&folder.clone().join(MANIFEST_FILE))?
-            .is_some())
+        Ok(self.size_of(&folder.clone().join(MANIFEST_FILE))?.is_some())
     }
 
     /// The object's bytes; `NotACheckpoint` if there is none.
@@ -406,7 +631,9 @@ impl ObjectStoreStorage {
 }
 
 fn poisoned() -> Error {
-    Error::Internal("a thread panicked while it held the object storage's list of checkpoints".into())
+    Error::Internal(
+        "a thread panicked while it held the object storage's list of checkpoints".into(),
+    )
 }
 
 /// Runs `request` on this module's runtime and waits for it, from any thread.
@@ -475,7 +702,9 @@ impl Upload {
         let (store, path) = (Arc::clone(&self.store), self.path.clone());
         if self.upload.is_none() {
             let whole = PutPayload::from(std::mem::take(&mut self.buf));
-            return flatten(run(async move { store.put(&path, whole).await.map(|_| ()) }));
+            return flatten(run(
+                async move { store.put(&path, whole).await.map(|_| ()) },
+            ));
         }
         if !self.buf.is_empty() {
             self.send_part()?;
@@ -625,7 +854,10 @@ impl CheckpointStorage for ObjectStoreStorage {
             } else {
                 folder.clone().join(file.name.as_str())
             };
-            Ok((self.url_of(&path).display().to_string(), self.size_of(&path)?))
+            Ok((
+                self.url_of(&path).display().to_string(),
+                self.size_of(&path)?,
+            ))
         })?;
         let mut stored = stored_manifest(manifest);
         let mut at = folder.clone();
