@@ -42,7 +42,7 @@ pub const LOCK_OBJECT: &str = "_lock";
 
 /// A state file is written in parts of this size (a multipart upload) once it outgrows one:
 /// at least S3's smallest part, and what one request sends at most.
-const PART_BYTES: usize = 16 << 20;
+const PART_BYTES: usize = 8 << 20;
 
 /// Checkpoints under a prefix of an object store; see the [module docs](self).
 pub struct ObjectStoreStorage {
