@@ -410,11 +410,17 @@ pub fn hms(ms: i64) -> String {
 }
 
 /// Whether the checkpoint a restore of `latest` in `dir` takes (the newest good one, see
-/// `CheckpointStorage::latest_good`) is one job `name` wrote.
+/// `CheckpointStorage::latest_good`) is one job `name` wrote. When that cannot be read (a store
+/// out of reach for a moment), the restart restores `latest` anyway, and fails saying why if it
+/// still cannot: starting over from nothing would write the output again.
 fn own_checkpoint(dir: &Path, name: &str) -> bool {
-    weir_state::checkpoint::storage_at(dir)
-        .and_then(|s| s.latest_good())
-        .is_ok_and(|g| g.is_some_and(|g| g.manifest.job == name))
+    match weir_state::checkpoint::storage_at(dir).and_then(|s| s.latest_good()) {
+        Ok(good) => good.is_some_and(|g| g.manifest.job == name),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the newest checkpoint; restoring `latest`");
+            true
+        }
+    }
 }
 
 /// A signal that stopped a job.

@@ -872,7 +872,7 @@ fn an_interval_join_from_kafka_killed_and_restored_writes_each_row_once() {
 /// The attribution job checkpointing into object storage (a bucket of the S3-protocol server
 /// scripts/test starts; incremental checkpoints of RocksDB stores when built with them), killed
 /// with SIGKILL at random moments and restored each time: its outputs equal an uninterrupted
-/// run's. Each restart takes the location over from the killed run once its lease (1 s here)
+/// run's. Each restart takes the location over from the killed run once its lease (2 s here)
 /// ran out; after every kill the newest checkpoint in the bucket reads whole.
 #[test]
 #[ignore = "needs an S3-protocol server: run scripts/test"]
@@ -896,7 +896,7 @@ SET 'state.backend.rocksdb.localdir' = 'rocks';"
         "SET 'execution.checkpointing.dir' = 'checkpoints';",
         &format!(
             "SET 'execution.checkpointing.dir' = '{url}';
-SET 'weir.checkpointing.lock-lease' = '1 s';
+SET 'weir.checkpointing.lock-lease' = '2 s';
 {backend}"
         ),
     );
@@ -904,7 +904,7 @@ SET 'weir.checkpointing.lock-lease' = '1 s';
     std::fs::write(dir.path().join("job.sql"), job).unwrap();
     let storage = storage_at(Path::new(&url)).unwrap();
     let newest = std::cell::Cell::new(0);
-    let (kills, stderr) = kill_and_restore_checking(dir.path(), 8, 2_000..4_000, 61, || {
+    let (kills, stderr) = kill_and_restore_checking(dir.path(), 8, 2_500..4_500, 61, || {
         if let Some(good) = storage.latest_good().unwrap() {
             assert!(good.passed_over.is_empty(), "{:?}", good.passed_over);
             newest.set(good.handle.epoch.0);

@@ -709,11 +709,23 @@ fn a_checkpoint_location_is_a_folder_a_file_url_or_an_object_store_url() {
     );
     #[cfg(feature = "object-store")]
     {
-        let s = storage_at(Path::new("s3://a-bucket/jobs/attribution/")).unwrap();
-        assert_eq!(
-            format!("{s:?}"),
-            "ObjectStoreStorage(s3://a-bucket/jobs/attribution)"
-        );
+        for (url, shown) in [
+            (
+                "s3://a-bucket/jobs/attribution/",
+                "s3://a-bucket/jobs/attribution",
+            ),
+            ("s3://a-bucket", "s3://a-bucket"),
+            ("s3://a-bucket/", "s3://a-bucket"),
+            ("s3://a-bucket/my%20jobs/x", "s3://a-bucket/my jobs/x"),
+            ("gs://a-bucket/jobs", "gs://a-bucket/jobs"),
+        ] {
+            let s = storage_at(Path::new(url)).unwrap();
+            assert_eq!(
+                format!("{s:?}"),
+                format!("ObjectStoreStorage({shown})"),
+                "{url}"
+            );
+        }
     }
     #[cfg(not(feature = "object-store"))]
     {

@@ -404,4 +404,17 @@ fn a_prefix_is_held_by_one_job_while_it_renews_and_taken_over_once_its_lease_run
         ["_lock"],
         "a lost hold leaves the new holder's lock"
     );
+    place.delete("_lock");
+
+    // A hold whose renewals stall (a paused process: here the clock moves and no renewal
+    // comes, the lease being long) is given up once less than a third of it is left.
+    let fourth = lock(&place, "job `e`", &clock, 60_000).unwrap();
+    clock.advance(39_000);
+    fourth.check().unwrap();
+    clock.advance(2_000);
+    let err = fourth.check().unwrap_err().to_string();
+    assert!(
+        err.contains("from running out") && err.contains("_lock"),
+        "{err}"
+    );
 }

@@ -495,7 +495,15 @@ impl Driver {
             }
         }
         self.completed_to_sinks.send_replace(done.epoch.0);
-        let removed = self.storage.retain(self.config.keep)?;
+        // Old checkpoints go; one that cannot be removed now (a store out of reach for a
+        // moment) is removed after a later checkpoint.
+        let removed = match self.storage.retain(self.config.keep) {
+            Ok(removed) => removed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot remove old checkpoints; trying again after the next one");
+                Vec::new()
+            }
+        };
         let took_ms = now_ms - done.started_ms;
         tracing::debug!(
             checkpoint = done.epoch.0,
@@ -536,6 +544,11 @@ impl Driver {
         // hold on the folder: a restart would take its epoch again).
         self.to_coordinator = None;
         while self.from_subtasks.recv().await.is_some() {}
+        if let Some(Err(e)) = self.lock.as_ref().map(|l| l.check()) {
+            // Another job holds the location now: what is there is its to clean.
+            tracing::warn!(error = %e, "leaving the checkpoint location as it is");
+            return self.stop_after.map(|(_, p)| p);
+        }
         if let Some(epoch) = self.coordinator.as_ref().and_then(|c| c.pending()) {
             if let Err(e) = self.storage.abort(epoch) {
                 tracing::warn!(checkpoint = epoch.0, error = %e, "cannot remove an incomplete checkpoint");

@@ -258,7 +258,20 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
             if let Some(b) = &opts.backfill {
                 // Beside the live job's folder, never inside it (`ckpt/` is `ckpt_v2`).
                 let live = c.dir.display().to_string();
-                c.dir = format!("{}{}", live.trim_end_matches('/'), b.suffix).into();
+                let live = live.trim_end_matches('/');
+                if live
+                    .split_once("://")
+                    .is_some_and(|(_, rest)| !rest.contains('/'))
+                {
+                    return Err(plan_err(format!(
+                        "the backfill's checkpoints would go beside the live job's, {live}, \
+                         which is a whole bucket: the suffix would name another bucket \
+                         ({live}{}); give the live job a prefix in its bucket \
+                         (SET 'execution.checkpointing.dir' = '{live}/<job>')",
+                        b.suffix
+                    )));
+                }
+                c.dir = format!("{live}{}", b.suffix).into();
             }
             if let Some(v) = settings.get("weir.checkpointing.lock-lease") {
                 c.lock_lease_ms = duration_ms("weir.checkpointing.lock-lease", v)?.max(1);

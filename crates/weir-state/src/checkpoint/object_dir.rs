@@ -71,6 +71,8 @@ impl std::fmt::Debug for ObjectStoreStorage {
 pub struct ObjectLock {
     store: Arc<dyn ObjectStore>,
     path: ObjectPath,
+    /// The lock object's URL, for messages.
+    location: PathBuf,
     lease: Arc<Lease>,
     renewer: Option<std::thread::JoinHandle<()>>,
     stop: Option<std::sync::mpsc::Sender<()>>,
@@ -116,13 +118,27 @@ impl ObjectLock {
     /// # Errors
     /// `Lost` as above.
     pub fn check(&self) -> Result<()> {
-        match self.lease.lost.lock().map_err(|_| poisoned())?.as_ref() {
-            None => Ok(()),
-            Some(why) => Err(Error::Lost {
-                path: PathBuf::from(self.path.to_string()),
-                why: why.clone(),
-            }),
+        let lost = |why: String| Error::Lost {
+            path: self.location.clone(),
+            why,
+        };
+        if let Some(why) = self.lease.lost.lock().map_err(|_| poisoned())?.as_ref() {
+            return Err(lost(why.clone()));
         }
+        // Renewed every third of the lease: with less than a third left, renewals have stalled
+        // (this process was paused, or its requests hang), and another job may take over
+        // before what is being written completes.
+        let expires_at_ms = self.lease.held.lock().map_err(|_| poisoned())?.1;
+        let now = self.lease.clock.now().0;
+        if now > expires_at_ms.saturating_sub(self.lease.lease_ms / 3) {
+            return Err(lost(format!(
+                "it was last renewed to hold until {} and is {} ms from running out; another \
+                 job may take it over",
+                weir_core::time::EventTime(expires_at_ms),
+                expires_at_ms - now
+            )));
+        }
+        Ok(())
     }
 
     /// Renews the lease once: re-reads the lock object and, if it is still ours as we last
@@ -139,12 +155,22 @@ impl ObjectLock {
                 lost.get_or_insert(why);
             }
         };
-        let current = read_lease(store, path);
+        let within = Some(std::time::Duration::from_millis(
+            (lease.lease_ms / 3).max(1) as u64,
+        ));
+        let current = read_lease(store, path, within);
         match &current {
             Ok(Some((body, version)))
                 if body.holder == lease.holder && version.e_tag == held.0.e_tag => {}
-            Ok(Some((body, _))) => {
+            Ok(Some((body, _))) if body.holder != lease.holder => {
                 return lose(format!("{} holds it now", body.holder));
+            }
+            Ok(Some(_)) => {
+                return lose(
+                    "its lock object was rewritten since this job last renewed it (by another \
+                     job of the same name?)"
+                        .into(),
+                )
             }
             Ok(None) => return lose("its lock object was deleted".into()),
             Err(_) if now < held.1 => return, // try again at the next renewal
@@ -156,7 +182,7 @@ impl ObjectLock {
             lease_ms: lease.lease_ms,
             renewals: current.map_or(0, |c| c.map_or(0, |(b, _)| b.renewals + 1)),
         };
-        match put_lease(store, path, &body, PutMode::Update(held.0.clone())) {
+        match put_lease(store, path, &body, PutMode::Update(held.0.clone()), within) {
             Ok(Ok(version)) => *held = (version, body.expires_at_ms),
             Ok(Err(object_store::Error::Precondition { .. })) => {
                 lose("another job took it over between a read and a renewal".into())
@@ -174,7 +200,13 @@ impl Drop for ObjectLock {
         if let Some(t) = self.renewer.take() {
             let _ = t.join();
         }
-        if self.check().is_ok() {
+        // Only a lock object still as this job last wrote it is deleted: one another job took
+        // over is that job's.
+        let ours = (self.lease.held.lock().ok()).map(|h| h.0.e_tag.clone());
+        let still = read_lease(&self.store, &self.path, None).is_ok_and(|l| {
+            l.is_some_and(|(body, v)| body.holder == self.lease.holder && Some(v.e_tag) == ours)
+        });
+        if still {
             let (store, path) = (Arc::clone(&self.store), self.path.clone());
             let _ = run(async move { store.delete(&path).await });
         }
@@ -182,19 +214,22 @@ impl Drop for ObjectLock {
 }
 
 /// The lease in the lock object at `path` and its version; `None` if there is none.
+///
+/// `within` bounds how long it may take (a renewal must not hang in the client's retries).
 fn read_lease(
     store: &Arc<dyn ObjectStore>,
     path: &ObjectPath,
+    within: Option<std::time::Duration>,
 ) -> Result<Option<(LeaseBody, UpdateVersion)>> {
     let (store, p) = (Arc::clone(store), path.clone());
-    let got = run(async move {
+    let got = run(bounded(within, async move {
         let got = store.get(&p).await?;
         let version = UpdateVersion {
             e_tag: got.meta.e_tag.clone(),
             version: got.meta.version.clone(),
         };
         Ok::<_, object_store::Error>((got.bytes().await?, version))
-    })?;
+    }))?;
     match got {
         Ok((bytes, version)) => {
             // A lock object this weir cannot read (another tool's, or cut short) is held by
@@ -217,16 +252,18 @@ fn read_lease(
     }
 }
 
-/// Writes `body` to the lock object at `path` in `mode`: the new version, or the store's refusal.
+/// Writes `body` to the lock object at `path` in `mode` (within `within`, as [`read_lease`]):
+/// the new version, or the store's refusal.
 fn put_lease(
     store: &Arc<dyn ObjectStore>,
     path: &ObjectPath,
     body: &LeaseBody,
     mode: PutMode,
+    within: Option<std::time::Duration>,
 ) -> Result<std::result::Result<UpdateVersion, object_store::Error>> {
     let bytes = serde_json::to_vec(body).map_err(|e| Error::Internal(e.to_string()))?;
     let (store, p) = (Arc::clone(store), path.clone());
-    run(async move {
+    run(bounded(within, async move {
         store
             .put_opts(&p, PutPayload::from(bytes), mode.into())
             .await
@@ -234,7 +271,23 @@ fn put_lease(
                 e_tag: r.e_tag,
                 version: r.version,
             })
-    })
+    }))
+}
+
+/// `request`, failed with a timeout error if `within` passes first.
+async fn bounded<T>(
+    within: Option<std::time::Duration>,
+    request: impl Future<Output = std::result::Result<T, object_store::Error>>,
+) -> std::result::Result<T, object_store::Error> {
+    match within {
+        None => request.await,
+        Some(d) => tokio::time::timeout(d, request).await.unwrap_or_else(|_| {
+            Err(object_store::Error::Generic {
+                store: "weir",
+                source: format!("no answer within {} ms", d.as_millis()).into(),
+            })
+        }),
+    }
 }
 
 impl ObjectStoreStorage {
@@ -262,12 +315,17 @@ impl ObjectStoreStorage {
                 "{e} (object storage is reached by s3://, gs://, az:// and abfs:// URLs)"
             ))
         })?;
-        let root_str = root.as_ref();
-        let base = trimmed
-            .strip_suffix(root_str)
-            .map(|b| b.trim_end_matches('/').to_string())
-            .filter(|_| !root_str.is_empty())
-            .unwrap_or_else(|| trimmed.to_string());
+        // The URL up to the prefix: the prefix is the last of its path's segments (as written,
+        // percent-encoded), after the bucket's.
+        let segments: Vec<&str> = (parsed.path().split('/'))
+            .filter(|p| !p.is_empty())
+            .collect();
+        let in_prefix = root.parts().count().min(segments.len());
+        let encoded_root = segments[segments.len() - in_prefix..].join("/");
+        let base = match trimmed.strip_suffix(&encoded_root) {
+            Some(b) if in_prefix > 0 => b.trim_end_matches('/').to_string(),
+            _ => trimmed.to_string(),
+        };
         Ok(ObjectStoreStorage {
             store: Arc::from(store),
             base,
@@ -288,7 +346,11 @@ impl ObjectStoreStorage {
     pub fn lock(&self, holder: &str, clock: Arc<dyn Clock>, lease_ms: i64) -> Result<ObjectLock> {
         let path = self.root.clone().join(LOCK_OBJECT);
         let mut watched: Option<UpdateVersion> = None;
-        loop {
+        for attempt in 0..20u64 {
+            if attempt > 0 {
+                // Another job wrote the object between our read and our write.
+                std::thread::sleep(std::time::Duration::from_millis(50 * attempt));
+            }
             let now = clock.now().0;
             let body = LeaseBody {
                 holder: holder.to_string(),
@@ -296,7 +358,7 @@ impl ObjectStoreStorage {
                 lease_ms,
                 renewals: 0,
             };
-            let (mode, other) = match read_lease(&self.store, &path)? {
+            let (mode, other) = match read_lease(&self.store, &path, None)? {
                 None => (PutMode::Create, None),
                 Some((theirs, version)) if theirs.expires_at_ms < now => {
                     (PutMode::Update(version), Some(theirs))
@@ -329,22 +391,35 @@ impl ObjectStoreStorage {
                     continue;
                 }
             };
-            match put_lease(&self.store, &path, &body, mode)? {
+            match put_lease(&self.store, &path, &body, mode, None)? {
                 Ok(version) => {
+                    // Read back: a store that does not enforce conditional writes lets two jobs
+                    // both write; the one whose write did not last sees the other's.
+                    match read_lease(&self.store, &path, None)? {
+                        Some((now_there, v)) if now_there == body && v.e_tag == version.e_tag => {}
+                        _ => continue,
+                    }
                     if let Some(other) = other {
                         tracing::warn!(
                             previous = %other.holder,
                             "took over the checkpoint location from a holder whose lease ran out"
                         );
                     }
-                    return Ok(self.held(path, holder, clock, lease_ms, version, body));
+                    return self.held(path, holder, clock, lease_ms, version, body);
                 }
-                // Someone else wrote it between our read and our write: look again.
                 Err(object_store::Error::AlreadyExists { .. })
                 | Err(object_store::Error::Precondition { .. }) => continue,
                 Err(e) => return Err(self.external("lock", &path, e)),
             }
         }
+        Err(Error::External {
+            system: "object storage",
+            action: "lock",
+            location: self.url_of(&path).display().to_string(),
+            message: "the lock object kept changing under 20 attempts to take it: another job \
+                      is taking it at the same time"
+                .into(),
+        })
     }
 
     fn held(
@@ -355,7 +430,7 @@ impl ObjectStoreStorage {
         lease_ms: i64,
         version: UpdateVersion,
         body: LeaseBody,
-    ) -> ObjectLock {
+    ) -> Result<ObjectLock> {
         let lease = Arc::new(Lease {
             holder: holder.to_string(),
             lease_ms,
@@ -374,14 +449,22 @@ impl ObjectStoreStorage {
                 {
                     ObjectLock::renew(&store, &p, &l);
                 }
-            })
-            .ok();
-        ObjectLock {
+            });
+        let mut lock = ObjectLock {
             store: Arc::clone(&self.store),
+            location: self.url_of(&path),
             path,
             lease,
-            renewer,
+            renewer: None,
             stop: Some(stop),
+        };
+        match renewer {
+            Ok(t) => {
+                lock.renewer = Some(t);
+                Ok(lock)
+            }
+            // Dropping the lock releases the object.
+            Err(e) => Err(Error::io("start a thread for", "the lease's renewals", e)),
         }
     }
 
@@ -417,7 +500,7 @@ impl ObjectStoreStorage {
                     self.base
                 ),
             })?;
-        ObjectPath::parse(rest.trim_matches('/')).map_err(|e| Error::NotACheckpoint {
+        ObjectPath::from_url_path(rest.trim_matches('/')).map_err(|e| Error::NotACheckpoint {
             path: location.to_owned(),
             reason: e.to_string(),
         })
