@@ -160,6 +160,28 @@ fn the_backfill_aligns_its_sources_and_checkpoints_apart() {
 }
 
 #[test]
+fn a_backfill_beside_checkpoints_in_a_bucket_takes_a_prefix_beside_theirs() {
+    let with_dir = |dir: &str| {
+        format!(
+            "SET 'execution.checkpointing.interval' = '10 s';
+             SET 'execution.checkpointing.dir' = '{dir}';
+             {TEMPORAL}"
+        )
+    };
+    let (graph, _) = plan_backfill(&with_dir("s3://ckpts/pricing/"), &options(None)).unwrap();
+    let dir = graph.config.checkpointing.as_ref().unwrap().dir.clone();
+    assert_eq!(dir, std::path::PathBuf::from("s3://ckpts/pricing_v2"));
+    // A whole bucket: the suffix would name another bucket.
+    let err = plan_backfill(&with_dir("s3://ckpts"), &options(None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("s3://ckpts_v2") && err.contains("s3://ckpts/<job>"),
+        "{err}"
+    );
+}
+
+#[test]
 fn values_that_depend_on_arrival_order_are_named_before_a_backfill_starts() {
     let job = |select: &str| {
         format!(
