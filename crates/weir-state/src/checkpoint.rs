@@ -446,7 +446,12 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// `Internal` for a name that is not a plain file name; `Io` if writing fails.
-    fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64>;
+    fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64> {
+        self.write_shared_with(name, &mut |w| {
+            w.write_all(bytes)
+                .map_err(|e| Error::io("write", Path::new(name), e))
+        })
+    }
 
     /// As [`CheckpointStorage::write_shared`], for a file too large to hold in memory (a
     /// store's table): `write` writes its bytes.

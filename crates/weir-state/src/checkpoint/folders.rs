@@ -173,3 +173,14 @@ pub(crate) fn check_name(epoch: Epoch, name: &str) -> Result<()> {
         )))
     }
 }
+
+/// `Internal` unless `name` may be a shared state file's name.
+pub(crate) fn check_shared_name(name: &str) -> Result<()> {
+    if super::valid_file_name(name) {
+        Ok(())
+    } else {
+        Err(Error::Internal(format!(
+            "shared state file {name:?} is not a plain file name"
+        )))
+    }
+}

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use weir_core::time::Epoch;
 
 use super::folders::{
-    check_listed, check_name, latest_good_in, retain_plan, shared_in, stored_manifest, Found,
+    check_listed, check_name, check_shared_name, latest_good_in, retain_plan, shared_in,
+    stored_manifest, Found,
 };
 use super::*;
 use crate::{Error, Result};
@@ -551,23 +552,12 @@ impl CheckpointStorage for LocalDirStorage {
         }
     }
 
-    fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64> {
-        self.write_shared_with(name, &mut |w| {
-            w.write_all(bytes)
-                .map_err(|e| Error::io("write", Path::new(name), e))
-        })
-    }
-
     fn write_shared_with(
         &self,
         name: &str,
         write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
     ) -> Result<u64> {
-        if !valid_file_name(name) {
-            return Err(Error::Internal(format!(
-                "shared state file {name:?} is not a plain file name"
-            )));
-        }
+        check_shared_name(name)?;
         let shared = self.shared_path();
         fs::create_dir_all(&shared).map_err(|e| Error::io("create", &shared, e))?;
         // A file of this name can only be left by a checkpoint that never completed (names

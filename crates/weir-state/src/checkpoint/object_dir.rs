@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 use weir_core::time::{Clock, Epoch};
 
 use super::folders::{
-    check_listed, check_name, latest_good_in, retain_plan, shared_in, stored_manifest, Found,
+    check_listed, check_name, check_shared_name, latest_good_in, retain_plan, shared_in,
+    stored_manifest, Found,
 };
 use super::DEFAULT_LOCK_LEASE_MS;
 use super::*;
@@ -871,23 +872,12 @@ impl CheckpointStorage for ObjectStoreStorage {
         self.write_with(&self.folder(epoch, false).join(name), write)
     }
 
-    fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<u64> {
-        self.write_shared_with(name, &mut |w| {
-            w.write_all(bytes)
-                .map_err(|e| Error::io("write", Path::new(name), e))
-        })
-    }
-
     fn write_shared_with(
         &self,
         name: &str,
         write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
     ) -> Result<u64> {
-        if !valid_file_name(name) {
-            return Err(Error::Internal(format!(
-                "shared state file {name:?} is not a plain file name"
-            )));
-        }
+        check_shared_name(name)?;
         self.write_with(&self.shared().join(name), write)
     }
 
