@@ -43,20 +43,6 @@ pub fn kill_and_restore(
     delay_ms: std::ops::Range<u64>,
     seed: u64,
 ) -> (usize, String) {
-    let checkpoints = dir.join("checkpoints");
-    kill_and_restore_checking(dir, runs, delay_ms, seed, || {
-        every_checkpoint_is_whole(&checkpoints)
-    })
-}
-
-/// [`kill_and_restore`] with another check after every run.
-pub fn kill_and_restore_checking(
-    dir: &Path,
-    runs: usize,
-    delay_ms: std::ops::Range<u64>,
-    seed: u64,
-    check: impl Fn(),
-) -> (usize, String) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut kills = 0;
     for _ in 0..runs {
@@ -67,7 +53,7 @@ pub fn kill_and_restore_checking(
             kills += 1;
         }
         child.wait().unwrap();
-        check();
+        every_checkpoint_is_whole(&dir.join("checkpoints"));
     }
     let out = weir(dir).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
