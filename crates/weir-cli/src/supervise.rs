@@ -334,8 +334,18 @@ pub async fn run_restarting(
                     // From the newest checkpoint this job wrote; until it has written one, from
                     // what it started from (a checkpoint or savepoint given by its path, which
                     // may be another job's).
-                    if own_checkpoint(&c.dir, &name) {
-                        c.restore = Some("latest".into());
+                    match own_checkpoint(&c.dir, &name) {
+                        Ok(true) => c.restore = Some("latest".into()),
+                        Ok(false) => {}
+                        // Cannot tell (a store out of reach for a moment): `latest` rather than
+                        // start over from nothing, which would write the output again; a
+                        // checkpoint or savepoint it started from stays.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot read the newest checkpoint");
+                            if c.restore.is_none() {
+                                c.restore = Some("latest".into());
+                            }
+                        }
                     }
                 }
             }
@@ -410,17 +420,10 @@ pub fn hms(ms: i64) -> String {
 }
 
 /// Whether the checkpoint a restore of `latest` in `dir` takes (the newest good one, see
-/// `CheckpointStorage::latest_good`) is one job `name` wrote. When that cannot be read (a store
-/// out of reach for a moment), the restart restores `latest` anyway, and fails saying why if it
-/// still cannot: starting over from nothing would write the output again.
-fn own_checkpoint(dir: &Path, name: &str) -> bool {
-    match weir_state::checkpoint::storage_at(dir).and_then(|s| s.latest_good()) {
-        Ok(good) => good.is_some_and(|g| g.manifest.job == name),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the newest checkpoint; restoring `latest`");
-            true
-        }
-    }
+/// `CheckpointStorage::latest_good`) is one job `name` wrote.
+fn own_checkpoint(dir: &Path, name: &str) -> weir_state::Result<bool> {
+    let good = weir_state::checkpoint::storage_at(dir)?.latest_good()?;
+    Ok(good.is_some_and(|g| g.manifest.job == name))
 }
 
 /// A signal that stopped a job.

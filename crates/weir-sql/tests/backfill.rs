@@ -179,6 +179,12 @@ fn a_backfill_beside_checkpoints_in_a_bucket_takes_a_prefix_beside_theirs() {
         err.contains("s3://ckpts_v2") && err.contains("s3://ckpts/<job>"),
         "{err}"
     );
+    // So is one named by the bucket's https URL.
+    let bucket = "https://s3.us-east-1.amazonaws.com/ckpts";
+    let err = plan_backfill(&with_dir(bucket), &options(None))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("whole bucket"), "{err}");
 }
 
 #[test]

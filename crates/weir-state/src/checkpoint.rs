@@ -676,6 +676,21 @@ pub fn storage_at(dir: &Path) -> Result<std::sync::Arc<dyn CheckpointStorage>> {
     }
 }
 
+/// Whether `dir` is an object storage URL that names a whole bucket (no prefix in it): a
+/// location beside it would be another bucket.
+pub fn names_a_whole_bucket(dir: &Path) -> bool {
+    match location_of(dir) {
+        Ok(Location::Dir(_)) => false,
+        #[cfg(feature = "object-store")]
+        Ok(Location::Object(url)) => {
+            ObjectStoreStorage::from_url(&url).is_ok_and(|s| s.prefix_is_empty())
+        }
+        // A URL this weir cannot reach: by its shape.
+        Err(_) => (dir.to_string_lossy().split_once("://"))
+            .is_some_and(|(_, rest)| !rest.trim_end_matches('/').contains('/')),
+    }
+}
+
 /// A running job's hold on its checkpoint location, released when dropped.
 #[derive(Debug)]
 pub enum LocationLock {

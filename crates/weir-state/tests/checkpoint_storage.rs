@@ -718,6 +718,12 @@ fn a_checkpoint_location_is_a_folder_a_file_url_or_an_object_store_url() {
             ("s3://a-bucket/", "s3://a-bucket"),
             ("s3://a-bucket/my%20jobs/x", "s3://a-bucket/my jobs/x"),
             ("gs://a-bucket/jobs", "gs://a-bucket/jobs"),
+            ("s3://a-bucket/jobs/é", "s3://a-bucket/jobs/é"),
+            ("s3://a-bucket/a b/c", "s3://a-bucket/a b/c"),
+            (
+                "https://s3.us-east-1.amazonaws.com/a-bucket/a%20b/c",
+                "https://s3.us-east-1.amazonaws.com/a-bucket/a b/c",
+            ),
         ] {
             let s = storage_at(Path::new(url)).unwrap();
             assert_eq!(

@@ -414,7 +414,7 @@ fn a_prefix_is_held_by_one_job_while_it_renews_and_taken_over_once_its_lease_run
     clock.advance(2_000);
     let err = fourth.check().unwrap_err().to_string();
     assert!(
-        err.contains("from running out") && err.contains("_lock"),
+        err.contains("less than a third of its lease") && err.contains("_lock"),
         "{err}"
     );
 }

@@ -259,10 +259,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
                 // Beside the live job's folder, never inside it (`ckpt/` is `ckpt_v2`).
                 let live = c.dir.display().to_string();
                 let live = live.trim_end_matches('/');
-                if live
-                    .split_once("://")
-                    .is_some_and(|(_, rest)| !rest.contains('/'))
-                {
+                if weir_state::checkpoint::names_a_whole_bucket(std::path::Path::new(live)) {
                     return Err(plan_err(format!(
                         "the backfill's checkpoints would go beside the live job's, {live}, \
                          which is a whole bucket: the suffix would name another bucket \

@@ -94,13 +94,21 @@ struct LeaseBody {
     renewals: u64,
 }
 
+/// The lock object as a hold last wrote it.
+struct Held {
+    version: UpdateVersion,
+    expires_at_ms: i64,
+    /// A renewal sent whose answer did not come (in time): if it landed, the object holds it.
+    attempted: Option<LeaseBody>,
+}
+
 /// A hold's state, shared with its renewer.
 struct Lease {
     holder: String,
     lease_ms: i64,
     clock: Arc<dyn Clock>,
-    /// The lock object as last written by us: its version, and until when it holds.
-    held: Mutex<(UpdateVersion, i64)>,
+    /// The lock object as last written by us.
+    held: Mutex<Held>,
     /// Why the hold was lost, once it is.
     lost: Mutex<Option<String>>,
 }
@@ -126,17 +134,22 @@ impl ObjectLock {
         if let Some(why) = self.lease.lost.lock().map_err(|_| poisoned())?.as_ref() {
             return Err(lost(why.clone()));
         }
-        // Renewed every third of the lease: with less than a third left, renewals have stalled
+        // Renewed every sixth of the lease: with less than a third left, renewals have stalled
         // (this process was paused, or its requests hang), and another job may take over
         // before what is being written completes.
-        let expires_at_ms = self.lease.held.lock().map_err(|_| poisoned())?.1;
+        let expires_at_ms = self
+            .lease
+            .held
+            .lock()
+            .map_err(|_| poisoned())?
+            .expires_at_ms;
         let now = self.lease.clock.now().0;
         if now > expires_at_ms.saturating_sub(self.lease.lease_ms / 3) {
             return Err(lost(format!(
-                "it was last renewed to hold until {} and is {} ms from running out; another \
-                 job may take it over",
+                "it was last renewed to hold until {}, and less than a third of its lease is \
+                 left ({} ms): its renewals stalled, and another job may take it over",
                 weir_core::time::EventTime(expires_at_ms),
-                expires_at_ms - now
+                (expires_at_ms - now).max(0)
             )));
         }
         Ok(())
@@ -156,25 +169,28 @@ impl ObjectLock {
                 lost.get_or_insert(why);
             }
         };
-        let within = Some(std::time::Duration::from_millis(
-            (lease.lease_ms / 3).max(1) as u64,
-        ));
+        let within = Some(renewal_period(lease.lease_ms));
         let current = read_lease(store, path, within);
         match &current {
             Ok(Some((body, version)))
-                if body.holder == lease.holder && version.e_tag == held.0.e_tag => {}
+                if body.holder == lease.holder && version.e_tag == held.version.e_tag => {}
+            // A renewal whose answer did not come in time, but which landed.
+            Ok(Some((body, version))) if held.attempted.as_ref() == Some(body) => {
+                held.version = version.clone();
+                held.expires_at_ms = body.expires_at_ms;
+            }
             Ok(Some((body, _))) if body.holder != lease.holder => {
                 return lose(format!("{} holds it now", body.holder));
             }
             Ok(Some(_)) => {
                 return lose(
-                    "its lock object was rewritten since this job last renewed it (by another \
-                     job of the same name?)"
+                    "its lock object was rewritten since this job last renewed it, by something \
+                     other than this job"
                         .into(),
                 )
             }
             Ok(None) => return lose("its lock object was deleted".into()),
-            Err(_) if now < held.1 => return, // try again at the next renewal
+            Err(_) if now < held.expires_at_ms => return, // try again at the next renewal
             Err(e) => return lose(format!("it could not be renewed before it ran out: {e}")),
         }
         let body = LeaseBody {
@@ -183,12 +199,22 @@ impl ObjectLock {
             lease_ms: lease.lease_ms,
             renewals: current.map_or(0, |c| c.map_or(0, |(b, _)| b.renewals + 1)),
         };
-        match put_lease(store, path, &body, PutMode::Update(held.0.clone()), within) {
-            Ok(Ok(version)) => *held = (version, body.expires_at_ms),
-            Ok(Err(object_store::Error::Precondition { .. })) => {
-                lose("another job took it over between a read and a renewal".into())
+        held.attempted = Some(body.clone());
+        match put_lease(
+            store,
+            path,
+            &body,
+            PutMode::Update(held.version.clone()),
+            within,
+        ) {
+            Ok(Ok(version)) => {
+                held.version = version;
+                held.expires_at_ms = body.expires_at_ms;
+                held.attempted = None;
             }
-            _ if now < held.1 => {}
+            // A refused conditional write (another job's, or a retry of this one that had
+            // landed) and a failed one alike: the next renewal reads who holds it.
+            _ if now < held.expires_at_ms => {}
             Ok(Err(e)) => lose(format!("it could not be renewed before it ran out: {e}")),
             Err(e) => lose(format!("it could not be renewed before it ran out: {e}")),
         }
@@ -203,7 +229,7 @@ impl Drop for ObjectLock {
         }
         // Only a lock object still as this job last wrote it is deleted: one another job took
         // over is that job's.
-        let ours = (self.lease.held.lock().ok()).map(|h| h.0.e_tag.clone());
+        let ours = (self.lease.held.lock().ok()).map(|h| h.version.e_tag.clone());
         let still = read_lease(&self.store, &self.path, None).is_ok_and(|l| {
             l.is_some_and(|(body, v)| body.holder == self.lease.holder && Some(v.e_tag) == ours)
         });
@@ -214,6 +240,13 @@ impl Drop for ObjectLock {
     }
 }
 
+/// How often a hold of a `lease_ms` lease is renewed, and how long each renewal request may
+/// take: a sixth of the lease, so that a renewal a whole period late still leaves more than a
+/// third of it (see [`ObjectLock::check`]).
+fn renewal_period(lease_ms: i64) -> std::time::Duration {
+    std::time::Duration::from_millis((lease_ms / 6).max(1) as u64)
+}
+
 /// The lease in the lock object at `path` and its version; `None` if there is none.
 ///
 /// `within` bounds how long it may take (a renewal must not hang in the client's retries).
@@ -222,6 +255,7 @@ fn read_lease(
     path: &ObjectPath,
     within: Option<std::time::Duration>,
 ) -> Result<Option<(LeaseBody, UpdateVersion)>> {
+    let shown = store.to_string();
     let (store, p) = (Arc::clone(store), path.clone());
     let got = run(bounded(within, async move {
         let got = store.get(&p).await?;
@@ -247,7 +281,7 @@ fn read_lease(
         Err(e) => Err(Error::External {
             system: "object storage",
             action: "read",
-            location: path.to_string(),
+            location: format!("{shown}/{path}"),
             message: e.to_string(),
         }),
     }
@@ -316,17 +350,19 @@ impl ObjectStoreStorage {
                 "{e} (object storage is reached by s3://, gs://, az:// and abfs:// URLs)"
             ))
         })?;
-        // The URL up to the prefix: the prefix is the last of its path's segments (as written,
-        // percent-encoded), after the bucket's.
-        let segments: Vec<&str> = (parsed.path().split('/'))
-            .filter(|p| !p.is_empty())
-            .collect();
-        let in_prefix = root.parts().count().min(segments.len());
-        let encoded_root = segments[segments.len() - in_prefix..].join("/");
-        let base = match trimmed.strip_suffix(&encoded_root) {
-            Some(b) if in_prefix > 0 => b.trim_end_matches('/').to_string(),
-            _ => trimmed.to_string(),
-        };
+        // The URL up to the prefix: its scheme and authority, and the path segments before
+        // the prefix's (the bucket's, when a URL's path names it), as written.
+        let segments: Vec<&str> = (parsed.path_segments())
+            .map(|s| s.filter(|p| !p.is_empty()).collect())
+            .unwrap_or_default();
+        let before = segments.len().saturating_sub(root.parts().count());
+        let base = format!(
+            "{}{}",
+            &parsed[..url::Position::BeforePath],
+            (segments[..before].iter())
+                .map(|s| format!("/{s}"))
+                .collect::<String>()
+        );
         Ok(ObjectStoreStorage {
             store: Arc::from(store),
             base,
@@ -436,12 +472,16 @@ impl ObjectStoreStorage {
             holder: holder.to_string(),
             lease_ms,
             clock,
-            held: Mutex::new((version, body.expires_at_ms)),
+            held: Mutex::new(Held {
+                version,
+                expires_at_ms: body.expires_at_ms,
+                attempted: None,
+            }),
             lost: Mutex::new(None),
         });
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let (store, p, l) = (Arc::clone(&self.store), path.clone(), Arc::clone(&lease));
-        let every = std::time::Duration::from_millis((lease_ms / 3).max(1) as u64);
+        let every = renewal_period(lease_ms);
         let renewer = std::thread::Builder::new()
             .name("weir-lease".into())
             .spawn(move || {
@@ -478,6 +518,11 @@ impl ObjectStoreStorage {
                 self.url_of(path).display()
             ),
         }
+    }
+
+    /// Whether the checkpoints are at the top of the bucket (no prefix).
+    pub fn prefix_is_empty(&self) -> bool {
+        self.root.as_ref().is_empty()
     }
 
     fn url_of(&self, path: &ObjectPath) -> PathBuf {
