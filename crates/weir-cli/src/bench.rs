@@ -86,10 +86,15 @@ pub struct BenchArgs {
     /// Watermark samples a pause decision looks back over (0: the latest only).
     #[arg(long, default_value_t = 3)]
     pub align_buffer: usize,
-    /// Take a checkpoint this often (into a temporary folder), to measure what checkpoints
-    /// cost.
+    /// Take a checkpoint this often (into a temporary folder, or under `--checkpoint-dir`), to
+    /// measure what checkpoints cost.
     #[arg(long)]
     pub checkpoint_interval_ms: Option<i64>,
+    /// With checkpoints: where they go, a folder or an object storage URL (`s3://bucket/prefix`,
+    /// configured from the environment as `weir run` is); each run writes under a name of its
+    /// own there.
+    #[arg(long)]
+    pub checkpoint_dir: Option<String>,
     /// Where operator state lives: `hashmap` (memory) or `rocksdb` (local disk, in a weir
     /// built with the `rocksdb` feature), as `SET 'state.backend.type'`.
     #[arg(long, default_value = "hashmap")]
@@ -222,9 +227,15 @@ fn build(
         parallelism: a.parallelism,
         batch_rows: a.batch_rows,
         checkpointing: a.checkpoint_interval_ms.map(|ms| {
+            let name = format!("weir-bench-checkpoints-{}", std::process::id());
             weir_runtime::checkpoint::CheckpointConfig::new(
                 ms,
-                std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id())),
+                match &a.checkpoint_dir {
+                    Some(d) => {
+                        std::path::PathBuf::from(format!("{}/{name}", d.trim_end_matches('/')))
+                    }
+                    None => std::env::temp_dir().join(name),
+                },
             )
         }),
         state_backend: state_backend(a)?,
@@ -494,6 +505,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             }
             if let Some(ms) = a.checkpoint_interval_ms {
                 cmd.args(["--checkpoint-interval-ms", &ms.to_string()]);
+            }
+            if let Some(d) = &a.checkpoint_dir {
+                cmd.args(["--checkpoint-dir", d]);
             }
             cmd.args(["--state-backend", &a.state_backend]);
             if let Some(b) = &a.memory_budget {

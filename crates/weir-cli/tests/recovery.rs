@@ -71,6 +71,13 @@ fn attribution_uninterrupted() -> (tempfile::TempDir, (Vec<String>, Vec<String>)
     (reference, want)
 }
 
+/// The attribution job's outputs from one uninterrupted run, shared by the tests of this
+/// binary (the run is deterministic and costs about 20 s of both cores).
+fn attribution_output() -> &'static (Vec<String>, Vec<String>) {
+    static OUTPUT: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
+    OUTPUT.get_or_init(|| attribution_uninterrupted().1)
+}
+
 /// Waits (up to 30 s) until a complete checkpoint in `checkpoints` lists shared files, or
 /// `child` ends; whether one does.
 fn until_incremental(checkpoints: &Path, child: &mut std::process::Child) -> bool {
@@ -299,7 +306,7 @@ fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_n
 #[cfg(feature = "rocksdb")]
 #[test]
 fn the_attribution_job_on_rocksdb_killed_and_restored_loses_and_repeats_nothing() {
-    let (_reference, want) = attribution_uninterrupted();
+    let want = attribution_output();
     for (incremental, seed) in [("false", 51), ("true", 52)] {
         let dir = tempfile::tempdir().unwrap();
         let job = ATTRIBUTION.replace(
@@ -370,7 +377,7 @@ fn store_tables(dir: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
 #[cfg(feature = "rocksdb")]
 #[test]
 fn a_checkpoint_of_stores_on_disk_is_incremental_and_restores_on_either_backend() {
-    let (_, want) = attribution_uninterrupted();
+    let want = attribution_output();
     let on_disk = ATTRIBUTION.replace(
         "SET 'parallelism.default' = '2';",
         "SET 'parallelism.default' = '2';
@@ -532,7 +539,7 @@ INSERT INTO per_user SELECT user_id, COUNT(*), MAX(ts) FROM impressions GROUP BY
 /// uninterrupted run.
 #[test]
 fn an_incremental_checkpoint_restores_at_another_parallelism() {
-    let (_, (want, _)) = attribution_uninterrupted();
+    let want = &attribution_output().0;
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
@@ -553,7 +560,7 @@ fn an_incremental_checkpoint_restores_at_another_parallelism() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("restored"), "{stderr}");
-    assert_eq!(output_of(dir.path(), "out"), want);
+    assert_eq!(&output_of(dir.path(), "out"), want);
 }
 
 /// The checkpoints an uninterrupted run of the attribution job left in `dir` are incremental:
@@ -672,7 +679,7 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
 /// directory, which is then deleted, it restores to the output of an uninterrupted run.
 #[test]
 fn a_savepoint_of_an_incremental_interval_join_stands_alone() {
-    let (_, want) = attribution_uninterrupted();
+    let want = attribution_output();
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
@@ -879,7 +886,7 @@ fn an_interval_join_from_kafka_killed_and_restored_writes_each_row_once() {
 fn the_attribution_job_checkpointing_to_object_storage_killed_and_restored_loses_and_repeats_nothing(
 ) {
     use weir_state::checkpoint::storage_at;
-    let (_reference, want) = attribution_uninterrupted();
+    let want = attribution_output();
     let bucket = std::env::var("WEIR_S3_BUCKET").unwrap_or_else(|_| "weir-test".into());
     let url = format!(
         "s3://{bucket}/runs/recovery-{}",
