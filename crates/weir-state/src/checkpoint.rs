@@ -586,27 +586,9 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
             self.open_file(checkpoint, &file.name)?
         };
         let path = self.state_file_path(checkpoint, file);
-        let corrupt = |message: String| Error::CorruptCheckpoint {
-            path: path.clone(),
-            message,
-        };
         let (bytes, found) = checksum_of(&mut std::io::BufReader::with_capacity(1 << 20, &mut r))
             .map_err(|e| Error::io("read", &path, e))?;
-        if bytes != file.bytes {
-            return Err(corrupt(format!(
-                "it has {bytes} bytes and the manifest of checkpoint {} says {}",
-                checkpoint.epoch.0, file.bytes
-            )));
-        }
-        if let Some(want) = &file.checksum {
-            if &found != want {
-                return Err(corrupt(format!(
-                    "its checksum is {found} and the manifest of checkpoint {} says {want}: the \
-                     file was changed or replaced after the checkpoint was taken",
-                    checkpoint.epoch.0
-                )));
-            }
-        }
+        matches_manifest(checkpoint, file, &path, bytes, &found)?;
         r.seek(std::io::SeekFrom::Start(0))
             .map_err(|e| Error::io("read", &path, e))?;
         Ok(r)
@@ -787,6 +769,40 @@ fn read_all(mut r: Box<dyn StateRead>, what: impl AsRef<Path>) -> Result<Vec<u8>
     r.read_to_end(&mut bytes)
         .map_err(|e| Error::io("read", what.as_ref(), e))?;
     Ok(bytes)
+}
+
+/// `Ok` if state file `file` of `checkpoint` (at `path`), read through, had the size and the
+/// checksum its manifest records: `bytes` and `found`.
+///
+/// # Errors
+/// `CorruptCheckpoint` naming the file, what the manifest says and what was found.
+pub(crate) fn matches_manifest(
+    checkpoint: &CheckpointHandle,
+    file: &StateFile,
+    path: &Path,
+    bytes: u64,
+    found: &str,
+) -> Result<()> {
+    let corrupt = |message: String| Error::CorruptCheckpoint {
+        path: path.to_owned(),
+        message,
+    };
+    if bytes != file.bytes {
+        return Err(corrupt(format!(
+            "it has {bytes} bytes and the manifest of checkpoint {} says {}",
+            checkpoint.epoch.0, file.bytes
+        )));
+    }
+    if let Some(want) = &file.checksum {
+        if found != want {
+            return Err(corrupt(format!(
+                "its checksum is {found} and the manifest of checkpoint {} says {want}: the \
+                 file was changed or replaced after the checkpoint was taken",
+                checkpoint.epoch.0
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The shared folder of the checkpoint directory a checkpoint folder is in (see the module

@@ -243,6 +243,14 @@ fn shared_files_live_as_long_as_a_kept_checkpoint_lists_them_and_a_savepoint_hol
         err.contains("incremental") && err.contains("b.arrow"),
         "{err}"
     );
+    // Checking it whole (the files read at once) says the same.
+    let err = (s.verify(&third, &s.read_manifest(&third).unwrap()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("incremental") && err.contains("b.arrow"),
+        "{err}"
+    );
     // A location outside the storage's bucket and prefix is refused, naming both.
     let err = s.open("s3://another-bucket/chk-3").unwrap_err().to_string();
     assert!(

@@ -34,9 +34,12 @@ use super::folders::{
     check_listed, check_name, check_shared_name, latest_good_in, retain_plan, shared_in,
     stored_manifest, Found,
 };
-use super::DEFAULT_LOCK_LEASE_MS;
 use super::*;
+use super::{matches_manifest, Checksummed, DEFAULT_LOCK_LEASE_MS};
 use crate::{Error, Result};
+
+/// How many state files [`CheckpointStorage::verify`] reads at once.
+const VERIFY_AT_ONCE: usize = 8;
 
 /// The object a running job writes under a prefix to hold it (see [`ObjectStoreStorage::lock`]).
 pub const LOCK_OBJECT: &str = "_lock";
@@ -1100,6 +1103,57 @@ impl CheckpointStorage for ObjectStoreStorage {
                 ),
             }),
         }
+    }
+
+    /// As the trait's, with the files read [`VERIFY_AT_ONCE`] at a time and checksummed as they
+    /// come, not downloaded first: a restore's first look at the newest checkpoint waits on
+    /// requests, not on one file after another.
+    fn verify(&self, checkpoint: &CheckpointHandle, manifest: &Manifest) -> Result<()> {
+        let folder = self.path_of(&checkpoint.location)?;
+        let shared = (folder.parent().unwrap_or_default()).join(SHARED_DIR);
+        let mut files = Vec::new();
+        for (_, f) in manifest.state_files() {
+            check_name(checkpoint.epoch, &f.name)?;
+            let at = if f.shared { &shared } else { &folder };
+            files.push((f.clone(), at.clone().join(f.name.as_str())));
+        }
+        let store = Arc::clone(&self.store);
+        let requests = files.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>();
+        let read = run(async move {
+            futures_util::stream::iter(requests.into_iter().enumerate())
+                .map(|(i, p)| {
+                    let store = Arc::clone(&store);
+                    async move {
+                        let sum = async {
+                            let mut chunks = store.get(&p).await?.into_stream();
+                            let mut sink = Checksummed::new(std::io::sink());
+                            while let Some(chunk) = chunks.next().await {
+                                // A sink takes every byte.
+                                let _ = sink.write_all(&chunk?);
+                            }
+                            Ok::<_, object_store::Error>((sink.bytes(), sink.checksum()))
+                        };
+                        (i, sum.await)
+                    }
+                })
+                .buffer_unordered(VERIFY_AT_ONCE)
+                .collect::<Vec<_>>()
+                .await
+        })?;
+        let mut read = read;
+        read.sort_by_key(|(i, _)| *i);
+        for ((file, path), (_, sum)) in files.iter().zip(read) {
+            let shown = self.state_file_path(checkpoint, file);
+            match sum {
+                Ok((bytes, found)) => matches_manifest(checkpoint, file, &shown, bytes, &found)?,
+                // As opening it says: a shared file gone, or an own file gone.
+                Err(object_store::Error::NotFound { .. }) => {
+                    self.open_state_file(checkpoint, file)?;
+                }
+                Err(e) => return Err(self.external("read", path, e)),
+            }
+        }
+        Ok(())
     }
 
     fn retain(&self, keep: usize) -> Result<Vec<Epoch>> {
