@@ -281,7 +281,8 @@ fn a_state_file_larger_than_a_part_goes_up_in_parts_and_a_failed_one_leaves_noth
     }
     assert_eq!(written, whole.len() as u64);
 
-    // One that fails half way (past its first part) leaves no object and no upload behind.
+    // One that fails half way (past its first part) leaves no object (an aborted multipart
+    // upload is not listed either way).
     let err = s
         .write_file_with(Epoch(1), "failed.arrow", &mut |w| {
             for _ in 0..12 {
@@ -365,10 +366,11 @@ fn lock(
 fn a_prefix_is_held_by_one_job_while_it_renews_and_taken_over_once_its_lease_runs_out() {
     let place = Place::new("lock");
     let clock = ManualClock::new(ProcTime(1_000_000));
-    // A holder that renews (every 100 ms here) keeps a second job out: it waits for the lease
-    // to run out, sees it renewed, and is refused, naming the holder.
-    let first = lock(&place, "job `a` (process 1 on h1, since 0)", &clock, 300).unwrap();
-    let err = lock(&place, "job `b`", &clock, 300).unwrap_err();
+    // A holder that renews (every half second here, six times in the second job's wait) keeps
+    // a second job out: it watches the lease for a whole term, sees it renewed, and is refused,
+    // naming the holder.
+    let first = lock(&place, "job `a` (process 1 on h1, since 0)", &clock, 3_000).unwrap();
+    let err = lock(&place, "job `b`", &clock, 3_000).unwrap_err();
     assert!(matches!(err, Error::InUse { .. }), "{err}");
     let err = err.to_string();
     assert!(

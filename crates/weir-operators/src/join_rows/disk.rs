@@ -500,6 +500,29 @@ impl Side {
     }
 }
 
+/// A lone subtask (of 128 key groups) of `operator` with its state on RocksDB in `dir`, 16 MiB
+/// of memory for it: what the disk operators' unit tests open their stores with.
+#[cfg(test)]
+pub(crate) fn test_subtask(
+    operator: &str,
+    dir: &std::path::Path,
+    incremental: bool,
+) -> SubtaskInfo {
+    SubtaskInfo {
+        operator: operator.into(),
+        subtask: 0,
+        parallelism: 1,
+        key_groups: 128,
+        checkpoints: None,
+        state_backend: weir_state::backend::StateBackend {
+            local_dir: Some(dir.to_path_buf()),
+            memory_budget: Some(16 << 20),
+            incremental,
+            ..weir_state::backend::StateBackend::rocksdb()
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,19 +546,7 @@ mod tests {
     #[test]
     fn rows_reopened_from_checkpoint_files_keep_counting_and_numbering() {
         let dir = tempfile::tempdir().unwrap();
-        let info = SubtaskInfo {
-            operator: "join".into(),
-            subtask: 0,
-            parallelism: 1,
-            key_groups: 128,
-            checkpoints: None,
-            state_backend: weir_state::backend::StateBackend {
-                local_dir: Some(dir.path().to_path_buf()),
-                memory_budget: Some(16 << 20),
-                incremental: true,
-                ..weir_state::backend::StateBackend::rocksdb()
-            },
-        };
+        let info = test_subtask("join", dir.path(), true);
         let schema: SchemaRef =
             Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
                 "v",

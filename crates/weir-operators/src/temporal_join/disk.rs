@@ -651,18 +651,7 @@ mod tests {
     #[test]
     fn a_key_without_versions_leaves_no_floor_behind() {
         let dir = tempfile::tempdir().unwrap();
-        let info = SubtaskInfo {
-            operator: "temporal".into(),
-            subtask: 0,
-            parallelism: 1,
-            key_groups: 128,
-            checkpoints: None,
-            state_backend: weir_state::backend::StateBackend {
-                local_dir: Some(dir.path().to_path_buf()),
-                memory_budget: Some(16 << 20),
-                ..weir_state::backend::StateBackend::rocksdb()
-            },
-        };
+        let info = crate::join_rows::disk::test_subtask("temporal", dir.path(), false);
         let side = |cols: &[&str]| StreamInfo {
             schema: Arc::new(Schema::new(
                 (cols.iter())
