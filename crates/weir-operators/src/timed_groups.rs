@@ -94,6 +94,24 @@ impl TimedGroups {
         Ok(())
     }
 
+    /// Stages an entry `bytes` of a window closing at `close` with `value` in `writes`, to be
+    /// written with [`TimedGroups::write`]: for entries that are only added and closed, never
+    /// looked up (a window join's rows, each its own entry).
+    pub(crate) fn put(
+        &self,
+        writes: &mut KeyOrderedWrites,
+        bytes: &[u8],
+        close: i64,
+        value: &[u8],
+    ) {
+        writes.put(&self.entry_key(bytes, close), value);
+    }
+
+    /// Applies writes staged by [`TimedGroups::put`].
+    pub(crate) fn write(&self, writes: KeyOrderedWrites) -> Result<()> {
+        Ok(self.store.write_in_key_order(writes)?)
+    }
+
     /// Takes the groups of the windows that close at `watermark` out of the store, in order of
     /// closing, a pass's worth at a time: `visit` gets each chunk.
     pub(crate) fn close(

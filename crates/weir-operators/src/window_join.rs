@@ -26,12 +26,19 @@
 //! it joins nothing and is dropped at once, counted per input (`null_key_left` /
 //! `null_key_right`); it is neither late nor a dead letter.
 //!
+//! # Where the rows are kept
+//!
+//! In memory, or on local disk with `state.backend.type = 'rocksdb'`, each row of an open
+//! window one entry filed under the window's close (`window_join/rows.rs`,
+//! `window_join/disk.rs`).
+//!
 //! # Checkpoints
 //!
 //! The state is the rows of the open windows, each with its key group and window start
 //! (`crate::join::StateLayout`: the inputs' columns plus bookkeeping; a row in several open
-//! hopping windows is there once per window); the closing queue is rebuilt on restore, and the
-//! watermark comes from upstream again.
+//! hopping windows is there once per window), the same from either backend, so each restores
+//! the other's; the closing queue is rebuilt on restore, and the watermark comes from upstream
+//! again.
 //!
 //! # Late rows
 //!
@@ -50,20 +57,25 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
+use arrow_array::types::{Int64Type, UInt16Type};
+use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde::{Deserialize, Serialize};
 use weir_core::batch::{event_time_index, event_times};
-use weir_core::keys::{hash_key, KeyEncoder};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_runtime::display::row_to_string;
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
-use weir_state::StateSize;
+use weir_state::{BatchStore, StateSize};
 
-use crate::join::{assemble, join_schema, JoinType, StateLayout};
+use crate::join::{join_schema, JoinType, StateLayout};
 use crate::windows;
-use weir_state::{BatchStore, ExpiryQueue, KeySlots, RowRef};
+
+#[cfg(feature = "rocksdb")]
+mod disk;
+mod rows;
+
+use rows::{MemoryWindows, SnapshotOf, Window, WindowRows};
 
 /// The spec of a window join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -283,6 +295,18 @@ impl OperatorFactory for WindowJoin {
             &inputs[1].schema,
             (&self.left_alias, &self.right_alias),
         )?;
+        let schemas = [inputs[0].schema.clone(), inputs[1].schema.clone()];
+        let on_disk = info.state_backend.on_disk();
+        let rows: Box<dyn WindowRows> = if on_disk {
+            disk_windows(
+                info,
+                schemas.clone(),
+                self.size_ms,
+                window_id_len(given.is_some()),
+            )?
+        } else {
+            Box::new(MemoryWindows::new(schemas.clone()))
+        };
         Ok(Box::new(WindowJoinOp {
             spec: self.clone(),
             layout: StateLayout::new(
@@ -292,19 +316,16 @@ impl OperatorFactory for WindowJoin {
                 info.key_groups,
             ),
             schema,
-            joined,
             event_time: et,
             given,
             encoders: [
                 KeyEncoder::new(&inputs[0].schema, &self.left_keys)?,
                 KeyEncoder::new(&inputs[1].schema, &self.right_keys)?,
             ],
-            stores: [
-                BatchStore::new(inputs[0].schema.clone()),
-                BatchStore::new(inputs[1].schema.clone()),
-            ],
-            windows: KeySlots::new(),
-            closing: ExpiryQueue::new(),
+            rows,
+            inputs: schemas,
+            on_disk,
+            key_groups: info.key_groups,
             buffered: [0; 2],
             late: [0; 2],
             null_keys: [0; 2],
@@ -345,6 +366,41 @@ impl OperatorFactory for WindowJoin {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn state_on_disk(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+fn disk_windows(
+    info: &SubtaskInfo,
+    schemas: [SchemaRef; 2],
+    size: i64,
+    window_len: usize,
+) -> Result<Box<dyn WindowRows>> {
+    Ok(Box::new(disk::DiskWindows::open(
+        info, schemas, size, window_len,
+    )?))
+}
+
+#[cfg(not(feature = "rocksdb"))]
+fn disk_windows(
+    _: &SubtaskInfo,
+    _: [SchemaRef; 2],
+    _: i64,
+    _: usize,
+) -> Result<Box<dyn WindowRows>> {
+    Err(crate::no_disk_state())
+}
+
+/// The bytes after the row key in a group's bytes: the window's start, and its end when the
+/// inputs give windows (cumulative windows share a start).
+fn window_id_len(given: bool) -> usize {
+    if given {
+        16
+    } else {
+        8
+    }
 }
 
 /// The window join's own column of its checkpointed state: the start of the row's window (a
@@ -353,32 +409,22 @@ const WINDOW_START_COLUMN: &str = "__window_start";
 /// Given windows: the end of the row's window.
 const WINDOW_END_COLUMN: &str = "__window_end";
 
-/// The rows of one key in one window.
-#[derive(Debug, Default)]
-struct WindowRows {
-    start: i64,
-    /// Exclusive.
-    end: i64,
-    /// Rows with a NULL key (given windows): they match nothing.
-    null_key: bool,
-    sides: [Vec<RowRef>; 2],
-}
-
 /// One subtask of a window join.
 pub struct WindowJoinOp {
     spec: WindowJoin,
     layout: StateLayout,
     schema: SchemaRef,
-    joined: SchemaRef,
     event_time: [usize; 2],
     /// Given windows: each input's window start and end columns.
     given: Option<[[usize; 2]; 2]>,
     encoders: [KeyEncoder; 2],
-    stores: [BatchStore; 2],
-    /// (key, window start) → rows.
-    windows: KeySlots<WindowRows>,
-    /// When each (key, window) closes.
-    closing: ExpiryQueue,
+    /// The rows of the open windows, filed by (key, window), in memory or on disk.
+    rows: Box<dyn WindowRows>,
+    /// The inputs' schemas.
+    inputs: [SchemaRef; 2],
+    /// Whether they are on disk (which keeps each row's key group).
+    on_disk: bool,
+    key_groups: u16,
     buffered: [u64; 2],
     late: [u64; 2],
     /// Rows with a NULL key, per side.
@@ -391,13 +437,12 @@ pub struct WindowJoinOp {
 }
 
 impl WindowJoinOp {
-    /// The bytes after the row key in a window's slot key: its start, and its end when the
-    /// inputs give windows (cumulative windows share a start).
-    fn window_id_len(&self) -> usize {
-        if self.given.is_some() {
-            16
+    /// The key group a row of encoded key `key` was routed by, where it is kept.
+    fn key_group(&self, key: &[u8]) -> u16 {
+        if self.on_disk {
+            key_group(hash_key(key), self.key_groups)
         } else {
-            8
+            0
         }
     }
 
@@ -447,7 +492,7 @@ impl WindowJoinOp {
         let ends = column(&on_time.data, cols[1])?;
         let keys = self.encoders[side].encode(&on_time.data)?;
         let null_keys = self.encoders[side].null_keys(&on_time.data);
-        let id = self.stores[side].insert(on_time.data);
+        self.rows.begin(side, on_time.data)?;
         let mut key = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             let null = null_keys.as_ref().is_some_and(|n| n.is_null(i));
@@ -463,23 +508,12 @@ impl WindowJoinOp {
             }
             key.extend_from_slice(&starts[i].to_be_bytes());
             key.extend_from_slice(&ends[i].to_be_bytes());
-            let slot = self.windows.slot_for(hash_key(&key), &key);
-            let w = self.windows.get_mut(slot);
-            if w.sides[0].is_empty() && w.sides[1].is_empty() {
-                w.start = starts[i];
-                w.end = ends[i];
-                w.null_key = null;
-                self.closing.push(ends[i].saturating_sub(1), slot, 0);
-            }
-            w.sides[side].push(RowRef {
-                batch: id,
-                row: i as u32,
-            });
-            self.stores[side].retain(id);
+            let window = Window::given(starts[i], ends[i], null);
+            let group = self.key_group(k.as_ref());
+            self.rows.add(side, i as u32, &key, group, window)?;
             self.buffered[side] += 1;
         }
-        self.stores[side].release_if_unused(id);
-        Ok(())
+        self.rows.end(side)
     }
 }
 
@@ -507,7 +541,8 @@ impl Operator for WindowJoinOp {
         let keys = self.encoders[side].encode(&on_time.data)?;
         let null_keys = self.encoders[side].null_keys(&on_time.data);
         let wms = on_time.row_watermarks.clone();
-        let id = self.stores[side].insert(on_time.data);
+        let data = on_time.data.clone();
+        self.rows.begin(side, on_time.data)?;
         let slide = self.spec.slide_ms;
         let mut key = Vec::new();
         for (i, k) in keys.iter().enumerate() {
@@ -528,18 +563,9 @@ impl Operator for WindowJoinOp {
                 key.clear();
                 key.extend_from_slice(k.as_ref());
                 key.extend_from_slice(&start.to_be_bytes());
-                let slot = self.windows.slot_for(hash_key(&key), &key);
-                let w = self.windows.get_mut(slot);
-                if w.sides[0].is_empty() && w.sides[1].is_empty() {
-                    w.start = start;
-                    w.end = start.saturating_add(size);
-                    self.closing.push(start.saturating_add(size - 1), slot, 0);
-                }
-                w.sides[side].push(RowRef {
-                    batch: id,
-                    row: i as u32,
-                });
-                self.stores[side].retain(id);
+                let window = Window::assigned(start, size);
+                let group = self.key_group(k.as_ref());
+                self.rows.add(side, i as u32, &key, group, window)?;
                 self.buffered[side] += 1;
             }
             if !in_a_window && starts.unrepresentable > 0 {
@@ -547,12 +573,11 @@ impl Operator for WindowJoinOp {
                 ctx.dead_letter(
                     format!("event time {ts} ms"),
                     windows::no_window_reason(ts, size, slide),
-                    row_to_string(self.stores[side].batch(id), i),
+                    row_to_string(&data, i),
                 );
             }
         }
-        self.stores[side].release_if_unused(id);
-        Ok(())
+        self.rows.end(side)
     }
 
     fn on_watermark(
@@ -560,50 +585,11 @@ impl Operator for WindowJoinOp {
         watermark: weir_core::time::Watermark,
         ctx: &mut Context,
     ) -> Result<()> {
-        let mut due = Vec::new();
         let wm = crate::local_time::local_watermark_in(self.tz.as_ref(), watermark.0);
-        self.closing.pop_due(wm, &mut due);
-        let mut pairs = Vec::new();
-        let mut windows = Vec::new();
-        let mut freed: Vec<(usize, u32)> = Vec::new();
-        let (keep_left, keep_right) = (
-            self.spec.join_type.keeps_unmatched(0),
-            self.spec.join_type.keeps_unmatched(1),
-        );
-        for (slot, _) in due {
-            let w = self.windows.get(slot);
-            let matched = !w.null_key && !w.sides[0].is_empty() && !w.sides[1].is_empty();
-            if matched {
-                for l in &w.sides[0] {
-                    for r in &w.sides[1] {
-                        pairs.push((Some(*l), Some(*r)));
-                        windows.push((w.start, w.end));
-                    }
-                }
-            } else {
-                if keep_left {
-                    for l in &w.sides[0] {
-                        pairs.push((Some(*l), None));
-                        windows.push((w.start, w.end));
-                    }
-                }
-                if keep_right {
-                    for r in &w.sides[1] {
-                        pairs.push((None, Some(*r)));
-                        windows.push((w.start, w.end));
-                    }
-                }
-            }
-            for side in 0..2 {
-                self.buffered[side] -= w.sides[side].len() as u64;
-                freed.extend(w.sides[side].iter().map(|r| (side, r.batch)));
-            }
-            self.windows.release(slot);
-        }
-        for (chunk, win) in pairs.chunks(8192).zip(windows.chunks(8192)) {
-            let joined = assemble(&self.joined, &self.stores[0], &self.stores[1], chunk)?;
-            let mut cols: Vec<ArrayRef> = joined.columns().to_vec();
-            if self.given.is_none() {
+        let keep = [0, 1].map(|side| self.spec.join_type.keeps_unmatched(side));
+        let (schema, tz, given) = (&self.schema, self.tz.as_ref(), self.given.is_some());
+        let removed = self.rows.close(wm, keep, &mut |mut cols, win| {
+            if !given {
                 cols.push(Arc::new(Int64Array::from_iter_values(
                     win.iter().map(|w| w.0),
                 )));
@@ -612,17 +598,17 @@ impl Operator for WindowJoinOp {
                 )));
             }
             // The window's time: its last moment (of local times: their instant).
-            let tz = self.tz.as_ref();
             cols.push(Arc::new(Int64Array::from_iter_values(win.iter().map(
                 |w| crate::local_time::instant_of(tz, w.1.saturating_sub(1)),
             ))));
             ctx.emit(StreamBatch::new(RecordBatch::try_new(
-                self.schema.clone(),
+                schema.clone(),
                 cols,
             )?));
-        }
-        for (side, b) in freed {
-            self.stores[side].release(b);
+            Ok(())
+        })?;
+        for (side, n) in removed.into_iter().enumerate() {
+            self.buffered[side] -= n;
         }
         Ok(())
     }
@@ -630,83 +616,64 @@ impl Operator for WindowJoinOp {
     fn state_size(&self) -> StateSize {
         StateSize {
             rows: self.buffered[0] + self.buffered[1],
-            bytes: (self.stores[0].bytes() + self.stores[1].bytes()) as u64
-                + self.windows.index_bytes(),
+            bytes: self.rows.bytes(),
         }
     }
 
     /// The rows of every open window (see [`StateLayout`]), filed under the rows' own keys; the
     /// closing queue is rebuilt from them on restore.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut w = self.layout.writer(&self.stores, &self.encoders);
-        let (mut starts, mut ends) = (Vec::new(), Vec::new());
-        let window_len = self.window_id_len();
-        for slot in self.windows.slots() {
-            // The slot's key is the row key (empty for NULL keys), then the window.
-            let key = self.windows.key(slot);
-            let key = &key[..key.len() - window_len];
-            let rows = self.windows.get(slot);
-            for (side, refs) in rows.sides.iter().enumerate() {
-                for &r in refs {
-                    w.push(side, key, Some(r))?;
-                    starts.push(rows.start);
-                    ends.push(rows.end);
-                }
-            }
-        }
-        let mut extra: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts))];
-        if self.given.is_some() {
-            extra.push(Arc::new(Int64Array::from(ends)));
-        }
-        Ok(w.finish(extra))
+        self.rows.snapshot(&SnapshotOf {
+            layout: &self.layout,
+            encoders: &self.encoders,
+            window_len: window_id_len(self.given.is_some()),
+        })
     }
 
+    /// Files each row of the state batches (of either backend) in its window again.
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         let size = self.spec.size_ms;
+        let given = self.given.is_some();
         let mut key = Vec::new();
         for b in state {
             let b = &b?;
-            let starts = b
-                .column_by_name(WINDOW_START_COLUMN)
-                .ok_or_else(|| Error::Internal("window join state without window starts".into()))?
-                .as_primitive::<Int64Type>();
-            let ends = match self.given {
-                Some(_) => Some(
-                    b.column_by_name(WINDOW_END_COLUMN)
-                        .ok_or_else(|| {
-                            Error::Internal("window join state without window ends".into())
-                        })?
-                        .as_primitive::<Int64Type>()
-                        .clone(),
-                ),
-                None => None,
+            let column = |name: &str| {
+                b.column_by_name(name)
+                    .ok_or_else(|| Error::Internal(format!("window join state without {name}")))
             };
-            let (rows, _) = self.layout.read(b, &mut self.stores, None)?;
-            for (i, r) in rows.iter().enumerate() {
-                let row = r
-                    .row
-                    .ok_or_else(|| Error::Internal("window join state row without a row".into()))?;
-                let start = starts.value(i);
-                let end = match &ends {
-                    Some(e) => e.value(i),
-                    None => start.saturating_add(size),
-                };
-                key.clear();
-                key.extend_from_slice(r.key);
-                key.extend_from_slice(&start.to_be_bytes());
-                if self.given.is_some() {
-                    key.extend_from_slice(&end.to_be_bytes());
+            let starts = column(WINDOW_START_COLUMN)?.as_primitive::<Int64Type>();
+            let ends = match given {
+                true => Some(column(WINDOW_END_COLUMN)?.as_primitive::<Int64Type>()),
+                false => None,
+            };
+            let groups =
+                column(weir_state::snapshot::KEY_GROUP_COLUMN)?.as_primitive::<UInt16Type>();
+            // Each side's rows come as one batch of its input, filed as a batch of input is.
+            let mut scratch = [0, 1].map(|side| BatchStore::new(self.inputs[side].clone()));
+            let (rows, ids) = self.layout.read(b, &mut scratch, None)?;
+            for (side, id) in ids.into_iter().enumerate() {
+                let Some(id) = id else { continue };
+                self.rows.begin(side, scratch[side].batch(id).clone())?;
+                for (i, r) in rows.iter().enumerate().filter(|(_, r)| r.side == side) {
+                    let row = r.row.ok_or_else(|| {
+                        Error::Internal("window join state row without a row".into())
+                    })?;
+                    let start = starts.value(i);
+                    key.clear();
+                    key.extend_from_slice(r.key);
+                    key.extend_from_slice(&start.to_be_bytes());
+                    let window = match ends {
+                        Some(e) => {
+                            key.extend_from_slice(&e.value(i).to_be_bytes());
+                            Window::given(start, e.value(i), r.key.is_empty())
+                        }
+                        None => Window::assigned(start, size),
+                    };
+                    self.rows
+                        .add(side, row.row, &key, groups.value(i), window)?;
+                    self.buffered[side] += 1;
                 }
-                let slot = self.windows.slot_for(hash_key(&key), &key);
-                let w = self.windows.get_mut(slot);
-                if w.sides[0].is_empty() && w.sides[1].is_empty() {
-                    w.start = start;
-                    w.end = end;
-                    w.null_key = r.key.is_empty();
-                    self.closing.push(end.saturating_sub(1), slot, 0);
-                }
-                w.sides[r.side].push(row);
-                self.buffered[r.side] += 1;
+                self.rows.end(side)?;
             }
         }
         Ok(())
@@ -722,8 +689,10 @@ impl Operator for WindowJoinOp {
             ("null_key_right", self.null_keys[1] as i64),
             ("late_window_assignments", self.late_assignments as i64),
             ("rows_in_no_window", self.no_window as i64),
-            ("open_windows", self.windows.len() as i64),
         ]);
+        if let Some(n) = self.rows.open_windows() {
+            out.push(("open_windows", n as i64));
+        }
     }
 }
 

@@ -198,6 +198,12 @@ fn window_join(size: i64) -> Harness {
 
 #[test]
 fn window_join_rows_in_no_representable_window_are_dead_letters() {
+    for backend in weir_testkit::backends() {
+        weir_testkit::on_backend(&backend, window_join_at_the_start_of_time);
+    }
+}
+
+fn window_join_at_the_start_of_time() {
     let mut h = window_join(60_000);
     h.push(0, batch(&[("a", MIN + 10)]));
     h.push(1, batch(&[("a", MIN + 10)]));
@@ -228,6 +234,29 @@ fn window_join_rows_in_no_representable_window_are_dead_letters() {
             MIN + 1023
         )]
     );
+}
+
+/// The last window ends at the end of time, and closes only when the watermark reaches it: a
+/// row at `i64::MAX` after a watermark one before still joins in it. On each backend.
+#[test]
+fn window_join_the_last_window_closes_at_the_end_of_time() {
+    for backend in weir_testkit::backends() {
+        weir_testkit::on_backend(&backend, || {
+            let mut h = window_join(1024);
+            let start = MAX - 1023;
+            h.push(0, batch(&[("a", MAX - 5)]));
+            h.watermark(MAX - 1);
+            assert!(h.take(Port::Main).is_empty(), "{:?}", backend.kind);
+            h.push(1, batch(&[("a", MAX)]));
+            h.end();
+            assert_eq!(
+                sorted_lines(&h.take(Port::Main)),
+                vec![format!("a,{},a,{MAX},{start},{MAX},{}", MAX - 5, MAX - 1)],
+                "{:?}",
+                backend.kind
+            );
+        });
+    }
 }
 
 fn full_interval_join(lower: i64, upper: i64) -> Harness {

@@ -233,9 +233,14 @@ proptest! {
     ) {
         let want = reference(&events, jt);
         let j = join(jt);
-        let mut run = subtasks(&j, &[], parallelism);
-        events.iter().for_each(|e| feed(&mut run, e));
-        prop_assert_eq!(run.end(), want);
+        for backend in weir_testkit::backends() {
+            let got = weir_testkit::on_backend(&backend, || {
+                let mut run = subtasks(&j, &[], parallelism);
+                events.iter().for_each(|e| feed(&mut run, e));
+                run.end()
+            });
+            prop_assert_eq!(&got, &want, "{:?}", backend.kind);
+        }
     }
 
     #[test]
@@ -248,17 +253,27 @@ proptest! {
         let j = join(jt);
         let want = reference(&events, jt);
         let cut = cut.index(events.len() + 1);
-        let mut first = subtasks(&j, &[], before);
-        events[..cut].iter().for_each(|e| feed(&mut first, e));
-        let out_before = first.take();
-        let snapshots = first.snapshots();
-        for after in 1..=3 {
-            let mut second = subtasks(&j, &snapshots, after);
-            events[cut..].iter().for_each(|e| feed(&mut second, e));
-            let mut got = out_before.clone();
-            got.extend(second.end());
-            got.sort();
-            prop_assert_eq!(&got, &want, "cut after {} of {} events, {} -> {}", cut, events.len(), before, after);
+        // Every backend, and a checkpoint of each restored by each.
+        let backends = weir_testkit::backends();
+        for on in &backends {
+            let (out_before, snapshots) = weir_testkit::on_backend(on, || {
+                let mut first = subtasks(&j, &[], before);
+                events[..cut].iter().for_each(|e| feed(&mut first, e));
+                (first.take(), first.snapshots())
+            });
+            for then in &backends {
+                for after in 1..=3 {
+                    let got = weir_testkit::on_backend(then, || {
+                        let mut second = subtasks(&j, &snapshots, after);
+                        events[cut..].iter().for_each(|e| feed(&mut second, e));
+                        let mut got = out_before.clone();
+                        got.extend(second.end());
+                        got.sort();
+                        got
+                    });
+                    prop_assert_eq!(&got, &want, "cut after {} of {} events, {} -> {}, {:?} -> {:?}", cut, events.len(), before, after, on.kind, then.kind);
+                }
+            }
         }
     }
 }
