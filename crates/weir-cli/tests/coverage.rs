@@ -653,6 +653,22 @@ fn window_top_n_on_rocksdb_gives_flinks_rows() {
     }
 }
 
+/// Window joins (inner, left and full; tumbling, hopping and cumulative windows; window
+/// aggregations joined on their windows; windows of local times) with their rows on RocksDB
+/// give Flink's rows.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn window_joins_on_rocksdb_give_flinks_rows() {
+    for query in ["window_join", "join_conditions", "zone_window_rows"] {
+        let report = check_on_rocksdb(query, false);
+        let joins = held_on_disk(&report, "window_join");
+        assert!(
+            !joins.is_empty() && joins.iter().all(|&(r, disk)| r > 0 && disk),
+            "{query}: the window joins held rows, on disk: {joins:?}"
+        );
+    }
+}
+
 /// OVER aggregations (RANGE, ROWS and unbounded frames, with every aggregate they take) with
 /// their keys on RocksDB give Flink's rows, in streaming and in a batch job.
 #[cfg(feature = "rocksdb")]

@@ -18,6 +18,11 @@
 //! with a NULL key is not kept, since no stream row can look it up. Both are counted
 //! (`null_key_stream` / `null_key_table`).
 //!
+//! # Where the table is kept
+//!
+//! In memory, or on local disk with `state.backend.type = 'rocksdb'`, each key's row one entry
+//! of a store, looked up by each stream row (`stream_table_join/disk.rs`).
+//!
 //! # Checkpoints
 //!
 //! The state is the table: one row per key with its key group (`crate::join::StateLayout`: the
@@ -30,17 +35,21 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::Array;
+use arrow_array::types::UInt16Type;
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::{DataType, SchemaRef};
 use serde::{Deserialize, Serialize};
-use weir_core::keys::{hash_key, KeyEncoder};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_runtime::graph::{OperatorFactory, OperatorState, StreamInfo};
 use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::StateSize;
 
-use crate::join::{assemble, join_schema, JoinType, StateLayout};
+use crate::join::{join_schema, JoinType, StateLayout};
 use weir_state::{BatchStore, KeySlots, RowRef};
+
+#[cfg(feature = "rocksdb")]
+mod disk;
 
 /// The spec of a stream-table join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -171,6 +180,12 @@ impl OperatorFactory for StreamTableJoin {
     }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let (schema, _, op) = self.check(inputs)?;
+        let on_disk = info.state_backend.on_disk();
+        let table: Box<dyn Table> = if on_disk {
+            disk_table(info, inputs[1].schema.clone())?
+        } else {
+            Box::new(MemoryTable::new(inputs[1].schema.clone()))
+        };
         Ok(Box::new(StreamTableJoinOp {
             keep_unmatched: self.join_type == JoinType::Left,
             layout: StateLayout::new(
@@ -185,11 +200,10 @@ impl OperatorFactory for StreamTableJoin {
                 KeyEncoder::new(&inputs[0].schema, &self.stream_keys)?,
                 KeyEncoder::new(&inputs[1].schema, &self.table_keys)?,
             ],
-            stores: [
-                BatchStore::new(inputs[0].schema.clone()),
-                BatchStore::new(inputs[1].schema.clone()),
-            ],
-            table: KeySlots::new(),
+            table,
+            table_schema: inputs[1].schema.clone(),
+            on_disk,
+            key_groups: info.key_groups,
             rows: 0,
             null_keys: [0; 2],
         }))
@@ -207,6 +221,141 @@ impl OperatorFactory for StreamTableJoin {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn state_on_disk(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+fn disk_table(info: &SubtaskInfo, schema: SchemaRef) -> Result<Box<dyn Table>> {
+    Ok(Box::new(disk::DiskTable::open(info, schema)?))
+}
+
+#[cfg(not(feature = "rocksdb"))]
+fn disk_table(_: &SubtaskInfo, _: SchemaRef) -> Result<Box<dyn Table>> {
+    Err(crate::no_disk_state())
+}
+
+/// A table row handed out by [`Table::find`], valid until [`Table::clear`].
+type Found = u64;
+
+/// Where a stream-table join keeps its table: one row per key.
+trait Table: Send {
+    /// Starts taking table rows from `batch`.
+    fn begin(&mut self, batch: RecordBatch) -> Result<()>;
+    /// Makes row `row` of the batch begun `key`'s value (`None`: deletes the key's value);
+    /// `key_group`: that of the key the row was routed by. Returns the change in the rows
+    /// held: -1, 0 or 1.
+    fn upsert(&mut self, key: &[u8], key_group: u16, row: Option<u32>) -> Result<i64>;
+    /// Ends the batch begun: its rows are stored.
+    fn end(&mut self) -> Result<()>;
+    /// `key`'s value, if it has one.
+    fn find(&mut self, key: &[u8], key_group: u16) -> Result<Option<Found>>;
+    /// The table's columns of `rows` (NULLs where `None`).
+    fn columns(&self, rows: &[Option<Found>]) -> Result<Vec<ArrayRef>>;
+    /// Voids the handles [`Table::find`] gave out.
+    fn clear(&mut self);
+    fn bytes(&self) -> u64;
+    /// Every key's row, in the join's state `layout` (the table side's).
+    fn snapshot(
+        &mut self,
+        layout: &StateLayout,
+        encoders: &[KeyEncoder; 2],
+    ) -> Result<StateSnapshot>;
+}
+
+fn pack(r: RowRef) -> Found {
+    (r.batch as u64) << 32 | r.row as u64
+}
+
+fn unpack(f: Found) -> RowRef {
+    RowRef {
+        batch: (f >> 32) as u32,
+        row: f as u32,
+    }
+}
+
+/// The table in memory: each key's row a reference into the batch it came in.
+struct MemoryTable {
+    /// The stream side's store is never filled: the state layout's writer takes both.
+    stores: [BatchStore; 2],
+    table: KeySlots<Option<RowRef>>,
+    current: u32,
+}
+
+impl MemoryTable {
+    fn new(schema: SchemaRef) -> Self {
+        MemoryTable {
+            stores: [BatchStore::new(schema.clone()), BatchStore::new(schema)],
+            table: KeySlots::new(),
+            current: 0,
+        }
+    }
+}
+
+impl Table for MemoryTable {
+    fn begin(&mut self, batch: RecordBatch) -> Result<()> {
+        self.current = self.stores[1].insert(batch);
+        // Held while its rows are filed: a key updated twice in one batch releases the
+        // first of them before the batch is done.
+        self.stores[1].retain(self.current);
+        Ok(())
+    }
+
+    fn upsert(&mut self, key: &[u8], _: u16, row: Option<u32>) -> Result<i64> {
+        let slot = self.table.slot_for(hash_key(key), key);
+        let mut change = 0;
+        if let Some(old) = self.table.get_mut(slot).take() {
+            self.stores[1].release(old.batch);
+            change -= 1;
+        }
+        match row {
+            None => self.table.release(slot),
+            Some(row) => {
+                let batch = self.current;
+                *self.table.get_mut(slot) = Some(RowRef { batch, row });
+                self.stores[1].retain(batch);
+                change += 1;
+            }
+        }
+        Ok(change)
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.stores[1].release(self.current);
+        Ok(())
+    }
+
+    fn find(&mut self, key: &[u8], _: u16) -> Result<Option<Found>> {
+        Ok((self.table.find(hash_key(key), key))
+            .and_then(|slot| *self.table.get(slot))
+            .map(pack))
+    }
+
+    fn columns(&self, rows: &[Option<Found>]) -> Result<Vec<ArrayRef>> {
+        let refs: Vec<Option<RowRef>> = rows.iter().map(|r| r.map(unpack)).collect();
+        Ok(self.stores[1].gather(&refs)?)
+    }
+
+    fn clear(&mut self) {}
+
+    fn bytes(&self) -> u64 {
+        self.stores[1].bytes() as u64 + self.table.index_bytes()
+    }
+
+    fn snapshot(
+        &mut self,
+        layout: &StateLayout,
+        encoders: &[KeyEncoder; 2],
+    ) -> Result<StateSnapshot> {
+        let mut w = layout.writer(&self.stores, encoders);
+        for slot in self.table.slots() {
+            if let Some(row) = *self.table.get(slot) {
+                w.push(1, self.table.key(slot), Some(row))?;
+            }
+        }
+        Ok(w.finish(Vec::new()))
+    }
 }
 
 /// One subtask of a stream-table join.
@@ -216,11 +365,26 @@ pub struct StreamTableJoinOp {
     schema: SchemaRef,
     op_column: Option<usize>,
     encoders: [KeyEncoder; 2],
-    stores: [BatchStore; 2],
-    table: KeySlots<Option<RowRef>>,
+    /// The table, in memory or on disk.
+    table: Box<dyn Table>,
+    table_schema: SchemaRef,
+    /// Whether the table is on disk (which files each row under its key group).
+    on_disk: bool,
+    key_groups: u16,
     rows: u64,
     /// Rows with a NULL key: stream, table.
     null_keys: [u64; 2],
+}
+
+impl StreamTableJoinOp {
+    /// The key group of a row of encoded key `key`, where it is kept.
+    fn key_group(&self, key: &[u8]) -> u16 {
+        if self.on_disk {
+            key_group(hash_key(key), self.key_groups)
+        } else {
+            0
+        }
+    }
 }
 
 impl Operator for StreamTableJoinOp {
@@ -232,10 +396,7 @@ impl Operator for StreamTableJoinOp {
             let ops = self
                 .op_column
                 .map(|i| data.column(i).as_string::<i32>().clone());
-            let id = self.stores[1].insert(data);
-            // Held while its rows are filed: a key updated twice in one batch releases the
-            // first of them before the batch is done.
-            self.stores[1].retain(id);
+            self.table.begin(data)?;
             for (i, key) in keys.iter().enumerate() {
                 if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
                     self.null_keys[1] += 1;
@@ -252,29 +413,15 @@ impl Operator for StreamTableJoinOp {
                     _ => false,
                 };
                 let k = key.as_ref();
-                let slot = self.table.slot_for(hash_key(k), k);
-                if let Some(old) = self.table.get_mut(slot).take() {
-                    self.stores[1].release(old.batch);
-                    self.rows -= 1;
-                }
-                if delete {
-                    self.table.release(slot);
-                } else {
-                    *self.table.get_mut(slot) = Some(RowRef {
-                        batch: id,
-                        row: i as u32,
-                    });
-                    self.stores[1].retain(id);
-                    self.rows += 1;
-                }
+                let row = (!delete).then_some(i as u32);
+                let change = self.table.upsert(k, self.key_group(k), row)?;
+                self.rows = self.rows.saturating_add_signed(change);
             }
-            self.stores[1].release(id);
-            return Ok(());
+            return self.table.end();
         }
         let keys = self.encoders[0].encode(&batch.data)?;
         let null_keys = self.encoders[0].null_keys(&batch.data);
-        let id = self.stores[0].insert(batch.data.clone());
-        let mut pairs = Vec::with_capacity(keys.num_rows());
+        let mut found = Vec::with_capacity(keys.num_rows());
         let mut kept = Vec::with_capacity(keys.num_rows());
         for (i, key) in keys.iter().enumerate() {
             let value = if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
@@ -282,72 +429,76 @@ impl Operator for StreamTableJoinOp {
                 None
             } else {
                 let k = key.as_ref();
-                self.table
-                    .find(hash_key(k), k)
-                    .and_then(|slot| *self.table.get(slot))
+                self.table.find(k, self.key_group(k))?
             };
-            let me = Some(RowRef {
-                batch: id,
-                row: i as u32,
-            });
-            match value {
-                Some(v) => pairs.push((me, Some(v))),
-                None if self.keep_unmatched => pairs.push((me, None)),
-                None => continue,
+            if value.is_none() && !self.keep_unmatched {
+                continue;
             }
-            kept.push(i);
+            found.push(value);
+            kept.push(i as u32);
         }
-        if !pairs.is_empty() {
-            let out = assemble(&self.schema, &self.stores[0], &self.stores[1], &pairs)?;
+        if !kept.is_empty() {
+            let mut cols: Vec<ArrayRef> = if kept.len() == batch.data.num_rows() {
+                batch.data.columns().to_vec()
+            } else {
+                let take = UInt32Array::from(kept.clone());
+                (batch.data.columns().iter())
+                    .map(|c| arrow_select::take::take(c, &take, None))
+                    .collect::<std::result::Result<_, _>>()?
+            };
+            cols.extend(self.table.columns(&found)?);
+            let out = RecordBatch::try_new(self.schema.clone(), cols)?;
             ctx.emit(match &batch.row_watermarks {
                 Some(w) => StreamBatch::with_row_watermarks(
                     out,
-                    kept.iter().map(|&i| w[i]).collect::<ScalarBuffer<i64>>(),
+                    kept.iter()
+                        .map(|&i| w[i as usize])
+                        .collect::<ScalarBuffer<i64>>(),
                 ),
                 None => StreamBatch::new(out),
             });
         }
-        self.stores[0].release_if_unused(id);
+        self.table.clear();
         Ok(())
     }
 
     fn state_size(&self) -> StateSize {
         StateSize {
             rows: self.rows,
-            bytes: self.stores[1].bytes() as u64 + self.table.index_bytes(),
+            bytes: self.table.bytes(),
         }
     }
 
     /// The table's row of every key (see [`StateLayout`]); stream rows are not kept.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut w = self.layout.writer(&self.stores, &self.encoders);
-        for slot in self.table.slots() {
-            if let Some(row) = *self.table.get(slot) {
-                w.push(1, self.table.key(slot), Some(row))?;
-            }
-        }
-        Ok(w.finish(Vec::new()))
+        self.table.snapshot(&self.layout, &self.encoders)
     }
 
-    /// Takes the rows up as upserts, so a key found twice (a table broadcast to every
-    /// subtask) is held once.
+    /// Takes the rows (of either backend's checkpoint) up as upserts, so a key found twice (a
+    /// table broadcast to every subtask) is held once.
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
         for b in state {
             let b = &b?;
-            let (rows, _) = self.layout.read(b, &mut self.stores, None)?;
-            for r in rows {
-                let Some(row) = r.row.filter(|_| r.side == 1) else {
-                    return Err(Error::Internal(
-                        "stream-table join state holds a row that is no table row".into(),
-                    ));
-                };
-                let slot = self.table.slot_for(hash_key(r.key), r.key);
-                if let Some(old) = self.table.get_mut(slot).replace(row) {
-                    self.stores[1].release(old.batch);
-                } else {
-                    self.rows += 1;
-                }
+            let groups = (b.column_by_name(weir_state::snapshot::KEY_GROUP_COLUMN))
+                .ok_or_else(|| {
+                    Error::Internal("stream-table join state without key groups".into())
+                })?
+                .as_primitive::<UInt16Type>();
+            let mut scratch = [0, 1].map(|_| BatchStore::new(self.table_schema.clone()));
+            let (rows, ids) = self.layout.read(b, &mut scratch, None)?;
+            if ids[0].is_some() || rows.iter().any(|r| r.side != 1 || r.row.is_none()) {
+                return Err(Error::Internal(
+                    "stream-table join state holds a row that is no table row".into(),
+                ));
             }
+            let Some(id) = ids[1] else { continue };
+            self.table.begin(scratch[1].batch(id).clone())?;
+            for (i, r) in rows.iter().enumerate() {
+                let row = r.row.map(|r| r.row);
+                let change = self.table.upsert(r.key, groups.value(i), row)?;
+                self.rows = self.rows.saturating_add_signed(change);
+            }
+            self.table.end()?;
         }
         Ok(())
     }

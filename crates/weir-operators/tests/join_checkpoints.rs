@@ -317,6 +317,12 @@ proptest! {
                 ..StreamTableJoin::new().join_type(t).op_column("op")
             })
         });
-        check_restore(join.as_ref(), &events, cut.index(events.len() + 1), before)?;
+        // Every backend, and a checkpoint of each restored by each.
+        let backends = weir_testkit::backends();
+        for a in &backends {
+            for b in &backends {
+                check_restore_on(join.as_ref(), &events, cut.index(events.len() + 1), before, [a, b])?;
+            }
+        }
     }
 }

@@ -84,6 +84,12 @@ fn regular_join_with_ttl_pairs_rows_within_the_ttl_of_each_other() {
 
 #[test]
 fn stream_table_join_uses_the_latest_value_and_honours_deletes() {
+    for backend in weir_testkit::backends() {
+        weir_testkit::on_backend(&backend, stream_table_join_latest_value);
+    }
+}
+
+fn stream_table_join_latest_value() {
     let info = |b: &RecordBatch| StreamInfo {
         schema: b.schema(),
         event_time: Some("ts".into()),
@@ -136,12 +142,54 @@ fn stream_table_join_uses_the_latest_value_and_honours_deletes() {
         1,
         rows!(
             "cur ts rate op
-                     EUR 2 0 -D"
+                     EUR 2 0.0 -D"
         ),
     );
     h.push(0, stream);
     assert_eq!(pick(h.take(Port::Main)), vec!["100:"]);
     assert_eq!(h.state_size().rows, 0);
+}
+
+/// A table batch that writes a key twice, and writes then deletes another, leaves the last
+/// of each: one row held, the latest value found. On each backend.
+#[test]
+fn stream_table_join_takes_a_batchs_last_write_of_each_key() {
+    for backend in weir_testkit::backends() {
+        weir_testkit::on_backend(&backend, || {
+            let stream = rows!(
+                "cur ts amount
+                 EUR 10 100
+                 USD 10 200"
+            );
+            let table = rows!(
+                "cur ts rate op
+                 EUR 1 1.5 +I
+                 USD 1 2.5 +I
+                 EUR 2 1.6 +U
+                 USD 3 0.0 -D"
+            );
+            let info = |b: &RecordBatch| StreamInfo {
+                schema: b.schema(),
+                event_time: Some("ts".into()),
+            };
+            let mut spec = StreamTableJoin::new()
+                .join_type(JoinType::Left)
+                .op_column("op");
+            spec.stream_keys = vec!["cur".into()];
+            spec.table_keys = vec!["cur".into()];
+            let mut h = Harness::of(&spec, &[info(&stream), info(&table)]);
+            h.push(1, table);
+            assert_eq!(h.state_size().rows, 1, "{:?}", backend.kind);
+            assert_eq!(h.gauges()["table_rows"], 1);
+            h.push(0, stream);
+            assert_eq!(
+                sorted_lines(&h.take(Port::Main)),
+                vec!["EUR,10,100,EUR,2,1.6,+U", "USD,10,200,,,,"],
+                "{:?}",
+                backend.kind
+            );
+        });
+    }
 }
 
 fn on_time_with_wm(splits: &[Vec<Row>]) -> Vec<(Row, i64)> {
