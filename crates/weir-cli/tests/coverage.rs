@@ -669,6 +669,21 @@ fn window_joins_on_rocksdb_give_flinks_rows() {
     }
 }
 
+/// Top-N without a window, over append-only rows and over a changelog, streaming and (the
+/// batch fixture) final rows in a batch job, with its keys on RocksDB gives Flink's rows.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn top_n_without_a_window_on_rocksdb_gives_flinks_rows() {
+    for query in ["changelog_topn", "batch_topn"] {
+        let report = check_on_rocksdb(query, false);
+        let ranks = held_on_disk(&report, "top_n");
+        assert!(
+            !ranks.is_empty() && ranks.iter().all(|&(r, disk)| r > 0 && disk),
+            "{query}: the Top-Ns held rows, on disk: {ranks:?}"
+        );
+    }
+}
+
 /// OVER aggregations (RANGE, ROWS and unbounded frames, with every aggregate they take) with
 /// their keys on RocksDB give Flink's rows, in streaming and in a batch job.
 #[cfg(feature = "rocksdb")]

@@ -28,7 +28,9 @@
 //! the next). A key is forgotten `ttl_ms` of event time after its latest row (the watermark
 //! passes it; the rows stay in the sink, as when Flink's state TTL expires a key);
 //! [`weir_core::time::TTL_END_OF_INPUT_MS`] keeps every key for as long as the job runs.
-//! Checkpoints hold every row with its key's group.
+//! Checkpoints hold every row with its key's group. With `state.backend.type = 'rocksdb'`
+//! each key's rows are one entry on local disk, read when a batch or a watermark touches the
+//! key (`top_n/disk.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,6 +53,9 @@ use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{KeySlots, SlotExpiry, StateSize};
 
 use crate::RankOrder;
+
+#[cfg(feature = "rocksdb")]
+mod disk;
 
 /// The spec of a Top-N without a window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,6 +240,15 @@ impl OperatorFactory for TopN {
             ));
         }
         let schema = self.output(input, op_in);
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::disk_keys::DiskKeys::open(info, ())?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(crate::no_disk_state());
+        }
         Ok(Box::new(TopNOp {
             op_out: schema.index_of(&self.op_column)?,
             order_in_row: (order_columns.iter())
@@ -264,6 +278,8 @@ impl OperatorFactory for TopN {
             ttl_ms: self.ttl_ms,
             final_only: self.final_only,
             keys: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
             expiry: SlotExpiry::new(),
             batches: 0,
             key_count: 0,
@@ -275,6 +291,9 @@ impl OperatorFactory for TopN {
     }
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
+    }
+    fn state_on_disk(&self) -> bool {
+        true
     }
     fn emits_updates(&self) -> Option<String> {
         let mut keys = self.keys.clone();
@@ -332,6 +351,8 @@ struct KeyState {
     time: i64,
     /// The number of the last batch that touched the key.
     batch: u64,
+    /// On disk: when the key may be forgotten (its time plus the TTL), kept with it.
+    timer: Option<i64>,
 }
 
 impl KeyState {
@@ -372,6 +393,10 @@ pub struct TopNOp {
     ttl_ms: i64,
     final_only: bool,
     keys: KeySlots<KeyState>,
+    /// The keys on disk instead (`state.backend.type = 'rocksdb'`), when so: `keys` then holds
+    /// those a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::disk_keys::DiskKeys<KeyState>>,
     expiry: SlotExpiry,
     batches: u64,
     key_count: u64,
@@ -382,6 +407,61 @@ pub struct TopNOp {
 }
 
 impl TopNOp {
+    /// Whether the keys are on disk.
+    fn on_disk(&self) -> bool {
+        #[cfg(feature = "rocksdb")]
+        return self.disk.is_some();
+        #[cfg(not(feature = "rocksdb"))]
+        false
+    }
+
+    /// The slot of `key` if it has state; on disk, read into `keys` the first time a batch
+    /// touches it.
+    fn find(&mut self, hash: u64, key: &[u8]) -> Result<Option<usize>> {
+        if let Some(slot) = self.keys.find(hash, key) {
+            return Ok(Some(slot));
+        }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            return d.load_into(&mut self.keys, key);
+        }
+        Ok(None)
+    }
+
+    /// Queues the key in `slot` to be forgotten a TTL after its time.
+    fn queue(&mut self, slot: usize) {
+        let at = self.keys.get(slot).time.saturating_add(self.ttl_ms);
+        if self.on_disk() {
+            // The timer goes to disk with the key ([`crate::disk_keys::DiskKeys::put`]).
+            self.keys.get_mut(slot).timer = Some(at);
+        } else {
+            self.expiry.queue(slot, at);
+        }
+    }
+
+    /// On disk: writes the keys in `keys` back and forgets them in memory, deleting those of
+    /// `gone` no longer there.
+    #[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
+    fn write_back(&mut self, gone: &[Vec<u8>]) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            let writes = weir_state::rocks::KeyOrderedWrites::default();
+            d.end_round(writes, gone, &mut self.keys)?;
+        }
+        Ok(())
+    }
+
+    /// Over append-only rows only a key's best N rows count: drops the rest (a restore with a
+    /// smaller N).
+    fn trim(&mut self, slot: usize) {
+        while self.keys.get(slot).count > self.last_rank {
+            let Some(w) = self.keys.get(slot).rows.keys().next_back().cloned() else {
+                break;
+            };
+            self.take_back(slot, &w);
+        }
+    }
+
     fn entry_bytes(r: &Ranked) -> u64 {
         (r.0.len() + r.1.len() + 64) as u64
     }
@@ -488,7 +568,7 @@ impl Operator for TopNOp {
             let key = key.as_ref();
             let hash = hash_key(key);
             let retracts = kinds[i].retracts();
-            let slot = match self.keys.find(hash, key) {
+            let slot = match self.find(hash, key)? {
                 Some(s) => s,
                 None if retracts => {
                     self.stale += 1;
@@ -532,36 +612,58 @@ impl Operator for TopNOp {
             }
         }
         self.emit(&out, ctx)?;
+        let mut gone = Vec::new();
         for (slot, _) in touched {
-            let k = self.keys.get(slot);
-            if k.count == 0 {
+            if self.keys.get(slot).count == 0 {
+                if self.on_disk() {
+                    gone.push(self.keys.key(slot).to_vec());
+                }
                 self.forget(slot);
             } else if self.time_column.is_some() {
-                let at = k.time.saturating_add(self.ttl_ms);
-                self.expiry.queue(slot, at);
+                self.queue(slot);
             }
         }
-        Ok(())
+        self.write_back(&gone)
     }
 
     fn on_end(&mut self, ctx: &mut Context) -> Result<()> {
         if !self.final_only {
             return Ok(());
         }
-        let mut out: Vec<(Box<[u8]>, ChangeKind, u64)> = Vec::new();
-        for slot in self.keys.slots() {
-            let top = self.keys.get(slot).top(self.last_rank);
-            for (i, row) in top.into_iter().enumerate() {
+        let (first, last) = (self.first_rank, self.last_rank);
+        let ranks = |out: &mut Vec<(Box<[u8]>, ChangeKind, u64)>, k: &KeyState| {
+            for (i, row) in k.top(last).into_iter().enumerate() {
                 let rank = i as u64 + 1;
-                if rank >= self.first_rank {
+                if rank >= first {
                     out.push((row, ChangeKind::Insert, rank));
                 }
             }
+        };
+        #[cfg(feature = "rocksdb")]
+        if let Some(mut d) = self.disk.take() {
+            // Taken out while every key is read; the input has ended.
+            let done = d.each_chunk(|chunk| {
+                let mut out = Vec::new();
+                for (_, k) in &chunk {
+                    ranks(&mut out, k);
+                }
+                self.emit(&out, ctx)
+            });
+            self.disk = Some(d);
+            return done;
+        }
+        let mut out: Vec<(Box<[u8]>, ChangeKind, u64)> = Vec::new();
+        for slot in self.keys.slots() {
+            ranks(&mut out, self.keys.get(slot));
         }
         self.emit(&out, ctx)
     }
 
     fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            return self.expire_on_disk(watermark.0);
+        }
         let (keys, ttl) = (&self.keys, self.ttl_ms);
         let expired = self.expiry.expired(watermark.0, |slot| {
             let k = keys.get(slot);
@@ -575,6 +677,13 @@ impl Operator for TopNOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.rows_held,
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.rows_held,
             bytes: self.bytes_held + self.keys.index_bytes(),
@@ -584,37 +693,19 @@ impl Operator for TopNOp {
     /// Every held row, with its count and its key's time. A restore queues each key to
     /// expire a TTL after its time.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut groups = Vec::new();
-        let mut keys: Vec<&[u8]> = Vec::new();
-        let mut times = Vec::new();
-        let mut counts = Vec::new();
-        let mut rows: Vec<&[u8]> = Vec::new();
-        for s in self.keys.slots() {
-            let k = self.keys.get(s);
-            let key = self.keys.key(s);
-            let group = key_group(hash_key(key), self.key_groups);
-            for ((_, row), n) in &k.rows {
-                groups.push(group);
-                keys.push(key);
-                times.push(k.time);
-                counts.push(*n as i64);
-                rows.push(row);
-            }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return disk::snapshot(d, &self.state_schema);
         }
-        let parser = self.all.parser();
-        let mut cols = vec![
-            key_group_column(groups),
-            Arc::new(BinaryArray::from_iter_values(keys)) as ArrayRef,
-            Arc::new(Int64Array::from(times)) as _,
-            Arc::new(Int64Array::from(counts)) as _,
-        ];
-        cols.extend(
-            self.all
-                .convert_rows(rows.iter().map(|r| parser.parse(r)))?,
-        );
-        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
-            self.state_schema.clone(),
-            cols,
+        let key_groups = self.key_groups;
+        let keys = (self.keys.slots()).map(|s| {
+            let key = self.keys.key(s);
+            (key_group(hash_key(key), key_groups), key, self.keys.get(s))
+        });
+        Ok(StateSnapshot::ready(vec![state_batch(
+            &self.state_schema,
+            &self.all,
+            keys,
         )?]))
     }
 
@@ -637,7 +728,8 @@ impl Operator for TopNOp {
             for i in 0..b.num_rows() {
                 let key = keys.value(i);
                 let hash = hash_key(key);
-                if self.keys.find(hash, key).is_none() {
+                // On disk a key spread over state batches is read back.
+                if self.find(hash, key)?.is_none() {
                     self.key_count += 1;
                 }
                 let slot = self.keys.slot_for(hash, key);
@@ -656,24 +748,16 @@ impl Operator for TopNOp {
                 self.rows_held += n as u64;
                 self.bytes_held += bytes;
                 if self.time_column.is_some() {
-                    self.expiry
-                        .queue(slot, times.value(i).saturating_add(self.ttl_ms));
+                    self.queue(slot);
                 }
             }
-        }
-        // Restored with a smaller N (the job changed): over append-only rows only a key's
-        // best N rows count.
-        if self.op_in.is_none() {
-            let slots: Vec<usize> = self.keys.slots().collect();
-            for s in slots {
-                while self.keys.get(s).count > self.last_rank {
-                    let Some(w) = self.keys.get(s).rows.keys().next_back().cloned() else {
-                        break;
-                    };
-                    self.take_back(s, &w);
-                }
+            // On disk, each state batch's keys go to the store before the next is read.
+            if self.on_disk() {
+                self.trim_all();
+                self.write_back(&[])?;
             }
         }
+        self.trim_all();
         Ok(())
     }
 
@@ -684,6 +768,83 @@ impl Operator for TopNOp {
             ("retractions_without_state", self.stale as i64),
         ]);
     }
+}
+
+impl TopNOp {
+    /// Restored with a smaller N (the job changed): over append-only rows only a key's best N
+    /// rows count.
+    fn trim_all(&mut self) {
+        if self.op_in.is_none() {
+            let slots: Vec<usize> = self.keys.slots().collect();
+            for s in slots {
+                self.trim(s);
+            }
+        }
+    }
+
+    /// On disk: forgets the keys whose TTL the watermark passed, [`crate::disk_keys::at_once`]
+    /// timers at a time; a key with a later row since its timer was set gets a new one.
+    #[cfg(feature = "rocksdb")]
+    fn expire_on_disk(&mut self, watermark: i64) -> Result<()> {
+        loop {
+            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
+            let d = self.disk.as_mut().expect("on disk");
+            let (due, more) = d.due(watermark, &mut writes)?;
+            for key in &due {
+                let d = self.disk.as_mut().expect("on disk");
+                let Some(slot) = d.load_into(&mut self.keys, key)? else {
+                    continue;
+                };
+                let k = self.keys.get(slot);
+                if k.count == 0 {
+                    continue;
+                }
+                if k.time.saturating_add(self.ttl_ms) <= watermark {
+                    self.forget(slot);
+                    self.expired += 1;
+                } else {
+                    self.queue(slot);
+                }
+            }
+            let d = self.disk.as_mut().expect("on disk");
+            d.end_round(writes, &due, &mut self.keys)?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The state batch of `keys` (key group, key, state): a row each held row, with its count and
+/// its key's time.
+fn state_batch<'a>(
+    state_schema: &SchemaRef,
+    all: &RowConverter,
+    keys: impl Iterator<Item = (u16, &'a [u8], &'a KeyState)>,
+) -> Result<RecordBatch> {
+    let mut groups = Vec::new();
+    let mut key_col: Vec<&[u8]> = Vec::new();
+    let mut times = Vec::new();
+    let mut counts = Vec::new();
+    let mut rows: Vec<&[u8]> = Vec::new();
+    for (group, key, k) in keys {
+        for ((_, row), n) in &k.rows {
+            groups.push(group);
+            key_col.push(key);
+            times.push(k.time);
+            counts.push(*n as i64);
+            rows.push(row);
+        }
+    }
+    let parser = all.parser();
+    let mut cols = vec![
+        key_group_column(groups),
+        Arc::new(BinaryArray::from_iter_values(key_col)) as ArrayRef,
+        Arc::new(Int64Array::from(times)) as _,
+        Arc::new(Int64Array::from(counts)) as _,
+    ];
+    cols.extend(all.convert_rows(rows.iter().map(|r| parser.parse(r)))?);
+    Ok(RecordBatch::try_new(state_schema.clone(), cols)?)
 }
 
 #[cfg(test)]
@@ -717,6 +878,12 @@ mod tests {
 
     #[test]
     fn each_batch_emits_the_ranks_whose_rows_changed() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, ranks_change);
+        }
+    }
+
+    fn ranks_change() {
         let mut h = Harness::of(&spec(1, 2), &[input()]);
         h.push(0, rows!("k v ts\n a 5 1000\n a 7 1100\n b 1 1200"));
         assert_eq!(
@@ -758,6 +925,12 @@ mod tests {
 
     #[test]
     fn a_row_taken_back_lets_the_next_move_up_and_ranks_below_first_are_not_emitted() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, rows_taken_back);
+        }
+    }
+
+    fn rows_taken_back() {
         let mut h = Harness::of(&spec(2, 3), &[changelog()]);
         h.push(
             0,

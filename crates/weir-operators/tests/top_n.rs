@@ -12,6 +12,7 @@ use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use weir_operators::{RankOrder, TopN};
 use weir_runtime::graph::StreamInfo;
+use weir_state::backend::StateBackend;
 use weir_testkit::{watermarked_script, Input, KeyedSubtasks, Step};
 
 fn info(changes: bool) -> StreamInfo {
@@ -142,8 +143,8 @@ fn run(
     (s, out)
 }
 
-/// Runs `inputs` whole, and cut anywhere with a restore at parallelism 1 to 3; each result
-/// applied must be `want`.
+/// Runs `inputs` whole, and cut anywhere with a restore at parallelism 1 to 3, the first run
+/// on `backends[0]` and the restored one on `backends[1]`; each result applied must be `want`.
 fn check(
     spec: &TopN,
     changes: bool,
@@ -151,23 +152,30 @@ fn check(
     parallelism: usize,
     cut: prop::sample::Index,
     want: &BTreeMap<(String, u64), String>,
+    backends: [StateBackend; 2],
 ) -> Result<(), TestCaseError> {
-    let (_, got) = run(spec, changes, &[], parallelism, inputs);
-    prop_assert_eq!(&apply(&got), want);
     let cut = cut.index(inputs.len() + 1);
-    let (mut before, emitted) = run(spec, changes, &[], parallelism, &inputs[..cut]);
-    let snapshots = before.snapshots();
+    let [on, then] = backends;
+    let (got, emitted, snapshots) = weir_testkit::on_backend(&on, || {
+        let (_, got) = run(spec, changes, &[], parallelism, inputs);
+        let (mut before, emitted) = run(spec, changes, &[], parallelism, &inputs[..cut]);
+        (got, emitted, before.snapshots())
+    });
+    prop_assert_eq!(&apply(&got), want, "{:?}", on.kind);
     for p in 1..=3 {
-        let (_, after) = run(spec, changes, &snapshots, p, &inputs[cut..]);
+        let (_, after) =
+            weir_testkit::on_backend(&then, || run(spec, changes, &snapshots, p, &inputs[cut..]));
         let mut all = emitted.clone();
         all.extend(after);
         prop_assert_eq!(
             &apply(&all),
             want,
-            "restored at parallelism {} after {} of {} inputs",
+            "restored at parallelism {} after {} of {} inputs, {:?} -> {:?}",
             p,
             cut,
-            inputs.len()
+            inputs.len(),
+            on.kind,
+            then.kind
         );
     }
     Ok(())
@@ -219,6 +227,8 @@ proptest! {
         (first, last) in ranks(),
         parallelism in prop::sample::select(vec![1usize, 3]),
         cut in any::<prop::sample::Index>(),
+        on in prop::sample::select(weir_testkit::backends()),
+        then in prop::sample::select(weir_testkit::backends()),
     ) {
         let mut all: Vec<Row> = Vec::new();
         let inputs = watermarked_script(&steps, |rows, base| {
@@ -229,7 +239,7 @@ proptest! {
             batch(&rows, false)
         });
         let want = reference(&all, first, last);
-        check(&spec(first, last), false, &inputs, parallelism, cut, &want)?;
+        check(&spec(first, last), false, &inputs, parallelism, cut, &want, [on, then])?;
     }
 
     #[test]
@@ -245,6 +255,8 @@ proptest! {
         (first, last) in ranks(),
         parallelism in prop::sample::select(vec![1usize, 3]),
         cut in any::<prop::sample::Index>(),
+        on in prop::sample::select(weir_testkit::backends()),
+        then in prop::sample::select(weir_testkit::backends()),
     ) {
         let mut table: BTreeMap<u8, Row> = BTreeMap::new();
         let inputs = watermarked_script(&steps, |ops, base| {
@@ -272,6 +284,6 @@ proptest! {
         });
         let rows: Vec<Row> = table.into_values().collect();
         let want = reference(&rows, first, last);
-        check(&spec(first, last), true, &inputs, parallelism, cut, &want)?;
+        check(&spec(first, last), true, &inputs, parallelism, cut, &want, [on, then])?;
     }
 }
