@@ -684,6 +684,20 @@ fn top_n_without_a_window_on_rocksdb_gives_flinks_rows() {
     }
 }
 
+/// Regular joins of changelogs (inner and outer) with their keys on RocksDB give Flink's rows.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn joins_of_changelogs_on_rocksdb_give_flinks_rows() {
+    for query in ["changelog_join", "changelog_outer_join"] {
+        let report = check_on_rocksdb(query, false);
+        let joins = held_on_disk(&report, "changelog_join");
+        assert!(
+            !joins.is_empty() && joins.iter().all(|&(r, disk)| r > 0 && disk),
+            "{query}: the joins held rows, on disk: {joins:?}"
+        );
+    }
+}
+
 /// OVER aggregations (RANGE, ROWS and unbounded frames, with every aggregate they take) with
 /// their keys on RocksDB give Flink's rows, in streaming and in a batch job.
 #[cfg(feature = "rocksdb")]

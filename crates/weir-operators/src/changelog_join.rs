@@ -27,7 +27,9 @@
 //!
 //! # State and the TTL
 //!
-//! Per key, in memory: every row of both sides (each distinct row once, with its count). A key
+//! Per key: every row of both sides (each distinct row once, with its count), in memory or,
+//! with `state.backend.type = 'rocksdb'`, as one entry on local disk read when a batch or a
+//! watermark touches the key (`changelog_join/disk.rs`). A key
 //! is forgotten `ttl_ms` of event time after its latest row (the watermark passes it): its
 //! pairs stay in the sink, as when Flink's state TTL expires rows. Without a TTL
 //! ([`weir_core::time::TTL_END_OF_INPUT_MS`]) the state is as large as both inputs' tables.
@@ -54,6 +56,9 @@ use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{KeySlots, SlotExpiry, StateSize};
 
 use crate::join::{join_schema, JoinType};
+
+#[cfg(feature = "rocksdb")]
+mod disk;
 
 /// The spec of a regular join over changelogs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -250,6 +255,15 @@ impl OperatorFactory for ChangelogJoin {
             null_rows.push(c.convert_columns(&nulls)?.row(0).as_ref().into());
         }
         let null_rows: [Box<[u8]>; 2] = null_rows.try_into().expect("two sides");
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::disk_keys::DiskKeys::open(info, ())?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(crate::no_disk_state());
+        }
         Ok(Box::new(ChangelogJoinOp {
             schema: self.output(&sides)?,
             state_schema: self.state_schema(&sides)?,
@@ -264,6 +278,9 @@ impl OperatorFactory for ChangelogJoin {
             sides,
             ttl_ms: self.ttl_ms,
             keys: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
+            gone: Vec::new(),
             expiry: SlotExpiry::new(),
             key_count: 0,
             rows_held: 0,
@@ -275,14 +292,17 @@ impl OperatorFactory for ChangelogJoin {
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
     }
+    fn state_on_disk(&self) -> bool {
+        true
+    }
     fn emits_updates(&self) -> Option<String> {
         Some("a changelog (a change per pair)".into())
     }
     fn describe(&self) -> String {
         format!(
             "{} regular join of updating rows on ({}) = ({}), a changelog (a change per pair a \
-             row brings or takes back, of its kind{}); keeps every row of both sides per key \
-             in memory (whatever `state.backend.type` says), {}",
+             row brings or takes back, of its kind{}); keeps every row of both sides per key, \
+             {}",
             format!("{:?}", self.join_type).to_lowercase(),
             self.left_keys.join(", "),
             self.right_keys.join(", "),
@@ -327,6 +347,8 @@ struct KeyState {
     rows: [SideRows; 2],
     /// The latest time of a row of the key (those taken back since too).
     time: i64,
+    /// On disk: when the key may be forgotten (its time plus the TTL), kept with it.
+    timer: Option<i64>,
 }
 
 impl Default for KeyState {
@@ -334,6 +356,7 @@ impl Default for KeyState {
         KeyState {
             rows: Default::default(),
             time: i64::MIN,
+            timer: None,
         }
     }
 }
@@ -352,6 +375,13 @@ pub struct ChangelogJoinOp {
     sides: [Side; 2],
     ttl_ms: i64,
     keys: KeySlots<KeyState>,
+    /// The keys on disk instead (`state.backend.type = 'rocksdb'`), when so: `keys` then holds
+    /// those a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::disk_keys::DiskKeys<KeyState>>,
+    /// On disk: the keys the batch being taken emptied, deleted from the store when it ends
+    /// (and not read back from it meanwhile).
+    gone: Vec<Vec<u8>>,
     expiry: SlotExpiry,
     key_count: u64,
     rows_held: u64,
@@ -375,6 +405,85 @@ fn oriented(input: usize, mine: &[u8], theirs: &[u8]) -> (Box<[u8]>, Box<[u8]>) 
 }
 
 impl ChangelogJoinOp {
+    /// Whether the keys are on disk.
+    fn on_disk(&self) -> bool {
+        #[cfg(feature = "rocksdb")]
+        return self.disk.is_some();
+        #[cfg(not(feature = "rocksdb"))]
+        false
+    }
+
+    /// The slot of `key` if it has state; on disk, read into `keys` the first time a batch
+    /// touches it (unless the batch emptied it).
+    fn find(&mut self, hash: u64, key: &[u8]) -> Result<Option<usize>> {
+        if let Some(slot) = self.keys.find(hash, key) {
+            return Ok(Some(slot));
+        }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            if self.gone.iter().any(|g| g[..] == *key) {
+                return Ok(None);
+            }
+            return d.load_into(&mut self.keys, key);
+        }
+        Ok(None)
+    }
+
+    /// Queues the key in `slot` to be forgotten a TTL after its latest row.
+    fn queue(&mut self, slot: usize) {
+        let at = self.keys.get(slot).time.saturating_add(self.ttl_ms);
+        if self.on_disk() {
+            // The timer goes to disk with the key ([`crate::disk_keys::DiskKeys::put`]).
+            self.keys.get_mut(slot).timer = Some(at);
+        } else {
+            self.expiry.queue(slot, at);
+        }
+    }
+
+    /// On disk: writes the keys in `keys` back and forgets them in memory, deleting those the
+    /// batch emptied.
+    fn write_back(&mut self) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            let writes = weir_state::rocks::KeyOrderedWrites::default();
+            d.end_round(writes, &self.gone, &mut self.keys)?;
+        }
+        self.gone.clear();
+        Ok(())
+    }
+
+    /// On disk: forgets the keys whose TTL the watermark passed, [`crate::disk_keys::at_once`]
+    /// timers at a time; a key with a later row since its timer was set gets a new one.
+    #[cfg(feature = "rocksdb")]
+    fn expire_on_disk(&mut self, watermark: i64) -> Result<()> {
+        loop {
+            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
+            let d = self.disk.as_mut().expect("on disk");
+            let (due, more) = d.due(watermark, &mut writes)?;
+            for key in &due {
+                let d = self.disk.as_mut().expect("on disk");
+                let Some(slot) = d.load_into(&mut self.keys, key)? else {
+                    continue;
+                };
+                let k = self.keys.get(slot);
+                if k.rows[0].is_empty() && k.rows[1].is_empty() {
+                    continue;
+                }
+                if k.time.saturating_add(self.ttl_ms) <= watermark {
+                    self.forget(slot);
+                    self.expired += 1;
+                } else {
+                    self.queue(slot);
+                }
+            }
+            let d = self.disk.as_mut().expect("on disk");
+            d.end_round(writes, &due, &mut self.keys)?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
     fn forget(&mut self, slot: usize) {
         let k = self.keys.get(slot);
         for side in &k.rows {
@@ -433,9 +542,10 @@ impl Operator for ChangelogJoinOp {
         let other = 1 - input;
         let mut out: Vec<Pair> = Vec::new();
         // A row of a kept side with NULLs for the other side, of its kind and at its time.
+        let (keep_alone, other_nulls) = (self.outer[input], self.null_rows[other].clone());
         let alone = |i: usize, out: &mut Vec<Pair>| {
-            if self.outer[input] {
-                let (l, r) = oriented(input, rows.row(i).as_ref(), &self.null_rows[other]);
+            if keep_alone {
+                let (l, r) = oriented(input, rows.row(i).as_ref(), &other_nulls);
                 out.push((l, r, kinds[i], times[i]));
             }
         };
@@ -452,7 +562,7 @@ impl Operator for ChangelogJoinOp {
             }
             let key = key.as_ref();
             let hash = hash_key(key);
-            let slot = match self.keys.find(hash, key) {
+            let slot = match self.find(hash, key)? {
                 Some(s) => s,
                 None if retracts => {
                     // Forgotten after its TTL: a kept side's row goes with NULLs, as Flink's
@@ -524,17 +634,24 @@ impl Operator for ChangelogJoinOp {
                 }
             }
             if k.rows[0].is_empty() && k.rows[1].is_empty() {
+                if self.on_disk() {
+                    self.gone.push(key.to_vec());
+                }
                 self.keys.release(slot);
                 self.key_count -= 1;
             } else if self.ttl_ms < weir_core::time::TTL_END_OF_INPUT_MS {
-                let at = k.time.saturating_add(self.ttl_ms);
-                self.expiry.queue(slot, at);
+                self.queue(slot);
             }
         }
-        self.emit(&out, ctx)
+        self.emit(&out, ctx)?;
+        self.write_back()
     }
 
     fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            return self.expire_on_disk(watermark.0);
+        }
         let (keys, ttl) = (&self.keys, self.ttl_ms);
         let expired = self.expiry.expired(watermark.0, |slot| {
             let k = keys.get(slot);
@@ -549,6 +666,13 @@ impl Operator for ChangelogJoinOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.rows_held,
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.rows_held,
             bytes: self.bytes_held + self.keys.index_bytes(),
@@ -558,56 +682,24 @@ impl Operator for ChangelogJoinOp {
     /// Every row held: per side, one state batch of the layout (the other side's columns
     /// NULL). A restore queues each key to expire a TTL after its latest row.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let mut batches = Vec::new();
-        for side in 0..2 {
-            let mut groups = Vec::new();
-            let mut keys: Vec<&[u8]> = Vec::new();
-            let mut times = Vec::new();
-            let mut counts = Vec::new();
-            let mut key_times = Vec::new();
-            let mut rows: Vec<&[u8]> = Vec::new();
-            for s in self.keys.slots() {
-                let key = self.keys.key(s);
-                let group = key_group(hash_key(key), self.key_groups);
-                let k = self.keys.get(s);
-                for (row, (n, t)) in &k.rows[side] {
-                    groups.push(group);
-                    keys.push(key);
-                    times.push(*t);
-                    counts.push(i64::from(*n));
-                    key_times.push(k.time);
-                    rows.push(row);
-                }
-            }
-            let n = rows.len();
-            let parser = self.converters[side].parser();
-            let mine = self.converters[side].convert_rows(rows.iter().map(|r| parser.parse(r)))?;
-            let fields = &self.state_schema.fields()[STATE_PREFIX..];
-            let left_width = self.sides[0].columns.len();
-            let mut cols: Vec<ArrayRef> = vec![
-                key_group_column(groups),
-                Arc::new(BinaryArray::from_iter_values(keys)),
-                Arc::new(UInt8Array::from(vec![side as u8; n])),
-                Arc::new(Int64Array::from(times)),
-                Arc::new(Int64Array::from(counts)),
-                Arc::new(Int64Array::from(key_times)),
-            ];
-            let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
-                fields[range]
-                    .iter()
-                    .map(|f| arrow_array::new_null_array(f.data_type(), n))
-                    .collect()
-            };
-            if side == 0 {
-                cols.extend(mine);
-                cols.extend(nulls(left_width..fields.len()));
-            } else {
-                cols.extend(nulls(0..left_width));
-                cols.extend(mine);
-            }
-            batches.push(RecordBatch::try_new(self.state_schema.clone(), cols)?);
+        let left_width = self.sides[0].columns.len();
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return disk::snapshot(d, &self.state_schema, left_width);
         }
-        Ok(StateSnapshot::ready(batches))
+        let key_groups = self.key_groups;
+        let keys: Vec<(u16, &[u8], &KeyState)> = (self.keys.slots())
+            .map(|s| {
+                let key = self.keys.key(s);
+                (key_group(hash_key(key), key_groups), key, self.keys.get(s))
+            })
+            .collect();
+        Ok(StateSnapshot::ready(state_batches(
+            &self.state_schema,
+            &self.converters,
+            left_width,
+            keys.into_iter(),
+        )?))
     }
 
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
@@ -643,7 +735,8 @@ impl Operator for ChangelogJoinOp {
                 for (j, &i) in picked.iter().enumerate() {
                     let key = keys.value(i);
                     let hash = hash_key(key);
-                    if self.keys.find(hash, key).is_none() {
+                    // On disk a key spread over state batches is read back.
+                    if self.find(hash, key)?.is_none() {
                         self.key_count += 1;
                     }
                     let slot = self.keys.slot_for(hash, key);
@@ -659,13 +752,14 @@ impl Operator for ChangelogJoinOp {
                     e.0 += n;
                     e.1 = e.1.max(t);
                     k.time = k.time.max(t).max(key_times.value(i));
-                    let at = k.time.saturating_add(self.ttl_ms);
                     self.rows_held += u64::from(n);
                     if self.ttl_ms < weir_core::time::TTL_END_OF_INPUT_MS {
-                        self.expiry.queue(slot, at);
+                        self.queue(slot);
                     }
                 }
             }
+            // On disk, each state batch's keys go to the store before the next is read.
+            self.write_back()?;
         }
         Ok(())
     }
@@ -677,4 +771,60 @@ impl Operator for ChangelogJoinOp {
             ("retractions_without_state", self.stale as i64),
         ]);
     }
+}
+
+/// The state batches of `keys` (key group, key, state): per side, a row each held row of the
+/// layout (the other side's columns NULL).
+fn state_batches<'a>(
+    state_schema: &SchemaRef,
+    converters: &[RowConverter; 2],
+    left_width: usize,
+    keys: impl Iterator<Item = (u16, &'a [u8], &'a KeyState)> + Clone,
+) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    for (side, converter) in converters.iter().enumerate() {
+        let mut groups = Vec::new();
+        let mut key_col: Vec<&[u8]> = Vec::new();
+        let mut times = Vec::new();
+        let mut counts = Vec::new();
+        let mut key_times = Vec::new();
+        let mut rows: Vec<&[u8]> = Vec::new();
+        for (group, key, k) in keys.clone() {
+            for (row, (n, t)) in &k.rows[side] {
+                groups.push(group);
+                key_col.push(key);
+                times.push(*t);
+                counts.push(i64::from(*n));
+                key_times.push(k.time);
+                rows.push(row);
+            }
+        }
+        let n = rows.len();
+        let parser = converter.parser();
+        let mine = converter.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+        let fields = &state_schema.fields()[STATE_PREFIX..];
+        let mut cols: Vec<ArrayRef> = vec![
+            key_group_column(groups),
+            Arc::new(BinaryArray::from_iter_values(key_col)),
+            Arc::new(UInt8Array::from(vec![side as u8; n])),
+            Arc::new(Int64Array::from(times)),
+            Arc::new(Int64Array::from(counts)),
+            Arc::new(Int64Array::from(key_times)),
+        ];
+        let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
+            fields[range]
+                .iter()
+                .map(|f| arrow_array::new_null_array(f.data_type(), n))
+                .collect()
+        };
+        if side == 0 {
+            cols.extend(mine);
+            cols.extend(nulls(left_width..fields.len()));
+        } else {
+            cols.extend(nulls(0..left_width));
+            cols.extend(mine);
+        }
+        batches.push(RecordBatch::try_new(state_schema.clone(), cols)?);
+    }
+    Ok(batches)
 }

@@ -240,20 +240,26 @@ proptest! {
         join_type in prop::sample::select(vec![JoinType::Inner, JoinType::Left, JoinType::Right, JoinType::Full]),
         parallelism in prop::sample::select(vec![1usize, 3]),
         cut in any::<prop::sample::Index>(),
+        on in prop::sample::select(weir_testkit::backends()),
+        then in prop::sample::select(weir_testkit::backends()),
     ) {
         let (inputs, tables) = script(&steps, append_left);
         let want = reference(&tables, join_type);
-        let (_, got) = run(join_type, append_left, &[], parallelism, &inputs);
-        prop_assert_eq!(apply(&got), want.clone());
-
         let cut = cut.index(inputs.len() + 1);
-        let (mut before, emitted) = run(join_type, append_left, &[], parallelism, &inputs[..cut]);
-        let snapshots = before.snapshots();
+        // The whole run and the cut one on `on`, the restored runs on `then`.
+        let (got, emitted, snapshots) = weir_testkit::on_backend(&on, || {
+            let (_, got) = run(join_type, append_left, &[], parallelism, &inputs);
+            let (mut before, emitted) = run(join_type, append_left, &[], parallelism, &inputs[..cut]);
+            (got, emitted, before.snapshots())
+        });
+        prop_assert_eq!(apply(&got), want.clone(), "{:?}", on.kind);
         for p in 1..=3 {
-            let (_, after) = run(join_type, append_left, &snapshots, p, &inputs[cut..]);
+            let (_, after) = weir_testkit::on_backend(&then, || {
+                run(join_type, append_left, &snapshots, p, &inputs[cut..])
+            });
             let mut all = emitted.clone();
             all.extend(after);
-            prop_assert_eq!(apply(&all), want.clone(), "restored at parallelism {} after {} of {} inputs", p, cut, inputs.len());
+            prop_assert_eq!(apply(&all), want.clone(), "restored at parallelism {} after {} of {} inputs, {:?} -> {:?}", p, cut, inputs.len(), on.kind, then.kind);
         }
     }
 }
@@ -262,6 +268,12 @@ proptest! {
 /// back since included, after a restore as without one: the left row stays joinable until then.
 #[test]
 fn updates_keep_their_kinds_and_a_restore_keeps_the_time_of_rows_taken_back() {
+    for backend in weir_testkit::backends() {
+        weir_testkit::on_backend(&backend, kinds_and_times);
+    }
+}
+
+fn kinds_and_times() {
     let spec = ChangelogJoin {
         left_keys: vec!["k".into()],
         right_keys: vec!["k".into()],
