@@ -698,6 +698,27 @@ fn joins_of_changelogs_on_rocksdb_give_flinks_rows() {
     }
 }
 
+/// GROUP BY over changelogs (a keep-last deduplication's, another GROUP BY's, a filter's;
+/// INTERSECT and EXCEPT) with its groups on RocksDB gives Flink's rows.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn group_by_over_updates_on_rocksdb_gives_flinks_rows() {
+    for query in [
+        "changelog_aggregate",
+        "changelog_twice",
+        "changelog_filter",
+        "set_operations",
+        "set_operations_all",
+    ] {
+        let report = check_on_rocksdb(query, false);
+        let groups = held_on_disk(&report, "group_aggregate");
+        assert!(
+            !groups.is_empty() && groups.iter().all(|&(_, disk)| disk),
+            "{query}: the GROUP BYs kept their groups on disk: {groups:?}"
+        );
+    }
+}
+
 /// OVER aggregations (RANGE, ROWS and unbounded frames, with every aggregate they take) with
 /// their keys on RocksDB give Flink's rows, in streaming and in a batch job.
 #[cfg(feature = "rocksdb")]

@@ -245,7 +245,7 @@ impl OperatorFactory for GroupAggregate {
         if let Some(c) = &self.changes {
             let kinds = retract::kinds(&bound).map_err(|a| Error::plan(a.to_string()))?;
             return Ok(Box::new(RetractGroupsOp::new(
-                info.key_groups,
+                info,
                 KeyEncoder::new(&input.schema, &self.keys)?,
                 self.ttl_ms,
                 schema,
@@ -254,7 +254,7 @@ impl OperatorFactory for GroupAggregate {
                 event_time,
                 input.schema.index_of(&c.op_column)?,
                 self.final_only,
-            )));
+            )?));
         }
         #[cfg(feature = "rocksdb")]
         let disk = match info.state_backend.on_disk() {
@@ -293,7 +293,7 @@ impl OperatorFactory for GroupAggregate {
         weir_runtime::graph::OperatorState::Checkpointed { version: 2 }
     }
     fn state_on_disk(&self) -> bool {
-        self.changes.is_none()
+        true
     }
     fn emits_updates(&self) -> Option<String> {
         let keys = self.keys.join(", ");
@@ -729,6 +729,12 @@ mod tests {
 
     #[test]
     fn updates_take_their_rows_back_and_an_emptied_key_is_deleted() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, rows_taken_back);
+        }
+    }
+
+    fn rows_taken_back() {
         let mut h = changes_harness(
             GroupAggregate::with_ttl(10_000)
                 .aggregate(count("n"))
@@ -776,6 +782,12 @@ mod tests {
     /// the watermark says so: a later -U of an earlier row must still find that row.
     #[test]
     fn a_group_is_forgotten_at_the_watermark_only_so_retractions_find_their_rows() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, forgotten_at_the_watermark_only);
+        }
+    }
+
+    fn forgotten_at_the_watermark_only() {
         let mut h = changes_harness(GroupAggregate::with_ttl(10_000).aggregate(count("n")));
         h.push(0, rows!("ad clicks ts op\n a1 1 0 +I"));
         h.push(0, rows!("ad clicks ts op\n a1 2 10001 +I"));

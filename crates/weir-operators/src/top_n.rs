@@ -306,9 +306,9 @@ impl OperatorFactory for TopN {
             .collect();
         format!(
             "Top-N without a window per ({}) by {}: ranks {}..={} as a changelog keyed by key \
-             and rank (-U / +U for a rank whose row changes, +I, -D); keeps in memory (whatever \
-             `state.backend.type` says) the best {} rows per key over append-only rows, every \
-             row of a key over updates (the table it ranks), {}",
+             and rank (-U / +U for a rank whose row changes, +I, -D); keeps the best {} rows per \
+             key over append-only rows, every row of a key over updates (the table it ranks), \
+             {}",
             self.keys.join(", "),
             order.join(", "),
             self.first_rank,

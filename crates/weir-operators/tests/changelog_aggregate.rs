@@ -194,20 +194,24 @@ proptest! {
         steps in prop::collection::vec(step(), 0..30),
         parallelism in prop::sample::select(vec![1usize, 3]),
         cut in any::<prop::sample::Index>(),
+        on in prop::sample::select(weir_testkit::backends()),
+        then in prop::sample::select(weir_testkit::backends()),
     ) {
         let (inputs, table) = script(&steps);
         let want = reference(&table);
-        let (_, got) = run(&[], parallelism, &inputs);
-        prop_assert_eq!(apply(&got), want.clone());
-
         let cut = cut.index(inputs.len() + 1);
-        let (mut before, emitted) = run(&[], parallelism, &inputs[..cut]);
-        let snapshots = before.snapshots();
+        // The whole run and the cut one on `on`, the restored runs on `then`.
+        let (got, emitted, snapshots) = weir_testkit::on_backend(&on, || {
+            let (_, got) = run(&[], parallelism, &inputs);
+            let (mut before, emitted) = run(&[], parallelism, &inputs[..cut]);
+            (got, emitted, before.snapshots())
+        });
+        prop_assert_eq!(apply(&got), want.clone(), "{:?}", on.kind);
         for p in 1..=3 {
-            let (_, after) = run(&snapshots, p, &inputs[cut..]);
+            let (_, after) = weir_testkit::on_backend(&then, || run(&snapshots, p, &inputs[cut..]));
             let mut all = emitted.clone();
             all.extend(after);
-            prop_assert_eq!(apply(&all), want.clone(), "restored at parallelism {} after {} of {} inputs", p, cut, inputs.len());
+            prop_assert_eq!(apply(&all), want.clone(), "restored at parallelism {} after {} of {} inputs, {:?} -> {:?}", p, cut, inputs.len(), on.kind, then.kind);
         }
     }
 }

@@ -7,8 +7,9 @@
 //! holds rows gets a `+I` row (the first time) or a `+U` row; a key whose rows were all taken
 //! out gets a `-D` row (its key, and the aggregates of an empty group) and is forgotten. A
 //! retraction for a key without state (never seen, or forgotten after its TTL) changes
-//! nothing and is counted (`retractions_without_state`), as Flink drops it. State lives in
-//! memory, whatever the state backend.
+//! nothing and is counted (`retractions_without_state`), as Flink drops it. With
+//! `state.backend.type = 'rocksdb'` each key's group is one entry on local disk, read when a
+//! batch or a watermark touches the key and written back after (`DiskKeys`).
 //!
 //! A group is forgotten only when the watermark passes its latest row's time plus the TTL,
 //! never early within a batch: an upstream changelog (a keep-last deduplication, a
@@ -25,7 +26,7 @@ use weir_core::batch::event_times;
 use weir_core::changes::{change_column, change_kinds, ChangeKind};
 use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::Watermark;
-use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch};
+use weir_runtime::{Context, Error, Operator, Result, StateSnapshot, StreamBatch, SubtaskInfo};
 use weir_state::snapshot::{key_group_column, KEY_GROUP_COLUMN};
 use weir_state::{KeySlots, SlotExpiry, StateSize};
 
@@ -73,6 +74,9 @@ struct Group {
     batch: u64,
     /// MIN / MAX's values' heap bytes, as last counted.
     heap: usize,
+    /// On disk: when the key may be forgotten (its latest row's time plus the TTL), kept
+    /// with it.
+    timer: Option<i64>,
 }
 
 /// One subtask of a continuous aggregation over updates.
@@ -89,6 +93,10 @@ pub struct RetractGroupsOp {
     pub(super) op_column: usize,
     pub(super) final_only: bool,
     groups: KeySlots<Group>,
+    /// The groups on disk instead (`state.backend.type = 'rocksdb'`), when so: `groups` then
+    /// holds those a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::disk_keys::DiskKeys<Group>>,
     /// One entry per slot (a slot freed by a delete and taken by another key keeps it).
     expiry: SlotExpiry,
     touched: Vec<usize>,
@@ -102,7 +110,7 @@ pub struct RetractGroupsOp {
 impl RetractGroupsOp {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        key_groups: u16,
+        info: &SubtaskInfo,
         encoder: KeyEncoder,
         ttl_ms: i64,
         schema: SchemaRef,
@@ -111,10 +119,19 @@ impl RetractGroupsOp {
         event_time: usize,
         op_column: usize,
         final_only: bool,
-    ) -> Self {
-        RetractGroupsOp {
+    ) -> Result<Self> {
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::disk_keys::DiskKeys::open(info, bound.len())?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(crate::no_disk_state());
+        }
+        Ok(RetractGroupsOp {
             state_schema: state_schema(),
-            key_groups,
+            key_groups: info.key_groups,
             encoder,
             ttl_ms,
             schema,
@@ -124,6 +141,8 @@ impl RetractGroupsOp {
             op_column,
             final_only,
             groups: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
             expiry: SlotExpiry::new(),
             touched: Vec::new(),
             batches: 0,
@@ -131,6 +150,83 @@ impl RetractGroupsOp {
             heap_bytes: 0,
             expired: 0,
             stale: 0,
+        })
+    }
+
+    /// Whether the groups are on disk.
+    fn on_disk(&self) -> bool {
+        #[cfg(feature = "rocksdb")]
+        return self.disk.is_some();
+        #[cfg(not(feature = "rocksdb"))]
+        false
+    }
+
+    /// The slot of `key`'s group if it has one; on disk, read into `groups` the first time a
+    /// batch touches it.
+    fn find(&mut self, hash: u64, key: &[u8]) -> Result<Option<usize>> {
+        if let Some(slot) = self.groups.find(hash, key) {
+            return Ok(Some(slot));
+        }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            return d.load_into(&mut self.groups, key);
+        }
+        Ok(None)
+    }
+
+    /// Queues the group in `slot` to be forgotten a TTL after its latest row.
+    fn queue(&mut self, slot: usize) {
+        let at = (self.groups.get(slot).last_event_time).saturating_add(self.ttl_ms);
+        if self.on_disk() {
+            // The timer goes to disk with the key ([`crate::disk_keys::DiskKeys::put`]).
+            self.groups.get_mut(slot).timer = Some(at);
+        } else {
+            self.expiry.queue(slot, at);
+        }
+    }
+
+    /// On disk: writes the groups in `groups` back and forgets them in memory, deleting those
+    /// of `gone` no longer there.
+    #[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
+    fn write_back(&mut self, gone: &[Vec<u8>]) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            let writes = weir_state::rocks::KeyOrderedWrites::default();
+            d.end_round(writes, gone, &mut self.groups)?;
+        }
+        Ok(())
+    }
+
+    /// On disk: forgets the groups whose TTL the watermark passed,
+    /// [`crate::disk_keys::at_once`] timers at a time; a group with a later row since its
+    /// timer was set gets a new one.
+    #[cfg(feature = "rocksdb")]
+    fn expire_on_disk(&mut self, watermark: i64) -> Result<()> {
+        loop {
+            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
+            let d = self.disk.as_mut().expect("on disk");
+            let (due, more) = d.due(watermark, &mut writes)?;
+            for key in &due {
+                let d = self.disk.as_mut().expect("on disk");
+                let Some(slot) = d.load_into(&mut self.groups, key)? else {
+                    continue;
+                };
+                let g = self.groups.get(slot);
+                if g.accs.is_empty() {
+                    continue;
+                }
+                if g.last_event_time.saturating_add(self.ttl_ms) <= watermark {
+                    self.forget(slot);
+                    self.expired += 1;
+                } else {
+                    self.queue(slot);
+                }
+            }
+            let d = self.disk.as_mut().expect("on disk");
+            d.end_round(writes, &due, &mut self.groups)?;
+            if !more {
+                return Ok(());
+            }
         }
     }
 
@@ -191,7 +287,7 @@ impl Operator for RetractGroupsOp {
             let retract = changes[i].retracts();
             let key = key.as_ref();
             let hash = hash_key(key);
-            let slot = match self.groups.find(hash, key) {
+            let slot = match self.find(hash, key)? {
                 Some(s) => s,
                 None if retract => {
                     self.stale += 1;
@@ -235,8 +331,7 @@ impl Operator for RetractGroupsOp {
             self.heap_bytes = (self.heap_bytes + now as u64).saturating_sub(g.heap as u64);
             g.heap = now;
             if g.rows > 0 {
-                let at = g.last_event_time.saturating_add(self.ttl_ms);
-                self.expiry.queue(slot, at);
+                self.queue(slot);
                 let g = self.groups.get_mut(slot);
                 if !self.final_only {
                     let kind = match g.emitted {
@@ -254,15 +349,29 @@ impl Operator for RetractGroupsOp {
             }
         }
         self.emit(&out, ctx)?;
+        let mut gone_keys = Vec::new();
         for slot in gone {
+            if self.on_disk() {
+                gone_keys.push(self.groups.key(slot).to_vec());
+            }
             self.forget(slot);
         }
         self.touched = touched;
         self.touched.clear();
-        Ok(())
+        self.write_back(&gone_keys)
     }
 
     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            if self.final_only {
+                if watermark != Watermark::MAX {
+                    return Ok(());
+                }
+                return self.emit_all_on_disk(ctx);
+            }
+            return self.expire_on_disk(watermark.0);
+        }
         if self.final_only {
             if watermark != Watermark::MAX {
                 return Ok(());
@@ -287,6 +396,13 @@ impl Operator for RetractGroupsOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.group_count,
+                bytes: d.bytes(),
+            };
+        }
         let per_group = (self.bound.len() * std::mem::size_of::<Acc>()) as u64 + 64;
         StateSize {
             rows: self.group_count,
@@ -297,37 +413,27 @@ impl Operator for RetractGroupsOp {
     /// Every key's group: a row of [`state_schema`] each. A restore queues each key to
     /// expire a TTL after its last row.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let slots: Vec<usize> = self.groups.slots().collect();
-        let mut groups = Vec::with_capacity(slots.len());
-        let mut accs = Vec::with_capacity(slots.len());
-        for &s in &slots {
-            let g = self.groups.get(s);
-            groups.push(key_group(hash_key(self.groups.key(s)), self.key_groups));
-            let mut b = Vec::new();
-            for a in &g.accs {
-                a.encode_all(&mut b);
-            }
-            accs.push(b);
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            let schema = self.state_schema.clone();
+            return d.snapshot(self.bound.len(), move |groups| {
+                let groups = groups.iter().map(|(g, key, group)| (*g, &key[..], group));
+                Ok(vec![state_batch(&schema, groups)?])
+            });
         }
-        let get = |f: fn(&Group) -> i64| -> Int64Array {
-            slots.iter().map(|&s| f(self.groups.get(s))).collect()
-        };
-        let batch = RecordBatch::try_new(
-            self.state_schema.clone(),
-            vec![
-                key_group_column(groups),
-                Arc::new(BinaryArray::from_iter_values(
-                    slots.iter().map(|&s| self.groups.key(s)),
-                )),
-                Arc::new(get(|g| g.last_event_time)),
-                Arc::new(get(|g| g.rows)),
-                Arc::new(BooleanArray::from_iter(
-                    slots.iter().map(|&s| Some(self.groups.get(s).emitted)),
-                )),
-                Arc::new(BinaryArray::from_iter_values(accs)),
-            ],
-        )?;
-        Ok(StateSnapshot::ready(vec![batch]))
+        let key_groups = self.key_groups;
+        let groups = (self.groups.slots()).map(|s| {
+            let key = self.groups.key(s);
+            (
+                key_group(hash_key(key), key_groups),
+                key,
+                self.groups.get(s),
+            )
+        });
+        Ok(StateSnapshot::ready(vec![state_batch(
+            &self.state_schema,
+            groups,
+        )?]))
     }
 
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
@@ -350,7 +456,10 @@ impl Operator for RetractGroupsOp {
                     read.push(a);
                 }
                 let key = keys.value(i);
-                let slot = self.groups.slot_for(hash_key(key), key);
+                let hash = hash_key(key);
+                // On disk a key found in an earlier state batch is read back.
+                self.find(hash, key)?;
+                let slot = self.groups.slot_for(hash, key);
                 let g = self.groups.get_mut(slot);
                 if g.accs.is_empty() {
                     self.group_count += 1;
@@ -364,10 +473,12 @@ impl Operator for RetractGroupsOp {
                     last_event_time: lasts.value(i),
                     emitted: emitted.value(i),
                     batch: 0,
+                    timer: None,
                 };
-                self.expiry
-                    .queue(slot, lasts.value(i).saturating_add(self.ttl_ms));
+                self.queue(slot);
             }
+            // On disk, each state batch's groups go to the store before the next is read.
+            self.write_back(&[])?;
         }
         Ok(())
     }
@@ -378,5 +489,130 @@ impl Operator for RetractGroupsOp {
             ("groups_expired_by_ttl", self.expired as i64),
             ("retractions_without_state", self.stale as i64),
         ]);
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+impl RetractGroupsOp {
+    /// On disk, at the end of a batch job's input: every live group as `+I`, a pass's worth
+    /// of keys at a time.
+    fn emit_all_on_disk(&mut self, ctx: &mut Context) -> Result<()> {
+        let Some(mut d) = self.disk.take() else {
+            return Ok(());
+        };
+        // Taken out while every key is read; the input has ended.
+        let done = d.each_chunk(|chunk| {
+            self.groups = KeySlots::new();
+            let mut live = Vec::with_capacity(chunk.len());
+            for (key, g) in chunk {
+                if g.rows > 0 {
+                    let slot = self.groups.slot_for(hash_key(&key), &key);
+                    *self.groups.get_mut(slot) = g;
+                    live.push((slot, ChangeKind::Insert));
+                }
+            }
+            self.emit(&live, ctx)
+        });
+        self.groups = KeySlots::new();
+        self.disk = Some(d);
+        done
+    }
+}
+
+/// The state batch of `groups` (key group, key, group): a row of [`state_schema`] each.
+fn state_batch<'a>(
+    state_schema: &SchemaRef,
+    groups: impl Iterator<Item = (u16, &'a [u8], &'a Group)>,
+) -> Result<RecordBatch> {
+    let mut key_groups = Vec::new();
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut lasts = Vec::new();
+    let mut rows = Vec::new();
+    let mut emitted = Vec::new();
+    let mut accs = Vec::new();
+    for (kg, key, g) in groups {
+        key_groups.push(kg);
+        keys.push(key);
+        lasts.push(g.last_event_time);
+        rows.push(g.rows);
+        emitted.push(Some(g.emitted));
+        let mut b = Vec::new();
+        for a in &g.accs {
+            a.encode_all(&mut b);
+        }
+        accs.push(b);
+    }
+    Ok(RecordBatch::try_new(
+        state_schema.clone(),
+        vec![
+            key_group_column(key_groups),
+            Arc::new(BinaryArray::from_iter_values(keys)),
+            Arc::new(Int64Array::from(lasts)),
+            Arc::new(Int64Array::from(rows)),
+            Arc::new(BooleanArray::from(emitted)),
+            Arc::new(BinaryArray::from_iter_values(accs)),
+        ],
+    )?)
+}
+
+/// A group in bytes: its rows, latest time, whether it went out, its last batch, its timer (a
+/// flag, then the time), then its accumulators (each [`Acc::encode_all`]). Decoded with the
+/// number of aggregates.
+#[cfg(feature = "rocksdb")]
+impl crate::disk_keys::DiskValue for Group {
+    type Cx = usize;
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.rows.to_le_bytes());
+        out.extend_from_slice(&self.last_event_time.to_le_bytes());
+        out.push(self.emitted as u8);
+        out.extend_from_slice(&self.batch.to_le_bytes());
+        out.push(self.timer.is_some() as u8);
+        out.extend_from_slice(&self.timer.unwrap_or(0).to_le_bytes());
+        for a in &self.accs {
+            a.encode_all(out);
+        }
+    }
+
+    fn decode(bytes: &[u8], aggregates: &usize) -> Result<Self> {
+        let mut r = weir_state::bytes::Reader::new("a GROUP BY's group over updates", bytes);
+        let rows = r.i64()?;
+        let last_event_time = r.i64()?;
+        let emitted = r.u8()? != 0;
+        let batch = u64::from_le_bytes(r.array()?);
+        let has_timer = r.u8()? != 0;
+        let timer = r.i64()?;
+        let mut rest = r.rest();
+        let mut accs = Vec::with_capacity(*aggregates);
+        for _ in 0..*aggregates {
+            let (a, used) = Acc::decode_all(rest).ok_or_else(|| {
+                Error::Internal(
+                    "a GROUP BY's group over updates: an accumulator is cut short".into(),
+                )
+            })?;
+            rest = &rest[used..];
+            accs.push(a);
+        }
+        if !rest.is_empty() {
+            return Err(Error::Internal(format!(
+                "a GROUP BY's group over updates: {} bytes past its accumulators",
+                rest.len()
+            )));
+        }
+        let heap = accs.iter().map(Acc::heap_bytes).sum();
+        Ok(Group {
+            accs,
+            rows,
+            last_event_time,
+            emitted,
+            batch,
+            heap,
+            timer: has_timer.then_some(timer),
+        })
+    }
+
+    fn timer(&self) -> Option<i64> {
+        self.timer
     }
 }
