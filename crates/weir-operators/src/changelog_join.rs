@@ -342,7 +342,7 @@ impl ChangelogJoinExt for KeyedStream {
 type SideRows = BTreeMap<Box<[u8]>, (u32, i64)>;
 
 #[derive(Debug)]
-struct KeyState {
+pub(crate) struct KeyState {
     /// Each side's rows.
     rows: [SideRows; 2],
     /// The latest time of a row of the key (those taken back since too).
@@ -456,32 +456,19 @@ impl ChangelogJoinOp {
     /// timers at a time; a key with a later row since its timer was set gets a new one.
     #[cfg(feature = "rocksdb")]
     fn expire_on_disk(&mut self, watermark: i64) -> Result<()> {
-        loop {
-            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
-            let d = self.disk.as_mut().expect("on disk");
-            let (due, more) = d.due(watermark, &mut writes)?;
-            for key in &due {
-                let d = self.disk.as_mut().expect("on disk");
-                let Some(slot) = d.load_into(&mut self.keys, key)? else {
-                    continue;
-                };
-                let k = self.keys.get(slot);
-                if k.rows[0].is_empty() && k.rows[1].is_empty() {
-                    continue;
-                }
-                if k.time.saturating_add(self.ttl_ms) <= watermark {
-                    self.forget(slot);
-                    self.expired += 1;
-                } else {
-                    self.queue(slot);
-                }
+        let ttl = self.ttl_ms;
+        crate::disk_keys::fire_due(self, watermark, |op, slot| {
+            let k = op.keys.get(slot);
+            if k.rows[0].is_empty() && k.rows[1].is_empty() {
+                return;
             }
-            let d = self.disk.as_mut().expect("on disk");
-            d.end_round(writes, &due, &mut self.keys)?;
-            if !more {
-                return Ok(());
+            if k.time.saturating_add(ttl) <= watermark {
+                op.forget(slot);
+                op.expired += 1;
+            } else {
+                op.queue(slot);
             }
-        }
+        })
     }
 
     fn forget(&mut self, slot: usize) {
@@ -827,4 +814,17 @@ fn state_batches<'a>(
         batches.push(RecordBatch::try_new(state_schema.clone(), cols)?);
     }
     Ok(batches)
+}
+
+#[cfg(feature = "rocksdb")]
+impl crate::disk_keys::KeysOnDisk for ChangelogJoinOp {
+    type State = KeyState;
+    fn keys_on_disk(
+        &mut self,
+    ) -> (
+        &mut crate::disk_keys::DiskKeys<KeyState>,
+        &mut KeySlots<KeyState>,
+    ) {
+        (self.disk.as_mut().expect("on disk"), &mut self.keys)
+    }
 }

@@ -14,7 +14,9 @@
 //!
 //! # State and the TTL
 //!
-//! The latest row per key, in memory, until `ttl_ms` of event time pass without a row of it
+//! The latest row per key (in memory, or with `state.backend.type = 'rocksdb'` one entry per
+//! key on local disk, read when a batch or a watermark touches the key), until `ttl_ms` of
+//! event time pass without a row of it
 //! (the watermark passes its latest row's time plus the TTL), as Flink's state TTL but in
 //! event time, never earlier (a delete or a new version is always applied to a row still
 //! held); a deleted key is forgotten at once. A row for a forgotten key is a new `+I`: the
@@ -114,6 +116,15 @@ impl OperatorFactory for ChangelogNormalize {
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = weir_runtime::ops::single_input("changelog_normalize", inputs)?;
         let (op_column, time_column) = self.check(input)?;
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::disk_keys::DiskKeys::open(info, ())?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(crate::no_disk_state());
+        }
         Ok(Box::new(ChangelogNormalizeOp {
             schema: input.schema.clone(),
             state_schema: Self::state_schema(input),
@@ -128,6 +139,8 @@ impl OperatorFactory for ChangelogNormalize {
             op_column,
             time_column,
             keys: KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk,
             expiry: SlotExpiry::new(),
             touched: Vec::new(),
             batches: 0,
@@ -138,6 +151,9 @@ impl OperatorFactory for ChangelogNormalize {
     }
     fn state(&self) -> OperatorState {
         OperatorState::Checkpointed { version: 1 }
+    }
+    fn state_on_disk(&self) -> bool {
+        true
     }
     fn emits_updates(&self) -> Option<String> {
         Some(format!("a changelog keyed by ({})", self.keys.join(", ")))
@@ -172,13 +188,16 @@ impl ChangelogNormalizeExt for KeyedStream {
 }
 
 #[derive(Debug, Default)]
-struct KeyState {
+pub(crate) struct KeyState {
     /// The key's latest row; `None` while the slot is free or the key is deleted in this batch.
     row: Option<Box<[u8]>>,
     /// The latest row's event time.
     time: i64,
     /// The number of the last batch that touched the key.
     batch: u64,
+    /// On disk: when the key may be forgotten (its latest row's time plus the TTL), kept with
+    /// it.
+    timer: Option<i64>,
 }
 
 /// One subtask of a changelog normalization.
@@ -193,6 +212,10 @@ pub struct ChangelogNormalizeOp {
     op_column: usize,
     time_column: usize,
     keys: KeySlots<KeyState>,
+    /// The keys on disk instead (`state.backend.type = 'rocksdb'`), when so: `keys` then holds
+    /// those a batch or a watermark is working on.
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::disk_keys::DiskKeys<KeyState>>,
     /// One entry per slot (a slot freed by a delete and taken by another key keeps it).
     expiry: SlotExpiry,
     /// Keys this batch touched, each once, with the row each had before it.
@@ -204,6 +227,50 @@ pub struct ChangelogNormalizeOp {
 }
 
 impl ChangelogNormalizeOp {
+    /// Whether the keys are on disk.
+    fn on_disk(&self) -> bool {
+        #[cfg(feature = "rocksdb")]
+        return self.disk.is_some();
+        #[cfg(not(feature = "rocksdb"))]
+        false
+    }
+
+    /// The slot of `key` if it has state; on disk, read into `keys` the first time a batch
+    /// touches it.
+    fn find(&mut self, hash: u64, key: &[u8]) -> Result<Option<usize>> {
+        if let Some(slot) = self.keys.find(hash, key) {
+            return Ok(Some(slot));
+        }
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            return d.load_into(&mut self.keys, key);
+        }
+        Ok(None)
+    }
+
+    /// Queues the key in `slot` to be forgotten a TTL after its latest row.
+    fn queue(&mut self, slot: usize) {
+        let at = self.keys.get(slot).time.saturating_add(self.ttl_ms);
+        if self.on_disk() {
+            // The timer goes to disk with the key ([`crate::disk_keys::DiskKeys::put`]).
+            self.keys.get_mut(slot).timer = Some(at);
+        } else {
+            self.expiry.queue(slot, at);
+        }
+    }
+
+    /// On disk: writes the keys in `keys` back and forgets them in memory, deleting those of
+    /// `gone` no longer there.
+    #[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
+    fn write_back(&mut self, gone: &[Vec<u8>]) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = self.disk.as_mut() {
+            let writes = weir_state::rocks::KeyOrderedWrites::default();
+            d.end_round(writes, gone, &mut self.keys)?;
+        }
+        Ok(())
+    }
+
     fn forget(&mut self, slot: usize) {
         let k = self.keys.get(slot);
         let bytes = k.row.as_ref().map_or(0, |r| r.len()) + self.keys.key(slot).len() + 48;
@@ -245,7 +312,7 @@ impl Operator for ChangelogNormalizeOp {
             }
             let key = key.as_ref();
             let hash = hash_key(key);
-            let slot = match self.keys.find(hash, key) {
+            let slot = match self.find(hash, key)? {
                 Some(s) => s,
                 // Nothing to delete.
                 None if kind == ChangeKind::Delete => continue,
@@ -288,21 +355,39 @@ impl Operator for ChangelogNormalizeOp {
         }
         self.emit(&out, ctx)?;
         drop(out);
+        let mut gone = Vec::new();
         for (slot, before) in touched {
             self.bytes_held =
                 (self.bytes_held).saturating_sub(before.map_or(0, |r| r.len()) as u64);
-            let k = self.keys.get(slot);
-            if k.row.is_none() {
+            if self.keys.get(slot).row.is_none() {
+                if self.on_disk() {
+                    gone.push(self.keys.key(slot).to_vec());
+                }
                 self.forget(slot);
             } else {
-                let at = k.time.saturating_add(self.ttl_ms);
-                self.expiry.queue(slot, at);
+                self.queue(slot);
             }
         }
-        Ok(())
+        self.write_back(&gone)
     }
 
     fn on_watermark(&mut self, watermark: Watermark, _ctx: &mut Context) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            let ttl = self.ttl_ms;
+            return crate::disk_keys::fire_due(self, watermark.0, |op, slot| {
+                let k = op.keys.get(slot);
+                if k.row.is_none() {
+                    return;
+                }
+                if k.time.saturating_add(ttl) <= watermark.0 {
+                    op.forget(slot);
+                    op.expired += 1;
+                } else {
+                    op.queue(slot);
+                }
+            });
+        }
         let (keys, ttl) = (&self.keys, self.ttl_ms);
         let expired = self.expiry.expired(watermark.0, |slot| {
             let k = keys.get(slot);
@@ -316,6 +401,13 @@ impl Operator for ChangelogNormalizeOp {
     }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.key_count,
+                bytes: d.bytes(),
+            };
+        }
         StateSize {
             rows: self.key_count,
             bytes: self.bytes_held + self.keys.index_bytes(),
@@ -325,35 +417,28 @@ impl Operator for ChangelogNormalizeOp {
     /// Every key's row: a row of the state layout each. A restore queues each key to expire
     /// a TTL after its row's time.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let slots: Vec<usize> = (self.keys.slots())
-            .filter(|&s| self.keys.get(s).row.is_some())
-            .collect();
-        let parser = self.all.parser();
-        let mut cols = vec![
-            key_group_column(
-                (slots.iter())
-                    .map(|&s| key_group(hash_key(self.keys.key(s)), self.key_groups))
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            let schema = self.state_schema.clone();
+            let all = RowConverter::new(
+                (schema.fields()[STATE_PREFIX..].iter())
+                    .map(|f| SortField::new(f.data_type().clone()))
                     .collect(),
-            ),
-            Arc::new(BinaryArray::from_iter_values(
-                slots.iter().map(|&s| self.keys.key(s)),
-            )) as _,
-            Arc::new(Int64Array::from_iter_values(
-                slots.iter().map(|&s| self.keys.get(s).time),
-            )) as _,
-        ];
-        cols.extend(self.all.convert_rows(slots.iter().map(|&s| {
-            parser.parse(
-                self.keys
-                    .get(s)
-                    .row
-                    .as_deref()
-                    .expect("held keys have a row"),
-            )
-        }))?);
-        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
-            self.state_schema.clone(),
-            cols,
+            )?;
+            return d.snapshot((), move |keys| {
+                let keys = keys.iter().map(|(g, key, k)| (*g, &key[..], k));
+                Ok(vec![state_batch(&schema, &all, keys)?])
+            });
+        }
+        let key_groups = self.key_groups;
+        let keys = (self.keys.slots()).map(|s| {
+            let key = self.keys.key(s);
+            (key_group(hash_key(key), key_groups), key, self.keys.get(s))
+        });
+        Ok(StateSnapshot::ready(vec![state_batch(
+            &self.state_schema,
+            &self.all,
+            keys,
         )?]))
     }
 
@@ -369,7 +454,10 @@ impl Operator for ChangelogNormalizeOp {
             let rows = self.all.convert_columns(&b.columns()[STATE_PREFIX..])?;
             for i in 0..b.num_rows() {
                 let key = keys.value(i);
-                let slot = self.keys.slot_for(hash_key(key), key);
+                let hash = hash_key(key);
+                // On disk a key found in an earlier state batch is read back.
+                self.find(hash, key)?;
+                let slot = self.keys.slot_for(hash, key);
                 let k = self.keys.get_mut(slot);
                 if k.row.is_none() {
                     self.key_count += 1;
@@ -381,10 +469,12 @@ impl Operator for ChangelogNormalizeOp {
                     row: Some(row),
                     time: times.value(i),
                     batch: 0,
+                    timer: None,
                 };
-                self.expiry
-                    .queue(slot, times.value(i).saturating_add(self.ttl_ms));
+                self.queue(slot);
             }
+            // On disk, each state batch's keys go to the store before the next is read.
+            self.write_back(&[])?;
         }
         Ok(())
     }
@@ -394,6 +484,90 @@ impl Operator for ChangelogNormalizeOp {
             ("keys", self.key_count as i64),
             ("keys_expired_by_ttl", self.expired as i64),
         ]);
+    }
+}
+
+/// The state batch of `keys` (key group, key, state) that hold a row: a row of the state
+/// layout each.
+fn state_batch<'a>(
+    state_schema: &SchemaRef,
+    all: &RowConverter,
+    keys: impl Iterator<Item = (u16, &'a [u8], &'a KeyState)>,
+) -> Result<RecordBatch> {
+    let (mut groups, mut key_col, mut times, mut rows) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (g, key, k) in keys {
+        if let Some(row) = k.row.as_deref() {
+            groups.push(g);
+            key_col.push(key);
+            times.push(k.time);
+            rows.push(row);
+        }
+    }
+    let parser = all.parser();
+    let mut cols = vec![
+        key_group_column(groups),
+        Arc::new(BinaryArray::from_iter_values(key_col)) as _,
+        Arc::new(Int64Array::from(times)) as _,
+    ];
+    cols.extend(all.convert_rows(rows.iter().map(|r| parser.parse(r)))?);
+    Ok(RecordBatch::try_new(state_schema.clone(), cols)?)
+}
+
+#[cfg(feature = "rocksdb")]
+impl crate::disk_keys::KeysOnDisk for ChangelogNormalizeOp {
+    type State = KeyState;
+    fn keys_on_disk(
+        &mut self,
+    ) -> (
+        &mut crate::disk_keys::DiskKeys<KeyState>,
+        &mut KeySlots<KeyState>,
+    ) {
+        (self.disk.as_mut().expect("on disk"), &mut self.keys)
+    }
+}
+
+/// A key's state in bytes: its latest time, last batch, timer (a flag, then the time), then
+/// its row (a flag, then its bytes).
+#[cfg(feature = "rocksdb")]
+impl crate::disk_keys::DiskValue for KeyState {
+    type Cx = ();
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.time.to_le_bytes());
+        out.extend_from_slice(&self.batch.to_le_bytes());
+        out.push(self.timer.is_some() as u8);
+        out.extend_from_slice(&self.timer.unwrap_or(0).to_le_bytes());
+        out.push(self.row.is_some() as u8);
+        if let Some(row) = &self.row {
+            out.extend_from_slice(row);
+        }
+    }
+
+    fn decode(bytes: &[u8], _: &()) -> Result<Self> {
+        let mut r = weir_state::bytes::Reader::new("a changelog normalization's key", bytes);
+        let time = r.i64()?;
+        let batch = u64::from_le_bytes(r.array()?);
+        let has_timer = r.u8()? != 0;
+        let timer = r.i64()?;
+        let row = match r.u8()? {
+            0 => {
+                r.finish()?;
+                None
+            }
+            _ => Some(r.rest().into()),
+        };
+        Ok(KeyState {
+            row,
+            time,
+            batch,
+            timer: has_timer.then_some(timer),
+        })
+    }
+
+    fn timer(&self) -> Option<i64> {
+        self.timer
     }
 }
 
@@ -423,6 +597,12 @@ mod tests {
 
     #[test]
     fn upserts_become_a_changelog_with_each_batchs_net_change() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, net_changes);
+        }
+    }
+
+    fn net_changes() {
         let mut h = Harness::of(&spec(), &[input()]);
         h.push(
             0,

@@ -50,6 +50,39 @@ pub(crate) fn write_back<S: DiskValue>(
     disk.as_mut().map_or(Ok(()), |d| d.write_back(keys))
 }
 
+/// An operator whose keys' states are in a [`DiskKeys`] (when on disk), worked on in its slots.
+pub(crate) trait KeysOnDisk {
+    type State: DiskValue;
+    /// Its store and its slots; the operator is on disk.
+    fn keys_on_disk(&mut self) -> (&mut DiskKeys<Self::State>, &mut KeySlots<Self::State>);
+}
+
+/// Fires the timers due at `watermark` of an operator on disk, [`at_once`] at a time: each key
+/// with one is read into the operator's slots and handed to `fire` (which may forget it by
+/// releasing its slot, or give it a new timer); after each round the keys left in the slots are
+/// written back and the forgotten ones deleted.
+pub(crate) fn fire_due<O: KeysOnDisk>(
+    op: &mut O,
+    watermark: i64,
+    mut fire: impl FnMut(&mut O, usize),
+) -> Result<()> {
+    loop {
+        let mut writes = KeyOrderedWrites::default();
+        let (due, more) = op.keys_on_disk().0.due(watermark, &mut writes)?;
+        for key in &due {
+            let (d, keys) = op.keys_on_disk();
+            if let Some(slot) = d.load_into(keys, key)? {
+                fire(op, slot);
+            }
+        }
+        let (d, keys) = op.keys_on_disk();
+        d.end_round(writes, &due, keys)?;
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
 /// A key's state as a [`DiskKeys`] stores it.
 pub(crate) trait DiskValue: Default + Sized + Send + 'static {
     /// What reading the bytes back takes besides them (a window's bound aggregates; `()` for

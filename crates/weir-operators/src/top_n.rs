@@ -342,7 +342,7 @@ impl TopNExt for KeyedStream {
 type Ranked = (Box<[u8]>, Box<[u8]>);
 
 #[derive(Debug, Default)]
-struct KeyState {
+pub(crate) struct KeyState {
     /// The key's rows in rank order, each with its count (equal rows are one entry).
     rows: BTreeMap<Ranked, u32>,
     /// The number of rows held (counts summed).
@@ -786,32 +786,19 @@ impl TopNOp {
     /// timers at a time; a key with a later row since its timer was set gets a new one.
     #[cfg(feature = "rocksdb")]
     fn expire_on_disk(&mut self, watermark: i64) -> Result<()> {
-        loop {
-            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
-            let d = self.disk.as_mut().expect("on disk");
-            let (due, more) = d.due(watermark, &mut writes)?;
-            for key in &due {
-                let d = self.disk.as_mut().expect("on disk");
-                let Some(slot) = d.load_into(&mut self.keys, key)? else {
-                    continue;
-                };
-                let k = self.keys.get(slot);
-                if k.count == 0 {
-                    continue;
-                }
-                if k.time.saturating_add(self.ttl_ms) <= watermark {
-                    self.forget(slot);
-                    self.expired += 1;
-                } else {
-                    self.queue(slot);
-                }
+        let ttl = self.ttl_ms;
+        crate::disk_keys::fire_due(self, watermark, |op, slot| {
+            let k = op.keys.get(slot);
+            if k.count == 0 {
+                return;
             }
-            let d = self.disk.as_mut().expect("on disk");
-            d.end_round(writes, &due, &mut self.keys)?;
-            if !more {
-                return Ok(());
+            if k.time.saturating_add(ttl) <= watermark {
+                op.forget(slot);
+                op.expired += 1;
+            } else {
+                op.queue(slot);
             }
-        }
+        })
     }
 }
 
@@ -845,6 +832,19 @@ fn state_batch<'a>(
     ];
     cols.extend(all.convert_rows(rows.iter().map(|r| parser.parse(r)))?);
     Ok(RecordBatch::try_new(state_schema.clone(), cols)?)
+}
+
+#[cfg(feature = "rocksdb")]
+impl crate::disk_keys::KeysOnDisk for TopNOp {
+    type State = KeyState;
+    fn keys_on_disk(
+        &mut self,
+    ) -> (
+        &mut crate::disk_keys::DiskKeys<KeyState>,
+        &mut KeySlots<KeyState>,
+    ) {
+        (self.disk.as_mut().expect("on disk"), &mut self.keys)
+    }
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub(super) fn kinds(bound: &[Bound]) -> std::result::Result<Vec<Kind>, String> {
 }
 
 #[derive(Default)]
-struct Group {
+pub(crate) struct Group {
     /// Empty while the slot is free.
     accs: Vec<Acc>,
     /// Rows added less rows taken out.
@@ -202,32 +202,19 @@ impl RetractGroupsOp {
     /// timer was set gets a new one.
     #[cfg(feature = "rocksdb")]
     fn expire_on_disk(&mut self, watermark: i64) -> Result<()> {
-        loop {
-            let mut writes = weir_state::rocks::KeyOrderedWrites::default();
-            let d = self.disk.as_mut().expect("on disk");
-            let (due, more) = d.due(watermark, &mut writes)?;
-            for key in &due {
-                let d = self.disk.as_mut().expect("on disk");
-                let Some(slot) = d.load_into(&mut self.groups, key)? else {
-                    continue;
-                };
-                let g = self.groups.get(slot);
-                if g.accs.is_empty() {
-                    continue;
-                }
-                if g.last_event_time.saturating_add(self.ttl_ms) <= watermark {
-                    self.forget(slot);
-                    self.expired += 1;
-                } else {
-                    self.queue(slot);
-                }
+        let ttl = self.ttl_ms;
+        crate::disk_keys::fire_due(self, watermark, |op, slot| {
+            let k = op.groups.get(slot);
+            if k.accs.is_empty() {
+                return;
             }
-            let d = self.disk.as_mut().expect("on disk");
-            d.end_round(writes, &due, &mut self.groups)?;
-            if !more {
-                return Ok(());
+            if k.last_event_time.saturating_add(ttl) <= watermark {
+                op.forget(slot);
+                op.expired += 1;
+            } else {
+                op.queue(slot);
             }
-        }
+        })
     }
 
     fn fresh(&self) -> Vec<Acc> {
@@ -614,5 +601,13 @@ impl crate::disk_keys::DiskValue for Group {
 
     fn timer(&self) -> Option<i64> {
         self.timer
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+impl crate::disk_keys::KeysOnDisk for RetractGroupsOp {
+    type State = Group;
+    fn keys_on_disk(&mut self) -> (&mut crate::disk_keys::DiskKeys<Group>, &mut KeySlots<Group>) {
+        (self.disk.as_mut().expect("on disk"), &mut self.groups)
     }
 }
