@@ -280,7 +280,7 @@ impl OperatorFactory for ChangelogJoin {
             keys: KeySlots::new(),
             #[cfg(feature = "rocksdb")]
             disk,
-            gone: Vec::new(),
+            gone: Default::default(),
             expiry: SlotExpiry::new(),
             key_count: 0,
             rows_held: 0,
@@ -381,7 +381,7 @@ pub struct ChangelogJoinOp {
     disk: Option<crate::disk_keys::DiskKeys<KeyState>>,
     /// On disk: the keys the batch being taken emptied, deleted from the store when it ends
     /// (and not read back from it meanwhile).
-    gone: Vec<Vec<u8>>,
+    gone: std::collections::HashSet<Vec<u8>>,
     expiry: SlotExpiry,
     key_count: u64,
     rows_held: u64,
@@ -421,7 +421,7 @@ impl ChangelogJoinOp {
         }
         #[cfg(feature = "rocksdb")]
         if let Some(d) = self.disk.as_mut() {
-            if self.gone.iter().any(|g| g[..] == *key) {
+            if self.gone.contains(key) {
                 return Ok(None);
             }
             return d.load_into(&mut self.keys, key);
@@ -446,7 +446,8 @@ impl ChangelogJoinOp {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = self.disk.as_mut() {
             let writes = weir_state::rocks::KeyOrderedWrites::default();
-            d.end_round(writes, &self.gone, &mut self.keys)?;
+            let gone: Vec<Vec<u8>> = self.gone.drain().collect();
+            d.end_round(writes, &gone, &mut self.keys)?;
         }
         self.gone.clear();
         Ok(())
@@ -622,7 +623,7 @@ impl Operator for ChangelogJoinOp {
             }
             if k.rows[0].is_empty() && k.rows[1].is_empty() {
                 if self.on_disk() {
-                    self.gone.push(key.to_vec());
+                    self.gone.insert(key.to_vec());
                 }
                 self.keys.release(slot);
                 self.key_count -= 1;

@@ -377,6 +377,14 @@ pub struct StreamTableJoinOp {
 }
 
 impl StreamTableJoinOp {
+    /// Counts a change in the table rows held.
+    fn count(&mut self, change: i64) -> Result<()> {
+        self.rows = (self.rows.checked_add_signed(change)).ok_or_else(|| {
+            Error::Internal(format!("stream-table join: {change} rows of {}", self.rows))
+        })?;
+        Ok(())
+    }
+
     /// The key group of a row of encoded key `key`, where it is kept.
     fn key_group(&self, key: &[u8]) -> u16 {
         if self.on_disk {
@@ -415,7 +423,7 @@ impl Operator for StreamTableJoinOp {
                 let k = key.as_ref();
                 let row = (!delete).then_some(i as u32);
                 let change = self.table.upsert(k, self.key_group(k), row)?;
-                self.rows = self.rows.saturating_add_signed(change);
+                self.count(change)?;
             }
             return self.table.end();
         }
@@ -496,7 +504,7 @@ impl Operator for StreamTableJoinOp {
             for (i, r) in rows.iter().enumerate() {
                 let row = r.row.map(|r| r.row);
                 let change = self.table.upsert(r.key, groups.value(i), row)?;
-                self.rows = self.rows.saturating_add_signed(change);
+                self.count(change)?;
             }
             self.table.end()?;
         }

@@ -524,12 +524,12 @@ impl Operator for WindowJoinOp {
         }
         let times = event_times(&batch.data, self.event_time[side])?;
         let size = self.spec.size_ms;
-        // Late for every window: the split's watermark reached the end of the row's last window.
-        let last_end = |t: i64| {
-            t.saturating_sub(t.rem_euclid(self.spec.slide_ms))
-                .saturating_add(size)
+        // Late for every window: the split's watermark reached the close of the row's last
+        // window (its last moment; the last window of time closes at its end).
+        let last_close = |t: i64| {
+            Window::assigned(t.saturating_sub(t.rem_euclid(self.spec.slide_ms)), size).close
         };
-        let (on_time, late) = batch.split_late(&times, |t, wm| wm >= last_end(t) - 1)?;
+        let (on_time, late) = batch.split_late(&times, |t, wm| wm >= last_close(t))?;
         if let Some(late) = late {
             self.late[side] += late.num_rows() as u64;
             ctx.emit_late_from(side, late);

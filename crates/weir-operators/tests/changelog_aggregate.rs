@@ -215,3 +215,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// With a TTL short enough that groups are forgotten in the middle of the script (on disk,
+    /// in rounds of due timers), every backend gives the memory backend's output, restored
+    /// or not.
+    #[test]
+    fn groups_forgotten_by_their_ttl_are_forgotten_alike_on_every_backend(
+        steps in prop::collection::vec(step(), 0..30),
+        ttl in 20i64..200,
+        parallelism in prop::sample::select(vec![1usize, 3]),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let (inputs, _) = script(&steps);
+        let spec = GroupAggregate { ttl_ms: ttl, ..spec() };
+        let cut = cut.index(inputs.len() + 1);
+        let diff = weir_testkit::differs_across_backends(
+            &spec, &[info()], &keys(), &inputs, |s, i| s.feed(i), parallelism, cut,
+        );
+        prop_assert!(diff.is_none(), "{}", diff.unwrap_or_default());
+    }
+}

@@ -264,6 +264,36 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// With a TTL short enough that keys are forgotten in the middle of the script (on disk,
+    /// in rounds of due timers), every backend gives the memory backend's output, restored
+    /// or not.
+    #[test]
+    fn keys_forgotten_by_their_ttl_are_forgotten_alike_on_every_backend(
+        steps in prop::collection::vec(step(), 0..25),
+        append_left in any::<bool>(),
+        join_type in prop::sample::select(vec![JoinType::Inner, JoinType::Left, JoinType::Right, JoinType::Full]),
+        ttl in 20i64..200,
+        parallelism in prop::sample::select(vec![1usize, 3]),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let (inputs, _) = script(&steps, append_left);
+        let spec = ChangelogJoin { ttl_ms: ttl, ..spec(join_type) };
+        let infos = [info(0, !append_left), info(1, true)];
+        let cut = cut.index(inputs.len() + 1);
+        let feed = |s: &mut KeyedSubtasks, i: &Input| match i {
+            Input::Watermark(w) => s.watermark(*w),
+            Input::Batch(side, b) => s.push(*side, b.clone()),
+        };
+        let diff = weir_testkit::differs_across_backends(
+            &spec, &infos, &["k".to_string()], &inputs, feed, parallelism, cut,
+        );
+        prop_assert!(diff.is_none(), "{}", diff.unwrap_or_default());
+    }
+}
+
 /// An update's pairs keep its change kinds; a key's TTL runs from its latest row, one taken
 /// back since included, after a restore as without one: the left row stays joinable until then.
 #[test]

@@ -287,3 +287,35 @@ proptest! {
         check(&spec(first, last), true, &inputs, parallelism, cut, &want, [on, then])?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// With a TTL short enough that keys are forgotten in the middle of the script (on disk,
+    /// in rounds of due timers), every backend gives the memory backend's output, restored
+    /// or not.
+    #[test]
+    fn keys_forgotten_by_their_ttl_are_forgotten_alike_on_every_backend(
+        steps in prop::collection::vec(prop_oneof![
+            3 => prop::collection::vec(new_row(), 1..8).prop_map(Step::Rows),
+            1 => (0i64..100).prop_map(Step::Advance),
+        ], 0..25),
+        (first, last) in ranks(),
+        ttl in 20i64..200,
+        parallelism in prop::sample::select(vec![1usize, 3]),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let inputs = watermarked_script(&steps, |rows, base| {
+            let rows: Vec<(Row, &str)> = (rows.iter())
+                .map(|(k, v, t)| ((format!("k{k}"), *v, base + t), "+I"))
+                .collect();
+            batch(&rows, false)
+        });
+        let spec = TopN { ttl_ms: ttl, ..spec(first, last) };
+        let cut = cut.index(inputs.len() + 1);
+        let diff = weir_testkit::differs_across_backends(
+            &spec, &[info(false)], &keys(), &inputs, |s, i| s.feed(i), parallelism, cut,
+        );
+        prop_assert!(diff.is_none(), "{}", diff.unwrap_or_default());
+    }
+}

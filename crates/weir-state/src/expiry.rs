@@ -79,14 +79,16 @@ impl ExpiryQueue {
         }
     }
 }
-/// An [`ExpiryQueue`] with at most one entry per slot: a slot freed and taken by another key
-/// keeps its entry, which looks at the slot's new key when it comes due. For state whose keys
-/// may end before their expiry (a delete), so the queue never holds more entries than slots.
+/// An [`ExpiryQueue`] of slots whose keys may end before their expiry (a delete): a slot freed
+/// and taken by another key (or by the same key again) keeps its entry, which looks at the
+/// slot's new key when it comes due; a slot queued for an earlier time than its entry's gets
+/// another entry then, so that no key expires later than asked. A slot has one entry but for
+/// those: the queue never holds many more entries than slots.
 #[derive(Debug, Default)]
 pub struct SlotExpiry {
     queue: ExpiryQueue,
-    /// Per slot, whether it has an entry in `queue`.
-    queued: Vec<bool>,
+    /// Per slot, the earliest time queued for it since its last entry fired.
+    queued: Vec<Option<i64>>,
 }
 
 impl SlotExpiry {
@@ -94,26 +96,30 @@ impl SlotExpiry {
         Self::default()
     }
 
-    /// Queues `slot` to expire at `at`, unless it has an entry already.
+    /// Queues `slot` to expire at `at`, unless it has an entry at or before then already.
     pub fn queue(&mut self, slot: usize, at: i64) {
         if self.queued.len() <= slot {
-            self.queued.resize(slot + 1, false);
+            self.queued.resize(slot + 1, None);
         }
-        if !self.queued[slot] {
-            self.queued[slot] = true;
-            self.queue.push(at, slot, 0);
-        }
+        self.queue.push_earlier(&mut self.queued[slot], at, slot);
     }
 
-    /// The slots whose entries are at or below `watermark`, taken out: the caller forgets
-    /// each slot's key if it is due, or queues it again.
+    /// The slots whose entries are at or below `watermark`, taken out, each once: the caller
+    /// forgets each slot's key if it is due, or queues it again. An entry that comes due while
+    /// its slot is queued for later (it was queued again since that entry fired) is left out.
     pub fn pop_due(&mut self, watermark: i64) -> Vec<usize> {
         let mut due = Vec::new();
         self.queue.pop_due(watermark, &mut due);
-        let slots: Vec<usize> = due.into_iter().map(|(s, _)| s).collect();
-        for &s in &slots {
-            self.queued[s] = false;
-        }
+        let mut slots: Vec<usize> = due.into_iter().map(|(s, _)| s).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        slots.retain(|&s| match self.queued[s] {
+            Some(at) if at > watermark => false,
+            _ => {
+                self.queued[s] = None;
+                true
+            }
+        });
         slots
     }
 
@@ -142,15 +148,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slot_has_one_entry_until_it_comes_due() {
+    fn a_slot_comes_due_at_the_earliest_time_queued_once() {
         let mut e = SlotExpiry::new();
         e.queue(3, 1_000);
-        e.queue(3, 500);
+        e.queue(3, 1_500);
         e.queue(1, 2_000);
         assert_eq!(e.pop_due(999), Vec::<usize>::new());
         assert_eq!(e.pop_due(1_000), vec![3]);
         // Due and taken out: the slot may be queued again.
         e.queue(3, 5_000);
         assert_eq!(e.pop_due(10_000), vec![1, 3]);
+        // An earlier time takes over (a key deleted and added again with an earlier row): the
+        // slot comes due then, once. Its later entry, coming due while the slot is queued for
+        // later still, is left out.
+        e.queue(4, 1_000_000);
+        e.queue(4, 20_000);
+        assert_eq!(e.pop_due(20_000), vec![4]);
+        e.queue(4, 2_000_000);
+        assert_eq!(e.pop_due(1_000_000), Vec::<usize>::new());
+        assert_eq!(e.pop_due(2_000_000), vec![4]);
+        // Two entries of a slot due at once give it once.
+        e.queue(5, 3_000_000);
+        e.queue(5, 2_500_000);
+        assert_eq!(e.pop_due(i64::MAX), vec![5]);
     }
 }

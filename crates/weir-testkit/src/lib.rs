@@ -527,6 +527,16 @@ impl KeyedSubtasks {
         self.subtasks.iter_mut().map(|h| h.snapshot()).collect()
     }
 
+    /// What each subtask emitted on the main output since the last take, added to its lines
+    /// in `out`, batch by batch (a batch's lines sorted).
+    fn take_lines(&mut self, out: &mut [Vec<String>]) {
+        for (h, lines) in self.subtasks.iter_mut().zip(out) {
+            for b in h.take(Port::Main) {
+                lines.extend(sorted_lines(std::slice::from_ref(&b)));
+            }
+        }
+    }
+
     /// Every subtask's snapshot, not yet made into batches (see [`Harness::snapshot_later`]).
     pub fn snapshots_later(&mut self) -> Vec<weir_runtime::StateSnapshot> {
         self.subtasks
@@ -534,4 +544,74 @@ impl KeyedSubtasks {
             .map(|h| h.snapshot_later())
             .collect()
     }
+}
+
+/// Whether `factory`'s subtasks (over `inputs`, keyed by `keys`) give the same output on every
+/// state backend this weir was built with as on the memory backend: `script`'s steps (each fed
+/// by `feed`) at `parallelism`, whole; and cut after `cut` steps on each backend and restored
+/// at parallelism 1 to 3 on each. Each subtask's output must be the same, batch by batch (a
+/// batch's lines sorted). The first difference, described, or `None`.
+pub fn differs_across_backends<S>(
+    factory: &dyn OperatorFactory,
+    inputs: &[StreamInfo],
+    keys: &[String],
+    script: &[S],
+    feed: impl Fn(&mut KeyedSubtasks, &S),
+    parallelism: usize,
+    cut: usize,
+) -> Option<String> {
+    let all = backends();
+    let run = |backend: &weir_state::backend::StateBackend,
+               snapshots: &[Vec<RecordBatch>],
+               p: usize,
+               steps: &[S],
+               end: bool| {
+        on_backend(backend, || {
+            let mut s = KeyedSubtasks::restored(factory, inputs, keys, snapshots, p);
+            let mut out = vec![Vec::new(); p];
+            for step in steps {
+                feed(&mut s, step);
+                s.take_lines(&mut out);
+            }
+            if end {
+                s.subtasks.iter_mut().for_each(|h| h.end());
+                s.take_lines(&mut out);
+                return (out, Vec::new());
+            }
+            (out, s.snapshots())
+        })
+    };
+    let memory = &all[0];
+    let (want, _) = run(memory, &[], parallelism, script, true);
+    let (want_before, snapshots) = run(memory, &[], parallelism, &script[..cut], false);
+    let want_after: Vec<_> = (1..=3)
+        .map(|p| run(memory, &snapshots, p, &script[cut..], true).0)
+        .collect();
+    for on in &all {
+        let (got, _) = run(on, &[], parallelism, script, true);
+        if got != want {
+            return Some(format!("{:?}: {got:?}, memory: {want:?}", on.kind));
+        }
+        let (before, snapshots) = run(on, &[], parallelism, &script[..cut], false);
+        if before != want_before {
+            return Some(format!(
+                "{:?} before the cut: {before:?}, memory: {want_before:?}",
+                on.kind
+            ));
+        }
+        for then in &all {
+            for p in 1..=3 {
+                let (after, _) = run(then, &snapshots, p, &script[cut..], true);
+                if after != want_after[p - 1] {
+                    return Some(format!(
+                        "cut on {:?}, restored on {:?} at parallelism {p}: {after:?}, memory: {:?}",
+                        on.kind,
+                        then.kind,
+                        want_after[p - 1]
+                    ));
+                }
+            }
+        }
+    }
+    None
 }

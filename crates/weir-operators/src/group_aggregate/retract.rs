@@ -502,6 +502,9 @@ impl RetractGroupsOp {
         });
         self.groups = KeySlots::new();
         self.disk = Some(d);
+        // Every group went with the input's end, as the memory backend's expire then.
+        self.expired += self.group_count;
+        (self.group_count, self.heap_bytes) = (0, 0);
         done
     }
 }

@@ -5,7 +5,7 @@
 //! never read back until its window closes, so adding costs one write and no look-up. A
 //! watermark takes the windows it closes with one scan from where the last one ended, the
 //! rows of one group next to each other, a pass's worth at a time; a group's rows are held in
-//! memory only while its output rows are made.
+//! memory only while its output rows are made, and those are handed on 8,192 at a time.
 //!
 //! The value is the row's NULL-key flag, its key group and its columns in Arrow's row format.
 //! A checkpoint reads a snapshot of the store on another thread and writes the memory
@@ -138,39 +138,65 @@ struct Closing {
 }
 
 impl Closing {
-    /// Makes the output rows of the group in hand, if any.
-    fn end_group(&mut self, keep: [bool; 2]) {
+    /// Makes the output rows of the group in hand, if any, handing them to `out` whenever
+    /// [`OUT_ROWS`] are made.
+    fn end_group(
+        &mut self,
+        keep: [bool; 2],
+        converters: &[RowConverter; 2],
+        out: &mut Out,
+    ) -> Result<()> {
         let Some((_, window, from)) = self.group.take() else {
-            return;
+            return Ok(());
         };
         let ids = |side: usize| -> Vec<usize> { (from[side]..self.rows[side].1.len()).collect() };
         let (l, r) = (ids(0), ids(1));
-        let n = group_pairs([&l, &r], window.null_key, keep, &mut self.pairs);
-        (self.windows).extend(std::iter::repeat_n((window.start, window.end), n));
-        if n == 0 {
+        let mut made = false;
+        for pair in group_pairs([&l, &r], window.null_key, keep) {
+            made = true;
+            self.pairs.push(pair);
+            self.windows.push((window.start, window.end));
+            if self.pairs.len() == OUT_ROWS {
+                self.emit(converters, out)?;
+            }
+        }
+        if !made {
             // Its rows are not needed.
             for (side, (data, ends)) in self.rows.iter_mut().enumerate() {
                 ends.truncate(from[side]);
                 data.truncate(ends.last().copied().unwrap_or(0));
             }
         }
+        Ok(())
+    }
+
+    /// Hands the output rows made so far to `out`.
+    fn emit(&mut self, converters: &[RowConverter; 2], out: &mut Out) -> Result<()> {
+        if self.pairs.is_empty() {
+            return Ok(());
+        }
+        let mut cols = Vec::new();
+        for (side, converter) in converters.iter().enumerate() {
+            let (data, ends) = &self.rows[side];
+            let bytes = |i: usize| &data[if i == 0 { 0 } else { ends[i - 1] }..ends[i]];
+            let rows = self.pairs.iter().map(|p| if side == 0 { p.0 } else { p.1 });
+            cols.extend(columns_of(converter, rows.map(|r| r.map(bytes)))?);
+        }
+        out(cols, &self.windows)?;
+        self.pairs.clear();
+        self.windows.clear();
+        Ok(())
+    }
+
+    /// Rows in hand, of both sides.
+    fn rows_held(&self) -> usize {
+        self.rows[0].1.len() + self.rows[1].1.len()
     }
 
     /// Hands the output rows made so far to `out` and forgets the rows in hand (between
     /// groups only).
     fn flush(&mut self, converters: &[RowConverter; 2], out: &mut Out) -> Result<()> {
-        for (chunk, win) in (self.pairs.chunks(OUT_ROWS)).zip(self.windows.chunks(OUT_ROWS)) {
-            let mut cols = Vec::new();
-            for (side, converter) in converters.iter().enumerate() {
-                let (data, ends) = &self.rows[side];
-                let bytes = |i: usize| &data[if i == 0 { 0 } else { ends[i - 1] }..ends[i]];
-                let rows = chunk.iter().map(|p| if side == 0 { p.0 } else { p.1 });
-                cols.extend(columns_of(converter, rows.map(|r| r.map(bytes)))?);
-            }
-            out(cols, win)?;
-        }
-        self.pairs.clear();
-        self.windows.clear();
+        self.emit(converters, out)?;
         for (data, ends) in &mut self.rows {
             data.clear();
             ends.clear();
@@ -231,8 +257,10 @@ impl WindowRows for DiskWindows {
                 let (group, side) = split_entry(&bytes)?;
                 let (null_key, _, row) = split_value(&value)?;
                 if !matches!(&closing.group, Some((g, _, _)) if g[..] == *group) {
-                    closing.end_group(keep);
-                    if closing.pairs.len() >= OUT_ROWS {
+                    closing.end_group(keep, converters, &mut out)?;
+                    // Rows are kept for the output rows not yet handed on, a few chunks'
+                    // worth at most.
+                    if closing.pairs.is_empty() || closing.rows_held() >= 4 * OUT_ROWS {
                         closing.flush(converters, &mut out)?;
                     }
                     let from = [closing.rows[0].1.len(), closing.rows[1].1.len()];
@@ -246,7 +274,7 @@ impl WindowRows for DiskWindows {
             }
             Ok(())
         })?;
-        closing.end_group(keep);
+        closing.end_group(keep, converters, &mut out)?;
         closing.flush(converters, &mut out)?;
         Ok(removed)
     }

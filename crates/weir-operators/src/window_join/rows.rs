@@ -75,7 +75,7 @@ pub(super) trait WindowRows: Send {
     /// Ends the batch begun: the rows filed are stored.
     fn end(&mut self, side: usize) -> Result<()>;
     /// Closes every group whose window's close is at or below `watermark`,
-    /// handing `out` their output rows ([`group_pairs`], with `keep`) a chunk at a time.
+    /// handing `out` their output rows ([`group_pairs`], with `keep`) [`OUT_ROWS`] at a time.
     /// Returns how many rows of each side left the state.
     fn close(&mut self, watermark: i64, keep: [bool; 2], out: Out) -> Result<[u64; 2]>;
     /// Bytes of state.
@@ -106,27 +106,20 @@ impl SnapshotOf<'_> {
 
 /// The output rows of a closed group whose sides hold `sides`: every pair of a left and a
 /// right row; or, when it has no pair (a side empty, or a NULL key), each row of a side in
-/// `keep` alone (an outer join's unmatched rows). Returns how many it pushed.
-pub(super) fn group_pairs<F: Copy>(
-    sides: [&[F]; 2],
+/// `keep` alone (an outer join's unmatched rows). Made as they are taken, so that a window of
+/// many rows on both sides is handed on a chunk at a time.
+pub(super) fn group_pairs<'a, F: Copy>(
+    sides: [&'a [F]; 2],
     null_key: bool,
     keep: [bool; 2],
-    out: &mut Vec<(Option<F>, Option<F>)>,
-) -> usize {
-    let before = out.len();
-    if !null_key && !sides[0].is_empty() && !sides[1].is_empty() {
-        for &l in sides[0] {
-            out.extend(sides[1].iter().map(|&r| (Some(l), Some(r))));
-        }
-    } else {
-        if keep[0] {
-            out.extend(sides[0].iter().map(|&l| (Some(l), None)));
-        }
-        if keep[1] {
-            out.extend(sides[1].iter().map(|&r| (None, Some(r))));
-        }
-    }
-    out.len() - before
+) -> impl Iterator<Item = (Option<F>, Option<F>)> + 'a {
+    let [left, right] = sides;
+    let matched = !null_key && !left.is_empty() && !right.is_empty();
+    let pairs = (left.iter().filter(move |_| matched))
+        .flat_map(move |&l| right.iter().map(move |&r| (Some(l), Some(r))));
+    let lefts = (left.iter().filter(move |_| !matched && keep[0])).map(|&l| (Some(l), None));
+    let rights = (right.iter().filter(move |_| !matched && keep[1])).map(|&r| (None, Some(r)));
+    pairs.chain(lefts).chain(rights)
 }
 
 /// The rows of one key in one window.
@@ -190,27 +183,37 @@ impl WindowRows for MemoryWindows {
         let mut windows = Vec::new();
         let mut freed: Vec<(usize, u32)> = Vec::new();
         let mut removed = [0u64; 2];
+        let stores = &self.stores;
+        let mut flush = |pairs: &mut Vec<(Option<RowRef>, Option<RowRef>)>,
+                         windows: &mut Vec<(i64, i64)>|
+         -> Result<()> {
+            let l: Vec<Option<RowRef>> = pairs.iter().map(|p| p.0).collect();
+            let r: Vec<Option<RowRef>> = pairs.iter().map(|p| p.1).collect();
+            let mut cols = stores[0].gather(&l)?;
+            cols.extend(stores[1].gather(&r)?);
+            out(cols, windows)?;
+            pairs.clear();
+            windows.clear();
+            Ok(())
+        };
         for (slot, _) in due {
             let w = self.windows.get(slot);
-            let n = group_pairs(
-                [&w.sides[0], &w.sides[1]],
-                w.window.null_key,
-                keep,
-                &mut pairs,
-            );
-            windows.extend(std::iter::repeat_n((w.window.start, w.window.end), n));
+            let sides = [&w.sides[0][..], &w.sides[1][..]];
+            for pair in group_pairs(sides, w.window.null_key, keep) {
+                pairs.push(pair);
+                windows.push((w.window.start, w.window.end));
+                if pairs.len() == OUT_ROWS {
+                    flush(&mut pairs, &mut windows)?;
+                }
+            }
             for (side, rows) in w.sides.iter().enumerate() {
                 removed[side] += rows.len() as u64;
                 freed.extend(rows.iter().map(|r| (side, r.batch)));
             }
             self.windows.release(slot);
         }
-        for (chunk, win) in pairs.chunks(OUT_ROWS).zip(windows.chunks(OUT_ROWS)) {
-            let l: Vec<Option<RowRef>> = chunk.iter().map(|p| p.0).collect();
-            let r: Vec<Option<RowRef>> = chunk.iter().map(|p| p.1).collect();
-            let mut cols = self.stores[0].gather(&l)?;
-            cols.extend(self.stores[1].gather(&r)?);
-            out(cols, win)?;
+        if !pairs.is_empty() {
+            flush(&mut pairs, &mut windows)?;
         }
         for (side, b) in freed {
             self.stores[side].release(b);
