@@ -54,11 +54,26 @@ impl OperatorFactory for Count {
     }
     fn create(&self, inputs: &[StreamInfo], info: &SubtaskInfo) -> Result<Box<dyn Operator>> {
         let input = single_input("count", inputs)?;
+        #[cfg(feature = "rocksdb")]
+        let disk = match info.state_backend.on_disk() {
+            true => Some(crate::disk_keys::DiskKeys::open(info, ())?),
+            false => None,
+        };
+        #[cfg(not(feature = "rocksdb"))]
+        if info.state_backend.on_disk() {
+            return Err(crate::no_disk_state());
+        }
         Ok(Box::new(CountOp {
             key_groups: info.key_groups,
             encoder: KeyEncoder::new(&input.schema, &self.keys)?,
             schema: self.plan(inputs)?.schema,
             counts: KeyedTable::new("counts"),
+            #[cfg(feature = "rocksdb")]
+            disk,
+            #[cfg(feature = "rocksdb")]
+            batch_keys: weir_state::KeySlots::new(),
+            #[cfg(feature = "rocksdb")]
+            disk_keys: 0,
             batch_rows: 8192,
         }))
     }
@@ -67,6 +82,9 @@ impl OperatorFactory for Count {
     }
     fn state(&self) -> weir_runtime::graph::OperatorState {
         weir_runtime::graph::OperatorState::Checkpointed { version: 1 }
+    }
+    fn state_on_disk(&self) -> bool {
+        true
     }
 }
 
@@ -89,22 +107,41 @@ pub struct CountOp {
     encoder: KeyEncoder,
     schema: SchemaRef,
     counts: KeyedTable<u64>,
+    /// The counts on disk instead (`state.backend.type = 'rocksdb'`), when so, one entry per
+    /// key, and those a batch is counting (read the first time it touches them).
+    #[cfg(feature = "rocksdb")]
+    disk: Option<crate::disk_keys::DiskKeys<u64>>,
+    #[cfg(feature = "rocksdb")]
+    batch_keys: weir_state::KeySlots<u64>,
+    /// Keys on disk.
+    #[cfg(feature = "rocksdb")]
+    disk_keys: u64,
     batch_rows: usize,
 }
 
-impl Operator for CountOp {
-    fn on_batch(&mut self, _input: usize, batch: StreamBatch, _ctx: &mut Context) -> Result<()> {
-        let rows = self.encoder.encode(&batch.data)?;
-        for row in rows.iter() {
-            let k = row.as_ref();
-            *self.counts.upsert(hash_key(k), k, || 0) += 1;
-        }
+impl CountOp {
+    /// Adds `n` to `key`'s count, on disk: in the batch's keys, read from the store the first
+    /// time the batch touches the key.
+    #[cfg(feature = "rocksdb")]
+    fn add_on_disk(&mut self, key: &[u8], n: u64) -> Result<()> {
+        let d = self.disk.as_mut().expect("on disk");
+        let slot = match self.batch_keys.find(hash_key(key), key) {
+            Some(slot) => slot,
+            None => match d.load_into(&mut self.batch_keys, key)? {
+                Some(slot) => slot,
+                None => {
+                    self.disk_keys += 1;
+                    self.batch_keys.slot_for(hash_key(key), key)
+                }
+            },
+        };
+        *self.batch_keys.get_mut(slot) += n;
         Ok(())
     }
 
-    fn on_end(&mut self, ctx: &mut Context) -> Result<()> {
+    /// Emits `entries` (key, count), a batch of output rows per [`CountOp::batch_rows`].
+    fn emit(&self, entries: &[(Box<[u8]>, u64)], ctx: &mut Context) -> Result<()> {
         let parser = self.encoder.parser();
-        let entries: Vec<(Box<[u8]>, u64)> = self.counts.drain().collect();
         for chunk in entries.chunks(self.batch_rows) {
             let keys = self
                 .encoder
@@ -120,26 +157,103 @@ impl Operator for CountOp {
         }
         Ok(())
     }
+}
+
+/// A key's count on disk: its eight bytes.
+#[cfg(feature = "rocksdb")]
+impl crate::disk_keys::DiskValue for u64 {
+    type Cx = ();
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+
+    fn decode(bytes: &[u8], _: &()) -> Result<Self> {
+        let b: [u8; 8] = bytes
+            .try_into()
+            .map_err(|_| Error::Internal(format!("a count of {} bytes", bytes.len())))?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn timer(&self) -> Option<i64> {
+        None
+    }
+}
+
+/// The state batch of `counts` (key group, key, count).
+fn state_batch<'a>(counts: impl Iterator<Item = (u16, &'a [u8], u64)>) -> Result<RecordBatch> {
+    let (mut groups, mut keys, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for (g, k, c) in counts {
+        groups.push(g);
+        keys.push(k);
+        values.push(c);
+    }
+    Ok(RecordBatch::try_new(
+        state_schema(),
+        vec![
+            weir_state::snapshot::key_group_column(groups),
+            Arc::new(arrow_array::BinaryArray::from(keys)),
+            Arc::new(arrow_array::UInt64Array::from(values)),
+        ],
+    )?)
+}
+
+impl Operator for CountOp {
+    fn on_batch(&mut self, _input: usize, batch: StreamBatch, _ctx: &mut Context) -> Result<()> {
+        let rows = self.encoder.encode(&batch.data)?;
+        #[cfg(feature = "rocksdb")]
+        if self.disk.is_some() {
+            for row in rows.iter() {
+                self.add_on_disk(row.as_ref(), 1)?;
+            }
+            let d = self.disk.as_mut().expect("on disk");
+            return d.write_back(&mut self.batch_keys);
+        }
+        for row in rows.iter() {
+            let k = row.as_ref();
+            *self.counts.upsert(hash_key(k), k, || 0) += 1;
+        }
+        Ok(())
+    }
+
+    fn on_end(&mut self, ctx: &mut Context) -> Result<()> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(mut d) = self.disk.take() {
+            // Taken out while every key is read; the input has ended.
+            let done = d.each_chunk(|chunk| self.emit(&chunk, ctx));
+            self.disk = Some(d);
+            self.disk_keys = 0;
+            return done;
+        }
+        let entries: Vec<(Box<[u8]>, u64)> = self.counts.drain().collect();
+        self.emit(&entries, ctx)
+    }
 
     fn state_size(&self) -> StateSize {
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return StateSize {
+                rows: self.disk_keys,
+                bytes: d.bytes(),
+            };
+        }
         self.counts.size()
     }
 
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        let (mut groups, mut keys, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-        for (k, c) in self.counts.iter() {
-            groups.push(weir_core::keys::key_group(hash_key(k), self.key_groups));
-            keys.push(k);
-            counts.push(*c);
+        #[cfg(feature = "rocksdb")]
+        if let Some(d) = &self.disk {
+            return d.snapshot((), |counts| {
+                Ok(vec![state_batch(
+                    counts.iter().map(|(g, k, c)| (*g, &k[..], *c)),
+                )?])
+            });
         }
-        Ok(StateSnapshot::ready(vec![RecordBatch::try_new(
-            state_schema(),
-            vec![
-                weir_state::snapshot::key_group_column(groups),
-                Arc::new(arrow_array::BinaryArray::from(keys)),
-                Arc::new(arrow_array::UInt64Array::from(counts)),
-            ],
-        )?]))
+        let key_groups = self.key_groups;
+        let counts = (self.counts.iter())
+            .map(|(k, c)| (weir_core::keys::key_group(hash_key(k), key_groups), k, *c));
+        Ok(StateSnapshot::ready(vec![state_batch(counts)?]))
     }
 
     fn restore(&mut self, state: weir_runtime::StateBatches<'_>) -> Result<()> {
@@ -157,7 +271,17 @@ impl Operator for CountOp {
                 let (Some(k), Some(c)) = (k, c) else {
                     continue;
                 };
+                #[cfg(feature = "rocksdb")]
+                if self.disk.is_some() {
+                    self.add_on_disk(k, c)?;
+                    continue;
+                }
                 *self.counts.upsert(hash_key(k), k, || 0) += c;
+            }
+            // On disk, each state batch's counts go to the store before the next is read.
+            #[cfg(feature = "rocksdb")]
+            if let Some(d) = self.disk.as_mut() {
+                d.write_back(&mut self.batch_keys)?;
             }
         }
         Ok(())
@@ -181,8 +305,15 @@ mod tests {
         Harness::of(&spec, &[input])
     }
 
+    /// Counts come out at the end of the input, on every backend, also after a restore.
     #[test]
     fn counts_rows_per_key_at_end_of_input() {
+        for backend in weir_testkit::backends() {
+            weir_testkit::on_backend(&backend, counts_at_the_end);
+        }
+    }
+
+    fn counts_at_the_end() {
         let mut h = harness();
         h.push(
             0,
@@ -202,6 +333,23 @@ mod tests {
         );
         assert_eq!(h.state_size().rows, 2);
         assert!(h.take(Port::Main).is_empty(), "nothing before the end");
+        let input = StreamInfo {
+            schema: rows!("ad user\n a1 u1").schema(),
+            event_time: None,
+        };
+        let spec = Count {
+            keys: vec!["ad".into()],
+        };
+        let snapshot = h.snapshot();
+        // A key spread over two state batches adds up.
+        let mut back = Harness::restored(&spec, &[input], &[snapshot.clone(), snapshot], 0, 1);
+        back.push(0, rows!("ad user\n a3 u1"));
+        assert_eq!(back.state_size().rows, 3);
+        back.end();
+        assert_eq!(
+            sorted_lines(&back.take(Port::Main)),
+            vec!["a1,6", "a2,2", "a3,1"]
+        );
         h.end();
         assert_eq!(sorted_lines(&h.take(Port::Main)), vec!["a1,3", "a2,1"]);
         assert_eq!(h.state_size().rows, 0);
