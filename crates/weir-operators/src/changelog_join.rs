@@ -416,17 +416,13 @@ impl ChangelogJoinOp {
     /// The slot of `key` if it has state; on disk, read into `keys` the first time a batch
     /// touches it (unless the batch emptied it).
     fn find(&mut self, hash: u64, key: &[u8]) -> Result<Option<usize>> {
-        if let Some(slot) = self.keys.find(hash, key) {
-            return Ok(Some(slot));
+        if self.gone.contains(key) {
+            return Ok(self.keys.find(hash, key));
         }
         #[cfg(feature = "rocksdb")]
-        if let Some(d) = self.disk.as_mut() {
-            if self.gone.contains(key) {
-                return Ok(None);
-            }
-            return d.load_into(&mut self.keys, key);
-        }
-        Ok(None)
+        return crate::disk_keys::find(&mut self.disk, &mut self.keys, hash, key);
+        #[cfg(not(feature = "rocksdb"))]
+        Ok(self.keys.find(hash, key))
     }
 
     /// Queues the key in `slot` to be forgotten a TTL after its latest row.
@@ -442,14 +438,11 @@ impl ChangelogJoinOp {
 
     /// On disk: writes the keys in `keys` back and forgets them in memory, deleting those the
     /// batch emptied.
+    #[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
     fn write_back(&mut self) -> Result<()> {
+        let gone: Vec<Vec<u8>> = self.gone.drain().collect();
         #[cfg(feature = "rocksdb")]
-        if let Some(d) = self.disk.as_mut() {
-            let writes = weir_state::rocks::KeyOrderedWrites::default();
-            let gone: Vec<Vec<u8>> = self.gone.drain().collect();
-            d.end_round(writes, &gone, &mut self.keys)?;
-        }
-        self.gone.clear();
+        crate::disk_keys::write_back_deleting(&mut self.disk, &mut self.keys, &gone)?;
         Ok(())
     }
 

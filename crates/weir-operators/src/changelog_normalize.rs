@@ -238,14 +238,10 @@ impl ChangelogNormalizeOp {
     /// The slot of `key` if it has state; on disk, read into `keys` the first time a batch
     /// touches it.
     fn find(&mut self, hash: u64, key: &[u8]) -> Result<Option<usize>> {
-        if let Some(slot) = self.keys.find(hash, key) {
-            return Ok(Some(slot));
-        }
         #[cfg(feature = "rocksdb")]
-        if let Some(d) = self.disk.as_mut() {
-            return d.load_into(&mut self.keys, key);
-        }
-        Ok(None)
+        return crate::disk_keys::find(&mut self.disk, &mut self.keys, hash, key);
+        #[cfg(not(feature = "rocksdb"))]
+        Ok(self.keys.find(hash, key))
     }
 
     /// Queues the key in `slot` to be forgotten a TTL after its latest row.
@@ -264,10 +260,7 @@ impl ChangelogNormalizeOp {
     #[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
     fn write_back(&mut self, gone: &[Vec<u8>]) -> Result<()> {
         #[cfg(feature = "rocksdb")]
-        if let Some(d) = self.disk.as_mut() {
-            let writes = weir_state::rocks::KeyOrderedWrites::default();
-            d.end_round(writes, gone, &mut self.keys)?;
-        }
+        crate::disk_keys::write_back_deleting(&mut self.disk, &mut self.keys, gone)?;
         Ok(())
     }
 

@@ -50,6 +50,34 @@ pub(crate) fn write_back<S: DiskValue>(
     disk.as_mut().map_or(Ok(()), |d| d.write_back(keys))
 }
 
+/// As [`write_back`], and deletes each of `gone`'s keys no longer in `keys` (keys a batch
+/// emptied).
+pub(crate) fn write_back_deleting<S: DiskValue>(
+    disk: &mut Option<DiskKeys<S>>,
+    keys: &mut KeySlots<S>,
+    gone: &[Vec<u8>],
+) -> Result<()> {
+    match disk.as_mut() {
+        Some(d) => d.end_round(KeyOrderedWrites::default(), gone, keys),
+        None => Ok(()),
+    }
+}
+
+/// The slot in `keys` of `key` if it has state: in `keys` already, or, when the operator keeps
+/// its keys on disk (`disk`), read into them from the store.
+pub(crate) fn find<S: DiskValue>(
+    disk: &mut Option<DiskKeys<S>>,
+    keys: &mut KeySlots<S>,
+    hash: u64,
+    key: &[u8],
+) -> Result<Option<usize>> {
+    match (keys.find(hash, key), disk.as_mut()) {
+        (Some(slot), _) => Ok(Some(slot)),
+        (None, Some(d)) => d.load_into(keys, key),
+        (None, None) => Ok(None),
+    }
+}
+
 /// An operator whose keys' states are in a [`DiskKeys`] (when on disk), worked on in its slots.
 pub(crate) trait KeysOnDisk {
     type State: DiskValue;

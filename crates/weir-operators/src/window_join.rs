@@ -554,6 +554,8 @@ impl Operator for WindowJoinOp {
             let wm = wms.as_ref().map_or(i64::MIN, |w| w[i]);
             let mut starts = windows::starts(ts, size, slide);
             let mut in_a_window = false;
+            // One key group for the row's windows.
+            let group = self.key_group(k.as_ref());
             for start in starts.by_ref() {
                 in_a_window = true;
                 if wm >= start.saturating_add(size - 1) {
@@ -564,7 +566,6 @@ impl Operator for WindowJoinOp {
                 key.extend_from_slice(k.as_ref());
                 key.extend_from_slice(&start.to_be_bytes());
                 let window = Window::assigned(start, size);
-                let group = self.key_group(k.as_ref());
                 self.rows.add(side, i as u32, &key, group, window)?;
                 self.buffered[side] += 1;
             }

@@ -164,14 +164,10 @@ impl RetractGroupsOp {
     /// The slot of `key`'s group if it has one; on disk, read into `groups` the first time a
     /// batch touches it.
     fn find(&mut self, hash: u64, key: &[u8]) -> Result<Option<usize>> {
-        if let Some(slot) = self.groups.find(hash, key) {
-            return Ok(Some(slot));
-        }
         #[cfg(feature = "rocksdb")]
-        if let Some(d) = self.disk.as_mut() {
-            return d.load_into(&mut self.groups, key);
-        }
-        Ok(None)
+        return crate::disk_keys::find(&mut self.disk, &mut self.groups, hash, key);
+        #[cfg(not(feature = "rocksdb"))]
+        Ok(self.groups.find(hash, key))
     }
 
     /// Queues the group in `slot` to be forgotten a TTL after its latest row.
@@ -190,10 +186,7 @@ impl RetractGroupsOp {
     #[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
     fn write_back(&mut self, gone: &[Vec<u8>]) -> Result<()> {
         #[cfg(feature = "rocksdb")]
-        if let Some(d) = self.disk.as_mut() {
-            let writes = weir_state::rocks::KeyOrderedWrites::default();
-            d.end_round(writes, gone, &mut self.groups)?;
-        }
+        crate::disk_keys::write_back_deleting(&mut self.disk, &mut self.groups, gone)?;
         Ok(())
     }
 
