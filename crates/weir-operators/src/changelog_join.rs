@@ -405,6 +405,12 @@ fn oriented(input: usize, mine: &[u8], theirs: &[u8]) -> (Box<[u8]>, Box<[u8]>) 
 }
 
 impl ChangelogJoinOp {
+    /// What a checkpoint on disk takes besides the keys: its gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 3] {
+        [self.key_count, self.rows_held, self.bytes_held]
+    }
+
     /// Whether the keys are on disk.
     fn on_disk(&self) -> bool {
         #[cfg(feature = "rocksdb")]
@@ -666,7 +672,7 @@ impl Operator for ChangelogJoinOp {
         let left_width = self.sides[0].columns.len();
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return disk::snapshot(d, &self.state_schema, left_width);
+            return disk::snapshot(d, &self.state_schema, left_width, &self.counters());
         }
         let key_groups = self.key_groups;
         let keys: Vec<(u16, &[u8], &KeyState)> = (self.keys.slots())
@@ -743,6 +749,20 @@ impl Operator for ChangelogJoinOp {
             self.write_back()?;
         }
         Ok(())
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<3>(dir)? else {
+            return Ok(false);
+        };
+        [self.key_count, self.rows_held, self.bytes_held] = counters;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

@@ -227,6 +227,12 @@ pub struct ChangelogNormalizeOp {
 }
 
 impl ChangelogNormalizeOp {
+    /// What a checkpoint on disk takes besides the keys: the batch number, and the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 3] {
+        [self.batches, self.key_count, self.bytes_held]
+    }
+
     /// Whether the keys are on disk.
     fn on_disk(&self) -> bool {
         #[cfg(feature = "rocksdb")]
@@ -418,7 +424,7 @@ impl Operator for ChangelogNormalizeOp {
                     .map(|f| SortField::new(f.data_type().clone()))
                     .collect(),
             )?;
-            return d.snapshot((), move |keys| {
+            return d.snapshot((), &self.counters(), move |keys| {
                 let keys = keys.iter().map(|(g, key, k)| (*g, &key[..], k));
                 Ok(vec![state_batch(&schema, &all, keys)?])
             });
@@ -470,6 +476,20 @@ impl Operator for ChangelogNormalizeOp {
             self.write_back(&[])?;
         }
         Ok(())
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<3>(dir)? else {
+            return Ok(false);
+        };
+        [self.batches, self.key_count, self.bytes_held] = counters;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

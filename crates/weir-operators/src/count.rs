@@ -244,7 +244,7 @@ impl Operator for CountOp {
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return d.snapshot((), |counts| {
+            return d.snapshot((), &[self.disk_keys], |counts| {
                 Ok(vec![state_batch(
                     counts.iter().map(|(g, k, c)| (*g, &k[..], *c)),
                 )?])
@@ -286,6 +286,20 @@ impl Operator for CountOp {
         }
         Ok(())
     }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<1>(dir)? else {
+            return Ok(false);
+        };
+        [self.disk_keys] = counters;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -311,6 +325,42 @@ mod tests {
         for backend in weir_testkit::backends() {
             weir_testkit::on_backend(&backend, counts_at_the_end);
         }
+    }
+
+    /// On disk with incremental checkpoints, a restore at the same parallelism opens the
+    /// store's files, and goes on with their counts and its count of keys.
+    #[test]
+    fn a_restore_opens_the_stores_files() {
+        let Some(disk) = weir_testkit::backends().pop().filter(|b| b.on_disk()) else {
+            return;
+        };
+        let disk = weir_state::backend::StateBackend {
+            incremental: true,
+            ..disk
+        };
+        weir_testkit::on_backend(&disk, || {
+            let mut h = harness();
+            h.push(0, rows!("ad user\n a1 u1\n a2 u1\n a1 u2"));
+            let snapshot = h.snapshot_later();
+            h.push(0, rows!("ad user\n a1 u3"));
+            let input = StreamInfo {
+                schema: rows!("ad user\n a1 u1").schema(),
+                event_time: None,
+            };
+            let spec = Count {
+                keys: vec!["ad".into()],
+            };
+            let mut back = Harness::restored_from_store(&spec, &[input], snapshot, 0, 1)
+                .expect("opens its store's files");
+            assert_eq!(back.state_size().rows, 2);
+            back.push(0, rows!("ad user\n a3 u1\n a1 u4"));
+            assert_eq!(back.state_size().rows, 3);
+            back.end();
+            assert_eq!(
+                sorted_lines(&back.take(Port::Main)),
+                vec!["a1,3", "a2,1", "a3,1"]
+            );
+        });
     }
 
     fn counts_at_the_end() {

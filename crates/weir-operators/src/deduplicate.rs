@@ -390,6 +390,17 @@ pub struct DeduplicateOp {
 }
 
 impl DeduplicateOp {
+    /// What a checkpoint on disk takes besides the keys: the batch number, and the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 4] {
+        [
+            self.batches,
+            self.key_count,
+            self.rows_held,
+            self.bytes_held,
+        ]
+    }
+
     /// Queues each restored key's next timer: its first pending run, else its TTL.
     fn queue_restored(&mut self, restored: &mut Vec<usize>) {
         restored.sort_unstable();
@@ -813,7 +824,7 @@ impl Operator for DeduplicateOp {
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return disk::snapshot(d, &self.state_schema, &self.schema);
+            return disk::snapshot(d, &self.state_schema, &self.schema, &self.counters());
         }
         let mut entries: Vec<Entry> = Vec::new();
         for slot in self.keys.slots() {
@@ -883,6 +894,25 @@ impl Operator for DeduplicateOp {
         }
         self.queue_restored(&mut restored);
         Ok(())
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<4>(dir)? else {
+            return Ok(false);
+        };
+        [
+            self.batches,
+            self.key_count,
+            self.rows_held,
+            self.bytes_held,
+        ] = counters;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

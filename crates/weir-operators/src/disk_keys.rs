@@ -30,6 +30,10 @@ use weir_state::KeySlots;
 /// The namespace keys live in.
 const KEYS: u8 = 0;
 
+/// The key of the operator's counters ([`DiskKeys::snapshot`]): past the keys, so outside
+/// what a snapshot's batches, an expiry scan or the end of the input read.
+const COUNTERS: &[u8] = &[KEYS + 1];
+
 /// Keys a snapshot's state batch, an end of input and a pass over due timers take at most at
 /// once: the backend's [`pass_rows`](weir_state::backend::StateBackend::pass_rows), a few in
 /// this crate's unit tests, so that they cross its edges.
@@ -133,6 +137,9 @@ pub(crate) trait DiskValue: Default + Sized + Send + 'static {
 /// A state per key in a [`DiskStore`].
 pub(crate) struct DiskKeys<S: DiskValue> {
     store: DiskStore,
+    /// What the store was opened with, to open it again on a checkpoint's files.
+    backend: weir_state::backend::StateBackend,
+    label: String,
     key_groups: u16,
     /// Timer entries at or below this watermark are gone: a scan starts after it.
     expired_through: Option<i64>,
@@ -153,6 +160,8 @@ impl<S: DiskValue> DiskKeys<S> {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(DiskKeys {
             store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
+            backend: info.state_backend.clone(),
+            label,
             key_groups: info.key_groups,
             expired_through: None,
             resume: None,
@@ -167,6 +176,42 @@ impl<S: DiskValue> DiskKeys<S> {
     /// Bytes of state: the store's estimate.
     pub(crate) fn bytes(&self) -> u64 {
         self.store.bytes()
+    }
+
+    /// Opens the store on the files in `dir` (this subtask's, from a checkpoint of its store)
+    /// in place of its own, and returns the `N` counters the operator checkpointed with them
+    /// ([`DiskKeys::snapshot`]), to go on from. `None`, and the store as it was, when the
+    /// files hold no such counters (written by an older weir): the operator restores from
+    /// their rows instead.
+    ///
+    /// # Errors
+    /// The files cannot be opened as a store, or read.
+    pub(crate) fn reopen<const N: usize>(
+        &mut self,
+        dir: &std::path::Path,
+    ) -> Result<Option<[u64; N]>> {
+        let backend = weir_state::backend::StateBackend {
+            restore_files: Some(dir.to_path_buf()),
+            ..self.backend.clone()
+        };
+        let store = DiskStore::open_for_lookups(&backend, &self.label)?;
+        let counters = store.get(COUNTERS)?.and_then(|bytes| {
+            let mut counters = [0; N];
+            (bytes.len() == N * 8).then(|| {
+                for (c, b) in counters.iter_mut().zip(bytes.chunks_exact(8)) {
+                    *c = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                }
+                counters
+            })
+        });
+        if counters.is_some() {
+            self.store = store;
+            // Timer entries already fired were deleted with their keys' writes; the rest are
+            // found again from the first watermark.
+            self.expired_through = None;
+            self.resume = None;
+        }
+        Ok(counters)
     }
 
     fn key_of(&mut self, key: &[u8]) -> Vec<u8> {
@@ -330,12 +375,21 @@ impl<S: DiskValue> DiskKeys<S> {
     /// Every key's state as of now, read from a snapshot of the store on another thread
     /// (decoded with `cx`): `batches` makes state batches of the memory backend's layout of
     /// [`at_once`] keys (with their key groups) at a time, each written as it is made; it is
-    /// called at least once, with no keys if no key has state.
+    /// called at least once, with no keys if no key has state. `counters` (the operator's
+    /// batch number, its gauges) go into the store with its keys, for a restore that opens
+    /// its files ([`DiskKeys::reopen`]); the batches leave them out.
     pub(crate) fn snapshot(
         &self,
         cx: S::Cx,
+        counters: &[u64],
         mut batches: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<Vec<RecordBatch>> + Send + 'static,
     ) -> Result<StateSnapshot> {
+        if !counters.is_empty() {
+            let mut writes = Writes::default();
+            let bytes: Vec<u8> = counters.iter().flat_map(|c| c.to_le_bytes()).collect();
+            writes.put(COUNTERS, bytes);
+            self.store.write(writes)?;
+        }
         let at_once = self.at_once;
         crate::store_snapshot::store_snapshot(&self.store, vec![KEYS + 1], move |entries, emit| {
             let mut keys: Vec<(u16, Box<[u8]>, S)> = Vec::new();

@@ -366,6 +366,17 @@ struct Out {
 }
 
 impl LagOp {
+    /// What a checkpoint on disk takes besides the keys: the last arrival number, and the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 4] {
+        [
+            self.arrivals,
+            self.key_count,
+            self.rows_held,
+            self.bytes_held,
+        ]
+    }
+
     fn queue(&mut self, slot: usize, at: i64) {
         let timer = &mut self.keys.get_mut(slot).timer;
         #[cfg(feature = "rocksdb")]
@@ -732,6 +743,7 @@ impl Operator for LagOp {
                 &self.state_schema,
                 self.fields[0].clone(),
                 self.fields[1].clone(),
+                &self.counters(),
             );
         }
         let keys = self.keys.slots().map(|slot| {
@@ -819,6 +831,25 @@ impl Operator for LagOp {
             }
         }
         self.take_up(&mut restored, &mut kept)
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<4>(dir)? else {
+            return Ok(false);
+        };
+        [
+            self.arrivals,
+            self.key_count,
+            self.rows_held,
+            self.bytes_held,
+        ] = counters;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

@@ -1024,7 +1024,7 @@ impl Operator for OverAggregateOp {
             let (schema, kinds) = (self.state_schema.clone(), self.kinds.clone());
             let unbounded = self.spec.frame.unbounded();
             let rows = RowConverter::new(self.fields.clone())?;
-            return d.snapshot((), move |keys| {
+            return d.snapshot((), &[], move |keys| {
                 let keys = keys.iter().map(|(g, k, rows)| (*g, &k[..], rows));
                 let batch = state_batch(&schema, &kinds, unbounded, keys, |held| {
                     let bytes: Vec<Option<&[u8]>> =

@@ -407,6 +407,17 @@ pub struct TopNOp {
 }
 
 impl TopNOp {
+    /// What a checkpoint on disk takes besides the keys: the batch number, and the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 4] {
+        [
+            self.batches,
+            self.key_count,
+            self.rows_held,
+            self.bytes_held,
+        ]
+    }
+
     /// Whether the keys are on disk.
     fn on_disk(&self) -> bool {
         #[cfg(feature = "rocksdb")]
@@ -688,7 +699,7 @@ impl Operator for TopNOp {
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return disk::snapshot(d, &self.state_schema);
+            return disk::snapshot(d, &self.state_schema, &self.counters());
         }
         let key_groups = self.key_groups;
         let keys = (self.keys.slots()).map(|s| {
@@ -752,6 +763,25 @@ impl Operator for TopNOp {
         }
         self.trim_all();
         Ok(())
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<4>(dir)? else {
+            return Ok(false);
+        };
+        [
+            self.batches,
+            self.key_count,
+            self.rows_held,
+            self.bytes_held,
+        ] = counters;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

@@ -228,6 +228,25 @@ proptest! {
             got.sort();
             prop_assert_eq!(got, want.clone(), "restored at parallelism {} after {} of {} inputs, from {:?} to {:?}", p, cut, inputs.len(), on[0].kind, on[1].kind);
         }
+        // On disk with incremental checkpoints, a restore at the same parallelism opens each
+        // subtask's store files as its store, and goes on as the rows restored do (its rows'
+        // arrival numbers after the restored ones').
+        if on[0].on_disk() {
+            let disk = StateBackend { incremental: true, ..on[0].clone() };
+            let (mut cut_run, _, _) = run(&spec, &[], parallelism, &inputs[..cut], false, &disk);
+            let later = cut_run.snapshots_later();
+            drop(cut_run);
+            let opened = weir_testkit::on_backend(&disk, || {
+                KeyedSubtasks::restored_from_stores(&spec, &[info()], &keys(), later)
+            });
+            prop_assert!(opened.is_some(), "a subtask did not open its store's files");
+            let mut s = opened.unwrap();
+            rest.iter().for_each(|i| s.feed(i));
+            let mut got = emitted.clone();
+            got.extend(s.end().into_iter().filter(|l| !l.starts_with("late 0: ")));
+            got.sort();
+            prop_assert_eq!(got, want.clone(), "opened from its store's files after {} of {} inputs", cut, inputs.len());
+        }
     }
 }
 

@@ -409,7 +409,7 @@ impl StateSnapshot {
 
     /// The store's files of a [`store`](StateSnapshot::store) snapshot, or the snapshot as it
     /// was.
-    pub(crate) fn into_store_files(
+    pub fn into_store_files(
         self,
     ) -> std::result::Result<weir_state::store_files::StoreFiles, StateSnapshot> {
         match self.0 {

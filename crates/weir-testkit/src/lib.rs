@@ -376,6 +376,37 @@ impl Harness {
         Harness::with_info(op, info)
     }
 
+    /// A fresh subtask `subtask` of `parallelism` of `factory` that takes up `snapshot` (this
+    /// very subtask's, taken on the backend's local disk with incremental checkpoints) by
+    /// opening its store's files, as the runtime restores a subtask at the same parallelism
+    /// (`Operator::restore_store`). `None` if the snapshot holds no store's files or the
+    /// operator cannot open them.
+    pub fn restored_from_store(
+        factory: &dyn OperatorFactory,
+        inputs: &[StreamInfo],
+        snapshot: weir_runtime::StateSnapshot,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Option<Self> {
+        let files = snapshot.into_store_files().ok()?;
+        let mut info = harness_subtask();
+        info.subtask = subtask;
+        info.parallelism = parallelism;
+        let mut op = factory
+            .create(inputs, &info)
+            .unwrap_or_else(|e| panic!("`{}` refused its inputs: {e}", factory.kind()));
+        if !op
+            .restore_store(&files.dir)
+            .expect("opening the store's files failed")
+        {
+            return None;
+        }
+        // As the runtime does: the state not in the files (none here) is restored after.
+        op.restore(Vec::<RecordBatch>::new().into())
+            .expect("restore failed");
+        Some(Harness::with_info(op, info))
+    }
+
     /// The operator's gauges now.
     pub fn gauges(&self) -> std::collections::BTreeMap<&'static str, i64> {
         let mut v = Vec::new();
@@ -465,6 +496,24 @@ impl KeyedSubtasks {
         }
     }
 
+    /// The subtasks of `factory` that `snapshots` (every subtask's, in order, taken on local disk
+    /// with incremental checkpoints) came from, each restored at the same parallelism by
+    /// opening its store's files ([`Harness::restored_from_store`]); `None` if one cannot.
+    pub fn restored_from_stores(
+        factory: &dyn OperatorFactory,
+        inputs: &[StreamInfo],
+        keys: &[String],
+        snapshots: Vec<weir_runtime::StateSnapshot>,
+    ) -> Option<Self> {
+        let mut s = KeyedSubtasks::restored(factory, inputs, keys, &[], 0);
+        let parallelism = snapshots.len();
+        for (i, snapshot) in snapshots.into_iter().enumerate() {
+            let h = Harness::restored_from_store(factory, inputs, snapshot, i, parallelism)?;
+            s.subtasks.push(h);
+        }
+        Some(s)
+    }
+
     /// Rows on `input`, each to the subtask of its key group.
     pub fn push(&mut self, input: usize, batch: StreamBatch) {
         use weir_core::keys::{hash_key, key_group, subtask_for_key_group, DEFAULT_KEY_GROUPS};
@@ -549,8 +598,11 @@ impl KeyedSubtasks {
 /// Whether `factory`'s subtasks (over `inputs`, keyed by `keys`) give the same output on every
 /// state backend this weir was built with as on the memory backend: `script`'s steps (each fed
 /// by `feed`) at `parallelism`, whole; and cut after `cut` steps on each backend and restored
-/// at parallelism 1 to 3 on each. Each subtask's output must be the same, batch by batch (a
-/// batch's lines sorted). The first difference, described, or `None`.
+/// at parallelism 1 to 3 on each; and on local disk with incremental checkpoints, cut and
+/// restored at `parallelism` by opening each subtask's store files, which the operator must
+/// do. Each subtask's output must be the same, batch by batch (a batch's lines sorted); a
+/// subtask opened from its files must show the gauges of one restored from their rows. The
+/// first difference, described, or `None`.
 pub fn differs_across_backends<S>(
     factory: &dyn OperatorFactory,
     inputs: &[StreamInfo],
@@ -613,5 +665,50 @@ pub fn differs_across_backends<S>(
             }
         }
     }
-    None
+    // Built without a disk backend: nothing more to compare.
+    let disk = all.get(1)?;
+    let disk = weir_state::backend::StateBackend {
+        incremental: true,
+        ..disk.clone()
+    };
+    on_backend(&disk, || {
+        let mut s = KeyedSubtasks::restored(factory, inputs, keys, &[], parallelism);
+        let mut out = vec![Vec::new(); parallelism];
+        for step in &script[..cut] {
+            feed(&mut s, step);
+            s.take_lines(&mut out);
+        }
+        let batches = s.snapshots();
+        let snapshots = s.snapshots_later();
+        // The store files outlive their store, as a checkpoint's being written do.
+        drop(s);
+        let Some(mut restored) =
+            KeyedSubtasks::restored_from_stores(factory, inputs, keys, snapshots)
+        else {
+            return Some("a subtask did not open its store's files".into());
+        };
+        for (i, h) in restored.subtasks.iter().enumerate() {
+            let by_rows = Harness::restored(factory, inputs, &batches, i, parallelism).gauges();
+            if h.gauges() != by_rows {
+                return Some(format!(
+                    "subtask {i}'s gauges opened from its store's files: {:?}, restored from \
+                     its rows: {by_rows:?}",
+                    h.gauges(),
+                ));
+            }
+        }
+        let mut after = vec![Vec::new(); parallelism];
+        for step in &script[cut..] {
+            feed(&mut restored, step);
+            restored.take_lines(&mut after);
+        }
+        restored.subtasks.iter_mut().for_each(|h| h.end());
+        restored.take_lines(&mut after);
+        (after != want_after[parallelism - 1]).then(|| {
+            format!(
+                "cut on disk, restored from its store's files: {after:?}, memory: {:?}",
+                want_after[parallelism - 1]
+            )
+        })
+    })
 }

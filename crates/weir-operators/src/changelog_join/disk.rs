@@ -18,6 +18,7 @@ pub(super) fn snapshot(
     keys: &DiskKeys<KeyState>,
     state_schema: &SchemaRef,
     left_width: usize,
+    counters: &[u64],
 ) -> Result<StateSnapshot> {
     let state_schema = state_schema.clone();
     let fields = &state_schema.fields()[STATE_PREFIX..];
@@ -32,7 +33,7 @@ pub(super) fn snapshot(
         converter(0..left_width)?,
         converter(left_width..fields.len())?,
     ];
-    keys.snapshot((), move |keys| {
+    keys.snapshot((), counters, move |keys| {
         let keys = keys.iter().map(|(g, key, state)| (*g, &key[..], state));
         state_batches(&state_schema, &converters, left_width, keys)
     })

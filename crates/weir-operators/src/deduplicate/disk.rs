@@ -18,6 +18,7 @@ pub(super) fn snapshot(
     keys: &DiskKeys<KeyState>,
     state_schema: &SchemaRef,
     input_schema: &SchemaRef,
+    counters: &[u64],
 ) -> Result<StateSnapshot> {
     let state_schema = state_schema.clone();
     let all = RowConverter::new(
@@ -25,7 +26,7 @@ pub(super) fn snapshot(
             .map(|f| SortField::new(f.data_type().clone()))
             .collect(),
     )?;
-    keys.snapshot((), move |keys| {
+    keys.snapshot((), counters, move |keys| {
         let mut rows: Vec<Entry> = Vec::new();
         for (g, key, state) in keys {
             push_entries(&mut rows, *g, key, state);

@@ -108,6 +108,12 @@ pub struct RetractGroupsOp {
 }
 
 impl RetractGroupsOp {
+    /// What a checkpoint on disk takes besides the keys: the batch number, and the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 3] {
+        [self.batches, self.group_count, self.heap_bytes]
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         info: &SubtaskInfo,
@@ -396,7 +402,7 @@ impl Operator for RetractGroupsOp {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
             let schema = self.state_schema.clone();
-            return d.snapshot(self.bound.len(), move |groups| {
+            return d.snapshot(self.bound.len(), &self.counters(), move |groups| {
                 let groups = groups.iter().map(|(g, key, group)| (*g, &key[..], group));
                 Ok(vec![state_batch(&schema, groups)?])
             });
@@ -461,6 +467,20 @@ impl Operator for RetractGroupsOp {
             self.write_back(&[])?;
         }
         Ok(())
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<3>(dir)? else {
+            return Ok(false);
+        };
+        [self.batches, self.group_count, self.heap_bytes] = counters;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

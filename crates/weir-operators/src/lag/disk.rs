@@ -20,10 +20,11 @@ pub(super) fn snapshot(
     state_schema: &SchemaRef,
     all: Vec<SortField>,
     lagged: Vec<SortField>,
+    counters: &[u64],
 ) -> Result<StateSnapshot> {
     let state_schema = state_schema.clone();
     let (all, lagged) = (RowConverter::new(all)?, RowConverter::new(lagged)?);
-    keys.snapshot((), move |keys| {
+    keys.snapshot((), counters, move |keys| {
         Ok(vec![state_batch(
             &state_schema,
             &all,

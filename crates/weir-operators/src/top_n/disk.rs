@@ -16,6 +16,7 @@ use crate::disk_keys::{DiskKeys, DiskValue};
 pub(super) fn snapshot(
     keys: &DiskKeys<KeyState>,
     state_schema: &SchemaRef,
+    counters: &[u64],
 ) -> Result<StateSnapshot> {
     let state_schema = state_schema.clone();
     // The held rows' columns: those of the state after its bookkeeping.
@@ -24,7 +25,7 @@ pub(super) fn snapshot(
             .map(|f| SortField::new(f.data_type().clone()))
             .collect(),
     )?;
-    keys.snapshot((), move |keys| {
+    keys.snapshot((), counters, move |keys| {
         let keys = keys.iter().map(|(g, key, state)| (*g, &key[..], state));
         Ok(vec![state_batch(&state_schema, &all, keys)?])
     })

@@ -132,7 +132,7 @@ pub(super) fn snapshot_sessions(
 ) -> Result<StateSnapshot> {
     let bound = bind()?;
     let schema = state_schema.clone();
-    keys.snapshot(bind()?, move |keys| {
+    keys.snapshot(bind()?, &[], move |keys| {
         let rows: Vec<aggregates::StateRow> = (keys.iter())
             .flat_map(|(_, k, sessions)| {
                 (sessions.list.iter()).map(move |s| (&k[..], vec![s.start, s.end], &s.states[..]))
