@@ -415,3 +415,66 @@ impl<S: DiskValue> DiskKeys<S> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use weir_runtime::SubtaskInfo;
+    use weir_state::backend::StateBackend;
+
+    use super::*;
+
+    fn opened() -> DiskKeys<u64> {
+        let info = SubtaskInfo {
+            operator: "keys".into(),
+            subtask: 0,
+            parallelism: 1,
+            key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
+            checkpoints: None,
+            state_backend: StateBackend {
+                incremental: true,
+                ..StateBackend::rocksdb()
+            },
+        };
+        DiskKeys::open(&info, ()).unwrap()
+    }
+
+    /// Keys `a` (5) and `b` (6) written to `keys`'s store, then its snapshot with `counters`.
+    fn snapshot_of(keys: &mut DiskKeys<u64>, counters: &[u64]) -> StateSnapshot {
+        let mut slots = KeySlots::new();
+        for (key, n) in [(&b"a"[..], 5), (b"b", 6)] {
+            let slot = slots.slot_for(hash_key(key), key);
+            *slots.get_mut(slot) = n;
+        }
+        keys.write_back(&mut slots).unwrap();
+        keys.snapshot((), counters, |_| Ok(Vec::new())).unwrap()
+    }
+
+    /// A store's files open as a store with the counters checkpointed with them; files
+    /// without them (an older weir's), or with another number of them, leave the store as it
+    /// was, for a restore from their rows.
+    #[test]
+    fn reopen_takes_the_files_with_the_counters_checkpointed_with_them() {
+        let mut first = opened();
+        let files = snapshot_of(&mut first, &[7, 9])
+            .into_store_files()
+            .ok()
+            .unwrap();
+        // Written after the snapshot: not in its files.
+        snapshot_of(&mut first, &[8, 10]);
+        let mut again = opened();
+        assert_eq!(again.reopen::<2>(&files.dir).unwrap(), Some([7, 9]));
+        assert_eq!(again.load(b"a").unwrap(), Some(5));
+        assert_eq!(again.load(b"b").unwrap(), Some(6));
+        let mut other = opened();
+        assert_eq!(other.reopen::<3>(&files.dir).unwrap(), None);
+        assert_eq!(other.load(b"a").unwrap(), None, "the store as it was");
+        let mut older = opened();
+        let files = snapshot_of(&mut older, &[])
+            .into_store_files()
+            .ok()
+            .unwrap();
+        let mut again = opened();
+        assert_eq!(again.reopen::<2>(&files.dir).unwrap(), None);
+        assert_eq!(again.load(b"a").unwrap(), None, "the store as it was");
+    }
+}

@@ -302,12 +302,13 @@ proptest! {
         if on[0].on_disk() {
             let disk = StateBackend { incremental: true, ..on[0].clone() };
             let (mut cut_run, _, _) = run(&spec, &[], parallelism, &inputs[..cut], false, &disk);
+            let rows = cut_run.snapshots();
             let later = cut_run.snapshots_later();
             drop(cut_run);
             let opened = weir_testkit::on_backend(&disk, || {
-                KeyedSubtasks::restored_from_stores(&spec, &[info()], &keys(), later)
+                KeyedSubtasks::restored_from_stores(&spec, &[info()], &keys(), later, &rows)
             });
-            prop_assert!(opened.is_some(), "a subtask did not open its store's files");
+            prop_assert!(opened.is_ok(), "{:?}", opened.err());
             let mut s = opened.unwrap();
             rest.iter().for_each(|i| s.feed(i));
             let mut got = emitted.clone();

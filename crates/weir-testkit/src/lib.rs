@@ -498,20 +498,37 @@ impl KeyedSubtasks {
 
     /// The subtasks of `factory` that `snapshots` (every subtask's, in order, taken on local disk
     /// with incremental checkpoints) came from, each restored at the same parallelism by
-    /// opening its store's files ([`Harness::restored_from_store`]); `None` if one cannot.
+    /// opening its store's files ([`Harness::restored_from_store`]), each with the gauges and
+    /// state rows of a subtask restored from `rows` (the same snapshots as batches).
+    ///
+    /// # Errors
+    /// A subtask that does not open its files, or differs from the one restored from rows,
+    /// described.
     pub fn restored_from_stores(
         factory: &dyn OperatorFactory,
         inputs: &[StreamInfo],
         keys: &[String],
         snapshots: Vec<weir_runtime::StateSnapshot>,
-    ) -> Option<Self> {
+        rows: &[Vec<RecordBatch>],
+    ) -> Result<Self, String> {
         let mut s = KeyedSubtasks::restored(factory, inputs, keys, &[], 0);
         let parallelism = snapshots.len();
         for (i, snapshot) in snapshots.into_iter().enumerate() {
-            let h = Harness::restored_from_store(factory, inputs, snapshot, i, parallelism)?;
+            let h = Harness::restored_from_store(factory, inputs, snapshot, i, parallelism)
+                .ok_or_else(|| format!("subtask {i} did not open its store's files"))?;
+            let by_rows = Harness::restored(factory, inputs, rows, i, parallelism);
+            let seen = |h: &Harness| (h.gauges(), h.state_size().rows);
+            if seen(&h) != seen(&by_rows) {
+                return Err(format!(
+                    "subtask {i}'s gauges and state rows opened from its store's files: {:?}, \
+                     restored from its rows: {:?}",
+                    seen(&h),
+                    seen(&by_rows)
+                ));
+            }
             s.subtasks.push(h);
         }
-        Some(s)
+        Ok(s)
     }
 
     /// Rows on `input`, each to the subtask of its key group.
@@ -678,25 +695,21 @@ pub fn differs_across_backends<S>(
             feed(&mut s, step);
             s.take_lines(&mut out);
         }
-        let batches = s.snapshots();
+        if out != want_before {
+            return Some(format!(
+                "on disk with incremental checkpoints before the cut: {out:?}, memory: \
+                 {want_before:?}"
+            ));
+        }
+        let rows = s.snapshots();
         let snapshots = s.snapshots_later();
         // The store files outlive their store, as a checkpoint's being written do.
         drop(s);
-        let Some(mut restored) =
-            KeyedSubtasks::restored_from_stores(factory, inputs, keys, snapshots)
-        else {
-            return Some("a subtask did not open its store's files".into());
-        };
-        for (i, h) in restored.subtasks.iter().enumerate() {
-            let by_rows = Harness::restored(factory, inputs, &batches, i, parallelism).gauges();
-            if h.gauges() != by_rows {
-                return Some(format!(
-                    "subtask {i}'s gauges opened from its store's files: {:?}, restored from \
-                     its rows: {by_rows:?}",
-                    h.gauges(),
-                ));
-            }
-        }
+        let mut restored =
+            match KeyedSubtasks::restored_from_stores(factory, inputs, keys, snapshots, &rows) {
+                Ok(r) => r,
+                Err(e) => return Some(e),
+            };
         let mut after = vec![Vec::new(); parallelism];
         for step in &script[cut..] {
             feed(&mut restored, step);
