@@ -190,28 +190,16 @@ impl<S: DiskValue> DiskKeys<S> {
         &mut self,
         dir: &std::path::Path,
     ) -> Result<Option<[u64; N]>> {
-        let backend = weir_state::backend::StateBackend {
-            restore_files: Some(dir.to_path_buf()),
-            ..self.backend.clone()
+        let reopened = crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, N)?;
+        let Some((store, counters)) = reopened else {
+            return Ok(None);
         };
-        let store = DiskStore::open_for_lookups(&backend, &self.label)?;
-        let counters = store.get(COUNTERS)?.and_then(|bytes| {
-            let mut counters = [0; N];
-            (bytes.len() == N * 8).then(|| {
-                for (c, b) in counters.iter_mut().zip(bytes.chunks_exact(8)) {
-                    *c = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-                }
-                counters
-            })
-        });
-        if counters.is_some() {
-            self.store = store;
-            // Timer entries already fired were deleted with their keys' writes; the rest are
-            // found again from the first watermark.
-            self.expired_through = None;
-            self.resume = None;
-        }
-        Ok(counters)
+        self.store = store;
+        // Timer entries already fired were deleted with their keys' writes; the rest are
+        // found again from the first watermark.
+        self.expired_through = None;
+        self.resume = None;
+        Ok(Some(counters.try_into().expect("N counters")))
     }
 
     fn key_of(&mut self, key: &[u8]) -> Vec<u8> {
@@ -384,12 +372,7 @@ impl<S: DiskValue> DiskKeys<S> {
         counters: &[u64],
         mut batches: impl FnMut(&[(u16, Box<[u8]>, S)]) -> Result<Vec<RecordBatch>> + Send + 'static,
     ) -> Result<StateSnapshot> {
-        if !counters.is_empty() {
-            let mut writes = Writes::default();
-            let bytes: Vec<u8> = counters.iter().flat_map(|c| c.to_le_bytes()).collect();
-            writes.put(COUNTERS, bytes);
-            self.store.write(writes)?;
-        }
+        crate::store_snapshot::put_counters(&self.store, COUNTERS, counters)?;
         let at_once = self.at_once;
         crate::store_snapshot::store_snapshot(&self.store, vec![KEYS + 1], move |entries, emit| {
             let mut keys: Vec<(u16, Box<[u8]>, S)> = Vec::new();

@@ -30,3 +30,48 @@ pub(crate) fn store_snapshot(
     let files = store.checkpoint()?;
     Ok(StateSnapshot::store(files, batches))
 }
+
+/// Writes `counters` (what an operator keeps besides its store's entries: a batch number, its
+/// gauges) into `store` under `key`, a key outside every range its snapshots and scans read,
+/// for a restore that opens the store's files ([`reopen`]). None, nothing.
+///
+/// # Errors
+/// The store cannot be written.
+pub(crate) fn put_counters(store: &DiskStore, key: &[u8], counters: &[u64]) -> Result<()> {
+    if counters.is_empty() {
+        return Ok(());
+    }
+    let mut writes = weir_state::rocks::Writes::default();
+    let bytes: Vec<u8> = counters.iter().flat_map(|c| c.to_le_bytes()).collect();
+    writes.put(key, bytes);
+    Ok(store.write(writes)?)
+}
+
+/// A store opened on the files in `dir` (this subtask's, from a checkpoint of a store opened
+/// with `backend` as `label`), with the `n` counters [`put_counters`] wrote under `key`; `None`
+/// when the files hold no such counters (written by an older weir), the store dropped (and its
+/// folder removed).
+///
+/// # Errors
+/// The files cannot be opened as a store, or read.
+pub(crate) fn reopen(
+    backend: &weir_state::backend::StateBackend,
+    label: &str,
+    dir: &std::path::Path,
+    key: &[u8],
+    n: usize,
+) -> Result<Option<(DiskStore, Vec<u64>)>> {
+    let backend = weir_state::backend::StateBackend {
+        restore_files: Some(dir.to_path_buf()),
+        ..backend.clone()
+    };
+    let store = DiskStore::open_for_lookups(&backend, label)?;
+    let counters = store.get(key)?.and_then(|bytes| {
+        (bytes.len() == n * 8).then(|| {
+            (bytes.chunks_exact(8))
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect::<Vec<u64>>()
+        })
+    });
+    Ok(counters.map(|c| (store, c)))
+}

@@ -25,12 +25,20 @@ use weir_state::rocks::{
 };
 use weir_state::KeySlots;
 
+/// The key of the operator's counters ([`TimedGroups::snapshot`]), with the store's own
+/// `closed_through` first: past the timed entries, so outside what a snapshot's batches and a
+/// pass over closing windows read.
+const COUNTERS: &[u8] = &[TIMED_NAMESPACE + 1];
+
 /// Entries as a pass hands them on: (group bytes, value).
 pub(crate) type Entries = Vec<(Box<[u8]>, Box<[u8]>)>;
 
 /// Groups in a [`DiskStore`], filed by when they close.
 pub(crate) struct TimedGroups {
     store: DiskStore,
+    /// What the store was opened with, to open it again on a checkpoint's files.
+    backend: weir_state::backend::StateBackend,
+    label: String,
     /// Windows closing at or below this watermark are gone: a scan starts after it, and a
     /// group of a window that closed by then is filed just after it (as the memory backend's
     /// queue fires such a group at the next watermark).
@@ -46,6 +54,8 @@ impl TimedGroups {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(TimedGroups {
             store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
+            backend: info.state_backend.clone(),
+            label,
             closed_through: None,
             value_buf: Vec::new(),
             at_once: crate::disk_keys::at_once(info),
@@ -55,6 +65,29 @@ impl TimedGroups {
     /// Bytes of state: the store's estimate.
     pub(crate) fn bytes(&self) -> u64 {
         self.store.bytes()
+    }
+
+    /// Opens the store on the files in `dir` (this subtask's, from a checkpoint of its store)
+    /// in place of its own, where the windows closed by then stay closed, and returns the `N`
+    /// counters the operator checkpointed with them ([`TimedGroups::snapshot`]). `None`, and
+    /// the store as it was, when the files hold no such counters (an older weir's): the
+    /// operator restores from their rows instead.
+    ///
+    /// # Errors
+    /// The files cannot be opened as a store, or read.
+    pub(crate) fn reopen<const N: usize>(
+        &mut self,
+        dir: &std::path::Path,
+    ) -> Result<Option<[u64; N]>> {
+        let reopened =
+            crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, N + 2)?;
+        let Some((store, counters)) = reopened else {
+            return Ok(None);
+        };
+        self.store = store;
+        // A group of a window closed by then is filed after it, where the checkpoint's are.
+        self.closed_through = (counters[0] != 0).then_some(counters[1] as i64);
+        Ok(Some(counters[2..].try_into().expect("N counters")))
     }
 
     /// Where the group `bytes` of a window closing at `close` is filed.
@@ -152,10 +185,20 @@ impl TimedGroups {
     /// Every group as of now, read from a snapshot of the store on another thread: `batches`
     /// makes state batches of a pass's worth of entries (in the memory backend's layout), each
     /// written as it is made; it is called at least once, with no entries if there are none.
+    /// `counters` (the operator's gauges) go into the store with the windows closed so far,
+    /// for a restore that opens its files ([`TimedGroups::reopen`]); the batches leave them
+    /// out.
     pub(crate) fn snapshot(
         &self,
+        counters: &[u64],
         mut batches: impl FnMut(&Entries) -> Result<Vec<RecordBatch>> + Send + 'static,
     ) -> Result<StateSnapshot> {
+        let mut all = vec![
+            u64::from(self.closed_through.is_some()),
+            self.closed_through.unwrap_or(0) as u64,
+        ];
+        all.extend_from_slice(counters);
+        crate::store_snapshot::put_counters(&self.store, COUNTERS, &all)?;
         let at_once = self.at_once;
         crate::store_snapshot::store_snapshot(
             &self.store,

@@ -677,6 +677,12 @@ fn held(states: &[State]) -> (u64, u64) {
 }
 
 impl WindowAggregateOp {
+    /// What a checkpoint on disk takes besides the groups: the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 3] {
+        [self.group_count, self.state_bytes, self.values_held]
+    }
+
     fn new_states(&self) -> Vec<State> {
         self.bound.iter().map(|b| b.init()).collect()
     }
@@ -1278,7 +1284,7 @@ impl Operator for WindowAggregateOp {
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return d.snapshot(&self.state_schema);
+            return d.snapshot(&self.state_schema, &self.counters());
         }
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk_sessions {
@@ -1349,6 +1355,23 @@ impl Operator for WindowAggregateOp {
             self.write_back()?;
         }
         Ok(())
+    }
+
+    /// Fixed windows on disk: opens the checkpoint's files as its store and goes on from the
+    /// counters checkpointed with them (`TimedGroups::reopen`). Sessions are restored from
+    /// their rows.
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<3>(dir)? else {
+            return Ok(false);
+        };
+        [self.group_count, self.state_bytes, self.values_held] = counters;
+        // As a restore from rows: the peak from what it holds.
+        self.peak_groups = self.group_count;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

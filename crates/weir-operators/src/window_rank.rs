@@ -373,6 +373,12 @@ pub struct WindowRankOp {
 }
 
 impl WindowRankOp {
+    /// What a checkpoint on disk takes besides the groups: the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 3] {
+        [self.group_count, self.rows_held, self.bytes_held]
+    }
+
     /// A watermark as this operator's windows read it.
     fn local(&self, wm: i64) -> i64 {
         crate::local_time::local_watermark_in(self.tz.as_ref(), wm)
@@ -620,7 +626,7 @@ impl Operator for WindowRankOp {
         if let Some(d) = &self.disk {
             let (schema, key_groups) = (self.state_schema.clone(), self.key_groups);
             let all = RowConverter::new(self.fields.clone())?;
-            return d.snapshot(move |entries| {
+            return d.snapshot(&self.counters(), move |entries| {
                 let groups: Vec<(&[u8], Vec<Kept>)> = (entries.iter())
                     .map(|(k, v)| Ok((&k[..], disk::decode(v)?)))
                     .collect::<Result<_>>()?;
@@ -662,6 +668,22 @@ impl Operator for WindowRankOp {
             self.add(&data, &ends)?;
         }
         Ok(())
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`TimedGroups::reopen`).
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<3>(dir)? else {
+            return Ok(false);
+        };
+        [self.group_count, self.rows_held, self.bytes_held] = counters;
+        // As a restore from rows: the peak from what it holds.
+        self.peak_groups = self.group_count;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

@@ -339,10 +339,75 @@ fn check_full(
     if matches!(window.window, weir_operators::Window::Session { .. }) {
         aggs.retain(|a| !a.function.in_arrival_order());
     }
+    let sessions = matches!(window.window, weir_operators::Window::Session { .. });
     let spec = window_spec(window, aggs, lateness, Phase::Full);
     let inputs = script(steps);
     let cut = cut.index(inputs.len() + 1);
-    on_every_pair_of_backends(&spec, &raw_info(), &inputs, parallelism, cut)
+    on_every_pair_of_backends(&spec, &raw_info(), &inputs, parallelism, cut)?;
+    if sessions {
+        return Ok(());
+    }
+    opens_its_store_files(&spec, &raw_info(), &inputs, parallelism, cut)
+}
+
+/// On disk with incremental checkpoints, cut after `cut` inputs and restored at the same
+/// parallelism by opening each subtask's store files (fixed windows do), with the gauges of a
+/// restore from rows, and going on to the uninterrupted output (the memory backend's).
+fn opens_its_store_files(
+    factory: &dyn OperatorFactory,
+    info: &StreamInfo,
+    inputs: &[Input],
+    parallelism: usize,
+    cut: usize,
+) -> Result<(), TestCaseError> {
+    let Some(disk) = weir_testkit::backends().pop().filter(StateBackend::on_disk) else {
+        return Ok(());
+    };
+    let disk = StateBackend {
+        incremental: true,
+        ..disk
+    };
+    let memory = StateBackend::default();
+    let mut a = weir_testkit::on_backend(&memory, || Subtasks::fresh(factory, info, parallelism));
+    inputs.iter().for_each(|i| a.feed(i));
+    a.end();
+    let want = sorted(a.take());
+    let keys = ["k".to_string()];
+    let inputs_info = std::slice::from_ref(info);
+    let opened = weir_testkit::on_backend(&disk, || {
+        let mut b = Subtasks::fresh(factory, info, parallelism);
+        inputs[..cut].iter().for_each(|i| b.feed(i));
+        let before = b.take();
+        let rows = b.0.snapshots();
+        let later = b.0.snapshots_later();
+        drop(b);
+        KeyedSubtasks::restored_from_stores(factory, inputs_info, &keys, later, &rows)
+            .map(|r| (before, r))
+    });
+    let (mut got, restored) = match opened {
+        Ok(o) => o,
+        Err(e) => return Err(TestCaseError::fail(e)),
+    };
+    let mut r = Subtasks(restored);
+    let last_watermark = inputs[..cut].iter().rev().find_map(|i| match i {
+        Input::Watermark(w) => Some(*w),
+        Input::Batch(_) => None,
+    });
+    if let Some(w) = last_watermark {
+        r.feed(&Input::Watermark(w));
+    }
+    inputs[cut..].iter().for_each(|i| r.feed(i));
+    r.end();
+    got.extend(r.take());
+    prop_assert_eq!(
+        sorted(got),
+        want,
+        "opened from its store's files at parallelism {} after {} of {} inputs",
+        parallelism,
+        cut,
+        inputs.len()
+    );
+    Ok(())
 }
 
 /// [`check_restores_on`] with the run that is cut on each backend and the others on each
@@ -413,7 +478,8 @@ fn check_final(
         }
     }
     let cut = cut.index(inputs.len() + 1);
-    on_every_pair_of_backends(&final_spec, &info, &inputs, parallelism, cut)
+    on_every_pair_of_backends(&final_spec, &info, &inputs, parallelism, cut)?;
+    opens_its_store_files(&final_spec, &info, &inputs, parallelism, cut)
 }
 
 fn steps() -> impl Strategy<Value = Vec<RawStep>> {
@@ -633,6 +699,28 @@ fn a_row_for_a_closed_window_opens_it_again_on_every_backend() {
             }
         }
     }
+    // On disk, restored by opening its store's files between the two rows: the second finds
+    // the group the first made again, filed after the windows closed before the checkpoint.
+    let Some(disk) = weir_testkit::backends().pop().filter(StateBackend::on_disk) else {
+        return;
+    };
+    let disk = StateBackend {
+        incremental: true,
+        ..disk
+    };
+    weir_testkit::on_backend(&disk, || {
+        let mut h = Harness::of(&spec, &[raw_info()]);
+        h.push_batch(0, one_row("k1", 1, 10));
+        h.watermark(150);
+        assert_eq!(lines(&mut h), ["k1,0,100,99,1,1"]);
+        h.push_batch(0, one_row("k1", 2, 20));
+        let snapshot = h.snapshot_later();
+        let mut r = Harness::restored_from_store(&spec, &[raw_info()], snapshot, 0, 1)
+            .expect("opens its store's files");
+        r.push_batch(0, one_row("k1", 3, 30));
+        r.watermark(160);
+        assert_eq!(lines(&mut r), ["k1,0,100,99,2,5"]);
+    });
 }
 
 /// Sessions with an exact median restored from the memory backend's checkpoint onto each

@@ -280,6 +280,30 @@ proptest! {
             got.extend(r.take().0);
             prop_assert_eq!(sorted(got), want.clone(), "restored at parallelism {} after {} of {} inputs, from {:?} to {:?}", p, cut, inputs.len(), on[0].kind, on[1].kind);
         }
+        // On disk with incremental checkpoints, a restore at the same parallelism opens each
+        // subtask's store files as its store, with the gauges of a restore from rows, and
+        // goes on as the rows restored do.
+        if on[0].on_disk() {
+            let disk = StateBackend { incremental: true, ..on[0].clone() };
+            let opened = weir_testkit::on_backend(&disk, || {
+                let mut c = Subtasks(KeyedSubtasks::restored(&spec, &[info()], &keys(), &[], parallelism));
+                inputs[..cut].iter().for_each(|i| c.feed(i));
+                let rows = c.0.snapshots();
+                let later = c.0.snapshots_later();
+                drop(c);
+                KeyedSubtasks::restored_from_stores(&spec, &[info()], &keys(), later, &rows)
+            });
+            prop_assert!(opened.is_ok(), "{:?}", opened.err());
+            let mut r = Subtasks(opened.unwrap());
+            if let Some(w) = last_watermark {
+                r.feed(&Input::Watermark(w));
+            }
+            inputs[cut..].iter().for_each(|i| r.feed(i));
+            r.end();
+            let mut got = before.clone();
+            got.extend(r.take().0);
+            prop_assert_eq!(sorted(got), want.clone(), "opened from its store's files after {} of {} inputs", cut, inputs.len());
+        }
     }
 }
 

@@ -46,6 +46,15 @@ impl DiskWindows {
         self.groups.bytes()
     }
 
+    /// The store opened on a checkpoint's files, with the counters taken with them (see
+    /// [`TimedGroups::reopen`]).
+    pub(super) fn reopen<const N: usize>(
+        &mut self,
+        dir: &std::path::Path,
+    ) -> Result<Option<[u64; N]>> {
+        self.groups.reopen(dir)
+    }
+
     /// The stored group `bytes` of a window closing at `close`, if there is one.
     pub(super) fn load(&self, bytes: &[u8], close: i64, bound: &[Bound]) -> Result<Option<Group>> {
         (self.groups.get(bytes, close)?)
@@ -74,14 +83,19 @@ impl DiskWindows {
     }
 
     /// Every group as of now, in `state_schema` (the memory backend's checkpoint layout), read
-    /// from a snapshot of the store on another thread and written as it is read.
-    pub(super) fn snapshot(&self, state_schema: &SchemaRef) -> Result<StateSnapshot> {
+    /// from a snapshot of the store on another thread and written as it is read; `counters`
+    /// are the operator's, for a restore that opens the store's files.
+    pub(super) fn snapshot(
+        &self,
+        state_schema: &SchemaRef,
+        counters: &[u64],
+    ) -> Result<StateSnapshot> {
         let aggregates = self.aggregates.clone();
         let input_schema = self.input_schema.clone();
         let state_schema = state_schema.clone();
         let key_groups = self.key_groups;
         let mut bound: Option<Vec<Bound>> = None;
-        self.groups.snapshot(move |entries| {
+        self.groups.snapshot(counters, move |entries| {
             let bound = match &mut bound {
                 Some(b) => b,
                 None => bound.insert(

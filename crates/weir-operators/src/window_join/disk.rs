@@ -291,7 +291,7 @@ impl WindowRows for DiskWindows {
         let layout = at.layout.clone();
         let schemas = self.schemas.clone();
         let (window_len, size) = (self.window_len, self.size);
-        self.groups.snapshot(move |entries| {
+        self.groups.snapshot(&[], move |entries| {
             let mut sides = [Side::new(&schemas[0])?, Side::new(&schemas[1])?];
             for (bytes, value) in entries {
                 let (group, side) = split_entry(bytes)?;
