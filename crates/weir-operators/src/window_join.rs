@@ -628,7 +628,17 @@ impl Operator for WindowJoinOp {
             layout: &self.layout,
             encoders: &self.encoders,
             window_len: window_id_len(self.given.is_some()),
+            buffered: self.buffered,
         })
+    }
+
+    /// On disk, opens the checkpoint's files as its rows (`WindowRows::reopen`).
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(buffered) = self.rows.reopen(dir)? else {
+            return Ok(false);
+        };
+        self.buffered = buffered;
+        Ok(true)
     }
 
     /// Files each row of the state batches (of either backend) in its window again.

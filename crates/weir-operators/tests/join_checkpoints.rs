@@ -188,6 +188,41 @@ fn check_restore_on(
             after
         );
     }
+    // The joins whose rows are on disk open a checkpoint's store files when restored at the
+    // same parallelism (with incremental checkpoints), and go on as the rows restored do.
+    let opens = ["interval_join", "window_join"].contains(&factory.kind());
+    if on[0].on_disk() && opens {
+        let disk = StateBackend {
+            incremental: true,
+            ..on[0].clone()
+        };
+        let opened = weir_testkit::on_backend(&disk, || {
+            let mut first = subtasks(factory, &[], before);
+            events[..cut].iter().for_each(|e| feed(&mut first, e));
+            let out_before = first.take();
+            let rows = first.snapshots();
+            let later = first.snapshots_later();
+            drop(first);
+            KeyedSubtasks::restored_from_stores(factory, &inputs(), &["k".into()], later, &rows)
+                .map(|s| (out_before, s))
+        });
+        let (mut got, mut second) = match opened {
+            Ok(o) => o,
+            Err(e) => return Err(TestCaseError::fail(e)),
+        };
+        events[cut..].iter().for_each(|e| feed(&mut second, e));
+        got.extend(second.end());
+        got.sort();
+        prop_assert_eq!(
+            &got,
+            &want,
+            "{} cut after {} of {} events at parallelism {}, opened from its store's files",
+            factory.describe(),
+            cut,
+            events.len(),
+            before
+        );
+    }
     Ok(())
 }
 

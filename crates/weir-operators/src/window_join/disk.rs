@@ -287,11 +287,21 @@ impl WindowRows for DiskWindows {
         None
     }
 
+    /// The rows of the checkpoint's files, numbered on after theirs.
+    fn reopen(&mut self, dir: &std::path::Path) -> Result<Option<[u64; 2]>> {
+        let Some([seq, left, right]) = self.groups.reopen::<3>(dir)? else {
+            return Ok(None);
+        };
+        self.seq = seq;
+        Ok(Some([left, right]))
+    }
+
     fn snapshot(&mut self, at: &SnapshotOf) -> Result<StateSnapshot> {
         let layout = at.layout.clone();
         let schemas = self.schemas.clone();
         let (window_len, size) = (self.window_len, self.size);
-        self.groups.snapshot(&[], move |entries| {
+        let counters = [self.seq, at.buffered[0], at.buffered[1]];
+        self.groups.snapshot(&counters, move |entries| {
             let mut sides = [Side::new(&schemas[0])?, Side::new(&schemas[1])?];
             for (bytes, value) in entries {
                 let (group, side) = split_entry(bytes)?;

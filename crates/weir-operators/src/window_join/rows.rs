@@ -87,6 +87,12 @@ pub(super) trait WindowRows: Send {
     /// `given`), as the layout's extra columns. `window_len`: the window's bytes at the end of
     /// a group's.
     fn snapshot(&mut self, at: &SnapshotOf) -> Result<StateSnapshot>;
+    /// Opens a checkpoint's store files in folder `dir` (this subtask's own) as the rows, and
+    /// returns the rows buffered per side then; `None` where they cannot be opened so (in
+    /// memory, or files of an older weir).
+    fn reopen(&mut self, _dir: &std::path::Path) -> Result<Option<[u64; 2]>> {
+        Ok(None)
+    }
 }
 
 /// What a snapshot of either backend needs to know of the join.
@@ -96,6 +102,9 @@ pub(super) struct SnapshotOf<'a> {
     /// The bytes of a window at the end of a group's bytes: 8 (its start), or 16 (start and
     /// end) when the inputs give windows.
     pub window_len: usize,
+    /// The rows buffered per side, for a restore that opens a store's files.
+    #[cfg_attr(not(feature = "rocksdb"), allow(dead_code))]
+    pub buffered: [u64; 2],
 }
 
 impl SnapshotOf<'_> {
