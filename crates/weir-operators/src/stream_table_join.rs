@@ -256,12 +256,20 @@ trait Table: Send {
     /// Voids the handles [`Table::find`] gave out.
     fn clear(&mut self);
     fn bytes(&self) -> u64;
-    /// Every key's row, in the join's state `layout` (the table side's).
+    /// Every key's row, in the join's state `layout` (the table side's); `rows`, how many it
+    /// holds, for a restore that opens a store's files.
     fn snapshot(
         &mut self,
         layout: &StateLayout,
         encoders: &[KeyEncoder; 2],
+        rows: u64,
     ) -> Result<StateSnapshot>;
+    /// Opens a checkpoint's store files in folder `dir` (this subtask's own) as the table,
+    /// and returns how many rows it held; `None` where it cannot (in memory, or files of an
+    /// older weir).
+    fn reopen(&mut self, _dir: &std::path::Path) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 fn pack(r: RowRef) -> Found {
@@ -347,6 +355,7 @@ impl Table for MemoryTable {
         &mut self,
         layout: &StateLayout,
         encoders: &[KeyEncoder; 2],
+        _rows: u64,
     ) -> Result<StateSnapshot> {
         let mut w = layout.writer(&self.stores, encoders);
         for slot in self.table.slots() {
@@ -479,7 +488,16 @@ impl Operator for StreamTableJoinOp {
 
     /// The table's row of every key (see [`StateLayout`]); stream rows are not kept.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
-        self.table.snapshot(&self.layout, &self.encoders)
+        self.table.snapshot(&self.layout, &self.encoders, self.rows)
+    }
+
+    /// On disk, opens the checkpoint's files as its table (`Table::reopen`).
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(rows) = self.table.reopen(dir)? else {
+            return Ok(false);
+        };
+        self.rows = rows;
+        Ok(true)
     }
 
     /// Takes the rows (of either backend's checkpoint) up as upserts, so a key found twice (a

@@ -190,7 +190,7 @@ fn check_restore_on(
     }
     // The joins whose rows are on disk open a checkpoint's store files when restored at the
     // same parallelism (with incremental checkpoints), and go on as the rows restored do.
-    let opens = ["interval_join", "window_join"].contains(&factory.kind());
+    let opens = ["interval_join", "window_join", "stream_table_join"].contains(&factory.kind());
     if on[0].on_disk() && opens {
         let disk = StateBackend {
             incremental: true,

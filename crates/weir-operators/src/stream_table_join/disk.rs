@@ -29,9 +29,16 @@ use crate::join_rows::disk::{columns_of, converter};
 /// The namespace the table's rows live in.
 const TABLE: u8 = 0;
 
+/// The key of the count of rows held ([`Table::snapshot`]): past the table's rows, so outside
+/// what a snapshot reads.
+const COUNTERS: &[u8] = &[TABLE + 1];
+
 /// The table in a [`DiskStore`].
 pub(super) struct DiskTable {
     store: DiskStore,
+    /// What the store was opened with, to open it again on a checkpoint's files.
+    backend: weir_state::backend::StateBackend,
+    label: String,
     schema: SchemaRef,
     converter: RowConverter,
     /// The batch being filed, in row format.
@@ -51,6 +58,8 @@ impl DiskTable {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(DiskTable {
             store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
+            backend: info.state_backend.clone(),
+            label,
             converter: converter(&schema)?,
             schema,
             current: None,
@@ -138,7 +147,22 @@ impl Table for DiskTable {
 
     /// Every row, read from a snapshot of the store on another thread and written in the
     /// join's state layout as it is read.
-    fn snapshot(&mut self, layout: &StateLayout, _: &[KeyEncoder; 2]) -> Result<StateSnapshot> {
+    fn reopen(&mut self, dir: &std::path::Path) -> Result<Option<u64>> {
+        let reopened = crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, 1)?;
+        let Some((store, counters)) = reopened else {
+            return Ok(None);
+        };
+        self.store = store;
+        Ok(Some(counters[0]))
+    }
+
+    fn snapshot(
+        &mut self,
+        layout: &StateLayout,
+        _: &[KeyEncoder; 2],
+        rows: u64,
+    ) -> Result<StateSnapshot> {
+        crate::store_snapshot::put_counters(&self.store, COUNTERS, &[rows])?;
         let layout = layout.clone();
         let schema = self.schema.clone();
         let at_once = self.at_once;
