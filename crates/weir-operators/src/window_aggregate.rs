@@ -1288,9 +1288,14 @@ impl Operator for WindowAggregateOp {
         }
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk_sessions {
-            return disk::snapshot_sessions(d, &self.state_schema, self.key_groups, || {
-                self.bind_again()
-            });
+            let counters = self.counters();
+            return disk::snapshot_sessions(
+                d,
+                &self.state_schema,
+                self.key_groups,
+                || self.bind_again(),
+                &counters,
+            );
         }
         let mut rows: Vec<aggregates::StateRow> = Vec::with_capacity(self.group_count as usize);
         if self.spec.fixed().is_some() {
@@ -1357,15 +1362,17 @@ impl Operator for WindowAggregateOp {
         Ok(())
     }
 
-    /// Fixed windows on disk: opens the checkpoint's files as its store and goes on from the
-    /// counters checkpointed with them (`TimedGroups::reopen`). Sessions are restored from
-    /// their rows.
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`TimedGroups::reopen` for fixed windows, `DiskKeys::reopen`
+    /// for sessions).
     #[cfg(feature = "rocksdb")]
     fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
-        let Some(d) = self.disk.as_mut() else {
-            return Ok(false);
+        let reopened = match (self.disk.as_mut(), self.disk_sessions.as_mut()) {
+            (Some(d), _) => d.reopen::<3>(dir)?,
+            (None, Some(d)) => d.reopen::<3>(dir)?,
+            (None, None) => None,
         };
-        let Some(counters) = d.reopen::<3>(dir)? else {
+        let Some(counters) = reopened else {
             return Ok(false);
         };
         [self.group_count, self.state_bytes, self.values_held] = counters;

@@ -339,19 +339,15 @@ fn check_full(
     if matches!(window.window, weir_operators::Window::Session { .. }) {
         aggs.retain(|a| !a.function.in_arrival_order());
     }
-    let sessions = matches!(window.window, weir_operators::Window::Session { .. });
     let spec = window_spec(window, aggs, lateness, Phase::Full);
     let inputs = script(steps);
     let cut = cut.index(inputs.len() + 1);
     on_every_pair_of_backends(&spec, &raw_info(), &inputs, parallelism, cut)?;
-    if sessions {
-        return Ok(());
-    }
     opens_its_store_files(&spec, &raw_info(), &inputs, parallelism, cut)
 }
 
 /// On disk with incremental checkpoints, cut after `cut` inputs and restored at the same
-/// parallelism by opening each subtask's store files (fixed windows do), with the gauges of a
+/// parallelism by opening each subtask's store files, with the gauges of a
 /// restore from rows, and going on to the uninterrupted output (the memory backend's).
 fn opens_its_store_files(
     factory: &dyn OperatorFactory,
@@ -536,6 +532,7 @@ proptest! {
         let inputs = script(&steps);
         let cut = cut.index(inputs.len() + 1);
         on_every_pair_of_backends(&spec, &raw_info(), &inputs, parallelism, cut)?;
+        opens_its_store_files(&spec, &raw_info(), &inputs, parallelism, cut)?;
     }
 
     #[test]

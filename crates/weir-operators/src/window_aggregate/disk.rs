@@ -137,16 +137,18 @@ pub(super) fn decode(v: &[u8], bound: &[Bound]) -> Result<Group> {
 
 /// Every key's sessions as of now, in `state_schema` (the memory backend's checkpoint layout),
 /// read from a snapshot of the store on another thread and written as it is read; `bind`
-/// binds the aggregates for that thread.
+/// binds the aggregates for that thread; `counters` are the operator's, for a restore that
+/// opens the store's files.
 pub(super) fn snapshot_sessions(
     keys: &DiskKeys<KeySessions>,
     state_schema: &SchemaRef,
     key_groups: u16,
     bind: impl Fn() -> Result<Vec<Bound>>,
+    counters: &[u64],
 ) -> Result<StateSnapshot> {
     let bound = bind()?;
     let schema = state_schema.clone();
-    keys.snapshot(bind()?, &[], move |keys| {
+    keys.snapshot(bind()?, counters, move |keys| {
         let rows: Vec<aggregates::StateRow> = (keys.iter())
             .flat_map(|(_, k, sessions)| {
                 (sessions.list.iter()).map(move |s| (&k[..], vec![s.start, s.end], &s.states[..]))
