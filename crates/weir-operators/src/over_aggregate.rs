@@ -560,6 +560,19 @@ fn queue(due: &mut ExpiryQueue, on_disk: bool, k: &mut KeyRows, slot: usize, at:
 }
 
 impl OverAggregateOp {
+    /// What a checkpoint on disk takes besides the keys: the next row's sequence number, and
+    /// the gauges.
+    #[cfg(feature = "rocksdb")]
+    fn counters(&self) -> [u64; 5] {
+        [
+            self.next_seq,
+            self.key_count,
+            self.held,
+            self.pending,
+            self.kept_bytes,
+        ]
+    }
+
     fn on_disk(&self) -> bool {
         self.row_format.is_some()
     }
@@ -1024,7 +1037,7 @@ impl Operator for OverAggregateOp {
             let (schema, kinds) = (self.state_schema.clone(), self.kinds.clone());
             let unbounded = self.spec.frame.unbounded();
             let rows = RowConverter::new(self.fields.clone())?;
-            return d.snapshot((), &[], move |keys| {
+            return d.snapshot((), &self.counters(), move |keys| {
                 let keys = keys.iter().map(|(g, k, rows)| (*g, &k[..], rows));
                 let batch = state_batch(&schema, &kinds, unbounded, keys, |held| {
                     let bytes: Vec<Option<&[u8]>> =
@@ -1160,6 +1173,29 @@ impl Operator for OverAggregateOp {
             crate::disk_keys::write_back(&mut self.disk, &mut self.keys)?;
         }
         Ok(())
+    }
+
+    /// On disk, opens the checkpoint's files as its store and goes on from the counters
+    /// checkpointed with them (`DiskKeys::reopen`): rows after the restore are numbered after
+    /// the restored ones.
+    #[cfg(feature = "rocksdb")]
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let Some(d) = self.disk.as_mut() else {
+            return Ok(false);
+        };
+        let Some(counters) = d.reopen::<5>(dir)? else {
+            return Ok(false);
+        };
+        [
+            self.next_seq,
+            self.key_count,
+            self.held,
+            self.pending,
+            self.kept_bytes,
+        ] = counters;
+        // As a restore from rows: the peak from what it holds.
+        self.peak_held = self.held;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {

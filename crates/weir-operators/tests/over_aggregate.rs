@@ -416,6 +416,39 @@ fn check(
             on[1].kind
         );
     }
+    // On disk with incremental checkpoints, a restore at the same parallelism opens each
+    // subtask's store files as its store, with the gauges of a restore from rows, and goes on
+    // as the rows restored do.
+    if on[0].on_disk() {
+        let disk = StateBackend {
+            incremental: true,
+            ..on[0].clone()
+        };
+        let mut c = subtasks(&spec, &[], 2, &disk);
+        inputs[..cut].iter().for_each(|i| c.feed(i));
+        let opened = weir_testkit::on_backend(&disk, || {
+            let rows = c.snapshots();
+            let later = c.snapshots_later();
+            KeyedSubtasks::restored_from_stores(&spec, &[info()], &["k".to_string()], later, &rows)
+        });
+        drop(c);
+        let mut r = match opened {
+            Ok(r) => r,
+            Err(e) => return Err(TestCaseError::fail(e)),
+        };
+        if let Some(w) = last_watermark {
+            r.watermark(w);
+        }
+        inputs[cut..].iter().for_each(|i| r.feed(i));
+        let mut got = before.clone();
+        got.extend(r.end());
+        prop_assert_eq!(
+            sorted(got),
+            want.clone(),
+            "opened from its store's files after {} inputs",
+            cut
+        );
+    }
     Ok(())
 }
 
