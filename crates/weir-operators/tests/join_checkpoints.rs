@@ -190,7 +190,13 @@ fn check_restore_on(
     }
     // The joins whose rows are on disk open a checkpoint's store files when restored at the
     // same parallelism (with incremental checkpoints), and go on as the rows restored do.
-    let opens = ["interval_join", "window_join", "stream_table_join"].contains(&factory.kind());
+    let opens = [
+        "interval_join",
+        "window_join",
+        "stream_table_join",
+        "temporal_join",
+    ]
+    .contains(&factory.kind());
     if on[0].on_disk() && opens {
         let disk = StateBackend {
             incremental: true,
@@ -359,5 +365,38 @@ proptest! {
                 check_restore_on(join.as_ref(), &events, cut.index(events.len() + 1), before, [a, b])?;
             }
         }
+    }
+}
+
+/// Probe rows of one key and time on each side of a cut, on disk: restored from the store's
+/// files, the second is numbered after the first, which it would otherwise overwrite; both
+/// are priced by the version before them.
+#[test]
+fn probes_of_one_key_and_time_on_each_side_of_a_restore_are_both_joined() {
+    let join = keyed(|l, r| {
+        Box::new(TemporalJoin {
+            probe_keys: l,
+            table_keys: r,
+            ..TemporalJoin::new().op_column("op")
+        })
+    });
+    let probe = |id| Event::Rows {
+        input: 0,
+        rows: vec![(Some(1), 1_010, id, false)],
+        watermark: 1_000,
+    };
+    let events = [
+        Event::Rows {
+            input: 1,
+            rows: vec![(Some(1), 1_005, 3, false)],
+            watermark: 1_000,
+        },
+        probe(1),
+        probe(2),
+        Event::Watermark(1_100),
+    ];
+    let backends = weir_testkit::backends();
+    for on in &backends {
+        check_restore_on(join.as_ref(), &events, 2, 1, [on, on]).unwrap();
     }
 }

@@ -53,6 +53,10 @@ const FOUND_AT_ONCE: usize = 4096;
 /// The namespace of each key's floor: the time of its oldest version kept, below which are
 /// only deleted versions a scan need not step over.
 const FLOORS: u8 = 2;
+/// The key of the operator's counters (its next sequence number, where its expiry scans
+/// start, its gauges), for a restore that opens its store's files: past the floors, so outside
+/// every scan of probes, versions and floors, and skipped by a snapshot's.
+const COUNTERS: &[u8] = &[FLOORS + 1];
 /// A version's flag byte: a value, or a delete (no columns follow).
 const VALUE: u8 = 0;
 const DELETE: u8 = 1;
@@ -71,6 +75,9 @@ pub(super) struct DiskTemporalJoinOp {
     /// Each input's rows in Arrow's row format, as stored.
     converters: [RowConverter; 2],
     store: DiskStore,
+    /// What the store was opened with, to open it again on a checkpoint's files.
+    backend: weir_state::backend::StateBackend,
+    label: String,
     key_groups: u16,
     /// The next probe row's sequence number.
     seq: u64,
@@ -90,6 +97,8 @@ impl DiskTemporalJoinOp {
             converters: [converter(&parts.schemas[0])?, converter(&parts.schemas[1])?],
             parts,
             store,
+            backend: info.state_backend.clone(),
+            label,
             key_groups: info.key_groups,
             seq: 0,
             expired_through: None,
@@ -485,6 +494,14 @@ impl Operator for DiskTemporalJoinOp {
     /// Every waiting probe and version, read from a snapshot of the store on another thread
     /// and written in the join's state layout (the memory backend's) as it is read.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
+        let counters = [
+            self.seq,
+            u64::from(self.expired_through.is_some()),
+            self.expired_through.unwrap_or(0) as u64,
+            self.counts.pending,
+            self.counts.versions,
+        ];
+        crate::store_snapshot::put_counters(&self.store, COUNTERS, &counters)?;
         let layout = self.parts.layout.clone();
         let schemas = self.parts.schemas.clone();
         let batch_rows = self.at_once;
@@ -571,6 +588,23 @@ impl Operator for DiskTemporalJoinOp {
         self.counts.peak_pending = self.counts.pending;
         self.counts.peak_versions = self.counts.versions;
         Ok(())
+    }
+
+    /// Opens the checkpoint's files as its store and goes on from the counters checkpointed
+    /// with them: probes after the restore are numbered after the restored ones.
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        let reopened = crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, 5)?;
+        let Some((store, counters)) = reopened else {
+            return Ok(false);
+        };
+        self.store = store;
+        self.seq = counters[0];
+        self.expired_through = (counters[1] != 0).then_some(counters[2] as i64);
+        [self.counts.pending, self.counts.versions] = [counters[3], counters[4]];
+        // As a restore from rows: the peaks from what it holds.
+        self.counts.peak_pending = self.counts.pending;
+        self.counts.peak_versions = self.counts.versions;
+        Ok(true)
     }
 
     fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
