@@ -33,7 +33,9 @@ pub(crate) fn store_snapshot(
 
 /// Writes `counters` (what an operator keeps besides its store's entries: a batch number, its
 /// gauges) into `store` under `key`, a key outside every range its snapshots and scans read,
-/// for a restore that opens the store's files ([`reopen`]). None, nothing.
+/// for a restore that opens the store's files ([`reopen`]). None, nothing. They are part of the
+/// operator's checkpoint layout: a change to their order or meaning bumps its state version
+/// (`OperatorState::Checkpointed`), or a restore would read them as they no longer are.
 ///
 /// # Errors
 /// The store cannot be written.
