@@ -190,7 +190,14 @@ impl<S: DiskValue> DiskKeys<S> {
         &mut self,
         dir: &std::path::Path,
     ) -> Result<Option<[u64; N]>> {
-        let reopened = crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, N)?;
+        let reopened = crate::store_snapshot::reopen(
+            DiskStore::open_for_lookups,
+            &self.backend,
+            &self.label,
+            dir,
+            COUNTERS,
+            N,
+        )?;
         let Some((store, counters)) = reopened else {
             return Ok(None);
         };

@@ -49,14 +49,19 @@ pub(crate) fn put_counters(store: &DiskStore, key: &[u8], counters: &[u64]) -> R
     Ok(store.write(writes)?)
 }
 
-/// A store opened on the files in `dir` (this subtask's, from a checkpoint of a store opened
-/// with `backend` as `label`), with the `n` counters [`put_counters`] wrote under `key`; `None`
-/// when the files hold no such counters (written by an older weir), the store dropped (and its
-/// folder removed).
+/// How a store was opened: [`DiskStore::open`] or [`DiskStore::open_for_lookups`].
+pub(crate) type Open =
+    fn(&weir_state::backend::StateBackend, &str) -> weir_state::Result<DiskStore>;
+
+/// A store opened by `open` on the files in `dir` (this subtask's, from a checkpoint of a
+/// store `open` opened with `backend` as `label`), with the `n` counters [`put_counters`]
+/// wrote under `key`; `None` when the files hold no such counters (written by an older weir),
+/// the store dropped (and its folder removed).
 ///
 /// # Errors
 /// The files cannot be opened as a store, or read.
 pub(crate) fn reopen(
+    open: Open,
     backend: &weir_state::backend::StateBackend,
     label: &str,
     dir: &std::path::Path,
@@ -67,7 +72,7 @@ pub(crate) fn reopen(
         restore_files: Some(dir.to_path_buf()),
         ..backend.clone()
     };
-    let store = DiskStore::open_for_lookups(&backend, label)?;
+    let store = open(&backend, label)?;
     let counters = store.get(key)?.and_then(|bytes| {
         (bytes.len() == n * 8).then(|| {
             (bytes.chunks_exact(8))

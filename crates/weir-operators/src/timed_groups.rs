@@ -27,7 +27,8 @@ use weir_state::KeySlots;
 
 /// The key of the operator's counters ([`TimedGroups::snapshot`]), with the store's own
 /// `closed_through` first: past the timed entries, so outside what a snapshot's batches and a
-/// pass over closing windows read.
+/// pass over closing windows read. It is the first key of the expiry namespace, where a
+/// `TimedGroups` store files nothing (an expiry scan of such a store would read it).
 const COUNTERS: &[u8] = &[TIMED_NAMESPACE + 1];
 
 /// Entries as a pass hands them on: (group bytes, value).
@@ -79,8 +80,14 @@ impl TimedGroups {
         &mut self,
         dir: &std::path::Path,
     ) -> Result<Option<[u64; N]>> {
-        let reopened =
-            crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, N + 2)?;
+        let reopened = crate::store_snapshot::reopen(
+            DiskStore::open_for_lookups,
+            &self.backend,
+            &self.label,
+            dir,
+            COUNTERS,
+            N + 2,
+        )?;
         let Some((store, counters)) = reopened else {
             return Ok(None);
         };

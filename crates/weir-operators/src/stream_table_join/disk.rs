@@ -145,10 +145,15 @@ impl Table for DiskTable {
         self.store.bytes()
     }
 
-    /// Every row, read from a snapshot of the store on another thread and written in the
-    /// join's state layout as it is read.
     fn reopen(&mut self, dir: &std::path::Path) -> Result<Option<u64>> {
-        let reopened = crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, 1)?;
+        let reopened = crate::store_snapshot::reopen(
+            DiskStore::open_for_lookups,
+            &self.backend,
+            &self.label,
+            dir,
+            COUNTERS,
+            1,
+        )?;
         let Some((store, counters)) = reopened else {
             return Ok(None);
         };
@@ -156,6 +161,8 @@ impl Table for DiskTable {
         Ok(Some(counters[0]))
     }
 
+    /// Every row, read from a snapshot of the store on another thread and written in the
+    /// join's state layout as it is read.
     fn snapshot(
         &mut self,
         layout: &StateLayout,

@@ -593,7 +593,14 @@ impl Operator for DiskTemporalJoinOp {
     /// Opens the checkpoint's files as its store and goes on from the counters checkpointed
     /// with them: probes after the restore are numbered after the restored ones.
     fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
-        let reopened = crate::store_snapshot::reopen(&self.backend, &self.label, dir, COUNTERS, 5)?;
+        let reopened = crate::store_snapshot::reopen(
+            DiskStore::open,
+            &self.backend,
+            &self.label,
+            dir,
+            COUNTERS,
+            5,
+        )?;
         let Some((store, counters)) = reopened else {
             return Ok(false);
         };
