@@ -755,10 +755,8 @@ impl Operator for ChangelogJoinOp {
     /// checkpointed with them (`DiskKeys::reopen`).
     #[cfg(feature = "rocksdb")]
     fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
-        let Some(d) = self.disk.as_mut() else {
-            return Ok(false);
-        };
-        let Some(counters) = d.reopen::<3>(dir)? else {
+        let reopened = crate::disk_keys::reopen::<_, 3>(&mut self.disk, dir)?;
+        let Some(counters) = reopened else {
             return Ok(false);
         };
         [self.key_count, self.rows_held, self.bytes_held] = counters;

@@ -67,6 +67,19 @@ pub(crate) fn write_back_deleting<S: DiskValue>(
     }
 }
 
+/// The `N` counters checkpointed with the store files in `dir` when the operator keeps its keys
+/// on disk (`disk`) and opened them as its store ([`DiskKeys::reopen`]); `None` in memory, or
+/// for files without them.
+pub(crate) fn reopen<S: DiskValue, const N: usize>(
+    disk: &mut Option<DiskKeys<S>>,
+    dir: &std::path::Path,
+) -> Result<Option<[u64; N]>> {
+    match disk.as_mut() {
+        Some(d) => d.reopen(dir),
+        None => Ok(None),
+    }
+}
+
 /// The slot in `keys` of `key` if it has state: in `keys` already, or, when the operator keeps
 /// its keys on disk (`disk`), read into them from the store.
 pub(crate) fn find<S: DiskValue>(

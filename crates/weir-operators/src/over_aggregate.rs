@@ -1180,10 +1180,8 @@ impl Operator for OverAggregateOp {
     /// the restored ones.
     #[cfg(feature = "rocksdb")]
     fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
-        let Some(d) = self.disk.as_mut() else {
-            return Ok(false);
-        };
-        let Some(counters) = d.reopen::<5>(dir)? else {
+        let reopened = crate::disk_keys::reopen::<_, 5>(&mut self.disk, dir)?;
+        let Some(counters) = reopened else {
             return Ok(false);
         };
         [

@@ -473,10 +473,8 @@ impl Operator for RetractGroupsOp {
     /// checkpointed with them (`DiskKeys::reopen`).
     #[cfg(feature = "rocksdb")]
     fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
-        let Some(d) = self.disk.as_mut() else {
-            return Ok(false);
-        };
-        let Some(counters) = d.reopen::<3>(dir)? else {
+        let reopened = crate::disk_keys::reopen::<_, 3>(&mut self.disk, dir)?;
+        let Some(counters) = reopened else {
             return Ok(false);
         };
         [self.batches, self.group_count, self.heap_bytes] = counters;
