@@ -189,7 +189,8 @@ fn check_restore_on(
         );
     }
     // The joins whose rows are on disk open a checkpoint's store files when restored at the
-    // same parallelism (with incremental checkpoints), and go on as the rows restored do.
+    // same parallelism (with incremental checkpoints), and go on as the rows restored do (once
+    // per case: the cut run and the rest both on disk).
     let opens = [
         "interval_join",
         "window_join",
@@ -197,7 +198,7 @@ fn check_restore_on(
         "temporal_join",
     ]
     .contains(&factory.kind());
-    if on[0].on_disk() && opens {
+    if on[0].on_disk() && on[1].on_disk() && opens {
         let disk = StateBackend {
             incremental: true,
             ..on[0].clone()
