@@ -150,9 +150,6 @@ pub(crate) trait DiskValue: Default + Sized + Send + 'static {
 /// A state per key in a [`DiskStore`].
 pub(crate) struct DiskKeys<S: DiskValue> {
     store: DiskStore,
-    /// What the store was opened with, to open it again on a checkpoint's files.
-    backend: weir_state::backend::StateBackend,
-    label: String,
     key_groups: u16,
     /// Timer entries at or below this watermark are gone: a scan starts after it.
     expired_through: Option<i64>,
@@ -173,8 +170,6 @@ impl<S: DiskValue> DiskKeys<S> {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(DiskKeys {
             store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
-            backend: info.state_backend.clone(),
-            label,
             key_groups: info.key_groups,
             expired_through: None,
             resume: None,
@@ -203,18 +198,10 @@ impl<S: DiskValue> DiskKeys<S> {
         &mut self,
         dir: &std::path::Path,
     ) -> Result<Option<[u64; N]>> {
-        let reopened = crate::store_snapshot::reopen(
-            DiskStore::open_for_lookups,
-            &self.backend,
-            &self.label,
-            dir,
-            COUNTERS,
-            N,
-        )?;
-        let Some((store, counters)) = reopened else {
+        let reopened = crate::store_snapshot::reopen(&mut self.store, dir, COUNTERS, N)?;
+        let Some(counters) = reopened else {
             return Ok(None);
         };
-        self.store = store;
         // Timer entries already fired were deleted with their keys' writes; the rest are
         // found again from the first watermark.
         self.expired_through = None;

@@ -49,36 +49,30 @@ pub(crate) fn put_counters(store: &DiskStore, key: &[u8], counters: &[u64]) -> R
     Ok(store.write(writes)?)
 }
 
-/// How a store was opened: [`DiskStore::open`] or [`DiskStore::open_for_lookups`].
-pub(crate) type Open =
-    fn(&weir_state::backend::StateBackend, &str) -> weir_state::Result<DiskStore>;
-
-/// A store opened by `open` on the files in `dir` (this subtask's, from a checkpoint of a
-/// store `open` opened with `backend` as `label`), with the `n` counters [`put_counters`]
-/// wrote under `key`; `None` when the files hold no such counters (written by an older weir),
-/// the store dropped (and its folder removed).
+/// Opens `store`'s like on the files in `dir` (this subtask's, from a checkpoint of it,
+/// [`DiskStore::open_on`]) and, if they hold the `n` counters [`put_counters`] wrote under
+/// `key`, puts it in `store`'s place and returns them; `None`, `store` as it was, when the
+/// files hold no such counters (written by an older weir): the operator restores from their
+/// rows instead.
 ///
 /// # Errors
 /// The files cannot be opened as a store, or read.
 pub(crate) fn reopen(
-    open: Open,
-    backend: &weir_state::backend::StateBackend,
-    label: &str,
+    store: &mut DiskStore,
     dir: &std::path::Path,
     key: &[u8],
     n: usize,
-) -> Result<Option<(DiskStore, Vec<u64>)>> {
-    let backend = weir_state::backend::StateBackend {
-        restore_files: Some(dir.to_path_buf()),
-        ..backend.clone()
-    };
-    let store = open(&backend, label)?;
-    let counters = store.get(key)?.and_then(|bytes| {
+) -> Result<Option<Vec<u64>>> {
+    let opened = store.open_on(dir)?;
+    let counters = opened.get(key)?.and_then(|bytes| {
         (bytes.len() == n * 8).then(|| {
             (bytes.chunks_exact(8))
                 .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
                 .collect::<Vec<u64>>()
         })
     });
-    Ok(counters.map(|c| (store, c)))
+    if counters.is_some() {
+        *store = opened;
+    }
+    Ok(counters)
 }

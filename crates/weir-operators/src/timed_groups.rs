@@ -37,9 +37,6 @@ pub(crate) type Entries = Vec<(Box<[u8]>, Box<[u8]>)>;
 /// Groups in a [`DiskStore`], filed by when they close.
 pub(crate) struct TimedGroups {
     store: DiskStore,
-    /// What the store was opened with, to open it again on a checkpoint's files.
-    backend: weir_state::backend::StateBackend,
-    label: String,
     /// Windows closing at or below this watermark are gone: a scan starts after it, and a
     /// group of a window that closed by then is filed just after it (as the memory backend's
     /// queue fires such a group at the next watermark).
@@ -55,8 +52,6 @@ impl TimedGroups {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(TimedGroups {
             store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
-            backend: info.state_backend.clone(),
-            label,
             closed_through: None,
             value_buf: Vec::new(),
             at_once: crate::disk_keys::at_once(info),
@@ -80,18 +75,10 @@ impl TimedGroups {
         &mut self,
         dir: &std::path::Path,
     ) -> Result<Option<[u64; N]>> {
-        let reopened = crate::store_snapshot::reopen(
-            DiskStore::open_for_lookups,
-            &self.backend,
-            &self.label,
-            dir,
-            COUNTERS,
-            N + 2,
-        )?;
-        let Some((store, counters)) = reopened else {
+        let reopened = crate::store_snapshot::reopen(&mut self.store, dir, COUNTERS, N + 2)?;
+        let Some(counters) = reopened else {
             return Ok(None);
         };
-        self.store = store;
         // A group of a window closed by then is filed after it, where the checkpoint's are.
         self.closed_through = (counters[0] != 0).then_some(counters[1] as i64);
         Ok(Some(counters[2..].try_into().expect("N counters")))

@@ -49,6 +49,9 @@ pub struct DiskStore {
     checkpoints: AtomicU64,
     /// [`StateBackend::incremental`].
     incremental: bool,
+    /// How it was opened, to open another store alike ([`DiskStore::open_on`]): its backend,
+    /// label, and whether for lookups.
+    opened: (StateBackend, String, bool),
 }
 
 /// The database, then its folder: dropped in that order, the folder removed once the database
@@ -169,7 +172,23 @@ impl DiskStore {
             id,
             checkpoints: AtomicU64::new(0),
             incremental: backend.incremental,
+            opened: (backend.clone(), label.to_string(), partitioned),
         })
+    }
+
+    /// A store opened as this one was (the same backend, label and kind), on the files in
+    /// `dir` instead of empty: those of a checkpoint of this subtask's store
+    /// ([`DiskStore::checkpoint`]), for a restore that opens them as its store.
+    ///
+    /// # Errors
+    /// As [`DiskStore::open`].
+    pub fn open_on(&self, dir: &Path) -> Result<DiskStore> {
+        let (backend, label, partitioned) = &self.opened;
+        let backend = StateBackend {
+            restore_files: Some(dir.to_path_buf()),
+            ..backend.clone()
+        };
+        Self::open_with(&backend, label, *partitioned)
     }
 
     /// Whether checkpoints take the store's files ([`DiskStore::checkpoint`]) rather than

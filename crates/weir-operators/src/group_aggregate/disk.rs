@@ -44,9 +44,6 @@ pub(super) struct Stored {
 /// The groups of a continuous aggregation in a [`DiskStore`].
 pub(super) struct DiskGroups {
     store: DiskStore,
-    /// What the store was opened with, to open it again on a checkpoint's files.
-    backend: weir_state::backend::StateBackend,
-    label: String,
     /// To bind the aggregates again on the snapshot thread.
     aggregates: Vec<Aggregate>,
     input_schema: SchemaRef,
@@ -70,8 +67,6 @@ impl DiskGroups {
         let store = DiskStore::open_for_lookups(&info.state_backend, &label)?;
         Ok(DiskGroups {
             store,
-            backend: info.state_backend.clone(),
-            label,
             aggregates: aggregates.to_vec(),
             input_schema: input_schema.clone(),
             key_groups: info.key_groups,
@@ -85,11 +80,7 @@ impl DiskGroups {
     /// Opens the store on the files in `dir` (this subtask's, from a checkpoint) in place of
     /// its own, and returns how many groups they hold. Their expiry entries come with them.
     pub(super) fn reopen(&mut self, dir: &std::path::Path) -> Result<u64> {
-        let backend = weir_state::backend::StateBackend {
-            restore_files: Some(dir.to_path_buf()),
-            ..self.backend.clone()
-        };
-        self.store = DiskStore::open_for_lookups(&backend, &self.label)?;
+        self.store = self.store.open_on(dir)?;
         self.expired_through = None;
         let mut groups = 0;
         self.store.scan(&[GROUPS], &[GROUPS + 1], |_, _| {

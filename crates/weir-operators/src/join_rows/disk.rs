@@ -32,9 +32,6 @@ use crate::join::StateLayout;
 /// Buffered rows in a [`DiskStore`].
 pub(crate) struct DiskRows {
     store: DiskStore,
-    /// What the store was opened with, to open it again on a checkpoint's files.
-    backend: weir_state::backend::StateBackend,
-    label: String,
     schemas: [SchemaRef; 2],
     converters: [RowConverter; 2],
     /// The batch being added, per side, in row format.
@@ -187,8 +184,6 @@ impl DiskRows {
         let store = DiskStore::open(backend, &label)?;
         Ok(DiskRows {
             store,
-            backend: backend.clone(),
-            label,
             converters: [converter(&schemas[0])?, converter(&schemas[1])?],
             schemas,
             current: [None, None],
@@ -397,11 +392,7 @@ impl JoinRows for DiskRows {
     /// the highest sequence number, so that a new row never takes a restored row's key. The
     /// rows' expiry entries come with the files.
     fn reopen(&mut self, dir: &std::path::Path) -> Result<Option<[u64; 2]>> {
-        let backend = weir_state::backend::StateBackend {
-            restore_files: Some(dir.to_path_buf()),
-            ..self.backend.clone()
-        };
-        self.store = DiskStore::open(&backend, &self.label)?;
+        self.store = self.store.open_on(dir)?;
         let mut counts = [0u64; 2];
         let mut next_seq = 0;
         self.store.scan_with(&[0], &[2], |k, _| -> Result<bool> {

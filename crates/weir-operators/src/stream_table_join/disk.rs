@@ -36,9 +36,6 @@ const COUNTERS: &[u8] = &[TABLE + 1];
 /// The table in a [`DiskStore`].
 pub(super) struct DiskTable {
     store: DiskStore,
-    /// What the store was opened with, to open it again on a checkpoint's files.
-    backend: weir_state::backend::StateBackend,
-    label: String,
     schema: SchemaRef,
     converter: RowConverter,
     /// The batch being filed, in row format.
@@ -58,8 +55,6 @@ impl DiskTable {
         let label = format!("{}-{}", info.operator, info.subtask);
         Ok(DiskTable {
             store: DiskStore::open_for_lookups(&info.state_backend, &label)?,
-            backend: info.state_backend.clone(),
-            label,
             converter: converter(&schema)?,
             schema,
             current: None,
@@ -146,18 +141,10 @@ impl Table for DiskTable {
     }
 
     fn reopen(&mut self, dir: &std::path::Path) -> Result<Option<u64>> {
-        let reopened = crate::store_snapshot::reopen(
-            DiskStore::open_for_lookups,
-            &self.backend,
-            &self.label,
-            dir,
-            COUNTERS,
-            1,
-        )?;
-        let Some((store, counters)) = reopened else {
+        let reopened = crate::store_snapshot::reopen(&mut self.store, dir, COUNTERS, 1)?;
+        let Some(counters) = reopened else {
             return Ok(None);
         };
-        self.store = store;
         Ok(Some(counters[0]))
     }
 

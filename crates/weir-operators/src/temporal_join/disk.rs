@@ -75,9 +75,6 @@ pub(super) struct DiskTemporalJoinOp {
     /// Each input's rows in Arrow's row format, as stored.
     converters: [RowConverter; 2],
     store: DiskStore,
-    /// What the store was opened with, to open it again on a checkpoint's files.
-    backend: weir_state::backend::StateBackend,
-    label: String,
     key_groups: u16,
     /// The next probe row's sequence number.
     seq: u64,
@@ -97,8 +94,6 @@ impl DiskTemporalJoinOp {
             converters: [converter(&parts.schemas[0])?, converter(&parts.schemas[1])?],
             parts,
             store,
-            backend: info.state_backend.clone(),
-            label,
             key_groups: info.key_groups,
             seq: 0,
             expired_through: None,
@@ -593,18 +588,10 @@ impl Operator for DiskTemporalJoinOp {
     /// Opens the checkpoint's files as its store and goes on from the counters checkpointed
     /// with them: probes after the restore are numbered after the restored ones.
     fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
-        let reopened = crate::store_snapshot::reopen(
-            DiskStore::open,
-            &self.backend,
-            &self.label,
-            dir,
-            COUNTERS,
-            5,
-        )?;
-        let Some((store, counters)) = reopened else {
+        let reopened = crate::store_snapshot::reopen(&mut self.store, dir, COUNTERS, 5)?;
+        let Some(counters) = reopened else {
             return Ok(false);
         };
-        self.store = store;
         self.seq = counters[0];
         self.expired_through = (counters[1] != 0).then_some(counters[2] as i64);
         [self.counts.pending, self.counts.versions] = [counters[3], counters[4]];
