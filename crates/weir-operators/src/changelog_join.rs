@@ -406,9 +406,14 @@ fn oriented(input: usize, mine: &[u8], theirs: &[u8]) -> (Box<[u8]>, Box<[u8]>) 
 
 impl ChangelogJoinOp {
     /// What a checkpoint on disk takes besides the keys: its gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 3] {
-        [self.key_count, self.rows_held, self.bytes_held]
+    fn counters(&mut self) -> [&mut u64; 3] {
+        [
+            &mut self.key_count,
+            &mut self.rows_held,
+            &mut self.bytes_held,
+        ]
     }
 
     /// Whether the keys are on disk.
@@ -669,10 +674,12 @@ impl Operator for ChangelogJoinOp {
     /// Every row held: per side, one state batch of the layout (the other side's columns
     /// NULL). A restore queues each key to expire a TTL after its latest row.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
+        #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
         let left_width = self.sides[0].columns.len();
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return disk::snapshot(d, &self.state_schema, left_width, &self.counters());
+            return disk::snapshot(d, &self.state_schema, left_width, &counters);
         }
         let key_groups = self.key_groups;
         let keys: Vec<(u16, &[u8], &KeyState)> = (self.keys.slots())
@@ -759,7 +766,9 @@ impl Operator for ChangelogJoinOp {
         let Some(counters) = reopened else {
             return Ok(false);
         };
-        [self.key_count, self.rows_held, self.bytes_held] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         Ok(true)
     }
 

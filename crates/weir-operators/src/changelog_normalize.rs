@@ -228,9 +228,10 @@ pub struct ChangelogNormalizeOp {
 
 impl ChangelogNormalizeOp {
     /// What a checkpoint on disk takes besides the keys: the batch number, and the gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 3] {
-        [self.batches, self.key_count, self.bytes_held]
+    fn counters(&mut self) -> [&mut u64; 3] {
+        [&mut self.batches, &mut self.key_count, &mut self.bytes_held]
     }
 
     /// Whether the keys are on disk.
@@ -417,6 +418,8 @@ impl Operator for ChangelogNormalizeOp {
     /// a TTL after its row's time.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
+        #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
             let schema = self.state_schema.clone();
             let all = RowConverter::new(
@@ -424,7 +427,7 @@ impl Operator for ChangelogNormalizeOp {
                     .map(|f| SortField::new(f.data_type().clone()))
                     .collect(),
             )?;
-            return d.snapshot((), &self.counters(), move |keys| {
+            return d.snapshot((), &counters, move |keys| {
                 let keys = keys.iter().map(|(g, key, k)| (*g, &key[..], k));
                 Ok(vec![state_batch(&schema, &all, keys)?])
             });
@@ -486,7 +489,9 @@ impl Operator for ChangelogNormalizeOp {
         let Some(counters) = reopened else {
             return Ok(false);
         };
-        [self.batches, self.key_count, self.bytes_held] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         Ok(true)
     }
 

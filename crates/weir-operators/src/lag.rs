@@ -367,13 +367,14 @@ struct Out {
 
 impl LagOp {
     /// What a checkpoint on disk takes besides the keys: the last arrival number, and the gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 4] {
+    fn counters(&mut self) -> [&mut u64; 4] {
         [
-            self.arrivals,
-            self.key_count,
-            self.rows_held,
-            self.bytes_held,
+            &mut self.arrivals,
+            &mut self.key_count,
+            &mut self.rows_held,
+            &mut self.bytes_held,
         ]
     }
 
@@ -737,13 +738,15 @@ impl Operator for LagOp {
     /// first) and last time (`LAST`). Timers are not stored: a restore queues each key again.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
+        #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
             return disk::snapshot(
                 d,
                 &self.state_schema,
                 self.fields[0].clone(),
                 self.fields[1].clone(),
-                &self.counters(),
+                &counters,
             );
         }
         let keys = self.keys.slots().map(|slot| {
@@ -841,12 +844,9 @@ impl Operator for LagOp {
         let Some(counters) = reopened else {
             return Ok(false);
         };
-        [
-            self.arrivals,
-            self.key_count,
-            self.rows_held,
-            self.bytes_held,
-        ] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         Ok(true)
     }
 

@@ -562,14 +562,15 @@ fn queue(due: &mut ExpiryQueue, on_disk: bool, k: &mut KeyRows, slot: usize, at:
 impl OverAggregateOp {
     /// What a checkpoint on disk takes besides the keys: the next row's sequence number, and
     /// the gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 5] {
+    fn counters(&mut self) -> [&mut u64; 5] {
         [
-            self.next_seq,
-            self.key_count,
-            self.held,
-            self.pending,
-            self.kept_bytes,
+            &mut self.next_seq,
+            &mut self.key_count,
+            &mut self.held,
+            &mut self.pending,
+            &mut self.kept_bytes,
         ]
     }
 
@@ -1033,11 +1034,13 @@ impl Operator for OverAggregateOp {
     /// (`state_batch`).
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
+        #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
             let (schema, kinds) = (self.state_schema.clone(), self.kinds.clone());
             let unbounded = self.spec.frame.unbounded();
             let rows = RowConverter::new(self.fields.clone())?;
-            return d.snapshot((), &self.counters(), move |keys| {
+            return d.snapshot((), &counters, move |keys| {
                 let keys = keys.iter().map(|(g, k, rows)| (*g, &k[..], rows));
                 let batch = state_batch(&schema, &kinds, unbounded, keys, |held| {
                     let bytes: Vec<Option<&[u8]>> =
@@ -1184,13 +1187,9 @@ impl Operator for OverAggregateOp {
         let Some(counters) = reopened else {
             return Ok(false);
         };
-        [
-            self.next_seq,
-            self.key_count,
-            self.held,
-            self.pending,
-            self.kept_bytes,
-        ] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         // As a restore from rows: the peak from what it holds.
         self.peak_held = self.held;
         Ok(true)

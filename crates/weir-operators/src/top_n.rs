@@ -408,13 +408,14 @@ pub struct TopNOp {
 
 impl TopNOp {
     /// What a checkpoint on disk takes besides the keys: the batch number, and the gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 4] {
+    fn counters(&mut self) -> [&mut u64; 4] {
         [
-            self.batches,
-            self.key_count,
-            self.rows_held,
-            self.bytes_held,
+            &mut self.batches,
+            &mut self.key_count,
+            &mut self.rows_held,
+            &mut self.bytes_held,
         ]
     }
 
@@ -698,8 +699,10 @@ impl Operator for TopNOp {
     /// expire a TTL after its time.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
+        #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return disk::snapshot(d, &self.state_schema, &self.counters());
+            return disk::snapshot(d, &self.state_schema, &counters);
         }
         let key_groups = self.key_groups;
         let keys = (self.keys.slots()).map(|s| {
@@ -773,12 +776,9 @@ impl Operator for TopNOp {
         let Some(counters) = reopened else {
             return Ok(false);
         };
-        [
-            self.batches,
-            self.key_count,
-            self.rows_held,
-            self.bytes_held,
-        ] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         Ok(true)
     }
 

@@ -678,9 +678,14 @@ fn held(states: &[State]) -> (u64, u64) {
 
 impl WindowAggregateOp {
     /// What a checkpoint on disk takes besides the groups: the gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 3] {
-        [self.group_count, self.state_bytes, self.values_held]
+    fn counters(&mut self) -> [&mut u64; 3] {
+        [
+            &mut self.group_count,
+            &mut self.state_bytes,
+            &mut self.values_held,
+        ]
     }
 
     fn new_states(&self) -> Vec<State> {
@@ -1283,12 +1288,13 @@ impl Operator for WindowAggregateOp {
     /// stored: a restore queues each group again at its window's close.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
+        #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
-            return d.snapshot(&self.state_schema, &self.counters());
+            return d.snapshot(&self.state_schema, &counters);
         }
         #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk_sessions {
-            let counters = self.counters();
             return disk::snapshot_sessions(
                 d,
                 &self.state_schema,
@@ -1375,7 +1381,9 @@ impl Operator for WindowAggregateOp {
         let Some(counters) = reopened else {
             return Ok(false);
         };
-        [self.group_count, self.state_bytes, self.values_held] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         // As a restore from rows: the peak from what it holds.
         self.peak_groups = self.group_count;
         Ok(true)

@@ -374,9 +374,14 @@ pub struct WindowRankOp {
 
 impl WindowRankOp {
     /// What a checkpoint on disk takes besides the groups: the gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 3] {
-        [self.group_count, self.rows_held, self.bytes_held]
+    fn counters(&mut self) -> [&mut u64; 3] {
+        [
+            &mut self.group_count,
+            &mut self.rows_held,
+            &mut self.bytes_held,
+        ]
     }
 
     /// A watermark as this operator's windows read it.
@@ -623,10 +628,12 @@ impl Operator for WindowRankOp {
     /// again at its window's close.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
+        #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
             let (schema, key_groups) = (self.state_schema.clone(), self.key_groups);
             let all = RowConverter::new(self.fields.clone())?;
-            return d.snapshot(&self.counters(), move |entries| {
+            return d.snapshot(&counters, move |entries| {
                 let groups: Vec<(&[u8], Vec<Kept>)> = (entries.iter())
                     .map(|(k, v)| Ok((&k[..], disk::decode(v)?)))
                     .collect::<Result<_>>()?;
@@ -680,7 +687,9 @@ impl Operator for WindowRankOp {
         let Some(counters) = d.reopen::<3>(dir)? else {
             return Ok(false);
         };
-        [self.group_count, self.rows_held, self.bytes_held] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         // As a restore from rows: the peak from what it holds.
         self.peak_groups = self.group_count;
         Ok(true)

@@ -109,9 +109,14 @@ pub struct RetractGroupsOp {
 
 impl RetractGroupsOp {
     /// What a checkpoint on disk takes besides the keys: the batch number, and the gauges.
+    /// Read at a snapshot and set at a restore that opens the store's files, in this order.
     #[cfg(feature = "rocksdb")]
-    fn counters(&self) -> [u64; 3] {
-        [self.batches, self.group_count, self.heap_bytes]
+    fn counters(&mut self) -> [&mut u64; 3] {
+        [
+            &mut self.batches,
+            &mut self.group_count,
+            &mut self.heap_bytes,
+        ]
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -400,9 +405,11 @@ impl Operator for RetractGroupsOp {
     /// expire a TTL after its last row.
     fn snapshot(&mut self) -> Result<StateSnapshot> {
         #[cfg(feature = "rocksdb")]
+        let counters = self.counters().map(|c| *c);
+        #[cfg(feature = "rocksdb")]
         if let Some(d) = &self.disk {
             let schema = self.state_schema.clone();
-            return d.snapshot(self.bound.len(), &self.counters(), move |groups| {
+            return d.snapshot(self.bound.len(), &counters, move |groups| {
                 let groups = groups.iter().map(|(g, key, group)| (*g, &key[..], group));
                 Ok(vec![state_batch(&schema, groups)?])
             });
@@ -477,7 +484,9 @@ impl Operator for RetractGroupsOp {
         let Some(counters) = reopened else {
             return Ok(false);
         };
-        [self.batches, self.group_count, self.heap_bytes] = counters;
+        for (c, v) in self.counters().into_iter().zip(counters) {
+            *c = v;
+        }
         Ok(true)
     }
 
