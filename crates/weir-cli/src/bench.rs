@@ -103,6 +103,11 @@ pub struct BenchArgs {
     /// (`weir.state.memory-budget`, e.g. `64 mb`; default 256 mb).
     #[arg(long)]
     pub memory_budget: Option<String>,
+    /// With `--state-backend rocksdb`: state a subtask holds in memory before it moves to disk
+    /// (`weir.state.memory-first`: `true`, its share of the budget, the default; `false`, on
+    /// disk from the start; or a size).
+    #[arg(long)]
+    pub memory_first: Option<String>,
     /// With `--state-backend rocksdb` and checkpoints: checkpoints write the stores' files, a
     /// table file once (`execution.checkpointing.incremental`).
     #[arg(long)]
@@ -195,17 +200,21 @@ fn tables(job: BenchJob, rows: u64, splits: usize) -> Vec<(&'static str, Generat
     }
 }
 
-/// `--state-backend` and `--memory-budget` as a job's state backend.
+/// `--state-backend`, `--memory-budget` and `--memory-first` as a job's state backend.
 pub(crate) fn state_backend(a: &BenchArgs) -> Result<weir_state::backend::StateBackend> {
-    use weir_state::backend::{parse_size, BackendKind, StateBackend};
+    use weir_state::backend::{parse_memory_first, parse_size, BackendKind, StateBackend};
     let kind =
         BackendKind::parse(&a.state_backend).map_err(|e| anyhow::anyhow!("--state-backend {e}"))?;
     let memory_budget = match &a.memory_budget {
         Some(v) => Some(parse_size(v).map_err(|e| anyhow::anyhow!("--memory-budget {e}"))?),
         None => None,
     };
-    if memory_budget.is_some() && kind != BackendKind::RocksDb {
-        anyhow::bail!("--memory-budget applies to --state-backend rocksdb");
+    let memory_first = match &a.memory_first {
+        Some(v) => parse_memory_first(v).map_err(|e| anyhow::anyhow!("--memory-first {e}"))?,
+        None => None,
+    };
+    if (memory_budget.is_some() || a.memory_first.is_some()) && kind != BackendKind::RocksDb {
+        anyhow::bail!("--memory-budget and --memory-first apply to --state-backend rocksdb");
     }
     if a.incremental && (kind != BackendKind::RocksDb || a.checkpoint_interval_ms.is_none()) {
         anyhow::bail!("--incremental applies to --state-backend rocksdb with checkpoints");
@@ -213,6 +222,7 @@ pub(crate) fn state_backend(a: &BenchArgs) -> Result<weir_state::backend::StateB
     Ok(StateBackend {
         kind,
         memory_budget,
+        memory_first,
         incremental: a.incremental,
         ..Default::default()
     })
@@ -513,6 +523,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             if let Some(b) = &a.memory_budget {
                 cmd.args(["--memory-budget", b]);
             }
+            if let Some(f) = &a.memory_first {
+                cmd.args(["--memory-first", f]);
+            }
             if a.incremental {
                 cmd.arg("--incremental");
             }
@@ -528,10 +541,10 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         a.batch_rows,
         cores(),
         a.state_backend,
-        a.memory_budget
-            .as_ref()
-            .map(|b| format!(" (budget {b})"))
-            .unwrap_or_default()
+        [("budget", &a.memory_budget), ("memory first", &a.memory_first)]
+            .iter()
+            .filter_map(|(name, v)| v.as_ref().map(|v| format!(" ({name} {v})")))
+            .collect::<String>()
     );
     println!(
         "{:<24} {:<10} {:>10} {:>9} {:>8} {:>12} {:>14} {:>10} {:>12} {:>11}",

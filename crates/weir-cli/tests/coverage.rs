@@ -515,7 +515,9 @@ fn batch_execution_on_rocksdb_gives_flinks_batch_rows() {
 }
 
 /// [`check_after`] with the state on RocksDB in a folder of its own (and `batch`: as a batch
-/// job), which the stores leave empty when they go with their subtasks.
+/// job), which the stores leave empty when they go with their subtasks. Each subtask holds its
+/// state in memory first up to 1 byte: it moves to disk with its first state, so every
+/// operator's move (`weir.state.memory-first`) is checked against Flink's rows too.
 #[cfg(feature = "rocksdb")]
 fn check_on_rocksdb(query: &str, batch: bool) -> weir_runtime::exec::JobReport {
     let dir = tempfile::tempdir().unwrap();
@@ -527,7 +529,8 @@ fn check_on_rocksdb(query: &str, batch: bool) -> weir_runtime::exec::JobReport {
     let report = check_after(
         query,
         &format!(
-            "{mode}SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n",
+            "{mode}SET 'state.backend.type' = 'rocksdb';\nSET 'state.backend.rocksdb.localdir' = '{}';\n\
+             SET 'weir.state.memory-first' = '1';\n",
             dir.path().display()
         ),
     );

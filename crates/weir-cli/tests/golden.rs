@@ -363,18 +363,22 @@ fn fixture_queries_run_unchanged_through_weir_run() {
 }
 
 /// The interval and temporal joins with their state on RocksDB (`state.backend.type =
-/// 'rocksdb'`) give Flink's rows through `weir run`, on small/ and late/, at parallelism 1
-/// and 2.
+/// 'rocksdb'`) give Flink's rows through `weir run`, on small/ and late/: at parallelism 1 on
+/// disk from the start, at 2 held in memory first up to 64 KiB (`weir.state.memory-first`),
+/// so that each subtask moves its state to disk in the middle of the input.
 #[cfg(feature = "rocksdb")]
 #[test]
 fn the_interval_and_temporal_joins_on_rocksdb_match_flink() {
-    let rocksdb = "SET 'state.backend.type' = 'rocksdb';\n\
-                   SET 'state.backend.rocksdb.localdir' = 'rocks';\n";
     for query in ["interval_join", "temporal_join"] {
         for set in ["small", "late"] {
-            for p in ["1", "2"] {
+            for (p, first) in [("1", "false"), ("2", "64 kb")] {
+                let rocksdb = format!(
+                    "SET 'state.backend.type' = 'rocksdb';\n\
+                     SET 'state.backend.rocksdb.localdir' = 'rocks';\n\
+                     SET 'weir.state.memory-first' = '{first}';\n"
+                );
                 assert_same_rows(
-                    &weir_run(set, query, rocksdb, p),
+                    &weir_run(set, query, &rocksdb, p),
                     &expected(set, query),
                     &format!("{set}/{query} at parallelism {p} on rocksdb"),
                 );

@@ -315,7 +315,8 @@ fn the_attribution_job_on_rocksdb_killed_and_restored_loses_and_repeats_nothing(
                 "SET 'parallelism.default' = '2';
 SET 'state.backend.type' = 'rocksdb';
 SET 'execution.checkpointing.incremental' = '{incremental}';
-SET 'state.backend.rocksdb.localdir' = 'rocks';"
+SET 'state.backend.rocksdb.localdir' = 'rocks';
+SET 'weir.state.memory-first' = 'false';"
             ),
         );
         std::fs::write(dir.path().join("job.sql"), job).unwrap();
@@ -383,7 +384,8 @@ fn a_checkpoint_of_stores_on_disk_is_incremental_and_restores_on_either_backend(
         "SET 'parallelism.default' = '2';
 SET 'state.backend.type' = 'rocksdb';
 SET 'execution.checkpointing.incremental' = 'true';
-SET 'state.backend.rocksdb.localdir' = 'rocks';",
+SET 'state.backend.rocksdb.localdir' = 'rocks';
+SET 'weir.state.memory-first' = 'false';",
     );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), &on_disk).unwrap();
@@ -431,9 +433,9 @@ SET 'state.backend.rocksdb.localdir' = 'rocks';",
             )
             .replace("'rocksdb';", &format!("{backend};"))
             .replace(
-                "SET 'state.backend.rocksdb.localdir' = 'rocks';",
+                "SET 'state.backend.rocksdb.localdir' = 'rocks';\nSET 'weir.state.memory-first' = 'false';",
                 if backend == "'rocksdb'" {
-                    "SET 'state.backend.rocksdb.localdir' = 'rocks';"
+                    "SET 'state.backend.rocksdb.localdir' = 'rocks';\nSET 'weir.state.memory-first' = 'false';"
                 } else {
                     ""
                 },
@@ -493,6 +495,7 @@ SET 'parallelism.default' = '2';
 SET 'state.backend.type' = 'rocksdb';
 SET 'execution.checkpointing.incremental' = 'true';
 SET 'state.backend.rocksdb.localdir' = 'rocks';
+SET 'weir.state.memory-first' = 'false';
 CREATE TABLE impressions (impression_id BIGINT, ad_id BIGINT, user_id BIGINT, ts BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'weir-generator', 'generator.scenario' = 'impressions',
@@ -958,7 +961,8 @@ fn the_attribution_job_checkpointing_to_object_storage_killed_and_restored_loses
     let backend = if cfg!(feature = "rocksdb") {
         "SET 'state.backend.type' = 'rocksdb';
 SET 'execution.checkpointing.incremental' = 'true';
-SET 'state.backend.rocksdb.localdir' = 'rocks';"
+SET 'state.backend.rocksdb.localdir' = 'rocks';
+SET 'weir.state.memory-first' = 'false';"
     } else {
         ""
     };

@@ -361,6 +361,73 @@ mod tests {
         });
     }
 
+    /// Held in memory first (`weir.state.memory-first`): a checkpoint's batches restore in
+    /// memory while they fit the limit and onto disk past it, a checkpoint of the store's
+    /// files (taken once the state moved to disk) restores on disk by opening them, and the
+    /// counts go on either way.
+    #[test]
+    fn state_held_in_memory_first_restores_where_it_fits() {
+        let Some(disk) = weir_testkit::backends().pop().filter(|b| b.on_disk()) else {
+            return;
+        };
+        let input = StreamInfo {
+            schema: rows!("ad user\n a1 u1").schema(),
+            event_time: None,
+        };
+        let factory: Arc<dyn OperatorFactory> = Arc::new(Count {
+            keys: vec!["ad".into()],
+        });
+        let make = |memory_first| {
+            let info = SubtaskInfo {
+                operator: "count".into(),
+                subtask: 0,
+                parallelism: 1,
+                key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
+                checkpoints: None,
+                state_backend: weir_state::backend::StateBackend {
+                    memory_first: Some(memory_first),
+                    incremental: true,
+                    ..disk.clone()
+                },
+            };
+            weir_runtime::exec::memory_first::create(&factory, std::slice::from_ref(&input), &info)
+                .unwrap()
+        };
+        let on_disk = |op: &dyn Operator| {
+            let mut g = Vec::new();
+            op.gauges(&mut g);
+            g.iter().find(|(n, _)| *n == "subtasks_on_disk").unwrap().1
+        };
+        let ends_with = |op: Box<dyn Operator>| {
+            let mut h = Harness::new(op);
+            h.push(0, rows!("ad user\n a3 u1"));
+            h.end();
+            sorted_lines(&h.take(Port::Main))
+        };
+        let want = vec!["a1,2", "a2,1", "a3,1"];
+        let mut h = Harness::new(make(1 << 30));
+        h.push(0, rows!("ad user\n a1 u1\n a2 u1\n a1 u2"));
+        let in_memory = h.snapshot();
+        for (limit, disk) in [(1 << 30, 0), (1, 1)] {
+            let mut op = make(limit);
+            op.restore(in_memory.clone().into()).unwrap();
+            assert_eq!(
+                on_disk(op.as_ref()),
+                disk,
+                "restored with {limit} bytes in memory"
+            );
+            assert_eq!(ends_with(op), want, "restored with {limit} bytes in memory");
+        }
+        let mut h = Harness::new(make(1));
+        h.push(0, rows!("ad user\n a1 u1\n a2 u1\n a1 u2"));
+        let files = h.snapshot_later().into_store_files().expect("on disk");
+        let mut op = make(1 << 30);
+        assert!(op.restore_store(&files.dir).unwrap());
+        op.restore(Vec::<RecordBatch>::new().into()).unwrap();
+        assert_eq!(on_disk(op.as_ref()), 1);
+        assert_eq!(ends_with(op), want);
+    }
+
     fn counts_at_the_end() {
         let mut h = harness();
         h.push(

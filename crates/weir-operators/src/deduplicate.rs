@@ -945,6 +945,58 @@ mod tests {
         sorted_lines(&h.take(Port::Main))
     }
 
+    /// Held in memory first (`weir.state.memory-first`), a subtask whose state moves to disk
+    /// after a watermark goes on from that watermark: a row behind it is late after the move
+    /// as it was before (the operator's own watermark is in no snapshot).
+    #[test]
+    fn after_the_move_to_disk_a_row_behind_the_watermark_is_still_late() {
+        let Some(disk) = weir_testkit::backends().pop().filter(|b| b.on_disk()) else {
+            return;
+        };
+        let input = StreamInfo {
+            schema: rows!("user page ts\n u1 p 0").schema(),
+            event_time: Some("ts".into()),
+        };
+        let factory: Arc<dyn OperatorFactory> = Arc::new(Deduplicate {
+            keys: vec!["user".into()],
+            ..Deduplicate::keep_first(1_000_000)
+        });
+        for memory_first in [1 << 30, 1] {
+            let info = SubtaskInfo {
+                operator: "deduplicate".into(),
+                subtask: 0,
+                parallelism: 1,
+                key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
+                checkpoints: None,
+                state_backend: weir_state::backend::StateBackend {
+                    memory_first: Some(memory_first),
+                    ..disk.clone()
+                },
+            };
+            let op = weir_runtime::exec::memory_first::create(
+                &factory,
+                std::slice::from_ref(&input),
+                &info,
+            )
+            .unwrap();
+            let mut h = Harness::new(op);
+            // No state yet: nothing moves at the watermark. The next row moves it (past 1 byte).
+            h.watermark(200);
+            h.push(0, rows!("user page ts\n u2 p 300"));
+            let moved = h.gauges().get("subtasks_on_disk") == Some(&1);
+            assert_eq!(moved, memory_first == 1);
+            h.push(0, rows!("user page ts\n u3 p 50"));
+            assert_eq!(
+                sorted_lines(&h.take(Port::Late(0))),
+                vec!["u3,p,50"],
+                "moved to disk: {moved}"
+            );
+            h.watermark(1000);
+            h.end();
+            assert_eq!(out(&mut h), vec!["u2,p,300"], "moved to disk: {moved}");
+        }
+    }
+
     #[test]
     fn keep_first_emits_a_keys_earliest_row_once_the_watermark_reaches_it() {
         let mut h = harness(Deduplicate::keep_first(60_000));

@@ -754,7 +754,9 @@ impl Operator for TopNOp {
                 k.time = k.time.max(times.value(i));
                 self.rows_held += n as u64;
                 self.bytes_held += bytes;
-                if self.time_column.is_some() {
+                // A batch job's Top-N (final ranks only) forgets no key before the end: its
+                // last watermark would take them all.
+                if self.time_column.is_some() && !self.final_only {
                     self.queue(slot);
                 }
             }

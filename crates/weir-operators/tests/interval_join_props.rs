@@ -114,7 +114,7 @@ proptest! {
         t in join_type(),
         parallelism in prop_oneof![Just(1usize), Just(2), Just(4)],
         batch_rows in 1usize..20,
-        backend in prop::sample::select(weir_testkit::backends()),
+        backend in prop::sample::select(weir_testkit::whole_job_backends()),
     ) {
         let upper = lower + width;
         let job = JobBuilder::with_config("prop", JobConfig { parallelism, batch_rows, state_backend: backend, ..Default::default() });
@@ -166,4 +166,89 @@ fn a_budget_too_small_for_the_subtasks_on_disk_is_refused_at_start() {
         err.contains("weir.state.memory-budget") && err.contains("'32 mb'"),
         "{err}"
     );
+}
+
+/// On 'rocksdb' a subtask holds its state in memory first (`weir.state.memory-first`) and
+/// moves it to disk once it outgrows its limit: the same rows as the memory backend, and the
+/// gauges go on from where they were (a late row counted before the move is still counted
+/// after it); the node says its state is on disk once a subtask moved it.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn state_held_in_memory_first_moves_to_disk_with_its_gauges() {
+    use arrow_array::{Int64Array, RecordBatch};
+    use weir_runtime::testing::VecSource;
+    use weir_state::backend::StateBackend;
+    // Left: a row at 1000, then a late one (the split's watermark is 950), then 5,000 rows
+    // over 2,500 keys, in batches of 100 of their own (about 2.5 KiB each): with a bound of
+    // 100 s nothing expires, so the state passes 16 KiB a few batches after the late row was
+    // counted. Right: ten rows, far less than 16 KiB.
+    let mut left = vec![(1, 1000, 0), (1, 10, 1)];
+    left.extend((0..5000).map(|i| (i % 2500, 1000 + i, 2 + i)));
+    let batches: Vec<RecordBatch> = (left.chunks(100))
+        .map(|rows| {
+            let col = |f: fn(&Row) -> i64| {
+                Arc::new(Int64Array::from(rows.iter().map(f).collect::<Vec<_>>())) as _
+            };
+            RecordBatch::try_new(
+                common::schema(),
+                vec![col(|r| r.0), col(|r| r.1), col(|r| r.2)],
+            )
+            .unwrap()
+        })
+        .collect();
+    let right: Vec<Row> = (0..10).map(|i| (i, 1005 + i, 100_000 + i)).collect();
+    let run = |backend: StateBackend| {
+        let job = JobBuilder::with_config(
+            "first",
+            JobConfig {
+                parallelism: 1,
+                batch_rows: 100,
+                state_backend: backend,
+                ..Default::default()
+            },
+        );
+        let left = VecSource::new(common::schema(), vec![batches.clone()]).unwrap();
+        let l = job.source("l", left, SourceOptions::event_time("ts", DELAY));
+        let r = job.source(
+            "r",
+            source(std::slice::from_ref(&right)),
+            SourceOptions::event_time("ts", DELAY),
+        );
+        let out = CollectSink::new();
+        l.key_by(&["k"])
+            .interval_join(&r.key_by(&["k"]), IntervalJoin::between(0, 100_000))
+            .project([("l", col("left_id")), ("r", col("right_id"))])
+            .sink("out", out.clone());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let report = rt
+            .block_on(exec::run(job.build().unwrap(), Arc::new(SystemClock)))
+            .unwrap();
+        let join = report.metrics.node("interval_join").unwrap();
+        let gauge = |name: &str| join.gauges.get(name).copied();
+        (
+            sorted_lines(&out.batches()),
+            (gauge("late_left"), gauge("subtasks_on_disk")),
+            join.state_on_disk,
+        )
+    };
+    let (want, gauges, on_disk) = run(StateBackend::default());
+    assert_eq!((gauges, on_disk), ((Some(1), None), false));
+    assert_eq!(want.len(), 11);
+    let rocksdb = |memory_first| StateBackend {
+        memory_first,
+        ..StateBackend::rocksdb()
+    };
+    for (memory_first, subtasks_on_disk, on_disk) in [
+        (Some(16 << 10), Some(1), true),
+        (None, Some(0), false),
+        (Some(0), None, true),
+    ] {
+        let (got, gauges, disk) = run(rocksdb(memory_first));
+        assert_eq!(got, want, "{memory_first:?}");
+        assert_eq!(gauges, (Some(1), subtasks_on_disk), "{memory_first:?}");
+        assert_eq!(disk, on_disk, "{memory_first:?}");
+    }
 }

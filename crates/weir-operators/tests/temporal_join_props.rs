@@ -146,7 +146,7 @@ proptest! {
         left in any::<bool>(),
         parallelism in prop_oneof![Just(1usize), Just(2), Just(4)],
         batch_rows in 1usize..20,
-        backend in prop::sample::select(weir_testkit::backends()),
+        backend in prop::sample::select(weir_testkit::whole_job_backends()),
     ) {
         let job = JobBuilder::with_config("prop", JobConfig { parallelism, batch_rows, state_backend: backend, ..Default::default() });
         let src = |rows: &[Vec<Row>], table: bool| {

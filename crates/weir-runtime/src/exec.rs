@@ -10,6 +10,7 @@
 mod barriers;
 mod chain;
 pub mod host;
+pub mod memory_first;
 mod operator_task;
 mod output;
 mod reports;

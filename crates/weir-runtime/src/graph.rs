@@ -1092,9 +1092,14 @@ impl JobGraph {
             1 => "its 1 subtask".to_string(),
             n => format!("its {n} subtasks"),
         };
+        let first = match backend.memory_first {
+            None => "each in memory while it fits its share, then on disk".to_string(),
+            Some(0) => "on disk from the start".to_string(),
+            Some(b) => format!("each in memory up to {b} bytes, then on disk"),
+        };
         Some(format!(
-            "state on disk (RocksDB; {} MiB of memory for it, shared by {shared}) for: {}; in \
-             memory (not on disk yet) for: {}",
+            "state on disk (RocksDB; {} MiB of memory for it, shared by {shared}; {first}) for: \
+             {}; in memory (not on disk yet) for: {}",
             backend.budget() >> 20,
             list(&disk),
             list(&memory)

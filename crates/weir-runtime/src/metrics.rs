@@ -837,6 +837,9 @@ impl MetricsReporter {
             let split_alerts = *count;
             let peak_split_spread = known(*peak_spread);
             drop(alerts);
+            // Subtasks that hold their state in memory first say when they moved it to disk.
+            let state_on_disk =
+                n.state_on_disk && gauges.get("subtasks_on_disk").is_none_or(|&on| on > 0);
             nodes.push(NodeSnapshot {
                 split_spread_ms: split_spread,
                 split_spread_alert: alert,
@@ -862,7 +865,7 @@ impl MetricsReporter {
                 splits,
                 chained_into: n.chained_into,
                 checkpoint: n.checkpoint.snapshot(),
-                state_on_disk: n.state_on_disk,
+                state_on_disk,
             });
         }
         self.last = last;

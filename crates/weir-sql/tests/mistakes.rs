@@ -439,6 +439,10 @@ INSERT INTO out1 SELECT key FROM src;"
             "SET 'weir.state.memory-budget' = '256 mb';",
             "add SET 'state.backend.type' = 'rocksdb'",
         ),
+        (
+            "SET 'weir.state.memory-first' = 'false';",
+            "add SET 'state.backend.type' = 'rocksdb'",
+        ),
         ("SET 'state.backend.type' = 'forst';", "ForSt"),
         (
             "SET 'state.backend.type' = 'memory';",
@@ -459,6 +463,19 @@ INSERT INTO out1 SELECT key FROM src;"
         let backend = &plan.config.state_backend;
         assert!(backend.on_disk());
         assert_eq!(backend.memory_budget, Some(1 << 30));
+        assert_eq!(backend.memory_first, None);
+        for (first, is) in [
+            ("true", None),
+            ("false", Some(0)),
+            ("64 kb", Some(64 << 10)),
+        ] {
+            let plan = plan_job(
+                &with(&format!("SET 'weir.state.memory-first' = '{first}';")),
+                &opts(dir.path()),
+            )
+            .unwrap();
+            assert_eq!(plan.config.state_backend.memory_first, is, "{first}");
+        }
         let join = plan_job(
             &format!(
                 "{rocksdb}
@@ -496,6 +513,10 @@ INSERT INTO pairs SELECT c.click_id, i.impression_id FROM clicks c JOIN impressi
                 "'lots': not a size",
             ),
             ("SET 'weir.state.memory-budget' = '1 mb';", "16 mb"),
+            (
+                "SET 'weir.state.memory-first' = 'yes';",
+                "'yes': not a size; write it as '256 mb', '2 gb' or a number of bytes; or 'true'",
+            ),
             (
                 "SET 'execution.checkpointing.incremental' = 'yes';",
                 "'yes': use 'true' or 'false'",

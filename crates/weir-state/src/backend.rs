@@ -2,10 +2,13 @@
 //!
 //! - `'hashmap'` (the default; Flink's `'filesystem'` and `'jobmanager'` are taken as it): state
 //!   in memory, in the structures of this crate. Fastest; a job's state must fit in memory.
-//! - `'rocksdb'`: the state of the operators that support it (the interval join, so far) in an
-//!   embedded RocksDB per operator subtask on local disk, with `weir.state.memory-budget` (default
-//!   256 MiB) for its block cache and write buffers together; state beyond the budget stays on
-//!   disk. Only in a weir built with the `rocksdb` feature (docs/state.md says why and how).
+//! - `'rocksdb'`: the state of the operators that support it (every stateful operator but a
+//!   two-phase plan's partial phase) in an embedded RocksDB per operator subtask on local disk,
+//!   with `weir.state.memory-budget` (default 256 MiB) divided equally among those subtasks.
+//!   Each first keeps its state in memory, at the memory backend's cost, while it stays within
+//!   its share (`weir.state.memory-first`); past it the state moves to the store, which gives
+//!   the share to its block cache and write buffers, and state beyond them stays on disk. Only
+//!   in a weir built with the `rocksdb` feature (docs/state.md says why and how).
 //!
 //! The folder RocksDB works in is `state.backend.rocksdb.localdir` (Flink's option), by default
 //! the system's temporary folder; each subtask gets a folder of its own there, removed when the
@@ -62,6 +65,13 @@ pub struct StateBackend {
     /// opens on a copy of them rather than empty. Set by a restore, for a store read once.
     #[serde(skip)]
     pub restore_files: Option<PathBuf>,
+    /// Bytes of state an operator subtask that can keep its state on disk holds in memory
+    /// first (`weir.state.memory-first`): while its state stays within them it is kept in
+    /// memory, at the memory backend's cost; once it outgrows them it moves to disk, for the
+    /// rest of the run. `None`: the subtask's share of the memory budget; `Some(0)`: on disk
+    /// from the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_first: Option<u64>,
 }
 
 /// Entries a pass over a disk store takes at once by default ([`StateBackend::pass_rows`]).
@@ -86,9 +96,16 @@ impl StateBackend {
         self.pass_rows.unwrap_or(DEFAULT_PASS_ROWS).max(1)
     }
 
-    /// Whether operators that can keep their state on disk do.
+    /// Whether operators that can keep their state on disk do (once it outgrows
+    /// [`in_memory_limit`](StateBackend::in_memory_limit)).
     pub fn on_disk(&self) -> bool {
         self.kind == BackendKind::RocksDb
+    }
+
+    /// Bytes of state a subtask on disk holds in memory before it moves it to disk
+    /// ([`StateBackend::memory_first`]; its share of the budget by default); 0: none.
+    pub fn in_memory_limit(&self) -> u64 {
+        self.memory_first.unwrap_or_else(|| self.budget())
     }
 }
 
@@ -109,6 +126,21 @@ impl BackendKind {
             )),
             _ => Err(format!("'{value}': use 'hashmap' or 'rocksdb'")),
         }
+    }
+}
+
+/// Parses `weir.state.memory-first`'s value ([`StateBackend::memory_first`]): `'true'` (each
+/// subtask's share of the budget), `'false'` (on disk from the start) or a size.
+pub fn parse_memory_first(value: &str) -> Result<Option<u64>, String> {
+    match value.trim().to_lowercase().as_str() {
+        "true" => Ok(None),
+        "false" => Ok(Some(0)),
+        _ => parse_size(value).map(Some).map_err(|e| {
+            format!(
+                "{e}; or 'true' (state in memory up to each subtask's share of the budget, the \
+                 default) or 'false' (on disk from the start)"
+            )
+        }),
     }
 }
 

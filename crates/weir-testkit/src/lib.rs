@@ -189,15 +189,35 @@ thread_local! {
 
 /// The state backends this weir was built with: `'hashmap'`, and `'rocksdb'` with the
 /// `rocksdb` feature (taking 3 entries a pass over a store, so that small inputs cross the
-/// passes' edges). Conformance tests run every case on each ([`on_backend`]).
+/// passes' edges; on disk from the start, also in a whole job). Conformance tests run every
+/// case on each ([`on_backend`]).
 pub fn backends() -> Vec<weir_state::backend::StateBackend> {
     let mut all = vec![weir_state::backend::StateBackend::default()];
     if weir_state::backend::ROCKSDB_BUILT {
         // A few entries a pass, so that every pass over the store crosses its chunk edges.
         all.push(weir_state::backend::StateBackend {
             pass_rows: Some(3),
+            memory_first: Some(0),
             ..weir_state::backend::StateBackend::rocksdb()
         });
+    }
+    all
+}
+
+/// [`backends`] and, with the `rocksdb` feature, `'rocksdb'` holding each subtask's state in
+/// memory first (`weir.state.memory-first`) up to 1 byte (it moves to disk with its first
+/// state) and up to 4 KiB (after a few small batches): for whole jobs, whose subtasks the
+/// runtime makes (a harness makes its operator on the backend it is given).
+pub fn whole_job_backends() -> Vec<weir_state::backend::StateBackend> {
+    let mut all = backends();
+    if weir_state::backend::ROCKSDB_BUILT {
+        for bytes in [1, 4 << 10] {
+            all.push(weir_state::backend::StateBackend {
+                pass_rows: Some(3),
+                memory_first: Some(bytes),
+                ..weir_state::backend::StateBackend::rocksdb()
+            });
+        }
     }
     all
 }

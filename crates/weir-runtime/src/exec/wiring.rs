@@ -318,7 +318,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                     &graph,
                     &inputs_by_node,
                     node,
-                    factory.as_ref(),
+                    factory,
                     subtask_info(&cfg, node, s, restored_epoch, &state_backend),
                     restore,
                     &stable_ids[f],
@@ -463,7 +463,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                             &graph,
                             &inputs_by_node,
                             n,
-                            factory.as_ref(),
+                            factory,
                             info.clone(),
                             restore,
                             &stable_ids[n.id],
@@ -628,7 +628,7 @@ fn create_operator(
     graph: &JobGraph,
     inputs_by_node: &[Vec<&crate::graph::Edge>],
     node: &crate::graph::Node,
-    factory: &dyn crate::graph::OperatorFactory,
+    factory: &Arc<dyn crate::graph::OperatorFactory>,
     info: SubtaskInfo,
     restore: Option<(&crate::checkpoint::Restored, &dyn CheckpointStorage)>,
     stable_id: &str,
@@ -642,13 +642,13 @@ fn create_operator(
     if let Some(op) = factory.create_async(&input_streams, &info) {
         return Ok(Chained::Async(op?));
     }
-    let mut op = factory.create(&input_streams, &info)?;
+    let mut op = super::memory_first::create(factory, &input_streams, &info)?;
     let mut timers = TimerService::default();
     if let (Some((r, storage)), crate::graph::OperatorState::Checkpointed { version }) =
         (restore, factory.state())
     {
         let open_store = |sub: &weir_state::checkpoint::SubtaskState, dir: &std::path::Path| {
-            store_batches(factory, &input_streams, &info, sub, dir)
+            store_batches(factory.as_ref(), &input_streams, &info, sub, dir)
         };
         let mut state = crate::checkpoint::restored_state(
             storage,

@@ -29,6 +29,7 @@ pub(super) const SETTINGS: &[&str] = &[
     "pipeline.watermark-alignment.allow-unaligned-source-splits",
     "state.backend.type",
     "weir.state.memory-budget",
+    "weir.state.memory-first",
     "state.backend.rocksdb.localdir",
     "execution.checkpointing.incremental",
     "state.backend.incremental",
@@ -158,12 +159,13 @@ pub(super) fn operator_chaining(settings: &BTreeMap<String, String>) -> Result<b
 }
 
 /// `SET 'state.backend.type'` ('hashmap', the default, or 'rocksdb'; Flink's names),
-/// `'weir.state.memory-budget'` and `'state.backend.rocksdb.localdir'` (the last two only with
-/// 'rocksdb': with 'hashmap' all state is in memory, and a budget would be a promise not kept).
+/// `'weir.state.memory-budget'`, `'weir.state.memory-first'` and
+/// `'state.backend.rocksdb.localdir'` (the last three only with 'rocksdb': with 'hashmap' all
+/// state is in memory, and a budget would be a promise not kept).
 pub(super) fn state_backend(
     settings: &BTreeMap<String, String>,
 ) -> Result<weir_state::backend::StateBackend> {
-    use weir_state::backend::{parse_size, BackendKind, StateBackend};
+    use weir_state::backend::{parse_memory_first, parse_size, BackendKind, StateBackend};
     let kind = match settings.get("state.backend.type") {
         Some(v) => BackendKind::parse(v)
             .map_err(|e| plan_err(format!("SET 'state.backend.type' = {e}")))?,
@@ -179,7 +181,11 @@ pub(super) fn state_backend(
         kind,
         ..Default::default()
     };
-    for key in ["weir.state.memory-budget", "state.backend.rocksdb.localdir"] {
+    for key in [
+        "weir.state.memory-budget",
+        "weir.state.memory-first",
+        "state.backend.rocksdb.localdir",
+    ] {
         if settings.contains_key(key) && kind != BackendKind::RocksDb {
             return Err(plan_err(format!(
                 "SET '{key}' applies to state on disk: add SET 'state.backend.type' = 'rocksdb', \
@@ -197,6 +203,10 @@ pub(super) fn state_backend(
             )));
         }
         backend.memory_budget = Some(bytes);
+    }
+    if let Some(v) = settings.get("weir.state.memory-first") {
+        backend.memory_first = parse_memory_first(v)
+            .map_err(|e| plan_err(format!("SET 'weir.state.memory-first' = {e}")))?;
     }
     if let Some(v) = settings.get("state.backend.rocksdb.localdir") {
         backend.local_dir = Some(std::path::PathBuf::from(v.trim()));

@@ -1,0 +1,276 @@
+//! An operator subtask on a disk backend that keeps its state in memory while it is small
+//! (`weir.state.memory-first`): it runs the operator made for the memory backend until the
+//! state it reports ([`Operator::state_size`]) outgrows the subtask's limit (by default its
+//! share of the memory budget), then moves that state into the operator made for the disk
+//! backend and runs that one for the rest of the run.
+//!
+//! The move is a checkpoint's snapshot and restore, done between two calls: the memory
+//! operator's snapshot (the memory backend's layout) is restored into the disk operator, a
+//! batch at a time as a thread makes them. Every operator's property tests restore each
+//! backend's snapshot on the other at every cut, which is what makes the move exact. Timers
+//! live in the subtask's host, not in the operator, and stay where they are. The operator's
+//! gauges go on from where they were: a count (late rows, say) the restore starts again from
+//! zero is reported plus what it had reached, and a peak as the greater of both. The operators
+//! keep their own watermark, which no snapshot holds: the disk operator is told the one the
+//! memory operator had reached as soon as it takes over.
+
+use std::sync::Arc;
+
+use weir_core::time::{Epoch, Watermark};
+use weir_state::StateSize;
+
+use crate::graph::{OperatorFactory, StreamInfo};
+use crate::operator::{Context, Operator, StateBatches, StateSnapshot, SubtaskInfo, Timer};
+use crate::{Error, Result, StreamBatch};
+
+/// Subtask `info` of `factory`'s operator: with state on disk and a memory limit, one that
+/// starts in memory and moves to disk; otherwise the operator `info` asks for.
+///
+/// # Errors
+/// What the factory returns.
+pub fn create(
+    factory: &Arc<dyn OperatorFactory>,
+    inputs: &[StreamInfo],
+    info: &SubtaskInfo,
+) -> Result<Box<dyn Operator>> {
+    let backend = &info.state_backend;
+    let limit = backend.in_memory_limit();
+    if !backend.on_disk() || !factory.state_on_disk() || limit == 0 {
+        return factory.create(inputs, info);
+    }
+    let in_memory = SubtaskInfo {
+        state_backend: weir_state::backend::StateBackend {
+            kind: weir_state::backend::BackendKind::HashMap,
+            ..backend.clone()
+        },
+        ..info.clone()
+    };
+    let op = factory.create(inputs, &in_memory)?;
+    let (factory, inputs, info) = (factory.clone(), inputs.to_vec(), info.clone());
+    Ok(Box::new(MemoryFirst {
+        op,
+        limit: Some(limit),
+        operator: info.operator.clone(),
+        subtask: info.subtask,
+        on_disk: Box::new(move || factory.create(&inputs, &info)),
+        carried: Vec::new(),
+    }))
+}
+
+/// See the module's doc.
+struct MemoryFirst {
+    /// The operator running now: the memory backend's until the move, then the disk's.
+    op: Box<dyn Operator>,
+    /// Bytes of state the memory operator may hold; `None` once the state is on disk.
+    limit: Option<u64>,
+    operator: String,
+    subtask: usize,
+    /// Makes the disk backend's operator.
+    on_disk: Box<dyn FnMut() -> Result<Box<dyn Operator>> + Send>,
+    /// Each gauge's value when the state moved, and the disk operator's right after it took
+    /// the state: what [`gauges`](Operator::gauges) adds to the disk operator's own.
+    carried: Vec<(&'static str, i64, i64)>,
+}
+
+impl MemoryFirst {
+    /// Moves the state to disk if it outgrew the limit. The disk operator is opened, and told
+    /// the watermark the memory one had reached (the operators keep their own, which no
+    /// snapshot holds, and decide what is late by it); it finds nothing due at it, since the
+    /// memory operator's state had already passed it.
+    fn check(&mut self, ctx: &mut Context) -> Result<()> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        let size = self.op.state_size();
+        if size.bytes <= limit {
+            return Ok(());
+        }
+        let snapshot = self.op.snapshot()?;
+        let mut disk = (self.on_disk)()?;
+        restore_made(disk.as_mut(), snapshot, &self.operator)?;
+        disk.open(ctx)?;
+        let watermark = ctx.watermark();
+        if watermark > Watermark::MIN {
+            disk.on_watermark(watermark, ctx)?;
+        }
+        let mut before = Vec::new();
+        self.op.gauges(&mut before);
+        let mut after = Vec::new();
+        disk.gauges(&mut after);
+        self.carried = (before.into_iter())
+            .map(|(name, at_move)| {
+                let restored = after.iter().find(|(n, _)| *n == name).map_or(0, |g| g.1);
+                (name, at_move, restored)
+            })
+            .collect();
+        self.op = disk;
+        self.limit = None;
+        tracing::info!(
+            operator = %self.operator,
+            subtask = self.subtask,
+            state_rows = size.rows,
+            state_bytes = size.bytes,
+            limit,
+            "the state outgrew the subtask's memory (weir.state.memory-first): moved it to disk"
+        );
+        Ok(())
+    }
+
+    /// The disk backend's operator, now running in place of the memory one.
+    fn run_on_disk(&mut self, disk: Box<dyn Operator>) {
+        self.op = disk;
+        self.limit = None;
+        self.carried.clear();
+    }
+}
+
+/// Restores `snapshot` into `op`, its batches made on a thread of their own and taken one at a
+/// time, so that the state passes in the memory of a few batches beside itself.
+fn restore_made(op: &mut dyn Operator, snapshot: StateSnapshot, operator: &str) -> Result<()> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<arrow_array::RecordBatch>>(1);
+        let maker = std::thread::Builder::new()
+            .name("weir-state-to-disk".into())
+            .spawn_scoped(scope, move || {
+                let stopped = || Error::Internal("the move of state to disk stopped".into());
+                let made = snapshot
+                    .write_into(&mut |b| tx.send(Ok(b)).map_err(|_| stopped()))
+                    .and_then(|shared| {
+                        shared.into_iter().try_for_each(|s| {
+                            let rows = s.into_rows()?;
+                            tx.send(Ok(rows)).map_err(|_| stopped())
+                        })
+                    });
+                if let Err(e) = made {
+                    let _ = tx.send(Err(e));
+                }
+            })
+            .map_err(|e| {
+                Error::Internal(format!(
+                    "cannot start moving the state of `{operator}` to disk: {e}"
+                ))
+            })?;
+        let mut batches = rx.into_iter();
+        let restored = op.restore(StateBatches::new(&mut batches));
+        // A batch the restore left would be state lost: that is an error, not an end.
+        let left = batches.next();
+        drop(batches);
+        let joined = maker.join();
+        restored?;
+        if joined.is_err() {
+            return Err(Error::Internal(format!(
+                "making the snapshot of `{operator}` to move to disk panicked"
+            )));
+        }
+        match left {
+            None => Ok(()),
+            Some(Err(e)) => Err(e),
+            Some(Ok(_)) => Err(Error::Internal(format!(
+                "`{operator}` left state unread when it moved to disk"
+            ))),
+        }
+    })
+}
+
+impl Operator for MemoryFirst {
+    fn open(&mut self, ctx: &mut Context) -> Result<()> {
+        self.op.open(ctx)
+    }
+
+    fn on_batch(&mut self, input: usize, batch: StreamBatch, ctx: &mut Context) -> Result<()> {
+        self.op.on_batch(input, batch, ctx)?;
+        self.check(ctx)
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context) -> Result<()> {
+        self.op.on_watermark(watermark, ctx)?;
+        self.check(ctx)
+    }
+
+    fn output_watermark(&self, watermark: Watermark) -> Watermark {
+        self.op.output_watermark(watermark)
+    }
+
+    fn on_timer(&mut self, timer: Timer, ctx: &mut Context) -> Result<()> {
+        self.op.on_timer(timer, ctx)?;
+        self.check(ctx)
+    }
+
+    fn on_barrier(&mut self, epoch: Epoch, ctx: &mut Context) -> Result<()> {
+        self.op.on_barrier(epoch, ctx)
+    }
+
+    fn on_end(&mut self, ctx: &mut Context) -> Result<()> {
+        self.op.on_end(ctx)
+    }
+
+    fn state_size(&self) -> StateSize {
+        self.op.state_size()
+    }
+
+    fn snapshot(&mut self) -> Result<StateSnapshot> {
+        self.op.snapshot()
+    }
+
+    /// In memory while the checkpoint's batches stay within the limit; on disk, restored
+    /// from what was read and the rest, once they go past it. (A restore comes before the
+    /// subtask opens its operator and before any watermark; a restored state in memory that
+    /// its operator counts as more than the limit moves at the first call.)
+    fn restore(&mut self, mut state: StateBatches<'_>) -> Result<()> {
+        let Some(limit) = self.limit else {
+            return self.op.restore(state);
+        };
+        let mut read = Vec::new();
+        let mut bytes = 0u64;
+        while bytes <= limit {
+            let Some(batch) = state.next() else {
+                return self.op.restore(StateBatches::new(read.into_iter().map(Ok)));
+            };
+            let batch = batch?;
+            bytes += batch.get_array_memory_size() as u64;
+            read.push(batch);
+        }
+        let mut disk = (self.on_disk)()?;
+        disk.restore(StateBatches::new(read.into_iter().map(Ok).chain(state)))?;
+        self.run_on_disk(disk);
+        tracing::info!(
+            operator = %self.operator,
+            subtask = self.subtask,
+            limit,
+            "the checkpoint's state is more than the subtask's memory \
+             (weir.state.memory-first): restored it to disk"
+        );
+        Ok(())
+    }
+
+    /// A checkpoint that holds the store's files was taken on disk: it is restored there.
+    fn restore_store(&mut self, dir: &std::path::Path) -> Result<bool> {
+        if self.limit.is_none() {
+            return self.op.restore_store(dir);
+        }
+        let mut disk = (self.on_disk)()?;
+        if !disk.restore_store(dir)? {
+            return Ok(false);
+        }
+        self.run_on_disk(disk);
+        Ok(true)
+    }
+
+    fn gauges(&self, out: &mut Vec<(&'static str, i64)>) {
+        let first = out.len();
+        self.op.gauges(out);
+        for (name, value) in &mut out[first..] {
+            let Some(&(_, at_move, restored)) = self.carried.iter().find(|g| g.0 == *name) else {
+                continue;
+            };
+            if name.starts_with("peak_") || crate::metrics::gauge_is_max(name) {
+                *value = (*value).max(at_move);
+            } else if restored == 0 {
+                // A count the restore started again (late rows, keys expired): what the memory
+                // operator had counted goes on. A level the restore rebuilt is its own.
+                *value += at_move;
+            }
+        }
+        out.push(("subtasks_on_disk", i64::from(self.limit.is_none())));
+    }
+}
