@@ -85,6 +85,7 @@ impl MemoryFirst {
         if size.bytes <= limit {
             return Ok(());
         }
+        let started = ctx.now();
         let snapshot = self.op.snapshot()?;
         let mut disk = (self.on_disk)()?;
         restore_made(disk.as_mut(), snapshot, &self.operator)?;
@@ -111,6 +112,7 @@ impl MemoryFirst {
             state_rows = size.rows,
             state_bytes = size.bytes,
             limit,
+            took_ms = ctx.now().millis() - started.millis(),
             "the state outgrew the subtask's memory (weir.state.memory-first): moved it to disk"
         );
         Ok(())
