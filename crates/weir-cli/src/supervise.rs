@@ -592,6 +592,14 @@ pub fn summary(r: &JobReport) -> String {
         "peak state:     {peak_state_rows} rows, {:.1} MiB",
         peak_state_bytes as f64 / (1 << 20) as f64
     );
+    let rss = crate::procstat::peak_rss_bytes();
+    if rss > 0 {
+        let _ = writeln!(
+            s,
+            "peak RSS:       {:.1} MiB (the process so far)",
+            rss as f64 / (1 << 20) as f64
+        );
+    }
     let _ = writeln!(
         s,
         "in flight:      at most {} rows (sum of channel peaks; bound {})",

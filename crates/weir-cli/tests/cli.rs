@@ -44,7 +44,8 @@ fn demo_gives_the_same_results_at_parallelism_1_and_3_and_through_a_job_file() {
     assert!(
         summary.contains("rows in:")
             && summary.contains("late rows:")
-            && summary.contains("peak state:"),
+            && summary.contains("peak state:")
+            && summary.contains("peak RSS:"),
         "{summary}"
     );
     // The ads table's versions all carry time 0: a versioned table is not a lagging input,
