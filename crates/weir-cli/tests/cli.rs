@@ -45,7 +45,7 @@ fn demo_gives_the_same_results_at_parallelism_1_and_3_and_through_a_job_file() {
         summary.contains("rows in:")
             && summary.contains("late rows:")
             && summary.contains("peak state:")
-            && summary.contains("peak RSS:"),
+            && (summary.contains("peak RSS:") || !std::path::Path::new("/proc/self").exists()),
         "{summary}"
     );
     // The ads table's versions all carry time 0: a versioned table is not a lagging input,

@@ -365,7 +365,7 @@ fn fixture_queries_run_unchanged_through_weir_run() {
 /// The interval and temporal joins with their state on RocksDB (`state.backend.type =
 /// 'rocksdb'`) give Flink's rows through `weir run`, on small/ and late/: at parallelism 1 on
 /// disk from the start, at 2 held in memory first up to 64 KiB (`weir.state.memory-first`),
-/// so that each subtask moves its state to disk in the middle of the input.
+/// which each subtask of either join outgrows with its first batches (they log the move).
 #[cfg(feature = "rocksdb")]
 #[test]
 fn the_interval_and_temporal_joins_on_rocksdb_match_flink() {

@@ -9,7 +9,7 @@
 #[cfg(feature = "rocksdb")]
 const OVERHEAD_MIB: f64 = 160.0;
 
-/// What a run's summary says after `label` (`peak state:` in rows, or the MiB of `peak RSS:`).
+/// The MiB a run's summary gives after `label` (`peak state:`, `peak RSS:`).
 #[cfg(feature = "rocksdb")]
 fn summary_number(summary: &str, label: &str) -> f64 {
     let line = (summary.lines())

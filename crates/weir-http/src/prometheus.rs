@@ -427,7 +427,7 @@ pub fn render(view: &JobView) -> String {
         "Rows in of the operator's busiest subtask over the average of its subtasks (1 is an even load).",
         |n| Some(n.load_max_over_avg));
     l.per_node(&mut x, &m, "weir_operator_state_on_disk", Gauge,
-        "1 for an operator that keeps its state on local disk (state.backend.type 'rocksdb'), 0 for one that keeps it in memory.",
+        "1 for an operator that keeps its state on local disk (state.backend.type 'rocksdb': from the start, or once a subtask's state outgrew its memory), 0 for one that keeps it in memory.",
         |n| n.kind.starts_with("operator").then_some(n.state_on_disk));
     // Each operator's part in the last completed checkpoint it took part in (every running
     // operator takes part; one that has ended drops out).

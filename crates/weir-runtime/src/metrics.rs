@@ -132,8 +132,9 @@ pub struct NodeMetrics {
     /// The node's part in checkpoints (an operator: its snapshot, of its state if it keeps
     /// any, and its barrier alignment).
     pub checkpoint: NodeCheckpointMetrics,
-    /// The operator keeps its state on local disk (`state.backend.type = 'rocksdb'` and an
-    /// operator that can); otherwise its state, if any, is in memory.
+    /// The operator keeps its state on local disk from the start (`state.backend.type =
+    /// 'rocksdb'`, `weir.state.memory-first = 'false'` and an operator that can); held in
+    /// memory first, its subtasks say when they moved it (the `subtasks_on_disk` gauge).
     pub state_on_disk: bool,
 }
 
@@ -615,8 +616,8 @@ pub struct NodeSnapshot {
     /// in completed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<NodeCheckpointSnapshot>,
-    /// The operator keeps its state on local disk, not in memory (see
-    /// [`NodeMetrics::state_on_disk`]).
+    /// The operator keeps its state on local disk, not in memory: from the start (see
+    /// [`NodeMetrics::state_on_disk`]), or some of its subtasks moved it there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub state_on_disk: bool,
 }
@@ -839,7 +840,7 @@ impl MetricsReporter {
             drop(alerts);
             // Subtasks that hold their state in memory first say when they moved it to disk.
             let state_on_disk =
-                n.state_on_disk && gauges.get("subtasks_on_disk").is_none_or(|&on| on > 0);
+                n.state_on_disk || gauges.get("subtasks_on_disk").is_some_and(|&on| on > 0);
             nodes.push(NodeSnapshot {
                 split_spread_ms: split_spread,
                 split_spread_alert: alert,

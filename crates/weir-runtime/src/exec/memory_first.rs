@@ -5,8 +5,11 @@
 //! backend and runs that one for the rest of the run.
 //!
 //! The move is a checkpoint's snapshot and restore, done between two calls: the memory
-//! operator's snapshot (the memory backend's layout) is restored into the disk operator, a
-//! batch at a time as a thread makes them. Every operator's property tests restore each
+//! operator's snapshot (the memory backend's layout; for most operators one batch, a copy of
+//! the state) is taken, the memory operator dropped, and the snapshot restored into the disk
+//! operator [`MOVE_ROWS`] rows at a time as a thread makes it, each part written to the store
+//! before the next. So while it moves, the subtask holds about its state once (the copy) beside
+//! the store's write buffers. Every operator's property tests restore each
 //! backend's snapshot on the other at every cut, which is what makes the move exact. Timers
 //! live in the subtask's host, not in the operator, and stay where they are. The operator's
 //! gauges go on from where they were: a count (late rows, say) the restore starts again from
@@ -82,30 +85,32 @@ impl MemoryFirst {
             return Ok(());
         };
         let size = self.op.state_size();
-        if size.bytes <= limit {
+        let watermark = ctx.watermark();
+        // At the end of the input (the last watermark) what is held comes out next: it stays.
+        if size.bytes <= limit || watermark == Watermark::MAX {
             return Ok(());
         }
         let started = ctx.now();
-        let snapshot = self.op.snapshot()?;
-        let mut disk = (self.on_disk)()?;
-        restore_made(disk.as_mut(), snapshot, &self.operator)?;
-        disk.open(ctx)?;
-        let watermark = ctx.watermark();
-        if watermark > Watermark::MIN {
-            disk.on_watermark(watermark, ctx)?;
-        }
         let mut before = Vec::new();
         self.op.gauges(&mut before);
+        let snapshot = self.op.snapshot()?;
+        // The memory operator goes before its state moves: the snapshot holds what it needs
+        // (a copy, or the batches it shares), so the state is not held twice beside the store.
+        self.op = (self.on_disk)()?;
+        self.limit = None;
+        restore_made(self.op.as_mut(), snapshot, &self.operator)?;
+        self.op.open(ctx)?;
+        if watermark > Watermark::MIN {
+            self.op.on_watermark(watermark, ctx)?;
+        }
         let mut after = Vec::new();
-        disk.gauges(&mut after);
+        self.op.gauges(&mut after);
         self.carried = (before.into_iter())
             .map(|(name, at_move)| {
                 let restored = after.iter().find(|(n, _)| *n == name).map_or(0, |g| g.1);
                 (name, at_move, restored)
             })
             .collect();
-        self.op = disk;
-        self.limit = None;
         tracing::info!(
             operator = %self.operator,
             subtask = self.subtask,
@@ -126,23 +131,30 @@ impl MemoryFirst {
     }
 }
 
-/// Restores `snapshot` into `op`, its batches made on a thread of their own and taken one at a
-/// time, so that the state passes in the memory of a few batches beside itself.
+/// Rows of a snapshot's batch a move hands the disk operator at once: an operator on disk
+/// writes each batch it restores to its store before it takes the next, and most memory
+/// operators' snapshots are one batch of their whole state.
+const MOVE_ROWS: usize = 8192;
+
+/// Restores `snapshot` into `op`, its batches made on a thread of their own and taken
+/// [`MOVE_ROWS`] rows at a time.
 fn restore_made(op: &mut dyn Operator, snapshot: StateSnapshot, operator: &str) -> Result<()> {
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<arrow_array::RecordBatch>>(1);
         let maker = std::thread::Builder::new()
             .name("weir-state-to-disk".into())
             .spawn_scoped(scope, move || {
-                let stopped = || Error::Internal("the move of state to disk stopped".into());
-                let made = snapshot
-                    .write_into(&mut |b| tx.send(Ok(b)).map_err(|_| stopped()))
-                    .and_then(|shared| {
-                        shared.into_iter().try_for_each(|s| {
-                            let rows = s.into_rows()?;
-                            tx.send(Ok(rows)).map_err(|_| stopped())
+                let send = |b: arrow_array::RecordBatch| {
+                    (0..b.num_rows()).step_by(MOVE_ROWS).try_for_each(|at| {
+                        let part = b.slice(at, MOVE_ROWS.min(b.num_rows() - at));
+                        tx.send(Ok(part)).map_err(|_| {
+                            Error::Internal("the move of state to disk stopped".into())
                         })
-                    });
+                    })
+                };
+                let made = snapshot
+                    .write_into(&mut |b| send(b))
+                    .and_then(|shared| shared.into_iter().try_for_each(|s| send(s.into_rows()?)));
                 if let Err(e) = made {
                     let _ = tx.send(Err(e));
                 }
@@ -172,6 +184,17 @@ fn restore_made(op: &mut dyn Operator, snapshot: StateSnapshot, operator: &str) 
             ))),
         }
     })
+}
+
+/// The bytes of `batch`'s rows: a checkpoint's batches are slices of the blocks read, which
+/// the whole buffers' sizes would count again for every column and batch.
+fn batch_bytes(batch: &arrow_array::RecordBatch) -> u64 {
+    (batch.columns().iter())
+        .map(|c| {
+            (c.to_data().get_slice_memory_size()).unwrap_or_else(|_| c.get_array_memory_size())
+                as u64
+        })
+        .sum()
 }
 
 impl Operator for MemoryFirst {
@@ -229,7 +252,7 @@ impl Operator for MemoryFirst {
                 return self.op.restore(StateBatches::new(read.into_iter().map(Ok)));
             };
             let batch = batch?;
-            bytes += batch.get_array_memory_size() as u64;
+            bytes += batch_bytes(&batch);
             read.push(batch);
         }
         let mut disk = (self.on_disk)()?;

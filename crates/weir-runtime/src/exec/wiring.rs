@@ -235,7 +235,9 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             peak_spread_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
             chained_into: chains.is_chained(n.id).then(|| chains.head(n.id)),
             checkpoint: Default::default(),
+            // Held in memory first, a subtask says when its state moved (`subtasks_on_disk`).
             state_on_disk: graph.config.state_backend.on_disk()
+                && graph.config.state_backend.memory_first == Some(0)
                 && matches!(&n.kind, NodeKind::Operator { factory } if factory.state_on_disk()),
         }));
     }
