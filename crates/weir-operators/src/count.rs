@@ -378,20 +378,12 @@ mod tests {
             keys: vec!["ad".into()],
         });
         let make = |memory_first| {
-            let info = SubtaskInfo {
-                operator: "count".into(),
-                subtask: 0,
-                parallelism: 1,
-                key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
-                checkpoints: None,
-                state_backend: weir_state::backend::StateBackend {
-                    memory_first: Some(memory_first),
-                    incremental: true,
-                    ..disk.clone()
-                },
+            let backend = weir_state::backend::StateBackend {
+                memory_first: Some(memory_first),
+                incremental: true,
+                ..disk.clone()
             };
-            weir_runtime::exec::memory_first::create(&factory, std::slice::from_ref(&input), &info)
-                .unwrap()
+            weir_testkit::job_subtask(&factory, std::slice::from_ref(&input), &backend)
         };
         let on_disk = |op: &dyn Operator| {
             let mut g = Vec::new();

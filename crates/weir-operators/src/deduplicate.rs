@@ -962,24 +962,15 @@ mod tests {
             ..Deduplicate::keep_first(1_000_000)
         });
         for memory_first in [1 << 30, 1] {
-            let info = SubtaskInfo {
-                operator: "deduplicate".into(),
-                subtask: 0,
-                parallelism: 1,
-                key_groups: weir_core::keys::DEFAULT_KEY_GROUPS,
-                checkpoints: None,
-                state_backend: weir_state::backend::StateBackend {
-                    memory_first: Some(memory_first),
-                    ..disk.clone()
-                },
+            let backend = weir_state::backend::StateBackend {
+                memory_first: Some(memory_first),
+                ..disk.clone()
             };
-            let op = weir_runtime::exec::memory_first::create(
+            let mut h = Harness::new(weir_testkit::job_subtask(
                 &factory,
                 std::slice::from_ref(&input),
-                &info,
-            )
-            .unwrap();
-            let mut h = Harness::new(op);
+                &backend,
+            ));
             // No state yet: nothing moves at the watermark. The next row moves it (past 1 byte).
             h.watermark(200);
             h.push(0, rows!("user page ts\n u2 p 300"));

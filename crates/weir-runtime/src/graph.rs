@@ -1095,6 +1095,12 @@ impl JobGraph {
         let first = match backend.memory_first {
             None => "each in memory while it fits its share, then on disk".to_string(),
             Some(0) => "on disk from the start".to_string(),
+            Some(b) if b % (1 << 20) == 0 => {
+                format!("each in memory up to {} MiB, then on disk", b >> 20)
+            }
+            Some(b) if b % (1 << 10) == 0 => {
+                format!("each in memory up to {} KiB, then on disk", b >> 10)
+            }
             Some(b) => format!("each in memory up to {b} bytes, then on disk"),
         };
         Some(format!(

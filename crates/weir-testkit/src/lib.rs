@@ -222,6 +222,22 @@ pub fn whole_job_backends() -> Vec<weir_state::backend::StateBackend> {
     all
 }
 
+/// The harness's subtask of `factory` over `inputs` as the runtime makes a job's subtask on
+/// `backend`: on `'rocksdb'` held in memory first (`weir.state.memory-first`) when `backend`
+/// says so ([`weir_runtime::exec::memory_first::create`]). Panics if the factory refuses.
+pub fn job_subtask(
+    factory: &Arc<dyn OperatorFactory>,
+    inputs: &[StreamInfo],
+    backend: &weir_state::backend::StateBackend,
+) -> Box<dyn Operator> {
+    let info = SubtaskInfo {
+        state_backend: backend.clone(),
+        ..harness_subtask()
+    };
+    weir_runtime::exec::memory_first::create(factory, inputs, &info)
+        .unwrap_or_else(|e| panic!("`{}` refused its inputs: {e}", factory.kind()))
+}
+
 /// Runs `f` with the harnesses it makes (and the operators they create) on `backend`.
 pub fn on_backend<T>(backend: &weir_state::backend::StateBackend, f: impl FnOnce() -> T) -> T {
     let before = BACKEND.with(|b| b.replace(backend.clone()));
