@@ -452,11 +452,17 @@ SET 'weir.state.memory-first' = 'false';",
         assert!(out.status.success(), "{stderr}");
         assert!(stderr.contains("restored"), "{stderr}");
         // On RocksDB the interval join opens its own files whole; the window aggregation
-        // reads them.
+        // reads them. The tables it opened are in shared/: its checkpoints list them there
+        // (SharedFiles::inherit_store's unit test checks they are not copied again).
         assert_eq!(
             stderr.contains(
                 "opened the checkpoint's store files as its store operator=interval_join"
             ),
+            backend == "'rocksdb'",
+            "{stderr}"
+        );
+        assert_eq!(
+            stderr.contains("checkpoints list them there rather than copy them again"),
             backend == "'rocksdb'",
             "{stderr}"
         );

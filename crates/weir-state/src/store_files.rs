@@ -34,6 +34,17 @@ pub struct StoreFile {
 }
 
 impl StoreFiles {
+    /// The files `files` of store `store_id` in folder `dir`, kept by nothing else (a store
+    /// that made them holds them through its own snapshot).
+    pub fn new(dir: PathBuf, store_id: String, files: Vec<StoreFile>) -> Self {
+        StoreFiles {
+            dir,
+            store_id,
+            files,
+            _keep: None,
+        }
+    }
+
     /// The name of `file` in `shared/`: the subtask's state file stem, the store and the file.
     pub fn shared_name(&self, state: &str, file: &StoreFile) -> String {
         format!(

@@ -210,6 +210,9 @@ pub(crate) struct RestoredState<'a> {
     pub operator: StateBatches<'a>,
     /// Its timers.
     pub timers: Vec<arrow_array::RecordBatch>,
+    /// The files of the checkpoint's store that the operator opened as its own
+    /// (`Operator::restore_store`): the tables among them are in `shared/` already.
+    pub store_files: Vec<weir_state::checkpoint::StateFile>,
 }
 
 impl Default for RestoredState<'_> {
@@ -217,6 +220,7 @@ impl Default for RestoredState<'_> {
         RestoredState {
             operator: Vec::new().into(),
             timers: Vec::new(),
+            store_files: Vec::new(),
         }
     }
 }
@@ -305,6 +309,7 @@ pub(crate) fn restored_state<'a>(
     // can (`Operator::restore_store`), rather than read row by row; if it cannot, the files
     // copied for it are read (not copied again).
     let mut copied = None;
+    let mut store_files = Vec::new();
     if let [sub] = stores[..] {
         if info.state_backend.on_disk()
             && sub.subtask == info.subtask
@@ -319,6 +324,7 @@ pub(crate) fn restored_state<'a>(
                     subtask = info.subtask,
                     "opened the checkpoint's store files as its store"
                 );
+                store_files = sub.files.clone();
                 stores.clear();
             } else {
                 copied = Some(folder);
@@ -340,6 +346,7 @@ pub(crate) fn restored_state<'a>(
     Ok(RestoredState {
         operator: StateBatches::new(batches),
         timers,
+        store_files,
     })
 }
 

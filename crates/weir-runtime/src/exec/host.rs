@@ -53,6 +53,23 @@ impl OperatorHost {
         }
     }
 
+    /// The operator's store was opened on the files `files` of a checkpoint: its next
+    /// checkpoint lists the tables among them where they are in `shared/`, without copying
+    /// them again ([`SharedFiles::inherit_store`]).
+    pub(crate) fn inherit_store(&mut self, files: &[weir_state::checkpoint::StateFile]) {
+        let tables = files.iter().filter(|f| f.shared).count();
+        if tables > 0 {
+            (self.shared.lock().expect("shared files lock")).inherit_store(files);
+            tracing::info!(
+                operator = %self.info.operator,
+                subtask = self.info.subtask,
+                tables,
+                "the tables of the checkpoint's store it opened are in shared/ already: its \
+                 checkpoints list them there rather than copy them again"
+            );
+        }
+    }
+
     /// The operator (for its snapshot).
     pub fn operator(&mut self) -> &mut dyn Operator {
         self.op.as_mut()

@@ -25,8 +25,9 @@ use crate::operator::SharedBatch;
 pub(crate) struct SharedFiles {
     /// In the order they were written.
     files: Vec<SharedFile>,
-    /// The table files of the subtask's store the newest checkpoint lists, by their names in
-    /// `shared/`.
+    /// The table files of the subtask's store the newest checkpoint lists (or, before this
+    /// run's first, the checkpoint whose files the store opened on), by their names in the
+    /// store. Within a run a name is one table: RocksDB never numbers two files alike.
     store_tables: HashMap<String, StateFileInfo>,
 }
 
@@ -152,11 +153,37 @@ impl SharedFiles {
 }
 
 impl SharedFiles {
+    /// The store was opened on the table files `files` of a checkpoint (its own subtask's, at
+    /// the same parallelism): those still in it are in `shared/` already, under the names that
+    /// checkpoint gave them, and the next checkpoint lists them there instead of copying them
+    /// again under the new store's id.
+    pub(crate) fn inherit_store(&mut self, files: &[weir_state::checkpoint::StateFile]) {
+        for f in files {
+            let (true, Some(store_name), Some(checksum)) = (f.shared, &f.store_name, &f.checksum)
+            else {
+                continue;
+            };
+            self.store_tables.insert(
+                store_name.clone(),
+                StateFileInfo {
+                    name: f.name.clone(),
+                    rows: 0,
+                    bytes: f.bytes,
+                    checksum: checksum.clone(),
+                    shared: true,
+                    written: false,
+                    store_name: Some(store_name.clone()),
+                },
+            );
+        }
+    }
+
     /// Writes checkpoint `epoch`'s part of the subtask's `store` (see
     /// [`weir_state::store_files`]), whose operator held `rows` rows: each table file no
-    /// earlier checkpoint of this run wrote, into `shared/`, and the store's other files into
-    /// the checkpoint's folder (named after the subtask's state file `state`). Returns every
-    /// file the checkpoint lists, the first saying how many rows the state holds.
+    /// earlier checkpoint of this run (nor the one the store opened on) wrote, into `shared/`,
+    /// and the store's other files into the checkpoint's folder (named after the subtask's
+    /// state file `state`). Returns every file the checkpoint lists, the first saying how many
+    /// rows the state holds.
     ///
     /// # Errors
     /// Reading a file of the store failed, or writing one did.
@@ -174,7 +201,7 @@ impl SharedFiles {
             let path = store.path(f);
             let info = if f.immutable {
                 let name = store.shared_name(state, f);
-                let info = match self.store_tables.remove(&name) {
+                let info = match self.store_tables.remove(&f.name) {
                     Some(info) => StateFileInfo {
                         written: false,
                         ..info
@@ -196,7 +223,7 @@ impl SharedFiles {
                         }
                     }
                 };
-                tables.insert(name, info.clone());
+                tables.insert(f.name.clone(), info.clone());
                 info
             } else {
                 let name = weir_state::store_files::private_name(state, &f.name);
@@ -244,4 +271,77 @@ pub(crate) fn overlay_file(state: &str) -> String {
 /// Whether a checkpoint file is an overlay (see [`overlay_file`]).
 pub(crate) fn is_overlay_file(name: &str) -> bool {
     name.ends_with(".live.arrow")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_state::checkpoint::{LocalDirStorage, StateFile};
+    use weir_state::store_files::{StoreFile, StoreFiles};
+
+    /// A store opened on its subtask's checkpointed tables: its first checkpoint lists those
+    /// still in it under the names that checkpoint gave them, without writing them again, and
+    /// writes its new tables (under its own id) and its other files.
+    #[test]
+    fn a_restored_stores_first_checkpoint_writes_only_its_new_tables() {
+        let root = tempfile::tempdir().unwrap();
+        let storage = LocalDirStorage::new(root.path().join("checkpoints"));
+        let dir = root.path().join("store");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str| {
+            std::fs::write(dir.join(name), name).unwrap();
+            StoreFile {
+                name: name.into(),
+                bytes: name.len() as u64,
+                immutable: name.ends_with(".sst"),
+            }
+        };
+        let store =
+            |id: &str, files: Vec<StoreFile>| StoreFiles::new(dir.clone(), id.into(), files);
+        // The run before: store `a` checkpointed two tables and its manifest.
+        storage.begin(Epoch(1)).unwrap();
+        let a = store(
+            "a",
+            vec![file("000007.sst"), file("000009.sst"), file("MANIFEST-8")],
+        );
+        let first = (SharedFiles::default())
+            .write_store(&storage, Epoch(1), "op-0.arrow", &a, 5)
+            .unwrap();
+        assert!(first.iter().all(|f| f.written));
+        // What the restore reads in that checkpoint's manifest.
+        let listed: Vec<StateFile> = (first.iter())
+            .map(|f| StateFile {
+                name: f.name.clone(),
+                rows: f.rows,
+                bytes: f.bytes,
+                checksum: Some(f.checksum.clone()),
+                shared: f.shared,
+                store_name: f.store_name.clone(),
+            })
+            .collect();
+        // The restored run: store `b`, opened on them, compacted 000007 into 000011.
+        let mut after = SharedFiles::default();
+        after.inherit_store(&listed);
+        storage.begin(Epoch(2)).unwrap();
+        let b = store(
+            "b",
+            vec![file("000009.sst"), file("000011.sst"), file("MANIFEST-12")],
+        );
+        let next = after
+            .write_store(&storage, Epoch(2), "op-0.arrow", &b, 5)
+            .unwrap();
+        let by_store: HashMap<String, (String, bool)> = (next.into_iter())
+            .map(|f| (f.store_name.unwrap(), (f.name, f.written)))
+            .collect();
+        assert_eq!(by_store["000009.sst"], ("op-0-a-000009.sst".into(), false));
+        assert_eq!(by_store["000011.sst"], ("op-0-b-000011.sst".into(), true));
+        assert!(by_store["MANIFEST-12"].1);
+        assert!(!by_store.contains_key("000007.sst"));
+        // And the next checkpoint of the same run still finds the inherited table.
+        storage.begin(Epoch(3)).unwrap();
+        let again = after
+            .write_store(&storage, Epoch(3), "op-0.arrow", &b, 5)
+            .unwrap();
+        assert!(again.iter().filter(|f| f.shared).all(|f| !f.written));
+    }
 }

@@ -646,6 +646,7 @@ fn create_operator(
     }
     let mut op = super::memory_first::create(factory, &input_streams, &info)?;
     let mut timers = TimerService::default();
+    let mut store_files = Vec::new();
     if let (Some((r, storage)), crate::graph::OperatorState::Checkpointed { version }) =
         (restore, factory.state())
     {
@@ -673,10 +674,11 @@ fn create_operator(
         for t in &state.timers {
             timers.restore(t)?;
         }
+        store_files = state.store_files;
     }
-    Ok(Chained::Sync(Box::new(OperatorHost::new(
-        op, timers, info, metrics, clock,
-    ))))
+    let mut host = OperatorHost::new(op, timers, info, metrics, clock);
+    host.inherit_store(&store_files);
+    Ok(Chained::Sync(Box::new(host)))
 }
 
 /// The state of subtask `sub` of a checkpoint, held as its store's files (in folder `dir`), as
