@@ -13,6 +13,10 @@ use crate::operator::{StateBatches, SubtaskInfo};
 pub struct Restored {
     pub handle: weir_state::checkpoint::CheckpointHandle,
     pub manifest: weir_state::checkpoint::Manifest,
+    /// Found by `--restore latest` in the storage the job writes its checkpoints to, so its
+    /// shared files are the job's own. A checkpoint named by its location may be in another
+    /// directory, whose `shared/` the job's checkpoints cannot list.
+    pub in_job_storage: bool,
 }
 
 impl Restored {
@@ -34,7 +38,11 @@ impl Restored {
                 return Ok(None);
             };
             let manifest = storage.read_manifest(&handle)?;
-            return Ok(Some(Restored { handle, manifest }));
+            return Ok(Some(Restored {
+                handle,
+                manifest,
+                in_job_storage: false,
+            }));
         }
         // The newest good one: a corrupt checkpoint (its manifest, or a state file changed,
         // truncated or swapped after it completed) is passed over for the one before it, with
@@ -58,6 +66,7 @@ impl Restored {
         Ok(Some(Restored {
             handle: good.handle,
             manifest: good.manifest,
+            in_job_storage: true,
         }))
     }
 
@@ -324,7 +333,11 @@ pub(crate) fn restored_state<'a>(
                     subtask = info.subtask,
                     "opened the checkpoint's store files as its store"
                 );
-                store_files = sub.files.clone();
+                // Its tables are listed where they are only if they are in the job's own
+                // `shared/`; otherwise its first checkpoint copies them there.
+                if r.in_job_storage {
+                    store_files = sub.files.clone();
+                }
                 stores.clear();
             } else {
                 copied = Some(folder);

@@ -154,9 +154,10 @@ impl SharedFiles {
 
 impl SharedFiles {
     /// The store was opened on the table files `files` of a checkpoint (its own subtask's, at
-    /// the same parallelism): those still in it are in `shared/` already, under the names that
-    /// checkpoint gave them, and the next checkpoint lists them there instead of copying them
-    /// again under the new store's id.
+    /// the same parallelism, found by `--restore latest` in the storage the job writes to):
+    /// those still in it are in `shared/` already, under the names that checkpoint gave them,
+    /// and the next checkpoint lists them there instead of copying them again under the new
+    /// store's id.
     pub(crate) fn inherit_store(&mut self, files: &[weir_state::checkpoint::StateFile]) {
         for f in files {
             let (true, Some(store_name), Some(checksum)) = (f.shared, &f.store_name, &f.checksum)
