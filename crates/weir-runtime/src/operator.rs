@@ -438,6 +438,46 @@ impl StateSnapshot {
         Ok(parts.shared)
     }
 
+    /// The batches a restore of this snapshot gets (as [`into_batches`](Self::into_batches)),
+    /// made on a thread named `thread` and taken one at a time as they come; `keep` lives on
+    /// that thread until they are made (the store a snapshot reads). `what` names the work in
+    /// errors: a thread that cannot start, or one that panics (which ends the batches with an
+    /// error, not an end).
+    ///
+    /// # Errors
+    /// The thread cannot start.
+    pub(crate) fn batches_apart(
+        self,
+        thread: &str,
+        keep: impl Send + 'static,
+        what: String,
+    ) -> Result<Box<dyn Iterator<Item = Result<arrow_array::RecordBatch>>>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let maker = std::thread::Builder::new()
+            .name(thread.into())
+            .spawn(move || {
+                let _keep = keep;
+                let send = |b: Result<arrow_array::RecordBatch>| {
+                    tx.send(b)
+                        .map_err(|_| crate::Error::Internal("the batches' taker stopped".into()))
+                };
+                let made = self
+                    .write_into(&mut |b| send(Ok(b)))
+                    .and_then(|shared| shared.into_iter().try_for_each(|s| send(s.into_rows())));
+                if let Err(e) = made {
+                    let _ = tx.send(Err(e));
+                }
+            })
+            .map_err(|e| crate::Error::Internal(format!("cannot start {what}: {e}")))?;
+        // At the end of the batches, the thread's end: a panic there is an error, not an end.
+        let mut maker = Some(maker);
+        let end = std::iter::from_fn(move || match maker.take()?.join() {
+            Ok(()) => None,
+            Err(_) => Some(Err(crate::Error::Internal(format!("{what} panicked")))),
+        });
+        Ok(Box::new(rx.into_iter().chain(end)))
+    }
+
     /// The snapshot's parts (making them now if it was deferred or streamed).
     ///
     /// # Errors

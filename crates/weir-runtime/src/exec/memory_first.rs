@@ -139,51 +139,27 @@ const MOVE_ROWS: usize = 8192;
 /// Restores `snapshot` into `op`, its batches made on a thread of their own and taken
 /// [`MOVE_ROWS`] rows at a time.
 fn restore_made(op: &mut dyn Operator, snapshot: StateSnapshot, operator: &str) -> Result<()> {
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<arrow_array::RecordBatch>>(1);
-        let maker = std::thread::Builder::new()
-            .name("weir-state-to-disk".into())
-            .spawn_scoped(scope, move || {
-                let send = |b: arrow_array::RecordBatch| {
-                    (0..b.num_rows()).step_by(MOVE_ROWS).try_for_each(|at| {
-                        let part = b.slice(at, MOVE_ROWS.min(b.num_rows() - at));
-                        tx.send(Ok(part)).map_err(|_| {
-                            Error::Internal("the move of state to disk stopped".into())
-                        })
-                    })
-                };
-                let made = snapshot
-                    .write_into(&mut |b| send(b))
-                    .and_then(|shared| shared.into_iter().try_for_each(|s| send(s.into_rows()?)));
-                if let Err(e) = made {
-                    let _ = tx.send(Err(e));
-                }
-            })
-            .map_err(|e| {
-                Error::Internal(format!(
-                    "cannot start moving the state of `{operator}` to disk: {e}"
-                ))
-            })?;
-        let mut batches = rx.into_iter();
-        let restored = op.restore(StateBatches::new(&mut batches));
-        // A batch the restore left would be state lost: that is an error, not an end.
-        let left = batches.next();
-        drop(batches);
-        let joined = maker.join();
-        restored?;
-        if joined.is_err() {
-            return Err(Error::Internal(format!(
-                "making the snapshot of `{operator}` to move to disk panicked"
-            )));
-        }
-        match left {
-            None => Ok(()),
-            Some(Err(e)) => Err(e),
-            Some(Ok(_)) => Err(Error::Internal(format!(
-                "`{operator}` left state unread when it moved to disk"
-            ))),
-        }
-    })
+    let made = snapshot.batches_apart(
+        "weir-state-to-disk",
+        (),
+        format!("moving the state of `{operator}` to disk"),
+    )?;
+    let mut batches = made.flat_map(|b| match b {
+        Ok(b) => (0..b.num_rows())
+            .step_by(MOVE_ROWS)
+            .map(|at| Ok(b.slice(at, MOVE_ROWS.min(b.num_rows() - at))))
+            .collect(),
+        Err(e) => vec![Err(e)],
+    });
+    op.restore(StateBatches::new(&mut batches))?;
+    // A batch the restore left would be state lost: that is an error, not an end.
+    match batches.next() {
+        None => Ok(()),
+        Some(Err(e)) => Err(e),
+        Some(Ok(_)) => Err(Error::Internal(format!(
+            "`{operator}` left state unread when it moved to disk"
+        ))),
+    }
 }
 
 /// The bytes of `batch`'s rows: a checkpoint's batches are slices of the blocks read, which

@@ -706,40 +706,13 @@ fn store_batches(
         ..info.clone()
     };
     let mut reader = factory.create(input_streams, &reader_info)?;
-    let snapshot = reader.snapshot()?;
     // The snapshot reads the store on a thread of its own; its batches come one at a time.
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let operator = info.operator.clone();
-    let thread = std::thread::Builder::new()
-        .name("weir-restore-store".into())
-        .spawn(move || {
-            let _reader = reader;
-            let sent = snapshot.write_into(&mut |b| {
-                tx.send(Ok(b))
-                    .map_err(|_| Error::Internal("the restore stopped reading".into()))
-            });
-            if let Err(e) = sent {
-                let _ = tx.send(Err(e));
-            }
-        })
-        .map_err(|e| {
-            Error::Internal(format!(
-                "cannot start reading the restored store of `{operator}`: {e}"
-            ))
-        })?;
-    // At the end of the batches, the thread's end: a panic there is an error, not an end.
-    let mut thread = Some(thread);
-    let operator = info.operator.clone();
-    let end = std::iter::from_fn(move || {
-        let t = thread.take()?;
-        match t.join() {
-            Ok(()) => None,
-            Err(_) => Some(Err(Error::Internal(format!(
-                "reading the restored store of `{operator}` panicked"
-            )))),
-        }
-    });
-    Ok(Box::new(rx.into_iter().chain(end)))
+    let snapshot = reader.snapshot()?;
+    snapshot.batches_apart(
+        "weir-restore-store",
+        reader,
+        format!("reading the restored store of `{}`", info.operator),
+    )
 }
 
 /// Where a checkpointed operator subtask's snapshots go, when the job takes checkpoints.
