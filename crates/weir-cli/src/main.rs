@@ -6,6 +6,7 @@ mod control;
 mod cutover;
 mod demo;
 mod gen;
+mod group;
 mod procstat;
 mod status;
 mod supervise;
@@ -123,6 +124,13 @@ struct RunArgs {
     /// changed, instead of refusing to start.
     #[arg(long)]
     allow_non_restored_state: bool,
+    /// Run as one member of group NAME, processes that share the job over Kafka: the job cut
+    /// into tasks, one per partition of its input topics, shared evenly by the members alive,
+    /// each task checkpointing into its own folder under the checkpoint folder (which every
+    /// member must reach, and where the members find each other) and moving with it when a
+    /// member leaves or dies. So far for jobs of stateless operators (no re-keying).
+    #[arg(long, value_name = "NAME")]
+    group: Option<String>,
     #[command(flatten)]
     http: web::HttpArgs,
 }
@@ -390,6 +398,7 @@ fn run_job(
         restore,
         from_savepoint,
         allow_non_restored_state,
+        group,
         http,
     } = args;
     if let Some(b) = &backfill {
@@ -487,6 +496,31 @@ fn run_job(
             ("the checkpoint folder", checkpoint_dir.as_deref()),
         ],
     )?;
+    if let Some(name) = group {
+        if backfill.is_some() {
+            anyhow::bail!(
+                "--group: a backfill runs as a single process (a group of backfills is not \
+                 built yet)"
+            );
+        }
+        for (given, what) in [
+            (metrics_out.is_some(), "--metrics-out"),
+            (
+                http.http.as_deref().is_some_and(|h| h.trim() != "off"),
+                "--http",
+            ),
+        ] {
+            if given {
+                anyhow::bail!(
+                    "{what}: a member of a group serves no metrics of its own yet (each task \
+                     is a job of its own); leave {what} out"
+                );
+            }
+        }
+        let plan = group::plan(graph, &name)?;
+        let code = rt.block_on(group::run(plan))?;
+        std::process::exit(code);
+    }
     let progress = match &backfill {
         Some(b) => supervise::Progress::Range(b.range),
         None => supervise::Progress::Input,

@@ -152,6 +152,10 @@ pub struct KafkaSourceSpec {
     /// Read the topic as a table's changelog (`upsert-kafka`); `None` for a plain log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upsert: Option<Upsert>,
+    /// Read only these partitions (one task of a job run as a group, `weir run --group`),
+    /// with no partitions found while running; `None`: every partition of the topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<i32>>,
 }
 
 /// A topic read as a table's changelog keyed by its primary key (Flink's `upsert-kafka`).
@@ -258,6 +262,7 @@ impl KafkaSourceSpec {
             properties: HashMap::new(),
             partition_discovery_ms: default_discovery(),
             upsert: None,
+            partitions: None,
         }
     }
 }
@@ -283,6 +288,13 @@ impl KafkaSource {
                 ));
             }
             fields.push(Field::new(&c.name, c.data_type.clone(), true));
+        }
+        if let (Some(ps), Some(_)) = (&spec.partitions, spec.partition_discovery_ms) {
+            return Err(Error::config(
+                "partitions",
+                format!("{ps:?}"),
+                "a read of some partitions finds no others: give no partition discovery interval",
+            ));
         }
         if spec.format == KafkaFormat::Raw
             && (spec.columns.len() != 1 || spec.columns[0].data_type != DataType::Utf8)
@@ -389,6 +401,20 @@ impl KafkaSource {
             ));
         }
         ps.sort();
+        if let Some(only) = &self.spec.partitions {
+            if let Some(p) = only.iter().find(|p| !ps.contains(p)) {
+                return Err(Error::config(
+                    "partitions",
+                    p,
+                    format!(
+                        "topic {} has partitions 0 to {}",
+                        self.spec.topic,
+                        ps.len() - 1
+                    ),
+                ));
+            }
+            return Ok(only.clone());
+        }
         Ok(ps)
     }
 }
@@ -445,6 +471,19 @@ impl SourceFactory for KafkaSource {
             StartPosition::Timestamp(t) => Some(t),
             _ => None,
         })
+    }
+    fn log_partitions(&self) -> Result<Option<weir_runtime::LogPartitions>> {
+        let c = self.consumer()?;
+        Ok(Some(weir_runtime::LogPartitions {
+            topic: self.spec.topic.clone(),
+            partitions: self.partitions(&c)?.len(),
+        }))
+    }
+    fn reading_partition(&self, partition: i32) -> Result<Option<Arc<dyn SourceFactory>>> {
+        let mut spec = self.spec.clone();
+        spec.partitions = Some(vec![partition]);
+        spec.partition_discovery_ms = None;
+        Ok(Some(Arc::new(KafkaSource::new(spec)?)))
     }
     fn create_reader(
         &self,
@@ -949,6 +988,9 @@ impl KafkaReader {
     /// Looks for partitions added to the topic; takes on those that fall to this subtask (as
     /// the job's split assignment does: partition mod parallelism).
     fn discover(&mut self) -> Result<Option<Arc<weir_runtime::metrics::SplitMetrics>>> {
+        if self.source.spec.partitions.is_some() {
+            return Ok(None);
+        }
         let topic = self.source.spec.topic.clone();
         let md = match self
             .consumer

@@ -162,6 +162,16 @@ impl SinkFactory for JdbcSinkFactory {
         vec![weir_runtime::Location::Table { database, table }]
     }
 
+    /// The task's own name in `weir_sink_progress` and its own staging table: `<job>.<task>`.
+    fn for_task(&self, task: &str) -> Result<Option<Arc<dyn SinkFactory>>> {
+        let mut spec = self.spec.clone();
+        spec.job = format!("{}.{task}", spec.job);
+        Ok(Some(Arc::new(JdbcSinkFactory {
+            options: self.options.clone(),
+            spec,
+        })))
+    }
+
     fn create_writer(&self, schema: SchemaRef, info: &SubtaskInfo) -> Result<Box<dyn SinkWriter>> {
         let layout = Arc::new(Layout::new(
             &self.options,

@@ -203,6 +203,12 @@ impl RunningJob {
         SavepointHandle(self.savepoints.0.clone())
     }
 
+    /// The checkpoint the job started from: its number, where it is, and how many source
+    /// splits it positioned (as [`JobReport::restored`] says at the end).
+    pub fn restored(&self) -> Option<&(u64, std::path::PathBuf, usize)> {
+        self.restored.as_ref()
+    }
+
     /// A handle that stops the job (see [`StopHandle`]).
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(self.stop.clone())

@@ -62,4 +62,4 @@ pub use operator::{
 pub use sink::{
     BlackholeSink, CollectSink, RateLimitHandle, RateLimitedSink, SinkFactory, SinkWriter,
 };
-pub use source::{SourceFactory, SourcePoll, SourceReader};
+pub use source::{LogPartitions, SourceFactory, SourcePoll, SourceReader};

@@ -87,6 +87,16 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
     fn writes(&self, _parallelism: usize, _checkpoints: bool) -> Vec<crate::Location> {
         Vec::new()
     }
+    /// This sink as one task of a job run as a group (`weir run --group`) writes it, each
+    /// task being a job of its own: a sink that records a job's progress (to be exactly once)
+    /// keeps `task`'s apart from the other tasks'. `None` (the default): the sink keeps no
+    /// such progress, and a group refuses it when it is exactly once.
+    ///
+    /// # Errors
+    /// A sink that cannot be made so.
+    fn for_task(&self, _task: &str) -> Result<Option<Arc<dyn SinkFactory>>> {
+        Ok(None)
+    }
 }
 
 /// A sink that keeps every row in memory, for embedding weir in a program and for tests.

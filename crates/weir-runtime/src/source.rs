@@ -302,6 +302,32 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     fn reads_any(&self, written: &crate::location::Written) -> Option<usize> {
         written.places().iter().position(|p| self.reads(p))
     }
+    /// The partitioned log the source reads (a Kafka topic), for a job run as a group of
+    /// processes (`weir run --group`), which cuts its input into tasks of one partition each;
+    /// `None` (the default) for a source that is no such log.
+    ///
+    /// # Errors
+    /// A log whose partitions cannot be looked up.
+    fn log_partitions(&self) -> Result<Option<LogPartitions>> {
+        Ok(None)
+    }
+    /// This source reading only partition `partition` of its log (one task of a group), with
+    /// no partitions found while it runs; `None` for a source that is no partitioned log.
+    ///
+    /// # Errors
+    /// A partition the log does not have.
+    fn reading_partition(&self, _partition: i32) -> Result<Option<Arc<dyn SourceFactory>>> {
+        Ok(None)
+    }
+}
+
+/// A partitioned log a source reads (see [`SourceFactory::log_partitions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogPartitions {
+    /// The topic.
+    pub topic: String,
+    /// How many partitions it has now.
+    pub partitions: usize,
 }
 
 /// What to do with a malformed record.

@@ -1,0 +1,356 @@
+//! A job run as a group of processes over Kafka (`weir run --group`): tasks per partition,
+//! assigned by a Kafka consumer group, moved with their checkpoints when a member dies.
+//!
+//! Needs the broker and the PostgreSQL server `scripts/test` starts (`WEIR_KAFKA_BOOTSTRAP`,
+//! `WEIR_POSTGRES_URL`).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use weir_core::time::Stopwatch;
+use weir_core::SystemClock;
+
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use weir_testkit::{kafka, postgres};
+
+/// How many records the tests write, six partitions' worth.
+const RECORDS: i64 = 24_000;
+
+/// A stateless job over `topic` into `schema.big` (bounded: read to the topic's end at start).
+fn job(topic: &str, schema: &str, bounded: bool) -> String {
+    let bs = kafka::bootstrap();
+    let url = postgres::url();
+    let bounded = if bounded {
+        ", 'scan.bounded.mode' = 'latest-offset'"
+    } else {
+        ""
+    };
+    format!(
+        "
+SET 'execution.checkpointing.interval' = '300 ms';
+SET 'execution.checkpointing.dir' = 'checkpoints';
+CREATE TABLE events (id BIGINT, user_id BIGINT, amount BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{bs}',
+        'properties.group.id' = '{topic}-offsets', 'scan.startup.mode' = 'earliest-offset',
+        'format' = 'json'{bounded});
+CREATE TABLE big (id BIGINT, user_id BIGINT, doubled BIGINT, rt TIMESTAMP(3))
+WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.big',
+      'sink.buffer-flush.max-rows' = '500');
+INSERT INTO big SELECT id, user_id, amount * 2, CAST(rt AS TIMESTAMP(3)) FROM events
+WHERE amount > 500;
+"
+    )
+}
+
+/// Writes records `from..to` of the test's data into `topic` (record i into partition i mod 6),
+/// `per_second` of them a second (0: at once).
+fn produce(topic: &str, from: i64, to: i64, per_second: i64) {
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka::bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let started = Stopwatch::start(&SystemClock);
+    for i in from..to {
+        let value = format!(
+            r#"{{"id":{i},"user_id":{},"amount":{},"ts":{}}}"#,
+            i % 97,
+            (i * 7919) % 1000,
+            1_700_000_000_000 + i * 10
+        );
+        let key = (i % 97).to_string();
+        let mut record = BaseRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .partition((i % 6) as i32);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = r;
+                }
+            }
+        }
+        if per_second > 0 && (i - from) % 200 == 0 {
+            producer.poll(Duration::ZERO);
+            let due = Duration::from_millis(((i - from) * 1000 / per_second) as u64);
+            let elapsed = Duration::from_nanos(started.elapsed_nanos(&SystemClock));
+            if let Some(wait) = due.checked_sub(elapsed) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+}
+
+/// The rows of `schema.big`, sorted, as text.
+fn rows(rt: &tokio::runtime::Runtime, schema: &str) -> Vec<String> {
+    rt.block_on(async {
+        let client = postgres::connect(&postgres::url()).await;
+        let q = format!("SELECT id, user_id, doubled, rt::text FROM {schema}.big");
+        let mut out: Vec<String> = match client.query(&q, &[]).await {
+            Ok(rows) => rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{},{},{},{}",
+                        r.get::<_, i64>(0),
+                        r.get::<_, i64>(1),
+                        r.get::<_, i64>(2),
+                        r.get::<_, String>(3)
+                    )
+                })
+                .collect(),
+            // Not created yet.
+            Err(_) => Vec::new(),
+        };
+        out.sort();
+        out
+    })
+}
+
+/// One member of group `group`, its stderr into `log` in `dir`.
+fn member(dir: &Path, group: &str, log: &str) -> Child {
+    let file = std::fs::File::create(dir.join(log)).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "job.sql", "--group", group])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .unwrap()
+}
+
+fn log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+/// The tasks a member's log says it runs now: started or taken over, and not handed back since.
+fn tasks_held(log: &str) -> Vec<i32> {
+    let mut held = std::collections::BTreeSet::new();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix("weir: task ") else {
+            continue;
+        };
+        let Some((n, what)) = rest.split_once(": ") else {
+            continue;
+        };
+        let Ok(n) = n.parse::<i32>() else { continue };
+        if what.starts_with("started") || what.starts_with("took over") {
+            held.insert(n);
+        } else if what.starts_with("handed back") {
+            held.remove(&n);
+        }
+    }
+    held.into_iter().collect()
+}
+
+/// Waits up to three minutes for `done`, checking every 100 ms; panics naming `what`, with the
+/// members' logs in `dir`.
+fn wait_for(dir: &Path, what: &str, mut done: impl FnMut() -> bool) {
+    let started = Stopwatch::start(&SystemClock);
+    while !done() {
+        if started.elapsed_nanos(&SystemClock) > 180_000_000_000 {
+            let logs: Vec<String> = ["a.log", "b.log", "c.log", "d.log"]
+                .iter()
+                .map(|l| format!("{l}:\n{}", log(dir, l)))
+                .collect();
+            panic!("gave up waiting for {what}; logs:\n{}", logs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+#[ignore = "needs the broker and PostgreSQL: run with scripts/test"]
+fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exactly_once() {
+    let rt = kafka::rt();
+    let topic = kafka::topic(&rt, "group-events", 6);
+    let (reference, grouped) = rt.block_on(async {
+        (
+            postgres::fresh_schema("group_reference").await.name,
+            postgres::fresh_schema("group_members").await.name,
+        )
+    });
+
+    // The group, while the records are written at 3,000 a second.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), job(&topic, &grouped, false)).unwrap();
+    let group = format!("{topic}-group");
+    let mut members = vec![
+        member(dir.path(), &group, "a.log"),
+        member(dir.path(), &group, "b.log"),
+        member(dir.path(), &group, "c.log"),
+    ];
+    let producer = {
+        let topic = topic.clone();
+        std::thread::spawn(move || produce(&topic, 0, RECORDS, 3_000))
+    };
+    // Member a is killed once it runs tasks and the sink has some rows, mid-stream.
+    wait_for(
+        dir.path(),
+        "member a to run tasks and rows to arrive",
+        || !tasks_held(&log(dir.path(), "a.log")).is_empty() && rows(&rt, &grouped).len() > 1_000,
+    );
+    let a_held = tasks_held(&log(dir.path(), "a.log"));
+    members[0].kill().unwrap();
+    members[0].wait().unwrap();
+    // Its tasks move to b and c once the group has given up on it.
+    wait_for(dir.path(), "a's tasks to be taken over", || {
+        let mut held = tasks_held(&log(dir.path(), "b.log"));
+        held.extend(tasks_held(&log(dir.path(), "c.log")));
+        a_held.iter().all(|t| held.contains(t))
+    });
+    members.push(member(dir.path(), &group, "d.log"));
+    producer.join().unwrap();
+
+    // The reference: one process reading the whole topic, bounded.
+    let single = tempfile::tempdir().unwrap();
+    std::fs::write(single.path().join("job.sql"), job(&topic, &reference, true)).unwrap();
+    let (code, out) = common::weir_out(single.path(), &["run", "job.sql"]);
+    assert_eq!(code, 0, "{out}");
+    let want = rows(&rt, &reference);
+    assert!(want.len() > 10_000, "{} rows", want.len());
+
+    wait_for(
+        dir.path(),
+        "the group's sink to hold as many rows as the single run's",
+        || rows(&rt, &grouped).len() >= want.len(),
+    );
+    // Some checkpoints later, nothing more came (no row twice).
+    // The three members alive share the six tasks evenly, each task run by one.
+    wait_for(dir.path(), "b, c and d to run two tasks each", || {
+        let held: Vec<Vec<i32>> = ["b.log", "c.log", "d.log"]
+            .iter()
+            .map(|l| tasks_held(&log(dir.path(), l)))
+            .collect();
+        let mut all: Vec<i32> = held.concat();
+        all.sort();
+        held.iter().all(|h| h.len() == 2) && all == [0, 1, 2, 3, 4, 5]
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let got = rows(&rt, &grouped);
+    for m in &mut members[1..] {
+        let pid = m.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    }
+    for m in &mut members[1..] {
+        assert!(m.wait().unwrap().success());
+    }
+    let logs: Vec<String> = ["a.log", "b.log", "c.log", "d.log"]
+        .iter()
+        .map(|l| log(dir.path(), l))
+        .collect();
+    assert_eq!(got.len(), want.len(), "logs:\n{}", logs.join("\n----\n"));
+    assert!(got == want, "the group's rows differ from the single run's");
+    // The members said which tasks they took over from a checkpoint.
+    let survivors = format!("{}{}", logs[1], logs[2]);
+    for t in &a_held {
+        assert!(
+            survivors.contains(&format!("weir: task {t}: took over from checkpoint")),
+            "task {t} of the killed member, in the others' logs:\n{survivors}"
+        );
+    }
+    for l in &logs[1..] {
+        assert!(l.contains("left (exit 0)"), "{l}");
+    }
+    println!("the members' logs:\n{}", logs.join("\n----\n"));
+}
+
+#[test]
+#[ignore = "needs the broker: run with scripts/test"]
+fn a_group_refuses_what_its_tasks_cannot_do_alone() {
+    let rt = kafka::rt();
+    let six = kafka::topic(&rt, "group-six", 6);
+    let four = kafka::topic(&rt, "group-four", 4);
+    let bs = kafka::bootstrap();
+    let dir = tempfile::tempdir().unwrap();
+    let table = |name: &str, topic: &str| {
+        format!(
+            "CREATE TABLE {name} (k BIGINT, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+               WATERMARK FOR rt AS rt - INTERVAL '1' SECOND)
+             WITH ('connector' = 'kafka', 'topic' = '{topic}',
+                   'properties.bootstrap.servers' = '{bs}', 'format' = 'json');"
+        )
+    };
+    let refused = |sql: String, args: &[&str], want: &[&str]| {
+        std::fs::write(dir.path().join("job.sql"), sql).unwrap();
+        let mut all = vec!["run", "job.sql", "--group", "g"];
+        all.extend_from_slice(args);
+        let (code, out) = common::weir_out(dir.path(), &all);
+        assert_eq!(code, 1, "{out}");
+        for w in want {
+            assert!(out.contains(w), "`{w}` not in:\n{out}");
+        }
+    };
+    let checkpoints = "SET 'execution.checkpointing.interval' = '1 s';";
+    // Keyed state: a count per key over rows of every partition.
+    refused(
+        format!(
+            "{checkpoints}{}
+             CREATE TABLE out (k BIGINT, n BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k, COUNT(*) FROM a
+             GROUP BY k, TUMBLE(rt, INTERVAL '1' MINUTE);",
+            table("a", &six)
+        ),
+        &[],
+        &[
+            "keeps state over rows of many partitions",
+            "repartition topics",
+        ],
+    );
+    // Topics of different partition counts.
+    refused(
+        format!(
+            "{checkpoints}{}{}
+             CREATE TABLE out (k BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k FROM a UNION ALL SELECT k FROM b;",
+            table("a", &six),
+            table("b", &four)
+        ),
+        &[],
+        &["of 4 partitions", "has 6", "co-partitioned"],
+    );
+    // No checkpoints: a task could not move.
+    refused(
+        format!(
+            "{}
+             CREATE TABLE out (k BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k FROM a;",
+            table("a", &six)
+        ),
+        &[],
+        &[
+            "--checkpoint-interval",
+            "every process of the group reaches",
+        ],
+    );
+    // A file sink, which every task would write.
+    refused(
+        format!(
+            "{checkpoints}{}
+             CREATE TABLE out (k BIGINT) WITH ('connector' = 'filesystem', 'path' = 'out.csv',
+               'format' = 'csv');
+             INSERT INTO out SELECT k FROM a;",
+            table("a", &six)
+        ),
+        &[],
+        &["writes the file", "every task of the group"],
+    );
+    // Parallelism: the tasks are the parallelism.
+    refused(
+        format!(
+            "{checkpoints}{}
+             CREATE TABLE out (k BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k FROM a;",
+            table("a", &six)
+        ),
+        &["--parallelism", "2"],
+        &["parallelism 2", "more partitions"],
+    );
+}
