@@ -194,6 +194,11 @@ fn task_path(path: &Path, task: i32) -> PathBuf {
 }
 
 impl Plan {
+    /// The job the tasks run (at parallelism 1, reading every partition).
+    pub fn graph(&self) -> &JobGraph {
+        &self.graph
+    }
+
     /// Task `task`'s job: every source reading only partition `task`, named
     /// `<job>.task-<task>`, checkpointing into the checkpoint folder's `task-<task>` and going
     /// on from the newest checkpoint there.
@@ -338,6 +343,10 @@ enum Slot {
     Running {
         stop: StopHandle,
         handle: tokio::task::JoinHandle<weir_runtime::Result<JobReport>>,
+        /// The checkpoint it went on from.
+        restored: Option<u64>,
+        reporter: weir_runtime::metrics::MetricsReporter,
+        started: weir_core::time::ProcTime,
     },
     /// Waiting to start (again) at `at` (ms on the monotonic clock, [`now_ms`]): its
     /// checkpoint folder is still held (by its previous owner, which has not stopped yet), or
@@ -360,7 +369,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(300);
 /// # Errors
 /// A task that fails in a way a restart cannot mend (a refused plan, a bad record with the
 /// `fail` policy), or a group folder that cannot be read.
-pub async fn run(plan: Plan) -> Result<i32> {
+pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i32> {
     use tokio::signal::unix::{signal, SignalKind};
     let control = crate::control::handle();
     let (mut term, mut int) = {
@@ -390,11 +399,19 @@ pub async fn run(plan: Plan) -> Result<i32> {
     // The first look after one interval (the first tick is at once), so that members started
     // together see each other before they take tasks.
     tick.tick().await;
+    if let Some(view) = &view {
+        view.set_status(weir_http::JobStatus::Running);
+    }
+    let mut looks = 0u64;
     let outcome: Result<i32> = loop {
         tokio::select! {
             _ = tick.tick() => {
                 if let Err(e) = look(&plan, &roster, &mut members, &mut slots).await {
                     break Err(e);
+                }
+                looks += 1;
+                if let (Some(view), true) = (&view, looks % 3 == 1) {
+                    view.set_group(group_info(&plan, &roster.me, &members, &mut slots));
                 }
             }
             _ = term.recv() => break Ok(0),
@@ -406,6 +423,14 @@ pub async fn run(plan: Plan) -> Result<i32> {
         stop_slot(p, slot).await;
     }
     drop(roster);
+    if let Some(view) = &view {
+        view.set_status(match &outcome {
+            Ok(_) => weir_http::JobStatus::Stopped,
+            Err(e) => weir_http::JobStatus::Failed {
+                error: format!("{e:#}"),
+            },
+        });
+    }
     if let Ok(code) = &outcome {
         eprintln!(
             "weir: group {}: member {me} left (exit {code}); its tasks go on from their \
@@ -414,6 +439,68 @@ pub async fn run(plan: Plan) -> Result<i32> {
         );
     }
     outcome
+}
+
+/// What `/api/v1/group` shows: the members alive, the tasks each runs (as every member
+/// computes it), and this member's tasks with their progress.
+fn group_info(
+    plan: &Plan,
+    me: &str,
+    members: &[String],
+    slots: &mut BTreeMap<i32, Slot>,
+) -> weir_http::GroupInfo {
+    let owners = assign(plan.tasks, members);
+    let assignment = (members.iter().enumerate())
+        .map(|(i, m)| {
+            let tasks: Vec<usize> = (0..plan.tasks).filter(|&t| owners[t] == i).collect();
+            (m.clone(), tasks)
+        })
+        .collect();
+    let idle = |task: i32, state: &'static str| weir_http::GroupTask {
+        task,
+        state,
+        restored_from: None,
+        watermark: None,
+        time_lag_ms: None,
+        lag_records: None,
+        rows_read: 0,
+        checkpoints_completed: 0,
+    };
+    let tasks = (slots.iter_mut())
+        .map(|(&t, slot)| match slot {
+            Slot::Running {
+                restored,
+                reporter,
+                started,
+                ..
+            } => {
+                let snap = reporter.sample(*started);
+                let splits: Vec<&weir_runtime::metrics::SplitSnapshot> =
+                    snap.nodes.iter().flat_map(|n| &n.splits).collect();
+                let time_lag = splits.iter().filter_map(|s| s.time_lag_ms).max();
+                let lag: Option<u64> = splits.iter().map(|s| s.lag_records).sum();
+                weir_http::GroupTask {
+                    task: t,
+                    state: "running",
+                    restored_from: *restored,
+                    watermark: snap.sources_watermark(),
+                    time_lag_ms: time_lag,
+                    lag_records: lag,
+                    rows_read: splits.iter().map(|s| s.rows_read).sum(),
+                    checkpoints_completed: snap.checkpoints.completed,
+                }
+            }
+            Slot::Waiting { .. } => idle(t, "waiting"),
+            Slot::Finished => idle(t, "finished"),
+        })
+        .collect();
+    weir_http::GroupInfo {
+        group: plan.name.clone(),
+        member: me.to_string(),
+        members: members.to_vec(),
+        assignment,
+        tasks,
+    }
 }
 
 /// One look at the group: tasks ended, the members alive, which tasks are this member's now;
@@ -457,7 +544,7 @@ async fn look(
 
 /// Stops a task and waits until it has (its checkpoint folder released).
 async fn stop_slot(task: i32, slot: Slot) {
-    if let Slot::Running { stop, handle } = slot {
+    if let Slot::Running { stop, handle, .. } = slot {
         stop.stop();
         match handle.await {
             Ok(Ok(_)) => {}
@@ -535,8 +622,17 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
                     ),
                 }
                 let stop = job.stop_handle();
+                let restored = job.restored().map(|r| r.0);
+                let reporter = job.reporter();
+                let started = job.started;
                 let handle = tokio::spawn(job.wait());
-                *slot = Slot::Running { stop, handle };
+                *slot = Slot::Running {
+                    stop,
+                    handle,
+                    restored,
+                    reporter,
+                    started,
+                };
             }
             Err(weir_runtime::Error::State(weir_state::Error::InUse { holder, .. })) => {
                 if !*said {

@@ -503,22 +503,21 @@ fn run_job(
                  built yet)"
             );
         }
-        for (given, what) in [
-            (metrics_out.is_some(), "--metrics-out"),
-            (
-                http.http.as_deref().is_some_and(|h| h.trim() != "off"),
-                "--http",
-            ),
-        ] {
-            if given {
-                anyhow::bail!(
-                    "{what}: a member of a group serves no metrics of its own yet (each task \
-                     is a job of its own); leave {what} out"
-                );
-            }
+        if metrics_out.is_some() {
+            anyhow::bail!(
+                "--metrics-out: a member of a group writes no metrics file yet (each task is a \
+                 job of its own); its HTTP API's /api/v1/group shows each task's progress"
+            );
         }
         let plan = group::plan(graph, &name)?;
-        let code = rt.block_on(group::run(plan))?;
+        let code = rt.block_on(async {
+            let web = web::Web::start(&http, plan.graph(), None).await?;
+            let code = group::run(plan, web.as_ref().map(|w| w.view().clone())).await;
+            if let Some(web) = web {
+                web.finish().await;
+            }
+            code
+        })?;
         std::process::exit(code);
     }
     let progress = match &backfill {

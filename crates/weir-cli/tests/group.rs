@@ -114,16 +114,34 @@ fn rows(rt: &tokio::runtime::Runtime, schema: &str) -> Vec<String> {
     })
 }
 
-/// One member of group `group`, its stderr into `log` in `dir`.
-fn member(dir: &Path, group: &str, log: &str) -> Child {
+/// One member of group `group`, its stderr into `log` in `dir`, serving HTTP on `http` (an
+/// address or `off`).
+fn member(dir: &Path, group: &str, log: &str, http: &str) -> Child {
     let file = std::fs::File::create(dir.join(log)).unwrap();
     Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", "job.sql", "--group", group])
+        .args(["run", "job.sql", "--group", group, "--http", http])
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(file)
         .spawn()
         .unwrap()
+}
+
+/// `GET path` from the server at `addr`, its body as JSON (`Null` when it is none).
+fn http_get(addr: &str, path: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return serde_json::Value::Null;
+    };
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
 }
 
 fn log(dir: &Path, name: &str) -> String {
@@ -183,9 +201,9 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     std::fs::write(dir.path().join("job.sql"), job(&topic, &grouped, false)).unwrap();
     let group = format!("{topic}-group");
     let mut members = vec![
-        member(dir.path(), &group, "a.log"),
-        member(dir.path(), &group, "b.log"),
-        member(dir.path(), &group, "c.log"),
+        member(dir.path(), &group, "a.log", "off"),
+        member(dir.path(), &group, "b.log", "off"),
+        member(dir.path(), &group, "c.log", "off"),
     ];
     let producer = {
         let topic = topic.clone();
@@ -206,7 +224,7 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         held.extend(tasks_held(&log(dir.path(), "c.log")));
         a_held.iter().all(|t| held.contains(t))
     });
-    members.push(member(dir.path(), &group, "d.log"));
+    members.push(member(dir.path(), &group, "d.log", "127.0.0.1:0"));
     producer.join().unwrap();
 
     // The reference: one process reading the whole topic, bounded.
@@ -233,6 +251,42 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         all.sort();
         held.iter().all(|h| h.len() == 2) && all == [0, 1, 2, 3, 4, 5]
     });
+    // Member d's HTTP API lists the members, who runs which task, and d's tasks' progress.
+    let d_log = log(dir.path(), "d.log");
+    let addr = (d_log.lines())
+        .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
+        .map(|a| a.trim_end_matches('/').to_string())
+        .unwrap_or_else(|| panic!("no address in d's log:\n{d_log}"));
+    let mut group_api = serde_json::Value::Null;
+    wait_for(
+        dir.path(),
+        "d's /api/v1/group to show its two tasks running",
+        || {
+            group_api = http_get(&addr, "/api/v1/group");
+            let tasks = group_api["tasks"].as_array().cloned().unwrap_or_default();
+            tasks.len() == 2
+                && (tasks.iter()).all(|t| t["state"] == "running" && t["watermark"].is_i64())
+        },
+    );
+    let members_api: Vec<&str> = (group_api["members"].as_array().unwrap().iter())
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert_eq!(members_api.len(), 3, "{group_api:#}");
+    assert!(members_api.contains(&group_api["member"].as_str().unwrap()));
+    let mut assigned: Vec<i64> = (group_api["assignment"].as_object().unwrap().values())
+        .flat_map(|ts| ts.as_array().unwrap().iter().map(|t| t.as_i64().unwrap()))
+        .collect();
+    assigned.sort();
+    assert_eq!(assigned, [0, 1, 2, 3, 4, 5], "{group_api:#}");
+    let d_tasks: Vec<i64> = (group_api["tasks"].as_array().unwrap().iter())
+        .map(|t| t["task"].as_i64().unwrap())
+        .collect();
+    let d_held: Vec<i64> = tasks_held(&d_log).iter().map(|&t| i64::from(t)).collect();
+    assert_eq!(d_tasks, d_held, "{group_api:#}");
+    assert_eq!(
+        group_api["assignment"][group_api["member"].as_str().unwrap()],
+        serde_json::json!(d_held)
+    );
     std::thread::sleep(Duration::from_secs(1));
     let got = rows(&rt, &grouped);
     for m in &mut members[1..] {

@@ -64,8 +64,9 @@ pub use api::BOTTLENECK_RULE;
 pub use error::{Error, Result};
 pub use server::{parse_http_setting, HttpServer, DEFAULT_ADDR};
 pub use view::{
-    AlignmentInfo, CheckpointRecord, JobActions, JobStatus, JobView, NodeInfo, NodeSample, Sample,
-    SavepointFuture, SavepointRecord, SplitSample, CAUGHT_UP_MS, DEFAULT_HISTORY,
+    AlignmentInfo, CheckpointRecord, GroupInfo, GroupTask, JobActions, JobStatus, JobView,
+    NodeInfo, NodeSample, Sample, SavepointFuture, SavepointRecord, SplitSample, CAUGHT_UP_MS,
+    DEFAULT_HISTORY,
 };
 
 /// The OpenAPI document of the JSON API (as served at `/api/v1/openapi.json`).

@@ -175,6 +175,7 @@ fn router(app: App) -> Router {
         .route("/api/v1/metrics/history", get(history))
         .route("/api/v1/sources", get(sources))
         .route("/api/v1/checkpoints", get(checkpoints))
+        .route("/api/v1/group", get(group))
         .route("/api/v1/events", get(events))
         .route("/api/v1/savepoint", post(savepoint))
         .route("/api/v1/stop", post(stop))
@@ -393,6 +394,16 @@ async fn history(State(app): State<App>) -> Response {
 async fn sources(State(app): State<App>) -> Response {
     let st = app.view.state.read().expect("view lock");
     json(api::sources(&app.view, &st))
+}
+
+async fn group(State(app): State<App>) -> Response {
+    match app.view.group() {
+        Some(g) => json(g),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "this job runs alone, in no group (weir run --group NAME)".into(),
+        ),
+    }
 }
 
 async fn checkpoints(State(app): State<App>) -> Response {

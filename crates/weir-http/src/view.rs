@@ -427,6 +427,43 @@ pub struct JobView {
     actions: Mutex<JobActions>,
     events: broadcast::Sender<ViewEvent>,
     history_len: usize,
+    /// What `/api/v1/group` shows: the group a member of a group (`weir run --group`) is in,
+    /// its members and this member's tasks; `None` for a job that runs alone.
+    group: Mutex<Option<GroupInfo>>,
+}
+
+/// What a member of a group (`weir run --group`) shows at `/api/v1/group`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GroupInfo {
+    /// The group's name.
+    pub group: String,
+    /// This member.
+    pub member: String,
+    /// The members alive, sorted.
+    pub members: Vec<String>,
+    /// The tasks each member runs, as every member computes it from the members alive.
+    pub assignment: std::collections::BTreeMap<String, Vec<usize>>,
+    /// This member's tasks.
+    pub tasks: Vec<GroupTask>,
+}
+
+/// One task of a member (see [`GroupInfo`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GroupTask {
+    /// The partition it reads of every input topic.
+    pub task: i32,
+    /// `running`, `waiting` (for its checkpoint folder, or to restart) or `finished`.
+    pub state: &'static str,
+    /// The checkpoint it went on from.
+    pub restored_from: Option<u64>,
+    /// Its sources' watermark.
+    pub watermark: Option<i64>,
+    /// How far its sources' newest event time is behind the wall clock.
+    pub time_lag_ms: Option<i64>,
+    /// Records in its partitions not read yet.
+    pub lag_records: Option<u64>,
+    pub rows_read: u64,
+    pub checkpoints_completed: u64,
 }
 
 impl std::fmt::Debug for JobView {
@@ -461,7 +498,17 @@ impl JobView {
             actions: Mutex::new(JobActions::default()),
             events: broadcast::channel(64).0,
             history_len: DEFAULT_HISTORY,
+            group: Mutex::new(None),
         }
+    }
+
+    /// What `/api/v1/group` shows now (a member of a group publishes it every second).
+    pub fn set_group(&self, group: GroupInfo) {
+        *self.group.lock().expect("group lock") = Some(group);
+    }
+
+    pub(crate) fn group(&self) -> Option<GroupInfo> {
+        self.group.lock().expect("group lock").clone()
     }
 
     /// The view of a backfill over `range`: the API and the UI show how far through it the job

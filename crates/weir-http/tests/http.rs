@@ -345,6 +345,39 @@ async fn check_against_openapi(
 }
 
 #[tokio::test]
+async fn a_group_member_shows_its_group_as_the_openapi_schema_says() {
+    let (_server, addr, view) = serve(&[]).await;
+    let missing = check_against_openapi(addr, "GET", "/api/v1/group", &[], "").await;
+    assert!(missing["error"].as_str().unwrap().contains("--group"));
+    let task = |task: i32, state: &'static str| weir_http::GroupTask {
+        task,
+        state,
+        restored_from: (state == "running").then_some(12),
+        watermark: (state == "running").then_some(1_700_000_000_000),
+        time_lag_ms: (state == "running").then_some(250),
+        lag_records: (state == "running").then_some(40),
+        rows_read: 1_000,
+        checkpoints_completed: 3,
+    };
+    let info = weir_http::GroupInfo {
+        group: "g".into(),
+        member: "host-2-100".into(),
+        members: vec!["host-1-100".into(), "host-2-100".into()],
+        assignment: [
+            ("host-1-100".to_string(), vec![0, 2]),
+            ("host-2-100".to_string(), vec![1, 3]),
+        ]
+        .into(),
+        tasks: vec![task(1, "running"), task(3, "waiting")],
+    };
+    view.set_group(info.clone());
+    let got = check_against_openapi(addr, "GET", "/api/v1/group", &[], "").await;
+    assert_eq!(got, serde_json::to_value(&info).unwrap());
+    assert_eq!(got["tasks"][0]["restored_from"], 12);
+    assert_eq!(got["tasks"][1]["watermark"], serde_json::Value::Null);
+}
+
+#[tokio::test]
 async fn json_endpoints_answer_what_their_openapi_schemas_say() {
     let f = fixture();
     let (_server, addr, _) = serve(&f.samples).await;
@@ -480,6 +513,7 @@ async fn the_openapi_document_is_served_and_describes_every_route() {
         "/api/v1/metrics/history",
         "/api/v1/sources",
         "/api/v1/checkpoints",
+        "/api/v1/group",
         "/api/v1/events",
         "/api/v1/savepoint",
         "/api/v1/stop",
@@ -493,6 +527,9 @@ async fn the_openapi_document_is_served_and_describes_every_route() {
             assert_eq!(r.status, 405, "{p}");
         } else if *p == "/api/v1/metrics" {
             assert_eq!(r.status, 503, "{p}");
+        } else if *p == "/api/v1/group" {
+            // The job runs alone.
+            assert_eq!(r.status, 404, "{p}");
         } else {
             assert_eq!(r.status, 200, "{p}");
         }
