@@ -51,6 +51,8 @@ pub struct Plan {
     graph: JobGraph,
     /// Where the job's dead letters go; each task's beside it.
     dead_letters: Option<PathBuf>,
+    /// The job's sources, whose partitions are counted again while the group runs.
+    sources: Vec<Arc<dyn weir_runtime::SourceFactory>>,
 }
 
 /// Checks that `graph` can run as group `name` and cuts it into tasks.
@@ -61,14 +63,14 @@ pub struct Plan {
 /// sink that writes files; each error names the node and what to do.
 pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
     if name.trim().is_empty() {
-        bail!("--group '': give the group a name (its Kafka consumer group)");
+        bail!("--group '': give the group a name");
     }
     let Some(checkpoints) = &graph.config.checkpointing else {
         bail!(
             "--group {name}: the tasks of a group move between processes with their checkpoints; \
              give --checkpoint-interval (or SET 'execution.checkpointing.interval') and a \
              checkpoint folder every process of the group reaches (--checkpoint-dir, or SET \
-             'execution.checkpointing.dir': a shared folder or an object-store URL)"
+             'execution.checkpointing.dir': a folder on a file system they share)"
         );
     };
     if let Some(r) = checkpoints.restore.as_deref().filter(|r| *r != "latest") {
@@ -78,11 +80,30 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
              checkpoint or savepoint of a single run does not split into tasks"
         );
     }
-    if checkpoints.dir.to_string_lossy().contains("://") {
+    let dir = checkpoints.dir.to_string_lossy();
+    if dir.contains("://") && !dir.starts_with("file://") {
         bail!(
             "checkpoint folder {}: the members of a group find each other in a folder every \
              process reaches (a shared file system); in object storage not yet",
             checkpoints.dir.display()
+        );
+    }
+    // Within a task every edge joins two nodes of parallelism 1, but a keyed one would still be
+    // wrong across tasks: a key's rows come from every task (a sink keyed by its primary key
+    // would take one key's updates from several tasks at once, in no order).
+    if let Some(e) = (graph.edges.iter()).find(|e| {
+        !matches!(
+            e.partitioning,
+            weir_runtime::Partitioning::Forward | weir_runtime::Partitioning::Rebalance
+        )
+    }) {
+        bail!(
+            "`{}` → `{}` is partitioned by {}: in a group each task has only its own \
+             partitions' rows, and re-keying them between tasks (repartition topics) is not \
+             built yet; run this job as a single process (without --group)",
+            graph.nodes[e.from].name,
+            graph.nodes[e.to].name,
+            e.partitioning
         );
     }
     let mut topic: Option<(String, usize)> = None;
@@ -179,6 +200,12 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
         topic,
         tasks,
         dead_letters: graph.config.dead_letter_path.clone(),
+        sources: (graph.nodes.iter())
+            .filter_map(|n| match &n.kind {
+                NodeKind::Source { factory, .. } => Some(factory.clone()),
+                _ => None,
+            })
+            .collect(),
         graph,
     })
 }
@@ -225,11 +252,15 @@ impl Plan {
         Ok(g)
     }
 
-    /// The checkpoint folder, every task's under it.
+    /// The checkpoint folder, every task's under it (a `file://` URL as its path).
     fn base_dir(&self) -> PathBuf {
-        (self.graph.config.checkpointing.as_ref())
+        let dir = (self.graph.config.checkpointing.as_ref())
             .map(|c| c.dir.clone())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match dir.to_string_lossy().strip_prefix("file://") {
+            Some(path) => PathBuf::from(path),
+            None => dir,
+        }
     }
 
     /// Where the members record themselves: `_group` in the checkpoint folder.
@@ -253,24 +284,100 @@ struct Roster {
     dir: PathBuf,
     me: String,
     _hold: weir_state::checkpoint::FileLock,
+    /// A shared hold on the checkpoint folder's own lock, which a job run alone in the same
+    /// folder takes exclusively: neither starts while the other runs.
+    _folder: std::fs::File,
+}
+
+/// What the first member of a group records in `_group/group.json`, which every member that
+/// joins while others live must match: the group's name and its number of tasks.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct GroupRecord {
+    name: String,
+    tasks: usize,
 }
 
 /// The suffix of a member's file.
 const MEMBER_FILE: &str = ".member";
 
 impl Roster {
-    /// Joins the group whose members are recorded in `dir`, as member `me`.
-    fn join(dir: PathBuf, me: &str) -> Result<Roster> {
+    /// Joins `plan`'s group as member `me`: holds the checkpoint folder shared (refused while
+    /// a job run alone holds it, or when it holds such a job's checkpoints), holds its own
+    /// member file, and checks that the group's record matches the plan when other members
+    /// live (writes it when none does).
+    fn join(plan: &Plan, me: &str) -> Result<Roster> {
+        let base = plan.base_dir();
+        let folder = hold_folder_shared(&base, &plan.name)?;
+        if let Some(single) = (std::fs::read_dir(&base)?.flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("chk-") || n == "savepoints")
+        {
+            bail!(
+                "{} holds checkpoints of the job run alone ({single}), which a group's tasks \
+                 cannot go on from (each task has its own, in task-N); give the group another \
+                 checkpoint folder",
+                base.display()
+            );
+        }
+        let dir = plan.members_dir();
         let path = dir.join(format!("{me}{MEMBER_FILE}"));
         let holder = format!("member {me} (process {})", std::process::id());
-        let hold = weir_state::checkpoint::lock_file(&path, &holder, true)
-            .with_context(|| format!("joining the group in {}", dir.display()))?
-            .map_err(|other| anyhow::anyhow!("{} is held by {other}", path.display()))?;
-        Ok(Roster {
+        // Another member may be looking at the new file (taking its lock for a moment) just
+        // as it is made: a few tries.
+        let mut tries = 0;
+        let hold = loop {
+            match weir_state::checkpoint::lock_file(&path, &holder, true)
+                .with_context(|| format!("joining the group in {}", dir.display()))?
+            {
+                Ok(hold) => break hold,
+                Err(other) if tries < 50 => {
+                    tries += 1;
+                    tracing::debug!(%other, "member file held for a moment");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(other) => bail!("{} is held by {other}", path.display()),
+            }
+        };
+        let roster = Roster {
             dir,
             me: me.to_string(),
             _hold: hold,
-        })
+            _folder: folder,
+        };
+        let record_path = roster.dir.join("group.json");
+        let mine = GroupRecord {
+            name: plan.name.clone(),
+            tasks: plan.tasks,
+        };
+        let others = roster.live().unwrap_or_default().len() > 1;
+        let recorded: Option<GroupRecord> = std::fs::read(&record_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        match recorded {
+            Some(r) if others && r.name != mine.name => bail!(
+                "{} is group {}'s, whose members are running; a folder holds one group: give \
+                 group {} a checkpoint folder of its own",
+                base.display(),
+                r.name,
+                mine.name
+            ),
+            Some(r) if others && r.tasks != mine.tasks => bail!(
+                "group {} runs {} tasks, and topic {} has {} partitions now: a group's tasks \
+                 are fixed while any member runs; stop every member and start them again to \
+                 take the new partitions on",
+                r.name,
+                r.tasks,
+                plan.topic,
+                mine.tasks
+            ),
+            _ if others => {}
+            _ => {
+                let tmp = roster.dir.join(format!(".group.json.{me}"));
+                std::fs::write(&tmp, serde_json::to_vec_pretty(&mine)?)?;
+                std::fs::rename(&tmp, &record_path)?;
+            }
+        }
+        Ok(roster)
     }
 
     /// The members alive now, this one among them, sorted. A member file nobody holds is a
@@ -280,7 +387,7 @@ impl Roster {
         let entries = std::fs::read_dir(&self.dir)
             .with_context(|| format!("reading the group's members in {}", self.dir.display()))?;
         for e in entries {
-            let e = e?;
+            let Ok(e) = e else { continue };
             let name = e.file_name().to_string_lossy().into_owned();
             let Some(member) = name.strip_suffix(MEMBER_FILE) else {
                 continue;
@@ -306,11 +413,52 @@ impl Roster {
     }
 }
 
+/// A shared lock on the checkpoint folder's lock file (`_lock`), which a job run alone takes
+/// exclusively (`LocalDirStorage::lock`), with who holds it written for that job's refusal.
+fn hold_folder_shared(base: &Path, name: &str) -> Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+    let path = base.join(weir_state::checkpoint::LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let holder = format!("group {name} (weir run --group)");
+            file.set_len(0)?;
+            file.rewind()?;
+            file.write_all(holder.as_bytes())?;
+            Ok(file)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut who = String::new();
+            let _ = file.read_to_string(&mut who);
+            bail!(
+                "{} is held by {}: a job run alone in the same checkpoint folder; stop it, or \
+                 give the group another folder",
+                base.display(),
+                if who.trim().is_empty() {
+                    "another job"
+                } else {
+                    who.trim()
+                }
+            )
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
+}
+
 /// A fixed 64-bit hash (FNV-1a) of a member and a task: the same in every process and version,
 /// so that every member computes the same assignment from the same members.
 fn weight(member: &str, task: usize) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in member.bytes().chain(task.to_le_bytes()) {
+    for b in member.bytes().chain((task as u64).to_le_bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -347,11 +495,13 @@ enum Slot {
         restored: Option<u64>,
         reporter: weir_runtime::metrics::MetricsReporter,
         started: weir_core::time::ProcTime,
+        /// How often it has failed and started again here.
+        restarts: u32,
     },
     /// Waiting to start (again) at `at` (ms on the monotonic clock, [`now_ms`]): its
     /// checkpoint folder is still held (by its previous owner, which has not stopped yet), or
     /// it failed and restarts.
-    Waiting { at: u64, said: bool },
+    Waiting { at: u64, said: bool, restarts: u32 },
     /// Its input ended.
     Finished,
 }
@@ -384,7 +534,7 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
         .unwrap_or_else(|_| "host".into());
     let started_ms = weir_core::time::Clock::now(&SystemClock).0;
     let me = format!("{host}-{}-{started_ms}", std::process::id());
-    let roster = Roster::join(plan.members_dir(), &me)?;
+    let roster = Roster::join(&plan, &me)?;
     eprintln!(
         "weir: group {}: member {me}; {} tasks (partitions of {}), checkpoints under {}",
         plan.name,
@@ -413,14 +563,38 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
                 if let (Some(view), true) = (&view, looks % 3 == 1) {
                     view.set_group(group_info(&plan, &roster.me, &members, &mut slots));
                 }
+                if looks.is_multiple_of(PARTITIONS_EVERY_LOOKS) {
+                    let sources = plan.sources.clone();
+                    let counted = tokio::task::spawn_blocking(move || {
+                        sources.iter().map(|s| s.log_partitions()).collect::<Vec<_>>()
+                    })
+                    .await;
+                    if let Err(e) = partitions_unchanged(&plan, counted?) {
+                        break Err(e);
+                    }
+                }
             }
             _ = term.recv() => break Ok(0),
             _ = int.recv() => break Ok(130),
         }
     };
-    // Every task stopped before the member leaves, so that the next owner never overlaps.
-    for (p, slot) in std::mem::take(&mut slots) {
-        stop_slot(p, slot).await;
+    // Every task stopped before the member leaves, so that the next owner never overlaps; a
+    // second signal meanwhile (a stop that hangs) ends the process at once.
+    let stopping = async {
+        for (p, slot) in std::mem::take(&mut slots) {
+            stop_slot(p, slot).await;
+        }
+    };
+    tokio::select! {
+        () = stopping => {}
+        _ = term.recv() => {
+            eprintln!("weir: SIGTERM again: stopping at once (exit 143)");
+            std::process::exit(143);
+        }
+        _ = int.recv() => {
+            eprintln!("weir: SIGINT again: stopping at once (exit 130)");
+            std::process::exit(130);
+        }
     }
     drop(roster);
     if let Some(view) = &view {
@@ -439,6 +613,34 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
         );
     }
     outcome
+}
+
+/// Every how many looks a member counts its topics' partitions again (about 10 s).
+const PARTITIONS_EVERY_LOOKS: u64 = 33;
+
+/// Refuses to go on once a topic has another number of partitions than the group's tasks: the
+/// tasks are fixed while the group runs, and a new partition's records would go unread.
+fn partitions_unchanged(
+    plan: &Plan,
+    counted: Vec<weir_runtime::Result<Option<weir_runtime::LogPartitions>>>,
+) -> Result<()> {
+    for c in counted {
+        match c {
+            Ok(Some(log)) if log.partitions != plan.tasks => bail!(
+                "topic {} has {} partitions now, and group {} runs {} tasks: a group's tasks are \
+                 fixed while it runs, and the records of a partition added since would go \
+                 unread; stop every member and start them again to take them on",
+                log.topic,
+                log.partitions,
+                plan.name,
+                plan.tasks
+            ),
+            Ok(_) => {}
+            // The brokers out of reach for a moment: the tasks say so themselves.
+            Err(e) => tracing::warn!(error = %e, "cannot count the topics' partitions"),
+        }
+    }
+    Ok(())
 }
 
 /// What `/api/v1/group` shows: the members alive, the tasks each runs (as every member
@@ -511,8 +713,19 @@ async fn look(
     members: &mut Vec<String>,
     slots: &mut BTreeMap<i32, Slot>,
 ) -> Result<()> {
-    check_ended(slots).await?;
-    let live = roster.live()?;
+    check_ended(plan, slots).await?;
+    let live = match roster.live() {
+        Ok(live) => live,
+        // A shared folder out of reach for a moment: the members as last seen.
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "cannot read the group's members");
+            if members.is_empty() {
+                vec![roster.me.clone()]
+            } else {
+                members.clone()
+            }
+        }
+    };
     if live != *members {
         eprintln!("weir: group {}: members {}", plan.name, live.join(", "));
         *members = live;
@@ -537,6 +750,7 @@ async fn look(
         slots.entry(t).or_insert(Slot::Waiting {
             at: now_ms(),
             said: false,
+            restarts: 0,
         });
     }
     start_due(plan, slots)
@@ -556,13 +770,16 @@ async fn stop_slot(task: i32, slot: Slot) {
 
 /// Looks at the running tasks that have ended: a failure that a restart may mend restarts the
 /// task from its newest checkpoint after a second; any other ends the member with its error.
-async fn check_ended(slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
+async fn check_ended(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
     let ended: Vec<i32> = (slots.iter())
         .filter(|(_, s)| matches!(s, Slot::Running { handle, .. } if handle.is_finished()))
         .map(|(p, _)| *p)
         .collect();
     for p in ended {
-        let Some(Slot::Running { handle, .. }) = slots.remove(&p) else {
+        let Some(Slot::Running {
+            handle, restarts, ..
+        }) = slots.remove(&p)
+        else {
             continue;
         };
         match handle.await? {
@@ -579,15 +796,25 @@ async fn check_ended(slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
                 slots.insert(p, Slot::Finished);
             }
             Err(e) if e.may_pass_on_restart() => {
+                let n = restarts + 1;
+                let strategy = (plan.graph.config.checkpointing.as_ref()).map(|c| c.restart);
+                let Some(delay) = strategy.and_then(|s| s.delay_before(n)) else {
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "task {p} failed, after {restarts} restarts here, which is all the \
+                         job's restart strategy allows"
+                    )));
+                };
                 eprintln!(
-                    "weir: task {p}: failed: {e:#}; it starts again from its newest \
-                     checkpoint in a second"
+                    "weir: task {p}: failed: {e:#}; restart {n} from its newest checkpoint in \
+                     {} ms",
+                    delay.as_millis()
                 );
                 slots.insert(
                     p,
                     Slot::Waiting {
-                        at: now_ms() + 1_000,
+                        at: now_ms() + delay.as_millis() as u64,
                         said: false,
+                        restarts: n,
                     },
                 );
             }
@@ -602,7 +829,7 @@ async fn check_ended(slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
 fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
     let now = now_ms();
     for (&p, slot) in slots.iter_mut() {
-        let Slot::Waiting { at, said } = slot else {
+        let Slot::Waiting { at, said, restarts } = slot else {
             continue;
         };
         if *at > now {
@@ -632,6 +859,7 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
                     restored,
                     reporter,
                     started,
+                    restarts: *restarts,
                 };
             }
             Err(weir_runtime::Error::State(weir_state::Error::InUse { holder, .. })) => {

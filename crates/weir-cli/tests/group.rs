@@ -1,5 +1,5 @@
 //! A job run as a group of processes over Kafka (`weir run --group`): tasks per partition,
-//! assigned by a Kafka consumer group, moved with their checkpoints when a member dies.
+//! shared by the members alive, moved with their checkpoints when a member dies.
 //!
 //! Needs the broker and the PostgreSQL server `scripts/test` starts (`WEIR_KAFKA_BOOTSTRAP`,
 //! `WEIR_POSTGRES_URL`).
@@ -240,7 +240,6 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         "the group's sink to hold as many rows as the single run's",
         || rows(&rt, &grouped).len() >= want.len(),
     );
-    // Some checkpoints later, nothing more came (no row twice).
     // The three members alive share the six tasks evenly, each task run by one.
     wait_for(dir.path(), "b, c and d to run two tasks each", || {
         let held: Vec<Vec<i32>> = ["b.log", "c.log", "d.log"]
@@ -287,8 +286,14 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         group_api["assignment"][group_api["member"].as_str().unwrap()],
         serde_json::json!(d_held)
     );
-    std::thread::sleep(Duration::from_secs(1));
-    let got = rows(&rt, &grouped);
+    // The job run alone in the group's folder is refused while the group runs.
+    let (code, out) = common::weir_out(dir.path(), &["run", "job.sql", "--http", "off"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("group {group} (weir run --group)")),
+        "{out}"
+    );
+    // Stopped, then the table read: a row committed late, a duplicate among them, counts.
     for m in &mut members[1..] {
         let pid = m.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -296,6 +301,7 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     for m in &mut members[1..] {
         assert!(m.wait().unwrap().success());
     }
+    let got = rows(&rt, &grouped);
     let logs: Vec<String> = ["a.log", "b.log", "c.log", "d.log"]
         .iter()
         .map(|l| log(dir.path(), l))
@@ -353,10 +359,57 @@ fn a_group_refuses_what_its_tasks_cannot_do_alone() {
             table("a", &six)
         ),
         &[],
-        &[
-            "keeps state over rows of many partitions",
-            "repartition topics",
-        ],
+        &["is partitioned by hash(k)", "repartition topics"],
+    );
+    // An upsert sink, keyed by its primary key: one key's updates would come from every task.
+    let url = postgres::url();
+    refused(
+        format!(
+            "{checkpoints}{}
+             CREATE TABLE out (k BIGINT, ts BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = 'group_upsert');
+             INSERT INTO out SELECT k, ts FROM a;",
+            table("a", &six)
+        ),
+        &[],
+        &["→ `out` is partitioned by hash(k)"],
+    );
+    // A source that is no topic, and a bounded read.
+    std::fs::write(dir.path().join("in.csv"), "1,2\n").unwrap();
+    refused(
+        format!(
+            "{checkpoints}
+             CREATE TABLE f (k BIGINT, ts BIGINT) WITH ('connector' = 'filesystem',
+               'path' = 'in.csv', 'format' = 'csv');
+             CREATE TABLE out (k BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k FROM f;"
+        ),
+        &[],
+        &["source `f` (file) is no Kafka topic"],
+    );
+    refused(
+        format!(
+            "{checkpoints}
+             CREATE TABLE b (k BIGINT, ts BIGINT) WITH ('connector' = 'kafka', 'topic' = '{six}',
+               'properties.bootstrap.servers' = '{bs}', 'format' = 'json',
+               'scan.bounded.mode' = 'latest-offset');
+             CREATE TABLE out (k BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k FROM b;"
+        ),
+        &[],
+        &["source `b` is bounded"],
+    );
+    // A folder holding checkpoints of the job run alone.
+    std::fs::create_dir_all(dir.path().join("alone/chk-3")).unwrap();
+    refused(
+        format!(
+            "{checkpoints}SET 'execution.checkpointing.dir' = 'alone';{}
+             CREATE TABLE out (k BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k FROM a;",
+            table("a", &six)
+        ),
+        &[],
+        &["holds checkpoints of the job run alone (chk-3)"],
     );
     // Topics of different partition counts.
     refused(
