@@ -349,10 +349,18 @@ impl Roster {
             name: plan.name.clone(),
             tasks: plan.tasks,
         };
-        let others = roster.live().unwrap_or_default().len() > 1;
-        let recorded: Option<GroupRecord> = std::fs::read(&record_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
+        // Who else lives and what the group's record says, read and written by one joining
+        // member at a time: two members started together agree on who wrote it.
+        let _joining = lock_waiting(&roster.dir.join("join.lock"), &roster.me)?;
+        let others = roster.live()?.len() > 1;
+        let recorded: Option<GroupRecord> = match std::fs::read(&record_path) {
+            Ok(b) => Some(
+                serde_json::from_slice(&b)
+                    .with_context(|| format!("{} is no group record", record_path.display()))?,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", record_path.display())),
+        };
         match recorded {
             Some(r) if others && r.name != mine.name => bail!(
                 "{} is group {}'s, whose members are running; a folder holds one group: give \
@@ -363,14 +371,19 @@ impl Roster {
             ),
             Some(r) if others && r.tasks != mine.tasks => bail!(
                 "group {} runs {} tasks, and topic {} has {} partitions now: a group's tasks \
-                 are fixed while any member runs; stop every member and start them again to \
-                 take the new partitions on",
+                 are fixed while any member runs; {NEW_PARTITIONS}",
                 r.name,
                 r.tasks,
                 plan.topic,
                 mine.tasks
             ),
-            _ if others => {}
+            Some(_) => {}
+            None if others => bail!(
+                "{} has no group record, and members are running there: a folder holds one \
+                 group; give group {} a checkpoint folder of its own",
+                base.display(),
+                mine.name
+            ),
             _ => {
                 let tmp = roster.dir.join(format!(".group.json.{me}"));
                 std::fs::write(&tmp, serde_json::to_vec_pretty(&mine)?)?;
@@ -411,6 +424,23 @@ impl Roster {
         live.sort();
         Ok(live)
     }
+}
+
+/// What a member says of partitions added to a topic while the group runs.
+const NEW_PARTITIONS: &str = "stop every member and start them again to take the new \
+     partitions on: their tasks start as the table's 'scan.startup.mode' says, so with \
+     'earliest-offset' they read every record, and with 'latest-offset' or a timestamp the \
+     records written to them until then are skipped";
+
+/// The exclusive lock of `path`, waited for (tried every 20 ms, for at most 30 s).
+fn lock_waiting(path: &Path, me: &str) -> Result<weir_state::checkpoint::FileLock> {
+    for _ in 0..1_500 {
+        match weir_state::checkpoint::lock_file(path, &format!("member {me}"), false)? {
+            Ok(lock) => return Ok(lock),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    bail!("{} stayed locked for 30 s", path.display())
 }
 
 /// A shared lock on the checkpoint folder's lock file (`_lock`), which a job run alone takes
@@ -553,6 +583,9 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
         view.set_status(weir_http::JobStatus::Running);
     }
     let mut looks = 0u64;
+    let mut recount: Option<
+        tokio::task::JoinHandle<Vec<weir_runtime::Result<Option<weir_runtime::LogPartitions>>>>,
+    > = None;
     let outcome: Result<i32> = loop {
         tokio::select! {
             _ = tick.tick() => {
@@ -563,15 +596,21 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
                 if let (Some(view), true) = (&view, looks % 3 == 1) {
                     view.set_group(group_info(&plan, &roster.me, &members, &mut slots));
                 }
-                if looks.is_multiple_of(PARTITIONS_EVERY_LOOKS) {
+                if looks.is_multiple_of(PARTITIONS_EVERY_LOOKS) && recount.is_none() {
+                    // Counted aside: brokers out of reach must not hold the looks up.
                     let sources = plan.sources.clone();
-                    let counted = tokio::task::spawn_blocking(move || {
+                    recount = Some(tokio::task::spawn_blocking(move || {
                         sources.iter().map(|s| s.log_partitions()).collect::<Vec<_>>()
-                    })
-                    .await;
-                    if let Err(e) = partitions_unchanged(&plan, counted?) {
-                        break Err(e);
-                    }
+                    }));
+                }
+            }
+            counted = async { recount.as_mut().expect("guarded").await }, if recount.is_some() => {
+                recount = None;
+                let checked = counted
+                    .map_err(anyhow::Error::new)
+                    .and_then(|c| partitions_unchanged(&plan, c));
+                if let Err(e) = checked {
+                    break Err(e);
                 }
             }
             _ = term.recv() => break Ok(0),
@@ -588,11 +627,11 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
     tokio::select! {
         () = stopping => {}
         _ = term.recv() => {
-            eprintln!("weir: SIGTERM again: stopping at once (exit 143)");
+            eprintln!("weir: SIGTERM while the tasks stop: stopping at once (exit 143)");
             std::process::exit(143);
         }
         _ = int.recv() => {
-            eprintln!("weir: SIGINT again: stopping at once (exit 130)");
+            eprintln!("weir: SIGINT while the tasks stop: stopping at once (exit 130)");
             std::process::exit(130);
         }
     }
@@ -629,7 +668,7 @@ fn partitions_unchanged(
             Ok(Some(log)) if log.partitions != plan.tasks => bail!(
                 "topic {} has {} partitions now, and group {} runs {} tasks: a group's tasks are \
                  fixed while it runs, and the records of a partition added since would go \
-                 unread; stop every member and start them again to take them on",
+                 unread; {NEW_PARTITIONS}",
                 log.topic,
                 log.partitions,
                 plan.name,
@@ -777,10 +816,21 @@ async fn check_ended(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()>
         .collect();
     for p in ended {
         let Some(Slot::Running {
-            handle, restarts, ..
+            handle,
+            restarts,
+            mut reporter,
+            started,
+            ..
         }) = slots.remove(&p)
         else {
             continue;
+        };
+        // A task that completed a checkpoint since it last started ran well: its failures
+        // are counted afresh, so a long-lived member does not use up the strategy's attempts.
+        let restarts = if reporter.sample(started).checkpoints.completed > 0 {
+            0
+        } else {
+            restarts
         };
         match handle.await? {
             Ok(report) => {

@@ -289,10 +289,7 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     // The job run alone in the group's folder is refused while the group runs.
     let (code, out) = common::weir_out(dir.path(), &["run", "job.sql", "--http", "off"]);
     assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains(&format!("group {group} (weir run --group)")),
-        "{out}"
-    );
+    assert!(out.contains("it holds a group's checkpoints"), "{out}");
     // Stopped, then the table read: a row committed late, a duplicate among them, counts.
     for m in &mut members[1..] {
         let pid = m.id().to_string();

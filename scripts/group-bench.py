@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Measures `weir run --group`: the throughput of 1, 2 and 3 members, and the takeover after a
+member is killed with -9 (from the kill to the moved tasks' first committed rows).
+
+Needs a Kafka-protocol broker, a PostgreSQL server, `psql`, and the Python package
+confluent-kafka (`pip install confluent-kafka`):
+
+    scripts/group-bench.py --weir target/release/weir --bootstrap 127.0.0.1:9092 \\
+        --postgres postgresql://postgres@127.0.0.1:5432/postgres [--records 60000] [--members 1,2,3]
+
+The job is stateless (a filter and a projection from a 6-partition topic into a PostgreSQL
+table, exactly once per task, checkpoints every 300 ms). Throughput is whole processes: from
+the members' start to the last row committed, and the CPU the members used (from /proc). On a
+machine where the broker shares the cores, the broker's serving is part of what is measured.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+try:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+except ImportError:
+    sys.exit("needs the Python package confluent-kafka: pip install confluent-kafka")
+
+PARTITIONS = 6
+
+
+def psql(url, sql):
+    out = subprocess.run(["psql", url, "-Atc", sql], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip()
+
+
+def create_topic(bootstrap, name):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for _, f in admin.create_topics([NewTopic(name, PARTITIONS, 1)]).items():
+        f.result()
+
+
+def produce(bootstrap, topic, start, count, per_second=0):
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    t0 = time.monotonic()
+    for i in range(start, start + count):
+        rec = {"id": i, "user_id": i % 97, "amount": (i * 7919) % 1000, "ts": 1_700_000_000_000 + i * 10}
+        while True:
+            try:
+                p.produce(topic, key=str(i % 97), value=json.dumps(rec), partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if (i - start) % 500 == 0:
+            p.poll(0)
+            if per_second:
+                due = t0 + (i - start) / per_second - time.monotonic()
+                if due > 0:
+                    time.sleep(due)
+    p.flush()
+
+
+def job(bootstrap, topic, url, table, checkpoints):
+    return f"""
+SET 'execution.checkpointing.interval' = '300 ms';
+SET 'execution.checkpointing.dir' = '{checkpoints}';
+CREATE TABLE events (id BIGINT, user_id BIGINT, amount BIGINT, ts BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{bootstrap}',
+        'properties.group.id' = '{topic}-offsets', 'scan.startup.mode' = 'earliest-offset',
+        'format' = 'json');
+CREATE TABLE big (id BIGINT, user_id BIGINT, doubled BIGINT)
+WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{table}');
+INSERT INTO big SELECT id, user_id, amount * 2 FROM events WHERE amount > 500;
+"""
+
+
+def cpu_seconds(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def start_members(weir, folder, group, n, logs):
+    members = []
+    for k in range(n):
+        log = open(os.path.join(folder, f"m{k}.log"), "w")
+        logs.append(log.name)
+        members.append(subprocess.Popen(
+            [weir, "run", "job.sql", "--group", group, "--http", "off"],
+            cwd=folder, stdout=subprocess.DEVNULL, stderr=log))
+    return members
+
+
+def expected(records):
+    return sum(1 for i in range(records) if (i * 7919) % 1000 > 500)
+
+
+def throughput(args, members, stamp):
+    topic = f"gb-{stamp}-{members}"
+    table = f"gb_{stamp}_{members}"
+    create_topic(args.bootstrap, topic)
+    produce(args.bootstrap, topic, 0, args.records)
+    want = expected(args.records)
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "job.sql"), "w") as f:
+            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints"))
+        logs = []
+        t0 = time.monotonic()
+        ms = start_members(args.weir, folder, topic, members, logs)
+        got = 0
+        cpu = 0.0
+        while got < want:
+            time.sleep(0.05)
+            cpu = sum(cpu_seconds(m.pid) for m in ms)
+            got = int(psql(args.postgres, f"SELECT count(*) FROM {table}") or 0)
+            if time.monotonic() - t0 > 600:
+                sys.exit(f"{members} members: {got} of {want} rows after 600 s")
+        wall = time.monotonic() - t0
+        for m in ms:
+            m.send_signal(signal.SIGTERM)
+        for m in ms:
+            m.wait()
+        dup = psql(args.postgres, f"SELECT count(*) - count(DISTINCT id) FROM {table}")
+    print(f"| {members} | {args.records:,} | {want:,} | {wall:.2f} | {cpu:.2f} | "
+          f"{args.records / wall:,.0f} | {args.records / max(cpu, 1e-9):,.0f} | {dup} |")
+
+
+def takeover(args, stamp):
+    topic = f"gb-{stamp}-takeover"
+    table = f"gb_{stamp}_takeover"
+    create_topic(args.bootstrap, topic)
+    rate, seconds = args.rate, args.seconds
+    total = rate * seconds
+    producer = threading.Thread(target=produce, args=(args.bootstrap, topic, 0, total, rate))
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "job.sql"), "w") as f:
+            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints"))
+        logs = []
+        producer.start()
+        ms = start_members(args.weir, folder, topic, 3, logs)
+
+        def held(log):
+            tasks = set()
+            for line in open(log):
+                if line.startswith("weir: task "):
+                    n, what = line[len("weir: task "):].split(": ", 1)
+                    if what.startswith(("started", "took over")):
+                        tasks.add(int(n))
+                    elif what.startswith("handed back"):
+                        tasks.discard(int(n))
+            return tasks
+
+        t0 = time.monotonic()
+        while not all(len(held(l)) == 2 for l in logs):
+            time.sleep(0.05)
+            if time.monotonic() - t0 > 120:
+                sys.exit("the members did not settle on two tasks each")
+        time.sleep(args.seconds / 3)
+        moved = held(logs[0])
+        cond = " OR ".join(f"id % {PARTITIONS} = {t}" for t in sorted(moved))
+        before = int(psql(args.postgres, f"SELECT coalesce(max(id), -1) FROM {table} WHERE {cond}"))
+        ms[0].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        ms[0].wait()
+        said = first_row = None
+        while said is None or first_row is None:
+            time.sleep(0.01)
+            now = time.monotonic()
+            if said is None and all(
+                any(f"weir: task {t}: took over" in open(l).read() for l in logs[1:]) for t in moved
+            ):
+                said = now - killed
+            if first_row is None:
+                top = int(psql(args.postgres, f"SELECT coalesce(max(id), -1) FROM {table} WHERE {cond}"))
+                if top > before:
+                    first_row = now - killed
+            if now - killed > 120:
+                sys.exit("no takeover within 120 s")
+        producer.join()
+        want = expected(total)
+        while int(psql(args.postgres, f"SELECT count(*) FROM {table}") or 0) < want:
+            time.sleep(0.1)
+        for m in ms[1:]:
+            m.send_signal(signal.SIGTERM)
+        for m in ms[1:]:
+            m.wait()
+        dup = psql(args.postgres, f"SELECT count(*) - count(DISTINCT id) FROM {table}")
+        restored = [line.strip() for l in logs[1:] for line in open(l) if "took over from" in line]
+    print(f"killed a member holding tasks {sorted(moved)} at {rate:,} records/s: the others said "
+          f"they took them over after {said:.2f} s; their first new rows committed after "
+          f"{first_row:.2f} s; duplicates {dup}")
+    for r in restored[-len(moved):]:
+        print(f"  {r}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weir", required=True)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--postgres", required=True)
+    ap.add_argument("--records", type=int, default=60_000)
+    ap.add_argument("--members", default="1,2,3")
+    ap.add_argument("--rate", type=int, default=3_000, help="records/s in the takeover run")
+    ap.add_argument("--seconds", type=int, default=15, help="length of the takeover run")
+    args = ap.parse_args()
+    stamp = int(time.time())
+    print("| members | records | rows out | wall s | members' CPU s | records/s | records per CPU-second | duplicates |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in (int(x) for x in args.members.split(",")):
+        throughput(args, n, stamp)
+    takeover(args, stamp)
+
+
+if __name__ == "__main__":
+    main()
