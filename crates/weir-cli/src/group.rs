@@ -305,7 +305,7 @@ impl Roster {
     /// a job run alone holds it, or when it holds such a job's checkpoints), holds its own
     /// member file, and checks that the group's record matches the plan when other members
     /// live (writes it when none does).
-    fn join(plan: &Plan, me: &str) -> Result<Roster> {
+    fn join(plan: &Plan, me: &str, http: Option<std::net::SocketAddr>) -> Result<Roster> {
         let base = plan.base_dir();
         let folder = hold_folder_shared(&base, &plan.name)?;
         if let Some(single) = (std::fs::read_dir(&base)?.flatten())
@@ -321,7 +321,14 @@ impl Roster {
         }
         let dir = plan.members_dir();
         let path = dir.join(format!("{me}{MEMBER_FILE}"));
-        let holder = format!("member {me} (process {})", std::process::id());
+        // Read by the others for `/api/v1/group`: where this member's HTTP API is.
+        let holder = match http {
+            Some(addr) => format!(
+                "member {me} (process {}) http://{addr}/",
+                std::process::id()
+            ),
+            None => format!("member {me} (process {})", std::process::id()),
+        };
         // Another member may be looking at the new file (taking its lock for a moment) just
         // as it is made: a few tries.
         let mut tries = 0;
@@ -443,6 +450,21 @@ fn lock_waiting(path: &Path, me: &str) -> Result<weir_state::checkpoint::FileLoc
     bail!("{} stayed locked for 30 s", path.display())
 }
 
+impl Roster {
+    /// The HTTP address of each of `members` that serves one, as its file says.
+    fn addresses(&self, members: &[String]) -> BTreeMap<String, String> {
+        (members.iter())
+            .filter_map(|m| {
+                let text =
+                    std::fs::read_to_string(self.dir.join(format!("{m}{MEMBER_FILE}"))).ok()?;
+                let at = text.find("http://")?;
+                let addr = text[at..].split_whitespace().next()?;
+                Some((m.clone(), addr.to_string()))
+            })
+            .collect()
+    }
+}
+
 /// A shared lock on the checkpoint folder's lock file (`_lock`), which a job run alone takes
 /// exclusively (`LocalDirStorage::lock`), with who holds it written for that job's refusal.
 fn hold_folder_shared(base: &Path, name: &str) -> Result<std::fs::File> {
@@ -549,7 +571,14 @@ const LOOK_EVERY: Duration = Duration::from_millis(300);
 /// # Errors
 /// A task that fails in a way a restart cannot mend (a refused plan, a bad record with the
 /// `fail` policy), or a group folder that cannot be read.
-pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i32> {
+pub async fn run(
+    plan: Plan,
+    http: Option<(Arc<weir_http::JobView>, std::net::SocketAddr)>,
+) -> Result<i32> {
+    let (view, addr) = match http {
+        Some((view, addr)) => (Some(view), Some(addr)),
+        None => (None, None),
+    };
     use tokio::signal::unix::{signal, SignalKind};
     let control = crate::control::handle();
     let (mut term, mut int) = {
@@ -564,7 +593,7 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
         .unwrap_or_else(|_| "host".into());
     let started_ms = weir_core::time::Clock::now(&SystemClock).0;
     let me = format!("{host}-{}-{started_ms}", std::process::id());
-    let roster = Roster::join(&plan, &me)?;
+    let roster = Roster::join(&plan, &me, addr)?;
     eprintln!(
         "weir: group {}: member {me}; {} tasks (partitions of {}), checkpoints under {}",
         plan.name,
@@ -594,7 +623,8 @@ pub async fn run(plan: Plan, view: Option<Arc<weir_http::JobView>>) -> Result<i3
                 }
                 looks += 1;
                 if let (Some(view), true) = (&view, looks % 3 == 1) {
-                    view.set_group(group_info(&plan, &roster.me, &members, &mut slots));
+                    let http = roster.addresses(&members);
+                    view.set_group(group_info(&plan, &roster.me, &members, http, &mut slots));
                 }
                 if looks.is_multiple_of(PARTITIONS_EVERY_LOOKS) && recount.is_none() {
                     // Counted aside: brokers out of reach must not hold the looks up.
@@ -688,6 +718,7 @@ fn group_info(
     plan: &Plan,
     me: &str,
     members: &[String],
+    http: BTreeMap<String, String>,
     slots: &mut BTreeMap<i32, Slot>,
 ) -> weir_http::GroupInfo {
     let owners = assign(plan.tasks, members);
@@ -739,6 +770,7 @@ fn group_info(
         group: plan.name.clone(),
         member: me.to_string(),
         members: members.to_vec(),
+        http,
         assignment,
         tasks,
     }

@@ -512,7 +512,8 @@ fn run_job(
         let plan = group::plan(graph, &name)?;
         let code = rt.block_on(async {
             let web = web::Web::start(&http, plan.graph(), None).await?;
-            let code = group::run(plan, web.as_ref().map(|w| w.view().clone())).await;
+            let http = web.as_ref().map(|w| (w.view().clone(), w.addr()));
+            let code = group::run(plan, http).await;
             if let Some(web) = web {
                 web.finish().await;
             }

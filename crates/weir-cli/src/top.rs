@@ -23,6 +23,10 @@ pub struct TopArgs {
     /// output gets).
     #[arg(long)]
     once: bool,
+    /// The whole group the job at --http is a member of (`weir run --group`): every member
+    /// and every task, read from each member's HTTP API.
+    #[arg(long)]
+    group: bool,
 }
 
 pub fn run(a: TopArgs) -> Result<()> {
@@ -32,6 +36,9 @@ pub fn run(a: TopArgs) -> Result<()> {
         .trim_end_matches('/')
         .to_string();
     let once = a.once || !std::io::IsTerminal::is_terminal(&std::io::stdout());
+    if a.group {
+        return run_group(&addr, once);
+    }
     if once {
         let (job, metrics) = fetch(&addr)?;
         print!("{}", render_text(&job, &metrics, 120, 40)?);
@@ -61,6 +68,103 @@ pub fn run(a: TopArgs) -> Result<()> {
     })();
     ratatui::restore();
     result
+}
+
+/// `weir top --group`: the group from `addr`'s member, refreshed every second until q.
+fn run_group(addr: &str, once: bool) -> Result<()> {
+    if once {
+        print!("{}", group_text(addr)?);
+        return Ok(());
+    }
+    let mut terminal = ratatui::init();
+    let result = (|| -> Result<()> {
+        loop {
+            let text = group_text(addr).unwrap_or_else(|e| format!("weir top: {e:#}\n"));
+            terminal.draw(|f| {
+                f.render_widget(
+                    Paragraph::new(format!("{text}\nq quits"))
+                        .block(Block::bordered().title(" weir top --group ")),
+                    f.area(),
+                )
+            })?;
+            if ratatui::crossterm::event::poll(Duration::from_secs(1))? {
+                if let ratatui::crossterm::event::Event::Key(k) = ratatui::crossterm::event::read()?
+                {
+                    use ratatui::crossterm::event::KeyCode;
+                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}
+
+/// The group as text: its members, then every task with its member and progress, read from
+/// each member that serves an HTTP API (a member without one is listed with its tasks'
+/// owner only).
+fn group_text(addr: &str) -> Result<String> {
+    use std::fmt::Write as _;
+    let group = get(addr, "/api/v1/group")?;
+    let members: Vec<String> = (group["members"].as_array().into_iter().flatten())
+        .filter_map(|m| m.as_str().map(String::from))
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "group {}: {} members",
+        group["group"].as_str().unwrap_or("?"),
+        members.len()
+    );
+    let mut rows: Vec<(i64, String)> = Vec::new();
+    for m in &members {
+        let http = group["http"][m].as_str();
+        let _ = writeln!(out, "  {m}  {}", http.unwrap_or("(no HTTP API)"));
+        let answer = match http {
+            Some(url) => {
+                let at = url.trim_start_matches("http://").trim_end_matches('/');
+                get(at, "/api/v1/group").ok()
+            }
+            None => None,
+        };
+        let shown: Vec<Value> = answer
+            .as_ref()
+            .and_then(|a| a["tasks"].as_array().cloned())
+            .unwrap_or_default();
+        if shown.is_empty() {
+            for t in
+                (group["assignment"][m].as_array().into_iter().flatten()).filter_map(Value::as_i64)
+            {
+                rows.push((t, format!("{t:>4}  {:<10} {m}", "assigned")));
+            }
+        }
+        for t in shown {
+            let n = t["task"].as_i64().unwrap_or(-1);
+            let opt = |v: &Value| v.as_i64().map_or("-".to_string(), |x| x.to_string());
+            rows.push((
+                n,
+                format!(
+                    "{n:>4}  {:<10} {m}  watermark {}  time lag {} ms  lag {} records  rows {}  \
+                     checkpoints {}  from checkpoint {}",
+                    t["state"].as_str().unwrap_or("?"),
+                    time_of(&t["watermark"]),
+                    opt(&t["time_lag_ms"]),
+                    opt(&t["lag_records"]),
+                    opt(&t["rows_read"]),
+                    opt(&t["checkpoints_completed"]),
+                    opt(&t["restored_from"]),
+                ),
+            ));
+        }
+    }
+    rows.sort();
+    let _ = writeln!(out, "task  state      member");
+    for (_, r) in rows {
+        let _ = writeln!(out, "{r}");
+    }
+    Ok(out)
 }
 
 /// The job and its newest metrics from its HTTP API.

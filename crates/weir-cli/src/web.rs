@@ -242,6 +242,11 @@ impl Web {
         &self.view
     }
 
+    /// The address the server listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.server.local_addr()
+    }
+
     /// After the job has ended: serves its final state for `--http-linger` seconds (or until
     /// SIGINT / SIGTERM), then stops the server.
     pub async fn finish(self) {

@@ -202,8 +202,8 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     let group = format!("{topic}-group");
     let mut members = vec![
         member(dir.path(), &group, "a.log", "off"),
-        member(dir.path(), &group, "b.log", "off"),
-        member(dir.path(), &group, "c.log", "off"),
+        member(dir.path(), &group, "b.log", "127.0.0.1:0"),
+        member(dir.path(), &group, "c.log", "127.0.0.1:0"),
     ];
     let producer = {
         let topic = topic.clone();
@@ -286,6 +286,27 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         group_api["assignment"][group_api["member"].as_str().unwrap()],
         serde_json::json!(d_held)
     );
+    // `weir top --group` shows every member and every task, from each member's API.
+    let mut top = String::new();
+    wait_for(
+        dir.path(),
+        "weir top --group to show six tasks running",
+        || {
+            let (code, out) =
+                common::weir_out(dir.path(), &["top", "--group", "--http", &addr, "--once"]);
+            top = out;
+            code == 0 && (0..6).all(|t| top.contains(&format!("\n{t:>4}  running ")))
+        },
+    );
+    assert!(top.contains(&format!("group {group}: 3 members")), "{top}");
+    println!("weir top --group:\n{top}");
+    for m in &members_api {
+        assert_eq!(
+            top.matches(m).count(),
+            3,
+            "{m} with its address and two tasks:\n{top}"
+        );
+    }
     // The job run alone in the group's folder is refused while the group runs.
     let (code, out) = common::weir_out(dir.path(), &["run", "job.sql", "--http", "off"]);
     assert_eq!(code, 1, "{out}");

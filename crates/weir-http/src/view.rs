@@ -441,6 +441,8 @@ pub struct GroupInfo {
     pub member: String,
     /// The members alive, sorted.
     pub members: Vec<String>,
+    /// The HTTP API of each member that serves one (`http://host:port/`).
+    pub http: std::collections::BTreeMap<String, String>,
     /// The tasks each member runs, as every member computes it from the members alive.
     pub assignment: std::collections::BTreeMap<String, Vec<usize>>,
     /// This member's tasks.

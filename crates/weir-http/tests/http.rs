@@ -363,6 +363,11 @@ async fn a_group_member_shows_its_group_as_the_openapi_schema_says() {
         group: "g".into(),
         member: "host-2-100".into(),
         members: vec!["host-1-100".into(), "host-2-100".into()],
+        http: [(
+            "host-2-100".to_string(),
+            "http://127.0.0.1:8082/".to_string(),
+        )]
+        .into(),
         assignment: [
             ("host-1-100".to_string(), vec![0, 2]),
             ("host-2-100".to_string(), vec![1, 3]),
