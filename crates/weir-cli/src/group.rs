@@ -549,6 +549,7 @@ enum Slot {
         started: weir_core::time::ProcTime,
         /// How often it has failed and started again here.
         restarts: u32,
+        savepoints: exec::SavepointHandle,
     },
     /// Waiting to start (again) at `at` (ms on the monotonic clock, [`now_ms`]): its
     /// checkpoint folder is still held (by its previous owner, which has not stopped yet), or
@@ -677,7 +678,7 @@ pub async fn run(
     if let Ok(code) = &outcome {
         eprintln!(
             "weir: group {}: member {me} left (exit {code}); its tasks go on from their \
-             checkpoints on the other members",
+             savepoints (or newest checkpoints) on the other members",
             plan.name
         );
     }
@@ -829,12 +830,69 @@ async fn look(
 
 /// Stops a task and waits until it has (its checkpoint folder released).
 async fn stop_slot(task: i32, slot: Slot) {
-    if let Slot::Running { stop, handle, .. } = slot {
-        stop.stop();
+    if let Slot::Running {
+        stop,
+        savepoints,
+        handle,
+        ..
+    } = slot
+    {
+        // With a savepoint, as a job run alone stops on SIGTERM: the next owner goes on from
+        // exactly here, so nothing is read twice and an at-least-once sink repeats nothing.
+        // A savepoint that cannot be taken in time (a sink stalled) leaves the last checkpoint.
+        let mut newest = None;
+        match tokio::time::timeout(HAND_BACK_SAVEPOINT, savepoints.take(true)).await {
+            Ok(Ok(path)) => {
+                eprintln!(
+                    "weir: task {task}: stopped with a savepoint ({})",
+                    path.display()
+                );
+                newest = Some(path);
+            }
+            Ok(Err(e)) => {
+                eprintln!("weir: task {task}: no savepoint ({e}); stopped at its last checkpoint");
+                stop.stop();
+            }
+            Err(_) => {
+                eprintln!(
+                    "weir: task {task}: no savepoint within {} s; stopped at its last checkpoint",
+                    HAND_BACK_SAVEPOINT.as_secs()
+                );
+                stop.stop();
+            }
+        }
         match handle.await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => eprintln!("weir: task {task}: failed while stopping: {e:#}"),
             Err(e) => eprintln!("weir: task {task}: {e}"),
+        }
+        if let Some(path) = newest {
+            prune_savepoints(&path);
+        }
+    }
+}
+
+/// How long a task handed back may take to write its savepoint.
+const HAND_BACK_SAVEPOINT: Duration = Duration::from_secs(30);
+
+/// Removes the savepoints beside `newest` (a task's, just written as it stopped) but it: a task
+/// takes one at every hand-back, and the next owner goes on from the newest, so the older ones
+/// serve nothing once the task has stopped (a savepoint holds its files itself, so removing one
+/// takes nothing from another). Nothing is removed when the paths cannot be compared.
+fn prune_savepoints(newest: &Path) {
+    let (Some(dir), Ok(keep)) = (newest.parent(), newest.canonicalize()) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.canonicalize().map_or(true, |p| p == keep) {
+            continue;
+        }
+        if let Err(err) = std::fs::remove_dir_all(&path) {
+            tracing::warn!(path = %path.display(), error = %err, "cannot remove an old savepoint");
         }
     }
 }
@@ -922,7 +980,12 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
             Ok(job) => {
                 match job.restored() {
                     Some((epoch, path, _)) => eprintln!(
-                        "weir: task {p}: took over from checkpoint {epoch} ({})",
+                        "weir: task {p}: took over from {} {epoch} ({})",
+                        if path.parent().is_some_and(|d| d.ends_with("savepoints")) {
+                            "savepoint"
+                        } else {
+                            "checkpoint"
+                        },
                         path.display()
                     ),
                     None => eprintln!(
@@ -931,6 +994,7 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
                     ),
                 }
                 let stop = job.stop_handle();
+                let savepoints = job.savepoint_handle();
                 let restored = job.restored().map(|r| r.0);
                 let reporter = job.reporter();
                 let started = job.started;
@@ -942,6 +1006,7 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
                     reporter,
                     started,
                     restarts: *restarts,
+                    savepoints,
                 };
             }
             Err(weir_runtime::Error::State(weir_state::Error::InUse { holder, .. })) => {

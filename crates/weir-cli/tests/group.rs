@@ -337,6 +337,22 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     for l in &logs[1..] {
         assert!(l.contains("left (exit 0)"), "{l}");
     }
+    // The tasks d took were handed back by b and c with a savepoint, so d went on from
+    // exactly where they stopped (no record read twice).
+    let d_took: Vec<&str> = (logs[3].lines())
+        .filter(|l| l.contains(": took over from"))
+        .collect();
+    assert!(!d_took.is_empty(), "{}", logs[3]);
+    for l in &d_took {
+        assert!(l.contains("took over from savepoint"), "{}", logs[3]);
+    }
+    // Every task was stopped with a savepoint at the end, and only the newest is kept.
+    for t in 0..6 {
+        let saved = std::fs::read_dir(dir.path().join(format!("checkpoints/task-{t}/savepoints")))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(saved, 1, "task {t}'s savepoints");
+    }
     println!("the members' logs:\n{}", logs.join("\n----\n"));
 }
 
