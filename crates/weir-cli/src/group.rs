@@ -650,11 +650,7 @@ pub async fn run(
     };
     // Every task stopped before the member leaves, so that the next owner never overlaps; a
     // second signal meanwhile (a stop that hangs) ends the process at once.
-    let stopping = async {
-        for (p, slot) in std::mem::take(&mut slots) {
-            stop_slot(p, slot).await;
-        }
-    };
+    let stopping = stop_slots(std::mem::take(&mut slots).into_iter().collect(), false);
     tokio::select! {
         () = stopping => {}
         _ = term.recv() => {
@@ -812,12 +808,10 @@ async fn look(
     let gone: Vec<i32> = (slots.keys().copied())
         .filter(|t| !mine.contains(t))
         .collect();
-    for t in gone {
-        if let Some(slot) = slots.remove(&t) {
-            stop_slot(t, slot).await;
-            eprintln!("weir: task {t}: handed back to the group");
-        }
-    }
+    let gone: Vec<(i32, Slot)> = (gone.into_iter())
+        .filter_map(|t| slots.remove(&t).map(|s| (t, s)))
+        .collect();
+    stop_slots(gone, true).await;
     for t in mine {
         slots.entry(t).or_insert(Slot::Waiting {
             at: now_ms(),
@@ -830,57 +824,96 @@ async fn look(
 
 /// Stops a task and waits until it has (its checkpoint folder released).
 async fn stop_slot(task: i32, slot: Slot) {
-    if let Slot::Running {
+    let Slot::Running {
         stop,
         savepoints,
-        handle,
+        mut handle,
         ..
     } = slot
-    {
-        // With a savepoint, as a job run alone stops on SIGTERM: the next owner goes on from
-        // exactly here, so nothing is read twice and an at-least-once sink repeats nothing.
-        // A savepoint that cannot be taken in time (a sink stalled) leaves the last checkpoint.
-        let mut newest = None;
-        match tokio::time::timeout(HAND_BACK_SAVEPOINT, savepoints.take(true)).await {
-            Ok(Ok(path)) => {
+    else {
+        return;
+    };
+    // With a savepoint, as a job run alone stops on SIGTERM, and the next owner goes on from
+    // it: an exactly-once sink writes nothing twice, and an at-least-once sink repeats at most
+    // the rows read between the savepoint and the stop (well under a second), where a task
+    // moved after a kill repeats everything since its last checkpoint. Savepoint and stop
+    // within HAND_BACK (a stalled sink must not hold the member): else it stops at once, from
+    // its last checkpoint, and is aborted if even that hangs.
+    let orderly = tokio::time::timeout(HAND_BACK, async {
+        let saved = match savepoints.take(true).await {
+            Ok(path) => Some(path),
+            Err(e) => {
+                eprintln!("weir: task {task}: no savepoint ({e}); it stops at its last checkpoint");
+                stop.stop();
+                None
+            }
+        };
+        (saved, (&mut handle).await)
+    })
+    .await;
+    let (saved, ended) = match orderly {
+        Ok((saved, ended)) => (saved, Some(ended)),
+        Err(_) => {
+            eprintln!(
+                "weir: task {task}: not stopped with a savepoint within {} s; it stops at its \
+                 last checkpoint",
+                HAND_BACK.as_secs()
+            );
+            stop.stop();
+            match tokio::time::timeout(HAND_BACK, &mut handle).await {
+                Ok(ended) => (None, Some(ended)),
+                Err(_) => {
+                    eprintln!("weir: task {task}: did not stop; aborted");
+                    handle.abort();
+                    let _ = handle.await;
+                    (None, None)
+                }
+            }
+        }
+    };
+    match ended {
+        Some(Ok(Ok(_))) => {
+            if let Some(path) = saved {
                 eprintln!(
                     "weir: task {task}: stopped with a savepoint ({})",
                     path.display()
                 );
-                newest = Some(path);
-            }
-            Ok(Err(e)) => {
-                eprintln!("weir: task {task}: no savepoint ({e}); stopped at its last checkpoint");
-                stop.stop();
-            }
-            Err(_) => {
-                eprintln!(
-                    "weir: task {task}: no savepoint within {} s; stopped at its last checkpoint",
-                    HAND_BACK_SAVEPOINT.as_secs()
-                );
-                stop.stop();
+                prune_savepoints(&path);
             }
         }
-        match handle.await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => eprintln!("weir: task {task}: failed while stopping: {e:#}"),
-            Err(e) => eprintln!("weir: task {task}: {e}"),
-        }
-        if let Some(path) = newest {
-            prune_savepoints(&path);
+        Some(Ok(Err(e))) => eprintln!("weir: task {task}: failed while stopping: {e:#}"),
+        Some(Err(e)) => eprintln!("weir: task {task}: {e}"),
+        None => {}
+    }
+}
+
+/// Stops `slots` all at once (each as [`stop_slot`]), saying which were handed back.
+async fn stop_slots(slots: Vec<(i32, Slot)>, handed_back: bool) {
+    let mut stopping = tokio::task::JoinSet::new();
+    for (t, slot) in slots {
+        stopping.spawn(async move {
+            stop_slot(t, slot).await;
+            t
+        });
+    }
+    while let Some(done) = stopping.join_next().await {
+        if let (Ok(t), true) = (done, handed_back) {
+            eprintln!("weir: task {t}: handed back to the group");
         }
     }
 }
 
-/// How long a task handed back may take to write its savepoint.
-const HAND_BACK_SAVEPOINT: Duration = Duration::from_secs(30);
+/// How long a task handed back may take to write its savepoint and stop.
+const HAND_BACK: Duration = Duration::from_secs(30);
 
-/// Removes the savepoints beside `newest` (a task's, just written as it stopped) but it: a task
+/// Removes the savepoints older than `newest` (a task's, just written as it stopped): a task
 /// takes one at every hand-back, and the next owner goes on from the newest, so the older ones
-/// serve nothing once the task has stopped (a savepoint holds its files itself, so removing one
-/// takes nothing from another). Nothing is removed when the paths cannot be compared.
+/// serve nothing (a savepoint holds its files itself, so removing one takes nothing from
+/// another).
 fn prune_savepoints(newest: &Path) {
-    let (Some(dir), Ok(keep)) = (newest.parent(), newest.canonicalize()) else {
+    let epoch =
+        |p: &Path| -> Option<u64> { p.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok() };
+    let (Some(dir), Some(keep)) = (newest.parent(), epoch(newest)) else {
         return;
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -888,7 +921,7 @@ fn prune_savepoints(newest: &Path) {
     };
     for e in entries.flatten() {
         let path = e.path();
-        if path.canonicalize().map_or(true, |p| p == keep) {
+        if epoch(&path).is_none_or(|n| n >= keep) {
             continue;
         }
         if let Err(err) = std::fs::remove_dir_all(&path) {

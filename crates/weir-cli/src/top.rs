@@ -129,8 +129,10 @@ fn group_text(addr: &str) -> Result<String> {
             }
             None => None,
         };
-        let shown: Vec<Value> = answer
-            .as_ref()
+        // Only the member itself: an address such as 127.0.0.1:8081 written on another machine
+        // names whichever member listens there.
+        let shown: Vec<Value> = (answer.as_ref())
+            .filter(|a| a["member"].as_str() == Some(m.as_str()))
             .and_then(|a| a["tasks"].as_array().cloned())
             .unwrap_or_default();
         if shown.is_empty() {
