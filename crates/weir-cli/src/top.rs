@@ -44,17 +44,21 @@ pub fn run(a: TopArgs) -> Result<()> {
         print!("{}", render_text(&job, &metrics, 120, 40)?);
         return Ok(());
     }
+    watch(|f| match &fetch(&addr) {
+        Ok((job, metrics)) => draw(f, job, metrics),
+        Err(e) => f.render_widget(
+            Paragraph::new(format!("weir top: {e:#}\n\nq quits")),
+            f.area(),
+        ),
+    })
+}
+
+/// Draws a frame with `frame` every second, until q or Esc.
+fn watch(mut frame: impl FnMut(&mut Frame)) -> Result<()> {
     let mut terminal = ratatui::init();
     let result = (|| -> Result<()> {
         loop {
-            let frame = fetch(&addr);
-            terminal.draw(|f| match &frame {
-                Ok((job, metrics)) => draw(f, job, metrics),
-                Err(e) => f.render_widget(
-                    Paragraph::new(format!("weir top: {e:#}\n\nq quits")),
-                    f.area(),
-                ),
-            })?;
+            terminal.draw(&mut frame)?;
             if ratatui::crossterm::event::poll(Duration::from_secs(1))? {
                 if let ratatui::crossterm::event::Event::Key(k) = ratatui::crossterm::event::read()?
                 {
@@ -76,30 +80,14 @@ fn run_group(addr: &str, once: bool) -> Result<()> {
         print!("{}", group_text(addr)?);
         return Ok(());
     }
-    let mut terminal = ratatui::init();
-    let result = (|| -> Result<()> {
-        loop {
-            let text = group_text(addr).unwrap_or_else(|e| format!("weir top: {e:#}\n"));
-            terminal.draw(|f| {
-                f.render_widget(
-                    Paragraph::new(format!("{text}\nq quits"))
-                        .block(Block::bordered().title(" weir top --group ")),
-                    f.area(),
-                )
-            })?;
-            if ratatui::crossterm::event::poll(Duration::from_secs(1))? {
-                if let ratatui::crossterm::event::Event::Key(k) = ratatui::crossterm::event::read()?
-                {
-                    use ratatui::crossterm::event::KeyCode;
-                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    })();
-    ratatui::restore();
-    result
+    watch(|f| {
+        let text = group_text(addr).unwrap_or_else(|e| format!("weir top: {e:#}\n"));
+        f.render_widget(
+            Paragraph::new(format!("{text}\nq quits"))
+                .block(Block::bordered().title(" weir top --group ")),
+            f.area(),
+        )
+    })
 }
 
 /// The group as text: its members, then every task with its member and progress, read from
