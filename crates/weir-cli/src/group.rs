@@ -1119,6 +1119,54 @@ mod tests {
     }
 
     #[test]
+    fn only_savepoints_older_than_the_newest_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let sp = dir.path().join("task-2/savepoints");
+        for n in ["chk-3", "chk-7", "chk-9", "notes"] {
+            std::fs::create_dir_all(sp.join(n)).unwrap();
+        }
+        prune_savepoints(&sp.join("chk-7"));
+        let mut left: Vec<String> = std::fs::read_dir(&sp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        // Newer ones (another owner's, written since) and what is no savepoint stay.
+        assert_eq!(left, ["chk-7", "chk-9", "notes"]);
+    }
+
+    #[test]
+    fn a_topic_that_gained_partitions_stops_the_member_saying_what_a_restart_skips() {
+        let plan = Plan {
+            name: "g".into(),
+            topic: "orders".into(),
+            tasks: 6,
+            graph: JobGraph {
+                name: "job".into(),
+                config: Default::default(),
+                nodes: Vec::new(),
+                edges: Vec::new(),
+            },
+            dead_letters: None,
+            sources: Vec::new(),
+        };
+        let log = |partitions| {
+            Ok(Some(weir_runtime::LogPartitions {
+                topic: "orders".into(),
+                partitions,
+            }))
+        };
+        assert!(partitions_unchanged(&plan, vec![log(6), log(6)]).is_ok());
+        let e = partitions_unchanged(&plan, vec![log(6), log(8)]).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("topic orders has 8 partitions now"), "{e}");
+        assert!(e.contains("'latest-offset' or a timestamp"), "{e}");
+        // Brokers out of reach for a moment stop nothing.
+        let unreachable = Err(weir_runtime::Error::plan("no brokers"));
+        assert!(partitions_unchanged(&plan, vec![unreachable]).is_ok());
+    }
+
+    #[test]
     fn a_task_file_carries_its_number_before_the_extension() {
         assert_eq!(
             task_path(Path::new("out/dl.jsonl"), 3),
