@@ -129,9 +129,14 @@ fn member(dir: &Path, group: &str, log: &str, http: &str) -> Child {
 
 /// `GET path` from the server at `addr`, its body as JSON (`Null` when it is none).
 fn http_get(addr: &str, path: &str) -> serde_json::Value {
+    serde_json::from_str(&http_text(addr, path)).unwrap_or(serde_json::Value::Null)
+}
+
+/// `GET path` from the server at `addr`, its body (empty when there is none).
+fn http_text(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return serde_json::Value::Null;
+        return String::new();
     };
     write!(
         s,
@@ -140,8 +145,9 @@ fn http_get(addr: &str, path: &str) -> serde_json::Value {
     .unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+    answer
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string())
 }
 
 fn log(dir: &Path, name: &str) -> String {
@@ -286,6 +292,22 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         group_api["assignment"][group_api["member"].as_str().unwrap()],
         serde_json::json!(d_held)
     );
+    // Its Prometheus metrics say the same.
+    let metrics = http_text(&addr, "/metrics");
+    assert!(
+        metrics.contains(&format!(
+            "weir_group_members{{job=\"job\",group=\"{group}\"}} 3\n"
+        )),
+        "{metrics}"
+    );
+    for t in &d_held {
+        assert!(
+            metrics.contains(&format!(
+                "weir_group_task_state{{job=\"job\",group=\"{group}\",task=\"{t}\",state=\"running\"}} 1\n"
+            )),
+            "{metrics}"
+        );
+    }
     // `weir top --group` shows every member and every task, from each member's API.
     let mut top = String::new();
     wait_for(

@@ -303,6 +303,9 @@ pub fn render(view: &JobView) -> String {
         "When the job started, seconds since the epoch.",
     )
     .sample(&[("job", job)], secs(started_at));
+    if let Some(g) = view.group() {
+        group_families(&mut x, job, &g);
+    }
 
     let Some(m) = latest else {
         return x.finish();
@@ -780,6 +783,92 @@ pub fn render(view: &JobView) -> String {
     .sample(&[("job", job)], c.last_written_bytes);
 
     x.finish()
+}
+
+/// A group member's families (`weir run --group`): the members alive and this member's tasks,
+/// each labelled with its `group` and, per task, `task`.
+fn group_families(x: &mut Exposition, job: &str, g: &crate::view::GroupInfo) {
+    use MetricType::{Counter, Gauge};
+    let group = g.group.as_str();
+    x.family(
+        "weir_group_members",
+        Gauge,
+        "Members of the group alive, as this member sees them.",
+    )
+    .sample(&[("job", job), ("group", group)], g.members.len() as u64);
+    x.family(
+        "weir_group_tasks",
+        Gauge,
+        "Tasks of the group (partitions of its input topics), all members'.",
+    )
+    .sample(
+        &[("job", job), ("group", group)],
+        g.assignment.values().map(Vec::len).sum::<usize>() as u64,
+    );
+    let tasks: Vec<(String, &crate::view::GroupTask)> =
+        (g.tasks.iter()).map(|t| (t.task.to_string(), t)).collect();
+    let mut f = x.family(
+        "weir_group_task_state",
+        Gauge,
+        "This member's tasks: 1 for the state a task is in (running, waiting, finished), 0 for the others.",
+    );
+    for (n, t) in &tasks {
+        for s in ["running", "waiting", "finished"] {
+            f.sample(
+                &[("job", job), ("group", group), ("task", n), ("state", s)],
+                t.state == s,
+            );
+        }
+    }
+    let mut f = x.family(
+        "weir_group_task_watermark_seconds",
+        Gauge,
+        "A running task's sources' watermark, seconds since the epoch.",
+    );
+    for (n, t) in &tasks {
+        if let Some(w) = t.watermark {
+            f.sample(&[("job", job), ("group", group), ("task", n)], secs(w));
+        }
+    }
+    let mut f = x.family(
+        "weir_group_task_time_lag_seconds",
+        Gauge,
+        "How far a running task's sources' newest event time is behind the wall clock.",
+    );
+    for (n, t) in &tasks {
+        if let Some(l) = t.time_lag_ms {
+            f.sample(&[("job", job), ("group", group), ("task", n)], secs(l));
+        }
+    }
+    let mut f = x.family(
+        "weir_group_task_consumer_lag_records",
+        Gauge,
+        "Records in a running task's partitions not read yet.",
+    );
+    for (n, t) in &tasks {
+        if let Some(l) = t.lag_records {
+            f.sample(&[("job", job), ("group", group), ("task", n)], l);
+        }
+    }
+    let mut f = x.family(
+        "weir_group_task_rows_read_total",
+        Counter,
+        "Rows a task read since it last started on this member.",
+    );
+    for (n, t) in &tasks {
+        f.sample(&[("job", job), ("group", group), ("task", n)], t.rows_read);
+    }
+    let mut f = x.family(
+        "weir_group_task_checkpoints_completed_total",
+        Counter,
+        "Checkpoints a task completed since it last started on this member.",
+    );
+    for (n, t) in &tasks {
+        f.sample(
+            &[("job", job), ("group", group), ("task", n)],
+            t.checkpoints_completed,
+        );
+    }
 }
 
 #[cfg(test)]

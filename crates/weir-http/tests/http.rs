@@ -380,6 +380,37 @@ async fn a_group_member_shows_its_group_as_the_openapi_schema_says() {
     assert_eq!(got, serde_json::to_value(&info).unwrap());
     assert_eq!(got["tasks"][0]["restored_from"], 12);
     assert_eq!(got["tasks"][1]["watermark"], serde_json::Value::Null);
+    // And in /metrics, before the job (a template in a group) has any sample of its own.
+    let fams = prom::parse(&get(addr, "/metrics").await.body).unwrap();
+    assert_eq!(fams["weir_group_members"].value(&[("group", "g")]), 2.0);
+    assert_eq!(fams["weir_group_tasks"].value(&[("group", "g")]), 4.0);
+    let state = &fams["weir_group_task_state"];
+    assert_eq!(state.value(&[("task", "1"), ("state", "running")]), 1.0);
+    assert_eq!(state.value(&[("task", "3"), ("state", "waiting")]), 1.0);
+    assert_eq!(state.value(&[("task", "3"), ("state", "running")]), 0.0);
+    assert_eq!(
+        fams["weir_group_task_watermark_seconds"].value(&[("task", "1")]),
+        1_700_000_000.0
+    );
+    assert!(fams["weir_group_task_watermark_seconds"]
+        .matching(&[("task", "3")])
+        .is_empty());
+    assert_eq!(
+        fams["weir_group_task_time_lag_seconds"].value(&[("task", "1")]),
+        0.25
+    );
+    assert_eq!(
+        fams["weir_group_task_consumer_lag_records"].value(&[("task", "1")]),
+        40.0
+    );
+    assert_eq!(
+        fams["weir_group_task_rows_read_total"].value(&[("task", "3")]),
+        1000.0
+    );
+    assert_eq!(
+        fams["weir_group_task_checkpoints_completed_total"].value(&[("task", "1")]),
+        3.0
+    );
 }
 
 #[tokio::test]
