@@ -41,7 +41,7 @@ use weir_runtime::{JobGraph, Location};
 
 /// A job planned to run as a group: the checks passed, and what the tasks are.
 pub struct Plan {
-    /// The group's name (its Kafka consumer group).
+    /// The group's name.
     pub name: String,
     /// The first input topic, whose partitions name the tasks.
     topic: String,
@@ -49,10 +49,6 @@ pub struct Plan {
     pub tasks: usize,
     /// The job at parallelism 1, reading every partition; a task's graph is made from it.
     graph: JobGraph,
-    /// Where the job's dead letters go; each task's beside it.
-    dead_letters: Option<PathBuf>,
-    /// The job's sources, whose partitions are counted again while the group runs.
-    sources: Vec<Arc<dyn weir_runtime::SourceFactory>>,
 }
 
 /// Checks that `graph` can run as group `name` and cuts it into tasks.
@@ -199,25 +195,46 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
         name: name.to_string(),
         topic,
         tasks,
-        dead_letters: graph.config.dead_letter_path.clone(),
-        sources: (graph.nodes.iter())
-            .filter_map(|n| match &n.kind {
-                NodeKind::Source { factory, .. } => Some(factory.clone()),
-                _ => None,
-            })
-            .collect(),
         graph,
     })
 }
 
-/// `path` with `.task-<p>` before its extension: `dl.jsonl` → `dl.task-3.jsonl`.
+/// `path` with `.task-<p>` before its extension: `dl.jsonl` → `dl.task-3.jsonl` (as a
+/// backfill's suffix goes into a file's name).
 fn task_path(path: &Path, task: i32) -> PathBuf {
-    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-    let name = match path.extension() {
-        Some(ext) => format!("{stem}.task-{task}.{}", ext.to_string_lossy()),
-        None => format!("{stem}.task-{task}"),
-    };
-    path.with_file_name(name)
+    PathBuf::from(weir_sql::with_suffix(
+        "filesystem",
+        &path.to_string_lossy(),
+        &format!(".task-{task}"),
+    ))
+}
+
+/// `dir` (a checkpoint location) as a local path: a `file://` URL's path.
+fn local_dir(dir: &Path) -> PathBuf {
+    match dir.to_string_lossy().strip_prefix("file://") {
+        Some(path) => PathBuf::from(path),
+        None => dir.to_path_buf(),
+    }
+}
+
+/// Refuses a job run alone with its checkpoints in a group's folder (`_group` in it), running
+/// or not: it would not see the tasks' progress, and would start over and write everything
+/// again.
+///
+/// # Errors
+/// The folder is a group's.
+pub fn refuse_group_folder(dir: &Path) -> Result<()> {
+    let local = local_dir(dir);
+    if local.join("_group").is_dir() {
+        bail!(
+            "checkpoint folder {}: it holds a group's checkpoints (task-N, _group; weir run \
+             --group), whose tasks' progress a job run alone would not see (it would start \
+             over and write everything again): run the job with --group, or give it another \
+             folder",
+            local.display()
+        );
+    }
+    Ok(())
 }
 
 impl Plan {
@@ -248,19 +265,24 @@ impl Plan {
             c.dir = c.dir.join(format!("task-{task}"));
             c.restore = Some("latest".into());
         }
-        g.config.dead_letter_path = self.dead_letters.as_deref().map(|p| task_path(p, task));
+        g.config.dead_letter_path =
+            (self.graph.config.dead_letter_path.as_deref()).map(|p| task_path(p, task));
         Ok(g)
     }
 
     /// The checkpoint folder, every task's under it (a `file://` URL as its path).
     fn base_dir(&self) -> PathBuf {
-        let dir = (self.graph.config.checkpointing.as_ref())
-            .map(|c| c.dir.clone())
-            .unwrap_or_default();
-        match dir.to_string_lossy().strip_prefix("file://") {
-            Some(path) => PathBuf::from(path),
-            None => dir,
-        }
+        (self.graph.config.checkpointing.as_ref()).map_or_else(PathBuf::new, |c| local_dir(&c.dir))
+    }
+
+    /// The job's sources, whose partitions are counted again while the group runs.
+    fn sources(&self) -> Vec<Arc<dyn weir_runtime::SourceFactory>> {
+        (self.graph.nodes.iter())
+            .filter_map(|n| match &n.kind {
+                NodeKind::Source { factory, .. } => Some(factory.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Where the members record themselves: `_group` in the checkpoint folder.
@@ -286,7 +308,7 @@ struct Roster {
     _hold: weir_state::checkpoint::FileLock,
     /// A shared hold on the checkpoint folder's own lock, which a job run alone in the same
     /// folder takes exclusively: neither starts while the other runs.
-    _folder: std::fs::File,
+    _folder: weir_state::checkpoint::FileLock,
 }
 
 /// What the first member of a group records in `_group/group.json`, which every member that
@@ -431,6 +453,19 @@ impl Roster {
         live.sort();
         Ok(live)
     }
+
+    /// The HTTP address of each of `members` that serves one, as its file says.
+    fn addresses(&self, members: &[String]) -> BTreeMap<String, String> {
+        (members.iter())
+            .filter_map(|m| {
+                let text =
+                    std::fs::read_to_string(self.dir.join(format!("{m}{MEMBER_FILE}"))).ok()?;
+                let at = text.find("http://")?;
+                let addr = text[at..].split_whitespace().next()?;
+                Some((m.clone(), addr.to_string()))
+            })
+            .collect()
+    }
 }
 
 /// What a member says of partitions added to a topic while the group runs.
@@ -450,60 +485,20 @@ fn lock_waiting(path: &Path, me: &str) -> Result<weir_state::checkpoint::FileLoc
     bail!("{} stayed locked for 30 s", path.display())
 }
 
-impl Roster {
-    /// The HTTP address of each of `members` that serves one, as its file says.
-    fn addresses(&self, members: &[String]) -> BTreeMap<String, String> {
-        (members.iter())
-            .filter_map(|m| {
-                let text =
-                    std::fs::read_to_string(self.dir.join(format!("{m}{MEMBER_FILE}"))).ok()?;
-                let at = text.find("http://")?;
-                let addr = text[at..].split_whitespace().next()?;
-                Some((m.clone(), addr.to_string()))
-            })
-            .collect()
-    }
-}
-
 /// A shared lock on the checkpoint folder's lock file (`_lock`), which a job run alone takes
 /// exclusively (`LocalDirStorage::lock`), with who holds it written for that job's refusal.
-fn hold_folder_shared(base: &Path, name: &str) -> Result<std::fs::File> {
-    use std::io::{Read, Seek, Write};
-    std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+fn hold_folder_shared(base: &Path, name: &str) -> Result<weir_state::checkpoint::FileLock> {
     let path = base.join(weir_state::checkpoint::LOCK_FILE);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    match file.try_lock_shared() {
-        Ok(()) => {
-            let holder = format!("group {name} (weir run --group)");
-            file.set_len(0)?;
-            file.rewind()?;
-            file.write_all(holder.as_bytes())?;
-            Ok(file)
-        }
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut who = String::new();
-            let _ = file.read_to_string(&mut who);
-            bail!(
-                "{} is held by {}: a job run alone in the same checkpoint folder; stop it, or \
+    let holder = format!("group {name} (weir run --group)");
+    weir_state::checkpoint::lock_file_shared(&path, &holder)
+        .with_context(|| format!("locking {}", path.display()))?
+        .map_err(|who| {
+            anyhow::anyhow!(
+                "{} is held by {who}: a job run alone in the same checkpoint folder; stop it, or \
                  give the group another folder",
-                base.display(),
-                if who.trim().is_empty() {
-                    "another job"
-                } else {
-                    who.trim()
-                }
+                base.display()
             )
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("locking {}", path.display()))
-        }
-    }
+        })
 }
 
 /// A fixed 64-bit hash (FNV-1a) of a member and a task: the same in every process and version,
@@ -629,7 +624,7 @@ pub async fn run(
                 }
                 if looks.is_multiple_of(PARTITIONS_EVERY_LOOKS) && recount.is_none() {
                     // Counted aside: brokers out of reach must not hold the looks up.
-                    let sources = plan.sources.clone();
+                    let sources = plan.sources();
                     recount = Some(tokio::task::spawn_blocking(move || {
                         sources.iter().map(|s| s.log_partitions()).collect::<Vec<_>>()
                     }));
@@ -931,7 +926,8 @@ fn prune_savepoints(newest: &Path) {
 }
 
 /// Looks at the running tasks that have ended: a failure that a restart may mend restarts the
-/// task from its newest checkpoint after a second; any other ends the member with its error.
+/// task from its newest checkpoint as the job's restart strategy says; any other ends the
+/// member with its error.
 async fn check_ended(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
     let ended: Vec<i32> = (slots.iter())
         .filter(|(_, s)| matches!(s, Slot::Running { handle, .. } if handle.is_finished()))
@@ -1147,8 +1143,6 @@ mod tests {
                 nodes: Vec::new(),
                 edges: Vec::new(),
             },
-            dead_letters: None,
-            sources: Vec::new(),
         };
         let log = |partitions| {
             Ok(Some(weir_runtime::LogPartitions {

@@ -522,17 +522,7 @@ fn run_job(
         std::process::exit(code);
     }
     if let Some(dir) = &checkpoint_dir {
-        let dir = dir.to_string_lossy();
-        let local = std::path::Path::new(dir.strip_prefix("file://").unwrap_or(&dir));
-        if local.join("_group").is_dir() {
-            anyhow::bail!(
-                "checkpoint folder {}: it holds a group's checkpoints (task-N, _group; weir run \
-                 --group), whose tasks' progress a job run alone would not see (it would start \
-                 over and write everything again): run the job with --group, or give it \
-                 another folder",
-                local.display()
-            );
-        }
+        group::refuse_group_folder(dir)?;
     }
     let progress = match &backfill {
         Some(b) => supervise::Progress::Range(b.range),

@@ -30,11 +30,7 @@ pub struct TopArgs {
 }
 
 pub fn run(a: TopArgs) -> Result<()> {
-    let addr = a
-        .http
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
+    let addr = host_port(&a.http).to_string();
     let once = a.once || !std::io::IsTerminal::is_terminal(&std::io::stdout());
     if a.group {
         return run_group(&addr, once);
@@ -74,6 +70,11 @@ fn watch(mut frame: impl FnMut(&mut Frame)) -> Result<()> {
     result
 }
 
+/// `host:port` of an HTTP address as `weir run` prints it (`http://host:port/`).
+fn host_port(url: &str) -> &str {
+    url.trim_start_matches("http://").trim_end_matches('/')
+}
+
 /// `weir top --group`: the group from `addr`'s member, refreshed every second until q.
 fn run_group(addr: &str, once: bool) -> Result<()> {
     if once {
@@ -111,10 +112,7 @@ fn group_text(addr: &str) -> Result<String> {
         let http = group["http"][m].as_str();
         let _ = writeln!(out, "  {m}  {}", http.unwrap_or("(no HTTP API)"));
         let answer = match http {
-            Some(url) => {
-                let at = url.trim_start_matches("http://").trim_end_matches('/');
-                get(at, "/api/v1/group").ok()
-            }
+            Some(url) => get(host_port(url), "/api/v1/group").ok(),
             None => None,
         };
         // Only the member itself: an address such as 127.0.0.1:8081 written on another machine

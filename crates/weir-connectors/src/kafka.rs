@@ -988,9 +988,6 @@ impl KafkaReader {
     /// Looks for partitions added to the topic; takes on those that fall to this subtask (as
     /// the job's split assignment does: partition mod parallelism).
     fn discover(&mut self) -> Result<Option<Arc<weir_runtime::metrics::SplitMetrics>>> {
-        if self.source.spec.partitions.is_some() {
-            return Ok(None);
-        }
         let topic = self.source.spec.topic.clone();
         let md = match self
             .consumer

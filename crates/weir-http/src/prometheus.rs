@@ -820,55 +820,49 @@ fn group_families(x: &mut Exposition, job: &str, g: &crate::view::GroupInfo) {
             );
         }
     }
-    let mut f = x.family(
+    // One family a value of each task, a task without the value left out.
+    let mut per_task =
+        |name: &'static str,
+         kind: MetricType,
+         help: &str,
+         value: fn(&crate::view::GroupTask) -> Option<Value>| {
+            let mut f = x.family(name, kind, help);
+            for (n, t) in &tasks {
+                if let Some(v) = value(t) {
+                    f.sample(&[("job", job), ("group", group), ("task", n)], v);
+                }
+            }
+        };
+    per_task(
         "weir_group_task_watermark_seconds",
         Gauge,
         "A running task's sources' watermark, seconds since the epoch.",
+        |t| t.watermark.map(|w| secs(w).into()),
     );
-    for (n, t) in &tasks {
-        if let Some(w) = t.watermark {
-            f.sample(&[("job", job), ("group", group), ("task", n)], secs(w));
-        }
-    }
-    let mut f = x.family(
+    per_task(
         "weir_group_task_time_lag_seconds",
         Gauge,
         "How far a running task's sources' newest event time is behind the wall clock.",
+        |t| t.time_lag_ms.map(|l| secs(l).into()),
     );
-    for (n, t) in &tasks {
-        if let Some(l) = t.time_lag_ms {
-            f.sample(&[("job", job), ("group", group), ("task", n)], secs(l));
-        }
-    }
-    let mut f = x.family(
+    per_task(
         "weir_group_task_consumer_lag_records",
         Gauge,
         "Records in a running task's partitions not read yet.",
+        |t| t.lag_records.map(Value::from),
     );
-    for (n, t) in &tasks {
-        if let Some(l) = t.lag_records {
-            f.sample(&[("job", job), ("group", group), ("task", n)], l);
-        }
-    }
-    let mut f = x.family(
+    per_task(
         "weir_group_task_rows_read_total",
         Counter,
         "Rows a task read since it last started on this member.",
+        |t| Some(t.rows_read.into()),
     );
-    for (n, t) in &tasks {
-        f.sample(&[("job", job), ("group", group), ("task", n)], t.rows_read);
-    }
-    let mut f = x.family(
+    per_task(
         "weir_group_task_checkpoints_completed_total",
         Counter,
         "Checkpoints a task completed since it last started on this member.",
+        |t| Some(t.checkpoints_completed.into()),
     );
-    for (n, t) in &tasks {
-        f.sample(
-            &[("job", job), ("group", group), ("task", n)],
-            t.checkpoints_completed,
-        );
-    }
 }
 
 #[cfg(test)]

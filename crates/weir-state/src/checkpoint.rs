@@ -67,7 +67,7 @@ mod local_dir;
 #[cfg(feature = "object-store")]
 mod object_dir;
 
-pub use local_dir::{lock_file, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
+pub use local_dir::{lock_file, lock_file_shared, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
 #[cfg(feature = "object-store")]
 pub use object_dir::{ObjectLock, ObjectStoreStorage, LOCK_OBJECT};
 

@@ -62,6 +62,28 @@ pub fn lock_file(
     holder: &str,
     remove_on_release: bool,
 ) -> Result<std::result::Result<FileLock, String>> {
+    take_lock(path, holder, remove_on_release, false)
+}
+
+/// As [`lock_file`], a shared lock: any number of holders at once (each writes `holder`, the
+/// same for all of them), refused while someone holds the file exclusively, and refusing an
+/// exclusive lock while held. The file stays on release.
+///
+/// # Errors
+/// As [`lock_file`].
+pub fn lock_file_shared(
+    path: &Path,
+    holder: &str,
+) -> Result<std::result::Result<FileLock, String>> {
+    take_lock(path, holder, false, true)
+}
+
+fn take_lock(
+    path: &Path,
+    holder: &str,
+    remove_on_release: bool,
+    shared: bool,
+) -> Result<std::result::Result<FileLock, String>> {
     use std::io::{Read, Seek, Write};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
@@ -76,7 +98,12 @@ pub fn lock_file(
             .truncate(false)
             .open(path)
             .map_err(|e| Error::io("open", path, e))?;
-        match file.try_lock() {
+        let locked = if shared {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match locked {
             Ok(()) => {
                 // A holder that deletes the file on release may have done so between our open
                 // and our lock: then the lock is on a file nobody else will find.
