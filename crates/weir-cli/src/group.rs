@@ -1,10 +1,17 @@
 //! `weir run --group NAME`: one member of a group of processes that run a job together over
 //! Kafka, as Kafka Streams' instances do, with no cluster manager of weir's own.
 //!
-//! The job is cut into tasks, one per partition of its input topics (co-partitioned: task `p`
-//! reads partition `p` of every input topic). Each task is the job at parallelism 1 over its
-//! partitions, with checkpoints of its own in `<checkpoint folder>/task-<p>`, and its own name
-//! (`<job>.task-<p>`), so that an exactly-once sink keeps each task's progress apart.
+//! The job is cut at every keyed edge into stages (the nodes joined by edges that do not
+//! re-key), and each stage into tasks, one per partition of its input topics (co-partitioned:
+//! task `p` of a stage reads partition `p` of every input topic of the stage). A keyed edge
+//! becomes a repartition topic (`weir_connectors::repartition`), named after the group and the
+//! node it feeds, with one partition per task of the stage after it: the tasks before it write
+//! each row to the partition that owns its key group, with the rows' watermarks, their own
+//! watermarks and their checkpoints' commits, and each task after it reads its partition,
+//! passing rows on only once their writer's checkpoint is complete, so that the job's output
+//! is a single run's, exactly once. Each task is its stage at parallelism 1, numbered over all
+//! stages, with checkpoints of its own in `<checkpoint folder>/task-<n>` and its own name
+//! (`<job>.task-<n>`), so that an exactly-once sink keeps each task's progress apart.
 //!
 //! The members find each other in the checkpoint folder, which they all reach anyway: each
 //! holds the lock of its own file in `_group/` while its process lives, so a member killed with
@@ -21,11 +28,10 @@
 //! be tested; and the folder's locks fence a task's two owners, which a group's assignment
 //! alone does not.
 //!
-//! What a task does is what the job does on its partitions alone. That is the job's answer only
-//! when no operator combines rows of different partitions: so far only jobs of stateless
-//! operators (filters, projections, stateless functions) run as a group. Keyed state needs the
-//! rows re-keyed through repartition topics between tasks, which is not built yet, and such a
-//! job is refused rather than run per partition.
+//! What a task does is what its stage does with its partitions' rows. That is the job's answer
+//! when every operator that keeps state is fed only by re-keyed rows: other exchanges
+//! (broadcast, salting) and state fed otherwise (the partial phase of a two-phase
+//! aggregation) are refused rather than run per partition.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,30 +39,48 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
+use weir_connectors::repartition::{RepartitionSink, RepartitionTopic};
 use weir_core::SystemClock;
 use weir_runtime::exec::{self, JobReport, StopHandle};
 use weir_runtime::graph::{NodeKind, OperatorState};
 use weir_runtime::sink::Delivery;
-use weir_runtime::{JobGraph, Location};
+use weir_runtime::{JobGraph, Location, Partitioning};
 
 /// A job planned to run as a group: the checks passed, and what the tasks are.
 pub struct Plan {
     /// The group's name.
     pub name: String,
-    /// The first input topic, whose partitions name the tasks.
+    /// The first input topic, for messages.
     topic: String,
-    /// How many tasks (partitions) there are.
+    /// How many tasks there are, over all stages.
     pub tasks: usize,
-    /// The job at parallelism 1, reading every partition; a task's graph is made from it.
+    /// The job at parallelism 1, reading every partition.
     graph: JobGraph,
+    /// The job cut at its keyed edges; a task's graph is made from its stage's.
+    stages: Vec<Stage>,
+    /// The repartition topics between the stages, which the members make.
+    repartition: Vec<RepartitionTopic>,
 }
 
-/// Checks that `graph` can run as group `name` and cuts it into tasks.
+/// A stage of a job run as a group: nodes joined by edges that do not re-key, run as tasks of
+/// one partition each, numbered from `first` among the group's tasks.
+struct Stage {
+    /// The stage's nodes at parallelism 1, with a repartition source for each keyed edge into
+    /// the stage and a repartition sink for each keyed edge out of it.
+    graph: JobGraph,
+    tasks: usize,
+    first: usize,
+    /// The stage's Kafka sources (read partition by partition), with their partitions.
+    sources: Vec<(Arc<dyn weir_runtime::SourceFactory>, usize)>,
+}
+
+/// Checks that `graph` can run as group `name` and cuts it into stages and tasks.
 ///
 /// # Errors
 /// A job that cannot: one without checkpoints, with a source that is no Kafka topic or a
-/// bounded one, with topics of different partition counts, with a stateful operator, or with a
-/// sink that writes files; each error names the node and what to do.
+/// bounded one, with a stage's topics of different partition counts, with an exchange other
+/// than a re-keying one between stages, with a stateful operator not fed by re-keyed rows, or
+/// with a sink that writes files; each error names the node and what to do.
 pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
     if name.trim().is_empty() {
         bail!("--group '': give the group a name");
@@ -84,25 +108,33 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
             checkpoints.dir.display()
         );
     }
-    // Within a task every edge joins two nodes of parallelism 1, but a keyed one would still be
-    // wrong across tasks: a key's rows come from every task (a sink keyed by its primary key
-    // would take one key's updates from several tasks at once, in no order).
-    if let Some(e) = (graph.edges.iter()).find(|e| {
-        !matches!(
-            e.partitioning,
-            weir_runtime::Partitioning::Forward | weir_runtime::Partitioning::Rebalance
-        )
-    }) {
-        bail!(
-            "`{}` → `{}` is partitioned by {}: in a group each task has only its own \
-             partitions' rows, and re-keying them between tasks (repartition topics) is not \
-             built yet; run this job as a single process (without --group)",
-            graph.nodes[e.from].name,
-            graph.nodes[e.to].name,
-            e.partitioning
-        );
+    // A keyed edge becomes a repartition topic between two stages; any other exchange that
+    // moves rows between subtasks cannot cross tasks.
+    for e in &graph.edges {
+        let (from, to) = (&graph.nodes[e.from].name, &graph.nodes[e.to].name);
+        match &e.partitioning {
+            Partitioning::Forward | Partitioning::Rebalance => {}
+            Partitioning::Hash { .. } if e.port == weir_runtime::Port::Main => {}
+            Partitioning::Hash { .. } => bail!(
+                "`{from}` → `{to}` re-keys the late rows of `{from}`: a group re-keys only an \
+                 operator's results between its tasks; run this job as a single process \
+                 (without --group)"
+            ),
+            other => bail!(
+                "`{from}` → `{to}` is partitioned by {other}: a group passes rows between its \
+                 tasks only re-keyed by a key (a repartition topic), not broadcast or salted; \
+                 run this job as a single process (without --group){}",
+                if matches!(other, Partitioning::Salted { .. }) {
+                    ", or leave the aggregation's salting out ('table.optimizer.distinct-agg.\
+                     split.enabled', 'weir.skew.*')"
+                } else {
+                    ""
+                }
+            ),
+        }
     }
-    let mut topic: Option<(String, usize)> = None;
+    let inputs = graph.inputs_by_node();
+    let mut logs: Vec<Option<weir_runtime::LogPartitions>> = vec![None; graph.nodes.len()];
     for n in &graph.nodes {
         if n.parallelism != 1 {
             bail!(
@@ -131,26 +163,19 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
                         n.name
                     );
                 }
-                match &topic {
-                    None => topic = Some((log.topic.clone(), log.partitions)),
-                    Some((first, count)) if *count != log.partitions => bail!(
-                        "source `{}` reads topic {} of {} partitions, and topic {first} has \
-                         {count}: the tasks of a group read the same partition of every input \
-                         topic (co-partitioned), so the topics need as many partitions each",
-                        n.name,
-                        log.topic,
-                        log.partitions
-                    ),
-                    Some(_) => {}
-                }
+                logs[n.id] = Some(log);
             }
             NodeKind::Operator { factory } => {
-                if factory.state() != OperatorState::Stateless {
+                // Keyed state is whole in a task only when the task has every row of its keys:
+                // rows re-keyed into it. Fed otherwise, it would hold one partition's rows.
+                let keyed = !inputs[n.id].is_empty()
+                    && (inputs[n.id].iter())
+                        .all(|e| matches!(e.partitioning, Partitioning::Hash { .. }));
+                if factory.state() != OperatorState::Stateless && !keyed {
                     bail!(
-                        "operator `{}` ({}) keeps state over rows of many partitions, and a \
-                         task of a group reads only its own partitions: that needs the rows \
-                         re-keyed through repartition topics between tasks, which weir does \
-                         not do yet; run this job as a single process (without --group)",
+                        "operator `{}` ({}) keeps state and is not fed by rows re-keyed for it: \
+                         in a group a task reads only its own partitions, so it would see a part \
+                         of its keys' rows; run this job as a single process (without --group)",
                         n.name,
                         factory.describe()
                     );
@@ -188,15 +213,262 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
             }
         }
     }
-    let Some((topic, tasks)) = topic else {
+    let Some(first_log) = logs.iter().flatten().next().cloned() else {
         bail!("the job has no source");
     };
+    let stage_of = stages_of(&graph)?;
+    let n_stages = stage_of.iter().max().map_or(0, |m| m + 1);
+    // Each stage runs one task per partition of its topics, which must agree (co-partitioned);
+    // a stage fed only by repartition topics runs as many as the most partitioned input topic.
+    let mut partitions: Vec<Option<(String, usize)>> = vec![None; n_stages];
+    for (id, log) in logs.iter().enumerate() {
+        let Some(log) = log else { continue };
+        match &partitions[stage_of[id]] {
+            None => partitions[stage_of[id]] = Some((log.topic.clone(), log.partitions)),
+            Some((first, count)) if *count != log.partitions => bail!(
+                "source `{}` reads topic {} of {} partitions, and topic {first} has {count}, \
+                 both read by one stage of the group (no re-keying between them): its tasks \
+                 read the same partition of every input topic (co-partitioned), so the topics \
+                 need as many partitions each",
+                graph.nodes[id].name,
+                log.topic,
+                log.partitions
+            ),
+            Some(_) => {}
+        }
+    }
+    let widest = logs
+        .iter()
+        .flatten()
+        .map(|l| l.partitions)
+        .max()
+        .unwrap_or(1);
+    let mut stages_tasks: Vec<usize> = (partitions.iter())
+        .map(|p| p.as_ref().map_or(widest, |(_, n)| *n))
+        .collect();
+    if stages_tasks.is_empty() {
+        stages_tasks.push(widest);
+    }
+    let ids = graph.stable_ids();
+    let mut repartition = Vec::new();
+    // Per keyed edge (by index into the graph's edges), its topic.
+    let mut topics: BTreeMap<usize, RepartitionTopic> = BTreeMap::new();
+    for (k, e) in graph.edges.iter().enumerate() {
+        if !matches!(e.partitioning, Partitioning::Hash { .. }) {
+            continue;
+        }
+        let topic = RepartitionTopic {
+            client: first_log.client.clone(),
+            topic: repartition_topic_name(name, &ids[e.to], e.input),
+            partitions: stages_tasks[stage_of[e.to]],
+            writers: stages_tasks[stage_of[e.from]],
+        };
+        repartition.push(topic.clone());
+        topics.insert(k, topic);
+    }
+    let mut stages = Vec::with_capacity(n_stages);
+    let mut first = 0;
+    for (s, &tasks) in stages_tasks.iter().enumerate() {
+        let sources = (graph.nodes.iter())
+            .filter(|n| stage_of[n.id] == s)
+            .filter_map(|n| match (&n.kind, &logs[n.id]) {
+                (NodeKind::Source { factory, .. }, Some(log)) => {
+                    Some((factory.clone(), log.partitions))
+                }
+                _ => None,
+            })
+            .collect();
+        stages.push(Stage {
+            graph: stage_graph(&graph, &stage_of, s, &topics)?,
+            tasks,
+            first,
+            sources,
+        });
+        first += tasks;
+    }
     Ok(Plan {
         name: name.to_string(),
-        topic,
-        tasks,
+        topic: first_log.topic,
+        tasks: first,
         graph,
+        stages,
+        repartition,
     })
+}
+
+/// The stage of each node: the nodes joined by edges that do not re-key are one stage,
+/// numbered in the order of their first node.
+///
+/// # Errors
+/// A keyed edge between two nodes that other edges join into one stage (its rows could not be
+/// re-keyed without cutting the stage in two).
+fn stages_of(graph: &JobGraph) -> Result<Vec<usize>> {
+    let mut parent: Vec<usize> = (0..graph.nodes.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for e in &graph.edges {
+        if !matches!(e.partitioning, Partitioning::Hash { .. }) {
+            let (a, b) = (root(&mut parent, e.from), root(&mut parent, e.to));
+            parent[a.max(b)] = a.min(b);
+        }
+    }
+    for e in &graph.edges {
+        if matches!(e.partitioning, Partitioning::Hash { .. })
+            && root(&mut parent, e.from) == root(&mut parent, e.to)
+        {
+            bail!(
+                "`{}` → `{}` re-keys rows between two nodes that other edges join without \
+                 re-keying: a group cannot cut the job there into tasks; run this job as a \
+                 single process (without --group)",
+                graph.nodes[e.from].name,
+                graph.nodes[e.to].name
+            );
+        }
+    }
+    let mut number: BTreeMap<usize, usize> = BTreeMap::new();
+    Ok((0..graph.nodes.len())
+        .map(|i| {
+            let r = root(&mut parent, i);
+            let next = number.len();
+            *number.entry(r).or_insert(next)
+        })
+        .collect())
+}
+
+/// The repartition topic of the keyed edge into input `input` of the node of stable id `to`:
+/// `weir-<group>-<to>-<input>`, in the characters a topic name may have.
+fn repartition_topic_name(group: &str, to: &str, input: usize) -> String {
+    let name = format!("weir-{group}-{to}-{input}");
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Stage `stage`'s job: its nodes in their order, after a repartition source for each keyed
+/// edge into the stage and before a repartition sink for each keyed edge out of it (writer 0:
+/// a task's graph numbers its own).
+fn stage_graph(
+    graph: &JobGraph,
+    stage_of: &[usize],
+    stage: usize,
+    topics: &BTreeMap<usize, RepartitionTopic>,
+) -> Result<JobGraph> {
+    use weir_connectors::repartition::{
+        RepartitionSink, RepartitionSinkSpec, RepartitionSource, RepartitionSourceSpec,
+    };
+    use weir_runtime::graph::{Edge, Node};
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut edges: Vec<Edge> = Vec::new();
+    let mut pending: Vec<(usize, Edge)> = Vec::new();
+    for (k, topic) in topics {
+        let e = &graph.edges[*k];
+        if stage_of[e.to] != stage {
+            continue;
+        }
+        let from = &graph.nodes[e.from];
+        let id = nodes.len();
+        nodes.push(Node {
+            id,
+            name: format!("repartition {}", topic.topic),
+            uid: None,
+            parallelism: 1,
+            created_at: from.created_at.clone(),
+            kind: NodeKind::Source {
+                factory: Arc::new(RepartitionSource::new(RepartitionSourceSpec {
+                    topic: topic.clone(),
+                    schema: from.output.schema.as_ref().clone(),
+                    read: None,
+                })),
+                watermarks: Default::default(),
+            },
+            output: from.output.clone(),
+        });
+        pending.push((
+            e.to,
+            Edge {
+                from: id,
+                port: weir_runtime::Port::Main,
+                to: e.to,
+                input: e.input,
+                partitioning: Partitioning::Forward,
+            },
+        ));
+    }
+    let mut new_id: BTreeMap<usize, usize> = BTreeMap::new();
+    for n in graph.nodes.iter().filter(|n| stage_of[n.id] == stage) {
+        let id = nodes.len();
+        new_id.insert(n.id, id);
+        let mut n = n.clone();
+        n.id = id;
+        nodes.push(n);
+    }
+    for (to, mut e) in pending {
+        e.to = new_id[&to];
+        edges.push(e);
+    }
+    for e in (graph.edges.iter()).filter(|e| stage_of[e.from] == stage && stage_of[e.to] == stage) {
+        edges.push(Edge {
+            from: new_id[&e.from],
+            to: new_id[&e.to],
+            ..e.clone()
+        });
+    }
+    for (k, topic) in topics {
+        let e = &graph.edges[*k];
+        if stage_of[e.from] != stage {
+            continue;
+        }
+        let Partitioning::Hash { keys, key_groups } = &e.partitioning else {
+            continue;
+        };
+        let from = &graph.nodes[e.from];
+        let id = nodes.len();
+        nodes.push(Node {
+            id,
+            name: format!("repartition {}", topic.topic),
+            uid: None,
+            parallelism: 1,
+            created_at: from.created_at.clone(),
+            kind: NodeKind::Sink {
+                factory: Arc::new(RepartitionSink {
+                    spec: RepartitionSinkSpec {
+                        topic: topic.clone(),
+                        keys: keys.clone(),
+                        key_groups: *key_groups,
+                        writer: 0,
+                    },
+                }),
+            },
+            output: from.output.clone(),
+        });
+        edges.push(Edge {
+            from: new_id[&e.from],
+            port: e.port,
+            to: id,
+            input: 0,
+            partitioning: Partitioning::Forward,
+        });
+    }
+    let g = JobGraph {
+        name: graph.name.clone(),
+        config: graph.config.clone(),
+        nodes,
+        edges,
+    };
+    g.validate()
+        .with_context(|| format!("stage {stage} of the job, cut at its keyed edges"))?;
+    Ok(g)
 }
 
 /// `path` with `.task-<p>` before its extension: `dl.jsonl` → `dl.task-3.jsonl` (as a
@@ -243,20 +515,35 @@ impl Plan {
         &self.graph
     }
 
-    /// Task `task`'s job: every source reading only partition `task`, named
-    /// `<job>.task-<task>`, checkpointing into the checkpoint folder's `task-<task>` and going
-    /// on from the newest checkpoint there.
+    /// The stage of task `task`, and the partition it reads.
+    fn stage_of_task(&self, task: i32) -> (&Stage, i32) {
+        let t = task as usize;
+        let stage = (self.stages.iter())
+            .find(|s| t >= s.first && t < s.first + s.tasks)
+            .expect("a task of the plan");
+        (stage, (t - stage.first) as i32)
+    }
+
+    /// Task `task`'s job: its stage's, every source reading only the task's partition (of a
+    /// topic, or of a repartition topic), writing repartition topics as the writer of that
+    /// number, named `<job>.task-<task>`, checkpointing into the checkpoint folder's
+    /// `task-<task>` and going on from the newest checkpoint there.
     fn task_graph(&self, task: i32) -> Result<JobGraph> {
-        let mut g = self.graph.clone();
+        let (stage, partition) = self.stage_of_task(task);
+        let mut g = stage.graph.clone();
         g.name = format!("{}.task-{task}", g.name);
         for n in &mut g.nodes {
             if let NodeKind::Source { factory, .. } = &mut n.kind {
                 *factory = factory
-                    .reading_partition(task)?
+                    .reading_partition(partition)?
                     .with_context(|| format!("source `{}` cannot read one partition", n.name))?;
             }
             if let NodeKind::Sink { factory } = &mut n.kind {
-                if let Some(own) = factory.for_task(&format!("task-{task}"))? {
+                if let Some(writer) =
+                    RepartitionSink::as_writer(factory.as_ref(), partition as usize)?
+                {
+                    *factory = writer;
+                } else if let Some(own) = factory.for_task(&format!("task-{task}"))? {
                     *factory = own;
                 }
             }
@@ -270,18 +557,31 @@ impl Plan {
         Ok(g)
     }
 
+    /// What task `task` is, for messages: `task 7 (stage 1, partition 3)`, or `task 3` in a
+    /// job of one stage.
+    fn describe(&self, task: i32) -> String {
+        if self.stages.len() < 2 {
+            return format!("task {task}");
+        }
+        let (stage, partition) = self.stage_of_task(task);
+        let s = self
+            .stages
+            .iter()
+            .position(|x| std::ptr::eq(x, stage))
+            .unwrap_or(0);
+        format!("task {task} (stage {s}, partition {partition})")
+    }
+
     /// The checkpoint folder, every task's under it (a `file://` URL as its path).
     fn base_dir(&self) -> PathBuf {
         (self.graph.config.checkpointing.as_ref()).map_or_else(PathBuf::new, |c| local_dir(&c.dir))
     }
 
-    /// The job's sources, whose partitions are counted again while the group runs.
-    fn sources(&self) -> Vec<Arc<dyn weir_runtime::SourceFactory>> {
-        (self.graph.nodes.iter())
-            .filter_map(|n| match &n.kind {
-                NodeKind::Source { factory, .. } => Some(factory.clone()),
-                _ => None,
-            })
+    /// The job's Kafka sources, whose partitions are counted again while the group runs, each
+    /// with the partitions its stage's tasks read.
+    fn sources(&self) -> Vec<(Arc<dyn weir_runtime::SourceFactory>, usize)> {
+        (self.stages.iter())
+            .flat_map(|s| s.sources.iter().cloned())
             .collect()
     }
 
@@ -317,6 +617,9 @@ struct Roster {
 struct GroupRecord {
     name: String,
     tasks: usize,
+    /// The tasks of each stage (one stage: none recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    stages: Vec<usize>,
 }
 
 /// The suffix of a member's file.
@@ -377,6 +680,11 @@ impl Roster {
         let mine = GroupRecord {
             name: plan.name.clone(),
             tasks: plan.tasks,
+            stages: if plan.stages.len() > 1 {
+                plan.stages.iter().map(|s| s.tasks).collect()
+            } else {
+                Vec::new()
+            },
         };
         // Who else lives and what the group's record says, read and written by one joining
         // member at a time: two members started together agree on who wrote it.
@@ -397,6 +705,14 @@ impl Roster {
                 base.display(),
                 r.name,
                 mine.name
+            ),
+            Some(r) if others && r.tasks == mine.tasks && r.stages != mine.stages => bail!(
+                "group {} runs its tasks in stages of {:?} tasks, and this member's job in \
+                 stages of {:?}: every member runs the same job; stop every member and start \
+                 them again with it",
+                r.name,
+                r.stages,
+                mine.stages
             ),
             Some(r) if others && r.tasks != mine.tasks => bail!(
                 "group {} runs {} tasks, and topic {} has {} partitions now: a group's tasks \
@@ -589,14 +905,39 @@ pub async fn run(
         .unwrap_or_else(|_| "host".into());
     let started_ms = weir_core::time::Clock::now(&SystemClock).0;
     let me = format!("{host}-{}-{started_ms}", std::process::id());
+    for topic in &plan.repartition {
+        topic
+            .ensure()
+            .await
+            .with_context(|| format!("the repartition topic {}", topic.topic))?;
+    }
     let roster = Roster::join(&plan, &me, addr)?;
-    eprintln!(
-        "weir: group {}: member {me}; {} tasks (partitions of {}), checkpoints under {}",
-        plan.name,
-        plan.tasks,
-        plan.topic,
-        plan.base_dir().display()
-    );
+    if plan.stages.len() < 2 {
+        eprintln!(
+            "weir: group {}: member {me}; {} tasks (partitions of {}), checkpoints under {}",
+            plan.name,
+            plan.tasks,
+            plan.topic,
+            plan.base_dir().display()
+        );
+    } else {
+        let stages: Vec<String> = (plan.stages.iter().enumerate())
+            .map(|(i, s)| format!("stage {i}: tasks {}-{}", s.first, s.first + s.tasks - 1))
+            .collect();
+        eprintln!(
+            "weir: group {}: member {me}; {} tasks in {} stages ({}) re-keyed through {}; \
+             checkpoints under {}",
+            plan.name,
+            plan.tasks,
+            plan.stages.len(),
+            stages.join(", "),
+            (plan.repartition.iter())
+                .map(|t| t.topic.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            plan.base_dir().display()
+        );
+    }
     let mut slots: BTreeMap<i32, Slot> = BTreeMap::new();
     let mut members: Vec<String> = Vec::new();
     let mut tick = tokio::time::interval(LOOK_EVERY);
@@ -608,9 +949,7 @@ pub async fn run(
         view.set_status(weir_http::JobStatus::Running);
     }
     let mut looks = 0u64;
-    let mut recount: Option<
-        tokio::task::JoinHandle<Vec<weir_runtime::Result<Option<weir_runtime::LogPartitions>>>>,
-    > = None;
+    let mut recount: Option<tokio::task::JoinHandle<Vec<Counted>>> = None;
     let outcome: Result<i32> = loop {
         tokio::select! {
             _ = tick.tick() => {
@@ -626,7 +965,9 @@ pub async fn run(
                     // Counted aside: brokers out of reach must not hold the looks up.
                     let sources = plan.sources();
                     recount = Some(tokio::task::spawn_blocking(move || {
-                        sources.iter().map(|s| s.log_partitions()).collect::<Vec<_>>()
+                        (sources.iter())
+                            .map(|(s, n)| (*n, s.log_partitions()))
+                            .collect::<Vec<_>>()
                     }));
                 }
             }
@@ -645,7 +986,11 @@ pub async fn run(
     };
     // Every task stopped before the member leaves, so that the next owner never overlaps; a
     // second signal meanwhile (a stop that hangs) ends the process at once.
-    let stopping = stop_slots(std::mem::take(&mut slots).into_iter().collect(), false);
+    let stopping = stop_slots(
+        &plan,
+        std::mem::take(&mut slots).into_iter().collect(),
+        false,
+    );
     tokio::select! {
         () = stopping => {}
         _ = term.recv() => {
@@ -679,22 +1024,24 @@ pub async fn run(
 /// Every how many looks a member counts its topics' partitions again (about 10 s).
 const PARTITIONS_EVERY_LOOKS: u64 = 33;
 
-/// Refuses to go on once a topic has another number of partitions than the group's tasks: the
+/// A topic's partitions counted again, with how many its stage's tasks read.
+type Counted = (
+    usize,
+    weir_runtime::Result<Option<weir_runtime::LogPartitions>>,
+);
+
+/// Refuses to go on once a topic has another number of partitions than its stage's tasks: the
 /// tasks are fixed while the group runs, and a new partition's records would go unread.
-fn partitions_unchanged(
-    plan: &Plan,
-    counted: Vec<weir_runtime::Result<Option<weir_runtime::LogPartitions>>>,
-) -> Result<()> {
-    for c in counted {
+fn partitions_unchanged(plan: &Plan, counted: Vec<Counted>) -> Result<()> {
+    for (tasks, c) in counted {
         match c {
-            Ok(Some(log)) if log.partitions != plan.tasks => bail!(
-                "topic {} has {} partitions now, and group {} runs {} tasks: a group's tasks are \
-                 fixed while it runs, and the records of a partition added since would go \
-                 unread; {NEW_PARTITIONS}",
+            Ok(Some(log)) if log.partitions != tasks => bail!(
+                "topic {} has {} partitions now, and group {} reads it with {tasks} tasks: a \
+                 group's tasks are fixed while it runs, and the records of a partition added \
+                 since would go unread; {NEW_PARTITIONS}",
                 log.topic,
                 log.partitions,
                 plan.name,
-                plan.tasks
             ),
             Ok(_) => {}
             // The brokers out of reach for a moment: the tasks say so themselves.
@@ -806,7 +1153,7 @@ async fn look(
     let gone: Vec<(i32, Slot)> = (gone.into_iter())
         .filter_map(|t| slots.remove(&t).map(|s| (t, s)))
         .collect();
-    stop_slots(gone, true).await;
+    stop_slots(plan, gone, true).await;
     for t in mine {
         slots.entry(t).or_insert(Slot::Waiting {
             at: now_ms(),
@@ -818,7 +1165,7 @@ async fn look(
 }
 
 /// Stops a task and waits until it has (its checkpoint folder released).
-async fn stop_slot(task: i32, slot: Slot) {
+async fn stop_slot(task: &str, slot: Slot) {
     let Slot::Running {
         stop,
         savepoints,
@@ -838,7 +1185,7 @@ async fn stop_slot(task: i32, slot: Slot) {
         let saved = match savepoints.take(true).await {
             Ok(path) => Some(path),
             Err(e) => {
-                eprintln!("weir: task {task}: no savepoint ({e}); it stops at its last checkpoint");
+                eprintln!("weir: {task}: no savepoint ({e}); it stops at its last checkpoint");
                 stop.stop();
                 None
             }
@@ -850,7 +1197,7 @@ async fn stop_slot(task: i32, slot: Slot) {
         Ok((saved, ended)) => (saved, Some(ended)),
         Err(_) => {
             eprintln!(
-                "weir: task {task}: not stopped with a savepoint within {} s; it stops at its \
+                "weir: {task}: not stopped with a savepoint within {} s; it stops at its \
                  last checkpoint",
                 HAND_BACK.as_secs()
             );
@@ -858,7 +1205,7 @@ async fn stop_slot(task: i32, slot: Slot) {
             match tokio::time::timeout(HAND_BACK, &mut handle).await {
                 Ok(ended) => (None, Some(ended)),
                 Err(_) => {
-                    eprintln!("weir: task {task}: did not stop; aborted");
+                    eprintln!("weir: {task}: did not stop; aborted");
                     handle.abort();
                     let _ = handle.await;
                     (None, None)
@@ -870,30 +1217,31 @@ async fn stop_slot(task: i32, slot: Slot) {
         Some(Ok(Ok(_))) => {
             if let Some(path) = saved {
                 eprintln!(
-                    "weir: task {task}: stopped with a savepoint ({})",
+                    "weir: {task}: stopped with a savepoint ({})",
                     path.display()
                 );
                 prune_savepoints(&path);
             }
         }
-        Some(Ok(Err(e))) => eprintln!("weir: task {task}: failed while stopping: {e:#}"),
-        Some(Err(e)) => eprintln!("weir: task {task}: {e}"),
+        Some(Ok(Err(e))) => eprintln!("weir: {task}: failed while stopping: {e:#}"),
+        Some(Err(e)) => eprintln!("weir: {task}: {e}"),
         None => {}
     }
 }
 
 /// Stops `slots` all at once (each as [`stop_slot`]), saying which were handed back.
-async fn stop_slots(slots: Vec<(i32, Slot)>, handed_back: bool) {
+async fn stop_slots(plan: &Plan, slots: Vec<(i32, Slot)>, handed_back: bool) {
     let mut stopping = tokio::task::JoinSet::new();
     for (t, slot) in slots {
+        let task = plan.describe(t);
         stopping.spawn(async move {
-            stop_slot(t, slot).await;
-            t
+            stop_slot(&task, slot).await;
+            task
         });
     }
     while let Some(done) = stopping.join_next().await {
-        if let (Ok(t), true) = (done, handed_back) {
-            eprintln!("weir: task {t}: handed back to the group");
+        if let (Ok(task), true) = (done, handed_back) {
+            eprintln!("weir: {task}: handed back to the group");
         }
     }
 }
@@ -954,7 +1302,8 @@ async fn check_ended(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()>
         match handle.await? {
             Ok(report) => {
                 eprintln!(
-                    "weir: task {p}: {} after {} ms",
+                    "weir: {}: {} after {} ms",
+                    plan.describe(p),
                     if report.stopped {
                         "stopped"
                     } else {
@@ -969,13 +1318,15 @@ async fn check_ended(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()>
                 let strategy = (plan.graph.config.checkpointing.as_ref()).map(|c| c.restart);
                 let Some(delay) = strategy.and_then(|s| s.delay_before(n)) else {
                     return Err(anyhow::Error::new(e).context(format!(
-                        "task {p} failed, after {restarts} restarts here, which is all the \
-                         job's restart strategy allows"
+                        "{} failed, after {restarts} restarts here, which is all the \
+                         job's restart strategy allows",
+                        plan.describe(p)
                     )));
                 };
                 eprintln!(
-                    "weir: task {p}: failed: {e:#}; restart {n} from its newest checkpoint in \
+                    "weir: {}: failed: {e:#}; restart {n} from its newest checkpoint in \
                      {} ms",
+                    plan.describe(p),
                     delay.as_millis()
                 );
                 slots.insert(
@@ -987,7 +1338,7 @@ async fn check_ended(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()>
                     },
                 );
             }
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("task {p}"))),
+            Err(e) => return Err(anyhow::Error::new(e).context(plan.describe(p))),
         }
     }
     Ok(())
@@ -1009,7 +1360,8 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
             Ok(job) => {
                 match job.restored() {
                     Some((epoch, path, _)) => eprintln!(
-                        "weir: task {p}: took over from {} {epoch} ({})",
+                        "weir: {}: took over from {} {epoch} ({})",
+                        plan.describe(p),
                         if path.parent().is_some_and(|d| d.ends_with("savepoints")) {
                             "savepoint"
                         } else {
@@ -1018,7 +1370,8 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
                         path.display()
                     ),
                     None => eprintln!(
-                        "weir: task {p}: started from the beginning (no checkpoint in {})",
+                        "weir: {}: started from the beginning (no checkpoint in {})",
+                        plan.describe(p),
                         plan.task_dir(p)
                     ),
                 }
@@ -1041,7 +1394,8 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
             Err(weir_runtime::Error::State(weir_state::Error::InUse { holder, .. })) => {
                 if !*said {
                     eprintln!(
-                        "weir: task {p}: waiting for {} (held by {holder})",
+                        "weir: {}: waiting for {} (held by {holder})",
+                        plan.describe(p),
                         plan.task_dir(p)
                     );
                     *said = true;
@@ -1049,10 +1403,13 @@ fn start_due(plan: &Plan, slots: &mut BTreeMap<i32, Slot>) -> Result<()> {
                 *at = now + 200;
             }
             Err(e) if e.may_pass_on_restart() => {
-                eprintln!("weir: task {p}: cannot start: {e:#}; trying again in a second");
+                eprintln!(
+                    "weir: {}: cannot start: {e:#}; trying again in a second",
+                    plan.describe(p)
+                );
                 *at = now + 1_000;
             }
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("task {p}"))),
+            Err(e) => return Err(anyhow::Error::new(e).context(plan.describe(p))),
         }
     }
     Ok(())
@@ -1143,21 +1500,25 @@ mod tests {
                 nodes: Vec::new(),
                 edges: Vec::new(),
             },
+            stages: Vec::new(),
+            repartition: Vec::new(),
         };
         let log = |partitions| {
             Ok(Some(weir_runtime::LogPartitions {
                 topic: "orders".into(),
                 partitions,
+                client: Default::default(),
             }))
         };
-        assert!(partitions_unchanged(&plan, vec![log(6), log(6)]).is_ok());
-        let e = partitions_unchanged(&plan, vec![log(6), log(8)]).unwrap_err();
+        assert!(partitions_unchanged(&plan, vec![(6, log(6)), (4, log(4))]).is_ok());
+        let e = partitions_unchanged(&plan, vec![(6, log(6)), (6, log(8))]).unwrap_err();
         let e = format!("{e:#}");
         assert!(e.contains("topic orders has 8 partitions now"), "{e}");
+        assert!(e.contains("reads it with 6 tasks"), "{e}");
         assert!(e.contains("'latest-offset' or a timestamp"), "{e}");
         // Brokers out of reach for a moment stop nothing.
         let unreachable = Err(weir_runtime::Error::plan("no brokers"));
-        assert!(partitions_unchanged(&plan, vec![unreachable]).is_ok());
+        assert!(partitions_unchanged(&plan, vec![(6, unreachable)]).is_ok());
     }
 
     #[test]

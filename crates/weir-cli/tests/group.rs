@@ -49,24 +49,31 @@ WHERE amount > 500;
 /// Writes records `from..to` of the test's data into `topic` (record i into partition i mod 6),
 /// `per_second` of them a second (0: at once).
 fn produce(topic: &str, from: i64, to: i64, per_second: i64) {
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", kafka::bootstrap())
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
-    let started = Stopwatch::start(&SystemClock);
-    for i in from..to {
+    let records = (from..to).map(|i| {
         let value = format!(
             r#"{{"id":{i},"user_id":{},"amount":{},"ts":{}}}"#,
             i % 97,
             (i * 7919) % 1000,
             1_700_000_000_000 + i * 10
         );
-        let key = (i % 97).to_string();
-        let mut record = BaseRecord::to(topic)
-            .key(&key)
-            .payload(&value)
-            .partition((i % 6) as i32);
+        (topic.to_string(), (i % 6) as i32, value)
+    });
+    produce_records(records, per_second);
+}
+
+/// Writes `(topic, partition, value)` records in their order, `per_second` of them a second
+/// (0: at once).
+fn produce_records(records: impl Iterator<Item = (String, i32, String)>, per_second: i64) {
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka::bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let started = Stopwatch::start(&SystemClock);
+    for (i, (topic, partition, value)) in records.enumerate() {
+        let i = i as i64;
+        let mut record: BaseRecord<'_, (), String> =
+            BaseRecord::to(&topic).payload(&value).partition(partition);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -76,9 +83,9 @@ fn produce(topic: &str, from: i64, to: i64, per_second: i64) {
                 }
             }
         }
-        if per_second > 0 && (i - from) % 200 == 0 {
+        if per_second > 0 && i % 200 == 0 {
             producer.poll(Duration::ZERO);
-            let due = Duration::from_millis(((i - from) * 1000 / per_second) as u64);
+            let due = Duration::from_millis((i * 1000 / per_second) as u64);
             let elapsed = Duration::from_nanos(started.elapsed_nanos(&SystemClock));
             if let Some(wait) = due.checked_sub(elapsed) {
                 std::thread::sleep(wait);
@@ -127,6 +134,32 @@ fn member(dir: &Path, group: &str, log: &str, http: &str) -> Child {
         .unwrap()
 }
 
+/// The members a test started, killed when the test ends however it ends: a failed test
+/// leaves no member running on.
+struct Members(Vec<Child>);
+
+impl std::ops::Deref for Members {
+    type Target = Vec<Child>;
+    fn deref(&self) -> &Vec<Child> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Members {
+    fn deref_mut(&mut self) -> &mut Vec<Child> {
+        &mut self.0
+    }
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for m in &mut self.0 {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
+
 /// `GET path` from the server at `addr`, its body as JSON (`Null` when it is none).
 fn http_get(addr: &str, path: &str) -> serde_json::Value {
     serde_json::from_str(&http_text(addr, path)).unwrap_or(serde_json::Value::Null)
@@ -164,7 +197,10 @@ fn tasks_held(log: &str) -> Vec<i32> {
         let Some((n, what)) = rest.split_once(": ") else {
             continue;
         };
-        let Ok(n) = n.parse::<i32>() else { continue };
+        // `task 7` or, in a job of several stages, `task 7 (stage 1, partition 1)`.
+        let Ok(n) = n.split(' ').next().unwrap_or_default().parse::<i32>() else {
+            continue;
+        };
         if what.starts_with("started") || what.starts_with("took over") {
             held.insert(n);
         } else if what.starts_with("handed back") {
@@ -206,11 +242,11 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), job(&topic, &grouped, false)).unwrap();
     let group = format!("{topic}-group");
-    let mut members = vec![
+    let mut members = Members(vec![
         member(dir.path(), &group, "a.log", "off"),
         member(dir.path(), &group, "b.log", "127.0.0.1:0"),
         member(dir.path(), &group, "c.log", "127.0.0.1:0"),
-    ];
+    ]);
     let producer = {
         let topic = topic.clone();
         std::thread::spawn(move || produce(&topic, 0, RECORDS, 3_000))
@@ -400,30 +436,31 @@ fn a_group_refuses_what_its_tasks_cannot_do_alone() {
         }
     };
     let checkpoints = "SET 'execution.checkpointing.interval' = '1 s';";
-    // Keyed state: a count per key over rows of every partition.
+    // Keyed state fed by rows not re-keyed for it: the partial phase of a two-phase
+    // aggregation, and salting, which spreads a key's rows over several tasks.
     refused(
         format!(
             "{checkpoints}{}
+             SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE';
              CREATE TABLE out (k BIGINT, n BIGINT) WITH ('connector' = 'print');
              INSERT INTO out SELECT k, COUNT(*) FROM a
              GROUP BY k, TUMBLE(rt, INTERVAL '1' MINUTE);",
             table("a", &six)
         ),
         &[],
-        &["is partitioned by hash(k)", "repartition topics"],
+        &["keeps state and is not fed by rows re-keyed for it"],
     );
-    // An upsert sink, keyed by its primary key: one key's updates would come from every task.
-    let url = postgres::url();
     refused(
         format!(
             "{checkpoints}{}
-             CREATE TABLE out (k BIGINT, ts BIGINT, PRIMARY KEY (k) NOT ENFORCED)
-             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = 'group_upsert');
-             INSERT INTO out SELECT k, ts FROM a;",
+             SET 'weir.aggregation.salts' = '2';
+             CREATE TABLE out (k BIGINT, n BIGINT) WITH ('connector' = 'print');
+             INSERT INTO out SELECT k, COUNT(*) FROM a
+             GROUP BY k, TUMBLE(rt, INTERVAL '1' MINUTE);",
             table("a", &six)
         ),
         &[],
-        &["→ `out` is partitioned by hash(k)"],
+        &["is partitioned by salted(k)", "not broadcast or salted"],
     );
     // A source that is no topic, and a bounded read.
     std::fs::write(dir.path().join("in.csv"), "1,2\n").unwrap();
@@ -511,4 +548,315 @@ fn a_group_refuses_what_its_tasks_cannot_do_alone() {
         &["--parallelism", "2"],
         &["parallelism 2", "more partitions"],
     );
+}
+
+/// The first event time of the re-keying tests' data.
+const T0: i64 = 1_700_000_000_000;
+
+/// Clicks (`user_id`, `ad_id`, event time `ts`) and, with `impressions`, the impressions they
+/// follow, for records `0..n`: record i of user i mod 53 into partition `user_id mod 6`, every
+/// 37th click 5 s behind the others (later than the watermark's 2 s allow: late), then in
+/// every partition a record an hour later, which closes every window before it.
+fn clicks_and_impressions(
+    clicks: &str,
+    impressions: Option<&str>,
+    n: i64,
+) -> Vec<(String, i32, String)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let (user, ad, ts) = (i % 53, (i * 31) % 17, T0 + i * 20);
+        let partition = (user % 6) as i32;
+        if let Some(imp) = impressions {
+            out.push((
+                imp.to_string(),
+                partition,
+                format!(r#"{{"id":{i},"user_id":{user},"ad_id":{ad},"ts":{ts}}}"#),
+            ));
+            if i % 3 != 0 {
+                continue;
+            }
+        }
+        // After its impression by up to 12 s (beyond 10 s: no match), or late.
+        let late = if i % 37 == 0 { 5_000 } else { 0 };
+        let cts = ts + (i * 7) % 12_000 * i64::from(impressions.is_some()) - late;
+        out.push((
+            clicks.to_string(),
+            partition,
+            format!(r#"{{"id":{i},"user_id":{user},"ad_id":{ad},"ts":{cts}}}"#),
+        ));
+    }
+    let end = T0 + n * 20 + 3_600_000;
+    for p in 0..6 {
+        for t in std::iter::once(clicks).chain(impressions) {
+            out.push((
+                t.to_string(),
+                p,
+                format!(r#"{{"id":-1,"user_id":{p},"ad_id":99,"ts":{end}}}"#),
+            ));
+        }
+    }
+    out
+}
+
+/// A Kafka table of clicks or impressions over `topic` (bounded: read to its end at start).
+fn events_table(name: &str, topic: &str, bounded: bool) -> String {
+    let bs = kafka::bootstrap();
+    let bounded = if bounded {
+        ", 'scan.bounded.mode' = 'latest-offset'"
+    } else {
+        ""
+    };
+    format!(
+        "CREATE TABLE {name} (id BIGINT, user_id BIGINT, ad_id BIGINT, ts BIGINT,
+           rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '2' SECOND)
+         WITH ('connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{bs}',
+               'scan.startup.mode' = 'earliest-offset', 'format' = 'json'{bounded});"
+    )
+}
+
+/// The rows of `query`, sorted, each as its columns' text joined by commas.
+fn query_rows(rt: &tokio::runtime::Runtime, query: &str) -> Vec<String> {
+    rt.block_on(async {
+        let client = postgres::connect(&postgres::url()).await;
+        let q = format!("SELECT t::text FROM ({query}) t");
+        let mut out: Vec<String> = match client.query(&q, &[]).await {
+            Ok(rows) => rows.iter().map(|r| r.get::<_, String>(0)).collect(),
+            // Not created yet.
+            Err(_) => Vec::new(),
+        };
+        out.sort();
+        out
+    })
+}
+
+/// Runs `sql` alone, bounded, in a folder of its own; returns its output.
+fn single_run(sql: String) -> String {
+    let single = tempfile::tempdir().unwrap();
+    std::fs::write(single.path().join("job.sql"), sql).unwrap();
+    let (code, out) = common::weir_out(single.path(), &["run", "job.sql", "--http", "off"]);
+    assert_eq!(code, 0, "{out}");
+    out
+}
+
+/// Rows the operators of a job run alone set aside as late, from its summary.
+fn set_aside(out: &str) -> u64 {
+    (out.lines())
+        .find_map(|l| l.trim().strip_prefix("late rows:"))
+        .and_then(|l| l.split(", ").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no late rows in:\n{out}"))
+}
+
+#[test]
+#[ignore = "needs the broker and PostgreSQL: run with scripts/test"]
+fn a_count_per_ad_over_clicks_by_user_re_keyed_between_two_members_is_the_single_run_s() {
+    let rt = kafka::rt();
+    let topic = kafka::topic(&rt, "group-clicks", 6);
+    let (reference, grouped) = rt.block_on(async {
+        (
+            postgres::fresh_schema("rekey_reference").await.name,
+            postgres::fresh_schema("rekey_members").await.name,
+        )
+    });
+    let url = postgres::url();
+    let job = |schema: &str, bounded: bool| {
+        format!(
+            "SET 'execution.checkpointing.interval' = '300 ms';
+             SET 'execution.checkpointing.dir' = 'checkpoints';
+             {}
+             CREATE TABLE per_ad (ad_id BIGINT, window_start TIMESTAMP(3), clicks BIGINT)
+             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.per_ad');
+             INSERT INTO per_ad SELECT ad_id, window_start, COUNT(*)
+             FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '10' SECOND))
+             GROUP BY ad_id, window_start, window_end;",
+            events_table("clicks", &topic, bounded)
+        )
+    };
+    let records = clicks_and_impressions(&topic, None, 12_000);
+    // The windows before the records an hour later, which a group running on never closes.
+    let closed = |schema: &str| {
+        query_rows(
+            &rt,
+            &format!(
+                "SELECT ad_id, window_start, clicks FROM {schema}.per_ad
+                 WHERE window_start < to_timestamp({})::timestamp",
+                (T0 + 3_000_000) / 1000
+            ),
+        )
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), job(&grouped, false)).unwrap();
+    let group = format!("{topic}-group");
+    let mut members = Members(vec![
+        member(dir.path(), &group, "a.log", "off"),
+        member(dir.path(), &group, "b.log", "off"),
+    ]);
+    let producer = std::thread::spawn(move || produce_records(records.into_iter(), 2_000));
+    // Member b leaves mid-stream (its tasks handed back with savepoints) and comes back.
+    wait_for(dir.path(), "windows counted", || {
+        closed(&grouped).len() > 50
+    });
+    let pid = members[1].id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(members[1].wait().unwrap().success());
+    members[1] = member(dir.path(), &group, "c.log", "off");
+    producer.join().unwrap();
+
+    let out = single_run(job(&reference, true));
+    let late = set_aside(&out);
+    assert!(late > 50, "{late} rows set aside as late:\n{out}");
+    let want = closed(&reference);
+    assert!(want.len() > 300, "{} windows", want.len());
+    wait_for(dir.path(), "the group to count every window", || {
+        closed(&grouped).len() >= want.len()
+    });
+    for m in members.iter_mut() {
+        let pid = m.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(m.wait().unwrap().success());
+    }
+    let logs: Vec<String> = ["a.log", "b.log", "c.log"]
+        .iter()
+        .map(|l| log(dir.path(), l))
+        .collect();
+    let got = closed(&grouped);
+    assert!(
+        got == want,
+        "the group's windows differ from the single run's ({} and {}); logs:\n{}",
+        got.len(),
+        want.len(),
+        logs.join("\n----\n")
+    );
+    assert!(
+        logs[0].contains("12 tasks in 2 stages") && logs[0].contains("re-keyed through weir-"),
+        "{}",
+        logs[0]
+    );
+    assert!(logs[2].contains("took over from savepoint"), "{}", logs[2]);
+    println!("the members' logs:\n{}", logs.join("\n----\n"));
+}
+
+#[test]
+#[ignore = "needs the broker and PostgreSQL: run with scripts/test"]
+fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_exactly_once() {
+    let rt = kafka::rt();
+    let clicks = kafka::topic(&rt, "group-att-clicks", 6);
+    let impressions = kafka::topic(&rt, "group-att-impressions", 6);
+    let (reference, grouped) = rt.block_on(async {
+        (
+            postgres::fresh_schema("attribution_reference").await.name,
+            postgres::fresh_schema("attribution_members").await.name,
+        )
+    });
+    let url = postgres::url();
+    // The interval join of clicks to the impressions they follow within 10 s (both
+    // partitioned by user, joined by ad and user), each attributed click, and a count per ad.
+    let job = |schema: &str, bounded: bool| {
+        format!(
+            "SET 'execution.checkpointing.interval' = '300 ms';
+             SET 'execution.checkpointing.dir' = 'checkpoints';
+             {}{}
+             CREATE TABLE attributed_out (click_id BIGINT, impression_id BIGINT, ad_id BIGINT,
+               click_time TIMESTAMP(3))
+             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.attributed');
+             CREATE TABLE clicks_per_ad (ad_id BIGINT, clicks BIGINT, PRIMARY KEY (ad_id) NOT ENFORCED)
+             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.clicks_per_ad');
+             CREATE VIEW attributed AS
+             SELECT c.id AS click_id, i.id AS impression_id, c.ad_id, c.rt AS click_time
+             FROM clicks c JOIN impressions i
+               ON c.ad_id = i.ad_id AND c.user_id = i.user_id
+              AND c.rt BETWEEN i.rt AND i.rt + INTERVAL '10' SECOND;
+             INSERT INTO attributed_out SELECT * FROM attributed;
+             INSERT INTO clicks_per_ad SELECT ad_id, COUNT(*) FROM attributed GROUP BY ad_id;",
+            events_table("clicks", &clicks, bounded),
+            events_table("impressions", &impressions, bounded)
+        )
+    };
+    let records = clicks_and_impressions(&clicks, Some(&impressions), 9_000);
+    let attributed = |schema: &str| {
+        query_rows(
+            &rt,
+            &format!("SELECT * FROM {schema}.attributed WHERE ad_id <> 99"),
+        )
+    };
+    let per_ad = |schema: &str| {
+        query_rows(
+            &rt,
+            &format!("SELECT * FROM {schema}.clicks_per_ad WHERE ad_id <> 99"),
+        )
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), job(&grouped, false)).unwrap();
+    let group = format!("{clicks}-group");
+    let mut members = Members(vec![
+        member(dir.path(), &group, "a.log", "off"),
+        member(dir.path(), &group, "b.log", "off"),
+        member(dir.path(), &group, "c.log", "off"),
+    ]);
+    let producer = std::thread::spawn(move || produce_records(records.into_iter(), 1_500));
+    // Member a is killed mid-stream, once it runs tasks and rows arrive; d starts later.
+    wait_for(
+        dir.path(),
+        "member a to run tasks and rows to arrive",
+        || !tasks_held(&log(dir.path(), "a.log")).is_empty() && attributed(&grouped).len() > 300,
+    );
+    let a_held = tasks_held(&log(dir.path(), "a.log"));
+    members[0].kill().unwrap();
+    members[0].wait().unwrap();
+    wait_for(dir.path(), "a's tasks to be taken over", || {
+        let mut held = tasks_held(&log(dir.path(), "b.log"));
+        held.extend(tasks_held(&log(dir.path(), "c.log")));
+        a_held.iter().all(|t| held.contains(t))
+    });
+    members.push(member(dir.path(), &group, "d.log", "off"));
+    producer.join().unwrap();
+
+    single_run(job(&reference, true));
+    let want = (attributed(&reference), per_ad(&reference));
+    assert!(want.0.len() > 1_000, "{} attributed", want.0.len());
+    // Done when as many clicks are attributed and counted (more, were any written twice).
+    let counted = |schema: &str| {
+        query_rows(
+            &rt,
+            &format!("SELECT sum(clicks) FROM {schema}.clicks_per_ad WHERE ad_id <> 99"),
+        )
+        .first()
+        .and_then(|s| s.trim_matches(|c| c == '(' || c == ')').parse::<i64>().ok())
+        .unwrap_or(0)
+    };
+    let want_counted = counted(&reference);
+    wait_for(dir.path(), "the group to attribute every click", || {
+        attributed(&grouped).len() >= want.0.len() && counted(&grouped) >= want_counted
+    });
+    for m in &mut members[1..] {
+        let pid = m.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(m.wait().unwrap().success());
+    }
+    let logs: Vec<String> = ["a.log", "b.log", "c.log", "d.log"]
+        .iter()
+        .map(|l| log(dir.path(), l))
+        .collect();
+    let got = (attributed(&grouped), per_ad(&grouped));
+    assert!(
+        got == want,
+        "the group's rows differ from the single run's ({} and {} attributed); logs:\n{}",
+        got.0.len(),
+        want.0.len(),
+        logs.join("\n----\n")
+    );
+    // The others said which of a's tasks they took over from a checkpoint.
+    let survivors = format!("{}{}", logs[1], logs[2]);
+    for t in &a_held {
+        assert!(
+            survivors.contains(&format!("weir: task {t} (stage "))
+                && survivors
+                    .lines()
+                    .any(|l| l.starts_with(&format!("weir: task {t} ("))
+                        && l.contains("took over from checkpoint")),
+            "task {t} of the killed member, in the others' logs:\n{survivors}"
+        );
+    }
+    println!("the members' logs:\n{}", logs.join("\n----\n"));
 }

@@ -1437,6 +1437,9 @@ mod tests {
                 SourcePoll::SplitFinished(k) => assert!(finished.insert(k)),
                 SourcePoll::Pending { .. } => panic!("an unthrottled reader never waits"),
                 SourcePoll::NewSplit(_) => panic!("the generator's splits are fixed"),
+                SourcePoll::Stamped { .. } | SourcePoll::SplitWatermark { .. } => {
+                    panic!("the generator's rows get their watermarks from the runtime")
+                }
                 SourcePoll::Finished => break,
             }
         }

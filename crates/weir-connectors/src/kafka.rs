@@ -474,9 +474,19 @@ impl SourceFactory for KafkaSource {
     }
     fn log_partitions(&self) -> Result<Option<weir_runtime::LogPartitions>> {
         let c = self.consumer()?;
+        let mut client: std::collections::BTreeMap<String, String> = (self.spec.properties.iter())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        client.insert(
+            "bootstrap.servers".into(),
+            self.spec.bootstrap_servers.clone(),
+        );
+        // The table's own consumer group is its own: a repartition topic's reader has another.
+        client.remove("group.id");
         Ok(Some(weir_runtime::LogPartitions {
             topic: self.spec.topic.clone(),
             partitions: self.partitions(&c)?.len(),
+            client,
         }))
     }
     fn reading_partition(&self, partition: i32) -> Result<Option<Arc<dyn SourceFactory>>> {

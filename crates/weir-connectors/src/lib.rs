@@ -23,6 +23,8 @@ pub mod file;
 pub mod generator;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "kafka")]
+pub mod repartition;
 pub mod stdout;
 pub(crate) mod values;
 
@@ -51,6 +53,16 @@ pub fn register(r: &mut Registry) {
         r.add_sink("kafka", |s| {
             Ok(Arc::new(kafka::KafkaSink {
                 spec: spec_from_json("kafka", s)?,
+            }))
+        });
+        r.add_source("repartition", |s| {
+            Ok(Arc::new(repartition::RepartitionSource::new(
+                spec_from_json("repartition", s)?,
+            )))
+        });
+        r.add_sink("repartition", |s| {
+            Ok(Arc::new(repartition::RepartitionSink {
+                spec: spec_from_json("repartition", s)?,
             }))
         });
     }

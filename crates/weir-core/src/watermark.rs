@@ -121,6 +121,20 @@ impl SplitWatermarks {
         self.idle
     }
 
+    /// For a reader that knows its split's watermark instead of deriving it from rows (a
+    /// repartition topic's, the least over its writers): the split's watermark is `watermark`
+    /// now (never lowered), and the split is active.
+    pub fn advance_to(&mut self, watermark: Watermark) {
+        self.restore(watermark);
+        self.idle = false;
+    }
+
+    /// For such a reader: the split is idle (every writer of it is), until
+    /// [`advance_to`](SplitWatermarks::advance_to).
+    pub fn mark_idle(&mut self) {
+        self.idle = true;
+    }
+
     /// Follows a batch of rows in arrival order. Writes into `row_watermarks` the split's
     /// watermark just before each row (the input for every lateness decision downstream).
     pub fn observe(

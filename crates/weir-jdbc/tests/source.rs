@@ -183,6 +183,9 @@ async fn read(r: &mut dyn SourceReader, stop: usize) -> (Vec<RecordBatch>, bool)
             }
             SourcePoll::Finished => return (out, true),
             SourcePoll::SplitFinished(_) | SourcePoll::NewSplit(_) => {}
+            SourcePoll::Stamped { .. } | SourcePoll::SplitWatermark { .. } => {
+                panic!("a table's rows get their watermarks from the runtime")
+            }
         }
     }
 }

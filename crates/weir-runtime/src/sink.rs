@@ -42,6 +42,18 @@ impl std::fmt::Display for Delivery {
 pub trait SinkWriter: Send {
     /// Writes a batch; returns once the rows count as written.
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>>;
+    /// Writes a batch with its row watermarks (see [`StreamBatch`](crate::StreamBatch)): a
+    /// writer that passes rows on to another job (a repartition topic between the tasks of a
+    /// group) keeps them; the default writes the rows alone.
+    fn write_stream(&mut self, batch: crate::StreamBatch) -> BoxFuture<'_, Result<()>> {
+        self.write(batch.data)
+    }
+    /// The sink's input went idle (every input is; `true`) or active again: a writer that
+    /// passes watermarks on to another job tells it, so that it leaves this writer out of its
+    /// watermark as an operator leaves out an idle input. The default does nothing.
+    fn on_idle(&mut self, _idle: bool) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// The sink's input watermark advanced.
     fn on_watermark(&mut self, _watermark: Watermark) -> BoxFuture<'_, Result<()>> {
         Box::pin(async { Ok(()) })

@@ -73,6 +73,21 @@ fn keep_epochs_up_to(path: &std::path::Path, upto: u64) -> Result<bool> {
 pub enum SourcePoll {
     /// Rows of split `split` (an index into the reader's splits), in arrival order.
     Batch { split: usize, batch: RecordBatch },
+    /// Rows of split `split` that carry their row watermarks already (rows read back from a
+    /// repartition topic, each with the watermark its first source split gave it): passed on
+    /// as they are, their lateness decided as it was before they crossed the topic. The
+    /// split's watermark comes from [`SourcePoll::SplitWatermark`], never from these rows.
+    Stamped {
+        split: usize,
+        batch: crate::message::StreamBatch,
+    },
+    /// From a reader that knows its splits' watermarks (a repartition topic's partition: the
+    /// least over the tasks that write it): split `split`'s watermark is now `watermark`
+    /// (never lowered), or, `None`, the split is idle until its next watermark.
+    SplitWatermark {
+        split: usize,
+        watermark: Option<weir_core::time::Watermark>,
+    },
     /// Split `split` has no more rows (a bounded split reached its end).
     SplitFinished(usize),
     /// Nothing now; poll again after about `wait_ms` (a rate limit, or no new data yet).
@@ -328,6 +343,9 @@ pub struct LogPartitions {
     pub topic: String,
     /// How many partitions it has now.
     pub partitions: usize,
+    /// The client settings that reach it (librdkafka's: `bootstrap.servers` and the table's
+    /// others), for the topics a group makes beside it (repartition topics).
+    pub client: std::collections::BTreeMap<String, String>,
 }
 
 /// What to do with a malformed record.

@@ -166,7 +166,7 @@ impl OperatorTask {
             Processor::Sink(w) => {
                 let sw = Stopwatch::start(self.clock.as_ref());
                 let n = batch.num_rows() as u64;
-                w.write(batch.data).await?;
+                w.write_stream(batch).await?;
                 m.rows_out.fetch_add(n, Relaxed);
                 m.busy_ns
                     .fetch_add(sw.elapsed_nanos(self.clock.as_ref()), Relaxed);
@@ -331,6 +331,9 @@ impl OperatorTask {
                     }
                     if tracker.all_idle() && !idle_out {
                         idle_out = true;
+                        if let Processor::Sink(w) = &mut self.processor {
+                            w.on_idle(true).await?;
+                        }
                         self.outputs.broadcast(Message::Idle).await?;
                     }
                 }
@@ -338,6 +341,9 @@ impl OperatorTask {
                     tracker.set_idle(ch, false);
                     if idle_out {
                         idle_out = false;
+                        if let Processor::Sink(w) = &mut self.processor {
+                            w.on_idle(false).await?;
+                        }
                         self.outputs.broadcast(Message::Active).await?;
                     }
                 }

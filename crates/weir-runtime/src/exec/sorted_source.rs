@@ -95,6 +95,13 @@ impl SourceTask {
                     m.idle_ns
                         .fetch_add(sw.lap_nanos(self.clock.as_ref()), Relaxed);
                 }
+                SourcePoll::Stamped { .. } | SourcePoll::SplitWatermark { .. } => {
+                    return Err(Error::plan(format!(
+                        "source `{}` is a repartition topic between the tasks of a group, \
+                         which batch execution does not read",
+                        self.name
+                    )));
+                }
                 SourcePoll::NewSplit(sm) => {
                     return Err(Error::plan(format!(
                         "source `{}` found a new split `{}` while reading in batch execution, \

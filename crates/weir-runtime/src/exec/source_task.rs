@@ -466,6 +466,43 @@ impl SourceTask {
                         self.outputs.broadcast(Message::Active).await?;
                     }
                 }
+                SourcePoll::Stamped { split, batch } => {
+                    let rows = batch.num_rows();
+                    m.rows_in.fetch_add(rows as u64, Relaxed);
+                    self.split_metrics[split]
+                        .rows_read
+                        .fetch_add(rows as u64, Relaxed);
+                    m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
+                    if rows > 0 {
+                        self.outputs.emit(Port::Main, batch).await?;
+                    }
+                }
+                SourcePoll::SplitWatermark { split, watermark } => {
+                    let sm = &self.split_metrics[split];
+                    match watermark {
+                        Some(w) => {
+                            gens[split].advance_to(w);
+                            sm.watermark.store(gens[split].watermark().0, Relaxed);
+                            sm.idle.store(false, Relaxed);
+                            advanced = tracker.set_idle(split, false);
+                            advanced = advanced.max(tracker.update(split, gens[split].watermark()));
+                            if idle_out && !tracker.all_idle() {
+                                idle_out = false;
+                                self.outputs.broadcast(Message::Active).await?;
+                            }
+                        }
+                        None => {
+                            gens[split].mark_idle();
+                            sm.idle.store(true, Relaxed);
+                            advanced = tracker.set_idle(split, true);
+                            if tracker.all_idle() && !idle_out {
+                                idle_out = true;
+                                self.outputs.broadcast(Message::Idle).await?;
+                            }
+                        }
+                    }
+                    m.busy_ns.fetch_add(sw.lap_nanos(clock.as_ref()), Relaxed);
+                }
                 SourcePoll::NewSplit(sm) => {
                     tracing::info!(source = %self.name, split = %sm.split, "reading a new split");
                     gens.push(SplitWatermarks::new(
