@@ -60,6 +60,8 @@ pub struct Plan {
     stages: Vec<Stage>,
     /// The repartition topics between the stages, which the members make.
     repartition: Vec<RepartitionTopic>,
+    /// How long the repartition topics keep their records (when a member makes them).
+    pub repartition_retention_ms: i64,
 }
 
 /// A stage of a job run as a group: nodes joined by edges that do not re-key, run as tasks of
@@ -216,7 +218,14 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
     let Some(first_log) = logs.iter().flatten().next().cloned() else {
         bail!("the job has no source");
     };
-    let stage_of = stages_of(&graph)?;
+    // A job without keyed edges is one stage however its parts connect (a statement set of
+    // independent INSERTs), so its tasks are numbered as they always were.
+    let keyed = (graph.edges.iter()).any(|e| matches!(e.partitioning, Partitioning::Hash { .. }));
+    let stage_of = if keyed {
+        stages_of(&graph)?
+    } else {
+        vec![0; graph.nodes.len()]
+    };
     let n_stages = stage_of.iter().max().map_or(0, |m| m + 1);
     // Each stage runs one task per partition of its topics, which must agree (co-partitioned);
     // a stage fed only by repartition topics runs as many as the most partitioned input topic.
@@ -293,6 +302,7 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
         graph,
         stages,
         repartition,
+        repartition_retention_ms: 7 * 24 * 3_600_000,
     })
 }
 
@@ -341,7 +351,8 @@ fn stages_of(graph: &JobGraph) -> Result<Vec<usize>> {
 }
 
 /// The repartition topic of the keyed edge into input `input` of the node of stable id `to`:
-/// `weir-<group>-<to>-<input>`, in the characters a topic name may have.
+/// `weir-<group>-<to>-<input>`, in the characters a topic name may have (the run's id is
+/// added when a member joins: [`Plan::bind_run`]).
 fn repartition_topic_name(group: &str, to: &str, input: usize) -> String {
     let name = format!("weir-{group}-{to}-{input}");
     name.chars()
@@ -515,6 +526,43 @@ impl Plan {
         &self.graph
     }
 
+    /// Names the repartition topics after the group's run (`<name>-<run>`), which the first
+    /// member of a new checkpoint folder picks: a group started again from nothing (its folder
+    /// made anew) never reads the rows an earlier run left in its topics.
+    ///
+    /// # Errors
+    /// A repartition node whose settings do not read back.
+    fn bind_run(&mut self, run: &str) -> Result<()> {
+        use weir_connectors::repartition::{
+            RepartitionSinkSpec, RepartitionSource, RepartitionSourceSpec,
+        };
+        use weir_runtime::graph::spec_from_json;
+        let rename = |t: &mut RepartitionTopic| t.topic = format!("{}-{run}", t.topic);
+        for t in &mut self.repartition {
+            rename(t);
+        }
+        for stage in &mut self.stages {
+            for n in &mut stage.graph.nodes {
+                match &mut n.kind {
+                    NodeKind::Source { factory, .. } if factory.kind() == "repartition" => {
+                        let mut spec: RepartitionSourceSpec =
+                            spec_from_json("repartition", &factory.spec())?;
+                        rename(&mut spec.topic);
+                        *factory = Arc::new(RepartitionSource::new(spec));
+                    }
+                    NodeKind::Sink { factory } if factory.kind() == "repartition" => {
+                        let mut spec: RepartitionSinkSpec =
+                            spec_from_json("repartition", &factory.spec())?;
+                        rename(&mut spec.topic);
+                        *factory = Arc::new(RepartitionSink { spec });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The stage of task `task`, and the partition it reads.
     fn stage_of_task(&self, task: i32) -> (&Stage, i32) {
         let t = task as usize;
@@ -605,6 +653,8 @@ impl Plan {
 struct Roster {
     dir: PathBuf,
     me: String,
+    /// The group's run: its repartition topics' suffix (see [`Plan::bind_run`]).
+    run: String,
     _hold: weir_state::checkpoint::FileLock,
     /// A shared hold on the checkpoint folder's own lock, which a job run alone in the same
     /// folder takes exclusively: neither starts while the other runs.
@@ -620,6 +670,9 @@ struct GroupRecord {
     /// The tasks of each stage (one stage: none recorded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     stages: Vec<usize>,
+    /// The run's id, picked when the folder has no task's checkpoints yet.
+    #[serde(default)]
+    run: String,
 }
 
 /// The suffix of a member's file.
@@ -670,9 +723,10 @@ impl Roster {
                 Err(other) => bail!("{} is held by {other}", path.display()),
             }
         };
-        let roster = Roster {
+        let mut roster = Roster {
             dir,
             me: me.to_string(),
+            run: String::new(),
             _hold: hold,
             _folder: folder,
         };
@@ -685,6 +739,7 @@ impl Roster {
             } else {
                 Vec::new()
             },
+            run: String::new(),
         };
         // Who else lives and what the group's record says, read and written by one joining
         // member at a time: two members started together agree on who wrote it.
@@ -698,6 +753,19 @@ impl Roster {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e).with_context(|| format!("reading {}", record_path.display())),
         };
+        // The run goes on while the folder holds a task's checkpoints; a folder without any
+        // starts a new one (and new repartition topics).
+        let tasks_started = (std::fs::read_dir(&base)?.flatten())
+            .any(|e| e.file_name().to_string_lossy().starts_with("task-"));
+        let run = match &recorded {
+            Some(r) if !r.run.is_empty() && (others || tasks_started) => r.run.clone(),
+            _ => format!(
+                "{:08x}",
+                weight(me, weir_core::time::Clock::now(&SystemClock).0 as usize) as u32
+            ),
+        };
+        let mine = GroupRecord { run, ..mine };
+        roster.run = mine.run.clone();
         match recorded {
             Some(r) if others && r.name != mine.name => bail!(
                 "{} is group {}'s, whose members are running; a folder holds one group: give \
@@ -722,7 +790,7 @@ impl Roster {
                 plan.topic,
                 mine.tasks
             ),
-            Some(_) => {}
+            Some(_) if others => {}
             None if others => bail!(
                 "{} has no group record, and members are running there: a folder holds one \
                  group; give group {} a checkpoint folder of its own",
@@ -905,13 +973,17 @@ pub async fn run(
         .unwrap_or_else(|_| "host".into());
     let started_ms = weir_core::time::Clock::now(&SystemClock).0;
     let me = format!("{host}-{}-{started_ms}", std::process::id());
+    let mut plan = plan;
+    let roster = Roster::join(&plan, &me, addr)?;
+    if !plan.repartition.is_empty() {
+        plan.bind_run(&roster.run)?;
+    }
     for topic in &plan.repartition {
         topic
-            .ensure()
+            .ensure(plan.repartition_retention_ms)
             .await
             .with_context(|| format!("the repartition topic {}", topic.topic))?;
     }
-    let roster = Roster::join(&plan, &me, addr)?;
     if plan.stages.len() < 2 {
         eprintln!(
             "weir: group {}: member {me}; {} tasks (partitions of {}), checkpoints under {}",
@@ -1502,6 +1574,7 @@ mod tests {
             },
             stages: Vec::new(),
             repartition: Vec::new(),
+            repartition_retention_ms: 0,
         };
         let log = |partitions| {
             Ok(Some(weir_runtime::LogPartitions {

@@ -128,9 +128,15 @@ struct RunArgs {
     /// into tasks, one per partition of its input topics, shared evenly by the members alive,
     /// each task checkpointing into its own folder under the checkpoint folder (which every
     /// member must reach, and where the members find each other) and moving with it when a
-    /// member leaves or dies. So far for jobs of stateless operators (no re-keying).
+    /// member leaves or dies. The job is cut at every re-keying (a join's, an aggregation's
+    /// key) into stages joined by repartition topics, which the members make.
     #[arg(long, value_name = "NAME")]
     group: Option<String>,
+    /// How long a group's repartition topics keep their records when they are made (`168h`,
+    /// a week, or `12h`): a task that falls further behind finds records it has not read gone, and fails
+    /// saying so.
+    #[arg(long, value_parser = parse_duration_ms, default_value = "168h", requires = "group")]
+    repartition_retention: i64,
     #[command(flatten)]
     http: web::HttpArgs,
 }
@@ -399,6 +405,7 @@ fn run_job(
         from_savepoint,
         allow_non_restored_state,
         group,
+        repartition_retention,
         http,
     } = args;
     if let Some(b) = &backfill {
@@ -509,7 +516,8 @@ fn run_job(
                  job of its own); its HTTP API's /api/v1/group shows each task's progress"
             );
         }
-        let plan = group::plan(graph, &name)?;
+        let mut plan = group::plan(graph, &name)?;
+        plan.repartition_retention_ms = repartition_retention;
         let code = rt.block_on(async {
             let web = web::Web::start(&http, plan.graph(), None).await?;
             let http = web.as_ref().map(|w| (w.view().clone(), w.addr()));

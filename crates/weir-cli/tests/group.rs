@@ -554,9 +554,10 @@ fn a_group_refuses_what_its_tasks_cannot_do_alone() {
 const T0: i64 = 1_700_000_000_000;
 
 /// Clicks (`user_id`, `ad_id`, event time `ts`) and, with `impressions`, the impressions they
-/// follow, for records `0..n`: record i of user i mod 53 into partition `user_id mod 6`, every
-/// 37th click 5 s behind the others (later than the watermark's 2 s allow: late), then in
-/// every partition a record an hour later, which closes every window before it.
+/// follow, for records `0..n`: record i of user i mod 53, clicks into partition `user_id mod
+/// 6` and impressions into partition `user_id mod 4` (their topic has 4), every 37th click 5 s
+/// behind the others (later than the watermark's 2 s allow: late), then in every partition a
+/// record an hour later, which closes every window before it.
 fn clicks_and_impressions(
     clicks: &str,
     impressions: Option<&str>,
@@ -569,7 +570,7 @@ fn clicks_and_impressions(
         if let Some(imp) = impressions {
             out.push((
                 imp.to_string(),
-                partition,
+                (user % 4) as i32,
                 format!(r#"{{"id":{i},"user_id":{user},"ad_id":{ad},"ts":{ts}}}"#),
             ));
             if i % 3 != 0 {
@@ -586,8 +587,8 @@ fn clicks_and_impressions(
         ));
     }
     let end = T0 + n * 20 + 3_600_000;
-    for p in 0..6 {
-        for t in std::iter::once(clicks).chain(impressions) {
+    for (t, partitions) in std::iter::once((clicks, 6)).chain(impressions.map(|i| (i, 4))) {
+        for p in 0..partitions {
             out.push((
                 t.to_string(),
                 p,
@@ -741,7 +742,8 @@ fn a_count_per_ad_over_clicks_by_user_re_keyed_between_two_members_is_the_single
 fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_exactly_once() {
     let rt = kafka::rt();
     let clicks = kafka::topic(&rt, "group-att-clicks", 6);
-    let impressions = kafka::topic(&rt, "group-att-impressions", 6);
+    // Not co-partitioned: both are re-keyed by (ad, user) for the join anyway.
+    let impressions = kafka::topic(&rt, "group-att-impressions", 4);
     let (reference, grouped) = rt.block_on(async {
         (
             postgres::fresh_schema("attribution_reference").await.name,
@@ -846,17 +848,21 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
         want.0.len(),
         logs.join("\n----\n")
     );
-    // The others said which of a's tasks they took over from a checkpoint.
+    // The others said where they took each of a's tasks up: from its checkpoint, or from
+    // the beginning for a task a had not checkpointed yet.
     let survivors = format!("{}{}", logs[1], logs[2]);
-    for t in &a_held {
-        assert!(
-            survivors.contains(&format!("weir: task {t} (stage "))
-                && survivors
-                    .lines()
-                    .any(|l| l.starts_with(&format!("weir: task {t} ("))
-                        && l.contains("took over from checkpoint")),
-            "task {t} of the killed member, in the others' logs:\n{survivors}"
-        );
-    }
+    let from_checkpoint = (a_held.iter())
+        .filter(|t| {
+            let line = (survivors.lines())
+                .find(|l| l.starts_with(&format!("weir: task {t} (stage ")))
+                .unwrap_or_else(|| panic!("task {t} of the killed member:\n{survivors}"));
+            line.contains("took over from checkpoint")
+        })
+        .count();
+    assert!(
+        from_checkpoint * 2 >= a_held.len(),
+        "{from_checkpoint} of {} tasks from a checkpoint:\n{survivors}",
+        a_held.len()
+    );
     println!("the members' logs:\n{}", logs.join("\n----\n"));
 }

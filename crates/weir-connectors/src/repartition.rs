@@ -92,23 +92,31 @@ impl RepartitionTopic {
 }
 
 impl RepartitionTopic {
-    /// Makes the topic with its partitions (replicated as the brokers' default) unless it
-    /// exists; refuses one that exists with other partitions.
+    /// Makes the topic with its partitions (replicated as the brokers' default), keeping
+    /// records for `retention_ms`, unless it exists; refuses one that exists with other
+    /// partitions.
+    ///
+    /// Records are not deleted once read (tansu 0.6, the test broker, has no DeleteRecords):
+    /// the retention bounds the topic, and a reader that finds records it has not read gone
+    /// fails, saying so, rather than skipping them.
     ///
     /// # Errors
     /// Brokers out of reach, a topic that cannot be made, or one of other partitions.
-    pub async fn ensure(&self) -> Result<()> {
+    pub async fn ensure(&self, retention_ms: i64) -> Result<()> {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
         use rdkafka::types::RDKafkaErrorCode;
         let admin: AdminClient<rdkafka::client::DefaultClientContext> = self
             .config()
             .create()
             .map_err(|e| kafka_err("admin client", e))?;
+        let retention = retention_ms.to_string();
         let new = NewTopic::new(
             &self.topic,
             self.partitions as i32,
             TopicReplication::Fixed(-1),
-        );
+        )
+        .set("retention.ms", &retention)
+        .set("cleanup.policy", "delete");
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
         let made = admin
             .create_topics([&new], &options)
@@ -123,13 +131,21 @@ impl RepartitionTopic {
                 Err((t, e)) => return Err(kafka_err(&format!("making topic {t}"), e)),
             }
         }
-        let md = admin
-            .inner()
-            .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
-            .map_err(|e| kafka_err("metadata", e))?;
-        let found = (md.topics().iter())
-            .find(|t| t.name() == self.topic)
-            .map_or(0, |t| t.partitions().len());
+        // A topic just made may take the brokers a moment to show.
+        let mut found = 0;
+        for _ in 0..50 {
+            let md = admin
+                .inner()
+                .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
+                .map_err(|e| kafka_err("metadata", e))?;
+            found = (md.topics().iter())
+                .find(|t| t.name() == self.topic)
+                .map_or(0, |t| t.partitions().len());
+            if found != 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         if found != self.partitions {
             return Err(Error::config(
                 "topic",
@@ -370,10 +386,12 @@ impl SinkFactory for RepartitionSink {
             .set("max.in.flight.requests.per.connection", "1")
             .set("linger.ms", "2");
         let producer: FutureProducer = cfg.create().map_err(|e| kafka_err("producer", e))?;
+        // Ordered after the restored epoch (a start's `epoch`): the time it started, in µs
+        // (ms and the process), so that a start written late by a generation that ended is
+        // told from its successor's.
         let clock = weir_core::SystemClock;
-        let generation = ((weir_core::time::Clock::now(&clock).0 as u64) << 20)
-            ^ (u64::from(std::process::id()) << 4)
-            ^ 1;
+        let generation = ((weir_core::time::Clock::now(&clock).0 as u64) << 16)
+            | u64::from(std::process::id() & 0xffff);
         let restored = checkpoints.restored.map_or(0, |e| e.0);
         Ok(Box::new(RepartitionWriter {
             encoder: KeyEncoder::new(&schema, &spec.keys)?,
@@ -387,6 +405,7 @@ impl SinkFactory for RepartitionSink {
             written_wm: i64::MIN,
             pending_wm: None,
             inflight: Vec::new(),
+            inflight_bytes: 0,
         }))
     }
 }
@@ -409,7 +428,12 @@ struct RepartitionWriter {
     /// barrier (the reader passes it on at the commit in any case).
     pending_wm: Option<i64>,
     inflight: Vec<DeliveryFuture>,
+    /// Bytes sent and not yet acknowledged.
+    inflight_bytes: usize,
 }
+
+/// Bytes a writer has in flight at most before it waits for the broker.
+const INFLIGHT_BYTES: usize = 64 << 20;
 
 impl RepartitionWriter {
     async fn send(
@@ -434,6 +458,7 @@ impl RepartitionWriter {
             value,
         };
         let bytes = header.encode(payload);
+        self.inflight_bytes += bytes.len();
         let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.spec.topic.topic)
             .partition(partition as i32)
             .payload(&bytes);
@@ -460,6 +485,7 @@ impl RepartitionWriter {
 
     /// Waits until the broker has every record sent so far.
     async fn drain(&mut self) -> Result<()> {
+        self.inflight_bytes = 0;
         for f in std::mem::take(&mut self.inflight) {
             match f.await {
                 Ok(Ok(_)) => {}
@@ -536,7 +562,12 @@ impl SinkWriter for RepartitionWriter {
         Box::pin(async move {
             self.prepare().await?;
             self.write_rows(&batch).await?;
-            self.drain().await
+            // Acknowledged by the barrier at the latest (`pre_commit`), and before more than
+            // INFLIGHT_BYTES are in flight.
+            if self.inflight_bytes > INFLIGHT_BYTES {
+                self.drain().await?;
+            }
+            Ok(())
         })
     }
 
@@ -674,7 +705,8 @@ impl SourceFactory for RepartitionSource {
         cfg.set("group.id", format!("weir-{topic}"))
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
-            .set("auto.offset.reset", "earliest");
+            // Records deleted under the reader (retention) fail it, never skipped.
+            .set("auto.offset.reset", "error");
         let consumer: BaseConsumer = cfg.create().map_err(|e| kafka_err("consumer", e))?;
         let mut tpl = TopicPartitionList::new();
         let mut states = Vec::with_capacity(splits.len());
@@ -739,6 +771,7 @@ impl SourceFactory for RepartitionSource {
                 .map(|(k, s)| (s.partition, k))
                 .collect(),
             splits: states,
+            taken: 0,
         };
         // A restored split's idleness (the runtime restores only its watermark) is told at
         // the first polls.
@@ -754,8 +787,11 @@ impl SourceFactory for RepartitionSource {
 /// Where a reader stands in one partition, per writer (see the module's documentation).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct WriterState {
-    /// The writer's current generation (0: none seen) and the offset of its start record.
+    /// The writer's current generation (0: none seen), the epoch and the offset of its start
+    /// record.
     generation: u64,
+    #[serde(default)]
+    start_epoch: u64,
     start_offset: i64,
     /// Epochs up to this one are passed on.
     passed: u64,
@@ -824,9 +860,12 @@ impl SplitState {
             ));
         };
         if header.kind == Kind::Start {
-            if offset <= w.start_offset || header.generation == w.generation {
-                // Read before (a restored reader reads again from its oldest held record), or
-                // a retried request's repeat.
+            if offset <= w.start_offset
+                || (header.epoch, header.generation) <= (w.start_epoch, w.generation)
+            {
+                // Read before (a restored reader reads again from its oldest held record), a
+                // retried request's repeat, or the start of a generation that ended, written
+                // late.
                 return Ok(());
             }
             let restored = header.value as u64;
@@ -844,8 +883,11 @@ impl SplitState {
             // What the new generation writes is new, whatever its epochs.
             w.passed = restored;
             w.generation = header.generation;
+            w.start_epoch = header.epoch;
             w.start_offset = offset;
             w.seq = header.seq;
+            // A restored writer is active until it says otherwise, as a restored split is.
+            w.idle = false;
             return Ok(());
         }
         if header.generation != w.generation || header.seq <= w.seq {
@@ -922,12 +964,20 @@ struct RepartitionReader {
     consumer: BaseConsumer,
     index: BTreeMap<i32, usize>,
     splits: Vec<Split>,
+    /// Records taken in the current poll.
+    taken: usize,
 }
 
-/// Records taken per poll at most, before what they passed on is returned.
-const RECORDS_PER_POLL: usize = 256;
+/// Records taken per poll at most (held ones: nothing to return yet), before the task gets a
+/// turn for its checkpoints.
+const RECORDS_PER_POLL: usize = 4096;
 
 impl RepartitionReader {
+    /// Whether this poll has taken as many records as one may.
+    fn taken_this_poll(&self) -> bool {
+        self.taken >= RECORDS_PER_POLL
+    }
+
     /// A split whose watermark changed since it was last told, with the new one.
     fn watermark_change(&mut self) -> Option<SourcePoll> {
         for (k, split) in self.splits.iter_mut().enumerate() {
@@ -950,14 +1000,16 @@ impl SourceReader for RepartitionReader {
     /// between polls, never counts rows not returned yet; a watermark that moved goes out at
     /// the next poll (a watermark may always come later than it could).
     fn poll(&mut self) -> Result<SourcePoll> {
+        self.taken = 0;
         if let Some(change) = self.watermark_change() {
             return Ok(change);
         }
         let mut passed_on = Vec::new();
-        for _ in 0..RECORDS_PER_POLL {
+        loop {
             let Some(msg) = self.consumer.poll(Duration::ZERO) else {
                 break;
             };
+            self.taken += 1;
             let msg = msg.map_err(|e| kafka_err("consume", e))?;
             let Some(&k) = self.index.get(&msg.partition()) else {
                 continue;
@@ -986,6 +1038,9 @@ impl SourceReader for RepartitionReader {
             }
             if let Some(change) = self.watermark_change() {
                 return Ok(change);
+            }
+            if self.taken_this_poll() {
+                return Ok(SourcePoll::Pending { wait_ms: 1 });
             }
         }
         Ok(SourcePoll::Pending { wait_ms: 10 })
@@ -1132,6 +1187,36 @@ mod tests {
             out.extend(feed(&mut s, &again));
             assert_eq!(out, once, "checkpoint after record {cut}");
         }
+    }
+
+    #[test]
+    fn a_start_written_late_by_an_ended_generation_changes_nothing() {
+        let mut s = SplitState::new(1);
+        let recs = [
+            (0, header(Kind::Start, 0, 100, 3, 0, 2), 0),
+            (1, header(Kind::Start, 0, 200, 5, 0, 4), 0),
+            (2, header(Kind::Rows, 0, 200, 5, 1, 0), 1),
+            // The first generation's start, again, after its successor's.
+            (3, header(Kind::Start, 0, 100, 3, 0, 2), 0),
+            (4, header(Kind::Rows, 0, 100, 3, 1, 0), 9),
+            (5, header(Kind::Commit, 0, 200, 6, 2, 5), 0),
+        ];
+        assert_eq!(feed(&mut s, &recs), vec![1]);
+        assert_eq!(s.writers[0].generation, 200);
+    }
+
+    #[test]
+    fn a_restarted_writer_is_active_again() {
+        let mut s = SplitState::new(1);
+        let recs = [
+            (0, header(Kind::Start, 0, 1, 1, 0, 0), 0),
+            (1, header(Kind::Idle, 0, 1, 1, 1, 0), 0),
+            (2, header(Kind::Commit, 0, 1, 2, 2, 1), 0),
+        ];
+        feed(&mut s, &recs);
+        assert_eq!(s.watermark(), None);
+        feed(&mut s, &[(3, header(Kind::Start, 0, 2, 2, 0, 1), 0)]);
+        assert_eq!(s.watermark(), Some(Watermark(i64::MIN)));
     }
 
     #[test]

@@ -286,6 +286,9 @@ struct RateLimitedWriter {
 
 impl SinkWriter for RateLimitedWriter {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<()>> {
+        self.write_stream(crate::StreamBatch::new(batch))
+    }
+    fn write_stream(&mut self, batch: crate::StreamBatch) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             // Write in slices so a slow rate still makes steady progress within a batch.
             let mut offset = 0;
@@ -295,7 +298,7 @@ impl SinkWriter for RateLimitedWriter {
                 if rate <= 0.0 {
                     self.next_free = None;
                     self.inner
-                        .write(batch.slice(offset, batch.num_rows() - offset))
+                        .write_stream(batch.slice(offset, batch.num_rows() - offset))
                         .await?;
                     break;
                 }
@@ -308,12 +311,15 @@ impl SinkWriter for RateLimitedWriter {
                 let now = tokio::time::Instant::now();
                 let start = self.next_free.filter(|t| *t > now).unwrap_or(now);
                 tokio::time::sleep_until(start).await;
-                self.inner.write(batch.slice(offset, n)).await?;
+                self.inner.write_stream(batch.slice(offset, n)).await?;
                 self.next_free = Some(start + std::time::Duration::from_secs_f64(n as f64 / rate));
                 offset += n;
             }
             Ok(())
         })
+    }
+    fn on_idle(&mut self, idle: bool) -> BoxFuture<'_, Result<()>> {
+        self.inner.on_idle(idle)
     }
     fn on_watermark(&mut self, watermark: Watermark) -> BoxFuture<'_, Result<()>> {
         self.inner.on_watermark(watermark)

@@ -234,15 +234,17 @@ impl OperatorTask {
     /// The next message; `None` when a processing-time timer is due or a checkpoint
     /// completed first.
     pub(super) async fn next_envelope(&mut self) -> Option<Option<Envelope>> {
-        if let Some(e) = self.mailbox.try_recv() {
-            return Some(Some(e));
-        }
+        // A completed checkpoint first: a sink whose mailbox is never empty (one slower than
+        // its input) must still publish, or what it pre-committed would wait for ever.
         if self
             .completed
             .as_ref()
             .is_some_and(|rx| *rx.borrow() > self.committed)
         {
             return None;
+        }
+        if let Some(e) = self.mailbox.try_recv() {
+            return Some(Some(e));
         }
         let m = self.outputs.metrics.clone();
         let sw = Stopwatch::start(self.clock.as_ref());
