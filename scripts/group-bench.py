@@ -6,12 +6,17 @@ Needs a Kafka-protocol broker, a PostgreSQL server, `psql`, and the Python packa
 confluent-kafka (`pip install confluent-kafka`):
 
     scripts/group-bench.py --weir target/release/weir --bootstrap 127.0.0.1:9092 \\
-        --postgres postgresql://postgres@127.0.0.1:5432/postgres [--records 60000] [--members 1,2,3]
+        --postgres postgresql://postgres@127.0.0.1:5432/postgres [--records 60000] \\
+        [--members 1,2,3] [--rekey] [--alone] [--no-takeover]
 
-The job is stateless (a filter and a projection from a 6-partition topic into a PostgreSQL
-table, exactly once per task, checkpoints every 300 ms). Throughput is whole processes: from
-the members' start to the last row committed, and the CPU the members used (from /proc). On a
-machine where the broker shares the cores, the broker's serving is part of what is measured.
+The job is a filter and a projection from a 6-partition topic into a PostgreSQL table, exactly
+once per task, checkpoints every 300 ms. With --rekey the table has a primary key (`id`), so
+every row is re-keyed by it on its way to the table: in a group through a repartition topic
+(two stages of six tasks), in a job run alone through its in-process exchange. Throughput is
+whole processes: from the members' start to the last row committed, and the CPU the members
+used (from /proc). With --alone the same job also runs as a single process, bounded (it reads
+the records there at start and ends), at parallelism 1. On a machine where the broker shares
+the cores, the broker's serving is part of what is measured.
 """
 
 import argparse
@@ -66,7 +71,9 @@ def produce(bootstrap, topic, start, count, per_second=0):
     p.flush()
 
 
-def job(bootstrap, topic, url, table, checkpoints):
+def job(bootstrap, topic, url, table, checkpoints, rekey=False, bounded=False):
+    key = ", PRIMARY KEY (id) NOT ENFORCED" if rekey else ""
+    end = ", 'scan.bounded.mode' = 'latest-offset'" if bounded else ""
     return f"""
 SET 'execution.checkpointing.interval' = '300 ms';
 SET 'execution.checkpointing.dir' = '{checkpoints}';
@@ -74,8 +81,8 @@ CREATE TABLE events (id BIGINT, user_id BIGINT, amount BIGINT, ts BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{bootstrap}',
         'properties.group.id' = '{topic}-offsets', 'scan.startup.mode' = 'earliest-offset',
-        'format' = 'json');
-CREATE TABLE big (id BIGINT, user_id BIGINT, doubled BIGINT)
+        'format' = 'json'{end});
+CREATE TABLE big (id BIGINT, user_id BIGINT, doubled BIGINT{key})
 WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{table}');
 INSERT INTO big SELECT id, user_id, amount * 2 FROM events WHERE amount > 500;
 """
@@ -105,6 +112,29 @@ def expected(records):
     return sum(1 for i in range(records) if (i * 7919) % 1000 > 500)
 
 
+def alone(args, stamp):
+    topic = f"gb-{stamp}-alone"
+    table = f"gb_{stamp}_alone"
+    create_topic(args.bootstrap, topic)
+    produce(args.bootstrap, topic, 0, args.records)
+    want = expected(args.records)
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "job.sql"), "w") as f:
+            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey, True))
+        t0 = time.monotonic()
+        p = subprocess.Popen([args.weir, "run", "job.sql", "--http", "off"], cwd=folder,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, _, usage = os.wait4(p.pid, 0)
+        wall = time.monotonic() - t0
+        cpu = usage.ru_utime + usage.ru_stime
+        got = int(psql(args.postgres, f"SELECT count(*) FROM {table}") or 0)
+        dup = psql(args.postgres, f"SELECT count(*) - count(DISTINCT id) FROM {table}")
+    if got != want:
+        sys.exit(f"alone: {got} rows of {want}")
+    print(f"| alone | {args.records:,} | {want:,} | {wall:.2f} | {cpu:.2f} | "
+          f"{args.records / wall:,.0f} | {args.records / max(cpu, 1e-9):,.0f} | {dup} |")
+
+
 def throughput(args, members, stamp):
     topic = f"gb-{stamp}-{members}"
     table = f"gb_{stamp}_{members}"
@@ -113,7 +143,7 @@ def throughput(args, members, stamp):
     want = expected(args.records)
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "job.sql"), "w") as f:
-            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints"))
+            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey))
         logs = []
         t0 = time.monotonic()
         ms = start_members(args.weir, folder, topic, members, logs)
@@ -144,9 +174,10 @@ def takeover(args, stamp):
     producer = threading.Thread(target=produce, args=(args.bootstrap, topic, 0, total, rate))
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "job.sql"), "w") as f:
-            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints"))
+            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey))
         logs = []
         producer.start()
+        produced_from = time.monotonic()
         ms = start_members(args.weir, folder, topic, 3, logs)
 
         def held(log):
@@ -154,30 +185,42 @@ def takeover(args, stamp):
             for line in open(log):
                 if line.startswith("weir: task "):
                     n, what = line[len("weir: task "):].split(": ", 1)
+                    n = int(n.split(" ")[0])
                     if what.startswith(("started", "took over")):
-                        tasks.add(int(n))
+                        tasks.add(n)
                     elif what.startswith("handed back"):
-                        tasks.discard(int(n))
+                        tasks.discard(n)
             return tasks
 
         t0 = time.monotonic()
-        while not all(len(held(l)) == 2 for l in logs):
+        tasks = 2 * PARTITIONS if args.rekey else PARTITIONS
+        while not all(len(held(l)) == tasks // 3 for l in logs):
             time.sleep(0.05)
             if time.monotonic() - t0 > 120:
                 sys.exit("the members did not settle on two tasks each")
         time.sleep(args.seconds / 3)
         moved = held(logs[0])
-        cond = " OR ".join(f"id % {PARTITIONS} = {t}" for t in sorted(moved))
+        # The rows of the partitions whose reading tasks moved (with --rekey, they also pass a
+        # repartition topic and the tasks that write the table, some of which may have moved).
+        read = sorted(t for t in moved if t < PARTITIONS) or list(range(PARTITIONS))
+        cond = " OR ".join(f"id % {PARTITIONS} = {t}" for t in read)
         before = int(psql(args.postgres, f"SELECT coalesce(max(id), -1) FROM {table} WHERE {cond}"))
         ms[0].send_signal(signal.SIGKILL)
         killed = time.monotonic()
+        if args.rekey:
+            # Rows written before the kill may still reach the table through tasks that did not
+            # move (a repartition topic holds them until their writer's commit): count only
+            # records produced after the kill (ids by the producer's pace, and 0.1 s more).
+            before = int((killed - produced_from + 0.1) * rate)
         ms[0].wait()
         said = first_row = None
         while said is None or first_row is None:
             time.sleep(0.01)
             now = time.monotonic()
             if said is None and all(
-                any(f"weir: task {t}: took over" in open(l).read() for l in logs[1:]) for t in moved
+                any(line.startswith((f"weir: task {t}:", f"weir: task {t} (")) and "took over" in line
+                    for l in logs[1:] for line in open(l))
+                for t in moved
             ):
                 said = now - killed
             if first_row is None:
@@ -212,13 +255,19 @@ def main():
     ap.add_argument("--members", default="1,2,3")
     ap.add_argument("--rate", type=int, default=3_000, help="records/s in the takeover run")
     ap.add_argument("--seconds", type=int, default=15, help="length of the takeover run")
+    ap.add_argument("--rekey", action="store_true", help="re-key every row by id (upsert table)")
+    ap.add_argument("--alone", action="store_true", help="also run the job as a single process")
+    ap.add_argument("--no-takeover", action="store_true", help="leave the takeover run out")
     args = ap.parse_args()
     stamp = int(time.time())
     print("| members | records | rows out | wall s | members' CPU s | records/s | records per CPU-second | duplicates |")
     print("|---|---|---|---|---|---|---|---|")
-    for n in (int(x) for x in args.members.split(",")):
+    if args.alone:
+        alone(args, stamp)
+    for n in (int(x) for x in args.members.split(",") if x):
         throughput(args, n, stamp)
-    takeover(args, stamp)
+    if not args.no_takeover:
+        takeover(args, stamp)
 
 
 if __name__ == "__main__":

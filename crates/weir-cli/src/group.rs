@@ -366,6 +366,25 @@ fn repartition_topic_name(group: &str, to: &str, input: usize) -> String {
         .collect()
 }
 
+/// Node `id` of a stage's job reading or writing repartition topic `topic` (`kind`), carrying
+/// the stream of `from`, the node before the keyed edge.
+fn repartition_node(
+    id: usize,
+    topic: &RepartitionTopic,
+    from: &weir_runtime::graph::Node,
+    kind: NodeKind,
+) -> weir_runtime::graph::Node {
+    weir_runtime::graph::Node {
+        id,
+        name: format!("repartition {}", topic.topic),
+        uid: None,
+        parallelism: 1,
+        created_at: from.created_at.clone(),
+        kind,
+        output: from.output.clone(),
+    }
+}
+
 /// Stage `stage`'s job: its nodes in their order, after a repartition source for each keyed
 /// edge into the stage and before a repartition sink for each keyed edge out of it (writer 0:
 /// a task's graph numbers its own).
@@ -389,22 +408,15 @@ fn stage_graph(
         }
         let from = &graph.nodes[e.from];
         let id = nodes.len();
-        nodes.push(Node {
-            id,
-            name: format!("repartition {}", topic.topic),
-            uid: None,
-            parallelism: 1,
-            created_at: from.created_at.clone(),
-            kind: NodeKind::Source {
-                factory: Arc::new(RepartitionSource::new(RepartitionSourceSpec {
-                    topic: topic.clone(),
-                    schema: from.output.schema.as_ref().clone(),
-                    read: None,
-                })),
-                watermarks: Default::default(),
-            },
-            output: from.output.clone(),
-        });
+        let kind = NodeKind::Source {
+            factory: Arc::new(RepartitionSource::new(RepartitionSourceSpec {
+                topic: topic.clone(),
+                schema: from.output.schema.as_ref().clone(),
+                read: None,
+            })),
+            watermarks: Default::default(),
+        };
+        nodes.push(repartition_node(id, topic, from, kind));
         pending.push((
             e.to,
             Edge {
@@ -443,26 +455,18 @@ fn stage_graph(
         let Partitioning::Hash { keys, key_groups } = &e.partitioning else {
             continue;
         };
-        let from = &graph.nodes[e.from];
+        let kind = NodeKind::Sink {
+            factory: Arc::new(RepartitionSink {
+                spec: RepartitionSinkSpec {
+                    topic: topic.clone(),
+                    keys: keys.clone(),
+                    key_groups: *key_groups,
+                    writer: 0,
+                },
+            }),
+        };
         let id = nodes.len();
-        nodes.push(Node {
-            id,
-            name: format!("repartition {}", topic.topic),
-            uid: None,
-            parallelism: 1,
-            created_at: from.created_at.clone(),
-            kind: NodeKind::Sink {
-                factory: Arc::new(RepartitionSink {
-                    spec: RepartitionSinkSpec {
-                        topic: topic.clone(),
-                        keys: keys.clone(),
-                        key_groups: *key_groups,
-                        writer: 0,
-                    },
-                }),
-            },
-            output: from.output.clone(),
-        });
+        nodes.push(repartition_node(id, topic, &graph.nodes[e.from], kind));
         edges.push(Edge {
             from: new_id[&e.from],
             port: e.port,

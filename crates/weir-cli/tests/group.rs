@@ -699,7 +699,8 @@ fn a_count_per_ad_over_clicks_by_user_re_keyed_between_two_members_is_the_single
     });
     let pid = members[1].id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(members[1].wait().unwrap().success());
+    let left = members[1].wait().unwrap();
+    assert!(left.success(), "{left}:\n{}", log(dir.path(), "b.log"));
     members[1] = member(dir.path(), &group, "c.log", "off");
     producer.join().unwrap();
 

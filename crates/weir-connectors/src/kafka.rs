@@ -63,12 +63,56 @@ use crate::values::{RowBuilder, Value};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn kafka_err(what: &str, e: impl std::fmt::Display) -> Error {
+pub(crate) fn kafka_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::External {
         system: format!("kafka ({what})"),
         message: e.to_string(),
         retryable: true,
     }
+}
+
+/// Enqueues `rec` (`send_result` does not wait for the broker), waiting while the producer's
+/// queue is full.
+pub(crate) async fn enqueue<K, P>(
+    producer: &FutureProducer,
+    mut rec: FutureRecord<'_, K, P>,
+) -> Result<rdkafka::producer::DeliveryFuture>
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match producer.send_result(rec) {
+            Ok(delivery) => return Ok(delivery),
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull,
+                ),
+                back,
+            )) => {
+                rec = back;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err((e, _)) => return Err(kafka_err("produce", e)),
+        }
+    }
+}
+
+/// Waits until the broker has acknowledged every record of `pending`.
+pub(crate) async fn acknowledged(pending: Vec<rdkafka::producer::DeliveryFuture>) -> Result<()> {
+    for f in pending {
+        match f.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => return Err(kafka_err("produce", e)),
+            Err(_) => {
+                return Err(kafka_err(
+                    "produce",
+                    "the producer went away before the broker acknowledged",
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where a Kafka source starts reading.
@@ -1499,40 +1543,10 @@ impl SinkWriter for KafkaWriter {
                         rec = rec.timestamp(t.value(r));
                     }
                 }
-                // Enqueue now (send_result does not wait); wait for room when the queue is full.
-                loop {
-                    match self.producer.send_result(rec) {
-                        Ok(delivery) => {
-                            pending.push(delivery);
-                            break;
-                        }
-                        Err((
-                            rdkafka::error::KafkaError::MessageProduction(
-                                rdkafka::types::RDKafkaErrorCode::QueueFull,
-                            ),
-                            back,
-                        )) => {
-                            rec = back;
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
-                        Err((e, _)) => return Err(kafka_err("produce", e)),
-                    }
-                }
+                pending.push(enqueue(&self.producer, rec).await?);
             }
             // The batch counts as written once every record is acknowledged.
-            for f in pending {
-                match f.await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err((e, _))) => return Err(kafka_err("produce", e)),
-                    Err(_) => {
-                        return Err(kafka_err(
-                            "produce",
-                            "the producer went away before the broker acknowledged",
-                        ))
-                    }
-                }
-            }
-            Ok(())
+            acknowledged(pending).await
         })
     }
 

@@ -46,6 +46,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kafka::{acknowledged, enqueue, kafka_err};
 use arrow_array::{Array, Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -160,10 +161,6 @@ impl RepartitionTopic {
         }
         Ok(())
     }
-}
-
-fn kafka_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::plan(format!("kafka {what}: {e}"))
 }
 
 const MAGIC: &[u8; 4] = b"wrp1";
@@ -459,46 +456,17 @@ impl RepartitionWriter {
         };
         let bytes = header.encode(payload);
         self.inflight_bytes += bytes.len();
-        let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.spec.topic.topic)
+        let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.spec.topic.topic)
             .partition(partition as i32)
             .payload(&bytes);
-        loop {
-            match self.producer.send_result(rec) {
-                Ok(delivery) => {
-                    self.inflight.push(delivery);
-                    return Ok(());
-                }
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(
-                        rdkafka::types::RDKafkaErrorCode::QueueFull,
-                    ),
-                    back,
-                )) => {
-                    rec = back;
-                    // The queue drains on librdkafka's threads.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                Err((e, _)) => return Err(kafka_err("produce", e)),
-            }
-        }
+        self.inflight.push(enqueue(&self.producer, rec).await?);
+        Ok(())
     }
 
     /// Waits until the broker has every record sent so far.
     async fn drain(&mut self) -> Result<()> {
         self.inflight_bytes = 0;
-        for f in std::mem::take(&mut self.inflight) {
-            match f.await {
-                Ok(Ok(_)) => {}
-                Ok(Err((e, _))) => return Err(kafka_err("produce", e)),
-                Err(_) => {
-                    return Err(kafka_err(
-                        "produce",
-                        "the producer went away before the broker acknowledged",
-                    ))
-                }
-            }
-        }
-        Ok(())
+        acknowledged(std::mem::take(&mut self.inflight)).await
     }
 
     /// Every partition's first record of this generation, then a pending watermark.
@@ -736,13 +704,25 @@ impl SourceFactory for RepartitionSource {
             let (low, high) = consumer
                 .fetch_watermarks(topic, partition, Duration::from_secs(10))
                 .map_err(|e| kafka_err("watermarks", e))?;
-            if state.offset.max(0) < low || state.offset > high {
+            if state.offset > high {
+                // Beyond the end: the brokers may not show the newest records yet (a restart
+                // tries again), or the topic was made again (restarts fail the same way).
+                return Err(kafka_err(
+                    "offsets",
+                    format!(
+                        "source `{}`: repartition partition {topic}-{partition} ends at offset \
+                         {high}, and the reader goes on at {}",
+                        ctx.source, state.offset
+                    ),
+                ));
+            }
+            if state.offset.max(0) < low {
                 return Err(Error::plan(format!(
                     "source `{}`: repartition partition {topic}-{partition} holds offsets {low} \
                      to {high}, and the reader goes on at {}: records it has not read were \
-                     deleted (retention, or the topic made again); the rows they held are \
+                     deleted (retention: --repartition-retention); the rows they held are \
                      lost to this job: start the group again from scratch (a new checkpoint \
-                     folder, the repartition topics deleted)",
+                     folder)",
                     ctx.source,
                     state.offset.max(0)
                 )));
