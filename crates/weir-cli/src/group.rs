@@ -702,6 +702,11 @@ impl Roster {
             );
         }
         let dir = plan.members_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
+        // One member joins at a time, from before its file is made until the group's record
+        // is read or written: members started together then agree on who came first, and one
+        // that finds others finds them joined, with the record written.
+        let _joining = lock_waiting(&dir.join("join.lock"), me)?;
         let path = dir.join(format!("{me}{MEMBER_FILE}"));
         // Read by the others for `/api/v1/group`: where this member's HTTP API is.
         let holder = match http {
@@ -745,9 +750,7 @@ impl Roster {
             },
             run: String::new(),
         };
-        // Who else lives and what the group's record says, read and written by one joining
-        // member at a time: two members started together agree on who wrote it.
-        let _joining = lock_waiting(&roster.dir.join("join.lock"), &roster.me)?;
+        // Who else lives, and what the group's record says.
         let others = roster.live()?.len() > 1;
         let recorded: Option<GroupRecord> = match std::fs::read(&record_path) {
             Ok(b) => Some(
@@ -771,6 +774,11 @@ impl Roster {
         let mine = GroupRecord { run, ..mine };
         roster.run = mine.run.clone();
         match recorded {
+            Some(r) if others && r.run.is_empty() && !plan.repartition.is_empty() => bail!(
+                "the members of group {} running now are of an older weir, which keeps no run \
+                 for repartition topics: stop them all, then start every member with this one",
+                r.name
+            ),
             Some(r) if others && r.name != mine.name => bail!(
                 "{} is group {}'s, whose members are running; a folder holds one group: give \
                  group {} a checkpoint folder of its own",
@@ -861,6 +869,12 @@ const NEW_PARTITIONS: &str = "stop every member and start them again to take the
      partitions on: their tasks start as the table's 'scan.startup.mode' says, so with \
      'earliest-offset' they read every record, and with 'latest-offset' or a timestamp the \
      records written to them until then are skipped";
+
+/// What a member of a group of several stages says of partitions added to a topic.
+const NEW_PARTITIONS_STAGES: &str = "a group of several stages cannot take new partitions on \
+     (its tasks are numbered by them, and its repartition topics have as many): stop every \
+     member and start the group again from nothing, in a new checkpoint folder (from the \
+     topics' start, or from an event time with 'scan.startup.mode' = 'timestamp')";
 
 /// The exclusive lock of `path`, waited for (tried every 20 ms, for at most 30 s).
 fn lock_waiting(path: &Path, me: &str) -> Result<weir_state::checkpoint::FileLock> {
@@ -1114,10 +1128,15 @@ fn partitions_unchanged(plan: &Plan, counted: Vec<Counted>) -> Result<()> {
             Ok(Some(log)) if log.partitions != tasks => bail!(
                 "topic {} has {} partitions now, and group {} reads it with {tasks} tasks: a \
                  group's tasks are fixed while it runs, and the records of a partition added \
-                 since would go unread; {NEW_PARTITIONS}",
+                 since would go unread; {}",
                 log.topic,
                 log.partitions,
                 plan.name,
+                if plan.stages.len() > 1 {
+                    NEW_PARTITIONS_STAGES
+                } else {
+                    NEW_PARTITIONS
+                }
             ),
             Ok(_) => {}
             // The brokers out of reach for a moment: the tasks say so themselves.

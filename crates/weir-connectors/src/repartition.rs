@@ -119,33 +119,51 @@ impl RepartitionTopic {
         .set("retention.ms", &retention)
         .set("cleanup.policy", "delete");
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-        let made = admin
-            .create_topics([&new], &options)
-            .await
-            .map_err(|e| kafka_err(&format!("making topic {}", self.topic), e))?;
-        for r in made {
-            match r {
-                Ok(_) => {
-                    tracing::info!(topic = %self.topic, partitions = self.partitions, "repartition topic made")
-                }
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((t, e)) => return Err(kafka_err(&format!("making topic {t}"), e)),
-            }
-        }
-        // A topic just made may take the brokers a moment to show.
+        // Members started together make the same topic at once, and a broker may answer one of
+        // them with an error other than "exists", or not show a topic just made: tried again
+        // for about half a minute, until the topic shows.
         let mut found = 0;
-        for _ in 0..50 {
-            let md = admin
+        let mut last_error = None;
+        for attempt in 0..60u64 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100 * attempt.min(10))).await;
+            }
+            match admin.create_topics([&new], &options).await {
+                Ok(made) => {
+                    for r in made {
+                        match r {
+                            Ok(_) => tracing::info!(
+                                topic = %self.topic,
+                                partitions = self.partitions,
+                                "repartition topic made"
+                            ),
+                            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                            Err((t, e)) => last_error = Some(format!("making topic {t}: {e}")),
+                        }
+                    }
+                }
+                Err(e) => last_error = Some(format!("making topic {}: {e}", self.topic)),
+            }
+            match admin
                 .inner()
                 .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
-                .map_err(|e| kafka_err("metadata", e))?;
-            found = (md.topics().iter())
-                .find(|t| t.name() == self.topic)
-                .map_or(0, |t| t.partitions().len());
+            {
+                Ok(md) => {
+                    found = (md.topics().iter())
+                        .find(|t| t.name() == self.topic)
+                        .map_or(0, |t| t.partitions().len());
+                }
+                Err(e) => last_error = Some(format!("metadata of {}: {e}", self.topic)),
+            }
             if found != 0 {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if found == 0 {
+            return Err(kafka_err(
+                "repartition topic",
+                last_error.unwrap_or_else(|| format!("topic {} does not show", self.topic)),
+            ));
         }
         if found != self.partitions {
             return Err(Error::config(
@@ -383,9 +401,7 @@ impl SinkFactory for RepartitionSink {
             .set("max.in.flight.requests.per.connection", "1")
             .set("linger.ms", "2");
         let producer: FutureProducer = cfg.create().map_err(|e| kafka_err("producer", e))?;
-        // Ordered after the restored epoch (a start's `epoch`): the time it started, in µs
-        // (ms and the process), so that a start written late by a generation that ended is
-        // told from its successor's.
+        // Another each time a writer starts: the time (ms) and the process.
         let clock = weir_core::SystemClock;
         let generation = ((weir_core::time::Clock::now(&clock).0 as u64) << 16)
             | u64::from(std::process::id() & 0xffff);
@@ -767,11 +783,8 @@ impl SourceFactory for RepartitionSource {
 /// Where a reader stands in one partition, per writer (see the module's documentation).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct WriterState {
-    /// The writer's current generation (0: none seen), the epoch and the offset of its start
-    /// record.
+    /// The writer's current generation (0: none seen) and the offset of its start record.
     generation: u64,
-    #[serde(default)]
-    start_epoch: u64,
     start_offset: i64,
     /// Epochs up to this one are passed on.
     passed: u64,
@@ -840,12 +853,12 @@ impl SplitState {
             ));
         };
         if header.kind == Kind::Start {
-            if offset <= w.start_offset
-                || (header.epoch, header.generation) <= (w.start_epoch, w.generation)
-            {
-                // Read before (a restored reader reads again from its oldest held record), a
-                // retried request's repeat, or the start of a generation that ended, written
-                // late.
+            // A partition's order is the generations' order: the start written after another
+            // is the newer, whatever the writers' clocks (a new generation writes its start
+            // after it restored, long after the one before stopped writing).
+            if offset <= w.start_offset || header.generation == w.generation {
+                // Read before (a restored reader reads again from its oldest held record), or
+                // a retried request's repeat.
                 return Ok(());
             }
             let restored = header.value as u64;
@@ -863,7 +876,6 @@ impl SplitState {
             // What the new generation writes is new, whatever its epochs.
             w.passed = restored;
             w.generation = header.generation;
-            w.start_epoch = header.epoch;
             w.start_offset = offset;
             w.seq = header.seq;
             // A restored writer is active until it says otherwise, as a restored split is.
@@ -1170,19 +1182,21 @@ mod tests {
     }
 
     #[test]
-    fn a_start_written_late_by_an_ended_generation_changes_nothing() {
+    fn the_start_written_last_is_the_writer_s_whatever_its_clock() {
         let mut s = SplitState::new(1);
         let recs = [
-            (0, header(Kind::Start, 0, 100, 3, 0, 2), 0),
-            (1, header(Kind::Start, 0, 200, 5, 0, 4), 0),
-            (2, header(Kind::Rows, 0, 200, 5, 1, 0), 1),
-            // The first generation's start, again, after its successor's.
-            (3, header(Kind::Start, 0, 100, 3, 0, 2), 0),
-            (4, header(Kind::Rows, 0, 100, 3, 1, 0), 9),
-            (5, header(Kind::Commit, 0, 200, 6, 2, 5), 0),
+            (0, header(Kind::Start, 0, 200, 3, 0, 2), 0),
+            (1, header(Kind::Rows, 0, 200, 3, 1, 0), 1),
+            // Restored from the same checkpoint on a machine whose clock is behind: a lower
+            // generation, written later.
+            (2, header(Kind::Start, 0, 100, 3, 0, 2), 0),
+            (3, header(Kind::Rows, 0, 100, 3, 1, 0), 2),
+            // The first generation's start again (a retried request): nothing changes.
+            (4, header(Kind::Start, 0, 100, 3, 0, 2), 0),
+            (5, header(Kind::Commit, 0, 100, 4, 2, 3), 0),
         ];
-        assert_eq!(feed(&mut s, &recs), vec![1]);
-        assert_eq!(s.writers[0].generation, 200);
+        assert_eq!(feed(&mut s, &recs), vec![2]);
+        assert_eq!(s.writers[0].generation, 100);
     }
 
     #[test]
