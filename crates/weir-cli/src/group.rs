@@ -72,6 +72,8 @@ struct Stage {
     graph: JobGraph,
     tasks: usize,
     first: usize,
+    /// Its number among the job's stages.
+    number: usize,
     /// The stage's Kafka sources (read partition by partition), with their partitions.
     sources: Vec<(Arc<dyn weir_runtime::SourceFactory>, usize)>,
 }
@@ -291,6 +293,7 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
             graph: stage_graph(&graph, &stage_of, s, &topics)?,
             tasks,
             first,
+            number: s,
             sources,
         });
         first += tasks;
@@ -616,12 +619,10 @@ impl Plan {
             return format!("task {task}");
         }
         let (stage, partition) = self.stage_of_task(task);
-        let s = self
-            .stages
-            .iter()
-            .position(|x| std::ptr::eq(x, stage))
-            .unwrap_or(0);
-        format!("task {task} (stage {s}, partition {partition})")
+        format!(
+            "task {task} (stage {}, partition {partition})",
+            stage.number
+        )
     }
 
     /// The checkpoint folder, every task's under it (a `file://` URL as its path).
@@ -1162,8 +1163,14 @@ fn group_info(
             (m.clone(), tasks)
         })
         .collect();
+    let stage_partition = |task: i32| {
+        let (stage, partition) = plan.stage_of_task(task);
+        (stage.number, partition)
+    };
     let idle = |task: i32, state: &'static str| weir_http::GroupTask {
         task,
+        stage: stage_partition(task).0,
+        partition: stage_partition(task).1,
         state,
         restored_from: None,
         watermark: None,
@@ -1187,6 +1194,8 @@ fn group_info(
                 let lag: Option<u64> = splits.iter().map(|s| s.lag_records).sum();
                 weir_http::GroupTask {
                     task: t,
+                    stage: stage_partition(t).0,
+                    partition: stage_partition(t).1,
                     state: "running",
                     restored_from: *restored,
                     watermark: snap.sources_watermark(),

@@ -134,9 +134,11 @@ fn group_text(addr: &str) -> Result<String> {
             rows.push((
                 n,
                 format!(
-                    "{n:>4}  {:<10} {m}  watermark {}  time lag {} ms  lag {} records  rows {}  \
-                     checkpoints {}  from checkpoint {}",
+                    "{n:>4}  {:<10} {m}  stage {} partition {}  watermark {}  time lag {} ms  \
+                     lag {} records  rows {}  checkpoints {}  from checkpoint {}",
                     t["state"].as_str().unwrap_or("?"),
+                    opt(&t["stage"]),
+                    opt(&t["partition"]),
                     time_of(&t["watermark"]),
                     opt(&t["time_lag_ms"]),
                     opt(&t["lag_records"]),

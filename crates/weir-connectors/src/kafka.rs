@@ -93,6 +93,25 @@ where
                 rec = back;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
+            // Too large is too large on every try: not an error a restart may pass.
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge,
+                ),
+                back,
+            )) => {
+                let bytes = back.payload.map_or(0, |p| p.to_bytes().len());
+                return Err(Error::config(
+                    "message.max.bytes",
+                    bytes,
+                    format!(
+                        "a record of {bytes} bytes for topic {} is larger than the producer \
+                         allows; raise 'properties.message.max.bytes' (and the topic's and \
+                         brokers' limits), or write smaller rows",
+                        back.topic
+                    ),
+                ));
+            }
             Err((e, _)) => return Err(kafka_err("produce", e)),
         }
     }

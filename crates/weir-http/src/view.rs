@@ -452,8 +452,13 @@ pub struct GroupInfo {
 /// One task of a member (see [`GroupInfo`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct GroupTask {
-    /// The partition it reads of every input topic.
+    /// The task's number, over all stages of the job.
     pub task: i32,
+    /// Its stage (the job cut at its keyed edges; 0 for a job without any).
+    pub stage: usize,
+    /// The partition it reads of every input topic of its stage (and of every repartition
+    /// topic into it).
+    pub partition: i32,
     /// `running`, `waiting` (for its checkpoint folder, or to restart) or `finished`.
     pub state: &'static str,
     /// The checkpoint it went on from.

@@ -351,6 +351,8 @@ async fn a_group_member_shows_its_group_as_the_openapi_schema_says() {
     assert!(missing["error"].as_str().unwrap().contains("--group"));
     let task = |task: i32, state: &'static str| weir_http::GroupTask {
         task,
+        stage: 1,
+        partition: task - 6,
         state,
         restored_from: (state == "running").then_some(12),
         watermark: (state == "running").then_some(1_700_000_000_000),
@@ -369,46 +371,49 @@ async fn a_group_member_shows_its_group_as_the_openapi_schema_says() {
         )]
         .into(),
         assignment: [
-            ("host-1-100".to_string(), vec![0, 2]),
-            ("host-2-100".to_string(), vec![1, 3]),
+            ("host-1-100".to_string(), vec![6, 8]),
+            ("host-2-100".to_string(), vec![7, 9]),
         ]
         .into(),
-        tasks: vec![task(1, "running"), task(3, "waiting")],
+        // Tasks 6 to 9 are stage 1's, reading partitions 0 to 3.
+        tasks: vec![task(7, "running"), task(9, "waiting")],
     };
     view.set_group(info.clone());
     let got = check_against_openapi(addr, "GET", "/api/v1/group", &[], "").await;
     assert_eq!(got, serde_json::to_value(&info).unwrap());
     assert_eq!(got["tasks"][0]["restored_from"], 12);
+    assert_eq!(got["tasks"][0]["stage"], 1);
+    assert_eq!(got["tasks"][0]["partition"], 1);
     assert_eq!(got["tasks"][1]["watermark"], serde_json::Value::Null);
     // And in /metrics, before the job (a template in a group) has any sample of its own.
     let fams = prom::parse(&get(addr, "/metrics").await.body).unwrap();
     assert_eq!(fams["weir_group_members"].value(&[("group", "g")]), 2.0);
     assert_eq!(fams["weir_group_tasks"].value(&[("group", "g")]), 4.0);
     let state = &fams["weir_group_task_state"];
-    assert_eq!(state.value(&[("task", "1"), ("state", "running")]), 1.0);
-    assert_eq!(state.value(&[("task", "3"), ("state", "waiting")]), 1.0);
-    assert_eq!(state.value(&[("task", "3"), ("state", "running")]), 0.0);
+    assert_eq!(state.value(&[("task", "7"), ("state", "running")]), 1.0);
+    assert_eq!(state.value(&[("task", "9"), ("state", "waiting")]), 1.0);
+    assert_eq!(state.value(&[("task", "9"), ("state", "running")]), 0.0);
     assert_eq!(
-        fams["weir_group_task_watermark_seconds"].value(&[("task", "1")]),
+        fams["weir_group_task_watermark_seconds"].value(&[("task", "7")]),
         1_700_000_000.0
     );
     assert!(fams["weir_group_task_watermark_seconds"]
-        .matching(&[("task", "3")])
+        .matching(&[("task", "9")])
         .is_empty());
     assert_eq!(
-        fams["weir_group_task_time_lag_seconds"].value(&[("task", "1")]),
+        fams["weir_group_task_time_lag_seconds"].value(&[("task", "7")]),
         0.25
     );
     assert_eq!(
-        fams["weir_group_task_consumer_lag_records"].value(&[("task", "1")]),
+        fams["weir_group_task_consumer_lag_records"].value(&[("task", "7")]),
         40.0
     );
     assert_eq!(
-        fams["weir_group_task_rows_read_total"].value(&[("task", "3")]),
+        fams["weir_group_task_rows_read_total"].value(&[("task", "9")]),
         1000.0
     );
     assert_eq!(
-        fams["weir_group_task_checkpoints_completed_total"].value(&[("task", "1")]),
+        fams["weir_group_task_checkpoints_completed_total"].value(&[("task", "7")]),
         3.0
     );
 }
