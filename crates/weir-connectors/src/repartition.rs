@@ -28,7 +28,10 @@
 //! The reader holds each writer's records back until their epoch is committed: `commit(n)`
 //! passes on the held records of epochs up to `n`, in order; `start(r)` of a new generation
 //! passes on those up to `r` (checkpoint `r` is complete, whether or not its commit was written)
-//! and throws away the rest, which the restored writer writes again. Records of a generation
+//! and throws away the rest, which the restored writer writes again. The newest generation is
+//! the one whose start comes last in the partition (never decided by clocks: a writer may move
+//! to a host whose clock lags); a dead writer's request is taken to reach the broker before its
+//! successor, which restores its state first, writes its start. Records of a generation
 //! that is no longer the writer's, and repeated sequence numbers (a retried request), are
 //! dropped. The reader's position in a checkpoint is the offset of the oldest record it still
 //! holds (or the next one) with, per writer, the generation, the epochs passed on, the
@@ -40,6 +43,10 @@
 //! Rows reach the reader one checkpoint interval after they were written, at the writer's
 //! commit (Kafka Streams' exactly-once has the same cost); the reader holds at most that much
 //! per writer.
+//!
+//! Records are not deleted once read (the test broker, tansu 0.6, does not implement
+//! DeleteRecords): the topic's retention bounds it, and a reader that finds records it has not
+//! read gone fails, saying so, rather than skipping them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Cursor;
