@@ -739,6 +739,7 @@ impl SourceFactory for KafkaSource {
             builder: RowBuilder::new(self.schema.clone(), ctx.batch_rows),
             ctx,
             next_lag_check: i64::MIN,
+            lag: None,
             started,
             known: all.len(),
             next_discovery: i64::MIN,
@@ -921,6 +922,10 @@ struct KafkaReader {
     builder: RowBuilder,
     ctx: ReaderContext,
     next_lag_check: i64,
+    /// The partitions' ends looked up beside the reader: a client of its own (a look-up on
+    /// the reading consumer's connection waits behind its long-polling fetch, up to
+    /// `fetch.wait.max.ms`, and timed out), on a blocking thread, so `poll` never waits.
+    lag: Option<(Arc<BaseConsumer>, Option<tokio::task::JoinHandle<()>>)>,
     /// Per partition: the first record at or after a start time was seen.
     started: Vec<bool>,
     /// Partitions of the topic known so far (numbered 0 ..).
@@ -929,6 +934,37 @@ struct KafkaReader {
 }
 
 impl KafkaReader {
+    /// Looks the partitions' ends up for the lag metrics, beside the reader (see
+    /// [`KafkaReader::lag`]); the previous look-up still running, this one is left out.
+    fn look_up_ends(&mut self) -> Result<()> {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return Ok(());
+        };
+        if self.lag.is_none() {
+            self.lag = Some((Arc::new(self.source.consumer()?), None));
+        }
+        let Some((client, running)) = self.lag.as_mut() else {
+            return Ok(());
+        };
+        if running.as_ref().is_some_and(|r| !r.is_finished()) {
+            return Ok(());
+        }
+        let client = client.clone();
+        let topic = self.source.spec.topic.clone();
+        let splits: Vec<(i32, Arc<weir_runtime::metrics::SplitMetrics>)> =
+            (self.partitions.iter().copied())
+                .zip(self.ctx.split_metrics.iter().cloned())
+                .collect();
+        *running = Some(handle.spawn_blocking(move || {
+            for (p, m) in splits {
+                if let Ok((_, high)) = client.fetch_watermarks(&topic, p, METADATA_TIMEOUT) {
+                    m.progress_total.store(high.max(0) as u64, Relaxed);
+                }
+            }
+        }));
+        Ok(())
+    }
+
     fn index(&self, partition: i32) -> Option<usize> {
         self.partitions.iter().position(|&p| p == partition)
     }
@@ -1248,17 +1284,7 @@ impl SourceReader for KafkaReader {
         // Every few seconds, the partitions' ends (the consumer lag is end minus position).
         if now >= self.next_lag_check {
             self.next_lag_check = now + 5_000;
-            for (k, &p) in self.partitions.iter().enumerate() {
-                if let Ok((_, high)) = self.consumer.fetch_watermarks(
-                    &self.source.spec.topic,
-                    p,
-                    Duration::from_millis(200),
-                ) {
-                    self.ctx.split_metrics[k]
-                        .progress_total
-                        .store(high.max(0) as u64, Relaxed);
-                }
-            }
+            self.look_up_ends()?;
         }
         let limit = self.ctx.batch_rows;
         loop {
