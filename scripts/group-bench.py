@@ -112,12 +112,21 @@ def expected(records):
     return sum(1 for i in range(records) if (i * 7919) % 1000 > 500)
 
 
-def alone(args, stamp):
-    topic = f"gb-{stamp}-alone"
-    table = f"gb_{stamp}_alone"
+def prepared(args, stamp, name):
+    """A topic holding the records, and the table the job fills: their names and its rows."""
+    topic = f"gb-{stamp}-{name}"
     create_topic(args.bootstrap, topic)
     produce(args.bootstrap, topic, 0, args.records)
-    want = expected(args.records)
+    return topic, f"gb_{stamp}_{name}", expected(args.records)
+
+
+def table_row(args, label, want, wall, cpu, dup):
+    print(f"| {label} | {args.records:,} | {want:,} | {wall:.2f} | {cpu:.2f} | "
+          f"{args.records / wall:,.0f} | {args.records / max(cpu, 1e-9):,.0f} | {dup} |")
+
+
+def alone(args, stamp):
+    topic, table, want = prepared(args, stamp, "alone")
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "job.sql"), "w") as f:
             f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey, True))
@@ -131,16 +140,11 @@ def alone(args, stamp):
         dup = psql(args.postgres, f"SELECT count(*) - count(DISTINCT id) FROM {table}")
     if got != want:
         sys.exit(f"alone: {got} rows of {want}")
-    print(f"| alone | {args.records:,} | {want:,} | {wall:.2f} | {cpu:.2f} | "
-          f"{args.records / wall:,.0f} | {args.records / max(cpu, 1e-9):,.0f} | {dup} |")
+    table_row(args, "alone", want, wall, cpu, dup)
 
 
 def throughput(args, members, stamp):
-    topic = f"gb-{stamp}-{members}"
-    table = f"gb_{stamp}_{members}"
-    create_topic(args.bootstrap, topic)
-    produce(args.bootstrap, topic, 0, args.records)
-    want = expected(args.records)
+    topic, table, want = prepared(args, stamp, members)
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "job.sql"), "w") as f:
             f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey))
@@ -161,8 +165,7 @@ def throughput(args, members, stamp):
         for m in ms:
             m.wait()
         dup = psql(args.postgres, f"SELECT count(*) - count(DISTINCT id) FROM {table}")
-    print(f"| {members} | {args.records:,} | {want:,} | {wall:.2f} | {cpu:.2f} | "
-          f"{args.records / wall:,.0f} | {args.records / max(cpu, 1e-9):,.0f} | {dup} |")
+    table_row(args, members, want, wall, cpu, dup)
 
 
 def takeover(args, stamp):

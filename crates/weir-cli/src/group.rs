@@ -254,12 +254,9 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
         .map(|l| l.partitions)
         .max()
         .unwrap_or(1);
-    let mut stages_tasks: Vec<usize> = (partitions.iter())
+    let stages_tasks: Vec<usize> = (partitions.iter())
         .map(|p| p.as_ref().map_or(widest, |(_, n)| *n))
         .collect();
-    if stages_tasks.is_empty() {
-        stages_tasks.push(widest);
-    }
     let ids = graph.stable_ids();
     let mut repartition = Vec::new();
     // Per keyed edge (by index into the graph's edges), its topic.
@@ -540,10 +537,7 @@ impl Plan {
     /// # Errors
     /// A repartition node whose settings do not read back.
     fn bind_run(&mut self, run: &str) -> Result<()> {
-        use weir_connectors::repartition::{
-            RepartitionSinkSpec, RepartitionSource, RepartitionSourceSpec,
-        };
-        use weir_runtime::graph::spec_from_json;
+        use weir_connectors::repartition::RepartitionSource;
         let rename = |t: &mut RepartitionTopic| t.topic = format!("{}-{run}", t.topic);
         for t in &mut self.repartition {
             rename(t);
@@ -551,19 +545,21 @@ impl Plan {
         for stage in &mut self.stages {
             for n in &mut stage.graph.nodes {
                 match &mut n.kind {
-                    NodeKind::Source { factory, .. } if factory.kind() == "repartition" => {
-                        let mut spec: RepartitionSourceSpec =
-                            spec_from_json("repartition", &factory.spec())?;
-                        rename(&mut spec.topic);
-                        *factory = Arc::new(RepartitionSource::new(spec));
+                    NodeKind::Source { factory, .. } => {
+                        if let Some(f) =
+                            RepartitionSource::changed(factory.as_ref(), |s| rename(&mut s.topic))?
+                        {
+                            *factory = f;
+                        }
                     }
-                    NodeKind::Sink { factory } if factory.kind() == "repartition" => {
-                        let mut spec: RepartitionSinkSpec =
-                            spec_from_json("repartition", &factory.spec())?;
-                        rename(&mut spec.topic);
-                        *factory = Arc::new(RepartitionSink { spec });
+                    NodeKind::Sink { factory } => {
+                        if let Some(f) =
+                            RepartitionSink::changed(factory.as_ref(), |s| rename(&mut s.topic))?
+                        {
+                            *factory = f;
+                        }
                     }
-                    _ => {}
+                    NodeKind::Operator { .. } => {}
                 }
             }
         }
@@ -595,7 +591,7 @@ impl Plan {
             }
             if let NodeKind::Sink { factory } = &mut n.kind {
                 if let Some(writer) =
-                    RepartitionSink::as_writer(factory.as_ref(), partition as usize)?
+                    RepartitionSink::changed(factory.as_ref(), |s| s.writer = partition as usize)?
                 {
                     *factory = writer;
                 } else if let Some(own) = factory.for_task(&format!("task-{task}"))? {

@@ -187,6 +187,27 @@ fn log(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_default()
 }
 
+/// The logs `names` in `dir`.
+fn logs(dir: &Path, names: &[&str]) -> Vec<String> {
+    names.iter().map(|l| log(dir, l)).collect()
+}
+
+/// Asks member `m` to leave (SIGTERM: it stops its tasks with savepoints).
+fn sigterm(m: &Child) {
+    let pid = m.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+}
+
+/// Two fresh PostgreSQL schemas, for a single run's output and a group's.
+fn schemas(rt: &tokio::runtime::Runtime, reference: &str, group: &str) -> (String, String) {
+    rt.block_on(async {
+        (
+            postgres::fresh_schema(reference).await.name,
+            postgres::fresh_schema(group).await.name,
+        )
+    })
+}
+
 /// The tasks a member's log says it runs now: started or taken over, and not handed back since.
 fn tasks_held(log: &str) -> Vec<i32> {
     let mut held = std::collections::BTreeSet::new();
@@ -231,12 +252,7 @@ fn wait_for(dir: &Path, what: &str, mut done: impl FnMut() -> bool) {
 fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exactly_once() {
     let rt = kafka::rt();
     let topic = kafka::topic(&rt, "group-events", 6);
-    let (reference, grouped) = rt.block_on(async {
-        (
-            postgres::fresh_schema("group_reference").await.name,
-            postgres::fresh_schema("group_members").await.name,
-        )
-    });
+    let (reference, grouped) = schemas(&rt, "group_reference", "group_members");
 
     // The group, while the records are written at 3,000 a second.
     let dir = tempfile::tempdir().unwrap();
@@ -367,17 +383,13 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     assert!(out.contains("it holds a group's checkpoints"), "{out}");
     // Stopped, then the table read: a row committed late, a duplicate among them, counts.
     for m in &mut members[1..] {
-        let pid = m.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        sigterm(m);
     }
     for m in &mut members[1..] {
         assert!(m.wait().unwrap().success());
     }
     let got = rows(&rt, &grouped);
-    let logs: Vec<String> = ["a.log", "b.log", "c.log", "d.log"]
-        .iter()
-        .map(|l| log(dir.path(), l))
-        .collect();
+    let logs = logs(dir.path(), &["a.log", "b.log", "c.log", "d.log"]);
     assert_eq!(got.len(), want.len(), "logs:\n{}", logs.join("\n----\n"));
     assert!(got == want, "the group's rows differ from the single run's");
     // The members said which tasks they took over from a checkpoint.
@@ -652,12 +664,7 @@ fn set_aside(out: &str) -> u64 {
 fn a_count_per_ad_over_clicks_by_user_re_keyed_between_two_members_is_the_single_run_s() {
     let rt = kafka::rt();
     let topic = kafka::topic(&rt, "group-clicks", 6);
-    let (reference, grouped) = rt.block_on(async {
-        (
-            postgres::fresh_schema("rekey_reference").await.name,
-            postgres::fresh_schema("rekey_members").await.name,
-        )
-    });
+    let (reference, grouped) = schemas(&rt, "rekey_reference", "rekey_members");
     let url = postgres::url();
     let job = |schema: &str, bounded: bool| {
         format!(
@@ -697,8 +704,7 @@ fn a_count_per_ad_over_clicks_by_user_re_keyed_between_two_members_is_the_single
     wait_for(dir.path(), "windows counted", || {
         closed(&grouped).len() > 50
     });
-    let pid = members[1].id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    sigterm(&members[1]);
     let left = members[1].wait().unwrap();
     assert!(left.success(), "{left}:\n{}", log(dir.path(), "b.log"));
     members[1] = member(dir.path(), &group, "c.log", "off");
@@ -713,14 +719,10 @@ fn a_count_per_ad_over_clicks_by_user_re_keyed_between_two_members_is_the_single
         closed(&grouped).len() >= want.len()
     });
     for m in members.iter_mut() {
-        let pid = m.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        sigterm(m);
         assert!(m.wait().unwrap().success());
     }
-    let logs: Vec<String> = ["a.log", "b.log", "c.log"]
-        .iter()
-        .map(|l| log(dir.path(), l))
-        .collect();
+    let logs = logs(dir.path(), &["a.log", "b.log", "c.log"]);
     let got = closed(&grouped);
     assert!(
         got == want,
@@ -746,12 +748,7 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
     let clicks = kafka::topic(&rt, "group-att-clicks", 6);
     // Not co-partitioned: both are re-keyed by (ad, user) for the join anyway.
     let impressions = kafka::topic(&rt, "group-att-impressions", 4);
-    let (reference, grouped) = rt.block_on(async {
-        (
-            postgres::fresh_schema("attribution_reference").await.name,
-            postgres::fresh_schema("attribution_members").await.name,
-        )
-    });
+    let (reference, grouped) = schemas(&rt, "attribution_reference", "attribution_members");
     let url = postgres::url();
     // The interval join of clicks to the impressions they follow within 10 s (both
     // partitioned by user, joined by ad and user), each attributed click, and a count per ad.
@@ -834,14 +831,10 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
         attributed(&grouped).len() >= want.0.len() && counted(&grouped) >= want_counted
     });
     for m in &mut members[1..] {
-        let pid = m.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        sigterm(m);
         assert!(m.wait().unwrap().success());
     }
-    let logs: Vec<String> = ["a.log", "b.log", "c.log", "d.log"]
-        .iter()
-        .map(|l| log(dir.path(), l))
-        .collect();
+    let logs = logs(dir.path(), &["a.log", "b.log", "c.log", "d.log"]);
     let got = (attributed(&grouped), per_ad(&grouped));
     assert!(
         got == want,

@@ -339,21 +339,21 @@ pub struct RepartitionSink {
 }
 
 impl RepartitionSink {
-    /// This sink as writer `writer` (the task of the writing stage that reads partition
-    /// `writer` of its inputs), if `sink` is a repartition sink.
+    /// `sink` with its settings changed by `change` (a task's writer number, a run's topic
+    /// name), if it is a repartition sink; `None` for any other sink.
     ///
     /// # Errors
     /// A spec that does not read back.
-    pub fn as_writer(
+    pub fn changed(
         sink: &dyn SinkFactory,
-        writer: usize,
+        change: impl FnOnce(&mut RepartitionSinkSpec),
     ) -> Result<Option<Arc<dyn SinkFactory>>> {
         if sink.kind() != "repartition" {
             return Ok(None);
         }
         let mut spec: RepartitionSinkSpec =
             weir_runtime::graph::spec_from_json("repartition", &sink.spec())?;
-        spec.writer = writer;
+        change(&mut spec);
         Ok(Some(Arc::new(RepartitionSink { spec })))
     }
 }
@@ -636,6 +636,24 @@ impl RepartitionSource {
         }
     }
 
+    /// `source` with its settings changed by `change`, if it is a repartition source; `None`
+    /// for any other source (see [`RepartitionSink::changed`]).
+    ///
+    /// # Errors
+    /// A spec that does not read back.
+    pub fn changed(
+        source: &dyn SourceFactory,
+        change: impl FnOnce(&mut RepartitionSourceSpec),
+    ) -> Result<Option<Arc<dyn SourceFactory>>> {
+        if source.kind() != "repartition" {
+            return Ok(None);
+        }
+        let mut spec: RepartitionSourceSpec =
+            weir_runtime::graph::spec_from_json("repartition", &source.spec())?;
+        change(&mut spec);
+        Ok(Some(Arc::new(RepartitionSource::new(spec))))
+    }
+
     fn partitions(&self) -> Vec<i32> {
         match &self.spec.read {
             Some(p) => p.clone(),
@@ -764,7 +782,7 @@ impl SourceFactory for RepartitionSource {
             });
         }
         consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
-        let mut reader = RepartitionReader {
+        Ok(Box::new(RepartitionReader {
             topic: topic.clone(),
             schema: self.schema.clone(),
             consumer,
@@ -774,16 +792,7 @@ impl SourceFactory for RepartitionSource {
                 .map(|(k, s)| (s.partition, k))
                 .collect(),
             splits: states,
-            taken: 0,
-        };
-        // A restored split's idleness (the runtime restores only its watermark) is told at
-        // the first polls.
-        for s in &mut reader.splits {
-            if s.state.watermark().is_none() {
-                s.reported = Some(Some(Watermark::MIN));
-            }
-        }
-        Ok(Box::new(reader))
+        }))
     }
 }
 
@@ -953,7 +962,8 @@ impl WriterState {
 struct Split {
     partition: i32,
     state: SplitState,
-    /// The split's watermark as last told to the runtime.
+    /// The split's watermark as last told to the runtime (`None`: not yet, so a restored
+    /// split's idleness, which the runtime does not restore, is told at the first polls).
     reported: Option<Option<Watermark>>,
 }
 
@@ -963,8 +973,6 @@ struct RepartitionReader {
     consumer: BaseConsumer,
     index: BTreeMap<i32, usize>,
     splits: Vec<Split>,
-    /// Records taken in the current poll.
-    taken: usize,
 }
 
 /// Records taken per poll at most (held ones: nothing to return yet), before the task gets a
@@ -972,11 +980,6 @@ struct RepartitionReader {
 const RECORDS_PER_POLL: usize = 4096;
 
 impl RepartitionReader {
-    /// Whether this poll has taken as many records as one may.
-    fn taken_this_poll(&self) -> bool {
-        self.taken >= RECORDS_PER_POLL
-    }
-
     /// A split whose watermark changed since it was last told, with the new one.
     fn watermark_change(&mut self) -> Option<SourcePoll> {
         for (k, split) in self.splits.iter_mut().enumerate() {
@@ -999,16 +1002,14 @@ impl SourceReader for RepartitionReader {
     /// between polls, never counts rows not returned yet; a watermark that moved goes out at
     /// the next poll (a watermark may always come later than it could).
     fn poll(&mut self) -> Result<SourcePoll> {
-        self.taken = 0;
         if let Some(change) = self.watermark_change() {
             return Ok(change);
         }
         let mut passed_on = Vec::new();
-        loop {
+        for taken in 1.. {
             let Some(msg) = self.consumer.poll(Duration::ZERO) else {
                 break;
             };
-            self.taken += 1;
             let msg = msg.map_err(|e| kafka_err("consume", e))?;
             let Some(&k) = self.index.get(&msg.partition()) else {
                 continue;
@@ -1038,7 +1039,7 @@ impl SourceReader for RepartitionReader {
             if let Some(change) = self.watermark_change() {
                 return Ok(change);
             }
-            if self.taken_this_poll() {
+            if taken >= RECORDS_PER_POLL {
                 return Ok(SourcePoll::Pending { wait_ms: 1 });
             }
         }
