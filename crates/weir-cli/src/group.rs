@@ -46,6 +46,9 @@ use weir_runtime::graph::{NodeKind, OperatorState};
 use weir_runtime::sink::Delivery;
 use weir_runtime::{JobGraph, Location, Partitioning};
 
+mod roster;
+use roster::Roster;
+
 /// A job planned to run as a group: the checks passed, and what the tasks are.
 pub struct Plan {
     /// The group's name.
@@ -102,14 +105,6 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
             "--restore {r}: in a group each task goes on from its own newest checkpoint (under \
              the checkpoint folder's task-N folders), which is what --restore latest means; a \
              checkpoint or savepoint of a single run does not split into tasks"
-        );
-    }
-    let dir = checkpoints.dir.to_string_lossy();
-    if dir.contains("://") && !dir.starts_with("file://") {
-        bail!(
-            "checkpoint folder {}: the members of a group find each other in a folder every \
-             process reaches (a shared file system); in object storage not yet",
-            checkpoints.dir.display()
         );
     }
     // A keyed edge becomes a repartition topic between two stages; any other exchange that
@@ -511,14 +506,13 @@ fn local_dir(dir: &Path) -> PathBuf {
 /// # Errors
 /// The folder is a group's.
 pub fn refuse_group_folder(dir: &Path) -> Result<()> {
-    let local = local_dir(dir);
-    if local.join("_group").is_dir() {
+    if roster::holds_group(dir)? {
         bail!(
             "checkpoint folder {}: it holds a group's checkpoints (task-N, _group; weir run \
              --group), whose tasks' progress a job run alone would not see (it would start \
              over and write everything again): run the job with --group, or give it another \
              folder",
-            local.display()
+            local_dir(dir).display()
         );
     }
     Ok(())
@@ -602,6 +596,8 @@ impl Plan {
         if let Some(c) = g.config.checkpointing.as_mut() {
             c.dir = c.dir.join(format!("task-{task}"));
             c.restore = Some("latest".into());
+            // A member tries a held task again at its next look rather than wait.
+            c.wait_for_lock = false;
         }
         g.config.dead_letter_path =
             (self.graph.config.dead_letter_path.as_deref()).map(|p| task_path(p, task));
@@ -634,230 +630,12 @@ impl Plan {
             .collect()
     }
 
-    /// Where the members record themselves: `_group` in the checkpoint folder.
-    fn members_dir(&self) -> PathBuf {
-        self.base_dir().join("_group")
-    }
-
     /// The checkpoint folder of task `task`, for messages.
     fn task_dir(&self, task: i32) -> String {
         self.base_dir()
             .join(format!("task-{task}"))
             .display()
             .to_string()
-    }
-}
-
-/// The group's members, as the checkpoint folder records them: each member holds the lock of
-/// its own file `_group/<member>.member` while its process lives (the OS releases it when the
-/// process ends, killed or not), so a member is alive exactly while its file is locked.
-struct Roster {
-    dir: PathBuf,
-    me: String,
-    /// The group's run: its repartition topics' suffix (see [`Plan::bind_run`]).
-    run: String,
-    _hold: weir_state::checkpoint::FileLock,
-    /// A shared hold on the checkpoint folder's own lock, which a job run alone in the same
-    /// folder takes exclusively: neither starts while the other runs.
-    _folder: weir_state::checkpoint::FileLock,
-}
-
-/// What the first member of a group records in `_group/group.json`, which every member that
-/// joins while others live must match: the group's name and its number of tasks.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct GroupRecord {
-    name: String,
-    tasks: usize,
-    /// The tasks of each stage (one stage: none recorded).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    stages: Vec<usize>,
-    /// The run's id, picked when the folder has no task's checkpoints yet.
-    #[serde(default)]
-    run: String,
-}
-
-/// The suffix of a member's file.
-const MEMBER_FILE: &str = ".member";
-
-impl Roster {
-    /// Joins `plan`'s group as member `me`: holds the checkpoint folder shared (refused while
-    /// a job run alone holds it, or when it holds such a job's checkpoints), holds its own
-    /// member file, and checks that the group's record matches the plan when other members
-    /// live (writes it when none does).
-    fn join(plan: &Plan, me: &str, http: Option<std::net::SocketAddr>) -> Result<Roster> {
-        let base = plan.base_dir();
-        let folder = hold_folder_shared(&base, &plan.name)?;
-        if let Some(single) = (std::fs::read_dir(&base)?.flatten())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.starts_with("chk-") || n == "savepoints")
-        {
-            bail!(
-                "{} holds checkpoints of the job run alone ({single}), which a group's tasks \
-                 cannot go on from (each task has its own, in task-N); give the group another \
-                 checkpoint folder",
-                base.display()
-            );
-        }
-        let dir = plan.members_dir();
-        std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
-        // One member joins at a time, from before its file is made until the group's record
-        // is read or written: members started together then agree on who came first, and one
-        // that finds others finds them joined, with the record written.
-        let _joining = lock_waiting(&dir.join("join.lock"), me)?;
-        let path = dir.join(format!("{me}{MEMBER_FILE}"));
-        // Read by the others for `/api/v1/group`: where this member's HTTP API is.
-        let holder = match http {
-            Some(addr) => format!(
-                "member {me} (process {}) http://{addr}/",
-                std::process::id()
-            ),
-            None => format!("member {me} (process {})", std::process::id()),
-        };
-        // Another member may be looking at the new file (taking its lock for a moment) just
-        // as it is made: a few tries.
-        let mut tries = 0;
-        let hold = loop {
-            match weir_state::checkpoint::lock_file(&path, &holder, true)
-                .with_context(|| format!("joining the group in {}", dir.display()))?
-            {
-                Ok(hold) => break hold,
-                Err(other) if tries < 50 => {
-                    tries += 1;
-                    tracing::debug!(%other, "member file held for a moment");
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(other) => bail!("{} is held by {other}", path.display()),
-            }
-        };
-        let mut roster = Roster {
-            dir,
-            me: me.to_string(),
-            run: String::new(),
-            _hold: hold,
-            _folder: folder,
-        };
-        let record_path = roster.dir.join("group.json");
-        let mine = GroupRecord {
-            name: plan.name.clone(),
-            tasks: plan.tasks,
-            stages: if plan.stages.len() > 1 {
-                plan.stages.iter().map(|s| s.tasks).collect()
-            } else {
-                Vec::new()
-            },
-            run: String::new(),
-        };
-        // Who else lives, and what the group's record says.
-        let others = roster.live()?.len() > 1;
-        let recorded: Option<GroupRecord> = match std::fs::read(&record_path) {
-            Ok(b) => Some(
-                serde_json::from_slice(&b)
-                    .with_context(|| format!("{} is no group record", record_path.display()))?,
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e).with_context(|| format!("reading {}", record_path.display())),
-        };
-        // The run goes on while the folder holds a task's checkpoints; a folder without any
-        // starts a new one (and new repartition topics).
-        let tasks_started = (std::fs::read_dir(&base)?.flatten())
-            .any(|e| e.file_name().to_string_lossy().starts_with("task-"));
-        let run = match &recorded {
-            Some(r) if !r.run.is_empty() && (others || tasks_started) => r.run.clone(),
-            _ => format!(
-                "{:08x}",
-                weight(me, weir_core::time::Clock::now(&SystemClock).0 as usize) as u32
-            ),
-        };
-        let mine = GroupRecord { run, ..mine };
-        roster.run = mine.run.clone();
-        match recorded {
-            Some(r) if others && r.run.is_empty() && !plan.repartition.is_empty() => bail!(
-                "the members of group {} running now are of an older weir, which keeps no run \
-                 for repartition topics: stop them all, then start every member with this one",
-                r.name
-            ),
-            Some(r) if others && r.name != mine.name => bail!(
-                "{} is group {}'s, whose members are running; a folder holds one group: give \
-                 group {} a checkpoint folder of its own",
-                base.display(),
-                r.name,
-                mine.name
-            ),
-            Some(r) if others && r.tasks == mine.tasks && r.stages != mine.stages => bail!(
-                "group {} runs its tasks in stages of {:?} tasks, and this member's job in \
-                 stages of {:?}: every member runs the same job; stop every member and start \
-                 them again with it",
-                r.name,
-                r.stages,
-                mine.stages
-            ),
-            Some(r) if others && r.tasks != mine.tasks => bail!(
-                "group {} runs {} tasks, and topic {} has {} partitions now: a group's tasks \
-                 are fixed while any member runs; {NEW_PARTITIONS}",
-                r.name,
-                r.tasks,
-                plan.topic,
-                mine.tasks
-            ),
-            Some(_) if others => {}
-            None if others => bail!(
-                "{} has no group record, and members are running there: a folder holds one \
-                 group; give group {} a checkpoint folder of its own",
-                base.display(),
-                mine.name
-            ),
-            _ => {
-                let tmp = roster.dir.join(format!(".group.json.{me}"));
-                std::fs::write(&tmp, serde_json::to_vec_pretty(&mine)?)?;
-                std::fs::rename(&tmp, &record_path)?;
-            }
-        }
-        Ok(roster)
-    }
-
-    /// The members alive now, this one among them, sorted. A member file nobody holds is a
-    /// member that has ended: it is removed (by taking its lock, which deletes it on release).
-    fn live(&self) -> Result<Vec<String>> {
-        let mut live = vec![self.me.clone()];
-        let entries = std::fs::read_dir(&self.dir)
-            .with_context(|| format!("reading the group's members in {}", self.dir.display()))?;
-        for e in entries {
-            let Ok(e) = e else { continue };
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(member) = name.strip_suffix(MEMBER_FILE) else {
-                continue;
-            };
-            if member == self.me {
-                continue;
-            }
-            let probe = format!("member {} looking at {member}", self.me);
-            match weir_state::checkpoint::lock_file(&e.path(), &probe, true) {
-                // Nobody held it: that member has ended, and its file goes with this lock.
-                Ok(Ok(_ended)) => {}
-                Ok(Err(_holder)) => live.push(member.to_string()),
-                // Cannot tell: taken as alive, so its tasks stay (their folders' locks keep
-                // them from running twice either way).
-                Err(e) => {
-                    tracing::warn!(member, error = %e, "cannot tell whether the member lives");
-                    live.push(member.to_string());
-                }
-            }
-        }
-        live.sort();
-        Ok(live)
-    }
-
-    /// The HTTP address of each of `members` that serves one, as its file says.
-    fn addresses(&self, members: &[String]) -> BTreeMap<String, String> {
-        (members.iter())
-            .filter_map(|m| {
-                let text =
-                    std::fs::read_to_string(self.dir.join(format!("{m}{MEMBER_FILE}"))).ok()?;
-                let at = text.find("http://")?;
-                let addr = text[at..].split_whitespace().next()?;
-                Some((m.clone(), addr.to_string()))
-            })
-            .collect()
     }
 }
 
@@ -872,33 +650,6 @@ const NEW_PARTITIONS_STAGES: &str = "a group of several stages cannot take new p
      (its tasks are numbered by them, and its repartition topics have as many): stop every \
      member and start the group again from nothing, in a new checkpoint folder (from the \
      topics' start, or from an event time with 'scan.startup.mode' = 'timestamp')";
-
-/// The exclusive lock of `path`, waited for (tried every 20 ms, for at most 30 s).
-fn lock_waiting(path: &Path, me: &str) -> Result<weir_state::checkpoint::FileLock> {
-    for _ in 0..1_500 {
-        match weir_state::checkpoint::lock_file(path, &format!("member {me}"), false)? {
-            Ok(lock) => return Ok(lock),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    bail!("{} stayed locked for 30 s", path.display())
-}
-
-/// A shared lock on the checkpoint folder's lock file (`_lock`), which a job run alone takes
-/// exclusively (`LocalDirStorage::lock`), with who holds it written for that job's refusal.
-fn hold_folder_shared(base: &Path, name: &str) -> Result<weir_state::checkpoint::FileLock> {
-    let path = base.join(weir_state::checkpoint::LOCK_FILE);
-    let holder = format!("group {name} (weir run --group)");
-    weir_state::checkpoint::lock_file_shared(&path, &holder)
-        .with_context(|| format!("locking {}", path.display()))?
-        .map_err(|who| {
-            anyhow::anyhow!(
-                "{} is held by {who}: a job run alone in the same checkpoint folder; stop it, or \
-                 give the group another folder",
-                base.display()
-            )
-        })
-}
 
 /// A fixed 64-bit hash (FNV-1a) of a member and a task: the same in every process and version,
 /// so that every member computes the same assignment from the same members.
@@ -1224,6 +975,7 @@ async fn look(
     slots: &mut BTreeMap<i32, Slot>,
 ) -> Result<()> {
     check_ended(plan, slots).await?;
+    roster.check_held()?;
     let live = match roster.live() {
         Ok(live) => live,
         // A shared folder out of reach for a moment: the members as last seen.
@@ -1320,7 +1072,7 @@ async fn stop_slot(task: &str, slot: Slot) {
                     "weir: {task}: stopped with a savepoint ({})",
                     path.display()
                 );
-                prune_savepoints(&path);
+                let _ = tokio::task::spawn_blocking(move || prune_savepoints(&path)).await;
             }
         }
         Some(Ok(Err(e))) => eprintln!("weir: {task}: failed while stopping: {e:#}"),
@@ -1356,20 +1108,14 @@ const HAND_BACK: Duration = Duration::from_secs(30);
 fn prune_savepoints(newest: &Path) {
     let epoch =
         |p: &Path| -> Option<u64> { p.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok() };
-    let (Some(dir), Some(keep)) = (newest.parent(), epoch(newest)) else {
+    // `<task>/savepoints/chk-<epoch>`, in a folder or object storage.
+    let (Some(task), Some(keep)) = (newest.parent().and_then(Path::parent), epoch(newest)) else {
         return;
     };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        if epoch(&path).is_none_or(|n| n >= keep) {
-            continue;
-        }
-        if let Err(err) = std::fs::remove_dir_all(&path) {
-            tracing::warn!(path = %path.display(), error = %err, "cannot remove an old savepoint");
-        }
+    let removed = weir_state::checkpoint::storage_at(task)
+        .and_then(|s| s.remove_savepoints_before(weir_core::time::Epoch(keep)));
+    if let Err(err) = removed {
+        tracing::warn!(task = %task.display(), error = %err, "cannot remove old savepoints");
     }
 }
 
@@ -1578,6 +1324,8 @@ mod tests {
         for n in ["chk-3", "chk-7", "chk-9", "notes"] {
             std::fs::create_dir_all(sp.join(n)).unwrap();
         }
+        // Savepoints hold a manifest; a folder without one is still a savepoint's folder.
+        std::fs::write(sp.join("chk-3/_manifest.json"), "{}").unwrap();
         prune_savepoints(&sp.join("chk-7"));
         let mut left: Vec<String> = std::fs::read_dir(&sp)
             .unwrap()

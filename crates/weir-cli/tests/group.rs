@@ -861,3 +861,120 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
     );
     println!("the members' logs:\n{}", logs.join("\n----\n"));
 }
+
+/// The re-keying count per ad with its checkpoints and its members in object storage (a bucket
+/// of the S3-protocol server scripts/test starts): two members, one killed with -9 mid-stream,
+/// whose tasks the other takes once the killed member's leases (2 s here) have run out, and a
+/// third started later; the windows equal the single run's. A job run alone is then refused
+/// the group's location.
+#[test]
+#[cfg(feature = "object-store")]
+#[ignore = "needs the broker, PostgreSQL and an S3-protocol server: run with scripts/test"]
+fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s_windows() {
+    let rt = kafka::rt();
+    let topic = kafka::topic(&rt, "group-s3-clicks", 6);
+    let (reference, grouped) = schemas(&rt, "s3_reference", "s3_members");
+    let url = postgres::url();
+    let bucket = std::env::var("WEIR_S3_BUCKET").unwrap_or_else(|_| "weir-test".into());
+    let location = format!(
+        "s3://{bucket}/groups/{}",
+        weir_state::store_files::unique_id()
+    );
+    let job = |schema: &str, bounded: bool, checkpoints: &str| {
+        format!(
+            "SET 'execution.checkpointing.interval' = '300 ms';
+             SET 'execution.checkpointing.dir' = '{checkpoints}';
+             SET 'weir.checkpointing.lock-lease' = '2 s';
+             {}
+             CREATE TABLE per_ad (ad_id BIGINT, window_start TIMESTAMP(3), clicks BIGINT)
+             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.per_ad');
+             INSERT INTO per_ad SELECT ad_id, window_start, COUNT(*)
+             FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '10' SECOND))
+             GROUP BY ad_id, window_start, window_end;",
+            events_table("clicks", &topic, bounded)
+        )
+    };
+    let records = clicks_and_impressions(&topic, None, 12_000);
+    let closed = |schema: &str| {
+        query_rows(
+            &rt,
+            &format!(
+                "SELECT ad_id, window_start, clicks FROM {schema}.per_ad
+                 WHERE window_start < to_timestamp({})::timestamp",
+                (T0 + 3_000_000) / 1000
+            ),
+        )
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.sql"), job(&grouped, false, &location)).unwrap();
+    let group = format!("{topic}-group");
+    let mut members = Members(vec![
+        member(dir.path(), &group, "a.log", "off"),
+        member(dir.path(), &group, "b.log", "off"),
+    ]);
+    let producer = std::thread::spawn(move || produce_records(records.into_iter(), 2_000));
+    wait_for(dir.path(), "both members to run tasks", || {
+        let l = logs(dir.path(), &["a.log", "b.log"]);
+        !tasks_held(&l[0]).is_empty() && !tasks_held(&l[1]).is_empty()
+    });
+    wait_for(dir.path(), "windows counted", || {
+        closed(&grouped).len() > 50
+    });
+    let killed = tasks_held(&log(dir.path(), "b.log"));
+    members[1].kill().unwrap();
+    members[1].wait().unwrap();
+    // a takes b's tasks once their leases ran out, each from the newest checkpoint.
+    wait_for(dir.path(), "a to take the killed member's tasks", || {
+        let a = tasks_held(&log(dir.path(), "a.log"));
+        killed.iter().all(|t| a.contains(t))
+    });
+    members[1] = member(dir.path(), &group, "c.log", "off");
+    producer.join().unwrap();
+
+    let single = tempfile::tempdir().unwrap();
+    let out = single_run(job(
+        &reference,
+        true,
+        &single.path().join("chk").to_string_lossy(),
+    ));
+    assert!(set_aside(&out) > 50, "{out}");
+    let want = closed(&reference);
+    assert!(want.len() > 300, "{} windows", want.len());
+    wait_for(dir.path(), "the group to count every window", || {
+        closed(&grouped).len() >= want.len()
+    });
+    for m in members.iter_mut() {
+        sigterm(m);
+        assert!(m.wait().unwrap().success());
+    }
+    let logs = logs(dir.path(), &["a.log", "b.log", "c.log"]);
+    let got = closed(&grouped);
+    assert!(
+        got == want,
+        "the group's windows differ from the single run's ({} and {}); logs:\n{}",
+        got.len(),
+        want.len(),
+        logs.join("\n----\n")
+    );
+    assert!(logs[0].contains("12 tasks in 2 stages"), "{}", logs[0]);
+    let took_over = (logs[0].lines())
+        .filter(|l| l.contains(": took over from checkpoint"))
+        .count();
+    assert!(took_over >= 1, "{}", logs[0]);
+    assert!(logs[2].contains("took over from"), "{}", logs[2]);
+
+    // The location holds the group (its record, its tasks' checkpoints) and no member's lease
+    // once all have left; a job run alone there is refused.
+    let storage = weir_state::checkpoint::ObjectStoreStorage::from_url(&location).unwrap();
+    let names = storage.names().unwrap();
+    assert!(names.iter().any(|n| n == "_group"), "{names:?}");
+    assert!(names.iter().any(|n| n == "task-11"), "{names:?}");
+    let left = storage.within("_group").leases("members").unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::write(dir.path().join("alone.sql"), job(&grouped, true, &location)).unwrap();
+    let (code, out) = common::weir_out(dir.path(), &["run", "alone.sql", "--http", "off"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("it holds a group's checkpoints"), "{out}");
+    println!("the members' logs:\n{}", logs.join("\n----\n"));
+}

@@ -54,6 +54,15 @@ pub struct CheckpointConfig {
     /// waiting.
     #[serde(default = "default_lock_lease")]
     pub lock_lease_ms: i64,
+    /// Whether the job, finding its location in object storage held, waits for the hold to be
+    /// renewed or run out (a job started by hand), or fails at once with `InUse` (a group's
+    /// task, whose member tries again at its next look).
+    #[serde(default = "wait_for_lock")]
+    pub wait_for_lock: bool,
+}
+
+fn wait_for_lock() -> bool {
+    true
 }
 
 fn default_lock_lease() -> i64 {
@@ -129,6 +138,7 @@ impl CheckpointConfig {
             restart: RestartStrategy::default(),
             allow_non_restored_state: false,
             lock_lease_ms: default_lock_lease(),
+            wait_for_lock: true,
         }
     }
 

@@ -69,7 +69,7 @@ mod object_dir;
 
 pub use local_dir::{lock_file, lock_file_shared, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
 #[cfg(feature = "object-store")]
-pub use object_dir::{ObjectLock, ObjectStoreStorage, LOCK_OBJECT};
+pub use object_dir::{LeaseSeen, LeaseWatch, ObjectLock, ObjectStoreStorage, LOCK_OBJECT};
 
 /// The manifest's file name in a checkpoint folder; its presence makes the checkpoint complete.
 pub const MANIFEST_FILE: &str = "_manifest.json";
@@ -629,6 +629,15 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// stays removed).
     fn retain(&self, keep: usize) -> Result<Vec<Epoch>>;
 
+    /// Removes the savepoints older than `keep` (which stays, as do newer ones): a savepoint
+    /// holds its files itself, so removing one takes nothing from another or from a
+    /// checkpoint. Returns the removed epochs, ascending.
+    ///
+    /// # Errors
+    /// `Io` / `External` if the savepoints cannot be listed or one removed (what was removed
+    /// before stays removed).
+    fn remove_savepoints_before(&self, keep: Epoch) -> Result<Vec<Epoch>>;
+
     /// What `--restore <restore>` means: [`RESTORE_LATEST`] is the newest complete checkpoint
     /// (`None` if there is none), anything else a location for [`CheckpointStorage::open`].
     ///
@@ -702,7 +711,9 @@ pub const DEFAULT_LOCK_LEASE_MS: i64 = 30_000;
 
 /// Takes the checkpoint location `dir` (see [`storage_at`]) for one running job, `holder`
 /// naming it for whoever tries next: [`LocalDirStorage::lock`] or
-/// [`ObjectStoreStorage::lock`] (with a lease of `lease_ms` on `clock`).
+/// [`ObjectStoreStorage::lock`] (with a lease of `lease_ms` on `clock`; without waiting for a
+/// held lease to be renewed or run out, [`ObjectStoreStorage::try_lock`], when `wait` is
+/// false).
 ///
 /// # Errors
 /// `InUse` naming the holder if another job holds it; as [`storage_at`]; `Io` / `External` if
@@ -712,16 +723,22 @@ pub fn lock_at(
     holder: &str,
     clock: std::sync::Arc<dyn weir_core::time::Clock>,
     lease_ms: i64,
+    wait: bool,
 ) -> Result<LocationLock> {
     match location_of(dir)? {
         Location::Dir(d) => {
-            let _ = (clock, lease_ms);
+            let _ = (clock, lease_ms, wait);
             LocalDirStorage::new(d).lock(holder).map(LocationLock::Dir)
         }
         #[cfg(feature = "object-store")]
-        Location::Object(url) => ObjectStoreStorage::from_url(&url)?
-            .lock(holder, clock, lease_ms)
-            .map(LocationLock::Object),
+        Location::Object(url) => {
+            let storage = ObjectStoreStorage::from_url(&url)?;
+            match wait {
+                true => storage.lock(holder, clock, lease_ms),
+                false => storage.try_lock(holder, clock, lease_ms),
+            }
+            .map(LocationLock::Object)
+        }
     }
 }
 

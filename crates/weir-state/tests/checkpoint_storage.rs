@@ -697,9 +697,9 @@ fn a_checkpoint_location_is_a_folder_a_file_url_or_an_object_store_url() {
     let s = storage_at(Path::new(&url)).unwrap();
     assert!(format!("{s:?}").starts_with("LocalDirStorage"), "{s:?}");
     let clock = Arc::new(weir_core::time::ManualClock::new(ProcTime(0)));
-    let _held = lock_at(Path::new(&url), "job a", clock.clone(), 1_000).unwrap();
+    let _held = lock_at(Path::new(&url), "job a", clock.clone(), 1_000, true).unwrap();
     assert!(tmp.path().join("ckpt").join("_lock").is_file());
-    let err = lock_at(&tmp.path().join("ckpt"), "job b", clock, 1_000).unwrap_err();
+    let err = lock_at(&tmp.path().join("ckpt"), "job b", clock, 1_000, true).unwrap_err();
     assert!(matches!(err, Error::InUse { .. }), "{err}");
     // An in-memory object store would lose every checkpoint with the process.
     let err = storage_at(Path::new("memory:///")).unwrap_err().to_string();

@@ -358,7 +358,58 @@ fn lock(
         holder,
         Arc::new(clock.clone()),
         lease_ms,
+        true,
     )
+}
+
+/// A group member starts its tasks without waiting: a task whose prefix is held is refused at
+/// once and tried again at the next look, and taken once the holder's lease has ended, by the
+/// taker's clock or by being seen unrenewed for a whole lease over the tries.
+#[test]
+#[ignore = "needs an S3-protocol server: run scripts/test"]
+fn a_lock_tried_without_waiting_is_refused_at_once_and_taken_once_the_lease_ended() {
+    let place = Place::new("try-lock");
+    let clock = ManualClock::new(ProcTime(1_000_000));
+    let storage = ObjectStoreStorage::from_url(&place.url).unwrap();
+    let lease = |holder: &str, expires_at_ms: i64| {
+        serde_json::json!({"holder": holder, "expires_at_ms": expires_at_ms, "lease_ms": 300})
+            .to_string()
+    };
+    let try_lock = || storage.try_lock("member b", Arc::new(clock.clone()), 300);
+    // The holder's clock far ahead of ours: its lease never runs out by ours.
+    place.put("_lock", lease("member a (killed)", 9_000_000).as_bytes());
+    let err = try_lock().unwrap_err();
+    assert!(matches!(err, Error::InUse { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("member a (killed), whose lease runs until"),
+        "{text}"
+    );
+    // Watched for less than its lease: still refused.
+    clock.advance(200);
+    assert!(matches!(try_lock(), Err(Error::InUse { .. })));
+    // Renewed meanwhile: watched afresh.
+    place.put(
+        "_lock",
+        serde_json::json!({"holder": "member a", "expires_at_ms": 9_000_000, "lease_ms": 300,
+            "renewals": 1})
+        .to_string()
+        .as_bytes(),
+    );
+    clock.advance(150);
+    assert!(matches!(try_lock(), Err(Error::InUse { .. })));
+    clock.advance(200);
+    assert!(matches!(try_lock(), Err(Error::InUse { .. })));
+    // Seen unchanged for a whole lease of the holder's: it is gone.
+    clock.advance(100);
+    let held = try_lock().unwrap();
+    held.check().unwrap();
+    drop(held);
+    assert!(place.objects().is_empty(), "released on drop");
+    // Run out by our clock: taken at once.
+    place.put("_lock", lease("member a (killed)", 999_000).as_bytes());
+    let held = try_lock().unwrap();
+    held.check().unwrap();
 }
 
 #[test]

@@ -60,6 +60,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             &holder,
             Arc::clone(&clock),
             c.lock_lease_ms,
+            c.wait_for_lock,
         )?),
         None => None,
     };

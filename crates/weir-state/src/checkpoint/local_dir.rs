@@ -638,6 +638,20 @@ impl CheckpointStorage for LocalDirStorage {
         removed.dedup();
         Ok(removed)
     }
+
+    fn remove_savepoints_before(&self, keep: Epoch) -> Result<Vec<Epoch>> {
+        let mut removed = Vec::new();
+        for f in self.scan()? {
+            if f.savepoint && f.epoch < keep {
+                remove_folder(&f.path)?;
+                removed.push(f.epoch);
+            }
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir.join(SAVEPOINTS_DIR))?;
+        }
+        Ok(removed)
+    }
 }
 
 /// A writer that counts the bytes it passes on and keeps its first error.

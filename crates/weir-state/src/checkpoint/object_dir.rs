@@ -97,6 +97,71 @@ struct LeaseBody {
     renewals: u64,
 }
 
+/// A lease as its holder last wrote it (see [`ObjectStoreStorage::leases`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSeen {
+    /// The lock object's URL.
+    pub location: String,
+    /// Who holds it, in the holder's words.
+    pub holder: String,
+    /// Wall-clock milliseconds (the holder's clock) after which the hold is void unless
+    /// renewed.
+    pub expires_at_ms: i64,
+    /// The holder's lease.
+    pub lease_ms: i64,
+    renewals: u64,
+}
+
+impl LeaseSeen {
+    fn of(location: &str, body: &LeaseBody) -> LeaseSeen {
+        LeaseSeen {
+            location: location.to_string(),
+            holder: body.holder.clone(),
+            expires_at_ms: body.expires_at_ms,
+            lease_ms: body.lease_ms,
+            renewals: body.renewals,
+        }
+    }
+}
+
+/// When each lease was first seen as it is, so that one that is not renewed for a whole lease
+/// of its holder's counts as ended whatever the holder's clock says (as
+/// [`ObjectStoreStorage::lock`] waits and watches, for callers that look again and again).
+#[derive(Debug, Default)]
+pub struct LeaseWatch {
+    /// By lock object: its expiry and renewals as seen, and since when (monotonic ms).
+    seen: std::collections::HashMap<String, ((i64, u64), u64)>,
+}
+
+impl LeaseWatch {
+    /// Whether `lease` has ended: run out by `clock`'s time, or seen unchanged by this watch
+    /// for at least a whole lease of its holder's (a live holder renews every sixth of it).
+    pub fn ended(&mut self, lease: &LeaseSeen, clock: &dyn Clock) -> bool {
+        if lease.expires_at_ms < clock.now().0 {
+            return true;
+        }
+        let now = clock.monotonic_nanos() / 1_000_000;
+        let term = if lease.lease_ms > 0 {
+            lease.lease_ms
+        } else {
+            DEFAULT_LOCK_LEASE_MS
+        } as u64;
+        let version = (lease.expires_at_ms, lease.renewals);
+        match self.seen.get(&lease.location) {
+            Some((v, since)) if *v == version => now.saturating_sub(*since) >= term,
+            _ => {
+                self.seen.insert(lease.location.clone(), (version, now));
+                false
+            }
+        }
+    }
+
+    /// Forgets the lease at `location` (taken, or gone).
+    pub fn forget(&mut self, location: &str) {
+        self.seen.remove(location);
+    }
+}
+
 /// The lock object as a hold last wrote it.
 struct Held {
     version: UpdateVersion,
@@ -392,12 +457,6 @@ impl ObjectStoreStorage {
                 std::thread::sleep(std::time::Duration::from_millis(50 * attempt));
             }
             let now = clock.now().0;
-            let body = LeaseBody {
-                holder: holder.to_string(),
-                expires_at_ms: now.saturating_add(lease_ms),
-                lease_ms,
-                renewals: 0,
-            };
             let (mode, other) = match read_lease(&self.store, &path, None)? {
                 None => (PutMode::Create, None),
                 Some((theirs, version)) if theirs.expires_at_ms < now => {
@@ -431,35 +490,207 @@ impl ObjectStoreStorage {
                     continue;
                 }
             };
-            match put_lease(&self.store, &path, &body, mode, None)? {
-                Ok(version) => {
-                    // Read back: a store that does not enforce conditional writes lets two jobs
-                    // both write; the one whose write did not last sees the other's.
-                    match read_lease(&self.store, &path, None)? {
-                        Some((now_there, v)) if now_there == body && v.e_tag == version.e_tag => {}
-                        _ => continue,
-                    }
-                    if let Some(other) = other {
-                        tracing::warn!(
-                            previous = %other.holder,
-                            "took over the checkpoint location from a holder whose lease ran out"
-                        );
-                    }
-                    return self.held(path, holder, clock, lease_ms, version, body);
-                }
-                Err(object_store::Error::AlreadyExists { .. })
-                | Err(object_store::Error::Precondition { .. }) => continue,
-                Err(e) => return Err(self.external("lock", &path, e)),
+            if let Some(lock) = self.take(&path, holder, &clock, lease_ms, mode, other)? {
+                return Ok(lock);
             }
         }
-        Err(Error::External {
+        Err(self.kept_changing(&path))
+    }
+
+    /// As [`ObjectStoreStorage::lock`], without waiting: a hold whose lease has not run out
+    /// is `InUse` at once. A hold this process saw unchanged (not renewed) for a whole lease of
+    /// its holder's over earlier calls is taken over as one that ran out, whatever the
+    /// holder's clock says. For a caller that tries again later and must not block meanwhile
+    /// (a group member starting the tasks it was given while it watches the others).
+    ///
+    /// # Errors
+    /// As [`ObjectStoreStorage::lock`].
+    pub fn try_lock(
+        &self,
+        holder: &str,
+        clock: Arc<dyn Clock>,
+        lease_ms: i64,
+    ) -> Result<ObjectLock> {
+        static WATCHED: OnceLock<Mutex<LeaseWatch>> = OnceLock::new();
+        let watched = WATCHED.get_or_init(Default::default);
+        let path = self.root.clone().join(LOCK_OBJECT);
+        let key = self.url_of(&path).display().to_string();
+        for _ in 0..5 {
+            let (mode, other) = match read_lease(&self.store, &path, None)? {
+                None => (PutMode::Create, None),
+                Some((theirs, version)) => {
+                    let seen = LeaseSeen::of(&key, &theirs);
+                    let ended = (watched.lock().map_err(|_| poisoned())?).ended(&seen, &*clock);
+                    if !ended {
+                        return Err(Error::InUse {
+                            path: self.url_of(&self.root),
+                            holder: format!(
+                                "{}, whose lease runs until {} by its clock",
+                                theirs.holder,
+                                weir_core::time::EventTime(theirs.expires_at_ms)
+                            ),
+                        });
+                    }
+                    (PutMode::Update(version), Some(theirs))
+                }
+            };
+            if let Some(lock) = self.take(&path, holder, &clock, lease_ms, mode, other)? {
+                (watched.lock().map_err(|_| poisoned())?).forget(&key);
+                return Ok(lock);
+            }
+        }
+        Err(self.kept_changing(&path))
+    }
+
+    /// Writes a lease of `holder`'s into the lock object at `path` in `mode` (a create, or an
+    /// update of the version read, whose holder `other` was), then reads it back: the hold, or
+    /// `None` when another job's write came first.
+    fn take(
+        &self,
+        path: &ObjectPath,
+        holder: &str,
+        clock: &Arc<dyn Clock>,
+        lease_ms: i64,
+        mode: PutMode,
+        other: Option<LeaseBody>,
+    ) -> Result<Option<ObjectLock>> {
+        let body = LeaseBody {
+            holder: holder.to_string(),
+            expires_at_ms: clock.now().0.saturating_add(lease_ms),
+            lease_ms,
+            renewals: 0,
+        };
+        match put_lease(&self.store, path, &body, mode, None)? {
+            Ok(version) => {
+                // Read back: a store that does not enforce conditional writes lets two jobs
+                // both write; the one whose write did not last sees the other's.
+                match read_lease(&self.store, path, None)? {
+                    Some((now_there, v)) if now_there == body && v.e_tag == version.e_tag => {}
+                    _ => return Ok(None),
+                }
+                if let Some(other) = other {
+                    tracing::warn!(
+                        previous = %other.holder,
+                        location = %self.url_of(path).display(),
+                        "took over a lock whose holder's lease ran out"
+                    );
+                }
+                let clock = Arc::clone(clock);
+                (self.held(path.clone(), holder, clock, lease_ms, version, body)).map(Some)
+            }
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => Ok(None),
+            Err(e) => Err(self.external("lock", path, e)),
+        }
+    }
+
+    fn kept_changing(&self, path: &ObjectPath) -> Error {
+        Error::External {
             system: "object storage",
             action: "lock",
-            location: self.url_of(&path).display().to_string(),
-            message: "the lock object kept changing under 20 attempts to take it: another job \
-                      is taking it at the same time"
+            location: self.url_of(path).display().to_string(),
+            message: "the lock object kept changing under every attempt to take it: another \
+                      job is taking it at the same time"
                 .into(),
-        })
+        }
+    }
+
+    /// The storage of the prefix `sub` under this one's (folders split by `/`), on the same
+    /// store: each task of a group has its checkpoints under its own.
+    pub fn within(&self, sub: &str) -> ObjectStoreStorage {
+        ObjectStoreStorage {
+            store: Arc::clone(&self.store),
+            base: self.base.clone(),
+            root: self.sub_path(sub),
+            begun: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    fn sub_path(&self, sub: &str) -> ObjectPath {
+        (sub.split('/'))
+            .filter(|p| !p.is_empty())
+            .fold(self.root.clone(), |p, part| p.join(part))
+    }
+
+    /// The URL of `sub` under the prefix, for messages.
+    pub fn url(&self, sub: &str) -> String {
+        self.url_of(&self.sub_path(sub)).display().to_string()
+    }
+
+    /// The names directly under the prefix: its objects' and its folders'.
+    ///
+    /// # Errors
+    /// `External` if the store cannot be listed.
+    pub fn names(&self) -> Result<Vec<String>> {
+        let (store, p) = (Arc::clone(&self.store), self.root.clone());
+        let listed = run(async move { store.list_with_delimiter(Some(&p)).await })?
+            .map_err(|e| self.external("list", &self.root, e))?;
+        let folders = (listed.common_prefixes.iter()).filter_map(|p| p.filename());
+        let objects = (listed.objects.iter()).filter_map(|o| o.location.filename());
+        Ok(folders.chain(objects).map(str::to_string).collect())
+    }
+
+    /// The object `name` under the prefix, `None` if there is none.
+    ///
+    /// # Errors
+    /// `External` if the store cannot be read.
+    pub fn read_object(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        match self.get_bytes(&self.sub_path(name)) {
+            Ok(b) => Ok(Some(b)),
+            Err(Error::NotACheckpoint { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the object `name` under the prefix (whole, replacing what was there).
+    ///
+    /// # Errors
+    /// `External` if the store cannot be written.
+    pub fn write_object(&self, name: &str, bytes: Vec<u8>) -> Result<()> {
+        self.put(&self.sub_path(name), bytes)
+    }
+
+    /// Deletes every object under `sub`.
+    ///
+    /// # Errors
+    /// `External` if the store cannot be listed or an object deleted.
+    pub fn remove_all(&self, sub: &str) -> Result<()> {
+        self.remove_folder(&self.sub_path(sub))
+    }
+
+    /// The lease in this prefix's own [`LOCK_OBJECT`] (a job's that runs here), as its holder
+    /// last wrote it; `None` if there is none.
+    ///
+    /// # Errors
+    /// `External` if the store cannot be read.
+    pub fn lease(&self) -> Result<Option<LeaseSeen>> {
+        let path = self.root.clone().join(LOCK_OBJECT);
+        let key = self.url_of(&path).display().to_string();
+        Ok(read_lease(&self.store, &path, None)?.map(|(body, _)| LeaseSeen::of(&key, &body)))
+    }
+
+    /// The leases held in the folders directly under `sub`: each folder's [`LOCK_OBJECT`] as
+    /// its holder last wrote it (folders without one left out), by the folder's name.
+    ///
+    /// # Errors
+    /// `External` if the store cannot be listed or read.
+    pub fn leases(&self, sub: &str) -> Result<Vec<(String, LeaseSeen)>> {
+        let under = self.sub_path(sub);
+        let (store, p) = (Arc::clone(&self.store), under.clone());
+        let listed = run(async move { store.list_with_delimiter(Some(&p)).await })?
+            .map_err(|e| self.external("list", &under, e))?;
+        let mut leases = Vec::new();
+        for folder in listed.common_prefixes {
+            let Some(name) = folder.filename().map(str::to_string) else {
+                continue;
+            };
+            let path = folder.join(LOCK_OBJECT);
+            if let Some((body, _)) = read_lease(&self.store, &path, None)? {
+                let key = self.url_of(&path).display().to_string();
+                leases.push((name, LeaseSeen::of(&key, &body)));
+            }
+        }
+        Ok(leases)
     }
 
     fn held(
@@ -1174,6 +1405,17 @@ impl CheckpointStorage for ObjectStoreStorage {
         self.delete_all(&shared, unlisted)?;
         removed.sort();
         removed.dedup();
+        Ok(removed)
+    }
+
+    fn remove_savepoints_before(&self, keep: Epoch) -> Result<Vec<Epoch>> {
+        let mut found = self.folders_in(&self.root.clone().join(SAVEPOINTS_DIR), true)?;
+        found.sort_by_key(|f| f.epoch);
+        let mut removed = Vec::new();
+        for f in found.into_iter().filter(|f| f.epoch < keep) {
+            self.remove_folder(&self.path_of(&f.path)?)?;
+            removed.push(f.epoch);
+        }
         Ok(removed)
     }
 }
