@@ -7,7 +7,8 @@ confluent-kafka (`pip install confluent-kafka`):
 
     scripts/group-bench.py --weir target/release/weir --bootstrap 127.0.0.1:9092 \\
         --postgres postgresql://postgres@127.0.0.1:5432/postgres [--records 60000] \\
-        [--members 1,2,3] [--rekey] [--alone] [--no-takeover]
+        [--members 1,2,3] [--rekey] [--alone] [--no-takeover] \
+        [--checkpoints s3://bucket/prefix --lease '3 s']
 
 The job is a filter and a projection from a 6-partition topic into a PostgreSQL table, exactly
 once per task, checkpoints every 300 ms. With --rekey the table has a primary key (`id`), so
@@ -16,7 +17,9 @@ every row is re-keyed by it on its way to the table: in a group through a repart
 whole processes: from the members' start to the last row committed, and the CPU the members
 used (from /proc). With --alone the same job also runs as a single process, bounded (it reads
 the records there at start and ends), at parallelism 1. On a machine where the broker shares
-the cores, the broker's serving is part of what is measured.
+the cores, the broker's serving is part of what is measured. With --checkpoints the group keeps
+its checkpoints and its members in object storage (each run under its own prefix), where a
+killed member's tasks move once its leases (--lease) have run out.
 """
 
 import argparse
@@ -71,12 +74,14 @@ def produce(bootstrap, topic, start, count, per_second=0):
     p.flush()
 
 
-def job(bootstrap, topic, url, table, checkpoints, rekey=False, bounded=False):
+def job(bootstrap, topic, url, table, checkpoints, rekey=False, bounded=False, lease=None):
     key = ", PRIMARY KEY (id) NOT ENFORCED" if rekey else ""
     end = ", 'scan.bounded.mode' = 'latest-offset'" if bounded else ""
+    lease = f"SET 'weir.checkpointing.lock-lease' = '{lease}';" if lease else ""
     return f"""
 SET 'execution.checkpointing.interval' = '300 ms';
 SET 'execution.checkpointing.dir' = '{checkpoints}';
+{lease}
 CREATE TABLE events (id BIGINT, user_id BIGINT, amount BIGINT, ts BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
 ) WITH ('connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{bootstrap}',
@@ -86,6 +91,11 @@ CREATE TABLE big (id BIGINT, user_id BIGINT, doubled BIGINT{key})
 WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{table}');
 INSERT INTO big SELECT id, user_id, amount * 2 FROM events WHERE amount > 500;
 """
+
+
+def location(args, stamp, name):
+    """Where a run's checkpoints go: a folder of its own, or a prefix under --checkpoints."""
+    return f"{args.checkpoints.rstrip('/')}/{stamp}-{name}" if args.checkpoints else "checkpoints"
 
 
 def cpu_seconds(pid):
@@ -129,7 +139,8 @@ def alone(args, stamp):
     topic, table, want = prepared(args, stamp, "alone")
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "job.sql"), "w") as f:
-            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey, True))
+            f.write(job(args.bootstrap, topic, args.postgres, table,
+                        location(args, stamp, "alone"), args.rekey, True, args.lease))
         t0 = time.monotonic()
         p = subprocess.Popen([args.weir, "run", "job.sql", "--http", "off"], cwd=folder,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -147,7 +158,8 @@ def throughput(args, members, stamp):
     topic, table, want = prepared(args, stamp, members)
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "job.sql"), "w") as f:
-            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey))
+            f.write(job(args.bootstrap, topic, args.postgres, table,
+                        location(args, stamp, members), args.rekey, lease=args.lease))
         logs = []
         t0 = time.monotonic()
         ms = start_members(args.weir, folder, topic, members, logs)
@@ -177,7 +189,8 @@ def takeover(args, stamp):
     producer = threading.Thread(target=produce, args=(args.bootstrap, topic, 0, total, rate))
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "job.sql"), "w") as f:
-            f.write(job(args.bootstrap, topic, args.postgres, table, "checkpoints", args.rekey))
+            f.write(job(args.bootstrap, topic, args.postgres, table,
+                        location(args, stamp, "takeover"), args.rekey, lease=args.lease))
         logs = []
         producer.start()
         produced_from = time.monotonic()
@@ -261,6 +274,10 @@ def main():
     ap.add_argument("--rekey", action="store_true", help="re-key every row by id (upsert table)")
     ap.add_argument("--alone", action="store_true", help="also run the job as a single process")
     ap.add_argument("--no-takeover", action="store_true", help="leave the takeover run out")
+    ap.add_argument("--checkpoints", help="a prefix in object storage (s3://bucket/prefix) for the "
+                    "checkpoints and the members, each run under its own; the AWS_* variables "
+                    "reach it (default: a local folder per run)")
+    ap.add_argument("--lease", help="weir.checkpointing.lock-lease (e.g. '3 s')")
     args = ap.parse_args()
     stamp = int(time.time())
     print("| members | records | rows out | wall s | members' CPU s | records/s | records per CPU-second | duplicates |")

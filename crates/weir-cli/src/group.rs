@@ -13,13 +13,14 @@
 //! stages, with checkpoints of its own in `<checkpoint folder>/task-<n>` and its own name
 //! (`<job>.task-<n>`), so that an exactly-once sink keeps each task's progress apart.
 //!
-//! The members find each other in the checkpoint folder, which they all reach anyway: each
-//! holds the lock of its own file in `_group/` while its process lives, so a member killed with
-//! -9 is gone the moment the OS releases its locks. Every member looks at the others every
-//! 300 ms and computes the same assignment from the same members (rendezvous hashing bounded
+//! The members find each other in the checkpoint location, which they all reach anyway
+//! ([`roster`]): in a shared folder each holds the lock of its own file in `_group/` while its
+//! process lives, so a member killed with -9 is gone the moment the OS releases its locks; in
+//! object storage each holds a lease, so it is gone once its lease has ended. Every member
+//! looks at the others every 300 ms and computes the same assignment from the same members (rendezvous hashing bounded
 //! by an even share): it hands back the tasks that are no longer its own (stopped, their
 //! folders released) and starts the ones that are, each from its newest checkpoint as
-//! `--restore latest` does, once it holds the task's checkpoint folder, so no task ever runs
+//! `--restore latest` does, once it holds the task's checkpoint location, so no task ever runs
 //! twice, even while two members' views of the group differ.
 //!
 //! Not through a Kafka consumer group (as the design first said): the test broker's group
@@ -1321,10 +1322,10 @@ mod tests {
     fn only_savepoints_older_than_the_newest_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         let sp = dir.path().join("task-2/savepoints");
-        for n in ["chk-3", "chk-7", "chk-9", "notes"] {
+        for n in ["chk-3", "chk-5", "chk-7", "chk-9", "notes"] {
             std::fs::create_dir_all(sp.join(n)).unwrap();
         }
-        // Savepoints hold a manifest; a folder without one is still a savepoint's folder.
+        // A complete savepoint, and one cut short (no manifest): both older, both removed.
         std::fs::write(sp.join("chk-3/_manifest.json"), "{}").unwrap();
         prune_savepoints(&sp.join("chk-7"));
         let mut left: Vec<String> = std::fs::read_dir(&sp)

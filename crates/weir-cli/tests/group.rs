@@ -863,10 +863,10 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
 }
 
 /// The re-keying count per ad with its checkpoints and its members in object storage (a bucket
-/// of the S3-protocol server scripts/test starts): two members, one killed with -9 mid-stream,
-/// whose tasks the other takes once the killed member's leases (2 s here) have run out, and a
-/// third started later; the windows equal the single run's. A job run alone is then refused
-/// the group's location.
+/// of the S3-protocol server scripts/test starts): three members started together (joining one
+/// at a time), one killed with -9 mid-stream, whose tasks the others take once the killed
+/// member's leases (2 s here) have ended, and a fourth started later; the windows equal the
+/// single run's. A job run alone is then refused the group's location.
 #[test]
 #[cfg(feature = "object-store")]
 #[ignore = "needs the broker, PostgreSQL and an S3-protocol server: run with scripts/test"]
@@ -882,7 +882,7 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
     );
     let job = |schema: &str, bounded: bool, checkpoints: &str| {
         format!(
-            "SET 'execution.checkpointing.interval' = '300 ms';
+            "SET 'execution.checkpointing.interval' = '1 s';
              SET 'execution.checkpointing.dir' = '{checkpoints}';
              SET 'weir.checkpointing.lock-lease' = '2 s';
              {}
@@ -912,24 +912,34 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
     let mut members = Members(vec![
         member(dir.path(), &group, "a.log", "off"),
         member(dir.path(), &group, "b.log", "off"),
+        member(dir.path(), &group, "c.log", "off"),
     ]);
     let producer = std::thread::spawn(move || produce_records(records.into_iter(), 2_000));
-    wait_for(dir.path(), "both members to run tasks", || {
-        let l = logs(dir.path(), &["a.log", "b.log"]);
-        !tasks_held(&l[0]).is_empty() && !tasks_held(&l[1]).is_empty()
-    });
+    wait_for(
+        dir.path(),
+        "the three members to run four tasks each",
+        || {
+            let l = logs(dir.path(), &["a.log", "b.log", "c.log"]);
+            l.iter().all(|l| tasks_held(l).len() == 4)
+        },
+    );
     wait_for(dir.path(), "windows counted", || {
         closed(&grouped).len() > 50
     });
     let killed = tasks_held(&log(dir.path(), "b.log"));
     members[1].kill().unwrap();
     members[1].wait().unwrap();
-    // a takes b's tasks once their leases ran out, each from the newest checkpoint.
-    wait_for(dir.path(), "a to take the killed member's tasks", || {
-        let a = tasks_held(&log(dir.path(), "a.log"));
-        killed.iter().all(|t| a.contains(t))
-    });
-    members[1] = member(dir.path(), &group, "c.log", "off");
+    // a and c take b's tasks once its leases ended, each from the newest checkpoint.
+    wait_for(
+        dir.path(),
+        "the others to take the killed member's tasks",
+        || {
+            let l = logs(dir.path(), &["a.log", "c.log"]);
+            let (a, c) = (tasks_held(&l[0]), tasks_held(&l[1]));
+            killed.iter().all(|t| a.contains(t) || c.contains(t))
+        },
+    );
+    members[1] = member(dir.path(), &group, "d.log", "off");
     producer.join().unwrap();
 
     let single = tempfile::tempdir().unwrap();
@@ -948,7 +958,7 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
         sigterm(m);
         assert!(m.wait().unwrap().success());
     }
-    let logs = logs(dir.path(), &["a.log", "b.log", "c.log"]);
+    let logs = logs(dir.path(), &["a.log", "b.log", "c.log", "d.log"]);
     let got = closed(&grouped);
     assert!(
         got == want,
@@ -958,11 +968,14 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
         logs.join("\n----\n")
     );
     assert!(logs[0].contains("12 tasks in 2 stages"), "{}", logs[0]);
-    let took_over = (logs[0].lines())
-        .filter(|l| l.contains(": took over from checkpoint"))
-        .count();
-    assert!(took_over >= 1, "{}", logs[0]);
-    assert!(logs[2].contains("took over from"), "{}", logs[2]);
+    // Each of the killed member's tasks went on from a checkpoint of its own.
+    for t in &killed {
+        let prefix = format!("weir: task {t} (");
+        let took_over = (logs.iter().flat_map(|l| l.lines()))
+            .any(|l| l.starts_with(&prefix) && l.contains("took over from checkpoint"));
+        assert!(took_over, "task {t}:\n{}", logs.join("\n----\n"));
+    }
+    assert!(logs[3].contains("took over from"), "{}", logs[3]);
 
     // The location holds the group (its record, its tasks' checkpoints) and no member's lease
     // once all have left; a job run alone there is refused.

@@ -69,7 +69,9 @@ mod object_dir;
 
 pub use local_dir::{lock_file, lock_file_shared, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
 #[cfg(feature = "object-store")]
-pub use object_dir::{LeaseSeen, LeaseWatch, ObjectLock, ObjectStoreStorage, LOCK_OBJECT};
+pub use object_dir::{
+    LeaseSeen, LeaseWatch, ObjectLock, ObjectStoreStorage, GROUP_FOLDER, LOCK_OBJECT,
+};
 
 /// The manifest's file name in a checkpoint folder; its presence makes the checkpoint complete.
 pub const MANIFEST_FILE: &str = "_manifest.json";

@@ -406,10 +406,22 @@ fn a_lock_tried_without_waiting_is_refused_at_once_and_taken_once_the_lease_ende
     held.check().unwrap();
     drop(held);
     assert!(place.objects().is_empty(), "released on drop");
-    // Run out by our clock: taken at once.
+    // Run out by our clock: still watched for a whole lease (the holder's clock is not
+    // trusted, nor ours).
     place.put("_lock", lease("member a (killed)", 999_000).as_bytes());
+    assert!(matches!(try_lock(), Err(Error::InUse { .. })));
+    clock.advance(300);
     let held = try_lock().unwrap();
     held.check().unwrap();
+    drop(held);
+
+    // A job run alone is refused a group's location, even once it holds the lock: a group's
+    // member may have joined between its look and its lock.
+    place.put("_group/group.json", b"{}");
+    let err = lock(&place, "job `alone`", &clock, 300).unwrap_err();
+    assert!(matches!(err, Error::InUse { .. }), "{err}");
+    assert!(err.to_string().contains("weir run --group"), "{err}");
+    assert_eq!(place.objects(), ["_group/group.json"], "the lock released");
 }
 
 #[test]

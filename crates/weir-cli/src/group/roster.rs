@@ -52,6 +52,11 @@ enum Place {
         watch: std::sync::Mutex<weir_state::checkpoint::LeaseWatch>,
         /// Each live member's words in its lease (where its HTTP API is), as last read.
         holders: std::sync::Mutex<BTreeMap<String, String>>,
+        /// The members as last listed, and when (monotonic ms): listed at most every sixth of
+        /// the lease, not at every look.
+        listed: std::sync::Mutex<Option<(u64, Vec<String>)>>,
+        /// How often the members are listed.
+        every_ms: u64,
     },
 }
 
@@ -242,27 +247,18 @@ impl Roster {
         let lease_ms = lease_ms(plan);
         let clock = Arc::new(SystemClock);
         // As in a folder, one member joins at a time; a member killed while joining holds the
-        // others up for at most one lease.
-        let joining = (storage.within("_group/join"))
-            .lock(&format!("member {me}, joining"), clock.clone(), lease_ms)
-            .context("joining the group")?;
+        // others up for one lease.
+        let joining = join_lease(&storage, me, lease_ms)?;
         let hold = (storage.within(&format!("{MEMBERS}/{me}")))
             .lock(holder, clock, lease_ms)
             .context("joining the group")?;
-        if let Some(alone) = storage.lease()? {
-            if alone.expires_at_ms >= weir_core::time::Clock::now(&SystemClock).0 {
-                bail!(
-                    "{} is held by {}: a job run alone in the same checkpoint location; stop \
-                     it, or give the group another location",
-                    url,
-                    alone.holder
-                );
-            }
-        }
+        refuse_job_alone(&storage, &url)?;
         let place = Place::Object {
             storage,
             watch: Default::default(),
             holders: Default::default(),
+            listed: Default::default(),
+            every_ms: (lease_ms / 6).max(LOOK_MS) as u64,
         };
         Ok((place, Hold::Object(hold), Some(Hold::Object(joining))))
     }
@@ -334,9 +330,19 @@ impl Roster {
                 storage,
                 watch,
                 holders,
+                listed,
+                every_ms,
             } => {
+                let now = weir_core::time::Clock::monotonic_nanos(&SystemClock) / 1_000_000;
+                let mut listed = listed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                if let Some((at, members)) = listed.as_ref() {
+                    if now.saturating_sub(*at) < *every_ms {
+                        return Ok(members.clone());
+                    }
+                }
                 let leases = storage.leases(MEMBERS)?;
                 let mut watch = watch.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                watch.keep_only(leases.iter().map(|(_, l)| l.location.as_str()));
                 let mut words = BTreeMap::new();
                 for (member, lease) in leases {
                     if member == self.me {
@@ -358,6 +364,8 @@ impl Roster {
                 if let Ok(mut h) = holders.lock() {
                     *h = words;
                 }
+                live.sort();
+                *listed = Some((now, live.clone()));
             }
         }
         live.sort();
@@ -432,6 +440,66 @@ impl Place {
             Place::Object { storage, .. } => Ok(storage.write_object("_group/group.json", bytes)?),
         }
     }
+}
+
+/// How often a member looks at the group (as the look loop's `LOOK_EVERY`), in ms.
+#[cfg(feature = "object-store")]
+const LOOK_MS: i64 = 300;
+
+/// The lease under `_group/join` that lets one member join at a time, waited for (tried every
+/// 100 ms): one held by a member killed while it joined is taken once seen unrenewed for its
+/// lease.
+#[cfg(feature = "object-store")]
+fn join_lease(
+    storage: &weir_state::checkpoint::ObjectStoreStorage,
+    me: &str,
+    lease_ms: i64,
+) -> Result<weir_state::checkpoint::ObjectLock> {
+    let join = storage.within("_group/join");
+    let clock = std::sync::Arc::new(SystemClock);
+    let deadline = now_ms() + 3 * lease_ms.max(0) as u64 + 30_000;
+    loop {
+        match join.try_lock(&format!("member {me}, joining"), clock.clone(), lease_ms) {
+            Ok(lock) => return Ok(lock),
+            Err(weir_state::Error::InUse { .. }) if now_ms() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).context("joining the group"),
+        }
+    }
+}
+
+/// Refuses to join while a job run alone holds the location (its lease in the location's own
+/// `_lock`): a lease found there is watched until it ends (one whose holder was killed, not
+/// renewed for its lease) or is renewed (a job that runs: refused).
+#[cfg(feature = "object-store")]
+fn refuse_job_alone(storage: &weir_state::checkpoint::ObjectStoreStorage, url: &str) -> Result<()> {
+    let Some(first) = storage.lease()? else {
+        return Ok(());
+    };
+    let mut watch = weir_state::checkpoint::LeaseWatch::default();
+    let every = Duration::from_millis((first.lease_ms / 6).max(50) as u64);
+    let mut seen = first.clone();
+    while !watch.ended(&seen, &SystemClock) {
+        std::thread::sleep(every);
+        match storage.lease()? {
+            None => return Ok(()),
+            Some(now) if now == first => seen = now,
+            Some(now) => bail!(
+                "{url} is held by {}: a job run alone in the same checkpoint location; stop it, \
+                 or give the group another location",
+                now.holder
+            ),
+        }
+    }
+    tracing::info!(holder = %first.holder, "the lock of a job run alone here was not renewed for its lease: taken as ended");
+    Ok(())
+}
+
+/// Milliseconds on the system's monotonic clock.
+#[cfg(feature = "object-store")]
+fn now_ms() -> u64 {
+    weir_core::time::Clock::monotonic_nanos(&SystemClock) / 1_000_000
 }
 
 /// Whether the checkpoint location `base` is in object storage (a URL other than `file://`).

@@ -44,6 +44,13 @@ const VERIFY_AT_ONCE: usize = 8;
 /// The object a running job writes under a prefix to hold it (see [`ObjectStoreStorage::lock`]).
 pub const LOCK_OBJECT: &str = "_lock";
 
+/// How long [`ObjectStoreStorage::leases`] may take for each request.
+const LOOK_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Where the members of a group (`weir run --group`) record themselves under its checkpoint
+/// location: a location holding it is not a job's to run alone.
+pub const GROUP_FOLDER: &str = "_group";
+
 /// A state file is written in parts of this size (a multipart upload) once it outgrows one:
 /// at least S3's smallest part, and what one request sends at most.
 const PART_BYTES: usize = 8 << 20;
@@ -70,7 +77,7 @@ impl std::fmt::Debug for ObjectStoreStorage {
 }
 
 /// A running job's hold on a checkpoint prefix: a lease in the object [`LOCK_OBJECT`] under it
-/// (who holds it and until when), renewed by a thread of its own every third of the lease and
+/// (who holds it and until when), renewed by a thread of its own every sixth of the lease and
 /// deleted when this is dropped. See [`ObjectStoreStorage::lock`].
 pub struct ObjectLock {
     store: Arc<dyn ObjectStore>,
@@ -88,7 +95,7 @@ struct LeaseBody {
     holder: String,
     /// Wall-clock milliseconds (the holder's clock) after which the hold is void unless renewed.
     expires_at_ms: i64,
-    /// The holder's lease: it renews every third of it.
+    /// The holder's lease: it renews every sixth of it.
     #[serde(default)]
     lease_ms: i64,
     /// How many times it was renewed: every renewal writes other bytes (a new version), even
@@ -124,9 +131,12 @@ impl LeaseSeen {
     }
 }
 
-/// When each lease was first seen as it is, so that one that is not renewed for a whole lease
-/// of its holder's counts as ended whatever the holder's clock says (as
-/// [`ObjectStoreStorage::lock`] waits and watches, for callers that look again and again).
+/// When each lease was first seen as it is, so that one not renewed for a whole lease of its
+/// holder's counts as ended (as [`ObjectStoreStorage::lock`] waits and watches, for callers
+/// that look again and again). Only this process's monotonic clock decides, never the
+/// holder's expiry against this machine's time of day: clocks that disagree (by more than the
+/// lease, with a short one) cannot make a live holder look ended. A holder killed with -9 is
+/// so seen ended one lease after the watcher last saw it renewed, or after its first look.
 #[derive(Debug, Default)]
 pub struct LeaseWatch {
     /// By lock object: its expiry and renewals as seen, and since when (monotonic ms).
@@ -134,12 +144,9 @@ pub struct LeaseWatch {
 }
 
 impl LeaseWatch {
-    /// Whether `lease` has ended: run out by `clock`'s time, or seen unchanged by this watch
-    /// for at least a whole lease of its holder's (a live holder renews every sixth of it).
+    /// Whether `lease` has ended: seen unchanged by this watch for at least a whole lease of
+    /// its holder's (a live holder renews every sixth of it).
     pub fn ended(&mut self, lease: &LeaseSeen, clock: &dyn Clock) -> bool {
-        if lease.expires_at_ms < clock.now().0 {
-            return true;
-        }
         let now = clock.monotonic_nanos() / 1_000_000;
         let term = if lease.lease_ms > 0 {
             lease.lease_ms
@@ -159,6 +166,19 @@ impl LeaseWatch {
     /// Forgets the lease at `location` (taken, or gone).
     pub fn forget(&mut self, location: &str) {
         self.seen.remove(location);
+    }
+
+    /// Forgets every lease but those at `locations` (the ones still there).
+    pub fn keep_only<'a>(&mut self, locations: impl IntoIterator<Item = &'a str>) {
+        let keep: BTreeSet<&str> = locations.into_iter().collect();
+        self.seen.retain(|l, _| keep.contains(l.as_str()));
+    }
+
+    /// Forgets the leases first seen as they are more than `ms` ago on `clock`.
+    fn forget_older_than(&mut self, ms: u64, clock: &dyn Clock) {
+        let now = clock.monotonic_nanos() / 1_000_000;
+        self.seen
+            .retain(|_, (_, since)| now.saturating_sub(*since) <= ms);
     }
 }
 
@@ -491,17 +511,30 @@ impl ObjectStoreStorage {
                 }
             };
             if let Some(lock) = self.take(&path, holder, &clock, lease_ms, mode, other)? {
+                // A group's location is not a job's to run alone. Looked for after the hold is
+                // taken, as a group's member looks for this hold after taking its own: of the
+                // two started at the same moment, at least one sees the other.
+                if self.names()?.iter().any(|n| n == GROUP_FOLDER) {
+                    drop(lock);
+                    return Err(Error::InUse {
+                        path: self.url_of(&self.root),
+                        holder: format!(
+                            "a group's members (`{GROUP_FOLDER}` in it: weir run --group), \
+                             whose tasks' progress a job run alone would not see"
+                        ),
+                    });
+                }
                 return Ok(lock);
             }
         }
         Err(self.kept_changing(&path))
     }
 
-    /// As [`ObjectStoreStorage::lock`], without waiting: a hold whose lease has not run out
-    /// is `InUse` at once. A hold this process saw unchanged (not renewed) for a whole lease of
-    /// its holder's over earlier calls is taken over as one that ran out, whatever the
-    /// holder's clock says. For a caller that tries again later and must not block meanwhile
-    /// (a group member starting the tasks it was given while it watches the others).
+    /// As [`ObjectStoreStorage::lock`], without waiting: a hold is `InUse` at once unless this
+    /// process has seen it unchanged (not renewed) for a whole lease of its holder's over
+    /// earlier calls ([`LeaseWatch`]: its holder's clock is not trusted). For a caller that
+    /// tries again later and must not block meanwhile (a group member starting the tasks it was
+    /// given while it watches the others, or waiting to join).
     ///
     /// # Errors
     /// As [`ObjectStoreStorage::lock`].
@@ -520,14 +553,22 @@ impl ObjectStoreStorage {
                 None => (PutMode::Create, None),
                 Some((theirs, version)) => {
                     let seen = LeaseSeen::of(&key, &theirs);
-                    let ended = (watched.lock().map_err(|_| poisoned())?).ended(&seen, &*clock);
+                    let ended = {
+                        let mut watched = watched.lock().map_err(|_| poisoned())?;
+                        // Holds tried once and never again (given up on) are not kept for
+                        // ever; one still tried is seen again long before this.
+                        watched.forget_older_than(100 * lease_ms.max(1) as u64, &*clock);
+                        watched.ended(&seen, &*clock)
+                    };
                     if !ended {
                         return Err(Error::InUse {
                             path: self.url_of(&self.root),
                             holder: format!(
-                                "{}, whose lease runs until {} by its clock",
+                                "{}, whose lease runs until {} by its clock (taken over once \
+                                 seen unrenewed for {} ms)",
                                 theirs.holder,
-                                weir_core::time::EventTime(theirs.expires_at_ms)
+                                weir_core::time::EventTime(theirs.expires_at_ms),
+                                theirs.lease_ms
                             ),
                         });
                     }
@@ -677,15 +718,19 @@ impl ObjectStoreStorage {
     pub fn leases(&self, sub: &str) -> Result<Vec<(String, LeaseSeen)>> {
         let under = self.sub_path(sub);
         let (store, p) = (Arc::clone(&self.store), under.clone());
-        let listed = run(async move { store.list_with_delimiter(Some(&p)).await })?
-            .map_err(|e| self.external("list", &under, e))?;
+        // Bounded: a caller that looks again and again must not hang in the client's retries.
+        let within = Some(LOOK_WITHIN);
+        let listed = run(bounded(within, async move {
+            store.list_with_delimiter(Some(&p)).await
+        }))?
+        .map_err(|e| self.external("list", &under, e))?;
         let mut leases = Vec::new();
         for folder in listed.common_prefixes {
             let Some(name) = folder.filename().map(str::to_string) else {
                 continue;
             };
             let path = folder.join(LOCK_OBJECT);
-            if let Some((body, _)) = read_lease(&self.store, &path, None)? {
+            if let Some((body, _)) = read_lease(&self.store, &path, within)? {
                 let key = self.url_of(&path).display().to_string();
                 leases.push((name, LeaseSeen::of(&key, &body)));
             }
