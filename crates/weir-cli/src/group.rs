@@ -74,6 +74,8 @@ struct Stage {
     /// The stage's nodes at parallelism 1, with a repartition source for each keyed edge into
     /// the stage and a repartition sink for each keyed edge out of it.
     graph: JobGraph,
+    /// For each node of `graph`, the job's node it is (`None`: a repartition topic's).
+    origin: Vec<Option<usize>>,
     tasks: usize,
     first: usize,
     /// Its number among the job's stages.
@@ -282,8 +284,10 @@ pub fn plan(graph: JobGraph, name: &str) -> Result<Plan> {
                 _ => None,
             })
             .collect();
+        let (stage_graph, origin) = stage_graph(&graph, &stage_of, s, &topics)?;
         stages.push(Stage {
-            graph: stage_graph(&graph, &stage_of, s, &topics)?,
+            graph: stage_graph,
+            origin,
             tasks,
             first,
             number: s,
@@ -389,12 +393,13 @@ fn stage_graph(
     stage_of: &[usize],
     stage: usize,
     topics: &BTreeMap<usize, RepartitionTopic>,
-) -> Result<JobGraph> {
+) -> Result<(JobGraph, Vec<Option<usize>>)> {
     use weir_connectors::repartition::{
         RepartitionSink, RepartitionSinkSpec, RepartitionSource, RepartitionSourceSpec,
     };
     use weir_runtime::graph::{Edge, Node};
     let mut nodes: Vec<Node> = Vec::new();
+    let mut origin: Vec<Option<usize>> = Vec::new();
     let mut edges: Vec<Edge> = Vec::new();
     let mut pending: Vec<(usize, Edge)> = Vec::new();
     for (k, topic) in topics {
@@ -413,6 +418,7 @@ fn stage_graph(
             watermarks: Default::default(),
         };
         nodes.push(repartition_node(id, topic, from, kind));
+        origin.push(None);
         pending.push((
             e.to,
             Edge {
@@ -428,6 +434,7 @@ fn stage_graph(
     for n in graph.nodes.iter().filter(|n| stage_of[n.id] == stage) {
         let id = nodes.len();
         new_id.insert(n.id, id);
+        origin.push(Some(n.id));
         let mut n = n.clone();
         n.id = id;
         nodes.push(n);
@@ -463,6 +470,7 @@ fn stage_graph(
         };
         let id = nodes.len();
         nodes.push(repartition_node(id, topic, &graph.nodes[e.from], kind));
+        origin.push(None);
         edges.push(Edge {
             from: new_id[&e.from],
             port: e.port,
@@ -479,7 +487,7 @@ fn stage_graph(
     };
     g.validate()
         .with_context(|| format!("stage {stage} of the job, cut at its keyed edges"))?;
-    Ok(g)
+    Ok((g, origin))
 }
 
 /// `path` with `.task-<p>` before its extension: `dl.jsonl` → `dl.task-3.jsonl` (as a
@@ -798,7 +806,14 @@ pub async fn run(
                 looks += 1;
                 if let (Some(view), true) = (&view, looks % 3 == 1) {
                     let http = roster.addresses(&members);
-                    view.set_group(group_info(&plan, &roster.me, &members, http, &mut slots));
+                    let (info, parts) = group_info(&plan, &roster.me, &members, http, &mut slots);
+                    view.set_group(info);
+                    // The job's operators as this member runs them: a subtask per task.
+                    let nodes: Vec<(String, String)> = (plan.graph.nodes.iter())
+                        .map(|n| (n.name.clone(), format!("{} {}", n.kind.role(), n.kind.kind())))
+                        .collect();
+                    let at = weir_core::time::Clock::now(&SystemClock).0;
+                    view.publish(weir_runtime::metrics::MetricsSnapshot::merged(&parts, &nodes, at));
                 }
                 if looks.is_multiple_of(PARTITIONS_EVERY_LOOKS) && recount.is_none() {
                     // Counted aside: brokers out of reach must not hold the looks up.
@@ -896,14 +911,15 @@ fn partitions_unchanged(plan: &Plan, counted: Vec<Counted>) -> Result<()> {
 }
 
 /// What `/api/v1/group` shows: the members alive, the tasks each runs (as every member
-/// computes it), and this member's tasks with their progress.
+/// computes it), and this member's tasks with their progress; with the snapshot of each of its
+/// running tasks, by the partition it reads.
 fn group_info(
     plan: &Plan,
     me: &str,
     members: &[String],
     http: BTreeMap<String, String>,
     slots: &mut BTreeMap<i32, Slot>,
-) -> weir_http::GroupInfo {
+) -> (weir_http::GroupInfo, Vec<weir_runtime::metrics::Part>) {
     let owners = assign(plan.tasks, members);
     let assignment = (members.iter().enumerate())
         .map(|(i, m)| {
@@ -927,6 +943,7 @@ fn group_info(
         rows_read: 0,
         checkpoints_completed: 0,
     };
+    let mut parts = Vec::new();
     let tasks = (slots.iter_mut())
         .map(|(&t, slot)| match slot {
             Slot::Running {
@@ -940,7 +957,7 @@ fn group_info(
                     snap.nodes.iter().flat_map(|n| &n.splits).collect();
                 let time_lag = splits.iter().filter_map(|s| s.time_lag_ms).max();
                 let lag: Option<u64> = splits.iter().map(|s| s.lag_records).sum();
-                weir_http::GroupTask {
+                let task = weir_http::GroupTask {
                     task: t,
                     stage: stage_partition(t).0,
                     partition: stage_partition(t).1,
@@ -951,20 +968,28 @@ fn group_info(
                     lag_records: lag,
                     rows_read: splits.iter().map(|s| s.rows_read).sum(),
                     checkpoints_completed: snap.checkpoints.completed,
-                }
+                };
+                let (stage, partition) = plan.stage_of_task(t);
+                parts.push(weir_runtime::metrics::Part {
+                    subtask: partition as usize,
+                    snapshot: snap,
+                    nodes: stage.origin.clone(),
+                });
+                task
             }
             Slot::Waiting { .. } => idle(t, "waiting"),
             Slot::Finished => idle(t, "finished"),
         })
         .collect();
-    weir_http::GroupInfo {
+    let info = weir_http::GroupInfo {
         group: plan.name.clone(),
         member: me.to_string(),
         members: members.to_vec(),
         http,
         assignment,
         tasks,
-    }
+    };
+    (info, parts)
 }
 
 /// One look at the group: tasks ended, the members alive, which tasks are this member's now;
@@ -993,6 +1018,7 @@ async fn look(
         eprintln!("weir: group {}: members {}", plan.name, live.join(", "));
         *members = live;
     }
+    roster.watch_suspects(plan.tasks, members);
     let me = (members.iter().position(|m| *m == roster.me))
         .context("this member is missing from its own group")?;
     let owners = assign(plan.tasks, members);

@@ -360,6 +360,33 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
             "{metrics}"
         );
     }
+    // The job's operators as d runs them: a subtask per task, numbered by the partition its
+    // task reads, rows flowing into the sink; the job's own Prometheus families too.
+    let mut job_metrics = serde_json::Value::Null;
+    let subtasks = |n: &serde_json::Value| -> Vec<i64> {
+        (n["subtasks"].as_array().into_iter().flatten())
+            .map(|s| s["subtask"].as_i64().unwrap())
+            .collect()
+    };
+    wait_for(dir.path(), "d's /api/v1/metrics to show its tasks", || {
+        job_metrics = http_get(&addr, "/api/v1/metrics");
+        let nodes = job_metrics["nodes"].as_array().cloned().unwrap_or_default();
+        !nodes.is_empty()
+            && nodes.iter().all(|n| subtasks(n) == d_held)
+            && (nodes.iter()).any(|n| {
+                n["kind"].as_str().unwrap_or_default().starts_with("sink")
+                    && n["rows_in"].as_u64() > Some(0)
+            })
+    });
+    let splits: Vec<String> = (job_metrics["nodes"][0]["splits"].as_array().unwrap().iter())
+        .map(|s| s["split"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(splits.len(), 2, "{job_metrics:#}");
+    let metrics = http_text(&addr, "/metrics");
+    assert!(
+        metrics.contains("# TYPE weir_operator_rows_in_total counter"),
+        "{metrics}"
+    );
     // `weir top --group` shows every member and every task, from each member's API.
     let mut top = String::new();
     wait_for(

@@ -13,6 +13,9 @@ use weir_core::time::{Clock, ProcTime};
 
 use crate::channel::ChannelStats;
 
+mod merge;
+pub use merge::Part;
+
 /// Counters of one parallel subtask (a source reader, an operator or a sink).
 #[derive(Debug)]
 pub struct SubtaskMetrics {

@@ -45,19 +45,28 @@ enum Place {
         /// folder takes exclusively: neither starts while the other runs.
         _folder: weir_state::checkpoint::FileLock,
     },
+    /// Leases in object storage.
     #[cfg(feature = "object-store")]
-    Object {
-        /// The checkpoint location.
-        storage: weir_state::checkpoint::ObjectStoreStorage,
-        watch: std::sync::Mutex<weir_state::checkpoint::LeaseWatch>,
-        /// Each live member's words in its lease (where its HTTP API is), as last read.
-        holders: std::sync::Mutex<BTreeMap<String, String>>,
-        /// The members as last listed, and when (monotonic ms): listed at most every sixth of
-        /// the lease, not at every look.
-        listed: std::sync::Mutex<Option<(u64, Vec<String>)>>,
-        /// How often the members are listed.
-        every_ms: u64,
-    },
+    Object(Box<ObjectPlace>),
+}
+
+/// Where the members of a group in object storage record themselves, and what a member has
+/// seen of them.
+#[cfg(feature = "object-store")]
+struct ObjectPlace {
+    /// The checkpoint location.
+    storage: weir_state::checkpoint::ObjectStoreStorage,
+    watch: std::sync::Mutex<weir_state::checkpoint::LeaseWatch>,
+    /// Each live member's words in its lease (where its HTTP API is), as last read.
+    holders: std::sync::Mutex<BTreeMap<String, String>>,
+    /// The members as last listed, and when (monotonic ms): listed at most every sixth of
+    /// the lease, not at every look.
+    listed: std::sync::Mutex<Option<(u64, Vec<String>)>>,
+    /// How often the members are listed.
+    every_ms: u64,
+    /// The members whose leases the last listing found unrenewed for a third of a lease
+    /// or more, not yet ended: their tasks' locks are watched before they are ours.
+    suspects: std::sync::Mutex<Vec<String>>,
 }
 
 /// A hold kept while it is not dropped.
@@ -253,13 +262,14 @@ impl Roster {
             .lock(holder, clock, lease_ms)
             .context("joining the group")?;
         refuse_job_alone(&storage, &url)?;
-        let place = Place::Object {
+        let place = Place::Object(Box::new(ObjectPlace {
             storage,
             watch: Default::default(),
             holders: Default::default(),
             listed: Default::default(),
             every_ms: (lease_ms / 6).max(LOOK_MS) as u64,
-        };
+            suspects: Default::default(),
+        }));
         Ok((place, Hold::Object(hold), Some(Hold::Object(joining))))
     }
 
@@ -326,13 +336,15 @@ impl Roster {
                 }
             }
             #[cfg(feature = "object-store")]
-            Place::Object {
-                storage,
-                watch,
-                holders,
-                listed,
-                every_ms,
-            } => {
+            Place::Object(place) => {
+                let ObjectPlace {
+                    storage,
+                    watch,
+                    holders,
+                    listed,
+                    every_ms,
+                    suspects,
+                } = &**place;
                 let now = weir_core::time::Clock::monotonic_nanos(&SystemClock) / 1_000_000;
                 let mut listed = listed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
                 if let Some((at, members)) = listed.as_ref() {
@@ -344,6 +356,7 @@ impl Roster {
                 let mut watch = watch.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
                 watch.keep_only(leases.iter().map(|(_, l)| l.location.as_str()));
                 let mut words = BTreeMap::new();
+                let mut suspected = Vec::new();
                 for (member, lease) in leases {
                     if member == self.me {
                         continue;
@@ -358,8 +371,17 @@ impl Roster {
                         }
                         continue;
                     }
+                    // A live holder renews every sixth of its lease.
+                    if watch.unchanged_ms(&lease, &SystemClock)
+                        >= (lease.lease_ms / 3).max(1) as u64
+                    {
+                        suspected.push(member.clone());
+                    }
                     words.insert(member.clone(), lease.holder);
                     live.push(member);
+                }
+                if let Ok(mut s) = suspects.lock() {
+                    *s = suspected;
                 }
                 if let Ok(mut h) = holders.lock() {
                     *h = words;
@@ -372,6 +394,35 @@ impl Roster {
         Ok(live)
     }
 
+    /// Watches the locks of the tasks that `members` give to each member suspected dead at the
+    /// last listing (see [`ObjectPlace`]'s `suspects`), once per listing: if it has died,
+    /// they are seen unrenewed from now on, and taken one lease after the death instead of
+    /// one lease after it is seen dead. Nothing in a folder, whose locks go with the process.
+    pub(super) fn watch_suspects(&self, tasks: usize, members: &[String]) {
+        #[cfg(feature = "object-store")]
+        if let Place::Object(place) = &self.place {
+            let ObjectPlace {
+                storage, suspects, ..
+            } = &**place;
+            let suspected = suspects.lock().map(|mut s| std::mem::take(&mut *s));
+            let Ok(suspected) = suspected else { return };
+            if suspected.is_empty() {
+                return;
+            }
+            let owners = super::assign(tasks, members);
+            for (t, &m) in owners.iter().enumerate() {
+                if suspected.contains(&members[m]) {
+                    let task = storage.within(&format!("task-{t}"));
+                    if let Err(e) = task.watch_lock(&SystemClock) {
+                        tracing::warn!(task = t, error = %e, "cannot look at a task's lock");
+                    }
+                }
+            }
+        }
+        #[cfg(not(feature = "object-store"))]
+        let _ = (tasks, members);
+    }
+
     /// The HTTP address of each of `members` that serves one, as its file or lease says.
     pub(super) fn addresses(&self, members: &[String]) -> BTreeMap<String, String> {
         let words = |m: &String| -> Option<String> {
@@ -380,7 +431,7 @@ impl Roster {
                     std::fs::read_to_string(dir.join(format!("{m}{MEMBER_FILE}"))).ok()
                 }
                 #[cfg(feature = "object-store")]
-                Place::Object { holders, .. } => holders.lock().ok()?.get(m).cloned(),
+                Place::Object(o) => o.holders.lock().ok()?.get(m).cloned(),
             }
         };
         (members.iter())
@@ -400,7 +451,7 @@ impl Place {
         match self {
             Place::Dir { dir, .. } => dir_names(dir.parent().unwrap_or(dir)),
             #[cfg(feature = "object-store")]
-            Place::Object { storage, .. } => Ok(storage.names()?),
+            Place::Object(o) => Ok(o.storage.names()?),
         }
     }
 
@@ -409,7 +460,7 @@ impl Place {
         match self {
             Place::Dir { dir, .. } => dir.join("group.json").display().to_string(),
             #[cfg(feature = "object-store")]
-            Place::Object { storage, .. } => storage.url("_group/group.json"),
+            Place::Object(o) => o.storage.url("_group/group.json"),
         }
     }
 
@@ -424,7 +475,7 @@ impl Place {
                 }
             }
             #[cfg(feature = "object-store")]
-            Place::Object { storage, .. } => Ok(storage.read_object("_group/group.json")?),
+            Place::Object(o) => Ok(o.storage.read_object("_group/group.json")?),
         }
     }
 
@@ -437,7 +488,7 @@ impl Place {
                 Ok(())
             }
             #[cfg(feature = "object-store")]
-            Place::Object { storage, .. } => Ok(storage.write_object("_group/group.json", bytes)?),
+            Place::Object(o) => Ok(o.storage.write_object("_group/group.json", bytes)?),
         }
     }
 }

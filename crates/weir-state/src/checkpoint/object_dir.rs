@@ -163,6 +163,17 @@ impl LeaseWatch {
         }
     }
 
+    /// How long this watch has seen `lease` unchanged (0 when first seen as it is), in ms.
+    pub fn unchanged_ms(&self, lease: &LeaseSeen, clock: &dyn Clock) -> u64 {
+        let now = clock.monotonic_nanos() / 1_000_000;
+        match self.seen.get(&lease.location) {
+            Some((v, since)) if *v == (lease.expires_at_ms, lease.renewals) => {
+                now.saturating_sub(*since)
+            }
+            _ => 0,
+        }
+    }
+
     /// Forgets the lease at `location` (taken, or gone).
     pub fn forget(&mut self, location: &str) {
         self.seen.remove(location);
@@ -326,6 +337,12 @@ impl Drop for ObjectLock {
             let _ = run(async move { store.delete(&path).await });
         }
     }
+}
+
+/// The locks [`ObjectStoreStorage::try_lock`] has seen held, by this process.
+fn watched_locks() -> &'static Mutex<LeaseWatch> {
+    static WATCHED: OnceLock<Mutex<LeaseWatch>> = OnceLock::new();
+    WATCHED.get_or_init(Default::default)
 }
 
 /// How often a hold of a `lease_ms` lease is renewed, and how long each renewal request may
@@ -544,8 +561,7 @@ impl ObjectStoreStorage {
         clock: Arc<dyn Clock>,
         lease_ms: i64,
     ) -> Result<ObjectLock> {
-        static WATCHED: OnceLock<Mutex<LeaseWatch>> = OnceLock::new();
-        let watched = WATCHED.get_or_init(Default::default);
+        let watched = watched_locks();
         let path = self.root.clone().join(LOCK_OBJECT);
         let key = self.url_of(&path).display().to_string();
         for _ in 0..5 {
@@ -581,6 +597,23 @@ impl ObjectStoreStorage {
             }
         }
         Err(self.kept_changing(&path))
+    }
+
+    /// Reads this prefix's lock, if any, into what [`ObjectStoreStorage::try_lock`] has seen,
+    /// without taking it: a group member watches the locks of a member it suspects has died
+    /// (a lease it has not seen renewed for a while) before the tasks are its own, so that
+    /// it takes them about one lease after the death rather than two.
+    ///
+    /// # Errors
+    /// `External` if the store cannot be read.
+    pub fn watch_lock(&self, clock: &dyn Clock) -> Result<()> {
+        let path = self.root.clone().join(LOCK_OBJECT);
+        if let Some((body, _)) = read_lease(&self.store, &path, Some(LOOK_WITHIN))? {
+            let key = self.url_of(&path).display().to_string();
+            let mut watched = watched_locks().lock().map_err(|_| poisoned())?;
+            watched.ended(&LeaseSeen::of(&key, &body), clock);
+        }
+        Ok(())
     }
 
     /// Writes a lease of `holder`'s into the lock object at `path` in `mode` (a create, or an
