@@ -937,7 +937,7 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
     std::fs::write(dir.path().join("job.sql"), job(&grouped, false, &location)).unwrap();
     let group = format!("{topic}-group");
     let mut members = Members(vec![
-        member(dir.path(), &group, "a.log", "off"),
+        member(dir.path(), &group, "a.log", "127.0.0.1:0"),
         member(dir.path(), &group, "b.log", "off"),
         member(dir.path(), &group, "c.log", "off"),
     ]);
@@ -953,7 +953,43 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
     wait_for(dir.path(), "windows counted", || {
         closed(&grouped).len() > 50
     });
+    // a's web API shows the job's operators as a runs them: each operator's subtasks are the
+    // tasks of a that run it, numbered by the partition each reads (0-5 in both stages, where
+    // the tasks are numbered 0-11), the repartition topics not among the nodes.
+    let a_log = log(dir.path(), "a.log");
+    let addr = (a_log.lines())
+        .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
+        .map(|a| a.trim_end_matches('/').to_string())
+        .unwrap_or_else(|| panic!("no address in a's log:\n{a_log}"));
+    let held_by_a = tasks_held(&a_log);
+    let mut want: Vec<i64> = held_by_a.iter().map(|&t| i64::from(t % 6)).collect();
+    want.sort();
+    want.dedup();
+    let partitions = |m: &serde_json::Value| -> Vec<i64> {
+        let mut p: Vec<i64> = (m["nodes"].as_array().into_iter().flatten())
+            .flat_map(|n| n["subtasks"].as_array().into_iter().flatten())
+            .map(|s| s["subtask"].as_i64().unwrap())
+            .collect();
+        p.sort();
+        p.dedup();
+        p
+    };
+    let mut job_metrics = serde_json::Value::Null;
+    wait_for(dir.path(), "a's /api/v1/metrics to show its tasks", || {
+        job_metrics = http_get(&addr, "/api/v1/metrics");
+        partitions(&job_metrics) == want
+    });
+    let nodes = job_metrics["nodes"].as_array().unwrap();
+    assert!(
+        (nodes.iter()).all(|n| !n["name"].as_str().unwrap().starts_with("repartition")),
+        "{job_metrics:#}"
+    );
     let killed = tasks_held(&log(dir.path(), "b.log"));
+    // What the survivors logged before the kill (a restart or a hand-back) does not count.
+    let before_kill: Vec<usize> = ["a.log", "c.log"]
+        .iter()
+        .map(|l| log(dir.path(), l).len())
+        .collect();
     members[1].kill().unwrap();
     members[1].wait().unwrap();
     // a and c take b's tasks once its leases ended, each from the newest checkpoint.
@@ -995,10 +1031,11 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
         logs.join("\n----\n")
     );
     assert!(logs[0].contains("12 tasks in 2 stages"), "{}", logs[0]);
-    // Each of the killed member's tasks went on from a checkpoint of its own.
+    // Each of the killed member's tasks went on from a checkpoint of its own, after the kill.
+    let after_kill = [&logs[0][before_kill[0]..], &logs[2][before_kill[1]..]];
     for t in &killed {
         let prefix = format!("weir: task {t} (");
-        let took_over = (logs.iter().flat_map(|l| l.lines()))
+        let took_over = (after_kill.iter().flat_map(|l| l.lines()))
             .any(|l| l.starts_with(&prefix) && l.contains("took over from checkpoint"));
         assert!(took_over, "task {t}:\n{}", logs.join("\n----\n"));
     }
@@ -1010,7 +1047,10 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
     let names = storage.names().unwrap();
     assert!(names.iter().any(|n| n == "_group"), "{names:?}");
     assert!(names.iter().any(|n| n == "task-11"), "{names:?}");
-    let left = storage.within("_group").leases("members").unwrap();
+    let left = storage
+        .within("_group")
+        .leases("members", &SystemClock)
+        .unwrap();
     assert!(left.is_empty(), "{left:?}");
     std::fs::write(dir.path().join("alone.sql"), job(&grouped, true, &location)).unwrap();
     let (code, out) = common::weir_out(dir.path(), &["run", "alone.sql", "--http", "off"]);

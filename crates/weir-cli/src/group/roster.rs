@@ -8,10 +8,10 @@
 //! - **A prefix in object storage.** Each member holds a lease in
 //!   `_group/members/<member>/_lock`, as a job holds its checkpoint location: renewed every
 //!   sixth of `weir.checkpointing.lock-lease`, deleted when the member leaves. A member is alive
-//!   until its lease ends: run out by the looker's clock, or seen unrenewed by it for a whole
-//!   lease. A member killed with -9 is so gone after at most one lease; one that finds its own
-//!   lease lost (paused, or cut off from the store, for longer than that) stops, since the
-//!   others may have its tasks by then.
+//!   until the looker has seen its lease unrenewed for a whole lease, on the looker's monotonic
+//!   clock (no machine's time of day decides). A member killed with -9 is so gone about one
+//!   lease after the kill; one that finds its own lease lost (paused, or cut off from the
+//!   store, for longer than that) stops, since the others may have its tasks by then.
 //!
 //! Either way one member joins at a time (`_group/join.lock`, or a lease in `_group/join/`),
 //! and the first records the group in `_group/group.json`, which every member that joins while
@@ -258,10 +258,13 @@ impl Roster {
         // As in a folder, one member joins at a time; a member killed while joining holds the
         // others up for one lease.
         let joining = join_lease(&storage, me, lease_ms)?;
+        // After the join lease is written (`_group` exists now, which a job run alone looks
+        // for once it holds the location) and before this member is one the others assign
+        // tasks to.
+        refuse_job_alone(&storage, &url)?;
         let hold = (storage.within(&format!("{MEMBERS}/{me}")))
             .lock(holder, clock, lease_ms)
             .context("joining the group")?;
-        refuse_job_alone(&storage, &url)?;
         let place = Place::Object(Box::new(ObjectPlace {
             storage,
             watch: Default::default(),
@@ -352,7 +355,7 @@ impl Roster {
                         return Ok(members.clone());
                     }
                 }
-                let leases = storage.leases(MEMBERS)?;
+                let leases = storage.leases(MEMBERS, &SystemClock)?;
                 let mut watch = watch.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
                 watch.keep_only(leases.iter().map(|(_, l)| l.location.as_str()));
                 let mut words = BTreeMap::new();
@@ -361,20 +364,19 @@ impl Roster {
                     if member == self.me {
                         continue;
                     }
-                    if watch.ended(&lease, &SystemClock) {
+                    if watch.ended(&lease) {
                         // Its lease ran out (killed, or cut off): its tasks go to the others,
                         // whose holds on the tasks' locations wait for those leases to end too.
+                        // The watch keeps it as ended while it is there (a removal that fails
+                        // leaves it to the next listing, which still finds it ended).
                         tracing::info!(member, holder = %lease.holder, "a member's lease ended");
-                        watch.forget(&lease.location);
                         if let Err(e) = storage.remove_all(&format!("{MEMBERS}/{member}")) {
                             tracing::warn!(member, error = %e, "cannot remove an ended member's lease");
                         }
                         continue;
                     }
                     // A live holder renews every sixth of its lease.
-                    if watch.unchanged_ms(&lease, &SystemClock)
-                        >= (lease.lease_ms / 3).max(1) as u64
-                    {
+                    if watch.unchanged_ms(&lease) >= (lease.lease_ms / 3).max(1) as u64 {
                         suspected.push(member.clone());
                     }
                     words.insert(member.clone(), lease.holder);
@@ -521,19 +523,20 @@ fn join_lease(
 }
 
 /// Refuses to join while a job run alone holds the location (its lease in the location's own
-/// `_lock`): a lease found there is watched until it ends (one whose holder was killed, not
-/// renewed for its lease) or is renewed (a job that runs: refused).
+/// `_lock`): a lease found there is watched until it is renewed (a job that runs: refused) or
+/// ends (its holder killed: not renewed for its lease), and then removed, so that no member
+/// after this one waits for it again.
 #[cfg(feature = "object-store")]
 fn refuse_job_alone(storage: &weir_state::checkpoint::ObjectStoreStorage, url: &str) -> Result<()> {
-    let Some(first) = storage.lease()? else {
+    let Some(first) = storage.lease(&SystemClock)? else {
         return Ok(());
     };
     let mut watch = weir_state::checkpoint::LeaseWatch::default();
     let every = Duration::from_millis((first.lease_ms / 6).max(50) as u64);
     let mut seen = first.clone();
-    while !watch.ended(&seen, &SystemClock) {
+    while !watch.ended(&seen) {
         std::thread::sleep(every);
-        match storage.lease()? {
+        match storage.lease(&SystemClock)? {
             None => return Ok(()),
             Some(now) if now == first => seen = now,
             Some(now) => bail!(
@@ -543,7 +546,8 @@ fn refuse_job_alone(storage: &weir_state::checkpoint::ObjectStoreStorage, url: &
             ),
         }
     }
-    tracing::info!(holder = %first.holder, "the lock of a job run alone here was not renewed for its lease: taken as ended");
+    tracing::info!(holder = %first.holder, "the lock of a job run alone here was not renewed for its lease: removed");
+    storage.remove_lock_if(&seen, &SystemClock)?;
     Ok(())
 }
 

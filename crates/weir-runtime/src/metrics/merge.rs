@@ -48,6 +48,16 @@ impl MetricsSnapshot {
             }
         }
         for n in &mut merged {
+            // Each part reads its own splits: their spread is over all of them.
+            let open: Vec<i64> = (n.splits.iter())
+                .filter(|s| !s.idle && !s.finished)
+                .filter_map(|s| s.watermark)
+                .collect();
+            if let (Some(lo), Some(hi)) = (open.iter().min(), open.iter().max()) {
+                let spread = (open.len() > 1).then_some(hi - lo);
+                n.split_spread_ms = n.split_spread_ms.max(spread);
+                n.peak_split_spread_ms = n.peak_split_spread_ms.max(spread);
+            }
             n.subtasks.sort_by_key(|s| s.subtask);
             let rows: Vec<u64> = n.subtasks.iter().map(|s| s.rows_in).collect();
             let avg = rows.iter().sum::<u64>() as f64 / rows.len().max(1) as f64;
@@ -194,10 +204,9 @@ fn checkpoints<'a>(snaps: impl Iterator<Item = &'a MetricsSnapshot>) -> Checkpoi
     for s in snaps {
         let p = &s.checkpoints;
         c.completed += p.completed;
-        if p.last_id >= c.last_id {
-            c.last_id = p.last_id;
-            c.last_duration_ms = p.last_duration_ms;
-        }
+        // Each part numbers its own checkpoints: the greatest number, the slowest last one.
+        c.last_id = c.last_id.max(p.last_id);
+        c.last_duration_ms = c.last_duration_ms.max(p.last_duration_ms);
         c.max_duration_ms = c.max_duration_ms.max(p.max_duration_ms);
         c.last_bytes += p.last_bytes;
         c.last_written_bytes += p.last_written_bytes;
@@ -317,6 +326,7 @@ mod tests {
         let stage0 = |p: usize, rows: u64| {
             let mut s = source.clone();
             s.splits[0].split = format!("clicks-{p}");
+            s.splits[0].watermark = Some(5 + 20 * p as i64);
             Part {
                 subtask: p,
                 snapshot: snapshot(
@@ -388,6 +398,11 @@ mod tests {
         );
         let splits: Vec<&str> = m.nodes[0].splits.iter().map(|s| s.split.as_str()).collect();
         assert_eq!(splits, ["clicks-0", "clicks-1"]);
+        assert_eq!(
+            m.nodes[0].split_spread_ms,
+            Some(20),
+            "over every task's splits"
+        );
         assert_eq!(m.in_flight_rows, 40);
         assert_eq!((m.checkpoints.completed, m.checkpoints.last_id), (12, 8));
         // A node no running task has shows no subtask.

@@ -105,7 +105,7 @@ struct LeaseBody {
 }
 
 /// A lease as its holder last wrote it (see [`ObjectStoreStorage::leases`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct LeaseSeen {
     /// The lock object's URL.
     pub location: String,
@@ -117,16 +117,32 @@ pub struct LeaseSeen {
     /// The holder's lease.
     pub lease_ms: i64,
     renewals: u64,
+    /// When it was read, on the reader's monotonic clock (ms): what [`LeaseWatch`] judges it
+    /// by, however long the reads after it took.
+    read_at_ms: u64,
 }
 
+impl PartialEq for LeaseSeen {
+    /// The same lease as written: where, by whom, until when, how often renewed.
+    fn eq(&self, other: &LeaseSeen) -> bool {
+        (self.location == other.location && self.holder == other.holder)
+            && (self.expires_at_ms, self.lease_ms, self.renewals)
+                == (other.expires_at_ms, other.lease_ms, other.renewals)
+    }
+}
+
+impl Eq for LeaseSeen {}
+
 impl LeaseSeen {
-    fn of(location: &str, body: &LeaseBody) -> LeaseSeen {
+    /// `body` at `location`, read just now on `clock`.
+    fn of(location: &str, body: &LeaseBody, clock: &dyn Clock) -> LeaseSeen {
         LeaseSeen {
             location: location.to_string(),
             holder: body.holder.clone(),
             expires_at_ms: body.expires_at_ms,
             lease_ms: body.lease_ms,
             renewals: body.renewals,
+            read_at_ms: clock.monotonic_nanos() / 1_000_000,
         }
     }
 }
@@ -145,9 +161,10 @@ pub struct LeaseWatch {
 
 impl LeaseWatch {
     /// Whether `lease` has ended: seen unchanged by this watch for at least a whole lease of
-    /// its holder's (a live holder renews every sixth of it).
-    pub fn ended(&mut self, lease: &LeaseSeen, clock: &dyn Clock) -> bool {
-        let now = clock.monotonic_nanos() / 1_000_000;
+    /// its holder's (a live holder renews every sixth of it), from when it was first read as
+    /// it is to when it was read now.
+    pub fn ended(&mut self, lease: &LeaseSeen) -> bool {
+        let now = lease.read_at_ms;
         let term = if lease.lease_ms > 0 {
             lease.lease_ms
         } else {
@@ -164,8 +181,8 @@ impl LeaseWatch {
     }
 
     /// How long this watch has seen `lease` unchanged (0 when first seen as it is), in ms.
-    pub fn unchanged_ms(&self, lease: &LeaseSeen, clock: &dyn Clock) -> u64 {
-        let now = clock.monotonic_nanos() / 1_000_000;
+    pub fn unchanged_ms(&self, lease: &LeaseSeen) -> u64 {
+        let now = lease.read_at_ms;
         match self.seen.get(&lease.location) {
             Some((v, since)) if *v == (lease.expires_at_ms, lease.renewals) => {
                 now.saturating_sub(*since)
@@ -568,13 +585,13 @@ impl ObjectStoreStorage {
             let (mode, other) = match read_lease(&self.store, &path, None)? {
                 None => (PutMode::Create, None),
                 Some((theirs, version)) => {
-                    let seen = LeaseSeen::of(&key, &theirs);
+                    let seen = LeaseSeen::of(&key, &theirs, &*clock);
                     let ended = {
                         let mut watched = watched.lock().map_err(|_| poisoned())?;
                         // Holds tried once and never again (given up on) are not kept for
                         // ever; one still tried is seen again long before this.
                         watched.forget_older_than(100 * lease_ms.max(1) as u64, &*clock);
-                        watched.ended(&seen, &*clock)
+                        watched.ended(&seen)
                     };
                     if !ended {
                         return Err(Error::InUse {
@@ -611,7 +628,7 @@ impl ObjectStoreStorage {
         if let Some((body, _)) = read_lease(&self.store, &path, Some(LOOK_WITHIN))? {
             let key = self.url_of(&path).display().to_string();
             let mut watched = watched_locks().lock().map_err(|_| poisoned())?;
-            watched.ended(&LeaseSeen::of(&key, &body), clock);
+            watched.ended(&LeaseSeen::of(&key, &body, clock));
         }
         Ok(())
     }
@@ -737,18 +754,34 @@ impl ObjectStoreStorage {
     ///
     /// # Errors
     /// `External` if the store cannot be read.
-    pub fn lease(&self) -> Result<Option<LeaseSeen>> {
+    pub fn lease(&self, clock: &dyn Clock) -> Result<Option<LeaseSeen>> {
         let path = self.root.clone().join(LOCK_OBJECT);
         let key = self.url_of(&path).display().to_string();
-        Ok(read_lease(&self.store, &path, None)?.map(|(body, _)| LeaseSeen::of(&key, &body)))
+        let read = read_lease(&self.store, &path, Some(LOOK_WITHIN))?;
+        Ok(read.map(|(body, _)| LeaseSeen::of(&key, &body, clock)))
+    }
+
+    /// Deletes this prefix's own lock if it is still `seen` (a holder's that ended: killed, its
+    /// lease seen unrenewed): `false` if it is gone or was renewed meanwhile.
+    ///
+    /// # Errors
+    /// `External` if the store cannot be read or the object deleted.
+    pub fn remove_lock_if(&self, seen: &LeaseSeen, clock: &dyn Clock) -> Result<bool> {
+        if self.lease(clock)?.as_ref() != Some(seen) {
+            return Ok(false);
+        }
+        let path = self.root.clone().join(LOCK_OBJECT);
+        self.delete_all(&path, vec![path.clone()])?;
+        Ok(true)
     }
 
     /// The leases held in the folders directly under `sub`: each folder's [`LOCK_OBJECT`] as
-    /// its holder last wrote it (folders without one left out), by the folder's name.
+    /// its holder last wrote it (folders without one left out), by the folder's name, each
+    /// stamped on `clock` as it was read.
     ///
     /// # Errors
     /// `External` if the store cannot be listed or read.
-    pub fn leases(&self, sub: &str) -> Result<Vec<(String, LeaseSeen)>> {
+    pub fn leases(&self, sub: &str, clock: &dyn Clock) -> Result<Vec<(String, LeaseSeen)>> {
         let under = self.sub_path(sub);
         let (store, p) = (Arc::clone(&self.store), under.clone());
         // Bounded: a caller that looks again and again must not hang in the client's retries.
@@ -765,7 +798,7 @@ impl ObjectStoreStorage {
             let path = folder.join(LOCK_OBJECT);
             if let Some((body, _)) = read_lease(&self.store, &path, within)? {
                 let key = self.url_of(&path).display().to_string();
-                leases.push((name, LeaseSeen::of(&key, &body)));
+                leases.push((name, LeaseSeen::of(&key, &body, clock)));
             }
         }
         Ok(leases)
