@@ -363,8 +363,8 @@ fn lock(
 }
 
 /// A group member starts its tasks without waiting: a task whose prefix is held is refused at
-/// once and tried again at the next look, and taken once the holder's lease has ended, by the
-/// taker's clock or by being seen unrenewed for a whole lease over the tries.
+/// once and tried again at the next look, and taken once it has been seen unrenewed for a whole
+/// lease over the tries (the holder's expiry against the taker's time of day decides nothing).
 #[test]
 #[ignore = "needs an S3-protocol server: run scripts/test"]
 fn a_lock_tried_without_waiting_is_refused_at_once_and_taken_once_the_lease_ended() {
