@@ -8,7 +8,7 @@ confluent-kafka (`pip install confluent-kafka`):
     scripts/group-bench.py --weir target/release/weir --bootstrap 127.0.0.1:9092 \\
         --postgres postgresql://postgres@127.0.0.1:5432/postgres [--records 60000] \\
         [--members 1,2,3] [--rekey] [--alone] [--no-takeover] \
-        [--checkpoints s3://bucket/prefix --lease '3 s']
+        [--checkpoints s3://bucket/prefix --lease '3 s'] [--reread]
 
 The job is a filter and a projection from a 6-partition topic into a PostgreSQL table, exactly
 once per task, checkpoints every 300 ms. With --rekey the table has a primary key (`id`), so
@@ -19,7 +19,9 @@ used (from /proc). With --alone the same job also runs as a single process, boun
 the records there at start and ends), at parallelism 1. On a machine where the broker shares
 the cores, the broker's serving is part of what is measured. With --checkpoints the group keeps
 its checkpoints and its members in object storage (each run under its own prefix), where a
-killed member's tasks move once its leases (--lease) have run out.
+killed member's tasks move once its leases (--lease) have run out. With --reread the job also
+runs into a Kafka topic (an at-least-once sink) with one member killed, and the rows written
+twice, the rows the moved tasks read again, are counted.
 """
 
 import argparse
@@ -262,6 +264,64 @@ def takeover(args, stamp):
         print(f"  {r}")
 
 
+def reread(args, stamp):
+    """Rows read again after a takeover: the stateless job into a Kafka topic (an at-least-once
+    sink, which writes again what a moved task reads again), three members, one killed with -9
+    once each runs two tasks; the output's ids counted once everything is through."""
+    from confluent_kafka import Consumer, TopicPartition
+    topic, out = f"gb-{stamp}-reread", f"gb-{stamp}-reread-out"
+    create_topic(args.bootstrap, topic)
+    create_topic(args.bootstrap, out)
+    rate, total = args.rate, args.rate * args.seconds
+    sql = job(args.bootstrap, topic, args.postgres, "unused", location(args, stamp, "reread"),
+              lease=args.lease)
+    sql = sql.replace(
+        "CREATE TABLE big (id BIGINT, user_id BIGINT, doubled BIGINT)\n"
+        f"WITH ('connector' = 'jdbc', 'url' = '{args.postgres}', 'table-name' = 'unused');",
+        "CREATE TABLE big (id BIGINT, user_id BIGINT, doubled BIGINT)\n"
+        f"WITH ('connector' = 'kafka', 'topic' = '{out}', "
+        f"'properties.bootstrap.servers' = '{args.bootstrap}', 'format' = 'json');")
+    assert "'connector' = 'kafka', 'topic' = '" + out in sql, sql
+    producer = threading.Thread(target=produce, args=(args.bootstrap, topic, 0, total, rate))
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "job.sql"), "w") as f:
+            f.write(sql)
+        logs = []
+        producer.start()
+        ms = start_members(args.weir, folder, topic, 3, logs)
+        t0 = time.monotonic()
+        while not all(sum(1 for line in open(l) if line.startswith("weir: task ")
+                          and ("started" in line or "took over" in line)) >= 2 for l in logs):
+            time.sleep(0.05)
+            if time.monotonic() - t0 > 120:
+                sys.exit("the members did not settle on two tasks each")
+        time.sleep(args.seconds / 3)
+        ms[0].send_signal(signal.SIGKILL)
+        ms[0].wait()
+        producer.join()
+        want = expected(total)
+        c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"{out}-count",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.assign([TopicPartition(out, p, 0) for p in range(PARTITIONS)])
+        seen, ids, quiet = 0, set(), time.monotonic()
+        while len(ids) < want or time.monotonic() - quiet < 5:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                if time.monotonic() - quiet > 120:
+                    sys.exit(f"{len(ids)} of {want} rows after 120 s without new ones")
+                continue
+            seen += 1
+            ids.add(json.loads(m.value())["id"])
+            quiet = time.monotonic()
+        c.close()
+        for m in ms[1:]:
+            m.send_signal(signal.SIGTERM)
+        for m in ms[1:]:
+            m.wait()
+    print(f"rows read again after a kill at {rate:,} records/s (an at-least-once Kafka sink): "
+          f"{seen - len(ids):,} of {len(ids):,} rows written twice")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weir", required=True)
@@ -278,6 +338,8 @@ def main():
                     "checkpoints and the members, each run under its own; the AWS_* variables "
                     "reach it (default: a local folder per run)")
     ap.add_argument("--lease", help="weir.checkpointing.lock-lease (e.g. '3 s')")
+    ap.add_argument("--reread", action="store_true", help="also count the rows read again after "
+                    "a takeover, through an at-least-once Kafka sink")
     args = ap.parse_args()
     stamp = int(time.time())
     print("| members | records | rows out | wall s | members' CPU s | records/s | records per CPU-second | duplicates |")
@@ -288,6 +350,8 @@ def main():
         throughput(args, n, stamp)
     if not args.no_takeover:
         takeover(args, stamp)
+    if args.reread:
+        reread(args, stamp)
 
 
 if __name__ == "__main__":
