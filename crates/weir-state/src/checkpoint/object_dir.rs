@@ -462,12 +462,15 @@ impl ObjectStoreStorage {
             return Err(config(super::IN_MEMORY_REFUSED.into()));
         }
         // As the builders' own `from_env`: every variable of theirs, by its lower-case name.
-        let env = std::env::vars().filter_map(|(k, v)| {
-            let k = k.to_ascii_lowercase();
-            (k.starts_with("aws_") || k.starts_with("google_") || k.starts_with("azure_"))
-                .then_some((k, v))
-        });
-        let (store, root) = object_store::parse_url_opts(&parsed, env).map_err(|e| {
+        let mut env: Vec<(String, String)> = (std::env::vars())
+            .filter_map(|(k, v)| {
+                let k = k.to_ascii_lowercase();
+                (k.starts_with("aws_") || k.starts_with("google_") || k.starts_with("azure_"))
+                    .then_some((k, v))
+            })
+            .collect();
+        env.sort();
+        let (store, root) = object_store::parse_url_opts(&parsed, env.clone()).map_err(|e| {
             config(format!(
                 "{e} (object storage is reached by s3://, gs://, az:// and abfs:// URLs)"
             ))
@@ -485,8 +488,18 @@ impl ObjectStoreStorage {
                 .map(|s| format!("/{s}"))
                 .collect::<String>()
         );
+        // One client per store and settings in a process, its connections kept: a group's
+        // member opens its tasks' locations again and again (each start, each try of a held
+        // one), and a new client would connect (and shake hands) anew each time.
+        static STORES: OnceLock<Mutex<std::collections::HashMap<String, Arc<dyn ObjectStore>>>> =
+            OnceLock::new();
+        let key = format!("{base} {env:?}");
+        let store = match STORES.get_or_init(Default::default).lock() {
+            Ok(mut stores) => Arc::clone(stores.entry(key).or_insert_with(|| Arc::from(store))),
+            Err(_) => Arc::from(store),
+        };
         Ok(ObjectStoreStorage {
-            store: Arc::from(store),
+            store,
             base,
             root,
             begun: Mutex::new(BTreeSet::new()),
