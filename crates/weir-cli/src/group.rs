@@ -796,6 +796,15 @@ pub async fn run(
         view.set_status(weir_http::JobStatus::Running);
     }
     let mut looks = 0u64;
+    // The job's nodes, by name and kind, as the member's view shows them.
+    let nodes: Vec<(String, String)> = (plan.graph.nodes.iter())
+        .map(|n| {
+            (
+                n.name.clone(),
+                format!("{} {}", n.kind.role(), n.kind.kind()),
+            )
+        })
+        .collect();
     let mut recount: Option<tokio::task::JoinHandle<Vec<Counted>>> = None;
     let outcome: Result<i32> = loop {
         tokio::select! {
@@ -809,9 +818,6 @@ pub async fn run(
                     let (info, parts) = group_info(&plan, &roster.me, &members, http, &mut slots);
                     view.set_group(info);
                     // The job's operators as this member runs them: a subtask per task.
-                    let nodes: Vec<(String, String)> = (plan.graph.nodes.iter())
-                        .map(|n| (n.name.clone(), format!("{} {}", n.kind.role(), n.kind.kind())))
-                        .collect();
                     let at = weir_core::time::Clock::now(&SystemClock).0;
                     view.publish(weir_runtime::metrics::MetricsSnapshot::merged(&parts, &nodes, at));
                 }
@@ -957,10 +963,11 @@ fn group_info(
                     snap.nodes.iter().flat_map(|n| &n.splits).collect();
                 let time_lag = splits.iter().filter_map(|s| s.time_lag_ms).max();
                 let lag: Option<u64> = splits.iter().map(|s| s.lag_records).sum();
+                let (stage, partition) = plan.stage_of_task(t);
                 let task = weir_http::GroupTask {
                     task: t,
-                    stage: stage_partition(t).0,
-                    partition: stage_partition(t).1,
+                    stage: stage.number,
+                    partition,
                     state: "running",
                     restored_from: *restored,
                     watermark: snap.sources_watermark(),
@@ -969,7 +976,6 @@ fn group_info(
                     rows_read: splits.iter().map(|s| s.rows_read).sum(),
                     checkpoints_completed: snap.checkpoints.completed,
                 };
-                let (stage, partition) = plan.stage_of_task(t);
                 parts.push(weir_runtime::metrics::Part {
                     subtask: partition as usize,
                     snapshot: snap,

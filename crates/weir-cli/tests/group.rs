@@ -183,6 +183,14 @@ fn http_text(addr: &str, path: &str) -> String {
         .map_or(String::new(), |(_, b)| b.to_string())
 }
 
+/// The address of the web API a member's log says it serves.
+fn web_address(log: &str) -> String {
+    (log.lines())
+        .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
+        .map(|a| a.trim_end_matches('/').to_string())
+        .unwrap_or_else(|| panic!("no address in the log:\n{log}"))
+}
+
 fn log(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_default()
 }
@@ -310,10 +318,7 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     });
     // Member d's HTTP API lists the members, who runs which task, and d's tasks' progress.
     let d_log = log(dir.path(), "d.log");
-    let addr = (d_log.lines())
-        .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
-        .map(|a| a.trim_end_matches('/').to_string())
-        .unwrap_or_else(|| panic!("no address in d's log:\n{d_log}"));
+    let addr = web_address(&d_log);
     let mut group_api = serde_json::Value::Null;
     wait_for(
         dir.path(),
@@ -678,6 +683,35 @@ fn single_run(sql: String) -> String {
     out
 }
 
+/// The re-keying tests' job after `settings`: a count per ad over 10-second windows of the
+/// clicks in `topic` (bounded: read to its end at start), into `schema.per_ad`.
+fn count_per_ad(topic: &str, schema: &str, bounded: bool, settings: &str) -> String {
+    let url = postgres::url();
+    format!(
+        "{settings}
+         {}
+         CREATE TABLE per_ad (ad_id BIGINT, window_start TIMESTAMP(3), clicks BIGINT)
+         WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.per_ad');
+         INSERT INTO per_ad SELECT ad_id, window_start, COUNT(*)
+         FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '10' SECOND))
+         GROUP BY ad_id, window_start, window_end;",
+        events_table("clicks", topic, bounded)
+    )
+}
+
+/// The windows of `schema.per_ad` before the records an hour later (which a group running on
+/// never closes), sorted.
+fn closed_windows(rt: &tokio::runtime::Runtime, schema: &str) -> Vec<String> {
+    query_rows(
+        rt,
+        &format!(
+            "SELECT ad_id, window_start, clicks FROM {schema}.per_ad
+             WHERE window_start < to_timestamp({})::timestamp",
+            (T0 + 3_000_000) / 1000
+        ),
+    )
+}
+
 /// Rows the operators of a job run alone set aside as late, from its summary.
 fn set_aside(out: &str) -> u64 {
     (out.lines())
@@ -692,32 +726,17 @@ fn a_count_per_ad_over_clicks_by_user_re_keyed_between_two_members_is_the_single
     let rt = kafka::rt();
     let topic = kafka::topic(&rt, "group-clicks", 6);
     let (reference, grouped) = schemas(&rt, "rekey_reference", "rekey_members");
-    let url = postgres::url();
     let job = |schema: &str, bounded: bool| {
-        format!(
+        count_per_ad(
+            &topic,
+            schema,
+            bounded,
             "SET 'execution.checkpointing.interval' = '300 ms';
-             SET 'execution.checkpointing.dir' = 'checkpoints';
-             {}
-             CREATE TABLE per_ad (ad_id BIGINT, window_start TIMESTAMP(3), clicks BIGINT)
-             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.per_ad');
-             INSERT INTO per_ad SELECT ad_id, window_start, COUNT(*)
-             FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '10' SECOND))
-             GROUP BY ad_id, window_start, window_end;",
-            events_table("clicks", &topic, bounded)
+             SET 'execution.checkpointing.dir' = 'checkpoints';",
         )
     };
     let records = clicks_and_impressions(&topic, None, 12_000);
-    // The windows before the records an hour later, which a group running on never closes.
-    let closed = |schema: &str| {
-        query_rows(
-            &rt,
-            &format!(
-                "SELECT ad_id, window_start, clicks FROM {schema}.per_ad
-                 WHERE window_start < to_timestamp({})::timestamp",
-                (T0 + 3_000_000) / 1000
-            ),
-        )
-    };
+    let closed = |schema: &str| closed_windows(&rt, schema);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), job(&grouped, false)).unwrap();
@@ -901,37 +920,21 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
     let rt = kafka::rt();
     let topic = kafka::topic(&rt, "group-s3-clicks", 6);
     let (reference, grouped) = schemas(&rt, "s3_reference", "s3_members");
-    let url = postgres::url();
     let bucket = std::env::var("WEIR_S3_BUCKET").unwrap_or_else(|_| "weir-test".into());
     let location = format!(
         "s3://{bucket}/groups/{}",
         weir_state::store_files::unique_id()
     );
     let job = |schema: &str, bounded: bool, checkpoints: &str| {
-        format!(
+        let settings = format!(
             "SET 'execution.checkpointing.interval' = '1 s';
              SET 'execution.checkpointing.dir' = '{checkpoints}';
-             SET 'weir.checkpointing.lock-lease' = '2 s';
-             {}
-             CREATE TABLE per_ad (ad_id BIGINT, window_start TIMESTAMP(3), clicks BIGINT)
-             WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{schema}.per_ad');
-             INSERT INTO per_ad SELECT ad_id, window_start, COUNT(*)
-             FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(rt), INTERVAL '10' SECOND))
-             GROUP BY ad_id, window_start, window_end;",
-            events_table("clicks", &topic, bounded)
-        )
+             SET 'weir.checkpointing.lock-lease' = '2 s';"
+        );
+        count_per_ad(&topic, schema, bounded, &settings)
     };
     let records = clicks_and_impressions(&topic, None, 12_000);
-    let closed = |schema: &str| {
-        query_rows(
-            &rt,
-            &format!(
-                "SELECT ad_id, window_start, clicks FROM {schema}.per_ad
-                 WHERE window_start < to_timestamp({})::timestamp",
-                (T0 + 3_000_000) / 1000
-            ),
-        )
-    };
+    let closed = |schema: &str| closed_windows(&rt, schema);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), job(&grouped, false, &location)).unwrap();
@@ -957,10 +960,7 @@ fn a_group_in_object_storage_survives_a_member_killed_and_gives_the_single_run_s
     // tasks of a that run it, numbered by the partition each reads (0-5 in both stages, where
     // the tasks are numbered 0-11), the repartition topics not among the nodes.
     let a_log = log(dir.path(), "a.log");
-    let addr = (a_log.lines())
-        .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
-        .map(|a| a.trim_end_matches('/').to_string())
-        .unwrap_or_else(|| panic!("no address in a's log:\n{a_log}"));
+    let addr = web_address(&a_log);
     let held_by_a = tasks_held(&a_log);
     let mut want: Vec<i64> = held_by_a.iter().map(|&t| i64::from(t % 6)).collect();
     want.sort();

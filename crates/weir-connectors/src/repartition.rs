@@ -338,6 +338,21 @@ pub struct RepartitionSink {
     pub spec: RepartitionSinkSpec,
 }
 
+/// The spec of a repartition source or sink of `kind` with settings `spec`, changed by
+/// `change`; `None` for any other kind.
+fn changed_spec<S: serde::de::DeserializeOwned>(
+    kind: &str,
+    spec: serde_json::Value,
+    change: impl FnOnce(&mut S),
+) -> Result<Option<S>> {
+    if kind != "repartition" {
+        return Ok(None);
+    }
+    let mut spec: S = weir_runtime::graph::spec_from_json("repartition", &spec)?;
+    change(&mut spec);
+    Ok(Some(spec))
+}
+
 impl RepartitionSink {
     /// `sink` with its settings changed by `change` (a task's writer number, a run's topic
     /// name), if it is a repartition sink; `None` for any other sink.
@@ -348,13 +363,8 @@ impl RepartitionSink {
         sink: &dyn SinkFactory,
         change: impl FnOnce(&mut RepartitionSinkSpec),
     ) -> Result<Option<Arc<dyn SinkFactory>>> {
-        if sink.kind() != "repartition" {
-            return Ok(None);
-        }
-        let mut spec: RepartitionSinkSpec =
-            weir_runtime::graph::spec_from_json("repartition", &sink.spec())?;
-        change(&mut spec);
-        Ok(Some(Arc::new(RepartitionSink { spec })))
+        let spec = changed_spec(sink.kind(), sink.spec(), change)?;
+        Ok(spec.map(|spec| Arc::new(RepartitionSink { spec }) as Arc<dyn SinkFactory>))
     }
 }
 
@@ -645,13 +655,8 @@ impl RepartitionSource {
         source: &dyn SourceFactory,
         change: impl FnOnce(&mut RepartitionSourceSpec),
     ) -> Result<Option<Arc<dyn SourceFactory>>> {
-        if source.kind() != "repartition" {
-            return Ok(None);
-        }
-        let mut spec: RepartitionSourceSpec =
-            weir_runtime::graph::spec_from_json("repartition", &source.spec())?;
-        change(&mut spec);
-        Ok(Some(Arc::new(RepartitionSource::new(spec))))
+        let spec = changed_spec(source.kind(), source.spec(), change)?;
+        Ok(spec.map(|spec| Arc::new(RepartitionSource::new(spec)) as Arc<dyn SourceFactory>))
     }
 
     fn partitions(&self) -> Vec<i32> {

@@ -69,9 +69,7 @@ mod object_dir;
 
 pub use local_dir::{lock_file, lock_file_shared, DirLock, FileLock, LocalDirStorage, LOCK_FILE};
 #[cfg(feature = "object-store")]
-pub use object_dir::{
-    LeaseSeen, LeaseWatch, ObjectLock, ObjectStoreStorage, GROUP_FOLDER, LOCK_OBJECT,
-};
+pub use object_dir::{LeaseSeen, LeaseWatch, ObjectLock, ObjectStoreStorage, LOCK_OBJECT};
 
 /// The manifest's file name in a checkpoint folder; its presence makes the checkpoint complete.
 pub const MANIFEST_FILE: &str = "_manifest.json";
@@ -81,6 +79,10 @@ pub const MANIFEST_FILE: &str = "_manifest.json";
 pub const FORMAT_VERSION: u32 = 3;
 /// The folder under a checkpoint directory that holds savepoints.
 pub const SAVEPOINTS_DIR: &str = "savepoints";
+
+/// Where the members of a group (`weir run --group`) record themselves under its checkpoint
+/// location: a location holding it is not a job's to run alone.
+pub const GROUP_FOLDER: &str = "_group";
 /// The folder under a checkpoint directory that holds the files checkpoints share.
 pub const SHARED_DIR: &str = "shared";
 /// What `--restore` takes to mean the newest complete checkpoint.

@@ -24,6 +24,8 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 use weir_core::SystemClock;
 
+use weir_state::checkpoint::GROUP_FOLDER;
+
 use super::{weight, Plan, NEW_PARTITIONS};
 
 /// The group's members, as the checkpoint location records them.
@@ -92,6 +94,10 @@ struct GroupRecord {
 
 /// The suffix of a member's file.
 const MEMBER_FILE: &str = ".member";
+
+/// The group's record, under the checkpoint location in object storage.
+#[cfg(feature = "object-store")]
+const RECORD: &str = "_group/group.json";
 
 /// Where a member's lease is, under the checkpoint location in object storage.
 #[cfg(feature = "object-store")]
@@ -208,7 +214,7 @@ impl Roster {
     ) -> Result<(Place, Hold, Option<Hold>)> {
         let folder = hold_folder_shared(base, &plan.name)?;
         refuse_single_run(base, &dir_names(base)?)?;
-        let dir = base.join("_group");
+        let dir = base.join(GROUP_FOLDER);
         std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
         // One member joins at a time, from before its file is made until the group's record
         // is read or written: members started together then agree on who came first, and one
@@ -238,9 +244,9 @@ impl Roster {
         Ok((place, Hold::File(hold), Some(Hold::File(joining))))
     }
 
-    /// Joins in object storage: the member's own lease taken, then refused if a job run alone
-    /// holds the location (each looks for the other after taking its own hold, so of two
-    /// started at once at least one sees the other).
+    /// Joins in object storage: refused if a job run alone holds the location, looked for once
+    /// the join lease is written (each looks for the other after writing its own hold, so of
+    /// two started at once at least one sees the other); then the member's own lease taken.
     #[cfg(feature = "object-store")]
     fn join_object(
         plan: &Plan,
@@ -462,7 +468,7 @@ impl Place {
         match self {
             Place::Dir { dir, .. } => dir.join("group.json").display().to_string(),
             #[cfg(feature = "object-store")]
-            Place::Object(o) => o.storage.url("_group/group.json"),
+            Place::Object(o) => o.storage.url(RECORD),
         }
     }
 
@@ -477,7 +483,7 @@ impl Place {
                 }
             }
             #[cfg(feature = "object-store")]
-            Place::Object(o) => Ok(o.storage.read_object("_group/group.json")?),
+            Place::Object(o) => Ok(o.storage.read_object(RECORD)?),
         }
     }
 
@@ -490,7 +496,7 @@ impl Place {
                 Ok(())
             }
             #[cfg(feature = "object-store")]
-            Place::Object(o) => Ok(o.storage.write_object("_group/group.json", bytes)?),
+            Place::Object(o) => Ok(o.storage.write_object(RECORD, bytes)?),
         }
     }
 }
@@ -569,12 +575,12 @@ pub(super) fn is_object_url(base: &Path) -> bool {
 /// The location cannot be listed.
 pub(super) fn holds_group(dir: &Path) -> Result<bool> {
     if !is_object_url(dir) {
-        return Ok(super::local_dir(dir).join("_group").is_dir());
+        return Ok(super::local_dir(dir).join(GROUP_FOLDER).is_dir());
     }
     #[cfg(feature = "object-store")]
     {
         let storage = weir_state::checkpoint::ObjectStoreStorage::from_url(&dir.to_string_lossy())?;
-        Ok(storage.names()?.iter().any(|n| n == "_group"))
+        Ok(storage.names()?.iter().any(|n| n == GROUP_FOLDER))
     }
     #[cfg(not(feature = "object-store"))]
     Ok(false)

@@ -47,10 +47,6 @@ pub const LOCK_OBJECT: &str = "_lock";
 /// How long [`ObjectStoreStorage::leases`] may take for each request.
 const LOOK_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Where the members of a group (`weir run --group`) record themselves under its checkpoint
-/// location: a location holding it is not a job's to run alone.
-pub const GROUP_FOLDER: &str = "_group";
-
 /// A state file is written in parts of this size (a multipart upload) once it outgrows one:
 /// at least S3's smallest part, and what one request sends at most.
 const PART_BYTES: usize = 8 << 20;
@@ -164,28 +160,24 @@ impl LeaseWatch {
     /// its holder's (a live holder renews every sixth of it), from when it was first read as
     /// it is to when it was read now.
     pub fn ended(&mut self, lease: &LeaseSeen) -> bool {
-        let now = lease.read_at_ms;
+        let unchanged = self.unchanged_ms(lease);
+        if unchanged == 0 {
+            let version = (lease.expires_at_ms, lease.renewals);
+            (self.seen).insert(lease.location.clone(), (version, lease.read_at_ms));
+        }
         let term = if lease.lease_ms > 0 {
             lease.lease_ms
         } else {
             DEFAULT_LOCK_LEASE_MS
-        } as u64;
-        let version = (lease.expires_at_ms, lease.renewals);
-        match self.seen.get(&lease.location) {
-            Some((v, since)) if *v == version => now.saturating_sub(*since) >= term,
-            _ => {
-                self.seen.insert(lease.location.clone(), (version, now));
-                false
-            }
-        }
+        };
+        unchanged >= term as u64
     }
 
     /// How long this watch has seen `lease` unchanged (0 when first seen as it is), in ms.
     pub fn unchanged_ms(&self, lease: &LeaseSeen) -> u64 {
-        let now = lease.read_at_ms;
         match self.seen.get(&lease.location) {
             Some((v, since)) if *v == (lease.expires_at_ms, lease.renewals) => {
-                now.saturating_sub(*since)
+                lease.read_at_ms.saturating_sub(*since)
             }
             _ => 0,
         }
@@ -637,11 +629,8 @@ impl ObjectStoreStorage {
     /// # Errors
     /// `External` if the store cannot be read.
     pub fn watch_lock(&self, clock: &dyn Clock) -> Result<()> {
-        let path = self.root.clone().join(LOCK_OBJECT);
-        if let Some((body, _)) = read_lease(&self.store, &path, Some(LOOK_WITHIN))? {
-            let key = self.url_of(&path).display().to_string();
-            let mut watched = watched_locks().lock().map_err(|_| poisoned())?;
-            watched.ended(&LeaseSeen::of(&key, &body, clock));
+        if let Some(seen) = self.lease(clock)? {
+            (watched_locks().lock().map_err(|_| poisoned())?).ended(&seen);
         }
         Ok(())
     }
@@ -726,9 +715,7 @@ impl ObjectStoreStorage {
     /// # Errors
     /// `External` if the store cannot be listed.
     pub fn names(&self) -> Result<Vec<String>> {
-        let (store, p) = (Arc::clone(&self.store), self.root.clone());
-        let listed = run(async move { store.list_with_delimiter(Some(&p)).await })?
-            .map_err(|e| self.external("list", &self.root, e))?;
+        let listed = self.list_one_level(&self.root, None)?;
         let folders = (listed.common_prefixes.iter()).filter_map(|p| p.filename());
         let objects = (listed.objects.iter()).filter_map(|o| o.location.filename());
         Ok(folders.chain(objects).map(str::to_string).collect())
@@ -768,10 +755,7 @@ impl ObjectStoreStorage {
     /// # Errors
     /// `External` if the store cannot be read.
     pub fn lease(&self, clock: &dyn Clock) -> Result<Option<LeaseSeen>> {
-        let path = self.root.clone().join(LOCK_OBJECT);
-        let key = self.url_of(&path).display().to_string();
-        let read = read_lease(&self.store, &path, Some(LOOK_WITHIN))?;
-        Ok(read.map(|(body, _)| LeaseSeen::of(&key, &body, clock)))
+        self.lease_at(&self.root.clone().join(LOCK_OBJECT), clock)
     }
 
     /// Deletes this prefix's own lock if it is still `seen` (a holder's that ended: killed, its
@@ -795,26 +779,39 @@ impl ObjectStoreStorage {
     /// # Errors
     /// `External` if the store cannot be listed or read.
     pub fn leases(&self, sub: &str, clock: &dyn Clock) -> Result<Vec<(String, LeaseSeen)>> {
-        let under = self.sub_path(sub);
-        let (store, p) = (Arc::clone(&self.store), under.clone());
         // Bounded: a caller that looks again and again must not hang in the client's retries.
-        let within = Some(LOOK_WITHIN);
-        let listed = run(bounded(within, async move {
-            store.list_with_delimiter(Some(&p)).await
-        }))?
-        .map_err(|e| self.external("list", &under, e))?;
+        let listed = self.list_one_level(&self.sub_path(sub), Some(LOOK_WITHIN))?;
         let mut leases = Vec::new();
         for folder in listed.common_prefixes {
             let Some(name) = folder.filename().map(str::to_string) else {
                 continue;
             };
-            let path = folder.join(LOCK_OBJECT);
-            if let Some((body, _)) = read_lease(&self.store, &path, within)? {
-                let key = self.url_of(&path).display().to_string();
-                leases.push((name, LeaseSeen::of(&key, &body, clock)));
+            if let Some(seen) = self.lease_at(&folder.join(LOCK_OBJECT), clock)? {
+                leases.push((name, seen));
             }
         }
         Ok(leases)
+    }
+
+    /// The objects and folders directly under `under` (within `within`, as [`read_lease`]).
+    fn list_one_level(
+        &self,
+        under: &ObjectPath,
+        within: Option<std::time::Duration>,
+    ) -> Result<object_store::ListResult> {
+        let (store, p) = (Arc::clone(&self.store), under.clone());
+        run(bounded(within, async move {
+            store.list_with_delimiter(Some(&p)).await
+        }))?
+        .map_err(|e| self.external("list", under, e))
+    }
+
+    /// The lease in the lock object at `path` as read now on `clock` (within
+    /// [`LOOK_WITHIN`]); `None` if there is none.
+    fn lease_at(&self, path: &ObjectPath, clock: &dyn Clock) -> Result<Option<LeaseSeen>> {
+        let key = self.url_of(path).display().to_string();
+        let read = read_lease(&self.store, path, Some(LOOK_WITHIN))?;
+        Ok(read.map(|(body, _)| LeaseSeen::of(&key, &body, clock)))
     }
 
     fn held(
@@ -1008,9 +1005,7 @@ impl ObjectStoreStorage {
 
     /// The `chk-<epoch>` folders under `under` (the root, or its savepoints).
     fn folders_in(&self, under: &ObjectPath, savepoint: bool) -> Result<Vec<Found>> {
-        let (store, p) = (Arc::clone(&self.store), under.clone());
-        let listed = run(async move { store.list_with_delimiter(Some(&p)).await })?
-            .map_err(|e| self.external("list", under, e))?;
+        let listed = self.list_one_level(under, None)?;
         let mut found = Vec::new();
         for prefix in listed.common_prefixes {
             let Some(epoch) = prefix.filename().and_then(parse_folder_name) else {
