@@ -948,3 +948,85 @@ fn floor_of_a_date_to_a_unit_is_refused() {
     ));
     assert!(e.contains("takes a TIMESTAMP in weir, not Date32"), "{e}");
 }
+
+/// File sources joined within a time bound are read in step by default (docs/sql.md): one
+/// alignment group over them, 5 s of drift, sampled every millisecond. Not a source read alone,
+/// not a path that is no single file, not where the job gives a group of its own, and not with
+/// `weir.files.read-in-step` = 'false'.
+#[test]
+fn file_sources_joined_within_a_bound_read_in_step_unless_told_otherwise() {
+    use weir_runtime::graph::NodeKind;
+    let dir = tempfile::tempdir().unwrap();
+    for f in [
+        "impressions.csv",
+        "clicks.csv",
+        "events.csv",
+        "orders.csv",
+        "rates.csv",
+    ] {
+        std::fs::write(dir.path().join(f), "x\n").unwrap();
+    }
+    let query = |q: &str| {
+        std::fs::read_to_string(fixtures().join("queries").join(format!("{q}.sql"))).unwrap()
+    };
+    let groups = |settings: &str, q: &str, input: &std::path::Path| {
+        let mut o = opts();
+        o.vars.insert("input".into(), input.display().to_string());
+        let g = plan_job(&format!("{settings}\n{}", query(q)), &o).unwrap();
+        g.nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::Source { watermarks, .. } => Some((
+                    n.name.clone(),
+                    watermarks
+                        .alignment
+                        .as_ref()
+                        .map(|a| (a.group.clone(), a.max_drift_ms, a.update_interval_ms)),
+                )),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let both = |al: Option<(String, i64, i64)>| {
+        vec![
+            ("clicks".to_string(), al.clone()),
+            ("impressions".to_string(), al),
+        ]
+    };
+    let in_step = Some(("weir-files".to_string(), 5_000, 1));
+    assert_eq!(groups("", "interval_join", dir.path()), both(in_step));
+    let off = "SET 'weir.files.read-in-step' = 'false';";
+    assert_eq!(groups(off, "interval_join", dir.path()), both(None));
+    let own = "SET 'scan.watermark.alignment.group' = 'mine';
+               SET 'scan.watermark.alignment.max-drift' = '1 min';";
+    assert_eq!(
+        groups(own, "interval_join", dir.path()),
+        both(Some(("mine".to_string(), 60_000, 1_000)))
+    );
+    // Paths that are not one file (a folder, a file not there) read as fast as they can.
+    let missing = dir.path().join("nowhere");
+    assert_eq!(groups("", "interval_join", &missing), both(None));
+    // A versioned table's history is no time-bounded join's input.
+    assert_eq!(
+        groups("", "temporal_join", dir.path()),
+        vec![("orders".to_string(), None), ("rates".to_string(), None)]
+    );
+    // A source read alone has nothing to keep in step with.
+    assert_eq!(
+        groups("", "window_count", dir.path()),
+        vec![("events".to_string(), None)]
+    );
+    let err = plan_job(
+        &format!(
+            "SET 'weir.files.read-in-step' = 'sometimes';\n{}",
+            query("interval_join")
+        ),
+        &opts(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("SET 'weir.files.read-in-step' = 'sometimes': use 'true' or 'false'"),
+        "{err}"
+    );
+}

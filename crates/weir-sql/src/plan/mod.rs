@@ -73,6 +73,7 @@ use settings::*;
 
 pub use backfill::{with_suffix, BackfillOptions, BackfillPlan};
 pub(crate) use sources::physical_columns;
+use sources::{files_read_in_step, group_files_in_step};
 
 /// Settings from the command line.
 #[derive(Debug, Clone, Default)]
@@ -207,6 +208,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         });
     }
     check_settings(&settings)?;
+    files_read_in_step(&settings)?;
     let batch = batch_options(&settings)?;
     refuse_calls(&inserts, &views, batch.is_some())?;
     let parallelism = match opts.parallelism {
@@ -348,6 +350,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         ));
     }
     let mut graph = job.build()?;
+    group_files_in_step(&mut graph);
     // Nodes point at the statement that made them, not at the planner's source.
     for (range, made) in made_by {
         for id in range {

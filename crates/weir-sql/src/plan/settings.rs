@@ -20,6 +20,7 @@ pub(super) const SETTINGS: &[&str] = &[
     "execution.runtime-mode",
     "weir.batch.sort-memory",
     "weir.batch.spill-dir",
+    "weir.files.read-in-step",
     "scan.watermark.idle-timeout",
     "table.exec.source.idle-timeout",
     "scan.watermark.alignment.group",
