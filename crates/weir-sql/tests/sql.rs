@@ -951,28 +951,31 @@ fn floor_of_a_date_to_a_unit_is_refused() {
 
 /// File sources joined within a time bound are read in step by default (docs/sql.md): one
 /// alignment group over them, 5 s of drift, sampled every millisecond. Not a source read alone,
-/// not a path that is no single file, not where the job gives a group of its own, and not with
-/// `weir.files.read-in-step` = 'false'.
+/// not a versioned table, not a path that is no single file (nor a file joined with one), not
+/// where the job gives a group of its own, and not with `weir.files.read-in-step` = 'false'.
 #[test]
 fn file_sources_joined_within_a_bound_read_in_step_unless_told_otherwise() {
     use weir_runtime::graph::NodeKind;
     let dir = tempfile::tempdir().unwrap();
-    for f in [
-        "impressions.csv",
-        "clicks.csv",
-        "events.csv",
-        "orders.csv",
-        "rates.csv",
-    ] {
-        std::fs::write(dir.path().join(f), "x\n").unwrap();
+    let files = [
+        "impressions",
+        "clicks",
+        "events",
+        "orders",
+        "rates",
+        "payments",
+    ];
+    for f in files {
+        std::fs::write(dir.path().join(format!("{f}.csv")), "x\n").unwrap();
     }
     let query = |q: &str| {
         std::fs::read_to_string(fixtures().join("queries").join(format!("{q}.sql"))).unwrap()
     };
-    let groups = |settings: &str, q: &str, input: &std::path::Path| {
+    type Groups = Vec<(String, Option<(String, i64, i64)>)>;
+    let groups = |sql: &str, input: &std::path::Path| -> Groups {
         let mut o = opts();
         o.vars.insert("input".into(), input.display().to_string());
-        let g = plan_job(&format!("{settings}\n{}", query(q)), &o).unwrap();
+        let g = plan_job(sql, &o).unwrap();
         g.nodes
             .iter()
             .filter_map(|n| match &n.kind {
@@ -985,8 +988,9 @@ fn file_sources_joined_within_a_bound_read_in_step_unless_told_otherwise() {
                 )),
                 _ => None,
             })
-            .collect::<Vec<_>>()
+            .collect()
     };
+    let join = query("interval_join");
     let both = |al: Option<(String, i64, i64)>| {
         vec![
             ("clicks".to_string(), al.clone()),
@@ -994,39 +998,77 @@ fn file_sources_joined_within_a_bound_read_in_step_unless_told_otherwise() {
         ]
     };
     let in_step = Some(("weir-files".to_string(), 5_000, 1));
-    assert_eq!(groups("", "interval_join", dir.path()), both(in_step));
-    let off = "SET 'weir.files.read-in-step' = 'false';";
-    assert_eq!(groups(off, "interval_join", dir.path()), both(None));
-    let own = "SET 'scan.watermark.alignment.group' = 'mine';
-               SET 'scan.watermark.alignment.max-drift' = '1 min';";
+    assert_eq!(groups(&join, dir.path()), both(in_step.clone()));
+    let off = format!("SET 'weir.files.read-in-step' = 'false';\n{join}");
+    assert_eq!(groups(&off, dir.path()), both(None));
+    let own = format!(
+        "SET 'scan.watermark.alignment.group' = 'mine';
+         SET 'scan.watermark.alignment.max-drift' = '1 min';\n{join}"
+    );
     assert_eq!(
-        groups(own, "interval_join", dir.path()),
+        groups(&own, dir.path()),
         both(Some(("mine".to_string(), 60_000, 1_000)))
     );
-    // Paths that are not one file (a folder, a file not there) read as fast as they can.
-    let missing = dir.path().join("nowhere");
-    assert_eq!(groups("", "interval_join", &missing), both(None));
-    // A versioned table's history is no time-bounded join's input.
+    // Paths that are not one file (a file not there, a folder) read as fast as they can, and
+    // so does a file joined with one.
+    assert_eq!(groups(&join, &dir.path().join("nowhere")), both(None));
+    let mixed = tempfile::tempdir().unwrap();
+    std::fs::write(mixed.path().join("impressions.csv"), "x\n").unwrap();
+    std::fs::create_dir(mixed.path().join("clicks.csv")).unwrap();
+    assert_eq!(groups(&join, mixed.path()), both(None));
+    // A versioned table's history is no time-bounded join's input, here or upstream of one.
     assert_eq!(
-        groups("", "temporal_join", dir.path()),
+        groups(&query("temporal_join"), dir.path()),
         vec![("orders".to_string(), None), ("rates".to_string(), None)]
+    );
+    let paid = format!(
+        "{}
+         CREATE TABLE payments (order_id BIGINT, ts BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+           WATERMARK FOR rt AS rt - INTERVAL '5' SECOND
+         ) WITH ('connector' = 'filesystem', 'path' = '${{input}}/payments.csv',
+                 'format' = 'csv', 'csv.header' = 'true');
+         CREATE TABLE paid (order_id BIGINT, converted DECIMAL(24, 8))
+         WITH ('connector' = 'filesystem', 'path' = '${{output}}/paid', 'format' = 'csv');
+         INSERT INTO paid
+         SELECT p.order_id, o.converted
+         FROM payments p
+         JOIN (SELECT o.order_id, o.rt, o.amount * r.rate AS converted
+               FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.rt AS r
+                 ON o.currency = r.currency) o
+           ON p.order_id = o.order_id AND p.rt BETWEEN o.rt AND o.rt + INTERVAL '1' MINUTE;",
+        query("temporal_join")
+    );
+    let mut paid_groups = groups(&paid, dir.path());
+    paid_groups.sort();
+    assert!(
+        paid_groups.contains(&("payments".to_string(), in_step.clone()))
+            && paid_groups
+                .iter()
+                .filter(|(name, _)| name == "orders")
+                .any(|(_, al)| *al == in_step)
+            && paid_groups
+                .iter()
+                .filter(|(name, _)| name == "rates")
+                .all(|(_, al)| al.is_none()),
+        "{paid_groups:?}"
     );
     // A source read alone has nothing to keep in step with.
     assert_eq!(
-        groups("", "window_count", dir.path()),
+        groups(&query("window_count"), dir.path()),
         vec![("events".to_string(), None)]
     );
-    let err = plan_job(
-        &format!(
-            "SET 'weir.files.read-in-step' = 'sometimes';\n{}",
-            query("interval_join")
-        ),
-        &opts(),
-    )
-    .unwrap_err()
-    .to_string();
+    let refused = |sql: &str| plan_job(sql, &opts()).unwrap_err().to_string();
+    let err = refused(&format!(
+        "SET 'weir.files.read-in-step' = 'sometimes';\n{join}"
+    ));
     assert!(
         err.contains("SET 'weir.files.read-in-step' = 'sometimes': use 'true' or 'false'"),
         "{err}"
     );
+    // The groups weir makes have names of their own.
+    let err = refused(&format!(
+        "SET 'scan.watermark.alignment.group' = 'weir-files-2';
+         SET 'scan.watermark.alignment.max-drift' = '1 min';\n{join}"
+    ));
+    assert!(err.contains("'weir-files-2': names starting"), "{err}");
 }

@@ -323,6 +323,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         ctes: RefCell::default(),
         subqueries: Default::default(),
         changelog_joins: Default::default(),
+        in_step: RefCell::default(),
     };
     let mut made_by = Vec::new();
     for ins in &inserts {
@@ -350,7 +351,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         ));
     }
     let mut graph = job.build()?;
-    group_files_in_step(&mut graph);
+    group_files_in_step(&mut graph, &planner.in_step.borrow());
     // Nodes point at the statement that made them, not at the planner's source.
     for (range, made) in made_by {
         for id in range {
@@ -493,6 +494,8 @@ struct Planner {
     changelog_joins: std::cell::Cell<usize>,
     /// `SET 'execution.runtime-mode' = 'batch'`: how the job runs as a batch job.
     batch: Option<weir_runtime::batch::BatchOptions>,
+    /// The source nodes that may be read in step with others (`Planner::files_in_step`).
+    in_step: RefCell<Vec<usize>>,
 }
 
 impl Planner {

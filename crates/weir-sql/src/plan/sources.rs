@@ -32,21 +32,32 @@ pub(super) fn files_read_in_step(settings: &BTreeMap<String, String>) -> Result<
 /// sources read as fast as they can: alone, a versioned or lookup table's side, or beside a
 /// topic, there is nothing to keep in step. It changes no result: a row is late by its own
 /// split's watermark, and an operator follows the least of its inputs'.
-pub(super) fn group_files_in_step(graph: &mut JobGraph) {
+pub(super) fn group_files_in_step(graph: &mut JobGraph, candidates: &[usize]) {
     use weir_runtime::graph::NodeKind;
-    let in_step = |graph: &JobGraph, id: usize| {
-        matches!(&graph.nodes[id].kind, NodeKind::Source { watermarks, .. }
-            if watermarks.alignment.as_ref().is_some_and(|a| a.group == FILES_GROUP))
-    };
+    let n = graph.nodes.len();
+    let mut candidate = vec![false; n];
+    for &id in candidates {
+        candidate[id] = true;
+    }
+    let in_step = |id: usize| candidate[id];
+    // The sources whose rows reach `node`, but for a versioned or lookup table's: its rows
+    // are versions to look up, never held back for the watermark.
     fn sources(graph: &JobGraph, node: usize, seen: &mut [bool], out: &mut Vec<usize>) {
         if std::mem::replace(&mut seen[node], true) {
             return;
         }
-        if matches!(graph.nodes[node].kind, NodeKind::Source { .. }) {
-            out.push(node);
-        }
+        let factory = match &graph.nodes[node].kind {
+            NodeKind::Source { .. } => {
+                out.push(node);
+                return;
+            }
+            NodeKind::Operator { factory } => Some(factory),
+            _ => None,
+        };
         for e in graph.inputs_of(node) {
-            sources(graph, e.from, seen, out);
+            if !factory.is_some_and(|f| f.versioned_input(e.input)) {
+                sources(graph, e.from, seen, out);
+            }
         }
     }
     fn root(of: &mut [usize], mut x: usize) -> usize {
@@ -56,7 +67,6 @@ pub(super) fn group_files_in_step(graph: &mut JobGraph) {
         }
         x
     }
-    let n = graph.nodes.len();
     // Sources joined by a bounded join share a root.
     let mut joined_to: Vec<usize> = (0..n).collect();
     let mut joined = vec![false; n];
@@ -69,7 +79,7 @@ pub(super) fn group_files_in_step(graph: &mut JobGraph) {
         }
         let mut srcs = Vec::new();
         sources(graph, node.id, &mut vec![false; n], &mut srcs);
-        if srcs.len() < 2 || !srcs.iter().all(|&s| in_step(graph, s)) {
+        if srcs.len() < 2 || !srcs.iter().all(|&s| in_step(s)) {
             continue;
         }
         for &s in &srcs {
@@ -80,7 +90,7 @@ pub(super) fn group_files_in_step(graph: &mut JobGraph) {
     }
     let mut groups: HashMap<usize, String> = HashMap::new();
     for (id, joined) in joined.into_iter().enumerate() {
-        if !in_step(graph, id) {
+        if !in_step(id) {
             continue;
         }
         let group = joined.then(|| {
@@ -296,7 +306,15 @@ impl Planner {
         if let Some((key, v)) = idle {
             opts = opts.idle_timeout_ms(duration_ms(key, &v)?);
         }
+        let mut in_step = false;
         if let Some(group) = self.setting("scan.watermark.alignment.group", t) {
+            if group.starts_with(FILES_GROUP) {
+                return Err(plan_err(format!(
+                    "table `{}`: 'scan.watermark.alignment.group' = '{group}': names starting \
+                     with `{FILES_GROUP}` are weir's own (files read in step); choose another",
+                    t.name
+                )));
+            }
             let drift = self
                 .setting("scan.watermark.alignment.max-drift", t)
                 .ok_or_else(|| {
@@ -327,6 +345,7 @@ impl Planner {
             opts = opts.aligned(al);
         } else if let Some(al) = self.files_in_step(t)? {
             opts = opts.aligned(al);
+            in_step = true;
         }
         let proc_attrs: Vec<String> = t
             .columns
@@ -342,6 +361,9 @@ impl Planner {
             None => {
                 let factory =
                     connectors::source_factory(t, &physical, event_time_column.as_deref())?;
+                if in_step {
+                    self.in_step.borrow_mut().push(self.job.node_count());
+                }
                 self.job.source_arc(t.name.clone(), factory, opts)
             }
         };
