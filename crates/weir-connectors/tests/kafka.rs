@@ -233,6 +233,9 @@ fn kafka_align_replay_incident_bounds_join_state() {
             if aligned {
                 let mut al = WatermarkAlignment::new("ads", 10_000);
                 al.update_interval_ms = 2;
+                // Paused on the latest sample: deciding on the oldest of the last three lets
+                // a source read on for three samples' worth of rows, more the faster it reads.
+                al.buffer_size = 0;
                 o.aligned(al)
             } else {
                 o
