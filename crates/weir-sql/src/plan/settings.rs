@@ -144,19 +144,23 @@ pub(super) fn operator_chaining(settings: &BTreeMap<String, String>) -> Result<b
         "pipeline.operator-chaining",
         "pipeline.operator-chaining.enabled",
     ] {
-        if let Some(v) = settings.get(key) {
-            on = match v.trim().to_lowercase().as_str() {
-                "true" => true,
-                "false" => false,
-                _ => {
-                    return Err(plan_err(format!(
-                        "SET '{key}' = '{v}': use 'true' or 'false'"
-                    )))
-                }
-            };
-        }
+        on = bool_setting(settings, key)?.unwrap_or(on);
     }
     Ok(on)
+}
+
+/// A `SET` key that is 'true' or 'false' (any case), if set.
+pub(super) fn bool_setting(settings: &BTreeMap<String, String>, key: &str) -> Result<Option<bool>> {
+    let Some(v) = settings.get(key) else {
+        return Ok(None);
+    };
+    match v.trim().to_lowercase().as_str() {
+        "true" => Ok(Some(true)),
+        "false" => Ok(Some(false)),
+        _ => Err(plan_err(format!(
+            "SET '{key}' = '{v}': use 'true' or 'false'"
+        ))),
+    }
 }
 
 /// `SET 'state.backend.type'` ('hashmap', the default, or 'rocksdb'; Flink's names),

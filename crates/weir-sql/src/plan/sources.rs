@@ -12,16 +12,7 @@ const FILES_DRIFT_MS: i64 = 5_000;
 /// `SET 'weir.files.read-in-step'`: whether file sources joined within a time bound are read in
 /// step ([`group_files_in_step`]); `true` by default.
 pub(super) fn files_read_in_step(settings: &BTreeMap<String, String>) -> Result<bool> {
-    let key = "weir.files.read-in-step";
-    match settings.get(key).map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(true),
-        Some(v) if v == "true" => Ok(true),
-        Some(v) if v == "false" => Ok(false),
-        Some(_) => Err(plan_err(format!(
-            "SET '{key}' = '{}': use 'true' or 'false'",
-            settings[key]
-        ))),
-    }
+    Ok(bool_setting(settings, "weir.files.read-in-step")?.unwrap_or(true))
 }
 
 /// Reads in step the file sources that meet at a join bounded in time
@@ -39,7 +30,6 @@ pub(super) fn group_files_in_step(graph: &mut JobGraph, candidates: &[usize]) {
     for &id in candidates {
         candidate[id] = true;
     }
-    let in_step = |id: usize| candidate[id];
     // The sources whose rows reach `node`, but for a versioned or lookup table's: its rows
     // are versions to look up, never held back for the watermark.
     fn sources(graph: &JobGraph, node: usize, seen: &mut [bool], out: &mut Vec<usize>) {
@@ -79,7 +69,7 @@ pub(super) fn group_files_in_step(graph: &mut JobGraph, candidates: &[usize]) {
         }
         let mut srcs = Vec::new();
         sources(graph, node.id, &mut vec![false; n], &mut srcs);
-        if srcs.len() < 2 || !srcs.iter().all(|&s| in_step(s)) {
+        if srcs.len() < 2 || !srcs.iter().all(|&s| candidate[s]) {
             continue;
         }
         for &s in &srcs {
@@ -90,28 +80,21 @@ pub(super) fn group_files_in_step(graph: &mut JobGraph, candidates: &[usize]) {
     }
     let mut groups: HashMap<usize, String> = HashMap::new();
     for (id, joined) in joined.into_iter().enumerate() {
-        if !in_step(id) {
+        if !joined {
             continue;
         }
-        let group = joined.then(|| {
-            let k = groups.len();
-            let r = root(&mut joined_to, id);
-            (groups.entry(r))
-                .or_insert_with(|| match k {
-                    0 => FILES_GROUP.to_string(),
-                    k => format!("{FILES_GROUP}-{}", k + 1),
-                })
-                .clone()
-        });
+        let k = groups.len();
+        let group = (groups.entry(root(&mut joined_to, id)))
+            .or_insert_with(|| match k {
+                0 => FILES_GROUP.to_string(),
+                k => format!("{FILES_GROUP}-{}", k + 1),
+            })
+            .clone();
         if let NodeKind::Source { watermarks, .. } = &mut graph.nodes[id].kind {
-            match group {
-                Some(g) => {
-                    if let Some(a) = &mut watermarks.alignment {
-                        a.group = g;
-                    }
-                }
-                None => watermarks.alignment = None,
-            }
+            let mut al = WatermarkAlignment::new(&group, FILES_DRIFT_MS);
+            al.update_interval_ms = 1;
+            al.allow_unaligned_source_splits = true;
+            watermarks.alignment = Some(al);
         }
     }
 }
@@ -231,24 +214,17 @@ impl Planner {
         Ok(names)
     }
 
-    /// The alignment a file source reads with when it may be read in step with others
-    /// ([`group_files_in_step`] keeps it only where it pays): a `filesystem` table of one file,
-    /// with event time and no alignment group of its own, unless
-    /// `SET 'weir.files.read-in-step' = 'false'`. A file holds history, which its source reads
+    /// Whether a source may be read in step with others ([`group_files_in_step`] groups it only
+    /// where that pays): a `filesystem` table of one file, with event time and no alignment
+    /// group of its own, unless `SET 'weir.files.read-in-step' = 'false'`. A file holds history, which its source reads
     /// as fast as it can: the source of a smaller file runs ahead in event time, and a join of
     /// the two holds its rows until the other side catches up (the fixture's interval join held
     /// 240 k rows instead of about 50 k, for 1.3 times the CPU).
-    fn files_in_step(&self, t: &TableDef) -> Result<Option<WatermarkAlignment>> {
+    fn files_in_step(&self, t: &TableDef) -> Result<bool> {
         let file =
             (t.options.get("connector")).is_some_and(|c| c.eq_ignore_ascii_case("filesystem"));
         let one_file = (t.options.get("path")).is_some_and(|p| std::path::Path::new(p).is_file());
-        if !file || !one_file || t.watermark.is_none() || !files_read_in_step(&self.settings)? {
-            return Ok(None);
-        }
-        let mut al = WatermarkAlignment::new(FILES_GROUP, FILES_DRIFT_MS);
-        al.update_interval_ms = 1;
-        al.allow_unaligned_source_splits = true;
-        Ok(Some(al))
+        Ok(file && one_file && t.watermark.is_some() && files_read_in_step(&self.settings)?)
     }
 
     /// A table as a source relation: physical columns read, computed columns added.
@@ -306,8 +282,9 @@ impl Planner {
         if let Some((key, v)) = idle {
             opts = opts.idle_timeout_ms(duration_ms(key, &v)?);
         }
-        let mut in_step = false;
-        if let Some(group) = self.setting("scan.watermark.alignment.group", t) {
+        let own_group = self.setting("scan.watermark.alignment.group", t);
+        let in_step = own_group.is_none() && self.files_in_step(t)?;
+        if let Some(group) = own_group {
             if group.starts_with(FILES_GROUP) {
                 return Err(plan_err(format!(
                     "table `{}`: 'scan.watermark.alignment.group' = '{group}': names starting \
@@ -343,9 +320,6 @@ impl Planner {
                 connectors::parse_bool(&t.name, key, self.setting(key, t).as_deref())?
                     .unwrap_or(false);
             opts = opts.aligned(al);
-        } else if let Some(al) = self.files_in_step(t)? {
-            opts = opts.aligned(al);
-            in_step = true;
         }
         let proc_attrs: Vec<String> = t
             .columns
