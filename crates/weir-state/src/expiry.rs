@@ -6,9 +6,17 @@
 pub struct ExpiryQueue {
     buckets: std::collections::BTreeMap<i64, Vec<(i64, u32, u8)>>,
     staged: Vec<(i64, u32, u8)>,
+    /// Scratch of `flush`, kept for its capacity: staged entries per bucket, and the entries
+    /// in bucket order.
+    counts: Vec<u32>,
+    sorted: Vec<(i64, u32, u8)>,
 }
 
 const BUCKET_SHIFT: u32 = 8;
+
+/// The most buckets a flush's entries may span to be put in bucket order by counting (a pass
+/// to count, one to place) rather than by sorting.
+const COUNTED_SPAN: i64 = 4096;
 
 impl ExpiryQueue {
     pub fn new() -> Self {
@@ -31,12 +39,13 @@ impl ExpiryQueue {
         }
     }
 
-    /// Files staged entries into their buckets.
+    /// Files staged entries into their buckets (in a bucket, in the order they were pushed
+    /// when they span few buckets; the order within a bucket means nothing to `pop_due`).
     pub fn flush(&mut self) {
         if self.staged.is_empty() {
             return;
         }
-        self.staged.sort_unstable_by_key(|e| e.0);
+        self.bucket_order();
         let mut rest = &self.staged[..];
         while let Some(first) = rest.first() {
             let b = first.0 >> BUCKET_SHIFT;
@@ -48,6 +57,42 @@ impl ExpiryQueue {
             rest = &rest[n..];
         }
         self.staged.clear();
+    }
+
+    /// Puts the staged entries in bucket order. Entries come in about their time's order, a
+    /// bound's width apart, so they span a few buckets: counting them per bucket and placing
+    /// each takes two passes. The sort they replace took 4 % of the fixture's interval join's
+    /// CPU (`perf`); many buckets apart (a long TTL's entries), they are still sorted.
+    fn bucket_order(&mut self) {
+        let bucket = |e: &(i64, u32, u8)| e.0 >> BUCKET_SHIFT;
+        let (lo, hi) = self
+            .staged
+            .iter()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), e| {
+                (lo.min(bucket(e)), hi.max(bucket(e)))
+            });
+        if hi.saturating_sub(lo) >= COUNTED_SPAN {
+            self.staged.sort_unstable_by_key(|e| e.0);
+            return;
+        }
+        let counts = &mut self.counts;
+        counts.clear();
+        counts.resize((hi - lo + 1) as usize, 0);
+        for e in &self.staged {
+            counts[(bucket(e) - lo) as usize] += 1;
+        }
+        let mut at = 0;
+        for c in counts.iter_mut() {
+            (*c, at) = (at, at + *c);
+        }
+        self.sorted.clear();
+        self.sorted.resize(self.staged.len(), (0, 0, 0));
+        for e in &self.staged {
+            let c = &mut counts[(bucket(e) - lo) as usize];
+            self.sorted[*c as usize] = *e;
+            *c += 1;
+        }
+        std::mem::swap(&mut self.staged, &mut self.sorted);
     }
 
     /// Removes the entries at or below `watermark` into `out` as (slot, tag).
@@ -146,6 +191,48 @@ impl SlotExpiry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Each watermark takes out exactly the entries at or below it, whether a flush's
+        /// entries span few buckets (counted into order) or many (sorted).
+        #[test]
+        fn pop_due_takes_the_entries_at_or_below_the_watermark(
+            batches in prop::collection::vec(
+                prop::collection::vec((0i64..3_000, 0u32..50, 0u8..2), 0..40), 1..6),
+            far in prop::collection::vec(0i64..4_000_000, 0..4),
+            steps in prop::collection::vec(0i64..1_500, 1..8),
+        ) {
+            let mut q = ExpiryQueue::new();
+            let mut left: Vec<(i64, u32, u8)> = Vec::new();
+            let mut wm = -1_000_000;
+            let mut batches = batches.into_iter();
+            for (i, step) in steps.into_iter().enumerate() {
+                if let Some(batch) = batches.next() {
+                    let mut batch = batch;
+                    batch.extend(far.iter().filter(|_| i == 0).map(|&t| (t, 7, 1)));
+                    for &(t, s, tag) in &batch {
+                        // Ahead of the watermark, as a queue's users push them.
+                        let t = wm + 1 + t;
+                        q.push(t, s as usize, tag);
+                        left.push((t, s, tag));
+                    }
+                }
+                wm += step;
+                let mut out = Vec::new();
+                q.pop_due(wm, &mut out);
+                let mut want: Vec<(usize, u8)> = left
+                    .iter()
+                    .filter(|e| e.0 <= wm)
+                    .map(|e| (e.1 as usize, e.2))
+                    .collect();
+                left.retain(|e| e.0 > wm);
+                out.sort_unstable();
+                want.sort_unstable();
+                prop_assert_eq!(out, want);
+            }
+        }
+    }
 
     #[test]
     fn a_slot_comes_due_at_the_earliest_time_queued_once() {
