@@ -365,9 +365,16 @@ fn misaligned_start_is_refused_and_the_spread_alert_fires() {
             ..Default::default()
         };
         let job = JobBuilder::with_config("replay", cfg);
-        let imps = GeneratorSpec::impressions(20_000);
+        // Each source read over about a second: the spread is measured while both inputs
+        // are open, which it is not once either has ended (unthrottled, one source could
+        // deliver all its rows before the other's first batch reaches the join).
+        let imps = GeneratorSpec {
+            rate: Some(20_000),
+            ..GeneratorSpec::impressions(20_000)
+        };
         let clicks = GeneratorSpec {
             start_ms: imps.start_ms - clicks_behind_ms,
+            rate: Some(20_000),
             ..GeneratorSpec::clicks(20_000)
         };
         let i = job.source(
