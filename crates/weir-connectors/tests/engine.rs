@@ -365,16 +365,17 @@ fn misaligned_start_is_refused_and_the_spread_alert_fires() {
             ..Default::default()
         };
         let job = JobBuilder::with_config("replay", cfg);
-        // Each source read over about a second: the spread is measured while both inputs
-        // are open, which it is not once either has ended (unthrottled, one source could
-        // deliver all its rows before the other's first batch reaches the join).
+        // The impressions read in about a second and the clicks (about 6,300 rows) in about
+        // three, of the job's clock: the spread is measured only while both inputs are open,
+        // and the clicks stay open while every impression reaches the join (unthrottled, one
+        // source could deliver all its rows before the other's first batch came).
         let imps = GeneratorSpec {
             rate: Some(20_000),
             ..GeneratorSpec::impressions(20_000)
         };
         let clicks = GeneratorSpec {
             start_ms: imps.start_ms - clicks_behind_ms,
-            rate: Some(20_000),
+            rate: Some(2_000),
             ..GeneratorSpec::clicks(20_000)
         };
         let i = job.source(
@@ -414,9 +415,17 @@ fn misaligned_start_is_refused_and_the_spread_alert_fires() {
         "{msg}"
     );
 
-    // Overridden, it runs; the spread between the inputs is measured and the alert fires.
-    let report = rt()
-        .block_on(exec::run(job(60_000, true), Arc::new(SystemClock)))
+    // Overridden, it runs; the spread between the inputs is measured and the alert fires. On
+    // tokio's paused time, so that the throttled sources interleave by the job's clock
+    // however loaded the machine is.
+    let paused = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let clock = TokioClock::starting_at(weir_core::time::ProcTime(1_700_000_000_000));
+    let report = paused
+        .block_on(exec::run(job(60_000, true), Arc::new(clock)))
         .unwrap();
     let join = report.metrics.node("interval_join").unwrap();
     assert!(
@@ -428,7 +437,9 @@ fn misaligned_start_is_refused_and_the_spread_alert_fires() {
     assert_eq!(join.inputs.len(), 2);
 
     // Aligned starts are not refused.
-    rt().block_on(exec::run(job(0, false), Arc::new(SystemClock)))
+    let clock = TokioClock::starting_at(weir_core::time::ProcTime(1_700_000_000_000));
+    paused
+        .block_on(exec::run(job(0, false), Arc::new(clock)))
         .unwrap();
 }
 

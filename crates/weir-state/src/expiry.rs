@@ -39,8 +39,8 @@ impl ExpiryQueue {
         }
     }
 
-    /// Files staged entries into their buckets (in a bucket, in the order they were pushed
-    /// when they span few buckets; the order within a bucket means nothing to `pop_due`).
+    /// Files staged entries into their buckets, in no particular order within a bucket: that
+    /// order means nothing to `pop_due`.
     pub fn flush(&mut self) {
         if self.staged.is_empty() {
             return;
