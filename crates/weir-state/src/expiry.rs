@@ -218,8 +218,7 @@ mod tests {
             let mut pushed = 0u32;
             let steps = steps.into_iter().chain([i64::MAX / 2]);
             for (i, step) in steps.enumerate() {
-                if let Some(batch) = batches.next() {
-                    let mut batch = batch;
+                if let Some(mut batch) = batches.next() {
                     batch.extend(far.iter().filter(|_| i == 0).map(|&t| (t, 1)));
                     for &(t, tag) in &batch {
                         // Ahead of the watermark, as a queue's users push them.

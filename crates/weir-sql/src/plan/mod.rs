@@ -208,7 +208,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         });
     }
     check_settings(&settings)?;
-    files_read_in_step(&settings)?;
+    let read_files_in_step = files_read_in_step(&settings)?;
     let batch = batch_options(&settings)?;
     refuse_calls(&inserts, &views, batch.is_some())?;
     let parallelism = match opts.parallelism {
@@ -323,6 +323,7 @@ fn plan_job_here(sql: &str, opts: &PlanOptions) -> Result<(JobGraph, Option<Back
         ctes: RefCell::default(),
         subqueries: Default::default(),
         changelog_joins: Default::default(),
+        read_files_in_step,
         in_step: RefCell::default(),
     };
     let mut made_by = Vec::new();
@@ -494,6 +495,8 @@ struct Planner {
     changelog_joins: std::cell::Cell<usize>,
     /// `SET 'execution.runtime-mode' = 'batch'`: how the job runs as a batch job.
     batch: Option<weir_runtime::batch::BatchOptions>,
+    /// `SET 'weir.files.read-in-step'` (true unless set to 'false').
+    read_files_in_step: bool,
     /// The source nodes that may be read in step with others (`Planner::files_in_step`).
     in_step: RefCell<Vec<usize>>,
 }

@@ -220,11 +220,11 @@ impl Planner {
     /// as fast as it can: the source of a smaller file runs ahead in event time, and a join of
     /// the two holds its rows until the other side catches up (the fixture's interval join held
     /// 240 k rows instead of about 50 k, for 1.3 times the CPU).
-    fn files_in_step(&self, t: &TableDef) -> Result<bool> {
+    fn files_in_step(&self, t: &TableDef) -> bool {
         let file =
             (t.options.get("connector")).is_some_and(|c| c.eq_ignore_ascii_case("filesystem"));
         let one_file = (t.options.get("path")).is_some_and(|p| std::path::Path::new(p).is_file());
-        Ok(file && one_file && t.watermark.is_some() && files_read_in_step(&self.settings)?)
+        self.read_files_in_step && file && one_file && t.watermark.is_some()
     }
 
     /// A table as a source relation: physical columns read, computed columns added.
@@ -283,7 +283,7 @@ impl Planner {
             opts = opts.idle_timeout_ms(duration_ms(key, &v)?);
         }
         let own_group = self.setting("scan.watermark.alignment.group", t);
-        let in_step = own_group.is_none() && self.files_in_step(t)?;
+        let in_step = own_group.is_none() && self.files_in_step(t);
         if let Some(group) = own_group {
             if group.starts_with(FILES_GROUP) {
                 return Err(plan_err(format!(
