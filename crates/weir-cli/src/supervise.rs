@@ -261,6 +261,17 @@ pub async fn run_restarting(
 ) -> Result<Supervised> {
     let strategy = graph.config.checkpointing.as_ref().map(|c| c.restart);
     let mut restarts = 0;
+    // Heard from here on, not only once the wait for a restart begins: the runs' own handlers
+    // take the place of the default (dying) for good, so a signal between a failed run and a
+    // handler installed later would be lost, and the job would restart as if none came. A
+    // signal that a run heard before it failed stops the wait too: the job was asked to stop.
+    let (mut term, mut int) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).context("installing a SIGTERM handler")?,
+            signal(SignalKind::interrupt()).context("installing a SIGINT handler")?,
+        )
+    };
     let set_status = |status: JobStatus| {
         if let Some(view) = view {
             view.set_status(status);
@@ -308,17 +319,10 @@ pub async fn run_restarting(
                     error: format!("{e:#}"),
                 });
                 // The wait is the job's too: a signal during it stops the job.
-                let waited = {
-                    use tokio::signal::unix::{signal, SignalKind};
-                    let mut term =
-                        signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
-                    let mut int =
-                        signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => None,
-                        _ = term.recv() => Some(Signal::Term),
-                        _ = int.recv() => Some(Signal::Int),
-                    }
+                let waited = tokio::select! {
+                    _ = tokio::time::sleep(delay) => None,
+                    _ = term.recv() => Some(Signal::Term),
+                    _ = int.recv() => Some(Signal::Int),
                 };
                 if let Some(s) = waited {
                     set_status(JobStatus::Stopped);
