@@ -30,6 +30,60 @@ pub enum Progress {
     Range(weir_runtime::backfill::BackfillRange),
 }
 
+/// The process's SIGTERM, SIGINT and SIGUSR1 listeners, on the control runtime (the job's own
+/// runtime may be too busy to hear them). One set serves every run of a job and the waits
+/// between runs: tokio's handlers take the place of the default (dying) for good, so a signal
+/// that came between one listener and the next would be lost, and the job would go on as if
+/// none came.
+pub struct Listeners {
+    signals: Arc<tokio::sync::Mutex<Signals>>,
+    /// The first SIGTERM or SIGINT a run heard, taken when the run fails: a job asked to stop
+    /// is not restarted.
+    heard: Arc<Mutex<Option<Signal>>>,
+}
+
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+impl Listeners {
+    pub fn install() -> Result<Listeners> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _in_control = crate::control::handle().enter();
+        let signals = Signals {
+            term: signal(SignalKind::terminate()).context("installing a SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing a SIGINT handler")?,
+            usr1: signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?,
+        };
+        Ok(Listeners {
+            signals: Arc::new(tokio::sync::Mutex::new(signals)),
+            heard: Arc::default(),
+        })
+    }
+
+    /// Waits `delay` for a restart; SIGTERM or SIGINT ends the wait early with that signal.
+    /// SIGUSR1 is answered that there is no job to take a savepoint of.
+    async fn wait_to_restart(&self, delay: Duration) -> Option<Signal> {
+        let mut signals = self.signals.lock().await;
+        let Signals { term, int, usr1 } = &mut *signals;
+        let sleep = tokio::time::sleep(delay);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                () = &mut sleep => return None,
+                _ = term.recv() => return Some(Signal::Term),
+                _ = int.recv() => return Some(Signal::Int),
+                _ = usr1.recv() => eprintln!(
+                    "weir: no savepoint: the job is waiting to restart after a failure; its \
+                     newest checkpoint is where it goes on"
+                ),
+            }
+        }
+    }
+}
+
 /// Runs `graph` to the end; shows progress when `progress` asks and stderr is a
 /// terminal; writes metrics to `metrics_out` and publishes them to `view` (the HTTP server's)
 /// every second and at the end. The view's actions are this job's savepoint and stop.
@@ -39,6 +93,20 @@ pub async fn run(
     progress: Progress,
     view: Option<&Arc<JobView>>,
 ) -> Result<Supervised> {
+    // Installed before the job starts, so that a signal from the first moment on stops it
+    // cleanly.
+    let listeners = Listeners::install()?;
+    run_listening(graph, metrics_out, progress, view, &listeners).await
+}
+
+/// [`run`] with the process's `listeners`.
+async fn run_listening(
+    graph: JobGraph,
+    metrics_out: Option<&Path>,
+    progress: Progress,
+    view: Option<&Arc<JobView>>,
+    listeners: &Listeners,
+) -> Result<Supervised> {
     let sinks: Vec<(String, String)> = (graph.nodes.iter())
         .filter_map(|n| match &n.kind {
             weir_runtime::graph::NodeKind::Sink { factory } => {
@@ -47,19 +115,7 @@ pub async fn run(
             _ => None,
         })
         .collect();
-    // Installed before the job starts, so that a signal from the first moment on stops it
-    // cleanly; what stopped it is known before the stop takes effect.
-    // On the control runtime: the job's own runtime may be too busy to hear them.
-    use tokio::signal::unix::{signal, SignalKind};
     let control = crate::control::handle();
-    let (mut term, mut int, mut usr1) = {
-        let _in_control = control.enter();
-        (
-            signal(SignalKind::terminate()).context("installing a SIGTERM handler")?,
-            signal(SignalKind::interrupt()).context("installing a SIGINT handler")?,
-            signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?,
-        )
-    };
     let checkpointing = graph.config.checkpointing.is_some();
     let slo_ms = graph
         .config
@@ -76,9 +132,13 @@ pub async fn run(
             &stopped_by,
         ));
     }
+    // What stopped the job is known before the stop takes effect.
     let signals = {
         let stopped_by = stopped_by.clone();
+        let (signals, heard) = (listeners.signals.clone(), listeners.heard.clone());
         control.spawn(async move {
+            let mut signals = signals.lock_owned().await;
+            let Signals { term, int, usr1 } = &mut *signals;
             let mut signalled = false;
             loop {
                 let which = tokio::select! {
@@ -108,6 +168,7 @@ pub async fn run(
                     std::process::exit(which.exit_code());
                 }
                 stopped_by_first(&stopped_by, StoppedBy::Signal(which));
+                *heard.lock().expect("signal lock") = Some(which);
                 if which == Signal::Term && checkpointing {
                     // Stop with a savepoint: the job goes on from it with --from-savepoint.
                     // Taken aside, so a second signal is still heard while it is written.
@@ -181,6 +242,8 @@ pub async fn run(
     let result = job.wait().await;
     watcher.abort();
     signals.abort();
+    // Ended, so the listeners are free for the wait to restart and the next run.
+    let _ = signals.await;
     let stopped_by = *stopped_by.lock().expect("stop cause lock");
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -261,24 +324,15 @@ pub async fn run_restarting(
 ) -> Result<Supervised> {
     let strategy = graph.config.checkpointing.as_ref().map(|c| c.restart);
     let mut restarts = 0;
-    // Heard from here on, not only once the wait for a restart begins: the runs' own handlers
-    // take the place of the default (dying) for good, so a signal between a failed run and a
-    // handler installed later would be lost, and the job would restart as if none came. A
-    // signal that a run heard before it failed stops the wait too: the job was asked to stop.
-    let (mut term, mut int) = {
-        use tokio::signal::unix::{signal, SignalKind};
-        (
-            signal(SignalKind::terminate()).context("installing a SIGTERM handler")?,
-            signal(SignalKind::interrupt()).context("installing a SIGINT handler")?,
-        )
-    };
+    // One set for every run and every wait between them (see `Listeners`).
+    let listeners = Listeners::install()?;
     let set_status = |status: JobStatus| {
         if let Some(view) = view {
             view.set_status(status);
         }
     };
     loop {
-        match run(graph.clone(), metrics_out, progress, view).await {
+        match run_listening(graph.clone(), metrics_out, progress, view, &listeners).await {
             Ok(mut s) => {
                 s.restarts = restarts;
                 set_status(if s.report.stopped {
@@ -292,11 +346,19 @@ pub async fn run_restarting(
                 let again = e
                     .downcast_ref::<weir_runtime::Error>()
                     .is_some_and(weir_runtime::Error::may_pass_on_restart);
+                // A job that was asked to stop and failed on the way is not restarted.
+                let heard = listeners.heard.lock().expect("signal lock").take();
                 let delay = strategy
-                    .filter(|_| again)
+                    .filter(|_| again && heard.is_none())
                     .and_then(|s| s.delay_before(restarts + 1));
                 let Some(delay) = delay else {
-                    let e = if restarts > 0 {
+                    let e = if let Some(s) = heard {
+                        e.context(format!(
+                            "the job failed while stopping on {}, so it is not restarted; the \
+                             newest checkpoint is where --restore latest goes on",
+                            s.name()
+                        ))
+                    } else if restarts > 0 {
                         e.context(format!(
                             "the job failed again after {restarts} restart{} from its checkpoints",
                             if restarts == 1 { "" } else { "s" }
@@ -319,12 +381,7 @@ pub async fn run_restarting(
                     error: format!("{e:#}"),
                 });
                 // The wait is the job's too: a signal during it stops the job.
-                let waited = tokio::select! {
-                    _ = tokio::time::sleep(delay) => None,
-                    _ = term.recv() => Some(Signal::Term),
-                    _ = int.recv() => Some(Signal::Int),
-                };
-                if let Some(s) = waited {
+                if let Some(s) = listeners.wait_to_restart(delay).await {
                     set_status(JobStatus::Stopped);
                     eprintln!(
                         "weir: stopped by signal ({}) while waiting to restart after a failure; \

@@ -447,7 +447,7 @@ fn exit_of(child: &mut std::process::Child) -> std::process::ExitStatus {
 }
 
 /// Issue #25 item 11: SIGTERM while the job waits (an hour) to restart after a failure stops
-/// it at once, exit 143.
+/// it at once, exit 143; SIGUSR1 then is answered that there is no savepoint to take.
 #[test]
 fn a_signal_stops_a_job_waiting_to_restart() {
     use std::io::BufRead;
@@ -471,6 +471,20 @@ fn a_signal_stops_a_job_waiting_to_restart() {
         line.clear();
     }
     assert!(seen.contains("restart 1"), "{seen}");
+    // A savepoint asked for while there is no job to take it of is answered so.
+    send_signal(child.id(), "USR1");
+    line.clear();
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if line.contains("no savepoint") {
+            break;
+        }
+        line.clear();
+    }
+    assert!(
+        line.contains("no savepoint: the job is waiting to restart after a failure"),
+        "{seen}"
+    );
     send_signal(child.id(), "TERM");
     let code = exit_of(&mut child).code();
     let mut rest = String::new();
