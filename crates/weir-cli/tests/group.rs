@@ -239,6 +239,30 @@ fn tasks_held(log: &str) -> Vec<i32> {
     held.into_iter().collect()
 }
 
+/// Whether the newest complete checkpoint of task `task` (under `dir`'s `checkpoints`) is a
+/// checkpoint rather than a savepoint: a task handed to a member with a savepoint is taken over
+/// "from checkpoint" after that member is killed only once the member has checkpointed it.
+fn newest_is_a_checkpoint(dir: &Path, task: i32) -> bool {
+    let folder = dir.join("checkpoints").join(format!("task-{task}"));
+    let newest = |d: &Path| {
+        (std::fs::read_dir(d).into_iter().flatten().flatten())
+            .filter_map(|e| {
+                let epoch = e
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix("chk-")?
+                    .parse::<u64>()
+                    .ok()?;
+                e.path().join("_manifest.json").exists().then_some(epoch)
+            })
+            .max()
+    };
+    match (newest(&folder), newest(&folder.join("savepoints"))) {
+        (Some(checkpoint), savepoint) => savepoint.is_none_or(|s| checkpoint > s),
+        (None, _) => false,
+    }
+}
+
 /// Waits up to three minutes for `done`, checking every 100 ms; panics naming `what`, with the
 /// members' logs in `dir`.
 fn wait_for(dir: &Path, what: &str, mut done: impl FnMut() -> bool) {
@@ -275,13 +299,19 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         let topic = topic.clone();
         std::thread::spawn(move || produce(&topic, 0, RECORDS, 3_000))
     };
-    // Member a is killed once it runs tasks and the sink has some rows, mid-stream.
+    // Member a is killed once it runs tasks, each checkpointed since a took it, and the sink has
+    // some rows, mid-stream.
+    let mut a_held = Vec::new();
     wait_for(
         dir.path(),
-        "member a to run tasks and rows to arrive",
-        || !tasks_held(&log(dir.path(), "a.log")).is_empty() && rows(&rt, &grouped).len() > 1_000,
+        "member a to run tasks, checkpointed, and rows to arrive",
+        || {
+            a_held = tasks_held(&log(dir.path(), "a.log"));
+            !a_held.is_empty()
+                && (a_held.iter()).all(|&t| newest_is_a_checkpoint(dir.path(), t))
+                && rows(&rt, &grouped).len() > 1_000
+        },
     );
-    let a_held = tasks_held(&log(dir.path(), "a.log"));
     members[0].kill().unwrap();
     members[0].wait().unwrap();
     // Its tasks move to b and c once the group has given up on it.
@@ -842,13 +872,19 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
         member(dir.path(), &group, "c.log", "off"),
     ]);
     let producer = std::thread::spawn(move || produce_records(records.into_iter(), 1_500));
-    // Member a is killed mid-stream, once it runs tasks and rows arrive; d starts later.
+    // Member a is killed mid-stream, once it runs tasks, each checkpointed since a took it, and
+    // rows arrive; d starts later.
+    let mut a_held = Vec::new();
     wait_for(
         dir.path(),
-        "member a to run tasks and rows to arrive",
-        || !tasks_held(&log(dir.path(), "a.log")).is_empty() && attributed(&grouped).len() > 300,
+        "member a to run tasks, checkpointed, and rows to arrive",
+        || {
+            a_held = tasks_held(&log(dir.path(), "a.log"));
+            !a_held.is_empty()
+                && (a_held.iter()).all(|&t| newest_is_a_checkpoint(dir.path(), t))
+                && attributed(&grouped).len() > 300
+        },
     );
-    let a_held = tasks_held(&log(dir.path(), "a.log"));
     members[0].kill().unwrap();
     members[0].wait().unwrap();
     wait_for(dir.path(), "a's tasks to be taken over", || {

@@ -121,6 +121,18 @@ fn stop_with_savepoint(child: std::process::Child) -> String {
         .to_string()
 }
 
+/// Waits until `done` (`what` names it), for at most about a minute: a hang detector, not a
+/// timing assertion.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..6_000 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("waited a minute for {what}");
+}
+
 /// The finished part files' lines, sorted.
 fn output(dir: &Path) -> Vec<String> {
     output_of(dir, "out")
@@ -722,13 +734,11 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Until the sink has written: the job runs (3 s of generated rows) and hears signals.
     let inprogress = dir.path().join("out/.part-0-next.csv.inprogress");
-    for _ in 0..400 {
-        if std::fs::metadata(&inprogress).is_ok_and(|m| m.len() > 10_000) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until("the sink's in-progress file", || {
+        std::fs::metadata(&inprogress).is_ok_and(|m| m.len() > 10_000)
+    });
     let path = stop_with_savepoint(child);
     assert!(path.contains("savepoints"), "{path}");
     let published = output(dir.path());
@@ -818,13 +828,15 @@ fn a_savepoint_restores_across_a_compatible_change_and_refuses_an_incompatible_o
     let d = dir.path();
     std::fs::write(d.join("a.sql"), job("x", "COUNT(*)")).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", "a.sql"])
+        .args(["run", "a.sql", "--metrics-out", "metrics.json"])
         .current_dir(d)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1_500));
+    // Until the job has run a second (its metrics are written each second) of its four (the
+    // generator's rate): it runs and hears signals, and has rows in its windows.
+    wait_until("the job's metrics file", || d.join("metrics.json").exists());
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
