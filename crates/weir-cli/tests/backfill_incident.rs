@@ -13,11 +13,6 @@ use std::time::Duration;
 
 use weir_testkit::kafka::{bootstrap, rt, topic};
 
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 mod common;
 use common::weir_out as weir;
 
@@ -51,6 +46,20 @@ fn chrono_ms(s: &str) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(s)
         .ok()
         .map(|d| d.timestamp_millis())
+}
+
+/// The address a `weir` spawned with `--http 127.0.0.1:0` and its stderr into `log` serves
+/// on, as it printed it (a port chosen by the system: no other process can take it first).
+fn served_at(dir: &Path, log: &str) -> String {
+    let mut addr = None;
+    wait_for(dir, &format!("the web UI's address in {log}"), || {
+        let text = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
+        addr = (text.lines())
+            .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
+            .map(|a| a.trim_end_matches('/').to_string());
+        addr.is_some()
+    });
+    addr.expect("found")
 }
 
 /// Waits for `f` (3,000 tries 100 ms apart, over 5 minutes); on giving up, shows the jobs'
@@ -142,8 +151,8 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
     std::fs::write(d.join("fixed.sql"), job("\n WHERE c.user_id % 10 <> 0")).unwrap();
 
     // The live job, running on.
-    let live_http = free_port();
-    let mut live = spawn(d, &["run", "live.sql", "--http", &live_http], "live.log");
+    let mut live = spawn(d, &["run", "live.sql", "--http", "127.0.0.1:0"], "live.log");
+    let live_http = served_at(d, "live.log");
     let end_of_data = 1_704_067_200_000 + 100_000 * 1000 / 5;
     wait_for(d, "the live job to read to the end of the topics", || {
         watermark(d, &live_http).is_some_and(|w| w >= end_of_data - 120_000)
@@ -165,10 +174,19 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
     wait_for(d, "the live job's rows in attributed_v1", || {
         count("SELECT count(*) FROM attributed_v1") > 1_000
     });
-    let live_before = watermark(d, &live_http).unwrap();
+    // Its watermark once settled: published each second, so two readings more than a second
+    // apart that agree.
+    let mut live_before = None;
+    wait_for(d, "the live job's watermark to settle", || {
+        let first = watermark(d, &live_http);
+        std::thread::sleep(Duration::from_millis(1_200));
+        let settled = first.is_some() && watermark(d, &live_http) == first;
+        live_before = first;
+        settled
+    });
+    let live_before = live_before.unwrap();
 
     // The backfill of the fixed job, from before the first event, rate limited.
-    let backfill_http = free_port();
     let backfill_args = [
         "backfill",
         "fixed.sql",
@@ -183,27 +201,30 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
         "--restore",
         "latest",
         "--http",
-        backfill_http.as_str(),
+        "127.0.0.1:0",
     ];
     let mut backfill = spawn(d, &backfill_args, "backfill.log");
+    let backfill_http = served_at(d, "backfill.log");
     wait_for(d, "the backfill to answer", || {
         weir(d, &["status", "--http", &backfill_http]).0 == 0
     });
     // Behind the live job: the cutover is refused.
-    let watermarks = [
-        "--to",
-        "attributed_v2",
-        "--live-http",
-        live_http.as_str(),
-        "--candidate-http",
-        backfill_http.as_str(),
-        "--no-validate",
-    ];
+    let watermarks = |candidate: &str| {
+        cutover(&[
+            "--to",
+            "attributed_v2",
+            "--live-http",
+            live_http.as_str(),
+            "--candidate-http",
+            candidate,
+            "--no-validate",
+        ])
+    };
     // Once the live job's committed output is known (its first checkpoint every sink has
     // published), the cutover is refused for being behind.
     let mut last = (0, String::new());
     wait_for(d, "the live job's committed watermark", || {
-        last = cutover(&watermarks);
+        last = watermarks(&backfill_http);
         !last.1.contains("watermark is not known")
     });
     let (code, out) = last;
@@ -217,11 +238,12 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
     backfill.kill().unwrap();
     backfill.wait().unwrap();
     let mut backfill = spawn(d, &backfill_args, "backfill2.log");
+    let backfill_http = served_at(d, "backfill2.log");
     // The cutover goes through once the backfill's committed output (its newest completed
     // checkpoint) has reached the live job's: refused until then.
     let mut refusals = 0;
     wait_for(d, "the cutover once the backfill has caught up", || {
-        let (code, out) = cutover(&watermarks);
+        let (code, out) = watermarks(&backfill_http);
         if code != 0 {
             assert!(
                 out.contains("has not caught up")

@@ -276,16 +276,33 @@ fn status_tells_how_far_a_backfill_is_behind_the_live_job() {
          INSERT INTO out1 SELECT ts, key FROM events;",
     )
     .unwrap();
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    // On a port the system chooses, read from what the job prints: a port found free and
+    // handed over could be taken first by another test's process.
     let mut job = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", "job.sql", "--http", &addr, "--http-linger", "60"])
+        .args([
+            "run",
+            "job.sql",
+            "--http",
+            "127.0.0.1:0",
+            "--http-linger",
+            "60",
+        ])
         .current_dir(d)
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(d.join("job.log")).unwrap())
         .spawn()
         .unwrap();
+    let mut addr = None;
+    for _ in 0..600 {
+        let log = std::fs::read_to_string(d.join("job.log")).unwrap_or_default();
+        addr = (log.lines())
+            .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
+            .map(|a| a.trim_end_matches('/').to_string());
+        if addr.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let addr = addr.expect("the job printed its web UI's address within 30 s");
     let mut last = String::new();
     for _ in 0..600 {
         let (ok, out) = weir(d, &["status", "--http", &addr]);

@@ -124,15 +124,10 @@ impl Cluster {
             .arg("-u")
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let c = Cluster {
+        let mut c = Cluster {
             bin,
             dir,
-            port,
+            port: 0,
             as_root,
         };
         if as_root {
@@ -162,8 +157,21 @@ impl Cluster {
                 "--no-sync",
             ],
         );
-        c.start_server();
-        c
+        // On a port found free just before: another process may take it first (its own port
+        // 0), so another port then, a few times.
+        let mut tries = Vec::new();
+        for _ in 0..5 {
+            c.port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            match c.try_start_server() {
+                Ok(()) => return c,
+                Err(e) => tries.push(format!("port {}: {e}", c.port)),
+            }
+        }
+        panic!("the cluster did not start:\n{}", tries.join("\n"));
     }
 
     fn data(&self) -> String {
@@ -183,29 +191,47 @@ impl Cluster {
     }
 
     fn run(&self, program: &str, args: &[&str]) {
+        if let Err(e) = self.try_run(program, args) {
+            panic!("{e}");
+        }
+    }
+
+    /// `program` with `args`; what it printed when it fails.
+    fn try_run(&self, program: &str, args: &[&str]) -> Result<(), String> {
         let out = self
             .command(program)
             .args(args)
             .current_dir(&self.dir)
             .output()
-            .unwrap_or_else(|e| panic!("{program}: {e}"));
-        assert!(
-            out.status.success(),
+            .map_err(|e| format!("{program}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
             "{program} {args:?}: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        );
+        ))
     }
 
     /// Starts the (stopped) server and waits until it takes connections.
+    ///
+    /// # Panics
+    /// If it does not start.
     pub fn start_server(&self) {
+        if let Err(e) = self.try_start_server() {
+            panic!("{e}");
+        }
+    }
+
+    fn try_start_server(&self) -> Result<(), String> {
         let opts = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off",
             self.port,
             self.dir.display()
         );
         let log = self.dir.join("server.log").display().to_string();
-        self.run(
+        self.try_run(
             "pg_ctl",
             &[
                 "-D",
@@ -219,7 +245,7 @@ impl Cluster {
                 &opts,
                 "start",
             ],
-        );
+        )
     }
 
     /// Stops the server at once (`pg_ctl stop -m immediate`): connections drop.
