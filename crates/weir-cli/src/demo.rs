@@ -230,12 +230,14 @@ pub async fn run(a: DemoArgs) -> Result<()> {
         return Ok(());
     }
     eprint!("{graph}");
+    let listeners = crate::supervise::Listeners::install()?;
     let web = crate::web::Web::start(&a.http, &graph, None).await?;
     let result = crate::supervise::run_restarting(
         graph,
         a.metrics_out.as_deref(),
         crate::supervise::Progress::Input,
         web.as_ref().map(crate::web::Web::view),
+        &listeners,
     )
     .await
     .map(crate::supervise::Supervised::ended);
@@ -243,7 +245,7 @@ pub async fn run(a: DemoArgs) -> Result<()> {
         print_results(&a, report);
     }
     if let Some(web) = web {
-        web.finish().await;
+        web.finish(&listeners).await;
     }
     if let (_, Some(code)) = result? {
         std::process::exit(code);

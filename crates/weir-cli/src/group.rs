@@ -729,20 +729,14 @@ const LOOK_EVERY: Duration = Duration::from_millis(300);
 pub async fn run(
     plan: Plan,
     http: Option<(Arc<weir_http::JobView>, std::net::SocketAddr)>,
+    listeners: &crate::supervise::Listeners,
 ) -> Result<i32> {
     let (view, addr) = match http {
         Some((view, addr)) => (Some(view), Some(addr)),
         None => (None, None),
     };
-    use tokio::signal::unix::{signal, SignalKind};
-    let control = crate::control::handle();
-    let (mut term, mut int) = {
-        let _in_control = control.enter();
-        (
-            signal(SignalKind::terminate()).context("installing a SIGTERM handler")?,
-            signal(SignalKind::interrupt()).context("installing a SIGINT handler")?,
-        )
-    };
+    let mut signals = listeners.lock().await;
+    let crate::supervise::Signals { term, int, usr1 } = &mut *signals;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "host".into());
@@ -842,6 +836,10 @@ pub async fn run(
             }
             _ = term.recv() => break Ok(0),
             _ = int.recv() => break Ok(130),
+            _ = usr1.recv() => eprintln!(
+                "weir: SIGUSR1: a member of a group takes no savepoint of its own; SIGTERM \
+                 stops it, handing each of its tasks on with a savepoint"
+            ),
         }
     };
     // Every task stopped before the member leaves, so that the next owner never overlaps; a

@@ -519,11 +519,12 @@ fn run_job(
         let mut plan = group::plan(graph, &name)?;
         plan.repartition_retention_ms = repartition_retention;
         let code = rt.block_on(async {
+            let listeners = supervise::Listeners::install()?;
             let web = web::Web::start(&http, plan.graph(), None).await?;
             let http = web.as_ref().map(|w| (w.view().clone(), w.addr()));
-            let code = group::run(plan, http).await;
+            let code = group::run(plan, http, &listeners).await;
             if let Some(web) = web {
-                web.finish().await;
+                web.finish(&listeners).await;
             }
             code
         })?;
@@ -543,12 +544,14 @@ fn run_job(
         );
     }
     let exit_code = rt.block_on(async {
+        let listeners = supervise::Listeners::install()?;
         let web = web::Web::start(&http, &graph, backfill.as_ref().map(|b| b.range)).await?;
         let result = supervise::run_restarting(
             graph,
             metrics_out.as_deref(),
             progress,
             web.as_ref().map(web::Web::view),
+            &listeners,
         )
         .await
         .map(supervise::Supervised::ended);
@@ -559,7 +562,7 @@ fn run_job(
             }
         }
         if let Some(web) = web {
-            web.finish().await;
+            web.finish(&listeners).await;
         }
         result.map(|(_, code)| code)
     })?;

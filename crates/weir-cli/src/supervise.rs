@@ -31,21 +31,22 @@ pub enum Progress {
 }
 
 /// The process's SIGTERM, SIGINT and SIGUSR1 listeners, on the control runtime (the job's own
-/// runtime may be too busy to hear them). One set serves every run of a job and the waits
-/// between runs: tokio's handlers take the place of the default (dying) for good, so a signal
-/// that came between one listener and the next would be lost, and the job would go on as if
-/// none came.
+/// runtime may be too busy to hear them). One set, installed before the job starts, serves
+/// every run of a job, the waits between runs, a group member's life and the web UI's linger
+/// after the end: tokio's handlers take the place of the default (dying) for good, so a signal
+/// that came between one listener and the next would be lost, and the process would go on as
+/// if none came.
 pub struct Listeners {
     signals: Arc<tokio::sync::Mutex<Signals>>,
-    /// The first SIGTERM or SIGINT a run heard, taken when the run fails: a job asked to stop
-    /// is not restarted.
-    heard: Arc<Mutex<Option<Signal>>>,
+    /// What asked the last run to stop (a signal, the HTTP API), when it failed on the way:
+    /// a job asked to stop is not restarted.
+    stopping: Mutex<Option<StoppedBy>>,
 }
 
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    usr1: tokio::signal::unix::Signal,
+pub struct Signals {
+    pub term: tokio::signal::unix::Signal,
+    pub int: tokio::signal::unix::Signal,
+    pub usr1: tokio::signal::unix::Signal,
 }
 
 impl Listeners {
@@ -59,8 +60,30 @@ impl Listeners {
         };
         Ok(Listeners {
             signals: Arc::new(tokio::sync::Mutex::new(signals)),
-            heard: Arc::default(),
+            stopping: Mutex::default(),
         })
+    }
+
+    /// The listeners, for as long as the guard is held (one holder at a time).
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, Signals> {
+        self.signals.lock().await
+    }
+
+    /// Waits `at_most` after the job has ended (the web UI lingering); SIGTERM or SIGINT ends
+    /// the wait early. SIGUSR1 is answered that the job has ended.
+    pub async fn linger(&self, at_most: Duration) {
+        let mut signals = self.signals.lock().await;
+        let Signals { term, int, usr1 } = &mut *signals;
+        let sleep = tokio::time::sleep(at_most);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = term.recv() => return,
+                _ = int.recv() => return,
+                _ = usr1.recv() => eprintln!("weir: no savepoint: the job has ended"),
+                () = &mut sleep => return,
+            }
+        }
     }
 
     /// Waits `delay` for a restart; SIGTERM or SIGINT ends the wait early with that signal.
@@ -72,13 +95,15 @@ impl Listeners {
         tokio::pin!(sleep);
         loop {
             tokio::select! {
-                () = &mut sleep => return None,
+                // A signal that came as the wait ended still stops the job.
+                biased;
                 _ = term.recv() => return Some(Signal::Term),
                 _ = int.recv() => return Some(Signal::Int),
                 _ = usr1.recv() => eprintln!(
                     "weir: no savepoint: the job is waiting to restart after a failure; its \
                      newest checkpoint is where it goes on"
                 ),
+                () = &mut sleep => return None,
             }
         }
     }
@@ -135,7 +160,7 @@ async fn run_listening(
     // What stopped the job is known before the stop takes effect.
     let signals = {
         let stopped_by = stopped_by.clone();
-        let (signals, heard) = (listeners.signals.clone(), listeners.heard.clone());
+        let signals = listeners.signals.clone();
         control.spawn(async move {
             let mut signals = signals.lock_owned().await;
             let Signals { term, int, usr1 } = &mut *signals;
@@ -168,7 +193,6 @@ async fn run_listening(
                     std::process::exit(which.exit_code());
                 }
                 stopped_by_first(&stopped_by, StoppedBy::Signal(which));
-                *heard.lock().expect("signal lock") = Some(which);
                 if which == Signal::Term && checkpointing {
                     // Stop with a savepoint: the job goes on from it with --from-savepoint.
                     // Taken aside, so a second signal is still heard while it is written.
@@ -255,6 +279,9 @@ async fn run_listening(
             view.publish(report.metrics.clone());
         }
     }
+    if result.is_err() {
+        *listeners.stopping.lock().expect("stop cause lock") = stopped_by;
+    }
     let report = result?;
     if let Some(path) = metrics_out {
         std::fs::write(path, serde_json::to_vec_pretty(&report.metrics)?)
@@ -316,23 +343,23 @@ fn api_actions(
 /// Failures that would happen again (a refused plan, a bad setting, a bad record with the
 /// `fail` policy, too many dead letters) are not restarted. `view` follows every run and gets
 /// the status: restarting after a failure, and finished, stopped or failed at the end.
+/// `listeners` serve every run and every wait between them.
 pub async fn run_restarting(
     mut graph: JobGraph,
     metrics_out: Option<&Path>,
     progress: Progress,
     view: Option<&Arc<JobView>>,
+    listeners: &Listeners,
 ) -> Result<Supervised> {
     let strategy = graph.config.checkpointing.as_ref().map(|c| c.restart);
     let mut restarts = 0;
-    // One set for every run and every wait between them (see `Listeners`).
-    let listeners = Listeners::install()?;
     let set_status = |status: JobStatus| {
         if let Some(view) = view {
             view.set_status(status);
         }
     };
     loop {
-        match run_listening(graph.clone(), metrics_out, progress, view, &listeners).await {
+        match run_listening(graph.clone(), metrics_out, progress, view, listeners).await {
             Ok(mut s) => {
                 s.restarts = restarts;
                 set_status(if s.report.stopped {
@@ -346,17 +373,18 @@ pub async fn run_restarting(
                 let again = e
                     .downcast_ref::<weir_runtime::Error>()
                     .is_some_and(weir_runtime::Error::may_pass_on_restart);
-                // A job that was asked to stop and failed on the way is not restarted.
-                let heard = listeners.heard.lock().expect("signal lock").take();
                 let delay = strategy
-                    .filter(|_| again && heard.is_none())
+                    .filter(|_| again)
                     .and_then(|s| s.delay_before(restarts + 1));
-                let Some(delay) = delay else {
-                    let e = if let Some(s) = heard {
+                // A job that was asked to stop and failed on the way is not restarted.
+                let stopping = listeners.stopping.lock().expect("stop cause lock").take();
+                let restart = delay.filter(|_| stopping.is_none());
+                let Some(delay) = restart else {
+                    let e = if let (Some(by), Some(_)) = (stopping, delay) {
                         e.context(format!(
-                            "the job failed while stopping on {}, so it is not restarted; the \
-                             newest checkpoint is where --restore latest goes on",
-                            s.name()
+                            "the job failed while stopping (asked {}), so it is not restarted; \
+                             the newest checkpoint is where --restore latest goes on",
+                            by.how()
                         ))
                     } else if restarts > 0 {
                         e.context(format!(

@@ -10,6 +10,8 @@ use weir_core::SystemClock;
 use weir_http::{HttpServer, JobView};
 use weir_runtime::JobGraph;
 
+use crate::supervise::Listeners;
+
 /// Ports tried after the default one when it is taken, before any free port.
 const DEFAULT_PORT_TRIES: u16 = 10;
 
@@ -248,11 +250,10 @@ impl Web {
     }
 
     /// After the job has ended: serves its final state for `--http-linger` seconds (or until
-    /// SIGINT / SIGTERM), then stops the server.
-    pub async fn finish(self) {
+    /// SIGINT / SIGTERM, heard by the process's `listeners`, so one sent as the job ended is
+    /// not lost), then stops the server.
+    pub async fn finish(self, listeners: &Listeners) {
         if !self.linger.is_zero() {
-            // Listening before saying so: a signal sent once the message is out ends the wait.
-            let signals = Signals::listen();
             eprintln!(
                 "weir: the job has ended ({}); the web UI stays up for {} s at http://{}/ \
                  (Ctrl-C to quit)",
@@ -260,43 +261,10 @@ impl Web {
                 self.linger.as_secs(),
                 self.server.local_addr()
             );
-            tokio::select! {
-                _ = tokio::time::sleep(self.linger) => {}
-                _ = signals.recv() => {}
-            }
+            listeners.linger(self.linger).await;
         }
         if let Err(e) = self.server.shutdown().await {
             tracing::warn!("stopping the HTTP server: {e}");
-        }
-    }
-}
-
-/// SIGINT and SIGTERM while the server lingers: the job's own handlers are gone by then, and
-/// tokio's stay installed, so without these a signal would be ignored.
-struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
-
-impl Signals {
-    fn listen() -> Signals {
-        use tokio::signal::unix::{signal, SignalKind};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(term), Ok(int)) => Signals(Some((term, int))),
-            _ => Signals(None),
-        }
-    }
-
-    /// The next signal (never, when they could not be listened to).
-    async fn recv(mut self) {
-        match &mut self.0 {
-            Some((term, int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            None => std::future::pending().await,
         }
     }
 }

@@ -48,15 +48,20 @@ fn chrono_ms(s: &str) -> Option<i64> {
         .map(|d| d.timestamp_millis())
 }
 
-/// The address a `weir` spawned with `--http 127.0.0.1:0` and its stderr into `log` serves
-/// on, as it printed it (a port chosen by the system: no other process can take it first).
-fn served_at(dir: &Path, log: &str) -> String {
+/// The address `child`, a `weir` spawned with `--http 127.0.0.1:0` and its stderr into `log`,
+/// serves on, as it printed it (a port chosen by the system: no other process can take it
+/// first). Panics with the log if the child ends first.
+fn served_at(dir: &Path, child: &mut Child, log: &str) -> String {
     let mut addr = None;
     wait_for(dir, &format!("the web UI's address in {log}"), || {
+        let exited = child.try_wait().unwrap();
         let text = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
         addr = (text.lines())
             .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
             .map(|a| a.trim_end_matches('/').to_string());
+        if let (None, Some(status)) = (&addr, exited) {
+            panic!("weir ended ({status}) before it served; {log}:\n{text}");
+        }
         addr.is_some()
     });
     addr.expect("found")
@@ -152,7 +157,7 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
 
     // The live job, running on.
     let mut live = spawn(d, &["run", "live.sql", "--http", "127.0.0.1:0"], "live.log");
-    let live_http = served_at(d, "live.log");
+    let live_http = served_at(d, &mut live, "live.log");
     let end_of_data = 1_704_067_200_000 + 100_000 * 1000 / 5;
     wait_for(d, "the live job to read to the end of the topics", || {
         watermark(d, &live_http).is_some_and(|w| w >= end_of_data - 120_000)
@@ -204,7 +209,7 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
         "127.0.0.1:0",
     ];
     let mut backfill = spawn(d, &backfill_args, "backfill.log");
-    let backfill_http = served_at(d, "backfill.log");
+    let backfill_http = served_at(d, &mut backfill, "backfill.log");
     wait_for(d, "the backfill to answer", || {
         weir(d, &["status", "--http", &backfill_http]).0 == 0
     });
@@ -238,7 +243,7 @@ fn the_replay_incident_is_a_backfill_a_validation_and_a_cutover() {
     backfill.kill().unwrap();
     backfill.wait().unwrap();
     let mut backfill = spawn(d, &backfill_args, "backfill2.log");
-    let backfill_http = served_at(d, "backfill2.log");
+    let backfill_http = served_at(d, &mut backfill, "backfill2.log");
     // The cutover goes through once the backfill's committed output (its newest completed
     // checkpoint) has reached the live job's: refused until then.
     let mut refusals = 0;

@@ -196,8 +196,8 @@ fn log(dir: &Path, name: &str) -> String {
 }
 
 /// The logs `names` in `dir`.
-fn logs(dir: &Path, names: &[&str]) -> Vec<String> {
-    names.iter().map(|l| log(dir, l)).collect()
+fn logs<const N: usize>(dir: &Path, names: &[&str; N]) -> [String; N] {
+    names.map(|l| log(dir, l))
 }
 
 /// Asks member `m` to leave (SIGTERM: it stops its tasks with savepoints).
@@ -299,21 +299,23 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
         let topic = topic.clone();
         std::thread::spawn(move || produce(&topic, 0, RECORDS, 3_000))
     };
-    // Member a is killed once it runs tasks, each checkpointed since a took it, and the sink has
-    // some rows, mid-stream.
-    let mut a_held = Vec::new();
+    // Member a is killed mid-stream, once every member runs tasks (so none moves until the
+    // kill), each of a's checkpointed since a took it, and the sink has some rows.
     wait_for(
         dir.path(),
-        "member a to run tasks, checkpointed, and rows to arrive",
+        "every member to run tasks, a's checkpointed, and rows to arrive",
         || {
-            a_held = tasks_held(&log(dir.path(), "a.log"));
-            !a_held.is_empty()
-                && (a_held.iter()).all(|&t| newest_is_a_checkpoint(dir.path(), t))
+            let held = logs(dir.path(), &["a.log", "b.log", "c.log"]).map(|l| tasks_held(&l));
+            held.iter().all(|h| !h.is_empty())
+                && (held[0].iter()).all(|&t| newest_is_a_checkpoint(dir.path(), t))
                 && rows(&rt, &grouped).len() > 1_000
         },
     );
+    // What the survivors logged before the kill (a hand-back, a start) does not count.
+    let before_kill = logs(dir.path(), &["b.log", "c.log"]).map(|l| l.len());
     members[0].kill().unwrap();
     members[0].wait().unwrap();
+    let a_held = tasks_held(&log(dir.path(), "a.log"));
     // Its tasks move to b and c once the group has given up on it.
     wait_for(dir.path(), "a's tasks to be taken over", || {
         let mut held = tasks_held(&log(dir.path(), "b.log"));
@@ -455,7 +457,11 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     assert_eq!(got.len(), want.len(), "logs:\n{}", logs.join("\n----\n"));
     assert!(got == want, "the group's rows differ from the single run's");
     // The members said which tasks they took over from a checkpoint.
-    let survivors = format!("{}{}", logs[1], logs[2]);
+    let survivors = format!(
+        "{}{}",
+        &logs[1][before_kill[0]..],
+        &logs[2][before_kill[1]..]
+    );
     for t in &a_held {
         assert!(
             survivors.contains(&format!("weir: task {t}: took over from checkpoint")),
@@ -872,21 +878,23 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
         member(dir.path(), &group, "c.log", "off"),
     ]);
     let producer = std::thread::spawn(move || produce_records(records.into_iter(), 1_500));
-    // Member a is killed mid-stream, once it runs tasks, each checkpointed since a took it, and
-    // rows arrive; d starts later.
-    let mut a_held = Vec::new();
+    // Member a is killed mid-stream, once every member runs tasks (so none moves until the
+    // kill), each of a's checkpointed since a took it, and rows arrive; d starts later.
     wait_for(
         dir.path(),
-        "member a to run tasks, checkpointed, and rows to arrive",
+        "every member to run tasks, a's checkpointed, and rows to arrive",
         || {
-            a_held = tasks_held(&log(dir.path(), "a.log"));
-            !a_held.is_empty()
-                && (a_held.iter()).all(|&t| newest_is_a_checkpoint(dir.path(), t))
+            let held = logs(dir.path(), &["a.log", "b.log", "c.log"]).map(|l| tasks_held(&l));
+            held.iter().all(|h| !h.is_empty())
+                && (held[0].iter()).all(|&t| newest_is_a_checkpoint(dir.path(), t))
                 && attributed(&grouped).len() > 300
         },
     );
+    // What the survivors logged before the kill (a hand-back, a start) does not count.
+    let before_kill = logs(dir.path(), &["b.log", "c.log"]).map(|l| l.len());
     members[0].kill().unwrap();
     members[0].wait().unwrap();
+    let a_held = tasks_held(&log(dir.path(), "a.log"));
     wait_for(dir.path(), "a's tasks to be taken over", || {
         let mut held = tasks_held(&log(dir.path(), "b.log"));
         held.extend(tasks_held(&log(dir.path(), "c.log")));
@@ -925,22 +933,21 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
         want.0.len(),
         logs.join("\n----\n")
     );
-    // The others said where they took each of a's tasks up: from its checkpoint, or from
-    // the beginning for a task a had not checkpointed yet.
-    let survivors = format!("{}{}", logs[1], logs[2]);
-    let from_checkpoint = (a_held.iter())
-        .filter(|t| {
-            let line = (survivors.lines())
-                .find(|l| l.starts_with(&format!("weir: task {t} (stage ")))
-                .unwrap_or_else(|| panic!("task {t} of the killed member:\n{survivors}"));
-            line.contains("took over from checkpoint")
-        })
-        .count();
-    assert!(
-        from_checkpoint * 2 >= a_held.len(),
-        "{from_checkpoint} of {} tasks from a checkpoint:\n{survivors}",
-        a_held.len()
+    // The others took each of a's tasks up from the checkpoint a wrote (every one had one).
+    let survivors = format!(
+        "{}{}",
+        &logs[1][before_kill[0]..],
+        &logs[2][before_kill[1]..]
     );
+    for t in &a_held {
+        let line = (survivors.lines())
+            .find(|l| l.starts_with(&format!("weir: task {t} (stage ")) && l.contains("took over"))
+            .unwrap_or_else(|| panic!("task {t} of the killed member:\n{survivors}"));
+        assert!(
+            line.contains("took over from checkpoint"),
+            "task {t}: {line}\n{survivors}"
+        );
+    }
     println!("the members' logs:\n{}", logs.join("\n----\n"));
 }
 

@@ -424,6 +424,9 @@ fn a_job_that_keeps_failing_is_shown_failed_while_its_server_lingers() {
     );
     let stop = weir.request("POST", "/api/v1/stop");
     assert!(stop.starts_with("HTTP/1.1 409"), "{stop}");
+    // A savepoint asked for by signal is answered that the job has ended.
+    send_signal(weir.child.id(), "USR1");
+    weir.wait_for_line("weir: no savepoint: the job has ended");
     send_signal(weir.child.id(), "INT");
     let (status, stderr) = weir.wait();
     assert_eq!(status.code(), Some(1), "{stderr}");

@@ -158,20 +158,29 @@ impl Cluster {
             ],
         );
         // On a port found free just before: another process may take it first (its own port
-        // 0), so another port then, a few times.
-        let mut tries = Vec::new();
+        // 0), so another port then, a few times. Any other failure is the failure.
+        let server_log = c.dir.join("server.log");
         for _ in 0..5 {
             c.port = std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
                 .local_addr()
                 .unwrap()
                 .port();
-            match c.try_start_server() {
-                Ok(()) => return c,
-                Err(e) => tries.push(format!("port {}: {e}", c.port)),
-            }
+            let logged = std::fs::metadata(&server_log).map_or(0, |m| m.len() as usize);
+            let Err(e) = c.try_start_server() else {
+                return c;
+            };
+            let text = std::fs::read_to_string(&server_log).unwrap_or_default();
+            let this_try = text.get(logged..).unwrap_or_default();
+            assert!(
+                this_try.contains("could not bind"),
+                "{e}\nthe server's log:\n{this_try}"
+            );
         }
-        panic!("the cluster did not start:\n{}", tries.join("\n"));
+        panic!(
+            "the cluster found its port taken five times; the server's log: {}",
+            server_log.display()
+        );
     }
 
     fn data(&self) -> String {
