@@ -555,7 +555,11 @@ fn session_close(end: i64, lateness: i64) -> i64 {
 }
 
 /// A closed group or session: (slot, window start, window end, states, is a session).
-type Closed = (usize, i64, i64, Vec<State>, bool);
+type Closed = (usize, i64, i64, States, bool);
+
+/// A group's or session's aggregates' states: most aggregations compute one, kept inline (no
+/// allocation per group).
+pub(crate) type States = smallvec::SmallVec<[State; 1]>;
 
 /// The groups the last rows went to, for one pass over rows (no group is released during it):
 /// a row of the same key and window as one of the last two groups goes there without a look-up
@@ -596,7 +600,7 @@ struct Group {
     start: i64,
     /// Exclusive, saturated at `i64::MAX`.
     end: i64,
-    states: Vec<State>,
+    states: States,
 }
 
 /// One session of a key.
@@ -605,7 +609,7 @@ struct Session {
     start: i64,
     /// Exclusive: the last row's time plus the gap.
     end: i64,
-    states: Vec<State>,
+    states: States,
 }
 
 /// A key's open sessions.
@@ -688,7 +692,7 @@ impl WindowAggregateOp {
         ]
     }
 
-    fn new_states(&self) -> Vec<State> {
+    fn new_states(&self) -> States {
         self.bound.iter().map(|b| b.init()).collect()
     }
 
@@ -1347,14 +1351,15 @@ impl Operator for WindowAggregateOp {
                     let slot = self.group_for(key, start, end, &mut last)?;
                     let g = self.groups.get_mut(slot);
                     let (_, init_heap) = held(&g.states);
-                    g.states = states;
+                    g.states = states.into();
                     self.state_bytes = self.state_bytes + heap - init_heap;
                 } else {
                     let slot = self.session_slot(key)?;
-                    self.sessions
-                        .get_mut(slot)
-                        .list
-                        .push(Session { start, end, states });
+                    self.sessions.get_mut(slot).list.push(Session {
+                        start,
+                        end,
+                        states: states.into(),
+                    });
                     self.state_bytes += GROUP_OVERHEAD + heap;
                     self.group_count += 1;
                     self.peak_groups = self.peak_groups.max(self.group_count);

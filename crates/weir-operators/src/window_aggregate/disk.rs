@@ -130,7 +130,7 @@ pub(super) fn decode(v: &[u8], bound: &[Bound]) -> Result<Group> {
     let end = r.i64()?;
     let states = (bound.iter())
         .map(|b| b.decode_state(&mut r))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<super::States>>()?;
     r.finish()?;
     Ok(Group { start, end, states })
 }
@@ -187,7 +187,7 @@ impl DiskValue for KeySessions {
             let end = r.i64()?;
             let states = (bound.iter())
                 .map(|b| b.decode_state(&mut r))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<super::States>>()?;
             list.push(Session { start, end, states });
         }
         r.finish()?;
