@@ -934,18 +934,18 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
         logs.join("\n----\n")
     );
     // The others took each of a's tasks up from the checkpoint a wrote (every one had one).
+    // Later moves (to d, when it joined) go from savepoints; the logs have no common clock
+    // to order lines between them, so it is enough that one took it from a checkpoint.
     let survivors = format!(
         "{}{}",
         &logs[1][before_kill[0]..],
         &logs[2][before_kill[1]..]
     );
     for t in &a_held {
-        let line = (survivors.lines())
-            .find(|l| l.starts_with(&format!("weir: task {t} (stage ")) && l.contains("took over"))
-            .unwrap_or_else(|| panic!("task {t} of the killed member:\n{survivors}"));
         assert!(
-            line.contains("took over from checkpoint"),
-            "task {t}: {line}\n{survivors}"
+            (survivors.lines()).any(|l| l.starts_with(&format!("weir: task {t} (stage "))
+                && l.contains("took over from checkpoint")),
+            "task {t} of the killed member:\n{survivors}"
         );
     }
     println!("the members' logs:\n{}", logs.join("\n----\n"));

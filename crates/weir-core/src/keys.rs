@@ -6,7 +6,7 @@
 //! so rescaling moves whole ranges and never splits a key group.
 
 use crate::error::{Error, Result};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_buffer::NullBuffer;
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::SchemaRef;
@@ -111,6 +111,17 @@ impl KeyEncoder {
             .iter()
             .map(|&i| batch.column(i).clone())
             .collect();
+        Ok(self.converter.convert_columns(&cols)?)
+    }
+
+    /// The key rows of the rows `rows` of `batch`, in that order.
+    ///
+    /// # Errors
+    /// `Arrow` if a key column cannot be taken or encoded (an index out of range).
+    pub fn encode_rows(&self, batch: &RecordBatch, rows: &UInt32Array) -> Result<Rows> {
+        let cols = (self.columns.iter())
+            .map(|&i| arrow_select::take::take(batch.column(i), rows, None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(self.converter.convert_columns(&cols)?)
     }
 

@@ -32,9 +32,28 @@ impl SpaceSaving {
     /// Offers one row's key; counts it if it falls on the sample stride.
     pub fn offer(&mut self, key: &[u8]) {
         self.rows += 1;
-        if !self.rows.is_multiple_of(SAMPLE) {
-            return;
+        if self.rows.is_multiple_of(SAMPLE) {
+            self.count(key);
         }
+    }
+
+    /// The rows among the next `n` offered that fall on the sample stride: the ones whose keys
+    /// [`SpaceSaving::offer_sampled`] takes.
+    pub fn stride(&self, n: usize) -> impl Iterator<Item = usize> {
+        let first = (SAMPLE - 1 - self.rows % SAMPLE) as usize;
+        (first..n).step_by(SAMPLE as usize)
+    }
+
+    /// Offers `n` rows by the keys of those on the stride ([`SpaceSaving::stride`], in its
+    /// order): as offering each of the `n`, without the keys of the rest.
+    pub fn offer_sampled<'k>(&mut self, n: usize, sampled: impl IntoIterator<Item = &'k [u8]>) {
+        for key in sampled {
+            self.count(key);
+        }
+        self.rows += n as u64;
+    }
+
+    fn count(&mut self, key: &[u8]) {
         if let Some((_, c)) = self.counters.iter_mut().find(|(k, _)| k[..] == *key) {
             *c += 1;
             return;
@@ -217,6 +236,30 @@ mod tests {
                     prop_assert!(top.iter().any(|(t, _)| t[..] == k[..]), "{:?} ({})", k, c);
                 }
             }
+        }
+
+        /// Offering a batch by the keys of its rows on the stride counts what offering every
+        /// row does, however the rows are cut into batches.
+        #[test]
+        fn offering_the_sampled_rows_of_a_batch_is_offering_every_row(
+            keys in prop::collection::vec(0u16..40, 0..400),
+            cuts in prop::collection::vec(0usize..30, 0..40),
+        ) {
+            let mut every = SpaceSaving::default();
+            let mut sampled = SpaceSaving::default();
+            let mut rest = &keys[..];
+            for cut in cuts.into_iter().chain([usize::MAX]) {
+                let (batch, after) = rest.split_at(cut.min(rest.len()));
+                rest = after;
+                for k in batch {
+                    every.offer(&k.to_le_bytes());
+                }
+                let on_stride: Vec<[u8; 2]> =
+                    sampled.stride(batch.len()).map(|i| batch[i].to_le_bytes()).collect();
+                sampled.offer_sampled(batch.len(), on_stride.iter().map(|k| &k[..]));
+            }
+            prop_assert_eq!(every.rows, sampled.rows);
+            prop_assert_eq!(every.top(), sampled.top());
         }
     }
 

@@ -232,15 +232,22 @@ async fn route(
                 subtask,
             } => {
                 let p = edge.senders.len();
+                if p == 1 {
+                    // One receiver: the keys only feed the sketch, which counts one row in
+                    // `SAMPLE`, so only those rows' keys are encoded.
+                    let on_stride: arrow_array::UInt32Array =
+                        sketch.stride(n).map(|i| i as u32).collect();
+                    let sampled = encoder.encode_rows(&batch.data, &on_stride)?;
+                    sketch.offer_sampled(n, sampled.iter().map(|r| r.data()));
+                    exchange.publish(*subtask, sketch);
+                    send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics, clock).await?;
+                    continue;
+                }
                 let rows = encoder.encode(&batch.data)?;
                 for row in rows.iter() {
                     sketch.offer(row.as_ref());
                 }
                 exchange.publish(*subtask, sketch);
-                if p == 1 {
-                    send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics, clock).await?;
-                    continue;
-                }
                 let mut idx: Vec<Vec<u32>> =
                     (0..p).map(|_| Vec::with_capacity(n / p + 16)).collect();
                 for (i, row) in rows.iter().enumerate() {
