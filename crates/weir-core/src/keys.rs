@@ -178,6 +178,47 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The key rows of some rows are the rows' key rows from the whole batch, byte for byte:
+    /// nulls, a dictionary column and a sliced batch (offsets not at zero).
+    #[test]
+    fn encoding_some_rows_gives_their_rows_of_the_whole_batch() {
+        use arrow_array::types::Int32Type;
+        use arrow_array::{DictionaryArray, Int64Array, StringArray};
+        use std::sync::Arc;
+        let n = 40;
+        let names: StringArray = (0..n)
+            .map(|i| (i % 7 != 3).then(|| format!("key-{}", i % 11)))
+            .collect();
+        let ids: Int64Array = (0..n)
+            .map(|i| (i % 5 != 0).then_some(i as i64 * 31))
+            .collect();
+        let tags: DictionaryArray<Int32Type> = (0..n)
+            .map(|i| (i % 9 != 4).then(|| ["a", "bb", "ccc"][i % 3]))
+            .collect();
+        let batch = RecordBatch::try_from_iter([
+            ("name", Arc::new(names) as arrow_array::ArrayRef),
+            ("id", Arc::new(ids) as arrow_array::ArrayRef),
+            ("tag", Arc::new(tags) as arrow_array::ArrayRef),
+        ])
+        .unwrap()
+        .slice(3, 30);
+        let keys = ["tag".to_string(), "name".to_string(), "id".to_string()];
+        let encoder = KeyEncoder::new(&batch.schema(), &keys).unwrap();
+        let all = encoder.encode(&batch).unwrap();
+        let picked = [29u32, 0, 7, 7, 15, 2];
+        let some = encoder
+            .encode_rows(&batch, &UInt32Array::from(picked.to_vec()))
+            .unwrap();
+        assert_eq!(some.num_rows(), picked.len());
+        for (j, &i) in picked.iter().enumerate() {
+            assert_eq!(
+                some.row(j).as_ref(),
+                all.row(i as usize).as_ref(),
+                "row {i}"
+            );
+        }
+    }
+
     proptest! {
         /// Every key group belongs to exactly one subtask, ranges are contiguous and agree with
         /// `subtask_for_key_group`.

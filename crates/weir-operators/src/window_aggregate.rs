@@ -559,7 +559,10 @@ type Closed = (usize, i64, i64, States, bool);
 
 /// A group's or session's aggregates' states: most aggregations compute one, kept inline (no
 /// allocation per group).
-pub(crate) type States = smallvec::SmallVec<[State; 1]>;
+pub(crate) type States = smallvec::SmallVec<[State; INLINE_STATES]>;
+
+/// States a group holds inline; more go to the heap, all of them.
+const INLINE_STATES: usize = 1;
 
 /// The groups the last rows went to, for one pass over rows (no group is released during it):
 /// a row of the same key and window as one of the last two groups goes there without a look-up
@@ -671,7 +674,18 @@ pub struct WindowAggregateOp {
     peak_groups: u64,
 }
 
-const GROUP_OVERHEAD: u64 = 64;
+/// A group's or session's own bytes besides its key and its states' heaps: the group itself
+/// (its states inline when they fit) and its slot's key header and hash.
+const GROUP_OVERHEAD: u64 = (std::mem::size_of::<Group>() + 40) as u64;
+
+/// The heap bytes of the states of `aggregates` aggregates where they do not fit inline.
+fn spilled_states_bytes(aggregates: usize) -> u64 {
+    if aggregates > INLINE_STATES {
+        (aggregates * std::mem::size_of::<State>()) as u64
+    } else {
+        0
+    }
+}
 
 /// The input values `states` keep and their heap bytes.
 fn held(states: &[State]) -> (u64, u64) {
@@ -1282,7 +1296,7 @@ impl Operator for WindowAggregateOp {
         StateSize {
             rows: self.group_count + self.values_held,
             bytes: self.state_bytes
-                + self.group_count * (self.bound.len() * std::mem::size_of::<State>()) as u64
+                + self.group_count * spilled_states_bytes(self.bound.len())
                 + self.sessions.index_bytes(),
         }
     }

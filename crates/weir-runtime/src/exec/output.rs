@@ -237,8 +237,12 @@ async fn route(
                     // `SAMPLE`, so only those rows' keys are encoded.
                     let on_stride: arrow_array::UInt32Array =
                         sketch.stride(n).map(|i| i as u32).collect();
-                    let sampled = encoder.encode_rows(&batch.data, &on_stride)?;
-                    sketch.offer_sampled(n, sampled.iter().map(|r| r.data()));
+                    if on_stride.is_empty() {
+                        sketch.offer_sampled(n, []);
+                    } else {
+                        let sampled = encoder.encode_rows(&batch.data, &on_stride)?;
+                        sketch.offer_sampled(n, sampled.iter().map(|r| r.data()));
+                    }
                     exchange.publish(*subtask, sketch);
                     send_rows(&edge.senders[0], batch.clone(), batch_rows, metrics, clock).await?;
                     continue;
