@@ -72,37 +72,31 @@ impl Listeners {
     /// Waits `at_most` after the job has ended (the web UI lingering); SIGTERM or SIGINT ends
     /// the wait early. SIGUSR1 is answered that the job has ended.
     pub async fn linger(&self, at_most: Duration) {
+        self.wait(at_most, "the job has ended").await;
+    }
+
+    /// Waits `delay` for a restart; SIGTERM or SIGINT ends the wait early with that signal.
+    /// SIGUSR1 is answered that there is no job to take a savepoint of.
+    async fn wait_to_restart(&self, delay: Duration) -> Option<Signal> {
+        let why = "the job is waiting to restart after a failure; its newest checkpoint is \
+                   where it goes on";
+        self.wait(delay, why).await
+    }
+
+    /// Waits `at_most` while no job runs: the SIGTERM or SIGINT that ends it early, or `None`;
+    /// SIGUSR1 (a savepoint) is answered with `no_job` (why there is none to take).
+    async fn wait(&self, at_most: Duration, no_job: &str) -> Option<Signal> {
         let mut signals = self.signals.lock().await;
         let Signals { term, int, usr1 } = &mut *signals;
         let sleep = tokio::time::sleep(at_most);
         tokio::pin!(sleep);
         loop {
             tokio::select! {
-                _ = term.recv() => return,
-                _ = int.recv() => return,
-                _ = usr1.recv() => eprintln!("weir: no savepoint: the job has ended"),
-                () = &mut sleep => return,
-            }
-        }
-    }
-
-    /// Waits `delay` for a restart; SIGTERM or SIGINT ends the wait early with that signal.
-    /// SIGUSR1 is answered that there is no job to take a savepoint of.
-    async fn wait_to_restart(&self, delay: Duration) -> Option<Signal> {
-        let mut signals = self.signals.lock().await;
-        let Signals { term, int, usr1 } = &mut *signals;
-        let sleep = tokio::time::sleep(delay);
-        tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                // A signal that came as the wait ended still stops the job.
+                // A signal that came as the wait ended still counts.
                 biased;
                 _ = term.recv() => return Some(Signal::Term),
                 _ = int.recv() => return Some(Signal::Int),
-                _ = usr1.recv() => eprintln!(
-                    "weir: no savepoint: the job is waiting to restart after a failure; its \
-                     newest checkpoint is where it goes on"
-                ),
+                _ = usr1.recv() => eprintln!("weir: no savepoint: {no_job}"),
                 () = &mut sleep => return None,
             }
         }

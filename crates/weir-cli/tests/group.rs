@@ -200,6 +200,16 @@ fn logs<const N: usize>(dir: &Path, names: &[&str; N]) -> [String; N] {
     names.map(|l| log(dir, l))
 }
 
+/// What members b and c (`logs[1]` and `logs[2]`) logged from the kill of member a on, when
+/// their logs were `before_kill` bytes long.
+fn after_kill(logs: &[String], before_kill: [usize; 2]) -> String {
+    format!(
+        "{}{}",
+        &logs[1][before_kill[0]..],
+        &logs[2][before_kill[1]..]
+    )
+}
+
 /// Asks member `m` to leave (SIGTERM: it stops its tasks with savepoints).
 fn sigterm(m: &Child) {
     let pid = m.id().to_string();
@@ -457,11 +467,7 @@ fn three_members_one_killed_and_one_started_later_write_a_single_run_s_rows_exac
     assert_eq!(got.len(), want.len(), "logs:\n{}", logs.join("\n----\n"));
     assert!(got == want, "the group's rows differ from the single run's");
     // The members said which tasks they took over from a checkpoint.
-    let survivors = format!(
-        "{}{}",
-        &logs[1][before_kill[0]..],
-        &logs[2][before_kill[1]..]
-    );
+    let survivors = after_kill(&logs, before_kill);
     for t in &a_held {
         assert!(
             survivors.contains(&format!("weir: task {t}: took over from checkpoint")),
@@ -936,11 +942,7 @@ fn the_attribution_job_on_three_members_one_killed_writes_a_single_run_s_rows_ex
     // The others took each of a's tasks up from the checkpoint a wrote (every one had one).
     // Later moves (to d, when it joined) go from savepoints; the logs have no common clock
     // to order lines between them, so it is enough that one took it from a checkpoint.
-    let survivors = format!(
-        "{}{}",
-        &logs[1][before_kill[0]..],
-        &logs[2][before_kill[1]..]
-    );
+    let survivors = after_kill(&logs, before_kill);
     for t in &a_held {
         assert!(
             (survivors.lines()).any(|l| l.starts_with(&format!("weir: task {t} (stage "))
