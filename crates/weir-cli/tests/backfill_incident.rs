@@ -56,9 +56,7 @@ fn served_at(dir: &Path, child: &mut Child, log: &str) -> String {
     wait_for(dir, &format!("the web UI's address in {log}"), || {
         let exited = child.try_wait().unwrap();
         let text = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
-        addr = (text.lines())
-            .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
-            .map(|a| a.trim_end_matches('/').to_string());
+        addr = common::served_address(&text);
         if let (None, Some(status)) = (&addr, exited) {
             panic!("weir ended ({status}) before it served; {log}:\n{text}");
         }

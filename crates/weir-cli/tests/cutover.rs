@@ -294,9 +294,7 @@ fn status_tells_how_far_a_backfill_is_behind_the_live_job() {
     let mut addr = None;
     for _ in 0..600 {
         let log = std::fs::read_to_string(d.join("job.log")).unwrap_or_default();
-        addr = (log.lines())
-            .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
-            .map(|a| a.trim_end_matches('/').to_string());
+        addr = common::served_address(&log);
         if addr.is_some() {
             break;
         }

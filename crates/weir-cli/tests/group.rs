@@ -185,10 +185,7 @@ fn http_text(addr: &str, path: &str) -> String {
 
 /// The address of the web API a member's log says it serves.
 fn web_address(log: &str) -> String {
-    (log.lines())
-        .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
-        .map(|a| a.trim_end_matches('/').to_string())
-        .unwrap_or_else(|| panic!("no address in the log:\n{log}"))
+    common::served_address(log).unwrap_or_else(|| panic!("no address in the log:\n{log}"))
 }
 
 fn log(dir: &Path, name: &str) -> String {
@@ -249,28 +246,15 @@ fn tasks_held(log: &str) -> Vec<i32> {
     held.into_iter().collect()
 }
 
-/// Whether the newest complete checkpoint of task `task` (under `dir`'s `checkpoints`) is a
-/// checkpoint rather than a savepoint: a task handed to a member with a savepoint is taken over
-/// "from checkpoint" after that member is killed only once the member has checkpointed it.
+/// Whether the checkpoint a member taking task `task` over goes on from (the newest good one
+/// under `dir`'s `checkpoints`, as a restore of `latest` takes it) is a checkpoint rather than
+/// a savepoint: a task handed to a member with a savepoint is taken over "from checkpoint"
+/// after that member is killed only once the member has checkpointed it.
 fn newest_is_a_checkpoint(dir: &Path, task: i32) -> bool {
     let folder = dir.join("checkpoints").join(format!("task-{task}"));
-    let newest = |d: &Path| {
-        (std::fs::read_dir(d).into_iter().flatten().flatten())
-            .filter_map(|e| {
-                let epoch = e
-                    .file_name()
-                    .to_str()?
-                    .strip_prefix("chk-")?
-                    .parse::<u64>()
-                    .ok()?;
-                e.path().join("_manifest.json").exists().then_some(epoch)
-            })
-            .max()
-    };
-    match (newest(&folder), newest(&folder.join("savepoints"))) {
-        (Some(checkpoint), savepoint) => savepoint.is_none_or(|s| checkpoint > s),
-        (None, _) => false,
-    }
+    weir_state::checkpoint::storage_at(&folder)
+        .and_then(|s| s.latest_good())
+        .is_ok_and(|good| good.is_some_and(|g| !g.handle.savepoint))
 }
 
 /// Waits up to three minutes for `done`, checking every 100 ms; panics naming `what`, with the

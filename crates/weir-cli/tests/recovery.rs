@@ -121,25 +121,6 @@ fn stop_with_savepoint(child: std::process::Child) -> String {
         .to_string()
 }
 
-/// Waits until `done` (`what` names it) while `child` runs, for at most about a minute: a
-/// hang detector, not a timing assertion. Panics with the child's stderr if it ends first.
-fn wait_until(child: &mut std::process::Child, what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..6_000 {
-        if done() {
-            return;
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut stderr = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-            }
-            panic!("weir ended ({status}) before {what}:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("waited a minute for {what}");
-}
-
 /// The finished part files' lines, sorted.
 fn output(dir: &Path) -> Vec<String> {
     output_of(dir, "out")
@@ -743,9 +724,12 @@ fn sigterm_takes_a_savepoint_and_the_job_goes_on_from_it() {
         .unwrap();
     // Until the sink has written: the job runs (3 s of generated rows) and hears signals.
     let inprogress = dir.path().join("out/.part-0-next.csv.inprogress");
-    wait_until(&mut child, "the sink's in-progress file", || {
-        std::fs::metadata(&inprogress).is_ok_and(|m| m.len() > 10_000)
-    });
+    assert!(
+        until(&mut child, || {
+            std::fs::metadata(&inprogress).is_ok_and(|m| m.len() > 10_000)
+        }),
+        "the sink wrote no rows"
+    );
     let path = stop_with_savepoint(child);
     assert!(path.contains("savepoints"), "{path}");
     let published = output(dir.path());
@@ -843,9 +827,10 @@ fn a_savepoint_restores_across_a_compatible_change_and_refuses_an_incompatible_o
         .unwrap();
     // Until the job has run a second (its metrics are written each second) of its four (the
     // generator's rate): it runs and hears signals, and has rows in its windows.
-    wait_until(&mut child, "the job's metrics file", || {
-        d.join("metrics.json").exists()
-    });
+    assert!(
+        until(&mut child, || d.join("metrics.json").exists()),
+        "the job wrote no metrics"
+    );
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -22,6 +22,14 @@ pub fn weir_out(dir: &Path, args: &[&str]) -> (i32, String) {
     )
 }
 
+/// The address (`127.0.0.1:port`) that `log`, a `weir` process's stderr, says its web UI and
+/// metrics are served on, once it has said so.
+pub fn served_address(log: &str) -> Option<String> {
+    (log.lines())
+        .find_map(|l| l.strip_prefix("web UI and metrics: http://"))
+        .map(|a| a.trim_end_matches('/').to_string())
+}
+
 /// `weir run job.sql --restore latest` in `dir`, stderr piped.
 pub fn weir(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
