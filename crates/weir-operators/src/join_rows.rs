@@ -190,6 +190,8 @@ pub(crate) struct MemoryRows {
     current: [u32; 2],
     /// Batches to release once the expired rows' columns are taken.
     freed: Vec<(usize, u32)>,
+    /// The (slot, side) entries due at a watermark, kept for its capacity.
+    due: Vec<(usize, u8)>,
 }
 
 fn pack(r: RowRef) -> Found {
@@ -215,6 +217,7 @@ impl MemoryRows {
             bounds: (lower, upper),
             current: [0; 2],
             freed: Vec::new(),
+            due: Vec::new(),
         }
     }
 
@@ -295,10 +298,11 @@ impl JoinRows for MemoryRows {
         unmatched: &mut Vec<(usize, Found)>,
     ) -> Result<Expired> {
         let mut removed = [0u64; 2];
-        let mut due = Vec::new();
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
         self.expiry.pop_due(watermark, &mut due);
         let bounds = self.bounds;
-        for (slot, side) in due {
+        for &(slot, side) in &due {
             let side = side as usize;
             // Rows of this side whose expiry is at or below the watermark form a prefix
             // (expiry saturates at the ends of the time range, as when it was filed).
@@ -319,6 +323,7 @@ impl JoinRows for MemoryRows {
                 self.keys.release(slot);
             }
         }
+        self.due = due;
         Ok(Expired {
             removed,
             more: false,

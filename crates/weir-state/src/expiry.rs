@@ -10,7 +10,13 @@ pub struct ExpiryQueue {
     /// place to fill and the end of its places.
     next: Vec<u32>,
     ends: Vec<u32>,
+    /// Emptied buckets, kept for their capacity: a bucket's vector filled from empty took 2 %
+    /// of the fixture's interval join's CPU in growing (`perf`).
+    spare: Vec<Vec<(i64, u32, u8)>>,
 }
+
+/// The most emptied buckets kept for reuse: about one bucket is emptied as one is made.
+const SPARE_BUCKETS: usize = 4;
 
 const BUCKET_SHIFT: u32 = 8;
 
@@ -50,9 +56,10 @@ impl ExpiryQueue {
         while let Some(first) = rest.first() {
             let b = first.0 >> BUCKET_SHIFT;
             let n = rest.partition_point(|e| e.0 >> BUCKET_SHIFT == b);
+            let spare = &mut self.spare;
             self.buckets
                 .entry(b)
-                .or_default()
+                .or_insert_with(|| spare.pop().unwrap_or_default())
                 .extend_from_slice(&rest[..n]);
             rest = &rest[n..];
         }
@@ -112,7 +119,9 @@ impl ExpiryQueue {
                 break;
             }
             if b < wb {
-                out.extend(entry.remove().into_iter().map(|(_, s, t)| (s as usize, t)));
+                let mut v = entry.remove();
+                out.extend(v.drain(..).map(|(_, s, t)| (s as usize, t)));
+                self.keep_spare(v);
             } else {
                 let v = entry.into_mut();
                 v.retain(|&(e, s, t)| {
@@ -124,10 +133,19 @@ impl ExpiryQueue {
                     }
                 });
                 if v.is_empty() {
-                    self.buckets.remove(&b);
+                    if let Some(v) = self.buckets.remove(&b) {
+                        self.keep_spare(v);
+                    }
                 }
                 break;
             }
+        }
+    }
+
+    /// Keeps the emptied bucket `v` for reuse, up to [`SPARE_BUCKETS`] of them.
+    fn keep_spare(&mut self, v: Vec<(i64, u32, u8)>) {
+        if self.spare.len() < SPARE_BUCKETS {
+            self.spare.push(v);
         }
     }
 }
