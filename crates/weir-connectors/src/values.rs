@@ -202,15 +202,41 @@ pub(crate) fn integer_bytes(bytes: &[u8]) -> Option<i64> {
     Some(if neg { -v } else { v })
 }
 
+const HIGH_HALVES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+const ZEROS: u64 = 0x3030_3030_3030_3030;
+
 /// The eight bytes of `b` (eight long) as digit values 0–9, one per byte, the first lowest;
 /// `None` unless each is an ASCII digit.
 fn digit_lanes(b: &[u8]) -> Option<u64> {
-    let x = u64::from_le_bytes(b.try_into().ok()?);
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    lanes(u64::from_le_bytes(b.try_into().ok()?))
+}
+
+/// The bytes of `x` (the first lowest) as digit values, as [`digit_lanes`].
+fn lanes(x: u64) -> Option<u64> {
     // Each byte's high half is 3, and adding 6 to its low half does not carry (it is at most 9).
-    let digits = x & HIGH == ZEROS && x.wrapping_add(0x0606_0606_0606_0606) & HIGH == ZEROS;
+    let digits =
+        x & HIGH_HALVES == ZEROS && x.wrapping_add(0x0606_0606_0606_0606) & HIGH_HALVES == ZEROS;
     digits.then(|| x - ZEROS)
+}
+
+/// [`integer_bytes`] of `buf[start..end]`. Up to eight digits with eight bytes of `buf` up to
+/// their end are read at once, the bytes before them read as zeros: most fields of a CSV
+/// file of numbers are short (ids), and a digit at a time was most of the time spent reading
+/// them.
+pub(crate) fn integer_at(buf: &[u8], start: usize, end: usize) -> Option<i64> {
+    let (neg, first) = match buf.get(start..end)? {
+        [b'-', _, ..] => (true, start + 1),
+        _ => (false, start),
+    };
+    let n = end - first;
+    if n == 0 || n > 8 || end < 8 {
+        return integer_bytes(&buf[start..end]);
+    }
+    let x = u64::from_le_bytes(buf[end - 8..end].try_into().ok()?);
+    // Bytes before the field's digits (the lowest) become '0'.
+    let keep = u64::MAX << (8 * (8 - n));
+    let v = eight_digits(lanes((x & keep) | (ZEROS & !keep))?) as i64;
+    Some(if neg { -v } else { v })
 }
 
 /// The number whose eight decimal digits are the bytes of `d` (from [`digit_lanes`]), the first
@@ -738,7 +764,7 @@ fn parse_decimal(t: &str, precision: u8, scale: i8) -> Option<i128> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::{integer_bytes, parse_decimal};
+    use super::{integer_at, integer_bytes, parse_decimal};
 
     /// What `integer_bytes` reads: an optional `-` and 1 to 18 ASCII digits, as Rust parses them.
     fn integer_reference(bytes: &[u8]) -> Option<i64> {
@@ -761,6 +787,25 @@ mod tests {
             )
         ) {
             prop_assert_eq!(integer_bytes(&bytes), integer_reference(&bytes));
+        }
+
+        /// A field read where it lies in a buffer, with any bytes before and after it, reads
+        /// as the field alone does.
+        #[test]
+        fn integers_read_in_place_as_alone(
+            before in proptest::collection::vec(any::<u8>(), 0..12),
+            field in proptest::collection::vec(
+                prop_oneof![
+                    8 => proptest::sample::select(b"0123456789".to_vec()),
+                    1 => proptest::sample::select(b"/:-+ a\x00\xff".to_vec()),
+                ],
+                0..=20,
+            ),
+            after in proptest::collection::vec(any::<u8>(), 0..4),
+        ) {
+            let buf = [&before[..], &field, &after].concat();
+            let (start, end) = (before.len(), before.len() + field.len());
+            prop_assert_eq!(integer_at(&buf, start, end), integer_reference(&field));
         }
     }
 

@@ -15,7 +15,7 @@
 
 use memchr::{memchr, memchr2, memchr3};
 
-use crate::values::{integer_bytes, ParsedColumn, RowBuilder, Value};
+use crate::values::{integer_at, ParsedColumn, RowBuilder, Value};
 
 /// What a block reads with: the reader's settings.
 pub(super) struct BlockSettings<'a> {
@@ -113,7 +113,7 @@ impl BlockParser {
                             continue;
                         }
                         ParsedColumn::Int(c) if ints => {
-                            if let Some(v) = integer_bytes(bytes) {
+                            if let Some(v) = integer_at(buf, start as usize, end as usize) {
                                 c.push(Some(v));
                                 continue;
                             }
