@@ -192,11 +192,10 @@ impl<'a> Column<'a> {
             enc: &CsvEncoder,
             out: &mut Vec<u8>,
         ) where
-            T::Native: Into<i128>,
+            T::Native: itoa::Integer,
         {
             if a.is_valid(row) {
-                let mut digits = [0u8; 41];
-                enc.push_number(out, integer_text(a.value(row).into(), &mut digits));
+                enc.push_number(out, itoa::Buffer::new().format(a.value(row)).as_bytes());
             }
         }
         match self {
@@ -251,44 +250,13 @@ impl<'a> Column<'a> {
     }
 }
 
-/// The decimal digits of `v`, with its sign, in the end of `digits`.
-fn integer_text(v: i128, digits: &mut [u8; 41]) -> &[u8] {
-    let at = unsigned_digits(v.unsigned_abs(), digits);
-    if v < 0 {
-        digits[at - 1] = b'-';
-        &digits[at - 1..]
-    } else {
-        &digits[at..]
-    }
-}
-
-/// Writes the digits of `n` at the end of `digits`; returns where they start.
-fn unsigned_digits(mut n: u128, digits: &mut [u8; 41]) -> usize {
-    let mut at = digits.len();
-    while n > u128::from(u64::MAX) {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    let mut n = n as u64;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return at;
-        }
-    }
-}
-
 /// A DECIMAL(`precision`, `scale`) value as Arrow's `format_decimal` writes it: the digits
 /// with a point `scale` from the right, `0.` and zeros before digits fewer than the scale. A
 /// value with more digits than the precision (Arrow writes it cut) goes through Arrow's own
 /// formatter.
 fn push_decimal(out: &mut Vec<u8>, v: i128, precision: u8, scale: u8) {
-    let mut digits = [0u8; 41];
-    let at = unsigned_digits(v.unsigned_abs(), &mut digits);
-    let digits = &digits[at..];
+    let mut text = itoa::Buffer::new();
+    let digits = text.format(v.unsigned_abs()).as_bytes();
     if digits.len() > usize::from(precision) {
         out.extend_from_slice(Decimal128Type::format_decimal(v, precision, scale as i8).as_bytes());
         return;
