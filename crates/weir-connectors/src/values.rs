@@ -686,11 +686,11 @@ impl RowBuilder {
                     Builder::Bool(b) => Arc::new(b.finish()),
                     Builder::Utf8(b) => {
                         // `finish` leaves the builder without capacity; the next batch is
-                        // about as large as this one.
+                        // about as large as this one (its text kept to at most 1 MiB ahead).
                         let a = b.finish();
                         *b = StringBuilder::with_capacity(
                             arrow_array::Array::len(&a),
-                            a.value_data().len(),
+                            a.value_data().len().min(1 << 20),
                         );
                         Arc::new(a)
                     }
@@ -835,12 +835,51 @@ mod tests {
             "a2345678",
             "1234567:",
             "123456789012345/7",
+            "1234567890123456a",
+            "12345678901234567:",
+            "-12345678901234567",
+            "+5",
+            "--1234",
+            "-1",
+            "-123456789",
         ] {
             assert_eq!(
                 integer_bytes(s.as_bytes()),
                 integer_reference(s.as_bytes()),
                 "{s:?}"
             );
+        }
+    }
+
+    #[test]
+    fn integers_read_in_place_at_the_edges_of_their_lengths() {
+        for field in [
+            "-",
+            "-1",
+            "-0",
+            "-12345678",
+            "-123456789",
+            "--1234",
+            "+5",
+            "-5",
+            "1",
+            "12345678",
+            "1234567",
+            "0000000",
+            "a234567",
+            "1234567a",
+            "",
+        ] {
+            // Digits, a sign and a quote before the field; or fewer than eight bytes, or none.
+            for before in ["99999999", "99999999-", "\"12345678,", "", "1", "-12"] {
+                let buf = format!("{before}{field},9");
+                let (start, end) = (before.len(), before.len() + field.len());
+                assert_eq!(
+                    integer_at(buf.as_bytes(), start, end),
+                    integer_reference(field.as_bytes()),
+                    "{field:?} after {before:?}"
+                );
+            }
         }
     }
 

@@ -17,6 +17,8 @@ pub struct ExpiryQueue {
 
 /// The most emptied buckets kept for reuse: about one bucket is emptied as one is made.
 const SPARE_BUCKETS: usize = 4;
+/// The most entries an emptied bucket kept for reuse has room for (1 MiB).
+const SPARE_ENTRIES: usize = 65_536;
 
 const BUCKET_SHIFT: u32 = 8;
 
@@ -142,9 +144,10 @@ impl ExpiryQueue {
         }
     }
 
-    /// Keeps the emptied bucket `v` for reuse, up to [`SPARE_BUCKETS`] of them.
+    /// Keeps the emptied bucket `v` for reuse, up to [`SPARE_BUCKETS`] of them, each of at
+    /// most [`SPARE_ENTRIES`] entries' room.
     fn keep_spare(&mut self, v: Vec<(i64, u32, u8)>) {
-        if self.spare.len() < SPARE_BUCKETS {
+        if self.spare.len() < SPARE_BUCKETS && v.capacity() <= SPARE_ENTRIES {
             self.spare.push(v);
         }
     }
