@@ -2,8 +2,6 @@
 //! table's current rows) stores the batches they came in and points at rows of them, instead
 //! of copying rows one by one. A batch is freed with its last live row.
 
-use std::collections::HashMap;
-
 use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 
@@ -112,19 +110,22 @@ impl BatchStore {
 
     /// The columns of `rows` (`None`: a row of NULLs), in order.
     pub fn gather(&self, rows: &[Option<RowRef>]) -> Result<Vec<ArrayRef>> {
-        // Number the distinct batches used; the NULL row is one more one-row source.
-        let mut ids: HashMap<u32, usize> = HashMap::new();
+        // Number the distinct batches used; the NULL row is one more one-row source. Each
+        // batch's number is looked up by its id, a place among the store's batches, rather
+        // than in a map hashing every row's id.
+        let mut number: Vec<usize> = vec![usize::MAX; self.batches.len()];
         let mut order: Vec<u32> = Vec::new();
         let mut idx: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
         let mut needs_null = false;
         for r in rows {
             match r {
                 Some(r) => {
-                    let n = *ids.entry(r.batch).or_insert_with(|| {
+                    let n = &mut number[r.batch as usize];
+                    if *n == usize::MAX {
+                        *n = order.len();
                         order.push(r.batch);
-                        order.len() - 1
-                    });
-                    idx.push((n, r.row as usize));
+                    }
+                    idx.push((*n, r.row as usize));
                 }
                 None => {
                     needs_null = true;
