@@ -74,8 +74,28 @@ fn attribution_uninterrupted() -> (tempfile::TempDir, (Vec<String>, Vec<String>)
 /// The attribution job's outputs from one uninterrupted run, shared by the tests of this
 /// binary (the run is deterministic and costs about 20 s of both cores).
 fn attribution_output() -> &'static (Vec<String>, Vec<String>) {
-    static OUTPUT: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
-    OUTPUT.get_or_init(|| attribution_uninterrupted().1)
+    &attribution_reference().0
+}
+
+/// The attribution job's outputs, and whether its checkpoints share the join's rows.
+type Reference = ((Vec<String>, Vec<String>), Result<(), String>);
+
+/// [`attribution_output`], and what [`checkpoints_share_the_join_rows`] found of the same run's
+/// checkpoints before its folder went: `Err` with its message if they do not share the join's
+/// rows as they should.
+fn attribution_reference() -> &'static Reference {
+    static REFERENCE: std::sync::OnceLock<Reference> = std::sync::OnceLock::new();
+    REFERENCE.get_or_init(|| {
+        let (reference, want) = attribution_uninterrupted();
+        let checkpoints = reference.path().join("checkpoints");
+        let shared = std::panic::catch_unwind(|| checkpoints_share_the_join_rows(&checkpoints))
+            .map_err(|e| {
+                (e.downcast_ref::<String>().cloned())
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic without a message".into())
+            });
+        (want, shared)
+    })
 }
 
 /// Waits (up to 30 s) until a complete checkpoint in `checkpoints` lists shared files, or
@@ -251,14 +271,16 @@ fn a_folder_of_part_files_reads_back_as_one_table() {
 /// each time: its outputs equal an uninterrupted run's as multisets.
 #[test]
 fn the_attribution_job_killed_at_random_moments_and_restored_loses_and_repeats_nothing() {
-    let (reference, want) = attribution_uninterrupted();
+    let (want, shared) = attribution_reference();
     assert!(
         want.0.len() > 1_000 && !want.1.is_empty(),
         "{} {}",
         want.0.len(),
         want.1.len()
     );
-    checkpoints_share_the_join_rows(&reference.path().join("checkpoints"));
+    if let Err(e) = shared {
+        panic!("the uninterrupted run's checkpoints: {e}");
+    }
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sql"), ATTRIBUTION).unwrap();
