@@ -19,14 +19,24 @@ pub const DEFAULT_KEY_GROUPS: u16 = 128;
 const KEY_HASH_SEED: u64 = 0x7765_6972_5f6b_6579; // "weir_key"
 
 /// Hashes an encoded key. Stable across processes and runs (fixed seed).
+#[inline]
 pub fn hash_key(key: &[u8]) -> u64 {
     foldhash::fast::FixedState::with_seed(KEY_HASH_SEED).hash_one(key)
 }
 
 /// The key group of an encoded key hash.
+#[inline]
 pub fn key_group(hash: u64, key_groups: u16) -> u16 {
     // Mix the high bits in: foldhash's low bits alone are well spread, but cheap insurance.
-    ((hash ^ (hash >> 32)) % key_groups as u64) as u16
+    let mixed = hash ^ (hash >> 32);
+    let n = u64::from(key_groups);
+    // A power of two (the default, 128) takes the low bits, the same remainder without a
+    // division: a keyed exchange computes this for every row it routes.
+    (if n.is_power_of_two() {
+        mixed & (n - 1)
+    } else {
+        mixed % n
+    }) as u16
 }
 
 /// The subtask (of `parallelism`) that owns `key_group`: ranges are contiguous.
@@ -220,6 +230,15 @@ mod tests {
     }
 
     proptest! {
+        /// The key group is the mixed hash's remainder, powers of two included.
+        #[test]
+        fn a_key_group_is_the_remainder_of_the_mixed_hash(hash in any::<u64>(), n in 1u16..=u16::MAX) {
+            let want = ((hash ^ (hash >> 32)) % u64::from(n)) as u16;
+            prop_assert_eq!(key_group(hash, n), want);
+            let p = 1u16 << (n % 16);
+            prop_assert_eq!(key_group(hash, p), ((hash ^ (hash >> 32)) % u64::from(p)) as u16);
+        }
+
         /// Every key group belongs to exactly one subtask, ranges are contiguous and agree with
         /// `subtask_for_key_group`.
         #[test]

@@ -254,9 +254,13 @@ async fn route(
                 exchange.publish(*subtask, sketch);
                 let mut idx: Vec<Vec<u32>> =
                     (0..p).map(|_| Vec::with_capacity(n / p + 16)).collect();
+                // Each key group's subtask, looked up rather than divided out for every row.
+                let owner: Vec<usize> = (0..*key_groups)
+                    .map(|g| subtask_for_key_group(g, *key_groups, p))
+                    .collect();
                 for (i, row) in rows.iter().enumerate() {
                     let kg = key_group(hash_key(row.as_ref()), *key_groups);
-                    let home = subtask_for_key_group(kg, *key_groups, p);
+                    let home = owner[kg as usize];
                     let target = match salting {
                         None => home,
                         Some(s) => {
