@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use weir_core::keys::{hash_key, key_group, subtask_for_key_group, KeyEncoder};
+use weir_core::keys::{hash_key, key_group, KeyEncoder};
 use weir_core::time::{Clock, Stopwatch};
 
 use crate::channel::{ChannelSender, SendError};
@@ -26,6 +26,9 @@ pub(super) enum Route {
     Keyed {
         encoder: KeyEncoder,
         key_groups: u16,
+        /// Each key group's receiver (`subtask_for_key_group`), looked up rather than divided
+        /// out for every row.
+        owner: Vec<usize>,
         salting: Option<Salting>,
         sketch: SpaceSaving,
         exchange: Arc<ExchangeMetrics>,
@@ -226,6 +229,7 @@ async fn route(
             Route::Keyed {
                 encoder,
                 key_groups,
+                owner,
                 salting,
                 sketch,
                 exchange,
@@ -254,10 +258,6 @@ async fn route(
                 exchange.publish(*subtask, sketch);
                 let mut idx: Vec<Vec<u32>> =
                     (0..p).map(|_| Vec::with_capacity(n / p + 16)).collect();
-                // Each key group's subtask, looked up rather than divided out for every row.
-                let owner: Vec<usize> = (0..*key_groups)
-                    .map(|g| subtask_for_key_group(g, *key_groups, p))
-                    .collect();
                 for (i, row) in rows.iter().enumerate() {
                     let kg = key_group(hash_key(row.as_ref()), *key_groups);
                     let home = owner[kg as usize];

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
-use weir_core::keys::KeyEncoder;
+use weir_core::keys::{subtask_for_key_group, KeyEncoder};
 use weir_core::time::Clock;
 use weir_state::checkpoint::CheckpointStorage;
 
@@ -160,6 +160,11 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             });
             senders.push(s);
         }
+        let owner = |key_groups: u16| -> Vec<usize> {
+            (0..key_groups)
+                .map(|g| subtask_for_key_group(g, key_groups, senders.len()))
+                .collect()
+        };
         let route = match &e.partitioning {
             Partitioning::Forward => Route::Forward,
             Partitioning::Rebalance => Route::Rebalance { next: i },
@@ -167,6 +172,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             Partitioning::Hash { keys, key_groups } => Route::Keyed {
                 encoder: KeyEncoder::new(&up.output.schema, keys)?,
                 key_groups: *key_groups,
+                owner: owner(*key_groups),
                 salting: None,
                 sketch: SpaceSaving::default(),
                 exchange: exchange_for(&mut exchanges, e, keys)?,
@@ -180,6 +186,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             } => Route::Keyed {
                 encoder: KeyEncoder::new(&up.output.schema, keys)?,
                 key_groups: *key_groups,
+                owner: owner(*key_groups),
                 salting: Some(Salting {
                     salts: *salts,
                     hot_share: *hot_share,
