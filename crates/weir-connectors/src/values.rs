@@ -773,19 +773,22 @@ mod tests {
         plain.then(|| std::str::from_utf8(bytes).ok()?.parse().ok())?
     }
 
+    /// Digits with other bytes among them (ones next to the digits in ASCII, a sign, a space,
+    /// bytes that are not ASCII), of every length to 20.
+    fn digits_among_others() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop_oneof![
+                8 => proptest::sample::select(b"0123456789".to_vec()),
+                1 => proptest::sample::select(b"/:-+ a\x00\xff".to_vec()),
+            ],
+            0..=20,
+        )
+    }
+
     proptest! {
-        /// Digits with other bytes among them (ones next to the digits in ASCII, a sign, a
-        /// space), of every length to 20, read as a digit at a time reads them.
+        /// Digits among other bytes read as a digit at a time reads them.
         #[test]
-        fn integers_read_eight_digits_at_a_time_as_one_at_a_time(
-            bytes in proptest::collection::vec(
-                prop_oneof![
-                    8 => proptest::sample::select(b"0123456789".to_vec()),
-                    1 => proptest::sample::select(b"/:-+ a\x00\xff".to_vec()),
-                ],
-                0..=20,
-            )
-        ) {
+        fn integers_read_eight_digits_at_a_time_as_one_at_a_time(bytes in digits_among_others()) {
             prop_assert_eq!(integer_bytes(&bytes), integer_reference(&bytes));
         }
 
@@ -794,13 +797,7 @@ mod tests {
         #[test]
         fn integers_read_in_place_as_alone(
             before in proptest::collection::vec(any::<u8>(), 0..12),
-            field in proptest::collection::vec(
-                prop_oneof![
-                    8 => proptest::sample::select(b"0123456789".to_vec()),
-                    1 => proptest::sample::select(b"/:-+ a\x00\xff".to_vec()),
-                ],
-                0..=20,
-            ),
+            field in digits_among_others(),
             after in proptest::collection::vec(any::<u8>(), 0..4),
         ) {
             let buf = [&before[..], &field, &after].concat();

@@ -25,9 +25,8 @@ pub(super) enum Route {
     /// Hash (and salted) partitioning, with a hot-key sketch.
     Keyed {
         encoder: KeyEncoder,
-        key_groups: u16,
-        /// Each key group's receiver (`subtask_for_key_group`), looked up rather than divided
-        /// out for every row.
+        /// Each key group's receiver (`subtask_for_key_group`), one per key group, looked up
+        /// rather than divided out for every row.
         owner: Vec<usize>,
         salting: Option<Salting>,
         sketch: SpaceSaving,
@@ -228,7 +227,6 @@ async fn route(
             }
             Route::Keyed {
                 encoder,
-                key_groups,
                 owner,
                 salting,
                 sketch,
@@ -236,6 +234,7 @@ async fn route(
                 subtask,
             } => {
                 let p = edge.senders.len();
+                let key_groups = owner.len() as u16;
                 if p == 1 {
                     // One receiver: the keys only feed the sketch, which counts one row in
                     // `SAMPLE`, so only those rows' keys are encoded.
@@ -259,7 +258,7 @@ async fn route(
                 let mut idx: Vec<Vec<u32>> =
                     (0..p).map(|_| Vec::with_capacity(n / p + 16)).collect();
                 for (i, row) in rows.iter().enumerate() {
-                    let kg = key_group(hash_key(row.as_ref()), *key_groups);
+                    let kg = key_group(hash_key(row.as_ref()), key_groups);
                     let home = owner[kg as usize];
                     let target = match salting {
                         None => home,

@@ -171,7 +171,6 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             Partitioning::Broadcast => Route::Broadcast,
             Partitioning::Hash { keys, key_groups } => Route::Keyed {
                 encoder: KeyEncoder::new(&up.output.schema, keys)?,
-                key_groups: *key_groups,
                 owner: owner(*key_groups),
                 salting: None,
                 sketch: SpaceSaving::default(),
@@ -185,7 +184,6 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 hot_share,
             } => Route::Keyed {
                 encoder: KeyEncoder::new(&up.output.schema, keys)?,
-                key_groups: *key_groups,
                 owner: owner(*key_groups),
                 salting: Some(Salting {
                     salts: *salts,
