@@ -29,8 +29,7 @@ fn main() -> anyhow::Result<()> {
     let graph = job.build()?;
     print!("{graph}");
 
-    let report =
-        tokio::runtime::Runtime::new()?.block_on(exec::run(graph, Arc::new(SystemClock)))?;
+    let report = exec::runtime()?.block_on(exec::run(graph, Arc::new(SystemClock)))?;
 
     let mut rows: Vec<(String, i64)> = Vec::new();
     for b in counts.batches() {

@@ -43,8 +43,7 @@ fn main() -> anyhow::Result<()> {
         SourceOptions::event_time("ts", 5_000),
     )
     .sink("stdout", StdoutSink);
-    let report =
-        tokio::runtime::Runtime::new()?.block_on(exec::run(job.build()?, Arc::new(SystemClock)))?;
+    let report = exec::runtime()?.block_on(exec::run(job.build()?, Arc::new(SystemClock)))?;
 
     println!(
         "\n{} dead letters in {}:",

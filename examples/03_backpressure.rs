@@ -33,7 +33,7 @@ fn main() -> anyhow::Result<()> {
     );
     let graph = job.build()?;
 
-    tokio::runtime::Runtime::new()?.block_on(async {
+    exec::runtime()?.block_on(async {
         let running = exec::start(graph, Arc::new(SystemClock))?;
         let mut reporter = running.reporter();
         for _ in 0..3 {

@@ -348,27 +348,6 @@ fn check_outputs_are_not_inputs(
     Ok(())
 }
 
-/// The runtime every command runs on, its workers stealing each other's tasks.
-///
-/// Without tokio's LIFO slot: a task woken by a running task otherwise waits in that worker's
-/// LIFO slot, which the other workers cannot take, while the task that woke it goes on. A
-/// source sends a batch and goes on reading the next one for milliseconds, so its consumer
-/// waited for that worker while the other one stood idle (each of two workers 25–41 ms of the
-/// window count's 155 ms). Without the slot the fixture queries took 5–10 % less wall time and
-/// no more CPU; the latency bench's p50 went from 0.2 to 0.3 ms, its p99 stayed (README,
-/// session 40).
-///
-/// The option is behind tokio's `tokio_unstable` cfg, which `.cargo/config.toml` sets; a build
-/// whose flags come from elsewhere (RUSTFLAGS, CARGO_ENCODED_RUSTFLAGS, a user's own
-/// `target.*.rustflags`) keeps tokio's default.
-fn job_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    #[cfg(tokio_unstable)]
-    builder.disable_lifo_slot();
-    builder.build()
-}
-
 fn run() -> Result<()> {
     tracing_subscriber::fmt()
         // Colour only for a terminal: piped and CI logs get plain text.
@@ -379,7 +358,8 @@ fn run() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let rt = job_runtime()?;
+    // Every command runs on the jobs' runtime (see `exec::runtime`: no LIFO slot).
+    let rt = weir_runtime::exec::runtime()?;
     match cli.command {
         Command::Run(args) => run_job(&rt, args, None)?,
         Command::Backfill { run, backfill } => run_job(&rt, run, Some(backfill))?,
@@ -633,23 +613,4 @@ fn describe_backfill(
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    /// `job_runtime` leaves out tokio's LIFO slot only in a build with `tokio_unstable`, which
-    /// `.cargo/config.toml` sets: RUSTFLAGS given in the environment replace it.
-    #[test]
-    #[allow(
-        clippy::assertions_on_constants,
-        reason = "the constant is the build's cfg, which is what this test checks"
-    )]
-    fn built_with_tokio_unstable() {
-        assert!(
-            cfg!(tokio_unstable),
-            "built without `--cfg tokio_unstable`: RUSTFLAGS replace the flags of \
-             .cargo/config.toml, so add `--cfg tokio_unstable` to them (without it the runtime \
-             keeps tokio's LIFO slot and jobs take more wall time)"
-        );
-    }
 }

@@ -206,7 +206,7 @@ pub fn run_graph_within(
     graph: crate::JobGraph,
     limit: std::time::Duration,
 ) -> Result<crate::exec::JobReport> {
-    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime for the job");
+    let rt = crate::exec::runtime().expect("a tokio runtime for the job");
     rt.block_on(async {
         tokio::time::timeout(
             limit,
