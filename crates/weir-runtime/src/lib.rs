@@ -20,7 +20,7 @@
 //!     .filter(col("n").rem(lit(2)).eq(lit(0)))
 //!     .sink("out", out.clone());
 //! let graph = job.build().unwrap();
-//! let rt = tokio::runtime::Runtime::new().unwrap();
+//! let rt = exec::runtime().unwrap();
 //! rt.block_on(exec::run(graph, Arc::new(SystemClock))).unwrap();
 //! assert_eq!(out.rows(), 5);
 //! ```
