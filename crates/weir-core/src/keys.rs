@@ -44,6 +44,14 @@ pub fn subtask_for_key_group(key_group: u16, key_groups: u16, parallelism: usize
     key_group as usize * parallelism / key_groups as usize
 }
 
+/// Each key group's subtask ([`subtask_for_key_group`]), indexed by key group: for looking up
+/// per row instead of dividing.
+pub fn key_group_owners(key_groups: u16, parallelism: usize) -> Vec<usize> {
+    (0..key_groups)
+        .map(|g| subtask_for_key_group(g, key_groups, parallelism))
+        .collect()
+}
+
 /// The contiguous range of key groups a subtask owns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyGroupRange {
@@ -237,6 +245,16 @@ mod tests {
             prop_assert_eq!(key_group(hash, n), want);
             let p = 1u16 << (n % 16);
             prop_assert_eq!(key_group(hash, p), ((hash ^ (hash >> 32)) % u64::from(p)) as u16);
+        }
+
+        /// The owner table is `subtask_for_key_group` of each key group.
+        #[test]
+        fn the_owner_table_is_each_key_group_s_subtask(key_groups in 1u16..=512, p in 1usize..=64) {
+            let owners = key_group_owners(key_groups, p);
+            prop_assert_eq!(owners.len(), key_groups as usize);
+            for (g, &o) in owners.iter().enumerate() {
+                prop_assert_eq!(o, subtask_for_key_group(g as u16, key_groups, p));
+            }
         }
 
         /// Every key group belongs to exactly one subtask, ranges are contiguous and agree with

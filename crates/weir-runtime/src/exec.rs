@@ -149,10 +149,8 @@ pub struct JobReport {
 /// Without tokio's LIFO slot: a task woken by a running task otherwise waits in that worker's
 /// LIFO slot, which the other workers cannot take, while the task that woke it goes on. A
 /// source sends a batch and goes on reading the next one for milliseconds, so its consumer
-/// waited for that worker while the other one stood idle (each of two workers 25–41 ms of the
-/// fixture window count's 155 ms). Without the slot the fixture queries took 5–10 % less wall
-/// time and no more CPU; the latency bench's p50 went from 0.2 to 0.3 ms and its p99 from 0.9
-/// to 1.0 ms (README, session 40).
+/// waited for that worker while the other one stood idle. The measurements, wall time and
+/// latency, are in the README (session 40).
 ///
 /// The option is behind tokio's `tokio_unstable` cfg, which the workspace's
 /// `.cargo/config.toml` sets; a build whose flags come from elsewhere (RUSTFLAGS,

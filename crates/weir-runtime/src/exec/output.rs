@@ -25,8 +25,7 @@ pub(super) enum Route {
     /// Hash (and salted) partitioning, with a hot-key sketch.
     Keyed {
         encoder: KeyEncoder,
-        /// Each key group's receiver (`subtask_for_key_group`), one per key group, looked up
-        /// rather than divided out for every row.
+        /// Each key group's receiver (`keys::key_group_owners`), looked up for every row.
         owner: Vec<usize>,
         salting: Option<Salting>,
         sketch: SpaceSaving,

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
-use weir_core::keys::{subtask_for_key_group, KeyEncoder};
+use weir_core::keys::{key_group_owners, KeyEncoder};
 use weir_core::time::Clock;
 use weir_state::checkpoint::CheckpointStorage;
 
@@ -160,18 +160,13 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
             });
             senders.push(s);
         }
-        let owner = |key_groups: u16| -> Vec<usize> {
-            (0..key_groups)
-                .map(|g| subtask_for_key_group(g, key_groups, senders.len()))
-                .collect()
-        };
         let route = match &e.partitioning {
             Partitioning::Forward => Route::Forward,
             Partitioning::Rebalance => Route::Rebalance { next: i },
             Partitioning::Broadcast => Route::Broadcast,
             Partitioning::Hash { keys, key_groups } => Route::Keyed {
                 encoder: KeyEncoder::new(&up.output.schema, keys)?,
-                owner: owner(*key_groups),
+                owner: key_group_owners(*key_groups, senders.len()),
                 salting: None,
                 sketch: SpaceSaving::default(),
                 exchange: exchange_for(&mut exchanges, e, keys)?,
@@ -184,7 +179,7 @@ pub fn start(graph: JobGraph, clock: Arc<dyn Clock>) -> Result<RunningJob> {
                 hot_share,
             } => Route::Keyed {
                 encoder: KeyEncoder::new(&up.output.schema, keys)?,
-                owner: owner(*key_groups),
+                owner: key_group_owners(*key_groups, senders.len()),
                 salting: Some(Salting {
                     salts: *salts,
                     hot_share: *hot_share,
